@@ -1,0 +1,3 @@
+from mushroom.cli import main
+
+main()

@@ -1,0 +1,138 @@
+"""Validating prediction files against their items before anyone uploads them.
+
+Stricter than the official scorer on purpose: the scorer silently accepts overlapping soft
+spans (the later one wins) or hard labels with zero soft probability, which are almost
+always bugs in the system that wrote them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mushroom.errors import Problem
+from mushroom.jsonl import iter_json_lines
+from mushroom.records import Item
+
+
+@dataclass
+class CheckReport:
+    """Errors make a file unusable; warnings are worth a look."""
+
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    n_lines: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckReport) -> None:
+    path, line = where
+    n = len(item.model_output_text)
+
+    def err(field_name: str, msg: str) -> None:
+        report.errors.append(Problem(path, line, field_name, msg))
+
+    if "soft_labels" not in row and "hard_labels" not in row:
+        err("soft_labels", "neither soft_labels nor hard_labels given")
+        return
+    soft = row.get("soft_labels", [])
+    hard = row.get("hard_labels", [])
+    probs = np.zeros(n)
+    covered = np.zeros(n, dtype=bool)
+    good_soft = isinstance(soft, list)
+    if not good_soft:
+        err("soft_labels", "must be a list")
+        soft = []
+    for i, span in enumerate(soft):
+        name = f"soft_labels.{i}"
+        if not isinstance(span, dict) or set(span) < {"start", "end", "prob"}:
+            err(name, "must be an object with start, end, prob")
+            good_soft = False
+            continue
+        start, end, prob = span["start"], span["end"], span["prob"]
+        if not (_is_int(start) and _is_int(end)):
+            err(name, "start and end must be integers")
+            good_soft = False
+            continue
+        if not 0 <= start < end <= n:
+            err(name, f"span [{start}, {end}) must satisfy 0 <= start < end <= {n}")
+            good_soft = False
+            continue
+        if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not 0.0 <= prob <= 1.0:
+            err(f"{name}.prob", f"probability {prob!r} is not a number in [0, 1]")
+            good_soft = False
+            continue
+        if covered[start:end].any():
+            err(name, f"span [{start}, {end}) overlaps an earlier soft span")
+        covered[start:end] = True
+        probs[start:end] = prob
+    if not isinstance(hard, list):
+        err("hard_labels", "must be a list")
+        return
+    hard_mask = np.zeros(n, dtype=bool)
+    prev_end = -1
+    for i, span in enumerate(hard):
+        name = f"hard_labels.{i}"
+        if not (isinstance(span, list) and len(span) == 2 and all(_is_int(v) for v in span)):
+            err(name, "must be a pair of integers [start, end]")
+            continue
+        start, end = span
+        if not 0 <= start < end <= n:
+            err(name, f"span [{start}, {end}) must satisfy 0 <= start < end <= {n}")
+            continue
+        if start < prev_end:
+            report.warnings.append(Problem(path, line, name, "hard spans overlap or are unsorted"))
+        prev_end = max(prev_end, end)
+        hard_mask[start:end] = True
+    if "soft_labels" in row and good_soft and (hard_mask & (probs <= 0)).any():
+        first = int(np.flatnonzero(hard_mask & (probs <= 0))[0])
+        err("hard_labels", f"character {first} is in a hard span but has soft probability 0")
+
+
+def check_rows(
+    rows: Iterable[tuple[int, dict]], items: list[Item], path: str = "<predictions>"
+) -> CheckReport:
+    """Checks parsed rows: every item id exactly once, spans valid, labels consistent."""
+    report = CheckReport()
+    by_id = {item.id: item for item in items}
+    seen: dict[str, int] = {}
+    for line, row in rows:
+        report.n_lines += 1
+        rid = row.get("id")
+        if not isinstance(rid, str):
+            report.errors.append(Problem(path, line, "id", "missing or not a string"))
+            continue
+        if rid in seen:
+            report.errors.append(
+                Problem(path, line, "id", f"duplicate id {rid!r} (first on line {seen[rid]})")
+            )
+            continue
+        seen[rid] = line
+        if rid not in by_id:
+            report.errors.append(Problem(path, line, "id", f"id {rid!r} is not among the items"))
+            continue
+        _check_row(row, by_id[rid], (path, line), report)
+    for item in items:
+        if item.id not in seen:
+            report.errors.append(Problem(path, None, "id", f"no prediction for item {item.id!r}"))
+    return report
+
+
+def check_file(path: str | Path, items: list[Item]) -> CheckReport:
+    """Checks a prediction JSONL file; unreadable lines are errors too."""
+    problems: list[Problem] = []
+    rows = list(iter_json_lines(Path(path), problems))
+    report = check_rows(rows, items, str(path))
+    report.errors = problems + report.errors
+    return report

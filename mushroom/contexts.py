@@ -1,0 +1,103 @@
+"""Background contexts per item, read from context files.
+
+Two layouts are understood:
+- the UCSC release in contexts/ucsc/: `<lang>-<val|tst>.v<N>_<source>.jsonl`, and its
+  `<lang>-<split>-translated-English...` twins (name those sources `translated:<source>`);
+- mushroom's own files: `contexts/<split>.<lang>.<source>.jsonl` (generated contexts).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mushroom.data import PROJECT_ROOT, SPLIT_TAGS
+from mushroom.errors import MushroomError
+from mushroom.jsonl import load_records
+from mushroom.records import Context, ContextRecord
+
+DEFAULT_CONTEXT_DIR = PROJECT_ROOT / "contexts"
+DEFAULT_SOURCES = ("perplexity-sonar-pro", "deepseek-r1")
+
+
+def context_file(split: str, lang: str, source: str, context_dir: Path | None = None) -> Path | None:
+    """The file holding `source` contexts for a split and language, or None."""
+    root = context_dir or DEFAULT_CONTEXT_DIR
+    own = root / f"{split}.{lang}.{source}.jsonl"
+    if own.is_file():
+        return own
+    tag = SPLIT_TAGS.get(split, split)
+    translated = source.startswith("translated:")
+    name = source.removeprefix("translated:")
+    middle = f"{lang}-{tag}-translated-English" if translated else f"{lang}-{tag}"
+    pattern = re.compile(rf"{re.escape(middle)}\.v(\d+)_{re.escape(name)}\.jsonl")
+    hits = [
+        (int(m.group(1)), path)
+        for path in (root / "ucsc").glob(f"{middle}.v*_{name}.jsonl")
+        if (m := pattern.fullmatch(path.name))
+    ]
+    return max(hits)[1] if hits else None
+
+
+def available_sources(split: str, lang: str, context_dir: Path | None = None) -> list[str]:
+    """Every source with a file for this split and language."""
+    root = context_dir or DEFAULT_CONTEXT_DIR
+    tag = SPLIT_TAGS.get(split, split)
+    found = set()
+    for path in (root / "ucsc").glob(f"{lang}-{tag}*.jsonl"):
+        stem = path.name.removesuffix(".jsonl")
+        source = stem.split("_", 1)[1] if "_" in stem else stem
+        found.add(f"translated:{source}" if "-translated-English" in stem else source)
+    for path in root.glob(f"{split}.{lang}.*.jsonl"):
+        found.add(path.name.removesuffix(".jsonl").split(".", 2)[2])
+    return sorted(found)
+
+
+@dataclass
+class ContextSet:
+    """Contexts of one split and language, by item id, with what was missing."""
+
+    by_id: dict[str, list[Context]] = field(default_factory=dict)
+    missing: dict[str, int] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+    def for_item(self, item_id: str) -> list[Context]:
+        return self.by_id.get(item_id, [])
+
+
+def load_contexts(
+    split: str,
+    lang: str,
+    sources: tuple[str, ...] | list[str] = DEFAULT_SOURCES,
+    item_ids: list[str] | None = None,
+    context_dir: Path | None = None,
+    allow_missing_source: bool = False,
+) -> ContextSet:
+    """Loads every named source; contexts keep the order of `sources`.
+
+    Args:
+        split: "val" or "test".
+        lang: language code.
+        sources: source names, in order of preference.
+        item_ids: when given, counts the items each source lacks.
+        context_dir: the contexts folder (default: the project's contexts/).
+        allow_missing_source: skip a source with no file instead of failing.
+    """
+    result = ContextSet()
+    for source in sources:
+        path = context_file(split, lang, source, context_dir)
+        if path is None:
+            if allow_missing_source:
+                result.missing[source] = len(item_ids or [])
+                continue
+            have = ", ".join(available_sources(split, lang, context_dir)) or "none"
+            raise MushroomError(f"no context file for source {source!r} ({split}, {lang}); available: {have}")
+        result.files[source] = str(path)
+        records = load_records(path, ContextRecord)
+        texts = {r.id: r.context for r in records}
+        for rid, text in texts.items():
+            result.by_id.setdefault(rid, []).append(Context(source=source, text=text))
+        if item_ids is not None:
+            result.missing[source] = sum(1 for i in item_ids if i not in texts)
+    return result

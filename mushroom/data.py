@@ -1,0 +1,73 @@
+"""Finding and loading Mu-SHROOM split files shipped in data/.
+
+The official file names differ per split (`-val.v2.extra`, `-tst.v1`, `-train_nolabel.v1`),
+so callers name a split and a language and this module finds the file.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from mushroom.errors import MushroomError
+from mushroom.jsonl import load_records
+from mushroom.records import Item
+from mushroom.spans import span_problems
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA_DIR = PROJECT_ROOT / "data" / "mushroom"
+
+SPLIT_DIRS = {
+    "val": "val",
+    "test": "test-unlabeled",
+    "test-labeled": "test-labeled",
+    "train": "train-unlabeled",
+}
+SPLIT_TAGS = {"val": "val", "test": "tst", "test-labeled": "tst", "train": "train"}
+_FILE_RE = re.compile(r"^mushroom\.([a-z]{2})-(val|tst|train)[^/]*\.jsonl$")
+
+
+def split_files(split: str, data_dir: Path | None = None) -> dict[str, Path]:
+    """Language code -> file for a split, found by the official naming pattern."""
+    if split not in SPLIT_DIRS:
+        raise MushroomError(f"unknown split {split!r}; choose one of {sorted(SPLIT_DIRS)}")
+    folder = (data_dir or DEFAULT_DATA_DIR) / SPLIT_DIRS[split]
+    if not folder.is_dir():
+        raise MushroomError(f"split folder not found: {folder}")
+    found: dict[str, Path] = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        match = _FILE_RE.match(path.name)
+        if match and match.group(2) == SPLIT_TAGS[split]:
+            found[match.group(1)] = path
+    if not found:
+        raise MushroomError(f"no mushroom.<lang>-{SPLIT_TAGS[split]}*.jsonl files in {folder}")
+    return found
+
+
+def lang_from_filename(path: Path) -> str | None:
+    """The language code in an official-style file name, if there is one."""
+    match = re.search(r"(?:^|[._/-])([a-z]{2})-(?:val|tst|train)", path.name)
+    return match.group(1) if match else None
+
+
+def _item_checks(item: Item) -> list[tuple[str, str]]:
+    return span_problems(len(item.model_output_text), item.soft_labels, item.hard_labels)
+
+
+def load_items(path: str | Path) -> list[Item]:
+    """Loads one split file; every problem (bad JSON, missing field, bad span) is reported."""
+    return load_records(path, Item, extra_check=_item_checks)
+
+
+def load_split(
+    split: str, langs: list[str] | None = None, data_dir: Path | None = None
+) -> dict[str, list[Item]]:
+    """Items of a split per language, for the requested languages (all when None)."""
+    files = split_files(split, data_dir)
+    wanted = langs or sorted(files)
+    missing = [lang for lang in wanted if lang not in files]
+    if missing:
+        raise MushroomError(
+            f"split {split!r} has no file for {', '.join(missing)}; it has {', '.join(sorted(files))}"
+        )
+    return {lang: load_items(files[lang]) for lang in wanted}

@@ -1,0 +1,44 @@
+"""What every detector is: options in, a batch of items and their contexts, predictions out."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from mushroom.records import Context, Item, Prediction
+
+
+class DetectorOptions(BaseModel):
+    """Base for detector options: unknown keys are an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Detector(ABC):
+    """A hallucination detector.
+
+    Detectors take a whole batch so that model-backed ones can send every prompt at once; the
+    `advance` callback lets the caller drive a progress bar without the detector knowing how.
+    """
+
+    name: ClassVar[str]
+    Options: ClassVar[type[DetectorOptions]] = DetectorOptions
+
+    def __init__(self, options: DetectorOptions):
+        self.options = options
+
+    @abstractmethod
+    def detect(
+        self,
+        items: list[Item],
+        contexts: dict[str, list[Context]],
+        advance: Callable[[int], None] | None = None,
+    ) -> list[Prediction]:
+        """One prediction per item, in the order of `items`."""
+
+    def describe(self) -> dict[str, Any]:
+        """Name and options, recorded in every run's config."""
+        return {"detector": self.name, "options": self.options.model_dump(mode="json")}

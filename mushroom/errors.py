@@ -1,0 +1,48 @@
+"""Errors that point at the exact place in the user's input that is wrong."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class MushroomError(Exception):
+    """Base class: the CLI prints these without a traceback."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input file, located by line and field.
+
+    A list of these is what the checker prints; the loaders raise the same list at once so
+    that a user fixes a file in one round instead of one error per run.
+    """
+
+    path: str
+    line: int | None
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.path
+        if self.line is not None:
+            where += f":{self.line}"
+        if self.field:
+            where += f": field '{self.field}'"
+        return f"{where}: {self.message}"
+
+
+class DataError(MushroomError):
+    """Bad input: carries every problem found, each naming file, line and field."""
+
+    def __init__(self, problems: list[Problem], max_shown: int = 20):
+        self.problems = problems
+        shown = "\n".join(f"  {p}" for p in problems[:max_shown])
+        more = len(problems) - max_shown
+        tail = f"\n  ... and {more} more" if more > 0 else ""
+        n = len(problems)
+        super().__init__(f"{n} problem{'s' if n != 1 else ''} in input:\n{shown}{tail}")
+
+    @classmethod
+    def single(cls, path: str | Path, line: int | None, field: str | None, message: str) -> DataError:
+        return cls([Problem(str(path), line, field, message)])

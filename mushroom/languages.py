@@ -1,0 +1,28 @@
+"""The 14 Mu-SHROOM languages and what the text tools need to know about each."""
+
+from __future__ import annotations
+
+LANGUAGES: dict[str, str] = {
+    "ar": "Arabic",
+    "ca": "Catalan",
+    "cs": "Czech",
+    "de": "German",
+    "en": "English",
+    "es": "Spanish",
+    "eu": "Basque",
+    "fa": "Farsi",
+    "fi": "Finnish",
+    "fr": "French",
+    "hi": "Hindi",
+    "it": "Italian",
+    "sv": "Swedish",
+    "zh": "Chinese",
+}
+
+VAL_LANGUAGES = ("ar", "de", "en", "es", "fi", "fr", "hi", "it", "sv", "zh")
+TEST_LANGUAGES = tuple(LANGUAGES)
+
+
+def language_name(code: str) -> str:
+    """English name of a language code, or the code itself when unknown."""
+    return LANGUAGES.get(code.lower(), code)

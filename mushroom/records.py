@@ -1,0 +1,91 @@
+"""Typed records for everything that crosses a file boundary.
+
+Spans use Python string indices with an exclusive end, exactly as the Mu-SHROOM files do,
+so a record can be written back and scored by the official scorer unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+
+Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
+class SoftSpan(BaseModel):
+    """A span with the probability that its characters are hallucinated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    start: StrictInt
+    end: StrictInt
+    prob: Probability
+
+
+HardSpan = tuple[StrictInt, StrictInt]
+
+
+class Item(BaseModel):
+    """One question and LLM answer; gold labels present only in labelled splits."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(min_length=1)
+    lang: str
+    model_input: str
+    model_output_text: str
+    model_id: str | None = None
+    soft_labels: list[SoftSpan] | None = None
+    hard_labels: list[HardSpan] | None = None
+
+    @field_validator("lang")
+    @classmethod
+    def _lower_lang(cls, value: str) -> str:
+        # Official files say "EN" in val/test but "zh" in train: normalise once here.
+        return value.strip().lower()
+
+    @property
+    def text(self) -> str:
+        return self.model_output_text
+
+    @property
+    def is_labelled(self) -> bool:
+        return self.hard_labels is not None or self.soft_labels is not None
+
+
+class Prediction(BaseModel):
+    """A system's answer for one item, in the official submission format."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(min_length=1)
+    soft_labels: list[SoftSpan] = Field(default_factory=list)
+    hard_labels: list[HardSpan] = Field(default_factory=list)
+
+    def submission_dict(self) -> dict:
+        """The three official fields only, with spans as plain lists."""
+        return {
+            "id": self.id,
+            "soft_labels": [s.model_dump() for s in self.soft_labels],
+            "hard_labels": [list(h) for h in self.hard_labels],
+        }
+
+
+class ContextRecord(BaseModel):
+    """Background text for one item, as in contexts/*.jsonl."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(min_length=1)
+    context: str
+
+
+class Context(BaseModel):
+    """A context attached to an item, with the source it came from."""
+
+    source: str
+    text: str
+
+
+SplitName = Literal["val", "test", "train"]

@@ -1,0 +1,1 @@
+"""The official Mu-SHROOM metrics, reproduced exactly, plus confidence intervals."""

@@ -1,0 +1,187 @@
+"""Reading gold and prediction files for scoring, with the official scorer's rules.
+
+The official scorer derives missing labels per *file*: a prediction file with no
+`hard_labels` anywhere gets them from its soft labels (prob > 0.5, touching spans merged),
+one with no `soft_labels` anywhere gets soft spans of prob 1.0 from its hard labels. A file
+that has both columns but lacks one on some line makes the official scorer crash (pandas
+fills NaN); mushroom derives that line's labels the same way and records a warning.
+Numbers are parsed like pandas' ujson (see jsonnum), so ties and ranks match exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mushroom.errors import DataError, Problem
+from mushroom.jsonl import iter_json_lines
+from mushroom.scoring.jsonnum import ujson_float
+
+
+@dataclass
+class ScoringRecord:
+    """The fields the metrics need, in plain Python types."""
+
+    id: str
+    soft: list[tuple[int, int, float]]
+    hard: list[tuple[int, int]]
+    text_len: int | None = None
+    lang: str | None = None
+
+
+@dataclass
+class ScoringFile:
+    """A loaded file and what had to be derived or would trouble the official scorer."""
+
+    path: Path
+    records: dict[str, ScoringRecord]
+    warnings: list[str] = field(default_factory=list)
+
+
+def official_hard_from_soft(soft: list[tuple[int, int, float]]) -> list[tuple[int, int]]:
+    """Hard labels the official scorer derives: prob > 0.5, spans that touch merged."""
+    hard: list[list[int]] = []
+    prev_end = -1
+    for start, end, prob in sorted(soft, key=lambda s: (s[0], s[1])):
+        if not prob > 0.5:
+            continue
+        if start == prev_end:
+            hard[-1][1] = end
+        else:
+            hard.append([start, end])
+        prev_end = end
+    return [(s, e) for s, e in hard]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_num(value: Any) -> bool:
+    return (isinstance(value, (int, float))) and not isinstance(value, bool)
+
+
+def _parse_soft(raw: Any, where: tuple[str, int], problems: list[Problem]) -> list | None:
+    path, line = where
+    if not isinstance(raw, list):
+        problems.append(Problem(path, line, "soft_labels", "must be a list of {start, end, prob}"))
+        return None
+    out = []
+    for i, span in enumerate(raw):
+        if not isinstance(span, dict) or not {"start", "end", "prob"} <= span.keys():
+            problems.append(Problem(path, line, f"soft_labels.{i}", "needs keys start, end, prob"))
+            continue
+        if not (_is_int(span["start"]) and _is_int(span["end"]) and _is_num(span["prob"])):
+            problems.append(
+                Problem(path, line, f"soft_labels.{i}", "start/end must be integers, prob a number")
+            )
+            continue
+        out.append((span["start"], span["end"], span["prob"]))
+    return out
+
+
+def _parse_hard(raw: Any, where: tuple[str, int], problems: list[Problem]) -> list | None:
+    path, line = where
+    if not isinstance(raw, list):
+        problems.append(Problem(path, line, "hard_labels", "must be a list of [start, end]"))
+        return None
+    out = []
+    for i, span in enumerate(raw):
+        if not (isinstance(span, list) and len(span) == 2 and all(_is_int(v) for v in span)):
+            problems.append(Problem(path, line, f"hard_labels.{i}", "must be [start, end] integers"))
+            continue
+        out.append((span[0], span[1]))
+    return out
+
+
+def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
+    """Loads a gold or prediction file for scoring; raises DataError listing every problem."""
+    path = Path(path)
+    problems: list[Problem] = []
+    rows: list[tuple[int, dict]] = list(iter_json_lines(path, problems, parse_float=ujson_float))
+    has_hard = any("hard_labels" in row for _, row in rows)
+    has_soft = any("soft_labels" in row for _, row in rows)
+    warnings: list[str] = []
+    if rows and not has_hard and not has_soft:
+        problems.append(Problem(str(path), None, None, "no line has hard_labels or soft_labels"))
+    records: dict[str, ScoringRecord] = {}
+    first_line: dict[str, int] = {}
+    partial = 0
+    for lineno, row in rows:
+        where = (str(path), lineno)
+        rid = row.get("id")
+        if not isinstance(rid, str) or not rid:
+            problems.append(Problem(str(path), lineno, "id", "missing or not a string"))
+            continue
+        if rid in first_line:
+            problems.append(
+                Problem(str(path), lineno, "id", f"duplicate id {rid!r} (first on line {first_line[rid]})")
+            )
+            continue
+        first_line[rid] = lineno
+        soft = _parse_soft(row["soft_labels"], where, problems) if "soft_labels" in row else None
+        hard = _parse_hard(row["hard_labels"], where, problems) if "hard_labels" in row else None
+        if ("soft_labels" in row and soft is None) or ("hard_labels" in row and hard is None):
+            continue
+        if (has_hard and hard is None) or (has_soft and soft is None):
+            partial += 1
+        if hard is None:
+            hard = official_hard_from_soft(soft or [])
+        if soft is None:
+            soft = [(s, e, 1.0) for s, e in hard]
+        text_len = None
+        if is_gold:
+            text = row.get("model_output_text")
+            if not isinstance(text, str):
+                problems.append(Problem(str(path), lineno, "model_output_text", "missing in gold file"))
+                continue
+            text_len = len(text)
+        lang = row.get("lang")
+        records[rid] = ScoringRecord(
+            id=rid,
+            soft=soft,
+            hard=hard,
+            text_len=text_len,
+            lang=lang.lower() if isinstance(lang, str) else None,
+        )
+    if partial:
+        warnings.append(
+            f"{path}: {partial} line(s) lack hard_labels or soft_labels while others have them; "
+            "derived here, but the official scorer fails on such a file"
+        )
+    if problems:
+        raise DataError(problems)
+    return ScoringFile(path=path, records=records, warnings=warnings)
+
+
+def match_ids(gold: ScoringFile, pred: ScoringFile) -> list[str]:
+    """Ids sorted as the official scorer sorts them; any mismatch is an error."""
+    missing = sorted(set(gold.records) - set(pred.records))
+    extra = sorted(set(pred.records) - set(gold.records))
+    problems = []
+    if missing:
+        problems.append(
+            Problem(
+                str(pred.path),
+                None,
+                "id",
+                f"{len(missing)} gold id(s) have no prediction: "
+                + ", ".join(missing[:10])
+                + (" ..." if len(missing) > 10 else ""),
+            )
+        )
+    if extra:
+        problems.append(
+            Problem(
+                str(pred.path),
+                None,
+                "id",
+                f"{len(extra)} id(s) are not in the gold file: "
+                + ", ".join(extra[:10])
+                + (" ..." if len(extra) > 10 else ""),
+            )
+        )
+    if problems:
+        raise DataError(problems)
+    return sorted(gold.records)

@@ -1,0 +1,1 @@
+"""Language-aware text tools shared by the detectors."""

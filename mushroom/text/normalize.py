@@ -1,0 +1,64 @@
+"""Normalisation so that the same word written differently compares equal.
+
+Case, accents on Latin letters, Arabic diacritics and letter variants, full-width forms and
+non-ASCII digits all vary between an answer and its context without changing the meaning.
+Devanagari vowel signs are combining marks too, but removing them changes the word, so
+marks are stripped only from Latin and Arabic letters.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from functools import lru_cache
+
+_ARABIC_MAP = str.maketrans(
+    {
+        "أ": "ا",
+        "إ": "ا",
+        "آ": "ا",
+        "ٱ": "ا",
+        "ة": "ه",
+        "ى": "ي",
+        "ی": "ي",
+        "ك": "ک",
+        "ـ": None,
+        "\u200c": None,
+        "\u200d": None,
+    }
+)
+
+
+def _digit_map() -> dict[int, str]:
+    table: dict[int, str] = {}
+    for block_start in (0x0660, 0x06F0, 0x0966, 0xFF10):
+        for k in range(10):
+            table[block_start + k] = str(k)
+    return table
+
+
+_DIGITS = _digit_map()
+
+
+def _strip_marks(text: str) -> str:
+    out = []
+    base_is_strippable = False
+    for ch in text:
+        cat = unicodedata.category(ch)
+        if cat == "Mn":
+            if base_is_strippable:
+                continue
+            out.append(ch)
+            continue
+        name_ok = ch < "\u0250" or "\u0600" <= ch <= "\u06ff" or "\u1e00" <= ch <= "\u1eff"
+        base_is_strippable = name_ok
+        out.append(ch)
+    return "".join(out)
+
+
+@lru_cache(maxsize=200_000)
+def normalize_word(word: str) -> str:
+    """Comparable form of one word or number."""
+    text = unicodedata.normalize("NFKD", word.translate(_DIGITS)).casefold()
+    text = _strip_marks(text)
+    text = unicodedata.normalize("NFC", text)
+    return text.translate(_ARABIC_MAP)

@@ -1,0 +1,83 @@
+r"""Word tokens with exact character offsets, for all 14 Mu-SHROOM languages.
+
+Words are runs of letters, combining marks and digits (marks matter: Devanagari vowel signs
+are marks, and `\\w` would cut Hindi words apart). Han, Hiragana and Katakana characters
+are tokens of their own because Chinese has no spaces; the lexical detector matches them
+by character bigrams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import regex
+
+from mushroom.text.normalize import normalize_word
+
+_TOKEN_RE = regex.compile(
+    r"(?P<cjk>[\p{Han}\p{Hiragana}\p{Katakana}])"
+    r"|(?P<num>\p{Nd}+(?:[.,:/]\p{Nd}+)*)"
+    r"|(?P<word>[\p{L}\p{M}\p{Nd}\u200c\u200d]+)"
+)
+
+
+@dataclass(frozen=True)
+class Token:
+    """A token of the answer: where it is, its comparable form and its kind."""
+
+    start: int
+    end: int
+    text: str
+    norm: str
+    kind: str  # "word", "num" or "cjk"
+
+
+def canonical_number(text: str) -> str:
+    """One form for the same number: thousands separators dropped, decimal comma as dot.
+
+    `1,000` / `1.000` / `1000` all become `1000`; `3,5` and `3.5` become `3.5`; dates like
+    `23.2.2013` keep their groups.
+    """
+    text = normalize_word(text)
+    groups = regex.split(r"[.,]", text)
+    if len(groups) > 1 and all(len(g) == 3 for g in groups[1:]) and 1 <= len(groups[0]) <= 3:
+        return "".join(groups)
+    if len(groups) == 2:
+        return f"{groups[0]}.{groups[1]}"
+    return text.replace(",", ".")
+
+
+def tokenize(text: str) -> list[Token]:
+    """All tokens of a text, in order, with offsets into the original string."""
+    tokens: list[Token] = []
+    for match in _TOKEN_RE.finditer(text):
+        kind = match.lastgroup or "word"
+        surface = match.group()
+        if kind == "num":
+            norm = canonical_number(surface)
+        else:
+            norm = normalize_word(surface)
+            if kind == "word" and any(ch.isdigit() for ch in norm):
+                kind = "num"
+        tokens.append(Token(match.start(), match.end(), surface, norm, kind))
+    return tokens
+
+
+@lru_cache(maxsize=4096)
+def vocabulary(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(normalised word and number forms, CJK character bigrams and unigrams) of a text."""
+    words: set[str] = set()
+    cjk: set[str] = set()
+    prev: Token | None = None
+    for tok in tokenize(text):
+        if tok.kind == "cjk":
+            cjk.add(tok.norm)
+            if prev is not None and prev.kind == "cjk" and prev.end == tok.start:
+                cjk.add(prev.norm + tok.norm)
+        else:
+            words.add(tok.norm)
+            if tok.kind == "num":
+                words.update(regex.findall(r"\d+", tok.norm))
+        prev = tok
+    return frozenset(words), frozenset(cjk)
