@@ -54,9 +54,21 @@ def _item_checks(item: Item) -> list[tuple[str, str]]:
     return span_problems(len(item.model_output_text), item.soft_labels, item.hard_labels)
 
 
-def load_items(path: str | Path) -> list[Item]:
-    """Loads one split file; every problem (bad JSON, missing field, bad span) is reported."""
-    return load_records(path, Item, extra_check=_item_checks)
+def load_items(path: str | Path, id_prefix: str | None = None) -> list[Item]:
+    """Loads one split file; every problem (bad JSON, missing field, bad span) is reported.
+
+    Args:
+        path: the JSONL file.
+        id_prefix: lines without an `id` get `<id_prefix><line number>`; the official
+            unlabelled train files have no ids, and runs need stable ones to resume.
+    """
+    prepare = None
+    if id_prefix is not None:
+
+        def prepare(lineno: int, obj: dict) -> dict:
+            return obj if "id" in obj else {**obj, "id": f"{id_prefix}{lineno}"}
+
+    return load_records(path, Item, extra_check=_item_checks, prepare=prepare)
 
 
 def load_split(
@@ -70,4 +82,5 @@ def load_split(
         raise MushroomError(
             f"split {split!r} has no file for {', '.join(missing)}; it has {', '.join(sorted(files))}"
         )
-    return {lang: load_items(files[lang]) for lang in wanted}
+    prefix = (lambda lang: f"train-{lang}-") if split == "train" else (lambda lang: None)
+    return {lang: load_items(files[lang], prefix(lang)) for lang in wanted}

@@ -65,6 +65,7 @@ def load_records(
     *,
     unique_ids: bool = True,
     extra_check: Callable[[M], list[tuple[str, str]]] | None = None,
+    prepare: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> list[M]:
     """Loads a JSONL file into validated records, or raises DataError listing every problem.
 
@@ -74,12 +75,15 @@ def load_records(
         unique_ids: reject a file in which an `id` appears twice.
         extra_check: returns (field, message) pairs for checks that need the whole record,
             such as a span beyond the end of the answer text.
+        prepare: rewrites each raw object (given its line number) before validation.
     """
     path = Path(path)
     problems: list[Problem] = []
     records: list[M] = []
     seen: dict[str, int] = {}
     for lineno, obj in iter_json_lines(path, problems):
+        if prepare is not None:
+            obj = prepare(lineno, obj)
         try:
             record = model.model_validate(obj)
         except ValidationError as exc:

@@ -1,0 +1,243 @@
+"""The `mushroom` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from mushroom.errors import DataError, MushroomError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Find hallucinated spans in LLM answers (Mu-SHROOM): detect, ensemble, check, score.",
+)
+out_console = Console()
+err_console = Console(stderr=True)
+
+
+def _parse_options(pairs: list[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs; VALUE is read as JSON when it parses (numbers, booleans, objects)."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise MushroomError(f"--option expects KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+@app.command()
+def score(
+    gold: Annotated[Path, typer.Argument(help="gold file, or a folder of per-language gold files")],
+    pred: Annotated[Path, typer.Argument(help="prediction file, or a folder matched by language")],
+    per_lang: Annotated[bool, typer.Option("--per-lang", help="table per language with 95% CIs")] = False,
+    per_item: Annotated[bool, typer.Option("--per-item", help="table per item")] = False,
+    ci: Annotated[bool, typer.Option("--ci", help="print bootstrap 95% CIs of the means")] = False,
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="write scores (with per-item) as JSON to FILE or '-'")
+    ] = None,
+    compare: Annotated[
+        Path | None, typer.Option("--compare", help="a second prediction: paired difference PRED - COMPARE")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", help="also write the two official lines to this file")
+    ] = None,
+) -> None:
+    """Score predictions exactly as the official scorer; the last two lines are IoU and Cor."""
+    from mushroom.leaderboard import load_leaderboard
+    from mushroom.scoring.score import score_paths
+    from mushroom.scoring.stats import paired_test
+    from mushroom.tables import rich_table, score_rows
+
+    result = score_paths(gold, pred)
+    for warning in result.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}")
+    if per_lang:
+        out_console.print(rich_table("per language", score_rows(result.by_lang(), None, load_leaderboard())))
+    if per_item:
+        from rich.table import Table
+
+        table = Table(title="per item")
+        for col in ("id", "lang", "IoU", "Cor"):
+            table.add_column(col)
+        for rid, lang, a, b in zip(result.ids, result.langs, result.iou, result.cor):
+            table.add_row(rid, lang, f"{a:.4f}", f"{b:.4f}")
+        out_console.print(table)
+    if compare is not None:
+        other = score_paths(gold, compare)
+        for name, a, b in (("IoU", result.iou, other.iou), ("Cor", result.cor, other.cor)):
+            res = paired_test(a, b)
+            out_console.print(
+                f"paired {name}: PRED - COMPARE = {res.mean_diff:+.4f} "
+                f"95% CI [{res.ci_low:+.4f}, {res.ci_high:+.4f}], p = {res.p_value:.4f} (n = {res.n})"
+            )
+    if ci:
+        intervals = result.ci()
+        out_console.print(
+            f"IoU 95% CI [{intervals['iou'][0]:.4f}, {intervals['iou'][1]:.4f}]  "
+            f"Cor 95% CI [{intervals['cor'][0]:.4f}, {intervals['cor'][1]:.4f}]  (n = {len(result.ids)})"
+        )
+    if json_out is not None:
+        payload = {
+            **result.to_dict(with_items=True),
+            "per_lang": {k: v.to_dict() for k, v in result.by_lang().items()},
+            "warnings": result.warnings,
+        }
+        text = json.dumps(payload, indent=2, ensure_ascii=False)
+        if json_out == "-":
+            print(text)
+        else:
+            Path(json_out).write_text(text + "\n", encoding="utf-8")
+    if output is not None:
+        output.write_text(result.official_lines() + "\n", encoding="utf-8")
+    print(result.official_lines())
+
+
+@app.command()
+def check(
+    pred: Annotated[Path, typer.Argument(help="prediction JSONL file")],
+    items: Annotated[Path, typer.Option("--items", help="the items file the predictions are for")],
+) -> None:
+    """Validate a prediction file against its items; exits 1 listing every problem."""
+    from mushroom.check import check_file
+    from mushroom.data import load_items
+
+    report = check_file(pred, load_items(items))
+    for problem in report.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {problem}")
+    for problem in report.errors:
+        err_console.print(f"[red]error:[/red] {problem}")
+    if report.errors:
+        err_console.print(f"{pred}: {len(report.errors)} error(s) in {report.n_lines} line(s)")
+        raise typer.Exit(1)
+    out_console.print(f"{pred}: OK ({report.n_lines} predictions, {len(report.warnings)} warning(s))")
+
+
+@app.command()
+def ensemble(
+    preds: Annotated[list[Path], typer.Argument(help="prediction files of the runs to combine")],
+    out: Annotated[Path, typer.Option("--out", help="output prediction file")],
+    threshold: Annotated[float, typer.Option("--threshold", help="hard label when vote share > T")] = 0.5,
+    soft: Annotated[str, typer.Option("--soft", help="soft label: 'vote' share or 'mean' probability")] = "vote",
+    items: Annotated[Path | None, typer.Option("--items", help="items file: text lengths and a check")] = None,
+) -> None:
+    """Per-character vote across runs (models, temperatures, detectors)."""
+    from mushroom.data import load_items
+    from mushroom.ensemble import SoftMode, ensemble as run_ensemble
+    from mushroom.jsonl import write_jsonl
+    from mushroom.predictions import load_predictions
+    from mushroom.submission import write_predictions
+
+    try:
+        mode = SoftMode(soft)
+    except ValueError:
+        raise MushroomError(f"--soft must be 'vote' or 'mean', got {soft!r}") from None
+    runs = [load_predictions(p) for p in preds]
+    item_list = load_items(items) if items else None
+    combined = run_ensemble(runs, item_list, threshold, mode)
+    if item_list is not None:
+        write_predictions(out, combined, item_list)
+    else:
+        write_jsonl(out, [p.submission_dict() for p in combined])
+    out_console.print(f"wrote {len(combined)} predictions from {len(runs)} runs to {out}")
+
+
+@app.command()
+def detect(
+    split: Annotated[str, typer.Option("--split", help="val or test")] = "val",
+    detector: Annotated[str, typer.Option("--detector", help="detector name")] = "lexical",
+    out: Annotated[Path | None, typer.Option("--out", help="run folder (default: runs/<time>-<detector>)")] = None,
+    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
+    contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
+        "perplexity-sonar-pro,deepseek-r1"
+    ),
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="detector option KEY=VALUE")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+) -> None:
+    """Run one detector on a split; labelled splits are scored."""
+    from mushroom.data import PROJECT_ROOT
+    from mushroom.detectors import build
+    from mushroom.leaderboard import load_leaderboard
+    from mushroom.mainjob import score_dir
+    from mushroom.pipeline import detect_split
+    from mushroom.runs import open_run_dir, timestamp, write_json
+    from mushroom.tables import markdown_table, rich_table, score_rows
+
+    det = build(detector, _parse_options(option or []))
+    sources = tuple(s for s in contexts.split(",") if s)
+    out = out or PROJECT_ROOT / "runs" / f"{timestamp()}-{detector}-{split}"
+    config = {"job": "detect", "split": split, **det.describe(), "sources": list(sources), "langs": lang}
+    if open_run_dir(out, config):
+        out_console.print(f"[yellow]resuming[/yellow] the run in {out}")
+    result = detect_split(det, split, out / "predictions", lang, sources, quiet=quiet)
+    out_console.print(f"predictions in {out / 'predictions'}")
+    if split == "val":
+        scores = score_dir(split, result.files)
+        rows = score_rows(scores, None, load_leaderboard())
+        write_json(out / "scores.json", {k: v.to_dict(with_items=True) for k, v in scores.items()})
+        (out / "scores.md").write_text(markdown_table(rows), encoding="utf-8")
+        out_console.print(rich_table(f"{detector} on {split}", rows))
+
+
+@app.command()
+def main_job(
+    out: Annotated[Path | None, typer.Option("--out", help="run folder (default: submissions/<time>-<detector>)")] = None,
+    detector: Annotated[str, typer.Option("--detector", help="detector name")] = "lexical",
+    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all 14")] = None,
+    contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
+        "perplexity-sonar-pro,deepseek-r1"
+    ),
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="detector option KEY=VALUE")] = None,
+    no_val: Annotated[bool, typer.Option("--no-val", help="skip the scored val run")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+) -> None:
+    """Test submission for every language (checked files + zip), then a scored val run."""
+    from mushroom.mainjob import run_main
+
+    run_main(
+        out=out,
+        detector=detector,
+        options=_parse_options(option or []),
+        sources=tuple(s for s in contexts.split(",") if s),
+        langs=lang,
+        with_val=not no_val,
+        quiet=quiet,
+        console=out_console,
+    )
+
+
+@app.command("detectors")
+def list_detectors() -> None:
+    """List the registered detectors and their options."""
+    from mushroom.detectors import available, detector_class
+
+    for name in available():
+        cls = detector_class(name)
+        out_console.print(f"[bold]{name}[/bold]: {(cls.__doc__ or '').strip().splitlines()[0]}")
+        for key, info in cls.Options.model_fields.items():
+            out_console.print(f"    {key} = {info.default!r}  {info.description or ''}")
+
+
+def main() -> None:
+    """Entry point: user errors print as one clear message, not a traceback."""
+    try:
+        app()
+    except DataError as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(2)
+    except MushroomError as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

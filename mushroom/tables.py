@@ -1,0 +1,94 @@
+"""Score tables for the terminal (rich) and for files (Markdown)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from mushroom.leaderboard import LeaderboardEntry
+from mushroom.scoring.score import ScoreResult
+
+
+def _ci(low: float, high: float) -> str:
+    return f"[{low:.3f}, {high:.3f}]"
+
+
+def score_rows(
+    results: dict[str, ScoreResult],
+    baselines: dict[str, ScoreResult] | None = None,
+    leaderboard: dict[str, LeaderboardEntry] | None = None,
+) -> list[dict]:
+    """One row per language plus a macro-average row, as plain values."""
+    rows = []
+    for lang, res in results.items():
+        ci = res.ci()
+        row = {
+            "lang": lang,
+            "n": len(res.ids),
+            "iou": res.mean_iou,
+            "iou_ci": ci["iou"],
+            "cor": res.mean_cor,
+            "cor_ci": ci["cor"],
+        }
+        if baselines and lang in baselines:
+            row["mark_all_iou"] = baselines[lang].mean_iou
+        if leaderboard and lang in leaderboard:
+            row["lb1"] = leaderboard[lang]
+        rows.append(row)
+    return rows
+
+
+def rich_table(title: str, rows: list[dict]) -> Table:
+    """The per-language table printed by the main job and `mushroom score --per-lang`."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("lang")
+    table.add_column("n", justify="right")
+    table.add_column("IoU (95% CI)", justify="right")
+    table.add_column("Cor (95% CI)", justify="right")
+    has_base = any("mark_all_iou" in r for r in rows)
+    has_lb = any("lb1" in r for r in rows)
+    if has_base:
+        table.add_column("mark-all IoU", justify="right")
+    if has_lb:
+        table.add_column("LB#1 test IoU/Cor", justify="right")
+    for r in rows:
+        cells = [
+            r["lang"],
+            str(r["n"]),
+            f"{r['iou']:.4f} ({r['iou_ci'][0]:.2f}-{r['iou_ci'][1]:.2f})",
+            f"{r['cor']:.4f} ({r['cor_ci'][0]:.2f}-{r['cor_ci'][1]:.2f})",
+        ]
+        if has_base:
+            base = r.get("mark_all_iou")
+            style = "green" if base is not None and r["iou"] > base else "red"
+            cells.append(f"[{style}]{base:.4f}[/{style}]" if base is not None else "")
+        if has_lb:
+            lb = r.get("lb1")
+            cells.append(f"{lb.iou:.4f}/{lb.cor:.4f}" if lb else "")
+        table.add_row(*cells)
+    if len(rows) > 1:
+        def mean(key: str) -> float:
+            return sum(r[key] for r in rows) / len(rows)
+
+        cells = ["mean", str(sum(r["n"] for r in rows)), f"{mean('iou'):.4f}", f"{mean('cor'):.4f}"]
+        if has_base:
+            cells.append(f"{mean('mark_all_iou'):.4f}" if all("mark_all_iou" in r for r in rows) else "")
+        if has_lb:
+            lbs = [r["lb1"] for r in rows if "lb1" in r]
+            cells.append(f"{sum(x.iou for x in lbs) / len(lbs):.4f}/{sum(x.cor for x in lbs) / len(lbs):.4f}")
+        table.add_row(*cells, style="bold")
+    return table
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The same table as Markdown, written next to the scores."""
+    head = "| lang | n | IoU | IoU 95% CI | Cor | Cor 95% CI | mark-all IoU | LB #1 (test) IoU / Cor |"
+    lines = [head, "|" + "---|" * 8]
+    for r in rows:
+        base = r.get("mark_all_iou")
+        lb = r.get("lb1")
+        lines.append(
+            f"| {r['lang']} | {r['n']} | {r['iou']:.4f} | {_ci(*r['iou_ci'])} | {r['cor']:.4f} | "
+            f"{_ci(*r['cor_ci'])} | {'' if base is None else f'{base:.4f}'} | "
+            f"{'' if lb is None else f'{lb.iou:.4f} / {lb.cor:.4f} ({lb.team})'} |"
+        )
+    return "\n".join(lines) + "\n"

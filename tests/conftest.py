@@ -1,0 +1,41 @@
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+VAL_EN = ROOT / "data" / "mushroom" / "val" / "mushroom.en-val.v2.extra.jsonl"
+
+
+def write_lines(path: Path, rows: list) -> Path:
+    """Writes rows (dicts are JSON-encoded, strings written as they are) one per line."""
+    with path.open("w", encoding="utf-8") as out:
+        for row in rows:
+            out.write((row if isinstance(row, str) else json.dumps(row, ensure_ascii=False)) + "\n")
+    return path
+
+
+@pytest.fixture
+def item_rows() -> list[dict]:
+    return [
+        {
+            "id": "t-1",
+            "lang": "EN",
+            "model_input": "Who won?",
+            "model_output_text": "Alice won in 1990.",
+            "soft_labels": [{"start": 13, "end": 17, "prob": 0.8}],
+            "hard_labels": [[13, 17]],
+        },
+        {
+            "id": "t-2",
+            "lang": "EN",
+            "model_input": "Where?",
+            "model_output_text": "In Paris.",
+            "soft_labels": [],
+            "hard_labels": [],
+        },
+    ]

@@ -1,0 +1,65 @@
+import subprocess
+import sys
+
+from conftest import write_lines
+from mushroom.check import check_file
+from mushroom.data import load_items
+
+
+def _items(tmp_path, item_rows):
+    return load_items(write_lines(tmp_path / "items.jsonl", item_rows))
+
+
+def test_valid_file_passes(tmp_path, item_rows):
+    pred = write_lines(
+        tmp_path / "p.jsonl",
+        [
+            {"id": "t-1", "soft_labels": [{"start": 13, "end": 17, "prob": 0.8}], "hard_labels": [[13, 17]]},
+            {"id": "t-2", "soft_labels": [], "hard_labels": []},
+        ],
+    )
+    report = check_file(pred, _items(tmp_path, item_rows))
+    assert report.ok and report.n_lines == 2
+
+
+def test_every_problem_is_listed(tmp_path, item_rows):
+    pred = write_lines(
+        tmp_path / "p.jsonl",
+        [
+            {"id": "t-1", "soft_labels": [{"start": 13, "end": 40, "prob": 0.8}], "hard_labels": [[0, 3]]},
+            {"id": "t-1", "hard_labels": []},
+            {"id": "zzz", "hard_labels": []},
+            "not json",
+            {"id": "t-2", "soft_labels": [{"start": 0, "end": 2, "prob": 2}, {"start": 0, "end": 2, "prob": 0.5}]},
+        ],
+    )
+    report = check_file(pred, _items(tmp_path, item_rows))
+    text = "\n".join(str(p) for p in report.errors)
+    assert "p.jsonl:1: field 'soft_labels.0': span [13, 40) must satisfy 0 <= start < end <= 18" in text
+    assert "p.jsonl:2: field 'id': duplicate id 't-1' (first on line 1)" in text
+    assert "p.jsonl:3: field 'id': id 'zzz' is not among the items" in text
+    assert "p.jsonl:4: invalid JSON" in text
+    assert "p.jsonl:5: field 'soft_labels.0.prob'" in text
+
+
+def test_overlaps_and_inconsistent_hard_labels_are_errors(tmp_path, item_rows):
+    pred = write_lines(
+        tmp_path / "p.jsonl",
+        [
+            {"id": "t-1", "soft_labels": [{"start": 0, "end": 5, "prob": 0.8}, {"start": 3, "end": 6, "prob": 0.2}], "hard_labels": []},
+            {"id": "t-2", "soft_labels": [{"start": 0, "end": 2, "prob": 0.8}], "hard_labels": [[3, 6]]},
+        ],
+    )
+    text = "\n".join(str(p) for p in check_file(pred, _items(tmp_path, item_rows)).errors)
+    assert "overlaps an earlier soft span" in text
+    assert "character 3 is in a hard span but has soft probability 0" in text
+
+
+def test_missing_items_are_errors_and_cli_exits_1(tmp_path, item_rows):
+    items_path = write_lines(tmp_path / "items.jsonl", item_rows)
+    pred = write_lines(tmp_path / "p.jsonl", [{"id": "t-1", "hard_labels": []}])
+    out = subprocess.run(
+        [sys.executable, "-m", "mushroom", "check", str(pred), "--items", str(items_path)], capture_output=True, text=True
+    )
+    assert out.returncode == 1
+    assert "no prediction for item 't-2'" in out.stderr

@@ -1,0 +1,76 @@
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import write_lines
+from mushroom.check import check_rows
+from mushroom.data import load_items
+from mushroom.ensemble import SoftMode, ensemble
+from mushroom.errors import MushroomError
+from mushroom.predictions import load_predictions, prediction_vectors
+from mushroom.records import Prediction, SoftSpan
+
+
+def _pred(item_id, spans):
+    return Prediction(
+        id=item_id,
+        soft_labels=[SoftSpan(start=s, end=e, prob=p) for s, e, p in spans],
+        hard_labels=[(s, e) for s, e, p in spans if p > 0.5],
+    )
+
+
+def test_vote_share_and_threshold():
+    runs = [
+        {"a": _pred("a", [(0, 4, 0.9)])},
+        {"a": _pred("a", [(2, 6, 0.8)])},
+        {"a": _pred("a", [(2, 4, 0.6), (8, 9, 0.3)])},
+    ]
+    out = ensemble(runs, threshold=0.5)[0]
+    soft, hard = prediction_vectors(out, 10)
+    # hard votes: run 1 [0, 4), run 2 [2, 6), run 3 [2, 4) (its 0.3 span is not hard)
+    assert np.allclose(soft[:7], [1 / 3, 1 / 3, 1, 1, 1 / 3, 1 / 3, 0], atol=1e-6)
+    assert out.hard_labels == [(2, 4)]
+    assert ensemble(runs, threshold=0.3)[0].hard_labels == [(0, 6)]
+    mean = ensemble(runs, soft_mode=SoftMode.mean)[0]
+    assert prediction_vectors(mean, 10)[0][8] == pytest.approx(0.1, abs=1e-6)
+
+
+def test_single_run_ensemble_is_identity_on_hard_labels():
+    run = {"a": _pred("a", [(1, 3, 0.9), (5, 8, 0.7)])}
+    assert ensemble([run])[0].hard_labels == [(1, 3), (5, 8)]
+
+
+def test_runs_must_cover_the_same_items():
+    with pytest.raises(MushroomError, match="same items"):
+        ensemble([{"a": _pred("a", [])}, {"b": _pred("b", [])}])
+
+
+def test_ensemble_output_passes_the_checker(tmp_path, item_rows):
+    items = load_items(write_lines(tmp_path / "i.jsonl", item_rows))
+    runs = [
+        {"t-1": _pred("t-1", [(0, 5, 0.9)]), "t-2": _pred("t-2", [])},
+        {"t-1": _pred("t-1", [(13, 17, 0.4)]), "t-2": _pred("t-2", [(3, 8, 0.6)])},
+    ]
+    out = ensemble(runs, items, threshold=0.4, soft_mode=SoftMode.mean)
+    report = check_rows(enumerate([p.submission_dict() for p in out], 1), items)
+    assert report.ok, report.errors
+
+
+def test_cli_ensemble_of_files(tmp_path, item_rows):
+    items_path = write_lines(tmp_path / "items.jsonl", item_rows)
+    a = write_lines(tmp_path / "a.jsonl", [{"id": "t-1", "hard_labels": [[0, 5]]}, {"id": "t-2", "hard_labels": []}])
+    b = write_lines(
+        tmp_path / "b.jsonl",
+        [{"id": "t-1", "soft_labels": [{"start": 0, "end": 2, "prob": 0.9}]}, {"id": "t-2", "soft_labels": []}],
+    )
+    out = tmp_path / "ens.jsonl"
+    subprocess.run(
+        [sys.executable, "-m", "mushroom", "ensemble", str(a), str(b), "--threshold", "0.6", "--out", str(out), "--items", str(items_path)],
+        check=True,
+        capture_output=True,
+    )
+    preds = load_predictions(out)
+    assert preds["t-1"].hard_labels == [(0, 2)]
+    assert preds["t-2"].hard_labels == []

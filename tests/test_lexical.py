@@ -1,0 +1,94 @@
+import numpy as np
+import pytest
+
+from mushroom.contexts import load_contexts
+from mushroom.data import load_split
+from mushroom.detectors import available, build
+from mushroom.errors import MushroomError
+from mushroom.records import Context, Item
+from mushroom.spans import hard_to_mask
+from pydantic import ValidationError
+
+
+def _item(text, question="Who won the race?", lang="en"):
+    return Item(id="x", lang=lang, model_input=question, model_output_text=text)
+
+
+def _flagged(det, item, contexts):
+    pred = det.detect([item], {"x": [Context(source=f"s{i}", text=c) for i, c in enumerate(contexts)]})[0]
+    return [item.model_output_text[s:e] for s, e in pred.hard_labels], pred
+
+
+def test_unsupported_names_and_numbers_are_flagged_supported_ones_not():
+    det = build("lexical")
+    item = _item("Petra van Staveren won gold in 1984 in Los Angeles.", "What did Petra van Staveren win?")
+    flagged, _ = _flagged(det, item, ["Petra van Staveren won gold at the 1984 Olympics in Los Angeles."])
+    assert flagged == []
+    item = _item("Petra van Staveren won silver in 2008 in Beijing.", "What did Petra van Staveren win?")
+    flagged, pred = _flagged(det, item, ["Petra van Staveren won gold at the 1984 Olympics in Los Angeles."])
+    assert flagged == ["silver in 2008 in Beijing"]
+    assert pred.soft_labels and all(0 < s.prob <= 1 for s in pred.soft_labels)
+
+
+def test_contexts_vote_and_share_is_the_probability():
+    det = build("lexical", {"threshold": 0.5})
+    item = _item("Bob won in 1990.", "Who won?")
+    _, pred = _flagged(det, item, ["Bob won in 1990.", "Bob won in 1991."])
+    vec = np.zeros(len(item.model_output_text))
+    for s in pred.soft_labels:
+        vec[s.start : s.end] = s.prob
+    assert vec[11] == pytest.approx(0.5) and pred.hard_labels == []
+    _, pred = _flagged(det, item, ["Bob won in 1992.", "Bob won in 1991."])
+    assert pred.hard_labels == [(11, 15)]
+
+
+def test_number_formats_and_accents_and_inflection_match():
+    det = build("lexical")
+    flagged, _ = _flagged(det, _item("It cost 1,000 euros in Montréal.", "How much?"), ["It cost 1000 Euros in Montreal."])
+    assert flagged == []
+    flagged, _ = _flagged(det, _item("Sie gewann Goldmedaillen.", "Was?", "de"), ["Sie gewann eine Goldmedaille."])
+    assert flagged == []
+
+
+def test_chinese_uses_character_bigrams():
+    det = build("lexical")
+    item = _item("他在北京获得银牌。", "他获得了什么？", "zh")
+    flagged, _ = _flagged(det, item, ["他在洛杉矶获得金牌。"])
+    assert "北京" in "".join(flagged) and "银" in "".join(flagged)
+    flagged, _ = _flagged(det, item, ["他在北京获得银牌。"])
+    assert flagged == []
+
+
+def test_hindi_and_arabic_words_keep_their_marks_and_match():
+    det = build("lexical")
+    flagged, _ = _flagged(det, _item("उसने स्वर्ण पदक जीता", "क्या?", "hi"), ["उसने स्वर्ण पदक जीता"])
+    assert flagged == []
+    flagged, _ = _flagged(det, _item("فاز بالميدالية الفضية عام ١٩٩٠", "ماذا؟", "ar"), ["فاز بالميدالية الذهبية عام 1984"])
+    assert "١٩٩٠" in " ".join(flagged) and "الفضية" in " ".join(flagged)
+
+
+def test_no_context_flags_nothing():
+    det = build("lexical")
+    assert _flagged(det, _item("Anything at all 1999."), [])[0] == []
+
+
+def test_options_are_validated_and_unknown_keys_rejected():
+    assert "lexical" in available()
+    with pytest.raises(ValidationError):
+        build("lexical", {"treshold": 0.3})
+    with pytest.raises(MushroomError, match="unknown detector"):
+        build("nope")
+
+
+@pytest.mark.parametrize("lang", ["ar", "de", "en", "es", "fi", "fr", "hi", "it", "sv", "zh"])
+def test_val_language_beats_mark_all(lang):
+    from mushroom.predictions import mark_all
+    from mushroom.scoring.score import score_predictions
+
+    items = load_split("val", [lang])[lang]
+    ctx = load_contexts("val", lang)
+    preds = build("lexical").detect(items, ctx.by_id)
+    for item, pred in zip(items, preds):
+        assert all(0 <= s < e <= len(item.model_output_text) for s, e in pred.hard_labels)
+        assert hard_to_mask(pred.hard_labels, len(item.model_output_text)).sum() <= len(item.model_output_text)
+    assert score_predictions(items, preds).mean_iou > score_predictions(items, mark_all(items)).mean_iou

@@ -1,0 +1,90 @@
+import pytest
+
+from conftest import ROOT, write_lines
+from mushroom.contexts import available_sources, context_file, load_contexts
+from mushroom.data import load_items, load_split, split_files
+from mushroom.errors import DataError, MushroomError
+from mushroom.languages import TEST_LANGUAGES, VAL_LANGUAGES
+
+
+def test_every_shipped_split_file_loads():
+    assert set(split_files("test")) == set(TEST_LANGUAGES)
+    assert set(split_files("val")) == set(VAL_LANGUAGES)
+    val = load_split("val")
+    assert sum(len(v) for v in val.values()) == 499
+    assert all(item.lang == lang for lang, items in val.items() for item in items)
+    assert all(item.hard_labels is not None for items in val.values() for item in items)
+    test = load_split("test")
+    assert sum(len(v) for v in test.values()) == 1902
+    assert all(item.hard_labels is None for items in test.values() for item in items)
+    train = load_split("train")
+    assert set(train) == {"en", "es", "zh"}
+
+
+def test_contexts_cover_every_val_and_test_item():
+    for split, langs in (("val", VAL_LANGUAGES), ("test", TEST_LANGUAGES)):
+        items = load_split(split)
+        for lang in langs:
+            ctx = load_contexts(split, lang, item_ids=[i.id for i in items[lang]])
+            assert ctx.missing == {"perplexity-sonar-pro": 0, "deepseek-r1": 0}
+
+
+def test_context_source_names_are_exact():
+    # "perplexity-sonar-pro" must not pick the English-only "qa_perplexity-sonar-pro" file.
+    path = context_file("val", "en", "perplexity-sonar-pro")
+    assert path.name == "en-val.v2_perplexity-sonar-pro.jsonl"
+    assert context_file("val", "en", "qa_perplexity-sonar-pro").name == "en-val.v2_qa_perplexity-sonar-pro.jsonl"
+    assert context_file("test", "de", "translated:deepseek-r1").name == "de-tst-translated-English.v2_deepseek-r1.jsonl"
+    assert "translated:perplexity-sonar-pro" in available_sources("val", "fr")
+
+
+def test_unknown_context_source_names_the_available_ones():
+    with pytest.raises(MushroomError, match="available: .*deepseek-r1"):
+        load_contexts("val", "en", ("no-such-source",))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "line", "field", "message"),
+    [
+        (lambda rows: rows.__setitem__(1, "{not json"), 2, None, "invalid JSON"),
+        (lambda rows: rows[0].pop("model_output_text"), 1, "model_output_text", "Field required"),
+        (lambda rows: rows[0]["hard_labels"].append([5, 99]), 1, "hard_labels.1", "0 <= start < end <= 18"),
+        (lambda rows: rows[0]["hard_labels"].append([9, 4]), 1, "hard_labels.1", "0 <= start < end"),
+        (lambda rows: rows[0]["soft_labels"][0].update(prob=1.5), 1, "soft_labels.0.prob", "less than or equal to 1"),
+        (lambda rows: rows[0]["soft_labels"][0].update(start=2.5), 1, "soft_labels.0.start", "integer"),
+        (lambda rows: rows[1].update(id="t-1"), 2, "id", "duplicate id 't-1' (first on line 1)"),
+    ],
+)
+def test_bad_input_names_file_line_and_field(tmp_path, item_rows, mutate, line, field, message):
+    rows = list(item_rows)
+    mutate(rows)
+    path = write_lines(tmp_path / "items.jsonl", rows)
+    with pytest.raises(DataError) as info:
+        load_items(path)
+    problem = info.value.problems[0]
+    assert problem.path == str(path)
+    assert problem.line == line
+    assert problem.field == field
+    assert message in problem.message
+    assert f"{path}:{line}" in str(info.value)
+
+
+def test_all_problems_are_reported_at_once(tmp_path, item_rows):
+    item_rows[0]["hard_labels"] = [[0, 500]]
+    item_rows[1]["soft_labels"] = [{"start": 0, "end": 2, "prob": -0.1}]
+    path = write_lines(tmp_path / "items.jsonl", item_rows)
+    with pytest.raises(DataError) as info:
+        load_items(path)
+    assert [p.line for p in info.value.problems] == [1, 2]
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(DataError, match="file not found"):
+        load_items(tmp_path / "nope.jsonl")
+
+
+def test_lang_is_normalised(tmp_path, item_rows):
+    items = load_items(write_lines(tmp_path / "items.jsonl", item_rows))
+    assert {i.lang for i in items} == {"en"}
+    assert (ROOT / "data" / "mushroom" / "README.md").is_file()
+    assert (ROOT / "contexts" / "ucsc" / "LICENSE-Apache-2.0.txt").is_file()
