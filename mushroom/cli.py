@@ -127,12 +127,17 @@ def ensemble(
     preds: Annotated[list[Path], typer.Argument(help="prediction files of the runs to combine")],
     out: Annotated[Path, typer.Option("--out", help="output prediction file")],
     threshold: Annotated[float, typer.Option("--threshold", help="hard label when vote share > T")] = 0.5,
-    soft: Annotated[str, typer.Option("--soft", help="soft label: 'vote' share or 'mean' probability")] = "vote",
-    items: Annotated[Path | None, typer.Option("--items", help="items file: text lengths and a check")] = None,
+    soft: Annotated[
+        str, typer.Option("--soft", help="soft label: 'vote' share or 'mean' probability")
+    ] = "vote",
+    items: Annotated[
+        Path | None, typer.Option("--items", help="items file: text lengths and a check")
+    ] = None,
 ) -> None:
     """Per-character vote across runs (models, temperatures, detectors)."""
     from mushroom.data import load_items
-    from mushroom.ensemble import SoftMode, ensemble as run_ensemble
+    from mushroom.ensemble import SoftMode
+    from mushroom.ensemble import ensemble as run_ensemble
     from mushroom.jsonl import write_jsonl
     from mushroom.predictions import load_predictions
     from mushroom.submission import write_predictions
@@ -155,12 +160,16 @@ def ensemble(
 def detect(
     split: Annotated[str, typer.Option("--split", help="val or test")] = "val",
     detector: Annotated[str, typer.Option("--detector", help="detector name")] = "lexical",
-    out: Annotated[Path | None, typer.Option("--out", help="run folder (default: runs/<time>-<detector>)")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="run folder (default: runs/<time>-<detector>)")
+    ] = None,
     lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
     contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
         "perplexity-sonar-pro,deepseek-r1"
     ),
-    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="detector option KEY=VALUE")] = None,
+    option: Annotated[
+        list[str] | None, typer.Option("--option", "-o", help="detector option KEY=VALUE")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
     """Run one detector on a split; labelled splits are scored."""
@@ -190,13 +199,17 @@ def detect(
 
 @app.command()
 def main_job(
-    out: Annotated[Path | None, typer.Option("--out", help="run folder (default: submissions/<time>-<detector>)")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="run folder (default: submissions/<time>-<detector>)")
+    ] = None,
     detector: Annotated[str, typer.Option("--detector", help="detector name")] = "lexical",
     lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all 14")] = None,
     contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
         "perplexity-sonar-pro,deepseek-r1"
     ),
-    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="detector option KEY=VALUE")] = None,
+    option: Annotated[
+        list[str] | None, typer.Option("--option", "-o", help="detector option KEY=VALUE")
+    ] = None,
     no_val: Annotated[bool, typer.Option("--no-val", help="skip the scored val run")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:

@@ -20,9 +20,7 @@ class LeaderboardEntry:
     mark_all_iou: float
 
 
-_ROW = re.compile(
-    r"^\|\s*([a-z]{2})\s*\|\s*(\S+)\s+([\d.]+)\s*/\s*([\d.]+)\s*\|[^|]*\|\s*([\d.]+)\s*\|\s*$"
-)
+_ROW = re.compile(r"^\|\s*([a-z]{2})\s*\|\s*(\S+)\s+([\d.]+)\s*/\s*([\d.]+)\s*\|[^|]*\|\s*([\d.]+)\s*\|\s*$")
 
 
 def load_leaderboard(path: Path | None = None) -> dict[str, LeaderboardEntry]:

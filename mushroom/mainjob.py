@@ -20,9 +20,7 @@ from mushroom.submission import write_zip
 from mushroom.tables import markdown_table, rich_table, score_rows
 
 
-def score_dir(
-    split: str, pred_files: dict[str, Path]
-) -> dict[str, ScoreResult]:
+def score_dir(split: str, pred_files: dict[str, Path]) -> dict[str, ScoreResult]:
     """Scores written prediction files against the split's gold files (official path)."""
     gold = split_files(split)
     return {lang: score_files(gold[lang], path) for lang, path in pred_files.items()}
@@ -69,7 +67,13 @@ def run_main(
         val_langs = [lang for lang in (langs or VAL_LANGUAGES) if lang in VAL_LANGUAGES]
         if val_langs:
             val = detect_split(
-                det, "val", out / "val", val_langs, sources, baseline_dir=out / "val" / "mark-all", quiet=quiet
+                det,
+                "val",
+                out / "val",
+                val_langs,
+                sources,
+                baseline_dir=out / "val" / "mark-all",
+                quiet=quiet,
             )
             results = score_dir("val", val.files)
             baseline_files = {lang: out / "val" / "mark-all" / p.name for lang, p in val.files.items()}

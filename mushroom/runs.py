@@ -62,6 +62,7 @@ def config_hash(config: dict[str, Any]) -> str:
 
 
 def timestamp() -> str:
+    """UTC time for folder names: sortable and free of characters shells dislike."""
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
 
 

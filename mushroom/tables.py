@@ -66,6 +66,7 @@ def rich_table(title: str, rows: list[dict]) -> Table:
             cells.append(f"{lb.iou:.4f}/{lb.cor:.4f}" if lb else "")
         table.add_row(*cells)
     if len(rows) > 1:
+
         def mean(key: str) -> float:
             return sum(r[key] for r in rows) / len(rows)
 

@@ -28,7 +28,9 @@ def _records(path, is_ref):
         if "hard_labels" not in df.columns:
             df["hard_labels"] = df.soft_labels.apply(_hard_from_soft)
         elif "soft_labels" not in df.columns:
-            df["soft_labels"] = df.hard_labels.apply(lambda h: [{"start": s, "end": e, "prob": 1.0} for s, e in h])
+            df["soft_labels"] = df.hard_labels.apply(
+                lambda h: [{"start": s, "end": e, "prob": 1.0} for s, e in h]
+            )
     cols = ["id", "soft_labels", "hard_labels"]
     if is_ref:
         df["text_len"] = df.model_output_text.apply(len)

@@ -2,6 +2,7 @@ import subprocess
 import sys
 
 from conftest import write_lines
+
 from mushroom.check import check_file
 from mushroom.data import load_items
 
@@ -30,7 +31,10 @@ def test_every_problem_is_listed(tmp_path, item_rows):
             {"id": "t-1", "hard_labels": []},
             {"id": "zzz", "hard_labels": []},
             "not json",
-            {"id": "t-2", "soft_labels": [{"start": 0, "end": 2, "prob": 2}, {"start": 0, "end": 2, "prob": 0.5}]},
+            {
+                "id": "t-2",
+                "soft_labels": [{"start": 0, "end": 2, "prob": 2}, {"start": 0, "end": 2, "prob": 0.5}],
+            },
         ],
     )
     report = check_file(pred, _items(tmp_path, item_rows))
@@ -46,7 +50,11 @@ def test_overlaps_and_inconsistent_hard_labels_are_errors(tmp_path, item_rows):
     pred = write_lines(
         tmp_path / "p.jsonl",
         [
-            {"id": "t-1", "soft_labels": [{"start": 0, "end": 5, "prob": 0.8}, {"start": 3, "end": 6, "prob": 0.2}], "hard_labels": []},
+            {
+                "id": "t-1",
+                "soft_labels": [{"start": 0, "end": 5, "prob": 0.8}, {"start": 3, "end": 6, "prob": 0.2}],
+                "hard_labels": [],
+            },
             {"id": "t-2", "soft_labels": [{"start": 0, "end": 2, "prob": 0.8}], "hard_labels": [[3, 6]]},
         ],
     )
@@ -59,7 +67,9 @@ def test_missing_items_are_errors_and_cli_exits_1(tmp_path, item_rows):
     items_path = write_lines(tmp_path / "items.jsonl", item_rows)
     pred = write_lines(tmp_path / "p.jsonl", [{"id": "t-1", "hard_labels": []}])
     out = subprocess.run(
-        [sys.executable, "-m", "mushroom", "check", str(pred), "--items", str(items_path)], capture_output=True, text=True
+        [sys.executable, "-m", "mushroom", "check", str(pred), "--items", str(items_path)],
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 1
     assert "no prediction for item 't-2'" in out.stderr

@@ -3,8 +3,8 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import write_lines
+
 from mushroom.check import check_rows
 from mushroom.data import load_items
 from mushroom.ensemble import SoftMode, ensemble
@@ -60,14 +60,32 @@ def test_ensemble_output_passes_the_checker(tmp_path, item_rows):
 
 def test_cli_ensemble_of_files(tmp_path, item_rows):
     items_path = write_lines(tmp_path / "items.jsonl", item_rows)
-    a = write_lines(tmp_path / "a.jsonl", [{"id": "t-1", "hard_labels": [[0, 5]]}, {"id": "t-2", "hard_labels": []}])
+    a = write_lines(
+        tmp_path / "a.jsonl", [{"id": "t-1", "hard_labels": [[0, 5]]}, {"id": "t-2", "hard_labels": []}]
+    )
     b = write_lines(
         tmp_path / "b.jsonl",
-        [{"id": "t-1", "soft_labels": [{"start": 0, "end": 2, "prob": 0.9}]}, {"id": "t-2", "soft_labels": []}],
+        [
+            {"id": "t-1", "soft_labels": [{"start": 0, "end": 2, "prob": 0.9}]},
+            {"id": "t-2", "soft_labels": []},
+        ],
     )
     out = tmp_path / "ens.jsonl"
     subprocess.run(
-        [sys.executable, "-m", "mushroom", "ensemble", str(a), str(b), "--threshold", "0.6", "--out", str(out), "--items", str(items_path)],
+        [
+            sys.executable,
+            "-m",
+            "mushroom",
+            "ensemble",
+            str(a),
+            str(b),
+            "--threshold",
+            "0.6",
+            "--out",
+            str(out),
+            "--items",
+            str(items_path),
+        ],
         check=True,
         capture_output=True,
     )

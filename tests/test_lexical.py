@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from mushroom.contexts import load_contexts
 from mushroom.data import load_split
@@ -7,7 +8,6 @@ from mushroom.detectors import available, build
 from mushroom.errors import MushroomError
 from mushroom.records import Context, Item
 from mushroom.spans import hard_to_mask
-from pydantic import ValidationError
 
 
 def _item(text, question="Who won the race?", lang="en"):
@@ -31,7 +31,7 @@ def test_unsupported_names_and_numbers_are_flagged_supported_ones_not():
 
 
 def test_contexts_vote_and_share_is_the_probability():
-    det = build("lexical", {"threshold": 0.5})
+    det = build("lexical", {"threshold": 0.5, "calibration": None})
     item = _item("Bob won in 1990.", "Who won?")
     _, pred = _flagged(det, item, ["Bob won in 1990.", "Bob won in 1991."])
     vec = np.zeros(len(item.model_output_text))
@@ -44,10 +44,19 @@ def test_contexts_vote_and_share_is_the_probability():
 
 def test_number_formats_and_accents_and_inflection_match():
     det = build("lexical")
-    flagged, _ = _flagged(det, _item("It cost 1,000 euros in Montréal.", "How much?"), ["It cost 1000 Euros in Montreal."])
+    flagged, _ = _flagged(
+        det, _item("It cost 1,000 euros in Montréal.", "How much?"), ["It cost 1000 Euros in Montreal."]
+    )
     assert flagged == []
-    flagged, _ = _flagged(det, _item("Sie gewann Goldmedaillen.", "Was?", "de"), ["Sie gewann eine Goldmedaille."])
-    assert flagged == []
+    raw = build("lexical", {"calibration": None})
+    item = _item("Sie gewann Goldmedaillen.", "Was?", "de")
+    assert _flagged(raw, item, ["Sie gewann eine Goldmedaille."])[0] == []
+    # calibrated: a stem-only match is less suspicious than no match at all
+    near = dict(det.token_probs(item, [Context(source="a", text="Sie gewann eine Goldmedaille.")]))
+    far = dict(det.token_probs(item, [Context(source="a", text="Sie gewann eine Silbermedaille.")]))
+    assert next(p for t, p in near.items() if t.text == "Goldmedaillen") < next(
+        p for t, p in far.items() if t.text == "Goldmedaillen"
+    )
 
 
 def test_chinese_uses_character_bigrams():
@@ -63,7 +72,9 @@ def test_hindi_and_arabic_words_keep_their_marks_and_match():
     det = build("lexical")
     flagged, _ = _flagged(det, _item("उसने स्वर्ण पदक जीता", "क्या?", "hi"), ["उसने स्वर्ण पदक जीता"])
     assert flagged == []
-    flagged, _ = _flagged(det, _item("فاز بالميدالية الفضية عام ١٩٩٠", "ماذا؟", "ar"), ["فاز بالميدالية الذهبية عام 1984"])
+    flagged, _ = _flagged(
+        det, _item("فاز بالميدالية الفضية عام ١٩٩٠", "ماذا؟", "ar"), ["فاز بالميدالية الذهبية عام 1984"]
+    )
     assert "١٩٩٠" in " ".join(flagged) and "الفضية" in " ".join(flagged)
 
 
@@ -90,5 +101,25 @@ def test_val_language_beats_mark_all(lang):
     preds = build("lexical").detect(items, ctx.by_id)
     for item, pred in zip(items, preds):
         assert all(0 <= s < e <= len(item.model_output_text) for s, e in pred.hard_labels)
-        assert hard_to_mask(pred.hard_labels, len(item.model_output_text)).sum() <= len(item.model_output_text)
+        assert hard_to_mask(pred.hard_labels, len(item.model_output_text)).sum() <= len(
+            item.model_output_text
+        )
     assert score_predictions(items, preds).mean_iou > score_predictions(items, mark_all(items)).mean_iou
+
+
+def test_calibration_orders_buckets_and_refits(tmp_path):
+    from mushroom.detectors.lexical import LexicalOptions, fit_calibration
+    from mushroom.detectors.lexical_calibration import load_calibration, save_calibration
+
+    table = load_calibration("default")
+    # on val, an unsupported number is far more often a hallucination than a lowercase word
+    assert table.prob("en", "num|all") > table.prob("en", "low|all") > 0
+    # a language without val data falls back to the pooled estimate
+    assert table.prob("eu", "num|all") == pytest.approx(table.pooled("num|all"))
+    items = load_split("val", ["it"])["it"]
+    refit = fit_calibration({"it": (items, load_contexts("val", "it").by_id)}, LexicalOptions())
+    save_calibration(refit, tmp_path / "cal.json")
+    det = build("lexical", {"calibration": str(tmp_path / "cal.json")})
+    assert det.calibration.stats.keys() == {"it"}
+    with pytest.raises(MushroomError, match="not found"):
+        build("lexical", {"calibration": str(tmp_path / "missing.json")})

@@ -1,6 +1,6 @@
 import pytest
-
 from conftest import ROOT, write_lines
+
 from mushroom.contexts import available_sources, context_file, load_contexts
 from mushroom.data import load_items, load_split, split_files
 from mushroom.errors import DataError, MushroomError
@@ -33,8 +33,13 @@ def test_context_source_names_are_exact():
     # "perplexity-sonar-pro" must not pick the English-only "qa_perplexity-sonar-pro" file.
     path = context_file("val", "en", "perplexity-sonar-pro")
     assert path.name == "en-val.v2_perplexity-sonar-pro.jsonl"
-    assert context_file("val", "en", "qa_perplexity-sonar-pro").name == "en-val.v2_qa_perplexity-sonar-pro.jsonl"
-    assert context_file("test", "de", "translated:deepseek-r1").name == "de-tst-translated-English.v2_deepseek-r1.jsonl"
+    assert (
+        context_file("val", "en", "qa_perplexity-sonar-pro").name == "en-val.v2_qa_perplexity-sonar-pro.jsonl"
+    )
+    assert (
+        context_file("test", "de", "translated:deepseek-r1").name
+        == "de-tst-translated-English.v2_deepseek-r1.jsonl"
+    )
     assert "translated:perplexity-sonar-pro" in available_sources("val", "fr")
 
 
@@ -50,7 +55,12 @@ def test_unknown_context_source_names_the_available_ones():
         (lambda rows: rows[0].pop("model_output_text"), 1, "model_output_text", "Field required"),
         (lambda rows: rows[0]["hard_labels"].append([5, 99]), 1, "hard_labels.1", "0 <= start < end <= 18"),
         (lambda rows: rows[0]["hard_labels"].append([9, 4]), 1, "hard_labels.1", "0 <= start < end"),
-        (lambda rows: rows[0]["soft_labels"][0].update(prob=1.5), 1, "soft_labels.0.prob", "less than or equal to 1"),
+        (
+            lambda rows: rows[0]["soft_labels"][0].update(prob=1.5),
+            1,
+            "soft_labels.0.prob",
+            "less than or equal to 1",
+        ),
         (lambda rows: rows[0]["soft_labels"][0].update(start=2.5), 1, "soft_labels.0.start", "integer"),
         (lambda rows: rows[1].update(id="t-1"), 2, "id", "duplicate id 't-1' (first on line 1)"),
     ],

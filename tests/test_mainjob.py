@@ -1,12 +1,11 @@
 import json
 import subprocess
-import sys
 import zipfile
 
 import pytest
+from conftest import ROOT
 from rich.console import Console
 
-from conftest import ROOT
 from mushroom.check import check_file
 from mushroom.data import load_split
 from mushroom.errors import MushroomError
@@ -22,12 +21,16 @@ def test_main_job_on_a_slice_writes_checked_files_scores_and_resumes(tmp_path):
         path = out / f"mushroom.{lang}-tst.v1.jsonl"
         assert check_file(path, test[lang]).ok
     with zipfile.ZipFile(out / "submission.zip") as bundle:
-        assert sorted(bundle.namelist()) == ["mushroom.en-tst.v1.jsonl", "mushroom.eu-tst.v1.jsonl", "mushroom.zh-tst.v1.jsonl"]
+        assert sorted(bundle.namelist()) == [
+            "mushroom.en-tst.v1.jsonl",
+            "mushroom.eu-tst.v1.jsonl",
+            "mushroom.zh-tst.v1.jsonl",
+        ]
     scores = json.loads((out / "val" / "scores.json").read_text())
     assert set(scores["per_lang"]) == {"en", "zh"}  # eu has no val split
     assert scores["per_lang"]["en"]["iou"] > scores["mark_all"]["en"]["iou"]
     config = json.loads((out / "config.json").read_text())
-    assert config["config"]["detector"] == "lexical" and config["config"]["options"]["threshold"] == 0.4
+    assert config["config"]["detector"] == "lexical" and config["config"]["options"]["calibration"] == "default"
     versions = json.loads((out / "versions.json").read_text())
     assert versions["packages"]["numpy"]
     # resume: a file already written is kept as it is, a missing one is redone
@@ -43,7 +46,10 @@ def test_main_job_on_a_slice_writes_checked_files_scores_and_resumes(tmp_path):
 def test_run_sh_runs_the_main_job(tmp_path):
     out = tmp_path / "sub"
     proc = subprocess.run(
-        [str(ROOT / "run.sh"), "--out", str(out), "--lang", "it", "--quiet"], capture_output=True, text=True, timeout=300
+        [str(ROOT / "run.sh"), "--out", str(out), "--lang", "it", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert (out / "mushroom.it-tst.v1.jsonl").is_file() and (out / "submission.zip").is_file()

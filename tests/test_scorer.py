@@ -4,17 +4,17 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import VAL_EN, write_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from official_oracle import official_scores
 
-from conftest import VAL_EN, write_lines
 from mushroom.errors import DataError
 from mushroom.scoring.files import read_scoring_file
 from mushroom.scoring.jsonnum import ujson_float
 from mushroom.scoring.metrics import OfficialScorerCrash, item_cor, item_iou
 from mushroom.scoring.reference import reference_cor, reference_iou
 from mushroom.scoring.score import score_files
-from official_oracle import official_scores
 
 pd = pytest.importorskip("pandas")
 
@@ -43,7 +43,9 @@ def test_cor_constant_vectors():
 
 def test_cor_later_overlapping_soft_span_wins():
     gold = [(0, 3, 1.0)]
-    assert item_cor(gold, [(0, 6, 0.2), (3, 6, 0.9)], 10) == reference_cor(gold, [(0, 6, 0.2), (3, 6, 0.9)], 10)
+    assert item_cor(gold, [(0, 6, 0.2), (3, 6, 0.9)], 10) == reference_cor(
+        gold, [(0, 6, 0.2), (3, 6, 0.9)], 10
+    )
     # [0.2]*3 + [0.9]*3 ranks gold below non-gold; the reverse order gives [0.2]*6
     assert item_cor(gold, [(0, 6, 0.2), (3, 6, 0.9)], 10) < item_cor(gold, [(3, 6, 0.9), (0, 6, 0.2)], 10)
 
@@ -156,7 +158,9 @@ def test_label_derivation_is_per_file_like_the_official_scorer(tmp_path):
 
 def test_id_mismatch_is_an_error_naming_the_ids(tmp_path):
     gold = write_lines(tmp_path / "g.jsonl", VAL_ROWS[:3])
-    pred = write_lines(tmp_path / "p.jsonl", [{"id": VAL_ROWS[0]["id"], "hard_labels": []}, {"id": "x", "hard_labels": []}])
+    pred = write_lines(
+        tmp_path / "p.jsonl", [{"id": VAL_ROWS[0]["id"], "hard_labels": []}, {"id": "x", "hard_labels": []}]
+    )
     with pytest.raises(DataError) as info:
         score_files(gold, pred)
     text = str(info.value)
@@ -164,9 +168,22 @@ def test_id_mismatch_is_an_error_naming_the_ids(tmp_path):
 
 
 def test_cli_prints_official_lines_last(tmp_path):
-    pred = write_lines(tmp_path / "p.jsonl", [{"id": r["id"], "hard_labels": r["hard_labels"][:1]} for r in VAL_ROWS])
+    pred = write_lines(
+        tmp_path / "p.jsonl", [{"id": r["id"], "hard_labels": r["hard_labels"][:1]} for r in VAL_ROWS]
+    )
     out = subprocess.run(
-        [sys.executable, "-m", "mushroom", "score", str(VAL_EN), str(pred), "--per-lang", "--ci", "--json", str(tmp_path / "s.json")],
+        [
+            sys.executable,
+            "-m",
+            "mushroom",
+            "score",
+            str(VAL_EN),
+            str(pred),
+            "--per-lang",
+            "--ci",
+            "--json",
+            str(tmp_path / "s.json"),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -181,6 +198,8 @@ def test_cli_prints_official_lines_last(tmp_path):
 
 def test_cli_bad_file_exits_2_with_location(tmp_path):
     pred = write_lines(tmp_path / "p.jsonl", ['{"id": "val-en-1", "hard_labels": [[1, 2, 3]]}'])
-    out = subprocess.run([sys.executable, "-m", "mushroom", "score", str(VAL_EN), str(pred)], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "mushroom", "score", str(VAL_EN), str(pred)], capture_output=True, text=True
+    )
     assert out.returncode == 2
     assert "p.jsonl:1" in out.stderr and "hard_labels.0" in out.stderr

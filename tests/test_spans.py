@@ -4,7 +4,14 @@ from hypothesis import strategies as st
 
 from mushroom.records import SoftSpan
 from mushroom.scoring.files import official_hard_from_soft
-from mushroom.spans import hard_to_mask, mask_to_hard, merge_hard, soft_to_hard, soft_to_vector, vector_to_soft
+from mushroom.spans import (
+    hard_to_mask,
+    mask_to_hard,
+    merge_hard,
+    soft_to_hard,
+    soft_to_vector,
+    vector_to_soft,
+)
 
 masks = st.lists(st.booleans(), max_size=80).map(lambda v: np.array(v, dtype=bool))
 
@@ -33,7 +40,11 @@ def test_vector_soft_roundtrip(values):
 
 
 def test_soft_to_hard_agrees_with_official_derivation_on_characters():
-    soft = [SoftSpan(start=0, end=3, prob=0.6), SoftSpan(start=3, end=5, prob=0.9), SoftSpan(start=7, end=9, prob=0.5)]
+    soft = [
+        SoftSpan(start=0, end=3, prob=0.6),
+        SoftSpan(start=3, end=5, prob=0.9),
+        SoftSpan(start=7, end=9, prob=0.5),
+    ]
     official = official_hard_from_soft([(s.start, s.end, s.prob) for s in soft])
     assert soft_to_hard(soft, 10) == official == [(0, 5)]
     assert soft_to_hard(soft, 10, threshold=0.4) == [(0, 5), (7, 9)]

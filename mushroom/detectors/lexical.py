@@ -20,6 +20,7 @@ from pydantic import Field
 from rapidfuzz.distance import Levenshtein
 
 from mushroom.detectors.base import Detector, DetectorOptions
+from mushroom.detectors.lexical_calibration import Calibration, load_calibration
 from mushroom.predictions import prediction_from_vectors
 from mushroom.records import Context, Item, Prediction
 from mushroom.text.stopwords import stop_characters, stopwords
@@ -31,7 +32,7 @@ _SENTENCE_BREAK = regex.compile(r"[.!?;:\n。！？；]|\s-\s")
 class LexicalOptions(DetectorOptions):
     """Options of the lexical detector (defaults tuned on val, see benchmarks/)."""
 
-    threshold: float = Field(0.4, ge=0.0, le=1.0, description="hard label: probability above this")
+    threshold: float = Field(0.25, ge=0.0, le=1.0, description="hard label: probability above this")
     min_prefix: int = Field(4, ge=2, description="shortest stem used for inflected-word matches")
     prefix_ratio: float = Field(0.75, gt=0.0, le=1.0, description="stem length as share of the word")
     use_question: bool = Field(True, description="words in the question count as supported")
@@ -43,14 +44,12 @@ class LexicalOptions(DetectorOptions):
     )
     stem_score: float = Field(0.1, ge=0.0, le=1.0, description="unsupport of a stem-only match")
     fuzzy_score: float = Field(0.3, ge=0.0, le=1.0, description="unsupport of a fuzzy-only match")
-    base_prob: float = Field(
-        0.0, ge=0.0, le=1.0, description="floor for every content word: ranks words above function words"
+    calibration: str | None = Field(
+        "default",
+        description="calibration table: 'default' (fitted on val), a JSON path, or null for raw shares",
     )
     source_weights: dict[str, float] = Field(
         default_factory=dict, description="vote weight per context source (default 1 each)"
-    )
-    coverage_power: float = Field(
-        0.0, ge=0.0, description="scale probabilities by (share of supported content words) ** power"
     )
     common_weight: float = Field(
         0.5, ge=0.0, le=1.0, description="probability factor for lowercase words in cased scripts"
@@ -112,6 +111,27 @@ class _Support:
         return 0.0 if found else 1.0
 
 
+def _kind(tok: Token) -> str:
+    if tok.kind in ("num", "cjk"):
+        return tok.kind
+    first = tok.text[0]
+    if first.isupper():
+        return "cap"
+    if first.islower():
+        return "low"
+    return "word"  # scripts without case: Arabic, Devanagari, ...
+
+
+def _level(share: float) -> str:
+    if share <= 0.0:
+        return "0"
+    if share >= 1.0:
+        return "all"
+    if share < 1 / 3:
+        return "lo"
+    return "mid" if share < 2 / 3 else "hi"
+
+
 class LexicalDetector(Detector):
     """Lexical grounding against the contexts; see the module docstring."""
 
@@ -119,8 +139,19 @@ class LexicalDetector(Detector):
     Options = LexicalOptions
     options: LexicalOptions
 
-    def token_probs(self, item: Item, contexts: list[Context]) -> list[tuple[Token, float | None]]:
-        """Each token with the share of contexts not supporting it (None: not a content word)."""
+    def __init__(self, options: LexicalOptions):
+        super().__init__(options)
+        self.calibration: Calibration | None = (
+            load_calibration(options.calibration) if options.calibration else None
+        )
+
+    def token_evidence(self, item: Item, contexts: list[Context]) -> list[tuple[Token, float | None, str]]:
+        """Each token with the weighted share of contexts not supporting it, and its bucket.
+
+        The share is None for function words and when there is no context. The bucket names
+        the token's kind and support level (e.g. `num|all`, `cap|mid`, `low|q`): the unit
+        of the calibration table.
+        """
         opts = self.options
         lang = item.lang
         stop = stopwords(lang)
@@ -128,17 +159,15 @@ class LexicalDetector(Detector):
         kept = [c for c in contexts if c.text.strip()]
         supports = [_Support(c.text, opts) for c in kept]
         weights = np.array([opts.source_weights.get(c.source, 1.0) for c in kept])
-        total = weights.sum() if kept else 1.0
+        total = float(weights.sum()) if kept else 1.0
         question = _Support(item.model_input, opts) if opts.use_question else None
         tokens = tokenize(item.model_output_text)
-        out: list[tuple[Token, float | None]] = []
+        out: list[tuple[Token, float | None, str]] = []
         for k, tok in enumerate(tokens):
-            if not supports:
-                out.append((tok, None))
-                continue
+            kind = _kind(tok)
             if tok.kind == "cjk":
-                if tok.norm in stop_chars:
-                    out.append((tok, None))
+                if tok.norm in stop_chars or not supports:
+                    out.append((tok, None, "stop|-"))
                     continue
                 prev = (
                     tokens[k - 1].norm
@@ -151,21 +180,44 @@ class LexicalDetector(Detector):
                     else None
                 )
                 if question is not None and question.cjk_char(prev, tok.norm, nxt) == 0.0:
-                    out.append((tok, 0.0))
+                    out.append((tok, 0.0, f"{kind}|q"))
                     continue
                 unsupported = sum(w * s.cjk_char(prev, tok.norm, nxt) for s, w in zip(supports, weights))
             else:
-                if tok.kind == "word" and (tok.norm in stop or len(tok.norm) < opts.min_word_len):
-                    out.append((tok, None))
+                if (
+                    tok.kind == "word" and (tok.norm in stop or len(tok.norm) < opts.min_word_len)
+                ) or not supports:
+                    out.append((tok, None, "stop|-"))
                     continue
                 if question is not None and question.word(tok) < 1.0:
-                    out.append((tok, 0.0))
+                    out.append((tok, 0.0, f"{kind}|q"))
                     continue
                 unsupported = sum(w * s.word(tok) for s, w in zip(supports, weights))
-                if tok.kind == "word" and tok.text[0].islower():
-                    out.append((tok, opts.common_weight * unsupported / total))
-                    continue
-            out.append((tok, unsupported / total))
+            share = unsupported / total
+            out.append((tok, share, f"{kind}|{_level(share)}"))
+        return out
+
+    def token_probs(self, item: Item, contexts: list[Context]) -> list[tuple[Token, float | None]]:
+        """Each token's hallucination probability (None: a function word, left at 0).
+
+        With a calibration table the probability is the gold rate of the token's bucket in
+        the item's language (shrunk towards all languages); without one it is the share of
+        contexts not supporting the token, halved for lowercase words in cased scripts.
+        """
+        evidence = self.token_evidence(item, contexts)
+        table = self.calibration
+        if table is not None:
+            # Supported words stay at 0, tied with function words: annotators mark phrases,
+            # function words included, so ranking supported words above them costs Cor.
+            return [
+                (tok, None if share is None else (table.prob(item.lang, bucket) if share > 0 else 0.0))
+                for tok, share, bucket in evidence
+            ]
+        out: list[tuple[Token, float | None]] = []
+        for tok, share, bucket in evidence:
+            if share is not None and bucket.startswith("low|"):
+                share *= self.options.common_weight
+            out.append((tok, share))
         return out
 
     def item_vector(self, item: Item, contexts: list[Context]) -> np.ndarray:
@@ -174,14 +226,12 @@ class LexicalDetector(Detector):
         opts = self.options
         vec = np.zeros(len(text))
         scored = [(tok, p) for tok, p in self.token_probs(item, contexts) if p is not None]
-        if scored and self.options.coverage_power:
-            coverage = sum(p == 0 for _, p in scored) / len(scored)
-            factor = coverage**self.options.coverage_power
-            scored = [(tok, p * factor) for tok, p in scored]
         for tok, p in scored:
-            vec[tok.start : tok.end] = max(p, opts.base_prob)
+            vec[tok.start : tok.end] = p
+        # Bridge only between words that are themselves flagged (raw shares: any positive).
+        bridge_above = 0.0
         for (a, pa), (b, pb) in zip(scored, scored[1:]):
-            if pa <= 0 or pb <= 0:
+            if pa <= bridge_above or pb <= bridge_above:
                 continue
             gap = text[a.end : b.start]
             if len(gap) <= opts.max_gap and not _SENTENCE_BREAK.search(gap):
@@ -201,3 +251,37 @@ class LexicalDetector(Detector):
             if advance is not None:
                 advance(1)
         return out
+
+
+def fit_calibration(
+    labelled: dict[str, tuple[list[Item], dict[str, list[Context]]]],
+    options: LexicalOptions | None = None,
+    smoothing: float = 20.0,
+    fitted_on: str = "",
+) -> Calibration:
+    """Fits the bucket table on labelled items: mean gold soft probability per bucket.
+
+    Args:
+        labelled: lang -> (items with gold soft labels, contexts by item id).
+        options: detector options for the evidence (calibration itself is ignored).
+        smoothing: pseudo-count towards the pooled estimate.
+        fitted_on: a note recorded in the table (which data it saw).
+    """
+    from mushroom.spans import soft_to_vector
+
+    opts = (options or LexicalOptions()).model_copy(update={"calibration": None})
+    det = LexicalDetector(opts)
+    stats: dict[str, dict[str, list[float]]] = {}
+    for lang, (items, contexts) in labelled.items():
+        table = stats.setdefault(lang, {})
+        for item in items:
+            gold = soft_to_vector(item.soft_labels or [], len(item.model_output_text))
+            for tok, _, bucket in det.token_evidence(item, contexts.get(item.id, [])):
+                cell = table.setdefault(bucket, [0.0, 0])
+                cell[0] += float(gold[tok.start : tok.end].mean())
+                cell[1] += 1
+    return Calibration(
+        stats={lang: {b: (v[0], int(v[1])) for b, v in t.items()} for lang, t in stats.items()},
+        smoothing=smoothing,
+        fitted_on=fitted_on,
+    )
