@@ -1,0 +1,100 @@
+"""The one interface every LLM backend implements: a whole batch in, raw texts out.
+
+Like lm-evaluation-harness's `LM` and inspect_ai's `ModelAPI`, a backend sees every request
+of a stage at once, so an offline engine (vLLM) can schedule them together and a server
+client can keep a bounded number in flight. Results come back in request order; a callback
+sees each one as soon as it exists, which is what lets the cache make a killed run resumable.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Message(BaseModel):
+    """One chat message."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class GenerationRequest(BaseModel):
+    """What to generate for one prompt; `key` is the caller's label (e.g. the item id)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    messages: list[Message]
+    temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(1024, ge=1)
+    seed: int | None = None
+    n: int = Field(1, ge=1)
+    json_schema: dict[str, Any] | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    def cache_payload(self) -> dict[str, Any]:
+        """Everything that changes the answer (the caller's key does not)."""
+        return self.model_dump(mode="json", exclude={"key"})
+
+
+TokenLogprobs = list[dict[str, float]]  # per generated token: top-k token -> logprob
+
+
+class Generation(BaseModel):
+    """The raw outcome of one request: n texts, optional log-probabilities, or an error."""
+
+    texts: list[str] = Field(default_factory=list)
+    logprobs: list[TokenLogprobs] | None = None
+    error: str | None = None
+    cached: bool = False
+    usage: dict[str, int] = Field(default_factory=dict)
+
+
+class BackendConfig(BaseModel):
+    """Backend selection and settings, as written in a run config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(description="replay, openai, transformers or vllm")
+    model: str = Field("", description="model name or path")
+    base_url: str | None = Field(None, description="openai: server URL, e.g. http://127.0.0.1:8000/v1")
+    api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key")
+    concurrency: int = Field(8, ge=1, description="openai: requests in flight")
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(5, ge=0)
+    structured_output: bool = Field(True, description="send the JSON schema where the backend supports it")
+    responses: str | None = Field(None, description="replay: JSONL of recorded responses")
+    device: str | None = Field(None, description="transformers: cpu, cuda, ... (default: cuda if available)")
+    dtype: str | None = Field(None, description="transformers/vllm: torch dtype name")
+    batch_size: int = Field(8, ge=1, description="transformers: prompts per forward batch")
+    extra: dict[str, Any] = Field(default_factory=dict, description="passed to the engine as is")
+
+
+OnResult = Callable[[int, Generation], None]
+
+
+class Backend(ABC):
+    """A model that answers a batch of chat requests."""
+
+    kind: str = "base"
+
+    def __init__(self, config: BackendConfig):
+        self.config = config
+
+    @property
+    def model_name(self) -> str:
+        return self.config.model
+
+    @abstractmethod
+    def generate(self, requests: list[GenerationRequest], on_result: OnResult | None = None) -> list[Generation]:
+        """One Generation per request, in order; `on_result(index, generation)` as each is ready."""
+
+    def close(self) -> None:
+        """Releases engines or connections; a no-op by default."""

@@ -1,0 +1,102 @@
+"""A disk cache of generations, so that no call is ever made twice.
+
+Entries are appended to a JSONL file and flushed one by one as results arrive; a run killed
+at any point and started again reads them back, makes only the missing calls, and never
+duplicates an entry. The key hashes backend kind, model, and the full request (messages
+and sampling parameters); replayed responses are not cached (they are already on disk).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+
+from mushroom.backends.base import Backend, Generation, GenerationRequest, OnResult
+from mushroom.jsonl import append_jsonl
+
+
+def request_key(backend_kind: str, model: str, request: GenerationRequest) -> str:
+    """Stable hash of everything that determines a generation."""
+    blob = json.dumps(
+        {"backend": backend_kind, "model": model, "request": request.cache_payload()},
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """Key -> Generation, backed by an append-only JSONL file."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.entries: dict[str, Generation] = {}
+        self.corrupt_lines = 0
+        self._lock = threading.Lock()
+        if self.path.exists():
+            with self.path.open(encoding="utf-8") as handle:
+                for line in handle:
+                    try:
+                        row = json.loads(line)
+                        self.entries[row["key"]] = Generation.model_validate(row["generation"])
+                    except (json.JSONDecodeError, KeyError, ValueError):
+                        # A line cut by a kill mid-write: that call is simply made again.
+                        self.corrupt_lines += 1
+
+    def get(self, key: str) -> Generation | None:
+        return self.entries.get(key)
+
+    def put(self, key: str, generation: Generation) -> None:
+        if generation.error is not None:
+            return  # errors are retried next time, never cached
+        with self._lock:  # backends call back from worker threads
+            if key in self.entries:
+                return
+            self.entries[key] = generation
+            append_jsonl(self.path, {"key": key, "generation": generation.model_dump(exclude={"cached"})})
+
+
+class CachedBackend(Backend):
+    """Wraps a backend: answers from the cache, sends only the misses, caches as they come."""
+
+    def __init__(self, inner: Backend, cache: ResponseCache):
+        super().__init__(inner.config)
+        self.inner = inner
+        self.cache = cache
+        self.kind = inner.kind
+        self.hits = 0
+        self.misses = 0
+
+    def generate(self, requests: list[GenerationRequest], on_result: OnResult | None = None) -> list[Generation]:
+        results: list[Generation | None] = [None] * len(requests)
+        keys = [request_key(self.inner.kind, self.inner.model_name, r) for r in requests]
+        missing: list[int] = []
+        for i, key in enumerate(keys):
+            hit = self.cache.get(key)
+            if hit is not None:
+                results[i] = hit.model_copy(update={"cached": True})
+                self.hits += 1
+                if on_result:
+                    on_result(i, results[i])
+            else:
+                missing.append(i)
+        self.misses += len(missing)
+        if missing:
+
+            def store(j: int, generation: Generation) -> None:
+                i = missing[j]
+                self.cache.put(keys[i], generation)
+                results[i] = generation
+                if on_result:
+                    on_result(i, generation)
+
+            fresh = self.inner.generate([requests[i] for i in missing], on_result=store)
+            for j, generation in enumerate(fresh):
+                if results[missing[j]] is None:
+                    store(j, generation)
+        return [r if r is not None else Generation(error="no result") for r in results]
+
+    def close(self) -> None:
+        self.inner.close()

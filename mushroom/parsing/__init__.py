@@ -1,0 +1,1 @@
+"""Turning whatever a model wrote into valid character spans (the repair parser)."""
