@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The main job: 14 checked test submission files + zip, then a scored val run.
 #   ./run.sh [--out DIR] [other `mushroom main-job` options]
+#   ./run.sh CONFIG.toml [--out DIR]   runs any config from configs/ instead
 set -euo pipefail
 cd "$(dirname "$0")"
-if command -v mushroom >/dev/null 2>&1; then
-  exec mushroom main-job "$@"
-fi
-exec python3 -m mushroom main-job "$@"
+cmd=(python3 -m mushroom)
+command -v mushroom >/dev/null 2>&1 && cmd=(mushroom)
+case "${1:-}" in
+  *.toml|*.yaml|*.yml) exec "${cmd[@]}" run "$@" ;;
+  *) exec "${cmd[@]}" main-job "$@" ;;
+esac

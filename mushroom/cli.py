@@ -170,9 +170,22 @@ def detect(
     option: Annotated[
         list[str] | None, typer.Option("--option", "-o", help="detector option KEY=VALUE")
     ] = None,
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="llm: replay, openai, transformers, vllm")
+    ] = None,
+    model: Annotated[str | None, typer.Option("--model", help="llm: model name or path")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="llm/openai: server URL")] = None,
+    responses: Annotated[
+        str | None, typer.Option("--responses", help="llm/replay: recorded responses")
+    ] = None,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="llm: prompt file name in prompts/")] = None,
+    temperatures: Annotated[str | None, typer.Option("--temperatures", help="llm: e.g. 0.05,0.1,0.2")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
-    """Run one detector on a split; labelled splits are scored."""
+    """Run one detector on a split; labelled splits are scored.
+
+    `--backend replay --responses FILE` re-parses recorded responses without any model.
+    """
     from mushroom.data import PROJECT_ROOT
     from mushroom.detectors import build
     from mushroom.leaderboard import load_leaderboard
@@ -181,7 +194,30 @@ def detect(
     from mushroom.runs import open_run_dir, timestamp, write_json
     from mushroom.tables import markdown_table, rich_table, score_rows
 
-    det = build(detector, _parse_options(option or []))
+    options = _parse_options(option or [])
+    if backend or model or base_url or responses:
+        if detector == "lexical":
+            detector = "llm"
+        cfg = dict(options.get("backend", {}))
+        cfg.update(
+            {
+                k: v
+                for k, v in (
+                    ("kind", backend),
+                    ("model", model),
+                    ("base_url", base_url),
+                    ("responses", responses),
+                )
+                if v is not None
+            }
+        )
+        cfg.setdefault("kind", "replay" if responses else "openai")
+        options["backend"] = cfg
+    if prompt:
+        options["prompt"] = prompt
+    if temperatures:
+        options["temperatures"] = [float(t) for t in temperatures.split(",")]
+    det = build(detector, options)
     sources = tuple(s for s in contexts.split(",") if s)
     out = out or PROJECT_ROOT / "runs" / f"{timestamp()}-{detector}-{split}"
     config = {"job": "detect", "split": split, **det.describe(), "sources": list(sources), "langs": lang}
@@ -189,6 +225,7 @@ def detect(
         out_console.print(f"[yellow]resuming[/yellow] the run in {out}")
     result = detect_split(det, split, out / "predictions", lang, sources, quiet=quiet)
     out_console.print(f"predictions in {out / 'predictions'}")
+    _report_parse_stats(det, out)
     if split == "val":
         scores = score_dir(split, result.files)
         rows = score_rows(scores, None, load_leaderboard())
@@ -226,6 +263,38 @@ def main_job(
         quiet=quiet,
         console=out_console,
     )
+
+
+def _report_parse_stats(det, out: Path) -> None:
+    """Prints and saves how many responses parsed and how spans were located (LLM detectors)."""
+    stats = getattr(det, "stats", None)
+    if stats is None or not stats.responses and not stats.errors:
+        return
+    from mushroom.runs import write_json
+
+    data = stats.to_dict()
+    write_json(out / "parse_stats.json", data)
+    located = ", ".join(f"{k} {v}" for k, v in data["located"].items())
+    out_console.print(
+        f"responses {data['responses']}: parsed {data['parsed']}, unparseable {data['unparseable']}, "
+        f"backend errors {data['backend_errors']}; spans {data['claims']}: {located}, lost {data['lost']}"
+    )
+
+
+@app.command("run")
+def run_config(
+    config: Annotated[Path, typer.Argument(help="a run config (TOML or YAML) from configs/")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="run folder (default: runs/<time>-<name>)")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+) -> None:
+    """Run a config: detector, backend, prompt, contexts, temperatures, splits."""
+    from mushroom.runconfig import execute, load_run_config
+
+    cfg = load_run_config(config)
+    run_dir = execute(cfg, out, quiet=quiet, console=out_console)
+    out_console.print(f"run folder: {run_dir}")
 
 
 @app.command("detectors")

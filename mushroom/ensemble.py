@@ -7,7 +7,7 @@ the mean of the runs' soft probabilities, which keeps more ranking information f
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from mushroom.predictions import prediction_from_vectors, prediction_vectors
 from mushroom.records import Item, Prediction
 
 
-class SoftMode(str, Enum):
+class SoftMode(StrEnum):
     """How the ensemble's soft label is computed."""
 
     vote = "vote"

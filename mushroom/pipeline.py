@@ -64,6 +64,8 @@ def detect_split(
     """
     data = load_split(split, langs)
     result = SplitOutput(items=data)
+    detector.workdir = out_dir / "raw"
+    detector.workdir.mkdir(parents=True, exist_ok=True)
     total = sum(len(v) for v in data.values())
     with progress_bar(quiet) as bar:
         task = bar.add_task(f"{detector.name} on {split}", total=total)

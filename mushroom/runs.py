@@ -11,7 +11,7 @@ import json
 import platform
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,7 @@ def config_hash(config: dict[str, Any]) -> str:
 
 def timestamp() -> str:
     """UTC time for folder names: sortable and free of characters shells dislike."""
-    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
 
 
 def open_run_dir(path: Path, config: dict[str, Any]) -> bool:

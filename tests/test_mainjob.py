@@ -30,7 +30,9 @@ def test_main_job_on_a_slice_writes_checked_files_scores_and_resumes(tmp_path):
     assert set(scores["per_lang"]) == {"en", "zh"}  # eu has no val split
     assert scores["per_lang"]["en"]["iou"] > scores["mark_all"]["en"]["iou"]
     config = json.loads((out / "config.json").read_text())
-    assert config["config"]["detector"] == "lexical" and config["config"]["options"]["calibration"] == "default"
+    assert (
+        config["config"]["detector"] == "lexical" and config["config"]["options"]["calibration"] == "default"
+    )
     versions = json.loads((out / "versions.json").read_text())
     assert versions["packages"]["numpy"]
     # resume: a file already written is kept as it is, a missing one is redone

@@ -27,11 +27,15 @@ def build_backend(config: BackendConfig | dict[str, Any]) -> Backend:
     try:
         target, extra = _BACKENDS[cfg.kind]
     except KeyError:
-        raise MushroomError(f"unknown backend {cfg.kind!r}; choose one of {', '.join(backend_names())}") from None
+        raise MushroomError(
+            f"unknown backend {cfg.kind!r}; choose one of {', '.join(backend_names())}"
+        ) from None
     module_name, _, class_name = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         hint = f"pip install 'mushroom[{extra}]'" if extra else "reinstall mushroom"
-        raise MushroomError(f"backend {cfg.kind!r} needs {exc.name!r}, which is not installed: {hint}") from exc
+        raise MushroomError(
+            f"backend {cfg.kind!r} needs {exc.name!r}, which is not installed: {hint}"
+        ) from exc
     return getattr(module, class_name)(cfg)

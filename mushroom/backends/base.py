@@ -93,8 +93,10 @@ class Backend(ABC):
         return self.config.model
 
     @abstractmethod
-    def generate(self, requests: list[GenerationRequest], on_result: OnResult | None = None) -> list[Generation]:
+    def generate(
+        self, requests: list[GenerationRequest], on_result: OnResult | None = None
+    ) -> list[Generation]:
         """One Generation per request, in order; `on_result(index, generation)` as each is ready."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Releases engines or connections; a no-op by default."""

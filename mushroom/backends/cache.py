@@ -36,6 +36,10 @@ class ResponseCache:
         self.corrupt_lines = 0
         self._lock = threading.Lock()
         if self.path.exists():
+            with self.path.open("rb+") as raw:
+                raw.seek(0, 2)
+                if raw.tell() and (raw.seek(-1, 2), raw.read(1))[1] != b"\n":
+                    raw.write(b"\n")  # a kill cut the last line: new entries start afresh
             with self.path.open(encoding="utf-8") as handle:
                 for line in handle:
                     try:
@@ -69,10 +73,12 @@ class CachedBackend(Backend):
         self.hits = 0
         self.misses = 0
 
-    def generate(self, requests: list[GenerationRequest], on_result: OnResult | None = None) -> list[Generation]:
+    def generate(
+        self, requests: list[GenerationRequest], on_result: OnResult | None = None
+    ) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
         keys = [request_key(self.inner.kind, self.inner.model_name, r) for r in requests]
-        missing: list[int] = []
+        missing: dict[str, list[int]] = {}  # identical requests in one batch are sent once
         for i, key in enumerate(keys):
             hit = self.cache.get(key)
             if hit is not None:
@@ -81,20 +87,22 @@ class CachedBackend(Backend):
                 if on_result:
                     on_result(i, results[i])
             else:
-                missing.append(i)
+                missing.setdefault(key, []).append(i)
         self.misses += len(missing)
         if missing:
+            unique = list(missing)
 
             def store(j: int, generation: Generation) -> None:
-                i = missing[j]
-                self.cache.put(keys[i], generation)
-                results[i] = generation
-                if on_result:
-                    on_result(i, generation)
+                key = unique[j]
+                self.cache.put(key, generation)
+                for i in missing[key]:
+                    results[i] = generation
+                    if on_result:
+                        on_result(i, generation)
 
-            fresh = self.inner.generate([requests[i] for i in missing], on_result=store)
+            fresh = self.inner.generate([requests[missing[k][0]] for k in unique], on_result=store)
             for j, generation in enumerate(fresh):
-                if results[missing[j]] is None:
+                if results[missing[unique[j]][0]] is None:
                     store(j, generation)
         return [r if r is not None else Generation(error="no result") for r in results]
 

@@ -1,5 +1,6 @@
-"""Any OpenAI-compatible chat server: `vllm serve`, llama.cpp, Ollama, TGI, a cluster behind
-a load balancer. This is how mushroom scales past one machine.
+"""Any OpenAI-compatible chat server: vllm serve, llama.cpp, Ollama, TGI, or a cluster.
+
+A served cluster behind a load balancer is how mushroom scales past one machine.
 
 Requests run with bounded concurrency; 429, 5xx, timeouts and connection errors are retried
 with exponential backoff (honouring Retry-After); other 4xx are reported as the request's
@@ -84,7 +85,10 @@ class OpenAIBackend(Backend):
             content = (choice.get("logprobs") or {}).get("content")
             if content:
                 logprobs.append(
-                    [{t["token"]: t["logprob"] for t in (tok.get("top_logprobs") or [tok])} for tok in content]
+                    [
+                        {t["token"]: t["logprob"] for t in (tok.get("top_logprobs") or [tok])}
+                        for tok in content
+                    ]
                 )
         usage = {k: v for k, v in (data.get("usage") or {}).items() if isinstance(v, int)}
         return Generation(texts=texts, logprobs=logprobs or None, usage=usage)
@@ -125,7 +129,9 @@ class OpenAIBackend(Backend):
                 time.sleep(self._delay(attempt, response))
         return Generation(error=f"gave up after {self.config.max_retries + 1} attempts: {last_error}")
 
-    def generate(self, requests: list[GenerationRequest], on_result: OnResult | None = None) -> list[Generation]:
+    def generate(
+        self, requests: list[GenerationRequest], on_result: OnResult | None = None
+    ) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
 
         def work(i: int) -> None:

@@ -56,7 +56,9 @@ class ReplayBackend(Backend):
         self._used[slot] = k + 1
         return pool[k].response
 
-    def generate(self, requests: list[GenerationRequest], on_result: OnResult | None = None) -> list[Generation]:
+    def generate(
+        self, requests: list[GenerationRequest], on_result: OnResult | None = None
+    ) -> list[Generation]:
         out = []
         for i, req in enumerate(requests):
             texts = []
@@ -65,7 +67,11 @@ class ReplayBackend(Backend):
                 if text is None:
                     break
                 texts.append(text)
-            gen = Generation(texts=texts) if texts else Generation(error=f"no recorded response for {req.key!r}")
+            gen = (
+                Generation(texts=texts)
+                if texts
+                else Generation(error=f"no recorded response for {req.key!r}")
+            )
             out.append(gen)
             if on_result:
                 on_result(i, gen)

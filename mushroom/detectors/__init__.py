@@ -14,6 +14,7 @@ from mushroom.errors import MushroomError
 
 _REGISTRY: dict[str, str] = {
     "lexical": "mushroom.detectors.lexical:LexicalDetector",
+    "llm": "mushroom.detectors.llm:LLMDetector",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -29,6 +30,8 @@ class Detector(ABC):
 
     def __init__(self, options: DetectorOptions):
         self.options = options
+        # Where a detector keeps raw model outputs and caches; set by the pipeline per run.
+        self.workdir: Path | None = None
 
     @abstractmethod
     def detect(

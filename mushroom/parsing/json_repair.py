@@ -1,5 +1,7 @@
-"""Finding and repairing the JSON in a model's answer. Model output is untrusted text: it is
-only ever parsed as JSON (never evaluated), and every repair is a plain text transformation.
+"""Finding and repairing the JSON in a model's answer.
+
+Model output is untrusted text: it is only ever parsed as JSON (never evaluated), and every
+repair is a plain text transformation.
 
 Handled: code fences, prose before and after, trailing commas, single quotes, curly quotes,
 Python literals (True/False/None), a truncated tail (open strings, arrays and objects are
@@ -30,8 +32,10 @@ def _candidates(text: str) -> list[str]:
 
 
 def _single_to_double_quotes(text: str) -> str:
-    """Rewrites 'strings' as "strings" outside double-quoted strings; apostrophes inside
-    words (it's, l'homme) are left alone."""
+    """Rewrites 'strings' as "strings" outside double-quoted strings.
+
+    Apostrophes inside words (it's, l'homme) are left alone.
+    """
     out, in_double, in_single, escaped = [], False, False, False
     for i, ch in enumerate(text):
         if escaped:

@@ -45,13 +45,15 @@ class View:
 
 
 def make_view(text: str, level: int) -> View:
-    """level 1: casefold; level 2: casefold + whitespace/quotes/dashes/marks unified."""
+    """Level 1: casefold; level 2: casefold + whitespace/quotes/dashes/marks unified."""
     out: list[str] = []
     index: list[int] = []
     prev_space = True
     for i, ch in enumerate(text):
         if level >= 2:
-            if unicodedata.category(ch) == "Mn":
+            # Decompose, then drop marks: "é" and "e" + U+0301 both become "e".
+            ch = "".join(c for c in unicodedata.normalize("NFD", ch) if unicodedata.category(c) != "Mn")
+            if not ch:
                 continue
             ch = ch.translate(_QUOTES).translate(_DASHES)
             if ch.isspace():
@@ -68,9 +70,12 @@ def make_view(text: str, level: int) -> View:
     return View("".join(out), index)
 
 
-def _find_from(haystack: str, needle: str, cursor: int) -> int:
-    pos = haystack.find(needle, cursor)
-    return pos if pos >= 0 else haystack.find(needle)
+def _find_first(haystack: str, needle: str, starts: list[int]) -> int:
+    for start in starts:
+        pos = haystack.find(needle, start)
+        if pos >= 0:
+            return pos
+    return -1
 
 
 class SpanLocator:
@@ -82,18 +87,26 @@ class SpanLocator:
         self.max_edit_ratio = max_edit_ratio
         self.min_fuzzy_len = min_fuzzy_len
         self._cursor: dict[str, int] = {}
+        self._last_end = 0
 
     def _map(self, view: View, pos: int, length: int) -> tuple[int, int]:
-        return view.index[pos], view.index[pos + length - 1] + 1
+        start, end = view.index[pos], view.index[pos + length - 1] + 1
+        # a span never ends between a letter and its combining marks
+        while end < len(self.answer) and unicodedata.category(self.answer[end]) in ("Mn", "Mc"):
+            end += 1
+        return start, end
 
     def locate(self, text: str, prob: float) -> LocatedSpan | None:
         """The next occurrence of `text` (after the previous one of the same text), or None."""
         if not text or not text.strip():
             return None
         key = make_view(text, 2).text
-        cursor = self._cursor.get(key, 0)
+        # Spans are listed in order of appearance: look after the previous span first, then
+        # after this text's previous occurrence, then anywhere.
+        text_cursor = self._cursor.get(key, 0)
+        starts = [max(self._last_end, text_cursor), text_cursor, 0]
         found = None
-        pos = _find_from(self.answer, text, cursor)
+        pos = _find_first(self.answer, text, starts)
         if pos >= 0:
             found = (pos, pos + len(text), "exact")
         for level, method in ((1, "casefold"), (2, "normalized")):
@@ -103,8 +116,10 @@ class SpanLocator:
             needle = make_view(text, level).text
             if not needle:
                 continue
-            start_at = next((k for k, src in enumerate(view.index) if src >= cursor), len(view.text))
-            pos = _find_from(view.text, needle, start_at)
+            view_starts = [
+                next((k for k, src in enumerate(view.index) if src >= s), len(view.text)) for s in starts
+            ]
+            pos = _find_first(view.text, needle, view_starts)
             if pos >= 0:
                 found = (*self._map(view, pos, len(needle)), method)
         if not found:
@@ -113,6 +128,7 @@ class SpanLocator:
             return None
         start, end, method = found
         self._cursor[key] = end
+        self._last_end = max(self._last_end, end) if method != "fuzzy" else self._last_end
         return LocatedSpan(start, end, prob, method, self.answer[start:end])
 
     def _fuzzy(self, needle: str) -> tuple[int, int, str] | None:

@@ -1,0 +1,201 @@
+"""The `llm` detector: an open LLM reads context + question + answer and lists wrong spans.
+
+One prompt (a file in prompts/) per item; one run per temperature (and sample); every
+response goes through the repair parser, and the runs vote per character (each run is one
+annotator, as in the best open Mu-SHROOM system). Responses are cached on disk keyed on the
+full request, so a killed run resumes without repeating a call, and they are also written in
+replay format next to the predictions so any run can be re-parsed without a model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from mushroom.backends import build_backend
+from mushroom.backends.base import Backend, BackendConfig, GenerationRequest
+from mushroom.backends.cache import CachedBackend, ResponseCache
+from mushroom.detectors.base import Detector, DetectorOptions
+from mushroom.jsonl import write_jsonl
+from mushroom.languages import language_name
+from mushroom.parsing.parser import ParseStats, SpanList, parse_response
+from mushroom.predictions import prediction_from_vectors
+from mushroom.prompts import PromptTemplate, load_prompt
+from mushroom.records import Context, Item, Prediction
+
+
+class LLMOptions(DetectorOptions):
+    """Options of the single-prompt LLM detector."""
+
+    backend: BackendConfig = Field(default_factory=lambda: BackendConfig(kind="replay"))
+    prompt: str = Field("single_few_shot", description="prompt file in prompts/ (or a path)")
+    temperatures: list[float] = Field(default_factory=lambda: [0.0], min_length=1)
+    samples: int = Field(1, ge=1, description="samples per temperature")
+    max_tokens: int = Field(1024, ge=16)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int | None = 0
+    structured_output: bool = Field(True, description="ask for the span JSON schema")
+    run_threshold: float = Field(0.5, ge=0.0, le=1.0, description="a run marks a span when prob >= this")
+    threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label when the vote share > this")
+    soft: Literal["vote", "mean"] = Field("vote", description="soft label: vote share or mean probability")
+    max_context_chars: int = Field(12000, ge=0, description="contexts are cut to this many characters")
+    default_probability: float = Field(1.0, ge=0.0, le=1.0, description="for spans given without one")
+    cache: bool = Field(True, description="cache responses on disk (in the run folder)")
+    cache_path: str | None = Field(None, description="share one cache file across runs")
+
+
+def context_text(contexts: list[Context], limit: int) -> str:
+    """Contexts joined (with their source names when several), cut to `limit` characters."""
+    if not contexts:
+        return "(no context available)"
+    if len(contexts) == 1:
+        text = contexts[0].text
+    else:
+        text = "\n\n".join(f"[{c.source}]\n{c.text}" for c in contexts)
+    return text if len(text) <= limit else text[:limit] + " [...]"
+
+
+class LLMDetector(Detector):
+    """Single-prompt LLM detector with temperature/sample ensembles."""
+
+    name = "llm"
+    Options = LLMOptions
+    options: LLMOptions
+
+    def __init__(self, options: LLMOptions):
+        super().__init__(options)
+        self.prompt: PromptTemplate = load_prompt(options.prompt)
+        self.stats = ParseStats()
+        self._backend: Backend | None = None
+
+    def describe(self) -> dict:
+        out = super().describe()
+        out["prompt_name"] = self.prompt.name
+        out["prompt_sha256"] = self.prompt.sha256
+        return out
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            backend = build_backend(self.options.backend)
+            if self.options.cache and backend.kind != "replay":
+                path = Path(self.options.cache_path) if self.options.cache_path else None
+                if path is None:
+                    path = (self.workdir or Path(".")) / "responses.cache.jsonl"
+                backend = CachedBackend(backend, ResponseCache(path))
+            self._backend = backend
+        return self._backend
+
+    def requests(self, items: list[Item], contexts: dict[str, list[Context]]) -> list[GenerationRequest]:
+        """One request per item and temperature, in that order."""
+        opts = self.options
+        schema = SpanList.model_json_schema() if opts.structured_output else None
+        out = []
+        for item in items:
+            messages = self.prompt.render(
+                language=language_name(item.lang),
+                context=context_text(contexts.get(item.id, []), opts.max_context_chars),
+                question=item.model_input,
+                answer=item.model_output_text,
+            )
+            for temperature in opts.temperatures:
+                out.append(
+                    GenerationRequest(
+                        key=item.id,
+                        messages=messages,
+                        temperature=temperature,
+                        top_p=opts.top_p,
+                        max_tokens=opts.max_tokens,
+                        seed=opts.seed,
+                        n=opts.samples,
+                        json_schema=schema,
+                    )
+                )
+        return out
+
+    def detect(
+        self,
+        items: list[Item],
+        contexts: dict[str, list[Context]],
+        advance: Callable[[int], None] | None = None,
+    ) -> list[Prediction]:
+        opts = self.options
+        requests = self.requests(items, contexts)
+        per_item = len(opts.temperatures)
+        done = [0] * len(items)
+
+        def on_result(i: int, _generation) -> None:
+            k = i // per_item
+            done[k] += 1
+            if done[k] == per_item and advance is not None:
+                advance(1)
+
+        generations = self.backend.generate(requests, on_result=on_result)
+        raw_rows = []
+        predictions = []
+        stats = ParseStats()
+        for k, item in enumerate(items):
+            n = len(item.model_output_text)
+            masks, softs = [], []
+            for j, temperature in enumerate(opts.temperatures):
+                gen = generations[k * per_item + j]
+                if gen.error is not None:
+                    stats.errors += 1
+                    raw_rows.append({"id": item.id, "temperature": temperature, "error": gen.error})
+                    continue
+                for sample, text in enumerate(gen.texts):
+                    result = parse_response(item.model_output_text, text, opts.default_probability)
+                    stats.add(result)
+                    soft = np.zeros(n)
+                    mask = np.zeros(n, dtype=bool)
+                    for span in result.spans:
+                        soft[span.start : span.end] = np.maximum(soft[span.start : span.end], span.prob)
+                        if span.prob >= opts.run_threshold:
+                            mask[span.start : span.end] = True
+                    masks.append(mask)
+                    softs.append(soft)
+                    raw_rows.append(
+                        {
+                            "id": item.id,
+                            "temperature": temperature,
+                            "sample": sample,
+                            "model": self.options.backend.model or None,
+                            "prompt": self.prompt.name,
+                            "prompt_sha256": self.prompt.sha256,
+                            "response": text,
+                            "parsed": result.parsed,
+                            "spans": [[s.start, s.end, s.prob, s.method] for s in result.spans],
+                            "lost": result.lost,
+                        }
+                    )
+            if masks:
+                share = np.mean(np.stack(masks).astype(float), axis=0)
+                soft = share if opts.soft == "vote" else np.mean(np.stack(softs), axis=0)
+                predictions.append(prediction_from_vectors(item.id, soft, share > opts.threshold))
+            else:
+                predictions.append(Prediction(id=item.id))
+        self._merge_stats(stats)
+        if self.workdir is not None and items:
+            lang = items[0].lang
+            write_jsonl(self.workdir / f"{lang}.responses.jsonl", raw_rows)
+            (self.workdir / f"{lang}.parse_stats.json").write_text(
+                json.dumps(stats.to_dict(), indent=2) + "\n", encoding="utf-8"
+            )
+        return predictions
+
+    def _merge_stats(self, stats: ParseStats) -> None:
+        total = self.stats
+        total.responses += stats.responses
+        total.parsed += stats.parsed
+        total.unparseable += stats.unparseable
+        total.errors += stats.errors
+        total.repaired.update(stats.repaired)
+        total.claims += stats.claims
+        total.invalid_entries += stats.invalid_entries
+        total.located.update(stats.located)
+        total.lost += stats.lost
