@@ -179,7 +179,7 @@ class LLMDetector(Detector):
                 predictions.append(prediction_from_vectors(item.id, soft, share > opts.threshold))
             else:
                 predictions.append(Prediction(id=item.id))
-        self._merge_stats(stats)
+        self.stats.merge(stats)
         if self.workdir is not None and items:
             lang = items[0].lang
             write_jsonl(self.workdir / f"{lang}.responses.jsonl", raw_rows)
@@ -187,15 +187,3 @@ class LLMDetector(Detector):
                 json.dumps(stats.to_dict(), indent=2) + "\n", encoding="utf-8"
             )
         return predictions
-
-    def _merge_stats(self, stats: ParseStats) -> None:
-        total = self.stats
-        total.responses += stats.responses
-        total.parsed += stats.parsed
-        total.unparseable += stats.unparseable
-        total.errors += stats.errors
-        total.repaired.update(stats.repaired)
-        total.claims += stats.claims
-        total.invalid_entries += stats.invalid_entries
-        total.located.update(stats.located)
-        total.lost += stats.lost

@@ -146,6 +146,18 @@ class ParseStats:
         self.located.update(result.methods)
         self.lost += len(result.lost)
 
+    def merge(self, other: ParseStats) -> None:
+        """Adds another run's totals (per-language stats into the detector's total)."""
+        self.responses += other.responses
+        self.parsed += other.parsed
+        self.unparseable += other.unparseable
+        self.errors += other.errors
+        self.repaired.update(other.repaired)
+        self.claims += other.claims
+        self.invalid_entries += other.invalid_entries
+        self.located.update(other.located)
+        self.lost += other.lost
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "responses": self.responses,
