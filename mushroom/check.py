@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from mushroom.errors import Problem
 from mushroom.jsonl import iter_json_lines
 from mushroom.records import Item
+from mushroom.scoring.files import is_json_int
 
 
 @dataclass
@@ -30,10 +30,6 @@ class CheckReport:
     @property
     def ok(self) -> bool:
         return not self.errors
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckReport) -> None:
@@ -61,7 +57,7 @@ def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckRepor
             good_soft = False
             continue
         start, end, prob = span["start"], span["end"], span["prob"]
-        if not (_is_int(start) and _is_int(end)):
+        if not (is_json_int(start) and is_json_int(end)):
             err(name, "start and end must be integers")
             good_soft = False
             continue
@@ -84,7 +80,7 @@ def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckRepor
     prev_end = -1
     for i, span in enumerate(hard):
         name = f"hard_labels.{i}"
-        if not (isinstance(span, list) and len(span) == 2 and all(_is_int(v) for v in span)):
+        if not (isinstance(span, list) and len(span) == 2 and all(is_json_int(v) for v in span)):
             err(name, "must be a pair of integers [start, end]")
             continue
         start, end = span

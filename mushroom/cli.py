@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from mushroom.errors import DataError, MushroomError
+from mushroom.errors import MushroomError
 
 app = typer.Typer(
     add_completion=False,
@@ -313,10 +313,7 @@ def main() -> None:
     """Entry point: user errors print as one clear message, not a traceback."""
     try:
         app()
-    except DataError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
-        sys.exit(2)
-    except MushroomError as exc:
+    except MushroomError as exc:  # DataError included: it lists file, line and field
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         sys.exit(2)
 

@@ -54,7 +54,8 @@ def official_hard_from_soft(soft: list[tuple[int, int, float]]) -> list[tuple[in
     return [(s, e) for s, e in hard]
 
 
-def _is_int(value: Any) -> bool:
+def is_json_int(value: Any) -> bool:
+    """An integer in JSON terms: bool is an int subclass in Python but not a JSON number."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -72,7 +73,7 @@ def _parse_soft(raw: Any, where: tuple[str, int], problems: list[Problem]) -> li
         if not isinstance(span, dict) or not {"start", "end", "prob"} <= span.keys():
             problems.append(Problem(path, line, f"soft_labels.{i}", "needs keys start, end, prob"))
             continue
-        if not (_is_int(span["start"]) and _is_int(span["end"]) and _is_num(span["prob"])):
+        if not (is_json_int(span["start"]) and is_json_int(span["end"]) and _is_num(span["prob"])):
             problems.append(
                 Problem(path, line, f"soft_labels.{i}", "start/end must be integers, prob a number")
             )
@@ -88,7 +89,7 @@ def _parse_hard(raw: Any, where: tuple[str, int], problems: list[Problem]) -> li
         return None
     out = []
     for i, span in enumerate(raw):
-        if not (isinstance(span, list) and len(span) == 2 and all(_is_int(v) for v in span)):
+        if not (isinstance(span, list) and len(span) == 2 and all(is_json_int(v) for v in span)):
             problems.append(Problem(path, line, f"hard_labels.{i}", "must be [start, end] integers"))
             continue
         out.append((span[0], span[1]))
