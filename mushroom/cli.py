@@ -188,11 +188,9 @@ def detect(
     """
     from mushroom.data import PROJECT_ROOT
     from mushroom.detectors import build
-    from mushroom.leaderboard import load_leaderboard
-    from mushroom.mainjob import score_dir
+    from mushroom.mainjob import report_scores, score_dir
     from mushroom.pipeline import detect_split
-    from mushroom.runs import open_run_dir, timestamp, write_json
-    from mushroom.tables import markdown_table, rich_table, score_rows
+    from mushroom.runs import open_run_dir, timestamp
 
     options = _parse_options(option or [])
     if backend or model or base_url or responses:
@@ -227,11 +225,7 @@ def detect(
     out_console.print(f"predictions in {out / 'predictions'}")
     _report_parse_stats(det, out)
     if split == "val":
-        scores = score_dir(split, result.files)
-        rows = score_rows(scores, None, load_leaderboard())
-        write_json(out / "scores.json", {k: v.to_dict(with_items=True) for k, v in scores.items()})
-        (out / "scores.md").write_text(markdown_table(rows), encoding="utf-8")
-        out_console.print(rich_table(f"{detector} on {split}", rows))
+        report_scores(out, score_dir(split, result.files), f"{detector} on {split}", out_console)
 
 
 @app.command()

@@ -26,6 +26,29 @@ def score_dir(split: str, pred_files: dict[str, Path]) -> dict[str, ScoreResult]
     return {lang: score_files(gold[lang], path) for lang, path in pred_files.items()}
 
 
+def report_scores(
+    folder: Path,
+    results: dict[str, ScoreResult],
+    title: str,
+    console: Console,
+    baselines: dict[str, ScoreResult] | None = None,
+) -> list[dict]:
+    """Writes scores.json (per item) and scores.md into `folder`, prints the table.
+
+    Returns:
+        The table rows (per language, with CIs, baselines and the leaderboard #1).
+    """
+    rows = score_rows(results, baselines, load_leaderboard())
+    per_lang = {lang: r.to_dict(with_items=True) for lang, r in results.items()}
+    payload: dict = per_lang
+    if baselines is not None:
+        payload = {"per_lang": per_lang, "mark_all": {lang: r.to_dict() for lang, r in baselines.items()}}
+    write_json(folder / "scores.json", payload)
+    (folder / "scores.md").write_text(markdown_table(rows), encoding="utf-8")
+    console.print(rich_table(title, rows))
+    return rows
+
+
 def run_main(
     out: Path | None = None,
     detector: str = "lexical",
@@ -78,16 +101,9 @@ def run_main(
             results = score_dir("val", val.files)
             baseline_files = {lang: out / "val" / "mark-all" / p.name for lang, p in val.files.items()}
             baselines = score_dir("val", baseline_files)
-            rows = score_rows(results, baselines, load_leaderboard())
-            write_json(
-                out / "val" / "scores.json",
-                {
-                    "per_lang": {lang: r.to_dict(with_items=True) for lang, r in results.items()},
-                    "mark_all": {lang: r.to_dict() for lang, r in baselines.items()},
-                },
+            rows = report_scores(
+                out / "val", results, f"{detector} on val (scored from the written files)", console, baselines
             )
-            (out / "val" / "scores.md").write_text(markdown_table(rows), encoding="utf-8")
-            console.print(rich_table(f"{detector} on val (scored from the written files)", rows))
             summary["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
             summary["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
     summary["seconds"] = round(time.perf_counter() - started, 2)

@@ -67,12 +67,10 @@ def load_run_config(path: Path) -> RunConfig:
 def execute(cfg: RunConfig, out: Path | None, quiet: bool = False, console: Console | None = None) -> Path:
     """Runs every split of a config into one run folder; val is scored, test is zipped."""
     from mushroom.detectors import build
-    from mushroom.leaderboard import load_leaderboard
-    from mushroom.mainjob import score_dir
+    from mushroom.mainjob import report_scores, score_dir
     from mushroom.pipeline import detect_split
     from mushroom.runs import open_run_dir, timestamp, write_json
     from mushroom.submission import write_zip
-    from mushroom.tables import markdown_table, rich_table, score_rows
 
     console = console or Console()
     det = build(cfg.detector.name, cfg.detector.options)
@@ -88,9 +86,5 @@ def execute(cfg: RunConfig, out: Path | None, quiet: bool = False, console: Cons
         if split == "test":
             write_zip(folder / "submission.zip", list(result.files.values()))
         if split == "val":
-            scores = score_dir("val", result.files)
-            rows = score_rows(scores, None, load_leaderboard())
-            write_json(folder / "scores.json", {k: v.to_dict(with_items=True) for k, v in scores.items()})
-            (folder / "scores.md").write_text(markdown_table(rows), encoding="utf-8")
-            console.print(rich_table(f"{cfg.name} on val", rows))
+            report_scores(folder, score_dir("val", result.files), f"{cfg.name} on val", console)
     return out
