@@ -23,6 +23,19 @@ class SoftMode(StrEnum):
     mean = "mean"
 
 
+def vote(
+    item_id: str,
+    softs: list[np.ndarray],
+    masks: list[np.ndarray],
+    threshold: float = 0.5,
+    soft_mode: SoftMode = SoftMode.vote,
+) -> Prediction:
+    """The per-character vote over runs' soft vectors and hard masks of one item."""
+    share = np.mean(np.stack(masks).astype(float), axis=0)
+    soft = share if soft_mode == SoftMode.vote else np.mean(np.stack(softs), axis=0)
+    return prediction_from_vectors(item_id, soft, share > threshold)
+
+
 def ensemble_item(
     item_id: str,
     runs: list[Prediction],
@@ -34,9 +47,7 @@ def ensemble_item(
     if not runs:
         raise MushroomError(f"no run has a prediction for item {item_id!r}")
     softs, masks = zip(*(prediction_vectors(p, length) for p in runs))
-    share = np.mean(np.stack(masks).astype(float), axis=0)
-    soft = share if soft_mode == SoftMode.vote else np.mean(np.stack(softs), axis=0)
-    return prediction_from_vectors(item_id, soft, share > threshold)
+    return vote(item_id, list(softs), list(masks), threshold, soft_mode)
 
 
 def ensemble(

@@ -21,10 +21,10 @@ from mushroom.backends import build_backend
 from mushroom.backends.base import Backend, BackendConfig, GenerationRequest
 from mushroom.backends.cache import CachedBackend, ResponseCache
 from mushroom.detectors.base import Detector, DetectorOptions
+from mushroom.ensemble import SoftMode, vote
 from mushroom.jsonl import write_jsonl
 from mushroom.languages import language_name
 from mushroom.parsing.parser import ParseStats, SpanList, parse_response
-from mushroom.predictions import prediction_from_vectors
 from mushroom.prompts import PromptTemplate, load_prompt
 from mushroom.records import Context, Item, Prediction
 
@@ -174,9 +174,7 @@ class LLMDetector(Detector):
                         }
                     )
             if masks:
-                share = np.mean(np.stack(masks).astype(float), axis=0)
-                soft = share if opts.soft == "vote" else np.mean(np.stack(softs), axis=0)
-                predictions.append(prediction_from_vectors(item.id, soft, share > opts.threshold))
+                predictions.append(vote(item.id, softs, masks, opts.threshold, SoftMode(opts.soft)))
             else:
                 predictions.append(Prediction(id=item.id))
         self.stats.merge(stats)
