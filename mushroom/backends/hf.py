@@ -22,7 +22,6 @@ class TransformersBackend(Backend):
 
     def __init__(self, config: BackendConfig, model: Any = None, tokenizer: Any = None):
         super().__init__(config)
-        self.torch = torch
         self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(config.model)
         self.tokenizer.padding_side = "left"
@@ -42,7 +41,6 @@ class TransformersBackend(Backend):
         return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\n\nassistant:"
 
     def _batch(self, batch: list[GenerationRequest]) -> list[Generation]:
-        torch = self.torch
         req = batch[0]
         enc = self.tokenizer([self._prompt(r) for r in batch], return_tensors="pt", padding=True).to(
             self.device

@@ -228,10 +228,9 @@ class LexicalDetector(Detector):
         scored = [(tok, p) for tok, p in self.token_probs(item, contexts) if p is not None]
         for tok, p in scored:
             vec[tok.start : tok.end] = p
-        # Bridge only between words that are themselves flagged (raw shares: any positive).
-        bridge_above = 0.0
+        # Bridge only between words that are themselves flagged.
         for (a, pa), (b, pb) in zip(scored, scored[1:]):
-            if pa <= bridge_above or pb <= bridge_above:
+            if pa <= 0 or pb <= 0:
                 continue
             gap = text[a.end : b.start]
             if len(gap) <= opts.max_gap and not _SENTENCE_BREAK.search(gap):

@@ -12,6 +12,7 @@ times takes successive occurrences, as models list spans in order of appearance.
 from __future__ import annotations
 
 import unicodedata
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from rapidfuzz import fuzz
@@ -113,12 +114,11 @@ class SpanLocator:
             if found:
                 break
             view = self.views[level]
-            needle = make_view(text, level).text
+            needle = make_view(text, level).text if level == 1 else key
             if not needle:
                 continue
-            view_starts = [
-                next((k for k, src in enumerate(view.index) if src >= s), len(view.text)) for s in starts
-            ]
+            # view.index is non-decreasing: the first view position at or after a source index
+            view_starts = [bisect_left(view.index, s) for s in starts]
             pos = _find_first(view.text, needle, view_starts)
             if pos >= 0:
                 found = (*self._map(view, pos, len(needle)), method)

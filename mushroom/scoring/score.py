@@ -9,7 +9,7 @@ import numpy as np
 
 from mushroom.data import lang_from_filename
 from mushroom.errors import DataError, MushroomError, Problem
-from mushroom.scoring.files import ScoringFile, match_ids, read_scoring_file
+from mushroom.scoring.files import ScoringFile, ScoringRecord, match_ids, read_scoring_file
 from mushroom.scoring.metrics import OfficialScorerCrash, item_cor, item_iou
 from mushroom.scoring.stats import bootstrap_ci
 
@@ -141,8 +141,6 @@ def score_predictions(items: list, predictions: list) -> ScoreResult:
     Files written by mushroom and scored with `score_files` give the official numbers; this
     skips the round trip through JSON, whose number parsing can change ties in the last bit.
     """
-    from mushroom.scoring.files import ScoringRecord
-
     gold = ScoringFile(
         path=Path("<items>"),
         records={
