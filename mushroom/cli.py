@@ -233,25 +233,47 @@ def main_job(
     out: Annotated[
         Path | None, typer.Option("--out", help="run folder (default: submissions/<time>-<detector>)")
     ] = None,
-    detector: Annotated[str, typer.Option("--detector", help="detector name")] = "lexical",
+    detector: Annotated[
+        str,
+        typer.Option(
+            "--detector",
+            help="'stack' (lexical + semantic, combined by a stack fitted on val) or one detector",
+        ),
+    ] = "stack",
     lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all 14")] = None,
     contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
         "perplexity-sonar-pro,deepseek-r1"
     ),
     option: Annotated[
-        list[str] | None, typer.Option("--option", "-o", help="detector option KEY=VALUE")
+        list[str] | None,
+        typer.Option("--option", "-o", help="detector option KEY=VALUE (with stack: DETECTOR.KEY=VALUE)"),
     ] = None,
-    no_val: Annotated[bool, typer.Option("--no-val", help="skip the scored val run")] = False,
+    no_val: Annotated[
+        bool, typer.Option("--no-val", help="skip the scored val run (one detector only)")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
     """Test submission for every language (checked files + zip), then a scored val run."""
-    from mushroom.mainjob import run_main
+    from mushroom.mainjob import run_main, run_main_stack
 
+    sources = tuple(s for s in contexts.split(",") if s)
+    options = _parse_options(option or [])
+    if detector == "stack":
+        per_detector: dict[str, dict] = {}
+        for key, value in options.items():
+            name, dot, sub = key.partition(".")
+            if not dot:
+                raise MushroomError(f"with --detector stack, options are DETECTOR.KEY=VALUE; got {key!r}")
+            per_detector.setdefault(name, {})[sub] = value
+        run_main_stack(
+            out=out, options=per_detector, sources=sources, langs=lang, quiet=quiet, console=out_console
+        )
+        return
     run_main(
         out=out,
         detector=detector,
-        options=_parse_options(option or []),
-        sources=tuple(s for s in contexts.split(",") if s),
+        options=options,
+        sources=sources,
         langs=lang,
         with_val=not no_val,
         quiet=quiet,
@@ -289,6 +311,61 @@ def run_config(
     cfg = load_run_config(config)
     run_dir = execute(cfg, out, quiet=quiet, console=out_console)
     out_console.print(f"run folder: {run_dir}")
+
+
+stack_app = typer.Typer(help="A learned combination of detector runs (fit on val, apply to test).")
+app.add_typer(stack_app, name="stack")
+
+
+@stack_app.command("fit")
+def stack_fit(
+    members: Annotated[list[str], typer.Argument(help="member runs: NAME=RUN_DIR or RUN_DIR")],
+    out: Annotated[Path, typer.Option("--out", help="where to save the fitted stack (JSON)")],
+    split: Annotated[str, typer.Option("--split", help="labelled split to fit on")] = "val",
+    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
+    folds: Annotated[int, typer.Option("--folds", help="cross-validation folds (by item)")] = 5,
+    l2: Annotated[float, typer.Option("--l2", help="L2 penalty of the logistic regression")] = 1.0,
+) -> None:
+    """Fit the stack on a labelled split; print the cross-validated comparison with each member."""
+    from mushroom.data import load_split
+    from mushroom.runs import write_json
+    from mushroom.stack import fit_stack, parse_members
+    from mushroom.tables import comparison_table
+
+    fit = fit_stack(parse_members(members), load_split(split, lang), split, folds, l2)
+    write_json(out, fit.model.model_dump(mode="json"))
+    out_console.print(comparison_table(f"stack on {split} ({folds}-fold CV by item)", fit.comparison))
+    m = fit.model
+    out_console.print(
+        f"threshold {m.threshold}, floor {m.floor}, hard labels from {m.hard_from}; saved {out}"
+    )
+
+
+@stack_app.command("apply")
+def stack_apply(
+    model_path: Annotated[Path, typer.Argument(help="a stack saved by `stack fit`")],
+    members: Annotated[list[str], typer.Argument(help="member runs, same names and order as when fitted")],
+    out: Annotated[Path, typer.Option("--out", help="folder for the prediction files")],
+    split: Annotated[str, typer.Option("--split", help="split to predict")] = "test",
+    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
+) -> None:
+    """Apply a fitted stack to the members' files of a split; writes checked prediction files."""
+    from mushroom.data import load_split
+    from mushroom.jsonl import read_json_model
+    from mushroom.stack import StackModel, apply_stack, parse_members
+    from mushroom.submission import submission_name, write_predictions
+
+    model = read_json_model(model_path, StackModel)
+    data = load_split(split, lang)
+    preds = apply_stack(model, parse_members(members), split, data)
+    for code, items in data.items():
+        write_predictions(out / submission_name(code, split), preds[code], items)
+    out_console.print(f"wrote {len(preds)} prediction files to {out}")
+    if split == "val":
+        from mushroom.mainjob import report_scores, score_dir
+
+        files = {code: out / submission_name(code, split) for code in data}
+        report_scores(out, score_dir(split, files), f"stack on {split}", out_console)
 
 
 @app.command("detectors")

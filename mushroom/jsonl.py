@@ -131,3 +131,18 @@ def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
         out.write(json.dumps(row, ensure_ascii=False) + "\n")
         out.flush()
         os.fsync(out.fileno())
+
+
+def read_json_model(path: str | Path, model: type[M]) -> M:
+    """One JSON document as a validated record; problems name the file and field."""
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError([Problem(str(path), 0, "-", "file not found")]) from None
+    except json.JSONDecodeError as exc:
+        raise DataError([Problem(str(path), exc.lineno, "-", f"invalid JSON: {exc.msg}")]) from None
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        raise DataError(validation_problems(path, 0, exc)) from None

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from mushroom.channels import channel_file, write_channels
 from mushroom.contexts import load_contexts
 from mushroom.data import load_split
 from mushroom.detectors.base import Detector
@@ -80,6 +81,9 @@ def detect_split(
                 continue
             ctx = load_contexts(split, lang, sources, item_ids=[i.id for i in items])
             result.contexts_missing[lang] = ctx.missing
+            detector.channels = {}
             preds = detector.detect(items, ctx.by_id, advance=lambda n: bar.advance(task, n))
+            if detector.channels:
+                write_channels(channel_file(detector.workdir, lang), detector.channels)
             write_predictions(path, preds, items)
     return result

@@ -89,3 +89,17 @@ class Context(BaseModel):
 
 
 SplitName = Literal["val", "test", "train"]
+
+
+class ChannelRecord(BaseModel):
+    """Per-character evidence a detector saw for one item, beyond its final probabilities.
+
+    Written next to the predictions (`raw/channels.<lang>.jsonl`) so that `stack` can learn
+    from piece-level and word-level scores without running the detector again. Each channel
+    is a list of spans with a value in [0, 1], like soft labels.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    channels: dict[str, list[SoftSpan]]

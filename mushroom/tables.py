@@ -93,3 +93,17 @@ def markdown_table(rows: list[dict]) -> str:
             f"{'' if lb is None else f'{lb.iou:.4f} / {lb.cor:.4f} ({lb.team})'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def comparison_table(title: str, comparison: dict[str, dict[str, dict[str, float]]]) -> Table:
+    """Languages as rows, an IoU and a Cor column per system (`system -> lang -> metric`)."""
+    langs = [lang for lang in next(iter(comparison.values())) if lang != "mean"] + ["mean"]
+    table = Table(title=title)
+    table.add_column("lang")
+    for system in comparison:
+        table.add_column(f"{system}\nIoU", justify="right")
+        table.add_column(f"{system}\nCor", justify="right")
+    for lang in langs:
+        cells = [f"{comparison[s][lang][key]:.4f}" for s in comparison for key in ("iou", "cor")]
+        table.add_row(lang, *cells, end_section=lang == langs[-2])
+    return table

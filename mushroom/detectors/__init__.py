@@ -15,6 +15,7 @@ from mushroom.errors import MushroomError
 _REGISTRY: dict[str, str] = {
     "lexical": "mushroom.detectors.lexical:LexicalDetector",
     "llm": "mushroom.detectors.llm:LLMDetector",
+    "semantic": "mushroom.detectors.semantic:SemanticDetector",
 }
 
 

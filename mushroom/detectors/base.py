@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from mushroom.records import Context, Item, Prediction
@@ -32,6 +33,9 @@ class Detector(ABC):
         self.options = options
         # Where a detector keeps raw model outputs and caches; set by the pipeline per run.
         self.workdir: Path | None = None
+        # Evidence beyond the final probabilities (item id -> name -> per-character vector),
+        # filled by detectors that have any; the pipeline writes it for `stack`.
+        self.channels: dict[str, dict[str, np.ndarray]] = {}
 
     @abstractmethod
     def detect(

