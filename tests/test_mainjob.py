@@ -55,4 +55,4 @@ def test_run_sh_runs_the_main_job(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert (out / "mushroom.it-tst.v1.jsonl").is_file() and (out / "submission.zip").is_file()
-    assert "lexical on val" in proc.stdout
+    assert "stack on val" in proc.stdout

@@ -1,0 +1,56 @@
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mushroom.text.segment import clauses, piece_index, sentences
+
+
+def texts(pieces):
+    return [p.text for p in pieces]
+
+
+def test_sentence_ends_but_not_inside_numbers_abbreviations_or_initials():
+    text = "Dr. Smith was born in 1950. He won 3.5 million dollars! J. R. R. Tolkien wrote it, e.g. The Hobbit."
+    assert texts(sentences(text)) == [
+        "Dr. Smith was born in 1950.",
+        "He won 3.5 million dollars!",
+        "J. R. R. Tolkien wrote it, e.g. The Hobbit.",
+    ]
+    assert texts(sentences("z. B. kam er am 23.2.2013 an. Er blieb.")) == [
+        "z. B. kam er am 23.2.2013 an.",
+        "Er blieb.",
+    ]
+
+
+def test_cjk_hindi_and_arabic_marks_end_sentences_without_spaces():
+    assert texts(sentences("北京是中国的首都。它有很多人口！")) == ["北京是中国的首都。", "它有很多人口！"]
+    assert texts(sentences("भारत एक देश है। इसकी राजधानी दिल्ली है।")) == ["भारत एक देश है।", "इसकी राजधानी दिल्ली है।"]
+    assert texts(sentences("هل هو هنا؟ نعم هو هنا.")) == ["هل هو هنا؟", "نعم هو هنا."]
+    assert texts(sentences("line one\nline two")) == ["line one", "line two"]
+
+
+def test_clauses_cut_long_sentences_and_keep_short_lists_whole():
+    text = "Tolkien wrote the novel in 1937, and it was published by Allen and Unwin in London."
+    assert texts(clauses(text)) == [
+        "Tolkien wrote the novel in 1937,",
+        "and it was published by Allen and Unwin in London.",
+    ]
+    assert texts(clauses("Flags are red, green and blue.")) == ["Flags are red, green and blue."]
+    assert texts(clauses("It cost 1,000,000 dollars in the year 1990 alone, said the report by the bank.")) == [
+        "It cost 1,000,000 dollars in the year 1990 alone,",
+        "said the report by the bank.",
+    ]
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab .,;!?。\n1:-—Dr")), max_size=60))
+def test_pieces_are_exact_ordered_disjoint_and_trimmed(text):
+    for pieces in (sentences(text), clauses(text, 1)):
+        last = 0
+        for p in pieces:
+            assert text[p.start : p.end] == p.text
+            assert p.text and p.text == p.text.strip()
+            assert p.start >= last
+            last = p.end
+        index = piece_index(pieces, len(text))
+        assert all(index[i] == k for k, p in enumerate(pieces) for i in range(p.start, p.end))
+        covered = {i for p in pieces for i in range(p.start, p.end)}
+        assert all(text[i].isspace() for i in range(len(text)) if i not in covered)

@@ -1,0 +1,128 @@
+import json
+
+import numpy as np
+import pytest
+from conftest import write_lines
+from typer.testing import CliRunner
+
+from mushroom.channels import channel_file, read_channels, write_channels
+from mushroom.cli import app
+from mushroom.errors import MushroomError
+from mushroom.predictions import load_predictions, prediction_from_vectors
+from mushroom.records import Item
+from mushroom.stack import StackModel, apply_stack, fit_logistic, fit_stack, parse_members
+from mushroom.submission import submission_name
+
+
+def test_logistic_regression_recovers_coefficients_with_soft_targets():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4000, 2))
+    p = 1 / (1 + np.exp(-(0.5 + 2.0 * x[:, 0] - 1.0 * x[:, 1])))
+    design = np.hstack([np.ones((4000, 1)), x])
+    beta = fit_logistic(design, p, np.ones(4000), l2=1e-6)  # soft targets: exact probabilities
+    assert np.allclose(beta, [0.5, 2.0, -1.0], atol=1e-3)
+
+
+def make_items(n, rng):
+    """Answers of words; gold marks a random word per item (sometimes none)."""
+    items = []
+    for k in range(n):
+        words = [f"w{k}x{j}" for j in range(8)]
+        text = " ".join(words)
+        hard, soft = [], []
+        if k % 4:
+            j = int(rng.integers(8))
+            start = text.index(words[j])
+            hard = [[start, start + len(words[j])]]
+            soft = [{"start": start, "end": start + len(words[j]), "prob": 1.0}]
+        items.append(
+            Item(id=f"i{k}", lang="en", model_input="q", model_output_text=text, soft_labels=soft, hard_labels=hard)
+        )
+    return items
+
+
+def write_member(folder, items, make_vec, split="val", channel=None):
+    preds = []
+    for it in items:
+        vec = make_vec(it)
+        preds.append(prediction_from_vectors(it.id, vec, vec > 0.5).submission_dict())
+    folder.mkdir(parents=True, exist_ok=True)
+    write_lines(folder / submission_name("en", split), preds)
+    if channel is not None:
+        write_channels(channel_file(folder / "raw", "en"), {it.id: {"hint": channel(it)} for it in items})
+
+
+def gold_vec(it):
+    vec = np.zeros(len(it.model_output_text))
+    for s, e in it.hard_labels:
+        vec[s:e] = 1.0
+    return vec
+
+
+def test_stack_learns_from_an_informative_member_and_a_channel(tmp_path):
+    rng = np.random.default_rng(1)
+    items = make_items(80, rng)
+    noisy = {it.id: np.clip(gold_vec(it) * 0.4 + rng.uniform(0, 0.5, len(it.model_output_text)), 0, 1) for it in items}
+    write_member(tmp_path / "a", items, lambda it: noisy[it.id], channel=lambda it: gold_vec(it) * 0.9)
+    write_member(tmp_path / "b" / "predictions", items, lambda it: rng.uniform(0, 1, len(it.model_output_text)))
+    members = parse_members([f"a={tmp_path / 'a'}", str(tmp_path / "b")])
+    assert [m.name for m in members] == ["a", "b"]
+    fit = fit_stack(members, {"en": items}, folds=4)
+    comp = fit.comparison
+    assert comp["stack (CV)"]["en"]["iou"] > 0.9 > comp["a"]["en"]["iou"]
+    assert comp["stack (CV)"]["en"]["cor"] > comp["b"]["en"]["cor"]
+    assert fit.model.channels == {"a": ["hint"], "b": []}
+    assert fit.model.hard_from == "stack"
+    assert len(fit.oof["en"]) == len(items)
+    # save, load, apply to "test" files of the same members
+    path = tmp_path / "stack.json"
+    path.write_text(json.dumps(fit.model.model_dump(mode="json")))
+    model = StackModel.model_validate_json(path.read_text())
+    write_member(tmp_path / "a", items, lambda it: noisy[it.id], split="test", channel=lambda it: gold_vec(it) * 0.9)
+    write_member(tmp_path / "b" / "predictions", items, lambda it: rng.uniform(0, 1, len(it.model_output_text)), split="test")
+    preds = apply_stack(model, members, "test", {"en": items})["en"]
+    assert [p.id for p in preds] == [it.id for it in items]
+    hits = [[list(h) for h in p.hard_labels] == [list(h) for h in it.hard_labels] for p, it in zip(preds, items)]
+    assert np.mean(hits) > 0.9
+    with pytest.raises(MushroomError, match="fitted on members"):
+        apply_stack(model, members[::-1], "test", {"en": items})
+
+
+def test_missing_member_file_names_the_path(tmp_path):
+    items = make_items(4, np.random.default_rng(0))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(MushroomError, match="no val prediction files"):
+        fit_stack(parse_members([str(tmp_path / "empty")]), {"en": items})
+    with pytest.raises(MushroomError, match="unique"):
+        parse_members([f"x={tmp_path}", f"x={tmp_path}"])
+
+
+def test_channels_round_trip(tmp_path):
+    path = tmp_path / "c.jsonl"
+    write_channels(path, {"a": {"w": np.array([0.0, 0.5, 0.5, 1.0])}})
+    back = read_channels(path, {"a": 4, "unknown": 3})
+    assert np.allclose(back["a"]["w"], [0.0, 0.5, 0.5, 1.0])
+
+
+def test_stack_cli_fit_and_apply_on_val(tmp_path):
+    """End to end on the shipped val data with two lexical variants as members."""
+    runner = CliRunner()
+    for name, threshold in (("lo", "0.2"), ("hi", "0.4")):
+        res = runner.invoke(
+            app,
+            ["detect", "--split", "val", "--lang", "it", "--lang", "sv", "--out", str(tmp_path / name),
+             "-o", f"threshold={threshold}", "--quiet"],
+        )
+        assert res.exit_code == 0, res.output
+    model = tmp_path / "stack.json"
+    res = runner.invoke(app, ["stack", "fit", f"lo={tmp_path / 'lo'}", f"hi={tmp_path / 'hi'}", "--out", str(model),
+                              "--lang", "it", "--lang", "sv", "--folds", "3"])
+    assert res.exit_code == 0, res.output
+    assert "hard labels from" in res.output
+    saved = StackModel.model_validate_json(model.read_text())
+    assert saved.members == ["lo", "hi"] and set(saved.cv) == {"it", "sv", "mean"}
+    res = runner.invoke(app, ["stack", "apply", str(model), f"lo={tmp_path / 'lo'}", f"hi={tmp_path / 'hi'}",
+                              "--split", "val", "--lang", "it", "--lang", "sv", "--out", str(tmp_path / "applied")])
+    assert res.exit_code == 0, res.output
+    preds = load_predictions(tmp_path / "applied" / submission_name("it", "val"))
+    assert len(preds) == 50
