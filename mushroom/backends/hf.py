@@ -66,7 +66,7 @@ class TransformersBackend(Backend):
         logprobs = None
         if req.top_logprobs is not None and out.scores:
             steps = torch.stack(out.scores, dim=1).float().log_softmax(-1)  # (batch*n, steps, vocab)
-            top = steps.topk(max(1, req.top_logprobs), dim=-1)
+            top = steps.topk(min(max(1, req.top_logprobs), steps.shape[-1]), dim=-1)
             logprobs = [
                 [
                     {

@@ -15,6 +15,8 @@ from mushroom.errors import MushroomError
 _REGISTRY: dict[str, str] = {
     "lexical": "mushroom.detectors.lexical:LexicalDetector",
     "llm": "mushroom.detectors.llm:LLMDetector",
+    "nli": "mushroom.detectors.nli:NLIDetector",
+    "pyes": "mushroom.detectors.pyes:PYesDetector",
     "semantic": "mushroom.detectors.semantic:SemanticDetector",
 }
 

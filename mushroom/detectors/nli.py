@@ -1,0 +1,175 @@
+"""The `nli` detector: each sentence or clause of the answer checked against the contexts by NLI.
+
+Claim-level grounding as in the NLI-based Mu-SHROOM systems: the context is the premise, the
+answer piece the hypothesis. A long context is cut into chunks that fit the model's window
+together with the piece (whole context sentences per chunk where possible); over all chunks
+of all contexts the piece keeps its best entailment and its strongest contradiction, since
+one supporting passage is enough and one contradicting passage is a strong signal. The piece
+probability is P(contradiction) of the strongest chunk plus `neutral_weight` times P(neutral)
+of the best-entailing chunk, clipped to 1: neutral means "the context does not say", which
+is weaker evidence than a contradiction.
+
+The label order is read from the model's config (`id2label`), never assumed: MNLI and XNLI
+checkpoints disagree on it. Recommended checkpoints (not downloadable here; any local folder
+works): `microsoft/deberta-large-mnli` or `cross-encoder/nli-deberta-v3-base` for English,
+`MoritzLaurer/mDeBERTa-v3-base-xnli-multilingual-nli-2mil7` for all 14 languages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from mushroom.detectors.base import Detector, DetectorOptions
+from mushroom.detectors.pieces import Unit, answer_pieces, paint
+from mushroom.errors import MushroomError
+from mushroom.predictions import prediction_from_vectors
+from mushroom.records import Context, Item, Prediction
+from mushroom.text.segment import sentences
+
+
+class NLIOptions(DetectorOptions):
+    """Options of the nli detector."""
+
+    model: str = Field(..., description="sequence-classification NLI model: folder or hub name")
+    device: str | None = Field(None, description="cpu, cuda, ... (default: cuda if available)")
+    batch_size: int = Field(16, ge=1)
+    max_length: int | None = Field(None, ge=16, description="window in tokens (default: the model's)")
+    unit: Unit = Field("sentence", description="sentence or clause")
+    neutral_weight: float = Field(0.5, ge=0.0, le=1.0, description="weight of P(neutral) in the piece score")
+    threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label: probability above this")
+
+
+def label_indices(id2label: dict[Any, str]) -> dict[str, int]:
+    """Entailment / neutral / contradiction -> output index, from the config's id2label."""
+    found: dict[str, int] = {}
+    for idx, label in id2label.items():
+        name = str(label).lower()
+        for key in ("entail", "neutral", "contradict"):
+            if name.startswith(key[:7]):
+                found[key] = int(idx)
+    missing = [k for k in ("entail", "neutral", "contradict") if k not in found]
+    if missing:
+        raise MushroomError(
+            f"the NLI model's id2label {dict(id2label)} has no label for {missing}; "
+            "an NLI checkpoint names entailment, neutral and contradiction"
+        )
+    return {"entailment": found["entail"], "neutral": found["neutral"], "contradiction": found["contradict"]}
+
+
+class NLIDetector(Detector):
+    """Sentence/clause NLI against chunked contexts; see the module docstring."""
+
+    name = "nli"
+    Options = NLIOptions
+    options: NLIOptions
+
+    def __init__(self, options: NLIOptions, model: Any = None, tokenizer: Any = None):
+        super().__init__(options)
+        self._model = model
+        self._tokenizer = tokenizer
+
+    def _load(self) -> None:
+        if self._model is not None and self._tokenizer is not None:
+            return
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self._tokenizer = self._tokenizer or AutoTokenizer.from_pretrained(self.options.model)
+        self._model = self._model or AutoModelForSequenceClassification.from_pretrained(self.options.model)
+
+    @property
+    def window(self) -> int:
+        limit = self.options.max_length or getattr(self._tokenizer, "model_max_length", 512)
+        return int(min(limit, 4096))
+
+    def chunks(self, context: str, hypothesis: str) -> list[str]:
+        """Context chunks that fit the window beside the hypothesis (whole sentences if possible)."""
+        tok = self._tokenizer
+        budget = self.window - len(tok(hypothesis, add_special_tokens=False)["input_ids"]) - 4
+        budget = max(budget, 8)
+        out: list[str] = []
+        current: list[str] = []
+        used = 0
+        for sent in sentences(context):
+            ids = tok(sent.text, add_special_tokens=False)["input_ids"]
+            if len(ids) > budget:  # a sentence longer than the window: cut by tokens
+                if current:
+                    out.append(" ".join(current))
+                    current, used = [], 0
+                for k in range(0, len(ids), budget):
+                    out.append(tok.decode(ids[k : k + budget]))
+                continue
+            if used + len(ids) > budget and current:
+                out.append(" ".join(current))
+                current, used = [], 0
+            current.append(sent.text)
+            used += len(ids)
+        if current:
+            out.append(" ".join(current))
+        return out
+
+    def _probs(self, pairs: list[tuple[str, str]]) -> np.ndarray:
+        import torch
+
+        model = self._model
+        device = self.options.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        model.to(device)
+        model.eval()
+        out = []
+        with torch.inference_mode():
+            for k in range(0, len(pairs), self.options.batch_size):
+                batch = pairs[k : k + self.options.batch_size]
+                enc = self._tokenizer(
+                    [p for p, _ in batch],
+                    [h for _, h in batch],
+                    truncation=True,
+                    max_length=self.window,
+                    padding=True,
+                    return_tensors="pt",
+                ).to(device)
+                out.append(torch.softmax(model(**enc).logits.float(), dim=-1).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, 3))
+
+    def piece_scores(self, item: Item, contexts: list[Context]) -> tuple[list, list[float]]:
+        """The answer's pieces and each one's hallucination probability (0 without context)."""
+        self._load()
+        idx = label_indices(self._model.config.id2label)
+        pieces = answer_pieces(item.model_output_text, self.options.unit)
+        texts = [c.text for c in contexts if c.text.strip()]
+        if not texts or not pieces:
+            return pieces, [0.0] * len(pieces)
+        pairs, owner = [], []
+        for k, piece in enumerate(pieces):
+            for text in texts:
+                for chunk in self.chunks(text, piece.text):
+                    pairs.append((chunk, piece.text))
+                    owner.append(k)
+        probs = self._probs(pairs)
+        owner_arr = np.array(owner)
+        scores = []
+        for k in range(len(pieces)):
+            rows = probs[owner_arr == k]
+            best = rows[np.argmax(rows[:, idx["entailment"]])]
+            contradiction = rows[:, idx["contradiction"]].max()
+            score = contradiction + self.options.neutral_weight * best[idx["neutral"]]
+            scores.append(float(min(score, 1.0)))
+        return pieces, scores
+
+    def detect(
+        self,
+        items: list[Item],
+        contexts: dict[str, list[Context]],
+        advance: Callable[[int], None] | None = None,
+    ) -> list[Prediction]:
+        out = []
+        for item in items:
+            pieces, scores = self.piece_scores(item, contexts.get(item.id, []))
+            vec = paint(len(item.model_output_text), pieces, scores)
+            self.channels[item.id] = {"piece": vec}
+            out.append(prediction_from_vectors(item.id, vec, vec > self.options.threshold))
+            if advance is not None:
+                advance(1)
+        return out

@@ -1,0 +1,163 @@
+"""nli and pyes with tiny random models built here (nothing downloaded, ~0.1 s each).
+
+Recipe: a word-level `tokenizers` vocabulary wrapped in PreTrainedTokenizerFast; for nli a
+BertForSequenceClassification (2 layers, hidden 32) whose id2label is deliberately not in
+MNLI order, for pyes a LlamaForCausalLM (2 layers, hidden 32) over a 16-word vocabulary so
+that "Yes" and "No" are always among the top-20 first tokens.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch not installed: pip install 'mushroom[transformers]'")
+transformers = pytest.importorskip("transformers", reason="transformers not installed")
+
+from mushroom.backends.base import Backend, BackendConfig, Generation  # noqa: E402
+from mushroom.backends.hf import TransformersBackend  # noqa: E402
+from mushroom.detectors import build  # noqa: E402
+from mushroom.detectors.nli import NLIDetector, NLIOptions, label_indices  # noqa: E402
+from mushroom.detectors.pyes import PYesDetector, PYesOptions, harmonic_mean, p_yes  # noqa: E402
+from mushroom.errors import MushroomError  # noqa: E402
+from mushroom.records import Context, Item  # noqa: E402
+
+WORDS = ["[PAD]", "[UNK]", "</s>", "Yes", "No", "the", "cat", "sat", "is", "red", ".", "Paris", "user", "assistant", ":", "?"]
+
+
+def tiny_tokenizer(max_length=64):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="[PAD]", eos_token="</s>", unk_token="[UNK]", model_max_length=max_length
+    )
+    tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}assistant :"
+    return tokenizer
+
+
+def tiny_nli(id2label):
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=len(WORDS), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=128, num_labels=3, id2label=id2label, label2id={v: k for k, v in id2label.items()},
+    )
+    return transformers.BertForSequenceClassification(config)
+
+
+def item(answer, item_id="x"):
+    return Item(id=item_id, lang="en", model_input="is the cat red ?", model_output_text=answer)
+
+
+def test_label_mapping_is_read_from_the_config():
+    assert label_indices({0: "CONTRADICTION", 1: "neutral", 2: "ENTAILMENT"}) == {
+        "entailment": 2, "neutral": 1, "contradiction": 0,
+    }
+    with pytest.raises(MushroomError, match="no label for"):
+        label_indices({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"})
+
+
+def test_nli_scores_pieces_chunks_long_contexts_and_keeps_the_best_chunk():
+    model = tiny_nli({0: "contradiction", 1: "entailment", 2: "neutral"})
+    det = NLIDetector(NLIOptions(model="tiny", device="cpu", max_length=24, neutral_weight=0.5), model, tiny_tokenizer())
+    context = " ".join(["the cat sat ."] * 20)  # 80 tokens: more than one 24-token window
+    chunks = det.chunks(context, "the cat is red .")
+    assert len(chunks) > 1 and all(len(det._tokenizer(c)["input_ids"]) <= 24 for c in chunks)
+    answer = "the cat is red. Paris is red."
+    pieces, scores = det.piece_scores(item(answer), [Context(source="s", text=context)])
+    assert [p.text for p in pieces] == ["the cat is red.", "Paris is red."]
+    # recompute the first piece by hand: best entailment chunk, strongest contradiction
+    probs = det._probs([(c, pieces[0].text) for c in chunks])
+    best = probs[np.argmax(probs[:, 1])]
+    expected = min(probs[:, 0].max() + 0.5 * best[2], 1.0)
+    assert scores[0] == pytest.approx(expected, abs=1e-6)
+    preds = det.detect([item(answer)], {"x": [Context(source="s", text=context)]})
+    vec = det.channels["x"]["piece"]
+    assert vec[0] == pytest.approx(scores[0]) and vec[answer.index("Paris")] == pytest.approx(scores[1])
+    assert vec[answer.index(" Paris")] == 0.0  # the gap between pieces
+    assert preds[0].id == "x"
+    # no context: nothing to contradict, nothing predicted
+    assert det.detect([item(answer)], {})[0].soft_labels == []
+
+
+class FixedBackend(Backend):
+    """Answers every request with the same first-token distribution."""
+
+    kind = "fixed"
+
+    def __init__(self, yes, no, other=None):
+        super().__init__(BackendConfig(kind="fixed", model=f"fixed-{yes}"))
+        self.dist = {" Yes": math.log(yes), "no": math.log(no)} if yes else {"maybe": math.log(0.9)}
+        if other:
+            self.dist.update(other)
+        self.requests = []
+
+    def generate(self, requests, on_result=None):
+        self.requests.extend(requests)
+        return [Generation(texts=["Yes"], logprobs=[[self.dist]]) for _ in requests]
+
+
+def test_p_yes_reads_first_token_and_sums_variants():
+    gen = Generation(texts=["Yes"], logprobs=[[{" Yes": math.log(0.3), "yes": math.log(0.3), "No": math.log(0.2)}]])
+    assert p_yes(gen, ["yes"], ["no"]) == pytest.approx(0.75)
+    assert p_yes(Generation(texts=["x"], logprobs=[[{"x": 0.0}]]), ["yes"], ["no"]) is None
+    assert p_yes(Generation(error="boom"), ["yes"], ["no"]) is None
+    assert harmonic_mean([0.5, 0.5]) == pytest.approx(0.5)
+    assert harmonic_mean([1.0, 0.1]) == pytest.approx(2 / 11)
+
+
+def test_pyes_normalises_each_model_and_averages(tmp_path):
+    models = [BackendConfig(kind="fixed", model="a"), BackendConfig(kind="fixed", model="b")]
+    opts = PYesOptions(models=models, cache=False)
+    answer = "the cat is red. Paris is red."
+    backends = [FixedBackend(0.9, 0.1), FixedBackend(0.3, 0.7)]
+    det = PYesDetector(opts, backends)
+    det.workdir = tmp_path
+    calib_items = [item("the cat sat.", "c1")]
+    # calibration: model a averages 0.8 (sd 0.1), model b 0.3 (sd 0.1)
+    from mushroom.detectors.pyes import ModelStats, PYesCalibration
+
+    det.calibration = PYesCalibration(
+        models={"0:fixed:a": ModelStats(mean=0.8, std=0.1, n=5), "1:fixed:b": ModelStats(mean=0.3, std=0.1, n=5)}
+    )
+    pred = det.detect([item(answer)], {"x": [Context(source="s", text="the cat is red .")]})[0]
+    z = np.mean([(0.9 - 0.8) / 0.1, (0.3 - 0.3) / 0.1])  # 0.5
+    expected = 1 - 1 / (1 + math.exp(-z))
+    assert pred.soft_labels[0].prob == pytest.approx(expected, abs=1e-6)
+    assert pred.hard_labels == []  # 0.38 < 0.5
+    assert len(backends[0].requests) == 2 and "Statement: Paris is red." in backends[0].requests[1].messages[-1].content
+    assert (tmp_path / "en.pyes.jsonl").is_file() and (tmp_path / "pyes_calibration.json").is_file()
+    # without a calibration file, statistics come from the items themselves and are recorded
+    det2 = PYesDetector(opts, [FixedBackend(0.9, 0.1), FixedBackend(None, None)])
+    with pytest.raises(MushroomError, match="no usable"):
+        det2.detect([item(answer)], {})
+    assert det2.unusable == 2
+    det3 = PYesDetector(opts, backends)
+    calib = det3.calibrate(calib_items, {})
+    assert calib.models["0:fixed:a"].mean == pytest.approx(0.9) and calib.models["0:fixed:a"].std == 1e-3
+
+
+def test_pyes_with_a_tiny_transformers_model_reads_real_logprobs():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0, eos_token_id=2, bos_token_id=2,
+    )
+    backend = TransformersBackend(
+        BackendConfig(kind="transformers", model="tiny", device="cpu"), transformers.LlamaForCausalLM(config), tiny_tokenizer(512)
+    )
+    opts = PYesOptions(models=[BackendConfig(kind="transformers", model="tiny")], cache=False, unit="clause")
+    det = PYesDetector(opts, [backend])
+    answer = "the cat is red. Paris is red."
+    items = [item(answer, "a"), item("the cat sat.", "b")]
+    calib = det.calibrate(items, {})
+    assert calib.models["0:transformers:tiny"].n == 3
+    preds = det.detect(items, {})
+    probs = [s.prob for s in preds[0].soft_labels]
+    assert all(0.0 < p < 1.0 for p in probs) and det.unusable == 0
+
+
+def test_registry_builds_nli_and_pyes_without_loading_models():
+    assert build("nli", {"model": "some/checkpoint"}).options.unit == "sentence"
+    assert build("pyes", {"models": [{"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:9"}]}).options.top_logprobs == 20
