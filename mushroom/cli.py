@@ -313,6 +313,101 @@ def run_config(
     out_console.print(f"run folder: {run_dir}")
 
 
+@app.command()
+def compare(
+    runs: Annotated[list[Path], typer.Argument(help="run folders (or folders of prediction files)")],
+    split: Annotated[str, typer.Option("--split", help="labelled split")] = "val",
+    baseline: Annotated[int, typer.Option("--baseline", help="index of the baseline run (0: first)")] = 0,
+    tags: Annotated[
+        Path | None, typer.Option("--tags", help="error-type tags JSONL {id, error_type}")
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="file name stem in eval/")] = None,
+    eval_dir: Annotated[
+        Path | None, typer.Option("--eval-dir", help="where to write (default: eval/)")
+    ] = None,
+) -> None:
+    """Compare runs: IoU/Cor with 95% CIs per language, paired difference and p-value vs a baseline."""
+    from rich.table import Table
+
+    from mushroom.compare import (
+        COLUMNS,
+        comparison_rows,
+        load_tags,
+        rows_csv,
+        rows_markdown,
+        score_run,
+        tag_rows,
+    )
+    from mushroom.data import PROJECT_ROOT
+    from mushroom.runs import timestamp
+
+    scored = [score_run(r, split) for r in runs]
+    names = [s.name for s in scored]
+    if len(set(names)) != len(names):
+        for k, s in enumerate(scored):
+            s.name = f"{k}:{s.name}"
+    rows = comparison_rows(scored, baseline)
+    table = Table(title=f"{split}: runs against baseline {scored[baseline].name} (paired, items)")
+    for col in ("run", "lang", "n", "IoU [95% CI]", "Cor [95% CI]", "dIoU (p)", "dCor (p)"):
+        table.add_column(col, justify="left" if col in ("run", "lang") else "right")
+    for r in rows:
+        d_iou = f"{r['d_iou']:+.4f} ({r['p_iou']:.3f})" if "d_iou" in r else "baseline"
+        d_cor = f"{r['d_cor']:+.4f} ({r['p_cor']:.3f})" if "d_cor" in r else ""
+        table.add_row(
+            r["run"],
+            r["lang"],
+            str(r["n"]),
+            f"{r['iou']:.4f} [{r['iou_lo']:.2f}-{r['iou_hi']:.2f}]",
+            f"{r['cor']:.4f} [{r['cor_lo']:.2f}-{r['cor_hi']:.2f}]",
+            d_iou,
+            d_cor,
+            end_section=r["lang"] == "all",
+        )
+    out_console.print(table)
+    folder = eval_dir or PROJECT_ROOT / "eval"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = name or f"compare-{timestamp()}"
+    md = rows_markdown(rows, COLUMNS)
+    csv_text = rows_csv(rows, COLUMNS)
+    if tags is not None:
+        t_rows = tag_rows(scored, load_tags(tags))
+        if t_rows:
+            out_console.print(rows_markdown(t_rows))
+            md += "\n## Error types\n\n" + rows_markdown(t_rows)
+            (folder / f"{stem}.tags.csv").write_text(rows_csv(t_rows), encoding="utf-8")
+    (folder / f"{stem}.md").write_text(
+        f"# {split}: {', '.join(s.name for s in scored)}\n\n" + md, encoding="utf-8"
+    )
+    (folder / f"{stem}.csv").write_text(csv_text, encoding="utf-8")
+    out_console.print(f"wrote {folder / stem}.md and .csv")
+
+
+@app.command()
+def sweep(
+    runs: Annotated[list[Path], typer.Argument(help="one run, or several (their mean probability)")],
+    split: Annotated[str, typer.Option("--split", help="labelled split")] = "val",
+    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
+    svg: Annotated[
+        Path | None, typer.Option("--svg", help="write the plot here (default: eval/sweep-<time>.svg)")
+    ] = None,
+) -> None:
+    """IoU and Cor against the hard-label threshold, printed and plotted (SVG)."""
+    from mushroom.compare import ascii_sweep, rows_csv, sweep_svg
+    from mushroom.compare import sweep as run_sweep
+    from mushroom.data import PROJECT_ROOT
+    from mushroom.runs import timestamp
+
+    rows = run_sweep(runs, split, langs=lang)
+    out_console.print(ascii_sweep(rows), highlight=False)
+    best = max(rows, key=lambda r: r["iou"])
+    out_console.print(f"best IoU {best['iou']:.4f} at threshold {best['threshold']:.2f}")
+    path = svg or PROJECT_ROOT / "eval" / f"sweep-{timestamp()}.svg"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(sweep_svg(rows, f"{split}: {' + '.join(r.name for r in runs)}"), encoding="utf-8")
+    path.with_suffix(".csv").write_text(rows_csv(rows), encoding="utf-8")
+    out_console.print(f"plot: {path}")
+
+
 stack_app = typer.Typer(help="A learned combination of detector runs (fit on val, apply to test).")
 app.add_typer(stack_app, name="stack")
 

@@ -98,3 +98,20 @@ def write_json(path: Path, data: Any) -> None:
     """Writes pretty JSON (UTF-8), creating folders."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def prediction_folder(path: Path, split: str) -> Path:
+    """The folder holding a run's prediction files for a split.
+
+    Main-job runs keep test files at the top and val files in val/; `mushroom detect` runs
+    keep them in predictions/; a plain folder of prediction files works too.
+    """
+    from mushroom.errors import MushroomError
+    from mushroom.submission import submission_name
+
+    candidates = [path / "val"] if split == "val" else []
+    candidates += [path / "predictions", path]
+    for folder in candidates:
+        if any(folder.glob(submission_name("*", split))):
+            return folder
+    raise MushroomError(f"{path}: no {split} prediction files (looked in {', '.join(map(str, candidates))})")

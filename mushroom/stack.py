@@ -26,6 +26,7 @@ from mushroom.channels import channel_file, read_channels
 from mushroom.errors import MushroomError
 from mushroom.predictions import load_predictions, prediction_from_vectors, prediction_vectors
 from mushroom.records import Item, Prediction
+from mushroom.runs import prediction_folder
 from mushroom.scoring.metrics import vector_cor
 from mushroom.scoring.score import score_predictions
 from mushroom.spans import hard_to_mask, soft_to_vector
@@ -76,14 +77,7 @@ class Member:
 
     def folder(self, split: str) -> Path:
         """The folder with this split's prediction files (main-job, detect and plain layouts)."""
-        candidates = [self.path / "val"] if split == "val" else []
-        candidates += [self.path / "predictions", self.path]
-        for folder in candidates:
-            if any(folder.glob(submission_name("*", split))):
-                return folder
-        raise MushroomError(
-            f"{self.path}: no {split} prediction files (looked in {', '.join(map(str, candidates))})"
-        )
+        return prediction_folder(self.path, split)
 
     def load(self, split: str, lang: str, items: list[Item]) -> tuple[dict[str, Prediction], dict]:
         """Predictions and channels of one language; every item must be predicted."""

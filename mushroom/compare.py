@@ -1,0 +1,280 @@
+"""Comparing runs side by side: scores with intervals, paired tests, error-type counts, sweeps.
+
+Everything is recomputed from the prediction files each run wrote, so any run can be
+compared with any other without re-running a model, and the numbers match `mushroom score`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from mushroom.data import load_split, split_files
+from mushroom.jsonl import load_records
+from mushroom.predictions import load_predictions, prediction_vectors
+from mushroom.runs import prediction_folder
+from mushroom.scoring.metrics import vector_cor
+from mushroom.scoring.score import ScoreResult, score_paths
+from mushroom.scoring.stats import paired_test
+from mushroom.spans import hard_to_mask, soft_to_vector
+
+ErrorType = Literal[
+    "context-misinterpretation",
+    "incorrect-context",
+    "semantic-equivalence-fp",
+    "dependent-claim-missed",
+    "other",
+]
+
+
+class ErrorTag(BaseModel):
+    """One item's error type, from a small hand-written JSONL file (`{"id", "error_type"}`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    error_type: ErrorType
+    note: str = ""
+
+
+def load_tags(path: Path) -> dict[str, str]:
+    """Item id -> error type; a bad line is reported with its file, line and field."""
+    return {tag.id: tag.error_type for tag in load_records(path, ErrorTag)}
+
+
+@dataclass
+class RunScores:
+    """A run's per-item scores on a labelled split."""
+
+    name: str
+    path: Path
+    result: ScoreResult
+
+
+def score_run(path: Path, split: str = "val", name: str | None = None) -> RunScores:
+    """Scores a run folder's prediction files of a split against gold, per item."""
+    folder = prediction_folder(path, split)
+    gold_dir = next(iter(split_files(split).values())).parent
+    return RunScores(name or path.name, path, score_paths(gold_dir, folder))
+
+
+def comparison_rows(runs: list[RunScores], baseline: int = 0) -> list[dict]:
+    """Per language and overall: each run's IoU/Cor with 95% CIs and the paired test vs the baseline.
+
+    Overall is the mean over the languages every run covers (macro, as the leaderboard), and
+    the paired test overall is over all items of those languages.
+    """
+    base = runs[baseline]
+    langs = sorted(set.intersection(*(set(r.result.langs) for r in runs)))
+    rows = []
+    for run in runs:
+        per = run.result.by_lang()
+        base_per = base.result.by_lang()
+        for lang in [*langs, "all"]:
+            if lang == "all":
+                idx = [i for i, g in enumerate(run.result.langs) if g in langs]
+                res = ScoreResult(
+                    ids=[run.result.ids[i] for i in idx],
+                    langs=[run.result.langs[i] for i in idx],
+                    iou=run.result.iou[idx],
+                    cor=run.result.cor[idx],
+                )
+                bidx = [i for i, g in enumerate(base.result.langs) if g in langs]
+                b = ScoreResult(
+                    ids=[base.result.ids[i] for i in bidx],
+                    langs=[base.result.langs[i] for i in bidx],
+                    iou=base.result.iou[bidx],
+                    cor=base.result.cor[bidx],
+                )
+                iou = float(np.mean([per[g].mean_iou for g in langs]))
+                cor = float(np.mean([per[g].mean_cor for g in langs]))
+            else:
+                res, b = per[lang], base_per[lang]
+                iou, cor = res.mean_iou, res.mean_cor
+            ci = res.ci()
+            row = {
+                "run": run.name,
+                "lang": lang,
+                "n": len(res.ids),
+                "iou": iou,
+                "iou_lo": ci["iou"][0],
+                "iou_hi": ci["iou"][1],
+                "cor": cor,
+                "cor_lo": ci["cor"][0],
+                "cor_hi": ci["cor"][1],
+            }
+            if run is not base:
+                if res.ids != b.ids:
+                    raise ValueError(f"runs {run.name} and {base.name} do not cover the same {lang} items")
+                t_iou, t_cor = paired_test(res.iou, b.iou), paired_test(res.cor, b.cor)
+                row.update(
+                    d_iou=t_iou.mean_diff, p_iou=t_iou.p_value, d_cor=t_cor.mean_diff, p_cor=t_cor.p_value
+                )
+            rows.append(row)
+    return rows
+
+
+def tag_rows(runs: list[RunScores], tags: dict[str, str]) -> list[dict]:
+    """Per error type: how many tagged items, and each run's mean IoU/Cor on them."""
+    rows = []
+    for error_type in sorted(set(tags.values())):
+        ids = {i for i, t in tags.items() if t == error_type}
+        row: dict = {"error_type": error_type, "items": len(ids)}
+        for run in runs:
+            mask = np.array([i in ids for i in run.result.ids])
+            row[f"{run.name} IoU"] = float(run.result.iou[mask].mean()) if mask.any() else float("nan")
+            row[f"{run.name} Cor"] = float(run.result.cor[mask].mean()) if mask.any() else float("nan")
+        rows.append(row)
+    return rows
+
+
+COLUMNS = [
+    "run",
+    "lang",
+    "n",
+    "iou",
+    "iou_lo",
+    "iou_hi",
+    "cor",
+    "cor_lo",
+    "cor_hi",
+    "d_iou",
+    "p_iou",
+    "d_cor",
+    "p_cor",
+]
+
+
+def rows_csv(rows: list[dict], columns: list[str] | None = None) -> str:
+    """CSV text of rows (missing cells empty, floats with 4 decimals)."""
+    columns = columns or list(rows[0])
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_fmt(row.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def rows_markdown(rows: list[dict], columns: list[str] | None = None) -> str:
+    """A Markdown table of rows."""
+    columns = columns or list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_fmt(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+# ---- threshold sweep -------------------------------------------------------------------
+
+THRESHOLDS = [round(t, 2) for t in np.arange(0.05, 1.0, 0.05)]
+
+
+def sweep(
+    runs: list[Path],
+    split: str = "val",
+    thresholds: list[float] | None = None,
+    langs: list[str] | None = None,
+) -> list[dict]:
+    """IoU and Cor against the threshold for a run, or for the vote of several runs.
+
+    With one run the threshold applies to its soft probabilities; with several, to the
+    mean of their soft probabilities. Hard labels are the characters above the threshold;
+    Cor is computed with probabilities below the threshold set to 0 (the `floor` a stack
+    uses), which is why it moves too. Macro means over languages.
+    """
+    thresholds = thresholds or THRESHOLDS
+    data = load_split(split, langs)
+    iou = {t: [] for t in thresholds}
+    cor = {t: [] for t in thresholds}
+    for lang, items in data.items():
+        preds = [load_predictions(prediction_folder(r, split) / _name(lang, split)) for r in runs]
+        lang_iou = {t: [] for t in thresholds}
+        lang_cor = {t: [] for t in thresholds}
+        for item in items:
+            n = len(item.model_output_text)
+            soft = np.mean([prediction_vectors(p[item.id], n)[0] for p in preds], axis=0)
+            soft = np.round(soft, 6)
+            gold_mask = hard_to_mask(item.hard_labels or [], n)
+            gold_soft = soft_to_vector(item.soft_labels or [], n)
+            for t in thresholds:
+                mask = soft > t
+                union = np.count_nonzero(gold_mask | mask)
+                lang_iou[t].append(1.0 if union == 0 else np.count_nonzero(gold_mask & mask) / union)
+                lang_cor[t].append(vector_cor(gold_soft, np.where(soft > t, soft, 0.0)))
+        for t in thresholds:
+            iou[t].append(np.mean(lang_iou[t]))
+            cor[t].append(np.mean(lang_cor[t]))
+    return [
+        {"threshold": t, "iou": float(np.mean(iou[t])), "cor": float(np.mean(cor[t]))} for t in thresholds
+    ]
+
+
+def _name(lang: str, split: str) -> str:
+    from mushroom.submission import submission_name
+
+    return submission_name(lang, split)
+
+
+def sweep_svg(rows: list[dict], title: str = "threshold sweep") -> str:
+    """A small self-contained SVG line plot of IoU and Cor against the threshold."""
+    w, h, pad = 520, 300, 40
+    xs = [r["threshold"] for r in rows]
+    x_lo, x_hi = min(xs), max(xs)
+
+    def px(x: float) -> float:
+        return pad + (x - x_lo) / max(x_hi - x_lo, 1e-9) * (w - 2 * pad)
+
+    def py(y: float) -> float:
+        return h - pad - y * (h - 2 * pad)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
+        f'<text x="{w / 2}" y="16" text-anchor="middle" font-size="13">{_escape(title)}</text>',
+        f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>',
+        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>',
+    ]
+    for y in (0.0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<text x="{pad - 6}" y="{py(y) + 4}" text-anchor="end">{y:.2f}</text>')
+        parts.append(f'<line x1="{pad}" y1="{py(y)}" x2="{w - pad}" y2="{py(y)}" stroke="#eee"/>')
+    for x in xs[:: max(1, len(xs) // 6)]:
+        parts.append(f'<text x="{px(x)}" y="{h - pad + 14}" text-anchor="middle">{x:.2f}</text>')
+    for key, colour in (("iou", "#1f77b4"), ("cor", "#d62728")):
+        points = " ".join(f"{px(r['threshold']):.1f},{py(r[key]):.1f}" for r in rows)
+        parts.append(
+            f'<polyline class="{key}" fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>'
+        )
+        best = max(rows, key=lambda r: r[key])
+        parts.append(
+            f'<circle cx="{px(best["threshold"]):.1f}" cy="{py(best[key]):.1f}" r="4" fill="{colour}"/>'
+        )
+    parts.append(f'<text x="{w - pad}" y="{pad - 8}" text-anchor="end" fill="#1f77b4">IoU</text>')
+    parts.append(f'<text x="{w - pad - 30}" y="{pad - 8}" text-anchor="end" fill="#d62728">Cor</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def ascii_sweep(rows: list[dict], width: int = 40) -> str:
+    """The sweep as text bars, for the terminal."""
+    lines = []
+    for r in rows:
+        bar = "#" * int(round(r["iou"] * width))
+        lines.append(f"{r['threshold']:.2f} IoU {r['iou']:.4f} Cor {r['cor']:.4f} |{bar}")
+    return "\n".join(lines)
