@@ -408,6 +408,33 @@ def sweep(
     out_console.print(f"plot: {path}")
 
 
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder")],
+    split: Annotated[str, typer.Option("--split", help="split whose predictions to show")] = "val",
+    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
+    contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
+        "perplexity-sonar-pro,deepseek-r1"
+    ),
+    tags: Annotated[
+        Path | None, typer.Option("--tags", help="error-type tags JSONL {id, error_type}")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="HTML file (default: RUN_DIR/report.<split>.html)")
+    ] = None,
+) -> None:
+    """Write one self-contained HTML page: answers with gold and predicted spans, scores, contexts."""
+    from mushroom.compare import load_tags
+    from mushroom.report import build_report
+
+    page = build_report(
+        run_dir, split, lang, tuple(s for s in contexts.split(",") if s), load_tags(tags) if tags else None
+    )
+    path = out or run_dir / f"report.{split}.html"
+    path.write_text(page, encoding="utf-8")
+    out_console.print(f"report: {path}")
+
+
 stack_app = typer.Typer(help="A learned combination of detector runs (fit on val, apply to test).")
 app.add_typer(stack_app, name="stack")
 

@@ -1,0 +1,116 @@
+import re
+import shutil
+import subprocess
+
+import pytest
+from conftest import write_lines
+from typer.testing import CliRunner
+
+from mushroom.cli import app
+from mushroom.compare import comparison_rows, load_tags, score_run, sweep, sweep_svg, tag_rows
+from mushroom.errors import DataError
+from mushroom.report import build_report, highlighted_answer
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("runs")
+    for name, threshold in (("lo", "0.1"), ("hi", "0.6")):
+        res = runner.invoke(
+            app,
+            ["detect", "--split", "val", "--lang", "en", "--lang", "it", "--out", str(base / name),
+             "-o", f"threshold={threshold}", "--quiet"],
+        )
+        assert res.exit_code == 0, res.output
+    return base / "lo", base / "hi"
+
+
+def test_compare_pairs_items_and_writes_markdown_and_csv(two_runs, tmp_path):
+    lo, hi = two_runs
+    rows = comparison_rows([score_run(lo), score_run(hi)])
+    by = {(r["run"], r["lang"]): r for r in rows}
+    assert set(by) == {(run, lang) for run in ("lo", "hi") for lang in ("en", "it", "all")}
+    assert "d_iou" not in by[("lo", "en")]
+    hi_en, lo_en = by[("hi", "en")], by[("lo", "en")]
+    assert hi_en["d_iou"] == pytest.approx(hi_en["iou"] - lo_en["iou"])
+    assert 0 < hi_en["p_iou"] <= 1 and hi_en["iou_lo"] <= hi_en["iou"] <= hi_en["iou_hi"]
+    assert by[("hi", "all")]["iou"] == pytest.approx((hi_en["iou"] + by[("hi", "it")]["iou"]) / 2)
+    # soft labels do not depend on the threshold: same Cor, p-value 1
+    assert hi_en["d_cor"] == 0 and hi_en["p_cor"] == 1
+    tags = write_lines(tmp_path / "tags.jsonl", [
+        {"id": "val-en-1", "error_type": "incorrect-context"},
+        {"id": "val-it-2", "error_type": "incorrect-context"},
+        {"id": "val-en-3", "error_type": "semantic-equivalence-fp", "note": "synonym"},
+    ])
+    res = runner.invoke(app, ["compare", str(lo), str(hi), "--tags", str(tags), "--eval-dir", str(tmp_path), "--name", "c"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "c.md").read_text()
+    assert "| hi | en |" in md and "## Error types" in md
+    csv_lines = (tmp_path / "c.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("run,lang,n,iou") and len(csv_lines) == 1 + 6
+    t_rows = tag_rows([score_run(lo)], load_tags(tags))
+    assert {r["error_type"]: r["items"] for r in t_rows} == {"incorrect-context": 2, "semantic-equivalence-fp": 1}
+
+
+def test_bad_tag_file_names_line_and_field(tmp_path):
+    bad = write_lines(tmp_path / "t.jsonl", [{"id": "a", "error_type": "incorrect-context"}, {"id": "b", "error_type": "typo"}])
+    with pytest.raises(DataError, match=r"t.jsonl:2: field 'error_type'"):
+        load_tags(bad)
+
+
+def test_sweep_moves_iou_with_the_threshold_and_plots(two_runs, tmp_path):
+    lo, _ = two_runs
+    rows = sweep([lo], "val", thresholds=[0.05, 0.5, 0.95], langs=["en"])
+    assert [r["threshold"] for r in rows] == [0.05, 0.5, 0.95]
+    assert len({round(r["iou"], 6) for r in rows}) > 1
+    svg = sweep_svg(rows)
+    assert svg.startswith("<svg") and svg.count("<polyline") == 2
+    res = runner.invoke(app, ["sweep", str(lo), "--lang", "en", "--svg", str(tmp_path / "s.svg")])
+    assert res.exit_code == 0 and (tmp_path / "s.svg").is_file() and (tmp_path / "s.csv").is_file()
+
+
+def test_highlighting_escapes_text_and_marks_gold_and_predictions():
+    import numpy as np
+
+    text = "a <b> & c"
+    out = highlighted_answer(text, np.array([0, 0, 1, 1, 1, 0, 0, 0, 0], bool), np.array([0, 0, 0, 0.5, 0.5, 0, 0, 0, 1.0]))
+    assert "<b>" not in out and "&lt;" in out and "&amp;" in out
+    assert re.sub(r"<[^>]+>", "", out) == "a &lt;b&gt; &amp; c"
+    assert out.count('class="seg gold pred"') == 1 and "rgba(220,40,40,0.82)" in out
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium package (apt install chromium)")
+def test_report_renders_in_headless_chromium_with_filters(two_runs, tmp_path):
+    lo, _ = two_runs
+    page = tmp_path / "r.html"
+    res = runner.invoke(app, ["report", str(lo), "--out", str(page)])
+    assert res.exit_code == 0, res.output
+
+    def dom(fragment):
+        proc = subprocess.run(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=3000",
+             "--dump-dom", f"file://{page}#{fragment}"],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout
+
+    all_items = dom("")
+    assert all_items.count('class="item"') == 100  # en + it, none hidden
+    worst = dom("lang=it&worst=4")
+    assert worst.count('class="item"') == 4 and worst.count('class="item hidden"') == 96
+    shown = re.findall(r'class="item" id="([^"]+)" data-lang="(\w+)" data-iou="([0-9.]+)"', worst)
+    assert {lang for _, lang, _ in shown} == {"it"}
+    ious = sorted(float(v) for v in re.findall(r'data-lang="it" data-iou="([0-9.]+)"', worst))
+    assert sorted(float(v) for _, _, v in shown) == ious[:4]
+    assert '<span id="shown">4</span>' in worst
+    assert "context: perplexity-sonar-pro" in worst and 'class="seg gold' in all_items
+
+
+def test_report_without_labels_says_unlabelled(tmp_path):
+    res = runner.invoke(app, ["detect", "--split", "test", "--lang", "eu", "--out", str(tmp_path / "t"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    page = build_report(tmp_path / "t", "test", ["eu"])
+    assert page.count("unlabelled") >= 50 and page.startswith("<!DOCTYPE html>")
