@@ -435,6 +435,78 @@ def report(
     out_console.print(f"report: {path}")
 
 
+@app.command("contexts")
+def contexts_cmd(
+    split: Annotated[str, typer.Option("--split", help="val, test or train")] = "val",
+    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
+    backend: Annotated[
+        str, typer.Option("--backend", help="openai, transformers, vllm or replay")
+    ] = "openai",
+    model: Annotated[str, typer.Option("--model", help="model name or path")] = "",
+    base_url: Annotated[str | None, typer.Option("--base-url", help="openai: server URL")] = None,
+    responses: Annotated[str | None, typer.Option("--responses", help="replay: recorded responses")] = None,
+    source: Annotated[str, typer.Option("--source", help="name of the generated source")] = "llm",
+    tiers: Annotated[str, typer.Option("--tiers", help="sources used first, comma-separated")] = "",
+    prompt: Annotated[str, typer.Option("--prompt", help="prompt file in prompts/")] = "context_generation",
+    topic: Annotated[bool, typer.Option("--topic", help="give the answer's first sentence as topic")] = False,
+    grade: Annotated[str, typer.Option("--grade", help="none, llm or embedding")] = "none",
+    min_similarity: Annotated[float, typer.Option("--min-similarity", help="embedding grading cut")] = 0.3,
+    context_dir: Annotated[Path | None, typer.Option("--context-dir", help="default: contexts/")] = None,
+) -> None:
+    """Generate background contexts with an LLM for items no tier source covers (resumable)."""
+    from rich.table import Table
+
+    from mushroom.backends import build_backend
+    from mushroom.backends.cache import CachedBackend, ResponseCache
+    from mushroom.contextgen import generate_contexts
+    from mushroom.contexts import DEFAULT_CONTEXT_DIR
+    from mushroom.data import load_split
+
+    if grade not in ("none", "llm", "embedding"):
+        raise MushroomError(f"--grade must be none, llm or embedding, not {grade!r}")
+    cfg = {"kind": backend, "model": model, "base_url": base_url, "responses": responses}
+    engine = build_backend({k: v for k, v in cfg.items() if v is not None})
+    root = context_dir or DEFAULT_CONTEXT_DIR
+    if engine.kind != "replay":
+        engine = CachedBackend(engine, ResponseCache(root / f".cache.{source}.jsonl"))
+    table = Table(title=f"contexts: {split}, source {source!r}")
+    for col in ("lang", "items", "from tiers", "done before", "generated", "failed", "kept", "dropped"):
+        table.add_column(col, justify="right")
+    for code, items in load_split(split, lang).items():
+        st = generate_contexts(
+            split,
+            code,
+            items,
+            engine,
+            source,
+            tuple(t for t in tiers.split(",") if t),
+            prompt,
+            topic,
+            grade,
+            None,
+            min_similarity,
+            root,
+        )
+        table.add_row(
+            code,
+            *(
+                str(v)
+                for v in (
+                    st.items,
+                    st.covered_by_tiers,
+                    st.already_generated,
+                    st.generated,
+                    st.failed,
+                    st.kept,
+                    st.dropped,
+                )
+            ),
+        )
+        for err in st.errors[:3]:
+            err_console.print(f"[yellow]{code}[/yellow] {err}")
+    out_console.print(table)
+
+
 stack_app = typer.Typer(help="A learned combination of detector runs (fit on val, apply to test).")
 app.add_typer(stack_app, name="stack")
 

@@ -13,6 +13,7 @@ from mushroom.detectors.base import Detector
 from mushroom.errors import MushroomError
 
 _REGISTRY: dict[str, str] = {
+    "chain": "mushroom.detectors.chain:ChainDetector",
     "lexical": "mushroom.detectors.lexical:LexicalDetector",
     "llm": "mushroom.detectors.llm:LLMDetector",
     "nli": "mushroom.detectors.nli:NLIDetector",
