@@ -266,6 +266,9 @@ class ChainDetector(Detector):
                     st.claims_not_in_answer += 1
                 claim_spans.append(span)
             item_verdicts, raw_ver = by_item.get(k, (None, []))
+            # One locator for all wrong spans of the item: a text named twice goes to its
+            # next occurrence, as in the single-prompt parser.
+            span_locator = SpanLocator(answer)
             for v in item_verdicts or []:
                 if v.get("supported") is not False:
                     continue
@@ -274,7 +277,7 @@ class ChainDetector(Detector):
                 placed = 0
                 for claim in spans:
                     st.spans += 1
-                    span = SpanLocator(answer).locate(claim.text, claim.probability)
+                    span = span_locator.locate(claim.text, claim.probability)
                     if span is None:
                         st.spans_not_located += 1
                         continue
