@@ -62,8 +62,14 @@ def main() -> None:
     args = parser.parse_args()
     items = load_split("val", [args.lang])[args.lang]
     ctx = load_contexts("val", args.lang).by_id
-    print(f"{'detector':24s} {'req/item':>8s} {'prompt ch/item':>15s} {'completion ch/item':>19s} {'oracle IoU':>10s}")
-    for name, options in (("llm", {"cache": False}), ("llm", {"cache": False, "temperatures": [0.1, 0.3, 0.5]}), ("chain", {"cache": False})):
+    print(
+        f"{'detector':24s} {'req/item':>8s} {'prompt ch/item':>15s} {'completion ch/item':>19s} {'oracle IoU':>10s}"
+    )
+    for name, options in (
+        ("llm", {"cache": False}),
+        ("llm", {"cache": False, "temperatures": [0.1, 0.3, 0.5]}),
+        ("chain", {"cache": False}),
+    ):
         det = build(name, options)
         oracle = Oracle(items)
         det._backend = oracle
@@ -71,7 +77,9 @@ def main() -> None:
         n = len(items)
         label = name if name == "chain" else f"llm x{len(options.get('temperatures', [0]))} temps"
         iou = score_predictions(items, preds).mean_iou
-        print(f"{label:24s} {oracle.requests / n:8.2f} {oracle.prompt_chars / n:15.0f} {oracle.completion_chars / n:19.0f} {iou:10.4f}")
+        print(
+            f"{label:24s} {oracle.requests / n:8.2f} {oracle.prompt_chars / n:15.0f} {oracle.completion_chars / n:19.0f} {iou:10.4f}"
+        )
 
 
 if __name__ == "__main__":

@@ -32,11 +32,15 @@ def main() -> None:
     for name in args.members.split(","):
         start = time.process_time()
         detect_split(build(name), "val", work / name, quiet=True)
-        print(f"{name}: {1000 * (time.process_time() - start) / n_items:.1f} ms CPU per item ({n_items} items)")
+        print(
+            f"{name}: {1000 * (time.process_time() - start) / n_items:.1f} ms CPU per item ({n_items} items)"
+        )
         members.append(Member(name, work / name))
     fit = fit_stack(members, data, "val")
     Console(width=200).print(comparison_table("val, 5-fold CV by item", fit.comparison))
-    print(f"hard labels from: {fit.model.hard_from}; threshold {fit.model.threshold}, floor {fit.model.floor}")
+    print(
+        f"hard labels from: {fit.model.hard_from}; threshold {fit.model.threshold}, floor {fit.model.floor}"
+    )
 
 
 if __name__ == "__main__":

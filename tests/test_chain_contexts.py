@@ -15,20 +15,32 @@ from mushroom.scoring.score import score_predictions
 
 ANSWER = "Marie Curie was born in 1867 in Berlin and won two Nobel Prizes."
 ITEM = Item(
-    id="v-1", lang="en", model_input="Where was Marie Curie born?", model_output_text=ANSWER,
-    soft_labels=[{"start": 32, "end": 38, "prob": 1.0}], hard_labels=[[32, 38]],
+    id="v-1",
+    lang="en",
+    model_input="Where was Marie Curie born?",
+    model_output_text=ANSWER,
+    soft_labels=[{"start": 32, "end": 38, "prob": 1.0}],
+    hard_labels=[[32, 38]],
 )
 CTX = {"v-1": [Context(source="s", text="Marie Curie was born in Warsaw in 1867. She won two Nobel Prizes.")]}
-DECOMPOSE = json.dumps({"claims": [
-    {"claim": "Curie was born in 1867", "substring": "born in 1867"},
-    {"claim": "Curie was born in Berlin", "substring": "in Berlin"},
-    {"claim": "Curie won two Nobel Prizes", "substring": "won two Nobel Prizes"},
-]})
-VERIFY = json.dumps({"verdicts": [
-    {"claim": 1, "supported": True, "incorrect_spans": []},
-    {"claim": 2, "supported": False, "incorrect_spans": [{"text": "Berlin", "probability": 0.9}]},
-    {"claim": 3, "supported": True},
-]})
+DECOMPOSE = json.dumps(
+    {
+        "claims": [
+            {"claim": "Curie was born in 1867", "substring": "born in 1867"},
+            {"claim": "Curie was born in Berlin", "substring": "in Berlin"},
+            {"claim": "Curie won two Nobel Prizes", "substring": "won two Nobel Prizes"},
+        ]
+    }
+)
+VERIFY = json.dumps(
+    {
+        "verdicts": [
+            {"claim": 1, "supported": True, "incorrect_spans": []},
+            {"claim": 2, "supported": False, "incorrect_spans": [{"text": "Berlin", "probability": 0.9}]},
+            {"claim": 3, "supported": True},
+        ]
+    }
+)
 
 
 class Scripted(Backend):
@@ -46,7 +58,9 @@ class Scripted(Backend):
         for req in requests:
             self.seen.append(req)
             steps = self.script.get(req.key, [])
-            out.append(Generation(texts=[steps.pop(0)]) if steps else Generation(error=f"nothing for {req.key}"))
+            out.append(
+                Generation(texts=[steps.pop(0)]) if steps else Generation(error=f"nothing for {req.key}")
+            )
         return out
 
 
@@ -62,7 +76,10 @@ def test_decompose_verify_locate_marks_the_minimal_wrong_substring():
     assert pred.soft_labels[0].prob == pytest.approx(0.9)
     assert score_predictions([ITEM], [pred]).mean_iou == 1.0
     verify_prompt = backend.seen[1].messages[-1].content
-    assert '2. Curie was born in Berlin  [answer text: "in Berlin"]' in verify_prompt and "Warsaw" in verify_prompt
+    assert (
+        '2. Curie was born in Berlin  [answer text: "in Berlin"]' in verify_prompt
+        and "Warsaw" in verify_prompt
+    )
     s = det.stats
     assert (s.claims, s.false_claims, s.spans, s.retries, s.decomposition_failures) == (3, 1, 1, 0, 0)
     assert s.requests == 2 and s.prompt_chars > len(ANSWER) * 2
@@ -70,12 +87,23 @@ def test_decompose_verify_locate_marks_the_minimal_wrong_substring():
 
 def test_failed_stage_is_retried_once_with_the_error_and_counted():
     det, pred, backend = run_chain(
-        {"v-1#decompose": ["Sure! Here are the claims:"], "v-1#decompose#retry": [DECOMPOSE], "v-1#verify": [VERIFY]}
+        {
+            "v-1#decompose": ["Sure! Here are the claims:"],
+            "v-1#decompose#retry": [DECOMPOSE],
+            "v-1#verify": [VERIFY],
+        }
     )
     assert [list(h) for h in pred.hard_labels] == [[32, 38]]
     retry = backend.seen[1]
-    assert retry.messages[-2].content == "Sure! Here are the claims:" and "could not be used" in retry.messages[-1].content
-    assert det.stats.retries == 1 and det.stats.decompose_invalid_json == 1 and det.stats.decomposition_failures == 0
+    assert (
+        retry.messages[-2].content == "Sure! Here are the claims:"
+        and "could not be used" in retry.messages[-1].content
+    )
+    assert (
+        det.stats.retries == 1
+        and det.stats.decompose_invalid_json == 1
+        and det.stats.decomposition_failures == 0
+    )
 
 
 def test_malformed_answers_are_counted_and_predict_nothing():
@@ -83,10 +111,21 @@ def test_malformed_answers_are_counted_and_predict_nothing():
     det, pred, _ = run_chain({"v-1#decompose": ["not json", "{still not"]})
     assert pred.hard_labels == [] and det.stats.decomposition_failures == 1 and det.stats.retries == 1
     # a claim quoted wrongly, a span that is not in the answer -> fallback to the claim's substring
-    bad_dec = json.dumps({"claims": [{"claim": "x", "substring": "born in Paris in 1900"},
-                                     {"claim": "y", "substring": "in Berlin"}]})
-    bad_ver = json.dumps({"verdicts": [{"claim": 2, "supported": False,
-                                        "incorrect_spans": [{"text": "Hamburg", "probability": 0.8}]}]})
+    bad_dec = json.dumps(
+        {
+            "claims": [
+                {"claim": "x", "substring": "born in Paris in 1900"},
+                {"claim": "y", "substring": "in Berlin"},
+            ]
+        }
+    )
+    bad_ver = json.dumps(
+        {
+            "verdicts": [
+                {"claim": 2, "supported": False, "incorrect_spans": [{"text": "Hamburg", "probability": 0.8}]}
+            ]
+        }
+    )
     det, pred, _ = run_chain({"v-1#decompose": [bad_dec], "v-1#verify": [bad_ver]}, retry=False)
     s = det.stats
     assert (s.claims_not_in_answer, s.spans_not_located, s.fallbacks) == (1, 1, 1)
@@ -95,13 +134,22 @@ def test_malformed_answers_are_counted_and_predict_nothing():
 
 
 def test_chain_over_a_loopback_server_and_replay(tmp_path):
-    with FakeServer({"Split the ANSWER": [("ok", "```json\n" + DECOMPOSE + "\n```")], "CLAIMS (numbered": [("ok", VERIFY)]}) as server:
-        det = build("chain", {"backend": {"kind": "openai", "model": "m", "base_url": server.url}, "cache": False})
+    with FakeServer(
+        {
+            "Split the ANSWER": [("ok", "```json\n" + DECOMPOSE + "\n```")],
+            "CLAIMS (numbered": [("ok", VERIFY)],
+        }
+    ) as server:
+        det = build(
+            "chain", {"backend": {"kind": "openai", "model": "m", "base_url": server.url}, "cache": False}
+        )
         pred = det.detect([ITEM], CTX)[0]
     assert [list(h) for h in pred.hard_labels] == [[32, 38]]
     assert len(server.calls) == 2
-    replay = write_lines(tmp_path / "r.jsonl", [{"id": "v-1#decompose", "response": DECOMPOSE},
-                                                {"id": "v-1#verify", "response": VERIFY}])
+    replay = write_lines(
+        tmp_path / "r.jsonl",
+        [{"id": "v-1#decompose", "response": DECOMPOSE}, {"id": "v-1#verify", "response": VERIFY}],
+    )
     det = build("chain", {"backend": {"kind": "replay", "responses": str(replay)}})
     det.workdir = tmp_path
     assert [list(h) for h in det.detect([ITEM], CTX)[0].hard_labels] == [[32, 38]]
@@ -129,8 +177,18 @@ def test_context_stage_generates_only_missing_items_grades_and_resumes(tmp_path)
     ]
     write_lines(tmp_path / "val.en.retrieved.jsonl", [{"id": "a", "context": "Rome was founded by Romulus."}])
     backend = Scripted({"b": ["the capital of peru is lima"], "c": ["bananas are yellow fruit"]})
-    st = generate_contexts("val", "en", items, backend, source="gen", tiers=("retrieved",), grading="embedding",
-                           min_similarity=0.3, context_dir=tmp_path, encoder=FakeEncoder())
+    st = generate_contexts(
+        "val",
+        "en",
+        items,
+        backend,
+        source="gen",
+        tiers=("retrieved",),
+        grading="embedding",
+        min_similarity=0.3,
+        context_dir=tmp_path,
+        encoder=FakeEncoder(),
+    )
     assert (st.covered_by_tiers, st.generated, st.kept, st.dropped) == (1, 2, 1, 1)
     assert [r.key for r in backend.seen] == ["b", "c"]
     ctx = load_contexts("val", "en", ("retrieved", "gen"), allow_missing_source=True, context_dir=tmp_path)
@@ -139,13 +197,18 @@ def test_context_stage_generates_only_missing_items_grades_and_resumes(tmp_path)
     assert {g["id"]: g["relevant"] for g in grades} == {"b": True, "c": False}
     # resume: nothing is sent again
     again = Scripted({})
-    st2 = generate_contexts("val", "en", items, again, source="gen", tiers=("retrieved",), context_dir=tmp_path)
+    st2 = generate_contexts(
+        "val", "en", items, again, source="gen", tiers=("retrieved",), context_dir=tmp_path
+    )
     assert again.seen == [] and st2.already_generated == 2
 
 
 def test_context_stage_llm_grading_over_loopback(tmp_path):
     items = [Item(id="q1", lang="en", model_input="Who painted the Mona Lisa?", model_output_text="x")]
-    script = {"Is the background text": [("ok", "Irrelevant.")], "Mona Lisa": [("ok", "It is a painting by Leonardo.")]}
+    script = {
+        "Is the background text": [("ok", "Irrelevant.")],
+        "Mona Lisa": [("ok", "It is a painting by Leonardo.")],
+    }
     with FakeServer(script) as server:
         backend = build_backend_for(server.url)
         st = generate_contexts("test", "en", items, backend, source="g", grading="llm", context_dir=tmp_path)

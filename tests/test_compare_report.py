@@ -20,8 +20,20 @@ def two_runs(tmp_path_factory):
     for name, threshold in (("lo", "0.1"), ("hi", "0.6")):
         res = runner.invoke(
             app,
-            ["detect", "--split", "val", "--lang", "en", "--lang", "it", "--out", str(base / name),
-             "-o", f"threshold={threshold}", "--quiet"],
+            [
+                "detect",
+                "--split",
+                "val",
+                "--lang",
+                "en",
+                "--lang",
+                "it",
+                "--out",
+                str(base / name),
+                "-o",
+                f"threshold={threshold}",
+                "--quiet",
+            ],
         )
         assert res.exit_code == 0, res.output
     return base / "lo", base / "hi"
@@ -39,23 +51,34 @@ def test_compare_pairs_items_and_writes_markdown_and_csv(two_runs, tmp_path):
     assert by[("hi", "all")]["iou"] == pytest.approx((hi_en["iou"] + by[("hi", "it")]["iou"]) / 2)
     # soft labels do not depend on the threshold: same Cor, p-value 1
     assert hi_en["d_cor"] == 0 and hi_en["p_cor"] == 1
-    tags = write_lines(tmp_path / "tags.jsonl", [
-        {"id": "val-en-1", "error_type": "incorrect-context"},
-        {"id": "val-it-2", "error_type": "incorrect-context"},
-        {"id": "val-en-3", "error_type": "semantic-equivalence-fp", "note": "synonym"},
-    ])
-    res = runner.invoke(app, ["compare", str(lo), str(hi), "--tags", str(tags), "--eval-dir", str(tmp_path), "--name", "c"])
+    tags = write_lines(
+        tmp_path / "tags.jsonl",
+        [
+            {"id": "val-en-1", "error_type": "incorrect-context"},
+            {"id": "val-it-2", "error_type": "incorrect-context"},
+            {"id": "val-en-3", "error_type": "semantic-equivalence-fp", "note": "synonym"},
+        ],
+    )
+    res = runner.invoke(
+        app, ["compare", str(lo), str(hi), "--tags", str(tags), "--eval-dir", str(tmp_path), "--name", "c"]
+    )
     assert res.exit_code == 0, res.output
     md = (tmp_path / "c.md").read_text()
     assert "| hi | en |" in md and "## Error types" in md
     csv_lines = (tmp_path / "c.csv").read_text().splitlines()
     assert csv_lines[0].startswith("run,lang,n,iou") and len(csv_lines) == 1 + 6
     t_rows = tag_rows([score_run(lo)], load_tags(tags))
-    assert {r["error_type"]: r["items"] for r in t_rows} == {"incorrect-context": 2, "semantic-equivalence-fp": 1}
+    assert {r["error_type"]: r["items"] for r in t_rows} == {
+        "incorrect-context": 2,
+        "semantic-equivalence-fp": 1,
+    }
 
 
 def test_bad_tag_file_names_line_and_field(tmp_path):
-    bad = write_lines(tmp_path / "t.jsonl", [{"id": "a", "error_type": "incorrect-context"}, {"id": "b", "error_type": "typo"}])
+    bad = write_lines(
+        tmp_path / "t.jsonl",
+        [{"id": "a", "error_type": "incorrect-context"}, {"id": "b", "error_type": "typo"}],
+    )
     with pytest.raises(DataError, match=r"t.jsonl:2: field 'error_type'"):
         load_tags(bad)
 
@@ -75,13 +98,17 @@ def test_highlighting_escapes_text_and_marks_gold_and_predictions():
     import numpy as np
 
     text = "a <b> & c"
-    out = highlighted_answer(text, np.array([0, 0, 1, 1, 1, 0, 0, 0, 0], bool), np.array([0, 0, 0, 0.5, 0.5, 0, 0, 0, 1.0]))
+    out = highlighted_answer(
+        text, np.array([0, 0, 1, 1, 1, 0, 0, 0, 0], bool), np.array([0, 0, 0, 0.5, 0.5, 0, 0, 0, 1.0])
+    )
     assert "<b>" not in out and "&lt;" in out and "&amp;" in out
     assert re.sub(r"<[^>]+>", "", out) == "a &lt;b&gt; &amp; c"
     assert out.count('class="seg gold pred"') == 1 and "rgba(220,40,40,0.82)" in out
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium package (apt install chromium)")
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="needs Debian's chromium package (apt install chromium)"
+)
 def test_report_renders_in_headless_chromium_with_filters(two_runs, tmp_path):
     lo, _ = two_runs
     page = tmp_path / "r.html"
@@ -90,9 +117,18 @@ def test_report_renders_in_headless_chromium_with_filters(two_runs, tmp_path):
 
     def dom(fragment):
         proc = subprocess.run(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=3000",
-             "--dump-dom", f"file://{page}#{fragment}"],
-            capture_output=True, text=True, timeout=120,
+            [
+                "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--virtual-time-budget=3000",
+                "--dump-dom",
+                f"file://{page}#{fragment}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
         return proc.stdout
@@ -110,7 +146,9 @@ def test_report_renders_in_headless_chromium_with_filters(two_runs, tmp_path):
 
 
 def test_report_without_labels_says_unlabelled(tmp_path):
-    res = runner.invoke(app, ["detect", "--split", "test", "--lang", "eu", "--out", str(tmp_path / "t"), "--quiet"])
+    res = runner.invoke(
+        app, ["detect", "--split", "test", "--lang", "eu", "--out", str(tmp_path / "t"), "--quiet"]
+    )
     assert res.exit_code == 0, res.output
     page = build_report(tmp_path / "t", "test", ["eu"])
     assert page.count("unlabelled") >= 50 and page.startswith("<!DOCTYPE html>")

@@ -9,7 +9,9 @@ def texts(pieces):
 
 
 def test_sentence_ends_but_not_inside_numbers_abbreviations_or_initials():
-    text = "Dr. Smith was born in 1950. He won 3.5 million dollars! J. R. R. Tolkien wrote it, e.g. The Hobbit."
+    text = (
+        "Dr. Smith was born in 1950. He won 3.5 million dollars! J. R. R. Tolkien wrote it, e.g. The Hobbit."
+    )
     assert texts(sentences(text)) == [
         "Dr. Smith was born in 1950.",
         "He won 3.5 million dollars!",
@@ -23,7 +25,10 @@ def test_sentence_ends_but_not_inside_numbers_abbreviations_or_initials():
 
 def test_cjk_hindi_and_arabic_marks_end_sentences_without_spaces():
     assert texts(sentences("北京是中国的首都。它有很多人口！")) == ["北京是中国的首都。", "它有很多人口！"]
-    assert texts(sentences("भारत एक देश है। इसकी राजधानी दिल्ली है।")) == ["भारत एक देश है।", "इसकी राजधानी दिल्ली है।"]
+    assert texts(sentences("भारत एक देश है। इसकी राजधानी दिल्ली है।")) == [
+        "भारत एक देश है।",
+        "इसकी राजधानी दिल्ली है।",
+    ]
     assert texts(sentences("هل هو هنا؟ نعم هو هنا.")) == ["هل هو هنا؟", "نعم هو هنا."]
     assert texts(sentences("line one\nline two")) == ["line one", "line two"]
 
@@ -35,7 +40,9 @@ def test_clauses_cut_long_sentences_and_keep_short_lists_whole():
         "and it was published by Allen and Unwin in London.",
     ]
     assert texts(clauses("Flags are red, green and blue.")) == ["Flags are red, green and blue."]
-    assert texts(clauses("It cost 1,000,000 dollars in the year 1990 alone, said the report by the bank.")) == [
+    assert texts(
+        clauses("It cost 1,000,000 dollars in the year 1990 alone, said the report by the bank.")
+    ) == [
         "It cost 1,000,000 dollars in the year 1990 alone,",
         "said the report by the bank.",
     ]

@@ -18,7 +18,9 @@ def encoder():
 
 
 def test_paraphrases_are_closer_than_unrelated_sentences(encoder):
-    vecs = encoder.encode(["The cat sat on the mat.", "A cat was sitting on a rug.", "Stock markets fell sharply."])
+    vecs = encoder.encode(
+        ["The cat sat on the mat.", "A cat was sitting on a rug.", "Stock markets fell sharply."]
+    )
     assert vecs.shape == (3, 384)
     assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
     sims = vecs @ vecs.T
@@ -41,7 +43,12 @@ def test_unsupported_claim_scores_higher_than_supported_one(encoder):
     det = build("semantic")
     det._encoder = encoder
     answer = "Marie Curie was born in Warsaw. She later won the Nobel Prize in Mathematics in 1975."
-    ctx = [Context(source="s", text="Marie Curie was born in Warsaw, Poland. She won Nobel Prizes in Physics and Chemistry.")]
+    ctx = [
+        Context(
+            source="s",
+            text="Marie Curie was born in Warsaw, Poland. She won Nobel Prizes in Physics and Chemistry.",
+        )
+    ]
     pred = det.detect([item(answer)], {"x": ctx})[0]
     vec = np.zeros(len(answer))
     for span in pred.soft_labels:

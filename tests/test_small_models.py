@@ -22,7 +22,24 @@ from mushroom.detectors.pyes import PYesDetector, PYesOptions, harmonic_mean, p_
 from mushroom.errors import MushroomError  # noqa: E402
 from mushroom.records import Context, Item  # noqa: E402
 
-WORDS = ["[PAD]", "[UNK]", "</s>", "Yes", "No", "the", "cat", "sat", "is", "red", ".", "Paris", "user", "assistant", ":", "?"]
+WORDS = [
+    "[PAD]",
+    "[UNK]",
+    "</s>",
+    "Yes",
+    "No",
+    "the",
+    "cat",
+    "sat",
+    "is",
+    "red",
+    ".",
+    "Paris",
+    "user",
+    "assistant",
+    ":",
+    "?",
+]
 
 
 def tiny_tokenizer(max_length=64):
@@ -31,17 +48,30 @@ def tiny_tokenizer(max_length=64):
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="[PAD]", eos_token="</s>", unk_token="[UNK]", model_max_length=max_length
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        eos_token="</s>",
+        unk_token="[UNK]",
+        model_max_length=max_length,
     )
-    tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}assistant :"
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}assistant :"
+    )
     return tokenizer
 
 
 def tiny_nli(id2label):
     torch.manual_seed(0)
     config = transformers.BertConfig(
-        vocab_size=len(WORDS), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=128, num_labels=3, id2label=id2label, label2id={v: k for k, v in id2label.items()},
+        vocab_size=len(WORDS),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=3,
+        id2label=id2label,
+        label2id={v: k for k, v in id2label.items()},
     )
     return transformers.BertForSequenceClassification(config)
 
@@ -52,7 +82,9 @@ def item(answer, item_id="x"):
 
 def test_label_mapping_is_read_from_the_config():
     assert label_indices({0: "CONTRADICTION", 1: "neutral", 2: "ENTAILMENT"}) == {
-        "entailment": 2, "neutral": 1, "contradiction": 0,
+        "entailment": 2,
+        "neutral": 1,
+        "contradiction": 0,
     }
     with pytest.raises(MushroomError, match="no label for"):
         label_indices({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"})
@@ -60,7 +92,9 @@ def test_label_mapping_is_read_from_the_config():
 
 def test_nli_scores_pieces_chunks_long_contexts_and_keeps_the_best_chunk():
     model = tiny_nli({0: "contradiction", 1: "entailment", 2: "neutral"})
-    det = NLIDetector(NLIOptions(model="tiny", device="cpu", max_length=24, neutral_weight=0.5), model, tiny_tokenizer())
+    det = NLIDetector(
+        NLIOptions(model="tiny", device="cpu", max_length=24, neutral_weight=0.5), model, tiny_tokenizer()
+    )
     context = " ".join(["the cat sat ."] * 20)  # 80 tokens: more than one 24-token window
     chunks = det.chunks(context, "the cat is red .")
     assert len(chunks) > 1 and all(len(det._tokenizer(c)["input_ids"]) <= 24 for c in chunks)
@@ -99,7 +133,9 @@ class FixedBackend(Backend):
 
 
 def test_p_yes_reads_first_token_and_sums_variants():
-    gen = Generation(texts=["Yes"], logprobs=[[{" Yes": math.log(0.3), "yes": math.log(0.3), "No": math.log(0.2)}]])
+    gen = Generation(
+        texts=["Yes"], logprobs=[[{" Yes": math.log(0.3), "yes": math.log(0.3), "No": math.log(0.2)}]]
+    )
     assert p_yes(gen, ["yes"], ["no"]) == pytest.approx(0.75)
     assert p_yes(Generation(texts=["x"], logprobs=[[{"x": 0.0}]]), ["yes"], ["no"]) is None
     assert p_yes(Generation(error="boom"), ["yes"], ["no"]) is None
@@ -119,14 +155,20 @@ def test_pyes_normalises_each_model_and_averages(tmp_path):
     from mushroom.detectors.pyes import ModelStats, PYesCalibration
 
     det.calibration = PYesCalibration(
-        models={"0:fixed:a": ModelStats(mean=0.8, std=0.1, n=5), "1:fixed:b": ModelStats(mean=0.3, std=0.1, n=5)}
+        models={
+            "0:fixed:a": ModelStats(mean=0.8, std=0.1, n=5),
+            "1:fixed:b": ModelStats(mean=0.3, std=0.1, n=5),
+        }
     )
     pred = det.detect([item(answer)], {"x": [Context(source="s", text="the cat is red .")]})[0]
     z = np.mean([(0.9 - 0.8) / 0.1, (0.3 - 0.3) / 0.1])  # 0.5
     expected = 1 - 1 / (1 + math.exp(-z))
     assert pred.soft_labels[0].prob == pytest.approx(expected, abs=1e-6)
     assert pred.hard_labels == []  # 0.38 < 0.5
-    assert len(backends[0].requests) == 2 and "Statement: Paris is red." in backends[0].requests[1].messages[-1].content
+    assert (
+        len(backends[0].requests) == 2
+        and "Statement: Paris is red." in backends[0].requests[1].messages[-1].content
+    )
     assert (tmp_path / "en.pyes.jsonl").is_file() and (tmp_path / "pyes_calibration.json").is_file()
     # without a calibration file, statistics come from the items themselves and are recorded
     det2 = PYesDetector(opts, [FixedBackend(0.9, 0.1), FixedBackend(None, None)])
@@ -141,11 +183,21 @@ def test_pyes_normalises_each_model_and_averages(tmp_path):
 def test_pyes_with_a_tiny_transformers_model_reads_real_logprobs():
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
-        vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0, eos_token_id=2, bos_token_id=2,
+        vocab_size=len(WORDS),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=2,
     )
     backend = TransformersBackend(
-        BackendConfig(kind="transformers", model="tiny", device="cpu"), transformers.LlamaForCausalLM(config), tiny_tokenizer(512)
+        BackendConfig(kind="transformers", model="tiny", device="cpu"),
+        transformers.LlamaForCausalLM(config),
+        tiny_tokenizer(512),
     )
     opts = PYesOptions(models=[BackendConfig(kind="transformers", model="tiny")], cache=False, unit="clause")
     det = PYesDetector(opts, [backend])
@@ -160,4 +212,9 @@ def test_pyes_with_a_tiny_transformers_model_reads_real_logprobs():
 
 def test_registry_builds_nli_and_pyes_without_loading_models():
     assert build("nli", {"model": "some/checkpoint"}).options.unit == "sentence"
-    assert build("pyes", {"models": [{"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:9"}]}).options.top_logprobs == 20
+    assert (
+        build(
+            "pyes", {"models": [{"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:9"}]}
+        ).options.top_logprobs
+        == 20
+    )

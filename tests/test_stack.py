@@ -36,7 +36,14 @@ def make_items(n, rng):
             hard = [[start, start + len(words[j])]]
             soft = [{"start": start, "end": start + len(words[j]), "prob": 1.0}]
         items.append(
-            Item(id=f"i{k}", lang="en", model_input="q", model_output_text=text, soft_labels=soft, hard_labels=hard)
+            Item(
+                id=f"i{k}",
+                lang="en",
+                model_input="q",
+                model_output_text=text,
+                soft_labels=soft,
+                hard_labels=hard,
+            )
         )
     return items
 
@@ -62,9 +69,14 @@ def gold_vec(it):
 def test_stack_learns_from_an_informative_member_and_a_channel(tmp_path):
     rng = np.random.default_rng(1)
     items = make_items(80, rng)
-    noisy = {it.id: np.clip(gold_vec(it) * 0.4 + rng.uniform(0, 0.5, len(it.model_output_text)), 0, 1) for it in items}
+    noisy = {
+        it.id: np.clip(gold_vec(it) * 0.4 + rng.uniform(0, 0.5, len(it.model_output_text)), 0, 1)
+        for it in items
+    }
     write_member(tmp_path / "a", items, lambda it: noisy[it.id], channel=lambda it: gold_vec(it) * 0.9)
-    write_member(tmp_path / "b" / "predictions", items, lambda it: rng.uniform(0, 1, len(it.model_output_text)))
+    write_member(
+        tmp_path / "b" / "predictions", items, lambda it: rng.uniform(0, 1, len(it.model_output_text))
+    )
     members = parse_members([f"a={tmp_path / 'a'}", str(tmp_path / "b")])
     assert [m.name for m in members] == ["a", "b"]
     fit = fit_stack(members, {"en": items}, folds=4)
@@ -78,11 +90,20 @@ def test_stack_learns_from_an_informative_member_and_a_channel(tmp_path):
     path = tmp_path / "stack.json"
     path.write_text(json.dumps(fit.model.model_dump(mode="json")))
     model = StackModel.model_validate_json(path.read_text())
-    write_member(tmp_path / "a", items, lambda it: noisy[it.id], split="test", channel=lambda it: gold_vec(it) * 0.9)
-    write_member(tmp_path / "b" / "predictions", items, lambda it: rng.uniform(0, 1, len(it.model_output_text)), split="test")
+    write_member(
+        tmp_path / "a", items, lambda it: noisy[it.id], split="test", channel=lambda it: gold_vec(it) * 0.9
+    )
+    write_member(
+        tmp_path / "b" / "predictions",
+        items,
+        lambda it: rng.uniform(0, 1, len(it.model_output_text)),
+        split="test",
+    )
     preds = apply_stack(model, members, "test", {"en": items})["en"]
     assert [p.id for p in preds] == [it.id for it in items]
-    hits = [[list(h) for h in p.hard_labels] == [list(h) for h in it.hard_labels] for p, it in zip(preds, items)]
+    hits = [
+        [list(h) for h in p.hard_labels] == [list(h) for h in it.hard_labels] for p, it in zip(preds, items)
+    ]
     assert np.mean(hits) > 0.9
     with pytest.raises(MushroomError, match="fitted on members"):
         apply_stack(model, members[::-1], "test", {"en": items})
@@ -110,19 +131,62 @@ def test_stack_cli_fit_and_apply_on_val(tmp_path):
     for name, threshold in (("lo", "0.2"), ("hi", "0.4")):
         res = runner.invoke(
             app,
-            ["detect", "--split", "val", "--lang", "it", "--lang", "sv", "--out", str(tmp_path / name),
-             "-o", f"threshold={threshold}", "--quiet"],
+            [
+                "detect",
+                "--split",
+                "val",
+                "--lang",
+                "it",
+                "--lang",
+                "sv",
+                "--out",
+                str(tmp_path / name),
+                "-o",
+                f"threshold={threshold}",
+                "--quiet",
+            ],
         )
         assert res.exit_code == 0, res.output
     model = tmp_path / "stack.json"
-    res = runner.invoke(app, ["stack", "fit", f"lo={tmp_path / 'lo'}", f"hi={tmp_path / 'hi'}", "--out", str(model),
-                              "--lang", "it", "--lang", "sv", "--folds", "3"])
+    res = runner.invoke(
+        app,
+        [
+            "stack",
+            "fit",
+            f"lo={tmp_path / 'lo'}",
+            f"hi={tmp_path / 'hi'}",
+            "--out",
+            str(model),
+            "--lang",
+            "it",
+            "--lang",
+            "sv",
+            "--folds",
+            "3",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "hard labels from" in res.output
     saved = StackModel.model_validate_json(model.read_text())
     assert saved.members == ["lo", "hi"] and set(saved.cv) == {"it", "sv", "mean"}
-    res = runner.invoke(app, ["stack", "apply", str(model), f"lo={tmp_path / 'lo'}", f"hi={tmp_path / 'hi'}",
-                              "--split", "val", "--lang", "it", "--lang", "sv", "--out", str(tmp_path / "applied")])
+    res = runner.invoke(
+        app,
+        [
+            "stack",
+            "apply",
+            str(model),
+            f"lo={tmp_path / 'lo'}",
+            f"hi={tmp_path / 'hi'}",
+            "--split",
+            "val",
+            "--lang",
+            "it",
+            "--lang",
+            "sv",
+            "--out",
+            str(tmp_path / "applied"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     preds = load_predictions(tmp_path / "applied" / submission_name("it", "val"))
     assert len(preds) == 50
