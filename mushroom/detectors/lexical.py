@@ -21,7 +21,6 @@ from rapidfuzz.distance import Levenshtein
 
 from mushroom.detectors.base import Detector, DetectorOptions
 from mushroom.detectors.lexical_calibration import Calibration, load_calibration
-from mushroom.predictions import prediction_from_vectors
 from mushroom.records import Context, Item, Prediction
 from mushroom.text.stopwords import stop_characters, stopwords
 from mushroom.text.tokenize import Token, tokenize, vocabulary
@@ -243,13 +242,7 @@ class LexicalDetector(Detector):
         contexts: dict[str, list[Context]],
         advance: Callable[[int], None] | None = None,
     ) -> list[Prediction]:
-        out = []
-        for item in items:
-            vec = self.item_vector(item, contexts.get(item.id, []))
-            out.append(prediction_from_vectors(item.id, vec, vec > self.options.threshold))
-            if advance is not None:
-                advance(1)
-        return out
+        return self.detect_by_vector(items, contexts, self.item_vector, self.options.threshold, advance)
 
 
 def fit_calibration(

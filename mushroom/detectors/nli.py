@@ -26,7 +26,6 @@ from pydantic import Field
 from mushroom.detectors.base import Detector, DetectorOptions
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
 from mushroom.errors import MushroomError
-from mushroom.predictions import prediction_from_vectors
 from mushroom.records import Context, Item, Prediction
 from mushroom.text.segment import sentences
 
@@ -164,12 +163,11 @@ class NLIDetector(Detector):
         contexts: dict[str, list[Context]],
         advance: Callable[[int], None] | None = None,
     ) -> list[Prediction]:
-        out = []
-        for item in items:
-            pieces, scores = self.piece_scores(item, contexts.get(item.id, []))
-            vec = paint(len(item.model_output_text), pieces, scores)
-            self.channels[item.id] = {"piece": vec}
-            out.append(prediction_from_vectors(item.id, vec, vec > self.options.threshold))
-            if advance is not None:
-                advance(1)
-        return out
+        return self.detect_by_vector(items, contexts, self.item_vector, self.options.threshold, advance)
+
+    def item_vector(self, item: Item, contexts: list[Context]) -> np.ndarray:
+        """Per-character probability (each piece's score); records it as a channel."""
+        pieces, scores = self.piece_scores(item, contexts)
+        vec = paint(len(item.model_output_text), pieces, scores)
+        self.channels[item.id] = {"piece": vec}
+        return vec

@@ -29,7 +29,6 @@ from pydantic import Field
 
 from mushroom.detectors.base import Detector, DetectorOptions
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
-from mushroom.predictions import prediction_from_vectors
 from mushroom.records import Context, Item, Prediction
 from mushroom.text.segment import clauses, sentences
 from mushroom.text.stopwords import stopwords
@@ -162,10 +161,4 @@ class SemanticDetector(Detector):
         contexts: dict[str, list[Context]],
         advance: Callable[[int], None] | None = None,
     ) -> list[Prediction]:
-        out = []
-        for item in items:
-            vec = self.item_vector(item, contexts.get(item.id, []))
-            out.append(prediction_from_vectors(item.id, vec, vec > self.options.threshold))
-            if advance is not None:
-                advance(1)
-        return out
+        return self.detect_by_vector(items, contexts, self.item_vector, self.options.threshold, advance)
