@@ -456,8 +456,7 @@ def contexts_cmd(
     """Generate background contexts with an LLM for items no tier source covers (resumable)."""
     from rich.table import Table
 
-    from mushroom.backends import build_backend
-    from mushroom.backends.cache import CachedBackend, ResponseCache
+    from mushroom.backends.cache import build_cached
     from mushroom.contextgen import generate_contexts
     from mushroom.contexts import DEFAULT_CONTEXT_DIR
     from mushroom.data import load_split
@@ -465,10 +464,10 @@ def contexts_cmd(
     if grade not in ("none", "llm", "embedding"):
         raise MushroomError(f"--grade must be none, llm or embedding, not {grade!r}")
     cfg = {"kind": backend, "model": model, "base_url": base_url, "responses": responses}
-    engine = build_backend({k: v for k, v in cfg.items() if v is not None})
     root = context_dir or DEFAULT_CONTEXT_DIR
-    if engine.kind != "replay":
-        engine = CachedBackend(engine, ResponseCache(root / f".cache.{source}.jsonl"))
+    engine = build_cached(
+        {k: v for k, v in cfg.items() if v is not None}, True, root / f".cache.{source}.jsonl"
+    )
     table = Table(title=f"contexts: {split}, source {source!r}")
     for col in ("lang", "items", "from tiers", "done before", "generated", "failed", "kept", "dropped"):
         table.add_column(col, justify="right")

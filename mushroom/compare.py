@@ -19,10 +19,11 @@ from mushroom.data import load_split, split_files
 from mushroom.jsonl import load_records
 from mushroom.predictions import load_predictions, prediction_vectors
 from mushroom.runs import prediction_folder
-from mushroom.scoring.metrics import vector_cor
+from mushroom.scoring.metrics import mask_iou, vector_cor
 from mushroom.scoring.score import ScoreResult, score_paths
 from mushroom.scoring.stats import paired_test
 from mushroom.spans import hard_to_mask, soft_to_vector
+from mushroom.submission import submission_name
 
 ErrorType = Literal[
     "context-misinterpretation",
@@ -201,7 +202,7 @@ def sweep(
     iou = {t: [] for t in thresholds}
     cor = {t: [] for t in thresholds}
     for lang, items in data.items():
-        preds = [load_predictions(prediction_folder(r, split) / _name(lang, split)) for r in runs]
+        preds = [load_predictions(prediction_folder(r, split) / submission_name(lang, split)) for r in runs]
         lang_iou = {t: [] for t in thresholds}
         lang_cor = {t: [] for t in thresholds}
         for item in items:
@@ -211,9 +212,7 @@ def sweep(
             gold_mask = hard_to_mask(item.hard_labels or [], n)
             gold_soft = soft_to_vector(item.soft_labels or [], n)
             for t in thresholds:
-                mask = soft > t
-                union = np.count_nonzero(gold_mask | mask)
-                lang_iou[t].append(1.0 if union == 0 else np.count_nonzero(gold_mask & mask) / union)
+                lang_iou[t].append(mask_iou(gold_mask, soft > t))
                 lang_cor[t].append(vector_cor(gold_soft, np.where(soft > t, soft, 0.0)))
         for t in thresholds:
             iou[t].append(np.mean(lang_iou[t]))
@@ -221,12 +220,6 @@ def sweep(
     return [
         {"threshold": t, "iou": float(np.mean(iou[t])), "cor": float(np.mean(cor[t]))} for t in thresholds
     ]
-
-
-def _name(lang: str, split: str) -> str:
-    from mushroom.submission import submission_name
-
-    return submission_name(lang, split)
 
 
 def sweep_svg(rows: list[dict], title: str = "threshold sweep") -> str:

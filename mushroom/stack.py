@@ -27,7 +27,7 @@ from mushroom.errors import MushroomError
 from mushroom.predictions import load_predictions, prediction_from_vectors, prediction_vectors
 from mushroom.records import Item, Prediction
 from mushroom.runs import prediction_folder
-from mushroom.scoring.metrics import vector_cor
+from mushroom.scoring.metrics import mask_iou, vector_cor
 from mushroom.scoring.score import score_predictions
 from mushroom.spans import hard_to_mask, soft_to_vector
 from mushroom.submission import submission_name
@@ -252,20 +252,12 @@ def _by_lang_scores(items: list[Item], preds: list[Prediction]) -> dict[str, dic
         idx = [k for k, it in enumerate(items) if it.lang == lang]
         res = score_predictions([items[k] for k in idx], [preds[k] for k in idx])
         out[lang] = {"iou": res.mean_iou, "cor": res.mean_cor}
-    out["mean"] = {
-        "iou": float(np.mean([v["iou"] for v in out.values()])),
-        "cor": float(np.mean([v["cor"] for v in list(out.values())[: len(langs)]])),
-    }
+    out["mean"] = {key: float(np.mean([out[lang][key] for lang in langs])) for key in ("iou", "cor")}
     return out
 
 
 THRESHOLDS = np.round(np.arange(0.05, 0.96, 0.05), 2)
 FLOORS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
-
-
-def _mask_iou(gold: np.ndarray, pred: np.ndarray) -> float:
-    union = np.count_nonzero(gold | pred)
-    return 1.0 if union == 0 else np.count_nonzero(gold & pred) / union
 
 
 def choose_cutoffs(items: list[Item], probs: list[np.ndarray]) -> tuple[float, float]:
@@ -284,7 +276,7 @@ def choose_cutoffs(items: list[Item], probs: list[np.ndarray]) -> tuple[float, f
     rounded = [np.round(p, 6) for p in probs]
 
     def mean_iou(t: float) -> float:
-        return float(np.mean([_mask_iou(g[0], p > t) for g, p in zip(golds, rounded)]))
+        return float(np.mean([mask_iou(g[0], p > t) for g, p in zip(golds, rounded)]))
 
     def mean_cor(f: float) -> float:
         return float(np.mean([vector_cor(g[1], np.where(p < f, 0.0, p)) for g, p in zip(golds, rounded)]))
@@ -306,17 +298,20 @@ def choose_cutoffs_by_lang(
     return pooled, per_lang
 
 
-def _cutoffs(model_or_pair, lang: str) -> tuple[float, float]:
-    pooled, per_lang = model_or_pair
-    return per_lang.get(lang, pooled)
-
-
 def _predictions_by_lang(items: list[Item], probs: list[np.ndarray], cutoffs) -> list[Prediction]:
     out = []
     for item, p in zip(items, probs):
-        t, f = _cutoffs(cutoffs, item.lang)
+        pooled, per_lang = cutoffs
+        t, f = per_lang.get(item.lang, pooled)
         out.extend(_predictions([item], [p], t, f))
     return out
+
+
+def _fit(data: StackData, idx: list[int], l2: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(coefficients, feature means, feature scales) fitted on the chosen items."""
+    x, y, w = data.stacked(idx)
+    mean, scale = x.mean(0), x.std(0) + 1e-6
+    return fit_logistic(_design(x, mean, scale), y, w * len(idx), l2), mean, scale
 
 
 def cross_validate(data: StackData, folds: int = 5, l2: float = 1.0, seed: int = 0) -> list[np.ndarray]:
@@ -332,9 +327,7 @@ def cross_validate(data: StackData, folds: int = 5, l2: float = 1.0, seed: int =
     for f in range(folds):
         train = [k for k in range(len(data.items)) if fold_of[k] != f]
         test = [k for k in range(len(data.items)) if fold_of[k] == f]
-        x, y, w = data.stacked(train)
-        mean, scale = x.mean(0), x.std(0) + 1e-6
-        coef = fit_logistic(_design(x, mean, scale), y, w * len(train), l2)
+        coef, mean, scale = _fit(data, train, l2)
         for k in test:
             probs[k] = _predict(coef, mean, scale, data.features[k])
     return probs
@@ -360,9 +353,7 @@ def fit_stack(
     # Cut-offs chosen on out-of-fold probabilities of the same items they are scored on
     # would flatter the CV numbers; nested: each fold's cut-offs come from the other folds.
     cutoffs = choose_cutoffs_by_lang(stack_data.items, oof)
-    x, y, w = stack_data.stacked(list(range(len(stack_data.items))))
-    mean, scale = x.mean(0), x.std(0) + 1e-6
-    coef = fit_logistic(_design(x, mean, scale), y, w * len(stack_data.items), l2)
+    coef, mean, scale = _fit(stack_data, list(range(len(stack_data.items))), l2)
     items = stack_data.items
     stack_preds = _nested_cutoff_predictions(items, oof)
     comparison = {"stack (CV)": _by_lang_scores(items, stack_preds)}

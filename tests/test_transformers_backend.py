@@ -97,9 +97,6 @@ def test_llm_detector_with_garbage_model_predicts_nothing_and_counts_it(monkeypa
             BackendConfig(kind="transformers", model="tiny", device="cpu"), model, tokenizer
         ),
     )
-    import mushroom.detectors.llm as llm
-
-    monkeypatch.setattr(llm, "build_backend", backends.build_backend)
     items = load_split("val", ["en"])["en"][:3]
     det = build(
         "llm", {"backend": {"kind": "transformers", "model": "tiny"}, "max_tokens": 16, "cache": False}

@@ -108,3 +108,16 @@ class CachedBackend(Backend):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def build_cached(config, enabled: bool, path: Path) -> Backend:
+    """Builds the backend for `config`, behind a disk cache at `path` unless disabled.
+
+    Replayed responses are already on disk, so a replay backend is never cached.
+    """
+    from mushroom.backends import build_backend
+
+    backend = build_backend(config)
+    if enabled and backend.kind != "replay":
+        return CachedBackend(backend, ResponseCache(path))
+    return backend

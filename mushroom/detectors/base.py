@@ -46,25 +46,35 @@ class Detector(ABC):
     ) -> list[Prediction]:
         """One prediction per item, in the order of `items`."""
 
-    def detect_by_vector(
+    def describe(self) -> dict[str, Any]:
+        """Name and options, recorded in every run's config."""
+        return {"detector": self.name, "options": self.options.model_dump(mode="json")}
+
+
+class VectorDetector(Detector):
+    """A detector that scores one item at a time as a per-character probability vector.
+
+    Hard labels are the characters above the `threshold` option, which every subclass's
+    options carry.
+    """
+
+    @abstractmethod
+    def item_vector(self, item: Item, contexts: list[Context]) -> np.ndarray:
+        """Per-character hallucination probability of one answer."""
+
+    def detect(
         self,
         items: list[Item],
         contexts: dict[str, list[Context]],
-        vector: Callable[[Item, list[Context]], np.ndarray],
-        threshold: float,
         advance: Callable[[int], None] | None = None,
     ) -> list[Prediction]:
-        """Predictions from a per-item probability vector: hard labels above `threshold`."""
         from mushroom.predictions import prediction_from_vectors
 
+        threshold = self.options.threshold
         out = []
         for item in items:
-            vec = vector(item, contexts.get(item.id, []))
+            vec = self.item_vector(item, contexts.get(item.id, []))
             out.append(prediction_from_vectors(item.id, vec, vec > threshold))
             if advance is not None:
                 advance(1)
         return out
-
-    def describe(self) -> dict[str, Any]:
-        """Name and options, recorded in every run's config."""
-        return {"detector": self.name, "options": self.options.model_dump(mode="json")}

@@ -23,9 +23,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from mushroom.backends import build_backend
 from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest, Message
-from mushroom.backends.cache import CachedBackend, ResponseCache
+from mushroom.backends.cache import build_cached
 from mushroom.detectors.base import Detector, DetectorOptions
 from mushroom.detectors.llm import context_text
 from mushroom.jsonl import write_jsonl
@@ -132,11 +131,8 @@ class ChainDetector(Detector):
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            backend = build_backend(self.options.backend)
-            if self.options.cache and backend.kind != "replay":
-                path = (self.workdir or Path(".")) / "chain.cache.jsonl"
-                backend = CachedBackend(backend, ResponseCache(path))
-            self._backend = backend
+            path = (self.workdir or Path(".")) / "chain.cache.jsonl"
+            self._backend = build_cached(self.options.backend, self.options.cache, path)
         return self._backend
 
     def _request(self, key: str, messages: list[Message]) -> GenerationRequest:

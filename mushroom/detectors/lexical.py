@@ -11,7 +11,6 @@ punctuation, merge into one phrase-level span, because annotators mark phrases
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -19,9 +18,9 @@ import regex
 from pydantic import Field
 from rapidfuzz.distance import Levenshtein
 
-from mushroom.detectors.base import Detector, DetectorOptions
+from mushroom.detectors.base import DetectorOptions, VectorDetector
 from mushroom.detectors.lexical_calibration import Calibration, load_calibration
-from mushroom.records import Context, Item, Prediction
+from mushroom.records import Context, Item
 from mushroom.text.stopwords import stop_characters, stopwords
 from mushroom.text.tokenize import Token, tokenize, vocabulary
 
@@ -131,7 +130,7 @@ def _level(share: float) -> str:
     return "mid" if share < 2 / 3 else "hi"
 
 
-class LexicalDetector(Detector):
+class LexicalDetector(VectorDetector):
     """Lexical grounding against the contexts; see the module docstring."""
 
     name = "lexical"
@@ -235,14 +234,6 @@ class LexicalDetector(Detector):
             if len(gap) <= opts.max_gap and not _SENTENCE_BREAK.search(gap):
                 vec[a.end : b.start] = np.maximum(vec[a.end : b.start], opts.gap_weight * min(pa, pb))
         return vec
-
-    def detect(
-        self,
-        items: list[Item],
-        contexts: dict[str, list[Context]],
-        advance: Callable[[int], None] | None = None,
-    ) -> list[Prediction]:
-        return self.detect_by_vector(items, contexts, self.item_vector, self.options.threshold, advance)
 
 
 def fit_calibration(

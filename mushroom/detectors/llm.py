@@ -17,9 +17,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from mushroom.backends import build_backend
 from mushroom.backends.base import Backend, BackendConfig, GenerationRequest
-from mushroom.backends.cache import CachedBackend, ResponseCache
+from mushroom.backends.cache import build_cached
 from mushroom.detectors.base import Detector, DetectorOptions
 from mushroom.ensemble import SoftMode, vote
 from mushroom.jsonl import write_jsonl
@@ -82,13 +81,12 @@ class LLMDetector(Detector):
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            backend = build_backend(self.options.backend)
-            if self.options.cache and backend.kind != "replay":
-                path = Path(self.options.cache_path) if self.options.cache_path else None
-                if path is None:
-                    path = (self.workdir or Path(".")) / "responses.cache.jsonl"
-                backend = CachedBackend(backend, ResponseCache(path))
-            self._backend = backend
+            path = (
+                Path(self.options.cache_path)
+                if self.options.cache_path
+                else (self.workdir or Path(".")) / "responses.cache.jsonl"
+            )
+            self._backend = build_cached(self.options.backend, self.options.cache, path)
         return self._backend
 
     def requests(self, items: list[Item], contexts: dict[str, list[Context]]) -> list[GenerationRequest]:

@@ -17,16 +17,15 @@ works): `microsoft/deberta-large-mnli` or `cross-encoder/nli-deberta-v3-base` fo
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from pydantic import Field
 
-from mushroom.detectors.base import Detector, DetectorOptions
+from mushroom.detectors.base import DetectorOptions, VectorDetector
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
 from mushroom.errors import MushroomError
-from mushroom.records import Context, Item, Prediction
+from mushroom.records import Context, Item
 from mushroom.text.segment import sentences
 
 
@@ -59,7 +58,7 @@ def label_indices(id2label: dict[Any, str]) -> dict[str, int]:
     return {"entailment": found["entail"], "neutral": found["neutral"], "contradiction": found["contradict"]}
 
 
-class NLIDetector(Detector):
+class NLIDetector(VectorDetector):
     """Sentence/clause NLI against chunked contexts; see the module docstring."""
 
     name = "nli"
@@ -156,14 +155,6 @@ class NLIDetector(Detector):
             score = contradiction + self.options.neutral_weight * best[idx["neutral"]]
             scores.append(float(min(score, 1.0)))
         return pieces, scores
-
-    def detect(
-        self,
-        items: list[Item],
-        contexts: dict[str, list[Context]],
-        advance: Callable[[int], None] | None = None,
-    ) -> list[Prediction]:
-        return self.detect_by_vector(items, contexts, self.item_vector, self.options.threshold, advance)
 
     def item_vector(self, item: Item, contexts: list[Context]) -> np.ndarray:
         """Per-character probability (each piece's score); records it as a channel."""

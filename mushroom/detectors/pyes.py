@@ -22,9 +22,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
-from mushroom.backends import build_backend
 from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest
-from mushroom.backends.cache import CachedBackend, ResponseCache
+from mushroom.backends.cache import build_cached
 from mushroom.detectors.base import Detector, DetectorOptions
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
@@ -125,14 +124,11 @@ class PYesDetector(Detector):
     @property
     def backends(self) -> list[Backend]:
         if self._backends is None:
-            built = []
-            for k, cfg in enumerate(self.options.models):
-                backend = build_backend(cfg)
-                if self.options.cache and backend.kind != "replay":
-                    path = (self.workdir or Path(".")) / f"pyes.model{k}.cache.jsonl"
-                    backend = CachedBackend(backend, ResponseCache(path))
-                built.append(backend)
-            self._backends = built
+            root = self.workdir or Path(".")
+            self._backends = [
+                build_cached(cfg, self.options.cache, root / f"pyes.model{k}.cache.jsonl")
+                for k, cfg in enumerate(self.options.models)
+            ]
         return self._backends
 
     def raw_scores(self, items: list[Item], contexts: dict[str, list[Context]]) -> tuple[list, np.ndarray]:

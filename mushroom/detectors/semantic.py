@@ -22,14 +22,12 @@ there (`langs`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 from pydantic import Field
 
-from mushroom.detectors.base import Detector, DetectorOptions
+from mushroom.detectors.base import DetectorOptions, VectorDetector
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
-from mushroom.records import Context, Item, Prediction
+from mushroom.records import Context, Item
 from mushroom.text.segment import clauses, sentences
 from mushroom.text.stopwords import stopwords
 from mushroom.text.tokenize import tokenize
@@ -67,7 +65,7 @@ def _grade(sim: np.ndarray, hi: float, lo: float) -> np.ndarray:
     return np.clip((hi - sim) / max(hi - lo, 1e-9), 0.0, 1.0)
 
 
-class SemanticDetector(Detector):
+class SemanticDetector(VectorDetector):
     """Embedding similarity against the contexts, mixed with lexical evidence."""
 
     name = "semantic"
@@ -154,11 +152,3 @@ class SemanticDetector(Detector):
                 channels.update(word=word, clause=clause)
         self.channels[item.id] = channels
         return vec
-
-    def detect(
-        self,
-        items: list[Item],
-        contexts: dict[str, list[Context]],
-        advance: Callable[[int], None] | None = None,
-    ) -> list[Prediction]:
-        return self.detect_by_vector(items, contexts, self.item_vector, self.options.threshold, advance)

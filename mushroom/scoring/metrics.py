@@ -32,6 +32,14 @@ def _inside(spans: Sequence[Sequence], length: int) -> bool:
     return all(0 <= s[0] and s[1] <= length for s in spans)
 
 
+def mask_iou(ref: np.ndarray, pred: np.ndarray) -> float:
+    """IoU of two boolean character masks of the same text; 1.0 when both are empty."""
+    union = int(np.count_nonzero(ref | pred))
+    if union == 0:
+        return 1.0
+    return int(np.count_nonzero(ref & pred)) / union
+
+
 def item_iou(ref_hard: Sequence[Sequence[int]], pred_hard: Sequence[Sequence[int]], length: int) -> float:
     """Character IoU of two hard-label lists; 1.0 when both are empty."""
     if _inside(ref_hard, length) and _inside(pred_hard, length):
@@ -41,10 +49,7 @@ def item_iou(ref_hard: Sequence[Sequence[int]], pred_hard: Sequence[Sequence[int
             ref[start:end] = True
         for start, end in pred_hard:
             pred[start:end] = True
-        union = int(np.count_nonzero(ref | pred))
-        if union == 0:
-            return 1.0
-        return int(np.count_nonzero(ref & pred)) / union
+        return mask_iou(ref, pred)
     ref_set = {i for s, e in ref_hard for i in range(s, e)}
     pred_set = {i for s, e in pred_hard for i in range(s, e)}
     if not ref_set and not pred_set:
