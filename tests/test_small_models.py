@@ -14,6 +14,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch not installed: pip install 'mushroom[transformers]'")
 transformers = pytest.importorskip("transformers", reason="transformers not installed")
 
+from tiny_models import tiny_llama, word_tokenizer  # noqa: E402
+
 from mushroom.backends.base import Backend, BackendConfig, Generation  # noqa: E402
 from mushroom.backends.hf import TransformersBackend  # noqa: E402
 from mushroom.detectors import build  # noqa: E402
@@ -43,21 +45,7 @@ WORDS = [
 
 
 def tiny_tokenizer(max_length=64):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="[PAD]",
-        eos_token="</s>",
-        unk_token="[UNK]",
-        model_max_length=max_length,
-    )
-    tokenizer.chat_template = (
-        "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}assistant :"
-    )
-    return tokenizer
+    return word_tokenizer(WORDS, pre_tokenizer="whitespace", model_max_length=max_length)
 
 
 def tiny_nli(id2label):
@@ -181,22 +169,9 @@ def test_pyes_normalises_each_model_and_averages(tmp_path):
 
 
 def test_pyes_with_a_tiny_transformers_model_reads_real_logprobs():
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=len(WORDS),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        pad_token_id=0,
-        eos_token_id=2,
-        bos_token_id=2,
-    )
     backend = TransformersBackend(
         BackendConfig(kind="transformers", model="tiny", device="cpu"),
-        transformers.LlamaForCausalLM(config),
+        tiny_llama(len(WORDS), 512),
         tiny_tokenizer(512),
     )
     opts = PYesOptions(models=[BackendConfig(kind="transformers", model="tiny")], cache=False, unit="clause")

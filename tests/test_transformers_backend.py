@@ -11,6 +11,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch not installed: pip install 'mushroom[transformers]'")
 transformers = pytest.importorskip("transformers", reason="transformers not installed")
 
+from tiny_models import tiny_llama, word_tokenizer  # noqa: E402
+
 from mushroom.backends.base import BackendConfig, GenerationRequest, Message  # noqa: E402
 from mushroom.backends.hf import TransformersBackend  # noqa: E402
 from mushroom.data import load_split  # noqa: E402
@@ -18,8 +20,6 @@ from mushroom.detectors import build  # noqa: E402
 
 
 def tiny_model_and_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
     words = [
         "[PAD]",
         "[UNK]",
@@ -37,28 +37,7 @@ def tiny_model_and_tokenizer():
         "assistant",
     ]
     words += [f"w{i}" for i in range(50)]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="[PAD]", eos_token="</s>", unk_token="[UNK]"
-    )
-    tokenizer.chat_template = (
-        "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}assistant :"
-    )
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        pad_token_id=0,
-        eos_token_id=2,
-        bos_token_id=2,
-    )
-    return transformers.LlamaForCausalLM(config), tokenizer
+    return tiny_llama(len(words), 4096), word_tokenizer(words)
 
 
 def test_batched_generation_greedy_sampled_and_logprobs():

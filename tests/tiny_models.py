@@ -1,0 +1,46 @@
+"""Recipes for the tiny random transformers models the tests build (nothing is downloaded).
+
+A word-level `tokenizers` vocabulary wrapped in PreTrainedTokenizerFast with a one-line chat
+template, and a LlamaForCausalLM with 2 layers, hidden size 32 and 2 heads over it.
+"""
+
+import transformers
+
+CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}assistant :"
+
+
+def word_tokenizer(words, pre_tokenizer="whitespace_split", **kwargs):
+    """A fast tokenizer over exactly `words` (unknown words -> [UNK]), with a chat template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = (
+        pre_tokenizers.WhitespaceSplit()
+        if pre_tokenizer == "whitespace_split"
+        else pre_tokenizers.Whitespace()
+    )
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="[PAD]", eos_token="</s>", unk_token="[UNK]", **kwargs
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def tiny_llama(vocab_size, max_positions):
+    """A random 2-layer Llama (pad id 0, eos/bos id 2), seeded so tests are repeatable."""
+    import torch
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=2,
+    )
+    return transformers.LlamaForCausalLM(config)
