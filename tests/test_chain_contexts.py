@@ -220,3 +220,40 @@ def build_backend_for(url):
     from mushroom.backends import build_backend
 
     return build_backend({"kind": "openai", "model": "m", "base_url": url})
+
+
+def test_context_stage_from_recorded_responses_through_the_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from mushroom.cli import app
+    from mushroom.data import load_split
+
+    items = load_split("val", ["it"])["it"][:2]
+    replay = write_lines(
+        tmp_path / "r.jsonl", [{"id": it.id, "response": f"Background for {it.id}."} for it in items]
+    )
+    res = CliRunner().invoke(
+        app,
+        [
+            "contexts",
+            "--split",
+            "val",
+            "--lang",
+            "it",
+            "--backend",
+            "replay",
+            "--responses",
+            str(replay),
+            "--source",
+            "rec",
+            "--context-dir",
+            str(tmp_path),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    ctx = load_contexts("val", "it", ("rec",), context_dir=tmp_path)
+    assert {i: [c.text for c in cs] for i, cs in ctx.by_id.items()} == {
+        it.id: [f"Background for {it.id}."] for it in items
+    }
+    # the other 48 items had no recorded response: counted as failed, nothing written for them
+    assert "48" in res.output
