@@ -41,10 +41,8 @@ def main() -> None:
         print(f"{name}: {timing}")
         members.append(Member(name, work / name))
     fit = fit_stack(members, data, "val")
-    Console(width=200).print(comparison_table("val, 5-fold CV by item", fit.comparison))
-    print(
-        f"hard labels from: {fit.model.hard_from}; threshold {fit.model.threshold}, floor {fit.model.floor}"
-    )
+    Console(width=200).print(comparison_table("val, 5-fold CV by item", fit.comparison, decimals=4))
+    print(f"{fit.model.hard_label_summary()}; threshold {fit.model.threshold}, floor {fit.model.floor}")
 
 
 if __name__ == "__main__":

@@ -529,9 +529,7 @@ def stack_fit(
     write_json(out, fit.model.model_dump(mode="json"))
     out_console.print(comparison_table(f"stack on {split} ({folds}-fold CV by item)", fit.comparison))
     m = fit.model
-    out_console.print(
-        f"threshold {m.threshold}, floor {m.floor}, hard labels from {m.hard_from}; saved {out}"
-    )
+    out_console.print(f"threshold {m.threshold}, floor {m.floor}; {m.hard_label_summary()}; saved {out}")
 
 
 @stack_app.command("apply")

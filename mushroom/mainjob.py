@@ -128,7 +128,7 @@ def run_main_stack(
     summary = {
         "test_files": [p.name for p in files],
         "zip": zip_path.name,
-        "hard_labels_from": fit.model.hard_from,
+        "hard_labels_from": {"default": fit.model.hard_from, **fit.model.hard_sources},
         "val_iou_mean": sum(r["iou"] for r in rows) / len(rows),
         "val_cor_mean": sum(r["cor"] for r in rows) / len(rows),
         "member_seconds": seconds,

@@ -5,13 +5,15 @@ per-character features is fitted once, cross-validated by item, and saved with t
 same model is applied to test. Features come from each member run's written files (soft
 probability, hard label, and the evidence channels some detectors write next to their
 predictions), from the members together (mean, vote share, max), from the neighbourhood (the
-mean probability around the character, the item's maximum), and the language as a one-hot
-(pooled model: languages without labelled data use the shared weights). The target is the
-gold soft probability (annotator share), so the model learns the annotators' rate rather than
-a majority label. After fitting, the hard-label threshold that maximises mean IoU and a floor
-under which probabilities are set to 0 (so an answer with only weak evidence is a constant
-vector, which Spearman scores 1.0 when gold is empty too) are chosen on the out-of-fold
-predictions.
+mean probability around the character, the item's maximum, the mean pooled over the word and
+the sentence), from the text (number, capitalised word, function word, word length) and the
+language as a one-hot (pooled model: languages without labelled data use the shared weights).
+The target is the gold soft probability (annotator share), so the model learns the
+annotators' rate rather than a majority label. After fitting, the hard-label threshold that
+maximises mean IoU and a floor under which probabilities are set to 0 (so an answer with
+only weak evidence is a constant vector, which Spearman scores 1.0 when gold is empty too)
+are chosen on the out-of-fold predictions, and so is each language's source of hard labels:
+the stack's threshold or a member's own hard labels, whichever has the better IoU there.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from mushroom.scoring.metrics import mask_iou, vector_cor
 from mushroom.scoring.score import score_predictions
 from mushroom.spans import hard_to_mask, soft_to_vector
 from mushroom.submission import submission_name
+from mushroom.text.segment import sentences
+from mushroom.text.stopwords import stopwords
+from mushroom.text.tokenize import tokenize
 
 _WINDOW = 8  # characters on each side for the neighbourhood mean
 
@@ -52,11 +57,19 @@ class StackModel(BaseModel):
     thresholds: dict[str, float] = Field(default_factory=dict, description="per-language threshold")
     floors: dict[str, float] = Field(default_factory=dict, description="per-language floor")
     hard_from: str = Field(
-        "stack", description="'stack' (its own threshold) or the member whose hard labels are kept"
+        "stack",
+        description="for languages without their own choice: 'stack' (its own threshold) or the "
+        "member whose hard labels are kept",
     )
+    hard_sources: dict[str, str] = Field(default_factory=dict, description="per-language hard_from")
     l2: float
     cv: dict[str, dict[str, float]] = Field(default_factory=dict, description="cross-validated val scores")
     fitted_on: str = ""
+
+    def hard_label_summary(self) -> str:
+        """One line saying where each language's hard labels come from (for logs and tables)."""
+        langs = ", ".join(f"{lang}: {src}" for lang, src in sorted(self.hard_sources.items()))
+        return f"hard labels from {self.hard_from} by default" + (f" ({langs})" if langs else "")
 
 
 @dataclass
@@ -143,7 +156,36 @@ def item_features(
     # Language-specific slopes: a probability from the lexical table means different
     # things in languages whose annotators marked more or less.
     cols += [mean * float(item.lang == lang) for lang in languages]
+    cols += _text_columns(item, mean)
     return np.stack(cols, axis=1) if n else np.zeros((0, len(cols)))
+
+
+TEXT_FEATURES = ["is_number", "is_capitalised", "is_stopword", "word_length", "word_mean", "sentence_mean"]
+
+
+def _text_columns(item: Item, mean: np.ndarray) -> list[np.ndarray]:
+    """What kind of word each character is in, and the members' mean pooled over word and sentence.
+
+    Annotators mark numbers, names and dates far more often than function words, and they
+    mark whole words: a detector's evidence varies inside a word (the lexical table grades
+    characters of a compound differently) while the gold label rarely does. Pooling the mean
+    over the word and the sentence lets the model smooth along the units annotators used.
+    """
+    text = item.model_output_text
+    n = len(text)
+    is_num, is_cap, is_stop, length, word_mean = (np.zeros(n) for _ in range(5))
+    function_words = stopwords(item.lang)
+    for tok in tokenize(text):
+        span = slice(tok.start, tok.end)
+        is_num[span] = tok.kind == "num"
+        is_cap[span] = tok.text[:1].isupper()
+        is_stop[span] = tok.norm in function_words
+        length[span] = min(len(tok.text), 15) / 15
+        word_mean[span] = mean[span].mean()
+    sentence_mean = np.zeros(n)
+    for piece in sentences(text):
+        sentence_mean[piece.start : piece.end] = mean[piece.start : piece.end].mean()
+    return [is_num, is_cap, is_stop, length, word_mean, sentence_mean]
 
 
 def feature_names(members: list[str], channels: list[list[str]], languages: list[str]) -> list[str]:
@@ -152,7 +194,8 @@ def feature_names(members: list[str], channels: list[list[str]], languages: list
     for member, chans in zip(members, channels):
         names += [f"{member}.prob", f"{member}.hard"] + [f"{member}.{c}" for c in chans]
     names += ["mean_prob", "vote_share", "max_prob", "neighbour_mean", "item_max", "is_alnum", "position"]
-    return names + [f"lang={lang}" for lang in languages] + [f"mean_prob*lang={lang}" for lang in languages]
+    names += [f"lang={lang}" for lang in languages] + [f"mean_prob*lang={lang}" for lang in languages]
+    return names + TEXT_FEATURES
 
 
 def fit_logistic(
@@ -343,55 +386,54 @@ def fit_stack(
     """Fits the stack on labelled items.
 
     Returns:
-        The model (fitted on all items, cut-offs chosen out of fold), the scores per system
-        (each member, their plain vote, the stack out of fold: system -> lang -> metric) and
-        the stack's out-of-fold predictions per language, which are honest to score.
+        The model (fitted on all items, cut-offs and hard-label sources chosen out of fold),
+        the scores per system (each member, their plain vote, the stack out of fold: system ->
+        lang -> metric) and the stack's out-of-fold predictions per language, which are honest
+        to score.
     """
     languages = sorted(data)
     stack_data, channels = load_stack_data(members, split, data, None, languages)
+    items = stack_data.items
     oof = cross_validate(stack_data, folds, l2)
+    cutoffs = choose_cutoffs_by_lang(items, oof)
+    coef, mean, scale = _fit(stack_data, list(range(len(items))), l2)
     # Cut-offs chosen on out-of-fold probabilities of the same items they are scored on
     # would flatter the CV numbers; nested: each fold's cut-offs come from the other folds.
-    cutoffs = choose_cutoffs_by_lang(stack_data.items, oof)
-    coef, mean, scale = _fit(stack_data, list(range(len(stack_data.items))), l2)
-    items = stack_data.items
-    stack_preds = _nested_cutoff_predictions(items, oof)
-    comparison = {"stack (CV)": _by_lang_scores(items, stack_preds)}
-    n_m = len(members)
+    own = _nested_cutoff_predictions(items, oof, folds)
     member_cols = _member_columns(members, channels)
-    for k, member in enumerate(members):
-        col = member_cols[k]
+    masks = {"stack": [hard_to_mask(p.hard_labels, len(it.model_output_text)) for it, p in zip(items, own)]}
+    comparison: dict[str, dict[str, dict[str, float]]] = {}
+    for member, col in zip(members, member_cols):
+        masks[member.name] = [f[:, col + 1] > 0.5 for f in stack_data.features]
         preds = [
-            prediction_from_vectors(it.id, f[:, col], f[:, col + 1] > 0.5)
-            for it, f in zip(items, stack_data.features)
+            prediction_from_vectors(it.id, f[:, col], m)
+            for it, f, m in zip(items, stack_data.features, masks[member.name])
         ]
         comparison[member.name] = _by_lang_scores(items, preds)
-    # The logistic model ranks characters well (Cor) but its threshold is fitted on few items
-    # per language; when a member's own hard labels have the better IoU, they are kept as
-    # the hard labels and the stack supplies the soft labels (a choice made on CV scores).
-    hard_from = max(
-        ["stack", *[m.name for m in members]],
-        key=lambda name: comparison[name if name != "stack" else "stack (CV)"]["mean"]["iou"],
-    )
-    if hard_from != "stack":
-        col = member_cols[[m.name for m in members].index(hard_from)]
-        mixed = [
-            prediction_from_vectors(
-                it.id, soft_to_vector(p.soft_labels, len(it.model_output_text)), f[:, col + 1] > 0.5
-            )
-            for it, p, f in zip(items, stack_preds, stack_data.features)
-        ]
-        comparison["stack (CV, own hard labels)"] = comparison.pop("stack (CV)")
-        comparison = {"stack (CV)": _by_lang_scores(items, mixed), **comparison}
-        stack_preds = mixed
-    if n_m > 1:
+    # The logistic model ranks characters well (Cor), but in some languages a member's own
+    # hard labels have the better IoU than any threshold on the stack's probability; the
+    # source of the hard labels is chosen per language on out-of-fold IoU (nested for the CV
+    # numbers), and the stack always supplies the soft labels.
+    gold = [hard_to_mask(it.hard_labels or [], len(it.model_output_text)) for it in items]
+    ious = {name: np.array([mask_iou(g, m) for g, m in zip(gold, ms)]) for name, ms in masks.items()}
+    chosen = nested_hard_sources(items, ious, folds)
+    stack_preds = [
+        prediction_from_vectors(it.id, soft_to_vector(p.soft_labels, len(g)), masks[src][k])
+        for k, (it, p, g, src) in enumerate(zip(items, own, gold, chosen))
+    ]
+    comparison = {
+        "stack (CV)": _by_lang_scores(items, stack_preds),
+        "stack (CV, own hard labels)": _by_lang_scores(items, own),
+        **comparison,
+    }
+    if len(members) > 1:
         vote_col = sum(2 + len(c) for c in channels) + 1
-        mean_col = vote_col - 1
         preds = [
-            prediction_from_vectors(it.id, f[:, mean_col], f[:, vote_col] > 0.5)
+            prediction_from_vectors(it.id, f[:, vote_col - 1], f[:, vote_col] > 0.5)
             for it, f in zip(items, stack_data.features)
         ]
         comparison["vote (mean prob, majority)"] = _by_lang_scores(items, preds)
+    pooled_source, lang_sources = best_hard_sources(items, ious, range(len(items)))
     model = StackModel(
         members=[m.name for m in members],
         channels={m.name: c for m, c in zip(members, channels)},
@@ -405,7 +447,8 @@ def fit_stack(
         thresholds={lang: tf[0] for lang, tf in cutoffs[1].items()},
         floors={lang: tf[1] for lang, tf in cutoffs[1].items()},
         l2=l2,
-        hard_from=hard_from,
+        hard_from=pooled_source,
+        hard_sources=lang_sources,
         cv=comparison["stack (CV)"],
         fitted_on=f"{split}: " + ", ".join(f"{lang} ({len(v)})" for lang, v in data.items()),
     )
@@ -413,6 +456,32 @@ def fit_stack(
     for item, pred in zip(items, stack_preds):
         oof_by_lang.setdefault(item.lang, []).append(pred)
     return StackFit(model, comparison, oof_by_lang)
+
+
+def best_hard_sources(items: list[Item], ious: dict[str, np.ndarray], idx) -> tuple[str, dict[str, str]]:
+    """(source with the best mean IoU over the chosen items, each language's best source).
+
+    The stack comes first so a tie keeps its own hard labels.
+    """
+    idx = np.asarray(list(idx), dtype=int)
+
+    def best(sel: np.ndarray) -> str:
+        return max(ious, key=lambda name: float(ious[name][sel].mean()))
+
+    langs = np.array([items[k].lang for k in idx])
+    per_lang = {str(lang): best(idx[langs == lang]) for lang in sorted(set(langs))}
+    return best(idx), per_lang
+
+
+def nested_hard_sources(items: list[Item], ious: dict[str, np.ndarray], folds: int) -> list[str]:
+    """Each item's hard-label source as chosen on the other folds (same folds as the cut-offs)."""
+    chosen = [""] * len(items)
+    for f in range(folds):
+        train = [k for k in range(len(items)) if k % folds != f]
+        pooled, per_lang = best_hard_sources(items, ious, train)
+        for k in range(f, len(items), folds):
+            chosen[k] = per_lang.get(items[k].lang, pooled)
+    return chosen
 
 
 def _nested_cutoff_predictions(
@@ -449,17 +518,22 @@ def apply_stack(
             "(same names and order, as NAME=PATH)"
         )
     channels = [model.channels[m.name] for m in members]
+    names = feature_names(model.members, channels, model.languages)
+    if names != model.features:
+        raise MushroomError(
+            f"the stack was fitted with other features ({len(model.features)} columns, this version "
+            f"makes {len(names)}); fit it again with `mushroom stack fit`"
+        )
     stack_data, _ = load_stack_data(members, split, data, channels, model.languages)
     coef, mean, scale = np.array(model.coef), np.array(model.mean), np.array(model.scale)
-    hard_col = None
-    if model.hard_from != "stack":
-        hard_col = _member_columns(members, channels)[model.members.index(model.hard_from)] + 1
+    hard_cols = {m: c + 1 for m, c in zip(model.members, _member_columns(members, channels))}
     out: dict[str, list[Prediction]] = {}
     for item, feats in zip(stack_data.items, stack_data.features):
         p = _predict(coef, mean, scale, feats) if len(feats) else np.zeros(0)
         t = model.thresholds.get(item.lang, model.threshold)
         f = model.floors.get(item.lang, model.floor)
         p = np.where(p < f, 0.0, p)
-        hard = p > t if hard_col is None else feats[:, hard_col] > 0.5
+        source = model.hard_sources.get(item.lang, model.hard_from)
+        hard = p > t if source == "stack" else feats[:, hard_cols[source]] > 0.5
         out.setdefault(item.lang, []).append(prediction_from_vectors(item.id, p, hard))
     return out

@@ -95,15 +95,23 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def comparison_table(title: str, comparison: dict[str, dict[str, dict[str, float]]]) -> Table:
-    """Languages as rows, an IoU and a Cor column per system (`system -> lang -> metric`)."""
+def comparison_table(
+    title: str, comparison: dict[str, dict[str, dict[str, float]]], decimals: int = 3
+) -> Table:
+    """Languages as rows, one "IoU Cor" column per system (`system -> lang -> metric`).
+
+    One column per system, not two, so five systems fit an 80-column terminal (run.sh's
+    output is often read in a log or a narrow pane).
+    """
     langs = [lang for lang in next(iter(comparison.values())) if lang != "mean"] + ["mean"]
     table = Table(title=title)
     table.add_column("lang")
     for system in comparison:
-        table.add_column(f"{system}\nIoU", justify="right")
-        table.add_column(f"{system}\nCor", justify="right")
+        table.add_column(f"{system}\nIoU Cor", justify="right")
     for lang in langs:
-        cells = [f"{comparison[s][lang][key]:.4f}" for s in comparison for key in ("iou", "cor")]
+        cells = [
+            f"{comparison[s][lang]['iou']:.{decimals}f} {comparison[s][lang]['cor']:.{decimals}f}"
+            for s in comparison
+        ]
         table.add_row(lang, *cells, end_section=lang == langs[-2])
     return table

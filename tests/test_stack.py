@@ -10,7 +10,15 @@ from mushroom.cli import app
 from mushroom.errors import MushroomError
 from mushroom.predictions import load_predictions, prediction_from_vectors
 from mushroom.records import Item
-from mushroom.stack import StackModel, apply_stack, fit_logistic, fit_stack, parse_members
+from mushroom.stack import (
+    StackModel,
+    apply_stack,
+    best_hard_sources,
+    fit_logistic,
+    fit_stack,
+    nested_hard_sources,
+    parse_members,
+)
 from mushroom.submission import submission_name
 
 
@@ -107,6 +115,35 @@ def test_stack_learns_from_an_informative_member_and_a_channel(tmp_path):
     assert np.mean(hits) > 0.9
     with pytest.raises(MushroomError, match="fitted on members"):
         apply_stack(model, members[::-1], "test", {"en": items})
+    # a language whose hard labels come from a member: exactly that member's hard labels
+    b_preds = load_predictions(tmp_path / "b" / "predictions" / submission_name("en", "test"))
+    routed = apply_stack(
+        model.model_copy(update={"hard_sources": {"en": "b"}}), members, "test", {"en": items}
+    )
+    assert [p.hard_labels for p in routed["en"]] == [b_preds[it.id].hard_labels for it in items]
+    assert [p.soft_labels for p in routed["en"]] != [b_preds[it.id].soft_labels for it in items]
+    stale = model.model_copy(update={"features": model.features[:-1]})
+    with pytest.raises(MushroomError, match="fit it again"):
+        apply_stack(stale, members, "test", {"en": items})
+
+
+def test_hard_label_source_is_chosen_per_language_without_the_item():
+    items = [
+        Item(id=f"{lang}{k}", lang=lang, model_input="q", model_output_text="abc")
+        for lang in ("de", "en")
+        for k in range(10)
+    ]
+    # stack wins in de, member "m" in en; item 0 of en is an outlier favouring the stack
+    ious = {
+        "stack": np.array([0.8] * 10 + [0.9] + [0.2] * 9),
+        "m": np.array([0.5] * 10 + [0.0] + [0.7] * 9),
+    }
+    pooled, per_lang = best_hard_sources(items, ious, range(20))
+    assert per_lang == {"de": "stack", "en": "m"} and pooled == "m"
+    chosen = nested_hard_sources(items, ious, folds=5)
+    assert chosen[:10] == ["stack"] * 10 and chosen[10:] == ["m"] * 10
+    tie = {"stack": np.full(20, 0.5), "m": np.full(20, 0.5)}
+    assert best_hard_sources(items, tie, range(20)) == ("stack", {"de": "stack", "en": "stack"})
 
 
 def test_missing_member_file_names_the_path(tmp_path):
