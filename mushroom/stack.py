@@ -19,6 +19,7 @@ the stack's threshold or a member's own hard labels, whichever has the better Io
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -278,13 +279,49 @@ def _predict(model_coef: np.ndarray, mean: np.ndarray, scale: np.ndarray, feats:
     return 1.0 / (1.0 + np.exp(-(_design(feats, mean, scale) @ model_coef)))
 
 
+_MAX_GAP = 3  # characters of space/punctuation between two marked words that are marked too
+
+
+@lru_cache(maxsize=8192)
+def _word_runs(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """(token start/end pairs, the pairs' following gaps that may be bridged) of a text."""
+    toks = tokenize(text)
+    bounds = np.array([[t.start, t.end] for t in toks], dtype=int).reshape(-1, 2)
+    bridge = np.array([b.start - a.end <= _MAX_GAP for a, b in zip(toks, toks[1:])], dtype=bool)
+    return bounds, bridge
+
+
+def word_hard_mask(text: str, probs: np.ndarray, threshold: float) -> np.ndarray:
+    """Hard labels by word: a word is marked when any of its characters is above the threshold.
+
+    Annotators mark whole words and the phrase between them, while the stack's probability
+    varies inside a word and drops on the spaces and commas between two flagged words; a
+    character threshold cuts spans the annotators drew whole. Short gaps (space, comma,
+    hyphen) between two marked words are marked with them. Characters outside any word
+    (punctuation at the edges) are never marked. On val (5-fold CV, stack of lexical +
+    semantic) this raised the stack's own-hard-label IoU from 0.5275 to 0.5347.
+    """
+    mask = np.zeros(len(text), dtype=bool)
+    bounds, bridge = _word_runs(text)
+    if not len(bounds):
+        return mask
+    marked = np.array([probs[start:end].max() > threshold for start, end in bounds])
+    for (start, end), on in zip(bounds, marked):
+        if on:
+            mask[start:end] = True
+    both = marked[:-1] & marked[1:] & bridge
+    for k in np.flatnonzero(both):
+        mask[bounds[k, 1] : bounds[k + 1, 0]] = True
+    return mask
+
+
 def _predictions(
     items: list[Item], probs: list[np.ndarray], threshold: float, floor: float
 ) -> list[Prediction]:
     out = []
     for item, p in zip(items, probs):
         p = np.where(p < floor, 0.0, p)
-        out.append(prediction_from_vectors(item.id, p, p > threshold))
+        out.append(prediction_from_vectors(item.id, p, word_hard_mask(item.model_output_text, p, threshold)))
     return out
 
 
@@ -319,7 +356,14 @@ def choose_cutoffs(items: list[Item], probs: list[np.ndarray]) -> tuple[float, f
     rounded = [np.round(p, 6) for p in probs]
 
     def mean_iou(t: float) -> float:
-        return float(np.mean([mask_iou(g[0], p > t) for g, p in zip(golds, rounded)]))
+        return float(
+            np.mean(
+                [
+                    mask_iou(g[0], word_hard_mask(it.model_output_text, p, t))
+                    for it, g, p in zip(items, golds, rounded)
+                ]
+            )
+        )
 
     def mean_cor(f: float) -> float:
         return float(np.mean([vector_cor(g[1], np.where(p < f, 0.0, p)) for g, p in zip(golds, rounded)]))
@@ -534,6 +578,9 @@ def apply_stack(
         f = model.floors.get(item.lang, model.floor)
         p = np.where(p < f, 0.0, p)
         source = model.hard_sources.get(item.lang, model.hard_from)
-        hard = p > t if source == "stack" else feats[:, hard_cols[source]] > 0.5
+        if source == "stack":
+            hard = word_hard_mask(item.model_output_text, p, t)
+        else:
+            hard = feats[:, hard_cols[source]] > 0.5
         out.setdefault(item.lang, []).append(prediction_from_vectors(item.id, p, hard))
     return out

@@ -18,6 +18,7 @@ from mushroom.stack import (
     fit_stack,
     nested_hard_sources,
     parse_members,
+    word_hard_mask,
 )
 from mushroom.submission import submission_name
 
@@ -227,3 +228,21 @@ def test_stack_cli_fit_and_apply_on_val(tmp_path):
     assert res.exit_code == 0, res.output
     preds = load_predictions(tmp_path / "applied" / submission_name("it", "val"))
     assert len(preds) == 50
+
+
+def test_hard_labels_cover_whole_words_and_the_short_gaps_between_them():
+    text = "Born in Paris, France -- in 1901."
+    probs = np.zeros(len(text))
+    probs[text.index("Paris") + 2] = 0.9  # one character of the word is enough
+    probs[text.index("France")] = 0.6
+    probs[text.index("1901") : text.index("1901") + 4] = 0.7
+    mask = word_hard_mask(text, probs, 0.5)
+    marked = "".join(ch if on else "_" for ch, on in zip(text, mask))
+    # ", " (2 characters) is bridged; " -- in " is not (and "in" is below the threshold);
+    # the final full stop is outside every word
+    assert marked == "________Paris, France_______1901_"
+    assert not word_hard_mask(text, probs, 0.95).any()
+    assert word_hard_mask("", np.zeros(0), 0.5).shape == (0,)
+    zh = "他出生于巴黎"
+    zh_probs = np.array([0, 0, 0, 0, 0.8, 0.8])
+    assert word_hard_mask(zh, zh_probs, 0.5).tolist() == [False] * 4 + [True] * 2
