@@ -74,25 +74,12 @@ def comparison_rows(runs: list[RunScores], baseline: int = 0) -> list[dict]:
     base = runs[baseline]
     langs = sorted(set.intersection(*(set(r.result.langs) for r in runs)))
     rows = []
+    base_per = base.result.by_lang()
     for run in runs:
         per = run.result.by_lang()
-        base_per = base.result.by_lang()
         for lang in [*langs, "all"]:
             if lang == "all":
-                idx = [i for i, g in enumerate(run.result.langs) if g in langs]
-                res = ScoreResult(
-                    ids=[run.result.ids[i] for i in idx],
-                    langs=[run.result.langs[i] for i in idx],
-                    iou=run.result.iou[idx],
-                    cor=run.result.cor[idx],
-                )
-                bidx = [i for i, g in enumerate(base.result.langs) if g in langs]
-                b = ScoreResult(
-                    ids=[base.result.ids[i] for i in bidx],
-                    langs=[base.result.langs[i] for i in bidx],
-                    iou=base.result.iou[bidx],
-                    cor=base.result.cor[bidx],
-                )
+                res, b = run.result.of_langs(langs), base.result.of_langs(langs)
                 iou = float(np.mean([per[g].mean_iou for g in langs]))
                 cor = float(np.mean([per[g].mean_cor for g in langs]))
             else:

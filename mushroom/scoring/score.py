@@ -36,19 +36,24 @@ class ScoreResult:
         """The two lines the official scorer writes."""
         return f"IoU: {self.mean_iou:.8f}\nCor: {self.mean_cor:.8f}"
 
+    def subset(self, idx: list[int]) -> ScoreResult:
+        """The scores of the chosen items, in the given order (warnings are not carried)."""
+        return ScoreResult(
+            ids=[self.ids[i] for i in idx],
+            langs=[self.langs[i] for i in idx],
+            iou=self.iou[idx],
+            cor=self.cor[idx],
+        )
+
+    def of_langs(self, langs: list[str]) -> ScoreResult:
+        """The scores of the items in any of these languages."""
+        return self.subset([i for i, lang in enumerate(self.langs) if lang in langs])
+
     def by_lang(self) -> dict[str, ScoreResult]:
         groups: dict[str, list[int]] = {}
         for i, lang in enumerate(self.langs):
             groups.setdefault(lang, []).append(i)
-        return {
-            lang: ScoreResult(
-                ids=[self.ids[i] for i in idx],
-                langs=[lang] * len(idx),
-                iou=self.iou[idx],
-                cor=self.cor[idx],
-            )
-            for lang, idx in sorted(groups.items())
-        }
+        return {lang: self.subset(idx) for lang, idx in sorted(groups.items())}
 
     def ci(self, seed: int = 0) -> dict[str, tuple[float, float]]:
         return {"iou": bootstrap_ci(self.iou, seed=seed), "cor": bootstrap_ci(self.cor, seed=seed)}
