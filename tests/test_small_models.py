@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch not installed: pip install 'mushroom[transformers]'")
 transformers = pytest.importorskip("transformers", reason="transformers not installed")
 
-from tiny_models import tiny_llama, word_tokenizer  # noqa: E402
+from tiny_models import tiny_bert_classifier, tiny_llama, word_tokenizer  # noqa: E402
 
 from mushroom.backends.base import Backend, BackendConfig, Generation  # noqa: E402
 from mushroom.backends.hf import TransformersBackend  # noqa: E402
@@ -48,22 +48,6 @@ def tiny_tokenizer(max_length=64):
     return word_tokenizer(WORDS, pre_tokenizer="whitespace", model_max_length=max_length)
 
 
-def tiny_nli(id2label):
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=len(WORDS),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        num_labels=3,
-        id2label=id2label,
-        label2id={v: k for k, v in id2label.items()},
-    )
-    return transformers.BertForSequenceClassification(config)
-
-
 def item(answer, item_id="x"):
     return Item(id=item_id, lang="en", model_input="is the cat red ?", model_output_text=answer)
 
@@ -79,7 +63,7 @@ def test_label_mapping_is_read_from_the_config():
 
 
 def test_nli_scores_pieces_chunks_long_contexts_and_keeps_the_best_chunk():
-    model = tiny_nli({0: "contradiction", 1: "entailment", 2: "neutral"})
+    model = tiny_bert_classifier(len(WORDS), {0: "contradiction", 1: "entailment", 2: "neutral"})
     det = NLIDetector(
         NLIOptions(model="tiny", device="cpu", max_length=24, neutral_weight=0.5), model, tiny_tokenizer()
     )

@@ -1,7 +1,8 @@
 """Recipes for the tiny random transformers models the tests build (nothing is downloaded).
 
 A word-level `tokenizers` vocabulary wrapped in PreTrainedTokenizerFast with a one-line chat
-template, and a LlamaForCausalLM with 2 layers, hidden size 32 and 2 heads over it.
+template; a LlamaForCausalLM and a BertForSequenceClassification with 2 layers, hidden size 32
+and 2 heads over it.
 """
 
 import transformers
@@ -44,3 +45,22 @@ def tiny_llama(vocab_size, max_positions):
         bos_token_id=2,
     )
     return transformers.LlamaForCausalLM(config)
+
+
+def tiny_bert_classifier(vocab_size, id2label):
+    """A random 2-layer BERT sequence classifier with the given labels (as an NLI model has)."""
+    import torch
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=len(id2label),
+        id2label=id2label,
+        label2id={v: k for k, v in id2label.items()},
+    )
+    return transformers.BertForSequenceClassification(config)
