@@ -1,4 +1,4 @@
-"""Prompt templates from files in prompts/, never strings in code.
+"""Prompt templates from files shipped in the package (mushroom/resources/prompts/), never strings in code.
 
 A template file has an optional `=== system ===` section and a `=== user ===` section;
 placeholders are `{{name}}` (double braces, so JSON examples in a prompt need no escaping).
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mushroom.backends.base import Message
-from mushroom.data import PROJECT_ROOT
 from mushroom.errors import MushroomError
 
-PROMPT_DIR = PROJECT_ROOT / "prompts"
+# Package data, so a wheel install finds the prompts wherever it is run from.
+PROMPT_DIR = Path(__file__).resolve().parent / "resources" / "prompts"
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
 _SECTION = re.compile(r"^=== (system|user) ===\s*$", re.M)
 
@@ -51,7 +51,7 @@ class PromptTemplate:
 
 
 def load_prompt(name_or_path: str) -> PromptTemplate:
-    """A template by name (a file in prompts/, with or without .md) or by path."""
+    """A template by name (a shipped prompt file, with or without .md) or by path."""
     path = Path(name_or_path)
     if not path.is_file():
         path = PROMPT_DIR / (name_or_path if name_or_path.endswith(".md") else f"{name_or_path}.md")

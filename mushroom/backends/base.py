@@ -31,6 +31,8 @@ class GenerationRequest(BaseModel):
 
     key: str
     messages: list[Message]
+    item_id: str | None = Field(None, description="the item this request serves (raw records, accounting)")
+    stage: str = Field("", description="the detector stage that sent it, e.g. 'llm', 'decompose'")
     temperature: float = Field(0.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(1024, ge=1)
@@ -41,7 +43,7 @@ class GenerationRequest(BaseModel):
 
     def cache_payload(self) -> dict[str, Any]:
         """Everything that changes the answer (the caller's key does not)."""
-        return self.model_dump(mode="json", exclude={"key"})
+        return self.model_dump(mode="json", exclude={"key", "item_id", "stage"})
 
 
 TokenLogprobs = list[dict[str, float]]  # per generated token: top-k token -> logprob
@@ -80,6 +82,38 @@ class BackendConfig(BaseModel):
 OnResult = Callable[[int, Generation], None]
 
 
+class LoglikelihoodRequest(BaseModel):
+    """log P(continuation | prompt): the chat prompt (with its generation prompt) then the continuation.
+
+    As lm-evaluation-harness's `loglikelihood`: the score of a given text rather than of
+    whatever the model happens to put in its top-k, so P("Yes") and P("No") are exact for any
+    label wording.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    messages: list[Message]
+    continuation: str = Field(min_length=1)
+    item_id: str | None = None
+    stage: str = ""
+
+    def cache_payload(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"key", "item_id", "stage"})
+
+
+class Loglikelihood(BaseModel):
+    """The outcome of one LoglikelihoodRequest: the summed log-probability, or an error."""
+
+    logprob: float | None = None
+    is_greedy: bool | None = None
+    error: str | None = None
+    cached: bool = False
+
+
+OnScore = Callable[[int, Loglikelihood], None]
+
+
 class Backend(ABC):
     """A model that answers a batch of chat requests."""
 
@@ -97,6 +131,14 @@ class Backend(ABC):
         self, requests: list[GenerationRequest], on_result: OnResult | None = None
     ) -> list[Generation]:
         """One Generation per request, in order; `on_result(index, generation)` as each is ready."""
+
+    def loglikelihood(
+        self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
+    ) -> list[Loglikelihood]:
+        """log P(continuation | prompt) per request, in order; backends that cannot score say so."""
+        from mushroom.errors import MushroomError
+
+        raise MushroomError(f"the {self.kind!r} backend cannot score log-likelihoods")
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Releases engines or connections; a no-op by default."""
