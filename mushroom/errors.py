@@ -7,7 +7,23 @@ from pathlib import Path
 
 
 class MushroomError(Exception):
-    """Base class: the CLI prints these without a traceback."""
+    """Base class: the CLI prints these without a traceback.
+
+    `exit_code` is what the CLI exits with (README, "Exit codes"): 2 is a usage or config
+    error, the default for anything the user can fix by changing the command.
+    """
+
+    exit_code: int = 2
+
+
+class RunFailed(MushroomError):
+    """Items of a run failed (model calls, detector errors): exit 3, nothing submitted.
+
+    Raised after everything that could be done was done and written, so a re-run of the same
+    command redoes only the failed items.
+    """
+
+    exit_code = 3
 
 
 @dataclass(frozen=True)
