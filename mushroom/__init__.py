@@ -1,7 +1,20 @@
 """mushroom: find the hallucinated spans in LLM answers (SemEval-2025 Task 3, Mu-SHROOM).
 
-Importing the package is cheap on purpose: heavy libraries (torch, vllm, transformers)
-are imported only inside the backends that need them.
+    import mushroom
+    pred = mushroom.detect(answer, contexts, question="...", method="lexical")
+
+Importing the package is cheap on purpose: `detect`, `detect_batch` and `Prediction` load
+on first use, and heavy libraries (torch, vllm, transformers) are imported only inside the
+detectors and backends that need them.
 """
 
 __version__ = "0.1.0"
+__all__ = ["Prediction", "__version__", "detect", "detect_batch"]
+
+
+def __getattr__(name: str):
+    if name in ("detect", "detect_batch", "Prediction"):
+        from mushroom import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'mushroom' has no attribute {name!r}")

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from mushroom.errors import MushroomError
 
@@ -156,6 +157,42 @@ def ensemble(
     out_console.print(f"wrote {len(combined)} predictions from {len(runs)} runs to {out}")
 
 
+ALLOW_FAILURES_HELP = "write files even when items failed (they are left empty and listed)"
+
+
+def _backend_options(
+    options: dict[str, Any],
+    backend: str | None,
+    model: str | None,
+    base_url: str | None,
+    responses: str | None,
+    key: str = "backend",
+) -> None:
+    """Folds the --backend/--model/--base-url/--responses shortcuts into the detector options."""
+    if not (backend or model or base_url or responses):
+        return
+    cfg = dict(options.get(key, {}))
+    for name, value in (
+        ("kind", backend),
+        ("model", model),
+        ("base_url", base_url),
+        ("responses", responses),
+    ):
+        if value is not None:
+            cfg[name] = value
+    cfg.setdefault("kind", "replay" if responses else "openai")
+    options[key] = cfg
+
+
+def _floats(text: str, option: str) -> list[float]:
+    try:
+        return [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise MushroomError(
+            f"{option} takes numbers separated by commas, e.g. 0.05,0.1,0.2; got {text!r}"
+        ) from None
+
+
 @app.command()
 def detect(
     split: Annotated[str, typer.Option("--split", help="val or test")] = "val",
@@ -173,59 +210,66 @@ def detect(
     backend: Annotated[
         str | None, typer.Option("--backend", help="llm: replay, openai, transformers, vllm")
     ] = None,
-    model: Annotated[str | None, typer.Option("--model", help="llm: model name or path")] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="llm: model name, path or registry name")
+    ] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="llm/openai: server URL")] = None,
     responses: Annotated[
-        str | None, typer.Option("--responses", help="llm/replay: recorded responses")
+        str | None, typer.Option("--responses", help="llm/replay: recorded responses or a run's raw file")
     ] = None,
-    prompt: Annotated[str | None, typer.Option("--prompt", help="llm: prompt file name in prompts/")] = None,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="llm: prompt file name or path")] = None,
     temperatures: Annotated[str | None, typer.Option("--temperatures", help="llm: e.g. 0.05,0.1,0.2")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="only the first N items per language")
+    ] = None,
+    allow_failures: Annotated[bool, typer.Option("--allow-failures", help=ALLOW_FAILURES_HELP)] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
     """Run one detector on a split; labelled splits are scored.
 
-    `--backend replay --responses FILE` re-parses recorded responses without any model.
+    `--backend replay --responses FILE` re-parses recorded responses without any model. A
+    re-run of the same command on the same --out folder redoes only missing or failed items.
     """
     from mushroom.data import PROJECT_ROOT
     from mushroom.detectors import build
-    from mushroom.mainjob import report_scores, score_dir
-    from mushroom.pipeline import detect_split
-    from mushroom.runs import open_run_dir, timestamp
+    from mushroom.runs import timestamp
+    from mushroom.service import RunService
 
     options = _parse_options(option or [])
     if backend or model or base_url or responses:
         if detector == "lexical":
             detector = "llm"
-        cfg = dict(options.get("backend", {}))
-        cfg.update(
-            {
-                k: v
-                for k, v in (
-                    ("kind", backend),
-                    ("model", model),
-                    ("base_url", base_url),
-                    ("responses", responses),
-                )
-                if v is not None
-            }
-        )
-        cfg.setdefault("kind", "replay" if responses else "openai")
-        options["backend"] = cfg
+        _backend_options(options, backend, model, base_url, responses)
     if prompt:
         options["prompt"] = prompt
     if temperatures:
-        options["temperatures"] = [float(t) for t in temperatures.split(",")]
+        options["temperatures"] = _floats(temperatures, "--temperatures")
     det = build(detector, options)
     sources = tuple(s for s in contexts.split(",") if s)
     out = out or PROJECT_ROOT / "runs" / f"{timestamp()}-{detector}-{split}"
-    config = {"job": "detect", "split": split, **det.describe(), "sources": list(sources), "langs": lang}
-    if open_run_dir(out, config):
-        out_console.print(f"[yellow]resuming[/yellow] the run in {out}")
-    result = detect_split(det, split, out / "predictions", lang, sources, quiet=quiet)
-    out_console.print(f"predictions in {out / 'predictions'}")
-    _report_parse_stats(det, out)
+    config = {
+        "job": "detect",
+        "split": split,
+        **det.describe(),
+        "sources": list(sources),
+        "langs": lang,
+        "limit": limit,
+    }
+    service = RunService(out, config, out_console, quiet, allow_failures)
+    result = service.detect_split(det, split, out / "predictions", lang, sources, limit=limit)
+    out_console.print(f"predictions in {escape(str(out / 'predictions'))}")
+    service.print_stats(
+        f"{detector} on {split}: counts (all in {out / 'predictions' / 'stats.json'})", result.stats["all"]
+    )
+    summary: dict[str, Any] = {"stats": result.stats["all"]}
     if split == "val":
-        report_scores(out, score_dir(split, result.files), f"{detector} on {split}", out_console)
+        rows = service.score(
+            split, result.files, out, f"{detector} on {split}", items=result.items if limit else None
+        )
+        if rows:
+            summary["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
+            summary["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
+    service.finish(summary)
 
 
 @app.command()
@@ -251,10 +295,11 @@ def main_job(
     no_val: Annotated[
         bool, typer.Option("--no-val", help="skip the scored val run (one detector only)")
     ] = False,
+    allow_failures: Annotated[bool, typer.Option("--allow-failures", help=ALLOW_FAILURES_HELP)] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
     """Test submission for every language (checked files + zip), then a scored val run."""
-    from mushroom.mainjob import run_main, run_main_stack
+    from mushroom.mainjob import DEFAULT_MEMBERS, run_main, run_main_stack
 
     sources = tuple(s for s in contexts.split(",") if s)
     options = _parse_options(option or [])
@@ -263,10 +308,19 @@ def main_job(
         for key, value in options.items():
             name, dot, sub = key.partition(".")
             if not dot:
-                raise MushroomError(f"with --detector stack, options are DETECTOR.KEY=VALUE; got {key!r}")
+                raise MushroomError(
+                    f"with --detector stack, options are DETECTOR.KEY=VALUE (DETECTOR one of "
+                    f"{', '.join(DEFAULT_MEMBERS)}); got {key!r}"
+                )
             per_detector.setdefault(name, {})[sub] = value
         run_main_stack(
-            out=out, options=per_detector, sources=sources, langs=lang, quiet=quiet, console=out_console
+            out=out,
+            options=per_detector,
+            sources=sources,
+            langs=lang,
+            quiet=quiet,
+            console=out_console,
+            allow_failures=allow_failures,
         )
         return
     run_main(
@@ -278,22 +332,7 @@ def main_job(
         with_val=not no_val,
         quiet=quiet,
         console=out_console,
-    )
-
-
-def _report_parse_stats(det, out: Path) -> None:
-    """Prints and saves how many responses parsed and how spans were located (LLM detectors)."""
-    stats = getattr(det, "stats", None)
-    if stats is None or not stats.responses and not stats.errors:
-        return
-    from mushroom.runs import write_json
-
-    data = stats.to_dict()
-    write_json(out / "parse_stats.json", data)
-    located = ", ".join(f"{k} {v}" for k, v in data["located"].items())
-    out_console.print(
-        f"responses {data['responses']}: parsed {data['parsed']}, unparseable {data['unparseable']}, "
-        f"backend errors {data['backend_errors']}; spans {data['claims']}: {located}, lost {data['lost']}"
+        allow_failures=allow_failures,
     )
 
 
@@ -303,14 +342,28 @@ def run_config(
     out: Annotated[
         Path | None, typer.Option("--out", help="run folder (default: runs/<time>-<name>)")
     ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="only the first N items per language")
+    ] = None,
+    allow_failures: Annotated[bool, typer.Option("--allow-failures", help=ALLOW_FAILURES_HELP)] = False,
+    eval_dir: Annotated[
+        Path | None, typer.Option("--eval-dir", help="variants: where the comparison goes (default: eval/)")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
-    """Run a config: detector, backend, prompt, contexts, temperatures, splits."""
+    """Run a config: detector, backend, prompt(s), contexts, temperatures, splits, variants."""
     from mushroom.runconfig import execute, load_run_config
 
     cfg = load_run_config(config)
-    run_dir = execute(cfg, out, quiet=quiet, console=out_console)
-    out_console.print(f"run folder: {run_dir}")
+    execute(
+        cfg,
+        out,
+        quiet=quiet,
+        console=out_console,
+        allow_failures=allow_failures,
+        limit=limit,
+        eval_dir=eval_dir,
+    )
 
 
 @app.command()
@@ -442,68 +495,84 @@ def contexts_cmd(
     backend: Annotated[
         str, typer.Option("--backend", help="openai, transformers, vllm or replay")
     ] = "openai",
-    model: Annotated[str, typer.Option("--model", help="model name or path")] = "",
+    model: Annotated[str, typer.Option("--model", help="model name, path or registry name")] = "",
     base_url: Annotated[str | None, typer.Option("--base-url", help="openai: server URL")] = None,
     responses: Annotated[str | None, typer.Option("--responses", help="replay: recorded responses")] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option("--option", "-o", help="backend setting KEY=VALUE (e.g. concurrency=1, timeout_s=600)"),
+    ] = None,
     source: Annotated[str, typer.Option("--source", help="name of the generated source")] = "llm",
     tiers: Annotated[str, typer.Option("--tiers", help="sources used first, comma-separated")] = "",
-    prompt: Annotated[str, typer.Option("--prompt", help="prompt file in prompts/")] = "context_generation",
+    prompt: Annotated[str, typer.Option("--prompt", help="prompt file name or path")] = "context_generation",
     topic: Annotated[bool, typer.Option("--topic", help="give the answer's first sentence as topic")] = False,
     grade: Annotated[str, typer.Option("--grade", help="none, llm or embedding")] = "none",
     min_similarity: Annotated[float, typer.Option("--min-similarity", help="embedding grading cut")] = 0.3,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="only the first N items per language")
+    ] = None,
     context_dir: Annotated[Path | None, typer.Option("--context-dir", help="default: contexts/")] = None,
 ) -> None:
-    """Generate background contexts with an LLM for items no tier source covers (resumable)."""
+    """Generate background contexts with an LLM for items no tier source covers (resumable).
+
+    Every model call is recorded in CONTEXT_DIR/.raw/ (replayable with --backend replay
+    --responses FILE); items whose call failed are retried by the next run.
+    """
     from rich.table import Table
 
     from mushroom.backends.cache import build_cached
     from mushroom.contextgen import generate_contexts
-    from mushroom.contexts import DEFAULT_CONTEXT_DIR
+    from mushroom.contexts import DEFAULT_CONTEXT_DIR, available_sources, context_file
     from mushroom.data import load_split
+    from mushroom.errors import RunFailed
+    from mushroom.rawlog import RawLog, RecordingBackend
 
     if grade not in ("none", "llm", "embedding"):
         raise MushroomError(f"--grade must be none, llm or embedding, not {grade!r}")
-    cfg = {"kind": backend, "model": model, "base_url": base_url, "responses": responses}
+    cfg: dict[str, Any] = {"kind": backend, "model": model, "base_url": base_url, "responses": responses}
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    cfg.update(_parse_options(option or []))
     root = context_dir or DEFAULT_CONTEXT_DIR
-    engine = build_cached(
-        {k: v for k, v in cfg.items() if v is not None}, True, root / f".cache.{source}.jsonl"
-    )
-    table = Table(title=f"contexts: {split}, source {source!r}")
+    data = load_split(split, lang)
+    tier_list = tuple(t for t in tiers.split(",") if t)
+    for tier in tier_list:
+        if not any(context_file(split, code, tier, root) for code in data):
+            have = sorted({s for code in data for s in available_sources(split, code, root)})
+            listed = ", ".join(have) or "none"
+            raise MushroomError(
+                f"--tiers: no context files for source {tier!r} ({split}); available: {listed}"
+            )
+    sink: list[RawLog | None] = [None]
+    engine = RecordingBackend(build_cached(cfg, True, root / f".cache.{source}.jsonl"), lambda: sink[0])
+    table = Table(title=f"contexts: {split}, source {escape(source)!r}")
     for col in ("lang", "items", "from tiers", "done before", "generated", "failed", "kept", "dropped"):
         table.add_column(col, justify="right")
-    for code, items in load_split(split, lang).items():
+    failed = []
+    for code, items in data.items():
+        if limit is not None:
+            items = items[:limit]
+        sink[0] = RawLog(root / ".raw" / f"{split}.{code}.{source}.jsonl")
         st = generate_contexts(
-            split,
-            code,
-            items,
-            engine,
-            source,
-            tuple(t for t in tiers.split(",") if t),
-            prompt,
-            topic,
-            grade,
-            None,
-            min_similarity,
-            root,
+            split, code, items, engine, source, tier_list, prompt, topic, grade, None, min_similarity, root
         )
-        table.add_row(
-            code,
-            *(
-                str(v)
-                for v in (
-                    st.items,
-                    st.covered_by_tiers,
-                    st.already_generated,
-                    st.generated,
-                    st.failed,
-                    st.kept,
-                    st.dropped,
-                )
-            ),
+        counts = (
+            st.items,
+            st.covered_by_tiers,
+            st.already_generated,
+            st.generated,
+            st.failed,
+            st.kept,
+            st.dropped,
         )
-        for err in st.errors[:3]:
-            err_console.print(f"[yellow]{code}[/yellow] {err}")
+        table.add_row(code, *(str(v) for v in counts))
+        failed += [f"{code}: {err}" for err in st.errors]
     out_console.print(table)
+    if failed:
+        for err in failed[:5]:
+            err_console.print(f"[yellow]failed[/yellow] {escape(err)}")
+        raise RunFailed(
+            f"{len(failed)} contexts could not be generated; run the same command again to retry only those"
+        )
 
 
 stack_app = typer.Typer(help="A learned combination of detector runs (fit on val, apply to test).")
@@ -536,27 +605,48 @@ def stack_fit(
 def stack_apply(
     model_path: Annotated[Path, typer.Argument(help="a stack saved by `stack fit`")],
     members: Annotated[list[str], typer.Argument(help="member runs, same names and order as when fitted")],
-    out: Annotated[Path, typer.Option("--out", help="folder for the prediction files")],
+    out: Annotated[Path, typer.Option("--out", help="run folder for the prediction files")],
     split: Annotated[str, typer.Option("--split", help="split to predict")] = "test",
     lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
 ) -> None:
-    """Apply a fitted stack to the members' files of a split; writes checked prediction files."""
+    """Apply a fitted stack to the members' files of a split; writes checked prediction files.
+
+    On the split the stack was fitted on, the printed scores are in-sample (optimistic):
+    `stack fit` prints the cross-validated ones.
+    """
     from mushroom.data import load_split
     from mushroom.jsonl import read_json_model
+    from mushroom.service import RunService
     from mushroom.stack import StackModel, apply_stack, parse_members
     from mushroom.submission import submission_name, write_predictions
 
     model = read_json_model(model_path, StackModel)
+    member_list = parse_members(members)
+    config = {
+        "job": "stack-apply",
+        "stack": model.model_dump(mode="json"),
+        "members": [f"{m.name}={m.path}" for m in member_list],
+        "split": split,
+        "langs": lang,
+    }
+    service = RunService(out, config, out_console, quiet=True)
     data = load_split(split, lang)
-    preds = apply_stack(model, parse_members(members), split, data)
+    preds = apply_stack(model, member_list, split, data)
+    files = {}
     for code, items in data.items():
-        write_predictions(out / submission_name(code, split), preds[code], items)
-    out_console.print(f"wrote {len(preds)} prediction files to {out}")
+        files[code] = write_predictions(out / submission_name(code, split), preds[code], items)
+    out_console.print(f"wrote {len(preds)} prediction files to {escape(str(out))}")
+    summary: dict[str, Any] = {"files": [p.name for p in files.values()]}
+    if split == "test":
+        zipped = service.submit(list(files.values()), out / "submission.zip")
+        summary["zip"] = zipped.name if zipped else None
     if split == "val":
-        from mushroom.mainjob import report_scores, score_dir
-
-        files = {code: out / submission_name(code, split) for code in data}
-        report_scores(out, score_dir(split, files), f"stack on {split}", out_console)
+        fitted_on = getattr(model, "fitted_on", None) or "val"
+        title = f"stack on {split}" + (
+            " (IN-SAMPLE: fitted on these items; see `stack fit` for CV)" if fitted_on == split else ""
+        )
+        service.score(split, files, out, title)
+    service.finish(summary)
 
 
 @app.command("detectors")

@@ -114,6 +114,8 @@ def generate_contexts(
         requests.append(
             GenerationRequest(
                 key=item.id,
+                item_id=item.id,
+                stage="context",
                 messages=template.render(
                     question=item.model_input, language=language_name(lang), topic=topic
                 ),
@@ -169,7 +171,9 @@ def _grade(
     template = load_prompt("context_grading")
     requests = [
         GenerationRequest(
-            key=i,
+            key=f"{i}#grade",
+            item_id=i,
+            stage="context.grade",
             messages=template.render(question=questions[i], context=texts[i]),
             temperature=0.0,
             max_tokens=4,

@@ -62,3 +62,9 @@ class DataError(MushroomError):
     @classmethod
     def single(cls, path: str | Path, line: int | None, field: str | None, message: str) -> DataError:
         return cls([Problem(str(path), line, field, message)])
+
+
+class Interrupted(MushroomError):
+    """Ctrl-C during a run: what was finished is saved; the message says how to go on."""
+
+    exit_code = 130

@@ -1,4 +1,8 @@
-"""The main job: test submission files for all 14 languages, then a scored val run."""
+"""The main job: test submission files for all 14 languages, then a scored val run.
+
+Both forms (one detector, or members combined by a stack) go through the run service, so
+they resume per item, refuse to submit when items failed, and record honest timings.
+"""
 
 from __future__ import annotations
 
@@ -9,49 +13,19 @@ from typing import Any
 from rich.console import Console
 
 from mushroom.contexts import DEFAULT_SOURCES
-from mushroom.data import PROJECT_ROOT, split_files
+from mushroom.data import PROJECT_ROOT
 from mushroom.detectors import build
 from mushroom.errors import MushroomError
 from mushroom.languages import VAL_LANGUAGES
-from mushroom.leaderboard import load_leaderboard
-from mushroom.pipeline import detect_split
-from mushroom.predictions import mark_all
-from mushroom.runs import open_run_dir, timestamp, write_json
-from mushroom.scoring.score import ScoreResult, score_files
-from mushroom.submission import write_zip
-from mushroom.tables import markdown_table, rich_table, score_rows
-
-
-def score_dir(split: str, pred_files: dict[str, Path]) -> dict[str, ScoreResult]:
-    """Scores written prediction files against the split's gold files (official path)."""
-    gold = split_files(split)
-    return {lang: score_files(gold[lang], path) for lang, path in pred_files.items()}
-
-
-def report_scores(
-    folder: Path,
-    results: dict[str, ScoreResult],
-    title: str,
-    console: Console,
-    baselines: dict[str, ScoreResult] | None = None,
-) -> list[dict]:
-    """Writes scores.json (per item) and scores.md into `folder`, prints the table.
-
-    Returns:
-        The table rows (per language, with CIs, baselines and the leaderboard #1).
-    """
-    rows = score_rows(results, baselines, load_leaderboard())
-    per_lang = {lang: r.to_dict(with_items=True) for lang, r in results.items()}
-    payload: dict = per_lang
-    if baselines is not None:
-        payload = {"per_lang": per_lang, "mark_all": {lang: r.to_dict() for lang, r in baselines.items()}}
-    write_json(folder / "scores.json", payload)
-    (folder / "scores.md").write_text(markdown_table(rows), encoding="utf-8")
-    console.print(rich_table(title, rows))
-    return rows
-
+from mushroom.runs import timestamp, write_json
+from mushroom.service import RunService, fingerprint
+from mushroom.submission import submission_name, write_predictions
 
 DEFAULT_MEMBERS = ("lexical", "semantic")
+
+
+def _val_langs(langs: list[str] | None) -> list[str]:
+    return [lang for lang in (langs or VAL_LANGUAGES) if lang in VAL_LANGUAGES]
 
 
 def run_main_stack(
@@ -62,25 +36,33 @@ def run_main_stack(
     langs: list[str] | None = None,
     quiet: bool = False,
     console: Console | None = None,
+    allow_failures: bool = False,
 ) -> Path:
     """Runs each member detector on test and val, fits the stack on val, applies it to test.
 
     The submission files are the stack's test predictions. The val numbers printed for the
     stack are out-of-fold (cross-validated by item) and written to val/ as files, scored
-    like any other run; each member's own val files are under members/<name>/val.
+    like any other run; each member's own val files are under members/<name>/val. A re-run
+    on a finished folder reuses the members' items and, when their files are unchanged, the
+    fitted stack.
 
     Returns:
         The run folder (config.json, versions.json, members/, stack.json, submission files,
         submission.zip, val/ with the stack's out-of-fold predictions and scores).
     """
     from mushroom.data import load_split
-    from mushroom.stack import Member, apply_stack, fit_stack
-    from mushroom.submission import submission_name, write_predictions
+    from mushroom.jsonl import read_json_model
+    from mushroom.predictions import load_predictions
+    from mushroom.stack import Member, StackModel, apply_stack, fit_stack
     from mushroom.tables import comparison_table
 
     console = console or Console()
-    started = time.perf_counter()
     options = options or {}
+    unknown = sorted(set(options) - set(members))
+    if unknown:
+        raise MushroomError(
+            f"options for {', '.join(unknown)}, which is not a member of the stack ({', '.join(members)})"
+        )
     dets = {name: build(name, options.get(name)) for name in members}
     out = out or PROJECT_ROOT / "submissions" / f"{timestamp()}-stack"
     config = {
@@ -90,53 +72,102 @@ def run_main_stack(
         "sources": list(sources),
         "langs": langs,
     }
-    if open_run_dir(out, config):
-        console.print(f"[yellow]resuming[/yellow] the run in {out}")
-    val_langs = [lang for lang in (langs or VAL_LANGUAGES) if lang in VAL_LANGUAGES]
+    service = RunService(out, config, console, quiet, allow_failures)
+    val_langs = _val_langs(langs)
     if not val_langs:
         raise MushroomError("the stack is fitted on val: choose at least one val language")
+    test_data = load_split("test", langs)
+    val_data = load_split("val", val_langs)
     seconds: dict[str, float] = {}
     for name, det in dets.items():
         t0 = time.perf_counter()
-        detect_split(det, "test", out / "members" / name, langs, sources, quiet=quiet)
-        detect_split(det, "val", out / "members" / name / "val", val_langs, sources, quiet=quiet)
+        service.detect_split(det, "test", out / "members" / name, langs, sources, data=test_data)
+        service.detect_split(det, "val", out / "members" / name / "val", val_langs, sources, data=val_data)
         seconds[name] = round(time.perf_counter() - t0, 2)
+    if service.failures and not allow_failures:
+        service.finish({"member_seconds": seconds})  # raises RunFailed: a stack needs every item
     member_list = [Member(name, out / "members" / name) for name in members]
-    val_data = load_split("val", val_langs)
-    fit = fit_stack(member_list, val_data, "val")
-    write_json(out / "stack.json", fit.model.model_dump(mode="json"))
-    test_data = load_split("test", langs)
-    test_preds = apply_stack(fit.model, member_list, "test", test_data)
-    files = []
-    for lang, items in test_data.items():
-        files.append(write_predictions(out / submission_name(lang, "test"), test_preds[lang], items))
-    zip_path = write_zip(out / "submission.zip", files)
-    console.print(f"wrote {len(files)} checked submission files and {zip_path}")
-    val_files = {}
+
+    # Fit on val, unless the members' val files are those of the last fit.
+    val_inputs = [p for name in members for p in (out / "members" / name / "val").glob("**/*.jsonl")]
+    val_inputs = [p for p in val_inputs if "items" not in p.parts]
+    fit_settings = {"members": list(members), "langs": val_langs, "stack": StackModel.model_json_schema()}
+    val_files = {lang: out / "val" / submission_name(lang, "val") for lang in val_data}
+    fit_outputs = [out / "stack.json", out / "val" / "comparison.json", *val_files.values()]
+    t0 = time.perf_counter()
+    if service.reusable("stack-fit", val_inputs, fit_settings, fit_outputs):
+        model = read_json_model(out / "stack.json", StackModel)
+        comparison = RunService._read_json(out / "val" / "comparison.json")
+        service.record_stage("stack-fit", 0.0, reused=True)
+    else:
+        fit = fit_stack(member_list, val_data, "val")
+        model, comparison = fit.model, fit.comparison
+        write_json(out / "stack.json", model.model_dump(mode="json"))
+        for lang, items in val_data.items():
+            write_predictions(val_files[lang], fit.oof[lang], items)
+        write_json(out / "val" / "comparison.json", comparison)
+        service.record_stage(
+            "stack-fit",
+            time.perf_counter() - t0,
+            reused=False,
+            fingerprint=fingerprint(val_inputs, fit_settings),
+        )
+
+    # Apply to test, unless the members' test files and the stack are those of the last run.
+    test_inputs = [out / "stack.json"] + [
+        p for name in members for p in (out / "members" / name).glob("*.jsonl")
+    ]
+    test_inputs += [p for name in members for p in (out / "members" / name / "raw").glob("channels.*.jsonl")]
+    files = [out / submission_name(lang, "test") for lang in test_data]
+    t0 = time.perf_counter()
+    apply_settings = {"langs": sorted(test_data)}
+    if service.reusable("stack-apply", test_inputs, apply_settings, files):
+        for path in files:
+            load_predictions(path)  # still a readable file
+        service.record_stage("stack-apply", 0.0, reused=True)
+    else:
+        test_preds = apply_stack(model, member_list, "test", test_data)
+        for path, (lang, items) in zip(files, test_data.items()):
+            write_predictions(path, test_preds[lang], items)
+        service.record_stage(
+            "stack-apply",
+            time.perf_counter() - t0,
+            reused=False,
+            fingerprint=fingerprint(test_inputs, apply_settings),
+        )
+    zip_path = service.submit(files, out / "submission.zip")
+    if zip_path is not None:
+        console.print(f"wrote {len(files)} checked submission files and {zip_path}")
     for lang, items in val_data.items():
-        val_files[lang] = write_predictions(out / "val" / submission_name(lang, "val"), fit.oof[lang], items)
-        write_predictions(out / "val" / "mark-all" / submission_name(lang, "val"), mark_all(items), items)
+        write_predictions(out / "val" / "mark-all" / submission_name(lang, "val"), _mark_all(items), items)
     console.print(
-        comparison_table("val: each detector, their vote and the stack (5-fold CV by item)", fit.comparison)
+        comparison_table("val: each detector, their vote and the stack (5-fold CV by item)", comparison)
     )
-    results = score_dir("val", val_files)
-    baselines = score_dir("val", {lang: out / "val" / "mark-all" / p.name for lang, p in val_files.items()})
-    rows = report_scores(
-        out / "val", results, "stack on val (out-of-fold, scored from the written files)", console, baselines
+    baseline_files = {lang: out / "val" / "mark-all" / p.name for lang, p in val_files.items()}
+    rows = service.score(
+        "val",
+        val_files,
+        out / "val",
+        "stack on val (out-of-fold, scored from the written files)",
+        baseline_files,
     )
-    write_json(out / "val" / "comparison.json", fit.comparison)
-    summary = {
-        "test_files": [p.name for p in files],
-        "zip": zip_path.name,
-        "hard_labels_from": {"default": fit.model.hard_from, **fit.model.hard_sources},
-        "val_iou_mean": sum(r["iou"] for r in rows) / len(rows),
-        "val_cor_mean": sum(r["cor"] for r in rows) / len(rows),
-        "member_seconds": seconds,
-        "seconds": round(time.perf_counter() - started, 2),
-    }
-    write_json(out / "summary.json", summary)
-    console.print(f"run folder: {out}  ({summary['seconds']} s)")
+    service.finish(
+        {
+            "test_files": [p.name for p in files],
+            "zip": zip_path.name if zip_path else None,
+            "hard_labels_from": {"default": model.hard_from, **model.hard_sources},
+            "val_iou_mean": sum(r["iou"] for r in rows) / len(rows),
+            "val_cor_mean": sum(r["cor"] for r in rows) / len(rows),
+            "member_seconds": seconds,
+        }
+    )
     return out
+
+
+def _mark_all(items):
+    from mushroom.predictions import mark_all
+
+    return mark_all(items)
 
 
 def run_main(
@@ -148,6 +179,7 @@ def run_main(
     with_val: bool = True,
     quiet: bool = False,
     console: Console | None = None,
+    allow_failures: bool = False,
 ) -> Path:
     """Writes the test submission (14 files + zip) and scores the same detector on val.
 
@@ -156,7 +188,6 @@ def run_main(
         submission.zip, and val/ with predictions, the mark-all baseline and scores.
     """
     console = console or Console()
-    started = time.perf_counter()
     det = build(detector, options)
     out = out or PROJECT_ROOT / "submissions" / f"{timestamp()}-{detector}"
     config = {
@@ -166,37 +197,32 @@ def run_main(
         "langs": langs,
         "with_val": with_val,
     }
-    if open_run_dir(out, config):
-        console.print(f"[yellow]resuming[/yellow] the run in {out}")
-    test = detect_split(det, "test", out, langs, sources, quiet=quiet)
-    zip_path = write_zip(out / "submission.zip", list(test.files.values()))
-    console.print(f"wrote {len(test.files)} checked submission files and {zip_path}")
+    service = RunService(out, config, console, quiet, allow_failures)
+    test = service.detect_split(det, "test", out, langs, sources)
+    zip_path = service.submit(list(test.files.values()), out / "submission.zip")
+    if zip_path is not None:
+        console.print(f"wrote {len(test.files)} checked submission files and {zip_path}")
     summary: dict[str, Any] = {
         "test_files": {k: str(v.relative_to(out)) for k, v in test.files.items()},
         "test_contexts_missing": test.contexts_missing,
-        "zip": zip_path.name,
+        "zip": zip_path.name if zip_path else None,
     }
     if with_val:
-        val_langs = [lang for lang in (langs or VAL_LANGUAGES) if lang in VAL_LANGUAGES]
+        val_langs = _val_langs(langs)
         if val_langs:
-            val = detect_split(
-                det,
-                "val",
-                out / "val",
-                val_langs,
-                sources,
-                baseline_dir=out / "val" / "mark-all",
-                quiet=quiet,
+            val = service.detect_split(
+                det, "val", out / "val", val_langs, sources, baseline_dir=out / "val" / "mark-all"
             )
-            results = score_dir("val", val.files)
             baseline_files = {lang: out / "val" / "mark-all" / p.name for lang, p in val.files.items()}
-            baselines = score_dir("val", baseline_files)
-            rows = report_scores(
-                out / "val", results, f"{detector} on val (scored from the written files)", console, baselines
+            rows = service.score(
+                "val",
+                val.files,
+                out / "val",
+                f"{detector} on val (scored from the written files)",
+                baseline_files,
             )
-            summary["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
-            summary["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
-    summary["seconds"] = round(time.perf_counter() - started, 2)
-    write_json(out / "summary.json", summary)
-    console.print(f"run folder: {out}  ({summary['seconds']} s)")
+            if rows:
+                summary["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
+                summary["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
+    service.finish(summary)
     return out

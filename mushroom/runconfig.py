@@ -1,4 +1,12 @@
-"""Run configs (TOML or YAML files in configs/): validated, unknown keys rejected."""
+"""Run configs (TOML or YAML files in configs/): validated, unknown keys rejected.
+
+A config names one detector with its options, the splits and languages, and optionally a
+list of `variants`: each is a set of option overrides (a prompt file, temperatures, ...)
+run on the same items with the same model, into its own folder of the run; LLM responses
+are cached in one file shared by the variants, so a request two variants share is sent
+once. After the variants, a comparison table against the first variant (95% CIs, paired
+p-values) is printed and written to eval/ as Markdown and CSV.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from rich.console import Console
 
 from mushroom.contexts import DEFAULT_SOURCES
@@ -23,8 +31,17 @@ class DetectorSection(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class Variant(BaseModel):
+    """One prompt variant: a name and the detector options it overrides."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 class RunConfig(BaseModel):
-    """A whole run: splits, languages, contexts and the detector."""
+    """A whole run: splits, languages, contexts, the detector and its variants."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -32,59 +49,194 @@ class RunConfig(BaseModel):
     description: str = ""
     splits: list[str] = Field(default_factory=lambda: ["val"])
     langs: list[str] | None = None
+    limit: int | None = Field(None, ge=1, description="only the first N items of each language")
     contexts: list[str] = Field(default_factory=lambda: list(DEFAULT_SOURCES))
     detector: DetectorSection
+    variants: list[Variant] = Field(default_factory=list)
+
+    @field_validator("variants")
+    @classmethod
+    def _unique(cls, value: list[Variant]) -> list[Variant]:
+        names = [v.name for v in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"variant names must be unique, got {names}")
+        return value
+
+    def variant_options(self) -> list[tuple[str, dict[str, Any]]]:
+        """(name, full detector options) per variant; one unnamed entry without variants."""
+        if not self.variants:
+            return [("", dict(self.detector.options))]
+        return [(v.name, _merge(self.detector.options, v.options)) for v in self.variants]
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = (
+            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
 
 
 def load_run_config(path: Path) -> RunConfig:
     """Reads and validates a config; errors name the file and the offending key."""
     if not path.is_file():
         raise MushroomError(f"config not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError([Problem(str(path), None, None, f"cannot read: {exc}")]) from exc
     try:
         if path.suffix in (".yaml", ".yml"):
             try:
                 import yaml
             except ImportError:
                 raise MushroomError("YAML configs need PyYAML: pip install pyyaml (or use TOML)") from None
-            data = yaml.safe_load(text)
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise ValueError(str(exc)) from exc
         else:
             data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, ValueError) as exc:
         raise DataError([Problem(str(path), None, None, f"cannot parse: {exc}")]) from exc
+    if not isinstance(data, dict):
+        raise DataError([Problem(str(path), None, None, "expected a table of settings at the top level")])
     try:
         cfg = RunConfig.model_validate(data)
-        from mushroom.detectors import detector_class
-
-        detector_class(cfg.detector.name).Options.model_validate(cfg.detector.options)
     except ValidationError as exc:
         raise DataError(
             [Problem(str(path), None, ".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()]
         ) from exc
+    from mushroom.detectors import detector_class
+
+    cls = detector_class(cfg.detector.name)
+    for name, options in cfg.variant_options():
+        try:
+            cls.Options.model_validate(options)
+        except ValidationError as exc:
+            where = f"variants.{name}.options" if name else "detector.options"
+            raise DataError(
+                [
+                    Problem(str(path), None, ".".join([where, *map(str, e["loc"])]), e["msg"])
+                    for e in exc.errors()
+                ]
+            ) from exc
     return cfg
 
 
-def execute(cfg: RunConfig, out: Path | None, quiet: bool = False, console: Console | None = None) -> Path:
-    """Runs every split of a config into one run folder; val is scored, test is zipped."""
+def execute(
+    cfg: RunConfig,
+    out: Path | None,
+    quiet: bool = False,
+    console: Console | None = None,
+    allow_failures: bool = False,
+    limit: int | None = None,
+    eval_dir: Path | None = None,
+) -> Path:
+    """Runs every split (and variant) of a config into one run folder; val is scored, test zipped."""
     from mushroom.detectors import build
-    from mushroom.mainjob import report_scores, score_dir
-    from mushroom.pipeline import detect_split
-    from mushroom.runs import open_run_dir, timestamp, write_json
-    from mushroom.submission import write_zip
+    from mushroom.runs import timestamp
+    from mushroom.service import RunService
 
     console = console or Console()
-    det = build(cfg.detector.name, cfg.detector.options)
+    limit = limit or cfg.limit
+    variants = cfg.variant_options()
+    dets = [(name, build(cfg.detector.name, options)) for name, options in variants]
     out = out or PROJECT_ROOT / "runs" / f"{timestamp()}-{cfg.name}"
-    if open_run_dir(out, {"run_config": cfg.model_dump(mode="json"), **det.describe()}):
-        console.print(f"[yellow]resuming[/yellow] the run in {out}")
-    for split in cfg.splits:
-        folder = out / split
-        result = detect_split(det, split, folder, cfg.langs, tuple(cfg.contexts), quiet=quiet)
-        stats = getattr(det, "stats", None)
-        if stats is not None:
-            write_json(folder / "parse_stats.json", stats.to_dict())
-        if split == "test":
-            write_zip(folder / "submission.zip", list(result.files.values()))
-        if split == "val":
-            report_scores(folder, score_dir("val", result.files), f"{cfg.name} on val", console)
+    config = {
+        "run_config": cfg.model_dump(mode="json", exclude={"limit"}),
+        "limit": limit,
+        "variants": [{"name": n, **d.describe()} for n, d in dets],
+    }
+    service = RunService(out, config, console, quiet, allow_failures)
+    shared_cache = out / "responses.cache.jsonl"
+    summary: dict[str, Any] = {"splits": {}}
+    for name, det in dets:
+        if name and hasattr(det.options, "cache_path") and det.options.cache_path is None:
+            det.options.cache_path = str(shared_cache)
+        root = out / name if name else out
+        for split in cfg.splits:
+            folder = root / split
+            result = service.detect_split(det, split, folder, cfg.langs, tuple(cfg.contexts), limit=limit)
+            label = f"{cfg.name}{'/' + name if name else ''} on {split}"
+            service.print_stats(f"{label}: counts", result.stats.get("all", {}))
+            entry = summary["splits"].setdefault(f"{name or cfg.name}/{split}", {})
+            entry["items_failed"] = len(result.failures)
+            if split == "test":
+                zipped = service.submit(list(result.files.values()), folder / "submission.zip")
+                entry["zip"] = str(zipped) if zipped else None
+            if split == "val":
+                rows = service.score(
+                    "val", result.files, folder, label, items=result.items if limit else None
+                )
+                if rows:
+                    entry["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
+                    entry["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
+    if len(dets) > 1 and "val" in cfg.splits and not service.failures:
+        summary["comparison"] = compare_variants(
+            [(n, out / n / "val") for n, _ in dets], cfg.name, console, eval_dir, limit is not None
+        )
+    service.finish(summary)
     return out
+
+
+def compare_variants(
+    runs: list[tuple[str, Path]], name: str, console: Console, eval_dir: Path | None, limited: bool
+) -> dict[str, str]:
+    """Prints the variants against the first (CIs, paired p-values); writes Markdown and CSV."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from mushroom.compare import COLUMNS, RunScores, comparison_rows, rows_csv, rows_markdown
+    from mushroom.predictions import load_predictions
+    from mushroom.runs import prediction_folder, timestamp
+    from mushroom.scoring.score import ScoreResult, score_predictions
+
+    scored = []
+    for variant, folder in runs:
+        parts = []
+        for path in sorted(prediction_folder(folder, "val").glob("mushroom.*-val.v2.jsonl")):
+            from mushroom.data import lang_from_filename, load_split
+
+            lang = lang_from_filename(path)
+            preds = load_predictions(path)
+            items = [it for it in load_split("val", [lang])[lang] if it.id in preds] if limited else None
+            if items is None:
+                from mushroom.data import split_files
+                from mushroom.scoring.score import score_files
+
+                parts.append(score_files(split_files("val")[lang], path))
+            else:
+                parts.append(score_predictions(items, list(preds.values())))
+        import numpy as np
+
+        merged = ScoreResult(
+            ids=[i for r in parts for i in r.ids],
+            langs=[lang for r in parts for lang in r.langs],
+            iou=np.concatenate([r.iou for r in parts]),
+            cor=np.concatenate([r.cor for r in parts]),
+        )
+        scored.append(RunScores(variant, folder, merged))
+    rows = comparison_rows(scored, 0)
+    table = Table(title=f"variants against {escape(runs[0][0])} (paired by item)", title_justify="left")
+    for col in ("variant", "lang", "n", "IoU [95% CI]", "Cor [95% CI]", "dIoU (p)", "dCor (p)"):
+        table.add_column(col, justify="left" if col in ("variant", "lang") else "right")
+    for r in rows:
+        table.add_row(
+            escape(r["run"]),
+            r["lang"],
+            str(r["n"]),
+            f"{r['iou']:.4f} [{r['iou_lo']:.2f}-{r['iou_hi']:.2f}]",
+            f"{r['cor']:.4f} [{r['cor_lo']:.2f}-{r['cor_hi']:.2f}]",
+            f"{r['d_iou']:+.4f} ({r['p_iou']:.3f})" if "d_iou" in r else "baseline",
+            f"{r['d_cor']:+.4f} ({r['p_cor']:.3f})" if "d_cor" in r else "",
+        )
+    console.print(table)
+    folder = eval_dir or PROJECT_ROOT / "eval"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = folder / f"variants-{name}-{timestamp()}"
+    stem.with_suffix(".md").write_text(f"# {name}: prompt variants on val\n\n" + rows_markdown(rows, COLUMNS))
+    stem.with_suffix(".csv").write_text(rows_csv(rows, COLUMNS))
+    console.print(f"wrote {escape(str(stem))}.md and .csv")
+    return {"markdown": str(stem.with_suffix(".md")), "csv": str(stem.with_suffix(".csv"))}

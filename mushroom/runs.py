@@ -6,7 +6,6 @@ predictions as they were written, raw model outputs where a model was used, and 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import subprocess
@@ -18,7 +17,6 @@ from typing import Any
 
 from mushroom import __version__
 from mushroom.data import PROJECT_ROOT
-from mushroom.errors import MushroomError
 
 _PACKAGES = ("numpy", "scipy", "pydantic", "rich", "typer", "regex", "rapidfuzz", "stopwordsiso")
 
@@ -55,43 +53,9 @@ def versions() -> dict[str, Any]:
     }
 
 
-def config_hash(config: dict[str, Any]) -> str:
-    """Stable short hash of a config, used to refuse resuming a run with other settings."""
-    blob = json.dumps(config, sort_keys=True, ensure_ascii=False).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
 def timestamp() -> str:
     """UTC time for folder names: sortable and free of characters shells dislike."""
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-
-
-def open_run_dir(path: Path, config: dict[str, Any]) -> bool:
-    """Creates a run directory, or reopens one made with the same config to resume it.
-
-    Returns:
-        True when an existing run is resumed.
-
-    Raises:
-        MushroomError: the directory holds a run with a different config.
-    """
-    path.mkdir(parents=True, exist_ok=True)
-    cfg_path = path / "config.json"
-    wanted = {"config": config, "config_hash": config_hash(config)}
-    if cfg_path.exists():
-        try:
-            existing = json.loads(cfg_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise MushroomError(f"{cfg_path}: unreadable run config ({exc.msg})") from exc
-        if existing.get("config_hash") != wanted["config_hash"]:
-            raise MushroomError(
-                f"{path} holds a run with another config (hash {existing.get('config_hash')} vs "
-                f"{wanted['config_hash']}); choose another --out folder"
-            )
-        return True
-    cfg_path.write_text(json.dumps(wanted, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    (path / "versions.json").write_text(json.dumps(versions(), indent=2) + "\n", encoding="utf-8")
-    return False
 
 
 def write_json(path: Path, data: Any) -> None:

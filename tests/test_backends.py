@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 from conftest import ROOT, write_lines
@@ -13,6 +14,7 @@ from mushroom.data import load_split
 from mushroom.detectors import build
 from mushroom.errors import MushroomError
 from mushroom.parsing.parser import SpanList
+from mushroom.rawlog import RawLog, RawRecord
 
 
 def _req(key, text, temperature=0.0, n=1):
@@ -152,12 +154,32 @@ def test_llm_detector_over_openai_server_with_temperature_vote(tmp_path):
             },
         )
         det.workdir = tmp_path
-        preds = det.detect(items, {})
-        assert preds[0].hard_labels == [(25, 31)]  # 2 of 3 runs mark "silver"; "2008" only 1
-        assert preds[1].hard_labels == []
-        assert det.stats.responses == 9 and det.stats.unparseable == 1
-        raw = [json.loads(line) for line in (tmp_path / "en.responses.jsonl").read_text().splitlines()]
-        assert len(raw) == 9 and raw[0]["prompt"] == "single_zero_shot" and len(raw[0]["prompt_sha256"]) == 64
+        det.raw_log = RawLog(tmp_path / "en.raw.jsonl")
+        results = []
+        det.run(items, {}, results.append)
+        by_id = {r.id: r for r in results}
+        assert sorted(by_id) == sorted(it.id for it in items) and all(r.status == "ok" for r in results)
+        assert by_id[first.id].prediction.hard_labels == [
+            (25, 31)
+        ]  # 2 of 3 runs mark "silver"; "2008" only 1
+        assert by_id[items[1].id].prediction.hard_labels == []
+        total = Counter()
+        for r in results:
+            total.update(r.stats)
+        assert total["llm.requests"] == 9 and total["llm.unparseable"] == 1
+        assert total["llm.requests"] == total["llm.parsed"] + total["llm.repaired"] + total["llm.unparseable"]
+        raw = [
+            RawRecord.model_validate_json(line)
+            for line in (tmp_path / "en.raw.jsonl").read_text().splitlines()
+        ]
+        assert (
+            len(raw) == 9
+            and {r.stage for r in raw} == {"llm"}
+            and {r.temperature for r in raw} == {0.05, 0.1, 0.2}
+        )
+        assert (
+            det.describe()["prompt_name"] == "single_zero_shot" and len(det.describe()["prompt_sha256"]) == 64
+        )
 
 
 def test_detect_cli_replays_recorded_responses(tmp_path):
@@ -195,5 +217,7 @@ def test_detect_cli_replays_recorded_responses(tmp_path):
     assert "unparseable 1" in proc.stdout
     scores = json.loads((out / "scores.json").read_text())["en"]
     assert scores["iou"] > 0.9
-    stats = json.loads((out / "parse_stats.json").read_text())
-    assert stats["responses"] == 50 and stats["parsed"] == 49
+    stats = json.loads((out / "predictions" / "stats.json").read_text())
+    assert (
+        stats["all"]["llm.requests"] == 50 and stats["all"]["llm.parsed"] + stats["all"]["llm.repaired"] == 49
+    )

@@ -1,4 +1,5 @@
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from mushroom.contextgen import generate_contexts
 from mushroom.contexts import load_contexts
 from mushroom.detectors import build
 from mushroom.detectors.chain import ChainDetector, ChainOptions
+from mushroom.errors import RunFailed
 from mushroom.records import Context, Item
 from mushroom.scoring.score import score_predictions
 
@@ -65,9 +67,17 @@ class Scripted(Backend):
 
 
 def run_chain(script, item=ITEM, ctx=CTX, **opts):
+    """(the item's counters, its prediction, the backend); the item must come out ok."""
     backend = Scripted(script)
     det = ChainDetector(ChainOptions(cache=False, **opts), backend)
-    return det, det.detect([item], ctx)[0], backend
+    results = []
+    det.run([item], ctx, results.append)
+    assert len(results) == 1 and results[0].status == "ok", results
+    stats = Counter(results[0].stats)
+    for stage in ("decompose", "verify", "decompose.retry", "verify.retry"):
+        parts = sum(stats[f"{stage}.{k}"] for k in ("ok", "invalid_json", "wrong_shape", "backend_errors"))
+        assert stats[f"{stage}.requests"] == parts, stage
+    return stats, results[0].prediction, backend
 
 
 def test_decompose_verify_locate_marks_the_minimal_wrong_substring():
@@ -80,9 +90,10 @@ def test_decompose_verify_locate_marks_the_minimal_wrong_substring():
         '2. Curie was born in Berlin  [answer text: "in Berlin"]' in verify_prompt
         and "Warsaw" in verify_prompt
     )
-    s = det.stats
-    assert (s.claims, s.false_claims, s.spans, s.retries, s.decomposition_failures) == (3, 1, 1, 0, 0)
-    assert s.requests == 2 and s.prompt_chars > len(ANSWER) * 2
+    s = det
+    assert (s["chain.claims"], s["chain.false_claims"], s["chain.spans"]) == (3, 1, 1)
+    assert s["decompose.retries"] == 0 and s["chain.decomposition_failures"] == 0
+    assert s["decompose.requests"] + s["verify.requests"] == 2 and s["chain.prompt_chars"] > len(ANSWER) * 2
 
 
 def test_failed_stage_is_retried_once_with_the_error_and_counted():
@@ -99,17 +110,16 @@ def test_failed_stage_is_retried_once_with_the_error_and_counted():
         retry.messages[-2].content == "Sure! Here are the claims:"
         and "could not be used" in retry.messages[-1].content
     )
-    assert (
-        det.stats.retries == 1
-        and det.stats.decompose_invalid_json == 1
-        and det.stats.decomposition_failures == 0
-    )
+    assert det["decompose.retries"] == 1 and det["decompose.invalid_json"] == 1
+    assert det["chain.decomposition_failures"] == 0 and det["decompose.retry.ok"] == 1
 
 
 def test_malformed_answers_are_counted_and_predict_nothing():
     # decomposition fails twice: nothing verified, nothing predicted
-    det, pred, _ = run_chain({"v-1#decompose": ["not json", "{still not"]})
-    assert pred.hard_labels == [] and det.stats.decomposition_failures == 1 and det.stats.retries == 1
+    det, pred, _ = run_chain({"v-1#decompose": ["not json"], "v-1#decompose#retry": ["{still not"]})
+    assert (
+        pred.hard_labels == [] and det["chain.decomposition_failures"] == 1 and det["decompose.retries"] == 1
+    )
     # a claim quoted wrongly, a span that is not in the answer -> fallback to the claim's substring
     bad_dec = json.dumps(
         {
@@ -127,8 +137,8 @@ def test_malformed_answers_are_counted_and_predict_nothing():
         }
     )
     det, pred, _ = run_chain({"v-1#decompose": [bad_dec], "v-1#verify": [bad_ver]}, retry=False)
-    s = det.stats
-    assert (s.claims_not_in_answer, s.spans_not_located, s.fallbacks) == (1, 1, 1)
+    s = det
+    assert (s["chain.claims_not_in_answer"], s["chain.spans_not_located"], s["chain.fallbacks"]) == (1, 1, 1)
     assert pred.hard_labels == []  # 0.5 is not above the 0.5 threshold
     assert [(x.start, x.end, x.prob) for x in pred.soft_labels] == [(29, 38, 0.5)]
 
@@ -153,7 +163,24 @@ def test_chain_over_a_loopback_server_and_replay(tmp_path):
     det = build("chain", {"backend": {"kind": "replay", "responses": str(replay)}})
     det.workdir = tmp_path
     assert [list(h) for h in det.detect([ITEM], CTX)[0].hard_labels] == [[32, 38]]
-    assert json.loads((tmp_path / "en.chain_stats.json").read_text())["false_claims"] == 1
+
+
+def test_a_failed_call_fails_the_item_instead_of_an_empty_prediction():
+    backend = Scripted({"v-1#decompose": [DECOMPOSE]})  # verify gets no answer: a backend error
+    det = ChainDetector(ChainOptions(cache=False), backend)
+    results = []
+    det.run([ITEM], CTX, results.append)
+    assert [r.status for r in results] == ["failed"] and "nothing for v-1#verify" in results[0].error
+    assert results[0].prediction is None and results[0].stats["verify.backend_errors"] == 1
+    with pytest.raises(RunFailed, match="1 of 1 items failed"):
+        ChainDetector(ChainOptions(cache=False), Scripted({})).detect([ITEM], CTX)
+
+
+def test_supported_as_a_string_false_counts_as_not_supported():
+    ver = VERIFY.replace('"supported": false', '"supported": "false"')
+    assert '"false"' in ver
+    stats, pred, _ = run_chain({"v-1#decompose": [DECOMPOSE], "v-1#verify": [ver]})
+    assert [list(h) for h in pred.hard_labels] == [[32, 38]] and stats["chain.false_claims"] == 1
 
 
 class FakeEncoder:
@@ -232,28 +259,17 @@ def test_context_stage_from_recorded_responses_through_the_cli(tmp_path):
     replay = write_lines(
         tmp_path / "r.jsonl", [{"id": it.id, "response": f"Background for {it.id}."} for it in items]
     )
-    res = CliRunner().invoke(
-        app,
-        [
-            "contexts",
-            "--split",
-            "val",
-            "--lang",
-            "it",
-            "--backend",
-            "replay",
-            "--responses",
-            str(replay),
-            "--source",
-            "rec",
-            "--context-dir",
-            str(tmp_path),
-        ],
-    )
+    args = ["contexts", "--split", "val", "--lang", "it", "--backend", "replay", "--responses", str(replay)]
+    args += ["--source", "rec", "--context-dir", str(tmp_path)]
+    res = CliRunner().invoke(app, [*args, "--limit", "2"])
     assert res.exit_code == 0, res.output
     ctx = load_contexts("val", "it", ("rec",), context_dir=tmp_path)
     assert {i: [c.text for c in cs] for i, cs in ctx.by_id.items()} == {
         it.id: [f"Background for {it.id}."] for it in items
     }
-    # the other 48 items had no recorded response: counted as failed, nothing written for them
-    assert "48" in res.output
+    raw = (tmp_path / ".raw" / "val.it.rec.jsonl").read_text().splitlines()
+    assert len(raw) == 2 and all(json.loads(line)["stage"] == "context" for line in raw)
+    # the other 48 items have no recorded response: failed, nothing written for them, exit 3
+    res = CliRunner().invoke(app, args)
+    assert isinstance(res.exception, RunFailed) and "48 contexts could not be generated" in str(res.exception)
+    assert any(line.split("│")[4].strip() == "2" for line in res.output.splitlines() if "│  " in line and " it " in line)  # done before

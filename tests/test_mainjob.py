@@ -35,14 +35,30 @@ def test_main_job_on_a_slice_writes_checked_files_scores_and_resumes(tmp_path):
     )
     versions = json.loads((out / "versions.json").read_text())
     assert versions["packages"]["numpy"]
-    # resume: a file already written is kept as it is, a missing one is redone
-    kept = (out / "mushroom.en-tst.v1.jsonl").stat().st_mtime_ns
+    # resume per item: a missing file is rewritten from the ledger, lost items are redone
+    before = {lang: (out / f"mushroom.{lang}-tst.v1.jsonl").read_bytes() for lang in ("en", "zh")}
+    ledger = out / "items" / "en.jsonl"
+    lines = ledger.read_text().splitlines()
+    ledger.write_text("\n".join(lines[:-5]) + "\n" + lines[-5][:40])  # 5 items lost, a line cut by a kill
     (out / "mushroom.zh-tst.v1.jsonl").unlink()
     run_main(out=out, langs=["en", "zh", "eu"], quiet=True, console=console)
-    assert (out / "mushroom.en-tst.v1.jsonl").stat().st_mtime_ns == kept
-    assert check_file(out / "mushroom.zh-tst.v1.jsonl", test["zh"]).ok
+    after = ledger.read_text().splitlines()
+    assert len(after) == len(lines) + 1  # the 5 lost items again, after the cut line (kept, unreadable)
+    for lang in ("en", "zh"):
+        assert (out / f"mushroom.{lang}-tst.v1.jsonl").read_bytes() == before[lang]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["items_failed"] == 0 and summary["stages"]["lexical:val"]["reused"] is True
     with pytest.raises(MushroomError, match="another config"):
         run_main(out=out, langs=["en", "zh", "eu"], options={"threshold": 0.3}, quiet=True, console=console)
+
+
+def test_a_run_that_stopped_before_its_first_item_does_not_lock_its_folder(tmp_path):
+    out = tmp_path / "run"
+    console = Console(file=open(tmp_path / "log.txt", "w"), width=120)
+    with pytest.raises(MushroomError, match="no context file"):
+        run_main(out=out, langs=["en"], sources=("no-such-source",), quiet=True, console=console)
+    run_main(out=out, langs=["en"], with_val=False, quiet=True, console=console)  # corrected config
+    assert (out / "mushroom.en-tst.v1.jsonl").is_file()
 
 
 def test_run_sh_runs_the_main_job(tmp_path):

@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers", reason="transformers not inst
 
 from tiny_models import tiny_bert_classifier, tiny_llama, word_tokenizer  # noqa: E402
 
-from mushroom.backends.base import Backend, BackendConfig, Generation  # noqa: E402
+from mushroom.backends.base import Backend, BackendConfig, Generation, Loglikelihood  # noqa: E402
 from mushroom.backends.hf import TransformersBackend  # noqa: E402
 from mushroom.detectors import build  # noqa: E402
 from mushroom.detectors.nli import NLIDetector, NLIOptions, label_indices  # noqa: E402
@@ -103,6 +103,11 @@ class FixedBackend(Backend):
         self.requests.extend(requests)
         return [Generation(texts=["Yes"], logprobs=[[self.dist]]) for _ in requests]
 
+    def loglikelihood(self, requests, on_result=None):
+        self.requests.extend(r for r in requests if r.continuation == "Yes")
+        word = {"Yes": " Yes", "No": "no"}
+        return [Loglikelihood(logprob=self.dist.get(word[r.continuation])) for r in requests]
+
 
 def test_p_yes_reads_first_token_and_sums_variants():
     gen = Generation(
@@ -115,9 +120,10 @@ def test_p_yes_reads_first_token_and_sums_variants():
     assert harmonic_mean([1.0, 0.1]) == pytest.approx(2 / 11)
 
 
-def test_pyes_normalises_each_model_and_averages(tmp_path):
+@pytest.mark.parametrize("scoring", ["loglikelihood", "top_logprobs"])
+def test_pyes_normalises_each_model_and_averages(tmp_path, scoring):
     models = [BackendConfig(kind="fixed", model="a"), BackendConfig(kind="fixed", model="b")]
-    opts = PYesOptions(models=models, cache=False)
+    opts = PYesOptions(models=models, cache=False, scoring=scoring)
     answer = "the cat is red. Paris is red."
     backends = [FixedBackend(0.9, 0.1), FixedBackend(0.3, 0.7)]
     det = PYesDetector(opts, backends)
@@ -141,15 +147,25 @@ def test_pyes_normalises_each_model_and_averages(tmp_path):
         len(backends[0].requests) == 2
         and "Statement: Paris is red." in backends[0].requests[1].messages[-1].content
     )
-    assert (tmp_path / "en.pyes.jsonl").is_file() and (tmp_path / "pyes_calibration.json").is_file()
+    results = []
+    det.run([item(answer)], {}, results.append)
+    assert results[0].detail["pieces"][1]["p_yes"] == [pytest.approx(0.9), pytest.approx(0.3)]
+    assert results[0].stats["pyes.pieces"] == 2 and results[0].stats["pyes.unusable"] == 0
     # without a calibration file, statistics come from the items themselves and are recorded
     det2 = PYesDetector(opts, [FixedBackend(0.9, 0.1), FixedBackend(None, None)])
     with pytest.raises(MushroomError, match="no usable"):
         det2.detect([item(answer)], {})
     assert det2.unusable == 2
     det3 = PYesDetector(opts, backends)
+    det3.workdir = tmp_path
     calib = det3.calibrate(calib_items, {})
     assert calib.models["0:fixed:a"].mean == pytest.approx(0.9) and calib.models["0:fixed:a"].std == 1e-3
+    # one piece only: every model's std is at the floor, and the run says so
+    assert len(det3.warnings) == 2 and "collapsed" in det3.warnings[0]
+    det4 = PYesDetector(opts, backends)
+    det4.workdir = tmp_path
+    det4.detect([item(answer)], {})
+    assert (tmp_path / "pyes_calibration.json").is_file()  # transductive statistics kept for a resume
 
 
 def test_pyes_with_a_tiny_transformers_model_reads_real_logprobs():
@@ -158,7 +174,12 @@ def test_pyes_with_a_tiny_transformers_model_reads_real_logprobs():
         tiny_llama(len(WORDS), 512),
         tiny_tokenizer(512),
     )
-    opts = PYesOptions(models=[BackendConfig(kind="transformers", model="tiny")], cache=False, unit="clause")
+    opts = PYesOptions(
+        models=[BackendConfig(kind="transformers", model="tiny")],
+        cache=False,
+        unit="clause",
+        scoring="top_logprobs",
+    )
     det = PYesDetector(opts, [backend])
     answer = "the cat is red. Paris is red."
     items = [item(answer, "a"), item("the cat sat.", "b")]

@@ -80,9 +80,11 @@ def test_llm_detector_with_garbage_model_predicts_nothing_and_counts_it(monkeypa
     det = build(
         "llm", {"backend": {"kind": "transformers", "model": "tiny"}, "max_tokens": 16, "cache": False}
     )
-    preds = det.detect(items, {})
-    assert [p.hard_labels for p in preds] == [[], [], []]
-    assert det.stats.responses == 3 and det.stats.unparseable == 3
+    results = []
+    det.run(items, {}, results.append)
+    assert [r.prediction.hard_labels for r in results] == [[], [], []]
+    assert sum(r.stats["llm.requests"] for r in results) == 3
+    assert sum(r.stats["llm.unparseable"] for r in results) == 3
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")

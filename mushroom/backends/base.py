@@ -135,7 +135,7 @@ class Backend(ABC):
     def loglikelihood(
         self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
     ) -> list[Loglikelihood]:
-        """log P(continuation | prompt) per request, in order; backends that cannot score say so."""
+        """Log P(continuation | prompt) per request, in order; backends that cannot score say so."""
         from mushroom.errors import MushroomError
 
         raise MushroomError(f"the {self.kind!r} backend cannot score log-likelihoods")

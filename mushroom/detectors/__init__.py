@@ -1,18 +1,38 @@
-"""Detectors by name.
+"""Detectors by name: built-in, registered in code, or from installed packages.
 
-The registry maps a name to "module:Class" so that listing detectors imports nothing heavy;
-a detector's module (and its torch or vllm) is imported only when that detector is built.
+Built-in names map to "module:Class" so that listing detectors imports nothing heavy; a
+detector's module (and its torch) is imported only when that detector is built. Your own
+detector class registers with `@register_detector("name")`; a package registers one for
+every user through the `mushroom.detectors` entry-point group
+(`name = "package.module:Class"` in its pyproject), loaded only when asked for.
 """
 
 from __future__ import annotations
 
 import importlib
+from importlib import metadata
 from typing import Any
 
-from mushroom.detectors.base import Detector
-from mushroom.errors import MushroomError
+from pydantic import ValidationError
 
-_REGISTRY: dict[str, str] = {
+from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, VectorDetector
+from mushroom.errors import DataError, MushroomError, Problem
+
+__all__ = [
+    "Detector",
+    "DetectorOptions",
+    "Emit",
+    "ItemResult",
+    "VectorDetector",
+    "available",
+    "build",
+    "detector_class",
+    "register_detector",
+]
+
+ENTRY_POINT_GROUP = "mushroom.detectors"
+
+_BUILTIN: dict[str, str] = {
     "chain": "mushroom.detectors.chain:ChainDetector",
     "lexical": "mushroom.detectors.lexical:LexicalDetector",
     "llm": "mushroom.detectors.llm:LLMDetector",
@@ -20,29 +40,73 @@ _REGISTRY: dict[str, str] = {
     "pyes": "mushroom.detectors.pyes:PYesDetector",
     "semantic": "mushroom.detectors.semantic:SemanticDetector",
 }
+_REGISTERED: dict[str, type[Detector]] = {}
 
 
-def register(name: str, target: str) -> None:
-    """Adds a detector ("module:Class") under a name; later registrations override."""
-    _REGISTRY[name] = target
+def register_detector(name: str):
+    """Class decorator: makes a Detector subclass available under `name` (overrides a built-in)."""
+
+    def wrap(cls: type[Detector]) -> type[Detector]:
+        if not (isinstance(cls, type) and issubclass(cls, Detector)):
+            raise TypeError(f"register_detector({name!r}) decorates a Detector subclass, not {cls!r}")
+        cls.name = name
+        _REGISTERED[name] = cls
+        return cls
+
+    return wrap
+
+
+def _entry_points() -> dict[str, metadata.EntryPoint]:
+    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def available() -> list[str]:
-    """Names of all registered detectors."""
-    return sorted(_REGISTRY)
+    """Names of all detectors: built-in, registered and installed through entry points."""
+    return sorted(set(_BUILTIN) | set(_REGISTERED) | set(_entry_points()))
+
+
+def _close_match(name: str, names: list[str]) -> str:
+    import difflib
+
+    match = difflib.get_close_matches(name, names, n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 def detector_class(name: str) -> type[Detector]:
-    """Imports and returns the class registered under `name`."""
-    try:
-        target = _REGISTRY[name]
-    except KeyError:
-        raise MushroomError(f"unknown detector {name!r}; available: {', '.join(available())}") from None
-    module_name, _, class_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    """The class registered under `name`, imported on demand."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    if name in _BUILTIN:
+        module_name, _, class_name = _BUILTIN[name].partition(":")
+        return getattr(importlib.import_module(module_name), class_name)
+    eps = _entry_points()
+    if name in eps:
+        cls = eps[name].load()
+        if not (isinstance(cls, type) and issubclass(cls, Detector)):
+            raise MushroomError(f"entry point {name!r} ({eps[name].value}) is not a mushroom Detector")
+        return cls
+    names = available()
+    raise MushroomError(
+        f"unknown detector {name!r}{_close_match(name, names)}; available: {', '.join(names)}"
+    )
 
 
-def build(name: str, options: dict[str, Any] | None = None) -> Detector:
-    """Builds a detector from validated options (unknown keys are rejected)."""
+def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) -> Detector:
+    """Builds a detector from validated options; unknown or invalid keys name what is valid."""
     cls = detector_class(name)
-    return cls(cls.Options.model_validate(options or {}))
+    if isinstance(options, DetectorOptions):
+        return cls(options)
+    try:
+        opts = cls.Options.model_validate(options or {})
+    except ValidationError as exc:
+        valid = ", ".join(cls.Options.model_fields)
+        problems = []
+        for err in exc.errors():
+            where = ".".join(map(str, err["loc"]))
+            msg = err["msg"]
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown option{_close_match(str(err['loc'][-1]), list(cls.Options.model_fields))}"
+                msg += f"; {name} takes: {valid}"
+            problems.append(Problem(f"detector {name}", None, where or None, msg))
+        raise DataError(problems) from None
+    return cls(opts)

@@ -1,16 +1,47 @@
-"""What every detector is: options in, a batch of items and their contexts, predictions out."""
+"""What every detector is, and the contract the run service relies on.
+
+The contract, checked for every registered detector by tests/test_detector_contract.py:
+
+- **Options**: a pydantic model (`Options`), unknown keys rejected; `describe()` is what a run
+  records in config.json and hashes to refuse resuming with other settings.
+- **Calling**: `run(items, contexts, emit)` gets a batch of items of ONE language (the run
+  service sends a whole language, or `batch_items` at a time) and calls `emit` once per item,
+  as soon as that item is finished, with an `ItemResult`: `ok` with its prediction, or
+  `failed` with the error. Items may be emitted in any order; every item must be emitted.
+  A model-backed detector sends the batch's requests together (throughput) and emits each
+  item when its last response has arrived, so a kill loses at most the items in flight. An
+  item is `failed` when any model call it needed failed (after the backend's retries): it is
+  never turned into an empty prediction, and a re-run retries it (successful calls come
+  from the response cache). A `MushroomError` (bad option, missing model) is raised, not
+  emitted: it concerns the whole run, not an item.
+- **Stats**: each ItemResult carries flat integer counters (`stats`), named
+  `<stage>.<counter>` (e.g. `llm.requests`, `llm.parsed`, `verify.backend_errors`). The
+  service sums them per language and split (`<split>/stats.json`); an LLM stage keeps
+  `requests == parsed + repaired + unparseable + backend_errors`.
+- **Raw records**: a detector that calls models wraps its backend with `recording()`, so every
+  call lands in `raw/<lang>.raw.jsonl` as a `mushroom.rawlog.RawRecord` (one schema for all
+  stages, error rows included) that `--backend replay` can answer from. Per-item parse
+  details go into `ItemResult.detail`.
+- **Evidence channels**: per-character vectors beyond the final probabilities (for `stack`)
+  travel in `ItemResult.channels`.
+
+`detect(items, contexts)` is the plain Python form: predictions in item order, or
+`RunFailed` when any item failed.
+"""
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from mushroom.records import Context, Item, Prediction
+from mushroom.errors import MushroomError, RunFailed
+from mushroom.records import Context, Item, Prediction, SoftSpan
 
 
 class DetectorOptions(BaseModel):
@@ -19,62 +50,145 @@ class DetectorOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Detector(ABC):
-    """A hallucination detector.
+class ItemResult(BaseModel):
+    """The outcome of one item: what the run folder's item ledger stores, one line each."""
 
-    Detectors take a whole batch so that model-backed ones can send every prompt at once; the
-    `advance` callback lets the caller drive a progress bar without the detector knowing how.
-    """
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    status: Literal["ok", "failed"]
+    prediction: Prediction | None = None
+    error: str | None = None
+    channels: dict[str, list[SoftSpan]] = Field(default_factory=dict)
+    stats: dict[str, int] = Field(default_factory=dict)
+    detail: dict[str, Any] = Field(default_factory=dict)
+    seconds: float | None = None
+
+    @classmethod
+    def ok(
+        cls,
+        prediction: Prediction,
+        channels: dict[str, np.ndarray] | None = None,
+        stats: dict[str, int] | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> ItemResult:
+        from mushroom.spans import vector_to_soft
+
+        return cls(
+            id=prediction.id,
+            status="ok",
+            prediction=prediction,
+            channels={k: vector_to_soft(np.clip(v, 0.0, 1.0)) for k, v in (channels or {}).items()},
+            stats=dict(stats or {}),
+            detail=dict(detail or {}),
+        )
+
+    @classmethod
+    def failed(
+        cls, item_id: str, error: str, stats: dict[str, int] | None = None, detail: dict | None = None
+    ) -> ItemResult:
+        return cls(
+            id=item_id, status="failed", error=error, stats=dict(stats or {}), detail=dict(detail or {})
+        )
+
+
+Emit = Callable[[ItemResult], None]
+
+
+def error_text(exc: BaseException) -> str:
+    """One line naming the exception type, for grouping failures by cause."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+
+
+class Detector(ABC):
+    """A hallucination detector; see the module docstring for the contract."""
 
     name: ClassVar[str]
     Options: ClassVar[type[DetectorOptions]] = DetectorOptions
+    # Items per `run` call: 0 sends a whole language at once (model-backed detectors batch
+    # their requests); vector detectors work item by item anyway.
+    batch_items: ClassVar[int] = 0
 
     def __init__(self, options: DetectorOptions):
         self.options = options
-        # Where a detector keeps raw model outputs and caches; set by the pipeline per run.
+        # Where a detector keeps caches (response cache, calibration); set by the run service.
         self.workdir: Path | None = None
+        # The current language's raw-record file; set by the run service per language.
+        self.raw_log = None
         # Evidence beyond the final probabilities (item id -> name -> per-character vector),
-        # filled by detectors that have any; the pipeline writes it for `stack`.
+        # filled by vector detectors that have any; `run` copies it into each ItemResult.
         self.channels: dict[str, dict[str, np.ndarray]] = {}
 
     @abstractmethod
+    def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
+        """Calls `emit` once per item with its ItemResult, as each item is finished."""
+
     def detect(
         self,
         items: list[Item],
         contexts: dict[str, list[Context]],
         advance: Callable[[int], None] | None = None,
     ) -> list[Prediction]:
-        """One prediction per item, in the order of `items`."""
+        """Predictions in item order; raises RunFailed naming the failed items."""
+        results: dict[str, ItemResult] = {}
+        lock = threading.Lock()
+
+        def collect(result: ItemResult) -> None:
+            with lock:
+                results[result.id] = result
+            if advance is not None:
+                advance(1)
+
+        self.run(items, contexts, collect)
+        failed = [r for r in results.values() if r.status == "failed"]
+        missing = [it.id for it in items if it.id not in results]
+        if failed or missing:
+            first = failed[0].error if failed else "no result emitted"
+            raise RunFailed(
+                f"{self.name}: {len(failed) + len(missing)} of {len(items)} items failed "
+                f"(first: {(failed[0].id if failed else missing[0])}: {first})"
+            )
+        return [results[it.id].prediction for it in items]
 
     def describe(self) -> dict[str, Any]:
         """Name and options, recorded in every run's config."""
         return {"detector": self.name, "options": self.options.model_dump(mode="json")}
+
+    def recording(self, backend):
+        """Wraps a backend so that each call is written to the current language's raw log."""
+        from mushroom.rawlog import RecordingBackend
+
+        return RecordingBackend(backend, lambda: self.raw_log)
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Releases models and connections; a no-op by default."""
 
 
 class VectorDetector(Detector):
     """A detector that scores one item at a time as a per-character probability vector.
 
     Hard labels are the characters above the `threshold` option, which every subclass's
-    options carry.
+    options carry. An exception while scoring one item fails that item only.
     """
+
+    batch_items: ClassVar[int] = 0
 
     @abstractmethod
     def item_vector(self, item: Item, contexts: list[Context]) -> np.ndarray:
         """Per-character hallucination probability of one answer."""
 
-    def detect(
-        self,
-        items: list[Item],
-        contexts: dict[str, list[Context]],
-        advance: Callable[[int], None] | None = None,
-    ) -> list[Prediction]:
+    def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
         from mushroom.predictions import prediction_from_vectors
 
         threshold = self.options.threshold
-        out = []
+        self.channels = {}  # this batch's evidence; kept until the next call for callers to read
         for item in items:
-            vec = self.item_vector(item, contexts.get(item.id, []))
-            out.append(prediction_from_vectors(item.id, vec, vec > threshold))
-            if advance is not None:
-                advance(1)
-        return out
+            try:
+                vec = self.item_vector(item, contexts.get(item.id, []))
+            except MushroomError:
+                raise
+            except Exception as exc:  # one item's failure is recorded, the others go on
+                emit(ItemResult.failed(item.id, error_text(exc)))
+                continue
+            pred = prediction_from_vectors(item.id, vec, vec > threshold)
+            emit(ItemResult.ok(pred, self.channels.get(item.id)))

@@ -8,16 +8,17 @@ placed falls back to its own substring at `fallback_probability`, so a verdict i
 silently lost.
 
 A stage whose output is unusable (no JSON, wrong shape) is retried once, with the model's
-previous output and the error shown to it. Every failure is counted per stage and written to
-the run folder: decomposition failures, invalid JSON, claims whose substring is not in the
-answer, spans that could not be located. Same backends, cache and config as `llm`.
+previous output and the error shown to it; what is still unusable after that is the model's
+answer (counted per stage: `decompose.invalid_json`, `verify.wrong_shape`, ...). A failed
+model call fails the item (retried on the next run), never an empty prediction. Per stage,
+`requests == ok + invalid_json + wrong_shape + backend_errors`. Same backends, cache and
+raw records as `llm`.
 """
 
 from __future__ import annotations
 
-import json
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,16 +26,15 @@ from pydantic import Field
 
 from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest, Message
 from mushroom.backends.cache import build_cached
-from mushroom.detectors.base import Detector, DetectorOptions
+from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
 from mushroom.detectors.llm import context_text
-from mushroom.jsonl import write_jsonl
 from mushroom.languages import language_name
 from mushroom.parsing.json_repair import extract_json
 from mushroom.parsing.locate import SpanLocator
 from mushroom.parsing.parser import coerce_claims
 from mushroom.predictions import prediction_from_vectors
 from mushroom.prompts import load_prompt
-from mushroom.records import Context, Item, Prediction
+from mushroom.records import Context, Item
 
 
 class ChainOptions(DetectorOptions):
@@ -50,31 +50,6 @@ class ChainOptions(DetectorOptions):
     fallback_probability: float = Field(0.5, ge=0.0, le=1.0, description="false claim, no placeable span")
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label: probability above this")
     cache: bool = Field(True, description="cache responses in the run folder")
-
-
-@dataclass
-class ChainStats:
-    """Failure accounting per stage."""
-
-    items: int = 0
-    requests: int = 0
-    prompt_chars: int = 0
-    response_chars: int = 0
-    retries: int = 0
-    backend_errors: int = 0
-    decompose_invalid_json: int = 0
-    decomposition_failures: int = 0
-    claims: int = 0
-    claims_not_in_answer: int = 0
-    verify_invalid_json: int = 0
-    verify_failures: int = 0
-    false_claims: int = 0
-    spans: int = 0
-    spans_not_located: int = 0
-    fallbacks: int = 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _claims(value) -> list[dict] | None:
@@ -106,6 +81,18 @@ def _render(template, **values: str) -> list[Message]:
     return template.render(**{k: v for k, v in values.items() if k in template.placeholders})
 
 
+_FALSE = {"false", "no", "unsupported", "not supported", "incorrect", "wrong", "0"}
+
+
+def _is_false(value) -> bool:
+    """A verdict that says "not supported", whether the model wrote false or "false"."""
+    if isinstance(value, bool):
+        return value is False
+    if isinstance(value, (int, float)):
+        return value == 0
+    return isinstance(value, str) and value.strip().lower() in _FALSE
+
+
 class ChainDetector(Detector):
     """Decompose into claims, verify each, locate the wrong substrings."""
 
@@ -117,8 +104,7 @@ class ChainDetector(Detector):
         super().__init__(options)
         self.decompose_prompt = load_prompt(options.decompose_prompt)
         self.verify_prompt = load_prompt(options.verify_prompt)
-        self._backend = backend
-        self.stats = ChainStats()
+        self._backend = self.recording(backend) if backend is not None else None
 
     def describe(self) -> dict:
         out = super().describe()
@@ -132,39 +118,51 @@ class ChainDetector(Detector):
     def backend(self) -> Backend:
         if self._backend is None:
             path = (self.workdir or Path(".")) / "chain.cache.jsonl"
-            self._backend = build_cached(self.options.backend, self.options.cache, path)
+            self._backend = self.recording(build_cached(self.options.backend, self.options.cache, path))
         return self._backend
 
-    def _request(self, key: str, messages: list[Message]) -> GenerationRequest:
-        self.stats.requests += 1
-        self.stats.prompt_chars += sum(len(m.content) for m in messages)
+    def _request(self, item: Item, stage: str, messages: list[Message], st: Counter) -> GenerationRequest:
+        st[f"{stage}.requests"] += 1
+        st["chain.prompt_chars"] += sum(len(m.content) for m in messages)
         return GenerationRequest(
-            key=key,
+            key=f"{item.id}#{stage.replace('.', '#')}",
+            item_id=item.id,
+            stage=stage,
             messages=messages,
             temperature=self.options.temperature,
             max_tokens=self.options.max_tokens,
         )
 
     def _run_stage(
-        self, keys: list[str], messages: list[list[Message]], check: Callable[[object], object | None]
-    ) -> tuple[list[object | None], list[list[str]], list[bool]]:
-        """Sends a stage, parses each output with `check`, retries failures once.
+        self,
+        stage: str,
+        items: list[Item],
+        messages: list[list[Message]],
+        stats: list[Counter],
+        check: Callable[[object], object | None],
+    ) -> tuple[list[object | None], list[list[str]], list[str | None]]:
+        """Sends a stage, parses each output with `check`, retries unusable output once.
 
         Returns:
-            Parsed values (None: failed), raw outputs per item, and whether JSON was invalid.
+            Parsed values (None: unusable), raw outputs per item, and the backend error per
+            item (None when every call of the stage worked).
         """
-        gens = self.backend.generate([self._request(k, m) for k, m in zip(keys, messages)])
+        gens = self.backend.generate(
+            [self._request(it, stage, m, st) for it, m, st in zip(items, messages, stats)]
+        )
         values: list[object | None] = []
         raws: list[list[str]] = []
-        invalid: list[bool] = []
+        errors: list[str | None] = []
         retry_idx, retry_req = [], []
         for k, gen in enumerate(gens):
-            value, error, text = self._parse(gen, check)
+            value, error, text = self._parse(stage, gen, check, stats[k])
             values.append(value)
             raws.append([text])
-            invalid.append(error is not None and error.startswith("invalid JSON"))
-            if value is None and self.options.retry and error is not None and gen.error is None:
-                self.stats.retries += 1
+            errors.append(gen.error if gen.error is not None or not gen.texts else None)
+            if errors[k] is None and not gen.texts:
+                errors[k] = "no output"
+            if value is None and self.options.retry and errors[k] is None:
+                stats[k][f"{stage}.retries"] += 1
                 follow = [
                     *messages[k],
                     Message(role="assistant", content=text),
@@ -175,37 +173,38 @@ class ChainDetector(Detector):
                     ),
                 ]
                 retry_idx.append(k)
-                retry_req.append(self._request(f"{keys[k]}#retry", follow))
+                retry_req.append(self._request(items[k], f"{stage}.retry", follow, stats[k]))
         if retry_req:
             for k, gen in zip(retry_idx, self.backend.generate(retry_req)):
-                value, _, text = self._parse(gen, check)
+                value, _, text = self._parse(f"{stage}.retry", gen, check, stats[k])
                 values[k] = value
                 raws[k].append(text)
-        return values, raws, invalid
+                if gen.error is not None or not gen.texts:
+                    errors[k] = gen.error or "no output"
+        return values, raws, errors
 
-    def _parse(self, gen: Generation, check) -> tuple[object | None, str | None, str]:
+    def _parse(
+        self, stage: str, gen: Generation, check, st: Counter
+    ) -> tuple[object | None, str | None, str]:
         if gen.error is not None or not gen.texts:
-            self.stats.backend_errors += 1
+            st[f"{stage}.backend_errors"] += 1
             return None, gen.error or "no output", ""
         text = gen.texts[0]
-        self.stats.response_chars += len(text)
+        st["chain.response_chars"] += len(text)
         value, _ = extract_json(text)
         if value is None:
+            st[f"{stage}.invalid_json"] += 1
             return None, "invalid JSON: no JSON object found", text
         checked = check(value)
         if checked is None:
+            st[f"{stage}.wrong_shape"] += 1
             return None, "the JSON does not have the fields asked for", text
+        st[f"{stage}.ok"] += 1
         return checked, None, text
 
-    def detect(
-        self,
-        items: list[Item],
-        contexts: dict[str, list[Context]],
-        advance: Callable[[int], None] | None = None,
-    ) -> list[Prediction]:
+    def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
         opts = self.options
-        st = self.stats
-        st.items += len(items)
+        stats = [Counter({"chain.items": 1}) for _ in items]
         # Stage 1: decompose.
         dec_msgs = [
             _render(
@@ -216,11 +215,7 @@ class ChainDetector(Detector):
             )
             for it in items
         ]
-        claims, dec_raw, dec_invalid = self._run_stage(
-            [f"{it.id}#decompose" for it in items], dec_msgs, _claims
-        )
-        st.decompose_invalid_json += sum(dec_invalid)
-        st.decomposition_failures += sum(c is None for c in claims)
+        claims, dec_raw, dec_err = self._run_stage("decompose", items, dec_msgs, stats, _claims)
         # Stage 2: verify the items that have claims.
         todo = [k for k, c in enumerate(claims) if c]
         ver_msgs = []
@@ -240,71 +235,65 @@ class ChainDetector(Detector):
                     language=language_name(item.lang),
                 )
             )
-        verdicts, ver_raw, ver_invalid = (
-            self._run_stage([f"{items[k].id}#verify" for k in todo], ver_msgs, _verdicts)
+        verdicts, ver_raw, ver_err = (
+            self._run_stage("verify", [items[k] for k in todo], ver_msgs, [stats[k] for k in todo], _verdicts)
             if todo
             else ([], [], [])
         )
-        st.verify_invalid_json += sum(ver_invalid)
-        st.verify_failures += sum(v is None for v in verdicts)
-        by_item = dict(zip(todo, zip(verdicts, ver_raw)))
-        out, raw_rows = [], []
+        by_item = dict(zip(todo, zip(verdicts, ver_raw, ver_err)))
         for k, item in enumerate(items):
-            answer = item.model_output_text
-            vec = np.zeros(len(answer))
-            locator = SpanLocator(answer)
-            item_claims = claims[k] or []
-            st.claims += len(item_claims)
-            claim_spans = []
-            for c in item_claims:
-                span = locator.locate(c["substring"], 1.0)
+            st = stats[k]
+            item_verdicts, raw_ver, v_err = by_item.get(k, (None, [], None))
+            detail = {
+                "decompose": dec_raw[k],
+                "verify": raw_ver,
+                "claims": claims[k],
+                "verdicts": item_verdicts,
+            }
+            error = dec_err[k] or v_err
+            if error is not None:
+                emit(ItemResult.failed(item.id, error, dict(st), detail))
+                continue
+            if claims[k] is None:
+                st["chain.decomposition_failures"] += 1
+            elif claims[k] and item_verdicts is None:
+                st["chain.verify_failures"] += 1
+            vec = self._paint(item, claims[k] or [], item_verdicts or [], st)
+            pred = prediction_from_vectors(item.id, vec, vec > opts.threshold)
+            emit(ItemResult.ok(pred, stats=dict(st), detail=detail))
+
+    def _paint(self, item: Item, item_claims: list[dict], verdicts: list[dict], st: Counter):
+        """Per-character probabilities from the verdicts of one item."""
+        answer = item.model_output_text
+        vec = np.zeros(len(answer))
+        locator = SpanLocator(answer)
+        st["chain.claims"] += len(item_claims)
+        claim_spans = []
+        for c in item_claims:
+            span = locator.locate(c["substring"], 1.0)
+            if span is None:
+                st["chain.claims_not_in_answer"] += 1
+            claim_spans.append(span)
+        # One locator for all wrong spans of the item: a text named twice goes to its next
+        # occurrence, as in the single-prompt parser.
+        span_locator = SpanLocator(answer)
+        for v in verdicts:
+            if not _is_false(v.get("supported")):
+                continue
+            st["chain.false_claims"] += 1
+            spans, _ = coerce_claims({"incorrect_spans": v.get("incorrect_spans") or []})
+            placed = 0
+            for claim in spans:
+                st["chain.spans"] += 1
+                span = span_locator.locate(claim.text, claim.probability)
                 if span is None:
-                    st.claims_not_in_answer += 1
-                claim_spans.append(span)
-            item_verdicts, raw_ver = by_item.get(k, (None, []))
-            # One locator for all wrong spans of the item: a text named twice goes to its
-            # next occurrence, as in the single-prompt parser.
-            span_locator = SpanLocator(answer)
-            for v in item_verdicts or []:
-                if v.get("supported") is not False:
+                    st["chain.spans_not_located"] += 1
                     continue
-                st.false_claims += 1
-                spans, _ = coerce_claims({"incorrect_spans": v.get("incorrect_spans") or []})
-                placed = 0
-                for claim in spans:
-                    st.spans += 1
-                    span = span_locator.locate(claim.text, claim.probability)
-                    if span is None:
-                        st.spans_not_located += 1
-                        continue
-                    placed += 1
-                    vec[span.start : span.end] = np.maximum(vec[span.start : span.end], span.prob)
-                idx = v.get("claim")
-                if (
-                    not placed
-                    and isinstance(idx, int)
-                    and 1 <= idx <= len(claim_spans)
-                    and claim_spans[idx - 1]
-                ):
-                    st.fallbacks += 1
-                    cs = claim_spans[idx - 1]
-                    vec[cs.start : cs.end] = np.maximum(vec[cs.start : cs.end], opts.fallback_probability)
-            out.append(prediction_from_vectors(item.id, vec, vec > opts.threshold))
-            raw_rows.append(
-                {
-                    "id": item.id,
-                    "decompose": dec_raw[k],
-                    "verify": raw_ver,
-                    "claims": item_claims,
-                    "verdicts": item_verdicts,
-                }
-            )
-            if advance is not None:
-                advance(1)
-        if self.workdir is not None and items:
-            lang = items[0].lang
-            write_jsonl(self.workdir / f"{lang}.chain.jsonl", raw_rows)
-            (self.workdir / f"{lang}.chain_stats.json").write_text(
-                json.dumps(self.stats.to_dict(), indent=2) + "\n", encoding="utf-8"
-            )
-        return out
+                placed += 1
+                vec[span.start : span.end] = np.maximum(vec[span.start : span.end], span.prob)
+            idx = v.get("claim")
+            if not placed and isinstance(idx, int) and 1 <= idx <= len(claim_spans) and claim_spans[idx - 1]:
+                st["chain.fallbacks"] += 1
+                cs = claim_spans[idx - 1]
+                vec[cs.start : cs.end] = np.maximum(vec[cs.start : cs.end], self.options.fallback_probability)
+        return vec

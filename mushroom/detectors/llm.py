@@ -9,23 +9,22 @@ replay format next to the predictions so any run can be re-parsed without a mode
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+import threading
+from collections import Counter
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
-from mushroom.backends.base import Backend, BackendConfig, GenerationRequest
+from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest
 from mushroom.backends.cache import build_cached
-from mushroom.detectors.base import Detector, DetectorOptions
+from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
 from mushroom.ensemble import SoftMode, vote
-from mushroom.jsonl import write_jsonl
 from mushroom.languages import language_name
-from mushroom.parsing.parser import ParseStats, SpanList, parse_response
+from mushroom.parsing.parser import SpanList, parse_counts, parse_response
 from mushroom.prompts import PromptTemplate, load_prompt
-from mushroom.records import Context, Item, Prediction
+from mushroom.records import Context, Item
 
 
 class LLMOptions(DetectorOptions):
@@ -69,7 +68,6 @@ class LLMDetector(Detector):
     def __init__(self, options: LLMOptions):
         super().__init__(options)
         self.prompt: PromptTemplate = load_prompt(options.prompt)
-        self.stats = ParseStats()
         self._backend: Backend | None = None
 
     def describe(self) -> dict:
@@ -86,7 +84,7 @@ class LLMDetector(Detector):
                 if self.options.cache_path
                 else (self.workdir or Path(".")) / "responses.cache.jsonl"
             )
-            self._backend = build_cached(self.options.backend, self.options.cache, path)
+            self._backend = self.recording(build_cached(self.options.backend, self.options.cache, path))
         return self._backend
 
     def requests(self, items: list[Item], contexts: dict[str, list[Context]]) -> list[GenerationRequest]:
@@ -105,6 +103,8 @@ class LLMDetector(Detector):
                 out.append(
                     GenerationRequest(
                         key=item.id,
+                        item_id=item.id,
+                        stage="llm",
                         messages=messages,
                         temperature=temperature,
                         top_p=opts.top_p,
@@ -116,70 +116,62 @@ class LLMDetector(Detector):
                 )
         return out
 
-    def detect(
-        self,
-        items: list[Item],
-        contexts: dict[str, list[Context]],
-        advance: Callable[[int], None] | None = None,
-    ) -> list[Prediction]:
+    def _item_result(self, item: Item, gens: list[Generation]) -> ItemResult:
+        """Parses an item's responses and votes them; failed when any call failed."""
         opts = self.options
+        n = len(item.model_output_text)
+        stats: Counter[str] = Counter()
+        stats["llm.requests"] += len(gens)
+        errors = [g.error for g in gens if g.error is not None]
+        stats["llm.backend_errors"] += len(errors)
+        masks, softs, parsed = [], [], []
+        for j, gen in enumerate(gens):
+            if gen.error is not None:
+                continue
+            for sample, text in enumerate(gen.texts):
+                result = parse_response(item.model_output_text, text, opts.default_probability)
+                stats.update({f"llm.{k}": v for k, v in parse_counts(result).items()})
+                soft = np.zeros(n)
+                mask = np.zeros(n, dtype=bool)
+                for span in result.spans:
+                    soft[span.start : span.end] = np.maximum(soft[span.start : span.end], span.prob)
+                    if span.prob >= opts.run_threshold:
+                        mask[span.start : span.end] = True
+                masks.append(mask)
+                softs.append(soft)
+                parsed.append(
+                    {
+                        "temperature": opts.temperatures[j],
+                        "sample": sample,
+                        "parsed": result.parsed,
+                        "spans": [[s.start, s.end, s.prob, s.method] for s in result.spans],
+                        "lost": result.lost,
+                    }
+                )
+        if errors:  # retried on the next run; the calls that worked come from the cache then
+            return ItemResult.failed(item.id, errors[0], dict(stats), {"responses": parsed})
+        pred = vote(item.id, softs, masks, opts.threshold, SoftMode(opts.soft))
+        return ItemResult.ok(pred, stats=dict(stats), detail={"responses": parsed})
+
+    def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
         requests = self.requests(items, contexts)
-        per_item = len(opts.temperatures)
+        per_item = len(self.options.temperatures)
+        gens: list[Generation | None] = [None] * len(requests)
         done = [0] * len(items)
+        lock = threading.Lock()
 
-        def on_result(i: int, _generation) -> None:
+        def on_result(i: int, generation: Generation) -> None:
             k = i // per_item
-            done[k] += 1
-            if done[k] == per_item and advance is not None:
-                advance(1)
+            with lock:
+                if gens[i] is None:
+                    done[k] += 1
+                gens[i] = generation
+                finished = done[k] == per_item
+            if finished:
+                emit(self._item_result(items[k], gens[k * per_item : (k + 1) * per_item]))
 
-        generations = self.backend.generate(requests, on_result=on_result)
-        raw_rows = []
-        predictions = []
-        stats = ParseStats()
-        for k, item in enumerate(items):
-            n = len(item.model_output_text)
-            masks, softs = [], []
-            for j, temperature in enumerate(opts.temperatures):
-                gen = generations[k * per_item + j]
-                if gen.error is not None:
-                    stats.errors += 1
-                    raw_rows.append({"id": item.id, "temperature": temperature, "error": gen.error})
-                    continue
-                for sample, text in enumerate(gen.texts):
-                    result = parse_response(item.model_output_text, text, opts.default_probability)
-                    stats.add(result)
-                    soft = np.zeros(n)
-                    mask = np.zeros(n, dtype=bool)
-                    for span in result.spans:
-                        soft[span.start : span.end] = np.maximum(soft[span.start : span.end], span.prob)
-                        if span.prob >= opts.run_threshold:
-                            mask[span.start : span.end] = True
-                    masks.append(mask)
-                    softs.append(soft)
-                    raw_rows.append(
-                        {
-                            "id": item.id,
-                            "temperature": temperature,
-                            "sample": sample,
-                            "model": self.options.backend.model or None,
-                            "prompt": self.prompt.name,
-                            "prompt_sha256": self.prompt.sha256,
-                            "response": text,
-                            "parsed": result.parsed,
-                            "spans": [[s.start, s.end, s.prob, s.method] for s in result.spans],
-                            "lost": result.lost,
-                        }
-                    )
-            if masks:
-                predictions.append(vote(item.id, softs, masks, opts.threshold, SoftMode(opts.soft)))
-            else:
-                predictions.append(Prediction(id=item.id))
-        self.stats.merge(stats)
-        if self.workdir is not None and items:
-            lang = items[0].lang
-            write_jsonl(self.workdir / f"{lang}.responses.jsonl", raw_rows)
-            (self.workdir / f"{lang}.parse_stats.json").write_text(
-                json.dumps(stats.to_dict(), indent=2) + "\n", encoding="utf-8"
-            )
-        return predictions
+        final = self.backend.generate(requests, on_result=on_result)
+        # A backend that returned results without calling back for some of them.
+        for i, generation in enumerate(final):
+            if gens[i] is None:
+                on_result(i, generation)

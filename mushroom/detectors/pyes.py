@@ -1,13 +1,16 @@
 """The `pyes` detector: P("Yes") of several small LMs asked whether each piece is supported.
 
 As in the multi-model P(Yes) Mu-SHROOM systems: every sentence or clause of the answer is put
-to each model as a yes/no question with the context (prompts/pyes.md), and the probability
-of "Yes" as the first generated token is read from the top log-probabilities (transformers,
-vLLM, or an OpenAI-compatible server that returns `top_logprobs`): P(yes) / (P(yes) + P(no)),
-summing the variants of each word (" Yes", "yes", "YES"). Models disagree in scale (one says
-Yes to everything, another hedges), so each model's P(yes) is z-normalised with its own mean
-and standard deviation, estimated on a calibration split and saved with the run; the z scores
-are averaged over models. The piece's hallucination probability is the normalised "No" side,
+to each model as a yes/no question with the context (prompts/pyes.md). With `scoring =
+"loglikelihood"` (the default) the backend scores the exact label texts as continuations
+of the prompt (as lm-evaluation-harness does), so P("Yes") and P("No") are exact for any
+label wording and never missing; `"top_logprobs"` reads them from the first generated
+token's top log-probabilities instead, summing the variants of each word (" Yes", "yes"),
+for servers that cannot score a given text. Either way P(yes) / (P(yes) + P(no)).
+
+Models disagree in scale (one says Yes to everything, another hedges), so each model's P(yes)
+is z-normalised with its own mean and standard deviation, estimated on a calibration split and
+saved with the run; the z scores are averaged over models. The piece's hallucination probability is the normalised "No" side,
 sigmoid(-z); the answer-level support is the harmonic mean of the pieces' sigmoid(z), which
 a single unsupported piece pulls down, and is recorded in the raw outputs.
 """
@@ -16,22 +19,28 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections import Counter
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
-from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest
+from mushroom.backends.base import (
+    Backend,
+    BackendConfig,
+    Generation,
+    GenerationRequest,
+    LoglikelihoodRequest,
+)
 from mushroom.backends.cache import build_cached
-from mushroom.detectors.base import Detector, DetectorOptions
+from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
 from mushroom.errors import MushroomError
-from mushroom.jsonl import write_jsonl
 from mushroom.predictions import prediction_from_vectors
 from mushroom.prompts import load_prompt
-from mushroom.records import Context, Item, Prediction
+from mushroom.records import Context, Item
 
 
 class ModelStats(BaseModel):
@@ -57,6 +66,10 @@ class PYesOptions(DetectorOptions):
         "pyes", description="prompt file in prompts/ with {{context}}, {{question}}, {{piece}}"
     )
     unit: Unit = Field("sentence", description="sentence or clause")
+    scoring: Literal["loglikelihood", "top_logprobs"] = Field(
+        "loglikelihood", description="score the label texts exactly, or read the first token's top-k"
+    )
+    labels: tuple[str, str] = Field(("Yes", "No"), description="loglikelihood: the yes and no answers")
     yes_words: list[str] = Field(default_factory=lambda: ["yes"], description="first tokens meaning yes")
     no_words: list[str] = Field(default_factory=lambda: ["no"], description="first tokens meaning no")
     top_logprobs: int = Field(20, ge=1, le=20)
@@ -89,15 +102,27 @@ def harmonic_mean(values: list[float], eps: float = 1e-6) -> float:
     return len(values) / sum(1.0 / max(v, eps) for v in values)
 
 
+MIN_STD = 1e-3
+
+
 def fit_stats(values: dict[str, list[float]], fitted_on: str = "") -> PYesCalibration:
-    """Per-model mean and std of P(yes) (std floored so a constant model does not divide by 0)."""
+    """Per-model mean and std of P(yes) (std floored so a constant model does not divide by 0).
+
+    A floored std means the model said the same thing to every piece: its z scores carry no
+    information, which `collapsed_models` reports so the run can say so.
+    """
     models = {}
     for name, vals in values.items():
         if not vals:
             raise MushroomError(f"pyes: model {name!r} gave no usable P(yes) on the calibration items")
         arr = np.array(vals)
-        models[name] = ModelStats(mean=float(arr.mean()), std=max(float(arr.std()), 1e-3), n=len(vals))
+        models[name] = ModelStats(mean=float(arr.mean()), std=max(float(arr.std()), MIN_STD), n=len(vals))
     return PYesCalibration(models=models, fitted_on=fitted_on)
+
+
+def collapsed_models(calibration: PYesCalibration) -> list[str]:
+    """Models whose P(yes) did not vary on the calibration items (std at the floor)."""
+    return [name for name, st in calibration.models.items() if st.std <= MIN_STD]
 
 
 class PYesDetector(Detector):
@@ -110,12 +135,13 @@ class PYesDetector(Detector):
     def __init__(self, options: PYesOptions, backends: list[Backend] | None = None):
         super().__init__(options)
         self.prompt = load_prompt(options.prompt)
-        self._backends = backends
+        self._backends = [self.recording(b) for b in backends] if backends is not None else None
         self.calibration: PYesCalibration | None = None
         if options.calibration:
             path = Path(options.calibration)
             self.calibration = PYesCalibration.model_validate_json(path.read_text(encoding="utf-8"))
-        self.unusable = 0  # answers with neither yes nor no among the top tokens
+        self.unusable = 0  # pieces a model gave no usable P(yes) for
+        self.warnings: list[str] = []
 
     @staticmethod
     def model_key(config: BackendConfig, k: int) -> str:
@@ -126,93 +152,155 @@ class PYesDetector(Detector):
         if self._backends is None:
             root = self.workdir or Path(".")
             self._backends = [
-                build_cached(cfg, self.options.cache, root / f"pyes.model{k}.cache.jsonl")
+                self.recording(build_cached(cfg, self.options.cache, root / f"pyes.model{k}.cache.jsonl"))
                 for k, cfg in enumerate(self.options.models)
             ]
         return self._backends
 
-    def raw_scores(self, items: list[Item], contexts: dict[str, list[Context]]) -> tuple[list, np.ndarray]:
-        """Pieces per item and P(yes) per (piece, model) in item order (NaN: unusable)."""
+    def _score(self, backend: Backend, messages: list, item: Item, k: int) -> list:
+        """The requests for one piece with one model."""
+        key = f"{item.id}#{k}"
+        if self.options.scoring == "top_logprobs":
+            return [
+                GenerationRequest(
+                    key=key,
+                    item_id=item.id,
+                    stage="pyes",
+                    messages=messages,
+                    temperature=0.0,
+                    max_tokens=1,
+                    top_logprobs=self.options.top_logprobs,
+                )
+            ]
+        return [
+            LoglikelihoodRequest(
+                key=f"{key}#{label}", item_id=item.id, stage="pyes", messages=messages, continuation=label
+            )
+            for label in self.options.labels
+        ]
+
+    def raw_scores(
+        self, items: list[Item], contexts: dict[str, list[Context]]
+    ) -> tuple[list, np.ndarray, list[str | None]]:
+        """Pieces per item, P(yes) per (piece, model) in item order, first error per piece.
+
+        NaN marks a piece a model gave no usable score for; an error is None when every call
+        for that piece worked.
+        """
         pieces = [answer_pieces(it.model_output_text, self.options.unit) for it in items]
-        requests = []
+        prompts = []
         for item, item_pieces in zip(items, pieces):
             ctx = context_text(contexts.get(item.id, []), self.options.max_context_chars)
             for k, piece in enumerate(item_pieces):
-                requests.append(
-                    GenerationRequest(
-                        key=f"{item.id}#{k}",
-                        messages=self.prompt.render(context=ctx, question=item.model_input, piece=piece.text),
-                        temperature=0.0,
-                        max_tokens=1,
-                        top_logprobs=self.options.top_logprobs,
-                    )
+                prompts.append(
+                    (item, k, self.prompt.render(context=ctx, question=item.model_input, piece=piece.text))
                 )
-        scores = np.full((len(requests), len(self.options.models)), np.nan)
+        scores = np.full((len(prompts), len(self.options.models)), np.nan)
+        errors: list[str | None] = [None] * len(prompts)
         for m, backend in enumerate(self.backends):
-            for r, gen in enumerate(backend.generate(requests)):
-                value = p_yes(gen, self.options.yes_words, self.options.no_words)
-                if value is None:
+            if self.options.scoring == "top_logprobs":
+                reqs = [r for item, k, msgs in prompts for r in self._score(backend, msgs, item, k)]
+                for r, gen in enumerate(backend.generate(reqs)):
+                    if gen.error is not None:
+                        errors[r] = errors[r] or gen.error
+                        continue
+                    value = p_yes(gen, self.options.yes_words, self.options.no_words)
+                    if value is None:
+                        self.unusable += 1
+                    else:
+                        scores[r, m] = value
+                continue
+            reqs = [r for item, k, msgs in prompts for r in self._score(backend, msgs, item, k)]
+            results = backend.loglikelihood(reqs)
+            for r in range(len(prompts)):
+                yes, no = results[2 * r], results[2 * r + 1]
+                bad = yes.error or no.error
+                if bad is not None:
+                    errors[r] = errors[r] or bad
+                elif (
+                    yes.logprob is None
+                    or no.logprob is None
+                    or not math.isfinite(max(yes.logprob, no.logprob))
+                ):
                     self.unusable += 1
                 else:
-                    scores[r, m] = value
-        return pieces, scores
+                    top = max(yes.logprob, no.logprob)
+                    a, b = math.exp(yes.logprob - top), math.exp(no.logprob - top)
+                    scores[r, m] = a / (a + b)
+        return pieces, scores, errors
 
     def calibrate(
         self, items: list[Item], contexts: dict[str, list[Context]], fitted_on: str = ""
     ) -> PYesCalibration:
         """Estimates each model's P(yes) mean and std on these items and keeps it."""
-        _, scores = self.raw_scores(items, contexts)
-        keys = [self.model_key(c, k) for k, c in enumerate(self.options.models)]
-        values = {key: [v for v in scores[:, m] if not np.isnan(v)] for m, key in enumerate(keys)}
-        self.calibration = fit_stats(values, fitted_on)
+        _, scores, _ = self.raw_scores(items, contexts)
+        self.calibration = self._fit(scores, fitted_on)
         return self.calibration
 
-    def detect(
-        self,
-        items: list[Item],
-        contexts: dict[str, list[Context]],
-        advance: Callable[[int], None] | None = None,
-    ) -> list[Prediction]:
-        pieces, scores = self.raw_scores(items, contexts)
+    def _fit(self, scores: np.ndarray, fitted_on: str) -> PYesCalibration:
         keys = [self.model_key(c, k) for k, c in enumerate(self.options.models)]
+        values = {key: [v for v in scores[:, m] if not np.isnan(v)] for m, key in enumerate(keys)}
+        calibration = fit_stats(values, fitted_on)
+        for name in collapsed_models(calibration):
+            self.warnings.append(
+                f"pyes: model {name} gave the same P(yes) to every piece ({fitted_on}): its calibration "
+                "collapsed and its votes carry no information"
+            )
+        return calibration
+
+    def _calibration_path(self) -> Path | None:
+        return self.workdir / "pyes_calibration.json" if self.workdir is not None else None
+
+    def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
+        pieces, scores, errors = self.raw_scores(items, contexts)
+        keys = [self.model_key(c, k) for k, c in enumerate(self.options.models)]
+        saved = self._calibration_path()
+        if self.calibration is None and saved is not None and saved.is_file():
+            # A resumed run keeps the statistics it was started with.
+            self.calibration = PYesCalibration.model_validate_json(saved.read_text(encoding="utf-8"))
         if self.calibration is None:
-            values = {key: [v for v in scores[:, m] if not np.isnan(v)] for m, key in enumerate(keys)}
             lang = items[0].lang if items else "?"
-            self.calibration = fit_stats(values, f"transductive: {len(items)} {lang} items being detected")
+            self.calibration = self._fit(scores, f"transductive: {len(items)} {lang} items being detected")
+            if saved is not None:
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                saved.write_text(
+                    json.dumps(self.calibration.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8"
+                )
         missing = [k for k in keys if k not in self.calibration.models]
         if missing:
             raise MushroomError(f"pyes calibration has no statistics for models {missing}")
         mean = np.array([self.calibration.models[k].mean for k in keys])
         std = np.array([self.calibration.models[k].std for k in keys])
         z = (scores - mean) / std
-        out, raw = [], []
         row = 0
         for item, item_pieces in zip(items, pieces):
-            z_item = z[row : row + len(item_pieces)]
+            sl = slice(row, row + len(item_pieces))
             row += len(item_pieces)
+            st = Counter(
+                {
+                    "pyes.pieces": len(item_pieces),
+                    "pyes.requests": len(item_pieces)
+                    * len(keys)
+                    * (1 if self.options.scoring == "top_logprobs" else 2),
+                    "pyes.unusable": int(np.isnan(scores[sl]).sum()),
+                }
+            )
+            piece_errors = [e for e in errors[sl] if e is not None]
+            detail = {
+                "pieces": [
+                    {"start": p.start, "end": p.end, "p_yes": [None if np.isnan(v) else float(v) for v in s]}
+                    for p, s in zip(item_pieces, scores[sl])
+                ]
+            }
+            if piece_errors:
+                st["pyes.backend_errors"] += len(piece_errors)
+                emit(ItemResult.failed(item.id, piece_errors[0], dict(st), detail))
+                continue
+            z_item = z[sl]
             # A piece no model answered stays unjudged (z = 0: the models' average).
             z_mean = np.array([np.nanmean(r) if not np.all(np.isnan(r)) else 0.0 for r in z_item])
             support = 1.0 / (1.0 + np.exp(-z_mean))
             vec = paint(len(item.model_output_text), item_pieces, list(1.0 - support))
-            self.channels[item.id] = {"piece": vec}
+            detail["answer_support"] = harmonic_mean(list(support))
             pred = prediction_from_vectors(item.id, vec, vec > self.options.threshold)
-            out.append(pred)
-            raw.append(
-                {
-                    "id": item.id,
-                    "answer_support": harmonic_mean(list(support)),
-                    "pieces": [
-                        {"start": p.start, "end": p.end, "p_yes": [None if np.isnan(v) else v for v in s]}
-                        for p, s in zip(item_pieces, scores[row - len(item_pieces) : row])
-                    ],
-                }
-            )
-            if advance is not None:
-                advance(1)
-        if self.workdir is not None and items:
-            lang = items[0].lang
-            write_jsonl(self.workdir / f"{lang}.pyes.jsonl", raw)
-            (self.workdir / "pyes_calibration.json").write_text(
-                json.dumps(self.calibration.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8"
-            )
-        return out
+            emit(ItemResult.ok(pred, {"piece": vec}, dict(st), detail))

@@ -1,0 +1,166 @@
+"""Raw model outputs: one typed record per model call, for every LLM stage.
+
+`llm`, `chain`, `pyes` and `contexts` all talk to models through the same batch interface,
+so their raw outputs are recorded at that interface, by one wrapper, in one schema: a run's
+`raw/<lang>.raw.jsonl` holds every request's key, item, stage, model, sampling settings and
+outcome (texts, log-probabilities, a log-likelihood, or the error), cache hits included. The
+replay backend answers from these files, so any run can be re-parsed without a model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mushroom.backends.base import (
+    Backend,
+    Generation,
+    GenerationRequest,
+    Loglikelihood,
+    LoglikelihoodRequest,
+    OnResult,
+    OnScore,
+)
+
+RAW_SCHEMA_VERSION = 1
+
+
+class RawRecord(BaseModel):
+    """One model call and its outcome, exactly as the model answered (untrusted text)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = RAW_SCHEMA_VERSION
+    id: str | None = Field(None, description="the item the call served")
+    key: str = Field(description="the request key; replay matches on it")
+    stage: str = ""
+    call: Literal["generate", "loglikelihood"] = "generate"
+    backend: str = ""
+    model: str = ""
+    temperature: float | None = None
+    n: int = 1
+    texts: list[str] = Field(default_factory=list)
+    logprobs: list[list[dict[str, float]]] | None = None
+    continuation: str | None = None
+    logprob: float | None = None
+    is_greedy: bool | None = None
+    error: str | None = None
+    cached: bool = False
+    usage: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def response(self) -> str | None:
+        """The first text, as older replay files call it."""
+        return self.texts[0] if self.texts else None
+
+
+def raw_file(raw_dir: Path, lang: str) -> Path:
+    """Where a run keeps one language's raw model outputs."""
+    return raw_dir / f"{lang}.raw.jsonl"
+
+
+class RawLog:
+    """An append-only JSONL file of RawRecords, safe to write from backend worker threads.
+
+    Each record is flushed as it is written, so a killed run keeps every call it made.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self.written = 0
+
+    def write(self, record: RawRecord) -> None:
+        line = json.dumps(record.model_dump(mode="json", exclude_defaults=True), ensure_ascii=False)
+        with self._lock, self.path.open("a", encoding="utf-8") as out:
+            out.write(line + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+            self.written += 1
+
+
+class RecordingBackend(Backend):
+    """Wraps a backend (usually the cached one): every outcome is written to the current RawLog.
+
+    The log is looked up per call through `sink`, so one backend serves a detector across
+    languages while each language's calls land in that language's file.
+    """
+
+    def __init__(self, inner: Backend, sink: Any):
+        super().__init__(inner.config)
+        self.inner = inner
+        self.kind = inner.kind
+        self.sink = sink
+
+    @property
+    def model_name(self) -> str:
+        return self.inner.model_name
+
+    def _log(self) -> RawLog | None:
+        return self.sink() if callable(self.sink) else self.sink
+
+    def generate(
+        self, requests: list[GenerationRequest], on_result: OnResult | None = None
+    ) -> list[Generation]:
+        log = self._log()
+
+        def hook(i: int, gen: Generation) -> None:
+            if log is not None:
+                req = requests[i]
+                log.write(
+                    RawRecord(
+                        id=req.item_id,
+                        key=req.key,
+                        stage=req.stage,
+                        backend=self.kind,
+                        model=self.model_name,
+                        temperature=req.temperature,
+                        n=req.n,
+                        texts=gen.texts,
+                        logprobs=gen.logprobs,
+                        error=gen.error,
+                        cached=gen.cached,
+                        usage=gen.usage,
+                    )
+                )
+            if on_result is not None:
+                on_result(i, gen)
+
+        return self.inner.generate(requests, on_result=hook)
+
+    def loglikelihood(
+        self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
+    ) -> list[Loglikelihood]:
+        log = self._log()
+
+        def hook(i: int, res: Loglikelihood) -> None:
+            if log is not None:
+                req = requests[i]
+                log.write(
+                    RawRecord(
+                        id=req.item_id,
+                        key=req.key,
+                        stage=req.stage,
+                        call="loglikelihood",
+                        backend=self.kind,
+                        model=self.model_name,
+                        continuation=req.continuation,
+                        logprob=res.logprob,
+                        is_greedy=res.is_greedy,
+                        error=res.error,
+                        cached=res.cached,
+                    )
+                )
+            if on_result is not None:
+                on_result(i, res)
+
+        return self.inner.loglikelihood(requests, on_result=hook)
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,499 @@
+"""The run service: the one place that opens run folders, runs detectors and writes results.
+
+Every entry point (the main job, `detect`, `run CONFIG`, `stack apply`) goes through it, so
+they all resume, account and fail the same way:
+
+- **Per-item ledger.** Each split folder has `items/<lang>.jsonl`, one `ItemResult` line per
+  finished item (ok with its prediction, or failed with its error), appended and flushed as
+  the detector emits it. A re-run of the same command on the same folder sends only the
+  items that are missing or failed; a kill -9 loses at most the items in flight.
+- **Loud failures.** Failed items are grouped by error, printed, written to
+  `failures.jsonl`, counted in `summary.json`; no prediction file is written for a language
+  with failed items and nothing is zipped, and the run ends with `RunFailed` (exit 3),
+  unless `allow_failures` is set: then failed items are written as empty predictions and
+  listed in `failures.jsonl` and the printed summary.
+- **Config lock.** A folder holds one config (hashed without transport settings such as
+  the server URL or concurrency, which do not change answers); another config is refused,
+  except when the folder has no finished item yet (a run that failed before its first item
+  does not lock the folder).
+- **Honest timings.** `stages.json` keeps each stage's time from the run that computed it and
+  marks stages a re-run reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mushroom.contexts import DEFAULT_SOURCES, load_contexts
+from mushroom.data import load_split
+from mushroom.detectors.base import Detector, ItemResult, error_text
+from mushroom.errors import Interrupted, MushroomError, RunFailed
+from mushroom.jsonl import write_jsonl
+from mushroom.predictions import mark_all
+from mushroom.records import ChannelRecord, Item, Prediction
+from mushroom.runs import timestamp, versions, write_json
+from mushroom.submission import submission_name, write_predictions, write_zip
+
+# Settings that change how answers are fetched, not what they are: a re-run may change
+# them (a restarted server on another port, more concurrency) and still resume.
+TRANSPORT_KEYS = frozenset(
+    {"base_url", "concurrency", "timeout_s", "max_retries", "api_key_env", "batch_size", "device", "retry"}
+)
+
+
+def _strip_transport(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_transport(v) for k, v in value.items() if k not in TRANSPORT_KEYS}
+    if isinstance(value, list):
+        return [_strip_transport(v) for v in value]
+    return value
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """Stable short hash of what determines a run's answers."""
+    blob = json.dumps(_strip_transport(config), sort_keys=True, ensure_ascii=False).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def fingerprint(inputs: list[Path], extra: dict[str, Any]) -> str:
+    """Hash of files' contents and settings: a stage whose fingerprint is unchanged is reused."""
+    digest = hashlib.sha256(json.dumps(extra, sort_keys=True, default=str).encode())
+    for path in sorted(inputs):
+        digest.update(str(path.name).encode())
+        digest.update(path.read_bytes() if path.is_file() else b"<missing>")
+    return digest.hexdigest()[:16]
+
+
+def progress_bar(quiet: bool = False, console: Console | None = None) -> Progress:
+    """The progress bar every long stage uses."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        disable=quiet,
+        transient=False,
+        console=console,
+    )
+
+
+class Ledger:
+    """One language's item outcomes: an append-only JSONL file, the last line per id wins."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.results: dict[str, ItemResult] = {}
+        self.unreadable = 0
+        self._lock = threading.Lock()
+        if path.exists():
+            with path.open("rb+") as raw:
+                raw.seek(0, 2)
+                if raw.tell() and (raw.seek(-1, 2), raw.read(1))[1] != b"\n":
+                    raw.write(b"\n")  # a kill cut the last line: later lines start afresh
+            with path.open(encoding="utf-8") as handle:
+                for line in handle:
+                    if not line.strip():
+                        continue
+                    try:
+                        result = ItemResult.model_validate_json(line)
+                    except ValidationError:
+                        self.unreadable += 1  # that item is simply done again
+                        continue
+                    self.results[result.id] = result
+
+    def add(self, result: ItemResult) -> None:
+        line = result.model_dump_json(exclude_defaults=True)
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as out:
+                out.write(line + "\n")
+                out.flush()
+            self.results[result.id] = result
+
+    def ok(self, item_id: str) -> bool:
+        res = self.results.get(item_id)
+        return res is not None and res.status == "ok"
+
+
+@dataclass
+class Failure:
+    """One failed item of a run."""
+
+    split: str
+    lang: str
+    id: str
+    error: str
+    detector: str
+
+    def row(self) -> dict[str, str]:
+        return {
+            "split": self.split,
+            "lang": self.lang,
+            "id": self.id,
+            "detector": self.detector,
+            "error": self.error,
+        }
+
+
+@dataclass
+class SplitOutput:
+    """What one detector left for one split: prediction files, items, outcomes and counts."""
+
+    split: str
+    files: dict[str, Path] = field(default_factory=dict)
+    items: dict[str, list[Item]] = field(default_factory=dict)
+    predictions: dict[str, list[Prediction]] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    contexts_missing: dict[str, dict[str, int]] = field(default_factory=dict)
+    stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    done_now: int = 0
+    reused: int = 0
+
+
+def _sum_stats(results: list[ItemResult]) -> dict[str, int]:
+    total: Counter[str] = Counter()
+    for r in results:
+        total.update(r.stats)
+        total["items.ok" if r.status == "ok" else "items.failed"] += 1
+    return dict(sorted(total.items()))
+
+
+class RunService:
+    """Opens (or resumes) one run folder and does every run's bookkeeping there."""
+
+    def __init__(
+        self,
+        out: Path,
+        config: dict[str, Any],
+        console: Console | None = None,
+        quiet: bool = False,
+        allow_failures: bool = False,
+    ):
+        self.out = Path(out)
+        self.config = config
+        self.console = console or Console()
+        self.quiet = quiet
+        self.allow_failures = allow_failures
+        self.failures: list[Failure] = []
+        self.warnings: list[str] = []
+        self.started = time.perf_counter()
+        self.stages = self._read_json(self.out / "stages.json") or {}
+        self.resumed = self._open()
+        if self.resumed:
+            self.console.print(f"[yellow]resuming[/yellow] the run in {escape(str(self.out))}")
+
+    # -- the folder -------------------------------------------------------------------------
+
+    @staticmethod
+    def _read_json(path: Path) -> Any:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except json.JSONDecodeError as exc:
+            raise MushroomError(f"{path}: unreadable ({exc.msg}); delete it or choose another --out") from exc
+
+    def has_results(self) -> bool:
+        """Whether any item has finished in this folder (then its config is locked)."""
+        return any(p.stat().st_size > 0 for p in self.out.glob("**/items/*.jsonl"))
+
+    def _open(self) -> bool:
+        self.out.mkdir(parents=True, exist_ok=True)
+        cfg_path = self.out / "config.json"
+        wanted = {"config": self.config, "config_hash": config_hash(self.config)}
+        existing = self._read_json(cfg_path)
+        if existing is not None:
+            if existing.get("config_hash") == wanted["config_hash"]:
+                if existing.get("config") != self.config:  # transport settings changed
+                    write_json(cfg_path, wanted)
+                return True
+            if self.has_results():
+                raise MushroomError(
+                    f"{self.out} holds a run with another config (hash {existing.get('config_hash')} vs "
+                    f"{wanted['config_hash']}); choose another --out folder"
+                )
+            self.console.print(
+                f"[yellow]note:[/yellow] {escape(str(self.out))} held a run that stopped before its first "
+                "item; starting it again with this config"
+            )
+        write_json(cfg_path, wanted)
+        write_json(self.out / "versions.json", versions())
+        return False
+
+    def record_stage(self, name: str, seconds: float, reused: bool, **extra: Any) -> None:
+        """Keeps a stage's time from the run that computed it; a reused stage keeps the old time."""
+        old = self.stages.get(name)
+        if reused and old is not None:
+            old["reused"] = True
+        else:
+            self.stages[name] = {"seconds": round(seconds, 2), "reused": reused, "at": timestamp(), **extra}
+        write_json(self.out / "stages.json", self.stages)
+
+    def reusable(self, name: str, inputs: list[Path], extra: dict[str, Any], outputs: list[Path]) -> bool:
+        """Whether a stage can be skipped: same inputs (by content) and settings, outputs there.
+
+        The fingerprint is saved with the stage by `record_stage(..., fingerprint=...)`; see
+        `fingerprint`.
+        """
+        old = self.stages.get(name) or {}
+        return old.get("fingerprint") == fingerprint(inputs, extra) and all(p.exists() for p in outputs)
+
+    # -- detection --------------------------------------------------------------------------
+
+    def detect_split(
+        self,
+        detector: Detector,
+        split: str,
+        folder: Path,
+        langs: list[str] | None = None,
+        sources: tuple[str, ...] | list[str] = DEFAULT_SOURCES,
+        baseline_dir: Path | None = None,
+        data: dict[str, list[Item]] | None = None,
+        limit: int | None = None,
+    ) -> SplitOutput:
+        """Runs a detector over a split, item by item into the ledger, then writes the files.
+
+        Args:
+            detector: a built detector.
+            split: "val", "test" or "train".
+            folder: the split's folder in the run (prediction files, items/, raw/, stats.json).
+            langs: languages to run (default: all languages of the split).
+            sources: context sources, in order.
+            baseline_dir: when given, the mark-all baseline is written there too.
+            data: the items per language, when the caller has them already.
+            limit: only the first N items of each language (a quick look at a model or prompt).
+        """
+        data = data if data is not None else load_split(split, langs)
+        if limit is not None:
+            data = {lang: items[:limit] for lang, items in data.items()}
+        out = SplitOutput(split=split, items=data)
+        detector.workdir = folder / "raw"
+        detector.workdir.mkdir(parents=True, exist_ok=True)
+        ledgers = {lang: Ledger(folder / "items" / f"{lang}.jsonl") for lang in data}
+        total = sum(len(v) for v in data.values())
+        stage = f"{detector.name}:{split}"
+        t0 = time.perf_counter()
+        with progress_bar(self.quiet, self.console) as bar:
+            task = bar.add_task(f"{detector.name} on {split}", total=total)
+            for lang, items in data.items():
+                ledger = ledgers[lang]
+                todo = [it for it in items if not ledger.ok(it.id)]
+                bar.advance(task, len(items) - len(todo))
+                out.reused += len(items) - len(todo)
+                if baseline_dir is not None:
+                    write_predictions(baseline_dir / submission_name(lang, split), mark_all(items), items)
+                if todo:
+                    ctx = load_contexts(split, lang, sources, item_ids=[i.id for i in items])
+                    out.contexts_missing[lang] = ctx.missing
+                    self._run_items(detector, lang, todo, ctx.by_id, ledger, bar, task, folder)
+                    out.done_now += len(todo)
+                self._write_language(detector, split, lang, items, ledger, folder, out)
+        self._write_stats(folder, ledgers, out)
+        self.record_stage(stage, time.perf_counter() - t0, reused=out.done_now == 0, items=total)
+        for warning in getattr(detector, "warnings", []):
+            if warning not in self.warnings:
+                self.warnings.append(warning)
+                self.console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        return out
+
+    def _run_items(self, detector, lang, todo, contexts, ledger, bar, task, folder) -> None:
+        from mushroom.rawlog import RawLog, raw_file
+
+        detector.raw_log = RawLog(raw_file(folder / "raw", lang))
+        size = detector.batch_items or len(todo)
+        expected = {it.id for it in todo}
+        emitted: set[str] = set()
+        last = [time.perf_counter()]
+
+        def emit(result: ItemResult) -> None:
+            if result.id not in expected:
+                raise MushroomError(f"detector {detector.name} emitted an unknown item {result.id!r}")
+            now = time.perf_counter()
+            result.seconds = round(now - last[0], 4)
+            last[0] = now
+            ledger.add(result)
+            emitted.add(result.id)
+            bar.advance(task, 1)
+
+        try:
+            for k in range(0, len(todo), size):
+                batch = todo[k : k + size]
+                reason = f"detector {detector.name} emitted no result"
+                try:
+                    detector.run(batch, contexts, emit)
+                except MushroomError:
+                    raise
+                except Exception as exc:  # the batch's unfinished items fail with this error
+                    reason = error_text(exc)
+                for it in batch:
+                    if it.id not in emitted:
+                        emit(ItemResult.failed(it.id, reason))
+        except KeyboardInterrupt:
+            done = sum(1 for it in todo if ledger.ok(it.id))
+            raise Interrupted(
+                f"interrupted: {done} finished items of this language are saved in {self.out}; "
+                "run the same command again to resume where it stopped"
+            ) from None
+        finally:
+            detector.raw_log = None
+
+    def _write_language(self, detector, split, lang, items, ledger, folder, out: SplitOutput) -> None:
+        path = folder / submission_name(lang, split)
+        failed = [it for it in items if not ledger.ok(it.id)]
+        for it in failed:
+            res = ledger.results.get(it.id)
+            error = res.error if res is not None and res.error else "no result"
+            out.failures.append(Failure(split, lang, it.id, error, detector.name))
+        self.failures.extend(out.failures[len(out.failures) - len(failed) :])
+        if failed and not self.allow_failures:
+            path.unlink(missing_ok=True)  # never leave a complete-looking file from an older pass
+            return
+        preds = [
+            ledger.results[it.id].prediction if ledger.ok(it.id) else Prediction(id=it.id) for it in items
+        ]
+        write_predictions(path, preds, items)
+        out.files[lang] = path
+        out.predictions[lang] = preds
+        channels = [
+            ChannelRecord(id=it.id, channels=ledger.results[it.id].channels)
+            for it in items
+            if ledger.ok(it.id) and ledger.results[it.id].channels
+        ]
+        if channels:
+            from mushroom.channels import channel_file
+
+            write_jsonl(channel_file(folder / "raw", lang), channels)
+
+    def _write_stats(self, folder: Path, ledgers: dict[str, Ledger], out: SplitOutput) -> None:
+        per_lang = {lang: _sum_stats(list(ld.results.values())) for lang, ld in ledgers.items()}
+        out.stats = {
+            **per_lang,
+            "all": _sum_stats([r for ld in ledgers.values() for r in ld.results.values()]),
+        }
+        write_json(folder / "stats.json", out.stats)
+
+    # -- results ----------------------------------------------------------------------------
+
+    def score(
+        self,
+        split: str,
+        files: dict[str, Path],
+        folder: Path,
+        title: str,
+        baseline_files: dict[str, Path] | None = None,
+        items: dict[str, list[Item]] | None = None,
+    ) -> list[dict]:
+        """Scores written prediction files against the split's gold (the official path).
+
+        Writes scores.json (per item) and scores.md into `folder` and prints the table. With
+        `items` (a `limit`ed run), each file is scored against those items' gold labels only.
+
+        Returns:
+            The table rows (per language, with CIs, baselines and the leaderboard #1).
+        """
+        from mushroom.data import split_files
+        from mushroom.leaderboard import load_leaderboard
+        from mushroom.scoring.score import score_files
+        from mushroom.tables import markdown_table, rich_table, score_rows
+
+        if not files:
+            self.console.print(f"[yellow]nothing to score on {split}[/yellow]: no complete language")
+            return []
+        gold = split_files(split)
+
+        def one(lang: str, path: Path):
+            if items is None:
+                return score_files(gold[lang], path)
+            from mushroom.predictions import load_predictions
+            from mushroom.scoring.score import score_predictions
+
+            return score_predictions(items[lang], list(load_predictions(path).values()))
+
+        results = {lang: one(lang, path) for lang, path in files.items()}
+        baselines = None
+        if baseline_files is not None:
+            baselines = {lang: one(lang, path) for lang, path in baseline_files.items()}
+        rows = score_rows(results, baselines, load_leaderboard())
+        per_lang = {lang: r.to_dict(with_items=True) for lang, r in results.items()}
+        payload: dict = per_lang
+        if baselines is not None:
+            payload = {"per_lang": per_lang, "mark_all": {lang: r.to_dict() for lang, r in baselines.items()}}
+        write_json(folder / "scores.json", payload)
+        (folder / "scores.md").write_text(markdown_table(rows), encoding="utf-8")
+        self.console.print(rich_table(escape(title), rows))
+        return rows
+
+    def submit(self, files: list[Path], zip_path: Path) -> Path | None:
+        """Zips submission files, unless items failed and failures are not allowed."""
+        if self.failures and not self.allow_failures:
+            zip_path.unlink(missing_ok=True)
+            return None
+        return write_zip(zip_path, files)
+
+    def print_stats(self, title: str, stats: dict[str, int]) -> None:
+        """The per-stage counters of a split (model-backed detectors have them)."""
+        stages: dict[str, dict[str, int]] = {}
+        for key, value in stats.items():
+            stage, _, counter = key.rpartition(".")
+            if stage and stage not in ("items",):
+                stages.setdefault(stage, {})[counter] = value
+        if not stages:
+            return
+        table = Table(title=escape(title), title_justify="left")
+        table.add_column("stage")
+        table.add_column("counts")
+        for stage, counters in stages.items():
+            table.add_row(escape(stage), escape(", ".join(f"{k} {v}" for k, v in counters.items())))
+        self.console.print(table)
+
+    def finish(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """Writes summary.json and failures.jsonl, prints the failures; RunFailed if any."""
+        groups = Counter(f.error for f in self.failures)
+        summary = {
+            **summary,
+            "items_failed": len(self.failures),
+            "failures_by_error": dict(groups.most_common()),
+            "allow_failures": self.allow_failures,
+            "warnings": self.warnings,
+            "stages": self.stages,
+            "seconds": round(time.perf_counter() - self.started, 2),
+        }
+        write_jsonl(self.out / "failures.jsonl", [f.row() for f in self.failures])
+        write_json(self.out / "summary.json", summary)
+        if self.failures:
+            table = Table(title=f"{len(self.failures)} failed items, by error", title_justify="left")
+            table.add_column("items", justify="right")
+            table.add_column("error")
+            table.add_column("for example")
+            for error, n in groups.most_common(10):
+                example = next(f for f in self.failures if f.error == error)
+                table.add_row(
+                    str(n), escape(error[:200]), escape(f"{example.split}/{example.lang}/{example.id}")
+                )
+            self.console.print(table)
+            where = escape(str(self.out / "failures.jsonl"))
+            if not self.allow_failures:
+                raise RunFailed(
+                    f"{len(self.failures)} items failed (listed in {where}); no submission was written. "
+                    "Run the same command again to retry only them, or add --allow-failures to write "
+                    "files with those items left empty"
+                )
+            self.console.print(
+                f"[yellow]--allow-failures:[/yellow] {len(self.failures)} items are empty predictions in "
+                f"the files (listed in {where})"
+            )
+        self.console.print(f"run folder: {escape(str(self.out))}  ({summary['seconds']} s)")
+        return summary
