@@ -184,6 +184,21 @@ def _backend_options(
     options[key] = cfg
 
 
+def _nest(options: dict[str, Any]) -> dict[str, Any]:
+    """`backend.max_retries=0` -> {"backend": {"max_retries": 0}}: options of nested settings."""
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise MushroomError(f"option {key!r}: {part!r} is set both as a value and as a group")
+            node = child
+        node[leaf] = value
+    return out
+
+
 def _floats(text: str, option: str) -> list[float]:
     try:
         return [float(t) for t in text.split(",") if t.strip()]
@@ -222,20 +237,24 @@ def detect(
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="only the first N items per language")
     ] = None,
+    items_file: Annotated[
+        Path | None,
+        typer.Option("--items", help="a JSONL file of items instead of a split; --contexts then takes files"),
+    ] = None,
     allow_failures: Annotated[bool, typer.Option("--allow-failures", help=ALLOW_FAILURES_HELP)] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
-    """Run one detector on a split; labelled splits are scored.
+    """Run one detector on a split (or an items file); labelled items are scored.
 
     `--backend replay --responses FILE` re-parses recorded responses without any model. A
     re-run of the same command on the same --out folder redoes only missing or failed items.
     """
-    from mushroom.data import PROJECT_ROOT
+    from mushroom.data import workspace
     from mushroom.detectors import build
     from mushroom.runs import timestamp
     from mushroom.service import RunService
 
-    options = _parse_options(option or [])
+    options = _nest(_parse_options(option or []))
     if backend or model or base_url or responses:
         if detector == "lexical":
             detector = "llm"
@@ -246,29 +265,53 @@ def detect(
         options["temperatures"] = _floats(temperatures, "--temperatures")
     det = build(detector, options)
     sources = tuple(s for s in contexts.split(",") if s)
-    out = out or PROJECT_ROOT / "runs" / f"{timestamp()}-{detector}-{split}"
+    data = context_files = None
+    if items_file is not None:
+        from mushroom.data import load_items
+
+        split = "items"
+        data = {}
+        for item in load_items(items_file):
+            data.setdefault(item.lang, []).append(item)
+        if lang:
+            data = {code: its for code, its in data.items() if code in lang}
+        context_files = [Path(s) for s in sources]
+        missing = [str(p) for p in context_files if not p.is_file()]
+        if missing:
+            raise MushroomError(
+                f"with --items, --contexts takes JSONL files of {{id, context}}; not found: {missing}"
+            )
+    out = out or workspace() / "runs" / f"{timestamp()}-{detector}-{split}"
     config = {
         "job": "detect",
         "split": split,
         **det.describe(),
         "sources": list(sources),
+        "items": str(items_file) if items_file else None,
         "langs": lang,
         "limit": limit,
     }
     service = RunService(out, config, out_console, quiet, allow_failures)
-    result = service.detect_split(det, split, out / "predictions", lang, sources, limit=limit)
-    out_console.print(f"predictions in {escape(str(out / 'predictions'))}")
-    service.print_stats(
-        f"{detector} on {split}: counts (all in {out / 'predictions' / 'stats.json'})", result.stats["all"]
+    result = service.detect_split(
+        det, split, out / "predictions", lang, sources, data=data, limit=limit, context_files=context_files
     )
+    out_console.print(f"predictions in {escape(str(out / 'predictions'))}")
+    service.print_stats(f"{detector} on {split}: counts (stats.json)", result.stats["all"])
     summary: dict[str, Any] = {"stats": result.stats["all"]}
-    if split == "val":
+    labelled = split == "val" or (
+        data is not None and all(it.is_labelled for its in data.values() for it in its)
+    )
+    if labelled and data is None:
         rows = service.score(
             split, result.files, out, f"{detector} on {split}", items=result.items if limit else None
         )
-        if rows:
-            summary["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
-            summary["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
+    elif labelled:
+        rows = service.score(split, result.files, out, f"{detector} on {items_file}", items=result.items)
+    else:
+        rows = []
+    if rows:
+        summary["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
+        summary["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
     service.finish(summary)
 
 
@@ -391,7 +434,7 @@ def compare(
         score_run,
         tag_rows,
     )
-    from mushroom.data import PROJECT_ROOT
+    from mushroom.data import workspace
     from mushroom.runs import timestamp
 
     scored = [score_run(r, split) for r in runs]
@@ -417,7 +460,7 @@ def compare(
             end_section=r["lang"] == "all",
         )
     out_console.print(table)
-    folder = eval_dir or PROJECT_ROOT / "eval"
+    folder = eval_dir or workspace() / "eval"
     folder.mkdir(parents=True, exist_ok=True)
     stem = name or f"compare-{timestamp()}"
     md = rows_markdown(rows, COLUMNS)
@@ -447,14 +490,14 @@ def sweep(
     """IoU and Cor against the hard-label threshold, printed and plotted (SVG)."""
     from mushroom.compare import ascii_sweep, rows_csv, sweep_svg
     from mushroom.compare import sweep as run_sweep
-    from mushroom.data import PROJECT_ROOT
+    from mushroom.data import workspace
     from mushroom.runs import timestamp
 
     rows = run_sweep(runs, split, langs=lang)
     out_console.print(ascii_sweep(rows), highlight=False)
     best = max(rows, key=lambda r: r["iou"])
     out_console.print(f"best IoU {best['iou']:.4f} at threshold {best['threshold']:.2f}")
-    path = svg or PROJECT_ROOT / "eval" / f"sweep-{timestamp()}.svg"
+    path = svg or workspace() / "eval" / f"sweep-{timestamp()}.svg"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(sweep_svg(rows, f"{split}: {' + '.join(r.name for r in runs)}"), encoding="utf-8")
     path.with_suffix(".csv").write_text(rows_csv(rows), encoding="utf-8")
@@ -667,7 +710,7 @@ def main() -> None:
         app()
     except MushroomError as exc:  # DataError included: it lists file, line and field
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
-        sys.exit(2)
+        sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":

@@ -8,16 +8,18 @@ Two layouts are understood:
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mushroom.data import PROJECT_ROOT, SPLIT_TAGS
+from mushroom.data import IN_CHECKOUT, PROJECT_ROOT, SPLIT_TAGS
 from mushroom.errors import MushroomError
 from mushroom.jsonl import load_records
 from mushroom.records import Context, ContextRecord
 
-DEFAULT_CONTEXT_DIR = PROJECT_ROOT / "contexts"
+_HERE = PROJECT_ROOT / "contexts" if IN_CHECKOUT else Path.cwd() / "contexts"
+DEFAULT_CONTEXT_DIR = Path(os.environ.get("MUSHROOM_CONTEXT_DIR") or _HERE)
 DEFAULT_SOURCES = ("perplexity-sonar-pro", "deepseek-r1")
 
 
@@ -100,4 +102,18 @@ def load_contexts(
             result.by_id.setdefault(rid, []).append(Context(source=source, text=text))
         if item_ids is not None:
             result.missing[source] = sum(1 for i in item_ids if i not in texts)
+    return result
+
+
+def load_context_files(paths: list[Path], item_ids: list[str] | None = None) -> ContextSet:
+    """Contexts from explicit files (`{"id", "context"}` per line); each file is one source."""
+    result = ContextSet()
+    for path in paths:
+        records = load_records(path, ContextRecord)
+        result.files[path.stem] = str(path)
+        texts = {r.id: r.context for r in records}
+        for rid, text in texts.items():
+            result.by_id.setdefault(rid, []).append(Context(source=path.stem, text=text))
+        if item_ids is not None:
+            result.missing[path.stem] = sum(1 for i in item_ids if i not in texts)
     return result

@@ -6,6 +6,7 @@ so callers name a split and a language and this module finds the file.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -15,7 +16,24 @@ from mushroom.records import Item
 from mushroom.spans import span_problems
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA_DIR = PROJECT_ROOT / "data" / "mushroom"
+# From a checkout, the repository's data/ is the default; an installed package has none, so
+# MUSHROOM_DATA_DIR (or a data/mushroom folder where mushroom is run) names it.
+IN_CHECKOUT = (PROJECT_ROOT / "pyproject.toml").is_file() and (PROJECT_ROOT / "data" / "mushroom").is_dir()
+
+
+def workspace() -> Path:
+    """Where runs/, submissions/ and eval/ go by default: the checkout, else the current folder."""
+    return PROJECT_ROOT if IN_CHECKOUT else Path.cwd()
+
+
+def _data_dir() -> Path:
+    env = os.environ.get("MUSHROOM_DATA_DIR")
+    if env:
+        return Path(env)
+    return PROJECT_ROOT / "data" / "mushroom" if IN_CHECKOUT else Path.cwd() / "data" / "mushroom"
+
+
+DEFAULT_DATA_DIR = _data_dir()
 
 SPLIT_DIRS = {
     "val": "val",
@@ -33,7 +51,10 @@ def split_files(split: str, data_dir: Path | None = None) -> dict[str, Path]:
         raise MushroomError(f"unknown split {split!r}; choose one of {sorted(SPLIT_DIRS)}")
     folder = (data_dir or DEFAULT_DATA_DIR) / SPLIT_DIRS[split]
     if not folder.is_dir():
-        raise MushroomError(f"split folder not found: {folder}")
+        raise MushroomError(
+            f"split folder not found: {folder} (set MUSHROOM_DATA_DIR to the folder holding val/ and "
+            "test-unlabeled/, or pass --items FILE)"
+        )
     found: dict[str, Path] = {}
     for path in sorted(folder.glob("*.jsonl")):
         match = _FILE_RE.match(path.name)

@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 
 from mushroom.contexts import DEFAULT_SOURCES
-from mushroom.data import PROJECT_ROOT
+from mushroom.data import workspace
 from mushroom.detectors import build
 from mushroom.errors import MushroomError
 from mushroom.languages import VAL_LANGUAGES
@@ -64,7 +64,7 @@ def run_main_stack(
             f"options for {', '.join(unknown)}, which is not a member of the stack ({', '.join(members)})"
         )
     dets = {name: build(name, options.get(name)) for name in members}
-    out = out or PROJECT_ROOT / "submissions" / f"{timestamp()}-stack"
+    out = out or workspace() / "submissions" / f"{timestamp()}-stack"
     config = {
         "job": "main",
         "members": [d.describe() for d in dets.values()],
@@ -189,7 +189,7 @@ def run_main(
     """
     console = console or Console()
     det = build(detector, options)
-    out = out or PROJECT_ROOT / "submissions" / f"{timestamp()}-{detector}"
+    out = out or workspace() / "submissions" / f"{timestamp()}-{detector}"
     config = {
         "job": "main",
         **det.describe(),

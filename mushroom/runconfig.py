@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rich.console import Console
 
 from mushroom.contexts import DEFAULT_SOURCES
-from mushroom.data import PROJECT_ROOT
+from mushroom.data import workspace
 from mushroom.errors import DataError, MushroomError, Problem
 
 
@@ -143,7 +143,7 @@ def execute(
     limit = limit or cfg.limit
     variants = cfg.variant_options()
     dets = [(name, build(cfg.detector.name, options)) for name, options in variants]
-    out = out or PROJECT_ROOT / "runs" / f"{timestamp()}-{cfg.name}"
+    out = out or workspace() / "runs" / f"{timestamp()}-{cfg.name}"
     config = {
         "run_config": cfg.model_dump(mode="json", exclude={"limit"}),
         "limit": limit,
@@ -233,7 +233,7 @@ def compare_variants(
             f"{r['d_cor']:+.4f} ({r['p_cor']:.3f})" if "d_cor" in r else "",
         )
     console.print(table)
-    folder = eval_dir or PROJECT_ROOT / "eval"
+    folder = eval_dir or workspace() / "eval"
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder / f"variants-{name}-{timestamp()}"
     stem.with_suffix(".md").write_text(f"# {name}: prompt variants on val\n\n" + rows_markdown(rows, COLUMNS))

@@ -37,7 +37,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mushroom.contexts import DEFAULT_SOURCES, load_contexts
+from mushroom.contexts import DEFAULT_SOURCES, load_context_files, load_contexts
 from mushroom.data import load_split
 from mushroom.detectors.base import Detector, ItemResult, error_text
 from mushroom.errors import Interrupted, MushroomError, RunFailed
@@ -263,6 +263,7 @@ class RunService:
         baseline_dir: Path | None = None,
         data: dict[str, list[Item]] | None = None,
         limit: int | None = None,
+        context_files: list[Path] | None = None,
     ) -> SplitOutput:
         """Runs a detector over a split, item by item into the ledger, then writes the files.
 
@@ -275,6 +276,7 @@ class RunService:
             baseline_dir: when given, the mark-all baseline is written there too.
             data: the items per language, when the caller has them already.
             limit: only the first N items of each language (a quick look at a model or prompt).
+            context_files: JSONL files of `{"id", "context"}` to use instead of named sources.
         """
         data = data if data is not None else load_split(split, langs)
         if limit is not None:
@@ -296,7 +298,11 @@ class RunService:
                 if baseline_dir is not None:
                     write_predictions(baseline_dir / submission_name(lang, split), mark_all(items), items)
                 if todo:
-                    ctx = load_contexts(split, lang, sources, item_ids=[i.id for i in items])
+                    ids = [i.id for i in items]
+                    if context_files is not None:
+                        ctx = load_context_files(context_files, ids)
+                    else:
+                        ctx = load_contexts(split, lang, sources, item_ids=ids)
                     out.contexts_missing[lang] = ctx.missing
                     self._run_items(detector, lang, todo, ctx.by_id, ledger, bar, task, folder)
                     out.done_now += len(todo)
@@ -412,7 +418,7 @@ class RunService:
         if not files:
             self.console.print(f"[yellow]nothing to score on {split}[/yellow]: no complete language")
             return []
-        gold = split_files(split)
+        gold = split_files(split) if items is None else {}
 
         def one(lang: str, path: Path):
             if items is None:

@@ -12,7 +12,12 @@ from mushroom.records import Item, Prediction
 
 
 def submission_name(lang: str, split: str = "test") -> str:
-    """The official file name: mushroom.<lang>-tst.v1.jsonl (val: mushroom.<lang>-val.v2.jsonl)."""
+    """The official file name: mushroom.<lang>-tst.v1.jsonl (val: mushroom.<lang>-val.v2.jsonl).
+
+    Items from a file of the user's (`detect --items`) go to mushroom.<lang>-items.jsonl.
+    """
+    if split == "items":
+        return f"mushroom.{lang}-items.jsonl"
     return f"mushroom.{lang}-tst.v1.jsonl" if split == "test" else f"mushroom.{lang}-val.v2.jsonl"
 
 

@@ -10,9 +10,11 @@ for servers that cannot score a given text. Either way P(yes) / (P(yes) + P(no))
 
 Models disagree in scale (one says Yes to everything, another hedges), so each model's P(yes)
 is z-normalised with its own mean and standard deviation, estimated on a calibration split and
-saved with the run; the z scores are averaged over models. The piece's hallucination probability is the normalised "No" side,
-sigmoid(-z); the answer-level support is the harmonic mean of the pieces' sigmoid(z), which
-a single unsupported piece pulls down, and is recorded in the raw outputs.
+saved with the run; the z scores are averaged over models. The piece's hallucination
+probability is the normalised "No" side, sigmoid(-z); the answer-level support is the
+harmonic mean of the pieces' sigmoid(z), which a single unsupported piece pulls down, and is
+kept in each item's details. A model whose P(yes) does not vary (its calibration collapsed)
+or pieces no model could score are reported as warnings and counted, never silently.
 """
 
 from __future__ import annotations

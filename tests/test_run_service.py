@@ -1,0 +1,71 @@
+"""The run service through the CLI: failures are loud, re-runs redo only what failed."""
+
+import json
+import socket
+import subprocess
+import sys
+
+from conftest import ROOT
+from fake_openai_server import FakeServer
+
+from mushroom.data import load_split
+
+SPANS = '{"incorrect_spans": []}'
+
+
+def mushroom(*args, timeout=240):
+    return subprocess.run(
+        [sys.executable, "-m", "mushroom", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout
+    )
+
+
+def detect_args(out, url, split="val", *extra):
+    return [
+        "detect", "--split", split, "--lang", "en", "--limit", "5", "--backend", "openai", "--base-url", url,
+        "--model", "m", "-o", "backend.max_retries=0", "--out", str(out), "--quiet", *extra,
+    ]  # fmt: skip
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_a_dead_server_fails_the_run_loudly_and_writes_no_submission(tmp_path):
+    out = tmp_path / "dead"
+    proc = mushroom(*detect_args(out, closed_port_url(), "test"))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "5 items failed" in proc.stderr and "connection error" in proc.stdout
+    assert not list((out / "predictions").glob("mushroom.*.jsonl"))  # no file that looks complete
+    failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert len(failures) == 5 and all("connection error" in f["error"] for f in failures)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["items_failed"] == 5 and list(summary["failures_by_error"].values()) == [5]
+    # --allow-failures: the file is written with the failed items empty, and they are listed
+    proc = mushroom(*detect_args(out, closed_port_url(), "test", "--allow-failures"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--allow-failures" in proc.stdout and (out / "predictions" / "mushroom.en-tst.v1.jsonl").is_file()
+
+
+def test_a_server_failing_some_items_then_a_healthy_one_retries_only_those(tmp_path):
+    items = load_split("val", ["en"])["en"][:5]
+    bad = [items[1].model_output_text, items[3].model_output_text]
+    out = tmp_path / "run"
+    with FakeServer({bad[0]: [("status", 500)], bad[1]: [("status", 500)]}, SPANS) as flaky:
+        proc = mushroom(*detect_args(out, flaky.url))
+    assert proc.returncode == 3 and len(flaky.calls) == 5, proc.stdout + proc.stderr
+    assert "2 failed items" in proc.stdout
+    with FakeServer({}, SPANS) as healthy:  # another port: transport settings do not lock the run
+        proc = mushroom(*detect_args(out, healthy.url))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert len(healthy.calls) == 2
+        assert {c["body"]["messages"][-1]["content"].count(bad[0]) > 0 for c in healthy.calls} == {True, False}
+        proc = mushroom(*detect_args(out, healthy.url))  # finished: nothing is sent again
+        assert proc.returncode == 0 and len(healthy.calls) == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["items_failed"] == 0 and summary["stats"]["items.ok"] == 5
+    assert (out / "predictions" / "mushroom.en-val.v2.jsonl").is_file() and (out / "scores.json").is_file()
+    raw = [json.loads(line) for line in (out / "predictions" / "raw" / "en.raw.jsonl").read_text().splitlines()]
+    assert sum(1 for r in raw if r.get("error")) == 2 and sum(1 for r in raw if r.get("texts")) >= 5
