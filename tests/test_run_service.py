@@ -61,11 +61,65 @@ def test_a_server_failing_some_items_then_a_healthy_one_retries_only_those(tmp_p
         proc = mushroom(*detect_args(out, healthy.url))
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert len(healthy.calls) == 2
-        assert {c["body"]["messages"][-1]["content"].count(bad[0]) > 0 for c in healthy.calls} == {True, False}
+        assert {c["body"]["messages"][-1]["content"].count(bad[0]) > 0 for c in healthy.calls} == {
+            True,
+            False,
+        }
         proc = mushroom(*detect_args(out, healthy.url))  # finished: nothing is sent again
         assert proc.returncode == 0 and len(healthy.calls) == 2
     summary = json.loads((out / "summary.json").read_text())
     assert summary["items_failed"] == 0 and summary["stats"]["items.ok"] == 5
     assert (out / "predictions" / "mushroom.en-val.v2.jsonl").is_file() and (out / "scores.json").is_file()
-    raw = [json.loads(line) for line in (out / "predictions" / "raw" / "en.raw.jsonl").read_text().splitlines()]
+    raw = [
+        json.loads(line) for line in (out / "predictions" / "raw" / "en.raw.jsonl").read_text().splitlines()
+    ]
     assert sum(1 for r in raw if r.get("error")) == 2 and sum(1 for r in raw if r.get("texts")) >= 5
+
+
+def test_prompt_variants_run_on_the_same_items_and_are_compared(tmp_path):
+    items = load_split("val", ["en"])["en"][:4]
+    gold_span = items[0].model_output_text[slice(*items[0].hard_labels[0])]
+    # the few-shot prompt (it has an "## Examples" section) finds the gold span of item 0
+    with FakeServer(
+        {"## Examples": [("ok", json.dumps({"incorrect_spans": [{"text": gold_span}]}))]}, SPANS
+    ) as srv:
+        config = tmp_path / "variants.toml"
+        config.write_text(
+            f"""
+name = "v"
+splits = ["val"]
+langs = ["en"]
+limit = 4
+[detector]
+name = "llm"
+[detector.options.backend]
+kind = "openai"
+model = "m"
+base_url = "{srv.url}"
+[[variants]]
+name = "zero"
+options = {{ prompt = "single_zero_shot" }}
+[[variants]]
+name = "few"
+options = {{ prompt = "single_few_shot_plain", temperatures = [0.0, 0.1] }}
+"""
+        )
+        args = [
+            "run",
+            str(config),
+            "--out",
+            str(tmp_path / "run"),
+            "--eval-dir",
+            str(tmp_path / "eval"),
+            "--quiet",
+        ]
+        proc = mushroom(*args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert len(srv.calls) == 4 + 8
+        assert "variants against zero" in proc.stdout and "few" in proc.stdout
+        md = next((tmp_path / "eval").glob("variants-v-*.md")).read_text()
+        csv = next((tmp_path / "eval").glob("variants-v-*.csv")).read_text().splitlines()
+        assert "| few | en | 4 |" in md and csv[0].startswith("run,lang,n,iou")
+        assert (tmp_path / "run" / "zero" / "val" / "mushroom.en-val.v2.jsonl").is_file()
+        proc = mushroom(*args)  # everything done: nothing is sent again
+        assert proc.returncode == 0 and len(srv.calls) == 12
