@@ -56,11 +56,13 @@ def test_repeated_texts_take_successive_occurrences():
     assert [(s.start, s.end) for s in result.spans] == [(10, 14), (24, 28), (40, 44)]
 
 
-def test_probabilities_are_clipped_and_invalid_entries_counted():
+def test_percentages_are_scaled_and_invalid_entries_counted():
+    # 7 is in (1, 100]: a percentage (0.07) by the one scale rule, as "7" always was; it used
+    # to be clamped to 1.0 as a number while the string "7" gave 0.07.
     claims, invalid = coerce_claims(
         {"incorrect_spans": [{"text": "a", "probability": 7}, {"text": ""}, 3, {"x": 1}]}
     )
-    assert [c.probability for c in claims] == [1.0] and invalid == 3
+    assert [c.probability for c in claims] == [0.07] and invalid == 3
 
 
 @pytest.mark.parametrize(

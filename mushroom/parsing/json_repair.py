@@ -5,22 +5,128 @@ repair is a plain text transformation.
 
 Handled: code fences, prose before and after, trailing commas, single quotes, curly quotes,
 Python literals (True/False/None), a truncated tail (open strings, arrays and objects are
-closed), and a bare list instead of an object.
+closed; a number or literal cut at the very end is dropped), and a bare list instead of an
+object.
+
+Never raises on any string. The standard decoder recurses once per bracket, so text nested
+deeper than `MAX_DEPTH` is not handed to it at all: no claim format needs more than a few
+levels, and a reply nested a thousand deep is garbage (it would otherwise end in
+RecursionError). Integers too long for Python's int conversion limit decode as floats (they
+are then rejected as probabilities, not crashed on).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterator
 from typing import Any
+
+MAX_DEPTH = 64
+"""Deepest bracket nesting handed to the JSON decoder."""
+
+_MAX_INT_DIGITS = 4000  # below Python's default int conversion limit (4300 digits)
+_MAX_STARTS = 8  # values stepped over per candidate ("see [1]") before the repairs
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)(?:```|$)", re.S)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
+# a number or bare word cut at the end of a truncated reply ("0." of "0.9", "tru" of "true")
+_CUT_SCALAR = re.compile(r'([:,\[])\s*[^\s,:\[\]{}"]+\s*$')
+
+
+class _TooDeep(ValueError):
+    """The text nests brackets deeper than MAX_DEPTH."""
+
+
+def _parse_int(digits: str) -> int | float:
+    return int(digits) if len(digits) <= _MAX_INT_DIGITS else float(digits)
+
+
+_DECODER = json.JSONDecoder(parse_int=_parse_int)
+
+
+def _strings_and_code(text: str) -> Iterator[tuple[bool, str]]:
+    """Splits text into (is_string, piece): double-quoted JSON strings and everything else.
+
+    An unterminated string runs to the end of the text.
+    """
+    start, in_str, escaped = 0, False, False
+    for i, ch in enumerate(text):
+        if escaped:
+            escaped = False
+        elif in_str and ch == "\\":
+            escaped = True
+        elif ch == '"':
+            if in_str:
+                yield True, text[start : i + 1]
+                start = i + 1
+            else:
+                if i > start:
+                    yield False, text[start:i]
+                start = i
+            in_str = not in_str
+    if start < len(text):
+        yield in_str, text[start:]
+
+
+def _outside_strings(fn: Callable[[str], str]) -> Callable[[str], str]:
+    """A repair applied only outside double-quoted strings, so span texts stay as written."""
+
+    def apply(text: str) -> str:
+        return "".join(piece if is_string else fn(piece) for is_string, piece in _strings_and_code(text))
+
+    return apply
+
+
+def _first_value_depth(text: str) -> int:
+    """The deepest bracket nesting (outside strings) of the first JSON value in `text`."""
+    depth = deepest = 0
+    for is_string, piece in _strings_and_code(text):
+        if is_string:
+            continue
+        for ch in piece:
+            if ch in "[{":
+                depth += 1
+                deepest = max(deepest, depth)
+                if deepest > MAX_DEPTH:
+                    return deepest
+            elif ch in "]}":
+                depth -= 1
+                if depth <= 0:
+                    return deepest
+    return deepest
+
+
+def _decode_prefix(text: str) -> tuple[Any, int]:
+    """The first JSON value at the start of `text` and where it ends; what follows is ignored.
+
+    Raises:
+        ValueError: no JSON value there (JSONDecodeError), or nested deeper than MAX_DEPTH.
+    """
+    if _first_value_depth(text) > MAX_DEPTH:
+        raise _TooDeep(f"nested deeper than {MAX_DEPTH}")
+    try:
+        return _DECODER.raw_decode(text)
+    except RecursionError as err:  # belt: the depth bound above should make this unreachable
+        raise _TooDeep(str(err)) from None
+
+
+def _looks_like_claims(value: Any) -> bool:
+    """An object, or a list holding an object or a string: a shape a reply's claims can take.
+
+    A list of numbers ("see [1]") in prose before the real JSON is not.
+    """
+    return isinstance(value, dict) or (
+        isinstance(value, list) and (not value or any(isinstance(v, (dict, str)) for v in value))
+    )
 
 
 def _candidates(text: str) -> list[str]:
-    """Substrings that may hold the JSON, most likely first."""
+    """Substrings that may hold the JSON, most likely first: fenced blocks, then the whole text.
+
+    Each starts at its first bracket.
+    """
     found = [m.group(1) for m in _FENCE.finditer(text) if m.group(1).strip()]
     found.append(text)
     out = []
@@ -72,7 +178,9 @@ def _close_truncated(text: str) -> str:
     """Closes every open bracket of a cut-off answer.
 
     An object cut inside one of its strings is dropped whole: its last span text is
-    incomplete ("19" of "1990") and would be located at the wrong place.
+    incomplete ("19" of "1990") and would be located at the wrong place. A number or bare
+    word at the very end may be cut too ("0." of "0.9"): it is dropped, so the entry falls
+    back to the default probability instead of claiming 0.
     """
     stack: list[tuple[str, int]] = []
     in_str, escaped = False, False
@@ -93,9 +201,13 @@ def _close_truncated(text: str) -> str:
             stack.pop()
         else:
             text += '"'
+    elif stack:
+        text = _CUT_SCALAR.sub(r"\1", text)
     text = text.rstrip()
     text = re.sub(r',\s*"[^"]*"\s*:?\s*$', "", text)  # a key left without its value
     text = re.sub(r"[,:]\s*$", "", text)
+    text = re.sub(r'([{,]\s*)"[^"]*"$', r"\1", text)  # a key alone at the end of an object
+    text = re.sub(r",\s*$", "", text)
     return text + "".join(closer for closer, _ in reversed(stack))
 
 
@@ -104,31 +216,60 @@ def _replace_literals(text: str) -> str:
 
 
 _REPAIRS = (
-    ("trailing_commas", lambda t: _TRAILING_COMMA.sub(r"\1", t)),
+    ("trailing_commas", _outside_strings(lambda t: _TRAILING_COMMA.sub(r"\1", t))),
     ("curly_quotes", lambda t: t.replace("\u201c", '"').replace("\u201d", '"')),
     ("single_quotes", _single_to_double_quotes),
-    ("python_literals", _replace_literals),
+    ("python_literals", _outside_strings(_replace_literals)),
     ("truncated", _close_truncated),
 )
 
 
-def _decode_prefix(text: str) -> Any:
-    """The first JSON value at the start of `text`, ignoring whatever follows it."""
-    return json.JSONDecoder().raw_decode(text)[0]
+def _skip_non_claims(chunk: str) -> tuple[str | None, Any]:
+    """Decodes `chunk` as written, stepping over values that cannot be claims ("see [1]").
+
+    Returns:
+        (rest, value): value is the first claim-shaped value found (rest is then None);
+        otherwise rest is where the repairs should start (None when nothing is left) and
+        value the first value decoded, if any, as a last resort.
+    """
+    first: Any = None
+    pos = 0
+    for _ in range(_MAX_STARTS):
+        try:
+            value, end = _decode_prefix(chunk[pos:])
+        except ValueError:
+            return chunk[pos:], first
+        if _looks_like_claims(value):
+            return None, value
+        first = value if first is None else first
+        nxt = [i for i in (chunk.find("{", pos + end), chunk.find("[", pos + end)) if i >= 0]
+        if not nxt:
+            return None, first
+        pos = min(nxt)
+    return chunk[pos:], first
 
 
 def extract_json(text: str) -> tuple[Any | None, list[str]]:
     """The JSON value a model meant to write, and the repairs it needed.
 
+    Preference: a claim-shaped value as written (fenced blocks first), then a repaired one,
+    then any value as written. Never raises: text with no recoverable JSON (or nested deeper
+    than MAX_DEPTH) gives None.
+
     Returns:
         (value, repairs): value is None when nothing could be recovered; repairs lists what
-        was fixed, for the run's statistics.
+        was fixed, for the run's statistics (empty when the value decoded as written).
     """
+    to_repair: list[str] = []
+    fallback: Any = None
     for candidate in _candidates(text):
-        try:
-            return _decode_prefix(candidate), []
-        except json.JSONDecodeError:
-            pass
+        rest, value = _skip_non_claims(candidate)
+        if rest is None and _looks_like_claims(value):
+            return value, []
+        fallback = value if fallback is None else fallback
+        if rest is not None:
+            to_repair.append(rest)
+    for candidate in to_repair:
         fixed, applied = candidate, []
         for name, repair in _REPAIRS:
             new = repair(fixed)
@@ -137,7 +278,7 @@ def extract_json(text: str) -> tuple[Any | None, list[str]]:
             fixed = new
             applied.append(name)
             try:
-                return _decode_prefix(fixed), applied
-            except json.JSONDecodeError:
+                return _decode_prefix(fixed)[0], applied
+            except ValueError:
                 continue
-    return None, []
+    return fallback, []

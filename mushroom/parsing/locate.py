@@ -4,6 +4,16 @@
 2. casefold: case folded on both sides;
 3. normalized: also whitespace runs, quotes, dashes and combining marks unified;
 4. fuzzy: the best partial alignment within a bounded number of edits.
+
+Numbers are never moved: a fuzzy match is accepted only when the span text and the matched
+answer text (widened to whole digit runs) hold the same digit sequences, so "2014" is never
+placed on the answer's "2013" and "199" never on "1990"; such a span is lost (reported), not
+moved. Digits compare by value across scripts ("٢٠١٣" == "2013", via unicodedata.digit), and a
+thousands separator (comma, dot, apostrophe, no-break or thin space, Arabic thousands sign)
+followed by exactly three digits is not a break: "1,000" == "1000" == "1 000", while "1,5" is
+("1", "5") and differs from "15". The normalized step also unifies digit scripts, so it can
+only pair equal digits. Month names and written numbers are not compared.
+
 Each normalised view keeps a map from its characters back to the answer's indices, so a
 located span is always a valid [start, end) of the original answer. A text listed several
 times takes successive occurrences, as models list spans in order of appearance.
@@ -11,6 +21,7 @@ times takes successive occurrences, as models list spans in order of appearance.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from bisect import bisect_left
 from dataclasses import dataclass, field
@@ -24,6 +35,23 @@ _QUOTES = {ord(c): "'" for c in "\u2018\u2019\u201a\u201b\u2032\u00b4`"} | {
     ord(c): '"' for c in "\u201c\u201d\u201e\u201f\u00ab\u00bb\u2033"
 }
 _DASHES = {ord(c): "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"}
+_GROUPED_DIGITS = re.compile("[0-9]+(?:[,.'\u00a0\u202f\u2009\u066c][0-9]{3}(?![0-9]))*")
+_SEPARATORS = re.compile("[^0-9]")
+
+
+def _ascii_digit(ch: str) -> str:
+    """The ASCII digit for any Unicode digit ("٣" -> "3"), else the character itself."""
+    value = unicodedata.digit(ch, None)
+    return str(value) if value is not None else ch
+
+
+def digit_runs(text: str) -> tuple[str, ...]:
+    """The numbers written in `text` as ASCII digit strings, thousands separators removed.
+
+    "In 1,990 and ٢٠١٣" -> ("1990", "2013"); "1.5" -> ("1", "5").
+    """
+    ascii_text = "".join(_ascii_digit(ch) for ch in text)
+    return tuple(_SEPARATORS.sub("", m.group()) for m in _GROUPED_DIGITS.finditer(ascii_text))
 
 
 @dataclass(frozen=True)
@@ -56,7 +84,7 @@ def make_view(text: str, level: int) -> View:
             ch = "".join(c for c in unicodedata.normalize("NFD", ch) if unicodedata.category(c) != "Mn")
             if not ch:
                 continue
-            ch = ch.translate(_QUOTES).translate(_DASHES)
+            ch = "".join(_ascii_digit(c) for c in ch.translate(_QUOTES).translate(_DASHES))
             if ch.isspace():
                 if prev_space:
                     continue
@@ -79,6 +107,29 @@ def _find_first(haystack: str, needle: str, starts: list[int]) -> int:
     return -1
 
 
+def _tightest(needle: str, text: str, start: int, end: int, budget: int) -> tuple[int, int] | None:
+    """The substring near text[start:end] closest to `needle`, if within `budget` edits.
+
+    partial_ratio_alignment returns a window of the needle's length, which can take a
+    neighbour's character and leave out the span's own ("2014" -> " 201"); moving each edge
+    by up to `budget` characters finds the real match. Ties go to edges of the same kind as
+    the needle's (letter or digit versus punctuation or space: "Pariss" -> "Paris", not
+    "Paris,"), then to the length nearest the needle's, then to the earliest start.
+    """
+    best: tuple[int, int, int, int, int] | None = None
+    first, last = needle[0].isalnum(), needle[-1].isalnum()
+    for pos in range(max(0, start - budget), min(len(text), start + budget + 1)):
+        for stop in range(max(pos + 1, end - budget), min(len(text), end + budget) + 1):
+            dist = Levenshtein.distance(needle, text[pos:stop], score_cutoff=budget)
+            if dist > budget:
+                continue
+            edges = (text[pos].isalnum() != first) + (text[stop - 1].isalnum() != last)
+            key = (dist, edges, abs(stop - pos - len(needle)), pos, stop)
+            if best is None or key < best:
+                best = key
+    return None if best is None else (best[3], best[4])
+
+
 class SpanLocator:
     """Locates span texts in one answer, remembering occurrences already taken."""
 
@@ -89,6 +140,8 @@ class SpanLocator:
         self.min_fuzzy_len = min_fuzzy_len
         self._cursor: dict[str, int] = {}
         self._last_end = 0
+        self.number_mismatches = 0
+        """Fuzzy matches refused because their numbers differ from the span text's."""
 
     def _map(self, view: View, pos: int, length: int) -> tuple[int, int]:
         start, end = view.index[pos], view.index[pos + length - 1] + 1
@@ -138,9 +191,26 @@ class SpanLocator:
         align = fuzz.partial_ratio_alignment(needle, view.text)
         if align is None or align.dest_end <= align.dest_start:
             return None
-        candidate = view.text[align.dest_start : align.dest_end]
         budget = max(1, int(len(needle) * self.max_edit_ratio))
-        if Levenshtein.distance(needle, candidate, score_cutoff=budget) > budget:
+        best = _tightest(needle, view.text, align.dest_start, align.dest_end, budget)
+        if best is None:
             return None
-        start, end = self._map(view, align.dest_start, align.dest_end - align.dest_start)
+        pos, stop = best
+        start, end = self._map(view, pos, stop - pos)
+        if digit_runs(needle) != digit_runs(self._whole_numbers(start, end)):
+            self.number_mismatches += 1
+            return None
         return start, end, "fuzzy"
+
+    def _whole_numbers(self, start: int, end: int) -> str:
+        """answer[start:end] widened so that no digit run is cut at either edge."""
+        text = self.answer
+        while 0 < start < len(text) and unicodedata.digit(text[start], None) is not None:
+            if unicodedata.digit(text[start - 1], None) is None:
+                break
+            start -= 1
+        while 0 < end < len(text) and unicodedata.digit(text[end - 1], None) is not None:
+            if unicodedata.digit(text[end], None) is None:
+                break
+            end += 1
+        return text[start:end]
