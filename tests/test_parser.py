@@ -1,9 +1,22 @@
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from mushroom.parsing.json_repair import extract_json
-from mushroom.parsing.parser import coerce_claims, parse_response
+from mushroom.parsing.locate import SpanLocator, digit_runs
+from mushroom.parsing.parser import (
+    COUNT_KEYS,
+    ParseStats,
+    SpanClaim,
+    coerce_bool,
+    coerce_claims,
+    coerce_probability,
+    parse_response,
+    read_claims,
+)
 
 ANSWER = "Petra van Stoveren won a silver medal in the 2008 Summer Olympics in Beijing, China."
 
@@ -88,8 +101,6 @@ def test_all_scripts(answer, span):
     answer=st.text(max_size=80), raw=st.text(max_size=200), spans=st.lists(st.text(max_size=12), max_size=5)
 )
 def test_never_raises_and_never_leaves_the_answer(answer, raw, spans):
-    import json
-
     for text in (raw, json.dumps({"incorrect_spans": [{"text": s, "probability": 0.5} for s in spans]})):
         result = parse_response(answer, text)
         for s in result.spans:
@@ -99,3 +110,237 @@ def test_never_raises_and_never_leaves_the_answer(answer, raw, spans):
 def test_extract_json_reports_repairs():
     value, repairs = extract_json("{'a': True,}")
     assert value == {"a": True} and "single_quotes" in repairs
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0, 0.0),
+        (0.8, 0.8),
+        ("0.8", 0.8),
+        (" .8 ", 0.8),
+        (1, 1.0),
+        ("1", 1.0),
+        (80, 0.8),
+        ("80", 0.8),
+        (1.5, 0.015),
+        ("1.5", 0.015),
+        (100, 1.0),
+        ("80%", 0.8),
+        ("1%", 0.01),
+        ("0.5 %", 0.005),
+        ("0,8", 0.8),
+        ("8e-1", 0.8),
+        ("\u0660.\u0668", 0.8),  # Arabic-Indic digits
+        ("\u0668\u0660\u066a", 0.8),  # with the Arabic percent sign
+    ],
+)
+def test_one_probability_scale_for_numbers_and_strings(value, expected):
+    assert coerce_probability(value) == pytest.approx(expected)
+    claim = SpanClaim(text="x", probability=value)
+    assert claim.probability == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [-0.1, "-0.1", 100.5, "101", "150%", 10**400, "1e400", float("nan"), float("inf"), "NaN", "Infinity"]
+    + [True, False, None, [0.5], {"p": 0.5}, "high", "", "0.5.5", "½"],
+)
+def test_invalid_probabilities_fall_back_to_the_default_and_are_counted(value):
+    assert coerce_probability(value) is None
+    with pytest.raises(ValidationError):
+        SpanClaim(text="x", probability=value)
+    found = read_claims({"incorrect_spans": [{"text": "silver", "probability": value}]}, 0.6)
+    assert [c.probability for c in found.claims] == [0.6]
+    assert found.bad_probabilities == 1 and found.invalid_entries == 0
+    result = parse_response(
+        ANSWER, json.dumps({"incorrect_spans": [{"text": "silver", "probability": value}]})
+    )
+    assert result.counts()["bad_probabilities"] == 1 and [s.prob for s in result.spans] == [1.0]
+
+
+def test_missing_probability_takes_the_default_uncounted():
+    found = read_claims(["silver", {"text": "2008"}], 0.6)
+    assert [c.probability for c in found.claims] == [0.6, 0.6] and found.bad_probabilities == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(True, True), (False, False), (1, True), (0, False), (1.0, True), ("1", True), ("0", False)]
+    + [("true", True), (" FALSE ", False), ("Yes", True), ("no", False), ("supported", True)]
+    + [("Unsupported", False), ("not supported", False), ("NOT_SUPPORTED", False), ("correct", True)]
+    + [("incorrect", False), ("maybe", None), ("", None), (None, None), (2, None), ([True], None)]
+    + [({"a": 1}, None), ("truee", None), (0.5, None)],
+)
+def test_coerce_bool(value, expected):
+    assert coerce_bool(value) is expected
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        (["wrong year", "wrong place"], "wrong year; wrong place"),
+        ({"why": "wrong"}, '{"why": "wrong"}'),
+        (3, "3"),
+        (False, "False"),
+        ([], None),
+        (None, None),
+        ("as is", "as is"),
+    ],
+)
+def test_a_reason_of_any_type_keeps_its_span(reason, expected):
+    raw = json.dumps({"incorrect_spans": [{"text": "silver", "probability": 0.9, "reason": reason}]})
+    result = parse_response(ANSWER, raw)
+    assert [(s.start, s.end) for s in result.spans] == [(25, 31)] and result.invalid_entries == 0
+    assert read_claims(json.loads(raw)).claims[0].reason == expected
+
+
+def test_wrong_types_for_the_text_are_invalid_entries_but_a_year_as_a_number_is_text():
+    value = {"incorrect_spans": [{"text": 2008}, {"text": ["silver"]}, {"text": None}, {"text": True}]}
+    found = read_claims(value)
+    assert [c.text for c in found.claims] == ["2008"] and found.invalid_entries == 3
+
+
+def test_keys_are_read_in_any_case_and_a_single_object_under_the_list_key_counts():
+    result = parse_response(ANSWER, '{"Incorrect_Spans": {"Text": "silver", "Probability": "90%"}}')
+    assert [(s.start, s.end, s.prob) for s in result.spans] == [(25, 31, 0.9)]
+
+
+def test_a_string_where_the_list_belongs_is_unparseable():
+    result = parse_response(ANSWER, '{"incorrect_spans": "silver"}')
+    assert not result.parsed and result.counts()["unparseable"] == 1
+
+
+def test_the_fuzzy_step_never_moves_a_year_onto_another_year():
+    answer = "The company was founded in 2013 and moved to Berlin."
+    raw = json.dumps(["2014", "2016", "2019", "2023", "founded in 2014", "in 2013 and moved"])
+    result = parse_response(answer, raw)
+    assert [s.text for s in result.spans] == ["in 2013 and moved"]
+    assert result.lost == ["2014", "2016", "2019", "2023", "founded in 2014"]
+    assert result.lost_numbers == 5
+
+
+@pytest.mark.parametrize(
+    ("answer", "span", "found"),
+    [
+        ("It cost 1,000 euros in total.", "cost 1000 euros", "cost 1,000 euros"),
+        ("It cost 1000 euros in total.", "cost 1,000 euros", "cost 1000 euros"),
+        ("It cost 1 000 euros in total.", "cost 1000 euros", None),  # a plain space is a break
+        ("It cost 1.5 euros in total.", "cost 15 euros", None),
+        ("It cost 1,5 euros in total.", "cost 15 euros", None),
+        ("Population 1990 people.", "Population 199 people", None),  # a cut number is not moved
+        ("Population 1990 people.", "Populatoin 1990 people", "Population 1990 people"),
+        ("ولد في عام ٢٠١٣ في القاهرة", "عام 2013", "عام ٢٠١٣"),  # normalized: digits by value
+        ("ولد في عام ٢٠١٣ في القاهرة", "عام 2014", None),
+        ("He won on 12 May 2008.", "On 12 may 2008", "on 12 May 2008"),
+        ("He won on 12 May 2008.", "on 13 May 2008", None),
+        ("He scored 3 goals.", "scored 3 gaols", "scored 3 goals"),
+        ("He scored 3 goals.", "scored 8 goals", None),
+    ],
+)
+def test_numbers_are_matched_only_onto_the_same_numbers(answer, span, found):
+    locator = SpanLocator(answer)
+    located = locator.locate(span, 1.0)
+    assert (located.text if located else None) == found
+    if located:
+        assert answer[located.start : located.end] == located.text
+
+
+def test_digit_runs_unify_scripts_and_thousands_separators():
+    assert digit_runs("in 1,990 and \u0662\u0660\u0661\u0663, 1.5, 1\u202f000, 12,34") == (
+        "1990",
+        "2013",
+        "1",
+        "5",
+        "1000",
+        "12",
+        "34",
+    )
+
+
+@pytest.mark.parametrize("depth", [65, 1000, 20_000])
+def test_deep_nesting_is_unparseable_not_a_crash(depth):
+    for raw in ("[" * depth, "{" * depth, '{"a": ' * depth, "[" * depth + "]" * depth):
+        result = parse_response(ANSWER, raw)
+        assert not result.parsed and result.error is None
+    assert extract_json("[" * depth) == (None, [])
+
+
+def test_json_within_the_depth_bound_still_decodes():
+    value, repairs = extract_json("[" * 60 + '"silver"' + "]" * 60)
+    assert repairs == [] and value is not None
+
+
+def test_huge_integers_decode_and_are_rejected_as_probabilities():
+    raw = '{"incorrect_spans": [{"text": "silver", "probability": ' + "9" * 5000 + "}]}"
+    result = parse_response(ANSWER, raw)
+    assert result.parsed and result.bad_probabilities == 1 and [s.prob for s in result.spans] == [1.0]
+
+
+def test_a_number_cut_at_the_end_falls_back_instead_of_reading_zero():
+    raw = '{"incorrect_spans": [{"text": "silver", "probability": 0.'
+    result = parse_response(ANSWER, raw)
+    assert [s.prob for s in result.spans] == [1.0] and result.repairs == ["truncated"]
+
+
+def test_prose_with_a_bracketed_number_before_the_json():
+    raw = 'As noted in [1], the answer is wrong: {"incorrect_spans": [{"text": "silver"}]}'
+    assert [s.text for s in parse_response(ANSWER, raw).spans] == ["silver"]
+
+
+def test_repairs_leave_string_contents_alone():
+    value, repairs = extract_json('{"text": "True, ]", "b": True,}')
+    assert value == {"text": "True, ]", "b": True} and repairs == ["trailing_commas", "python_literals"]
+
+
+def test_counts_add_up_for_one_response():
+    raw = (
+        "```json\n{'incorrect_spans': [{'text': 'silver', 'probability': 'high'}, "
+        "{'text': 'SUMMER olympics'}, {'text': 'Tokyo'}, {'text': 2009}, 7]}\n```"
+    )
+    result = parse_response(ANSWER, raw)
+    counts = result.counts()
+    assert counts == {
+        "responses": 1,
+        "parsed": 0,
+        "repaired": 1,
+        "unparseable": 0,
+        "parser_errors": 0,
+        "claims": 4,
+        "invalid_entries": 1,
+        "bad_probabilities": 1,
+        "located_exact": 1,
+        "located_casefold": 1,
+        "located_normalized": 0,
+        "located_fuzzy": 0,
+        "lost": 2,
+        "lost_numbers": 1,
+    }
+    assert tuple(counts) == COUNT_KEYS
+
+
+def test_parse_stats_sum_the_counts():
+    stats, other = ParseStats(), ParseStats()
+    stats.add(parse_response(ANSWER, '{"incorrect_spans": [{"text": "silver"}]}'))
+    stats.add(parse_response(ANSWER, "{'incorrect_spans': [{'text': 'Tokyo'}]}"))
+    other.add(parse_response(ANSWER, "no json"))
+    other.errors = 2
+    stats.merge(other)
+    data = stats.to_dict()
+    assert (data["responses"], data["parsed"], data["repaired"], data["unparseable"]) == (3, 1, 1, 1)
+    assert data["backend_errors"] == 2 and data["repairs"] == {"single_quotes": 1}
+    assert data["located"] == {"exact": 1, "casefold": 0, "normalized": 0, "fuzzy": 0} and data["lost"] == 1
+    assert stats.responses == 3 and stats.located["exact"] == 1 and stats.claims == 2
+
+
+def test_a_parser_bug_is_counted_not_raised(monkeypatch, caplog):
+    import mushroom.parsing.parser as parser
+
+    def broken(text):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(parser, "extract_json", broken)
+    result = parse_response(ANSWER, '{"incorrect_spans": []}')
+    assert not result.parsed and result.error == "RuntimeError: boom"
+    assert result.counts()["unparseable"] == 1 and result.counts()["parser_errors"] == 1
+    assert "parser error" in caplog.text

@@ -30,6 +30,8 @@ _MAX_STARTS = 8  # values stepped over per candidate ("see [1]") before the repa
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)(?:```|$)", re.S)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
+# a double-quoted string with its escapes; an unterminated one runs to the end of the text
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 _PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
 # a number or bare word cut at the end of a truncated reply ("0." of "0.9", "tru" of "true")
 _CUT_SCALAR = re.compile(r'([:,\[])\s*[^\s,:\[\]{}"]+\s*$')
@@ -51,23 +53,14 @@ def _strings_and_code(text: str) -> Iterator[tuple[bool, str]]:
 
     An unterminated string runs to the end of the text.
     """
-    start, in_str, escaped = 0, False, False
-    for i, ch in enumerate(text):
-        if escaped:
-            escaped = False
-        elif in_str and ch == "\\":
-            escaped = True
-        elif ch == '"':
-            if in_str:
-                yield True, text[start : i + 1]
-                start = i + 1
-            else:
-                if i > start:
-                    yield False, text[start:i]
-                start = i
-            in_str = not in_str
-    if start < len(text):
-        yield in_str, text[start:]
+    pos = 0
+    for match in _STRING.finditer(text):
+        if match.start() > pos:
+            yield False, text[pos : match.start()]
+        yield True, match.group()
+        pos = match.end()
+    if pos < len(text):
+        yield False, text[pos:]
 
 
 def _outside_strings(fn: Callable[[str], str]) -> Callable[[str], str]:
@@ -177,13 +170,14 @@ def _single_to_double_quotes(text: str) -> str:
 def _close_truncated(text: str) -> str:
     """Closes every open bracket of a cut-off answer.
 
-    An object cut inside one of its strings is dropped whole: its last span text is
-    incomplete ("19" of "1990") and would be located at the wrong place. A number or bare
-    word at the very end may be cut too ("0." of "0.9"): it is dropped, so the entry falls
-    back to the default probability instead of claiming 0.
+    A string cut at the end is dropped, never closed: its span text is incomplete ("19" of
+    "1990") and would be located at the wrong place; an object cut inside one of its strings
+    is dropped whole, as the span it describes is incomplete. A number or bare word at the
+    very end may be cut too ("0." of "0.9"): it is dropped, so the entry falls back to the
+    default probability instead of claiming 0.
     """
     stack: list[tuple[str, int]] = []
-    in_str, escaped = False, False
+    in_str, escaped, str_start = False, False, 0
     for i, ch in enumerate(text):
         if escaped:
             escaped = False
@@ -191,6 +185,7 @@ def _close_truncated(text: str) -> str:
             escaped = in_str
         elif ch == '"':
             in_str = not in_str
+            str_start = i
         elif not in_str and ch in "[{":
             stack.append(("]" if ch == "[" else "}", i))
         elif not in_str and ch in "]}" and stack:
@@ -200,14 +195,13 @@ def _close_truncated(text: str) -> str:
             text = text[: stack[-1][1]]
             stack.pop()
         else:
-            text += '"'
+            text = text[:str_start]
     elif stack:
         text = _CUT_SCALAR.sub(r"\1", text)
     text = text.rstrip()
-    text = re.sub(r',\s*"[^"]*"\s*:?\s*$', "", text)  # a key left without its value
+    if stack and stack[-1][0] == "}":  # a key left without its value
+        text = re.sub(r'([{,])\s*"[^"]*"\s*:?\s*$', r"\1", text)
     text = re.sub(r"[,:]\s*$", "", text)
-    text = re.sub(r'([{,]\s*)"[^"]*"$', r"\1", text)  # a key alone at the end of an object
-    text = re.sub(r",\s*$", "", text)
     return text + "".join(closer for closer, _ in reversed(stack))
 
 

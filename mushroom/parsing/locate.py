@@ -135,13 +135,19 @@ class SpanLocator:
 
     def __init__(self, answer: str, max_edit_ratio: float = 0.2, min_fuzzy_len: int = 4):
         self.answer = answer
-        self.views = {1: make_view(answer, 1), 2: make_view(answer, 2)}
+        self._views: dict[int, View] = {}
         self.max_edit_ratio = max_edit_ratio
         self.min_fuzzy_len = min_fuzzy_len
         self._cursor: dict[str, int] = {}
         self._last_end = 0
         self.number_mismatches = 0
         """Fuzzy matches refused because their numbers differ from the span text's."""
+
+    def view(self, level: int) -> View:
+        """The answer's normalised view at `level`, built on first use (exact hits need none)."""
+        if level not in self._views:
+            self._views[level] = make_view(self.answer, level)
+        return self._views[level]
 
     def _map(self, view: View, pos: int, length: int) -> tuple[int, int]:
         start, end = view.index[pos], view.index[pos + length - 1] + 1
@@ -166,7 +172,7 @@ class SpanLocator:
         for level, method in ((1, "casefold"), (2, "normalized")):
             if found:
                 break
-            view = self.views[level]
+            view = self.view(level)
             needle = make_view(text, level).text if level == 1 else key
             if not needle:
                 continue
@@ -185,7 +191,7 @@ class SpanLocator:
         return LocatedSpan(start, end, prob, method, self.answer[start:end])
 
     def _fuzzy(self, needle: str) -> tuple[int, int, str] | None:
-        view = self.views[2]
+        view = self.view(2)
         if len(needle) < self.min_fuzzy_len or not view.text:
             return None
         align = fuzz.partial_ratio_alignment(needle, view.text)
