@@ -3,16 +3,18 @@
 1. exact: the text as written;
 2. casefold: case folded on both sides;
 3. normalized: also whitespace runs, quotes, dashes and combining marks unified;
-4. fuzzy: the best partial alignment within a bounded number of edits.
+4. fuzzy: the substring fewest edits away (Levenshtein, searched over the whole answer), within
+   a budget of edits proportional to the text's length.
 
 Numbers are never moved: a fuzzy match is accepted only when the span text and the matched
-answer text (widened to whole digit runs) hold the same digit sequences, so "2014" is never
-placed on the answer's "2013" and "199" never on "1990"; such a span is lost (reported), not
-moved. Digits compare by value across scripts ("٢٠١٣" == "2013", via unicodedata.digit), and a
-thousands separator (comma, dot, apostrophe, no-break or thin space, Arabic thousands sign)
-followed by exactly three digits is not a break: "1,000" == "1000" == "1 000", while "1,5" is
-("1", "5") and differs from "15". The normalized step also unifies digit scripts, so it can
-only pair equal digits. Month names and written numbers are not compared.
+answer text hold the same digit sequences, so "2014" is never placed on the answer's "2013"
+(nor "in 199 people" on "in 1990 people"); such a span is lost (reported), not moved. Digits
+compare by value across scripts ("٢٠١٣" == "2013", via unicodedata.digit). A thousands
+separator (comma, dot, apostrophe, no-break, narrow or thin space, Arabic thousands sign)
+followed by exactly three digits is not a break: "1,000" == "1000" == "1.000"; a plain space
+is a break ("1 000" is ("1", "000"): too often two numbers side by side), and "1,5" is
+("1", "5"), not "15". The normalized step also unifies digit scripts, so it can only pair
+equal digits. Month names and written numbers are not compared.
 
 Each normalised view keeps a map from its characters back to the answer's indices, so a
 located span is always a valid [start, end) of the original answer. A text listed several
@@ -26,7 +28,7 @@ import unicodedata
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from rapidfuzz import fuzz
+import numpy as np
 from rapidfuzz.distance import Levenshtein
 
 METHODS = ("exact", "casefold", "normalized", "fuzzy")
@@ -107,27 +109,50 @@ def _find_first(haystack: str, needle: str, starts: list[int]) -> int:
     return -1
 
 
-def _tightest(needle: str, text: str, start: int, end: int, budget: int) -> tuple[int, int] | None:
-    """The substring near text[start:end] closest to `needle`, if within `budget` edits.
+def _edits_by_end(needle: str, codes: np.ndarray) -> np.ndarray:
+    """For each end i of the text, the fewest edits turning some text[s:i] into `needle`.
 
-    partial_ratio_alignment returns a window of the needle's length, which can take a
-    neighbour's character and leave out the span's own ("2014" -> " 201"); moving each edge
-    by up to `budget` characters finds the real match. Ties go to edges of the same kind as
-    the needle's (letter or digit versus punctuation or space: "Pariss" -> "Paris", not
-    "Paris,"), then to the length nearest the needle's, then to the earliest start.
+    Sellers' approximate substring matching, one needle character per step over the whole
+    text at once; insertions along the text are a running minimum (cost i - k from column k).
     """
-    best: tuple[int, int, int, int, int] | None = None
+    offsets = np.arange(len(codes) + 1)
+    row = np.zeros(len(codes) + 1, dtype=np.int64)  # the empty prefix matches anywhere for free
+    tmp = np.empty_like(row)
+    for j, ch in enumerate(needle, 1):
+        tmp[0] = j
+        np.minimum(row[:-1] + (codes != ord(ch)), row[1:] + 1, out=tmp[1:])
+        row = np.minimum.accumulate(tmp - offsets) + offsets
+    return row
+
+
+def _closest_substring(
+    needle: str, text: str, codes: np.ndarray, budget: int, min_len: int, after: int
+) -> tuple[int, int] | None:
+    """The substring of `text` fewest edits away from `needle`, if within `budget`.
+
+    Ties go to edges of the same kind as the needle's (letter or digit versus punctuation or
+    space: "Pariss" -> "Paris", not "Paris,"), then to the length nearest the needle's
+    ("Inbe" -> "Inde", not "ine"), then to the first one starting at or after `after`, then
+    to the first.
+    """
+    row = _edits_by_end(needle, codes)
+    row[0] = len(needle) + budget + 1  # no empty match
+    best = int(row.min())
+    if best > budget:
+        return None
     first, last = needle[0].isalnum(), needle[-1].isalnum()
-    for pos in range(max(0, start - budget), min(len(text), start + budget + 1)):
-        for stop in range(max(pos + 1, end - budget), min(len(text), end + budget) + 1):
-            dist = Levenshtein.distance(needle, text[pos:stop], score_cutoff=budget)
-            if dist > budget:
+    choice: tuple[int, int, int, int, int] | None = None
+    for stop in np.flatnonzero(row == best)[:64].tolist():
+        for pos in range(
+            max(0, stop - len(needle) - best), min(stop - min_len, stop - len(needle) + best) + 1
+        ):
+            if Levenshtein.distance(needle, text[pos:stop], score_cutoff=best) > best:
                 continue
             edges = (text[pos].isalnum() != first) + (text[stop - 1].isalnum() != last)
-            key = (dist, edges, abs(stop - pos - len(needle)), pos, stop)
-            if best is None or key < best:
-                best = key
-    return None if best is None else (best[3], best[4])
+            key = (edges, abs(stop - pos - len(needle)), int(pos < after), pos, stop)
+            if choice is None or key < choice:
+                choice = key
+    return None if choice is None else (choice[3], choice[4])
 
 
 class SpanLocator:
@@ -136,6 +161,7 @@ class SpanLocator:
     def __init__(self, answer: str, max_edit_ratio: float = 0.2, min_fuzzy_len: int = 4):
         self.answer = answer
         self._views: dict[int, View] = {}
+        self._codes: np.ndarray | None = None
         self.max_edit_ratio = max_edit_ratio
         self.min_fuzzy_len = min_fuzzy_len
         self._cursor: dict[str, int] = {}
@@ -182,41 +208,28 @@ class SpanLocator:
             if pos >= 0:
                 found = (*self._map(view, pos, len(needle)), method)
         if not found:
-            found = self._fuzzy(key)
+            found = self._fuzzy(key, starts[0])
         if not found:
             return None
         start, end, method = found
         self._cursor[key] = end
-        self._last_end = max(self._last_end, end) if method != "fuzzy" else self._last_end
+        self._last_end = max(self._last_end, end)
         return LocatedSpan(start, end, prob, method, self.answer[start:end])
 
-    def _fuzzy(self, needle: str) -> tuple[int, int, str] | None:
+    def _fuzzy(self, needle: str, prefer_after: int) -> tuple[int, int, str] | None:
+        """The closest substring, preferring one at or after answer index `prefer_after`."""
         view = self.view(2)
         if len(needle) < self.min_fuzzy_len or not view.text:
             return None
-        align = fuzz.partial_ratio_alignment(needle, view.text)
-        if align is None or align.dest_end <= align.dest_start:
-            return None
+        if self._codes is None:
+            self._codes = np.fromiter(map(ord, view.text), dtype=np.int64, count=len(view.text))
         budget = max(1, int(len(needle) * self.max_edit_ratio))
-        best = _tightest(needle, view.text, align.dest_start, align.dest_end, budget)
-        if best is None:
+        after = bisect_left(view.index, prefer_after)
+        found = _closest_substring(needle, view.text, self._codes, budget, self.min_fuzzy_len, after)
+        if found is None:
             return None
-        pos, stop = best
-        start, end = self._map(view, pos, stop - pos)
-        if digit_runs(needle) != digit_runs(self._whole_numbers(start, end)):
+        start, end = self._map(view, found[0], found[1] - found[0])
+        if digit_runs(needle) != digit_runs(self.answer[start:end]):
             self.number_mismatches += 1
             return None
         return start, end, "fuzzy"
-
-    def _whole_numbers(self, start: int, end: int) -> str:
-        """answer[start:end] widened so that no digit run is cut at either edge."""
-        text = self.answer
-        while 0 < start < len(text) and unicodedata.digit(text[start], None) is not None:
-            if unicodedata.digit(text[start - 1], None) is None:
-                break
-            start -= 1
-        while 0 < end < len(text) and unicodedata.digit(text[end - 1], None) is not None:
-            if unicodedata.digit(text[end], None) is None:
-                break
-            end += 1
-        return text[start:end]
