@@ -33,8 +33,11 @@ _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 # a double-quoted string with its escapes; an unterminated one runs to the end of the text
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 _PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
-# a number or bare word cut at the end of a truncated reply ("0." of "0.9", "tru" of "true")
-_CUT_SCALAR = re.compile(r'([:,\[])\s*[^\s,:\[\]{}"]+\s*$')
+# the bare value (number or word) at the end of a truncated reply, and the tail that is
+# certainly complete: a decimal with a fractional digit (at worst "0.9" of "0.95") or a literal;
+# "0." / "0" (of "0.9") / "8" (of "80") / "tru" may be cut and are dropped
+_LAST_SCALAR = re.compile(r'([:,\[])\s*([^\s,:\[\]{}"]+)\s*$')
+_COMPLETE_SCALAR = re.compile(r"-?[0-9]+\.[0-9]+|true|false|null|True|False|None")
 
 
 class _TooDeep(ValueError):
@@ -116,12 +119,16 @@ def _looks_like_claims(value: Any) -> bool:
 
 
 def _candidates(text: str) -> list[str]:
-    """Substrings that may hold the JSON, most likely first: fenced blocks, then the whole text.
+    """Substrings that may hold the JSON, most likely first, each from its first bracket.
 
-    Each starts at its first bracket.
+    A reply that starts with a bracket is JSON itself (a code fence in it is a span's text);
+    otherwise fenced blocks come before the whole text.
     """
     found = [m.group(1) for m in _FENCE.finditer(text) if m.group(1).strip()]
-    found.append(text)
+    if text.lstrip()[:1] in ("{", "["):
+        found.insert(0, text)
+    else:
+        found.append(text)
     out = []
     for chunk in found:
         starts = [i for i in (chunk.find("{"), chunk.find("[")) if i >= 0]
@@ -173,8 +180,9 @@ def _close_truncated(text: str) -> str:
     A string cut at the end is dropped, never closed: its span text is incomplete ("19" of
     "1990") and would be located at the wrong place; an object cut inside one of its strings
     is dropped whole, as the span it describes is incomplete. A number or bare word at the
-    very end may be cut too ("0." of "0.9"): it is dropped, so the entry falls back to the
-    default probability instead of claiming 0.
+    very end may be cut too ("0" or "0." of "0.9", "8" of "80"): it is dropped, so the entry
+    falls back to the default probability instead of claiming 0; a decimal with a fractional
+    digit or a whole literal is kept.
     """
     stack: list[tuple[str, int]] = []
     in_str, escaped, str_start = False, False, 0
@@ -197,7 +205,9 @@ def _close_truncated(text: str) -> str:
         else:
             text = text[:str_start]
     elif stack:
-        text = _CUT_SCALAR.sub(r"\1", text)
+        last = _LAST_SCALAR.search(text)
+        if last and not _COMPLETE_SCALAR.fullmatch(last.group(2)):
+            text = text[: last.start(2)]
     text = text.rstrip()
     if stack and stack[-1][0] == "}":  # a key left without its value
         text = re.sub(r'([{,])\s*"[^"]*"\s*:?\s*$', r"\1", text)
@@ -211,7 +221,8 @@ def _replace_literals(text: str) -> str:
 
 _REPAIRS = (
     ("trailing_commas", _outside_strings(lambda t: _TRAILING_COMMA.sub(r"\1", t))),
-    ("curly_quotes", lambda t: t.replace("\u201c", '"').replace("\u201d", '"')),
+    # only curly quotes outside straight-quoted strings delimit: those inside are span text
+    ("curly_quotes", _outside_strings(lambda t: t.replace("\u201c", '"').replace("\u201d", '"'))),
     ("single_quotes", _single_to_double_quotes),
     ("python_literals", _outside_strings(_replace_literals)),
     ("truncated", _close_truncated),

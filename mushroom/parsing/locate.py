@@ -142,7 +142,9 @@ def _closest_substring(
         return None
     first, last = needle[0].isalnum(), needle[-1].isalnum()
     choice: tuple[int, int, int, int, int] | None = None
-    for stop in np.flatnonzero(row == best)[:64].tolist():
+    ends = np.flatnonzero(row == best)
+    # a few ties after `after` and a few overall bound the work on repetitive text
+    for stop in sorted(set(ends[ends > after][:4].tolist()) | set(ends[:4].tolist())):
         for pos in range(
             max(0, stop - len(needle) - best), min(stop - min_len, stop - len(needle) + best) + 1
         ):
