@@ -344,3 +344,40 @@ def test_a_parser_bug_is_counted_not_raised(monkeypatch, caplog):
     assert not result.parsed and result.error == "RuntimeError: boom"
     assert result.counts()["unparseable"] == 1 and result.counts()["parser_errors"] == 1
     assert "parser error" in caplog.text
+
+
+def test_whitespace_at_span_edges_is_not_part_of_the_span():
+    result = parse_response(ANSWER, '["  silver ", " 2008\\n"]')
+    assert [s.text for s in result.spans] == ["silver", "2008"]
+
+
+def test_curly_quotes_inside_span_texts_survive_the_repair():
+    answer = "She called it \u201cthe best\u201d film of 2001."
+    raw = '{\u201cincorrect_spans\u201d: [{"text": "\u201cthe best\u201d"}, {"text": "2001"}]}'
+    result = parse_response(answer, raw)
+    assert [s.text for s in result.spans] == ["\u201cthe best\u201d", "2001"] and result.repairs == [
+        "curly_quotes"
+    ]
+
+
+def test_a_fence_inside_a_json_reply_is_span_text():
+    answer = "Run ```pip install flask``` first, then [1] import it."
+    raw = json.dumps({"incorrect_spans": [{"text": "```pip install flask```", "reason": ["x", 2]}]})
+    assert [s.text for s in parse_response(answer, raw).spans] == ["```pip install flask```"]
+
+
+@pytest.mark.parametrize(
+    ("tail", "prob"),
+    [("0.9", [0.9]), ("0.", [1.0]), ("0", [1.0]), ("8", [1.0]), ("0.75", [0.75]), ('"9', [])],
+)
+def test_a_probability_at_the_cut_is_kept_only_when_complete(tail, prob):
+    # a cut inside a string drops its whole object, as for a cut span text
+    raw = '{"incorrect_spans": [{"text": "silver", "probability": ' + tail
+    result = parse_response(ANSWER, raw)
+    assert [s.prob for s in result.spans] == prob and result.repairs == ["truncated"]
+
+
+def test_a_string_cut_at_the_end_is_dropped_not_closed():
+    answer = "He won in 1990 and again in 1994."
+    assert [s.text for s in parse_response(answer, '["1994", "19').spans] == ["1994"]
+    assert parse_response(answer, '{"incorrect_spans": [{"text": "1994"}, {"text": "19').claims == 1

@@ -186,7 +186,9 @@ class SpanLocator:
 
     def locate(self, text: str, prob: float) -> LocatedSpan | None:
         """The next occurrence of `text` (after the previous one of the same text), or None."""
-        if not text or not text.strip():
+        # whitespace at a span's edges claims nothing: " 1967 " marks the year, not the spaces
+        text = text.strip()
+        if not text:
             return None
         key = make_view(text, 2).text
         # Spans are listed in order of appearance: look after the previous span first, then
