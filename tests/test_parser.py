@@ -283,9 +283,24 @@ def test_a_number_cut_at_the_end_falls_back_instead_of_reading_zero():
     assert [s.prob for s in result.spans] == [1.0] and result.repairs == ["truncated"]
 
 
-def test_prose_with_a_bracketed_number_before_the_json():
-    raw = 'As noted in [1], the answer is wrong: {"incorrect_spans": [{"text": "silver"}]}'
+@pytest.mark.parametrize(
+    "raw",
+    [
+        'As noted in [1], the answer is wrong: {"incorrect_spans": [{"text": "silver"}]}',
+        'See [1] and {note}: {"incorrect_spans": ["silver"]} [end]',
+        "[citation needed] {'incorrect_spans': ['silver']}",
+        'Prose {x: 1} then ["silver"]',
+        '[sic] {"incorrect_spans": [{"text": "silver", "probability": 0.9},',
+    ],
+)
+def test_brackets_in_prose_before_the_json(raw):
     assert [s.text for s in parse_response(ANSWER, raw).spans] == ["silver"]
+
+
+def test_broken_json_is_repaired_whole_not_read_from_an_inner_bracket():
+    raw = '{"incorrect_spans": [{"text": "silver", "probability": 0.9,}, {"text": "2008"}]}'
+    result = parse_response(ANSWER, raw)
+    assert [s.text for s in result.spans] == ["silver", "2008"] and result.repairs == ["trailing_commas"]
 
 
 def test_repairs_leave_string_contents_alone():

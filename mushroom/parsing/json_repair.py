@@ -229,8 +229,17 @@ _REPAIRS = (
 )
 
 
+def _next_bracket(chunk: str, start: int) -> int | None:
+    found = [i for i in (chunk.find("{", start), chunk.find("[", start)) if i >= 0]
+    return min(found) if found else None
+
+
 def _skip_non_claims(chunk: str) -> tuple[str | None, Any]:
-    """Decodes `chunk` as written, stepping over values that cannot be claims ("see [1]").
+    """Decodes `chunk` as written, stepping over brackets that cannot hold the claims.
+
+    Stepped over: a value that is not claim-shaped ("see [1]"), and a bracket that fails to
+    decode before any quote (prose such as "{note}" or "[citation needed]"). A failure after
+    a quote is broken JSON: it goes to the repairs, as its inner brackets hold only part of it.
 
     Returns:
         (rest, value): value is the first claim-shaped value found (rest is then None);
@@ -238,19 +247,23 @@ def _skip_non_claims(chunk: str) -> tuple[str | None, Any]:
         value the first value decoded, if any, as a last resort.
     """
     first: Any = None
-    pos = 0
+    pos: int | None = 0
     for _ in range(_MAX_STARTS):
         try:
             value, end = _decode_prefix(chunk[pos:])
-        except ValueError:
+        except json.JSONDecodeError as err:
+            if re.search("[\"'\u201c\u201d]", chunk[pos : pos + err.pos + 1]):
+                return chunk[pos:], first
+            pos = _next_bracket(chunk, pos + err.pos + 1)
+        except ValueError:  # nested too deep
             return chunk[pos:], first
-        if _looks_like_claims(value):
-            return None, value
-        first = value if first is None else first
-        nxt = [i for i in (chunk.find("{", pos + end), chunk.find("[", pos + end)) if i >= 0]
-        if not nxt:
+        else:
+            if _looks_like_claims(value):
+                return None, value
+            first = value if first is None else first
+            pos = _next_bracket(chunk, pos + end)
+        if pos is None:
             return None, first
-        pos = min(nxt)
     return chunk[pos:], first
 
 
