@@ -6,17 +6,24 @@ Oracle: for every val item the gold span texts, in order, are written as a model
 answer and parsed back; on items where each gold span is the first occurrence of its text
 after the previous span, the parser must reproduce the gold hard labels exactly (IoU 1.0).
 Perturbations: the same answers with case changes, extra whitespace, curly quotes, 1-3 typos,
-prose around the JSON, a truncated tail, spans out of order; printed: the share of gold spans
-recovered exactly and the mean IoU per perturbation.
+prose around the JSON, a truncated tail, spans out of order, probabilities as percentages or
+strings, reasons as lists, a digit changed in every span that has one; printed: the share of
+gold spans recovered exactly, the mean IoU, the share of responses that needed a repair,
+claims lost, claims lost for a number mismatch, and spans placed on different numbers (must
+be 0) per perturbation, then parse time per response.
+
+Run it from the repository root with the working tree's package: PYTHONPATH=. python ...
 """
 
 import json
 import random
+import time
 
 import numpy as np
 
 from mushroom.data import load_split
-from mushroom.parsing.parser import parse_response
+from mushroom.parsing.locate import digit_runs
+from mushroom.parsing.parser import ParseStats, parse_response
 from mushroom.scoring.metrics import item_iou
 
 
@@ -43,6 +50,15 @@ def typo(span, k, rng):
     return "".join(chars)
 
 
+def bump_digit(span, rng):
+    """The span with one of its digits changed, so it names a different number."""
+    places = [i for i, ch in enumerate(span) if ch.isascii() and ch.isdigit()]
+    if not places:
+        return span
+    i = rng.choice(places)
+    return span[:i] + str((int(span[i]) + rng.randrange(1, 10)) % 10) + span[i + 1 :]
+
+
 PERTURBATIONS = {
     "none": lambda spans, rng: (spans, None),
     "upper case": lambda spans, rng: ([s.upper() for s in spans], None),
@@ -54,13 +70,20 @@ PERTURBATIONS = {
     "prose around": lambda spans, rng: (spans, "prose"),
     "truncated tail": lambda spans, rng: (spans, "truncated"),
     "out of order": lambda spans, rng: (spans[::-1], None),
+    "probability 90": lambda spans, rng: (spans, "percent"),
+    'probability "90%"': lambda spans, rng: (spans, "percent string"),
+    "reason as a list": lambda spans, rng: (spans, "list reason"),
+    "a digit changed": lambda spans, rng: ([bump_digit(s, rng) for s in spans], None),
 }
 
 
 def render(spans, mode):
-    text = json.dumps(
-        {"incorrect_spans": [{"text": s, "probability": 0.9} for s in spans]}, ensure_ascii=False
-    )
+    prob = {"percent": 90, "percent string": "90%"}.get(mode, 0.9)
+    entries = [{"text": s, "probability": prob} for s in spans]
+    if mode == "list reason":
+        for entry in entries:
+            entry["reason"] = ["contradicts the source", 2]
+    text = json.dumps({"incorrect_spans": entries}, ensure_ascii=False)
     if mode == "curly":
         text = text.replace('"', "\u201c", 1)
         text = text.replace('": [', "\u201d: [", 1)
@@ -95,22 +118,42 @@ def main():
         )
     print()
     print("perturbation suite (all val items with gold spans)")
-    print(f"{'perturbation':22s} {'spans found':>11s} {'exact offsets':>13s} {'mean IoU':>9s}")
+    print(
+        f"{'perturbation':22s} {'found':>6s} {'exact':>6s} {'IoU':>7s} {'prob ok':>7s} {'repaired':>8s}"
+        f" {'lost':>5s} {'lost#':>5s} {'moved#':>6s}"
+    )
+    seconds = responses = 0
     for name, perturb in PERTURBATIONS.items():
-        found = exact_spans = total = 0
+        found = exact_spans = total = prob_ok = moved = 0
         ious = []
+        stats = ParseStats()
         for items in data.values():
             for it in items:
                 if not it.hard_labels:
                     continue
                 spans, mode = perturb(gold_texts(it), rng)
+                start = time.perf_counter()
                 res = parse_response(it.model_output_text, render(spans, mode))
+                seconds += time.perf_counter() - start
+                responses += 1
+                stats.add(res)
                 got = {(s.start, s.end) for s in res.spans}
                 total += len(it.hard_labels)
                 found += len(res.spans)
+                prob_ok += sum(abs(s.prob - 0.9) < 1e-9 for s in res.spans)
+                # a located span whose numbers are those of none of the texts asked for
+                asked = {digit_runs(t) for t in spans}
+                moved += sum(digit_runs(s.text) not in asked for s in res.spans)
                 exact_spans += sum(tuple(h) in got for h in it.hard_labels)
                 ious.append(item_iou(it.hard_labels, sorted(got), len(it.model_output_text)))
-        print(f"{name:22s} {found / total:11.3f} {exact_spans / total:13.3f} {np.mean(ious):9.4f}")
+        counts = stats.counts
+        print(
+            f"{name:22s} {found / total:6.3f} {exact_spans / total:6.3f} {np.mean(ious):7.4f}"
+            f" {prob_ok / max(1, found):7.3f} {counts['repaired'] / counts['responses']:8.3f}"
+            f" {counts['lost']:5d} {counts['lost_numbers']:5d} {moved:6d}"
+        )
+    print()
+    print(f"parse time: {1e6 * seconds / responses:.0f} us per response over {responses} responses")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,22 @@
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from mushroom.parsing.json_repair import extract_json
-from mushroom.parsing.parser import coerce_claims, parse_response
+from mushroom.parsing.locate import SpanLocator, digit_runs
+from mushroom.parsing.parser import (
+    COUNT_KEYS,
+    ParseStats,
+    SpanClaim,
+    coerce_bool,
+    coerce_claims,
+    coerce_probability,
+    parse_response,
+    read_claims,
+)
 
 ANSWER = "Petra van Stoveren won a silver medal in the 2008 Summer Olympics in Beijing, China."
 
@@ -56,11 +69,13 @@ def test_repeated_texts_take_successive_occurrences():
     assert [(s.start, s.end) for s in result.spans] == [(10, 14), (24, 28), (40, 44)]
 
 
-def test_probabilities_are_clipped_and_invalid_entries_counted():
+def test_percentages_are_scaled_and_invalid_entries_counted():
+    # 7 is in (1, 100]: a percentage (0.07) by the one scale rule, as "7" always was; it used
+    # to be clamped to 1.0 as a number while the string "7" gave 0.07.
     claims, invalid = coerce_claims(
         {"incorrect_spans": [{"text": "a", "probability": 7}, {"text": ""}, 3, {"x": 1}]}
     )
-    assert [c.probability for c in claims] == [1.0] and invalid == 3
+    assert [c.probability for c in claims] == [0.07] and invalid == 3
 
 
 @pytest.mark.parametrize(
@@ -86,8 +101,6 @@ def test_all_scripts(answer, span):
     answer=st.text(max_size=80), raw=st.text(max_size=200), spans=st.lists(st.text(max_size=12), max_size=5)
 )
 def test_never_raises_and_never_leaves_the_answer(answer, raw, spans):
-    import json
-
     for text in (raw, json.dumps({"incorrect_spans": [{"text": s, "probability": 0.5} for s in spans]})):
         result = parse_response(answer, text)
         for s in result.spans:
@@ -97,3 +110,289 @@ def test_never_raises_and_never_leaves_the_answer(answer, raw, spans):
 def test_extract_json_reports_repairs():
     value, repairs = extract_json("{'a': True,}")
     assert value == {"a": True} and "single_quotes" in repairs
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0, 0.0),
+        (0.8, 0.8),
+        ("0.8", 0.8),
+        (" .8 ", 0.8),
+        (1, 1.0),
+        ("1", 1.0),
+        (80, 0.8),
+        ("80", 0.8),
+        (1.5, 0.015),
+        ("1.5", 0.015),
+        (100, 1.0),
+        ("80%", 0.8),
+        ("1%", 0.01),
+        ("0.5 %", 0.005),
+        ("0,8", 0.8),
+        ("8e-1", 0.8),
+        ("\u0660.\u0668", 0.8),  # Arabic-Indic digits
+        ("\u0668\u0660\u066a", 0.8),  # with the Arabic percent sign
+    ],
+)
+def test_one_probability_scale_for_numbers_and_strings(value, expected):
+    assert coerce_probability(value) == pytest.approx(expected)
+    claim = SpanClaim(text="x", probability=value)
+    assert claim.probability == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [-0.1, "-0.1", 100.5, "101", "150%", 10**400, "1e400", float("nan"), float("inf"), "NaN", "Infinity"]
+    + [True, False, None, [0.5], {"p": 0.5}, "high", "", "0.5.5", "½"],
+)
+def test_invalid_probabilities_fall_back_to_the_default_and_are_counted(value):
+    assert coerce_probability(value) is None
+    with pytest.raises(ValidationError):
+        SpanClaim(text="x", probability=value)
+    found = read_claims({"incorrect_spans": [{"text": "silver", "probability": value}]}, 0.6)
+    assert [c.probability for c in found.claims] == [0.6]
+    assert found.bad_probabilities == 1 and found.invalid_entries == 0
+    result = parse_response(
+        ANSWER, json.dumps({"incorrect_spans": [{"text": "silver", "probability": value}]})
+    )
+    assert result.counts()["bad_probabilities"] == 1 and [s.prob for s in result.spans] == [1.0]
+
+
+def test_missing_probability_takes_the_default_uncounted():
+    found = read_claims(["silver", {"text": "2008"}], 0.6)
+    assert [c.probability for c in found.claims] == [0.6, 0.6] and found.bad_probabilities == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(True, True), (False, False), (1, True), (0, False), (1.0, True), ("1", True), ("0", False)]
+    + [("true", True), (" FALSE ", False), ("Yes", True), ("no", False), ("supported", True)]
+    + [("Unsupported", False), ("not supported", False), ("NOT_SUPPORTED", False), ("correct", True)]
+    + [("incorrect", False), ("maybe", None), ("", None), (None, None), (2, None), ([True], None)]
+    + [({"a": 1}, None), ("truee", None), (0.5, None)],
+)
+def test_coerce_bool(value, expected):
+    assert coerce_bool(value) is expected
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        (["wrong year", "wrong place"], "wrong year; wrong place"),
+        ({"why": "wrong"}, '{"why": "wrong"}'),
+        (3, "3"),
+        (False, "False"),
+        ([], None),
+        (None, None),
+        ("as is", "as is"),
+    ],
+)
+def test_a_reason_of_any_type_keeps_its_span(reason, expected):
+    raw = json.dumps({"incorrect_spans": [{"text": "silver", "probability": 0.9, "reason": reason}]})
+    result = parse_response(ANSWER, raw)
+    assert [(s.start, s.end) for s in result.spans] == [(25, 31)] and result.invalid_entries == 0
+    assert read_claims(json.loads(raw)).claims[0].reason == expected
+
+
+def test_wrong_types_for_the_text_are_invalid_entries_but_a_year_as_a_number_is_text():
+    value = {"incorrect_spans": [{"text": 2008}, {"text": ["silver"]}, {"text": None}, {"text": True}]}
+    found = read_claims(value)
+    assert [c.text for c in found.claims] == ["2008"] and found.invalid_entries == 3
+
+
+def test_keys_are_read_in_any_case_and_a_single_object_under_the_list_key_counts():
+    result = parse_response(ANSWER, '{"Incorrect_Spans": {"Text": "silver", "Probability": "90%"}}')
+    assert [(s.start, s.end, s.prob) for s in result.spans] == [(25, 31, 0.9)]
+
+
+def test_a_string_where_the_list_belongs_is_unparseable():
+    result = parse_response(ANSWER, '{"incorrect_spans": "silver"}')
+    assert not result.parsed and result.counts()["unparseable"] == 1
+
+
+def test_the_fuzzy_step_never_moves_a_year_onto_another_year():
+    answer = "The company was founded in 2013 and moved to Berlin."
+    raw = json.dumps(["2014", "2016", "2019", "2023", "founded in 2014", "in 2013 and moved"])
+    result = parse_response(answer, raw)
+    assert [s.text for s in result.spans] == ["in 2013 and moved"]
+    assert result.lost == ["2014", "2016", "2019", "2023", "founded in 2014"]
+    assert result.lost_numbers == 5
+
+
+@pytest.mark.parametrize(
+    ("answer", "span", "found"),
+    [
+        ("It cost 1,000 euros in total.", "cost 1000 euros", "cost 1,000 euros"),
+        ("It cost 1000 euros in total.", "cost 1,000 euros", "cost 1000 euros"),
+        ("It cost 1 000 euros in total.", "cost 1000 euros", None),  # a plain space is a break
+        ("It cost 1.5 euros in total.", "cost 15 euros", None),
+        ("It cost 1,5 euros in total.", "cost 15 euros", None),
+        ("Population 1990 people.", "Population 199 people", None),  # a cut number is not moved
+        ("Population 1990 people.", "Populatoin 1990 people", "Population 1990 people"),
+        ("ولد في عام ٢٠١٣ في القاهرة", "عام 2013", "عام ٢٠١٣"),  # normalized: digits by value
+        ("ولد في عام ٢٠١٣ في القاهرة", "عام 2014", None),
+        ("He won on 12 May 2008.", "On 12 may 2008", "on 12 May 2008"),
+        ("He won on 12 May 2008.", "on 13 May 2008", None),
+        ("He scored 3 goals.", "scored 3 gaols", "scored 3 goals"),
+        ("He scored 3 goals.", "scored 8 goals", None),
+    ],
+)
+def test_numbers_are_matched_only_onto_the_same_numbers(answer, span, found):
+    locator = SpanLocator(answer)
+    located = locator.locate(span, 1.0)
+    assert (located.text if located else None) == found
+    if located:
+        assert answer[located.start : located.end] == located.text
+
+
+def test_digit_runs_unify_scripts_and_thousands_separators():
+    assert digit_runs("in 1,990 and \u0662\u0660\u0661\u0663, 1.5, 1\u202f000, 12,34") == (
+        "1990",
+        "2013",
+        "1",
+        "5",
+        "1000",
+        "12",
+        "34",
+    )
+
+
+@pytest.mark.parametrize("depth", [65, 1000, 20_000])
+def test_deep_nesting_is_unparseable_not_a_crash(depth):
+    for raw in ("[" * depth, "{" * depth, '{"a": ' * depth, "[" * depth + "]" * depth):
+        result = parse_response(ANSWER, raw)
+        assert not result.parsed and result.error is None
+    assert extract_json("[" * depth) == (None, [])
+
+
+def test_json_within_the_depth_bound_still_decodes():
+    value, repairs = extract_json("[" * 60 + '"silver"' + "]" * 60)
+    assert repairs == [] and value is not None
+
+
+def test_huge_integers_decode_and_are_rejected_as_probabilities():
+    raw = '{"incorrect_spans": [{"text": "silver", "probability": ' + "9" * 5000 + "}]}"
+    result = parse_response(ANSWER, raw)
+    assert result.parsed and result.bad_probabilities == 1 and [s.prob for s in result.spans] == [1.0]
+
+
+def test_a_number_cut_at_the_end_falls_back_instead_of_reading_zero():
+    raw = '{"incorrect_spans": [{"text": "silver", "probability": 0.'
+    result = parse_response(ANSWER, raw)
+    assert [s.prob for s in result.spans] == [1.0] and result.repairs == ["truncated"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        'As noted in [1], the answer is wrong: {"incorrect_spans": [{"text": "silver"}]}',
+        'See [1] and {note}: {"incorrect_spans": ["silver"]} [end]',
+        "[citation needed] {'incorrect_spans': ['silver']}",
+        'Prose {x: 1} then ["silver"]',
+        '[sic] {"incorrect_spans": [{"text": "silver", "probability": 0.9},',
+    ],
+)
+def test_brackets_in_prose_before_the_json(raw):
+    assert [s.text for s in parse_response(ANSWER, raw).spans] == ["silver"]
+
+
+def test_broken_json_is_repaired_whole_not_read_from_an_inner_bracket():
+    raw = '{"incorrect_spans": [{"text": "silver", "probability": 0.9,}, {"text": "2008"}]}'
+    result = parse_response(ANSWER, raw)
+    assert [s.text for s in result.spans] == ["silver", "2008"] and result.repairs == ["trailing_commas"]
+
+
+def test_repairs_leave_string_contents_alone():
+    value, repairs = extract_json('{"text": "True, ]", "b": True,}')
+    assert value == {"text": "True, ]", "b": True} and repairs == ["trailing_commas", "python_literals"]
+
+
+def test_counts_add_up_for_one_response():
+    raw = (
+        "```json\n{'incorrect_spans': [{'text': 'silver', 'probability': 'high'}, "
+        "{'text': 'SUMMER olympics'}, {'text': 'Tokyo'}, {'text': 2009}, 7]}\n```"
+    )
+    result = parse_response(ANSWER, raw)
+    counts = result.counts()
+    assert counts == {
+        "responses": 1,
+        "parsed": 0,
+        "repaired": 1,
+        "unparseable": 0,
+        "parser_errors": 0,
+        "claims": 4,
+        "invalid_entries": 1,
+        "bad_probabilities": 1,
+        "located_exact": 1,
+        "located_casefold": 1,
+        "located_normalized": 0,
+        "located_fuzzy": 0,
+        "lost": 2,
+        "lost_numbers": 1,
+    }
+    assert tuple(counts) == COUNT_KEYS
+
+
+def test_parse_stats_sum_the_counts():
+    stats, other = ParseStats(), ParseStats()
+    stats.add(parse_response(ANSWER, '{"incorrect_spans": [{"text": "silver"}]}'))
+    stats.add(parse_response(ANSWER, "{'incorrect_spans': [{'text': 'Tokyo'}]}"))
+    other.add(parse_response(ANSWER, "no json"))
+    other.errors = 2
+    stats.merge(other)
+    data = stats.to_dict()
+    assert (data["responses"], data["parsed"], data["repaired"], data["unparseable"]) == (3, 1, 1, 1)
+    assert data["backend_errors"] == 2 and data["repairs"] == {"single_quotes": 1}
+    assert data["located"] == {"exact": 1, "casefold": 0, "normalized": 0, "fuzzy": 0} and data["lost"] == 1
+    assert stats.responses == 3 and stats.located["exact"] == 1 and stats.claims == 2
+
+
+def test_a_parser_bug_is_counted_not_raised(monkeypatch, caplog):
+    import mushroom.parsing.parser as parser
+
+    def broken(text):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(parser, "extract_json", broken)
+    result = parse_response(ANSWER, '{"incorrect_spans": []}')
+    assert not result.parsed and result.error == "RuntimeError: boom"
+    assert result.counts()["unparseable"] == 1 and result.counts()["parser_errors"] == 1
+    assert "parser error" in caplog.text
+
+
+def test_whitespace_at_span_edges_is_not_part_of_the_span():
+    result = parse_response(ANSWER, '["  silver ", " 2008\\n"]')
+    assert [s.text for s in result.spans] == ["silver", "2008"]
+
+
+def test_curly_quotes_inside_span_texts_survive_the_repair():
+    answer = "She called it \u201cthe best\u201d film of 2001."
+    raw = '{\u201cincorrect_spans\u201d: [{"text": "\u201cthe best\u201d"}, {"text": "2001"}]}'
+    result = parse_response(answer, raw)
+    assert [s.text for s in result.spans] == ["\u201cthe best\u201d", "2001"] and result.repairs == [
+        "curly_quotes"
+    ]
+
+
+def test_a_fence_inside_a_json_reply_is_span_text():
+    answer = "Run ```pip install flask``` first, then [1] import it."
+    raw = json.dumps({"incorrect_spans": [{"text": "```pip install flask```", "reason": ["x", 2]}]})
+    assert [s.text for s in parse_response(answer, raw).spans] == ["```pip install flask```"]
+
+
+@pytest.mark.parametrize(
+    ("tail", "prob"),
+    [("0.9", [0.9]), ("0.", [1.0]), ("0", [1.0]), ("8", [1.0]), ("0.75", [0.75]), ('"9', [])],
+)
+def test_a_probability_at_the_cut_is_kept_only_when_complete(tail, prob):
+    # a cut inside a string drops its whole object, as for a cut span text
+    raw = '{"incorrect_spans": [{"text": "silver", "probability": ' + tail
+    result = parse_response(ANSWER, raw)
+    assert [s.prob for s in result.spans] == prob and result.repairs == ["truncated"]
+
+
+def test_a_string_cut_at_the_end_is_dropped_not_closed():
+    answer = "He won in 1990 and again in 1994."
+    assert [s.text for s in parse_response(answer, '["1994", "19').spans] == ["1994"]
+    assert parse_response(answer, '{"incorrect_spans": [{"text": "1994"}, {"text": "19').claims == 1

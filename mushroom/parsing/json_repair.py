@@ -5,24 +5,130 @@ repair is a plain text transformation.
 
 Handled: code fences, prose before and after, trailing commas, single quotes, curly quotes,
 Python literals (True/False/None), a truncated tail (open strings, arrays and objects are
-closed), and a bare list instead of an object.
+closed; a number or literal cut at the very end is dropped), and a bare list instead of an
+object.
+
+Never raises on any string. The standard decoder recurses once per bracket, so text nested
+deeper than `MAX_DEPTH` is not handed to it at all: no claim format needs more than a few
+levels, and a reply nested a thousand deep is garbage (it would otherwise end in
+RecursionError). Integers too long for Python's int conversion limit decode as floats (they
+are then rejected as probabilities, not crashed on).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterator
 from typing import Any
+
+MAX_DEPTH = 64
+"""Deepest bracket nesting handed to the JSON decoder."""
+
+_MAX_INT_DIGITS = 4000  # below Python's default int conversion limit (4300 digits)
+_MAX_STARTS = 8  # values stepped over per candidate ("see [1]") before the repairs
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)(?:```|$)", re.S)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
+# a double-quoted string with its escapes; an unterminated one runs to the end of the text
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 _PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
+# the bare value (number or word) at the end of a truncated reply, and the tail that is
+# certainly complete: a decimal with a fractional digit (at worst "0.9" of "0.95") or a literal;
+# "0." / "0" (of "0.9") / "8" (of "80") / "tru" may be cut and are dropped
+_LAST_SCALAR = re.compile(r'([:,\[])\s*([^\s,:\[\]{}"]+)\s*$')
+_COMPLETE_SCALAR = re.compile(r"-?[0-9]+\.[0-9]+|true|false|null|True|False|None")
+
+
+class _TooDeep(ValueError):
+    """The text nests brackets deeper than MAX_DEPTH."""
+
+
+def _parse_int(digits: str) -> int | float:
+    return int(digits) if len(digits) <= _MAX_INT_DIGITS else float(digits)
+
+
+_DECODER = json.JSONDecoder(parse_int=_parse_int)
+
+
+def _strings_and_code(text: str) -> Iterator[tuple[bool, str]]:
+    """Splits text into (is_string, piece): double-quoted JSON strings and everything else.
+
+    An unterminated string runs to the end of the text.
+    """
+    pos = 0
+    for match in _STRING.finditer(text):
+        if match.start() > pos:
+            yield False, text[pos : match.start()]
+        yield True, match.group()
+        pos = match.end()
+    if pos < len(text):
+        yield False, text[pos:]
+
+
+def _outside_strings(fn: Callable[[str], str]) -> Callable[[str], str]:
+    """A repair applied only outside double-quoted strings, so span texts stay as written."""
+
+    def apply(text: str) -> str:
+        return "".join(piece if is_string else fn(piece) for is_string, piece in _strings_and_code(text))
+
+    return apply
+
+
+def _first_value_depth(text: str) -> int:
+    """The deepest bracket nesting (outside strings) of the first JSON value in `text`."""
+    depth = deepest = 0
+    for is_string, piece in _strings_and_code(text):
+        if is_string:
+            continue
+        for ch in piece:
+            if ch in "[{":
+                depth += 1
+                deepest = max(deepest, depth)
+                if deepest > MAX_DEPTH:
+                    return deepest
+            elif ch in "]}":
+                depth -= 1
+                if depth <= 0:
+                    return deepest
+    return deepest
+
+
+def _decode_prefix(text: str) -> tuple[Any, int]:
+    """The first JSON value at the start of `text` and where it ends; what follows is ignored.
+
+    Raises:
+        ValueError: no JSON value there (JSONDecodeError), or nested deeper than MAX_DEPTH.
+    """
+    if _first_value_depth(text) > MAX_DEPTH:
+        raise _TooDeep(f"nested deeper than {MAX_DEPTH}")
+    try:
+        return _DECODER.raw_decode(text)
+    except RecursionError as err:  # belt: the depth bound above should make this unreachable
+        raise _TooDeep(str(err)) from None
+
+
+def _looks_like_claims(value: Any) -> bool:
+    """An object, or a list holding an object or a string: a shape a reply's claims can take.
+
+    A list of numbers ("see [1]") in prose before the real JSON is not.
+    """
+    return isinstance(value, dict) or (
+        isinstance(value, list) and (not value or any(isinstance(v, (dict, str)) for v in value))
+    )
 
 
 def _candidates(text: str) -> list[str]:
-    """Substrings that may hold the JSON, most likely first."""
+    """Substrings that may hold the JSON, most likely first, each from its first bracket.
+
+    A reply that starts with a bracket is JSON itself (a code fence in it is a span's text);
+    otherwise fenced blocks come before the whole text.
+    """
     found = [m.group(1) for m in _FENCE.finditer(text) if m.group(1).strip()]
-    found.append(text)
+    if text.lstrip()[:1] in ("{", "["):
+        found.insert(0, text)
+    else:
+        found.append(text)
     out = []
     for chunk in found:
         starts = [i for i in (chunk.find("{"), chunk.find("[")) if i >= 0]
@@ -71,11 +177,15 @@ def _single_to_double_quotes(text: str) -> str:
 def _close_truncated(text: str) -> str:
     """Closes every open bracket of a cut-off answer.
 
-    An object cut inside one of its strings is dropped whole: its last span text is
-    incomplete ("19" of "1990") and would be located at the wrong place.
+    A string cut at the end is dropped, never closed: its span text is incomplete ("19" of
+    "1990") and would be located at the wrong place; an object cut inside one of its strings
+    is dropped whole, as the span it describes is incomplete. A number or bare word at the
+    very end may be cut too ("0" or "0." of "0.9", "8" of "80"): it is dropped, so the entry
+    falls back to the default probability instead of claiming 0; a decimal with a fractional
+    digit or a whole literal is kept.
     """
     stack: list[tuple[str, int]] = []
-    in_str, escaped = False, False
+    in_str, escaped, str_start = False, False, 0
     for i, ch in enumerate(text):
         if escaped:
             escaped = False
@@ -83,6 +193,7 @@ def _close_truncated(text: str) -> str:
             escaped = in_str
         elif ch == '"':
             in_str = not in_str
+            str_start = i
         elif not in_str and ch in "[{":
             stack.append(("]" if ch == "[" else "}", i))
         elif not in_str and ch in "]}" and stack:
@@ -92,9 +203,14 @@ def _close_truncated(text: str) -> str:
             text = text[: stack[-1][1]]
             stack.pop()
         else:
-            text += '"'
+            text = text[:str_start]
+    elif stack:
+        last = _LAST_SCALAR.search(text)
+        if last and not _COMPLETE_SCALAR.fullmatch(last.group(2)):
+            text = text[: last.start(2)]
     text = text.rstrip()
-    text = re.sub(r',\s*"[^"]*"\s*:?\s*$', "", text)  # a key left without its value
+    if stack and stack[-1][0] == "}":  # a key left without its value
+        text = re.sub(r'([{,])\s*"[^"]*"\s*:?\s*$', r"\1", text)
     text = re.sub(r"[,:]\s*$", "", text)
     return text + "".join(closer for closer, _ in reversed(stack))
 
@@ -104,31 +220,74 @@ def _replace_literals(text: str) -> str:
 
 
 _REPAIRS = (
-    ("trailing_commas", lambda t: _TRAILING_COMMA.sub(r"\1", t)),
-    ("curly_quotes", lambda t: t.replace("\u201c", '"').replace("\u201d", '"')),
+    ("trailing_commas", _outside_strings(lambda t: _TRAILING_COMMA.sub(r"\1", t))),
+    # only curly quotes outside straight-quoted strings delimit: those inside are span text
+    ("curly_quotes", _outside_strings(lambda t: t.replace("\u201c", '"').replace("\u201d", '"'))),
     ("single_quotes", _single_to_double_quotes),
-    ("python_literals", _replace_literals),
+    ("python_literals", _outside_strings(_replace_literals)),
     ("truncated", _close_truncated),
 )
 
 
-def _decode_prefix(text: str) -> Any:
-    """The first JSON value at the start of `text`, ignoring whatever follows it."""
-    return json.JSONDecoder().raw_decode(text)[0]
+def _next_bracket(chunk: str, start: int) -> int | None:
+    found = [i for i in (chunk.find("{", start), chunk.find("[", start)) if i >= 0]
+    return min(found) if found else None
+
+
+def _skip_non_claims(chunk: str) -> tuple[str | None, Any]:
+    """Decodes `chunk` as written, stepping over brackets that cannot hold the claims.
+
+    Stepped over: a value that is not claim-shaped ("see [1]"), and a bracket that fails to
+    decode before any quote (prose such as "{note}" or "[citation needed]"). A failure after
+    a quote is broken JSON: it goes to the repairs, as its inner brackets hold only part of it.
+
+    Returns:
+        (rest, value): value is the first claim-shaped value found (rest is then None);
+        otherwise rest is where the repairs should start (None when nothing is left) and
+        value the first value decoded, if any, as a last resort.
+    """
+    first: Any = None
+    pos: int | None = 0
+    for _ in range(_MAX_STARTS):
+        try:
+            value, end = _decode_prefix(chunk[pos:])
+        except json.JSONDecodeError as err:
+            if re.search("[\"'\u201c\u201d]", chunk[pos : pos + err.pos + 1]):
+                return chunk[pos:], first
+            pos = _next_bracket(chunk, pos + err.pos + 1)
+        except ValueError:  # nested too deep
+            return chunk[pos:], first
+        else:
+            if _looks_like_claims(value):
+                return None, value
+            first = value if first is None else first
+            pos = _next_bracket(chunk, pos + end)
+        if pos is None:
+            return None, first
+    return chunk[pos:], first
 
 
 def extract_json(text: str) -> tuple[Any | None, list[str]]:
     """The JSON value a model meant to write, and the repairs it needed.
 
+    Preference: a claim-shaped value as written (fenced blocks first), then a repaired one,
+    then any value as written. Never raises: text with no recoverable JSON (or nested deeper
+    than MAX_DEPTH) gives None.
+
     Returns:
         (value, repairs): value is None when nothing could be recovered; repairs lists what
-        was fixed, for the run's statistics.
+        was fixed, for the run's statistics (empty when the value decoded as written).
     """
+    to_repair: list[str] = []
+    fallback: Any = None
     for candidate in _candidates(text):
-        try:
-            return _decode_prefix(candidate), []
-        except json.JSONDecodeError:
-            pass
+        rest, value = _skip_non_claims(candidate)
+        if rest is None and _looks_like_claims(value):
+            return value, []
+        fallback = value if fallback is None else fallback
+        if rest is not None:
+            to_repair.append(rest)
+    for candidate in to_repair:
         fixed, applied = candidate, []
         for name, repair in _REPAIRS:
             new = repair(fixed)
@@ -137,7 +296,7 @@ def extract_json(text: str) -> tuple[Any | None, list[str]]:
             fixed = new
             applied.append(name)
             try:
-                return _decode_prefix(fixed), applied
-            except json.JSONDecodeError:
+                return _decode_prefix(fixed)[0], applied
+            except ValueError:
                 continue
-    return None, []
+    return fallback, []

@@ -3,7 +3,19 @@
 1. exact: the text as written;
 2. casefold: case folded on both sides;
 3. normalized: also whitespace runs, quotes, dashes and combining marks unified;
-4. fuzzy: the best partial alignment within a bounded number of edits.
+4. fuzzy: the substring fewest edits away (Levenshtein, searched over the whole answer), within
+   a budget of edits proportional to the text's length.
+
+Numbers are never moved: a fuzzy match is accepted only when the span text and the matched
+answer text hold the same digit sequences, so "2014" is never placed on the answer's "2013"
+(nor "in 199 people" on "in 1990 people"); such a span is lost (reported), not moved. Digits
+compare by value across scripts ("٢٠١٣" == "2013", via unicodedata.digit). A thousands
+separator (comma, dot, apostrophe, no-break, narrow or thin space, Arabic thousands sign)
+followed by exactly three digits is not a break: "1,000" == "1000" == "1.000"; a plain space
+is a break ("1 000" is ("1", "000"): too often two numbers side by side), and "1,5" is
+("1", "5"), not "15". The normalized step also unifies digit scripts, so it can only pair
+equal digits. Month names and written numbers are not compared.
+
 Each normalised view keeps a map from its characters back to the answer's indices, so a
 located span is always a valid [start, end) of the original answer. A text listed several
 times takes successive occurrences, as models list spans in order of appearance.
@@ -11,11 +23,12 @@ times takes successive occurrences, as models list spans in order of appearance.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from rapidfuzz import fuzz
+import numpy as np
 from rapidfuzz.distance import Levenshtein
 
 METHODS = ("exact", "casefold", "normalized", "fuzzy")
@@ -24,6 +37,23 @@ _QUOTES = {ord(c): "'" for c in "\u2018\u2019\u201a\u201b\u2032\u00b4`"} | {
     ord(c): '"' for c in "\u201c\u201d\u201e\u201f\u00ab\u00bb\u2033"
 }
 _DASHES = {ord(c): "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"}
+_GROUPED_DIGITS = re.compile("[0-9]+(?:[,.'\u00a0\u202f\u2009\u066c][0-9]{3}(?![0-9]))*")
+_SEPARATORS = re.compile("[^0-9]")
+
+
+def _ascii_digit(ch: str) -> str:
+    """The ASCII digit for any Unicode digit ("٣" -> "3"), else the character itself."""
+    value = unicodedata.digit(ch, None)
+    return str(value) if value is not None else ch
+
+
+def digit_runs(text: str) -> tuple[str, ...]:
+    """The numbers written in `text` as ASCII digit strings, thousands separators removed.
+
+    "In 1,990 and ٢٠١٣" -> ("1990", "2013"); "1.5" -> ("1", "5").
+    """
+    ascii_text = "".join(_ascii_digit(ch) for ch in text)
+    return tuple(_SEPARATORS.sub("", m.group()) for m in _GROUPED_DIGITS.finditer(ascii_text))
 
 
 @dataclass(frozen=True)
@@ -56,7 +86,7 @@ def make_view(text: str, level: int) -> View:
             ch = "".join(c for c in unicodedata.normalize("NFD", ch) if unicodedata.category(c) != "Mn")
             if not ch:
                 continue
-            ch = ch.translate(_QUOTES).translate(_DASHES)
+            ch = "".join(_ascii_digit(c) for c in ch.translate(_QUOTES).translate(_DASHES))
             if ch.isspace():
                 if prev_space:
                     continue
@@ -79,16 +109,73 @@ def _find_first(haystack: str, needle: str, starts: list[int]) -> int:
     return -1
 
 
+def _edits_by_end(needle: str, codes: np.ndarray) -> np.ndarray:
+    """For each end i of the text, the fewest edits turning some text[s:i] into `needle`.
+
+    Sellers' approximate substring matching, one needle character per step over the whole
+    text at once; insertions along the text are a running minimum (cost i - k from column k).
+    """
+    offsets = np.arange(len(codes) + 1)
+    row = np.zeros(len(codes) + 1, dtype=np.int64)  # the empty prefix matches anywhere for free
+    tmp = np.empty_like(row)
+    for j, ch in enumerate(needle, 1):
+        tmp[0] = j
+        np.minimum(row[:-1] + (codes != ord(ch)), row[1:] + 1, out=tmp[1:])
+        row = np.minimum.accumulate(tmp - offsets) + offsets
+    return row
+
+
+def _closest_substring(
+    needle: str, text: str, codes: np.ndarray, budget: int, min_len: int, after: int
+) -> tuple[int, int] | None:
+    """The substring of `text` fewest edits away from `needle`, if within `budget`.
+
+    Ties go to edges of the same kind as the needle's (letter or digit versus punctuation or
+    space: "Pariss" -> "Paris", not "Paris,"), then to the length nearest the needle's
+    ("Inbe" -> "Inde", not "ine"), then to the first one starting at or after `after`, then
+    to the first.
+    """
+    row = _edits_by_end(needle, codes)
+    row[0] = len(needle) + budget + 1  # no empty match
+    best = int(row.min())
+    if best > budget:
+        return None
+    first, last = needle[0].isalnum(), needle[-1].isalnum()
+    choice: tuple[int, int, int, int, int] | None = None
+    ends = np.flatnonzero(row == best)
+    # a few ties after `after` and a few overall bound the work on repetitive text
+    for stop in sorted(set(ends[ends > after][:4].tolist()) | set(ends[:4].tolist())):
+        for pos in range(
+            max(0, stop - len(needle) - best), min(stop - min_len, stop - len(needle) + best) + 1
+        ):
+            if Levenshtein.distance(needle, text[pos:stop], score_cutoff=best) > best:
+                continue
+            edges = (text[pos].isalnum() != first) + (text[stop - 1].isalnum() != last)
+            key = (edges, abs(stop - pos - len(needle)), int(pos < after), pos, stop)
+            if choice is None or key < choice:
+                choice = key
+    return None if choice is None else (choice[3], choice[4])
+
+
 class SpanLocator:
     """Locates span texts in one answer, remembering occurrences already taken."""
 
     def __init__(self, answer: str, max_edit_ratio: float = 0.2, min_fuzzy_len: int = 4):
         self.answer = answer
-        self.views = {1: make_view(answer, 1), 2: make_view(answer, 2)}
+        self._views: dict[int, View] = {}
+        self._codes: np.ndarray | None = None
         self.max_edit_ratio = max_edit_ratio
         self.min_fuzzy_len = min_fuzzy_len
         self._cursor: dict[str, int] = {}
         self._last_end = 0
+        self.number_mismatches = 0
+        """Fuzzy matches refused because their numbers differ from the span text's."""
+
+    def view(self, level: int) -> View:
+        """The answer's normalised view at `level`, built on first use (exact hits need none)."""
+        if level not in self._views:
+            self._views[level] = make_view(self.answer, level)
+        return self._views[level]
 
     def _map(self, view: View, pos: int, length: int) -> tuple[int, int]:
         start, end = view.index[pos], view.index[pos + length - 1] + 1
@@ -99,7 +186,9 @@ class SpanLocator:
 
     def locate(self, text: str, prob: float) -> LocatedSpan | None:
         """The next occurrence of `text` (after the previous one of the same text), or None."""
-        if not text or not text.strip():
+        # whitespace at a span's edges claims nothing: " 1967 " marks the year, not the spaces
+        text = text.strip()
+        if not text:
             return None
         key = make_view(text, 2).text
         # Spans are listed in order of appearance: look after the previous span first, then
@@ -113,7 +202,7 @@ class SpanLocator:
         for level, method in ((1, "casefold"), (2, "normalized")):
             if found:
                 break
-            view = self.views[level]
+            view = self.view(level)
             needle = make_view(text, level).text if level == 1 else key
             if not needle:
                 continue
@@ -123,24 +212,28 @@ class SpanLocator:
             if pos >= 0:
                 found = (*self._map(view, pos, len(needle)), method)
         if not found:
-            found = self._fuzzy(key)
+            found = self._fuzzy(key, starts[0])
         if not found:
             return None
         start, end, method = found
         self._cursor[key] = end
-        self._last_end = max(self._last_end, end) if method != "fuzzy" else self._last_end
+        self._last_end = max(self._last_end, end)
         return LocatedSpan(start, end, prob, method, self.answer[start:end])
 
-    def _fuzzy(self, needle: str) -> tuple[int, int, str] | None:
-        view = self.views[2]
+    def _fuzzy(self, needle: str, prefer_after: int) -> tuple[int, int, str] | None:
+        """The closest substring, preferring one at or after answer index `prefer_after`."""
+        view = self.view(2)
         if len(needle) < self.min_fuzzy_len or not view.text:
             return None
-        align = fuzz.partial_ratio_alignment(needle, view.text)
-        if align is None or align.dest_end <= align.dest_start:
-            return None
-        candidate = view.text[align.dest_start : align.dest_end]
+        if self._codes is None:
+            self._codes = np.fromiter(map(ord, view.text), dtype=np.int64, count=len(view.text))
         budget = max(1, int(len(needle) * self.max_edit_ratio))
-        if Levenshtein.distance(needle, candidate, score_cutoff=budget) > budget:
+        after = bisect_left(view.index, prefer_after)
+        found = _closest_substring(needle, view.text, self._codes, budget, self.min_fuzzy_len, after)
+        if found is None:
             return None
-        start, end = self._map(view, align.dest_start, align.dest_end - align.dest_start)
+        start, end = self._map(view, found[0], found[1] - found[0])
+        if digit_runs(needle) != digit_runs(self.answer[start:end]):
+            self.number_mismatches += 1
+            return None
         return start, end, "fuzzy"
