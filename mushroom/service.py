@@ -450,19 +450,21 @@ class RunService:
         return write_zip(zip_path, files)
 
     def print_stats(self, title: str, stats: dict[str, int]) -> None:
-        """The per-stage counters of a split (model-backed detectors have them)."""
+        """The per-stage counters of a split (model-backed detectors have them): a row a counter."""
         stages: dict[str, dict[str, int]] = {}
         for key, value in stats.items():
             stage, _, counter = key.rpartition(".")
-            if stage and stage not in ("items",):
+            if stage and stage != "items":
                 stages.setdefault(stage, {})[counter] = value
         if not stages:
             return
+        counters = list(dict.fromkeys(c for named in stages.values() for c in named))
         table = Table(title=escape(title), title_justify="left")
-        table.add_column("stage")
-        table.add_column("counts")
-        for stage, counters in stages.items():
-            table.add_row(escape(stage), escape(", ".join(f"{k} {v}" for k, v in counters.items())))
+        table.add_column("counter")
+        for stage in stages:
+            table.add_column(escape(stage), justify="right")
+        for counter in counters:
+            table.add_row(escape(counter), *(str(stages[st].get(counter, "")) for st in stages))
         self.console.print(table)
 
     def finish(self, summary: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from mushroom.detectors.llm import context_text
 from mushroom.languages import language_name
 from mushroom.parsing.json_repair import extract_json
 from mushroom.parsing.locate import SpanLocator
-from mushroom.parsing.parser import coerce_claims
+from mushroom.parsing.parser import coerce_bool, read_claims
 from mushroom.predictions import prediction_from_vectors
 from mushroom.prompts import load_prompt
 from mushroom.records import Context, Item
@@ -79,18 +79,6 @@ def _verdicts(value) -> list[dict] | None:
 def _render(template, **values: str) -> list[Message]:
     """Fills a prompt with the values it names: user prompts may leave out e.g. {{language}}."""
     return template.render(**{k: v for k, v in values.items() if k in template.placeholders})
-
-
-_FALSE = {"false", "no", "unsupported", "not supported", "incorrect", "wrong", "0"}
-
-
-def _is_false(value) -> bool:
-    """A verdict that says "not supported", whether the model wrote false or "false"."""
-    if isinstance(value, bool):
-        return value is False
-    if isinstance(value, (int, float)):
-        return value == 0
-    return isinstance(value, str) and value.strip().lower() in _FALSE
 
 
 class ChainDetector(Detector):
@@ -278,10 +266,16 @@ class ChainDetector(Detector):
         # occurrence, as in the single-prompt parser.
         span_locator = SpanLocator(answer)
         for v in verdicts:
-            if not _is_false(v.get("supported")):
+            supported = coerce_bool(v.get("supported"))
+            if supported is None:
+                st["chain.unreadable_verdicts"] += 1  # neither true nor false: not a finding
+                continue
+            if supported:
                 continue
             st["chain.false_claims"] += 1
-            spans, _ = coerce_claims({"incorrect_spans": v.get("incorrect_spans") or []})
+            found = read_claims({"incorrect_spans": v.get("incorrect_spans") or []})
+            st["chain.bad_probabilities"] += found.bad_probabilities
+            spans = found.claims
             placed = 0
             for claim in spans:
                 st["chain.spans"] += 1
