@@ -11,7 +11,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,25 +24,51 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc)
 
 
+def _reject_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity; JSON has no such numbers and the official tools
+    # (pandas' ujson) do not read them either.
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def open_text(path: Path) -> TextIO:
+    """Opens a user's text file for reading; a UTF-8 BOM is skipped, CRLF read as LF.
+
+    A path that is missing, a folder or unreadable is a usage error (exit 2) naming it.
+    """
+    try:
+        return path.open(encoding="utf-8-sig")
+    except FileNotFoundError as exc:
+        raise DataError.single(path, None, None, "file not found", exit_code=2) from exc
+    except IsADirectoryError as exc:
+        raise DataError.single(path, None, None, "is a folder, expected a file", exit_code=2) from exc
+    except OSError as exc:
+        raise DataError.single(path, None, None, f"cannot read: {exc.strerror}", exit_code=2) from exc
+
+
 def iter_json_lines(
     path: Path, problems: list[Problem], parse_float: Callable[[str], Any] | None = None
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yields (line number, object) for each non-blank line; bad lines become problems."""
-    try:
-        handle = path.open(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise DataError.single(path, None, None, "file not found") from exc
+    """Yields (line number, object) for each non-blank line; bad lines become problems.
+
+    Read as the official tools read: a UTF-8 BOM and CRLF line ends are accepted.
+    """
+    handle = open_text(Path(path))
     with handle:
+        lineno = 0
         try:
             for lineno, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
                 try:
-                    obj = json.loads(line, parse_float=parse_float)
+                    obj = json.loads(line, parse_float=parse_float, parse_constant=_reject_constant)
                 except json.JSONDecodeError as exc:
                     problems.append(
                         Problem(str(path), lineno, None, f"invalid JSON: {exc.msg} at column {exc.colno}")
                     )
+                    continue
+                except (ValueError, RecursionError) as exc:
+                    # NaN/Infinity, integers too long to convert, absurd nesting
+                    problems.append(Problem(str(path), lineno, None, f"invalid JSON: {exc}"))
                     continue
                 if not isinstance(obj, dict):
                     problems.append(
@@ -51,12 +77,26 @@ def iter_json_lines(
                     continue
                 yield lineno, obj
         except UnicodeDecodeError as exc:
-            problems.append(Problem(str(path), None, None, f"not valid UTF-8: {exc.reason}"))
+            problems.append(
+                Problem(str(path), lineno + 1, None, f"not valid UTF-8 (byte {exc.start}): {exc.reason}")
+            )
+        except OSError as exc:
+            raise DataError.single(path, None, None, f"cannot read: {exc.strerror}", exit_code=2) from exc
 
 
-def validation_problems(path: Path, lineno: int, exc: ValidationError) -> list[Problem]:
-    """Turns a pydantic error into one problem per failing field."""
-    return [Problem(str(path), lineno, _field_path(err["loc"]) or None, err["msg"]) for err in exc.errors()]
+def validation_problems(path: Path, lineno: int | None, exc: ValidationError) -> list[Problem]:
+    """Turns a pydantic error into one problem per failing field, with the value it got."""
+    return [
+        Problem(str(path), lineno, _field_path(err["loc"]) or None, _with_input(err)) for err in exc.errors()
+    ]
+
+
+def _with_input(err: Any) -> str:
+    value = err.get("input")
+    if err.get("type") == "missing" or isinstance(value, (dict, list)):
+        return err["msg"]
+    shown = repr(value)
+    return f"{err['msg']} (got {shown[:60]}{'...' if len(shown) > 60 else ''})"
 
 
 def load_records(
@@ -106,21 +146,45 @@ def load_records(
     return records
 
 
-def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any] | BaseModel]) -> Path:
-    """Writes rows atomically (temp file + rename), UTF-8, one compact JSON object a line."""
+def _umask() -> int:
+    # The only portable way to read the umask is to set it and put it back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Writes text atomically (temp file + rename) with the mode a plain `open` would give.
+
+    `tempfile.mkstemp` creates files with mode 0600; left alone, every output would be
+    private to its writer, which surprises users who share run folders.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if path.is_dir():
+        raise DataError.single(path, None, None, "is a folder; give a file name to write", exit_code=2)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise DataError.single(path, None, None, f"cannot write: {exc.strerror}", exit_code=2) from exc
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            for row in rows:
-                data = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
-                out.write(json.dumps(data, ensure_ascii=False) + "\n")
+            out.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any] | BaseModel]) -> Path:
+    """Writes rows atomically (temp file + rename), UTF-8, one compact JSON object a line."""
+    lines = []
+    for row in rows:
+        data = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
+        lines.append(json.dumps(data, ensure_ascii=False) + "\n")
+    return atomic_write_text(path, "".join(lines))
 
 
 def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
@@ -136,13 +200,18 @@ def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
 def read_json_model(path: str | Path, model: type[M]) -> M:
     """One JSON document as a validated record; problems name the file and field."""
     path = Path(path)
+    with open_text(path) as handle:
+        try:
+            text = handle.read()
+        except UnicodeDecodeError as exc:
+            raise DataError.single(path, None, None, f"not valid UTF-8: {exc.reason}") from None
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError([Problem(str(path), 0, "-", "file not found")]) from None
+        obj = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
-        raise DataError([Problem(str(path), exc.lineno, "-", f"invalid JSON: {exc.msg}")]) from None
+        raise DataError([Problem(str(path), exc.lineno, None, f"invalid JSON: {exc.msg}")]) from None
+    except (ValueError, RecursionError) as exc:
+        raise DataError([Problem(str(path), None, None, f"invalid JSON: {exc}")]) from None
     try:
         return model.model_validate(obj)
     except ValidationError as exc:
-        raise DataError(validation_problems(path, 0, exc)) from None
+        raise DataError(validation_problems(path, None, exc)) from None

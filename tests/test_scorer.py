@@ -196,10 +196,10 @@ def test_cli_prints_official_lines_last(tmp_path):
     assert saved["n"] == 50 and len(saved["items"]) == 50 and saved["iou_ci95"][0] <= saved["iou"]
 
 
-def test_cli_bad_file_exits_2_with_location(tmp_path):
+def test_cli_bad_file_exits_1_with_location(tmp_path):
     pred = write_lines(tmp_path / "p.jsonl", ['{"id": "val-en-1", "hard_labels": [[1, 2, 3]]}'])
     out = subprocess.run(
         [sys.executable, "-m", "mushroom", "score", str(VAL_EN), str(pred)], capture_output=True, text=True
     )
-    assert out.returncode == 2
+    assert out.returncode == 1
     assert "p.jsonl:1" in out.stderr and "hard_labels.0" in out.stderr

@@ -28,6 +28,7 @@ class ScoringRecord:
     hard: list[tuple[int, int]]
     text_len: int | None = None
     lang: str | None = None
+    line: int | None = None
 
 
 @dataclass
@@ -145,6 +146,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             hard=hard,
             text_len=text_len,
             lang=lang.lower() if isinstance(lang, str) else None,
+            line=lineno,
         )
     if partial:
         warnings.append(
