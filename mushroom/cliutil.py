@@ -297,11 +297,11 @@ def _os_message(exc: OSError) -> str:
 
 def exit_code_for(exc: BaseException) -> tuple[int, str | None]:
     """(exit code, message) for an exception reaching the boundary; message None: a bug."""
-    import click
+    import typer
 
     if isinstance(exc, MushroomError):
         return exc.exit_code, str(exc)
-    if isinstance(exc, KeyboardInterrupt | click.exceptions.Abort):
+    if isinstance(exc, KeyboardInterrupt | typer.Abort):
         return EXIT_INTERRUPTED, _interrupt_message(_interrupt_hint.get())
     if isinstance(exc, ValidationError):
         return EXIT_USAGE, "invalid value:\n" + validation_message(exc, "  ")
@@ -314,7 +314,7 @@ def exit_code_for(exc: BaseException) -> tuple[int, str | None]:
 
 def run_cli(app: Callable[..., Any], argv: list[str] | None = None) -> int:
     """Runs the typer app; every expected failure becomes a message and an exit code."""
-    import click
+    import typer
 
     args = list(sys.argv[1:] if argv is None else argv)
     if "--debug" in args[: next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]:
@@ -322,11 +322,15 @@ def run_cli(app: Callable[..., Any], argv: list[str] | None = None) -> int:
     try:
         result = app(args=args, standalone_mode=False, prog_name="mushroom")
         return result if isinstance(result, int) else EXIT_OK
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.exceptions.ClickException as exc:  # usage errors: bad option, missing argument
-        exc.show()
-        return EXIT_USAGE if isinstance(exc, click.exceptions.UsageError) else exc.exit_code
+    except typer.TyperException as exc:  # typer's click: bad option, missing argument, bad value
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            print_error(str(exc))
+        return int(getattr(exc, "exit_code", EXIT_USAGE) or EXIT_USAGE)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException as exc:  # noqa: BLE001 - this is the boundary

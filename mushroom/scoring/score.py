@@ -224,6 +224,10 @@ def pair_paths(
             raise MushroomError(
                 f"--langs {', '.join(no_gold)}: no gold file in {gold}; it has {', '.join(sorted(golds))}"
             )
+        if not preds:
+            raise MushroomError(
+                f"PRED {pred}: no per-language prediction files (named like mushroom.en-val.v2.jsonl)"
+            )
         missing = [x for x in wanted if x not in preds]
         if missing and langs is not None:
             raise MushroomError(f"--langs {', '.join(missing)}: no prediction file in {pred}")
