@@ -28,8 +28,8 @@ from rich.markup import escape
 
 from mushroom.errors import Interrupted, MushroomError
 
-out_console = Console()
-err_console = Console(stderr=True)
+out_console = Console(soft_wrap=True)  # messages are never broken into lines; tables still fit
+err_console = Console(stderr=True, soft_wrap=True)
 
 EXIT_OK = 0
 EXIT_INVALID_INPUT = 1
@@ -277,7 +277,7 @@ def _interrupt_message(hint: str | Callable[[], str] | None) -> str:
             hint = hint()
         except Exception as exc:  # the hint must never hide the interrupt
             hint = f"(could not tell what was saved: {exc})"
-    return f"interrupted; {hint}" if hint else "interrupted; nothing was written after the last message"
+    return f"interrupted; {hint}" if hint else "interrupted"
 
 
 # ---- the boundary ------------------------------------------------------------------------
@@ -321,6 +321,8 @@ def run_cli(app: Callable[..., Any], argv: list[str] | None = None) -> int:
         set_debug(True)
     try:
         result = app(args=args, standalone_mode=False, prog_name="mushroom")
+        if result == EXIT_INTERRUPTED:  # typer turns a bare Ctrl-C into a silent 130
+            err_console.print(f"[yellow]{esc(_interrupt_message(None))}[/yellow]", highlight=False)
         return result if isinstance(result, int) else EXIT_OK
     except typer.Exit as exc:
         return exc.exit_code
