@@ -45,43 +45,66 @@ def open_text(path: Path) -> TextIO:
         raise DataError.single(path, None, None, f"cannot read: {exc.strerror}", exit_code=2) from exc
 
 
+def read_bytes(path: Path) -> bytes:
+    """A user's file as bytes; missing, a folder or unreadable is a usage error (exit 2)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise DataError.single(path, None, None, "file not found", exit_code=2) from exc
+    except IsADirectoryError as exc:
+        raise DataError.single(path, None, None, "is a folder, expected a file", exit_code=2) from exc
+    except OSError as exc:
+        raise DataError.single(path, None, None, f"cannot read: {exc.strerror}", exit_code=2) from exc
+
+
 def iter_json_lines(
     path: Path, problems: list[Problem], parse_float: Callable[[str], Any] | None = None
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yields (line number, object) for each non-blank line; bad lines become problems.
 
-    Read as the official tools read: a UTF-8 BOM and CRLF line ends are accepted.
+    Read as the official tools read (pandas' `read_json(lines=True)`): lines end at LF, a
+    CRLF's CR is JSON whitespace, a UTF-8 BOM at the start is skipped. Each line is decoded on
+    its own, so a bad byte is reported on its own line.
     """
-    handle = open_text(Path(path))
-    with handle:
-        lineno = 0
+    path = Path(path)
+    data = read_bytes(path)
+    if data.startswith(_BOM):
+        data = data[len(_BOM) :]
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
         try:
-            for lineno, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line, parse_float=parse_float, parse_constant=_reject_constant)
-                except json.JSONDecodeError as exc:
-                    problems.append(
-                        Problem(str(path), lineno, None, f"invalid JSON: {exc.msg} at column {exc.colno}")
-                    )
-                    continue
-                except (ValueError, RecursionError) as exc:
-                    # NaN/Infinity, integers too long to convert, absurd nesting
-                    problems.append(Problem(str(path), lineno, None, f"invalid JSON: {exc}"))
-                    continue
-                if not isinstance(obj, dict):
-                    problems.append(
-                        Problem(str(path), lineno, None, f"expected a JSON object, got {type(obj).__name__}")
-                    )
-                    continue
-                yield lineno, obj
+            line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             problems.append(
-                Problem(str(path), lineno + 1, None, f"not valid UTF-8 (byte {exc.start}): {exc.reason}")
+                Problem(
+                    str(path),
+                    lineno,
+                    None,
+                    f"not valid UTF-8 (byte {exc.start + 1} of the line): {exc.reason}",
+                )
             )
-        except OSError as exc:
-            raise DataError.single(path, None, None, f"cannot read: {exc.strerror}", exit_code=2) from exc
+            continue
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line, parse_float=parse_float, parse_constant=_reject_constant)
+        except json.JSONDecodeError as exc:
+            problems.append(
+                Problem(str(path), lineno, None, f"invalid JSON: {exc.msg} at column {exc.colno}")
+            )
+            continue
+        except (ValueError, RecursionError) as exc:
+            # NaN/Infinity, integers too long to convert, absurd nesting
+            problems.append(Problem(str(path), lineno, None, f"invalid JSON: {exc}"))
+            continue
+        if not isinstance(obj, dict):
+            problems.append(
+                Problem(str(path), lineno, None, f"expected a JSON object, got {type(obj).__name__}")
+            )
+            continue
+        yield lineno, obj
+
+
+_BOM = b"\xef\xbb\xbf"
 
 
 def validation_problems(path: Path, lineno: int | None, exc: ValidationError) -> list[Problem]:
