@@ -429,6 +429,9 @@ def compare(
         raise MushroomError(f"--eval-dir {folder}: is a file, not a folder")
     tag_map = load_tags(input_file(tags, "--tags")) if tags is not None else None
     scored = [score_run(r, split) for r in runs]
+    for run in scored:
+        for warning in run.result.warnings:
+            print_warning(warning)
     names = [s.name for s in scored]
     if len(set(names)) != len(names):
         for k, s in enumerate(scored):

@@ -221,7 +221,15 @@ def sweep(
     iou = {t: [] for t in thresholds}
     cor = {t: [] for t in thresholds}
     for lang, items in data.items():
-        preds = [load_predictions(prediction_folder(r, split) / submission_name(lang, split)) for r in runs]
+        lengths = {item.id: len(item.model_output_text) for item in items}
+        files = [prediction_folder(r, split) / submission_name(lang, split) for r in runs]
+        preds = [load_predictions(f, lengths) for f in files]
+        for file, pred in zip(files, preds):
+            missing = [item.id for item in items if item.id not in pred]
+            if missing:
+                raise MushroomError(
+                    f"{file}: no prediction for {len(missing)} of {len(items)} items, e.g. {missing[:3]}"
+                )
         lang_iou = {t: [] for t in thresholds}
         lang_cor = {t: [] for t in thresholds}
         for item in items:

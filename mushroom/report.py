@@ -154,7 +154,7 @@ def build_report(
         path = folder / submission_name(lang, split)
         if not path.exists():
             continue
-        preds = load_predictions(path)
+        preds = load_predictions(path, {item.id: len(item.model_output_text) for item in items})
         ctx = load_contexts(split, lang, sources, item_ids=[i.id for i in items]).by_id
         raw = _raw_outputs(folder, lang)
         ious = []

@@ -346,3 +346,34 @@ def test_compare_wraps_instead_of_cutting_at_80_columns(tmp_path):
     table = [line for line in res.stdout.splitlines() if line[:1] in "┏┃│┡├└"]
     assert table and max(len(line) for line in table) <= 80
     assert "[1.00-1.00]" in res.stdout
+
+
+@pytest.mark.parametrize("command", ["sweep", "report"])
+def test_run_readers_check_spans_against_the_items(tmp_path, capsys, command):
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"id": r["id"], "hard_labels": r["hard_labels"]} for r in GOLD_ROWS]
+    rows[2]["hard_labels"] = [[0, 10000]]
+    write_lines(run / "mushroom.en-val.v2.jsonl", rows)
+    extra = ["--svg", tmp_path / "s.svg"] if command == "sweep" else ["--contexts", ""]
+    code, _, err = cli(capsys, command, run, "--lang", "en", *extra)
+    assert code == 1
+    assert f"mushroom.en-val.v2.jsonl:3: id '{GOLD_ROWS[2]['id']}': field 'hard_labels.0'" in err
+    assert "<= " + str(len(GOLD_ROWS[2]["model_output_text"])) in err
+
+
+def test_compare_warns_about_quirks_the_scorer_accepts(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"id": r["id"], "hard_labels": r["hard_labels"]} for r in GOLD_ROWS]
+    rows[0]["hard_labels"] = [[5, 2]]
+    write_lines(run / "mushroom.en-val.v2.jsonl", rows)
+    code, _, err = cli(capsys, "compare", run, "--eval-dir", tmp_path / "e")
+    assert code == 0 and "1 reversed spans" in err
+
+
+def test_unknown_context_source_suggests_a_close_match():
+    from mushroom.contexts import load_contexts
+
+    with pytest.raises(MushroomError, match="did you mean 'perplexity-sonar-pro'"):
+        load_contexts("val", "en", ("perplexty-sonar-pro",))

@@ -29,6 +29,7 @@ class ScoringRecord:
     text_len: int | None = None
     lang: str | None = None
     line: int | None = None
+    soft_derived: bool = False
 
 
 @dataclass
@@ -130,6 +131,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             partial += 1
         if hard is None:
             hard = official_hard_from_soft(soft or [])
+        soft_derived = soft is None
         if soft is None:
             soft = [(s, e, 1.0) for s, e in hard]
         text_len = None
@@ -147,6 +149,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             text_len=text_len,
             lang=lang.lower() if isinstance(lang, str) else None,
             line=lineno,
+            soft_derived=soft_derived,
         )
     if partial:
         warnings.append(

@@ -89,7 +89,7 @@ def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
 
     for rid in ids:
         rec, n = pred.records[rid], gold.records[rid].text_len or 0
-        for i, (start, end, prob) in enumerate(rec.soft):
+        for i, (start, end, prob) in enumerate([] if rec.soft_derived else rec.soft):
             if start > end:
                 note("reversed spans (scored as empty)", rec, f"soft_labels.{i}", f"[{start}, {end})")
             if not 0.0 <= prob <= 1.0:
