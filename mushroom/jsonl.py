@@ -70,6 +70,10 @@ def iter_json_lines(
     data = read_bytes(path)
     if data.startswith(_BOM):
         data = data[len(_BOM) :]
+    kind = _not_jsonl(data)
+    if kind:
+        problems.append(Problem(str(path), None, None, kind))
+        return
     for lineno, raw in enumerate(data.split(b"\n"), start=1):
         try:
             line = raw.decode("utf-8")
@@ -105,6 +109,26 @@ def iter_json_lines(
 
 
 _BOM = b"\xef\xbb\xbf"
+
+
+def _not_jsonl(data: bytes) -> str | None:
+    """What the file is instead of JSON Lines, for the usual mix-ups; None if it may be JSONL."""
+    if data.startswith(b"PK\x03\x04"):
+        return "is a zip archive; unzip it and give the .jsonl file (or, to score, the folder)"
+    if data.startswith(b"\x1f\x8b"):
+        return "is gzip-compressed; decompress it first (gunzip)"
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "is UTF-16; save it as UTF-8"
+    first_line = data.lstrip().split(b"\n", 1)[0].strip()
+    if first_line.startswith(b"[") or first_line == b"{":
+        try:
+            whole = json.loads(data)
+        except (ValueError, RecursionError):
+            return None  # not one JSON document either: report it line by line
+        if isinstance(whole, list):
+            return "is a JSON array; expected JSON Lines, one object per line (as the official files)"
+        return "is one JSON document spread over several lines; expected JSON Lines, one object per line"
+    return None
 
 
 def validation_problems(path: Path, lineno: int | None, exc: ValidationError) -> list[Problem]:

@@ -377,3 +377,20 @@ def test_unknown_context_source_suggests_a_close_match():
 
     with pytest.raises(MushroomError, match="did you mean 'perplexity-sonar-pro'"):
         load_contexts("val", "en", ("perplexty-sonar-pro",))
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"PK\x03\x04rest-of-a-zip", "is a zip archive"),
+        (json.dumps(GOLD_ROWS[:2]).encode(), "is a JSON array"),
+        (json.dumps(GOLD_ROWS[0], indent=2).encode(), "is one JSON document spread over several lines"),
+        ("\n".join(json.dumps(r) for r in GOLD_ROWS).encode("utf-16"), "is UTF-16"),
+    ],
+    ids=["zip", "array", "pretty", "utf16"],
+)
+def test_common_mixups_get_a_file_level_answer(tmp_path, capsys, content, needle):
+    pred = tmp_path / "p.jsonl"
+    pred.write_bytes(content)
+    code, _, err = cli(capsys, "score", VAL_EN, pred)
+    assert code == 1 and f"{pred}: {needle}" in err
