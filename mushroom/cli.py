@@ -108,6 +108,8 @@ def score(
         console.print(table)
     if compare is not None:
         other = score_pairs(pair_paths(gold, compare, lang_list).pairs)
+        for warning in other.warnings:
+            print_warning(warning)
         for name, a, b in (("IoU", result.iou, other.iou), ("Cor", result.cor, other.cor)):
             res = paired_test(a, b)
             console.print(

@@ -394,3 +394,16 @@ def test_common_mixups_get_a_file_level_answer(tmp_path, capsys, content, needle
     pred.write_bytes(content)
     code, _, err = cli(capsys, "score", VAL_EN, pred)
     assert code == 1 and f"{pred}: {needle}" in err
+
+
+def test_report_says_when_raw_lines_are_unreadable(tmp_path):
+    from mushroom.report import build_report
+
+    run = tmp_path / "run"
+    (run / "raw").mkdir(parents=True)
+    write_lines(run / "mushroom.en-val.v2.jsonl", [{"id": r["id"], "hard_labels": []} for r in GOLD_ROWS])
+    write_lines(
+        run / "raw" / "en.responses.jsonl", [{"id": "val-en-1", "response": "ok"}, '{"id": "val-en-2", "resp']
+    )
+    page = build_report(run, "val", ["en"], ())
+    assert "1 unreadable line(s) in raw/ files" in page and "en.responses.jsonl:2: invalid JSON" in page
