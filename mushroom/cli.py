@@ -21,7 +21,7 @@ from mushroom.cliutil import (
     set_debug,
     split_names,
 )
-from mushroom.errors import MushroomError
+from mushroom.errors import DataError, MushroomError
 
 app = typer.Typer(
     add_completion=False,
@@ -214,6 +214,8 @@ def ensemble(
         lengths = text_lengths(item_list)
     else:
         ids = list(load_predictions(preds[0]))
+        if not ids:
+            raise DataError.single(preds[0], None, None, "no predictions in the file")
         found = shipped_lengths(ids)
         if found is None:
             raise MushroomError(

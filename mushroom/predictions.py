@@ -54,6 +54,13 @@ def load_predictions(path: str | Path, lengths: Mapping[str, int] | None = None)
     out: dict[str, Prediction] = {}
     first_line: dict[str, int] = {}
     for line, row in rows:
+        if "hard_labels" not in row and "soft_labels" not in row:
+            # An empty prediction must say so (`"hard_labels": []`); a line without either
+            # key is a truncated or foreign record, and the official scorer fails on it.
+            problems.append(
+                Problem(str(path), line, "hard_labels", "neither hard_labels nor soft_labels given")
+            )
+            continue
         try:
             pred = Prediction.model_validate(row)
         except ValidationError as exc:

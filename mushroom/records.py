@@ -10,7 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+# strict: a JSON number only ("0.5" as a string or true would otherwise be coerced silently)
+Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False, strict=True)]
 
 
 class SoftSpan(BaseModel):

@@ -407,3 +407,24 @@ def test_report_says_when_raw_lines_are_unreadable(tmp_path):
     )
     page = build_report(run, "val", ["en"], ())
     assert "1 unreadable line(s) in raw/ files" in page and "en.responses.jsonl:2: invalid JSON" in page
+
+
+@pytest.mark.parametrize(
+    ("rows", "code", "needle"),
+    [
+        ([], 1, "no predictions in the file"),
+        ([{"id": r["id"]} for r in GOLD_ROWS], 1, "neither hard_labels nor soft_labels given"),
+        (
+            [{"id": r["id"], "soft_labels": [{"start": 0, "end": 2, "prob": "0.5"}]} for r in GOLD_ROWS],
+            1,
+            "soft_labels.0.prob",
+        ),
+    ],
+    ids=["empty", "ids-only", "string-prob"],
+)
+def test_ensemble_never_writes_what_it_did_not_read(tmp_path, capsys, rows, code, needle):
+    pred = write_lines(tmp_path / "p.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    got, _, err = cli(capsys, "ensemble", pred, "--out", out)
+    assert got == code and needle in err
+    assert not out.exists()
