@@ -221,10 +221,14 @@ def field_default(info: Any) -> str:
             value = info.default_factory()
         except TypeError:  # factories that take the validated data
             return "(computed)"
-        return repr(value)
-    if info.default is PydanticUndefined:
+    elif info.default is PydanticUndefined:
         return "(required)"
-    return repr(info.default)
+    else:
+        value = info.default
+    if isinstance(value, BaseModel):  # nested options: only what differs from their defaults
+        fields = ", ".join(f"{k}={v!r}" for k, v in value.model_dump(exclude_defaults=True).items())
+        return f"{type(value).__name__}({fields})"
+    return repr(value)
 
 
 # ---- paths -------------------------------------------------------------------------------

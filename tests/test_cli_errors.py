@@ -428,3 +428,14 @@ def test_ensemble_never_writes_what_it_did_not_read(tmp_path, capsys, rows, code
     got, _, err = cli(capsys, "ensemble", pred, "--out", out)
     assert got == code and needle in err
     assert not out.exists()
+
+
+def test_nested_option_defaults_show_what_differs():
+    class Inner(BaseModel):
+        kind: str
+        size: int = 3
+
+    class Outer(BaseModel):
+        inner: Inner = Field(default_factory=lambda: Inner(kind="replay"))
+
+    assert field_default(Outer.model_fields["inner"]) == "Inner(kind='replay')"
