@@ -439,3 +439,48 @@ def test_nested_option_defaults_show_what_differs():
         inner: Inner = Field(default_factory=lambda: Inner(kind="replay"))
 
     assert field_default(Outer.model_fields["inner"]) == "Inner(kind='replay')"
+
+
+SLEEPY_APP = """
+import sys, time, typer
+from mushroom.cliutil import run_cli, interrupt_hint
+app = typer.Typer()
+@app.command()
+def bare():
+    print("ready", flush=True)
+    time.sleep(60)
+@app.command()
+def hinted():
+    with interrupt_hint(lambda: "3 of 50 items saved in runs/x; run the same command to resume"):
+        print("ready", flush=True)
+        time.sleep(60)
+raise SystemExit(run_cli(app))
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("bare", "interrupted\n"),
+        ("hinted", "interrupted; 3 of 50 items saved in runs/x; run the same command to resume\n"),
+    ],
+)
+def test_ctrl_c_exits_130_with_one_line(tmp_path, command, expected):
+    import signal
+
+    script = tmp_path / "sleepy.py"
+    script.write_text(SLEEPY_APP)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a test runner may ignore it
+    )
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err == expected
