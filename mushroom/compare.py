@@ -38,9 +38,14 @@ ErrorType = Literal[
 
 
 class ErrorTag(BaseModel):
-    """One item's error type, from a small hand-written JSONL file (`{"id", "error_type"}`)."""
+    """One item's error type, from a small hand-written JSONL file (`{"id", "error_type"}`).
 
-    model_config = ConfigDict(extra="forbid")
+    Other keys are ignored, as in every data file mushroom reads (tags exported from an
+    annotation tool carry the text, the annotator, ...); a misspelt `error_type` is still an
+    error, since it is required.
+    """
+
+    model_config = ConfigDict(extra="ignore")
 
     id: str = Field(min_length=1)
     error_type: ErrorType
