@@ -176,10 +176,12 @@ def load_records(
         except ValidationError as exc:
             problems.extend(validation_problems(path, lineno, exc))
             continue
+        rid = getattr(record, "id", None)
         if extra_check is not None:
             for field, message in extra_check(record):
-                problems.append(Problem(str(path), lineno, field, message))
-        rid = getattr(record, "id", None)
+                problems.append(
+                    Problem(str(path), lineno, field, message, item_id=rid if isinstance(rid, str) else None)
+                )
         if unique_ids and rid is not None:
             if rid in seen:
                 problems.append(
