@@ -32,12 +32,16 @@ class CheckReport:
         return not self.errors
 
 
+RECORD_KEYS = frozenset({"id", "soft_labels", "hard_labels"})
+SPAN_KEYS = frozenset({"start", "end", "prob"})
+
+
 def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckReport) -> None:
     path, line = where
     n = len(item.model_output_text)
 
     def err(field_name: str, msg: str) -> None:
-        report.errors.append(Problem(path, line, field_name, msg))
+        report.errors.append(Problem(path, line, field_name, msg, item_id=item.id))
 
     if "soft_labels" not in row and "hard_labels" not in row:
         err("soft_labels", "neither soft_labels nor hard_labels given")
@@ -52,7 +56,7 @@ def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckRepor
         soft = []
     for i, span in enumerate(soft):
         name = f"soft_labels.{i}"
-        if not isinstance(span, dict) or set(span) < {"start", "end", "prob"}:
+        if not isinstance(span, dict) or not SPAN_KEYS <= span.keys():
             err(name, "must be an object with start, end, prob")
             good_soft = False
             continue
@@ -88,7 +92,9 @@ def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckRepor
             err(name, f"span [{start}, {end}) must satisfy 0 <= start < end <= {n}")
             continue
         if start < prev_end:
-            report.warnings.append(Problem(path, line, name, "hard spans overlap or are unsorted"))
+            report.warnings.append(
+                Problem(path, line, name, "hard spans overlap or are unsorted", item_id=item.id)
+            )
         prev_end = max(prev_end, end)
         hard_mask[start:end] = True
     if "soft_labels" in row and good_soft and (hard_mask & (probs <= 0)).any():
@@ -96,11 +102,38 @@ def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckRepor
         err("hard_labels", f"character {first} is in a hard span but has soft probability 0")
 
 
+def _unknown_keys(rows: list[tuple[int, dict]], path: str) -> list[Problem]:
+    """One problem per unknown key (records and soft spans), with how often and where first."""
+    seen: dict[tuple[str, str], list[int]] = {}
+    for line, row in rows:
+        for key in row.keys() - RECORD_KEYS:
+            seen.setdefault(("record", key), [line, 0])[1] += 1
+        soft = row.get("soft_labels")
+        for span in soft if isinstance(soft, list) else []:
+            for key in span.keys() - SPAN_KEYS if isinstance(span, dict) else ():
+                seen.setdefault(("soft_labels span", key), [line, 0])[1] += 1
+    return [
+        Problem(
+            path,
+            first,
+            key,
+            f"unknown key in {where} ({count} time(s)); the official scorer ignores it",
+        )
+        for (where, key), (first, count) in sorted(seen.items(), key=lambda kv: kv[1][0])
+    ]
+
+
 def check_rows(
-    rows: Iterable[tuple[int, dict]], items: list[Item], path: str = "<predictions>"
+    rows: Iterable[tuple[int, dict]], items: list[Item], path: str = "<predictions>", strict: bool = False
 ) -> CheckReport:
-    """Checks parsed rows: every item id exactly once, spans valid, labels consistent."""
+    """Checks parsed rows: every item id exactly once, spans valid, labels consistent.
+
+    Unknown keys are ignored, as by the official scorer; `strict` makes each an error.
+    """
+    rows = list(rows)
     report = CheckReport()
+    if strict:
+        report.errors.extend(_unknown_keys(rows, path))
     by_id = {item.id: item for item in items}
     seen: dict[str, int] = {}
     for line, row in rows:
@@ -125,10 +158,10 @@ def check_rows(
     return report
 
 
-def check_file(path: str | Path, items: list[Item]) -> CheckReport:
+def check_file(path: str | Path, items: list[Item], strict: bool = False) -> CheckReport:
     """Checks a prediction JSONL file; unreadable lines are errors too."""
     problems: list[Problem] = []
     rows = list(iter_json_lines(Path(path), problems))
-    report = check_rows(rows, items, str(path))
+    report = check_rows(rows, items, str(path), strict)
     report.errors = problems + report.errors
     return report

@@ -3,37 +3,47 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from mushroom.errors import MushroomError
+from mushroom.cliutil import (
+    err_console,
+    esc,
+    field_default,
+    input_file,
+    out_console,
+    output_file,
+    parse_options,
+    print_warning,
+    run_cli,
+    set_debug,
+    split_names,
+)
+from mushroom.errors import DataError, MushroomError
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Find hallucinated spans in LLM answers (Mu-SHROOM): detect, ensemble, check, score.",
 )
-out_console = Console()
-err_console = Console(stderr=True)
+
+
+@app.callback()
+def _global_options(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="show the Python traceback of any error (for bug reports)")
+    ] = False,
+) -> None:
+    """Find hallucinated spans in LLM answers (Mu-SHROOM): detect, ensemble, check, score."""
+    set_debug(debug)
 
 
 def _parse_options(pairs: list[str]) -> dict[str, Any]:
-    """KEY=VALUE pairs; VALUE is read as JSON when it parses (numbers, booleans, objects)."""
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise MushroomError(f"--option expects KEY=VALUE, got {pair!r}")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return options
+    """KEY=VALUE pairs (see `mushroom.cliutil.parse_options`, where this now lives)."""
+    return parse_options(pairs)
 
 
 @app.command()
@@ -44,7 +54,8 @@ def score(
     per_item: Annotated[bool, typer.Option("--per-item", help="table per item")] = False,
     ci: Annotated[bool, typer.Option("--ci", help="print bootstrap 95% CIs of the means")] = False,
     json_out: Annotated[
-        str | None, typer.Option("--json", help="write scores (with per-item) as JSON to FILE or '-'")
+        str | None,
+        typer.Option("--json", help="write scores (with per-item) as JSON to FILE, or '-' for stdout only"),
     ] = None,
     compare: Annotated[
         Path | None, typer.Option("--compare", help="a second prediction: paired difference PRED - COMPARE")
@@ -52,18 +63,41 @@ def score(
     output: Annotated[
         Path | None, typer.Option("--output", help="also write the two official lines to this file")
     ] = None,
+    langs: Annotated[
+        str | None,
+        typer.Option(
+            "--langs", help="folders: score only these languages, e.g. en,de (default: every gold one)"
+        ),
+    ] = None,
 ) -> None:
-    """Score predictions exactly as the official scorer; the last two lines are IoU and Cor."""
+    """Score predictions exactly as the official scorer; the last two lines are IoU and Cor.
+
+    Exits 1 when a file is invalid. Warns (stderr) about what the official scorer accepts
+    silently but that changes a number: reversed spans, probabilities outside [0, 1].
+    """
+    from mushroom.jsonl import atomic_write_text
     from mushroom.leaderboard import load_leaderboard
-    from mushroom.scoring.score import score_paths
+    from mushroom.scoring.score import pair_paths, score_pairs
     from mushroom.scoring.stats import paired_test
     from mushroom.tables import rich_table, score_rows
 
-    result = score_paths(gold, pred)
+    json_only = json_out == "-"
+    # With --json -, stdout carries the JSON document only; everything else goes to stderr.
+    console = err_console if json_only else out_console
+    if output is not None:
+        output_file(output, "--output")
+    if json_out is not None and not json_only:
+        output_file(Path(json_out), "--json")
+    lang_list = split_names(langs) if langs is not None else None
+    pairing = pair_paths(gold, pred, lang_list)
+    if gold.is_dir():
+        for line in pairing.summary():
+            err_console.print(esc(line), highlight=False)
+    result = score_pairs(pairing.pairs)
     for warning in result.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}")
+        print_warning(warning)
     if per_lang:
-        out_console.print(rich_table("per language", score_rows(result.by_lang(), None, load_leaderboard())))
+        console.print(rich_table("per language", score_rows(result.by_lang(), None, load_leaderboard())))
     if per_item:
         from rich.table import Table
 
@@ -71,21 +105,27 @@ def score(
         for col in ("id", "lang", "IoU", "Cor"):
             table.add_column(col)
         for rid, lang, a, b in zip(result.ids, result.langs, result.iou, result.cor):
-            table.add_row(rid, lang, f"{a:.4f}", f"{b:.4f}")
-        out_console.print(table)
+            table.add_row(esc(rid), esc(lang), f"{a:.4f}", f"{b:.4f}")
+        console.print(table)
     if compare is not None:
-        other = score_paths(gold, compare)
+        other = score_pairs(pair_paths(gold, compare, lang_list).pairs)
+        for warning in other.warnings:
+            print_warning(warning)
         for name, a, b in (("IoU", result.iou, other.iou), ("Cor", result.cor, other.cor)):
             res = paired_test(a, b)
-            out_console.print(
+            console.print(
                 f"paired {name}: PRED - COMPARE = {res.mean_diff:+.4f} "
-                f"95% CI [{res.ci_low:+.4f}, {res.ci_high:+.4f}], p = {res.p_value:.4f} (n = {res.n})"
+                f"95% CI [{res.ci_low:+.4f}, {res.ci_high:+.4f}], p = {res.p_value:.4f} (n = {res.n})",
+                highlight=False,
+                markup=False,
             )
     if ci:
         intervals = result.ci()
-        out_console.print(
+        console.print(
             f"IoU 95% CI [{intervals['iou'][0]:.4f}, {intervals['iou'][1]:.4f}]  "
-            f"Cor 95% CI [{intervals['cor'][0]:.4f}, {intervals['cor'][1]:.4f}]  (n = {len(result.ids)})"
+            f"Cor 95% CI [{intervals['cor'][0]:.4f}, {intervals['cor'][1]:.4f}]  (n = {len(result.ids)})",
+            highlight=False,
+            markup=False,
         )
     if json_out is not None:
         payload = {
@@ -94,52 +134,72 @@ def score(
             "warnings": result.warnings,
         }
         text = json.dumps(payload, indent=2, ensure_ascii=False)
-        if json_out == "-":
+        if json_only:
             print(text)
         else:
-            Path(json_out).write_text(text + "\n", encoding="utf-8")
+            atomic_write_text(json_out, text + "\n")
     if output is not None:
-        output.write_text(result.official_lines() + "\n", encoding="utf-8")
-    print(result.official_lines())
+        atomic_write_text(output, result.official_lines() + "\n")
+    if json_only:
+        err_console.print(result.official_lines(), highlight=False, markup=False)
+    else:
+        print(result.official_lines())
 
 
 @app.command()
 def check(
     pred: Annotated[Path, typer.Argument(help="prediction JSONL file")],
     items: Annotated[Path, typer.Option("--items", help="the items file the predictions are for")],
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="also report keys the official scorer ignores (e.g. 'text' in spans)"),
+    ] = False,
 ) -> None:
     """Validate a prediction file against its items; exits 1 listing every problem."""
     from mushroom.check import check_file
     from mushroom.data import load_items
 
-    report = check_file(pred, load_items(items))
+    input_file(pred, "PRED")
+    report = check_file(pred, load_items(input_file(items, "--items")), strict=strict)
     for problem in report.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {problem}")
+        print_warning(str(problem))
     for problem in report.errors:
-        err_console.print(f"[red]error:[/red] {problem}")
+        err_console.print(f"[red]error:[/red] {esc(problem)}", highlight=False, soft_wrap=True)
     if report.errors:
-        err_console.print(f"{pred}: {len(report.errors)} error(s) in {report.n_lines} line(s)")
+        err_console.print(
+            f"{esc(pred)}: {len(report.errors)} error(s) in {report.n_lines} line(s)", highlight=False
+        )
         raise typer.Exit(1)
-    out_console.print(f"{pred}: OK ({report.n_lines} predictions, {len(report.warnings)} warning(s))")
+    out_console.print(
+        f"{esc(pred)}: OK ({report.n_lines} predictions, {len(report.warnings)} warning(s))", highlight=False
+    )
 
 
 @app.command()
 def ensemble(
     preds: Annotated[list[Path], typer.Argument(help="prediction files of the runs to combine")],
     out: Annotated[Path, typer.Option("--out", help="output prediction file")],
-    threshold: Annotated[float, typer.Option("--threshold", help="hard label when vote share > T")] = 0.5,
+    threshold: Annotated[
+        float, typer.Option("--threshold", min=0.0, max=1.0, help="hard label when vote share > T (0 to 1)")
+    ] = 0.5,
     soft: Annotated[
         str, typer.Option("--soft", help="soft label: 'vote' share or 'mean' probability")
     ] = "vote",
     items: Annotated[
-        Path | None, typer.Option("--items", help="items file: text lengths and a check")
+        Path | None,
+        typer.Option(
+            "--items", help="items file: text lengths and a check (not needed for shipped val/test ids)"
+        ),
     ] = None,
 ) -> None:
-    """Per-character vote across runs (models, temperatures, detectors)."""
+    """Per-character vote across runs (models, temperatures, detectors).
+
+    Every span of every input is checked against its answer's length, from --items or, for
+    ids of the shipped val/test files, from those files; a span that does not fit is an error.
+    """
     from mushroom.data import load_items
-    from mushroom.ensemble import SoftMode
+    from mushroom.ensemble import SoftMode, shipped_lengths, text_lengths
     from mushroom.ensemble import ensemble as run_ensemble
-    from mushroom.jsonl import write_jsonl
     from mushroom.predictions import load_predictions
     from mushroom.submission import write_predictions
 
@@ -147,14 +207,34 @@ def ensemble(
         mode = SoftMode(soft)
     except ValueError:
         raise MushroomError(f"--soft must be 'vote' or 'mean', got {soft!r}") from None
-    runs = [load_predictions(p) for p in preds]
-    item_list = load_items(items) if items else None
-    combined = run_ensemble(runs, item_list, threshold, mode)
+    output_file(out, "--out")
+    for path in preds:
+        input_file(path, "PREDS")
+    item_list = load_items(input_file(items, "--items")) if items else None
+    if item_list is not None:
+        lengths = text_lengths(item_list)
+    else:
+        ids = list(load_predictions(preds[0]))
+        if not ids:
+            raise DataError.single(preds[0], None, None, "no predictions in the file")
+        found = shipped_lengths(ids)
+        if found is None:
+            raise MushroomError(
+                f"{preds[0]}: the ids are not all from the shipped val/test files, so the answers' lengths "
+                "are unknown; pass --items FILE (the items the predictions are for)"
+            )
+        lengths = found
+    runs = [load_predictions(p, lengths) for p in preds]
+    combined = run_ensemble(runs, lengths, threshold, mode)
     if item_list is not None:
         write_predictions(out, combined, item_list)
     else:
+        from mushroom.jsonl import write_jsonl
+
         write_jsonl(out, [p.submission_dict() for p in combined])
-    out_console.print(f"wrote {len(combined)} predictions from {len(runs)} runs to {out}")
+    out_console.print(
+        f"wrote {len(combined)} predictions from {len(runs)} runs to {esc(out)}", highlight=False
+    )
 
 
 ALLOW_FAILURES_HELP = "write files even when items failed (they are left empty and listed)"
@@ -423,11 +503,10 @@ def compare(
     ] = None,
 ) -> None:
     """Compare runs: IoU/Cor with 95% CIs per language, paired difference and p-value vs a baseline."""
-    from rich.table import Table
-
     from mushroom.compare import (
         COLUMNS,
         comparison_rows,
+        comparison_table,
         load_tags,
         rows_csv,
         rows_markdown,
@@ -435,47 +514,45 @@ def compare(
         tag_rows,
     )
     from mushroom.data import workspace
+    from mushroom.jsonl import atomic_write_text
     from mushroom.runs import timestamp
 
+    if not 0 <= baseline < len(runs):
+        raise MushroomError(
+            f"--baseline {baseline}: there are {len(runs)} run(s); give an index from 0 to {len(runs) - 1}"
+        )
+    for run in runs:
+        if not run.is_dir():
+            raise MushroomError(f"RUNS {run}: {'no such folder' if not run.exists() else 'is not a folder'}")
+    folder = eval_dir or workspace() / "eval"
+    if folder.exists() and not folder.is_dir():
+        raise MushroomError(f"--eval-dir {folder}: is a file, not a folder")
+    tag_map = load_tags(input_file(tags, "--tags")) if tags is not None else None
     scored = [score_run(r, split) for r in runs]
+    for run in scored:
+        for warning in run.result.warnings:
+            print_warning(warning)
     names = [s.name for s in scored]
     if len(set(names)) != len(names):
         for k, s in enumerate(scored):
             s.name = f"{k}:{s.name}"
     rows = comparison_rows(scored, baseline)
-    table = Table(title=f"{split}: runs against baseline {scored[baseline].name} (paired, items)")
-    for col in ("run", "lang", "n", "IoU [95% CI]", "Cor [95% CI]", "dIoU (p)", "dCor (p)"):
-        table.add_column(col, justify="left" if col in ("run", "lang") else "right")
-    for r in rows:
-        d_iou = f"{r['d_iou']:+.4f} ({r['p_iou']:.3f})" if "d_iou" in r else "baseline"
-        d_cor = f"{r['d_cor']:+.4f} ({r['p_cor']:.3f})" if "d_cor" in r else ""
-        table.add_row(
-            r["run"],
-            r["lang"],
-            str(r["n"]),
-            f"{r['iou']:.4f} [{r['iou_lo']:.2f}-{r['iou_hi']:.2f}]",
-            f"{r['cor']:.4f} [{r['cor_lo']:.2f}-{r['cor_hi']:.2f}]",
-            d_iou,
-            d_cor,
-            end_section=r["lang"] == "all",
-        )
-    out_console.print(table)
-    folder = eval_dir or workspace() / "eval"
+    out_console.print(
+        comparison_table(f"{split}: runs against baseline {scored[baseline].name} (paired, items)", rows)
+    )
     folder.mkdir(parents=True, exist_ok=True)
     stem = name or f"compare-{timestamp()}"
     md = rows_markdown(rows, COLUMNS)
     csv_text = rows_csv(rows, COLUMNS)
-    if tags is not None:
-        t_rows = tag_rows(scored, load_tags(tags))
+    if tag_map is not None:
+        t_rows = tag_rows(scored, tag_map)
         if t_rows:
-            out_console.print(rows_markdown(t_rows))
+            out_console.print(rows_markdown(t_rows), markup=False, highlight=False)
             md += "\n## Error types\n\n" + rows_markdown(t_rows)
-            (folder / f"{stem}.tags.csv").write_text(rows_csv(t_rows), encoding="utf-8")
-    (folder / f"{stem}.md").write_text(
-        f"# {split}: {', '.join(s.name for s in scored)}\n\n" + md, encoding="utf-8"
-    )
-    (folder / f"{stem}.csv").write_text(csv_text, encoding="utf-8")
-    out_console.print(f"wrote {folder / stem}.md and .csv")
+            atomic_write_text(folder / f"{stem}.tags.csv", rows_csv(t_rows))
+    atomic_write_text(folder / f"{stem}.md", f"# {split}: {', '.join(s.name for s in scored)}\n\n" + md)
+    atomic_write_text(folder / f"{stem}.csv", csv_text)
+    out_console.print(f"wrote {esc(folder / stem)}.md and .csv", highlight=False)
 
 
 @app.command()
@@ -491,17 +568,20 @@ def sweep(
     from mushroom.compare import ascii_sweep, rows_csv, sweep_svg
     from mushroom.compare import sweep as run_sweep
     from mushroom.data import workspace
+    from mushroom.jsonl import atomic_write_text
     from mushroom.runs import timestamp
 
+    for run in runs:
+        if not run.is_dir():
+            raise MushroomError(f"RUNS {run}: {'no such folder' if not run.exists() else 'is not a folder'}")
+    path = output_file(svg, "--svg") if svg else workspace() / "eval" / f"sweep-{timestamp()}.svg"
     rows = run_sweep(runs, split, langs=lang)
-    out_console.print(ascii_sweep(rows), highlight=False)
+    out_console.print(ascii_sweep(rows), highlight=False, markup=False)
     best = max(rows, key=lambda r: r["iou"])
-    out_console.print(f"best IoU {best['iou']:.4f} at threshold {best['threshold']:.2f}")
-    path = svg or workspace() / "eval" / f"sweep-{timestamp()}.svg"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(sweep_svg(rows, f"{split}: {' + '.join(r.name for r in runs)}"), encoding="utf-8")
-    path.with_suffix(".csv").write_text(rows_csv(rows), encoding="utf-8")
-    out_console.print(f"plot: {path}")
+    out_console.print(f"best IoU {best['iou']:.4f} at threshold {best['threshold']:.2f}", highlight=False)
+    atomic_write_text(path, sweep_svg(rows, f"{split}: {' + '.join(r.name for r in runs)}"))
+    atomic_write_text(path.with_suffix(".csv"), rows_csv(rows))
+    out_console.print(f"plot: {esc(path)}", highlight=False)
 
 
 @app.command()
@@ -521,14 +601,18 @@ def report(
 ) -> None:
     """Write one self-contained HTML page: answers with gold and predicted spans, scores, contexts."""
     from mushroom.compare import load_tags
+    from mushroom.jsonl import atomic_write_text
     from mushroom.report import build_report
 
-    page = build_report(
-        run_dir, split, lang, tuple(s for s in contexts.split(",") if s), load_tags(tags) if tags else None
-    )
-    path = out or run_dir / f"report.{split}.html"
-    path.write_text(page, encoding="utf-8")
-    out_console.print(f"report: {path}")
+    if not run_dir.is_dir():
+        raise MushroomError(
+            f"RUN_DIR {run_dir}: {'no such folder' if not run_dir.exists() else 'is not a folder'}"
+        )
+    path = output_file(out, "--out") if out else run_dir / f"report.{split}.html"
+    tag_map = load_tags(input_file(tags, "--tags")) if tags else None
+    page = build_report(run_dir, split, lang, tuple(split_names(contexts)), tag_map)
+    atomic_write_text(path, page)
+    out_console.print(f"report: {esc(path)}", highlight=False)
 
 
 @app.command("contexts")
@@ -694,23 +778,22 @@ def stack_apply(
 
 @app.command("detectors")
 def list_detectors() -> None:
-    """List the registered detectors and their options."""
+    """List the registered detectors and their options, with real defaults."""
     from mushroom.detectors import available, detector_class
 
     for name in available():
         cls = detector_class(name)
-        out_console.print(f"[bold]{name}[/bold]: {(cls.__doc__ or '').strip().splitlines()[0]}")
+        doc = (cls.__doc__ or "").strip().splitlines()
+        out_console.print(f"[bold]{esc(name)}[/bold]: {esc(doc[0] if doc else '')}", highlight=False)
         for key, info in cls.Options.model_fields.items():
-            out_console.print(f"    {key} = {info.default!r}  {info.description or ''}")
+            out_console.print(
+                f"    {esc(key)} = {esc(field_default(info))}  {esc(info.description or '')}", highlight=False
+            )
 
 
 def main() -> None:
-    """Entry point: user errors print as one clear message, not a traceback."""
-    try:
-        app()
-    except MushroomError as exc:  # DataError included: it lists file, line and field
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
-        sys.exit(exc.exit_code)
+    """Entry point: every expected failure is a clear message and an exit code (README)."""
+    raise SystemExit(run_cli(app))
 
 
 if __name__ == "__main__":

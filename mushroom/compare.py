@@ -14,8 +14,11 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+from rich.markup import escape
+from rich.table import Table
 
 from mushroom.data import load_split, split_files
+from mushroom.errors import MushroomError
 from mushroom.jsonl import load_records
 from mushroom.predictions import load_predictions, prediction_vectors
 from mushroom.runs import prediction_folder
@@ -35,9 +38,14 @@ ErrorType = Literal[
 
 
 class ErrorTag(BaseModel):
-    """One item's error type, from a small hand-written JSONL file (`{"id", "error_type"}`)."""
+    """One item's error type, from a small hand-written JSONL file (`{"id", "error_type"}`).
 
-    model_config = ConfigDict(extra="forbid")
+    Other keys are ignored, as in every data file mushroom reads (tags exported from an
+    annotation tool carry the text, the annotator, ...); a misspelt `error_type` is still an
+    error, since it is required.
+    """
+
+    model_config = ConfigDict(extra="ignore")
 
     id: str = Field(min_length=1)
     error_type: ErrorType
@@ -62,7 +70,7 @@ def score_run(path: Path, split: str = "val", name: str | None = None) -> RunSco
     """Scores a run folder's prediction files of a split against gold, per item."""
     folder = prediction_folder(path, split)
     gold_dir = next(iter(split_files(split).values())).parent
-    return RunScores(name or path.name, path, score_paths(gold_dir, folder))
+    return RunScores(name or path.name, path, score_paths(gold_dir, folder, allow_missing=True))
 
 
 def comparison_rows(runs: list[RunScores], baseline: int = 0) -> list[dict]:
@@ -99,13 +107,42 @@ def comparison_rows(runs: list[RunScores], baseline: int = 0) -> list[dict]:
             }
             if run is not base:
                 if res.ids != b.ids:
-                    raise ValueError(f"runs {run.name} and {base.name} do not cover the same {lang} items")
+                    raise MushroomError(
+                        f"runs {run.name} and {base.name} do not cover the same {lang} items; "
+                        "compare runs of the same split and items"
+                    )
                 t_iou, t_cor = paired_test(res.iou, b.iou), paired_test(res.cor, b.cor)
                 row.update(
                     d_iou=t_iou.mean_diff, p_iou=t_iou.p_value, d_cor=t_cor.mean_diff, p_cor=t_cor.p_value
                 )
             rows.append(row)
     return rows
+
+
+def comparison_table(title: str, rows: list[dict]) -> Table:
+    """The comparison for the terminal; cells wrap (a CI goes under its mean), never cut.
+
+    A narrow terminal (80 columns, a log, a split pane) must still show every number, so each
+    score cell holds the mean on one line and its interval on the next, and every column may
+    fold rather than end in an ellipsis.
+    """
+    table = Table(title=escape(title))
+    for col in ("run", "lang", "n", "IoU\n[95% CI]", "Cor\n[95% CI]", "dIoU\n(p)", "dCor\n(p)"):
+        table.add_column(col, justify="left" if col in ("run", "lang") else "right", overflow="fold")
+    for r in rows:
+        d_iou = f"{r['d_iou']:+.4f}\n({r['p_iou']:.3f})" if "d_iou" in r else "baseline"
+        d_cor = f"{r['d_cor']:+.4f}\n({r['p_cor']:.3f})" if "d_cor" in r else ""
+        table.add_row(
+            escape(r["run"]),
+            escape(r["lang"]),
+            str(r["n"]),
+            f"{r['iou']:.4f}\n[{r['iou_lo']:.2f}-{r['iou_hi']:.2f}]",
+            f"{r['cor']:.4f}\n[{r['cor_lo']:.2f}-{r['cor_hi']:.2f}]",
+            d_iou,
+            d_cor,
+            end_section=r["lang"] == "all",
+        )
+    return table
 
 
 def tag_rows(runs: list[RunScores], tags: dict[str, str]) -> list[dict]:
@@ -189,7 +226,15 @@ def sweep(
     iou = {t: [] for t in thresholds}
     cor = {t: [] for t in thresholds}
     for lang, items in data.items():
-        preds = [load_predictions(prediction_folder(r, split) / submission_name(lang, split)) for r in runs]
+        lengths = {item.id: len(item.model_output_text) for item in items}
+        files = [prediction_folder(r, split) / submission_name(lang, split) for r in runs]
+        preds = [load_predictions(f, lengths) for f in files]
+        for file, pred in zip(files, preds):
+            missing = [item.id for item in items if item.id not in pred]
+            if missing:
+                raise MushroomError(
+                    f"{file}: no prediction for {len(missing)} of {len(items)} items, e.g. {missing[:3]}"
+                )
         lang_iou = {t: [] for t in thresholds}
         lang_cor = {t: [] for t in thresholds}
         for item in items:

@@ -8,6 +8,7 @@ Two layouts are understood:
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -93,8 +94,13 @@ def load_contexts(
             if allow_missing_source:
                 result.missing[source] = len(item_ids or [])
                 continue
-            have = ", ".join(available_sources(split, lang, context_dir)) or "none"
-            raise MushroomError(f"no context file for source {source!r} ({split}, {lang}); available: {have}")
+            have = available_sources(split, lang, context_dir)
+            close = difflib.get_close_matches(source, have, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise MushroomError(
+                f"no context file for source {source!r} ({split}, {lang}){hint} available: "
+                + (", ".join(have) or "none")
+            )
         result.files[source] = str(path)
         records = load_records(path, ContextRecord)
         texts = {r.id: r.context for r in records}

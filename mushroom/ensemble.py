@@ -7,6 +7,8 @@ the mean of the runs' soft probabilities, which keeps more ranking information f
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from enum import StrEnum
 
 import numpy as np
@@ -50,9 +52,20 @@ def ensemble_item(
     return vote(item_id, list(softs), list(masks), threshold, soft_mode)
 
 
+def span_overflow(pred: Prediction, length: int) -> str | None:
+    """A description of the first span past the end of a text of `length` characters, if any."""
+    for i, span in enumerate(pred.soft_labels):
+        if span.end > length:
+            return f"soft_labels.{i} [{span.start}, {span.end}) ends past the answer's {length} characters"
+    for i, (start, end) in enumerate(pred.hard_labels):
+        if end > length:
+            return f"hard_labels.{i} [{start}, {end}) ends past the answer's {length} characters"
+    return None
+
+
 def ensemble(
     runs: list[dict[str, Prediction]],
-    items: list[Item] | None = None,
+    items: list[Item] | Mapping[str, int] | None = None,
     threshold: float = 0.5,
     soft_mode: SoftMode = SoftMode.vote,
 ) -> list[Prediction]:
@@ -60,20 +73,27 @@ def ensemble(
 
     Args:
         runs: one id -> prediction mapping per run.
-        items: the items (for text lengths); without them the length is the furthest span end.
-        threshold: a character is hard-labelled when its vote share exceeds this.
+        items: the items, or item id -> text length; without them the length is the furthest
+            span end (nothing is cut, but nothing is checked either: the CLI always has them).
+        threshold: a character is hard-labelled when its vote share exceeds this, in [0, 1].
         soft_mode: `vote` (share of runs) or `mean` (mean soft probability).
+
+    Raises:
+        MushroomError: runs cover different items, an id is not among the items, a span ends
+            past its answer (spans are never clipped), or the threshold is outside [0, 1].
     """
     if not runs:
         raise MushroomError("ensemble needs at least one run")
+    if not 0.0 <= threshold <= 1.0:
+        raise MushroomError(f"the threshold must be in [0, 1], got {threshold}")
     ids = list(runs[0])
     for k, run in enumerate(runs[1:], start=2):
         if set(run) != set(ids):
             diff = sorted(set(run) ^ set(ids))[:5]
             raise MushroomError(f"run {k} does not cover the same items as run 1 (e.g. {diff})")
-    lengths: dict[str, int] = {}
+    lengths: Mapping[str, int] = {}
     if items is not None:
-        lengths = {item.id: len(item.model_output_text) for item in items}
+        lengths = items if isinstance(items, Mapping) else text_lengths(items)
         unknown = [i for i in ids if i not in lengths]
         if unknown:
             raise MushroomError(f"{len(unknown)} predicted ids are not among the items, e.g. {unknown[:3]}")
@@ -86,5 +106,42 @@ def ensemble(
                 e for p in preds for _, e in p.hard_labels
             ]
             length = max(ends, default=0)
+        for k, pred in enumerate(preds, start=1):
+            overflow = span_overflow(pred, length)
+            if overflow:
+                raise MushroomError(f"run {k}, item {item_id!r}: {overflow}")
         out.append(ensemble_item(item_id, preds, length, threshold, soft_mode))
     return out
+
+
+def text_lengths(items: list[Item]) -> dict[str, int]:
+    """Item id -> length of its answer: what span checks need."""
+    return {item.id: len(item.model_output_text) for item in items}
+
+
+_SHIPPED_ID = re.compile(r"^(val|tst)-([a-z]{2})-\d+$")
+
+
+def shipped_lengths(ids: list[str]) -> dict[str, int] | None:
+    """Answer lengths of ids from the shipped val/test splits (`val-en-1`, `tst-de-7`), else None.
+
+    Lets `ensemble` check spans without `--items` for the official data, where the ids say
+    which file holds the item.
+    """
+    from mushroom.data import load_split
+
+    wanted: dict[tuple[str, str], list[str]] = {}
+    for rid in ids:
+        match = _SHIPPED_ID.match(rid)
+        if match is None:
+            return None
+        split = "val" if match.group(1) == "val" else "test"
+        wanted.setdefault((split, match.group(2)), []).append(rid)
+    lengths: dict[str, int] = {}
+    for split, lang in wanted:
+        try:
+            items = load_split(split, [lang])[lang]
+        except MushroomError:
+            return None
+        lengths.update(text_lengths(items))
+    return lengths if all(rid in lengths for rid in ids) else None

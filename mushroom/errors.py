@@ -38,21 +38,43 @@ class Problem:
     line: int | None
     field: str | None
     message: str
+    item_id: str | None = None
 
     def __str__(self) -> str:
         where = self.path
         if self.line is not None:
             where += f":{self.line}"
+        if self.item_id is not None:
+            where += f": id {self.item_id!r}"
         if self.field:
             where += f": field '{self.field}'"
         return f"{where}: {self.message}"
 
 
-class DataError(MushroomError):
-    """Bad input: carries every problem found, each naming file, line and field."""
+class Interrupted(MushroomError):
+    """Ctrl-C: exit 130 with one line saying what was kept and how to go on.
 
-    def __init__(self, problems: list[Problem], max_shown: int = 20):
+    The run commands raise it (through `mushroom.cliutil.interrupt_hint`) with their own
+    message; a bare KeyboardInterrupt elsewhere gets a generic one at the CLI boundary.
+    """
+
+    exit_code = 130
+
+
+class DataError(MushroomError):
+    """Bad input: carries every problem found, each naming file, line and field.
+
+    Exit 1 ("input found invalid") by default: the command was right, a file it read is not.
+    A file that cannot be found or opened is a usage error (exit 2), as is a config file the
+    user wrote by hand; those pass `exit_code=2`.
+    """
+
+    exit_code = 1
+
+    def __init__(self, problems: list[Problem], max_shown: int = 20, exit_code: int | None = None):
         self.problems = problems
+        if exit_code is not None:
+            self.exit_code = exit_code
         shown = "\n".join(f"  {p}" for p in problems[:max_shown])
         more = len(problems) - max_shown
         tail = f"\n  ... and {more} more" if more > 0 else ""
@@ -60,11 +82,7 @@ class DataError(MushroomError):
         super().__init__(f"{n} problem{'s' if n != 1 else ''} in input:\n{shown}{tail}")
 
     @classmethod
-    def single(cls, path: str | Path, line: int | None, field: str | None, message: str) -> DataError:
-        return cls([Problem(str(path), line, field, message)])
-
-
-class Interrupted(MushroomError):
-    """Ctrl-C during a run: what was finished is saved; the message says how to go on."""
-
-    exit_code = 130
+    def single(
+        cls, path: str | Path, line: int | None, field: str | None, message: str, exit_code: int | None = None
+    ) -> DataError:
+        return cls([Problem(str(path), line, field, message)], exit_code=exit_code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -14,28 +15,80 @@ from mushroom.scoring.files import official_hard_from_soft
 from mushroom.spans import hard_to_mask, mask_to_hard, soft_to_vector, vector_to_soft
 
 
-def load_predictions(path: str | Path) -> dict[str, Prediction]:
-    """Id -> prediction; a file without hard (soft) labels gets them derived as officially."""
+def _span_problems(
+    pred: Prediction, length: int | None, where: tuple[str, int], field_prefix: str = ""
+) -> list[Problem]:
+    """Reversed, empty, negative spans, and (when the text length is known) spans past its end."""
+    path, line = where
+    bound = "len(text)" if length is None else str(length)
+    problems = []
+    spans = [(f"soft_labels.{i}", s.start, s.end) for i, s in enumerate(pred.soft_labels)]
+    spans += [(f"hard_labels.{i}", s, e) for i, (s, e) in enumerate(pred.hard_labels)]
+    for name, start, end in spans:
+        if start < 0 or start >= end or (length is not None and end > length):
+            problems.append(
+                Problem(
+                    path,
+                    line,
+                    f"{field_prefix}{name}",
+                    f"span [{start}, {end}) must satisfy 0 <= start < end <= {bound}",
+                    item_id=pred.id,
+                )
+            )
+    return problems
+
+
+def load_predictions(path: str | Path, lengths: Mapping[str, int] | None = None) -> dict[str, Prediction]:
+    """Id -> prediction; a file without hard (soft) labels gets them derived as officially.
+
+    Unknown keys (in records and in spans) are ignored, as the official scorer ignores them.
+    Every span is checked: reversed, empty or negative spans are errors, and so are spans past
+    the end of the answer when `lengths` (item id -> text length) is given; so are ids that
+    are not among those items. Nothing is clipped or dropped.
+    """
     path = Path(path)
     problems: list[Problem] = []
     rows = list(iter_json_lines(path, problems))
     has_hard = any("hard_labels" in r for _, r in rows)
     has_soft = any("soft_labels" in r for _, r in rows)
     out: dict[str, Prediction] = {}
+    first_line: dict[str, int] = {}
     for line, row in rows:
+        if "hard_labels" not in row and "soft_labels" not in row:
+            # An empty prediction must say so (`"hard_labels": []`); a line without either
+            # key is a truncated or foreign record, and the official scorer fails on it.
+            problems.append(
+                Problem(str(path), line, "hard_labels", "neither hard_labels nor soft_labels given")
+            )
+            continue
         try:
             pred = Prediction.model_validate(row)
         except ValidationError as exc:
             problems.extend(validation_problems(path, line, exc))
             continue
         if pred.id in out:
-            problems.append(Problem(str(path), line, "id", f"duplicate id {pred.id!r}"))
+            problems.append(
+                Problem(
+                    str(path), line, "id", f"duplicate id {pred.id!r} (first on line {first_line[pred.id]})"
+                )
+            )
+            continue
+        length = None
+        if lengths is not None:
+            length = lengths.get(pred.id)
+            if length is None:
+                problems.append(Problem(str(path), line, "id", f"id {pred.id!r} is not among the items"))
+                continue
+        span_errors = _span_problems(pred, length, (str(path), line))
+        if span_errors:
+            problems.extend(span_errors)
             continue
         if not has_hard or "hard_labels" not in row:
             triples = [(s.start, s.end, s.prob) for s in pred.soft_labels]
             pred.hard_labels = official_hard_from_soft(triples)
         if not has_soft or "soft_labels" not in row:
             pred.soft_labels = [SoftSpan(start=s, end=e, prob=1.0) for s, e in pred.hard_labels]
+        first_line[pred.id] = line
         out[pred.id] = pred
     if problems:
         raise DataError(problems)

@@ -10,13 +10,18 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+# strict: a JSON number only ("0.5" as a string or true would otherwise be coerced silently)
+Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False, strict=True)]
 
 
 class SoftSpan(BaseModel):
-    """A span with the probability that its characters are hallucinated."""
+    """A span with the probability that its characters are hallucinated.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Unknown keys are ignored, as the official scorer ignores them (real submissions carry a
+    "text" key in each soft span); `mushroom check --strict` reports them.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     start: StrictInt
     end: StrictInt

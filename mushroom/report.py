@@ -18,6 +18,7 @@ import numpy as np
 
 from mushroom.contexts import load_contexts
 from mushroom.data import load_split
+from mushroom.errors import Problem
 from mushroom.jsonl import iter_json_lines
 from mushroom.predictions import load_predictions, prediction_vectors
 from mushroom.records import Item, Prediction
@@ -81,11 +82,16 @@ def highlighted_answer(text: str, gold_mask: np.ndarray, soft: np.ndarray) -> st
     return "".join(out)
 
 
-def _raw_outputs(folder: Path, lang: str) -> dict[str, list[str]]:
-    """Raw model outputs per item id, from the run's raw/ files (LLM detectors keep them)."""
+def _raw_outputs(folder: Path, lang: str, problems: list[Problem] | None = None) -> dict[str, list[str]]:
+    """Raw model outputs per item id, from the run's raw/ files (LLM detectors keep them).
+
+    Unreadable lines (a run killed mid-write) do not stop the report; they are collected in
+    `problems` and the page says how many there were.
+    """
     out: dict[str, list[str]] = {}
+    problems = [] if problems is None else problems
     for path in sorted((folder / "raw").glob(f"{lang}.*.jsonl")):
-        for _, row in iter_json_lines(path, []):
+        for _, row in iter_json_lines(path, problems):
             if isinstance(row, dict) and "id" in row:
                 text = row.get("response") or row.get("error") or json.dumps(row, ensure_ascii=False)[:2000]
                 out.setdefault(str(row["id"]), []).append(str(text))
@@ -138,6 +144,16 @@ def _item_html(
     return body, iou
 
 
+def _problems_html(problems: list[Problem]) -> str:
+    if not problems:
+        return ""
+    shown = "".join(f"<li>{html.escape(str(p))}</li>" for p in problems[:20])
+    return (
+        f"<details open><summary>{len(problems)} unreadable line(s) in raw/ files (not shown)</summary>"
+        f"<ul>{shown}</ul></details>"
+    )
+
+
 def build_report(
     run_dir: Path,
     split: str = "val",
@@ -150,13 +166,14 @@ def build_report(
     data = load_split(split, langs)
     tags = tags or {}
     blocks, summary = [], []
+    raw_problems: list[Problem] = []
     for lang, items in data.items():
         path = folder / submission_name(lang, split)
         if not path.exists():
             continue
-        preds = load_predictions(path)
+        preds = load_predictions(path, {item.id: len(item.model_output_text) for item in items})
         ctx = load_contexts(split, lang, sources, item_ids=[i.id for i in items]).by_id
-        raw = _raw_outputs(folder, lang)
+        raw = _raw_outputs(folder, lang, raw_problems)
         ious = []
         for item in items:
             block, iou = _item_html(
@@ -195,6 +212,7 @@ def build_report(
 <h2>Scores</h2><table id="summary"><tr><th>lang</th><th>items</th><th>mean IoU</th></tr>{rows}</table>
 {"<h2>Error types</h2><table id='tags'><tr><th>type</th><th>items</th></tr>" + tag_table + "</table>" if tag_counts else ""}
 <details><summary>run config</summary><pre>{config}</pre></details>
+{_problems_html(raw_problems)}
 <h2>Items</h2>
 <p>language <select id="f-lang"><option value="all">all</option>{lang_options}</select>
 error type <select id="f-tag"><option value="all">all</option><option value="none">untagged</option>{tag_options}</select>

@@ -83,9 +83,9 @@ def load_run_config(path: Path) -> RunConfig:
     if not path.is_file():
         raise MushroomError(f"config not found: {path}")
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = path.read_bytes().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
-        raise DataError([Problem(str(path), None, None, f"cannot read: {exc}")]) from exc
+        raise DataError([Problem(str(path), None, None, f"cannot read: {exc}")], exit_code=2) from exc
     try:
         if path.suffix in (".yaml", ".yml"):
             try:
@@ -99,18 +99,24 @@ def load_run_config(path: Path) -> RunConfig:
         else:
             data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, ValueError) as exc:
-        raise DataError([Problem(str(path), None, None, f"cannot parse: {exc}")]) from exc
+        raise DataError([Problem(str(path), None, None, f"cannot parse: {exc}")], exit_code=2) from exc
     if not isinstance(data, dict):
-        raise DataError([Problem(str(path), None, None, "expected a table of settings at the top level")])
+        raise DataError(
+            [Problem(str(path), None, None, "expected a table of settings at the top level")], exit_code=2
+        )
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
         raise DataError(
-            [Problem(str(path), None, ".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()]
+            [Problem(str(path), None, ".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()],
+            exit_code=2,
         ) from exc
     from mushroom.detectors import detector_class
 
-    cls = detector_class(cfg.detector.name)
+    try:
+        cls = detector_class(cfg.detector.name)
+    except MushroomError as exc:
+        raise DataError([Problem(str(path), None, "detector.name", str(exc))], exit_code=2) from None
     for name, options in cfg.variant_options():
         try:
             cls.Options.model_validate(options)

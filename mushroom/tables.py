@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from mushroom.leaderboard import LeaderboardEntry
@@ -39,20 +40,21 @@ def score_rows(
 
 def rich_table(title: str, rows: list[dict]) -> Table:
     """The per-language table printed by the main job and `mushroom score --per-lang`."""
-    table = Table(title=title, title_justify="left")
-    table.add_column("lang")
-    table.add_column("n", justify="right")
-    table.add_column("IoU (95% CI)", justify="right")
-    table.add_column("Cor (95% CI)", justify="right")
+    # Cells fold rather than end in an ellipsis: a narrow terminal must still show every number.
+    table = Table(title=escape(title), title_justify="left")
+    table.add_column("lang", overflow="fold")
+    table.add_column("n", justify="right", overflow="fold")
+    table.add_column("IoU (95% CI)", justify="right", overflow="fold")
+    table.add_column("Cor (95% CI)", justify="right", overflow="fold")
     has_base = any("mark_all_iou" in r for r in rows)
     has_lb = any("lb1" in r for r in rows)
     if has_base:
-        table.add_column("mark-all IoU", justify="right")
+        table.add_column("mark-all IoU", justify="right", overflow="fold")
     if has_lb:
-        table.add_column("LB#1 test IoU/Cor", justify="right")
+        table.add_column("LB#1 test IoU/Cor", justify="right", overflow="fold")
     for r in rows:
         cells = [
-            r["lang"],
+            escape(r["lang"]),
             str(r["n"]),
             f"{r['iou']:.4f} ({r['iou_ci'][0]:.2f}-{r['iou_ci'][1]:.2f})",
             f"{r['cor']:.4f} ({r['cor_ci'][0]:.2f}-{r['cor_ci'][1]:.2f})",
@@ -104,10 +106,10 @@ def comparison_table(
     output is often read in a log or a narrow pane).
     """
     langs = [lang for lang in next(iter(comparison.values())) if lang != "mean"] + ["mean"]
-    table = Table(title=title)
-    table.add_column("lang")
+    table = Table(title=escape(title))
+    table.add_column("lang", overflow="fold")
     for system in comparison:
-        table.add_column(f"{system}\nIoU Cor", justify="right")
+        table.add_column(f"{escape(system)}\nIoU Cor", justify="right", overflow="fold")
     for lang in langs:
         cells = [
             f"{comparison[s][lang]['iou']:.{decimals}f} {comparison[s][lang]['cor']:.{decimals}f}"

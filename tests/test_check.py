@@ -39,11 +39,14 @@ def test_every_problem_is_listed(tmp_path, item_rows):
     )
     report = check_file(pred, _items(tmp_path, item_rows))
     text = "\n".join(str(p) for p in report.errors)
-    assert "p.jsonl:1: field 'soft_labels.0': span [13, 40) must satisfy 0 <= start < end <= 18" in text
+    assert (
+        "p.jsonl:1: id 't-1': field 'soft_labels.0': span [13, 40) must satisfy 0 <= start < end <= 18"
+        in text
+    )
     assert "p.jsonl:2: field 'id': duplicate id 't-1' (first on line 1)" in text
     assert "p.jsonl:3: field 'id': id 'zzz' is not among the items" in text
     assert "p.jsonl:4: invalid JSON" in text
-    assert "p.jsonl:5: field 'soft_labels.0.prob'" in text
+    assert "p.jsonl:5: id 't-2': field 'soft_labels.0.prob'" in text
 
 
 def test_overlaps_and_inconsistent_hard_labels_are_errors(tmp_path, item_rows):

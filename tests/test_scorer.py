@@ -196,10 +196,36 @@ def test_cli_prints_official_lines_last(tmp_path):
     assert saved["n"] == 50 and len(saved["items"]) == 50 and saved["iou_ci95"][0] <= saved["iou"]
 
 
-def test_cli_bad_file_exits_2_with_location(tmp_path):
+def test_cli_bad_file_exits_1_with_location(tmp_path):
     pred = write_lines(tmp_path / "p.jsonl", ['{"id": "val-en-1", "hard_labels": [[1, 2, 3]]}'])
     out = subprocess.run(
         [sys.executable, "-m", "mushroom", "score", str(VAL_EN), str(pred)], capture_output=True, text=True
     )
-    assert out.returncode == 2
+    assert out.returncode == 1
     assert "p.jsonl:1" in out.stderr and "hard_labels.0" in out.stderr
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(1, 30),
+    spans=st.lists(st.tuples(st.integers(-12, 40), st.integers(-12, 40)), max_size=4),
+    other=st.lists(st.tuples(st.integers(-12, 40), st.integers(-12, 40)), max_size=4),
+    probs=st.lists(st.sampled_from([0.1, 0.5, 0.9, 1.0]), min_size=4, max_size=4),
+)
+def test_any_span_scores_as_the_reference_or_is_an_official_crash(n, spans, other, probs):
+    # Reversed spans with a negative end once went through numpy slicing, which wraps.
+    assert item_iou(spans, other, n) == reference_iou(spans, other)
+    soft = [(s, e, p) for (s, e), p in zip(spans, probs)]
+    soft_other = [(s, e, p) for (s, e), p in zip(other, probs)]
+    try:
+        expected = reference_cor(soft, soft_other, n)
+    except IndexError:
+        with pytest.raises(OfficialScorerCrash):
+            item_cor(soft, soft_other, n)
+        return
+    got = item_cor(soft, soft_other, n)
+    assert got == pytest.approx(expected, abs=1e-12, nan_ok=True)
+
+
+def test_huge_hard_spans_are_counted_not_enumerated():
+    assert item_iou([[0, 4]], [[0, 10**15]], 4) == 4 / 10**15

@@ -108,5 +108,5 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
                 msg = f"unknown option{_close_match(str(err['loc'][-1]), list(cls.Options.model_fields))}"
                 msg += f"; {name} takes: {valid}"
             problems.append(Problem(f"detector {name}", None, where or None, msg))
-        raise DataError(problems) from None
+        raise DataError(problems, exit_code=2) from None  # a usage error, not a bad input file
     return cls(opts)

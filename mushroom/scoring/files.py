@@ -28,6 +28,8 @@ class ScoringRecord:
     hard: list[tuple[int, int]]
     text_len: int | None = None
     lang: str | None = None
+    line: int | None = None
+    soft_derived: bool = False
 
 
 @dataclass
@@ -129,6 +131,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             partial += 1
         if hard is None:
             hard = official_hard_from_soft(soft or [])
+        soft_derived = soft is None
         if soft is None:
             soft = [(s, e, 1.0) for s, e in hard]
         text_len = None
@@ -145,6 +148,8 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             hard=hard,
             text_len=text_len,
             lang=lang.lower() if isinstance(lang, str) else None,
+            line=lineno,
+            soft_derived=soft_derived,
         )
     if partial:
         warnings.append(

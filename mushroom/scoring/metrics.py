@@ -29,7 +29,8 @@ class OfficialScorerCrash(ValueError):
 
 
 def _inside(spans: Sequence[Sequence], length: int) -> bool:
-    return all(0 <= s[0] and s[1] <= length for s in spans)
+    # Both ends in range: numpy slices then equal Python's range() (a negative end would wrap).
+    return all(0 <= s[0] <= length and 0 <= s[1] <= length for s in spans)
 
 
 def mask_iou(ref: np.ndarray, pred: np.ndarray) -> float:
@@ -50,11 +51,41 @@ def item_iou(ref_hard: Sequence[Sequence[int]], pred_hard: Sequence[Sequence[int
         for start, end in pred_hard:
             pred[start:end] = True
         return mask_iou(ref, pred)
-    ref_set = {i for s, e in ref_hard for i in range(s, e)}
-    pred_set = {i for s, e in pred_hard for i in range(s, e)}
-    if not ref_set and not pred_set:
+    # Spans outside the text: the official index sets, counted as merged intervals so that a
+    # span like [0, 10**12) gives the same number without enumerating its indices.
+    ref_set, pred_set = _merged(ref_hard), _merged(pred_hard)
+    ref_size, pred_size = _size(ref_set), _size(pred_set)
+    if not ref_size and not pred_size:
         return 1.0
-    return len(ref_set & pred_set) / len(ref_set | pred_set)
+    inter = _intersection_size(ref_set, pred_set)
+    return inter / (ref_size + pred_size - inter)
+
+
+def _merged(spans: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
+    """The index set `{i for s, e in spans for i in range(s, e)}` as sorted disjoint intervals."""
+    out: list[list[int]] = []
+    for start, end in sorted((int(s), int(e)) for s, e in spans if s < e):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(s, e) for s, e in out]
+
+
+def _size(intervals: list[tuple[int, int]]) -> int:
+    return sum(e - s for s, e in intervals)
+
+
+def _intersection_size(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0, hi - lo)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
 
 
 def char_vector(soft: Sequence[SoftTriple], length: int) -> np.ndarray:

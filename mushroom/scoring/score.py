@@ -75,6 +75,52 @@ class ScoreResult:
         return out
 
 
+def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
+    """What the official scorer accepts without a word but that changes or hides a number.
+
+    Reversed or empty spans count as empty, hard spans past the answer still count in the
+    union, probabilities outside [0, 1] are ranked as they are. The scores keep the official
+    values; these are warnings, one per kind with the first few places.
+    """
+    found: dict[str, list[str]] = {}
+
+    def note(kind: str, rec: ScoringRecord, field_name: str, detail: str) -> None:
+        found.setdefault(kind, []).append(f"{pred.path}:{rec.line}: id {rec.id!r}: {field_name} {detail}")
+
+    for rid in ids:
+        rec, n = pred.records[rid], gold.records[rid].text_len or 0
+        for i, (start, end, prob) in enumerate([] if rec.soft_derived else rec.soft):
+            if start > end:
+                note("reversed spans (scored as empty)", rec, f"soft_labels.{i}", f"[{start}, {end})")
+            if not 0.0 <= prob <= 1.0:
+                note(
+                    "probabilities outside [0, 1] (ranked as given)", rec, f"soft_labels.{i}.prob", f"{prob}"
+                )
+            if start < 0:
+                note(
+                    "negative span starts (index from the end)", rec, f"soft_labels.{i}", f"[{start}, {end})"
+                )
+        for i, (start, end) in enumerate(rec.hard):
+            if start > end:
+                note("reversed spans (scored as empty)", rec, f"hard_labels.{i}", f"[{start}, {end})")
+            elif start < 0 or end > n:
+                note(
+                    "hard spans outside the answer (counted in the IoU union)",
+                    rec,
+                    f"hard_labels.{i}",
+                    f"[{start}, {end}) in an answer of {n} characters",
+                )
+    out = []
+    for kind, places in found.items():
+        more = f" and {len(places) - 3} more" if len(places) > 3 else ""
+        out.append(
+            f"{pred.path}: {len(places)} {kind}; the official scorer accepts them silently: "
+            + "; ".join(places[:3])
+            + more
+        )
+    return out
+
+
 def score_loaded(gold: ScoringFile, pred: ScoringFile, lang: str | None = None) -> ScoreResult:
     """Scores two loaded files item by item."""
     ids = match_ids(gold, pred)
@@ -88,12 +134,13 @@ def score_loaded(gold: ScoringFile, pred: ScoringFile, lang: str | None = None) 
         try:
             cors[k] = item_cor(g.soft, p.soft, n)
         except OfficialScorerCrash as exc:
-            problems.append(Problem(str(pred.path), None, f"id={rid}", str(exc)))
+            problems.append(Problem(str(pred.path), p.line, "soft_labels", str(exc), item_id=rid))
     if problems:
         raise DataError(problems)
     file_lang = lang or lang_from_filename(gold.path) or "all"
     langs = [gold.records[r].lang or file_lang for r in ids]
-    return ScoreResult(ids, langs, ious, cors, warnings=gold.warnings + pred.warnings)
+    warnings = gold.warnings + pred.warnings + _quirks(gold, pred, ids)
+    return ScoreResult(ids, langs, ious, cors, warnings=warnings)
 
 
 def score_files(gold_path: str | Path, pred_path: str | Path) -> ScoreResult:
@@ -103,32 +150,110 @@ def score_files(gold_path: str | Path, pred_path: str | Path) -> ScoreResult:
     return score_loaded(gold, pred)
 
 
-def _files_by_lang(folder: Path) -> dict[str, Path]:
+@dataclass
+class Pairing:
+    """Which per-language files were matched, and what was left out (for the user to see)."""
+
+    pairs: list[tuple[str, Path, Path]]
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    unnamed: list[Path] = field(default_factory=list)
+
+    def summary(self) -> list[str]:
+        """Lines saying what was scored and what was not."""
+        lines = [
+            f"scoring {len(self.pairs)} language(s): "
+            + ", ".join(f"{g} ({p.name})" for g, _, p in self.pairs)
+        ]
+        if self.missing:
+            lines.append(f"not scored, no prediction file: {', '.join(self.missing)}")
+        if self.extra:
+            lines.append(f"not scored, no gold file: {', '.join(self.extra)}")
+        if self.unnamed:
+            names = ", ".join(p.name for p in self.unnamed[:5])
+            lines.append(f"ignored, no language in the file name (e.g. mushroom.en-val.v2.jsonl): {names}")
+        return lines
+
+
+def _files_by_lang(folder: Path) -> tuple[dict[str, Path], list[Path]]:
     found: dict[str, Path] = {}
+    unnamed: list[Path] = []
     for path in sorted(folder.glob("*.jsonl")):
         lang = lang_from_filename(path)
-        if lang:
-            found[lang] = path
-    return found
+        if lang is None:
+            unnamed.append(path)
+            continue
+        if lang in found:
+            raise MushroomError(
+                f"{folder}: two files for language {lang!r}: {found[lang].name} and {path.name}; "
+                "keep one (or move one to another folder)"
+            )
+        found[lang] = path
+    return found, unnamed
 
 
-def pair_paths(gold: Path, pred: Path) -> list[tuple[str, Path, Path]]:
-    """(lang, gold file, prediction file) for a file pair or two folders matched by language."""
+def pair_paths(
+    gold: Path, pred: Path, langs: list[str] | None = None, allow_missing: bool = False
+) -> Pairing:
+    """(lang, gold file, prediction file) for a file pair or two folders matched by language.
+
+    Args:
+        gold: a gold file or folder.
+        pred: a prediction file or folder.
+        langs: with folders, the languages to score; all gold languages when None.
+        allow_missing: with folders, score the languages that have predictions and list the
+            rest in `missing` instead of failing (callers that show the languages they score).
+
+    Raises:
+        MushroomError: a path is missing, a file is paired with a folder, or (unless
+            allowed) a language asked for has no file.
+    """
+    for role, path in (("GOLD", gold), ("PRED", pred)):
+        if not path.exists():
+            raise MushroomError(f"{role} {path}: no such file or folder")
     if gold.is_file() and pred.is_file():
-        return [(lang_from_filename(gold) or "all", gold, pred)]
+        return Pairing([(lang_from_filename(gold) or "all", gold, pred)])
     if gold.is_dir() and pred.is_dir():
-        golds, preds = _files_by_lang(gold), _files_by_lang(pred)
-        common = sorted(set(golds) & set(preds))
-        if not common:
+        golds, _ = _files_by_lang(gold)
+        preds, unnamed = _files_by_lang(pred)
+        if not golds:
+            raise MushroomError(f"GOLD {gold}: no per-language files (such as mushroom.en-val.v2.jsonl)")
+        wanted = sorted(golds) if langs is None else [x.lower() for x in langs]
+        no_gold = [x for x in wanted if x not in golds]
+        if no_gold:
+            raise MushroomError(
+                f"--langs {', '.join(no_gold)}: no gold file in {gold}; it has {', '.join(sorted(golds))}"
+            )
+        if not preds:
+            raise MushroomError(
+                f"PRED {pred}: no per-language prediction files (named like mushroom.en-val.v2.jsonl)"
+            )
+        missing = [x for x in wanted if x not in preds]
+        if missing and langs is not None:
+            raise MushroomError(f"--langs {', '.join(missing)}: no prediction file in {pred}")
+        if missing and not allow_missing:
+            raise MushroomError(
+                f"{pred}: no prediction file for {len(missing)} of {len(wanted)} languages "
+                f"({', '.join(missing)}); to score only some, name them: --langs "
+                + ",".join(x for x in wanted if x in preds)
+            )
+        pairs = [(x, golds[x], preds[x]) for x in wanted if x in preds]
+        if not pairs:
             raise MushroomError(f"no language has files in both {gold} and {pred}")
-        return [(lang, golds[lang], preds[lang]) for lang in common]
-    raise MushroomError("GOLD and PRED must both be files or both be folders")
+        extra = sorted(set(preds) - set(golds))
+        if langs is not None:
+            extra += sorted(x for x in preds if x in golds and x not in wanted)
+        return Pairing(pairs, missing, extra, unnamed)
+    kinds = (
+        f"GOLD is a {'folder' if gold.is_dir() else 'file'}, PRED a {'folder' if pred.is_dir() else 'file'}"
+    )
+    raise MushroomError(f"{kinds}: give two files, or two folders of per-language files")
 
 
-def score_paths(gold: str | Path, pred: str | Path) -> ScoreResult:
-    """Scores a file pair, or folders of per-language files; items keep their language."""
+def score_pairs(pairs: list[tuple[str, Path, Path]]) -> ScoreResult:
+    """Scores matched (lang, gold, prediction) files; items keep their language."""
     parts = []
-    for lang, g, p in pair_paths(Path(gold), Path(pred)):
+    for lang, g, p in pairs:
         result = score_loaded(read_scoring_file(g, True), read_scoring_file(p, False), lang)
         parts.append(result)
     return ScoreResult(
@@ -138,6 +263,13 @@ def score_paths(gold: str | Path, pred: str | Path) -> ScoreResult:
         cor=np.concatenate([r.cor for r in parts]),
         warnings=[w for r in parts for w in r.warnings],
     )
+
+
+def score_paths(
+    gold: str | Path, pred: str | Path, langs: list[str] | None = None, allow_missing: bool = False
+) -> ScoreResult:
+    """Scores a file pair, or folders of per-language files (see `pair_paths`)."""
+    return score_pairs(pair_paths(Path(gold), Path(pred), langs, allow_missing).pairs)
 
 
 def score_predictions(items: list, predictions: list) -> ScoreResult:

@@ -1,0 +1,486 @@
+"""Every command against broken and real-world-like files and typo'd options: exit codes,
+messages that name the file/line/option, no tracebacks, no silent changes of numbers."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+import typer
+from conftest import ROOT, VAL_EN, write_lines
+from official_oracle import official_scores
+from pydantic import BaseModel, Field
+
+from mushroom.cli import app
+from mushroom.cliutil import (
+    check_option_names,
+    field_default,
+    interrupt_hint,
+    parse_float_list,
+    parse_options,
+    run_cli,
+    suggest,
+    validate_options,
+)
+from mushroom.errors import MushroomError, RunFailed
+
+VAL_DIR = ROOT / "data" / "mushroom" / "val"
+GOLD_ROWS = [json.loads(line) for line in VAL_EN.read_text(encoding="utf-8").splitlines()]
+
+
+def cli(capsys, *args):
+    """Runs the CLI in-process through its error boundary: (exit code, stdout, stderr)."""
+    code = run_cli(app, [str(a) for a in args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def leaderboard_style(rows):
+    """Predictions as some real submissions are: soft spans carry the span's text, plus extra keys."""
+    out = []
+    for r in rows:
+        text = r["model_output_text"]
+        out.append(
+            {
+                "id": r["id"],
+                "lang": r["lang"],
+                "model_output_text": text,
+                "soft_labels": [{**s, "text": text[s["start"] : s["end"]]} for s in r["soft_labels"]],
+                "hard_labels": r["hard_labels"],
+            }
+        )
+    return out
+
+
+# ---- 1. inputs as the official tools read them ------------------------------------------
+
+
+def test_submission_with_text_keys_is_read_by_every_command(tmp_path, capsys):
+    sub = write_lines(tmp_path / "sub.jsonl", leaderboard_style(GOLD_ROWS))
+    code, out, _ = cli(capsys, "check", sub, "--items", VAL_EN)
+    assert code == 0 and "OK (50 predictions" in out
+    code, _, err = cli(capsys, "check", sub, "--items", VAL_EN, "--strict")
+    assert code == 1
+    assert "field 'text': unknown key in soft_labels span" in err
+    assert "field 'model_output_text': unknown key in record" in err
+    code, out, _ = cli(capsys, "score", VAL_EN, sub)
+    assert code == 0 and out.endswith("IoU: 1.00000000\nCor: 1.00000000\n")
+    ens = tmp_path / "ens.jsonl"
+    code, out, err = cli(capsys, "ensemble", sub, sub, "--out", ens)  # ids say val/en: no --items needed
+    assert code == 0, err
+    code, _, err = cli(capsys, "check", ens, "--items", VAL_EN)
+    assert code == 0, err
+
+
+def test_bom_and_crlf_are_read_with_the_same_numbers(tmp_path, capsys):
+    preds = [{"id": r["id"], "soft_labels": r["soft_labels"][:2]} for r in GOLD_ROWS]
+    plain = write_lines(tmp_path / "plain.jsonl", preds)
+    odd = tmp_path / "odd.jsonl"
+    odd.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))
+    gold_bom = tmp_path / "mushroom.en-val.v2.jsonl"
+    gold_bom.write_bytes(b"\xef\xbb\xbf" + VAL_EN.read_bytes().replace(b"\n", b"\r\n"))
+    _, plain_out, _ = cli(capsys, "score", VAL_EN, plain)
+    code, odd_out, _ = cli(capsys, "score", gold_bom, odd)
+    assert code == 0 and odd_out == plain_out
+    iou, cor = official_scores(VAL_EN, plain)
+    assert plain_out == f"IoU: {iou:.8f}\nCor: {cor:.8f}\n"
+    assert cli(capsys, "check", odd, "--items", gold_bom)[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("span", "field"),
+    [
+        ({"soft_labels": [{"start": 116, "end": 10000, "prob": 0.9}]}, "soft_labels.0"),
+        ({"soft_labels": [{"start": 9, "end": 4, "prob": 0.9}]}, "soft_labels.0"),
+        ({"hard_labels": [[3, 2]]}, "hard_labels.0"),
+        ({"hard_labels": [[-2, 3]]}, "hard_labels.0"),
+    ],
+)
+@pytest.mark.parametrize("with_items", [True, False])
+def test_ensemble_refuses_invalid_spans_naming_file_line_id_field(tmp_path, capsys, span, field, with_items):
+    rows = [{"id": r["id"], "hard_labels": r["hard_labels"]} for r in GOLD_ROWS]
+    rows[3] = {"id": rows[3]["id"], "hard_labels": [], **span}
+    bad = write_lines(tmp_path / "bad.jsonl", rows)
+    good = write_lines(tmp_path / "good.jsonl", [{"id": r["id"], "hard_labels": []} for r in GOLD_ROWS])
+    out = tmp_path / "ens.jsonl"
+    extra = ["--items", VAL_EN] if with_items else []
+    code, _, err = cli(capsys, "ensemble", good, bad, "--out", out, *extra)
+    assert code == 1
+    assert f"bad.jsonl:4: id '{GOLD_ROWS[3]['id']}': field '{field}'" in err
+    assert not out.exists()
+
+
+def test_ensemble_threshold_and_unknown_ids(tmp_path, capsys):
+    pred = write_lines(tmp_path / "p.jsonl", [{"id": "mine-1", "hard_labels": [[0, 3]]}])
+    code, _, err = cli(capsys, "ensemble", pred, "--out", tmp_path / "o.jsonl", "--threshold", "1.5")
+    assert code == 2 and "--threshold" in err
+    code, _, err = cli(capsys, "ensemble", pred, "--out", tmp_path / "o.jsonl")
+    assert code == 2 and "pass --items" in err
+
+
+def test_score_warns_about_what_the_official_scorer_accepts_silently(tmp_path, capsys):
+    rows = [
+        {"id": r["id"], "soft_labels": r["soft_labels"], "hard_labels": r["hard_labels"]} for r in GOLD_ROWS
+    ]
+    rows[0]["soft_labels"] = [{"start": 10, "end": 5, "prob": 0.7}, {"start": 20, "end": 30, "prob": 1.5}]
+    rows[1]["hard_labels"] = [[8, 3]]
+    pred = write_lines(tmp_path / "p.jsonl", rows)
+    code, out, err = cli(capsys, "score", VAL_EN, pred)
+    assert code == 0
+    iou, cor = official_scores(VAL_EN, pred)
+    assert out == f"IoU: {iou:.8f}\nCor: {cor:.8f}\n"  # the official numbers, unchanged
+    assert "2 reversed spans" in err and "p.jsonl:1: id 'val-en-1': soft_labels.0 [10, 5)" in err
+    assert "1 probabilities outside [0, 1]" in err and "soft_labels.1.prob 1.5" in err
+
+
+# ---- 2. one error boundary ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (["check", "{tmp}", "--items", VAL_EN], 2, "is a folder"),
+        (["check", "{tmp}/nope.jsonl", "--items", VAL_EN], 2, "no such file"),
+        (["ensemble", VAL_EN, "--out", "{tmp}"], 2, "--out"),
+        (["ensemble", VAL_EN, "--out", "{tmp}/o.jsonl", "--items", "{tmp}"], 2, "--items"),
+        (["score", VAL_EN, VAL_EN, "--output", "{tmp}"], 2, "--output"),
+        (["score", VAL_EN, VAL_EN, "--json", "{tmp}"], 2, "--json"),
+        (["score", "{tmp}/missing.jsonl", VAL_EN], 2, "GOLD"),
+        (["score", VAL_DIR, VAL_EN], 2, "GOLD is a folder, PRED a file"),
+        (["compare", "{tmp}", "--baseline", "3"], 2, "--baseline 3"),
+        (["compare", "{tmp}/nope"], 2, "no such folder"),
+        (["report", "{tmp}/nope"], 2, "RUN_DIR"),
+        (["score", "--bogus", VAL_EN, VAL_EN], 2, "No such option"),
+        (["nosuchcommand"], 2, "No such command"),
+    ],
+)
+def test_expected_failures_are_one_message_and_an_exit_code(tmp_path, capsys, args, code, needle):
+    argv = [str(a).replace("{tmp}", str(tmp_path)) for a in args]
+    got, out, err = cli(capsys, *argv)
+    assert got == code, err
+    assert needle in out + err
+
+
+def _tiny_app(exc: BaseException | None = None, hint=None):
+    tiny = typer.Typer()
+
+    @tiny.command()
+    def go() -> None:
+        if hint is not None:
+            with interrupt_hint(hint):
+                raise KeyboardInterrupt
+        raise exc
+
+    @tiny.command()
+    def other() -> None:
+        pass
+
+    return tiny
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "needle"),
+    [
+        (MushroomError("use pip install 'mushroom[vllm]'"), 2, "pip install 'mushroom[vllm]'"),
+        (RunFailed("3 items failed"), 3, "3 items failed"),
+        (KeyboardInterrupt(), 130, "interrupted"),
+        (IsADirectoryError(21, "Is a directory", "out/x"), 2, "out/x: is a folder"),
+        (PermissionError(13, "Permission denied", "/root/x"), 2, "/root/x: permission denied"),
+        (ZeroDivisionError("boom"), 70, "this is a bug in mushroom"),
+    ],
+)
+def test_exit_codes(capsys, exc, code, needle):
+    assert run_cli(_tiny_app(exc), ["go"]) == code
+    out, err = capsys.readouterr()
+    assert needle in err and "Traceback" not in err
+
+
+def test_interrupt_hint_says_what_was_saved(capsys):
+    assert (
+        run_cli(_tiny_app(hint=lambda: "12 of 50 items saved in runs/x; run it again to resume"), ["go"])
+        == 130
+    )
+    err = capsys.readouterr().err
+    assert "interrupted; 12 of 50 items saved in runs/x; run it again to resume" in err
+
+
+def test_debug_shows_the_traceback(capsys):
+    assert run_cli(_tiny_app(MushroomError("nope")), ["go"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    os.environ["MUSHROOM_DEBUG"] = "1"
+    try:
+        assert run_cli(_tiny_app(MushroomError("nope")), ["go"]) == 2
+    finally:
+        del os.environ["MUSHROOM_DEBUG"]
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_debug_flag_through_the_real_command_line(tmp_path):
+    args = [sys.executable, "-m", "mushroom", "--debug", "check", str(tmp_path), "--items", str(VAL_EN)]
+    res = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 2 and "Traceback" in res.stderr and "is a folder" in res.stderr
+    res = subprocess.run([a for a in args if a != "--debug"], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+# ---- 3. names are checked ----------------------------------------------------------------
+
+
+class _Opts(BaseModel):
+    threshold: float = 0.5
+    sources: list[str] = Field(default_factory=lambda: ["a", "b"])
+    model: str
+
+
+def test_option_names_values_and_suggestions():
+    with pytest.raises(
+        MushroomError, match=r"unknown option 'thresh'; did you mean 'threshold'\? valid: model"
+    ):
+        check_option_names({"thresh": 0.3}, _Opts)
+    with pytest.raises(MushroomError, match=r"threshold: Input should be a valid number.*got 'abc'"):
+        validate_options({"threshold": "abc", "model": "m"}, _Opts)
+    assert suggest("perplexty-sonar-pro", ["perplexity-sonar-pro", "deepseek-r1"]).startswith(
+        "; did you mean 'perplexity-sonar-pro'?"
+    )
+    assert suggest("zzz", ["a", "b"]) == " valid: a, b"
+    assert [field_default(_Opts.model_fields[k]) for k in ("threshold", "sources", "model")] == [
+        "0.5",
+        "['a', 'b']",
+        "(required)",
+    ]
+    with pytest.raises(MushroomError, match=r"--temperatures: 'abc' is not a number"):
+        parse_float_list("0.05,abc", "--temperatures")
+    assert parse_float_list("0.05, 0.1", "--temperatures") == [0.05, 0.1]
+    with pytest.raises(MushroomError, match="KEY=VALUE"):
+        parse_options(["threshold"])
+    with pytest.raises(MushroomError, match="given twice"):
+        parse_options(["a=1", "a=2"])
+    assert parse_options(["a=1", "b=x", 'c={"k": true}']) == {"a": 1, "b": "x", "c": {"k": True}}
+
+
+def test_detectors_prints_real_defaults(capsys):
+    code, out, _ = cli(capsys, "detectors")
+    assert code == 0
+    assert "PydanticUndefined" not in out and "lexical" in out
+    assert "threshold = " in out
+
+
+# ---- 4. markup-safe output ---------------------------------------------------------------
+
+
+def test_bracketed_file_names_are_printed_as_they_are(tmp_path, capsys):
+    pred = write_lines(tmp_path / "run[bold].jsonl", [{"id": r["id"], "hard_labels": []} for r in GOLD_ROWS])
+    code, out, _ = cli(capsys, "check", pred, "--items", VAL_EN)
+    assert code == 0 and "run[bold].jsonl: OK" in out
+    bad = write_lines(tmp_path / "x[red].jsonl", ["{oops"])
+    code, _, err = cli(capsys, "check", bad, "--items", VAL_EN)
+    assert code == 1 and "x[red].jsonl:1: invalid JSON" in err
+
+
+# ---- 5. folder scoring says what it did --------------------------------------------------
+
+
+def test_folder_scoring_needs_every_language_or_langs(tmp_path, capsys):
+    (tmp_path / "mushroom.en-val.v2.jsonl").write_bytes(VAL_EN.read_bytes())
+    (tmp_path / "mushroom.xx-val.v2.jsonl").write_text("")
+    (tmp_path / "notes.jsonl").write_text("")
+    code, _, err = cli(capsys, "score", VAL_DIR, tmp_path)
+    assert code == 2 and "no prediction file for 9 of 10 languages" in err and "--langs en" in err
+    code, out, err = cli(capsys, "score", VAL_DIR, tmp_path, "--langs", "en")
+    assert code == 0 and out.endswith("IoU: 1.00000000\nCor: 1.00000000\n")
+    assert "scoring 1 language(s): en (mushroom.en-val.v2.jsonl)" in err
+    assert "not scored, no gold file: xx" in err and "notes.jsonl" in err
+    (tmp_path / "mushroom.en-val.old.jsonl").write_bytes(VAL_EN.read_bytes())
+    code, _, err = cli(capsys, "score", VAL_DIR, tmp_path, "--langs", "en")
+    assert code == 2 and "two files for language 'en'" in err
+
+
+# ---- 7. modes, JSON on stdout, narrow tables ---------------------------------------------
+
+
+def test_files_are_written_with_the_umask(tmp_path, capsys):
+    old = os.umask(0o022)
+    try:
+        ens = tmp_path / "ens.jsonl"
+        json_path = tmp_path / "s.json"
+        assert cli(capsys, "ensemble", VAL_EN, "--out", ens)[0] == 0
+        assert (
+            cli(capsys, "score", VAL_EN, VAL_EN, "--json", json_path, "--output", tmp_path / "o.txt")[0] == 0
+        )
+    finally:
+        os.umask(old)
+    for path in (ens, json_path, tmp_path / "o.txt"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_score_json_dash_prints_only_json(capsys):
+    code, out, err = cli(capsys, "score", VAL_EN, VAL_EN, "--json", "-", "--per-lang", "--ci")
+    assert code == 0
+    assert json.loads(out)["n"] == 50
+    assert "IoU: 1.00000000" in err
+
+
+def test_compare_wraps_instead_of_cutting_at_80_columns(tmp_path):
+    runs = []
+    for name, keep in (("a-rather-long-run-name", 99), ("another-long-run-name", 1)):
+        folder = tmp_path / name
+        folder.mkdir()
+        write_lines(
+            folder / "mushroom.en-val.v2.jsonl",
+            [{"id": r["id"], "hard_labels": r["hard_labels"][:keep]} for r in GOLD_ROWS],
+        )
+        runs.append(str(folder))
+    env = {**os.environ, "COLUMNS": "80"}
+    res = subprocess.run(
+        [sys.executable, "-m", "mushroom", "compare", *runs, "--eval-dir", str(tmp_path / "e")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "…" not in res.stdout
+    table = [line for line in res.stdout.splitlines() if line[:1] in "┏┃│┡├└"]
+    assert table and max(len(line) for line in table) <= 80
+    assert "[1.00-1.00]" in res.stdout
+
+
+@pytest.mark.parametrize("command", ["sweep", "report"])
+def test_run_readers_check_spans_against_the_items(tmp_path, capsys, command):
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"id": r["id"], "hard_labels": r["hard_labels"]} for r in GOLD_ROWS]
+    rows[2]["hard_labels"] = [[0, 10000]]
+    write_lines(run / "mushroom.en-val.v2.jsonl", rows)
+    extra = ["--svg", tmp_path / "s.svg"] if command == "sweep" else ["--contexts", ""]
+    code, _, err = cli(capsys, command, run, "--lang", "en", *extra)
+    assert code == 1
+    assert f"mushroom.en-val.v2.jsonl:3: id '{GOLD_ROWS[2]['id']}': field 'hard_labels.0'" in err
+    assert "<= " + str(len(GOLD_ROWS[2]["model_output_text"])) in err
+
+
+def test_compare_warns_about_quirks_the_scorer_accepts(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"id": r["id"], "hard_labels": r["hard_labels"]} for r in GOLD_ROWS]
+    rows[0]["hard_labels"] = [[5, 2]]
+    write_lines(run / "mushroom.en-val.v2.jsonl", rows)
+    code, _, err = cli(capsys, "compare", run, "--eval-dir", tmp_path / "e")
+    assert code == 0 and "1 reversed spans" in err
+
+
+def test_unknown_context_source_suggests_a_close_match():
+    from mushroom.contexts import load_contexts
+
+    with pytest.raises(MushroomError, match="did you mean 'perplexity-sonar-pro'"):
+        load_contexts("val", "en", ("perplexty-sonar-pro",))
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"PK\x03\x04rest-of-a-zip", "is a zip archive"),
+        (json.dumps(GOLD_ROWS[:2]).encode(), "is a JSON array"),
+        (json.dumps(GOLD_ROWS[0], indent=2).encode(), "is one JSON document spread over several lines"),
+        ("\n".join(json.dumps(r) for r in GOLD_ROWS).encode("utf-16"), "is UTF-16"),
+    ],
+    ids=["zip", "array", "pretty", "utf16"],
+)
+def test_common_mixups_get_a_file_level_answer(tmp_path, capsys, content, needle):
+    pred = tmp_path / "p.jsonl"
+    pred.write_bytes(content)
+    code, _, err = cli(capsys, "score", VAL_EN, pred)
+    assert code == 1 and f"{pred}: {needle}" in err
+
+
+def test_report_says_when_raw_lines_are_unreadable(tmp_path):
+    from mushroom.report import build_report
+
+    run = tmp_path / "run"
+    (run / "raw").mkdir(parents=True)
+    write_lines(run / "mushroom.en-val.v2.jsonl", [{"id": r["id"], "hard_labels": []} for r in GOLD_ROWS])
+    write_lines(
+        run / "raw" / "en.responses.jsonl", [{"id": "val-en-1", "response": "ok"}, '{"id": "val-en-2", "resp']
+    )
+    page = build_report(run, "val", ["en"], ())
+    assert "1 unreadable line(s) in raw/ files" in page and "en.responses.jsonl:2: invalid JSON" in page
+
+
+@pytest.mark.parametrize(
+    ("rows", "code", "needle"),
+    [
+        ([], 1, "no predictions in the file"),
+        ([{"id": r["id"]} for r in GOLD_ROWS], 1, "neither hard_labels nor soft_labels given"),
+        (
+            [{"id": r["id"], "soft_labels": [{"start": 0, "end": 2, "prob": "0.5"}]} for r in GOLD_ROWS],
+            1,
+            "soft_labels.0.prob",
+        ),
+    ],
+    ids=["empty", "ids-only", "string-prob"],
+)
+def test_ensemble_never_writes_what_it_did_not_read(tmp_path, capsys, rows, code, needle):
+    pred = write_lines(tmp_path / "p.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    got, _, err = cli(capsys, "ensemble", pred, "--out", out)
+    assert got == code and needle in err
+    assert not out.exists()
+
+
+def test_nested_option_defaults_show_what_differs():
+    class Inner(BaseModel):
+        kind: str
+        size: int = 3
+
+    class Outer(BaseModel):
+        inner: Inner = Field(default_factory=lambda: Inner(kind="replay"))
+
+    assert field_default(Outer.model_fields["inner"]) == "Inner(kind='replay')"
+
+
+SLEEPY_APP = """
+import sys, time, typer
+from mushroom.cliutil import run_cli, interrupt_hint
+app = typer.Typer()
+@app.command()
+def bare():
+    print("ready", flush=True)
+    time.sleep(60)
+@app.command()
+def hinted():
+    with interrupt_hint(lambda: "3 of 50 items saved in runs/x; run the same command to resume"):
+        print("ready", flush=True)
+        time.sleep(60)
+raise SystemExit(run_cli(app))
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("bare", "interrupted\n"),
+        ("hinted", "interrupted; 3 of 50 items saved in runs/x; run the same command to resume\n"),
+    ],
+)
+def test_ctrl_c_exits_130_with_one_line(tmp_path, command, expected):
+    import signal
+
+    script = tmp_path / "sleepy.py"
+    script.write_text(SLEEPY_APP)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a test runner may ignore it
+    )
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err == expected
