@@ -406,3 +406,23 @@ def test_replay_line_without_any_id_is_a_clear_error(tmp_path):
     path = write_lines(tmp_path / "raw.jsonl", [{"response": "x"}])
     with pytest.raises(MushroomError, match=r"raw.jsonl:1.*needs `key`, `item_id` or `id`"):
         build_backend({"kind": "replay", "responses": str(path)})
+
+
+@pytest.mark.parametrize(
+    "status, body, final",
+    [
+        (400, "anything", True),
+        (422, '{"detail": [{"msg": "field required"}]}', True),
+        (429, "slow down", False),
+        (500, '{"error": "scripted"}', False),
+        (500, "1 validation error for CreateChatCompletionRequest", True),
+        (500, "response_format json_schema is not supported", True),
+        (501, "", True),
+        (502, "Bad Gateway: invalid upstream response", False),  # a proxy, not the request
+        (503, "Service Unavailable", False),
+    ],
+)
+def test_which_error_answers_are_final(status, body, final):
+    from mushroom.backends.openai_compat import is_validation_error
+
+    assert is_validation_error(status, body) is final

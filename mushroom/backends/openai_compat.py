@@ -94,7 +94,7 @@ class _Final(Exception):
 
 def is_validation_error(status: int, body: str) -> bool:
     """True when an error answer means the request is wrong, not that the server is busy or down."""
-    if status in (408, 409, 425, 429):
+    if status in (408, 409, 425, 429, 502, 503, 504):  # busy, or a proxy that lost the server
         return False
     return status < 500 or status == 501 or bool(_INVALID.search(body))
 
