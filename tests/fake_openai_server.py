@@ -12,7 +12,9 @@ Options that imitate real servers:
 - `owned_by`: what `GET /v1/models` says (vLLM says "vllm").
 - `/v1/completions` with `echo` returns prompt log-probabilities over a word/punctuation
   tokenization (`token_logprob` gives a token's value, default -1.0); with
-  `prompt_logprobs=False` it answers HTTP 500 as llama-cpp-python without `--logits_all`.
+  `prompt_logprobs=False` it answers HTTP 500 as llama-cpp-python without `--logits_all`;
+  `late_echo` answers as llama-cpp-python does for a model without BOS (row j holds the
+  distribution of token j+1; tokens in `late_missing` are left out of those rows).
 """
 
 import json
@@ -44,6 +46,8 @@ class FakeServer:
         owned_by: str = "fake",
         prompt_logprobs: bool = True,
         token_logprob: dict[str, float] | None = None,
+        late_echo: bool = False,
+        late_missing: frozenset[str] = frozenset(),
     ):
         self.script = script
         self.default_text = default_text
@@ -53,6 +57,8 @@ class FakeServer:
         self.owned_by = owned_by
         self.prompt_logprobs = prompt_logprobs
         self.token_logprob = token_logprob or {}
+        self.late_echo = late_echo
+        self.late_missing = late_missing
         self.calls: list[dict] = []
         self.gets: list[str] = []
         self.counts: dict[str, int] = {}
@@ -152,6 +158,15 @@ class FakeServer:
                     pos += len(t)
                 values = [None] + [server.token_logprob.get(t, -1.0) for t in tokens[1:]]
                 tops = [None] + [{t: v} for t, v in zip(tokens[1:], values[1:])]
+                if server.late_echo:  # llama-cpp-python, model without BOS: row j predicts token j+1
+                    late_tops = []
+                    for j, t in enumerate(tokens):
+                        row = {t: -9.0}
+                        if j + 1 < len(tokens) and tokens[j + 1] not in server.late_missing:
+                            row[tokens[j + 1]] = values[j + 1]
+                        late_tops.append(row)
+                    tops = [None] + late_tops[1:]
+                    values = [None] + [-9.0] * (len(tokens) - 1)
                 choice = {
                     "index": 0,
                     "text": body["prompt"] + " next",

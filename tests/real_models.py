@@ -122,8 +122,8 @@ class LlamaServer:
             "--n_ctx",
             str(n_ctx),
         ]
-        if logits_all:
-            self.args += ["--logits_all", "true"]
+        # the server's own default is true (prompt log-probabilities kept); said either way
+        self.args += ["--logits_all", "true" if logits_all else "false"]
         self.proc: subprocess.Popen | None = None
         self.log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
 

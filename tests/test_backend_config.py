@@ -67,6 +67,7 @@ def test_calling_backend_config_builds_the_model_of_its_kind():
     cfg = BackendConfig(kind="transformers", model="tiny", device="cpu", batch_size=2)
     assert type(cfg) is TransformersConfig and cfg.batch_size == 2
     assert type(BackendConfig(kind="unregistered", model="a")) is BackendSettings  # test doubles
+    assert type(BackendSettings.model_validate({"kind": "openai", "concurrency": 2})) is OpenAIConfig
     with pytest.raises(ValidationError, match="no setting 'batch_size'"):
         BackendConfig(kind="openai", batch_size=3)
     assert parse_backend_config(BackendSettings.model_construct(kind="replay", model="")).kind == "replay"

@@ -193,6 +193,17 @@ def test_loglikelihood_reports_a_server_that_cannot_score():
         assert len([c for c in server.calls if c["path"] == "/v1/completions"]) == 2  # not retried
 
 
+def test_loglikelihood_reads_late_echo_rows_from_the_row_before():
+    values = {"Yes": -0.25, "No": -2.0, " ": -0.5, "maybe": -3.0}
+    with FakeServer({}, token_logprob=values, late_echo=True, late_missing=frozenset({"maybe"})) as server:
+        backend = _openai(server.url)
+        out = backend.loglikelihood([_ll("a", "Yes"), _ll("b", "No"), _ll("c", "Yes maybe")])
+        assert [s.logprob for s in out[:2]] == [-0.25, -2.0] and backend._echo_late is True
+        assert out[2].logprob is None and "'maybe' is not among" in out[2].error
+        ks = [c["body"]["logprobs"] for c in server.calls if c["path"] == "/v1/completions"]
+        assert ks == [1, 50, 50, 50]  # the first answer shows the late rows; asked again with top-50
+
+
 def test_loglikelihood_refuses_a_continuation_inside_a_token():
     from mushroom.backends.openai_compat import OpenAIBackend
 

@@ -47,6 +47,17 @@ class BackendSettings(BaseModel):
                 return super().__new__(target)
         return super().__new__(cls)
 
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> BackendSettings:
+        # as `__new__`: the base class validates a dict as the model of its kind
+        if cls is BackendSettings and isinstance(obj, dict) and isinstance(obj.get("kind"), str):
+            from mushroom.backends.registry import config_class_or_none
+
+            target = config_class_or_none(obj["kind"])
+            if target is not None and target is not cls:
+                return target.model_validate(obj, **kwargs)
+        return super().model_validate(obj, **kwargs)
+
     @model_validator(mode="before")
     @classmethod
     def _known_keys(cls, data: Any) -> Any:

@@ -29,7 +29,9 @@ defaults are chosen for the other end, a one-slot CPU server (llama.cpp on a lap
   `/apply-template` when it has one, else a plain `role: content` rendering, or ChatML when
   configured), the continuation appended, and the log-probabilities of the tokens that fall
   inside the continuation summed. A server that returns no prompt log-probabilities gives
-  each request an error saying so.
+  each request an error saying so. llama-cpp-python (0.3.x) echoes them one token late for a
+  model without a BOS token (SmolLM2, Qwen); that is detected from the response itself and
+  token j is then read from row j-1's top-50, exact when it is there and an error when not.
 
 The API key is read from the environment variable the config names and is never logged or
 written into a run folder.
@@ -66,6 +68,7 @@ from mushroom.errors import MushroomError
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 FALLBACK = ("json_schema", "json_object", "none")
 VLLM_CONCURRENCY = 32
+LATE_TOP_K = 50  # top log-probabilities asked for when a server's echoed rows are one token late
 # A body that says the request itself is wrong; such an answer is final even with a 5xx code.
 _INVALID = re.compile(
     r"validation|invalid|not supported|unsupported|unrecognized|not implemented|extra (inputs|fields)"
@@ -148,6 +151,7 @@ class OpenAIBackend(Backend):
         self.form_confirmed = config.structured_output != "auto"
         self._template: str | None = None  # auto: "server" or "plain", found on first use
         self.loglikelihood_template_used = ""
+        self._echo_late: bool | None = None  # llama-cpp-python's echo bug, found on first use
 
     # ----------------------------------------------------------------- server facts
 
@@ -387,8 +391,33 @@ class OpenAIBackend(Backend):
         return prompt if isinstance(prompt, str) else None
 
     @staticmethod
-    def continuation_logprob(data: dict[str, Any], start: int, end: int) -> Loglikelihood:
-        """Sums the echoed log-probabilities of the tokens in characters [start, end) of the prompt."""
+    def echo_rows_late(lp: dict[str, Any]) -> bool | None:
+        """Whether echoed rows are one token late (row j predicts token j+1); None: cannot tell.
+
+        llama-cpp-python pairs token j with the distribution computed *after* it when the model
+        has no BOS token (SmolLM2, Qwen): its top-1 then matches the next token far more often
+        than the token itself, which never happens with a correct server (vLLM).
+        """
+        tokens, tops = lp.get("tokens") or [], lp.get("top_logprobs") or []
+        own = late = 0
+        for j in range(1, min(len(tokens), len(tops))):
+            top = tops[j]
+            if not isinstance(top, dict) or not top:
+                continue
+            best = max(top, key=top.get)
+            own += best == tokens[j]
+            late += j + 1 < len(tokens) and best == tokens[j + 1]
+        if own == late:
+            return None
+        return late > own
+
+    @staticmethod
+    def continuation_logprob(data: dict[str, Any], start: int, end: int, late: bool = False) -> Loglikelihood:
+        """Sums the echoed log-probabilities of the tokens in characters [start, end) of the prompt.
+
+        With `late` rows, token j's value is read from row j-1's top log-probabilities: exact,
+        but only for tokens among the top-k the server returned.
+        """
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
             return Loglikelihood(error="response has no choices")
@@ -407,14 +436,22 @@ class OpenAIBackend(Backend):
             return Loglikelihood(error="the continuation does not start at a token boundary")
         total, greedy = 0.0, True
         for k in inside:
-            value = values[k]
+            row = k - 1 if late else k
+            top = tops[row] if 0 <= row < len(tops) else None
+            value = top.get(tokens[k]) if late and isinstance(top, dict) else (None if late else values[k])
+            if late and value is None:
+                width = len(top) if isinstance(top, dict) else 0
+                return Loglikelihood(
+                    error=f"continuation token {tokens[k]!r} is not among the {width} most likely at its "
+                    "position, and this server's echoed log-probabilities are one token late "
+                    "(llama-cpp-python with a model without BOS), so only its top-k values are exact"
+                )
             if not isinstance(value, int | float) or not math.isfinite(value):
                 return Loglikelihood(
                     error="the server returned no log-probability for a prompt token "
                     "(llama-cpp-python: start it with --logits_all true)"
                 )
             total += float(value)
-            top = tops[k] if k < len(tops) else None
             if isinstance(top, dict) and top:
                 greedy = greedy and max(top, key=top.get) == tokens[k]
         return Loglikelihood(logprob=total, is_greedy=greedy)
@@ -422,27 +459,37 @@ class OpenAIBackend(Backend):
     def _score(self, req: LoglikelihoodRequest) -> Loglikelihood:
         prompt = self._render(req.messages)
         full = prompt + req.continuation
-        body = {
-            "model": self.config.model,
-            "prompt": full,
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "echo": True,
-            "logprobs": 1,
-        }
-        result = self.post("/completions", body)
-        if isinstance(result, str):
-            return Loglikelihood(error=result)
-        if result.status_code != 200:
-            return Loglikelihood(
-                error=f"the server cannot score prompts (HTTP {result.status_code}: {result.text[:300]})"
-            )
-        try:
-            data = result.json()
-        except ValueError:
-            return Loglikelihood(error="server answered 200 with a body that is not JSON")
-        # offsets are in characters of the prompt text as sent (vLLM, llama-cpp-python)
-        return self.continuation_logprob(data, len(prompt), len(full))
+        while True:
+            late = self._echo_late
+            body = {
+                "model": self.config.model,
+                "prompt": full,
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "echo": True,
+                "logprobs": LATE_TOP_K if late else 1,
+            }
+            result = self.post("/completions", body)
+            if isinstance(result, str):
+                return Loglikelihood(error=result)
+            if result.status_code != 200:
+                return Loglikelihood(
+                    error=f"the server cannot score prompts (HTTP {result.status_code}: {result.text[:300]})"
+                )
+            try:
+                data = result.json()
+                lp = data["choices"][0].get("logprobs") or {}
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                return Loglikelihood(error="server answered 200 without a completion choice in JSON")
+            if late is None:
+                seen = self.echo_rows_late(lp)
+                with self._lock:
+                    if self._echo_late is None and seen is not None:
+                        self._echo_late = seen
+                if seen:  # ask again with enough top log-probabilities to read the late rows
+                    continue
+            # offsets are in characters of the prompt text as sent (vLLM, llama-cpp-python)
+            return self.continuation_logprob(data, len(prompt), len(full), late=bool(late or False))
 
     def loglikelihood(
         self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
