@@ -166,3 +166,12 @@ def test_llm_detector_options_take_a_backend_table():
         "llm", {"backend": {"kind": "openai", "model": "m", "base_url": "http://x/v1", "concurrency": 1}}
     )
     assert isinstance(det.options.backend, OpenAIConfig) and det.options.backend.concurrency == 1
+
+
+def test_json_schema_shows_the_kinds_as_a_tagged_union():
+    schema = Holder.model_json_schema()
+    backend = schema["properties"]["backend"]
+    assert backend["discriminator"]["propertyName"] == "kind"
+    assert set(backend["discriminator"]["mapping"]) == {"replay", "openai", "transformers", "vllm"}
+    assert "batch_size" not in schema["$defs"]["OpenAIConfig"]["properties"]
+    assert "concurrency" in schema["$defs"]["OpenAIConfig"]["properties"]

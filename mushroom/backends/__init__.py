@@ -15,6 +15,7 @@ from mushroom.backends.base import Backend
 from mushroom.backends.config import (
     BackendConfig,
     BackendSettings,
+    BuiltinBackendConfig,
     OpenAIConfig,
     ReplayConfig,
     TransformersConfig,
@@ -28,6 +29,7 @@ __all__ = [
     "Backend",
     "BackendConfig",
     "BackendSettings",
+    "BuiltinBackendConfig",
     "OpenAIConfig",
     "ReplayConfig",
     "TransformersConfig",

@@ -146,6 +146,12 @@ BUILTIN_CONFIGS: dict[str, type[BackendSettings]] = {
 }
 
 
+BuiltinBackendConfig = Annotated[
+    ReplayConfig | OpenAIConfig | TransformersConfig | VLLMConfig, Field(discriminator="kind")
+]
+"""The built-in kinds as a closed union tagged by `kind` (what the JSON schema shows)."""
+
+
 def parse_backend_config(value: BackendSettings | dict[str, Any]) -> BackendSettings:
     """The settings model of `value["kind"]`, validated; an unknown kind lists the known ones.
 
@@ -174,5 +180,14 @@ def _validate(value: Any) -> Any:
     return parse_backend_config(value) if isinstance(value, dict | BackendSettings) else value
 
 
-BackendConfig = Annotated[SerializeAsAny[BackendSettings], BeforeValidator(_validate)]
+class _BuiltinUnionSchema:
+    """JSON schema of the field: the built-in kinds as a union tagged by `kind`."""
+
+    def __get_pydantic_json_schema__(self, _core_schema: Any, handler: Any) -> dict[str, Any]:
+        from pydantic import TypeAdapter
+
+        return handler(TypeAdapter(BuiltinBackendConfig).core_schema)
+
+
+BackendConfig = Annotated[SerializeAsAny[BackendSettings], BeforeValidator(_validate), _BuiltinUnionSchema()]
 """Field annotation for a backend config: validates a dict into its kind's model."""
