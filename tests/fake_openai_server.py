@@ -1,32 +1,127 @@
-"""A scripted OpenAI-compatible chat server on 127.0.0.1 for tests.
+"""A scripted OpenAI-compatible server on 127.0.0.1 for tests.
 
-The script maps a marker found in the last user message to a list of behaviours, one per
-call: ("ok", text), ("status", code), ("sleep", seconds). The last behaviour repeats.
+Chat: the script maps a marker found in the last user message to a list of behaviours, one
+per call: ("ok", text), ("status", code) or ("status", code, body), ("sleep", seconds).
+The last behaviour repeats.
+
+Options that imitate real servers:
+- `reject_json_schema`: answers `response_format: {"type": "json_schema"}` with HTTP 500 and
+  a validation message, as llama-cpp-python's server does (json_object is accepted);
+  `reject_json_object`: a 400 for `{"type": "json_object"}`.
+- `slots`: `GET /props` reports `total_slots` (llama.cpp); None: 404.
+- `owned_by`: what `GET /v1/models` says (vLLM says "vllm").
+- `/v1/completions` with `echo` returns prompt log-probabilities over a word/punctuation
+  tokenization (`token_logprob` gives a token's value, default -1.0); with
+  `prompt_logprobs=False` it answers HTTP 500 as llama-cpp-python without `--logits_all`;
+  `late_echo` answers as llama-cpp-python does for a model without BOS (row j holds the
+  distribution of token j+1; tokens in `late_missing` are left out of those rows).
 """
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+LLAMA_SCHEMA_ERROR = (
+    '{"error": {"message": "1 validation error for CreateChatCompletionRequest\\nresponse_format.type\\n'
+    '  Input should be \'text\' or \'json_object\'", "type": "internal_server_error"}}'
+)
+LLAMA_LOGITS_ERROR = '{"error": {"message": "logits_all must be True to return prompt logprobs"}}'
+
+
+def tokenize(text: str) -> list[str]:
+    return re.findall(r"\w+|\s+|[^\w\s]", text)
+
 
 class FakeServer:
-    def __init__(self, script: dict[str, list[tuple]], default_text: str = '{"incorrect_spans": []}'):
+    def __init__(
+        self,
+        script: dict[str, list[tuple]],
+        default_text: str = '{"incorrect_spans": []}',
+        *,
+        reject_json_schema: bool = False,
+        reject_json_object: bool = False,
+        slots: int | None = None,
+        owned_by: str = "fake",
+        prompt_logprobs: bool = True,
+        token_logprob: dict[str, float] | None = None,
+        late_echo: bool = False,
+        late_missing: frozenset[str] = frozenset(),
+    ):
         self.script = script
         self.default_text = default_text
+        self.reject_json_schema = reject_json_schema
+        self.reject_json_object = reject_json_object
+        self.slots = slots
+        self.owned_by = owned_by
+        self.prompt_logprobs = prompt_logprobs
+        self.token_logprob = token_logprob or {}
+        self.late_echo = late_echo
+        self.late_missing = late_missing
         self.calls: list[dict] = []
+        self.gets: list[str] = []
         self.counts: dict[str, int] = {}
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
             def log_message(self, *args):
                 pass
+
+            def _send(self, code: int, payload: str, extra_headers=()) -> None:
+                data = payload.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in extra_headers:
+                    self.send_header(k, v)
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test)
+
+            def do_GET(self):
+                with server.lock:
+                    server.gets.append(self.path)
+                if self.path == "/props" and server.slots is not None:
+                    return self._send(200, json.dumps({"total_slots": server.slots}))
+                if self.path == "/v1/models":
+                    return self._send(
+                        200,
+                        json.dumps({"object": "list", "data": [{"id": "m", "owned_by": server.owned_by}]}),
+                    )
+                self._send(404, '{"detail": "Not Found"}')
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server.lock:
-                    server.calls.append({"body": body, "auth": self.headers.get("Authorization")})
+                    server.calls.append(
+                        {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
+                    )
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    if self.path == "/v1/completions":
+                        return self._completion(body)
+                    if self.path != "/v1/chat/completions":
+                        return self._send(404, '{"detail": "Not Found"}')
+                    self._chat(body)
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+            def _chat(self, body):
+                form = (body.get("response_format") or {}).get("type")
+                if server.reject_json_schema and form == "json_schema":
+                    return self._send(500, LLAMA_SCHEMA_ERROR)
+                if server.reject_json_object and form == "json_object":
+                    return self._send(400, '{"error": "response_format json_object is not supported"}')
                 prompt = body["messages"][-1]["content"]
                 marker = next((m for m in server.script if m in prompt), None)
                 action = ("ok", server.default_text)
@@ -40,11 +135,8 @@ class FakeServer:
                     time.sleep(action[1])
                     action = ("ok", server.default_text)
                 if action[0] == "status":
-                    self.send_response(action[1])
-                    self.send_header("Retry-After", "0")
-                    self.end_headers()
-                    self.wfile.write(b'{"error": "scripted"}')
-                    return
+                    payload = action[2] if len(action) > 2 else '{"error": "scripted"}'
+                    return self._send(action[1], payload, [("Retry-After", "0")])
                 choices = [
                     {
                         "index": i,
@@ -53,15 +145,44 @@ class FakeServer:
                     }
                     for i in range(body.get("n", 1))
                 ]
-                data = json.dumps(
-                    {"choices": choices, "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
+                usage = {"prompt_tokens": 10, "completion_tokens": 5}
+                self._send(200, json.dumps({"choices": choices, "usage": usage}))
+
+            def _completion(self, body):
+                if body.get("echo") and not server.prompt_logprobs:
+                    return self._send(500, LLAMA_LOGITS_ERROR)
+                tokens = tokenize(body["prompt"]) + [" next"]
+                offsets, pos = [], 0
+                for t in tokens:
+                    offsets.append(pos)
+                    pos += len(t)
+                values = [None] + [server.token_logprob.get(t, -1.0) for t in tokens[1:]]
+                tops = [None] + [{t: v} for t, v in zip(tokens[1:], values[1:])]
+                if server.late_echo:  # llama-cpp-python, model without BOS: row j predicts token j+1
+                    late_tops = []
+                    for j, t in enumerate(tokens):
+                        row = {t: -9.0}
+                        if j + 1 < len(tokens) and tokens[j + 1] not in server.late_missing:
+                            row[tokens[j + 1]] = values[j + 1]
+                        late_tops.append(row)
+                    tops = [None] + late_tops[1:]
+                    values = [None] + [-9.0] * (len(tokens) - 1)
+                choice = {
+                    "index": 0,
+                    "text": body["prompt"] + " next",
+                    "logprobs": {
+                        "tokens": tokens,
+                        "token_logprobs": values,
+                        "top_logprobs": tops,
+                        "text_offset": offsets,
+                    },
+                }
+                self._send(
+                    200, json.dumps({"choices": [choice], "usage": {"prompt_tokens": len(tokens) - 1}})
                 )
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(data.encode())
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 

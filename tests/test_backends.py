@@ -8,8 +8,9 @@ from conftest import ROOT, write_lines
 from fake_openai_server import FakeServer
 
 from mushroom.backends import build_backend
-from mushroom.backends.base import BackendConfig, GenerationRequest, Message
+from mushroom.backends.base import BackendConfig, GenerationRequest, LoglikelihoodRequest, Message
 from mushroom.backends.cache import CachedBackend, ResponseCache
+from mushroom.backends.config import parse_backend_config
 from mushroom.data import load_split
 from mushroom.detectors import build
 from mushroom.errors import MushroomError
@@ -28,7 +29,7 @@ def _openai(url, **kw):
     return build_backend(BackendConfig(kind="openai", model="m", base_url=url, **settings))
 
 
-def test_openai_backend_retries_429_5xx_and_timeouts(monkeypatch):
+def test_openai_backend_retries_429_5xx_and_lost_connections_but_not_validation_errors(monkeypatch):
     monkeypatch.setenv("MUSHROOM_TEST_KEY", "sk-secret")
     script = {
         "A": [("status", 429), ("ok", "answer A")],
@@ -36,18 +37,32 @@ def test_openai_backend_retries_429_5xx_and_timeouts(monkeypatch):
         "C": [("sleep", 1.5), ("ok", "answer C")],
         "D": [("status", 400)],
         "E": [("status", 500)],
+        "F": [("status", 500, '{"error": {"message": "1 validation error for Request: max_tokens"}}')],
     }
     with FakeServer(script) as server:
         backend = _openai(server.url, api_key_env="MUSHROOM_TEST_KEY", concurrency=3)
         seen = []
-        out = backend.generate([_req(k, f"item {k}") for k in "ABCDE"], on_result=lambda i, g: seen.append(i))
-        assert [g.texts for g in out[:3]] == [["answer A"], ["answer B"], ["answer C"]]
+        out = backend.generate(
+            [_req(k, f"item {k}") for k in "ABCDEF"], on_result=lambda i, g: seen.append(i)
+        )
+        assert [g.texts for g in out[:2]] == [["answer A"], ["answer B"]]
+        # a read timeout is not resent: the server may still be running the abandoned request
+        assert out[2].error.startswith("timeout after 1.0 s") and "not resent" in out[2].error
         assert out[3].error.startswith("HTTP 400")  # not retried
         assert "gave up after 4 attempts" in out[4].error
-        assert sorted(seen) == [0, 1, 2, 3, 4]
-        assert server.counts == {"A": 2, "B": 3, "C": 2, "D": 1, "E": 4}
+        assert out[5].error.startswith("HTTP 500") and "validation error" in out[5].error
+        assert sorted(seen) == [0, 1, 2, 3, 4, 5]
+        assert server.counts == {"A": 2, "B": 3, "C": 1, "D": 1, "E": 4, "F": 1}
+        assert backend.retries_made == 1 + 2 + 3
         assert all(c["auth"] == "Bearer sk-secret" for c in server.calls)
         backend.close()
+
+
+def test_openai_backend_resends_after_a_timeout_only_when_asked():
+    with FakeServer({"C": [("sleep", 1.5), ("ok", "answer C")]}) as server:
+        backend = _openai(server.url, retry_timeouts=True)
+        assert backend.generate([_req("C", "item C")])[0].texts == ["answer C"]
+        assert server.counts == {"C": 2}
 
 
 def test_openai_payload_carries_schema_logprobs_and_samples():
@@ -66,6 +81,142 @@ def test_openai_payload_carries_schema_logprobs_and_samples():
         assert body["response_format"]["type"] == "json_schema" and body["seed"] == 7
         assert body["logprobs"] is True and body["top_logprobs"] == 5 and body["n"] == 3
         assert len(out[0].texts) == 3 and out[0].usage["prompt_tokens"] == 10
+        assert out[0].structured_output == "json_schema" and backend.form_confirmed
+
+
+def _schema_req(key):
+    return GenerationRequest(
+        key=key,
+        messages=[Message(role="user", content=f"item {key}")],
+        json_schema=SpanList.model_json_schema(),
+    )
+
+
+@pytest.mark.parametrize(
+    "mode, check",
+    [
+        ("json_schema", lambda b: b["response_format"]["json_schema"]["schema"]["title"] == "SpanList"),
+        (
+            "json_object",
+            lambda b: b["response_format"] == {"type": "json_object", "schema": SpanList.model_json_schema()},
+        ),
+        ("guided_json", lambda b: "response_format" not in b and b["guided_json"]["title"] == "SpanList"),
+        ("none", lambda b: "response_format" not in b and "guided_json" not in b),
+    ],
+)
+def test_each_structured_output_form_has_its_body(mode, check):
+    with FakeServer({}) as server:
+        out = _openai(server.url, structured_output=mode).generate([_schema_req("a")])
+        assert check(server.calls[0]["body"]) and out[0].structured_output == mode
+
+
+def test_auto_structured_output_falls_back_once_and_remembers_it():
+    with FakeServer({}, reject_json_schema=True) as server:
+        backend = _openai(server.url, structured_output="auto", concurrency=3)
+        out = backend.generate([_schema_req(str(i)) for i in range(8)])
+        assert all(g.error is None for g in out)
+        assert {g.structured_output for g in out} == {"json_object"}
+        kinds = [(c["body"].get("response_format") or {}).get("type") for c in server.calls]
+        assert 1 <= kinds.count("json_schema") <= 3 and kinds.count("json_object") == 8
+        assert backend.structured_form == "json_object" and backend.form_confirmed
+        before = len(server.calls)
+        backend.generate([_schema_req("again")])
+        assert len(server.calls) == before + 1  # remembered for the rest of the run
+
+
+def test_auto_falls_back_to_no_schema_when_every_form_is_rejected():
+    with FakeServer({}, reject_json_schema=True, reject_json_object=True) as server:
+        backend = _openai(server.url, structured_output="auto")
+        out = backend.generate([_schema_req("x"), _schema_req("y")])
+        assert [g.structured_output for g in out] == ["none", "none"] and out[0].texts
+        kinds = [(c["body"].get("response_format") or {}).get("type") for c in server.calls]
+        assert kinds == ["json_schema", "json_object", None, None]
+
+
+def test_explicit_json_schema_rejected_is_one_call_and_an_error():
+    with FakeServer({}, reject_json_schema=True) as server:
+        out = _openai(server.url, structured_output="json_schema").generate([_schema_req("a")])
+        assert out[0].error.startswith("HTTP 500") and len(server.calls) == 1
+
+
+def test_a_real_server_error_is_not_taken_for_a_format_rejection():
+    with FakeServer({"item": [("status", 503), ("ok", "fine")]}) as server:
+        backend = _openai(server.url, structured_output="auto")
+        out = backend.generate([_schema_req("a")])
+        assert out[0].texts == ["fine"] and out[0].structured_output == "json_schema"
+
+
+@pytest.mark.parametrize(
+    "kw, expected, source",
+    [
+        ({"slots": 2}, 2, "server /props total_slots"),
+        ({"owned_by": "vllm"}, 32, "vLLM server"),
+        ({}, 1, "default for a server that reports no slots"),
+    ],
+)
+def test_auto_concurrency_reads_the_server(kw, expected, source):
+    with FakeServer({"item": [("sleep", 0.2), ("ok", "x")]}, **kw) as server:
+        backend = _openai(server.url, timeout_s=30.0)
+        out = backend.generate([_req(str(i), f"item {i}") for i in range(6)])
+        assert all(g.error is None for g in out)
+        assert backend.concurrency == expected and backend.concurrency_source == source
+        assert server.max_in_flight <= expected
+
+
+def test_defaults_suit_a_one_slot_cpu_server():
+    cfg = parse_backend_config({"kind": "openai", "model": "m", "base_url": "http://x/v1"})
+    assert cfg.concurrency == "auto" and cfg.timeout_s >= 600 and cfg.retry_timeouts is False
+    assert cfg.structured_output == "auto"
+
+
+def _ll(key, continuation, text="Is it true?"):
+    return LoglikelihoodRequest(
+        key=key, messages=[Message(role="user", content=text)], continuation=continuation
+    )
+
+
+def test_loglikelihood_over_completions_sums_the_continuation_tokens():
+    with FakeServer({}, token_logprob={"Yes": -0.25, "No": -2.0, " ": -0.5, "maybe": -3.0}) as server:
+        backend = _openai(server.url)
+        out = backend.loglikelihood([_ll("a", "Yes"), _ll("b", "No"), _ll("c", "Yes maybe")])
+        assert [s.logprob for s in out] == [-0.25, -2.0, -0.25 - 0.5 - 3.0]
+        assert all(s.error is None and s.is_greedy for s in out)
+        scored = [c for c in server.calls if c["path"] == "/v1/completions"]
+        body = scored[0]["body"]
+        assert len(scored) == 3 and body["echo"] is True and body["logprobs"] == 1
+        assert body["prompt"] == "user: Is it true?\n\nassistant:\nYes"
+        assert backend.loglikelihood_template_used == "plain"  # the fake has no /apply-template
+
+
+def test_loglikelihood_reports_a_server_that_cannot_score():
+    with FakeServer({}, prompt_logprobs=False) as server:
+        out = _openai(server.url).loglikelihood([_ll("a", "Yes"), _ll("b", "No")])
+        assert all(s.logprob is None and "cannot score" in s.error and "logits_all" in s.error for s in out)
+        assert len([c for c in server.calls if c["path"] == "/v1/completions"]) == 2  # not retried
+
+
+def test_loglikelihood_reads_late_echo_rows_from_the_row_before():
+    values = {"Yes": -0.25, "No": -2.0, " ": -0.5, "maybe": -3.0}
+    with FakeServer({}, token_logprob=values, late_echo=True, late_missing=frozenset({"maybe"})) as server:
+        backend = _openai(server.url)
+        out = backend.loglikelihood([_ll("a", "Yes"), _ll("b", "No"), _ll("c", "Yes maybe")])
+        assert [s.logprob for s in out[:2]] == [-0.25, -2.0] and backend._echo_late is True
+        assert out[2].logprob is None and "'maybe' is not among" in out[2].error
+        ks = [c["body"]["logprobs"] for c in server.calls if c["path"] == "/v1/completions"]
+        assert ks == [1, 50, 50, 50]  # the first answer shows the late rows; asked again with top-50
+
+
+def test_loglikelihood_refuses_a_continuation_inside_a_token():
+    from mushroom.backends.openai_compat import OpenAIBackend
+
+    data = {
+        "choices": [
+            {"logprobs": {"tokens": ["ab", "cd"], "token_logprobs": [None, -1.0], "text_offset": [0, 2]}}
+        ]
+    }
+    assert OpenAIBackend.continuation_logprob(data, 2, 4).logprob == -1.0
+    assert "token boundary" in OpenAIBackend.continuation_logprob(data, 1, 4).error
+    assert "no prompt log-probabilities" in OpenAIBackend.continuation_logprob({"choices": [{}]}, 0, 1).error
 
 
 def test_cache_never_repeats_a_call_and_resumes_after_a_kill(tmp_path):
@@ -221,3 +372,92 @@ def test_detect_cli_replays_recorded_responses(tmp_path):
     assert (
         stats["all"]["llm.requests"] == 50 and stats["all"]["llm.parsed"] + stats["all"]["llm.repaired"] == 49
     )
+
+
+def test_replay_reads_raw_records_by_key_then_item_and_skips_error_rows(tmp_path):
+    rows = [
+        {
+            "key": "en-1#decompose",
+            "item_id": "en-1",
+            "stage": "decompose",
+            "texts": ["claims"],
+            "temperature": 0.0,
+        },
+        {"key": "en-1#verify", "item_id": "en-1", "stage": "verify", "error": "HTTP 500", "texts": []},
+        {
+            "key": "en-1#verify",
+            "item_id": "en-1",
+            "stage": "verify",
+            "texts": ["v1", "v2"],
+            "logprobs": [[{"a": -0.1}], [{"b": -0.2}]],
+            "unknown_field": {"x": 1},
+        },
+        {"item_id": "en-2", "stage": "llm", "response": "r2", "logprobs": [{"c": -0.3}]},
+        {"id": "en-3", "response": "old"},
+        {
+            "key": "en-4#pyes",
+            "item_id": "en-4",
+            "continuation": "Yes",
+            "loglikelihood": -0.5,
+            "is_greedy": True,
+        },
+        {"key": "en-4#pyes", "item_id": "en-4", "continuation": "No", "logprob": -2.5},
+        {"key": "en-4#pyes", "item_id": "en-4", "continuation": "No", "error": "timeout"},
+    ]
+    path = write_lines(tmp_path / "raw.jsonl", rows)
+    backend = build_backend({"kind": "replay", "responses": str(path)})
+
+    def req(key, item_id=None, stage="", n=1):
+        return GenerationRequest(
+            key=key, item_id=item_id, stage=stage, messages=[Message(role="user", content="")], n=n
+        )
+
+    out = backend.generate(
+        [
+            req("en-1#decompose", "en-1", "decompose"),
+            req("en-1#verify", "en-1", "verify", n=2),
+            req("en-2#llm", "en-2", "llm"),  # no such key: matched by item and stage
+            req("en-2#other", "en-2", "decompose"),  # same item, another stage: no answer
+            req("en-3"),  # the old form: key = item id
+        ]
+    )
+    assert [g.texts for g in out[:3]] == [["claims"], ["v1", "v2"], ["r2"]]
+    assert out[1].logprobs == [[{"a": -0.1}], [{"b": -0.2}]] and out[2].logprobs == [[{"c": -0.3}]]
+    assert "no recorded response" in out[3].error and out[4].texts == ["old"]
+
+    scores = backend.loglikelihood(
+        [
+            LoglikelihoodRequest(
+                key="en-4#pyes", item_id="en-4", messages=[Message(role="user", content="q")], continuation=c
+            )
+            for c in ("No", "Yes", "No")
+        ]
+    )
+    assert [s.logprob for s in scores[:2]] == [-2.5, -0.5] and scores[1].is_greedy is True
+    assert "no recorded log-likelihood" in scores[2].error  # the error row is not an answer
+
+
+def test_replay_line_without_any_id_is_a_clear_error(tmp_path):
+    path = write_lines(tmp_path / "raw.jsonl", [{"response": "x"}])
+    with pytest.raises(MushroomError, match=r"raw.jsonl:1.*needs `key`, `item_id` or `id`"):
+        build_backend({"kind": "replay", "responses": str(path)})
+
+
+@pytest.mark.parametrize(
+    "status, body, final",
+    [
+        (400, "anything", True),
+        (422, '{"detail": [{"msg": "field required"}]}', True),
+        (429, "slow down", False),
+        (500, '{"error": "scripted"}', False),
+        (500, "1 validation error for CreateChatCompletionRequest", True),
+        (500, "response_format json_schema is not supported", True),
+        (501, "", True),
+        (502, "Bad Gateway: invalid upstream response", False),  # a proxy, not the request
+        (503, "Service Unavailable", False),
+    ],
+)
+def test_which_error_answers_are_final(status, body, final):
+    from mushroom.backends.openai_compat import is_validation_error
+
+    assert is_validation_error(status, body) is final

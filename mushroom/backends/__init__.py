@@ -1,41 +1,52 @@
-"""LLM backends behind one batch interface; each library is imported only when used."""
+"""LLM backends behind one batch interface; each library is imported only when used.
+
+Backends are found by name (`registry`): the built-ins, classes decorated with
+`@register_backend`, and third-party entry points in the group `mushroom.backends`. Each kind
+has its own settings model (`config`), validated before anything heavy is imported.
+"""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from mushroom.backends.base import Backend, BackendConfig
+from pydantic import ValidationError
+
+from mushroom.backends.base import Backend
+from mushroom.backends.config import (
+    BackendConfig,
+    BackendSettings,
+    BuiltinBackendConfig,
+    OpenAIConfig,
+    ReplayConfig,
+    TransformersConfig,
+    VLLMConfig,
+    parse_backend_config,
+)
+from mushroom.backends.registry import backend_class, backend_names, register_backend
 from mushroom.errors import MushroomError
 
-_BACKENDS: dict[str, tuple[str, str]] = {
-    "replay": ("mushroom.backends.replay:ReplayBackend", ""),
-    "openai": ("mushroom.backends.openai_compat:OpenAIBackend", "openai"),
-    "transformers": ("mushroom.backends.hf:TransformersBackend", "transformers"),
-    "vllm": ("mushroom.backends.vllm_backend:VLLMBackend", "vllm"),
-}
+__all__ = [
+    "Backend",
+    "BackendConfig",
+    "BackendSettings",
+    "BuiltinBackendConfig",
+    "OpenAIConfig",
+    "ReplayConfig",
+    "TransformersConfig",
+    "VLLMConfig",
+    "backend_names",
+    "build_backend",
+    "parse_backend_config",
+    "register_backend",
+]
 
 
-def backend_names() -> list[str]:
-    """Names accepted in `backend.kind`."""
-    return sorted(_BACKENDS)
-
-
-def build_backend(config: BackendConfig | dict[str, Any]) -> Backend:
-    """Builds the backend named by `config.kind`; a missing library names the extra to install."""
-    cfg = config if isinstance(config, BackendConfig) else BackendConfig.model_validate(config)
+def build_backend(config: BackendSettings | dict[str, Any]) -> Backend:
+    """Builds the backend named by `config.kind`; bad settings or a missing library say what to do."""
     try:
-        target, extra = _BACKENDS[cfg.kind]
-    except KeyError:
-        raise MushroomError(
-            f"unknown backend {cfg.kind!r}; choose one of {', '.join(backend_names())}"
-        ) from None
-    module_name, _, class_name = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        hint = f"pip install 'mushroom[{extra}]'" if extra else "reinstall mushroom"
-        raise MushroomError(
-            f"backend {cfg.kind!r} needs {exc.name!r}, which is not installed: {hint}"
-        ) from exc
-    return getattr(module, class_name)(cfg)
+        cfg = parse_backend_config(config)
+    except ValidationError as exc:
+        raise MushroomError(f"backend config: {exc}") from None
+    except ValueError as exc:
+        raise MushroomError(str(exc)) from None
+    return backend_class(cfg.kind)(cfg)

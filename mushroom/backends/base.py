@@ -10,9 +10,22 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from mushroom.backends.config import BackendConfig, BackendSettings
+
+__all__ = [
+    "Backend",
+    "BackendConfig",
+    "BackendSettings",
+    "Generation",
+    "GenerationRequest",
+    "Loglikelihood",
+    "LoglikelihoodRequest",
+    "Message",
+]
 
 
 class Message(BaseModel):
@@ -57,26 +70,9 @@ class Generation(BaseModel):
     error: str | None = None
     cached: bool = False
     usage: dict[str, int] = Field(default_factory=dict)
-
-
-class BackendConfig(BaseModel):
-    """Backend selection and settings, as written in a run config."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: str = Field(description="replay, openai, transformers or vllm")
-    model: str = Field("", description="model name or path")
-    base_url: str | None = Field(None, description="openai: server URL, e.g. http://127.0.0.1:8000/v1")
-    api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key")
-    concurrency: int = Field(8, ge=1, description="openai: requests in flight")
-    timeout_s: float = Field(120.0, gt=0)
-    max_retries: int = Field(5, ge=0)
-    structured_output: bool = Field(True, description="send the JSON schema where the backend supports it")
-    responses: str | None = Field(None, description="replay: JSONL of recorded responses")
-    device: str | None = Field(None, description="transformers: cpu, cuda, ... (default: cuda if available)")
-    dtype: str | None = Field(None, description="transformers/vllm: torch dtype name")
-    batch_size: int = Field(8, ge=1, description="transformers: prompts per forward batch")
-    extra: dict[str, Any] = Field(default_factory=dict, description="passed to the engine as is")
+    structured_output: str | None = Field(
+        None, description="how the JSON schema was sent (openai: json_schema, json_object, ...)"
+    )
 
 
 OnResult = Callable[[int, Generation], None]
@@ -118,8 +114,9 @@ class Backend(ABC):
     """A model that answers a batch of chat requests."""
 
     kind: str = "base"
+    config_class: ClassVar[type[BackendSettings]] = BackendSettings
 
-    def __init__(self, config: BackendConfig):
+    def __init__(self, config: BackendSettings):
         self.config = config
 
     @property

@@ -1,36 +1,130 @@
-"""Any OpenAI-compatible chat server: vllm serve, llama.cpp, Ollama, TGI, or a cluster.
+"""Any OpenAI-compatible server: vllm serve, llama.cpp, Ollama, TGI, or a cluster.
 
-A served cluster behind a load balancer is how mushroom scales past one machine.
+A served cluster behind a load balancer is how mushroom scales past one machine, but the
+defaults are chosen for the other end, a one-slot CPU server (llama.cpp on a laptop):
 
-Requests run with bounded concurrency; 429, 5xx, timeouts and connection errors are retried
-with exponential backoff (honouring Retry-After); other 4xx are reported as the request's
-error at once. The API key is read from the environment variable the config names and is
-never logged or written into a run folder.
+- **Concurrency** `auto`: the server's own slot count when it reports one (llama.cpp's
+  `/props` `total_slots`, or the length of `/slots`), 32 for vLLM (it batches continuously,
+  with no slot limit), and 1 for any other server. Requests beyond a server's slots only wait
+  in its queue while their read timeout runs, which is how 8 requests against one slot ended
+  as timeouts.
+- **Timeouts**: a generous read timeout (600 s; a long answer from a CPU model takes
+  minutes) and a short connect timeout. After a *read* timeout the request is not resent
+  (unless `retry_timeouts`): the client closes its connection, but a server that does not
+  notice (llama-cpp-python finishes a non-streamed request anyway) is still working on it,
+  and a resend would queue behind the abandoned copy. Connection failures are resent, since
+  those requests never reached the server.
+- **Retries** (tenacity): 429, 5xx, and lost connections, with bounded exponential backoff
+  that honours Retry-After. A 4xx, and a 5xx whose body says the request is invalid (as
+  llama-cpp-python answers a `response_format` it does not know), is the request's error at
+  once: sending it again cannot help.
+- **Structured output**: the JSON schema travels in the form the server knows
+  (`structured_output`): `json_schema` (OpenAI, vLLM), `json_object` with a `schema`
+  (llama.cpp), `guided_json` (vLLM's extra field) or `none`. `auto` tries them in the order
+  json_schema, json_object, none, moving on when the server rejects a form, and keeps the
+  first accepted one for the rest of the run; each Generation records the form it was made
+  with.
+- **Log-likelihood** over `/completions` with `echo` and `logprobs` (vLLM; llama-cpp-python
+  started with `--logits_all true`): the chat prompt is rendered as text (by the server's
+  `/apply-template` when it has one, else a plain `role: content` rendering, or ChatML when
+  configured), the continuation appended, and the log-probabilities of the tokens that fall
+  inside the continuation summed. A server that returns no prompt log-probabilities gives
+  each request an error saying so. llama-cpp-python (0.3.x) echoes them one token late for a
+  model without a BOS token (SmolLM2, Qwen); that is detected from the response itself and
+  token j is then read from row j-1's top-50, exact when it is there and an error when not.
+
+The API key is read from the environment variable the config names and is never logged or
+written into a run folder.
 """
 
 from __future__ import annotations
 
+import math
 import os
-import random
+import re
 import threading
-import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity.wait import wait_random_exponential
 
-from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest, OnResult
+from mushroom.backends.base import (
+    Backend,
+    Generation,
+    GenerationRequest,
+    Loglikelihood,
+    LoglikelihoodRequest,
+    Message,
+    OnResult,
+    OnScore,
+)
+from mushroom.backends.config import OpenAIConfig
+from mushroom.backends.registry import register_backend
 from mushroom.errors import MushroomError
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+FALLBACK = ("json_schema", "json_object", "none")
+VLLM_CONCURRENCY = 32
+LATE_TOP_K = 50  # top log-probabilities asked for when a server's echoed rows are one token late
+# A body that says the request itself is wrong; such an answer is final even with a 5xx code.
+_INVALID = re.compile(
+    r"validation|invalid|not supported|unsupported|unrecognized|not implemented|extra (inputs|fields)"
+    r"|must be|is not one of|unexpected keyword|response_format|json_schema",
+    re.IGNORECASE,
+)
+# A body that blames the structured-output form; `auto` then tries the next form.
+_FORMAT = re.compile(
+    r"response_format|json_schema|json_object|guided|grammar|schema|structured", re.IGNORECASE
+)
+
+T = TypeVar("T")
 
 
+class _Transient(Exception):
+    """An attempt that may succeed if made again; carries the response for Retry-After."""
+
+    def __init__(self, message: str, response: httpx.Response | None = None):
+        super().__init__(message)
+        self.response = response
+
+
+class _Final(Exception):
+    """An attempt whose failure sending again cannot fix."""
+
+
+def is_validation_error(status: int, body: str) -> bool:
+    """True when an error answer means the request is wrong, not that the server is busy or down."""
+    if status in (408, 409, 425, 429, 502, 503, 504):  # busy, or a proxy that lost the server
+        return False
+    return status < 500 or status == 501 or bool(_INVALID.search(body))
+
+
+def is_format_rejection(status: int, body: str) -> bool:
+    """True when the server refused the request because of its structured-output form."""
+    return status in (400, 404, 415, 422, 500, 501) and bool(_FORMAT.search(body))
+
+
+def render_plain(messages: list[Message]) -> str:
+    """`role: content` paragraphs and an open assistant turn, as the transformers backend does."""
+    return "\n\n".join(f"{m.role}: {m.content}" for m in messages) + "\n\nassistant:\n"
+
+
+def render_chatml(messages: list[Message]) -> str:
+    """ChatML (Qwen, SmolLM2, ...), ending with the open assistant turn."""
+    turns = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages)
+    return turns + "<|im_start|>assistant\n"
+
+
+@register_backend("openai", config=OpenAIConfig)
 class OpenAIBackend(Backend):
-    """Client for `POST {base_url}/chat/completions`."""
+    """Client for `POST {base_url}/chat/completions` (and `/completions` for scoring)."""
 
-    kind = "openai"
+    config: OpenAIConfig
 
-    def __init__(self, config: BackendConfig):
+    def __init__(self, config: OpenAIConfig):
         super().__init__(config)
         if not config.base_url:
             raise MushroomError("the openai backend needs `base_url`, e.g. http://127.0.0.1:8000/v1")
@@ -40,17 +134,123 @@ class OpenAIBackend(Backend):
         key = os.environ.get(config.api_key_env)
         if key:
             headers["Authorization"] = f"Bearer {key}"
+        self.base_url = config.base_url.rstrip("/")
+        self.server_root = re.sub(r"/v1$", "", self.base_url)
         self.client = httpx.Client(
-            base_url=config.base_url.rstrip("/"),
+            base_url=self.base_url,
             headers=headers,
-            timeout=httpx.Timeout(config.timeout_s),
-            limits=httpx.Limits(max_connections=config.concurrency),
+            timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s, pool=None),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
         )
         self.retries_made = 0
         self._lock = threading.Lock()
+        self._concurrency: int | None = config.concurrency if isinstance(config.concurrency, int) else None
+        self.concurrency_source = "config" if self._concurrency else ""
+        # structured output: the form tried next in `auto`, and whether the server accepted it
+        self._form = "json_schema" if config.structured_output == "auto" else config.structured_output
+        self.form_confirmed = config.structured_output != "auto"
+        self._template: str | None = None  # auto: "server" or "plain", found on first use
+        self.loglikelihood_template_used = ""
+        self._echo_late: bool | None = None  # llama-cpp-python's echo bug, found on first use
 
-    def payload(self, req: GenerationRequest) -> dict[str, Any]:
-        """The request body; the JSON schema travels as `response_format` when enabled."""
+    # ----------------------------------------------------------------- server facts
+
+    @property
+    def structured_form(self) -> str:
+        """The structured-output form requests are sent with now."""
+        return self._form
+
+    @property
+    def concurrency(self) -> int:
+        """Requests in flight: the configured number, or what `auto` reads from the server once."""
+        with self._lock:
+            if self._concurrency is None:
+                self._concurrency, self.concurrency_source = self._detect_concurrency()
+            return self._concurrency
+
+    def _get_json(self, url: str) -> Any:
+        try:
+            response = self.client.get(url, timeout=self.config.connect_timeout_s)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return None
+
+    def _detect_concurrency(self) -> tuple[int, str]:
+        props = self._get_json(f"{self.server_root}/props")
+        if isinstance(props, dict) and isinstance(props.get("total_slots"), int) and props["total_slots"] > 0:
+            return props["total_slots"], "server /props total_slots"
+        slots = self._get_json(f"{self.server_root}/slots")
+        if isinstance(slots, list) and slots:
+            return len(slots), "server /slots"
+        models = self._get_json(f"{self.base_url}/models")
+        data = models.get("data") if isinstance(models, dict) else None
+        if isinstance(data, list) and any(isinstance(m, dict) and m.get("owned_by") == "vllm" for m in data):
+            return VLLM_CONCURRENCY, "vLLM server"
+        return 1, "default for a server that reports no slots"
+
+    # ----------------------------------------------------------------- one HTTP call
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        response = getattr(exc, "response", None)
+        if response is not None:
+            retry_after = response.headers.get("retry-after")
+            if retry_after:
+                try:
+                    return min(max(float(retry_after), 0.0), 60.0)
+                except ValueError:
+                    pass
+        return wait_random_exponential(multiplier=0.5, max=30.0)(state)
+
+    def _count_retry(self, _state: RetryCallState) -> None:
+        with self._lock:
+            self.retries_made += 1
+
+    def _attempt(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """One POST: a response to judge, or _Transient / _Final."""
+        try:
+            response = self.client.post(path, json=body)
+        except httpx.ReadTimeout as exc:
+            message = f"timeout after {self.config.timeout_s} s"
+            if self.config.retry_timeouts:
+                raise _Transient(message) from exc
+            raise _Final(f"{message}; not resent, the server may still be working on it") from exc
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
+            raise _Transient(f"connection error: {type(exc).__name__}") from exc
+        except httpx.TransportError as exc:
+            raise _Final(f"transport error: {type(exc).__name__}: {exc}") from exc
+        if response.status_code in RETRY_STATUS and not is_validation_error(
+            response.status_code, response.text
+        ):
+            raise _Transient(f"HTTP {response.status_code}: {response.text[:200]}", response)
+        return response
+
+    def post(self, path: str, body: dict[str, Any]) -> httpx.Response | str:
+        """The final response (any status) after retries, or an error message."""
+        attempts = self.config.max_retries + 1
+        retrying = Retrying(
+            stop=stop_after_attempt(attempts),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Transient),
+            before_sleep=self._count_retry,
+            reraise=True,
+        )
+        try:
+            return retrying(self._attempt, path, body)
+        except _Transient as exc:
+            return f"gave up after {attempts} attempts: {exc}"
+        except _Final as exc:
+            return str(exc)
+
+    # ----------------------------------------------------------------- generation
+
+    def payload(self, req: GenerationRequest, form: str | None = None) -> dict[str, Any]:
+        """The request body; the JSON schema travels in `form` (default: the current one)."""
         body: dict[str, Any] = {
             "model": self.config.model,
             "messages": [m.model_dump() for m in req.messages],
@@ -61,11 +261,17 @@ class OpenAIBackend(Backend):
         }
         if req.seed is not None:
             body["seed"] = req.seed
-        if req.json_schema is not None and self.config.structured_output:
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "output", "schema": req.json_schema},
-            }
+        form = form or self._form
+        if req.json_schema is not None:
+            if form == "json_schema":
+                body["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "output", "schema": req.json_schema},
+                }
+            elif form == "json_object":
+                body["response_format"] = {"type": "json_object", "schema": req.json_schema}
+            elif form == "guided_json":
+                body["guided_json"] = req.json_schema
         if req.top_logprobs is not None:
             body["logprobs"] = True
             body["top_logprobs"] = req.top_logprobs
@@ -93,41 +299,45 @@ class OpenAIBackend(Backend):
         usage = {k: v for k, v in (data.get("usage") or {}).items() if isinstance(v, int)}
         return Generation(texts=texts, logprobs=logprobs or None, usage=usage)
 
-    def _delay(self, attempt: int, response: httpx.Response | None) -> float:
-        if response is not None:
-            retry_after = response.headers.get("retry-after")
-            if retry_after:
-                try:
-                    return min(float(retry_after), 60.0)
-                except ValueError:
-                    pass
-        return min(0.5 * 2**attempt, 30.0) * (0.5 + random.random() / 2)
+    def _fall_back(self, rejected: str) -> str:
+        """Moves `auto` past a rejected form (once, whichever thread saw it first); the form to use."""
+        with self._lock:
+            if self._form == rejected and not self.form_confirmed:
+                self._form = FALLBACK[FALLBACK.index(rejected) + 1]
+            return self._form
 
     def _one(self, req: GenerationRequest) -> Generation:
-        body = self.payload(req)
-        last_error = "no attempt made"
-        for attempt in range(self.config.max_retries + 1):
-            response = None
-            try:
-                response = self.client.post("/chat/completions", json=body)
-            except httpx.TimeoutException:
-                last_error = f"timeout after {self.config.timeout_s} s"
-            except httpx.TransportError as exc:
-                last_error = f"connection error: {type(exc).__name__}"
-            else:
-                if response.status_code == 200:
-                    try:
-                        return self.parse(response.json())
-                    except ValueError:
-                        return Generation(error="server answered 200 with a body that is not JSON")
-                last_error = f"HTTP {response.status_code}: {response.text[:200]}"
-                if response.status_code not in RETRY_STATUS:
-                    return Generation(error=last_error)
-            if attempt < self.config.max_retries:
-                with self._lock:
-                    self.retries_made += 1
-                time.sleep(self._delay(attempt, response))
-        return Generation(error=f"gave up after {self.config.max_retries + 1} attempts: {last_error}")
+        auto = self.config.structured_output == "auto" and req.json_schema is not None
+        form = self._form
+        while True:
+            result = self.post("/chat/completions", self.payload(req, form))
+            if isinstance(result, str):
+                return Generation(error=result)
+            status, text = result.status_code, result.text
+            if status == 200:
+                try:
+                    gen = self.parse(result.json())
+                except ValueError:
+                    return Generation(error="server answered 200 with a body that is not JSON")
+                if req.json_schema is not None:
+                    with self._lock:
+                        if auto and self._form == form:
+                            self.form_confirmed = True
+                    gen.structured_output = form
+                return gen
+            if auto and form != "none" and not self.form_confirmed and is_format_rejection(status, text):
+                form = self._fall_back(form)
+                continue
+            if auto and form != self._form:  # another thread moved on meanwhile
+                form = self._form
+                continue
+            return Generation(error=f"HTTP {status}: {text[:300]}")
+
+    def _map(self, work: Callable[[int], T], n: int) -> None:
+        if n == 0:
+            return
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, n)) as pool:
+            list(pool.map(work, range(n)))
 
     def generate(
         self, requests: list[GenerationRequest], on_result: OnResult | None = None
@@ -140,9 +350,160 @@ class OpenAIBackend(Backend):
             if on_result:
                 on_result(i, gen)
 
-        with ThreadPoolExecutor(max_workers=self.config.concurrency) as pool:
-            list(pool.map(work, range(len(requests))))
+        self._map(work, len(requests))
         return [r if r is not None else Generation(error="no result") for r in results]
+
+    # ----------------------------------------------------------------- log-likelihood
+
+    def _render(self, messages: list[Message]) -> str:
+        choice = self.config.loglikelihood_template
+        if choice == "auto":
+            with self._lock:
+                if self._template is None:
+                    probe = self._server_template(messages)
+                    self._template = "server" if probe is not None else "plain"
+            choice = self._template
+        self.loglikelihood_template_used = choice
+        if choice == "server":
+            rendered = self._server_template(messages)
+            if rendered is not None:
+                return rendered
+            self.loglikelihood_template_used = "plain"
+            return render_plain(messages)
+        return render_chatml(messages) if choice == "chatml" else render_plain(messages)
+
+    def _server_template(self, messages: list[Message]) -> str | None:
+        """llama.cpp's `/apply-template`: the model's own chat template applied by the server."""
+        try:
+            response = self.client.post(
+                f"{self.server_root}/apply-template",
+                json={"messages": [m.model_dump() for m in messages]},
+                timeout=self.config.connect_timeout_s,
+            )
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        try:
+            prompt = response.json().get("prompt")
+        except (ValueError, AttributeError):
+            return None
+        return prompt if isinstance(prompt, str) else None
+
+    @staticmethod
+    def echo_rows_late(lp: dict[str, Any]) -> bool | None:
+        """Whether echoed rows are one token late (row j predicts token j+1); None: cannot tell.
+
+        llama-cpp-python pairs token j with the distribution computed *after* it when the model
+        has no BOS token (SmolLM2, Qwen): its top-1 then matches the next token far more often
+        than the token itself, which never happens with a correct server (vLLM).
+        """
+        tokens, tops = lp.get("tokens") or [], lp.get("top_logprobs") or []
+        own = late = 0
+        for j in range(1, min(len(tokens), len(tops))):
+            top = tops[j]
+            if not isinstance(top, dict) or not top:
+                continue
+            best = max(top, key=top.get)
+            own += best == tokens[j]
+            late += j + 1 < len(tokens) and best == tokens[j + 1]
+        if own == late:
+            return None
+        return late > own
+
+    @staticmethod
+    def continuation_logprob(data: dict[str, Any], start: int, end: int, late: bool = False) -> Loglikelihood:
+        """Sums the echoed log-probabilities of the tokens in characters [start, end) of the prompt.
+
+        With `late` rows, token j's value is read from row j-1's top log-probabilities: exact,
+        but only for tokens among the top-k the server returned.
+        """
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return Loglikelihood(error="response has no choices")
+        lp = choices[0].get("logprobs") or {}
+        tokens, values, offsets = lp.get("tokens"), lp.get("token_logprobs"), lp.get("text_offset")
+        if not (isinstance(tokens, list) and isinstance(values, list) and isinstance(offsets, list)):
+            return Loglikelihood(
+                error="the server returned no prompt log-probabilities for echo=true "
+                "(llama-cpp-python: start it with --logits_all true)"
+            )
+        tops = lp.get("top_logprobs") or [None] * len(tokens)
+        inside = [k for k, off in enumerate(offsets) if isinstance(off, int) and start <= off < end]
+        if not inside:
+            return Loglikelihood(error="the echoed tokens do not cover the continuation")
+        if offsets[inside[0]] != start:
+            return Loglikelihood(error="the continuation does not start at a token boundary")
+        total, greedy = 0.0, True
+        for k in inside:
+            row = k - 1 if late else k
+            top = tops[row] if 0 <= row < len(tops) else None
+            value = top.get(tokens[k]) if late and isinstance(top, dict) else (None if late else values[k])
+            if late and value is None:
+                width = len(top) if isinstance(top, dict) else 0
+                return Loglikelihood(
+                    error=f"continuation token {tokens[k]!r} is not among the {width} most likely at its "
+                    "position, and this server's echoed log-probabilities are one token late "
+                    "(llama-cpp-python with a model without BOS), so only its top-k values are exact"
+                )
+            if not isinstance(value, int | float) or not math.isfinite(value):
+                return Loglikelihood(
+                    error="the server returned no log-probability for a prompt token "
+                    "(llama-cpp-python: start it with --logits_all true)"
+                )
+            total += float(value)
+            if isinstance(top, dict) and top:
+                greedy = greedy and max(top, key=top.get) == tokens[k]
+        return Loglikelihood(logprob=total, is_greedy=greedy)
+
+    def _score(self, req: LoglikelihoodRequest) -> Loglikelihood:
+        prompt = self._render(req.messages)
+        full = prompt + req.continuation
+        while True:
+            late = self._echo_late
+            body = {
+                "model": self.config.model,
+                "prompt": full,
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "echo": True,
+                "logprobs": LATE_TOP_K if late else 1,
+            }
+            result = self.post("/completions", body)
+            if isinstance(result, str):
+                return Loglikelihood(error=result)
+            if result.status_code != 200:
+                return Loglikelihood(
+                    error=f"the server cannot score prompts (HTTP {result.status_code}: {result.text[:300]})"
+                )
+            try:
+                data = result.json()
+                lp = data["choices"][0].get("logprobs") or {}
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                return Loglikelihood(error="server answered 200 without a completion choice in JSON")
+            if late is None:
+                seen = self.echo_rows_late(lp)
+                with self._lock:
+                    if self._echo_late is None and seen is not None:
+                        self._echo_late = seen
+                if seen:  # ask again with enough top log-probabilities to read the late rows
+                    continue
+            # offsets are in characters of the prompt text as sent (vLLM, llama-cpp-python)
+            return self.continuation_logprob(data, len(prompt), len(full), late=bool(late or False))
+
+    def loglikelihood(
+        self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
+    ) -> list[Loglikelihood]:
+        results: list[Loglikelihood | None] = [None] * len(requests)
+
+        def work(i: int) -> None:
+            score = self._score(requests[i])
+            results[i] = score
+            if on_result:
+                on_result(i, score)
+
+        self._map(work, len(requests))
+        return [r if r is not None else Loglikelihood(error="no result") for r in results]
 
     def close(self) -> None:
         self.client.close()

@@ -1,78 +1,176 @@
 """Replays recorded responses: re-parse, re-score and debug without any model.
 
-The file has one line per call: `{"id": <item id>, "response": <raw text>}` with optional
-`"temperature"` and `"model"`. A request is answered by the lines of its item id (and its
-temperature, when lines give one), in file order, one per sample; a request without a
-recorded response gets an error, which the detector counts instead of crashing.
+The file is JSONL, one line per recorded call; unknown fields are ignored, so any stage's raw
+records can be replayed as they are. The fields read:
+
+- `key`: the request key (e.g. "en-val-3#decompose"); `item_id` (or the old `id`): the item.
+- `stage`: the stage that sent it; used only when matching by item, so a `decompose` line
+  never answers a `verify` request of the same item.
+- `texts` (list) or `response` (one text); `logprobs`: per text, a list of {token: logprob}
+  per generated token (a single text's list is accepted too).
+- `loglikelihood` (or `logprob`), `is_greedy`, `continuation`: a scored continuation.
+- `temperature`, `model`: narrow the match when given.
+- `error`: a line with an error and no text (or no score) is not an answer and is skipped.
+
+A request is answered by the lines with its `key`; when none has it, by the lines of its item
+(`item_id`, else the request key, against the line's `item_id` or `id`). Lines recorded at
+the request's temperature are preferred, then lines without one; they are used in file order,
+one text per sample. A request with no recorded answer gets an error, which the detector
+counts instead of crashing.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
-from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest, OnResult
+from mushroom.backends.base import (
+    Backend,
+    Generation,
+    GenerationRequest,
+    Loglikelihood,
+    LoglikelihoodRequest,
+    OnResult,
+    OnScore,
+    TokenLogprobs,
+)
+from mushroom.backends.config import ReplayConfig
+from mushroom.backends.registry import register_backend
 from mushroom.errors import MushroomError
 from mushroom.jsonl import load_records
 
 
-class RecordedResponse(BaseModel):
-    """One line of a replay file."""
+class ReplayRecord(BaseModel):
+    """One line of a replay file: the old `{"id", "response"}` form or a raw record."""
 
     model_config = ConfigDict(extra="allow")
 
-    id: str
-    response: str
+    key: str | None = None
+    item_id: str | None = None
+    id: str | None = None
+    stage: str | None = None
     temperature: float | None = None
     model: str | None = None
+    texts: list[str] | None = None
+    response: str | None = None
+    logprobs: list[TokenLogprobs] | TokenLogprobs | None = None
+    loglikelihood: float | None = None
+    logprob: float | None = None
+    is_greedy: bool | None = None
+    continuation: str | None = None
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _identified(self) -> ReplayRecord:
+        if self.key is None and self.item_id is None and self.id is None:
+            raise ValueError("a replay line needs `key`, `item_id` or `id`")
+        return self
+
+    @property
+    def item(self) -> str | None:
+        return self.item_id if self.item_id is not None else self.id
+
+    def answers(self) -> list[tuple[str, TokenLogprobs | None]]:
+        """(text, its token log-probabilities) for each recorded text."""
+        texts = (
+            self.texts if self.texts is not None else ([self.response] if self.response is not None else [])
+        )
+        lps = self.logprobs
+        if lps and isinstance(lps[0], dict):  # one text's per-token list
+            lps = [lps]
+        return [(t, lps[k] if lps and k < len(lps) else None) for k, t in enumerate(texts)]
+
+    @property
+    def score(self) -> float | None:
+        return self.loglikelihood if self.loglikelihood is not None else self.logprob
 
 
+RecordedResponse = ReplayRecord  # the name before raw records had keys
+
+
+@register_backend("replay", config=ReplayConfig)
 class ReplayBackend(Backend):
-    """Answers from a JSONL file of recorded responses."""
+    """Answers from a JSONL file of recorded responses and scores."""
 
-    kind = "replay"
+    config: ReplayConfig
 
-    def __init__(self, config: BackendConfig):
+    def __init__(self, config: ReplayConfig):
         super().__init__(config)
         if not config.responses:
             raise MushroomError("the replay backend needs `responses` (a JSONL file of recorded responses)")
-        records = load_records(Path(config.responses), RecordedResponse, unique_ids=False)
-        self.by_id: dict[str, list[RecordedResponse]] = {}
+        records = load_records(Path(config.responses), ReplayRecord, unique_ids=False)
+        self.by_key: dict[str, list[ReplayRecord]] = {}
+        self.by_item: dict[str, list[ReplayRecord]] = {}
         for rec in records:
             if config.model and rec.model and rec.model != config.model:
                 continue
-            self.by_id.setdefault(rec.id, []).append(rec)
-        self._used: dict[tuple[str, float | None], int] = {}
+            if rec.key is not None:
+                self.by_key.setdefault(rec.key, []).append(rec)
+            if rec.item is not None:
+                self.by_item.setdefault(rec.item, []).append(rec)
+        self._used: dict[tuple, int] = {}
 
-    def _take(self, key: str, temperature: float) -> str | None:
-        lines = self.by_id.get(key, [])
-        exact = [r for r in lines if r.temperature is not None and abs(r.temperature - temperature) < 1e-9]
-        pool = exact or [r for r in lines if r.temperature is None]
-        slot = (key, temperature if exact else None)
+    def _lines(self, key: str, item_id: str | None, stage: str) -> tuple[tuple, list[ReplayRecord]]:
+        """The lines that may answer a request, and a name for that pool."""
+        if key in self.by_key:
+            return ("key", key), self.by_key[key]
+        item = item_id if item_id is not None else key
+        lines = [r for r in self.by_item.get(item, []) if not (stage and r.stage and r.stage != stage)]
+        return ("item", item, stage), lines
+
+    def _take_texts(self, req: GenerationRequest) -> list[tuple[str, TokenLogprobs | None]]:
+        pool_name, lines = self._lines(req.key, req.item_id, req.stage)
+        lines = [r for r in lines if r.answers()]  # error rows are not answers
+        exact = [
+            r for r in lines if r.temperature is not None and abs(r.temperature - req.temperature) < 1e-9
+        ]
+        chosen = exact or [r for r in lines if r.temperature is None]
+        answers = [a for r in chosen for a in r.answers()]
+        slot = (*pool_name, req.temperature if exact else None)
         k = self._used.get(slot, 0)
-        if k >= len(pool):
-            return None
-        self._used[slot] = k + 1
-        return pool[k].response
+        taken = answers[k : k + req.n]
+        self._used[slot] = k + len(taken)
+        return taken
 
     def generate(
         self, requests: list[GenerationRequest], on_result: OnResult | None = None
     ) -> list[Generation]:
         out = []
         for i, req in enumerate(requests):
-            texts = []
-            for _ in range(req.n):
-                text = self._take(req.key, req.temperature)
-                if text is None:
-                    break
-                texts.append(text)
-            gen = (
-                Generation(texts=texts)
-                if texts
-                else Generation(error=f"no recorded response for {req.key!r}")
-            )
+            taken = self._take_texts(req)
+            if taken:
+                lps = [lp for _, lp in taken]
+                gen = Generation(
+                    texts=[t for t, _ in taken],
+                    logprobs=lps if all(lp is not None for lp in lps) else None,
+                )
+            else:
+                gen = Generation(error=f"no recorded response for {req.key!r}")
             out.append(gen)
             if on_result:
                 on_result(i, gen)
+        return out
+
+    def loglikelihood(
+        self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
+    ) -> list[Loglikelihood]:
+        out = []
+        for i, req in enumerate(requests):
+            pool_name, lines = self._lines(req.key, req.item_id, req.stage)
+            lines = [
+                r
+                for r in lines
+                if r.score is not None and (r.continuation is None or r.continuation == req.continuation)
+            ]
+            slot = (*pool_name, "loglikelihood", req.continuation)
+            k = self._used.get(slot, 0)
+            if k < len(lines):
+                self._used[slot] = k + 1
+                score = Loglikelihood(logprob=lines[k].score, is_greedy=lines[k].is_greedy)
+            else:
+                score = Loglikelihood(error=f"no recorded log-likelihood for {req.key!r}")
+            out.append(score)
+            if on_result:
+                on_result(i, score)
         return out

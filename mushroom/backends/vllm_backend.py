@@ -1,8 +1,10 @@
 """vLLM in-process offline batch: every prompt of a stage in one `LLM.chat` call.
 
 Thin on purpose: vLLM does the scheduling, prefix caching (on, since all prompts of a
-detector share their instructions) and guided JSON decoding. Needs a GPU and
-`pip install 'mushroom[vllm]'`; its test runs only where both exist.
+detector share their instructions) and guided JSON decoding. Log-likelihoods come from
+`prompt_logprobs` over the chat prompt followed by the continuation (split at the context's
+token count, as lm-evaluation-harness does). Needs a GPU and `pip install 'mushroom[vllm]'`;
+its test runs only where both exist.
 """
 
 from __future__ import annotations
@@ -11,7 +13,17 @@ from typing import Any
 
 from vllm import LLM, SamplingParams  # this module is imported only when vllm is chosen
 
-from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest, OnResult
+from mushroom.backends.base import (
+    Backend,
+    Generation,
+    GenerationRequest,
+    Loglikelihood,
+    LoglikelihoodRequest,
+    OnResult,
+    OnScore,
+)
+from mushroom.backends.config import VLLMConfig
+from mushroom.backends.registry import register_backend
 
 
 def _structured(schema: dict[str, Any]) -> dict[str, Any]:
@@ -26,12 +38,13 @@ def _structured(schema: dict[str, Any]) -> dict[str, Any]:
         return {"guided_decoding": GuidedDecodingParams(json=schema)}
 
 
+@register_backend("vllm", config=VLLMConfig)
 class VLLMBackend(Backend):
     """Offline batch generation with vLLM."""
 
-    kind = "vllm"
+    config: VLLMConfig
 
-    def __init__(self, config: BackendConfig):
+    def __init__(self, config: VLLMConfig):
         super().__init__(config)
         kwargs: dict[str, Any] = {"model": config.model, "enable_prefix_caching": True}
         if config.dtype:
@@ -70,4 +83,42 @@ class VLLMBackend(Backend):
             results.append(gen)
             if on_result:
                 on_result(i, gen)
+        return results
+
+    def loglikelihood(
+        self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
+    ) -> list[Loglikelihood]:
+        tokenizer = self.llm.get_tokenizer()
+        prompts, spans = [], []
+        for req in requests:
+            context = tokenizer.apply_chat_template(
+                [m.model_dump() for m in req.messages], tokenize=False, add_generation_prompt=True
+            )
+            whole = tokenizer(context + req.continuation, add_special_tokens=False).input_ids
+            n_context = len(tokenizer(context, add_special_tokens=False).input_ids)
+            prompts.append({"prompt_token_ids": whole})
+            spans.append((n_context, len(whole)))
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1)
+        outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=True)
+        results = []
+        for i, out in enumerate(outputs):
+            start, end = spans[i]
+            ids = prompts[i]["prompt_token_ids"]
+            if start >= end:
+                score = Loglikelihood(error="the continuation adds no token to the prompt")
+            else:
+                steps = out.prompt_logprobs or []
+                picked = [
+                    steps[j][ids[j]] if j < len(steps) and steps[j] else None for j in range(start, end)
+                ]
+                if any(p is None for p in picked):
+                    score = Loglikelihood(error="vLLM returned no log-probability for a continuation token")
+                else:
+                    score = Loglikelihood(
+                        logprob=float(sum(p.logprob for p in picked)),
+                        is_greedy=all(getattr(p, "rank", None) == 1 for p in picked),
+                    )
+            results.append(score)
+            if on_result:
+                on_result(i, score)
         return results

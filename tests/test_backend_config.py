@@ -1,0 +1,177 @@
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from pydantic import BaseModel, Field, ValidationError
+
+from mushroom.backends import (
+    Backend,
+    BackendConfig,
+    BackendSettings,
+    OpenAIConfig,
+    ReplayConfig,
+    TransformersConfig,
+    backend_names,
+    build_backend,
+    parse_backend_config,
+    register_backend,
+)
+from mushroom.backends.base import Generation
+from mushroom.backends.registry import _clear_entry_point_cache
+from mushroom.detectors import build
+from mushroom.errors import MushroomError
+
+
+class Holder(BaseModel):
+    backend: BackendConfig = Field(default_factory=lambda: BackendConfig(kind="replay"))
+    models: list[BackendConfig] = Field(default_factory=list)
+
+
+def test_each_kind_validates_to_its_own_model_and_dumps_all_its_fields():
+    h = Holder(
+        backend={"kind": "openai", "model": "m", "base_url": "http://x/v1", "concurrency": 2},
+        models=[{"kind": "transformers", "model": "t", "batch_size": 4}],
+    )
+    assert isinstance(h.backend, OpenAIConfig) and h.backend.concurrency == 2
+    assert isinstance(h.models[0], TransformersConfig) and h.models[0].batch_size == 4
+    dumped = h.model_dump()
+    assert dumped["backend"]["base_url"] == "http://x/v1" and dumped["models"][0]["batch_size"] == 4
+    assert Holder.model_validate(dumped) == h
+    assert isinstance(Holder().backend, ReplayConfig)
+
+
+def test_a_setting_of_another_kind_is_an_error_naming_the_valid_keys():
+    with pytest.raises(ValidationError) as err:
+        Holder(backend={"kind": "openai", "batch_size": 4})
+    text = str(err.value)
+    assert (
+        "'openai' backend has no setting 'batch_size'" in text
+        and "concurrency" in text
+        and "base_url" in text
+    )
+    with pytest.raises(ValidationError, match="has no setting 'base_url'"):
+        build("llm", {"backend": {"kind": "transformers", "model": "x", "base_url": "http://x"}})
+    with pytest.raises(MushroomError, match="has no setting 'responses'"):
+        build_backend({"kind": "vllm", "model": "x", "responses": "f"})
+
+
+def test_unknown_kind_lists_the_known_ones():
+    with pytest.raises(ValidationError, match="unknown backend 'nope'; choose one of openai, replay"):
+        Holder(backend={"kind": "nope"})
+    with pytest.raises(MushroomError, match="unknown backend 'nope'"):
+        build_backend({"kind": "nope"})
+
+
+def test_calling_backend_config_builds_the_model_of_its_kind():
+    cfg = BackendConfig(kind="transformers", model="tiny", device="cpu", batch_size=2)
+    assert type(cfg) is TransformersConfig and cfg.batch_size == 2
+    assert type(BackendConfig(kind="unregistered", model="a")) is BackendSettings  # test doubles
+    assert type(BackendSettings.model_validate({"kind": "openai", "concurrency": 2})) is OpenAIConfig
+    with pytest.raises(ValidationError, match="no setting 'batch_size'"):
+        BackendConfig(kind="openai", batch_size=3)
+    assert parse_backend_config(BackendSettings.model_construct(kind="replay", model="")).kind == "replay"
+
+
+def test_the_old_boolean_structured_output_still_reads():
+    assert parse_backend_config({"kind": "openai", "structured_output": False}).structured_output == "none"
+    assert parse_backend_config({"kind": "openai", "structured_output": True}).structured_output == "auto"
+    with pytest.raises(ValidationError):
+        parse_backend_config({"kind": "openai", "structured_output": "xml"})
+    with pytest.raises(ValidationError, match="concurrency must be"):
+        parse_backend_config({"kind": "openai", "concurrency": 0})
+
+
+class EchoConfig(BackendSettings):
+    kind: str = "echo-test"
+    prefix: str = ">"
+
+
+@pytest.fixture
+def echo_backend():
+    from mushroom.backends import registry
+
+    @register_backend("echo-test", config=EchoConfig)
+    class EchoBackend(Backend):
+        def generate(self, requests, on_result=None):
+            return [Generation(texts=[self.config.prefix + r.messages[-1].content]) for r in requests]
+
+    yield EchoBackend
+    registry._REGISTERED.pop("echo-test")
+
+
+def test_register_backend_decorator_makes_a_kind_buildable(echo_backend):
+    from mushroom.backends.base import GenerationRequest, Message
+
+    assert "echo-test" in backend_names()
+    backend = build_backend({"kind": "echo-test", "prefix": "$"})
+    assert backend.kind == "echo-test" and isinstance(backend.config, EchoConfig)
+    req = GenerationRequest(key="k", messages=[Message(role="user", content="hi")])
+    assert backend.generate([req])[0].texts == ["$hi"]
+    with pytest.raises(ValidationError, match="'echo-test' backend has no setting 'colour'"):
+        Holder(backend={"kind": "echo-test", "colour": "red"})
+
+
+def test_entry_point_backend_is_listed_without_import_and_built_on_demand(tmp_path, monkeypatch):
+    pkg = tmp_path / "thirdparty_backend_pkg.py"
+    pkg.write_text(
+        textwrap.dedent("""
+        from typing import Literal
+        from mushroom.backends import Backend, BackendSettings
+        from mushroom.backends.base import Generation
+
+        class ThirdConfig(BackendSettings):
+            kind: Literal["third"] = "third"
+            greeting: str = "hello"
+
+        class ThirdBackend(Backend):
+            kind = "third"
+            config_class = ThirdConfig
+
+            def generate(self, requests, on_result=None):
+                return [Generation(texts=[self.config.greeting]) for _ in requests]
+    """)
+    )
+    dist = tmp_path / "thirdparty_backend-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-backend\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[mushroom.backends]\nthird = thirdparty_backend_pkg:ThirdBackend\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _clear_entry_point_cache()
+    try:
+        assert "third" in backend_names() and "thirdparty_backend_pkg" not in sys.modules
+        h = Holder(backend={"kind": "third", "greeting": "hi"})
+        assert h.backend.greeting == "hi"
+        assert build_backend(h.backend).generate([None])[0].texts == ["hi"]
+    finally:
+        sys.modules.pop("thirdparty_backend_pkg", None)
+        _clear_entry_point_cache()
+
+
+def test_listing_and_validating_import_no_backend_library():
+    code = (
+        "import sys; from mushroom.backends import backend_names, parse_backend_config;"
+        "backend_names(); parse_backend_config({'kind': 'transformers', 'model': 'x'});"
+        "parse_backend_config({'kind': 'openai'}); parse_backend_config({'kind': 'vllm'});"
+        "print([m for m in ('torch', 'vllm', 'transformers', 'httpx', 'mushroom.backends.hf') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_llm_detector_options_take_a_backend_table():
+    det = build(
+        "llm", {"backend": {"kind": "openai", "model": "m", "base_url": "http://x/v1", "concurrency": 1}}
+    )
+    assert isinstance(det.options.backend, OpenAIConfig) and det.options.backend.concurrency == 1
+
+
+def test_json_schema_shows_the_kinds_as_a_tagged_union():
+    schema = Holder.model_json_schema()
+    backend = schema["properties"]["backend"]
+    assert backend["discriminator"]["propertyName"] == "kind"
+    assert set(backend["discriminator"]["mapping"]) == {"replay", "openai", "transformers", "vllm"}
+    assert "batch_size" not in schema["$defs"]["OpenAIConfig"]["properties"]
+    assert "concurrency" in schema["$defs"]["OpenAIConfig"]["properties"]
