@@ -52,6 +52,7 @@ class RawRecord(BaseModel):
     error: str | None = None
     cached: bool = False
     usage: dict[str, int] = Field(default_factory=dict)
+    structured_output: str | None = Field(None, description="the output constraint the server accepted")
 
     @property
     def response(self) -> str | None:
@@ -127,6 +128,7 @@ class RecordingBackend(Backend):
                         error=gen.error,
                         cached=gen.cached,
                         usage=gen.usage,
+                        structured_output=getattr(gen, "structured_output", None),
                     )
                 )
             if on_result is not None:

@@ -20,7 +20,7 @@ from mushroom.backends import (
 from mushroom.backends.base import Generation
 from mushroom.backends.registry import _clear_entry_point_cache
 from mushroom.detectors import build
-from mushroom.errors import MushroomError
+from mushroom.errors import DataError, MushroomError
 
 
 class Holder(BaseModel):
@@ -50,7 +50,7 @@ def test_a_setting_of_another_kind_is_an_error_naming_the_valid_keys():
         and "concurrency" in text
         and "base_url" in text
     )
-    with pytest.raises(ValidationError, match="has no setting 'base_url'"):
+    with pytest.raises(DataError, match="has no setting .base_url."):
         build("llm", {"backend": {"kind": "transformers", "model": "x", "base_url": "http://x"}})
     with pytest.raises(MushroomError, match="has no setting 'responses'"):
         build_backend({"kind": "vllm", "model": "x", "responses": "f"})

@@ -134,3 +134,15 @@ def test_detector_contract_through_the_cli(tmp_path, name):
     proc = run_detect(out, name, SETUPS[name](tmp_path))
     assert proc.returncode == 0 and pred_file.read_bytes() == before
     assert len(raw_path.read_text().splitlines()) == len(raw)
+    # the raw file replays: the same predictions with no model
+    replay = {"kind": "replay", "responses": str(raw_path)}
+    options = (
+        ["-o", f"models={json.dumps([replay])}"]
+        if name == "pyes"
+        else ["-o", f"backend={json.dumps(replay)}"]
+    )
+    if name == "pyes":
+        options += ["-o", "scoring=top_logprobs"]
+    proc = run_detect(tmp_path / "replayed", name, options)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "replayed" / "predictions" / "mushroom.en-val.v2.jsonl").read_bytes() == before

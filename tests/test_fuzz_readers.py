@@ -258,7 +258,7 @@ def test_recorded_responses(tmp_path_factory, data):
     path = _write(tmp_path_factory, "responses.jsonl", raw)
     config = BackendConfig(kind="replay", responses=str(path))
     _load_or_locate(
-        lambda p: ReplayBackend(config), path, raw, count=lambda b: sum(len(v) for v in b.by_id.values())
+        lambda p: ReplayBackend(config), path, raw, count=lambda b: len(b.records)
     )
 
 

@@ -102,11 +102,14 @@ class ReplayBackend(Backend):
         records = load_records(Path(config.responses), ReplayRecord, unique_ids=False)
         self.by_key: dict[str, list[ReplayRecord]] = {}
         self.by_item: dict[str, list[ReplayRecord]] = {}
+        self.records = records  # every line read (one per non-blank line of the file)
         for rec in records:
             if config.model and rec.model and rec.model != config.model:
                 continue
-            if rec.key is not None:
-                self.by_key.setdefault(rec.key, []).append(rec)
+            # An old line's `id` was the request key ("v-1#decompose"), so it is one here too.
+            key = rec.key if rec.key is not None else rec.id
+            if key is not None:
+                self.by_key.setdefault(key, []).append(rec)
             if rec.item is not None:
                 self.by_item.setdefault(rec.item, []).append(rec)
         self._used: dict[tuple, int] = {}
