@@ -793,6 +793,11 @@ def list_detectors() -> None:
 
 def main() -> None:
     """Entry point: every expected failure is a clear message and an exit code (README)."""
+    import os
+
+    # Third-party download/loading bars ("Loading weights") would interleave with ours.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     raise SystemExit(run_cli(app))
 
 

@@ -60,9 +60,10 @@ def run_main_stack(
     options = options or {}
     unknown = sorted(set(options) - set(members))
     if unknown:
-        raise MushroomError(
-            f"options for {', '.join(unknown)}, which is not a member of the stack ({', '.join(members)})"
-        )
+        from mushroom.cliutil import suggest
+
+        hint = suggest(unknown[0], list(members))
+        raise MushroomError(f"-o {unknown[0]}.KEY=VALUE: {unknown[0]!r} is not a member of the stack{hint}")
     dets = {name: build(name, options.get(name)) for name in members}
     out = out or workspace() / "submissions" / f"{timestamp()}-stack"
     config = {
