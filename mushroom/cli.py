@@ -635,6 +635,7 @@ def contexts_cmd(
     topic: Annotated[bool, typer.Option("--topic", help="give the answer's first sentence as topic")] = False,
     grade: Annotated[str, typer.Option("--grade", help="none, llm or embedding")] = "none",
     min_similarity: Annotated[float, typer.Option("--min-similarity", help="embedding grading cut")] = 0.3,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=16, help="length limit of a context")] = 512,
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="only the first N items per language")
     ] = None,
@@ -680,7 +681,19 @@ def contexts_cmd(
             items = items[:limit]
         sink[0] = RawLog(root / ".raw" / f"{split}.{code}.{source}.jsonl")
         st = generate_contexts(
-            split, code, items, engine, source, tier_list, prompt, topic, grade, None, min_similarity, root
+            split,
+            code,
+            items,
+            engine,
+            source,
+            tier_list,
+            prompt,
+            topic,
+            grade,
+            None,
+            min_similarity,
+            root,
+            max_tokens=max_tokens,
         )
         counts = (
             st.items,
