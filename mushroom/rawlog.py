@@ -106,12 +106,11 @@ class RecordingBackend(Backend):
     def _log(self) -> RawLog | None:
         return self.sink() if callable(self.sink) else self.sink
 
-    def generate(
-        self, requests: list[GenerationRequest], on_result: OnResult | None = None
-    ) -> list[Generation]:
+    def _hook(self, requests: list, on_result, fields) -> Any:
+        """A callback that records each outcome (its fields from `fields(request, outcome)`)."""
         log = self._log()
 
-        def hook(i: int, gen: Generation) -> None:
+        def hook(i: int, outcome) -> None:
             if log is not None:
                 req = requests[i]
                 log.write(
@@ -121,48 +120,43 @@ class RecordingBackend(Backend):
                         stage=req.stage,
                         backend=self.kind,
                         model=self.model_name,
-                        temperature=req.temperature,
-                        n=req.n,
-                        texts=gen.texts,
-                        logprobs=gen.logprobs,
-                        error=gen.error,
-                        cached=gen.cached,
-                        usage=gen.usage,
-                        structured_output=getattr(gen, "structured_output", None),
+                        error=outcome.error,
+                        cached=outcome.cached,
+                        **fields(req, outcome),
                     )
                 )
             if on_result is not None:
-                on_result(i, gen)
+                on_result(i, outcome)
 
-        return self.inner.generate(requests, on_result=hook)
+        return hook
+
+    def generate(
+        self, requests: list[GenerationRequest], on_result: OnResult | None = None
+    ) -> list[Generation]:
+        def fields(req: GenerationRequest, gen: Generation) -> dict[str, Any]:
+            return {
+                "temperature": req.temperature,
+                "n": req.n,
+                "texts": gen.texts,
+                "logprobs": gen.logprobs,
+                "usage": gen.usage,
+                "structured_output": getattr(gen, "structured_output", None),
+            }
+
+        return self.inner.generate(requests, on_result=self._hook(requests, on_result, fields))
 
     def loglikelihood(
         self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
     ) -> list[Loglikelihood]:
-        log = self._log()
+        def fields(req: LoglikelihoodRequest, res: Loglikelihood) -> dict[str, Any]:
+            return {
+                "call": "loglikelihood",
+                "continuation": req.continuation,
+                "logprob": res.logprob,
+                "is_greedy": res.is_greedy,
+            }
 
-        def hook(i: int, res: Loglikelihood) -> None:
-            if log is not None:
-                req = requests[i]
-                log.write(
-                    RawRecord(
-                        id=req.item_id,
-                        key=req.key,
-                        stage=req.stage,
-                        call="loglikelihood",
-                        backend=self.kind,
-                        model=self.model_name,
-                        continuation=req.continuation,
-                        logprob=res.logprob,
-                        is_greedy=res.is_greedy,
-                        error=res.error,
-                        cached=res.cached,
-                    )
-                )
-            if on_result is not None:
-                on_result(i, res)
-
-        return self.inner.loglikelihood(requests, on_result=hook)
+        return self.inner.loglikelihood(requests, on_result=self._hook(requests, on_result, fields))
 
     def close(self) -> None:
         self.inner.close()

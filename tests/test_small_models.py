@@ -198,3 +198,18 @@ def test_registry_builds_nli_and_pyes_without_loading_models():
         ).options.top_logprobs
         == 20
     )
+
+
+def test_loglikelihoods_are_cached_so_a_rerun_scores_nothing_again(tmp_path):
+    from mushroom.backends.base import LoglikelihoodRequest, Message
+    from mushroom.backends.cache import CachedBackend, ResponseCache
+
+    inner = FixedBackend(0.9, 0.1)
+    msgs = [Message(role="user", content="q")]
+    reqs = [LoglikelihoodRequest(key=f"k{c}", messages=msgs, continuation=c) for c in ("Yes", "No")]
+    first = CachedBackend(inner, ResponseCache(tmp_path / "c.jsonl")).loglikelihood(reqs)
+    assert [round(math.exp(r.logprob), 6) for r in first] == [0.9, 0.1] and len(inner.requests) == 1
+    again = CachedBackend(inner, ResponseCache(tmp_path / "c.jsonl"))  # a new run reads the file
+    second = again.loglikelihood(reqs)
+    assert [r.logprob for r in second] == [r.logprob for r in first] and all(r.cached for r in second)
+    assert len(inner.requests) == 1 and again.hits == 2

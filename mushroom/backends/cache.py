@@ -13,11 +13,19 @@ import json
 import threading
 from pathlib import Path
 
-from mushroom.backends.base import Backend, Generation, GenerationRequest, OnResult
+from mushroom.backends.base import (
+    Backend,
+    Generation,
+    GenerationRequest,
+    Loglikelihood,
+    LoglikelihoodRequest,
+    OnResult,
+    OnScore,
+)
 from mushroom.jsonl import append_jsonl
 
 
-def request_key(backend_kind: str, model: str, request: GenerationRequest) -> str:
+def request_key(backend_kind: str, model: str, request: GenerationRequest | LoglikelihoodRequest) -> str:
     """Stable hash of everything that determines a generation."""
     blob = json.dumps(
         {"backend": backend_kind, "model": model, "request": request.cache_payload()},
@@ -33,6 +41,7 @@ class ResponseCache:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.entries: dict[str, Generation] = {}
+        self.scores: dict[str, Loglikelihood] = {}
         self.corrupt_lines = 0
         self._lock = threading.Lock()
         if self.path.exists():
@@ -44,6 +53,9 @@ class ResponseCache:
                 for line in handle:
                     try:
                         row = json.loads(line)
+                        if "loglikelihood" in row:
+                            self.scores[row["key"]] = Loglikelihood.model_validate(row["loglikelihood"])
+                            continue
                         self.entries[row["key"]] = Generation.model_validate(row["generation"])
                     except (json.JSONDecodeError, KeyError, ValueError):
                         # A line cut by a kill mid-write: that call is simply made again.
@@ -60,6 +72,18 @@ class ResponseCache:
                 return
             self.entries[key] = generation
             append_jsonl(self.path, {"key": key, "generation": generation.model_dump(exclude={"cached"})})
+
+    def get_score(self, key: str) -> Loglikelihood | None:
+        return self.scores.get(key)
+
+    def put_score(self, key: str, score: Loglikelihood) -> None:
+        if score.error is not None:
+            return
+        with self._lock:
+            if key in self.scores:
+                return
+            self.scores[key] = score
+            append_jsonl(self.path, {"key": key, "loglikelihood": score.model_dump(exclude={"cached"})})
 
 
 class CachedBackend(Backend):
@@ -105,6 +129,37 @@ class CachedBackend(Backend):
                 if results[missing[unique[j]][0]] is None:
                     store(j, generation)
         return [r if r is not None else Generation(error="no result") for r in results]
+
+    def loglikelihood(
+        self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
+    ) -> list[Loglikelihood]:
+        results: list[Loglikelihood | None] = [None] * len(requests)
+        keys = [request_key(self.inner.kind, self.inner.model_name, r) for r in requests]
+        missing: list[int] = []
+        for i, key in enumerate(keys):
+            hit = self.cache.get_score(key)
+            if hit is None:
+                missing.append(i)
+                continue
+            results[i] = hit.model_copy(update={"cached": True})
+            self.hits += 1
+            if on_result:
+                on_result(i, results[i])
+        self.misses += len(missing)
+        if missing:
+
+            def store(j: int, score: Loglikelihood) -> None:
+                i = missing[j]
+                self.cache.put_score(keys[i], score)
+                results[i] = score
+                if on_result:
+                    on_result(i, score)
+
+            fresh = self.inner.loglikelihood([requests[i] for i in missing], on_result=store)
+            for j, score in enumerate(fresh):
+                if results[missing[j]] is None:
+                    store(j, score)
+        return [r if r is not None else Loglikelihood(error="no result") for r in results]
 
     def close(self) -> None:
         self.inner.close()
