@@ -1,50 +1,184 @@
-"""transformers: batched generation with the model's chat template, on CPU or GPU.
+"""transformers: batched generation and log-likelihood scoring with the model's chat template.
 
-Prompts are grouped by sampling parameters and sent in batches of `batch_size` with left
-padding; temperature 0 means greedy decoding. Top log-probabilities come from the scores
-of each generated step. Needs `pip install 'mushroom[transformers]'`.
+`model` is a registry name (`smollm2`: a GGUF pulled from PyPI, see mushroom.models.zoo), a
+`.gguf` file, a local folder or a hub id. Prompts are grouped by sampling parameters and sent
+in batches of `batch_size` with left padding; temperature 0 means greedy decoding. A request
+with a `json_schema` is decoded under that schema (llguidance, see mushroom.backends.grammar)
+unless `structured_output` is off; without llguidance installed it runs unconstrained and says
+so once. Needs `pip install 'mushroom[transformers]'`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
+import inspect
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch  # this module is imported only when the transformers backend is chosen
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
 
-from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest, OnResult
+from mushroom.backends import grammar
+from mushroom.backends.base import (
+    Backend,
+    BackendConfig,
+    Generation,
+    GenerationRequest,
+    Loglikelihood,
+    LoglikelihoodRequest,
+    Message,
+    OnResult,
+    OnScore,
+)
+from mushroom.models.zoo import resolve_model
+
+
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Silences transformers' loading chatter ("Loading weights", GGUF de-quantizing bars, info logs).
+
+    They would interleave with the CLI's own output; errors still raise. The GGUF converter uses
+    tqdm directly rather than transformers' switchable one, so its `tqdm` is swapped for the call.
+    """
+    from transformers.utils import logging as hf_logging
+
+    bars_on = hf_logging.is_progress_bar_enabled()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    patched = None
+    try:
+        patched = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
+        original_tqdm = patched.tqdm
+        patched.tqdm = functools.partial(original_tqdm, disable=True)
+    except (ImportError, AttributeError):
+        patched = None
+    try:
+        yield
+    finally:
+        if patched is not None:
+            patched.tqdm = original_tqdm
+        hf_logging.set_verbosity(verbosity)
+        if bars_on:
+            hf_logging.enable_progress_bar()
+
+
+def _structured_on(config: BackendConfig) -> bool:
+    """Whether `structured_output` asks for schema-constrained output (a bool, or a mode name)."""
+    value = getattr(config, "structured_output", True)
+    return value not in (False, None, "none")
 
 
 class TransformersBackend(Backend):
-    """A causal LM from transformers (a hub name or a local folder)."""
+    """A causal LM from transformers (a registry name, a GGUF file, a local folder or a hub id)."""
 
     kind = "transformers"
 
     def __init__(self, config: BackendConfig, model: Any = None, tokenizer: Any = None):
         super().__init__(config)
         self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(config.model)
+        self.resolved = resolve_model(config.model) if model is None or tokenizer is None else None
+        load: dict[str, Any] = (
+            {"gguf_file": self.resolved.gguf_file} if self.resolved and self.resolved.gguf_file else {}
+        )
+        with quiet_loading():
+            self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(self.resolved.source, **load)
+            if model is None:
+                dtype = {"dtype": getattr(torch, config.dtype)} if config.dtype else {}
+                model = AutoModelForCausalLM.from_pretrained(
+                    self.resolved.source, **load, **dtype, **config.extra
+                )
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        dtype = getattr(torch, config.dtype) if config.dtype else None
-        self.model = model or AutoModelForCausalLM.from_pretrained(
-            config.model, torch_dtype=dtype, **config.extra
-        )
+        self.model = model
         self.model.to(self.device)
         self.model.eval()
+        self._templated = bool(getattr(self.tokenizer, "chat_template", None))
+        self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        self._constrainer: grammar.SchemaConstrainer | None | bool = None  # False: cannot be built
+        self.warnings: list[str] = []
+        self.constrained_requests = 0
+        self.unconstrained_schema_requests = 0
 
-    def _prompt(self, req: GenerationRequest) -> str:
-        messages = [m.model_dump() for m in req.messages]
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\n\nassistant:"
+    # -- prompts -------------------------------------------------------------------------------
+
+    def _prompt_ids(self, messages: list[Message]) -> list[int]:
+        """Token ids of the chat prompt up to and including the assistant's generation prompt.
+
+        A chat template writes its own special tokens, so the tokenizer adds none (as
+        `apply_chat_template(tokenize=True)` does); a model without a template (a base model)
+        gets plain role-prefixed turns and its usual BOS.
+        """
+        rows = [m.model_dump() for m in messages]
+        if self._templated:
+            text = self.tokenizer.apply_chat_template(rows, tokenize=False, add_generation_prompt=True)
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        text = "\n\n".join(f"{m['role']}: {m['content']}" for m in rows) + "\n\nassistant:"
+        return self.tokenizer(text)["input_ids"]
+
+    def _pad_left(self, sequences: list[list[int]]) -> dict[str, torch.Tensor]:
+        width = max(len(s) for s in sequences)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(s)) + s for s in sequences], dtype=torch.long)
+        mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], dtype=torch.long)
+        return {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
+
+    # -- generation ----------------------------------------------------------------------------
+
+    def _logits_processor(self, batch: list[GenerationRequest]) -> LogitsProcessorList | None:
+        schemas = [r.json_schema for r in batch]
+        if not any(s is not None for s in schemas):
+            return None
+        if not _structured_on(self.config):
+            self.unconstrained_schema_requests += sum(s is not None for s in schemas)
+            return None
+        if self._constrainer is None:
+            self._constrainer = self._build_constrainer() or False
+        if self._constrainer is False:
+            self.unconstrained_schema_requests += sum(s is not None for s in schemas)
+            return None
+        self.constrained_requests += sum(s is not None for s in schemas)
+        return LogitsProcessorList([self._constrainer.processor(schemas, batch[0].n)])
+
+    def _warn(self, message: str) -> None:
+        """Records a warning (shown once per backend, kept in `self.warnings` for the run's record)."""
+        if message not in self.warnings:
+            self.warnings.append(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    def _build_constrainer(self) -> grammar.SchemaConstrainer | None:
+        if not grammar.available():
+            self._warn(
+                "llguidance is not installed: transformers generation is NOT constrained to the JSON "
+                f"schema, so small models may write invalid JSON; {grammar.INSTALL_HINT}"
+            )
+            return None
+        head = self.model.get_output_embeddings()
+        vocab = head.weight.shape[0] if head is not None else self.model.config.vocab_size
+        try:
+            return grammar.SchemaConstrainer(self.tokenizer, vocab)
+        except (ValueError, TypeError, RuntimeError) as exc:
+            self._warn(
+                f"llguidance cannot read this tokenizer ({exc}): "
+                "generation is NOT constrained to the JSON schema"
+            )
+            return None
+
+    def _stop_ids(self) -> set[int]:
+        eos = self.model.generation_config.eos_token_id
+        ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
 
     def _batch(self, batch: list[GenerationRequest]) -> list[Generation]:
         req = batch[0]
-        enc = self.tokenizer([self._prompt(r) for r in batch], return_tensors="pt", padding=True).to(
-            self.device
-        )
+        prompts = [self._prompt_ids(r.messages) for r in batch]
+        enc = self._pad_left(prompts)
         kwargs: dict[str, Any] = {
             "max_new_tokens": req.max_tokens,
             "num_return_sequences": req.n,
@@ -55,7 +189,10 @@ class TransformersBackend(Backend):
         if req.temperature > 0:
             kwargs.update(do_sample=True, temperature=req.temperature, top_p=req.top_p)
         else:
-            kwargs.update(do_sample=False)
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        processors = self._logits_processor(batch)
+        if processors is not None:
+            kwargs["logits_processor"] = processors
         if req.seed is not None:
             torch.manual_seed(req.seed)
         with torch.no_grad():
@@ -63,6 +200,11 @@ class TransformersBackend(Backend):
         prompt_len = enc["input_ids"].shape[1]
         sequences = out.sequences[:, prompt_len:]
         texts = self.tokenizer.batch_decode(sequences, skip_special_tokens=True)
+        stops = self._stop_ids()
+        lengths = []
+        for row in sequences.tolist():
+            ends = [k for k, t in enumerate(row) if t in stops]
+            lengths.append(ends[0] if ends else len(row))
         logprobs = None
         if req.top_logprobs is not None and out.scores:
             steps = torch.stack(out.scores, dim=1).float().log_softmax(-1)  # (batch*n, steps, vocab)
@@ -73,7 +215,7 @@ class TransformersBackend(Backend):
                         self.tokenizer.decode([int(t)]): float(v)
                         for t, v in zip(top.indices[b, s], top.values[b, s])
                     }
-                    for s in range(steps.shape[1])
+                    for s in range(lengths[b])
                 ]
                 for b in range(steps.shape[0])
             ]
@@ -84,6 +226,10 @@ class TransformersBackend(Backend):
                 Generation(
                     texts=[texts[r] for r in rows],
                     logprobs=[logprobs[r] for r in rows] if logprobs else None,
+                    usage={
+                        "prompt_tokens": len(prompts[i]),
+                        "completion_tokens": sum(lengths[r] for r in rows),
+                    },
                 )
             )
         return results
@@ -106,3 +252,59 @@ class TransformersBackend(Backend):
                     if on_result:
                         on_result(i, gen)
         return [r if r is not None else Generation(error="no result") for r in results]
+
+    # -- scoring -------------------------------------------------------------------------------
+
+    def _score_batch(self, pairs: list[tuple[list[int], list[int]]]) -> list[Loglikelihood]:
+        """Sum of log P(continuation token | everything before it) for each (prompt, continuation).
+
+        Left padding puts every continuation at the end of its row, so only the last
+        `longest continuation + 1` positions need logits (`logits_to_keep`), not the whole
+        prompt's worth of vocabulary-sized rows; position ids follow the attention mask so a
+        padded row scores exactly as it would alone.
+        """
+        enc = self._pad_left([p + c for p, c in pairs])
+        positions = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        tail = max(len(c) for _, c in pairs) + 1
+        extra = {"logits_to_keep": tail} if self._keeps_logits else {}
+        with torch.no_grad():
+            logits = self.model(**enc, position_ids=positions, **extra).logits[:, -tail:, :]
+        logprobs = logits.float().log_softmax(-1)
+        out = []
+        for row, (_, cont) in enumerate(pairs):
+            n = len(cont)
+            steps = logprobs[row, tail - 1 - n : tail - 1]  # the step before each continuation token
+            target = torch.tensor(cont, device=steps.device)
+            picked = steps.gather(-1, target[:, None]).squeeze(-1)
+            greedy = bool((steps.argmax(-1) == target).all())
+            out.append(Loglikelihood(logprob=float(picked.sum()), is_greedy=greedy))
+        return out
+
+    def loglikelihood(
+        self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
+    ) -> list[Loglikelihood]:
+        """Log P(continuation | chat prompt with its generation prompt), batched by `batch_size`.
+
+        The continuation is tokenized on its own, as the model would have to produce it right
+        after the generation prompt (a reply starts a new token there); so " Yes", "No" and
+        "Oui" are each scored over however many tokens they take.
+        """
+        results: list[Loglikelihood | None] = [None] * len(requests)
+        todo: list[tuple[int, list[int], list[int]]] = []
+        for i, req in enumerate(requests):
+            cont = self.tokenizer(req.continuation, add_special_tokens=False)["input_ids"]
+            if not cont:
+                results[i] = Loglikelihood(error=f"continuation {req.continuation!r} encodes to no tokens")
+                if on_result:
+                    on_result(i, results[i])
+                continue
+            todo.append((i, self._prompt_ids(req.messages), cont))
+        todo.sort(key=lambda t: len(t[1]) + len(t[2]))  # similar lengths together: less padding
+        size = self.config.batch_size
+        for k in range(0, len(todo), size):
+            chunk = todo[k : k + size]
+            for (i, _, _), score in zip(chunk, self._score_batch([(p, c) for _, p, c in chunk])):
+                results[i] = score
+                if on_result:
+                    on_result(i, score)
+        return [r if r is not None else Loglikelihood(error="no result") for r in results]
