@@ -61,7 +61,9 @@ def main() -> None:
         print(f"load: {time.perf_counter() - t:.1f} s")
 
     items = load_split("val", ["en"])["en"][: args.limit]
-    detector = build("llm", {"backend": {"kind": "transformers", "model": "smollm2"}, "max_tokens": args.max_tokens})
+    detector = build(
+        "llm", {"backend": {"kind": "transformers", "model": "smollm2"}, "max_tokens": args.max_tokens}
+    )
     requests = detector.requests(items, {})
     print(f"{len(items)} English val items, max_tokens {args.max_tokens}, batch size {args.batch_size}")
     print(f"{'mode':<14} {'s/item':>7} {'valid JSON':>11} {'parsed':>7} {'tokens/item':>12} {'spans':>6}")
@@ -77,7 +79,9 @@ def main() -> None:
         tokens = sum(g.usage.get("completion_tokens", 0) for g in gens) / len(items)
         spans = sum(len(r.spans) for r in results)
         name = "constrained" if constrained else "free"
-        print(f"{name:<14} {per_item:>7.1f} {valid:>5}/{len(texts):<5} {parsed:>3}/{len(texts):<3} {tokens:>12.0f} {spans:>6}")
+        print(
+            f"{name:<14} {per_item:>7.1f} {valid:>5}/{len(texts):<5} {parsed:>3}/{len(texts):<3} {tokens:>12.0f} {spans:>6}"
+        )
         if args.show:
             for it, x in zip(items, texts):
                 print(f"  [{it.id}] {x!r}")
@@ -95,7 +99,9 @@ def main() -> None:
     finite = sum(o.logprob is not None and math.isfinite(o.logprob) for o in out)
     print(f"loglikelihood: {len(out)} scores in {secs:.1f} s, {finite} finite")
     for k in range(0, min(len(out), 8), 4):
-        row = ", ".join(f"{s.continuation!r}: {o.logprob:.2f}" for s, o in zip(scores[k : k + 4], out[k : k + 4]))
+        row = ", ".join(
+            f"{s.continuation!r}: {o.logprob:.2f}" for s, o in zip(scores[k : k + 4], out[k : k + 4])
+        )
         print(f"  {scores[k].key.split('|')[0]}: {row}")
 
 

