@@ -125,6 +125,8 @@ def test_loglikelihood_matches_a_manual_forward_pass_across_padded_batches():
         ("w3", "w4 w5 w6"),
         ("w11 w12 w13", "Oui"),  # an unknown word: scored as [UNK], still one token
         ("w20 w21", "w22"),
+        ("w1", "w3"),  # same prompt as the first: one pass serves both single-token labels
+        ("w1", "w2 w3"),
     ]
     reqs = [
         LoglikelihoodRequest(key=str(i), messages=[Message(role="user", content=p)], continuation=c)
@@ -233,3 +235,23 @@ def test_without_llguidance_generation_runs_free_and_warns_once(monkeypatch):
     second = backend.generate(schema_requests()[:1])
     assert first[0].error is None and second[0].error is None
     assert len(backend.warnings) == 1 and backend.unconstrained_schema_requests == 2
+
+
+def test_strict_schema_closes_listed_objects_only():
+    schema = {
+        "type": "object",
+        "properties": {
+            "properties": {"type": "object", "properties": {"a": {"type": "integer"}}},
+            "free": {"type": "object", "additionalProperties": True, "properties": {}},
+            "kind": {"enum": [{"properties": {}}]},
+        },
+        "$defs": {"X": {"type": "object", "properties": {"b": {"type": "string"}}}},
+    }
+    out = grammar.strict(schema)
+    assert out["additionalProperties"] is False
+    assert out["properties"]["properties"]["additionalProperties"] is False
+    assert "additionalProperties" not in out["properties"]["properties"]["properties"]  # a name map
+    assert out["properties"]["free"]["additionalProperties"] is True
+    assert out["properties"]["kind"] == {"enum": [{"properties": {}}]}
+    assert out["$defs"]["X"]["additionalProperties"] is False
+    assert "additionalProperties" not in schema  # the caller's schema is left alone

@@ -8,7 +8,8 @@ xgrammar pulls triton (285 MB), outlines pulls outlines_core and its own model w
 lm-format-enforcer's transformers integration fails to import under transformers 5 (and
 walks the vocabulary in Python at every step).
 
-The logits processor keeps one matcher per generated row (prompt x sample): on each step it
+Schemas are made strict first (no keys beyond the listed properties, see `strict`). The
+logits processor keeps one matcher per generated row (prompt x sample): on each step it
 feeds the previous token to the row's matcher and masks every token the schema forbids, so a
 135M model can only write JSON of the schema, and can only stop once the JSON is complete.
 The mask is filled with llguidance's numpy helper and applied as a boolean mask, avoiding
@@ -45,6 +46,35 @@ def available() -> bool:
     return True
 
 
+_NAMED_SCHEMAS = {"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"}
+_LITERALS = {"enum", "const", "default", "examples"}
+
+
+def strict(schema: Any) -> Any:
+    """The schema with `additionalProperties: false` on every object that lists its properties.
+
+    As OpenAI's strict structured outputs do: a JSON schema allows unlisted keys unless told
+    otherwise, and pydantic's do not tell, so a small model under the plain schema can invent
+    keys such as `"probability: 0.95}},{"` and loop on them until the token budget runs out.
+    Objects that say what they allow keep it.
+    """
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _LITERALS:
+            out[key] = value
+        elif key in _NAMED_SCHEMAS and isinstance(value, dict):
+            out[key] = {name: strict(sub) for name, sub in value.items()}
+        else:
+            out[key] = strict(value)
+    if "properties" in out and "additionalProperties" not in out and out.get("type", "object") == "object":
+        out["additionalProperties"] = False
+    return out
+
+
 class SchemaConstrainer:
     """Compiles schemas (cached) against one tokenizer and builds a logits processor per batch."""
 
@@ -61,7 +91,7 @@ class SchemaConstrainer:
 
         key = json.dumps(schema, sort_keys=True)
         if key not in self._grammars:
-            grammar = LLMatcher.grammar_from_json_schema(key, overrides=JSON_OPTIONS)
+            grammar = LLMatcher.grammar_from_json_schema(strict(schema), overrides=JSON_OPTIONS)
             problem = LLMatcher.validate_grammar(grammar, self._ll_tokenizer)
             if problem and not problem.startswith("WARNING"):
                 raise MushroomError(f"the JSON schema cannot be used for constrained decoding: {problem}")

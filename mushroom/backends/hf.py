@@ -255,21 +255,28 @@ class TransformersBackend(Backend):
 
     # -- scoring -------------------------------------------------------------------------------
 
-    def _score_batch(self, pairs: list[tuple[list[int], list[int]]]) -> list[Loglikelihood]:
-        """Sum of log P(continuation token | everything before it) for each (prompt, continuation).
+    def _forward_tail(self, sequences: list[list[int]], tail: int) -> torch.Tensor:
+        """Log-softmax over the vocabulary at the last `tail` positions of each left-padded row.
 
-        Left padding puts every continuation at the end of its row, so only the last
-        `longest continuation + 1` positions need logits (`logits_to_keep`), not the whole
-        prompt's worth of vocabulary-sized rows; position ids follow the attention mask so a
-        padded row scores exactly as it would alone.
+        Left padding puts every row's end at the same column, so only those positions need
+        logits (`logits_to_keep`), not a vocabulary-sized row per prompt token; position ids
+        follow the attention mask so a padded row scores exactly as it would alone.
         """
-        enc = self._pad_left([p + c for p, c in pairs])
+        enc = self._pad_left(sequences)
         positions = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)
-        tail = max(len(c) for _, c in pairs) + 1
         extra = {"logits_to_keep": tail} if self._keeps_logits else {}
         with torch.no_grad():
             logits = self.model(**enc, position_ids=positions, **extra).logits[:, -tail:, :]
-        logprobs = logits.float().log_softmax(-1)
+        return logits.float().log_softmax(-1)
+
+    def _next_token_logprobs(self, prompts: list[list[int]]) -> torch.Tensor:
+        """(len(prompts), vocab) log-probabilities of the token after each prompt."""
+        return self._forward_tail(prompts, 1)[:, -1, :]
+
+    def _score_batch(self, pairs: list[tuple[list[int], list[int]]]) -> list[Loglikelihood]:
+        """Sum of log P(continuation token | everything before it) for each (prompt, continuation)."""
+        tail = max(len(c) for _, c in pairs) + 1
+        logprobs = self._forward_tail([p + c for p, c in pairs], tail)
         out = []
         for row, (_, cont) in enumerate(pairs):
             n = len(cont)
@@ -287,24 +294,39 @@ class TransformersBackend(Backend):
 
         The continuation is tokenized on its own, as the model would have to produce it right
         after the generation prompt (a reply starts a new token there); so " Yes", "No" and
-        "Oui" are each scored over however many tokens they take.
+        "Oui" are each scored over however many tokens they take. Continuations of one token
+        (the usual labels) are read off a single pass over each distinct prompt, so P(Yes) and
+        P(No) for a piece cost one forward pass, not two.
         """
         results: list[Loglikelihood | None] = [None] * len(requests)
-        todo: list[tuple[int, list[int], list[int]]] = []
+
+        def done(i: int, result: Loglikelihood) -> None:
+            results[i] = result
+            if on_result:
+                on_result(i, result)
+
+        singles: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        multis: list[tuple[int, list[int], list[int]]] = []
         for i, req in enumerate(requests):
             cont = self.tokenizer(req.continuation, add_special_tokens=False)["input_ids"]
             if not cont:
-                results[i] = Loglikelihood(error=f"continuation {req.continuation!r} encodes to no tokens")
-                if on_result:
-                    on_result(i, results[i])
-                continue
-            todo.append((i, self._prompt_ids(req.messages), cont))
-        todo.sort(key=lambda t: len(t[1]) + len(t[2]))  # similar lengths together: less padding
+                done(i, Loglikelihood(error=f"continuation {req.continuation!r} encodes to no tokens"))
+            elif len(cont) == 1:
+                singles.setdefault(tuple(self._prompt_ids(req.messages)), []).append((i, cont[0]))
+            else:
+                multis.append((i, self._prompt_ids(req.messages), cont))
         size = self.config.batch_size
-        for k in range(0, len(todo), size):
-            chunk = todo[k : k + size]
+        prompts = sorted(singles, key=len)  # similar lengths together: less padding
+        for k in range(0, len(prompts), size):
+            chunk = prompts[k : k + size]
+            logprobs = self._next_token_logprobs([list(p) for p in chunk])
+            for row, prompt in enumerate(chunk):
+                greedy = int(logprobs[row].argmax())
+                for i, token in singles[prompt]:
+                    done(i, Loglikelihood(logprob=float(logprobs[row, token]), is_greedy=token == greedy))
+        multis.sort(key=lambda t: len(t[1]) + len(t[2]))
+        for k in range(0, len(multis), size):
+            chunk = multis[k : k + size]
             for (i, _, _), score in zip(chunk, self._score_batch([(p, c) for _, p, c in chunk])):
-                results[i] = score
-                if on_result:
-                    on_result(i, score)
+                done(i, score)
         return [r if r is not None else Loglikelihood(error="no result") for r in results]
