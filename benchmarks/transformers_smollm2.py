@@ -1,9 +1,11 @@
 """SmolLM2-135M through the transformers backend: pull, load, generation speed, valid JSON share.
 
-Usage: python benchmarks/transformers_smollm2.py [--limit 5] [--max-tokens 256] [--batch-size 5]
+Usage: python benchmarks/transformers_smollm2.py [--limit 5] [--max-tokens 192] [--batch-size 5]
+       [--prompt single_zero_shot] [--show]
 
 Prints: pull time cold (into a fresh temporary MUSHROOM_CACHE_DIR) and warm (the same call
-again), backend load time, and for the `llm` detector's prompt (single_few_shot, no context) on
+again), backend load time from the GGUF (first load, which also saves a converted copy) and
+from that copy, and for the `llm` detector's prompt (zero-shot by default, no context) on
 the first English val items, generation seconds per item and the share of responses that are
 valid JSON of the span schema, with the schema constraint (llguidance) and without it.
 Then P(" Yes") / P(" No") by `loglikelihood` for the same items. CPU timings on a shared
@@ -36,7 +38,8 @@ def valid_json(text: str) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=int, default=5)
-    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--max-tokens", type=int, default=192)
+    ap.add_argument("--prompt", default="single_zero_shot", help="prompt file of the llm detector")
     ap.add_argument("--batch-size", type=int, default=5)
     ap.add_argument("--show", action="store_true", help="print every response")
     args = ap.parse_args()
@@ -55,17 +58,26 @@ def main() -> None:
 
         from mushroom.backends.hf import TransformersBackend
 
-        t = time.perf_counter()
         config = BackendConfig(kind="transformers", model="smollm2", device="cpu", batch_size=args.batch_size)
+        t = time.perf_counter()
+        TransformersBackend(config)
+        first = time.perf_counter() - t
+        t = time.perf_counter()
         backend = TransformersBackend(config)
-        print(f"load: {time.perf_counter() - t:.1f} s")
+        print(
+            f"load: first (GGUF, saves a converted copy) {first:.1f} s, later (converted) {time.perf_counter() - t:.1f} s"
+        )
 
     items = load_split("val", ["en"])["en"][: args.limit]
     detector = build(
         "llm", {"backend": {"kind": "transformers", "model": "smollm2"}, "max_tokens": args.max_tokens}
     )
     requests = detector.requests(items, {})
-    print(f"{len(items)} English val items, max_tokens {args.max_tokens}, batch size {args.batch_size}")
+    prompt_tokens = sum(len(backend._prompt_ids(r.messages)) for r in requests) / len(requests)
+    print(
+        f"{len(items)} English val items, prompt {args.prompt} ({prompt_tokens:.0f} tokens, no context), "
+        f"max_tokens {args.max_tokens}, batch size {args.batch_size}"
+    )
     print(f"{'mode':<14} {'s/item':>7} {'valid JSON':>11} {'parsed':>7} {'tokens/item':>12} {'spans':>6}")
     for constrained in (True, False):
         backend.config = config.model_copy(update={"structured_output": constrained})

@@ -19,7 +19,7 @@ pytest.importorskip("gguf", reason="gguf not installed (loads GGUF files): pip i
 pytest.importorskip("accelerate", reason="accelerate not installed: pip install 'mushroom[transformers]'")
 
 from mushroom.backends import grammar  # noqa: E402
-from mushroom.backends.base import BackendConfig, LoglikelihoodRequest, Message  # noqa: E402
+from mushroom.backends.base import BackendConfig, LoglikelihoodRequest  # noqa: E402
 from mushroom.data import load_split  # noqa: E402
 from mushroom.detectors import build  # noqa: E402
 from mushroom.models import zoo  # noqa: E402
@@ -78,6 +78,18 @@ def test_constrained_generation_is_always_span_json(backend, requests):
         assert gen.error is None and len(gen.texts) == 1
         assert gen.usage["completion_tokens"] < MAX_TOKENS, f"{req.key}: ran out of tokens: {gen.texts[0]!r}"
         SpanList.model_validate(json.loads(gen.texts[0]))  # raises on anything but the schema
+
+
+def test_second_load_uses_the_converted_copy_and_scores_the_same(backend, requests):
+    from mushroom.backends.hf import TransformersBackend, _converted_dir
+
+    folder = _converted_dir(backend.resolved)
+    assert folder is not None and (folder / "model.safetensors").is_file()
+    again = TransformersBackend(BackendConfig(kind="transformers", model="smollm2", device="cpu"))
+    req = LoglikelihoodRequest(key="y", messages=requests[1].messages, continuation=" Yes")
+    assert again.loglikelihood([req])[0].logprob == pytest.approx(backend.loglikelihood([req])[0].logprob, abs=1e-4)
+    assert again.tokenizer.chat_template == backend.tokenizer.chat_template
+    assert again._prompt_ids(requests[1].messages) == backend._prompt_ids(requests[1].messages)
 
 
 def test_loglikelihood_of_any_label_wording_is_finite_and_exact(backend, requests):

@@ -14,8 +14,11 @@ import contextlib
 import functools
 import importlib
 import inspect
+import os
+import shutil
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch  # this module is imported only when the transformers backend is chosen
@@ -33,7 +36,8 @@ from mushroom.backends.base import (
     OnResult,
     OnScore,
 )
-from mushroom.models.zoo import resolve_model
+from mushroom.models import zoo
+from mushroom.models.zoo import ResolvedModel, resolve_model
 
 
 @contextlib.contextmanager
@@ -66,6 +70,41 @@ def quiet_loading() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+def _converted_dir(resolved: ResolvedModel) -> Path | None:
+    """Where the transformers copy of a registry GGUF lives (None for anything else)."""
+    if resolved.registry_name is None or resolved.gguf_file is None:
+        return None
+    import transformers
+
+    sha = zoo.entry(resolved.registry_name).sha256[:16]
+    return Path(resolved.source) / f"transformers-{transformers.__version__}-{sha}"
+
+
+def _save_converted(model: Any, tokenizer: Any, folder: Path) -> None:
+    """Saves the de-quantized model as safetensors; written aside, then renamed into place.
+
+    transformers refuses to save a model loaded through its GGUF "quantizer", though the
+    weights are plain float tensors by then; the quantizer is detached for the save only.
+    """
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    quantizer = getattr(model, "hf_quantizer", None)
+    qconfig = getattr(model.config, "quantization_config", None)
+    try:
+        model.hf_quantizer = None
+        if qconfig is not None:
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if not folder.exists():  # another process may have finished first: its copy is as good
+            os.replace(tmp, folder)
+    finally:
+        model.hf_quantizer = quantizer
+        if qconfig is not None:
+            model.config.quantization_config = qconfig
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _structured_on(config: BackendConfig) -> bool:
     """Whether `structured_output` asks for schema-constrained output (a bool, or a mode name)."""
     value = getattr(config, "structured_output", True)
@@ -80,17 +119,13 @@ class TransformersBackend(Backend):
     def __init__(self, config: BackendConfig, model: Any = None, tokenizer: Any = None):
         super().__init__(config)
         self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.warnings: list[str] = []
         self.resolved = resolve_model(config.model) if model is None or tokenizer is None else None
-        load: dict[str, Any] = (
-            {"gguf_file": self.resolved.gguf_file} if self.resolved and self.resolved.gguf_file else {}
-        )
-        with quiet_loading():
-            self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(self.resolved.source, **load)
-            if model is None:
-                dtype = {"dtype": getattr(torch, config.dtype)} if config.dtype else {}
-                model = AutoModelForCausalLM.from_pretrained(
-                    self.resolved.source, **load, **dtype, **config.extra
-                )
+        if model is None or tokenizer is None:
+            loaded_model, loaded_tokenizer = self._load(config)
+            model = model or loaded_model
+            tokenizer = tokenizer or loaded_tokenizer
+        self.tokenizer = tokenizer
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -100,9 +135,35 @@ class TransformersBackend(Backend):
         self._templated = bool(getattr(self.tokenizer, "chat_template", None))
         self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self._constrainer: grammar.SchemaConstrainer | None | bool = None  # False: cannot be built
-        self.warnings: list[str] = []
         self.constrained_requests = 0
         self.unconstrained_schema_requests = 0
+
+    def _load(self, config: BackendConfig) -> tuple[Any, Any]:
+        """Model and tokenizer; a registry GGUF is converted once and loaded from the copy after.
+
+        Reading a GGUF through transformers parses its metadata three times and maps tensor
+        names in Python (about 25 s for SmolLM2 on two cores, most of it not de-quantizing), so
+        the de-quantized float32 weights, config and tokenizer are saved beside the cached GGUF
+        (keyed on its sha256 and the transformers version) and later loads take well under a
+        second. Only the registry's own cache folder is written to; a user's GGUF file is read
+        as it is every time.
+        """
+        resolved = self.resolved
+        assert resolved is not None
+        dtype = {"dtype": getattr(torch, config.dtype)} if config.dtype else {}
+        converted = _converted_dir(resolved)
+        source, load = resolved.source, ({"gguf_file": resolved.gguf_file} if resolved.gguf_file else {})
+        if converted is not None and (converted / "config.json").is_file():
+            source, load = str(converted), {}
+        with quiet_loading():
+            tokenizer = AutoTokenizer.from_pretrained(source, **load)
+            model = AutoModelForCausalLM.from_pretrained(source, **load, **dtype, **config.extra)
+        if converted is not None and load and not dtype and not config.extra:
+            try:
+                _save_converted(model, tokenizer, converted)
+            except (OSError, ValueError, RuntimeError) as exc:  # a read-only cache only costs time
+                self._warn(f"could not save a converted copy of {resolved.file} ({exc}); loads stay slow")
+        return model, tokenizer
 
     # -- prompts -------------------------------------------------------------------------------
 
