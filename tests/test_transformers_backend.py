@@ -255,3 +255,22 @@ def test_strict_schema_closes_listed_objects_only():
     assert out["properties"]["kind"] == {"enum": [{"properties": {}}]}
     assert out["$defs"]["X"]["additionalProperties"] is False
     assert "additionalProperties" not in schema  # the caller's schema is left alone
+
+
+def test_quiet_loading_silences_transformers_and_gguf_progress_bars(capfd):
+    import importlib
+
+    from transformers.utils import logging as hf_logging
+
+    from mushroom.backends.hf import quiet_loading
+
+    gguf_utils = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
+    before = hf_logging.is_progress_bar_enabled()
+    with quiet_loading():
+        list(hf_logging.tqdm(range(3), desc="Loading weights"))
+        list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors"))
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "de-quantizing" not in err
+    assert hf_logging.is_progress_bar_enabled() == before  # restored afterwards
+    list(gguf_utils.tqdm(range(3), desc="visible again"))
+    assert "visible again" in capfd.readouterr().err

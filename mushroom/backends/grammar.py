@@ -4,9 +4,9 @@ llguidance (guidance-ai, the grammar engine behind vLLM's and SGLang's `guidance
 compiles a JSON schema into a token-level grammar and answers "which tokens may come next" in
 Rust, in well under a millisecond per step. It was chosen over the alternatives because it is
 one 3 MB wheel with no dependencies, leaves torch alone, and works with transformers 5:
-xgrammar pulls triton (285 MB), outlines pulls outlines_core and its own model wrappers, and
-lm-format-enforcer's transformers integration fails to import under transformers 5 (and
-walks the vocabulary in Python at every step).
+xgrammar pulls triton (285 MB) on Linux, outlines pulls four more packages and wraps the
+model in its own API, and lm-format-enforcer's transformers integration fails to import under
+transformers 5 (and it computes each step's allowed tokens in Python).
 
 Schemas are made strict first (no keys beyond the listed properties, see `strict`). The
 logits processor keeps one matcher per generated row (prompt x sample): on each step it
