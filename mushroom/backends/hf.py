@@ -160,7 +160,8 @@ class TransformersBackend(Backend):
             model = AutoModelForCausalLM.from_pretrained(source, **load, **dtype, **config.extra)
         if converted is not None and load and not dtype and not config.extra:
             try:
-                _save_converted(model, tokenizer, converted)
+                with quiet_loading():
+                    _save_converted(model, tokenizer, converted)
             except (OSError, ValueError, RuntimeError) as exc:  # a read-only cache only costs time
                 self._warn(f"could not save a converted copy of {resolved.file} ({exc}); loads stay slow")
         return model, tokenizer
