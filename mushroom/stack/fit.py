@@ -75,13 +75,14 @@ def fit_stack(
     languages = sorted(data)
     stack_data, channels = load_stack_data(members, split, data, None, languages)
     items = stack_data.items
-    oof = cross_validate(stack_data, item_folds(items, folds), l2)
+    fold_of = item_folds(items, folds)
+    oof = cross_validate(stack_data, fold_of, l2)
     cutoffs = choose_cutoffs_by_lang(items, oof)
     coef, mean, scale = fit_items(stack_data, list(range(len(items))), l2)
     # Cut-offs chosen on out-of-fold probabilities of the same items they are scored on
-    # would flatter the CV numbers; nested: each fold's cut-offs come from the other folds.
-    nested_folds = np.arange(len(items)) % folds
-    own = nested_cutoff_predictions(items, oof, nested_folds)
+    # would flatter the CV numbers; nested: each fold's cut-offs come from the other folds
+    # (the same folds as the model's, so no choice applied to an item has seen its label).
+    own = nested_cutoff_predictions(items, oof, fold_of)
     member_cols = member_columns(channels)
     masks = {"stack": [hard_to_mask(p.hard_labels, len(it.model_output_text)) for it, p in zip(items, own)]}
     comparison: dict[str, dict[str, dict[str, float]]] = {}
@@ -98,7 +99,7 @@ def fit_stack(
     # numbers), and the stack always supplies the soft labels.
     gold = [hard_to_mask(it.hard_labels or [], len(it.model_output_text)) for it in items]
     ious = {name: np.array([mask_iou(g, m) for g, m in zip(gold, ms)]) for name, ms in masks.items()}
-    chosen = nested_hard_sources(items, ious, nested_folds)
+    chosen = nested_hard_sources(items, ious, fold_of)
     stack_preds = [
         prediction_from_vectors(it.id, soft_to_vector(p.soft_labels, len(g)), masks[src][k])
         for k, (it, p, g, src) in enumerate(zip(items, own, gold, chosen))
