@@ -246,3 +246,39 @@ def test_hard_labels_cover_whole_words_and_the_short_gaps_between_them():
     zh = "他出生于巴黎"
     zh_probs = np.array([0, 0, 0, 0, 0.8, 0.8])
     assert word_hard_mask(zh, zh_probs, 0.5).tolist() == [False] * 4 + [True] * 2
+
+
+def test_cutoff_table_choice_matches_a_brute_force_search_and_shrinks_toward_pooled():
+    from mushroom.scoring.metrics import mask_iou
+    from mushroom.stack.decoding import FLOORS, THRESHOLDS, CutoffScores
+
+    rng = np.random.default_rng(3)
+    items = make_items(40, rng)
+    items = [it.model_copy(update={"lang": "de" if k % 2 else "en"}) for k, it in enumerate(items)]
+    probs = [
+        np.clip(gold_vec(it) * rng.uniform(0.2, 0.9) + rng.uniform(0, 0.5, len(gold_vec(it))), 0, 1)
+        for it in items
+    ]
+    table = CutoffScores.build(items, probs)
+
+    def brute(idx):
+        def iou(t):
+            return np.mean(
+                [
+                    mask_iou(
+                        gold_vec(items[k]) > 0,
+                        word_hard_mask(items[k].model_output_text, np.round(probs[k], 6), t),
+                    )
+                    for k in idx
+                ]
+            )
+
+        return max(THRESHOLDS, key=iou)
+
+    en = [k for k in range(40) if items[k].lang == "en"]
+    assert table.choose(en)[0] == brute(en)
+    assert table.choose(range(40))[0] == brute(range(40))
+    assert table.choose(en)[1] in FLOORS
+    # an enormous shrinkage weight makes every language take the pooled cut-offs
+    pooled, per_lang = table.choose_by_lang(range(40), shrink=1e9)
+    assert set(per_lang.values()) == {pooled}

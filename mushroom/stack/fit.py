@@ -13,9 +13,10 @@ from mushroom.scoring.metrics import mask_iou
 from mushroom.scoring.score import score_predictions
 from mushroom.spans import hard_to_mask, soft_to_vector
 from mushroom.stack.decoding import (
+    CutoffScores,
     best_hard_sources,
-    choose_cutoffs_by_lang,
-    nested_cutoff_predictions,
+    decode_by_lang,
+    nested_cutoffs,
     nested_hard_sources,
     word_hard_mask,
 )
@@ -77,12 +78,14 @@ def fit_stack(
     items = stack_data.items
     fold_of = item_folds(items, folds)
     oof = cross_validate(stack_data, fold_of, l2)
-    cutoffs = choose_cutoffs_by_lang(items, oof)
+    scores = CutoffScores.build(items, oof)
+    cutoffs = scores.choose_by_lang(range(len(items)))
     coef, mean, scale = fit_items(stack_data, list(range(len(items))), l2)
     # Cut-offs chosen on out-of-fold probabilities of the same items they are scored on
     # would flatter the CV numbers; nested: each fold's cut-offs come from the other folds
     # (the same folds as the model's, so no choice applied to an item has seen its label).
-    own = nested_cutoff_predictions(items, oof, fold_of)
+    nested = nested_cutoffs(scores, fold_of)
+    own = [decode_by_lang([it], [p], nested[int(fold_of[k])])[0] for k, (it, p) in enumerate(zip(items, oof))]
     member_cols = member_columns(channels)
     masks = {"stack": [hard_to_mask(p.hard_labels, len(it.model_output_text)) for it, p in zip(items, own)]}
     comparison: dict[str, dict[str, dict[str, float]]] = {}
