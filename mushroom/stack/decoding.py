@@ -183,28 +183,41 @@ def nested_cutoff_predictions(
     ]
 
 
-def best_hard_sources(items: list[Item], ious: dict[str, np.ndarray], idx) -> tuple[str, dict[str, str]]:
+def best_hard_sources(
+    items: list[Item], ious: dict[str, np.ndarray], idx, shrink: float = 0.0
+) -> tuple[str, dict[str, str]]:
     """(source with the best mean IoU over the chosen items, each language's best source).
 
-    The stack comes first so a tie keeps its own hard labels.
+    The stack comes first so a tie keeps its own hard labels. With `shrink` = k > 0 a
+    language's mean IoU per source is pulled toward the pooled mean by k items' worth, so a
+    language leaves the pooled source only when its own ~40 items say so clearly.
     """
     idx = np.asarray(list(idx), dtype=int)
+    pooled_means = {name: float(ious[name][idx].mean()) for name in ious}
 
-    def best(sel: np.ndarray) -> str:
-        return max(ious, key=lambda name: float(ious[name][sel].mean()))
+    def best(sel: np.ndarray, k: float) -> str:
+        def score(name: str) -> float:
+            own = float(ious[name][sel].mean())
+            return (len(sel) * own + k * pooled_means[name]) / (len(sel) + k) if k > 0 else own
+
+        return max(ious, key=score)
 
     langs = np.array([items[k].lang for k in idx])
-    per_lang = {str(lang): best(idx[langs == lang]) for lang in sorted(set(langs))}
-    return best(idx), per_lang
+    per_lang = {str(lang): best(idx[langs == lang], shrink) for lang in sorted(set(langs))}
+    return best(idx, 0.0), per_lang
 
 
-def nested_hard_sources(items: list[Item], ious: dict[str, np.ndarray], fold_of: np.ndarray) -> list[str]:
-    """Each item's hard-label source as chosen on the other folds."""
+def nested_hard_sources(
+    items: list[Item], ious: dict[str, np.ndarray], fold_of: np.ndarray, shrink: float = 0.0
+) -> tuple[list[str], dict[int, dict[str, str]]]:
+    """Each item's hard-label source as chosen on the other folds, and each fold's choices."""
     chosen = [""] * len(items)
+    per_fold: dict[int, dict[str, str]] = {}
     for f in sorted(set(fold_of.tolist())):
         train = [k for k in range(len(items)) if fold_of[k] != f]
-        pooled, per_lang = best_hard_sources(items, ious, train)
+        pooled, per_lang = best_hard_sources(items, ious, train, shrink)
+        per_fold[f] = per_lang
         for k in range(len(items)):
             if fold_of[k] == f:
                 chosen[k] = per_lang.get(items[k].lang, pooled)
-    return chosen
+    return chosen, per_fold

@@ -39,6 +39,8 @@ class StackModel(BaseModel):
     l2: float
     cv: dict[str, dict[str, float]] = Field(default_factory=dict, description="cross-validated val scores")
     fitted_on: str = ""
+    fingerprint: str = Field("", description="hash of the inputs it was fitted from (stack_fingerprint)")
+    config: dict = Field(default_factory=dict, description="the StackConfig it was fitted with")
 
     def hard_label_summary(self) -> str:
         """One line saying where each language's hard labels come from (for logs and tables)."""
