@@ -51,6 +51,23 @@ def word_hard_mask(text: str, probs: np.ndarray, threshold: float) -> np.ndarray
     return _mask_from_marked(len(text), bounds, bridge, _word_max(bounds, probs) > threshold)
 
 
+def pool_words(text: str, probs: np.ndarray) -> np.ndarray:
+    """Every character of a word takes the word's highest probability; gaps keep their own.
+
+    Gold soft labels are flat over a word (annotators mark whole words), while the model's
+    probability varies inside one; ranking a word's characters differently only costs
+    Spearman. On val (5-fold CV) this raised the stack's mean Cor from 0.5599 to 0.5626
+    (English 0.554 -> 0.571) with IoU unchanged (hard labels are by word already).
+    """
+    bounds, _ = _word_runs(text)
+    if not len(bounds):
+        return probs
+    out = probs.copy()
+    for (start, end), top in zip(bounds, _word_max(bounds, probs)):
+        out[start:end] = top
+    return out
+
+
 def _word_max(bounds: np.ndarray, probs: np.ndarray) -> np.ndarray:
     """Each word's highest character probability."""
     if not len(bounds):

@@ -21,6 +21,7 @@ from mushroom.stack.decoding import (
     decode_by_lang,
     nested_cutoffs,
     nested_hard_sources,
+    pool_words,
     word_hard_mask,
 )
 from mushroom.stack.features import StackData, feature_names, load_stack_data, member_columns
@@ -107,15 +108,27 @@ def by_lang_scores(items: list[Item], preds: list[Prediction]) -> dict[str, dict
     return out
 
 
-def cross_validate(data: StackData, fold_of: np.ndarray, l2: float = 1.0) -> list[np.ndarray]:
+def cross_validate(
+    data: StackData, fold_of: np.ndarray, l2: float = 1.0, word_pooling: bool = True
+) -> list[np.ndarray]:
     """Out-of-fold probabilities per item."""
     probs: list[np.ndarray] = [np.zeros(0)] * len(data.items)
     for f in sorted(set(fold_of.tolist())):
         train, test = split_indices(fold_of, f)
         coef, mean, scale = fit_items(data, train, l2)
         for k in test:
-            probs[k] = predict(coef, mean, scale, data.features[k])
+            probs[k] = item_probs(data.items[k], data.features[k], coef, mean, scale, word_pooling)
     return probs
+
+
+def item_probs(
+    item: Item, feats: np.ndarray, coef: np.ndarray, mean: np.ndarray, scale: np.ndarray, word_pooling: bool
+) -> np.ndarray:
+    """The model's per-character probability of one item (pooled over words when asked)."""
+    if not len(feats):
+        return np.zeros(0)
+    p = predict(coef, mean, scale, feats)
+    return pool_words(item.model_output_text, p) if word_pooling else p
 
 
 def fit_stack(
@@ -268,6 +281,7 @@ def choose(prep: StackPrep, config: StackConfig | None = None) -> StackFit:
         hard_sources=lang_sources,
         cv=comparison["stack (CV)"],
         config=config.model_dump(),
+        word_pooling=True,
     )
     oof_by_lang: dict[str, list[Prediction]] = {}
     for item, pred in zip(items, stack_preds):
@@ -296,7 +310,7 @@ def apply_stack(
     hard_cols = {m: c + 1 for m, c in zip(model.members, member_columns(channels))}
     out: dict[str, list[Prediction]] = {}
     for item, feats in zip(stack_data.items, stack_data.features):
-        p = predict(coef, mean, scale, feats) if len(feats) else np.zeros(0)
+        p = item_probs(item, feats, coef, mean, scale, model.word_pooling)
         t = model.thresholds.get(item.lang, model.threshold)
         f = model.floors.get(item.lang, model.floor)
         p = np.where(p < f, 0.0, p)

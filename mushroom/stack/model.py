@@ -41,6 +41,9 @@ class StackModel(BaseModel):
     fitted_on: str = ""
     fingerprint: str = Field("", description="hash of the inputs it was fitted from (stack_fingerprint)")
     config: dict = Field(default_factory=dict, description="the StackConfig it was fitted with")
+    word_pooling: bool = Field(
+        False, description="probabilities pooled over each word (max); False for stacks saved before"
+    )
 
     def hard_label_summary(self) -> str:
         """One line saying where each language's hard labels come from (for logs and tables)."""
