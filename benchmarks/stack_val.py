@@ -1,7 +1,7 @@
 """Val scores (5-fold CV by item) of each member detector, their plain vote, and the stack.
 
 Usage: python benchmarks/stack_val.py [--members lexical,semantic] [--work DIR]
-           [--cutoff-shrink K[,K...]] [--source-shrink K[,K...]]
+           [--cutoff-shrink K[,K...]] [--floor-shrink K[,K...]] [--source-shrink K[,K...]] [--seeds 0,1,2]
 Runs each member on val (files under --work, reused when present), fits the stack with
 cross-validation by item and prints mean IoU/Cor per system and language, the CPU seconds
 per item of each member, and how much the stack's score and each of its choices (cut-offs,
@@ -58,6 +58,8 @@ def main() -> None:
     parser.add_argument("--work", default=None)
     parser.add_argument("--cutoff-shrink", default=str(StackConfig().cutoff_shrink))
     parser.add_argument("--source-shrink", default=str(StackConfig().source_shrink))
+    parser.add_argument("--floor-shrink", default=str(StackConfig().floor_shrink))
+    parser.add_argument("--seeds", default="0", help="fold draws, e.g. 0,1,2: config lines per draw and mean")
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="stack-val-"))
     data = load_split("val")
@@ -77,26 +79,47 @@ def main() -> None:
     start = time.perf_counter()
     stack_data, channels = load_stack_data(members, "val", data, None, sorted(data))
     configs = [
-        StackConfig(cutoff_shrink=float(c), source_shrink=float(s))
+        StackConfig(cutoff_shrink=float(c), floor_shrink=float(f), source_shrink=float(s))
         for c in args.cutoff_shrink.split(",")
+        for f in args.floor_shrink.split(",")
         for s in args.source_shrink.split(",")
     ]
-    prep = prepare(stack_data, channels, [m.name for m in members])
-    for k, config in enumerate(configs):
-        fit = choose(prep, config)
-        if k == 0:
-            print(f"stack fit: {time.perf_counter() - start:.1f} s wall")
-            Console(width=200).print(comparison_table("val, 5-fold CV by item", fit.comparison, decimals=4))
+    seeds = [int(x) for x in args.seeds.split(",")]
+    results: dict[int, list[dict]] = {k: [] for k in range(len(configs))}
+    for seed in seeds:
+        prep = prepare(stack_data, channels, [m.name for m in members], seed=seed)
+        for k, config in enumerate(configs):
+            fit = choose(prep, config)
+            if k == 0 and seed == seeds[0]:
+                print(f"stack fit: {time.perf_counter() - start:.1f} s wall")
+                table = comparison_table(
+                    f"val, 5-fold CV by item (fold draw {seed})", fit.comparison, decimals=4
+                )
+                Console(width=200).print(table)
+                print(
+                    f"{fit.model.hard_label_summary()}; threshold {fit.model.threshold}, floor {fit.model.floor}"
+                )
+                print_spread(fit)
+            cv = fit.comparison["stack (CV)"]
+            results[k].append(cv)
+            langs = " ".join(f"{lang} {v['iou']:.4f}" for lang, v in cv.items() if lang != "mean")
             print(
-                f"{fit.model.hard_label_summary()}; threshold {fit.model.threshold}, floor {fit.model.floor}"
+                f"draw {seed} config {config.model_dump()}: mean IoU {cv['mean']['iou']:.4f} "
+                f"Cor {cv['mean']['cor']:.4f}; en IoU {cv['en']['iou']:.4f} Cor {cv['en']['cor']:.4f}; "
+                f"IoU by language: {langs}"
             )
-            print_spread(fit)
-        cv = fit.comparison["stack (CV)"]
-        langs = " ".join(f"{lang} {v['iou']:.4f}" for lang, v in cv.items() if lang != "mean")
-        print(
-            f"config {config.model_dump()}: mean IoU {cv['mean']['iou']:.4f} Cor {cv['mean']['cor']:.4f}; "
-            f"en IoU {cv['en']['iou']:.4f} Cor {cv['en']['cor']:.4f}; IoU by language: {langs}"
-        )
+    if len(seeds) > 1:
+        for k, config in enumerate(configs):
+            runs = results[k]
+            langs = " ".join(
+                f"{lang} {np.mean([r[lang]['iou'] for r in runs]):.4f}" for lang in runs[0] if lang != "mean"
+            )
+            print(
+                f"mean of {len(seeds)} draws, config {config.model_dump()}: "
+                f"IoU {spread([r['mean']['iou'] for r in runs])}, Cor {spread([r['mean']['cor'] for r in runs])}; "
+                f"en IoU {np.mean([r['en']['iou'] for r in runs]):.4f} Cor {np.mean([r['en']['cor'] for r in runs]):.4f}; "
+                f"IoU by language: {langs}"
+            )
 
 
 if __name__ == "__main__":

@@ -128,33 +128,42 @@ class CutoffScores:
     def langs(self, idx: np.ndarray) -> list[str]:
         return sorted({self.items[k].lang for k in idx})
 
-    def choose(self, idx, shrink: float = 0.0, pooled_idx=None) -> tuple[float, float]:
+    def choose(
+        self, idx, shrink: float = 0.0, pooled_idx=None, floor_shrink: float | None = None
+    ) -> tuple[float, float]:
         """(threshold maximising mean IoU, then the floor at or under it maximising mean Cor).
 
-        With `shrink` = k > 0 the items' curves are pulled toward those of `pooled_idx`: each
+        With `shrink` = k > 0 the items' IoU curve is pulled toward that of `pooled_idx`: each
         grid point scores (n * mean over idx + k * mean over pooled_idx) / (n + k), so a
         choice made on n items (one language's ~40) moves off the pooled one only when its
-        own evidence outweighs k items' worth of the pooled curve.
+        own evidence outweighs k items' worth of the pooled curve. `floor_shrink` does the
+        same for the floor's Cor curve (default: `shrink`).
         """
+        floor_shrink = shrink if floor_shrink is None else floor_shrink
         idx = np.asarray(list(idx), dtype=int)
         iou = _column_means(self.iou, idx)
         cor = _column_means(self.cor, idx)
-        if shrink > 0 and pooled_idx is not None:
+        if pooled_idx is not None:
             pooled_idx = np.asarray(list(pooled_idx), dtype=int)
             n = len(idx)
-            iou = (n * iou + shrink * _column_means(self.iou, pooled_idx)) / (n + shrink)
-            cor = (n * cor + shrink * _column_means(self.cor, pooled_idx)) / (n + shrink)
+            if shrink > 0:
+                iou = (n * iou + shrink * _column_means(self.iou, pooled_idx)) / (n + shrink)
+            if floor_shrink > 0:
+                cor = (n * cor + floor_shrink * _column_means(self.cor, pooled_idx)) / (n + floor_shrink)
         t = int(np.argmax(iou))
         allowed = [k for k, f in enumerate(FLOORS) if f <= THRESHOLDS[t]]
         f = allowed[int(np.argmax(cor[allowed]))]
         return float(THRESHOLDS[t]), float(FLOORS[f])
 
-    def choose_by_lang(self, idx, shrink: float = 0.0) -> Cutoffs:
+    def choose_by_lang(self, idx, shrink: float = 0.0, floor_shrink: float | None = None) -> Cutoffs:
         """Pooled cut-offs (for unseen languages) and each language's own (shrunk toward pooled)."""
         idx = np.asarray(list(idx), dtype=int)
         pooled = self.choose(idx)
         langs = np.array([self.items[k].lang for k in idx])
-        per_lang = {str(lang): self.choose(idx[langs == lang], shrink, idx) for lang in sorted(set(langs))}
+        per_lang = {
+            str(lang): self.choose(idx[langs == lang], shrink, idx, floor_shrink)
+            for lang in sorted(set(langs))
+        }
         return pooled, per_lang
 
 
@@ -183,10 +192,13 @@ def decode_by_lang(items: list[Item], probs: list[np.ndarray], cutoffs: Cutoffs)
     return out
 
 
-def nested_cutoffs(scores: CutoffScores, fold_of: np.ndarray, shrink: float = 0.0) -> dict[int, Cutoffs]:
+def nested_cutoffs(
+    scores: CutoffScores, fold_of: np.ndarray, shrink: float = 0.0, floor_shrink: float | None = None
+) -> dict[int, Cutoffs]:
     """Each fold's cut-offs, chosen on the other folds."""
     return {
-        f: scores.choose_by_lang(np.flatnonzero(fold_of != f), shrink) for f in sorted(set(fold_of.tolist()))
+        f: scores.choose_by_lang(np.flatnonzero(fold_of != f), shrink, floor_shrink)
+        for f in sorted(set(fold_of.tolist()))
     }
 
 
