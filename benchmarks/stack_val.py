@@ -22,7 +22,6 @@ from rich.console import Console
 
 from mushroom.data import load_split
 from mushroom.detectors import build
-from mushroom.pipeline import detect_split
 from mushroom.stack import Member, StackConfig
 from mushroom.stack.features import load_stack_data
 from mushroom.stack.fit import StackFit, choose, prepare
@@ -52,6 +51,22 @@ def print_spread(fit: StackFit) -> None:
         )
 
 
+def run_member(name: str, folder: Path) -> None:
+    """Runs one member on val into `folder` (files already there are reused)."""
+    det = build(name)
+    try:  # the run service (main after the orchestration merge)
+        from mushroom.service import RunService
+    except ImportError:  # the older per-language pipeline
+        from mushroom.pipeline import detect_split
+
+        detect_split(det, "val", folder, quiet=True)
+        return
+    service = RunService(folder, {"benchmark": "stack_val", **det.describe()}, quiet=True)
+    service.detect_split(det, "val", folder)
+    if service.failures:
+        raise SystemExit(f"{name}: {len(service.failures)} items failed; see {folder}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--members", default="lexical,semantic")
@@ -68,7 +83,7 @@ def main() -> None:
     for name in args.members.split(","):
         reused = (work / name).exists()
         start = time.process_time()
-        detect_split(build(name), "val", work / name, quiet=True)
+        run_member(name, work / name)
         timing = (
             "files reused, not timed"
             if reused
