@@ -65,9 +65,6 @@ class ContextSet:
     missing: dict[str, int] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
 
-    def for_item(self, item_id: str) -> list[Context]:
-        return self.by_id.get(item_id, [])
-
 
 def load_contexts(
     split: str,

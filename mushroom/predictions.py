@@ -107,11 +107,6 @@ def prediction_from_vectors(
     )
 
 
-def prediction_from_probs(item_id: str, probs: np.ndarray, threshold: float = 0.5) -> Prediction:
-    """Soft labels = probabilities; hard labels = characters above the threshold."""
-    return prediction_from_vectors(item_id, probs, probs > threshold)
-
-
 def prediction_vectors(pred: Prediction, length: int) -> tuple[np.ndarray, np.ndarray]:
     """(soft vector, hard mask) of a prediction over a text of `length` characters."""
     return soft_to_vector(pred.soft_labels, length), hard_to_mask(pred.hard_labels, length)

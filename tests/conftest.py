@@ -6,6 +6,12 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+if "MUSHROOM_TEST_CACHE" not in os.environ:
+    # Encoder outputs go to a fresh cache per test session, never the user's: a test must not
+    # pass only because an earlier run left vectors behind.
+    import tempfile
+
+    os.environ["MUSHROOM_CACHE_DIR"] = tempfile.mkdtemp(prefix="mushroom-test-cache-")
 
 ROOT = Path(__file__).resolve().parent.parent
 VAL_EN = ROOT / "data" / "mushroom" / "val" / "mushroom.en-val.v2.extra.jsonl"

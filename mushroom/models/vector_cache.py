@@ -1,0 +1,158 @@
+"""A disk cache of encoder outputs, keyed by model and text, written as vectors are computed.
+
+The semantic member spends nearly all of the main job's time encoding the same English
+contexts again on every run. Each computed result (a sentence vector, or one text's word-piece
+vectors with their character offsets) is appended to one binary log per model as soon as
+its batch is done, so a re-run, or a run killed mid-language and started again, encodes
+only what is missing. A record is length-prefixed and checksummed: a record cut by a kill
+is detected when the log is opened and cut off (under a file lock, so two processes that
+share a cache never see each other's half-written records).
+
+Record layout (little endian): magic `MVC1`, sha256 key (32 bytes), payload length (u32),
+payload, crc32 of the payload (u32). Payload: rows (u32), dim (u32), has offsets (u8),
+offsets (rows x 2 int32, when present), vectors (rows x dim float32).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+_MAGIC = b"MVC1"
+_HEAD = struct.Struct("<4s32sI")
+_TAIL = struct.Struct("<I")
+_PAYLOAD_HEAD = struct.Struct("<IIB")
+
+
+def cache_root() -> Path:
+    """`MUSHROOM_CACHE_DIR`, else `$XDG_CACHE_HOME/mushroom`, else `~/.cache/mushroom`."""
+    explicit = os.environ.get("MUSHROOM_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mushroom"
+
+
+def text_key(namespace: str, text: str) -> bytes:
+    """Key of one text's result under a namespace (model, settings and kind of output)."""
+    return hashlib.sha256(f"{namespace}\x00{text}".encode()).digest()
+
+
+def _pack(vectors: np.ndarray, offsets: np.ndarray | None) -> bytes:
+    vectors = np.ascontiguousarray(vectors, dtype="<f4")
+    rows, dim = vectors.shape
+    parts = [_PAYLOAD_HEAD.pack(rows, dim, offsets is not None)]
+    if offsets is not None:
+        parts.append(np.ascontiguousarray(offsets, dtype="<i4").reshape(rows, 2).tobytes())
+    parts.append(vectors.tobytes())
+    return b"".join(parts)
+
+
+def _unpack(payload: bytes) -> tuple[np.ndarray, np.ndarray | None]:
+    rows, dim, has_offsets = _PAYLOAD_HEAD.unpack_from(payload)
+    pos = _PAYLOAD_HEAD.size
+    offsets = None
+    if has_offsets:
+        offsets = np.frombuffer(payload, dtype="<i4", count=rows * 2, offset=pos).reshape(rows, 2).astype(int)
+        pos += rows * 8
+    vectors = np.frombuffer(payload, dtype="<f4", count=rows * dim, offset=pos).reshape(rows, dim)
+    return vectors.astype(np.float32), offsets
+
+
+class VectorCache:
+    """Key -> (vectors, offsets or None), backed by one append-only log file.
+
+    Opening scans the record headers only (payloads stay on disk until asked for), so a
+    cache of a few hundred megabytes opens in well under a second.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.index: dict[bytes, tuple[int, int]] = {}  # key -> (payload offset, payload length)
+        self.dropped_bytes = 0
+        with self.path.open("ab+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                self._scan(handle)
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        self._reader = self.path.open("rb")
+
+    def _scan(self, handle) -> None:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        handle.seek(0)
+        pos = 0
+        while pos + _HEAD.size <= size:
+            magic, key, length = _HEAD.unpack(handle.read(_HEAD.size))
+            end = pos + _HEAD.size + length + _TAIL.size
+            if magic != _MAGIC or end > size:
+                break
+            payload = handle.read(length)
+            (crc,) = _TAIL.unpack(handle.read(_TAIL.size))
+            if zlib.crc32(payload) != crc:
+                break
+            self.index[key] = (pos + _HEAD.size, length)
+            pos = end
+        if pos < size:
+            # A record cut by a kill (or garbage after it): drop it so appends stay aligned.
+            self.dropped_bytes = size - pos
+            handle.truncate(pos)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self.index
+
+    def get(self, key: bytes) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """The stored result, or None when the key was never written."""
+        where = self.index.get(key)
+        if where is None:
+            return None
+        self._reader.seek(where[0])
+        return _unpack(self._reader.read(where[1]))
+
+    def put_many(self, entries: list[tuple[bytes, np.ndarray, np.ndarray | None]]) -> None:
+        """Appends results in one locked write; keys already stored are skipped."""
+        records, fresh = [], []
+        for key, vectors, offsets in entries:
+            if key in self.index:
+                continue
+            payload = _pack(vectors, offsets)
+            records.append(_HEAD.pack(_MAGIC, key, len(payload)) + payload + _TAIL.pack(zlib.crc32(payload)))
+            fresh.append((key, len(payload)))
+        if not records:
+            return
+        with self.path.open("ab") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                handle.seek(0, os.SEEK_END)
+                pos = handle.tell()
+                handle.write(b"".join(records))
+                handle.flush()
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        for (key, length), record in zip(fresh, records):
+            self.index[key] = (pos + _HEAD.size, length)
+            pos += len(record)
+        self._reader.close()
+        self._reader = self.path.open("rb")
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+def cache_file(model_id: str) -> Path:
+    """The log file of one model under the cache root (a readable, filesystem-safe name)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id).strip("_")[:80] or "model"
+    digest = hashlib.sha256(model_id.encode()).hexdigest()[:10]
+    return cache_root() / "vectors" / f"{safe}-{digest}.bin"

@@ -1,0 +1,148 @@
+"""Per-character features of the stack: member evidence, members together, neighbourhood, text.
+
+Features come from each member run's written files (soft probability, hard label, and the
+evidence channels some detectors write next to their predictions), from the members
+together (mean, vote share, max), from the neighbourhood (the mean probability around the
+character, the item's maximum, the mean pooled over the word and the sentence), from the
+text (number, capitalised word, function word, word length) and the language as a one-hot
+(pooled model: languages without labelled data use the shared weights).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mushroom.predictions import prediction_vectors
+from mushroom.records import Item
+from mushroom.spans import soft_to_vector
+from mushroom.stack.members import Member, MemberEvidence, load_member_evidence
+from mushroom.text.segment import sentences
+from mushroom.text.stopwords import stopwords
+from mushroom.text.tokenize import tokenize
+
+_WINDOW = 8  # characters on each side for the neighbourhood mean
+
+TEXT_FEATURES = ["is_number", "is_capitalised", "is_stopword", "word_length", "word_mean", "sentence_mean"]
+
+
+def _neighbour_mean(vec: np.ndarray) -> np.ndarray:
+    n = len(vec)
+    csum = np.concatenate([[0.0], np.cumsum(vec)])
+    lo = np.clip(np.arange(n) - _WINDOW, 0, n)
+    hi = np.clip(np.arange(n) + _WINDOW + 1, 0, n)
+    return (csum[hi] - csum[lo]) / np.maximum(hi - lo, 1)
+
+
+def item_features(
+    item: Item,
+    member_data: list[MemberEvidence],
+    channel_names: list[list[str]],
+    languages: list[str],
+) -> np.ndarray:
+    """Feature matrix (characters x features) of one item; see `feature_names` for columns."""
+    text = item.model_output_text
+    n = len(text)
+    cols: list[np.ndarray] = []
+    softs, masks = [], []
+    for (pred, chans), names in zip(member_data, channel_names):
+        soft, mask = prediction_vectors(pred, n)
+        softs.append(soft)
+        masks.append(mask.astype(float))
+        cols += [soft, mask.astype(float)]
+        cols += [chans.get(name, np.zeros(n)) for name in names]
+    mean = np.mean(softs, axis=0)
+    cols += [mean, np.mean(masks, axis=0), np.max(softs, axis=0), _neighbour_mean(mean)]
+    cols.append(np.full(n, mean.max() if n else 0.0))
+    cols.append(np.array([ch.isalnum() for ch in text], dtype=float))
+    cols.append(np.arange(n) / max(n - 1, 1))
+    cols += [np.full(n, float(item.lang == lang)) for lang in languages]
+    # Language-specific slopes: a probability from the lexical table means different
+    # things in languages whose annotators marked more or less.
+    cols += [mean * float(item.lang == lang) for lang in languages]
+    cols += _text_columns(item, mean)
+    return np.stack(cols, axis=1) if n else np.zeros((0, len(cols)))
+
+
+def _text_columns(item: Item, mean: np.ndarray) -> list[np.ndarray]:
+    """What kind of word each character is in, and the members' mean pooled over word and sentence.
+
+    Annotators mark numbers, names and dates far more often than function words, and they
+    mark whole words: a detector's evidence varies inside a word (the lexical table grades
+    characters of a compound differently) while the gold label rarely does. Pooling the mean
+    over the word and the sentence lets the model smooth along the units annotators used.
+    """
+    text = item.model_output_text
+    n = len(text)
+    is_num, is_cap, is_stop, length, word_mean = (np.zeros(n) for _ in range(5))
+    function_words = stopwords(item.lang)
+    for tok in tokenize(text):
+        span = slice(tok.start, tok.end)
+        is_num[span] = tok.kind == "num"
+        is_cap[span] = tok.text[:1].isupper()
+        is_stop[span] = tok.norm in function_words
+        length[span] = min(len(tok.text), 15) / 15
+        word_mean[span] = mean[span].mean()
+    sentence_mean = np.zeros(n)
+    for piece in sentences(text):
+        sentence_mean[piece.start : piece.end] = mean[piece.start : piece.end].mean()
+    return [is_num, is_cap, is_stop, length, word_mean, sentence_mean]
+
+
+def feature_names(members: list[str], channels: list[list[str]], languages: list[str]) -> list[str]:
+    """Column names matching `item_features`."""
+    names = []
+    for member, chans in zip(members, channels):
+        names += [f"{member}.prob", f"{member}.hard"] + [f"{member}.{c}" for c in chans]
+    names += ["mean_prob", "vote_share", "max_prob", "neighbour_mean", "item_max", "is_alnum", "position"]
+    names += [f"lang={lang}" for lang in languages] + [f"mean_prob*lang={lang}" for lang in languages]
+    return names + TEXT_FEATURES
+
+
+def member_columns(channels: list[list[str]]) -> list[int]:
+    """Column of each member's probability (its hard label is the next column)."""
+    cols, pos = [], 0
+    for chans in channels:
+        cols.append(pos)
+        pos += 2 + len(chans)
+    return cols
+
+
+@dataclass
+class StackData:
+    """Features of a labelled or unlabelled set of items, with their item boundaries."""
+
+    items: list[Item]
+    features: list[np.ndarray]
+
+    def stacked(self, idx: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(features, gold, weights) of the chosen items; each item weighs the same in total."""
+        xs, ys, ws = [], [], []
+        for k in idx:
+            item, feats = self.items[k], self.features[k]
+            n = len(item.model_output_text)
+            if n == 0:
+                continue
+            xs.append(feats)
+            ys.append(soft_to_vector(item.soft_labels or [], n))
+            ws.append(np.full(n, 1.0 / n))
+        return np.vstack(xs), np.concatenate(ys), np.concatenate(ws)
+
+
+def load_stack_data(
+    members: list[Member],
+    split: str,
+    data: dict[str, list[Item]],
+    channels: list[list[str]] | None,
+    languages: list[str],
+) -> tuple[StackData, list[list[str]]]:
+    """Features of every item of the split; channel names default to those found in files."""
+    per_member, found = load_member_evidence(members, split, data)
+    names = channels if channels is not None else found
+    all_items = [it for items in data.values() for it in items]
+    feats = [
+        item_features(it, [per_member[k][it.id] for k in range(len(members))], names, languages)
+        for it in all_items
+    ]
+    return StackData(all_items, feats), names

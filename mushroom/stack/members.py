@@ -1,0 +1,76 @@
+"""Stack members: the detector runs whose written files the stack reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mushroom.channels import channel_file, read_channels
+from mushroom.errors import MushroomError
+from mushroom.predictions import load_predictions
+from mushroom.records import Item, Prediction
+from mushroom.runs import prediction_folder
+from mushroom.submission import submission_name
+
+MemberEvidence = tuple[Prediction, dict[str, np.ndarray]]  # one item's prediction and channels
+
+
+@dataclass
+class Member:
+    """One detector run: where its prediction files are, per split."""
+
+    name: str
+    path: Path
+
+    def folder(self, split: str) -> Path:
+        """The folder with this split's prediction files (main-job, detect and plain layouts)."""
+        return prediction_folder(self.path, split)
+
+    def files(self, split: str, lang: str) -> tuple[Path, Path]:
+        """(prediction file, channel file) of one language; the channel file may not exist."""
+        folder = self.folder(split)
+        return folder / submission_name(lang, split), channel_file(folder / "raw", lang)
+
+    def load(self, split: str, lang: str, items: list[Item]) -> tuple[dict[str, Prediction], dict]:
+        """Predictions and channels of one language; every item must be predicted."""
+        path, chan_path = self.files(split, lang)
+        if not path.exists():
+            raise MushroomError(f"{path}: missing (member {self.name!r}, language {lang})")
+        preds = load_predictions(path)
+        missing = [it.id for it in items if it.id not in preds]
+        if missing:
+            raise MushroomError(f"{path}: {len(missing)} items not predicted, e.g. {missing[:3]}")
+        lengths = {it.id: len(it.model_output_text) for it in items}
+        channels = read_channels(chan_path, lengths) if chan_path.exists() else {}
+        return preds, channels
+
+
+def parse_members(specs: list[str]) -> list[Member]:
+    """`NAME=PATH` or `PATH` (named after the folder) -> members; names must be unique."""
+    out = []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            path, name = spec, Path(spec).name
+        out.append(Member(name, Path(path)))
+    names = [m.name for m in out]
+    if len(set(names)) != len(names):
+        raise MushroomError(f"member names must be unique, got {names}; name them with NAME=PATH")
+    return out
+
+
+def load_member_evidence(
+    members: list[Member], split: str, data: dict[str, list[Item]]
+) -> tuple[list[dict[str, MemberEvidence]], list[list[str]]]:
+    """Each member's evidence by item id, and the channel names each member's files hold."""
+    per_member: list[dict[str, MemberEvidence]] = [{} for _ in members]
+    found: list[set[str]] = [set() for _ in members]
+    for lang, items in data.items():
+        for k, member in enumerate(members):
+            preds, chans = member.load(split, lang, items)
+            for it in items:
+                per_member[k][it.id] = (preds[it.id], chans.get(it.id, {}))
+                found[k].update(chans.get(it.id, {}))
+    return per_member, [sorted(f) for f in found]

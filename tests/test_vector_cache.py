@@ -1,0 +1,50 @@
+"""The on-disk encoder-output cache: reuse across opens, a cut record dropped, keys by namespace."""
+
+import numpy as np
+
+from mushroom.models.vector_cache import VectorCache, cache_file, cache_root, text_key
+
+
+def test_results_come_back_after_reopening_and_a_cut_record_is_dropped(tmp_path):
+    path = tmp_path / "v.bin"
+    cache = VectorCache(path)
+    a, b = text_key("m|sentence", "a"), text_key("m|tokens", "a")
+    assert a != b  # the same text under two kinds of output
+    vec = np.arange(6, dtype=np.float32).reshape(2, 3)
+    cache.put_many([(a, vec[:1], None), (b, vec, np.array([[0, 1], [2, 4]]))])
+    cache.put_many([(a, vec[1:], None)])  # already stored: ignored
+    cache.close()
+    size = path.stat().st_size
+    with path.open("ab") as handle:  # a kill in the middle of the next record
+        handle.write(b"MVC1" + b"\0" * 20)
+    again = VectorCache(path)
+    assert again.dropped_bytes == 24 and path.stat().st_size == size
+    got, offsets = again.get(a)
+    assert np.array_equal(got, vec[:1]) and offsets is None
+    got, offsets = again.get(b)
+    assert np.array_equal(got, vec) and offsets.tolist() == [[0, 1], [2, 4]]
+    assert again.get(text_key("m|sentence", "b")) is None
+    c = text_key("m|sentence", "c")
+    again.put_many([(c, np.zeros((0, 3), dtype=np.float32), None)])
+    assert VectorCache(path).get(c)[0].shape == (0, 3)
+
+
+def test_corrupted_payload_is_not_trusted(tmp_path):
+    path = tmp_path / "v.bin"
+    cache = VectorCache(path)
+    key = text_key("m", "x")
+    cache.put_many([(key, np.ones((1, 4), dtype=np.float32), None)])
+    cache.close()
+    raw = bytearray(path.read_bytes())
+    raw[-8] ^= 0xFF  # flip a byte of the vector: the checksum no longer matches
+    path.write_bytes(bytes(raw))
+    assert VectorCache(path).get(key) is None
+
+
+def test_cache_root_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("MUSHROOM_CACHE_DIR", str(tmp_path / "c"))
+    assert cache_root() == tmp_path / "c"
+    assert cache_file("bundled:all-MiniLM-L6-v2@0.1").parent == tmp_path / "c" / "vectors"
+    monkeypatch.delenv("MUSHROOM_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert cache_root() == tmp_path / "x" / "mushroom"
