@@ -53,14 +53,9 @@ def print_spread(fit: StackFit) -> None:
 
 def run_member(name: str, folder: Path) -> None:
     """Runs one member on val into `folder` (files already there are reused)."""
-    det = build(name)
-    try:  # the run service (main after the orchestration merge)
-        from mushroom.service import RunService
-    except ImportError:  # the older per-language pipeline
-        from mushroom.pipeline import detect_split
+    from mushroom.service import RunService
 
-        detect_split(det, "val", folder, quiet=True)
-        return
+    det = build(name)
     service = RunService(folder, {"benchmark": "stack_val", **det.describe()}, quiet=True)
     service.detect_split(det, "val", folder)
     if service.failures:

@@ -53,7 +53,7 @@ def run_main_stack(
     from mushroom.data import load_split
     from mushroom.jsonl import read_json_model
     from mushroom.predictions import load_predictions
-    from mushroom.stack import Member, StackModel, apply_stack, fit_stack
+    from mushroom.stack import Member, StackModel, apply_stack, fit_stack, stack_fingerprint
     from mushroom.tables import comparison_table
 
     console = console or Console()
@@ -92,7 +92,8 @@ def run_main_stack(
     # Fit on val, unless the members' val files are those of the last fit.
     val_inputs = [p for name in members for p in (out / "members" / name / "val").glob("**/*.jsonl")]
     val_inputs = [p for p in val_inputs if "items" not in p.parts]
-    fit_settings = {"members": list(members), "langs": val_langs, "stack": StackModel.model_json_schema()}
+    # The stack's own fingerprint covers its code and settings, the members' files and the items.
+    fit_settings = {"stack": stack_fingerprint(member_list, val_data, "val")}
     val_files = {lang: out / "val" / submission_name(lang, "val") for lang in val_data}
     fit_outputs = [out / "stack.json", out / "val" / "comparison.json", *val_files.values()]
     t0 = time.perf_counter()

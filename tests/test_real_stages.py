@@ -24,7 +24,7 @@ from mushroom.data import load_split
 from mushroom.rawlog import RawRecord
 
 pytestmark = pytest.mark.real_model
-N = 3
+N = 2
 ITEMS = load_split("val", ["en"])["en"][:N]
 
 
@@ -59,8 +59,8 @@ def backend_options(kind, server=None):
 
 
 STAGE_OPTIONS = {
-    "llm": ["-o", "max_tokens=64", "-o", "prompt=single_zero_shot", "-o", "max_context_chars=1500"],
-    "chain": ["-o", "max_tokens=96", "-o", "max_context_chars=1500"],
+    "llm": ["-o", "max_tokens=48", "-o", "prompt=single_zero_shot", "-o", "max_context_chars=1500"],
+    "chain": ["-o", "max_tokens=64", "-o", "max_context_chars=1500"],
     "pyes": ["-o", "max_context_chars=1500"],
 }
 
