@@ -269,7 +269,25 @@ def test_context_stage_from_recorded_responses_through_the_cli(tmp_path):
     }
     raw = (tmp_path / ".raw" / "val.it.rec.jsonl").read_text().splitlines()
     assert len(raw) == 2 and all(json.loads(line)["stage"] == "context" for line in raw)
+    # the raw file replays into the same contexts, with no model
+    again = tmp_path / "again"
+    replayed = ["contexts", "--split", "val", "--lang", "it", "--backend", "replay", "--limit", "2"]
+    replayed += [
+        "--responses",
+        str(tmp_path / ".raw" / "val.it.rec.jsonl"),
+        "--source",
+        "rec",
+        "--context-dir",
+        str(again),
+    ]
+    res = CliRunner().invoke(app, replayed)
+    assert res.exit_code == 0, res.output
+    assert (again / "val.it.rec.jsonl").read_text() == (tmp_path / "val.it.rec.jsonl").read_text()
     # the other 48 items have no recorded response: failed, nothing written for them, exit 3
     res = CliRunner().invoke(app, args)
     assert isinstance(res.exception, RunFailed) and "48 contexts could not be generated" in str(res.exception)
-    assert any(line.split("│")[4].strip() == "2" for line in res.output.splitlines() if "│  " in line and " it " in line)  # done before
+    assert any(
+        line.split("│")[4].strip() == "2"
+        for line in res.output.splitlines()
+        if "│  " in line and " it " in line
+    )  # done before
