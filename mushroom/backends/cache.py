@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from mushroom.backends.base import (
@@ -87,21 +88,43 @@ class ResponseCache:
 
 
 class CachedBackend(Backend):
-    """Wraps a backend: answers from the cache, sends only the misses, caches as they come."""
+    """Wraps a backend: answers from the cache, sends only the misses, caches as they come.
 
-    def __init__(self, inner: Backend, cache: ResponseCache):
-        super().__init__(inner.config)
-        self.inner = inner
+    The wrapped backend may be given as a factory: it is then built on the first miss, so a
+    run answered wholly from the cache never loads a model or opens a connection.
+    """
+
+    def __init__(self, inner: Backend | Callable[[], Backend], cache: ResponseCache, config=None):
+        if isinstance(inner, Backend):
+            self._inner: Backend | None = inner
+            self._factory = None
+            config = inner.config
+            self.kind = inner.kind
+            self._model = inner.model_name
+        else:
+            self._inner, self._factory = None, inner
+            self.kind = config.kind
+            self._model = config.model
+        super().__init__(config)
         self.cache = cache
-        self.kind = inner.kind
         self.hits = 0
         self.misses = 0
+
+    @property
+    def inner(self) -> Backend:
+        if self._inner is None:
+            self._inner = self._factory()
+        return self._inner
+
+    @property
+    def model_name(self) -> str:
+        return self._model
 
     def generate(
         self, requests: list[GenerationRequest], on_result: OnResult | None = None
     ) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
-        keys = [request_key(self.inner.kind, self.inner.model_name, r) for r in requests]
+        keys = [request_key(self.kind, self._model, r) for r in requests]
         missing: dict[str, list[int]] = {}  # identical requests in one batch are sent once
         for i, key in enumerate(keys):
             hit = self.cache.get(key)
@@ -134,7 +157,7 @@ class CachedBackend(Backend):
         self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
     ) -> list[Loglikelihood]:
         results: list[Loglikelihood | None] = [None] * len(requests)
-        keys = [request_key(self.inner.kind, self.inner.model_name, r) for r in requests]
+        keys = [request_key(self.kind, self._model, r) for r in requests]
         missing: list[int] = []
         for i, key in enumerate(keys):
             hit = self.cache.get_score(key)
@@ -162,7 +185,8 @@ class CachedBackend(Backend):
         return [r if r is not None else Loglikelihood(error="no result") for r in results]
 
     def close(self) -> None:
-        self.inner.close()
+        if self._inner is not None:
+            self._inner.close()
 
 
 def build_cached(config, enabled: bool, path: Path) -> Backend:
@@ -171,8 +195,9 @@ def build_cached(config, enabled: bool, path: Path) -> Backend:
     Replayed responses are already on disk, so a replay backend is never cached.
     """
     from mushroom.backends import build_backend
+    from mushroom.backends.config import parse_backend_config
 
-    backend = build_backend(config)
-    if enabled and backend.kind != "replay":
-        return CachedBackend(backend, ResponseCache(path))
-    return backend
+    cfg = parse_backend_config(config)
+    if not enabled or cfg.kind == "replay":
+        return build_backend(cfg)
+    return CachedBackend(lambda: build_backend(cfg), ResponseCache(path), cfg)
