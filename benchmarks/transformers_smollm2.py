@@ -1,11 +1,11 @@
 """SmolLM2-135M through the transformers backend: pull, load, generation speed, valid JSON share.
 
 Usage: python benchmarks/transformers_smollm2.py [--limit 5] [--max-tokens 192] [--batch-size 5]
-       [--prompt single_zero_shot] [--show]
+       [--prompt single_few_shot] [--show]
 
 Prints: pull time cold (into a fresh temporary MUSHROOM_CACHE_DIR) and warm (the same call
 again), backend load time from the GGUF (first load, which also saves a converted copy) and
-from that copy, and for the `llm` detector's prompt (zero-shot by default, no context) on
+from that copy, and for the `llm` detector's prompt (its default, few-shot; no context) on
 the first English val items, generation seconds per item and the share of responses that are
 valid JSON of the span schema, with the schema constraint (llguidance) and without it.
 Then P(" Yes") / P(" No") by `loglikelihood` for the same items. CPU timings on a shared
@@ -39,7 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=192)
-    ap.add_argument("--prompt", default="single_zero_shot", help="prompt file of the llm detector")
+    ap.add_argument("--prompt", default="single_few_shot", help="prompt file of the llm detector")
     ap.add_argument("--batch-size", type=int, default=5)
     ap.add_argument("--show", action="store_true", help="print every response")
     args = ap.parse_args()
@@ -69,9 +69,8 @@ def main() -> None:
         )
 
     items = load_split("val", ["en"])["en"][: args.limit]
-    detector = build(
-        "llm", {"backend": {"kind": "transformers", "model": "smollm2"}, "max_tokens": args.max_tokens}
-    )
+    options = {"backend": {"kind": "transformers", "model": "smollm2"}, "max_tokens": args.max_tokens}
+    detector = build("llm", {**options, "prompt": args.prompt, "cache": False})
     requests = detector.requests(items, {})
     prompt_tokens = sum(len(backend._prompt_ids(r.messages)) for r in requests) / len(requests)
     print(
