@@ -46,7 +46,10 @@ class VLLMBackend(Backend):
 
     def __init__(self, config: VLLMConfig):
         super().__init__(config)
-        kwargs: dict[str, Any] = {"model": config.model, "enable_prefix_caching": True}
+        from mushroom.models.zoo import resolve_model
+
+        resolved = resolve_model(config.model)  # a registry name (`smollm2`) is its GGUF file
+        kwargs: dict[str, Any] = {"model": str(resolved.file or resolved.source), "enable_prefix_caching": True}
         if config.dtype:
             kwargs["dtype"] = config.dtype
         kwargs.update(config.extra)
