@@ -49,7 +49,8 @@ class VLLMBackend(Backend):
         from mushroom.models.zoo import resolve_model
 
         resolved = resolve_model(config.model)  # a registry name (`smollm2`) is its GGUF file
-        kwargs: dict[str, Any] = {"model": str(resolved.file or resolved.source), "enable_prefix_caching": True}
+        model = str(resolved.file or resolved.source)
+        kwargs: dict[str, Any] = {"model": model, "enable_prefix_caching": True}
         if config.dtype:
             kwargs["dtype"] = config.dtype
         kwargs.update(config.extra)
