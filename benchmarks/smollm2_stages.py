@@ -46,6 +46,7 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--only", default=None, help="comma-separated variant names")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="smollm2-stages-"))
     backend = (
@@ -62,7 +63,10 @@ def main() -> None:
     )
     print(f"{backend['kind']} {args.model}, {len(items)} English val items, work folder {work}")
     print(header)
+    wanted = set(args.only.split(",")) if args.only else None
     for detector, name, options in VARIANTS:
+        if wanted is not None and name not in wanted:
+            continue
         opts = {"backend": backend, "max_tokens": args.max_tokens, "max_context_chars": 3000, **options}
         det = build(detector, opts)
         folder = work / name
@@ -83,7 +87,7 @@ def main() -> None:
         )
         tokens = Counter()
         for r in raw:
-            tokens[r.stage.split(".")[0]] += r.usage.get("completion_tokens", 0)
+            tokens[r.stage] += r.usage.get("completion_tokens", 0)
         stages = sorted(
             {k.rsplit(".", 1)[0] for k in stats if "." in k and not k.startswith(("items", "chain."))}
         )
@@ -98,7 +102,7 @@ def main() -> None:
                 if stage == "llm"
                 else (stats.get("chain.spans_not_located", 0) if stage == "verify" else 0)
             )
-            tok = tokens.get(stage.split(".")[0], 0)
+            tok = tokens.get(stage, 0)
             print(
                 f"{name:16s} {stage:10s} {req / len(items):6.2f} {share(ok, req):>6s} {share(g('repaired'), req):>6s} "
                 f"{share(g('unparseable') + g('invalid_json') + g('wrong_shape'), req):>6s} "

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest, Message
 from mushroom.backends.cache import build_cached
@@ -50,6 +50,44 @@ class ChainOptions(DetectorOptions):
     fallback_probability: float = Field(0.5, ge=0.0, le=1.0, description="false claim, no placeable span")
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label: probability above this")
     cache: bool = Field(True, description="cache responses in the run folder")
+    structured_output: bool = Field(True, description="send each stage's JSON schema (constrained decoding)")
+
+
+class Claim(BaseModel):
+    """One atomic claim of the answer, with its exact substring."""
+
+    claim: str
+    substring: str
+
+
+class Decomposition(BaseModel):
+    """What the decompose prompt asks for."""
+
+    claims: list[Claim]
+
+
+class WrongSpan(BaseModel):
+    """A minimal wrong substring of a false claim."""
+
+    text: str
+    probability: float
+
+
+class Verdict(BaseModel):
+    """One claim judged against the context."""
+
+    claim: int
+    supported: bool
+    incorrect_spans: list[WrongSpan]
+
+
+class Verification(BaseModel):
+    """What the verify prompt asks for."""
+
+    verdicts: list[Verdict]
+
+
+_SCHEMAS = {"decompose": Decomposition, "verify": Verification}
 
 
 def _claims(value) -> list[dict] | None:
@@ -119,6 +157,9 @@ class ChainDetector(Detector):
             messages=messages,
             temperature=self.options.temperature,
             max_tokens=self.options.max_tokens,
+            json_schema=(
+                _SCHEMAS[stage.split(".")[0]].model_json_schema() if self.options.structured_output else None
+            ),
         )
 
     def _run_stage(
