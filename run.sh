@@ -4,8 +4,7 @@
 #   ./run.sh CONFIG.toml [--out DIR]   runs any config from configs/ instead
 set -euo pipefail
 cd "$(dirname "$0")"
-cmd=(python3 -m mushroom)
-command -v mushroom >/dev/null 2>&1 && cmd=(mushroom)
+cmd=(python3 -m mushroom)  # this checkout's code, whatever `mushroom` is on PATH
 case "${1:-}" in
   *.toml|*.yaml|*.yml) exec "${cmd[@]}" run "$@" ;;
   *) exec "${cmd[@]}" main-job "$@" ;;

@@ -65,6 +65,8 @@ def _contexts(value: str | Sequence[str] | None) -> list[Context]:
         return []
     if isinstance(value, str):
         value = [value]
+    if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"contexts must be a string or a list of strings, not {type(value).__name__}")
     return [Context(source=f"context{k}", text=str(text)) for k, text in enumerate(value)]
 
 

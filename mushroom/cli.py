@@ -237,6 +237,7 @@ def ensemble(
     )
 
 
+DEFAULT_CONTEXTS = "perplexity-sonar-pro,deepseek-r1"
 ALLOW_FAILURES_HELP = "write files even when items failed (they are left empty and listed)"
 
 
@@ -355,6 +356,8 @@ def detect(
             data.setdefault(item.lang, []).append(item)
         if lang:
             data = {code: its for code, its in data.items() if code in lang}
+        if contexts == DEFAULT_CONTEXTS:
+            raise MushroomError("with --items, give the contexts as files: --contexts CTX.jsonl[,MORE.jsonl]")
         context_files = [Path(s) for s in sources]
         missing = [str(p) for p in context_files if not p.is_file()]
         if missing:

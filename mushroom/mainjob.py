@@ -76,17 +76,17 @@ def run_main_stack(
     service = RunService(out, config, console, quiet, allow_failures)
     val_langs = _val_langs(langs)
     if not val_langs:
-        raise MushroomError("the stack is fitted on val: choose at least one val language")
+        raise MushroomError(
+            f"the stack is fitted on val: --lang must include a val language ({', '.join(VAL_LANGUAGES)}); "
+            f"got {', '.join(langs or [])}"
+        )
     test_data = load_split("test", langs)
     val_data = load_split("val", val_langs)
-    seconds: dict[str, float] = {}
     for name, det in dets.items():
-        t0 = time.perf_counter()
         service.detect_split(det, "test", out / "members" / name, langs, sources, data=test_data)
         service.detect_split(det, "val", out / "members" / name / "val", val_langs, sources, data=val_data)
-        seconds[name] = round(time.perf_counter() - t0, 2)
     if service.failures and not allow_failures:
-        service.finish({"member_seconds": seconds})  # raises RunFailed: a stack needs every item
+        service.finish({})  # raises RunFailed: a stack needs every item
     member_list = [Member(name, out / "members" / name) for name in members]
 
     # Fit on val, unless the members' val files are those of the last fit.
@@ -160,7 +160,6 @@ def run_main_stack(
             "hard_labels_from": {"default": model.hard_from, **model.hard_sources},
             "val_iou_mean": sum(r["iou"] for r in rows) / len(rows),
             "val_cor_mean": sum(r["cor"] for r in rows) / len(rows),
-            "member_seconds": seconds,
         }
     )
     return out

@@ -117,18 +117,31 @@ def load_run_config(path: Path) -> RunConfig:
         cls = detector_class(cfg.detector.name)
     except MushroomError as exc:
         raise DataError([Problem(str(path), None, "detector.name", str(exc))], exit_code=2) from None
-    for name, options in cfg.variant_options():
+    checks = [("detector.options", cfg.detector.options)]
+    checks += [(f"variants.{n}.options", o) for n, o in cfg.variant_options() if n]
+    for where, options in checks:
         try:
             cls.Options.model_validate(options)
         except ValidationError as exc:
-            where = f"variants.{name}.options" if name else "detector.options"
-            raise DataError(
-                [
-                    Problem(str(path), None, ".".join([where, *map(str, e["loc"])]), e["msg"])
-                    for e in exc.errors()
-                ]
-            ) from exc
+            errors = exc.errors()
+            if where == "detector.options" and cfg.variants:
+                errors = [e for e in errors if e["type"] != "missing"]  # a variant may supply it
+            if errors:
+                raise DataError([_option_problem(path, where, cls, e) for e in errors], exit_code=2) from exc
     return cfg
+
+
+def _option_problem(path: Path, where: str, cls, err: dict) -> Problem:
+    """A detector option error in a config, with a close match for a misspelt name."""
+    import difflib
+
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        names = list(cls.Options.model_fields)
+        match = difflib.get_close_matches(str(err["loc"][-1]), names, n=1)
+        msg = "unknown option" + (f" (did you mean {match[0]!r}?)" if match else "")
+        msg += f"; valid: {', '.join(names)}"
+    return Problem(str(path), None, ".".join([where, *map(str, err["loc"])]), msg)
 
 
 def execute(

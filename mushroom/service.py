@@ -304,16 +304,26 @@ class RunService:
                     else:
                         ctx = load_contexts(split, lang, sources, item_ids=ids)
                     out.contexts_missing[lang] = ctx.missing
+                    bare = [i for i in ids if not ctx.by_id.get(i)]
+                    if bare:
+                        self._warn(
+                            f"{split}/{lang}: {len(bare)} of {len(ids)} items have no context from "
+                            f"{', '.join(map(str, ctx.files or sources)) or 'any source'} (e.g. {bare[0]}); "
+                            "context-based detectors flag nothing in them"
+                        )
                     self._run_items(detector, lang, todo, ctx.by_id, ledger, bar, task, folder)
                     out.done_now += len(todo)
                 self._write_language(detector, split, lang, items, ledger, folder, out)
         self._write_stats(folder, ledgers, out)
         self.record_stage(stage, time.perf_counter() - t0, reused=out.done_now == 0, items=total)
         for warning in getattr(detector, "warnings", []):
-            if warning not in self.warnings:
-                self.warnings.append(warning)
-                self.console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+            self._warn(warning)
         return out
+
+    def _warn(self, warning: str) -> None:
+        if warning not in self.warnings:
+            self.warnings.append(warning)
+            self.console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
     def _run_items(self, detector, lang, todo, contexts, ledger, bar, task, folder) -> None:
         from mushroom.rawlog import RawLog, raw_file
@@ -348,10 +358,10 @@ class RunService:
                     if it.id not in emitted:
                         emit(ItemResult.failed(it.id, reason))
         except KeyboardInterrupt:
-            done = sum(1 for it in todo if ledger.ok(it.id))
+            done = sum(len(Ledger(p).results) for p in self.out.glob("**/items/*.jsonl"))
             raise Interrupted(
-                f"interrupted: {done} finished items of this language are saved in {self.out}; "
-                "run the same command again to resume where it stopped"
+                f"interrupted during {detector.name} on {lang}: {done} finished items are saved in "
+                f"{self.out}; run the same command again to resume where it stopped"
             ) from None
         finally:
             detector.raw_log = None

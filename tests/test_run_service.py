@@ -123,3 +123,39 @@ options = {{ prompt = "single_few_shot_plain", temperatures = [0.0, 0.1] }}
         assert (tmp_path / "run" / "zero" / "val" / "mushroom.en-val.v2.jsonl").is_file()
         proc = mushroom(*args)  # everything done: nothing is sent again
         assert proc.returncode == 0 and len(srv.calls) == 12
+
+
+def test_items_without_context_are_warned_about_and_a_wrong_replay_file_is_named(tmp_path):
+    from conftest import write_lines
+
+    items = load_split("val", ["en"])["en"][:3]
+    write_lines(tmp_path / "items.jsonl", [it.model_dump(mode="json") for it in items])
+    write_lines(tmp_path / "ctx.jsonl", [{"id": items[0].id, "context": items[0].model_input}])
+    out = tmp_path / "own"
+    proc = mushroom(
+        "detect",
+        "--items",
+        str(tmp_path / "items.jsonl"),
+        "--contexts",
+        str(tmp_path / "ctx.jsonl"),
+        "--out",
+        str(out),
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert (
+        any("2 of 3 items have no context" in w for w in summary["warnings"]) and "no context" in proc.stdout
+    )
+    proc = mushroom("detect", "--items", str(tmp_path / "items.jsonl"), "--out", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "give the contexts as files" in proc.stderr
+    # a contexts file given as recorded responses: an input error naming the file, not 3 failed items
+    args = ["detect", "--split", "val", "--lang", "en", "--limit", "3", "--backend", "replay"]
+    proc = mushroom(
+        *args, "--responses", str(tmp_path / "ctx.jsonl"), "--out", str(tmp_path / "r"), "--quiet"
+    )
+    assert (
+        proc.returncode == 1
+        and "ctx.jsonl:1" in proc.stderr
+        and "not a file of recorded responses" in proc.stderr
+    )

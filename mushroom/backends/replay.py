@@ -37,7 +37,7 @@ from mushroom.backends.base import (
 )
 from mushroom.backends.config import ReplayConfig
 from mushroom.backends.registry import register_backend
-from mushroom.errors import MushroomError
+from mushroom.errors import DataError, MushroomError
 from mushroom.jsonl import load_records
 
 
@@ -103,6 +103,14 @@ class ReplayBackend(Backend):
         self.by_key: dict[str, list[ReplayRecord]] = {}
         self.by_item: dict[str, list[ReplayRecord]] = {}
         self.records = records  # every line read (one per non-blank line of the file)
+        if records and not any(r.answers() or r.score is not None or r.error for r in records):
+            raise DataError.single(
+                config.responses,
+                1,
+                "response",
+                "no line has `texts`, `response` or a log-likelihood: not a file of recorded responses "
+                "(a run's raw/<lang>.raw.jsonl or {id, response} lines)",
+            )
         for rec in records:
             if config.model and rec.model and rec.model != config.model:
                 continue
