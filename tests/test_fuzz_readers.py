@@ -257,9 +257,7 @@ def test_recorded_responses(tmp_path_factory, data):
     raw = corrupt(_replay_sample(), data)
     path = _write(tmp_path_factory, "responses.jsonl", raw)
     config = BackendConfig(kind="replay", responses=str(path))
-    _load_or_locate(
-        lambda p: ReplayBackend(config), path, raw, count=lambda b: len(b.records)
-    )
+    _load_or_locate(lambda p: ReplayBackend(config), path, raw, count=lambda b: len(b.records))
 
 
 @pytest.mark.skipif(not CONFIG_FILE.is_file(), reason="no shipped config")

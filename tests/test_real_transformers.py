@@ -15,7 +15,9 @@ pytestmark = pytest.mark.real_model
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install 'mushroom[transformers]'")
 pytest.importorskip("transformers", reason="transformers not installed: pip install 'mushroom[transformers]'")
-pytest.importorskip("gguf", reason="gguf not installed (loads GGUF files): pip install 'mushroom[transformers]'")
+pytest.importorskip(
+    "gguf", reason="gguf not installed (loads GGUF files): pip install 'mushroom[transformers]'"
+)
 pytest.importorskip("accelerate", reason="accelerate not installed: pip install 'mushroom[transformers]'")
 
 from mushroom.backends import grammar  # noqa: E402
@@ -87,7 +89,9 @@ def test_second_load_uses_the_converted_copy_and_scores_the_same(backend, reques
     assert folder is not None and (folder / "model.safetensors").is_file()
     again = TransformersBackend(BackendConfig(kind="transformers", model="smollm2", device="cpu"))
     req = LoglikelihoodRequest(key="y", messages=requests[1].messages, continuation=" Yes")
-    assert again.loglikelihood([req])[0].logprob == pytest.approx(backend.loglikelihood([req])[0].logprob, abs=1e-4)
+    assert again.loglikelihood([req])[0].logprob == pytest.approx(
+        backend.loglikelihood([req])[0].logprob, abs=1e-4
+    )
     assert again.tokenizer.chat_template == backend.tokenizer.chat_template
     assert again._prompt_ids(requests[1].messages) == backend._prompt_ids(requests[1].messages)
 
