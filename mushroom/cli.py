@@ -16,6 +16,7 @@ from mushroom.cliutil import (
     input_file,
     out_console,
     output_file,
+    parse_float_list,
     parse_options,
     print_warning,
     run_cli,
@@ -39,11 +40,6 @@ def _global_options(
 ) -> None:
     """Find hallucinated spans in LLM answers (Mu-SHROOM): detect, ensemble, check, score."""
     set_debug(debug)
-
-
-def _parse_options(pairs: list[str]) -> dict[str, Any]:
-    """KEY=VALUE pairs (see `mushroom.cliutil.parse_options`, where this now lives)."""
-    return parse_options(pairs)
 
 
 @app.command()
@@ -280,15 +276,6 @@ def _nest(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _floats(text: str, option: str) -> list[float]:
-    try:
-        return [float(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise MushroomError(
-            f"{option} takes numbers separated by commas, e.g. 0.05,0.1,0.2; got {text!r}"
-        ) from None
-
-
 @app.command()
 def detect(
     split: Annotated[str, typer.Option("--split", help="val or test")] = "val",
@@ -335,7 +322,7 @@ def detect(
     from mushroom.runs import timestamp
     from mushroom.service import RunService
 
-    options = _nest(_parse_options(option or []))
+    options = _nest(parse_options(option or []))
     if backend or model or base_url or responses:
         if detector == "lexical":
             detector = "llm"
@@ -343,7 +330,7 @@ def detect(
     if prompt:
         options["prompt"] = prompt
     if temperatures:
-        options["temperatures"] = _floats(temperatures, "--temperatures")
+        options["temperatures"] = parse_float_list(temperatures, "--temperatures", low=0.0)
     det = build(detector, options)
     sources = tuple(s for s in contexts.split(",") if s)
     data = context_files = None
@@ -428,7 +415,7 @@ def main_job(
     from mushroom.mainjob import DEFAULT_MEMBERS, run_main, run_main_stack
 
     sources = tuple(s for s in contexts.split(",") if s)
-    options = _parse_options(option or [])
+    options = parse_options(option or [])
     if detector == "stack":
         per_detector: dict[str, dict] = {}
         for key, value in options.items():
@@ -662,7 +649,7 @@ def contexts_cmd(
         raise MushroomError(f"--grade must be none, llm or embedding, not {grade!r}")
     cfg: dict[str, Any] = {"kind": backend, "model": model, "base_url": base_url, "responses": responses}
     cfg = {k: v for k, v in cfg.items() if v is not None}
-    cfg.update(_parse_options(option or []))
+    cfg.update(parse_options(option or []))
     root = context_dir or DEFAULT_CONTEXT_DIR
     data = load_split(split, lang)
     tier_list = tuple(t for t in tiers.split(",") if t)

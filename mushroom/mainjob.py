@@ -17,6 +17,7 @@ from mushroom.data import workspace
 from mushroom.detectors import build
 from mushroom.errors import MushroomError
 from mushroom.languages import VAL_LANGUAGES
+from mushroom.predictions import mark_all
 from mushroom.runs import timestamp, write_json
 from mushroom.service import RunService, fingerprint
 from mushroom.submission import submission_name, write_predictions
@@ -141,7 +142,7 @@ def run_main_stack(
     if zip_path is not None:
         console.print(f"wrote {len(files)} checked submission files and {zip_path}")
     for lang, items in val_data.items():
-        write_predictions(out / "val" / "mark-all" / submission_name(lang, "val"), _mark_all(items), items)
+        write_predictions(out / "val" / "mark-all" / submission_name(lang, "val"), mark_all(items), items)
     console.print(
         comparison_table("val: each detector, their vote and the stack (5-fold CV by item)", comparison)
     )
@@ -163,12 +164,6 @@ def run_main_stack(
         }
     )
     return out
-
-
-def _mark_all(items):
-    from mushroom.predictions import mark_all
-
-    return mark_all(items)
 
 
 def run_main(

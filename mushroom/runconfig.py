@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from rich.console import Console
@@ -20,6 +20,9 @@ from rich.console import Console
 from mushroom.contexts import DEFAULT_SOURCES
 from mushroom.data import workspace
 from mushroom.errors import DataError, MushroomError, Problem
+
+if TYPE_CHECKING:
+    from mushroom.service import SplitOutput
 
 
 class DetectorSection(BaseModel):
@@ -171,6 +174,7 @@ def execute(
     service = RunService(out, config, console, quiet, allow_failures)
     shared_cache = out / "responses.cache.jsonl"
     summary: dict[str, Any] = {"splits": {}}
+    val_results: list[tuple[str, SplitOutput]] = []
     for name, det in dets:
         if name and hasattr(det.options, "cache_path") and det.options.cache_path is None:
             det.options.cache_path = str(shared_cache)
@@ -186,6 +190,7 @@ def execute(
                 zipped = service.submit(list(result.files.values()), folder / "submission.zip")
                 entry["zip"] = str(zipped) if zipped else None
             if split == "val":
+                val_results.append((name, result))
                 rows = service.score(
                     "val", result.files, folder, label, items=result.items if limit else None
                 )
@@ -193,65 +198,39 @@ def execute(
                     entry["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
                     entry["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
     if len(dets) > 1 and "val" in cfg.splits and not service.failures:
-        summary["comparison"] = compare_variants(
-            [(n, out / n / "val") for n, _ in dets], cfg.name, console, eval_dir, limit is not None
-        )
+        summary["comparison"] = compare_variants(val_results, cfg.name, console, eval_dir, limit is not None)
     service.finish(summary)
     return out
 
 
 def compare_variants(
-    runs: list[tuple[str, Path]], name: str, console: Console, eval_dir: Path | None, limited: bool
+    runs: list[tuple[str, SplitOutput]], name: str, console: Console, eval_dir: Path | None, limited: bool
 ) -> dict[str, str]:
     """Prints the variants against the first (CIs, paired p-values); writes Markdown and CSV."""
     from rich.markup import escape
-    from rich.table import Table
 
-    from mushroom.compare import COLUMNS, RunScores, comparison_rows, rows_csv, rows_markdown
-    from mushroom.predictions import load_predictions
-    from mushroom.runs import prediction_folder, timestamp
-    from mushroom.scoring.score import ScoreResult, score_predictions
+    from mushroom.compare import (
+        COLUMNS,
+        RunScores,
+        comparison_rows,
+        comparison_table,
+        rows_csv,
+        rows_markdown,
+    )
+    from mushroom.runs import timestamp
+    from mushroom.scoring.score import ScoreResult
+    from mushroom.service import score_file
 
     scored = []
-    for variant, folder in runs:
-        parts = []
-        for path in sorted(prediction_folder(folder, "val").glob("mushroom.*-val.v2.jsonl")):
-            from mushroom.data import lang_from_filename, load_split
-
-            lang = lang_from_filename(path)
-            preds = load_predictions(path)
-            items = [it for it in load_split("val", [lang])[lang] if it.id in preds] if limited else None
-            if items is None:
-                from mushroom.data import split_files
-                from mushroom.scoring.score import score_files
-
-                parts.append(score_files(split_files("val")[lang], path))
-            else:
-                parts.append(score_predictions(items, list(preds.values())))
-        import numpy as np
-
-        merged = ScoreResult(
-            ids=[i for r in parts for i in r.ids],
-            langs=[lang for r in parts for lang in r.langs],
-            iou=np.concatenate([r.iou for r in parts]),
-            cor=np.concatenate([r.cor for r in parts]),
-        )
-        scored.append(RunScores(variant, folder, merged))
+    for variant, result in runs:
+        parts = [
+            score_file("val", lang, path, result.items[lang] if limited else None)
+            for lang, path in sorted(result.files.items())
+        ]
+        folder = next(iter(result.files.values())).parent
+        scored.append(RunScores(variant, folder, ScoreResult.concat(parts)))
     rows = comparison_rows(scored, 0)
-    table = Table(title=f"variants against {escape(runs[0][0])} (paired by item)", title_justify="left")
-    for col in ("variant", "lang", "n", "IoU [95% CI]", "Cor [95% CI]", "dIoU (p)", "dCor (p)"):
-        table.add_column(col, justify="left" if col in ("variant", "lang") else "right")
-    for r in rows:
-        table.add_row(
-            escape(r["run"]),
-            r["lang"],
-            str(r["n"]),
-            f"{r['iou']:.4f} [{r['iou_lo']:.2f}-{r['iou_hi']:.2f}]",
-            f"{r['cor']:.4f} [{r['cor_lo']:.2f}-{r['cor_hi']:.2f}]",
-            f"{r['d_iou']:+.4f} ({r['p_iou']:.3f})" if "d_iou" in r else "baseline",
-            f"{r['d_cor']:+.4f} ({r['p_cor']:.3f})" if "d_cor" in r else "",
-        )
-    console.print(table)
+    console.print(comparison_table(f"variants against {escape(runs[0][0])} (paired by item)", rows))
     folder = eval_dir or workspace() / "eval"
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder / f"variants-{name}-{timestamp()}"

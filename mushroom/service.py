@@ -68,6 +68,22 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def score_file(split: str, lang: str, path: Path, items: list[Item] | None = None):
+    """One prediction file's ScoreResult, by the official path unless `items` are given.
+
+    A run on part of a language (`limit`) is scored against those items' own labels, since
+    the split's gold file has items the run never predicted.
+    """
+    from mushroom.predictions import load_predictions
+    from mushroom.scoring.score import score_files, score_predictions
+
+    if items is None:
+        from mushroom.data import split_files
+
+        return score_files(split_files(split)[lang], path)
+    return score_predictions(items, list(load_predictions(path).values()))
+
+
 def fingerprint(inputs: list[Path], extra: dict[str, Any]) -> str:
     """Hash of files' contents and settings: a stage whose fingerprint is unchanged is reused."""
     digest = hashlib.sha256(json.dumps(extra, sort_keys=True, default=str).encode())
@@ -368,12 +384,19 @@ class RunService:
 
     def _write_language(self, detector, split, lang, items, ledger, folder, out: SplitOutput) -> None:
         path = folder / submission_name(lang, split)
-        failed = [it for it in items if not ledger.ok(it.id)]
-        for it in failed:
-            res = ledger.results.get(it.id)
-            error = res.error if res is not None and res.error else "no result"
-            out.failures.append(Failure(split, lang, it.id, error, detector.name))
-        self.failures.extend(out.failures[len(out.failures) - len(failed) :])
+        failed = [
+            Failure(
+                split,
+                lang,
+                it.id,
+                getattr(ledger.results.get(it.id), "error", None) or "no result",
+                detector.name,
+            )
+            for it in items
+            if not ledger.ok(it.id)
+        ]
+        out.failures.extend(failed)
+        self.failures.extend(failed)
         if failed and not self.allow_failures:
             path.unlink(missing_ok=True)  # never leave a complete-looking file from an older pass
             return
@@ -420,23 +443,15 @@ class RunService:
         Returns:
             The table rows (per language, with CIs, baselines and the leaderboard #1).
         """
-        from mushroom.data import split_files
         from mushroom.leaderboard import load_leaderboard
-        from mushroom.scoring.score import score_files
         from mushroom.tables import markdown_table, rich_table, score_rows
 
         if not files:
             self.console.print(f"[yellow]nothing to score on {split}[/yellow]: no complete language")
             return []
-        gold = split_files(split) if items is None else {}
 
         def one(lang: str, path: Path):
-            if items is None:
-                return score_files(gold[lang], path)
-            from mushroom.predictions import load_predictions
-            from mushroom.scoring.score import score_predictions
-
-            return score_predictions(items[lang], list(load_predictions(path).values()))
+            return score_file(split, lang, path, items[lang] if items is not None else None)
 
         results = {lang: one(lang, path) for lang, path in files.items()}
         baselines = None

@@ -24,6 +24,17 @@ class ScoreResult:
     cor: np.ndarray
     warnings: list[str] = field(default_factory=list)
 
+    @classmethod
+    def concat(cls, parts: list[ScoreResult]) -> ScoreResult:
+        """One result of several (e.g. per-language) results, items in order."""
+        return cls(
+            ids=[i for r in parts for i in r.ids],
+            langs=[lang for r in parts for lang in r.langs],
+            iou=np.concatenate([r.iou for r in parts]),
+            cor=np.concatenate([r.cor for r in parts]),
+            warnings=[w for r in parts for w in r.warnings],
+        )
+
     @property
     def mean_iou(self) -> float:
         return float(self.iou.mean()) if self.iou.size else float("nan")
@@ -256,13 +267,7 @@ def score_pairs(pairs: list[tuple[str, Path, Path]]) -> ScoreResult:
     for lang, g, p in pairs:
         result = score_loaded(read_scoring_file(g, True), read_scoring_file(p, False), lang)
         parts.append(result)
-    return ScoreResult(
-        ids=[i for r in parts for i in r.ids],
-        langs=[lang for r in parts for lang in r.langs],
-        iou=np.concatenate([r.iou for r in parts]),
-        cor=np.concatenate([r.cor for r in parts]),
-        warnings=[w for r in parts for w in r.warnings],
-    )
+    return ScoreResult.concat(parts)
 
 
 def score_paths(
