@@ -302,7 +302,10 @@ class RunService:
         detector.workdir.mkdir(parents=True, exist_ok=True)
         ledgers = {lang: Ledger(folder / "items" / f"{lang}.jsonl") for lang in data}
         total = sum(len(v) for v in data.values())
-        stage = f"{detector.name}:{split}"
+        # One stage per detector and folder: variants (or members) running the same detector on
+        # the same split keep their own times.
+        rel = folder.relative_to(self.out).as_posix() if folder.is_relative_to(self.out) else str(folder)
+        stage = f"{detector.name}:{split}" if rel in (".", split, "predictions") else f"{detector.name}:{rel}"
         t0 = time.perf_counter()
         with progress_bar(self.quiet, self.console) as bar:
             task = bar.add_task(f"{detector.name} on {split}", total=total)

@@ -121,6 +121,8 @@ options = {{ prompt = "single_few_shot_plain", temperatures = [0.0, 0.1] }}
         csv = next((tmp_path / "eval").glob("variants-v-*.csv")).read_text().splitlines()
         assert "| few | en | 4 |" in md and csv[0].startswith("run,lang,n,iou")
         assert (tmp_path / "run" / "zero" / "val" / "mushroom.en-val.v2.jsonl").is_file()
+        stages = json.loads((tmp_path / "run" / "stages.json").read_text())
+        assert {"llm:zero/val", "llm:few/val"} <= set(stages)  # each variant keeps its own time
         proc = mushroom(*args)  # everything done: nothing is sent again
         assert proc.returncode == 0 and len(srv.calls) == 12
 
