@@ -371,14 +371,11 @@ def detect(
     labelled = split == "val" or (
         data is not None and all(it.is_labelled for its in data.values() for it in its)
     )
-    if labelled and data is None:
-        rows = service.score(
-            split, result.files, out, f"{detector} on {split}", items=result.items if limit else None
-        )
-    elif labelled:
-        rows = service.score(split, result.files, out, f"{detector} on {items_file}", items=result.items)
-    else:
-        rows = []
+    rows = []
+    if labelled:  # own items, or part of a split, are scored against the items' own labels
+        own = data is not None or limit is not None
+        title = f"{detector} on {items_file or split}"
+        rows = service.score(split, result.files, out, title, items=result.items if own else None)
     if rows:
         summary["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
         summary["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)

@@ -187,9 +187,7 @@ class ChainDetector(Detector):
             value, error, text = self._parse(stage, gen, check, stats[k])
             values.append(value)
             raws.append([text])
-            errors.append(gen.error if gen.error is not None or not gen.texts else None)
-            if errors[k] is None and not gen.texts:
-                errors[k] = "no output"
+            errors.append(gen.error or (None if gen.texts else "no output"))
             if value is None and self.options.retry and errors[k] is None:
                 stats[k][f"{stage}.retries"] += 1
                 follow = [

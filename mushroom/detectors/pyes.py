@@ -159,8 +159,8 @@ class PYesDetector(Detector):
             ]
         return self._backends
 
-    def _score(self, backend: Backend, messages: list, item: Item, k: int) -> list:
-        """The requests for one piece with one model."""
+    def _requests(self, messages: list, item: Item, k: int) -> list:
+        """The requests for one piece (the same for every model)."""
         key = f"{item.id}#{k}"
         if self.options.scoring == "top_logprobs":
             return [
@@ -199,9 +199,9 @@ class PYesDetector(Detector):
                 )
         scores = np.full((len(prompts), len(self.options.models)), np.nan)
         errors: list[str | None] = [None] * len(prompts)
+        reqs = [r for item, k, msgs in prompts for r in self._requests(msgs, item, k)]
         for m, backend in enumerate(self.backends):
             if self.options.scoring == "top_logprobs":
-                reqs = [r for item, k, msgs in prompts for r in self._score(backend, msgs, item, k)]
                 for r, gen in enumerate(backend.generate(reqs)):
                     if gen.error is not None:
                         errors[r] = errors[r] or gen.error
@@ -212,7 +212,6 @@ class PYesDetector(Detector):
                     else:
                         scores[r, m] = value
                 continue
-            reqs = [r for item, k, msgs in prompts for r in self._score(backend, msgs, item, k)]
             results = backend.loglikelihood(reqs)
             for r in range(len(prompts)):
                 yes, no = results[2 * r], results[2 * r + 1]
