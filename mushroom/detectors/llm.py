@@ -22,7 +22,7 @@ from mushroom.backends.cache import build_cached
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
 from mushroom.ensemble import SoftMode, vote
 from mushroom.languages import language_name
-from mushroom.parsing.parser import SpanList, parse_counts, parse_response
+from mushroom.parsing.parser import SpanList, parse_response
 from mushroom.prompts import PromptTemplate, load_prompt
 from mushroom.records import Context, Item
 
@@ -130,7 +130,7 @@ class LLMDetector(Detector):
                 continue
             for sample, text in enumerate(gen.texts):
                 result = parse_response(item.model_output_text, text, opts.default_probability)
-                stats.update({f"llm.{k}": v for k, v in parse_counts(result).items()})
+                stats.update({f"llm.{k}": v for k, v in result.counts().items()})
                 soft = np.zeros(n)
                 mask = np.zeros(n, dtype=bool)
                 for span in result.spans:

@@ -379,22 +379,3 @@ class ParseStats:
             "repairs": dict(self.repairs),
             "located": {m: self.counts[f"located_{m}"] for m in METHODS},
         }
-
-
-def parse_counts(result: ParseResult) -> dict[str, int]:
-    """Flat counters of one response for the run accounting (see the detector contract)."""
-    counts = getattr(result, "counts", None)
-    if callable(counts):
-        return counts()
-    out = {
-        "responses": 1,
-        "parsed": int(result.parsed and not result.repairs),
-        "repaired": int(result.parsed and bool(result.repairs)),
-        "unparseable": int(not result.parsed),
-        "claims": result.claims,
-        "invalid_entries": result.invalid_entries,
-        "lost": len(result.lost),
-    }
-    for method, k in result.methods.items():
-        out[f"located_{method}"] = k
-    return out
