@@ -80,8 +80,8 @@ def detect_batch(
 
     Args:
         items: dicts with `answer` (or `model_output_text`), optional `contexts` (a string or
-            a list of strings), `question` (or `model_input`), `lang` and `id`; or `Item`s
-            with contexts given as `item_contexts` in the dict form only.
+            a list of strings), `question` (or `model_input`), `lang` and `id`; or `Item`
+            records, which carry no contexts.
         method: a registered detector name (`mushroom detectors` lists them).
         lang: the language of items that do not say.
         **options: detector options, as on the command line (`threshold=0.4`, `backend={...}`).

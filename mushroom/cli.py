@@ -23,7 +23,10 @@ from mushroom.cliutil import (
     set_debug,
     split_names,
 )
+from mushroom.contexts import DEFAULT_SOURCES
 from mushroom.errors import DataError, MushroomError
+
+DEFAULT_CONTEXTS = ",".join(DEFAULT_SOURCES)
 
 app = typer.Typer(
     add_completion=False,
@@ -233,7 +236,6 @@ def ensemble(
     )
 
 
-DEFAULT_CONTEXTS = "perplexity-sonar-pro,deepseek-r1"
 ALLOW_FAILURES_HELP = "write files even when items failed (they are left empty and listed)"
 
 
@@ -285,7 +287,7 @@ def detect(
     ] = None,
     lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
     contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
-        "perplexity-sonar-pro,deepseek-r1"
+        DEFAULT_CONTEXTS
     ),
     option: Annotated[
         list[str] | None, typer.Option("--option", "-o", help="detector option KEY=VALUE")
@@ -396,7 +398,7 @@ def main_job(
     ] = "stack",
     lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all 14")] = None,
     contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
-        "perplexity-sonar-pro,deepseek-r1"
+        DEFAULT_CONTEXTS
     ),
     option: Annotated[
         list[str] | None,
@@ -577,7 +579,7 @@ def report(
     split: Annotated[str, typer.Option("--split", help="split whose predictions to show")] = "val",
     lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
     contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
-        "perplexity-sonar-pro,deepseek-r1"
+        DEFAULT_CONTEXTS
     ),
     tags: Annotated[
         Path | None, typer.Option("--tags", help="error-type tags JSONL {id, error_type}")
