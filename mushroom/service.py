@@ -334,7 +334,12 @@ class RunService:
                     out.done_now += len(todo)
                 self._write_language(detector, split, lang, items, ledger, folder, out)
         self._write_stats(folder, ledgers, out)
-        self.record_stage(stage, time.perf_counter() - t0, reused=out.done_now == 0, items=total)
+        # A stage resumed after a kill was computed over several runs: the ledger's per-item
+        # times add up all of it, where this run's wall time covers only the last part.
+        item_seconds = round(sum(r.seconds or 0.0 for ld in ledgers.values() for r in ld.results.values()), 2)
+        self.record_stage(
+            stage, time.perf_counter() - t0, reused=out.done_now == 0, items=total, item_seconds=item_seconds
+        )
         for warning in getattr(detector, "warnings", []):
             self._warn(warning)
         return out
