@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mushroom.cliutil import plural
 from mushroom.errors import Problem
 from mushroom.jsonl import iter_json_lines
 from mushroom.records import Item
@@ -26,10 +27,33 @@ class CheckReport:
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     n_lines: int = 0
+    n_items: int = 0
+    missing: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    def summary(self) -> str:
+        """What was wrong, counted by kind.
+
+        For example `3 errors on 2 lines (of 48 read); no prediction for 12 of 60 items`.
+
+        Errors on lines and items with no prediction are counted apart, since a file missing
+        half its items has one problem but many items to fix, and vice versa.
+        """
+        on_lines = [p for p in self.errors if p.line is not None]
+        others = len(self.errors) - len(on_lines) - (1 if self.missing else 0)
+        parts = []
+        if on_lines:
+            bad = len({p.line for p in on_lines})
+            errors = plural(len(on_lines), "error")
+            parts.append(f"{errors} on {plural(bad, 'line')} (of {self.n_lines} read)")
+        if self.missing:
+            parts.append(f"no prediction for {len(self.missing)} of {plural(self.n_items, 'item')}")
+        if others > 0:
+            parts.append(plural(others, "other error"))
+        return "; ".join(parts) or "no errors"
 
 
 RECORD_KEYS = frozenset({"id", "soft_labels", "hard_labels"})
@@ -117,7 +141,7 @@ def _unknown_keys(rows: list[tuple[int, dict]], path: str) -> list[Problem]:
             path,
             first,
             key,
-            f"unknown key in {where} ({count} time(s)); the official scorer ignores it",
+            f"unknown key in {where} ({plural(count, 'time')}); the official scorer ignores it",
         )
         for (where, key), (first, count) in sorted(seen.items(), key=lambda kv: kv[1][0])
     ]
@@ -152,10 +176,25 @@ def check_rows(
             report.errors.append(Problem(path, line, "id", f"id {rid!r} is not among the items"))
             continue
         _check_row(row, by_id[rid], (path, line), report)
-    for item in items:
-        if item.id not in seen:
-            report.errors.append(Problem(path, None, "id", f"no prediction for item {item.id!r}"))
+    report.n_items = len(items)
+    report.missing = [item.id for item in items if item.id not in seen]
+    if report.missing:
+        report.errors.append(Problem(path, None, "id", missing_message(report.missing)))
     return report
+
+
+MISSING_SHOWN = 5
+
+
+def missing_message(ids: list[str], shown: int = MISSING_SHOWN) -> str:
+    """One line for every item without a prediction: a count and the first few ids.
+
+    One line, not one per item: a file that lost half of 1,000 items would otherwise bury
+    every other problem under 500 lines with no line number to go to.
+    """
+    head = ", ".join(repr(i) for i in ids[:shown])
+    more = f", ... (first {shown} shown)" if len(ids) > shown else ""
+    return f"no prediction for {plural(len(ids), 'item')}: {head}{more}"
 
 
 def check_file(path: str | Path, items: list[Item], strict: bool = False) -> CheckReport:
@@ -163,5 +202,6 @@ def check_file(path: str | Path, items: list[Item], strict: bool = False) -> Che
     problems: list[Problem] = []
     rows = list(iter_json_lines(Path(path), problems))
     report = check_rows(rows, items, str(path), strict)
+    report.n_lines += len({p.line for p in problems if p.line is not None})  # unreadable lines were read too
     report.errors = problems + report.errors
     return report

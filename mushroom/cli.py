@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -18,6 +18,7 @@ from mushroom.cliutil import (
     output_file,
     parse_float_list,
     parse_options,
+    plural,
     print_warning,
     run_cli,
     set_debug,
@@ -25,6 +26,11 @@ from mushroom.cliutil import (
 )
 from mushroom.contexts import DEFAULT_SOURCES
 from mushroom.errors import DataError, MushroomError
+
+if TYPE_CHECKING:
+    from mushroom.runs import RunScope
+    from mushroom.scoring.score import ScoreResult
+    from mushroom.stack import StackModel
 
 DEFAULT_CONTEXTS = ",".join(DEFAULT_SOURCES)
 
@@ -76,7 +82,8 @@ def score(
     """
     from mushroom.jsonl import atomic_write_text
     from mushroom.leaderboard import load_leaderboard
-    from mushroom.scoring.score import pair_paths, score_pairs
+    from mushroom.runs import run_scope
+    from mushroom.scoring.score import pair_paths
     from mushroom.scoring.stats import paired_test
     from mushroom.tables import rich_table, score_rows
 
@@ -88,11 +95,13 @@ def score(
     if json_out is not None and not json_only:
         output_file(Path(json_out), "--json")
     lang_list = split_names(langs) if langs is not None else None
-    pairing = pair_paths(gold, pred, lang_list)
+    scope = run_scope(pred)
+    # A run made with --lang has files for its languages only: the others are listed, not errors.
+    pairing = pair_paths(gold, pred, lang_list, allow_missing=scope is not None and scope.langs is not None)
     if gold.is_dir():
         for line in pairing.summary():
             err_console.print(esc(line), highlight=False)
-    result = score_pairs(pairing.pairs)
+    result = _score_run_files(pairing.pairs, scope)
     for warning in result.warnings:
         print_warning(warning)
     if per_lang:
@@ -107,9 +116,18 @@ def score(
             table.add_row(esc(rid), esc(lang), f"{a:.4f}", f"{b:.4f}")
         console.print(table)
     if compare is not None:
-        other = score_pairs(pair_paths(gold, compare, lang_list).pairs)
+        other_scope = run_scope(compare)
+        other_pairs = pair_paths(
+            gold, compare, lang_list, allow_missing=other_scope is not None and other_scope.langs is not None
+        ).pairs
+        other = _score_run_files(other_pairs, other_scope)
         for warning in other.warnings:
             print_warning(warning)
+        if other.ids != result.ids:
+            raise MushroomError(
+                f"PRED and --compare {compare} cover different items ({len(result.ids)} and "
+                f"{len(other.ids)} scored); compare runs made on the same items (same --limit and --lang)"
+            )
         for name, a, b in (("IoU", result.iou, other.iou), ("Cor", result.cor, other.cor)):
             res = paired_test(a, b)
             console.print(
@@ -129,6 +147,7 @@ def score(
     if json_out is not None:
         payload = {
             **result.to_dict(with_items=True),
+            "n_gold": result.n_gold,
             "per_lang": {k: v.to_dict() for k, v in result.by_lang().items()},
             "warnings": result.warnings,
         }
@@ -143,6 +162,20 @@ def score(
         err_console.print(result.official_lines(), highlight=False, markup=False)
     else:
         print(result.official_lines())
+
+
+def _score_run_files(pairs: list[tuple[str, Path, Path]], scope: RunScope | None) -> ScoreResult:
+    """Scores matched files; a run made with --limit only on the items it predicted, said on stderr.
+
+    Without a run folder (files given directly) or for a run over every item, each gold item
+    must have a prediction, as the official scorer requires.
+    """
+    from mushroom.scoring.score import score_pairs
+
+    result = score_pairs(pairs, partial=scope is not None and scope.partial)
+    if scope is not None and result.unscored:
+        err_console.print(esc(scope.note(len(result.ids), result.n_gold)), highlight=False)
+    return result
 
 
 @app.command()
@@ -165,13 +198,10 @@ def check(
     for problem in report.errors:
         err_console.print(f"[red]error:[/red] {esc(problem)}", highlight=False, soft_wrap=True)
     if report.errors:
-        err_console.print(
-            f"{esc(pred)}: {len(report.errors)} error(s) in {report.n_lines} line(s)", highlight=False
-        )
+        err_console.print(f"{esc(pred)}: {esc(report.summary())}", highlight=False)
         raise typer.Exit(1)
-    out_console.print(
-        f"{esc(pred)}: OK ({report.n_lines} predictions, {len(report.warnings)} warning(s))", highlight=False
-    )
+    counts = f"{plural(report.n_lines, 'prediction')}, {plural(len(report.warnings), 'warning')}"
+    out_console.print(f"{esc(pred)}: OK ({counts})", highlight=False)
 
 
 @app.command()
@@ -231,9 +261,8 @@ def ensemble(
         from mushroom.jsonl import write_jsonl
 
         write_jsonl(out, [p.submission_dict() for p in combined])
-    out_console.print(
-        f"wrote {len(combined)} predictions from {len(runs)} runs to {esc(out)}", highlight=False
-    )
+    what = f"{plural(len(combined), 'prediction')} from {plural(len(runs), 'run')}"
+    out_console.print(f"wrote {what} to {esc(out)}", highlight=False)
 
 
 ALLOW_FAILURES_HELP = "write files even when items failed (they are left empty and listed)"
@@ -341,10 +370,18 @@ def detect(
 
         split = "items"
         data = {}
-        for item in load_items(items_file):
+        for item in load_items(input_file(items_file, "--items")):
             data.setdefault(item.lang, []).append(item)
+        if not data:  # a run over nothing would "succeed" and write nothing
+            raise DataError.single(items_file, None, None, "no items")
         if lang:
+            have = sorted(data)
             data = {code: its for code, its in data.items() if code in lang}
+            if not data:
+                raise MushroomError(
+                    f"--lang {','.join(lang)}: {items_file} has no items in that language; "
+                    f"it has {', '.join(have)}"
+                )
         if contexts == DEFAULT_CONTEXTS:
             raise MushroomError("with --items, give the contexts as files: --contexts CTX.jsonl[,MORE.jsonl]")
         context_files = [Path(s) for s in sources]
@@ -508,7 +545,8 @@ def compare(
 
     if not 0 <= baseline < len(runs):
         raise MushroomError(
-            f"--baseline {baseline}: there are {len(runs)} run(s); give an index from 0 to {len(runs) - 1}"
+            f"--baseline {baseline}: {plural(len(runs), 'run')} given; "
+            f"give an index from 0 to {len(runs) - 1}"
         )
     for run in runs:
         if not run.is_dir():
@@ -525,6 +563,8 @@ def compare(
     if len(set(names)) != len(names):
         for k, s in enumerate(scored):
             s.name = f"{k}:{s.name}"
+    for note in filter(None, (s.coverage_note() for s in scored)):
+        err_console.print(esc(note), highlight=False)
     rows = comparison_rows(scored, baseline)
     out_console.print(
         comparison_table(f"{split}: runs against baseline {scored[baseline].name} (paired, items)", rows)
@@ -554,7 +594,7 @@ def sweep(
     ] = None,
 ) -> None:
     """IoU and Cor against the hard-label threshold, printed and plotted (SVG)."""
-    from mushroom.compare import ascii_sweep, rows_csv, sweep_svg
+    from mushroom.compare import ascii_sweep, rows_csv, sweep_scope, sweep_svg
     from mushroom.compare import sweep as run_sweep
     from mushroom.data import workspace
     from mushroom.jsonl import atomic_write_text
@@ -564,7 +604,10 @@ def sweep(
         if not run.is_dir():
             raise MushroomError(f"RUNS {run}: {'no such folder' if not run.exists() else 'is not a folder'}")
     path = output_file(svg, "--svg") if svg else workspace() / "eval" / f"sweep-{timestamp()}.svg"
-    rows = run_sweep(runs, split, langs=lang)
+    scope = sweep_scope(runs, split, lang)
+    for note in scope.notes:
+        err_console.print(esc(note), highlight=False)
+    rows = run_sweep(runs, split, data=scope.data)
     out_console.print(ascii_sweep(rows), highlight=False, markup=False)
     best = max(rows, key=lambda r: r["iou"])
     out_console.print(f"best IoU {best['iou']:.4f} at threshold {best['threshold']:.2f}", highlight=False)
@@ -700,7 +743,8 @@ def contexts_cmd(
         for err in failed[:5]:
             err_console.print(f"[yellow]failed[/yellow] {escape(err)}")
         raise RunFailed(
-            f"{len(failed)} contexts could not be generated; run the same command again to retry only those"
+            f"{plural(len(failed), 'context')} could not be generated; run the same command again to retry "
+            "only those"
         )
 
 
@@ -739,6 +783,28 @@ def stack_fit(
     out_console.print(f"threshold {m.threshold}, floor {m.floor}; {m.hard_label_summary()}; saved {out}")
 
 
+def _load_stack(path: Path) -> StackModel:
+    """A stack saved by `stack fit`; another JSON file is named as such.
+
+    A run's config.json or scores.json given by mistake would otherwise be answered with a
+    list of the ten fields a stack has, which says nothing about the mistake. A file with
+    every field of a stack but a bad value still gets the field-by-field problems.
+    """
+    from pydantic import RootModel, ValidationError
+
+    from mushroom.jsonl import read_json_model, validation_problems
+    from mushroom.stack import StackModel
+
+    raw = read_json_model(path, RootModel[Any]).root
+    required = {name for name, info in StackModel.model_fields.items() if info.is_required()}
+    if not isinstance(raw, dict) or not required <= raw.keys():
+        raise DataError.single(path, None, None, "not a stack.json (fit one with `mushroom stack fit`)")
+    try:
+        return StackModel.model_validate(raw)
+    except ValidationError as exc:
+        raise DataError(validation_problems(path, None, exc)) from None
+
+
 @stack_app.command("apply")
 def stack_apply(
     model_path: Annotated[Path, typer.Argument(help="a stack saved by `stack fit`")],
@@ -753,12 +819,11 @@ def stack_apply(
     `stack fit` prints the cross-validated ones.
     """
     from mushroom.data import load_split
-    from mushroom.jsonl import read_json_model
     from mushroom.service import RunService
-    from mushroom.stack import StackModel, apply_stack, parse_members
+    from mushroom.stack import apply_stack, parse_members
     from mushroom.submission import submission_name, write_predictions
 
-    model = read_json_model(model_path, StackModel)
+    model = _load_stack(input_file(model_path, "STACK"))
     member_list = parse_members(members)
     config = {
         "job": "stack-apply",
@@ -773,7 +838,7 @@ def stack_apply(
     files = {}
     for code, items in data.items():
         files[code] = write_predictions(out / submission_name(code, split), preds[code], items)
-    out_console.print(f"wrote {len(preds)} prediction files to {escape(str(out))}")
+    out_console.print(f"wrote {plural(len(preds), 'prediction file')} to {escape(str(out))}")
     summary: dict[str, Any] = {"files": [p.name for p in files.values()]}
     if split == "test":
         zipped = service.submit(list(files.values()), out / "submission.zip")

@@ -52,6 +52,16 @@ def esc(value: object) -> str:
     return escape(str(value))
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """A count with its noun in agreement: `1 item`, `2 items`, `0 items`.
+
+    Every message that counts something goes through here, so "1 items" or "error(s)" never
+    reach a user. The plural is `word + "s"` unless `many` is given ("entries"); for a noun
+    phrase the last word takes the "s" ("prediction file" -> "prediction files").
+    """
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
 def print_error(message: str) -> None:
     """`error: MESSAGE` on stderr; the message is plain text, never markup."""
     err_console.print(f"[red]error:[/red] {esc(message)}", highlight=False, soft_wrap=True)

@@ -17,11 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.markup import escape
 from rich.table import Table
 
+from mushroom.cliutil import plural
 from mushroom.data import load_split, split_files
 from mushroom.errors import MushroomError
 from mushroom.jsonl import load_records
 from mushroom.predictions import load_predictions, prediction_vectors
-from mushroom.runs import prediction_folder
+from mushroom.records import Item
+from mushroom.runs import RunScope, prediction_folder, run_scope
 from mushroom.scoring.metrics import mask_iou, vector_cor
 from mushroom.scoring.score import ScoreResult, score_paths
 from mushroom.scoring.stats import paired_test
@@ -59,18 +61,32 @@ def load_tags(path: Path) -> dict[str, str]:
 
 @dataclass
 class RunScores:
-    """A run's per-item scores on a labelled split."""
+    """A run's per-item scores on a labelled split, and what part of the split it covered."""
 
     name: str
     path: Path
     result: ScoreResult
+    scope: RunScope | None = None
+
+    def coverage_note(self) -> str | None:
+        """`RUN: scored 5 of 50 gold items: ...` when the run left gold items out, else None."""
+        if self.scope is None or not self.result.unscored:
+            return None
+        return f"{self.name}: {self.scope.note(len(self.result.ids), self.result.n_gold)}"
 
 
 def score_run(path: Path, split: str = "val", name: str | None = None) -> RunScores:
-    """Scores a run folder's prediction files of a split against gold, per item."""
+    """Scores a run folder's prediction files of a split against gold, per item.
+
+    Languages without a file are left out (the comparison keeps those every run has); a run
+    made with `--limit` (its config.json says) is scored on the items it predicted.
+    """
     folder = prediction_folder(path, split)
     gold_dir = next(iter(split_files(split).values())).parent
-    return RunScores(name or path.name, path, score_paths(gold_dir, folder, allow_missing=True))
+    scope = run_scope(path)
+    partial = scope is not None and scope.partial
+    result = score_paths(gold_dir, folder, allow_missing=True, partial=partial)
+    return RunScores(name or path.name, path, result, scope)
 
 
 def comparison_rows(runs: list[RunScores], baseline: int = 0) -> list[dict]:
@@ -208,11 +224,58 @@ def _fmt(value) -> str:
 THRESHOLDS = [round(t, 2) for t in np.arange(0.05, 1.0, 0.05)]
 
 
+@dataclass
+class SweepScope:
+    """The items a sweep covers, and what the user should be told about how they were chosen."""
+
+    data: dict[str, list[Item]]
+    notes: list[str]
+
+
+def sweep_scope(runs: list[Path], split: str = "val", langs: list[str] | None = None) -> SweepScope:
+    """The runs' languages (unless `langs` are given) and, for runs made with --limit, their items.
+
+    A run made with `--lang en` has no file for the other languages, and one made with
+    `--limit 5` no prediction for the other items; their config.json says so. Runs without
+    a config (plain folders of files) cover every item, so a missing one stays an error.
+    """
+    scopes = [s for s in (run_scope(r) for r in runs) if s is not None]
+    notes = []
+    if langs is None:
+        limited = [s for s in scopes if s.langs]
+        if limited:
+            langs = sorted(set.intersection(*(set(s.langs or ()) for s in limited)))
+            if not langs:
+                raise MushroomError(
+                    "the runs share no language: "
+                    + "; ".join(s.made_with() for s in limited)
+                    + "; give --lang"
+                )
+            notes.append(f"sweeping {', '.join(langs)}: " + "; ".join(s.made_with() for s in limited))
+    data = load_split(split, langs)
+    partial = [s for s in scopes if s.partial]
+    if partial:
+        total = sum(len(items) for items in data.values())
+        for lang, items in data.items():
+            for run in runs:
+                predicted = load_predictions(prediction_folder(run, split) / submission_name(lang, split))
+                items = [it for it in items if it.id in predicted]
+            data[lang] = items
+        data = {lang: items for lang, items in data.items() if items}
+        if not data:
+            raise MushroomError(
+                "the runs have no predicted item in common; sweep runs made on the same items"
+            )
+        notes.append(partial[0].note(sum(len(items) for items in data.values()), total, "swept"))
+    return SweepScope(data, notes)
+
+
 def sweep(
     runs: list[Path],
     split: str = "val",
     thresholds: list[float] | None = None,
     langs: list[str] | None = None,
+    data: dict[str, list[Item]] | None = None,
 ) -> list[dict]:
     """IoU and Cor against the threshold for a run, or for the vote of several runs.
 
@@ -222,7 +285,7 @@ def sweep(
     uses), which is why it moves too. Macro means over languages.
     """
     thresholds = thresholds or THRESHOLDS
-    data = load_split(split, langs)
+    data = data if data is not None else load_split(split, langs)
     iou = {t: [] for t in thresholds}
     cor = {t: [] for t in thresholds}
     for lang, items in data.items():
@@ -233,7 +296,7 @@ def sweep(
             missing = [item.id for item in items if item.id not in pred]
             if missing:
                 raise MushroomError(
-                    f"{file}: no prediction for {len(missing)} of {len(items)} items, e.g. {missing[:3]}"
+                    f"{file}: no prediction for {len(missing)} of {plural(len(items), 'item')}, e.g. {missing[:3]}"
                 )
         lang_iou = {t: [] for t in thresholds}
         lang_cor = {t: [] for t in thresholds}

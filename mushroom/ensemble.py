@@ -13,6 +13,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from mushroom.cliutil import plural
 from mushroom.errors import MushroomError
 from mushroom.predictions import prediction_from_vectors, prediction_vectors
 from mushroom.records import Item, Prediction
@@ -54,12 +55,13 @@ def ensemble_item(
 
 def span_overflow(pred: Prediction, length: int) -> str | None:
     """A description of the first span past the end of a text of `length` characters, if any."""
+    answer = f"the answer's {plural(length, 'character')}"
     for i, span in enumerate(pred.soft_labels):
         if span.end > length:
-            return f"soft_labels.{i} [{span.start}, {span.end}) ends past the answer's {length} characters"
+            return f"soft_labels.{i} [{span.start}, {span.end}) ends past {answer}"
     for i, (start, end) in enumerate(pred.hard_labels):
         if end > length:
-            return f"hard_labels.{i} [{start}, {end}) ends past the answer's {length} characters"
+            return f"hard_labels.{i} [{start}, {end}) ends past {answer}"
     return None
 
 
@@ -96,7 +98,9 @@ def ensemble(
         lengths = items if isinstance(items, Mapping) else text_lengths(items)
         unknown = [i for i in ids if i not in lengths]
         if unknown:
-            raise MushroomError(f"{len(unknown)} predicted ids are not among the items, e.g. {unknown[:3]}")
+            raise MushroomError(
+                f"{plural(len(unknown), 'predicted id')} not among the items, e.g. {unknown[:3]}"
+            )
     out = []
     for item_id in ids:
         preds = [run[item_id] for run in runs]

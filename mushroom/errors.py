@@ -78,8 +78,9 @@ class DataError(MushroomError):
         shown = "\n".join(f"  {p}" for p in problems[:max_shown])
         more = len(problems) - max_shown
         tail = f"\n  ... and {more} more" if more > 0 else ""
-        n = len(problems)
-        super().__init__(f"{n} problem{'s' if n != 1 else ''} in input:\n{shown}{tail}")
+        from mushroom.cliutil import plural  # here: cliutil imports this module
+
+        super().__init__(f"{plural(len(problems), 'problem')} in input:\n{shown}{tail}")
 
     @classmethod
     def single(

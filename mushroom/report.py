@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mushroom.cliutil import plural
 from mushroom.contexts import load_contexts
 from mushroom.data import load_split
 from mushroom.errors import Problem
@@ -119,7 +120,7 @@ def _item_html(
         )
     ctx_html = (
         "".join(
-            f"<details><summary>context: {html.escape(c.source)} ({len(c.text)} chars)</summary>"
+            f"<details><summary>context: {html.escape(c.source)} ({plural(len(c.text), 'char')})</summary>"
             f"<pre>{html.escape(c.text)}</pre></details>"
             for c in contexts
         )
@@ -149,7 +150,7 @@ def _problems_html(problems: list[Problem]) -> str:
         return ""
     shown = "".join(f"<li>{html.escape(str(p))}</li>" for p in problems[:20])
     return (
-        f"<details open><summary>{len(problems)} unreadable line(s) in raw/ files (not shown)</summary>"
+        f"<details open><summary>{plural(len(problems), 'unreadable line')} in raw/ files (not shown)</summary>"
         f"<ul>{shown}</ul></details>"
     )
 

@@ -10,6 +10,7 @@ import json
 import platform
 import subprocess
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -62,6 +63,76 @@ def write_json(path: Path, data: Any) -> None:
     """Writes pretty JSON (UTF-8), creating folders."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """What part of its split a run covered, from its folder's config.json.
+
+    A run made with `--limit N` predicted only the first N items of each language, and one
+    made with `--lang` only those languages; scoring and comparing it against the whole
+    split must know that, and must say so, rather than refuse it or pad it with zeros.
+    """
+
+    folder: Path
+    limit: int | None = None
+    langs: tuple[str, ...] | None = None
+
+    @property
+    def partial(self) -> bool:
+        """Only some items of each language were predicted."""
+        return self.limit is not None
+
+    def made_with(self) -> str:
+        """`the run in runs/x was made with --limit 5 --lang en`."""
+        how = " ".join(
+            part
+            for part in (
+                f"--limit {self.limit}" if self.limit is not None else "",
+                f"--lang {','.join(self.langs)}" if self.langs else "",
+            )
+            if part
+        )
+        return f"the run in {self.folder} was made with {how or 'every item'}"
+
+    def note(self, scored: int, total: int, what: str = "scored") -> str:
+        """`scored 5 of 50 gold items: the run in runs/x was made with --limit 5`."""
+        return f"{what} {scored} of {total} gold items: {self.made_with()}"
+
+
+RUN_CONFIG_DEPTH = 3  # a prediction file in <run>/<variant>/val/ is three folders below config.json
+
+
+def run_scope(path: Path) -> RunScope | None:
+    """The scope of the run a folder or prediction file belongs to; None outside a run folder.
+
+    Looks for a run's config.json (written by the run service) in the folder itself and up
+    to `RUN_CONFIG_DEPTH` folders above it: `runs/x/predictions/mushroom.en-val.v2.jsonl` and
+    `runs/x` both find `runs/x/config.json`. Files given without a run folder have no scope,
+    and every gold item is then expected.
+    """
+    folder = path.parent if path.is_file() else path
+    for candidate in [folder, *folder.parents][:RUN_CONFIG_DEPTH]:
+        cfg_path = candidate / "config.json"
+        if not cfg_path.is_file():
+            continue
+        try:
+            saved = json.loads(cfg_path.read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            return None
+        config = saved.get("config") if isinstance(saved, dict) else None
+        if not isinstance(config, dict) or "config_hash" not in saved:
+            return None  # some other config.json: not a run folder
+        limit = config.get("limit")
+        langs = config.get("langs")
+        if langs is None and isinstance(config.get("run_config"), dict):
+            langs = config["run_config"].get("langs")
+        return RunScope(
+            folder=candidate,
+            limit=limit if isinstance(limit, int) else None,
+            langs=tuple(langs) if isinstance(langs, list) and langs else None,
+        )
+    return None
 
 
 def prediction_folder(path: Path, split: str) -> Path:

@@ -37,6 +37,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from mushroom.cliutil import plural
 from mushroom.contexts import DEFAULT_SOURCES, load_context_files, load_contexts
 from mushroom.data import load_split
 from mushroom.detectors.base import Detector, ItemResult, error_text
@@ -82,6 +83,36 @@ def score_file(split: str, lang: str, path: Path, items: list[Item] | None = Non
 
         return score_files(split_files(split)[lang], path)
     return score_predictions(items, list(load_predictions(path).values()))
+
+
+ABSENT = object()
+MAX_CHANGES_SHOWN = 10
+
+
+def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
+    """Each setting that differs between two configs: `options.threshold: 0.25 -> 0.3`.
+
+    A refused folder must say what differs, or the user has to diff two JSON files by hand
+    to learn that a default moved. Transport settings are left out (they may change);
+    lists are compared whole, since a source list that changed order is one change.
+    """
+    old, new = _strip_transport(old), _strip_transport(new)
+    if isinstance(old, dict) and isinstance(new, dict):
+        changes = []
+        for name in list(old) + [k for k in new if k not in old]:
+            sub = f"{key}.{name}" if key else str(name)
+            changes += config_changes(old.get(name, ABSENT), new.get(name, ABSENT), sub)
+        return changes
+    if old == new:
+        return []
+    return [f"{key or '(config)'}: {_shown(old)} -> {_shown(new)}"]
+
+
+def _shown(value: Any) -> str:
+    if value is ABSENT:
+        return "(not set)"
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def fingerprint(inputs: list[Path], extra: dict[str, Any]) -> str:
@@ -237,9 +268,15 @@ class RunService:
                     write_json(cfg_path, wanted)
                 return True
             if self.has_results():
+                changes = config_changes(existing.get("config", {}), self.config) or [
+                    "(no setting differs: the folder's config hash was computed by another mushroom version)"
+                ]
+                shown = "".join(f"\n  {c}" for c in changes[:MAX_CHANGES_SHOWN])
+                more = len(changes) - MAX_CHANGES_SHOWN
+                tail = f"\n  ... and {more} more" if more > 0 else ""
                 raise MushroomError(
-                    f"{self.out} holds a run with another config (hash {existing.get('config_hash')} vs "
-                    f"{wanted['config_hash']}); choose another --out folder"
+                    f"{self.out} holds a run with another config; choose another --out folder, or "
+                    f"run again with its settings. What differs (folder -> this command):{shown}{tail}"
                 )
             self.console.print(
                 f"[yellow]note:[/yellow] {escape(str(self.out))} held a run that stopped before its first "
@@ -326,7 +363,7 @@ class RunService:
                     bare = [i for i in ids if not ctx.by_id.get(i)]
                     if bare:
                         self._warn(
-                            f"{split}/{lang}: {len(bare)} of {len(ids)} items have no context from "
+                            f"{split}/{lang}: no context for {len(bare)} of {plural(len(ids), 'item')} from "
                             f"{', '.join(map(str, ctx.files or sources)) or 'any source'} (e.g. {bare[0]}); "
                             "context-based detectors flag nothing in them"
                         )
@@ -515,7 +552,8 @@ class RunService:
         write_jsonl(self.out / "failures.jsonl", [f.row() for f in self.failures])
         write_json(self.out / "summary.json", summary)
         if self.failures:
-            table = Table(title=f"{len(self.failures)} failed items, by error", title_justify="left")
+            title = f"{plural(len(self.failures), 'failed item')}, by error"
+            table = Table(title=title, title_justify="left")
             table.add_column("items", justify="right")
             table.add_column("error")
             table.add_column("for example")
@@ -528,13 +566,14 @@ class RunService:
             where = escape(str(self.out / "failures.jsonl"))
             if not self.allow_failures:
                 raise RunFailed(
-                    f"{len(self.failures)} items failed (listed in {where}); no submission was written. "
+                    f"{plural(len(self.failures), 'item')} failed (listed in {where}); "
+                    "no submission was written. "
                     "Run the same command again to retry only them, or add --allow-failures to write "
                     "files with those items left empty"
                 )
             self.console.print(
-                f"[yellow]--allow-failures:[/yellow] {len(self.failures)} items are empty predictions in "
-                f"the files (listed in {where})"
+                f"[yellow]--allow-failures:[/yellow] {plural(len(self.failures), 'item')} left as empty "
+                f"predictions in the files (listed in {where})"
             )
         self.console.print(f"run folder: {escape(str(self.out))}  ({summary['seconds']} s)")
         return summary

@@ -65,6 +65,22 @@ def test_openai_backend_resends_after_a_timeout_only_when_asked():
         assert server.counts == {"C": 2}
 
 
+def test_network_errors_name_the_server_url():
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    refused = _openai(url, max_retries=0).generate([_req("A", "item A")])[0].error
+    assert (
+        refused.startswith("gave up after 1 attempt: connection error")
+        and f"({url}/chat/completions)" in refused
+    )
+    with FakeServer({"C": [("sleep", 1.5), ("ok", "answer C")]}) as server:
+        late = _openai(server.url).generate([_req("C", "item C")])[0].error
+    assert late.startswith(f"timeout after 1.0 s waiting for {server.url}/chat/completions")
+
+
 def test_openai_payload_carries_schema_logprobs_and_samples():
     with FakeServer({}) as server:
         backend = _openai(server.url)

@@ -75,4 +75,4 @@ def test_missing_items_are_errors_and_cli_exits_1(tmp_path, item_rows):
         text=True,
     )
     assert out.returncode == 1
-    assert "no prediction for item 't-2'" in out.stderr
+    assert "no prediction for 1 item: 't-2'" in out.stderr

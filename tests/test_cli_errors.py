@@ -133,7 +133,7 @@ def test_score_warns_about_what_the_official_scorer_accepts_silently(tmp_path, c
     iou, cor = official_scores(VAL_EN, pred)
     assert out == f"IoU: {iou:.8f}\nCor: {cor:.8f}\n"  # the official numbers, unchanged
     assert "2 reversed spans" in err and "p.jsonl:1: id 'val-en-1': soft_labels.0 [10, 5)" in err
-    assert "1 probabilities outside [0, 1]" in err and "soft_labels.1.prob 1.5" in err
+    assert "1 probability outside [0, 1] (ranked as given)" in err and "soft_labels.1.prob 1.5" in err
 
 
 # ---- 2. one error boundary ---------------------------------------------------------------
@@ -291,7 +291,7 @@ def test_folder_scoring_needs_every_language_or_langs(tmp_path, capsys):
     assert code == 2 and "no prediction file for 9 of 10 languages" in err and "--langs en" in err
     code, out, err = cli(capsys, "score", VAL_DIR, tmp_path, "--langs", "en")
     assert code == 0 and out.endswith("IoU: 1.00000000\nCor: 1.00000000\n")
-    assert "scoring 1 language(s): en (mushroom.en-val.v2.jsonl)" in err
+    assert "scoring 1 language: en (mushroom.en-val.v2.jsonl)" in err
     assert "not scored, no gold file: xx" in err and "notes.jsonl" in err
     (tmp_path / "mushroom.en-val.old.jsonl").write_bytes(VAL_EN.read_bytes())
     code, _, err = cli(capsys, "score", VAL_DIR, tmp_path, "--langs", "en")
@@ -369,7 +369,7 @@ def test_compare_warns_about_quirks_the_scorer_accepts(tmp_path, capsys):
     rows[0]["hard_labels"] = [[5, 2]]
     write_lines(run / "mushroom.en-val.v2.jsonl", rows)
     code, _, err = cli(capsys, "compare", run, "--eval-dir", tmp_path / "e")
-    assert code == 0 and "1 reversed spans" in err
+    assert code == 0 and "1 reversed span (scored as empty)" in err
 
 
 def test_unknown_context_source_suggests_a_close_match():
@@ -406,7 +406,7 @@ def test_report_says_when_raw_lines_are_unreadable(tmp_path):
         run / "raw" / "en.responses.jsonl", [{"id": "val-en-1", "response": "ok"}, '{"id": "val-en-2", "resp']
     )
     page = build_report(run, "val", ["en"], ())
-    assert "1 unreadable line(s) in raw/ files" in page and "en.responses.jsonl:2: invalid JSON" in page
+    assert "1 unreadable line in raw/ files" in page and "en.responses.jsonl:2: invalid JSON" in page
 
 
 @pytest.mark.parametrize(
@@ -484,3 +484,121 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path, command, expected):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert err == expected
+
+
+# ---- 8. runs made on part of a split, and counted messages -------------------------------
+
+
+def limited_run(tmp_path, capsys, name="run", *extra):
+    """A lexical run on the first 5 English val items, as `detect --lang en --limit 5` makes it."""
+    out = tmp_path / name
+    code, _, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "en", "--limit", "5", "--out", out, "--quiet", *extra
+    )
+    assert code == 0, err
+    return out
+
+
+def test_a_limited_run_is_scored_compared_and_swept_on_what_it_covers(tmp_path, capsys):
+    run = limited_run(tmp_path, capsys)
+    pred = run / "predictions" / "mushroom.en-val.v2.jsonl"
+    ids = {json.loads(line)["id"] for line in pred.read_text().splitlines()}
+    gold5 = write_lines(tmp_path / "gold5.jsonl", [r for r in GOLD_ROWS if r["id"] in ids])
+    iou, cor = official_scores(gold5, pred)  # the official scorer on the items the run made
+    note = f"scored 5 of 50 gold items: the run in {run} was made with --limit 5 --lang en"
+    for gold, preds in ((VAL_DIR, run / "predictions"), (VAL_EN, pred)):
+        code, out, err = cli(capsys, "score", gold, preds)
+        assert code == 0, err
+        assert out.endswith(f"IoU: {iou:.8f}\nCor: {cor:.8f}\n") and note in err
+    code, out, err = cli(capsys, "score", VAL_EN, pred, "--json", "-")
+    assert code == 0 and json.loads(out)["n"] == 5 and json.loads(out)["n_gold"] == 50
+    code, out, err = cli(capsys, "compare", run, run, "--eval-dir", tmp_path / "eval")
+    assert code == 0, err
+    assert "0:run: " + note in err and "1:run: " + note in err
+    code, out, err = cli(capsys, "sweep", run, "--svg", tmp_path / "s.svg")
+    assert code == 0, err
+    assert f"sweeping en: the run in {run} was made with" in err and "swept 5 of 50 gold items" in err
+    # the same file outside its run folder: nothing says it was limited, so every item is due
+    loose = tmp_path / "loose" / pred.name
+    loose.parent.mkdir()
+    loose.write_bytes(pred.read_bytes())
+    code, _, err = cli(capsys, "score", VAL_EN, loose)
+    assert code == 1 and "no prediction for 45 gold ids" in err
+
+
+def test_a_run_over_every_item_still_needs_every_item(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "predictions").mkdir(parents=True)
+    config = {"config": {"job": "detect", "split": "val", "langs": ["en"], "limit": None}, "config_hash": "x"}
+    (run / "config.json").write_text(json.dumps(config))
+    rows = [{"id": r["id"], "hard_labels": r["hard_labels"]} for r in GOLD_ROWS[:5]]
+    write_lines(run / "predictions" / "mushroom.en-val.v2.jsonl", rows)
+    code, _, err = cli(capsys, "score", VAL_DIR, run / "predictions")
+    assert code == 1 and "no prediction for 45 gold ids" in err
+    assert "not scored, no prediction file: ar" in err  # made with --lang en: no error for the others
+
+
+def test_check_groups_missing_items_and_counts_what_it_found(tmp_path, capsys):
+    rows = [{"id": r["id"], "hard_labels": []} for r in GOLD_ROWS[:3]] + ["not json"]
+    pred = write_lines(tmp_path / "p.jsonl", rows)
+    code, _, err = cli(capsys, "check", pred, "--items", VAL_EN)
+    assert code == 1
+    assert err.count("no prediction for") == 2  # one grouped line and the summary, not 47 lines
+    missing = [r["id"] for r in GOLD_ROWS[3:8]]
+    listed = ", ".join(repr(i) for i in missing)
+    assert f"p.jsonl: field 'id': no prediction for 47 items: {listed}, ... (first 5 shown)" in err
+    assert err.rstrip().endswith("p.jsonl: 1 error on 1 line (of 4 read); no prediction for 47 of 50 items")
+    one = write_lines(tmp_path / "one.jsonl", [{"id": GOLD_ROWS[0]["id"], "hard_labels": []}])
+    items = write_lines(tmp_path / "items.jsonl", GOLD_ROWS[:1])
+    code, out, _ = cli(capsys, "check", one, "--items", items)
+    assert code == 0 and "one.jsonl: OK (1 prediction, 0 warnings)" in out
+
+
+def test_a_run_folder_with_another_config_names_what_differs(tmp_path, capsys):
+    run = limited_run(tmp_path, capsys)
+    code, _, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "en", "--limit", "3", "--out", run, "--quiet",
+        "-o", "threshold=0.3", "-o", "calibration=null",
+    )  # fmt: skip
+    assert code == 2
+    assert f"{run} holds a run with another config" in err
+    assert "options.threshold: 0.25 -> 0.3" in err and "limit: 5 -> 3" in err
+    assert 'options.calibration: "default" -> null' in err
+
+
+def test_stack_apply_names_a_json_file_that_is_no_stack(tmp_path, capsys):
+    run = limited_run(tmp_path, capsys)
+    config = run / "config.json"
+    code, _, err = cli(
+        capsys, "stack", "apply", config, f"lexical={run}", "--out", tmp_path / "o", "--split", "val"
+    )
+    assert code == 1
+    assert f"{config}: not a stack.json (fit one with `mushroom stack fit`)" in err
+    assert "Field required" not in err and not (tmp_path / "o").exists()
+
+
+def test_an_empty_items_file_is_an_input_error(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    ctx = write_lines(tmp_path / "ctx.jsonl", [{"id": "a", "context": "x"}])
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "detect", "--items", empty, "--contexts", ctx, "--out", out, "--quiet")
+    assert code == 1 and f"{empty}: no items" in err and not out.exists()
+
+
+def test_counts_agree_with_their_nouns(tmp_path, capsys):
+    from mushroom.cliutil import plural
+
+    assert [plural(n, "item") for n in (0, 1, 2)] == ["0 items", "1 item", "2 items"]
+    assert (
+        plural(1, "prediction file") == "1 prediction file" and plural(3, "entry", "entries") == "3 entries"
+    )
+    one = write_lines(tmp_path / "one.jsonl", [{"id": GOLD_ROWS[0]["id"], "hard_labels": [[0, 3]]}])
+    items = write_lines(tmp_path / "items.jsonl", GOLD_ROWS[:1])
+    code, out, err = cli(capsys, "ensemble", one, "--out", tmp_path / "e.jsonl", "--items", items)
+    assert code == 0 and "wrote 1 prediction from 1 run to" in out, err
+    bad = write_lines(tmp_path / "bad.jsonl", [{"id": GOLD_ROWS[0]["id"], "hard_labels": [[0, 9999]]}])
+    code, _, err = cli(capsys, "ensemble", bad, "--out", tmp_path / "e.jsonl", "--items", items)
+    assert code == 1 and "1 problem in input" in err
+    code, _, err = cli(capsys, "compare", tmp_path, "--baseline", "3")
+    assert code == 2 and "--baseline 3: 1 run given" in err

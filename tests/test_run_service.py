@@ -147,7 +147,7 @@ def test_items_without_context_are_warned_about_and_a_wrong_replay_file_is_named
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert (
-        any("2 of 3 items have no context" in w for w in summary["warnings"]) and "no context" in proc.stdout
+        any("no context for 2 of 3 items" in w for w in summary["warnings"]) and "no context" in proc.stdout
     )
     proc = mushroom("detect", "--items", str(tmp_path / "items.jsonl"), "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "give the contexts as files" in proc.stderr

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor
 
+from mushroom.cliutil import plural
 from mushroom.errors import MushroomError
 
 # json.dumps' separators and no other whitespace: with llguidance's default (any run of
@@ -116,9 +117,8 @@ class _JsonSchemaLogits(LogitsProcessor):
         from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
         if input_ids.shape[0] != len(self._matchers):
-            raise MushroomError(
-                f"constrained decoding expected {len(self._matchers)} rows, got {input_ids.shape[0]}"
-            )
+            expected = plural(len(self._matchers), "row")
+            raise MushroomError(f"constrained decoding expected {expected}, got {input_ids.shape[0]}")
         if self._started:  # the first call sees the prompt only; later ones end with the new token
             for row, token in enumerate(input_ids[:, -1].tolist()):
                 m = self._matchers[row]

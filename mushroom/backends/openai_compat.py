@@ -63,6 +63,7 @@ from mushroom.backends.base import (
 )
 from mushroom.backends.config import OpenAIConfig
 from mushroom.backends.registry import register_backend
+from mushroom.cliutil import plural
 from mushroom.errors import MushroomError
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -93,6 +94,12 @@ class _Transient(Exception):
 
 class _Final(Exception):
     """An attempt whose failure sending again cannot fix."""
+
+
+def _detail(exc: Exception) -> str:
+    """`: [Errno 111] Connection refused`, or nothing when the exception says nothing."""
+    text = str(exc).strip()
+    return f": {text}" if text else ""
 
 
 def is_validation_error(status: int, body: str) -> bool:
@@ -212,18 +219,23 @@ class OpenAIBackend(Backend):
             self.retries_made += 1
 
     def _attempt(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        """One POST: a response to judge, or _Transient / _Final."""
+        """One POST: a response to judge, or _Transient / _Final.
+
+        Network errors name the URL: "connection refused" alone does not tell a user which of
+        their servers (or which port of a restarted one) the run was talking to.
+        """
+        url = f"{self.base_url}{path}"
         try:
             response = self.client.post(path, json=body)
         except httpx.ReadTimeout as exc:
-            message = f"timeout after {self.config.timeout_s} s"
+            message = f"timeout after {self.config.timeout_s} s waiting for {url}"
             if self.config.retry_timeouts:
                 raise _Transient(message) from exc
             raise _Final(f"{message}; not resent, the server may still be working on it") from exc
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
-            raise _Transient(f"connection error: {type(exc).__name__}") from exc
+            raise _Transient(f"connection error: {type(exc).__name__}{_detail(exc)} ({url})") from exc
         except httpx.TransportError as exc:
-            raise _Final(f"transport error: {type(exc).__name__}: {exc}") from exc
+            raise _Final(f"transport error: {type(exc).__name__}{_detail(exc)} ({url})") from exc
         if response.status_code in RETRY_STATUS and not is_validation_error(
             response.status_code, response.text
         ):
@@ -243,7 +255,7 @@ class OpenAIBackend(Backend):
         try:
             return retrying(self._attempt, path, body)
         except _Transient as exc:
-            return f"gave up after {attempts} attempts: {exc}"
+            return f"gave up after {plural(attempts, 'attempt')}: {exc}"
         except _Final as exc:
             return str(exc)
 

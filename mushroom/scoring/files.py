@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mushroom.cliutil import plural
 from mushroom.errors import DataError, Problem
 from mushroom.jsonl import iter_json_lines
 from mushroom.scoring.jsonnum import ujson_float
@@ -153,7 +154,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
         )
     if partial:
         warnings.append(
-            f"{path}: {partial} line(s) lack hard_labels or soft_labels while others have them; "
+            f"{path}: {plural(partial, 'line')} without hard_labels or soft_labels while others have them; "
             "derived here, but the official scorer fails on such a file"
         )
     if problems:
@@ -161,9 +162,14 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
     return ScoringFile(path=path, records=records, warnings=warnings)
 
 
-def match_ids(gold: ScoringFile, pred: ScoringFile) -> list[str]:
-    """Ids sorted as the official scorer sorts them; any mismatch is an error."""
-    missing = sorted(set(gold.records) - set(pred.records))
+def match_ids(gold: ScoringFile, pred: ScoringFile, partial: bool = False) -> list[str]:
+    """Ids sorted as the official scorer sorts them; any mismatch is an error.
+
+    With `partial` (a run made on the first N items of each language), gold ids with no
+    prediction are left out instead: the ids scored are those predicted. Ids not in the gold
+    file are errors either way.
+    """
+    missing = [] if partial else sorted(set(gold.records) - set(pred.records))
     extra = sorted(set(pred.records) - set(gold.records))
     problems = []
     if missing:
@@ -172,7 +178,7 @@ def match_ids(gold: ScoringFile, pred: ScoringFile) -> list[str]:
                 str(pred.path),
                 None,
                 "id",
-                f"{len(missing)} gold id(s) have no prediction: "
+                f"no prediction for {plural(len(missing), 'gold id')}: "
                 + ", ".join(missing[:10])
                 + (" ..." if len(missing) > 10 else ""),
             )
@@ -183,11 +189,13 @@ def match_ids(gold: ScoringFile, pred: ScoringFile) -> list[str]:
                 str(pred.path),
                 None,
                 "id",
-                f"{len(extra)} id(s) are not in the gold file: "
+                f"{plural(len(extra), 'id')} not in the gold file: "
                 + ", ".join(extra[:10])
                 + (" ..." if len(extra) > 10 else ""),
             )
         )
+    if partial and not extra and not set(gold.records) & set(pred.records):
+        problems.append(Problem(str(pred.path), None, "id", "no prediction for any gold id"))
     if problems:
         raise DataError(problems)
-    return sorted(gold.records)
+    return sorted(set(gold.records) & set(pred.records)) if partial else sorted(gold.records)

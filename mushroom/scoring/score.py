@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mushroom.cliutil import plural
 from mushroom.data import lang_from_filename
 from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.scoring.files import ScoringFile, ScoringRecord, match_ids, read_scoring_file
@@ -23,6 +24,12 @@ class ScoreResult:
     iou: np.ndarray
     cor: np.ndarray
     warnings: list[str] = field(default_factory=list)
+    unscored: int = 0  # gold items left out because the run did not predict them (partial scoring)
+
+    @property
+    def n_gold(self) -> int:
+        """Gold items of the files scored: those scored plus those a partial run left out."""
+        return len(self.ids) + self.unscored
 
     @classmethod
     def concat(cls, parts: list[ScoreResult]) -> ScoreResult:
@@ -33,6 +40,7 @@ class ScoreResult:
             iou=np.concatenate([r.iou for r in parts]),
             cor=np.concatenate([r.cor for r in parts]),
             warnings=[w for r in parts for w in r.warnings],
+            unscored=sum(r.unscored for r in parts),
         )
 
     @property
@@ -86,6 +94,21 @@ class ScoreResult:
         return out
 
 
+@dataclass(frozen=True)
+class Quirk:
+    """A kind of input the official scorer takes without a word: its names and what it does."""
+
+    one: str
+    many: str
+    effect: str
+
+
+REVERSED = Quirk("reversed span", "reversed spans", "scored as empty")
+OUT_OF_RANGE = Quirk("probability outside [0, 1]", "probabilities outside [0, 1]", "ranked as given")
+NEGATIVE = Quirk("negative span start", "negative span starts", "index from the end")
+OUTSIDE = Quirk("hard span outside the answer", "hard spans outside the answer", "counted in the IoU union")
+
+
 def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
     """What the official scorer accepts without a word but that changes or hides a number.
 
@@ -93,48 +116,51 @@ def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
     union, probabilities outside [0, 1] are ranked as they are. The scores keep the official
     values; these are warnings, one per kind with the first few places.
     """
-    found: dict[str, list[str]] = {}
+    found: dict[Quirk, list[str]] = {}
 
-    def note(kind: str, rec: ScoringRecord, field_name: str, detail: str) -> None:
+    def note(kind: Quirk, rec: ScoringRecord, field_name: str, detail: str) -> None:
         found.setdefault(kind, []).append(f"{pred.path}:{rec.line}: id {rec.id!r}: {field_name} {detail}")
 
     for rid in ids:
         rec, n = pred.records[rid], gold.records[rid].text_len or 0
         for i, (start, end, prob) in enumerate([] if rec.soft_derived else rec.soft):
             if start > end:
-                note("reversed spans (scored as empty)", rec, f"soft_labels.{i}", f"[{start}, {end})")
+                note(REVERSED, rec, f"soft_labels.{i}", f"[{start}, {end})")
             if not 0.0 <= prob <= 1.0:
-                note(
-                    "probabilities outside [0, 1] (ranked as given)", rec, f"soft_labels.{i}.prob", f"{prob}"
-                )
+                note(OUT_OF_RANGE, rec, f"soft_labels.{i}.prob", f"{prob}")
             if start < 0:
-                note(
-                    "negative span starts (index from the end)", rec, f"soft_labels.{i}", f"[{start}, {end})"
-                )
+                note(NEGATIVE, rec, f"soft_labels.{i}", f"[{start}, {end})")
         for i, (start, end) in enumerate(rec.hard):
             if start > end:
-                note("reversed spans (scored as empty)", rec, f"hard_labels.{i}", f"[{start}, {end})")
+                note(REVERSED, rec, f"hard_labels.{i}", f"[{start}, {end})")
             elif start < 0 or end > n:
-                note(
-                    "hard spans outside the answer (counted in the IoU union)",
-                    rec,
-                    f"hard_labels.{i}",
-                    f"[{start}, {end}) in an answer of {n} characters",
-                )
+                answer = plural(n, "character")
+                note(OUTSIDE, rec, f"hard_labels.{i}", f"[{start}, {end}) in an answer of {answer}")
     out = []
     for kind, places in found.items():
         more = f" and {len(places) - 3} more" if len(places) > 3 else ""
+        what = plural(len(places), kind.one, kind.many)
         out.append(
-            f"{pred.path}: {len(places)} {kind}; the official scorer accepts them silently: "
+            f"{pred.path}: {what} ({kind.effect}); the official scorer accepts this silently: "
             + "; ".join(places[:3])
             + more
         )
     return out
 
 
-def score_loaded(gold: ScoringFile, pred: ScoringFile, lang: str | None = None) -> ScoreResult:
-    """Scores two loaded files item by item."""
-    ids = match_ids(gold, pred)
+def score_loaded(
+    gold: ScoringFile, pred: ScoringFile, lang: str | None = None, partial: bool = False
+) -> ScoreResult:
+    """Scores two loaded files item by item.
+
+    Args:
+        gold: the gold file.
+        pred: the predictions.
+        lang: the items' language when the gold records do not say.
+        partial: score only the gold items predicted (a run made with `--limit`); the
+            others are counted in `unscored`, so the caller can say what was left out.
+    """
+    ids = match_ids(gold, pred, partial)
     ious = np.empty(len(ids))
     cors = np.empty(len(ids))
     problems: list[Problem] = []
@@ -151,7 +177,7 @@ def score_loaded(gold: ScoringFile, pred: ScoringFile, lang: str | None = None) 
     file_lang = lang or lang_from_filename(gold.path) or "all"
     langs = [gold.records[r].lang or file_lang for r in ids]
     warnings = gold.warnings + pred.warnings + _quirks(gold, pred, ids)
-    return ScoreResult(ids, langs, ious, cors, warnings=warnings)
+    return ScoreResult(ids, langs, ious, cors, warnings=warnings, unscored=len(gold.records) - len(ids))
 
 
 def score_files(gold_path: str | Path, pred_path: str | Path) -> ScoreResult:
@@ -173,7 +199,7 @@ class Pairing:
     def summary(self) -> list[str]:
         """Lines saying what was scored and what was not."""
         lines = [
-            f"scoring {len(self.pairs)} language(s): "
+            f"scoring {plural(len(self.pairs), 'language')}: "
             + ", ".join(f"{g} ({p.name})" for g, _, p in self.pairs)
         ]
         if self.missing:
@@ -244,7 +270,7 @@ def pair_paths(
             raise MushroomError(f"--langs {', '.join(missing)}: no prediction file in {pred}")
         if missing and not allow_missing:
             raise MushroomError(
-                f"{pred}: no prediction file for {len(missing)} of {len(wanted)} languages "
+                f"{pred}: no prediction file for {len(missing)} of {plural(len(wanted), 'language')} "
                 f"({', '.join(missing)}); to score only some, name them: --langs "
                 + ",".join(x for x in wanted if x in preds)
             )
@@ -261,20 +287,27 @@ def pair_paths(
     raise MushroomError(f"{kinds}: give two files, or two folders of per-language files")
 
 
-def score_pairs(pairs: list[tuple[str, Path, Path]]) -> ScoreResult:
-    """Scores matched (lang, gold, prediction) files; items keep their language."""
+def score_pairs(pairs: list[tuple[str, Path, Path]], partial: bool = False) -> ScoreResult:
+    """Scores matched (lang, gold, prediction) files; items keep their language.
+
+    `partial` scores only the predicted gold items (see `score_loaded`).
+    """
     parts = []
     for lang, g, p in pairs:
-        result = score_loaded(read_scoring_file(g, True), read_scoring_file(p, False), lang)
+        result = score_loaded(read_scoring_file(g, True), read_scoring_file(p, False), lang, partial)
         parts.append(result)
     return ScoreResult.concat(parts)
 
 
 def score_paths(
-    gold: str | Path, pred: str | Path, langs: list[str] | None = None, allow_missing: bool = False
+    gold: str | Path,
+    pred: str | Path,
+    langs: list[str] | None = None,
+    allow_missing: bool = False,
+    partial: bool = False,
 ) -> ScoreResult:
-    """Scores a file pair, or folders of per-language files (see `pair_paths`)."""
-    return score_pairs(pair_paths(Path(gold), Path(pred), langs, allow_missing).pairs)
+    """Scores a file pair, or folders of per-language files (see `pair_paths`, `score_loaded`)."""
+    return score_pairs(pair_paths(Path(gold), Path(pred), langs, allow_missing).pairs, partial)
 
 
 def score_predictions(items: list, predictions: list) -> ScoreResult:
