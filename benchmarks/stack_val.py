@@ -1,6 +1,6 @@
 """Val scores (5-fold CV by item) of each member detector, their plain vote, and the stack.
 
-Usage: python benchmarks/stack_val.py [--members lexical,semantic] [--work DIR]
+Usage: python benchmarks/stack_val.py [--members lexical,semantic] [--work DIR] [--model blend,trees,logistic]
            [--cutoff-shrink K[,K...]] [--floor-shrink K[,K...]] [--source-shrink K[,K...]] [--seeds 0,1,2]
 Runs each member on val (files under --work, reused when present), fits the stack with
 cross-validation by item and prints mean IoU/Cor per system and language, the CPU seconds
@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--cutoff-shrink", default=str(StackConfig().cutoff_shrink))
     parser.add_argument("--source-shrink", default=str(StackConfig().source_shrink))
     parser.add_argument("--floor-shrink", default=str(StackConfig().floor_shrink))
+    parser.add_argument("--model", default="blend", help="blend, trees, logistic, or several: blend,logistic")
     parser.add_argument("--seeds", default="0", help="fold draws, e.g. 0,1,2: config lines per draw and mean")
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="stack-val-"))
@@ -95,11 +96,16 @@ def main() -> None:
         for s in args.source_shrink.split(",")
     ]
     seeds = [int(x) for x in args.seeds.split(",")]
+    kinds = args.model.split(",")
+    configs = [(kind, config) for kind in kinds for config in configs]
     results: dict[int, list[dict]] = {k: [] for k in range(len(configs))}
     for seed in seeds:
-        prep = prepare(stack_data, channels, [m.name for m in members], seed=seed)
-        for k, config in enumerate(configs):
-            fit = choose(prep, config)
+        preps = {
+            kind: prepare(stack_data, channels, [m.name for m in members], seed=seed, model=kind)
+            for kind in kinds
+        }
+        for k, (kind, config) in enumerate(configs):
+            fit = choose(preps[kind], config)
             if k == 0 and seed == seeds[0]:
                 print(f"stack fit: {time.perf_counter() - start:.1f} s wall")
                 table = comparison_table(
@@ -114,18 +120,18 @@ def main() -> None:
             results[k].append(cv)
             langs = " ".join(f"{lang} {v['iou']:.4f}" for lang, v in cv.items() if lang != "mean")
             print(
-                f"draw {seed} config {config.model_dump()}: mean IoU {cv['mean']['iou']:.4f} "
+                f"draw {seed} {kind} config {config.model_dump()}: mean IoU {cv['mean']['iou']:.4f} "
                 f"Cor {cv['mean']['cor']:.4f}; en IoU {cv['en']['iou']:.4f} Cor {cv['en']['cor']:.4f}; "
                 f"IoU by language: {langs}"
             )
     if len(seeds) > 1:
-        for k, config in enumerate(configs):
+        for k, (kind, config) in enumerate(configs):
             runs = results[k]
             langs = " ".join(
                 f"{lang} {np.mean([r[lang]['iou'] for r in runs]):.4f}" for lang in runs[0] if lang != "mean"
             )
             print(
-                f"mean of {len(seeds)} draws, config {config.model_dump()}: "
+                f"mean of {len(seeds)} draws, {kind}, config {config.model_dump()}: "
                 f"IoU {spread([r['mean']['iou'] for r in runs])}, Cor {spread([r['mean']['cor'] for r in runs])}; "
                 f"en IoU {np.mean([r['en']['iou'] for r in runs]):.4f} Cor {np.mean([r['en']['cor'] for r in runs]):.4f}; "
                 f"IoU by language: {langs}"

@@ -769,6 +769,9 @@ def stack_fit(
     lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
     folds: Annotated[int, typer.Option("--folds", help="cross-validation folds (by item)")] = 5,
     l2: Annotated[float, typer.Option("--l2", help="L2 penalty of the logistic regression")] = 1.0,
+    model: Annotated[
+        str, typer.Option("--model", help="blend (the default: the mean of the other two), trees or logistic")
+    ] = "blend",
 ) -> None:
     """Fit the stack on a labelled split; print the cross-validated comparison with each member."""
     from mushroom.data import load_split
@@ -776,7 +779,9 @@ def stack_fit(
     from mushroom.stack import fit_stack, parse_members
     from mushroom.tables import comparison_table
 
-    fit = fit_stack(parse_members(members), load_split(split, lang), split, folds, l2)
+    if model not in ("blend", "trees", "logistic"):
+        raise MushroomError(f"--model {model}: choose blend, trees or logistic")
+    fit = fit_stack(parse_members(members), load_split(split, lang), split, folds, l2, model=model)
     write_json(out, fit.model.model_dump(mode="json"))
     out_console.print(comparison_table(f"stack on {split} ({folds}-fold CV by item)", fit.comparison))
     m = fit.model

@@ -6,7 +6,7 @@ so a record can be written back and scored by the official scorer unchanged.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
@@ -43,6 +43,20 @@ class Item(BaseModel):
     model_id: str | None = None
     soft_labels: list[SoftSpan] | None = None
     hard_labels: list[HardSpan] | None = None
+    model_output_tokens: list[str] | None = Field(
+        None, description="the answering model's tokens, as the official files give them"
+    )
+    model_output_logits: list[float] | None = Field(
+        None, description="the answering model's logit of each of its tokens"
+    )
+
+    @field_validator("model_output_tokens", "model_output_logits", mode="before")
+    @classmethod
+    def _evidence_lists(cls, value: Any) -> Any:
+        # Optional evidence, never required: the official Catalan test file writes both as
+        # Python-style strings ("['▁Gordon', ...]"), which are not parsed (no eval of file
+        # text); an item without them simply has no logit features.
+        return value if isinstance(value, list) else None
 
     @field_validator("lang")
     @classmethod

@@ -122,3 +122,60 @@ def test_calibration_orders_buckets_and_refits(tmp_path):
     assert det.calibration.stats.keys() == {"it"}
     with pytest.raises(MushroomError, match="not found"):
         build("lexical", {"calibration": str(tmp_path / "missing.json")})
+
+
+def _channels(text, question, contexts, lang="en"):
+    det = build("lexical")
+    item = _item(text, question, lang)
+    results = []
+    det.run([item], {"x": [Context(source=f"s{i}", text=c) for i, c in enumerate(contexts)]}, results.append)
+    (result,) = results
+    assert result.ok
+    n = len(text)
+    from mushroom.spans import soft_to_vector
+
+    return {name: soft_to_vector(spans, n) for name, spans in result.channels.items()}
+
+
+def test_channels_tell_a_rare_unsupported_word_from_a_common_one_and_a_wrong_pairing():
+    """The stack's evidence beyond the probability: frequency, neighbours, word pairs, sentences."""
+    from mushroom.detectors.lexical_channels import CHANNELS
+
+    text = "She won a silver medal in sport for Vrzblatt skills."
+    ch = _channels(text, "What did she win for her skills?", ["She won a gold medal. Silver is a metal."])
+    assert set(ch) == set(CHANNELS)
+    assert all(0.0 <= v.min() and v.max() <= 1.0 for v in ch.values())
+
+    def at(name, word):
+        return ch[name][text.index(word)]
+
+    # "silver" and "medal" are in the context, but never next to each other: a wrong pairing
+    assert at("unsupported", "silver") == 0.0 and at("bigram_miss", "silver") == 1.0
+    assert at("exact", "medal") == 1.0 and at("bigram_miss", "medal") == 1.0  # "silver medal" is not
+    same = _channels(
+        "She won a gold medal.", "What did she win?", ["She won a gold medal. Silver is a metal."]
+    )
+    assert same["bigram_miss"].max() == 0.0 and same["unsupported"].max() == 0.0
+    assert at("in_question", "skills") == 1.0 and at("in_question", "medal") == 0.0
+    # both unsupported, but one is a common English word and the other no word at all
+    assert at("unsupported", "sport") == at("unsupported", "Vrzblatt") == 1.0
+    assert at("zipf", "sport") > 0.4 > at("zipf", "Vrzblatt") == 0.0
+    assert at("rare_unsupported", "Vrzblatt") == 1.0 and at("rare_unsupported", "sport") == 0.0
+    assert at("common_unsupported", "sport") == 1.0
+    assert at("capital_unsupported", "Vrzblatt") == 1.0 and at("capital_unsupported", "sport") == 0.0
+    # function words carry no word-level evidence, but share the sentence's and the answer's
+    assert at("content", " a ") == 0.0 and at("unsupported", " for ") == 0.0
+    assert at("sentence_unsupported", " for ") == at("item_unsupported", " for ") > 0.0
+
+
+def test_channels_without_context_say_so():
+    ch = _channels("Bob won in 1990.", "Who won?", [])
+    assert ch["context_chars"].max() == 0.0 and ch["content"].max() == 0.0
+
+
+def test_basque_gets_no_borrowed_frequencies():
+    """wordfreq answers Basque with Spanish frequencies; the channel must say 'unknown' instead."""
+    from mushroom.text.frequency import zipf
+
+    assert zipf("casa", "es") > 4.0
+    assert zipf("casa", "eu") == 0.0

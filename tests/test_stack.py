@@ -77,6 +77,40 @@ def gold_vec(it):
     return vec
 
 
+def test_saved_trees_predict_exactly_what_sklearn_fitted():
+    """stack.json keeps the trees as plain node arrays; applying them must equal sklearn's model."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    from mushroom.stack.model import StackModel as Model
+    from mushroom.stack.trees import TreeScorer, TreeSettings, fit_trees
+
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0, 1, size=(3000, 4))
+    x[rng.uniform(size=x.shape) < 0.05] = np.nan  # missing values take the learned side
+    y = np.clip(np.nan_to_num(x[:, 0]) * (np.nan_to_num(x[:, 1]) > 0.5) + rng.normal(0, 0.05, 3000), 0, 1)
+    w = rng.uniform(0.5, 1.5, 3000)
+    settings = TreeSettings(
+        iterations=30, learning_rate=0.05, max_depth=4, min_leaf_share=0.01, stride=1, max_bins=255
+    )
+    scorer = fit_trees(x, y, w, settings)
+    reference = HistGradientBoostingRegressor(
+        max_iter=30,
+        learning_rate=0.05,
+        max_depth=4,
+        min_samples_leaf=30,
+        l2_regularization=1.0,
+        early_stopping=False,
+        random_state=0,
+    ).fit(x, y, sample_weight=w)
+    test = rng.uniform(0, 1, size=(500, 4))
+    test[:20, 1] = np.nan
+    assert np.allclose(scorer(test), np.clip(reference.predict(test), 0, 1), atol=1e-9)
+    # and after a JSON round trip, as a stack.json holds it
+    again = TreeScorer.model_validate_json(scorer.model_dump_json())
+    assert np.array_equal(again(test), scorer(test))
+    assert "scorer" in Model.model_fields
+
+
 def test_stack_learns_from_an_informative_member_and_a_channel(tmp_path):
     rng = np.random.default_rng(1)
     items = make_items(80, rng)

@@ -20,6 +20,7 @@ from rapidfuzz.distance import Levenshtein
 
 from mushroom.detectors.base import DetectorOptions, VectorDetector
 from mushroom.detectors.lexical_calibration import Calibration, load_calibration
+from mushroom.detectors.lexical_channels import lexical_channels
 from mushroom.records import Context, Item
 from mushroom.text.stopwords import stop_characters, stopwords
 from mushroom.text.tokenize import Token, tokenize, vocabulary
@@ -52,6 +53,7 @@ class LexicalOptions(DetectorOptions):
     common_weight: float = Field(
         0.5, ge=0.0, le=1.0, description="probability factor for lowercase words in cased scripts"
     )
+    channels: bool = Field(True, description="write the evidence channels the stack reads")
 
 
 @lru_cache(maxsize=4096)
@@ -195,14 +197,21 @@ class LexicalDetector(VectorDetector):
             out.append((tok, share, f"{kind}|{_level(share)}"))
         return out
 
-    def token_probs(self, item: Item, contexts: list[Context]) -> list[tuple[Token, float | None]]:
+    def token_probs(
+        self,
+        item: Item,
+        contexts: list[Context],
+        evidence: list[tuple[Token, float | None, str]] | None = None,
+    ) -> list[tuple[Token, float | None]]:
         """Each token's hallucination probability (None: a function word, left at 0).
 
         With a calibration table the probability is the gold rate of the token's bucket in
         the item's language (shrunk towards all languages); without one it is the share of
         contexts not supporting the token, halved for lowercase words in cased scripts.
+        `evidence` is `token_evidence`'s result when the caller has it already.
         """
-        evidence = self.token_evidence(item, contexts)
+        if evidence is None:
+            evidence = self.token_evidence(item, contexts)
         table = self.calibration
         if table is not None:
             # Supported words stay at 0, tied with function words: annotators mark phrases,
@@ -219,11 +228,14 @@ class LexicalDetector(VectorDetector):
         return out
 
     def item_vector(self, item: Item, contexts: list[Context]) -> np.ndarray:
-        """Per-character hallucination probability of one answer."""
+        """Per-character hallucination probability; records the evidence channels as a side effect."""
+        evidence = self.token_evidence(item, contexts)
+        if self.options.channels:
+            self.channels[item.id] = lexical_channels(item, contexts, evidence)
         text = item.model_output_text
         opts = self.options
         vec = np.zeros(len(text))
-        scored = [(tok, p) for tok, p in self.token_probs(item, contexts) if p is not None]
+        scored = [(tok, p) for tok, p in self.token_probs(item, contexts, evidence) if p is not None]
         for tok, p in scored:
             vec[tok.start : tok.end] = p
         # Bridge only between words that are themselves flagged.

@@ -86,7 +86,9 @@ class SemanticDetector(VectorDetector):
         multilingual_encoder: object | None = None,
     ):
         super().__init__(options)
-        self.lexical = LexicalDetector(options.lexical)
+        # Its evidence channels are the lexical member's to write; computing them here too
+        # cost the main job several seconds for nothing.
+        self.lexical = LexicalDetector(options.lexical.model_copy(update={"channels": False}))
         self._encoder = encoder
         self._multilingual = multilingual_encoder
 

@@ -155,6 +155,9 @@ class Encoder:
                 found[key] = np.zeros(0)  # placeholder: one computation per distinct text
             else:
                 found[key] = hit[0][0]
+        # Batches of texts of similar length: padding every text to the batch's longest one
+        # was a third of the encoder's time on context sentences (5 to 60 word pieces).
+        missing.sort(key=lambda k: len(texts[k]))
         for start in range(0, len(missing), self.batch_size):
             batch = missing[start : start + self.batch_size]
             vecs = self._encode([texts[k] for k in batch])

@@ -18,13 +18,24 @@ from mushroom.predictions import prediction_vectors
 from mushroom.records import Item
 from mushroom.spans import soft_to_vector
 from mushroom.stack.members import Member, MemberEvidence, load_member_evidence
+from mushroom.text.logits import LOGIT_FEATURES, logit_columns
 from mushroom.text.segment import sentences
 from mushroom.text.stopwords import stopwords
 from mushroom.text.tokenize import tokenize
 
 _WINDOW = 8  # characters on each side for the neighbourhood mean
 
-TEXT_FEATURES = ["is_number", "is_capitalised", "is_stopword", "word_length", "word_mean", "sentence_mean"]
+TEXT_FEATURES = [
+    "is_number",
+    "is_capitalised",
+    "is_stopword",
+    "word_length",
+    "word_mean",
+    "sentence_mean",
+    "sentence_position",
+    "first_sentence",
+    *LOGIT_FEATURES,
+]
 
 
 def _neighbour_mean(vec: np.ndarray) -> np.ndarray:
@@ -66,7 +77,7 @@ def item_features(
 
 
 def _text_columns(item: Item, mean: np.ndarray) -> list[np.ndarray]:
-    """What kind of word each character is in, and the members' mean pooled over word and sentence.
+    """Each character's word kind, pooled evidence, place in its sentence and model confidence.
 
     Annotators mark numbers, names and dates far more often than function words, and they
     mark whole words: a detector's evidence varies inside a word (the lexical table grades
@@ -84,10 +95,15 @@ def _text_columns(item: Item, mean: np.ndarray) -> list[np.ndarray]:
         is_stop[span] = tok.norm in function_words
         length[span] = min(len(tok.text), 15) / 15
         word_mean[span] = mean[span].mean()
-    sentence_mean = np.zeros(n)
-    for piece in sentences(text):
+    sentence_mean, position, first = np.zeros(n), np.zeros(n), np.zeros(n)
+    for k, piece in enumerate(sentences(text)):
         sentence_mean[piece.start : piece.end] = mean[piece.start : piece.end].mean()
-    return [is_num, is_cap, is_stop, length, word_mean, sentence_mean]
+        position[piece.start : piece.end] = np.arange(piece.end - piece.start) / max(
+            piece.end - piece.start, 1
+        )
+        first[piece.start : piece.end] = float(k == 0)
+    logits = logit_columns(text, item.model_output_tokens, item.model_output_logits)
+    return [is_num, is_cap, is_stop, length, word_mean, sentence_mean, position, first, *logits.T]
 
 
 def feature_names(members: list[str], channels: list[list[str]], languages: list[str]) -> list[str]:

@@ -20,11 +20,13 @@ if TYPE_CHECKING:
     from mushroom.stack.members import Member
 
 _CODE = Path(__file__).resolve().parent
+# Code outside the package that computes stack features from the items themselves.
+_FEATURE_CODE = [_CODE.parent / "text" / name for name in ("logits.py", "segment.py", "tokenize.py")]
 
 
 def _code_digest() -> str:
     digest = hashlib.sha256()
-    for path in sorted(_CODE.glob("*.py")):
+    for path in [*sorted(_CODE.glob("*.py")), *_FEATURE_CODE]:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -47,13 +49,15 @@ def stack_fingerprint(
     folds: int = 5,
     l2: float = 1.0,
     config: StackConfig | None = None,
+    model: str = "blend",
 ) -> str:
-    """Hex digest of the inputs of `fit_stack(members, data, split, folds, l2, config)`."""
+    """Hex digest of the inputs of `fit_stack(members, data, split, folds, l2, config, model)`."""
     parts = {
         "code": _code_digest(),
         "split": split,
         "folds": folds,
         "l2": l2,
+        "model": model,
         "config": config.model_dump() if config is not None else None,
         "members": [
             {

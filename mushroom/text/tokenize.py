@@ -21,6 +21,8 @@ _TOKEN_RE = regex.compile(
     r"|(?P<word>[\p{L}\p{M}\p{Nd}\u200c\u200d]+)"
 )
 
+_DIGIT = regex.compile(r"\d")
+
 
 @dataclass(frozen=True)
 class Token:
@@ -50,6 +52,13 @@ def canonical_number(text: str) -> str:
 
 def tokenize(text: str) -> list[Token]:
     """All tokens of a text, in order, with offsets into the original string."""
+    return list(_tokens(text))
+
+
+@lru_cache(maxsize=8192)
+def _tokens(text: str) -> tuple[Token, ...]:
+    # Cached: a context is tokenised for its vocabulary, its word pairs and its counts, and
+    # the same contexts serve several detectors in one process.
     tokens: list[Token] = []
     for match in _TOKEN_RE.finditer(text):
         kind = match.lastgroup or "word"
@@ -58,10 +67,10 @@ def tokenize(text: str) -> list[Token]:
             norm = canonical_number(surface)
         else:
             norm = normalize_word(surface)
-            if kind == "word" and any(ch.isdigit() for ch in norm):
+            if kind == "word" and _DIGIT.search(norm):
                 kind = "num"
         tokens.append(Token(match.start(), match.end(), surface, norm, kind))
-    return tokens
+    return tuple(tokens)
 
 
 @lru_cache(maxsize=4096)
