@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from mushroom.cliutil import plural
 from mushroom.contexts import DEFAULT_SOURCES
 from mushroom.data import workspace
 from mushroom.detectors import build
@@ -140,7 +141,7 @@ def run_main_stack(
         )
     zip_path = service.submit(files, out / "submission.zip")
     if zip_path is not None:
-        console.print(f"wrote {len(files)} checked submission files and {zip_path}")
+        console.print(f"wrote {plural(len(files), 'checked submission file')} and {zip_path}")
     for lang, items in val_data.items():
         write_predictions(out / "val" / "mark-all" / submission_name(lang, "val"), mark_all(items), items)
     console.print(
@@ -197,7 +198,7 @@ def run_main(
     test = service.detect_split(det, "test", out, langs, sources)
     zip_path = service.submit(list(test.files.values()), out / "submission.zip")
     if zip_path is not None:
-        console.print(f"wrote {len(test.files)} checked submission files and {zip_path}")
+        console.print(f"wrote {plural(len(test.files), 'checked submission file')} and {zip_path}")
     summary: dict[str, Any] = {
         "test_files": {k: str(v.relative_to(out)) for k, v in test.files.items()},
         "test_contexts_missing": test.contexts_missing,

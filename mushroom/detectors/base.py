@@ -40,6 +40,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from mushroom.cliutil import plural
 from mushroom.errors import MushroomError, RunFailed
 from mushroom.records import Context, Item, Prediction, SoftSpan
 
@@ -145,7 +146,7 @@ class Detector(ABC):
         if failed or missing:
             first = failed[0].error if failed else "no result emitted"
             raise RunFailed(
-                f"{self.name}: {len(failed) + len(missing)} of {len(items)} items failed "
+                f"{self.name}: {len(failed) + len(missing)} of {plural(len(items), 'item')} failed "
                 f"(first: {(failed[0].id if failed else missing[0])}: {first})"
             )
         return [results[it.id].prediction for it in items]

@@ -36,6 +36,7 @@ from mushroom.backends.base import (
     LoglikelihoodRequest,
 )
 from mushroom.backends.cache import build_cached
+from mushroom.cliutil import plural
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
@@ -261,7 +262,9 @@ class PYesDetector(Detector):
             self.calibration = PYesCalibration.model_validate_json(saved.read_text(encoding="utf-8"))
         if self.calibration is None:
             lang = items[0].lang if items else "?"
-            self.calibration = self._fit(scores, f"transductive: {len(items)} {lang} items being detected")
+            self.calibration = self._fit(
+                scores, f"transductive: {plural(len(items), lang + ' item')} being detected"
+            )
             if saved is not None:
                 saved.parent.mkdir(parents=True, exist_ok=True)
                 saved.write_text(

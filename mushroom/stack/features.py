@@ -1,11 +1,14 @@
 """Per-character features of the stack: member evidence, members together, neighbourhood, text.
 
 Features come from each member run's written files (soft probability, hard label, and the
-evidence channels some detectors write next to their predictions), from the members
-together (mean, vote share, max), from the neighbourhood (the mean probability around the
-character, the item's maximum, the mean pooled over the word and the sentence), from the
-text (number, capitalised word, function word, word length) and the language as a one-hot
-(pooled model: languages without labelled data use the shared weights).
+evidence channels some detectors write next to their predictions: the lexical detector's
+word frequency, word-pair and sentence evidence, the semantic detector's similarities), from
+the members together (mean, vote share, max), from the neighbourhood (the mean probability
+around the character, the item's maximum, the mean pooled over the word and the sentence),
+from the text (number, capitalised word, function word, word length, place in its
+sentence), from the answering model's own token logits when the item carries them
+(`mushroom.text.logits`), and the language as a one-hot (pooled model: languages without
+labelled data use the shared weights).
 """
 
 from __future__ import annotations
