@@ -50,13 +50,22 @@ class Item(BaseModel):
         None, description="the answering model's logit of each of its tokens"
     )
 
-    @field_validator("model_output_tokens", "model_output_logits", mode="before")
+    @field_validator("model_output_tokens", mode="before")
     @classmethod
-    def _evidence_lists(cls, value: Any) -> Any:
-        # Optional evidence, never required: the official Catalan test file writes both as
-        # Python-style strings ("['▁Gordon', ...]"), which are not parsed (no eval of file
-        # text); an item without them simply has no logit features.
-        return value if isinstance(value, list) else None
+    def _token_list(cls, value: Any) -> Any:
+        # Optional evidence, never required: the official Catalan test file writes tokens and
+        # logits as Python-style strings ("['▁Gordon', ...]"), which are not parsed (file text
+        # is never evaluated); an item whose lists are malformed has no logit features.
+        ok = isinstance(value, list) and all(isinstance(t, str) for t in value)
+        return value if ok else None
+
+    @field_validator("model_output_logits", mode="before")
+    @classmethod
+    def _logit_list(cls, value: Any) -> Any:
+        ok = isinstance(value, list) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in value
+        )
+        return value if ok else None
 
     @field_validator("lang")
     @classmethod

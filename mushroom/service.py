@@ -94,7 +94,8 @@ def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
 
     A refused folder must say what differs, or the user has to diff two JSON files by hand
     to learn that a default moved. Transport settings are left out (they may change);
-    lists are compared whole, since a source list that changed order is one change.
+    lists of settings records (the main job's members) are compared item by item, other
+    lists whole, since a source list that changed order is one change.
     """
     old, new = _strip_transport(old), _strip_transport(new)
     if isinstance(old, dict) and isinstance(new, dict):
@@ -103,6 +104,13 @@ def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
             sub = f"{key}.{name}" if key else str(name)
             changes += config_changes(old.get(name, ABSENT), new.get(name, ABSENT), sub)
         return changes
+    if (
+        isinstance(old, list)
+        and isinstance(new, list)
+        and len(old) == len(new)
+        and all(isinstance(v, dict) for v in old + new)
+    ):
+        return [c for k, (a, b) in enumerate(zip(old, new)) for c in config_changes(a, b, f"{key}[{k}]")]
     if old == new:
         return []
     return [f"{key or '(config)'}: {_shown(old)} -> {_shown(new)}"]

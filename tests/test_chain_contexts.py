@@ -172,7 +172,7 @@ def test_a_failed_call_fails_the_item_instead_of_an_empty_prediction():
     det.run([ITEM], CTX, results.append)
     assert [r.status for r in results] == ["failed"] and "nothing for v-1#verify" in results[0].error
     assert results[0].prediction is None and results[0].stats["verify.backend_errors"] == 1
-    with pytest.raises(RunFailed, match="1 of 1 items failed"):
+    with pytest.raises(RunFailed, match="1 of 1 item failed"):
         ChainDetector(ChainOptions(cache=False), Scripted({})).detect([ITEM], CTX)
 
 

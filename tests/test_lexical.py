@@ -179,3 +179,22 @@ def test_basque_gets_no_borrowed_frequencies():
 
     assert zipf("casa", "es") > 4.0
     assert zipf("casa", "eu") == 0.0
+
+
+def test_channels_can_be_switched_off_and_a_one_word_answer_has_no_missing_pair():
+    det = build("lexical", {"channels": False})
+    item = _item("Bob.", "Who?")
+    results = []
+    det.run([item], {"x": [Context(source="s", text="Bob is here.")]}, results.append)
+    assert results[0].ok and results[0].channels == {}
+    ch = _channels("Bob.", "Who?", ["Bob is here."])
+    assert ch["exact"].max() == 1.0 and ch["bigram_miss"].max() == 0.0
+
+
+def test_frequency_is_looked_up_on_the_word_as_written():
+    """Accent-stripped forms are other words to wordfreq ("nino" is rarer than "niño")."""
+    ch = _channels("El niño ganó.", "¿Quién ganó?", ["Otro texto."], lang="es")
+    from mushroom.text.frequency import ZIPF_MAX, zipf
+
+    assert ch["zipf"]["El niño ganó.".index("niño")] == pytest.approx(zipf("niño", "es") / ZIPF_MAX)
+    assert zipf("niño", "es") > zipf("nino", "es")

@@ -161,3 +161,20 @@ def test_items_without_context_are_warned_about_and_a_wrong_replay_file_is_named
         and "ctx.jsonl:1" in proc.stderr
         and "not a file of recorded responses" in proc.stderr
     )
+
+
+def test_a_changed_member_setting_is_named_inside_the_members_list():
+    """The main job's config lists its members; a refusal must name the one setting that moved."""
+    from mushroom.service import config_changes
+
+    old = {"members": [{"detector": "lexical", "options": {"threshold": 0.25}}, {"detector": "semantic"}]}
+    new = {
+        "members": [
+            {"detector": "lexical", "options": {"threshold": 0.25, "channels": True}},
+            {"detector": "semantic"},
+        ]
+    }
+    assert config_changes(old, new) == ["members[0].options.channels: (not set) -> true"]
+    assert config_changes({"sources": ["a", "b"]}, {"sources": ["b", "a"]}) == [
+        'sources: ["a", "b"] -> ["b", "a"]'
+    ]

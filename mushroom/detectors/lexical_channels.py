@@ -74,7 +74,8 @@ def lexical_channels(
             continue
         span = slice(tok.start, tok.end)
         in_question = bucket.endswith("|q")
-        freq = zipf(tok.norm, item.lang) if tok.kind != "cjk" else 0.0
+        # wordfreq normalises itself; the accent-stripped `norm` is another word ("niño" -> "nino")
+        freq = zipf(tok.text.lower(), item.lang) if tok.kind != "cjk" else 0.0
         ch["unsupported"][span] = share
         ch["content"][span] = 1.0
         ch["in_question"][span] = float(in_question)
@@ -85,7 +86,7 @@ def lexical_channels(
         ch["common_unsupported"][span] = share * (freq >= _COMMON)
         ch["number_unsupported"][span] = share * (tok.kind == "num")
         ch["capital_unsupported"][span] = share * tok.text[:1].isupper()
-        if share < 1.0 and pairs and not in_question:
+        if share < 1.0 and pairs and not in_question and len(tokens) > 1:
             left = k > 0 and (tokens[k - 1].norm, tok.norm) in pairs
             right = k + 1 < len(tokens) and (tok.norm, tokens[k + 1].norm) in pairs
             ch["bigram_miss"][span] = float(not left and not right)

@@ -24,6 +24,8 @@ there (`langs`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from pydantic import Field
 
@@ -91,6 +93,12 @@ class SemanticDetector(VectorDetector):
         self.lexical = LexicalDetector(options.lexical.model_copy(update={"channels": False}))
         self._encoder = encoder
         self._multilingual = multilingual_encoder
+
+    def describe(self) -> dict[str, Any]:
+        """Name and options; the nested lexical `channels` switch is left out (see __init__)."""
+        described = super().describe()
+        described["options"]["lexical"].pop("channels", None)
+        return described
 
     @property
     def multilingual_encoder(self):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mushroom.errors import MushroomError
 from mushroom.predictions import prediction_vectors
 from mushroom.records import Item
 from mushroom.spans import soft_to_vector
@@ -158,6 +159,18 @@ def load_stack_data(
 ) -> tuple[StackData, list[list[str]]]:
     """Features of every item of the split; channel names default to those found in files."""
     per_member, found = load_member_evidence(members, split, data)
+    if channels is not None:
+        # Applying a fitted stack: a member run without the channels it was fitted with (an
+        # older version, or the lexical detector with channels=false) would give all-zero
+        # features and silently worse labels.
+        for member, wanted, have in zip(members, channels, found):
+            missing = sorted(set(wanted) - set(have))
+            if missing:
+                raise MushroomError(
+                    f"{member.folder(split)}: the stack was fitted with member {member.name!r}'s "
+                    f"evidence channels {', '.join(missing)}, which this run of it lacks; run the member "
+                    "again with this version and its default options, or fit the stack on runs like it"
+                )
     names = channels if channels is not None else found
     all_items = [it for items in data.values() for it in items]
     feats = [

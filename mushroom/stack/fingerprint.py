@@ -21,7 +21,10 @@ if TYPE_CHECKING:
 
 _CODE = Path(__file__).resolve().parent
 # Code outside the package that computes stack features from the items themselves.
-_FEATURE_CODE = [_CODE.parent / "text" / name for name in ("logits.py", "segment.py", "tokenize.py")]
+_FEATURE_CODE = [
+    _CODE.parent / "text" / name
+    for name in ("logits.py", "segment.py", "tokenize.py", "normalize.py", "stopwords.py")
+]
 
 
 def _code_digest() -> str:

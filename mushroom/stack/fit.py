@@ -161,7 +161,10 @@ def fit_stack(
     config: StackConfig | None = None,
     model: ModelKind = "blend",
 ) -> StackFit:
-    """Fits the stack on labelled items (`model`: boosted trees or logistic regression, `l2` its penalty).
+    """Fits the stack on labelled items.
+
+    `model` is the kind (`blend`, the default: the mean of `logistic` and `trees`); `l2` is
+    the logistic model's penalty (the trees' settings are `TreeSettings`'s defaults).
 
     Returns:
         The model (fitted on all items, cut-offs and hard-label sources chosen out of fold),

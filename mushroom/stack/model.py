@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mushroom.errors import MushroomError
 from mushroom.stack.features import StackData
 from mushroom.stack.trees import TreeScorer, TreeSettings, fit_trees
 
@@ -148,6 +149,8 @@ def fit_items(
     trees: TreeSettings | None = None,
 ) -> LinearScorer | TreeScorer | BlendScorer:
     """The model fitted on the chosen items (each item weighs the same in total)."""
+    if kind not in ("blend", "trees", "logistic"):
+        raise MushroomError(f"stack model {kind!r}: choose blend, trees or logistic")
     x, y, w = data.stacked(idx)
     w = w * len(idx)
     if kind == "trees":

@@ -5,7 +5,7 @@ word (a name, a date word, a technical term) missing from the contexts is usuall
 detail that annotators mark, while a common word ("sport", "combines") missing from a short
 context is usually paraphrase or elaboration they leave alone. `wordfreq` (Apache-2.0 code;
 its word lists are CC-BY-SA 4.0) ships frequency lists for 13 of the 14 Mu-SHROOM languages.
-Basque has none (wordfreq would silently answer with Spanish) and Chinese needs `jieba`,
+Basque has none (wordfreq would answer with Spanish, logging a warning) and Chinese needs `jieba`,
 which the lexical detector does not use (it matches Chinese by character bigrams), so those
 two get 0, the same value as a word wordfreq has never seen.
 """

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-LOGIT_FEATURES = ("logit_negz", "logit_low_rank")
+LOGIT_FEATURES = ("logit_negz", "logit_low_rank", "logit_present")
 
 
 @lru_cache(maxsize=1)
@@ -105,13 +105,17 @@ def _match_blocks(text: str, pieces: list[str]) -> np.ndarray:
 
 
 def logit_columns(text: str, tokens: list[str] | None, logits: list[float] | None) -> np.ndarray:
-    """(characters x 2): minus the logit's z-score in the answer, and its rank from the bottom.
+    """(characters x 3): minus the logit's z-score in the answer, its rank from the bottom, 1.
 
-    Zeros (no evidence) when the item has no logits, when tokens and logits disagree in
-    number, or when every logit is 0 (some Swedish test answers).
+    The last column says the first two are evidence: all three are 0 when the item has no
+    logits, when tokens and logits disagree in number, or when every logit is 0 (some
+    Swedish test answers). One logit more than tokens is the end-of-sequence token, whose
+    token some files leave out (English and German test): the extra logit is dropped.
     """
     n = len(text)
     out = np.zeros((n, len(LOGIT_FEATURES)))
+    if tokens and logits and len(logits) == len(tokens) + 1:
+        logits = logits[: len(tokens)]
     if not n or not tokens or not logits or len(tokens) != len(logits):
         return out
     values = np.asarray(logits, dtype=float)
@@ -123,4 +127,5 @@ def logit_columns(text: str, tokens: list[str] | None, logits: list[float] | Non
     low_rank = 1.0 - np.argsort(np.argsort(values)) / max(len(values) - 1, 1)
     out[covered, 0] = -z[of[covered]]
     out[covered, 1] = low_rank[of[covered]]
+    out[covered, 2] = 1.0
     return out

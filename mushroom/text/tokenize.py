@@ -24,7 +24,7 @@ _TOKEN_RE = regex.compile(
 _DIGIT = regex.compile(r"\d")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Token:
     """A token of the answer: where it is, its comparable form and its kind."""
 
@@ -55,7 +55,7 @@ def tokenize(text: str) -> list[Token]:
     return list(_tokens(text))
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=2048)
 def _tokens(text: str) -> tuple[Token, ...]:
     # Cached: a context is tokenised for its vocabulary, its word pairs and its counts, and
     # the same contexts serve several detectors in one process.
