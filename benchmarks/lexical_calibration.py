@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     thresholds = [float(t) for t in args.thresholds.split(",")]
     data = {lang: (items, load_contexts("val", lang).by_id) for lang, items in load_split("val").items()}
-    base_opts = LexicalOptions(calibration=None)
+    base_opts = LexicalOptions(calibration=None, channels=False)  # only probabilities are read
     vectors: dict[str, dict[str, np.ndarray]] = {lang: {} for lang in data}
     for fold in range(args.folds):
         train = {
@@ -45,7 +45,7 @@ def main() -> None:
             for k, item in enumerate(items):
                 if k % args.folds == fold:
                     vectors[lang][item.id] = det.item_vector(item, ctx.get(item.id, []))
-    raw = LexicalDetector(LexicalOptions(calibration=None))
+    raw = LexicalDetector(LexicalOptions(calibration=None, channels=False))
     print(f"{'':5s}" + "".join(f"  t={t:<5}IoU/Cor " for t in thresholds) + "   raw IoU/Cor   mark-all")
     means = np.zeros((len(thresholds), 2))
     raw_means = np.zeros(2)
