@@ -62,6 +62,21 @@ def test_unsupported_claim_scores_higher_than_supported_one(encoder):
     assert chans["word"][maths] > chans["word"][warsaw]
 
 
+def test_clause_level_only_encodes_no_token_vectors(encoder, monkeypatch):
+    """The main job's semantic member: the clause grade alone, without the costly token pass."""
+    det = build("semantic", {"clause_weight": 1.0})
+    det._encoder = encoder
+    monkeypatch.setattr(encoder, "token_vectors", lambda *a, **k: pytest.fail("token vectors computed"))
+    answer = "Marie Curie was born in Warsaw. She later won the Nobel Prize in Mathematics in 1975."
+    ctx = [
+        Context(source="s", text="Marie Curie was born in Warsaw, Poland. She won Nobel Prizes in Physics.")
+    ]
+    det.detect([item(answer)], {"x": ctx})
+    chans = det.channels["x"]
+    assert not chans["word"].any()
+    assert chans["clause"][answer.index("Mathematics")] > chans["clause"][answer.index("Warsaw")]
+
+
 def test_languages_outside_the_encoder_get_lexical_evidence_only():
     det = build("semantic")  # no encoder is loaded for German: default langs = ["en"]
     lex = build("lexical")
