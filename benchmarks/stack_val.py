@@ -22,7 +22,6 @@ from rich.console import Console
 
 from mushroom.data import load_split
 from mushroom.detectors import build
-from mushroom.mainjob import MEMBER_DEFAULTS
 from mushroom.stack import Member, StackConfig
 from mushroom.stack.features import load_stack_data
 from mushroom.stack.fit import StackFit, choose, prepare
@@ -56,7 +55,7 @@ def run_member(name: str, folder: Path) -> None:
     """Runs one member on val into `folder` (files already there are reused)."""
     from mushroom.service import RunService
 
-    det = build(name, MEMBER_DEFAULTS.get(name))  # the main job's member settings
+    det = build(name)
     service = RunService(folder, {"benchmark": "stack_val", **det.describe()}, quiet=True)
     service.detect_split(det, "val", folder)
     if service.failures:

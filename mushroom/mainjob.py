@@ -24,13 +24,6 @@ from mushroom.service import RunService, fingerprint
 from mushroom.submission import submission_name, write_predictions
 
 DEFAULT_MEMBERS = ("lexical", "semantic")
-# The stack's members' settings where they differ from the detectors' own defaults; `-o
-# MEMBER.KEY=VALUE` overrides them. The semantic member runs at clause level only: its word
-# level (token vectors of every context) was half the main job's encoder time and added
-# nothing the stack could use once the lexical channels were in (val, 5-fold CV, fold draw
-# 0: IoU 0.5634 / Cor 0.5956 against 0.5609 / 0.5909 with it; means of three draws
-# 0.5594 / 0.5890 against 0.5607 / 0.5903).
-MEMBER_DEFAULTS: dict[str, dict[str, Any]] = {"semantic": {"clause_weight": 1.0}}
 
 
 def _val_langs(langs: list[str] | None) -> list[str]:
@@ -73,7 +66,7 @@ def run_main_stack(
 
         hint = suggest(unknown[0], list(members))
         raise MushroomError(f"-o {unknown[0]}.KEY=VALUE: {unknown[0]!r} is not a member of the stack{hint}")
-    dets = {name: build(name, {**MEMBER_DEFAULTS.get(name, {}), **options.get(name, {})}) for name in members}
+    dets = {name: build(name, options.get(name)) for name in members}
     out = out or workspace() / "submissions" / f"{timestamp()}-stack"
     config = {
         "job": "main",
