@@ -179,7 +179,7 @@ def test_stack_learns_from_an_informative_member_and_a_channel(tmp_path):
         apply_stack(StackModel.model_validate(legacy), members, "test", {"en": items})
     # a member run without the channels the stack was fitted with is refused, not zero-filled
     channel_file(tmp_path / "a" / "raw", "en").rename(tmp_path / "hidden.jsonl")
-    with pytest.raises(MushroomError, match="evidence channels hint"):
+    with pytest.raises(MushroomError, match="channels hint, which this run of it lacks"):
         apply_stack(model, members, "test", {"en": items})
     (tmp_path / "hidden.jsonl").rename(channel_file(tmp_path / "a" / "raw", "en"))
     write_member(

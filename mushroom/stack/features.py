@@ -167,9 +167,9 @@ def load_stack_data(
             missing = sorted(set(wanted) - set(have))
             if missing:
                 raise MushroomError(
-                    f"{member.folder(split)}: the stack was fitted with member {member.name!r}'s "
-                    f"evidence channels {', '.join(missing)}, which this run of it lacks; run the member "
-                    "again with this version and its default options, or fit the stack on runs like it"
+                    f"{member.folder(split)}: the stack was fitted with the evidence of member "
+                    f"{member.name!r}, channels {', '.join(missing)}, which this run of it lacks; run the "
+                    "member again with this version and its default options, or fit the stack on runs like it"
                 )
     names = channels if channels is not None else found
     all_items = [it for items in data.values() for it in items]
