@@ -21,7 +21,7 @@ import torch  # this module is imported only by detectors that embed
 from transformers import AutoModel, AutoTokenizer
 
 from mushroom.errors import MushroomError
-from mushroom.models.vector_cache import VectorCache, cache_file, text_key
+from mushroom.models.vector_cache import VectorCache, cache_file, cached_vectors, text_key
 
 BUNDLED = "bundled:all-MiniLM-L6-v2"
 
@@ -140,33 +140,9 @@ class Encoder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """One normalised vector per text (mean of the token vectors), shape (len(texts), dim)."""
-        if self.cache is None:
+        if self.cache is None or not texts:
             return self._encode(texts)
-        space = self._namespace("sentence")
-        keys = [text_key(space, t) for t in texts]
-        found: dict[bytes, np.ndarray] = {}
-        missing: list[int] = []
-        for k, key in enumerate(keys):
-            if key in found:
-                continue
-            hit = self.cache.get(key)
-            if hit is None:
-                missing.append(k)
-                found[key] = np.zeros(0)  # placeholder: one computation per distinct text
-            else:
-                found[key] = hit[0][0]
-        # Batches of texts of similar length: padding every text to the batch's longest one
-        # was a third of the encoder's time on context sentences (5 to 60 word pieces).
-        missing.sort(key=lambda k: len(texts[k]))
-        for start in range(0, len(missing), self.batch_size):
-            batch = missing[start : start + self.batch_size]
-            vecs = self._encode([texts[k] for k in batch])
-            self.cache.put_many([(keys[k], vec[None, :], None) for k, vec in zip(batch, vecs)])
-            for k, vec in zip(batch, vecs):
-                found[keys[k]] = vec
-        if not texts:
-            return self._encode([])
-        return np.stack([found[key] for key in keys]).astype(np.float32)
+        return cached_vectors(self.cache, self._namespace("sentence"), texts, self._encode, self.batch_size)
 
     @torch.inference_mode()
     def _encode(self, texts: list[str]) -> np.ndarray:

