@@ -28,7 +28,6 @@ from mushroom.contexts import DEFAULT_SOURCES
 from mushroom.errors import DataError, MushroomError
 
 if TYPE_CHECKING:
-    from mushroom.runs import RunScope
     from mushroom.scoring.score import ScoreResult
     from mushroom.stack import StackModel
 
@@ -82,8 +81,6 @@ def score(
     """
     from mushroom.jsonl import atomic_write_text
     from mushroom.leaderboard import load_leaderboard
-    from mushroom.runs import run_scope
-    from mushroom.scoring.score import pair_paths
     from mushroom.scoring.stats import paired_test
     from mushroom.tables import rich_table, score_rows
 
@@ -95,13 +92,7 @@ def score(
     if json_out is not None and not json_only:
         output_file(Path(json_out), "--json")
     lang_list = split_names(langs) if langs is not None else None
-    scope = run_scope(pred)
-    # A run made with --lang has files for its languages only: the others are listed, not errors.
-    pairing = pair_paths(gold, pred, lang_list, allow_missing=scope is not None and scope.langs is not None)
-    if gold.is_dir():
-        for line in pairing.summary():
-            err_console.print(esc(line), highlight=False)
-    result = _score_run_files(pairing.pairs, scope)
+    result = _score_run_files(gold, pred, lang_list, show_pairing=gold.is_dir())
     for warning in result.warnings:
         print_warning(warning)
     if per_lang:
@@ -116,11 +107,7 @@ def score(
             table.add_row(esc(rid), esc(lang), f"{a:.4f}", f"{b:.4f}")
         console.print(table)
     if compare is not None:
-        other_scope = run_scope(compare)
-        other_pairs = pair_paths(
-            gold, compare, lang_list, allow_missing=other_scope is not None and other_scope.langs is not None
-        ).pairs
-        other = _score_run_files(other_pairs, other_scope)
+        other = _score_run_files(gold, compare, lang_list)
         for warning in other.warnings:
             print_warning(warning)
         if other.ids != result.ids:
@@ -164,15 +151,24 @@ def score(
         print(result.official_lines())
 
 
-def _score_run_files(pairs: list[tuple[str, Path, Path]], scope: RunScope | None) -> ScoreResult:
-    """Scores matched files; a run made with --limit only on the items it predicted, said on stderr.
+def _score_run_files(
+    gold: Path, pred: Path, langs: list[str] | None, show_pairing: bool = False
+) -> ScoreResult:
+    """Scores PRED against gold; a run made with --limit only on the items it predicted, said on stderr.
 
-    Without a run folder (files given directly) or for a run over every item, each gold item
-    must have a prediction, as the official scorer requires.
+    A run made with --lang has files for its languages only: the others are listed, not
+    errors. Without a run folder (files given directly) or for a run over every item, each
+    gold item must have a prediction, as the official scorer requires.
     """
-    from mushroom.scoring.score import score_pairs
+    from mushroom.runs import run_scope
+    from mushroom.scoring.score import pair_paths, score_pairs
 
-    result = score_pairs(pairs, partial=scope is not None and scope.partial)
+    scope = run_scope(pred)
+    pairing = pair_paths(gold, pred, langs, allow_missing=scope is not None and scope.langs is not None)
+    if show_pairing:
+        for line in pairing.summary():
+            err_console.print(esc(line), highlight=False)
+    result = score_pairs(pairing.pairs, partial=scope is not None and scope.partial)
     if scope is not None and result.unscored:
         err_console.print(esc(scope.note(len(result.ids), result.n_gold)), highlight=False)
     return result
@@ -777,10 +773,10 @@ def stack_fit(
     from mushroom.data import load_split
     from mushroom.runs import write_json
     from mushroom.stack import fit_stack, parse_members
+    from mushroom.stack.model import check_model_kind
     from mushroom.tables import comparison_table
 
-    if model not in ("blend", "trees", "logistic"):
-        raise MushroomError(f"--model {model}: choose blend, trees or logistic")
+    check_model_kind(model, "--model")
     fit = fit_stack(parse_members(members), load_split(split, lang), split, folds, l2, model=model)
     write_json(out, fit.model.model_dump(mode="json"))
     out_console.print(comparison_table(f"stack on {split} ({folds}-fold CV by item)", fit.comparison))

@@ -10,7 +10,7 @@ the default).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -20,6 +20,14 @@ from mushroom.stack.features import StackData
 from mushroom.stack.trees import TreeScorer, TreeSettings, fit_trees
 
 ModelKind = Literal["blend", "trees", "logistic"]
+MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
+
+
+def check_model_kind(kind: str, where: str = "stack model") -> ModelKind:
+    """`kind` if it names a model kind; otherwise an error listing the kinds."""
+    if kind not in MODEL_KINDS:
+        raise MushroomError(f"{where} {kind!r}: choose {', '.join(MODEL_KINDS[:-1])} or {MODEL_KINDS[-1]}")
+    return kind  # type: ignore[return-value]
 
 
 class LinearScorer(BaseModel):
@@ -149,8 +157,7 @@ def fit_items(
     trees: TreeSettings | None = None,
 ) -> LinearScorer | TreeScorer | BlendScorer:
     """The model fitted on the chosen items (each item weighs the same in total)."""
-    if kind not in ("blend", "trees", "logistic"):
-        raise MushroomError(f"stack model {kind!r}: choose blend, trees or logistic")
+    check_model_kind(kind)
     x, y, w = data.stacked(idx)
     w = w * len(idx)
     if kind == "trees":
