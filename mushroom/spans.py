@@ -57,8 +57,8 @@ def vector_to_soft(vec: np.ndarray, decimals: int = 6) -> list[SoftSpan]:
     change = np.flatnonzero(np.diff(vals) != 0) + 1
     starts = np.concatenate(([0], change))
     ends = np.concatenate((change, [vals.size]))
-    # Built without validation: the values are valid by construction, and validating each
-    # span was a fifth of the lexical detector's time once it wrote evidence channels.
+    # Built without validation: the values are valid by construction, and the lexical
+    # detector builds about 16 of these lists per item (its probabilities and channels).
     return [
         SoftSpan.model_construct(start=int(s), end=int(e), prob=float(vals[s]))
         for s, e in zip(starts, ends)

@@ -140,8 +140,8 @@ def batch_probs(
 ) -> list[np.ndarray]:
     """The model's per-character probabilities of many items (pooled over words when asked).
 
-    All items' rows go through the model in one call: the trees' numpy evaluation costs per
-    call, not per row, and one call per item made applying the stack to test take 6 s.
+    All items' rows go through the model in one call: the trees' numpy evaluation is a
+    Python loop over trees and levels, so its cost is mostly per call, not per row.
     """
     rows = [f for f in feats if len(f)]
     flat = scorer(np.vstack(rows)) if rows else np.zeros(0)

@@ -94,8 +94,9 @@ def fit_trees(x: np.ndarray, y: np.ndarray, w: np.ndarray, settings: TreeSetting
     """Fits boosted regression trees on soft targets `y` with sample weights `w`.
 
     Every `stride`-th character is kept (its weight multiplied to match): characters of one
-    word share almost every feature, and the fit takes a third of the time (about 2 s on
-    val's 130,000 characters) for the same CV score.
+    word share almost every feature, so a third of the rows carries nearly all the
+    information at a third of the fitting time (`benchmarks/main_job_time.py` prints the
+    stack-fit stage's time, `benchmarks/stack_val.py --model trees` its CV score).
     """
     from sklearn.ensemble import HistGradientBoostingRegressor  # only fitting needs it
 

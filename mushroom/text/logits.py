@@ -3,9 +3,10 @@
 Val and test items come with the answering model's tokens and the logit of each token it
 produced. A low logit (relative to the rest of the same answer) marks a token the model was
 unsure of, which is weak evidence of a made-up detail: per item, its Spearman correlation
-with the gold soft labels is about 0 for ar, de and en but 0.13-0.21 for es, fi, hi, it and
-zh on val. The models, and so the logit scales, differ between languages and between val
-and test, so only within-answer ranks and z-scores are used.
+with the gold soft labels averages -0.04 to +0.09 for ar, de, en, fr and sv but 0.12-0.21
+for es, fi, hi, it and zh on val (`benchmarks/logit_correlation.py`). The models, and so
+the logit scales, differ between languages and between val and test, so only
+within-answer ranks and z-scores are used.
 
 Tokens are written in the tokenizer's own alphabet: byte-level BPE (GPT-2 style, "Ġ" for a
 space), SentencePiece ("▁" for a space, "<0x0A>" for a byte) or plain text, sometimes with
