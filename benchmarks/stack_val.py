@@ -1,6 +1,7 @@
 """Val scores (5-fold CV by item) of each member detector, their plain vote, and the stack.
 
 Usage: python benchmarks/stack_val.py [--members lexical,semantic] [--work DIR] [--model blend,trees,logistic]
+           [-o MEMBER.KEY=VALUE ...]
            [--cutoff-shrink K[,K...]] [--floor-shrink K[,K...]] [--source-shrink K[,K...]] [--seeds 0,1,2]
 Runs each member on val (files under --work, reused when present), fits the stack with
 cross-validation by item and prints mean IoU/Cor per system and language, the CPU seconds
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from mushroom.cliutil import nest_options, parse_options
 from mushroom.data import load_split
 from mushroom.detectors import build
 from mushroom.stack import Member, StackConfig
@@ -51,11 +53,11 @@ def print_spread(fit: StackFit) -> None:
         )
 
 
-def run_member(name: str, folder: Path) -> None:
+def run_member(name: str, folder: Path, options: dict | None = None) -> None:
     """Runs one member on val into `folder` (files already there are reused)."""
     from mushroom.service import RunService
 
-    det = build(name)
+    det = build(name, options)
     service = RunService(folder, {"benchmark": "stack_val", **det.describe()}, quiet=True)
     service.detect_split(det, "val", folder)
     if service.failures:
@@ -66,6 +68,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--members", default="lexical,semantic")
     parser.add_argument("--work", default=None)
+    parser.add_argument(
+        "-o", "--option", action="append", default=[], help="MEMBER.KEY=VALUE, as for `mushroom main-job`"
+    )
     parser.add_argument("--cutoff-shrink", default=str(StackConfig().cutoff_shrink))
     parser.add_argument("--source-shrink", default=str(StackConfig().source_shrink))
     parser.add_argument("--floor-shrink", default=str(StackConfig().floor_shrink))
@@ -75,11 +80,12 @@ def main() -> None:
     work = Path(args.work or tempfile.mkdtemp(prefix="stack-val-"))
     data = load_split("val")
     n_items = sum(len(v) for v in data.values())
+    member_options = nest_options(parse_options(args.option))
     members = []
     for name in args.members.split(","):
         reused = (work / name).exists()
         start = time.process_time()
-        run_member(name, work / name)
+        run_member(name, work / name, member_options.get(name))
         timing = (
             "files reused, not timed"
             if reused

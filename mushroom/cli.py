@@ -14,6 +14,7 @@ from mushroom.cliutil import (
     esc,
     field_default,
     input_file,
+    nest_options,
     out_console,
     output_file,
     parse_float_list,
@@ -288,21 +289,6 @@ def _backend_options(
     options[key] = cfg
 
 
-def _nest(options: dict[str, Any]) -> dict[str, Any]:
-    """`backend.max_retries=0` -> {"backend": {"max_retries": 0}}: options of nested settings."""
-    out: dict[str, Any] = {}
-    for key, value in options.items():
-        *parents, leaf = key.split(".")
-        node = out
-        for part in parents:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise MushroomError(f"option {key!r}: {part!r} is set both as a value and as a group")
-            node = child
-        node[leaf] = value
-    return out
-
-
 @app.command()
 def detect(
     split: Annotated[str, typer.Option("--split", help="val or test")] = "val",
@@ -349,7 +335,7 @@ def detect(
     from mushroom.runs import timestamp
     from mushroom.service import RunService
 
-    options = _nest(parse_options(option or []))
+    options = nest_options(parse_options(option or []))
     if backend or model or base_url or responses:
         if detector == "lexical":
             detector = "llm"

@@ -104,6 +104,21 @@ def check_name(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, An
     return name
 
 
+def nest_options(options: dict[str, Any]) -> dict[str, Any]:
+    """`backend.max_retries=0` -> {"backend": {"max_retries": 0}}: options of nested settings."""
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise MushroomError(f"option {key!r}: {part!r} is set both as a value and as a group")
+            node = child
+        node[leaf] = value
+    return out
+
+
 def parse_options(pairs: list[str], option: str = "-o") -> dict[str, Any]:
     """KEY=VALUE pairs; VALUE is read as JSON when it parses (numbers, booleans, objects).
 
