@@ -17,6 +17,21 @@ ROOT = Path(__file__).resolve().parent.parent
 VAL_EN = ROOT / "data" / "mushroom" / "val" / "mushroom.en-val.v2.extra.jsonl"
 
 
+def install_fake_distribution(
+    folder: Path, monkeypatch, name: str, version: str, group: str, entry: str
+) -> None:
+    """Makes `folder` an importable place holding one installed distribution with one entry point.
+
+    What a third-party plugin package looks like to `importlib.metadata` once pip installed
+    it: a `NAME-VERSION.dist-info` with METADATA and entry_points.txt (`entry`: "name = mod:Obj").
+    """
+    dist = folder / f"{name.replace('-', '_')}-{version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (dist / "entry_points.txt").write_text(f"[{group}]\n{entry}\n")
+    monkeypatch.syspath_prepend(str(folder))
+
+
 def write_lines(path: Path, rows: list) -> Path:
     """Writes rows (dicts are JSON-encoded, strings written as they are) one per line."""
     with path.open("w", encoding="utf-8") as out:

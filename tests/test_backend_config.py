@@ -3,6 +3,7 @@ import sys
 import textwrap
 
 import pytest
+from conftest import install_fake_distribution
 from pydantic import BaseModel, Field, ValidationError
 
 from mushroom.backends import (
@@ -132,13 +133,14 @@ def test_entry_point_backend_is_listed_without_import_and_built_on_demand(tmp_pa
                 return [Generation(texts=[self.config.greeting]) for _ in requests]
     """)
     )
-    dist = tmp_path / "thirdparty_backend-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-backend\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[mushroom.backends]\nthird = thirdparty_backend_pkg:ThirdBackend\n"
+    install_fake_distribution(
+        tmp_path,
+        monkeypatch,
+        "thirdparty-backend",
+        "1.0",
+        "mushroom.backends",
+        "third = thirdparty_backend_pkg:ThirdBackend",
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
     _clear_entry_point_cache()
     try:
         assert "third" in backend_names() and "thirdparty_backend_pkg" not in sys.modules

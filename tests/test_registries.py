@@ -4,6 +4,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import install_fake_distribution
 
 import mushroom
 from mushroom.detectors import VectorDetector, available, detector_class, register_detector
@@ -45,13 +46,14 @@ def test_an_entry_point_detector_is_found_and_loaded_only_when_asked(tmp_path, m
         "    def item_vector(self, item, contexts):\n"
         "        return np.array([1.0 if c.isdigit() else 0.0 for c in item.model_output_text])\n"
     )
-    dist = tmp_path / "mushroom_plugin_demo-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mushroom-plugin-demo\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(
-        "[mushroom.detectors]\ndigits-demo = mushroom_plugin_demo:Digits\n"
+    install_fake_distribution(
+        tmp_path,
+        monkeypatch,
+        "mushroom-plugin-demo",
+        "0.1",
+        "mushroom.detectors",
+        "digits-demo = mushroom_plugin_demo:Digits",
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
     assert "digits-demo" in available() and "mushroom_plugin_demo" not in sys.modules
     assert mushroom.detect("born in 1867", method="digits-demo").hard_labels == [(8, 12)]
 
