@@ -22,6 +22,7 @@ import numpy as np
 from rich.console import Console
 
 from mushroom.cliutil import nest_options, parse_options
+from mushroom.contexts import DEFAULT_SOURCES
 from mushroom.data import load_split
 from mushroom.detectors import build
 from mushroom.stack import Member, StackConfig
@@ -58,7 +59,8 @@ def run_member(name: str, folder: Path, options: dict | None = None) -> None:
     from mushroom.service import RunService
 
     det = build(name, options)
-    service = RunService(folder, {"benchmark": "stack_val", **det.describe()}, quiet=True)
+    config = {"benchmark": "stack_val", **det.describe(), "sources": list(DEFAULT_SOURCES)}
+    service = RunService(folder, config, quiet=True)
     service.detect_split(det, "val", folder)
     if service.failures:
         raise SystemExit(f"{name}: {len(service.failures)} items failed; see {folder}")

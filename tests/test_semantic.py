@@ -35,6 +35,27 @@ def test_token_vectors_cover_long_texts_with_exact_offsets(encoder):
     assert len({tuple(o) for o in tv.offsets}) == len(tv.offsets)
 
 
+def test_one_sentence_pass_gives_word_vectors_and_the_cached_sentence_vector(tmp_path):
+    """The word level's pass over context sentences spares the clause level its own pass."""
+    from mushroom.models.embedding import Encoder
+    from mushroom.models.vector_cache import VectorCache
+
+    sents = ["Marie Curie was born in Warsaw.", "She won two Nobel prizes.", "Paris is big. " * 80]
+    enc = Encoder(device="cpu", cache=VectorCache(tmp_path / "v.bin"))
+    tokens = enc.sentence_token_vectors(sents)
+    for text, tv in zip(sents, tokens):
+        assert tv.offsets[:, 1].max() == len(text.rstrip())  # the long one too, in windows
+        assert len(tv.vectors) == len(tv.offsets)
+        assert np.allclose(np.linalg.norm(tv.vectors, axis=1), 1.0, atol=1e-5)
+    start = sents[0].index("Warsaw")
+    assert [sents[0][a:b] for a, b in tokens[0].offsets if start <= a < start + 6] == ["Warsaw"]
+    encoded = enc.encoded
+    sentence_vecs = enc.encode(sents[:2])
+    assert enc.encoded == encoded  # read from the cache the pass filled
+    fresh = Encoder(device="cpu", cache=False)
+    assert np.allclose(sentence_vecs, fresh.encode(sents[:2]), atol=1e-5)
+
+
 def item(answer, lang="en"):
     return Item(id="x", lang=lang, model_input="Where was Marie Curie born?", model_output_text=answer)
 
@@ -66,7 +87,8 @@ def test_clause_level_only_encodes_no_token_vectors(encoder, monkeypatch):
     """The main job's semantic member: the clause grade alone, without the costly token pass."""
     det = build("semantic", {"clause_weight": 1.0})
     det._encoder = encoder
-    monkeypatch.setattr(encoder, "token_vectors", lambda *a, **k: pytest.fail("token vectors computed"))
+    for name in ("token_vectors", "sentence_token_vectors"):
+        monkeypatch.setattr(encoder, name, lambda *a, **k: pytest.fail("token vectors computed"))
     answer = "Marie Curie was born in Warsaw. She later won the Nobel Prize in Mathematics in 1975."
     ctx = [
         Context(source="s", text="Marie Curie was born in Warsaw, Poland. She won Nobel Prizes in Physics.")

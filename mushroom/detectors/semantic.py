@@ -24,7 +24,7 @@ there (`langs`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -62,6 +62,11 @@ class SemanticOptions(DetectorOptions):
     )
     threshold: float = Field(0.25, ge=0.0, le=1.0, description="hard label: probability above this")
     min_clause_words: int = Field(4, ge=1, description="shortest clause a sentence is cut into")
+    word_pool: Literal["sentences", "windows"] = Field(
+        "sentences",
+        description="context word vectors from each context sentence encoded alone (the pass that "
+        "also gives the clause level its sentence vectors) or from whole contexts in windows",
+    )
     lexical: LexicalOptions = Field(default_factory=LexicalOptions, description="options of the lexical part")
     multilingual: bool = Field(
         False,
@@ -166,11 +171,11 @@ class SemanticDetector(VectorDetector):
         word = np.zeros(n)
         # Word level: the question counts as support, as in the lexical detector. Skipped
         # when it has no weight: token vectors of every context are half the encoder's time.
-        if opts.clause_weight < 1.0:
-            self._word_level(item, texts, content, word)
-        # Clause level.
-        pieces = clauses(answer, opts.min_clause_words)
         sents = [s.text for t in texts for s in sentences(t)] + [item.model_input]
+        if opts.clause_weight < 1.0:
+            self._word_level(item, texts, sents, content, word)
+        # Clause level (after the word level, whose sentence pass cached these vectors).
+        pieces = clauses(answer, opts.min_clause_words)
         clause = np.zeros(n)
         if pieces:
             sims = (enc.encode([p.text for p in pieces]) @ enc.encode(sents).T).max(axis=1)
@@ -179,12 +184,17 @@ class SemanticDetector(VectorDetector):
                 clause[piece.start : piece.end] = g
         return word, clause, content
 
-    def _word_level(self, item: Item, texts: list[str], content: np.ndarray, word: np.ndarray) -> None:
+    def _word_level(
+        self, item: Item, texts: list[str], sents: list[str], content: np.ndarray, word: np.ndarray
+    ) -> None:
         """Fills `word` with each content word's grade: its best match among context tokens."""
         enc, opts = self.encoder, self.options
         answer = item.model_output_text
         ans_tokens = enc.token_vectors([answer])[0]
-        support = enc.token_vectors([*texts, item.model_input])
+        if opts.word_pool == "sentences":
+            support = enc.sentence_token_vectors(sents)
+        else:
+            support = enc.token_vectors([*texts, item.model_input])
         pool = np.concatenate([s.vectors for s in support])
         if not len(ans_tokens.vectors) or not len(pool):
             return

@@ -161,6 +161,73 @@ class Encoder:
             return np.concatenate(out)
         return np.zeros((0, self.model.config.hidden_size), dtype=np.float32)
 
+    def sentence_token_vectors(self, texts: list[str]) -> list[TokenVectors]:
+        """Word-piece vectors of short texts (sentences), each encoded on its own.
+
+        The forward pass that gives a sentence its vector gives its word pieces theirs too,
+        so both are kept: the sentence vector goes to the cache under `encode`'s namespace,
+        and the semantic detector's clause level then reads it instead of encoding the
+        contexts a second time (the windowed pass over whole contexts cost as much as the
+        sentence pass). Batches hold sentences of similar length. A text longer than the
+        window falls back to `token_vectors`.
+        """
+        space = self._namespace("sentence-tokens")
+        out: dict[int, TokenVectors] = {}
+        keys = [text_key(space, t) if self.cache is not None else b"" for t in texts]
+        missing: list[int] = []
+        for k, key in enumerate(keys):
+            hit = self.cache.get(key) if self.cache is not None else None
+            if hit is None:
+                missing.append(k)
+            else:
+                out[k] = TokenVectors(offsets=hit[1], vectors=hit[0])
+        missing.sort(key=lambda k: len(texts[k]))
+        sentence_space = self._namespace("sentence")
+        for start in range(0, len(missing), self.batch_size):
+            batch = missing[start : start + self.batch_size]
+            results = self._sentence_pass([texts[k] for k in batch])
+            entries = []
+            for k, (pooled, tv) in zip(batch, results):
+                if tv is None:  # longer than the window
+                    tv = self._token_vectors(texts[k], 32)
+                elif self.cache is not None:
+                    entries.append((text_key(sentence_space, texts[k]), pooled[None, :], None))
+                out[k] = tv
+                if self.cache is not None:
+                    entries.append((keys[k], tv.vectors, tv.offsets))
+            if self.cache is not None:
+                self.cache.put_many(entries)
+        return [out[k] for k in range(len(texts))]
+
+    @torch.inference_mode()
+    def _sentence_pass(self, texts: list[str]) -> list[tuple[np.ndarray, TokenVectors | None]]:
+        """Sentence vector and word-piece vectors of each text; None pieces: cut by the window."""
+        enc = self.tokenizer(
+            texts,
+            padding=True,
+            truncation=True,
+            max_length=self.max_length,
+            return_offsets_mapping=True,
+            return_overflowing_tokens=False,
+            return_tensors="pt",
+        )
+        offsets = enc.pop("offset_mapping").numpy()
+        enc = enc.to(self.device)
+        hidden = self.model(**enc).last_hidden_state
+        mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        pooled = torch.nn.functional.normalize(pooled, dim=-1).float().cpu().numpy()
+        vecs = torch.nn.functional.normalize(hidden, dim=-1).float().cpu().numpy()
+        self.encoded += len(texts)
+        out: list[tuple[np.ndarray, TokenVectors | None]] = []
+        attention = enc["attention_mask"].cpu().numpy().astype(bool)
+        for j in range(len(texts)):
+            keep = (offsets[j, :, 1] > offsets[j, :, 0]) & attention[j]
+            cut = int(attention[j].sum()) >= self.max_length  # filled the window: maybe cut
+            tv = TokenVectors(offsets=offsets[j, keep].astype(int), vectors=vecs[j, keep])
+            out.append((pooled[j], None if cut else tv))
+        return out
+
     def token_vectors(self, texts: list[str], stride: int = 32) -> list[TokenVectors]:
         """Contextual word-piece vectors of each text; long texts in overlapping windows.
 
