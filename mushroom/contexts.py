@@ -4,6 +4,13 @@ Two layouts are understood:
 - the UCSC release in contexts/ucsc/: `<lang>-<val|tst>.v<N>_<source>.jsonl`, and its
   `<lang>-<split>-translated-English...` twins (name those sources `translated:<source>`);
 - mushroom's own files: `contexts/<split>.<lang>.<source>.jsonl` (generated contexts).
+
+A source named with a trailing `?` is optional: used where a file exists, skipped without a
+word elsewhere. A source whose name starts with `qa_` is a fact-check: its text was written
+by a search model that saw the answer ("... in 1984, not 2008"), so it repeats the answer's
+errors in order to correct them. The lexical, semantic and NLI detectors never count a
+fact-check as support (see `support_contexts`); the lexical detector reads it for what it
+corrects (`check_*` channels); LLM prompts show it under its source name.
 """
 
 from __future__ import annotations
@@ -21,7 +28,25 @@ from mushroom.records import Context, ContextRecord
 
 _HERE = PROJECT_ROOT / "contexts" if IN_CHECKOUT else Path.cwd() / "contexts"
 DEFAULT_CONTEXT_DIR = Path(os.environ.get("MUSHROOM_CONTEXT_DIR") or _HERE)
-DEFAULT_SOURCES = ("perplexity-sonar-pro", "deepseek-r1")
+# The fact-check source exists for English only (val and test): optional.
+DEFAULT_SOURCES = ("perplexity-sonar-pro", "deepseek-r1", "qa_perplexity-sonar-pro?")
+OPTIONAL = "?"
+FACT_CHECK_PREFIX = "qa_"
+
+
+def is_fact_check(source: str) -> bool:
+    """Whether a source's texts were written with the answer in view (see the module docstring)."""
+    return source.removeprefix("translated:").removesuffix(OPTIONAL).startswith(FACT_CHECK_PREFIX)
+
+
+def support_contexts(contexts: list[Context]) -> list[Context]:
+    """The contexts that may support an answer: non-empty and not fact-checks."""
+    return [c for c in contexts if c.text.strip() and not is_fact_check(c.source)]
+
+
+def fact_checks(contexts: list[Context]) -> list[Context]:
+    """The non-empty fact-check contexts."""
+    return [c for c in contexts if c.text.strip() and is_fact_check(c.source)]
 
 
 def context_file(split: str, lang: str, source: str, context_dir: Path | None = None) -> Path | None:
@@ -79,14 +104,17 @@ def load_contexts(
     Args:
         split: "val" or "test".
         lang: language code.
-        sources: source names, in order of preference.
+        sources: source names, in order of preference; a trailing `?` makes one optional.
         item_ids: when given, counts the items each source lacks.
         context_dir: the contexts folder (default: the project's contexts/).
         allow_missing_source: skip a source with no file instead of failing.
     """
     result = ContextSet()
-    for source in sources:
+    for named in sources:
+        source = named.removesuffix(OPTIONAL)
         path = context_file(split, lang, source, context_dir)
+        if path is None and named.endswith(OPTIONAL):
+            continue
         if path is None:
             if allow_missing_source:
                 result.missing[source] = len(item_ids or [])

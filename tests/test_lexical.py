@@ -198,3 +198,44 @@ def test_frequency_is_looked_up_on_the_word_as_written():
 
     assert ch["zipf"]["El niño ganó.".index("niño")] == pytest.approx(zipf("niño", "es") / ZIPF_MAX)
     assert zipf("niño", "es") > zipf("nino", "es")
+
+
+def test_remembered_evidence_is_keyed_by_everything_it_depends_on():
+    """The semantic member's lexical part reuses the lexical member's evidence, never another's."""
+    item = _item("Petra van Staveren won silver in Beijing.", "What did Petra van Staveren win?")
+    ctx = [Context(source="s", text="Petra van Staveren won a silver medal in Los Angeles.")]
+    first = build("lexical").token_evidence(item, ctx)
+    assert build("lexical", {"channels": False}).token_evidence(item, ctx) is first
+    strict = build("lexical", {"use_question": False}).token_evidence(item, ctx)
+    assert strict is not first
+    assert [share for tok, share, _ in strict if tok.text == "Staveren"] == [0.0]
+    other = [Context(source="s", text="Petra van Staveren won a silver medal in Beijing.")]
+    beijing = {tok.text: share for tok, share, _ in build("lexical").token_evidence(item, other)}
+    assert beijing["Beijing"] == 0.0
+    assert {tok.text: share for tok, share, _ in first}["Beijing"] == 1.0
+
+
+def test_a_fact_check_is_read_for_its_corrections_and_never_counted_as_support():
+    det = build("lexical")
+    answer = "Petra van Staveren won silver in 2008 in Beijing for the Dutch team."
+    item = _item(answer, "What did Petra van Staveren win?")
+    ctx = [
+        Context(source="perplexity-sonar-pro", text="Petra van Staveren won gold in 1984 in Los Angeles."),
+        Context(
+            source="qa_perplexity-sonar-pro",
+            text='The answer is incorrect. She won gold in 1984, not silver in 2008. The "Dutch team" '
+            "is right: she swam for the Netherlands.",
+        ),
+    ]
+    with_check = det.detect([item], {"x": ctx})[0]
+    alone = build("lexical").detect([item], {"x": ctx[:1]})[0]
+    assert with_check == alone  # the fact-check repeats "silver in 2008" and supports none of it
+    ch = det.channels["x"]
+    at = {word: answer.index(word) for word in ("silver", "2008", "Beijing", "Dutch")}
+    assert ch["checked"].min() == 1.0 and ch["check_verdict"][0] == 1.0
+    assert ch["check_negated"][at["silver"]] == ch["check_negated"][at["2008"]] == 1.0
+    assert ch["check_negated"][at["Beijing"]] == 0.0 and ch["check_unused"][at["Beijing"]] == 1.0
+    assert ch["check_negated_unsupported"][at["2008"]] > 0
+    assert ch["check_quoted"][at["Dutch"]] == 1.0 and ch["check_quoted"][at["silver"]] == 0.0
+    det.detect([item], {"x": ctx[:1]})
+    assert not any(det.channels["x"][name].any() for name in ("checked", "check_negated", "check_verdict"))

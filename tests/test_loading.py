@@ -26,7 +26,24 @@ def test_contexts_cover_every_val_and_test_item():
         items = load_split(split)
         for lang in langs:
             ctx = load_contexts(split, lang, item_ids=[i.id for i in items[lang]])
-            assert ctx.missing == {"perplexity-sonar-pro": 0, "deepseek-r1": 0}
+            expected = {"perplexity-sonar-pro": 0, "deepseek-r1": 0}
+            if lang == "en":  # the optional fact-check source exists for English alone
+                expected["qa_perplexity-sonar-pro"] = 0
+            assert ctx.missing == expected
+
+
+def test_an_optional_source_is_skipped_where_it_has_no_file_and_a_fact_check_never_supports():
+    from mushroom.contexts import fact_checks, support_contexts
+
+    de = load_contexts("val", "de", ("perplexity-sonar-pro", "qa_perplexity-sonar-pro?"))
+    assert set(de.files) == {"perplexity-sonar-pro"}
+    en = load_contexts("val", "en", ("perplexity-sonar-pro", "qa_perplexity-sonar-pro?"))
+    first = en.by_id["val-en-1"]
+    assert [c.source for c in first] == ["perplexity-sonar-pro", "qa_perplexity-sonar-pro"]
+    assert [c.source for c in support_contexts(first)] == ["perplexity-sonar-pro"]
+    assert "not 2008" in fact_checks(first)[0].text
+    with pytest.raises(MushroomError, match="qa_perplexity-sonar-pro"):
+        load_contexts("val", "de", ("qa_perplexity-sonar-pro",))  # not optional: an error
 
 
 def test_context_source_names_are_exact():

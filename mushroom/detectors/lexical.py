@@ -19,6 +19,7 @@ import regex
 from pydantic import Field
 from rapidfuzz.distance import Levenshtein
 
+from mushroom.contexts import support_contexts
 from mushroom.detectors.base import DetectorOptions, VectorDetector
 from mushroom.detectors.lexical_calibration import Calibration, load_calibration
 from mushroom.detectors.lexical_channels import lexical_channels
@@ -162,6 +163,7 @@ class LexicalDetector(VectorDetector):
         the token's kind and support level (e.g. `num|all`, `cap|mid`, `low|q`): the unit
         of the calibration table. Results are remembered per process (see `_EVIDENCE`).
         """
+        contexts = support_contexts(contexts)
         key = (
             self._evidence_key,
             item.lang,
@@ -180,11 +182,12 @@ class LexicalDetector(VectorDetector):
         return out
 
     def _token_evidence(self, item: Item, contexts: list[Context]) -> list[tuple[Token, float | None, str]]:
+        """`token_evidence` on the support contexts alone."""
         opts = self.options
         lang = item.lang
         stop = stopwords(lang)
         stop_chars = stop_characters(lang)
-        kept = [c for c in contexts if c.text.strip()]
+        kept = contexts
         supports = [_Support(c.text, opts) for c in kept]
         weights = np.array([opts.source_weights.get(c.source, 1.0) for c in kept])
         total = float(weights.sum()) if kept else 1.0

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from mushroom.contexts import support_contexts
 from mushroom.detectors.base import DetectorOptions, VectorDetector
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
 from mushroom.errors import MushroomError
@@ -136,7 +137,7 @@ class NLIDetector(VectorDetector):
         self._load()
         idx = label_indices(self._model.config.id2label)
         pieces = answer_pieces(item.model_output_text, self.options.unit)
-        texts = [c.text for c in contexts if c.text.strip()]
+        texts = [c.text for c in support_contexts(contexts)]
         if not texts or not pieces:
             return pieces, [0.0] * len(pieces)
         pairs, owner = [], []

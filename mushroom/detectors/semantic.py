@@ -29,6 +29,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from mushroom.contexts import support_contexts
 from mushroom.detectors.base import DetectorOptions, VectorDetector
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
 from mushroom.records import Context, Item
@@ -208,6 +209,7 @@ class SemanticDetector(VectorDetector):
 
     def item_vector(self, item: Item, contexts: list[Context]) -> np.ndarray:
         """Per-character probability; records the evidence channels as a side effect."""
+        contexts = support_contexts(contexts)
         lexical = self.lexical.item_vector(item, contexts)
         channels = {"lexical": lexical}
         vec = lexical
