@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from mushroom.contexts import load_contexts
+from mushroom.contexts import DEFAULT_SOURCES, load_contexts
 from mushroom.data import load_split
 from mushroom.detectors import build
 from mushroom.predictions import mark_all
@@ -21,7 +21,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--detector", default="lexical")
     parser.add_argument("-o", "--option", action="append", default=[])
-    parser.add_argument("--contexts", default="perplexity-sonar-pro,deepseek-r1")
+    parser.add_argument("--contexts", default=",".join(DEFAULT_SOURCES))
     parser.add_argument("--langs", default=None, help="comma-separated (default: all val languages)")
     args = parser.parse_args()
     options = {}

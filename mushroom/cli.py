@@ -664,7 +664,7 @@ def contexts_cmd(
 
     from mushroom.backends.cache import build_cached
     from mushroom.contextgen import generate_contexts
-    from mushroom.contexts import DEFAULT_CONTEXT_DIR, available_sources, context_file
+    from mushroom.contexts import DEFAULT_CONTEXT_DIR, OPTIONAL, available_sources, context_file
     from mushroom.data import load_split
     from mushroom.errors import RunFailed
     from mushroom.rawlog import RawLog, RecordingBackend
@@ -678,7 +678,7 @@ def contexts_cmd(
     data = load_split(split, lang)
     tier_list = tuple(t for t in tiers.split(",") if t)
     for tier in tier_list:
-        if not any(context_file(split, code, tier, root) for code in data):
+        if not any(context_file(split, code, tier.removesuffix(OPTIONAL), root) for code in data):
             have = sorted({s for code in data for s in available_sources(split, code, root)})
             listed = ", ".join(have) or "none"
             raise MushroomError(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from mushroom.backends.base import Backend, GenerationRequest
-from mushroom.contexts import DEFAULT_CONTEXT_DIR, load_contexts
+from mushroom.contexts import DEFAULT_CONTEXT_DIR, load_contexts, support_contexts
 from mushroom.jsonl import append_jsonl, iter_json_lines
 from mushroom.languages import language_name
 from mushroom.prompts import load_prompt
@@ -92,7 +92,7 @@ def generate_contexts(
     covered: set[str] = set()
     if tiers:
         ctx = load_contexts(split, lang, tiers, context_dir=root, allow_missing_source=True)
-        covered = {i for i, cs in ctx.by_id.items() if any(c.text.strip() for c in cs)}
+        covered = {i for i, cs in ctx.by_id.items() if support_contexts(cs)}
     done = _done_ids(out_path) | _done_ids(grades_path)
     todo = []
     for item in items:

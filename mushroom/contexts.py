@@ -8,9 +8,10 @@ Two layouts are understood:
 A source named with a trailing `?` is optional: used where a file exists, skipped without a
 word elsewhere. A source whose name starts with `qa_` is a fact-check: its text was written
 by a search model that saw the answer ("... in 1984, not 2008"), so it repeats the answer's
-errors in order to correct them. The lexical, semantic and NLI detectors never count a
-fact-check as support (see `support_contexts`); the lexical detector reads it for what it
-corrects (`check_*` channels); LLM prompts show it under its source name.
+errors in order to correct them. The lexical, semantic, NLI and P("Yes") detectors never
+count a fact-check as support (see `support_contexts`); the lexical detector reads it for
+what it corrects (`check_*` channels); `llm` and `chain` prompts show it under its source
+name. A context file of your own whose name starts with `qa_` is read as a fact-check too.
 """
 
 from __future__ import annotations
@@ -82,6 +83,16 @@ def available_sources(split: str, lang: str, context_dir: Path | None = None) ->
     return sorted(found)
 
 
+def _exists_anywhere(source: str, context_dir: Path | None = None) -> bool:
+    """Whether any split or language has a file for `source` (a misspelled optional source has none)."""
+    root = context_dir or DEFAULT_CONTEXT_DIR
+    name = source.removeprefix("translated:")
+    pattern = re.compile(rf".*\.v\d+_{re.escape(name)}\.jsonl")
+    if any(pattern.fullmatch(p.name) for p in (root / "ucsc").glob(f"*_{name}.jsonl")):
+        return True
+    return any(root.glob(f"*.*.{source}.jsonl"))
+
+
 @dataclass
 class ContextSet:
     """Contexts of one split and language, by item id, with what was missing."""
@@ -113,7 +124,7 @@ def load_contexts(
     for named in sources:
         source = named.removesuffix(OPTIONAL)
         path = context_file(split, lang, source, context_dir)
-        if path is None and named.endswith(OPTIONAL):
+        if path is None and named.endswith(OPTIONAL) and _exists_anywhere(source, context_dir):
             continue
         if path is None:
             if allow_missing_source:

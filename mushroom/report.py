@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from mushroom.cliutil import plural
-from mushroom.contexts import load_contexts
+from mushroom.contexts import DEFAULT_SOURCES, load_contexts
 from mushroom.data import load_split
 from mushroom.errors import Problem
 from mushroom.jsonl import iter_json_lines
@@ -159,7 +159,7 @@ def build_report(
     run_dir: Path,
     split: str = "val",
     langs: list[str] | None = None,
-    sources: tuple[str, ...] = ("perplexity-sonar-pro", "deepseek-r1"),
+    sources: tuple[str, ...] = DEFAULT_SOURCES,
     tags: dict[str, str] | None = None,
 ) -> str:
     """The HTML page for a run's predictions on a split."""

@@ -38,7 +38,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from mushroom.cliutil import plural
-from mushroom.contexts import DEFAULT_SOURCES, load_context_files, load_contexts
+from mushroom.contexts import DEFAULT_SOURCES, load_context_files, load_contexts, support_contexts
 from mushroom.data import load_split
 from mushroom.detectors.base import Detector, ItemResult, error_text
 from mushroom.errors import Interrupted, MushroomError, RunFailed
@@ -368,7 +368,7 @@ class RunService:
                     else:
                         ctx = load_contexts(split, lang, sources, item_ids=ids)
                     out.contexts_missing[lang] = ctx.missing
-                    bare = [i for i in ids if not ctx.by_id.get(i)]
+                    bare = [i for i in ids if not support_contexts(ctx.by_id.get(i, []))]
                     if bare:
                         self._warn(
                             f"{split}/{lang}: no context for {len(bare)} of {plural(len(ids), 'item')} from "

@@ -237,5 +237,10 @@ def test_a_fact_check_is_read_for_its_corrections_and_never_counted_as_support()
     assert ch["check_negated"][at["Beijing"]] == 0.0 and ch["check_unused"][at["Beijing"]] == 1.0
     assert ch["check_negated_unsupported"][at["2008"]] > 0
     assert ch["check_quoted"][at["Dutch"]] == 1.0 and ch["check_quoted"][at["silver"]] == 0.0
+    assert ch["check_negated"][at["Dutch"]] == 0.0  # the correction ended with its sentence
+    assert ch["check_negated"][answer.index("Petra")] == 0.0  # "incorrect" opens no correction
+    praise = Context(source="qa_perplexity-sonar-pro", text="The answer contains no errors: it is correct.")
+    det.detect([item], {"x": [ctx[0], praise]})
+    assert det.channels["x"]["check_verdict"][0] == 0.0
     det.detect([item], {"x": ctx[:1]})
     assert not any(det.channels["x"][name].any() for name in ("checked", "check_negated", "check_verdict"))

@@ -44,6 +44,10 @@ def test_an_optional_source_is_skipped_where_it_has_no_file_and_a_fact_check_nev
     assert "not 2008" in fact_checks(first)[0].text
     with pytest.raises(MushroomError, match="qa_perplexity-sonar-pro"):
         load_contexts("val", "de", ("qa_perplexity-sonar-pro",))  # not optional: an error
+    with pytest.raises(MushroomError, match="qa_perplxity-sonar-pro"):
+        load_contexts(
+            "val", "en", ("perplexity-sonar-pro", "qa_perplxity-sonar-pro?")
+        )  # no such file anywhere
 
 
 def test_context_source_names_are_exact():

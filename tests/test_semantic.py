@@ -99,6 +99,19 @@ def test_clause_level_only_encodes_no_token_vectors(encoder, monkeypatch):
     assert chans["clause"][answer.index("Mathematics")] > chans["clause"][answer.index("Warsaw")]
 
 
+def test_word_vectors_from_whole_contexts_in_windows_on_request(encoder, monkeypatch):
+    det = build("semantic", {"word_pool": "windows"})
+    det._encoder = encoder
+    monkeypatch.setattr(encoder, "sentence_token_vectors", lambda *a, **k: pytest.fail("sentence pass used"))
+    answer = "Marie Curie was born in Warsaw. She later won the Nobel Prize in Mathematics in 1975."
+    ctx = [
+        Context(source="s", text="Marie Curie was born in Warsaw, Poland. She won Nobel Prizes in Physics.")
+    ]
+    det.detect([item(answer)], {"x": ctx})
+    word = det.channels["x"]["word"]
+    assert word[answer.index("Mathematics")] > word[answer.index("Warsaw")]
+
+
 def test_languages_outside_the_encoder_get_lexical_evidence_only():
     det = build("semantic")  # no encoder is loaded for German: default langs = ["en"]
     lex = build("lexical")

@@ -137,7 +137,7 @@ def _level(share: float) -> str:
 # The main job runs the lexical member and then the semantic member, whose lexical part
 # grades the same items with the same options again (every language: it is the semantic
 # member's whole answer outside English). Remembering the evidence of the last few thousand
-# items spares that second pass (about 9 s of the cold main job).
+# items spares that second pass.
 _EVIDENCE: OrderedDict[tuple, list[tuple[Token, float | None, str]]] = OrderedDict()
 _EVIDENCE_SIZE = 4096
 

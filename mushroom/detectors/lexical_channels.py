@@ -59,16 +59,16 @@ CHANNELS = (
 _RARE, _COMMON = 3.5, 4.5  # Zipf frequency: below is rare, at or above is common
 _NEAR = 3  # content words on each side for `near_unsupported`
 # A fact-check's corrections: the tokens after a negation cue ("... in 1984, not 2008"; "did
-# not take place in the 1950s"). Fact-checks are English (the only ones shipped), so are the cues.
-_NEGATION_CUES = frozenset(
-    "not no never incorrect inaccurate inaccuracy inaccuracies wrong rather instead contrary false "
-    "mistake mistaken error erroneous misleading isn wasn weren didn doesn aren".split()
-)
+# not take place in the 1950s"), up to the end of the clause. Verdict words ("incorrect",
+# "inaccuracies") are no cues: the correct facts follow them. Fact-checks are English (the
+# only ones shipped), so are the cues.
+_NEGATION_CUES = frozenset("not no never rather instead contrary isn wasn weren didn doesn aren".split())
 _NEGATION_REACH = 10  # tokens after a cue
+_CLAUSE_END = re.compile(r"[.;:!?\n\[\]()]")  # ends a correction's reach; [n] is a citation
 _QUOTED = re.compile(r'"[^"\n]{1,300}"|“[^”\n]{1,300}”')
 _BAD_VERDICT = re.compile(
-    r"\b(incorrect|inaccura\w*|not (entirely |fully |completely )?(accurate|correct)|wrong|errors?|mistakes?|"
-    r"false|misleading|cannot (be )?(confirm|verif)\w*|no (evidence|information))\b",
+    r"(?<!\bno )(?<!\bany )\b(incorrect|inaccura\w*|not (entirely |fully |completely )?(accurate|correct)|"
+    r"wrong|errors?|mistakes?|false|misleading|cannot (be )?(confirm|verif)\w*|no (evidence|information))\b",
     re.IGNORECASE,
 )
 _GOOD_VERDICT = re.compile(
@@ -147,14 +147,16 @@ def _check_channels(
     quoted: set[str] = set()
     bad = good = 0
     for check in checks:
-        norms = [t.norm for t in tokenize(check.text)]
+        tokens = tokenize(check.text)
         reach = -1
-        for i, norm in enumerate(norms):
+        for i, tok in enumerate(tokens):
+            if i and _CLAUSE_END.search(check.text, tokens[i - 1].end, tok.start):
+                reach = -1
             if i <= reach:
-                negated.add(norm)
+                negated.add(tok.norm)
             else:
-                used.add(norm)
-            if norm in _NEGATION_CUES:
+                used.add(tok.norm)
+            if tok.norm in _NEGATION_CUES:
                 reach = i + _NEGATION_REACH
         for match in _QUOTED.finditer(check.text):
             quoted.update(t.norm for t in tokenize(match.group(0)))

@@ -37,6 +37,7 @@ from mushroom.backends.base import (
 )
 from mushroom.backends.cache import build_cached
 from mushroom.cliutil import plural
+from mushroom.contexts import support_contexts
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
@@ -193,7 +194,9 @@ class PYesDetector(Detector):
         pieces = [answer_pieces(it.model_output_text, self.options.unit) for it in items]
         prompts = []
         for item, item_pieces in zip(items, pieces):
-            ctx = context_text(contexts.get(item.id, []), self.options.max_context_chars)
+            # A fact-check repeats the claims it corrects: a yes/no support question would
+            # find them there (as NLI would), so P("Yes") reads the other contexts only.
+            ctx = context_text(support_contexts(contexts.get(item.id, [])), self.options.max_context_chars)
             for k, piece in enumerate(item_pieces):
                 prompts.append(
                     (item, k, self.prompt.render(context=ctx, question=item.model_input, piece=piece.text))

@@ -123,7 +123,7 @@ class SemanticDetector(VectorDetector):
         It measures topic more than facts (a swapped year or city keeps cosine 0.96-0.98),
         so it complements the lexical evidence rather than replacing it.
         """
-        texts = [c.text for c in contexts if c.text.strip()]
+        texts = [c.text for c in support_contexts(contexts)]
         pieces = clauses(item.model_output_text, self.options.min_clause_words)
         if not texts or not pieces:
             return None
@@ -157,7 +157,7 @@ class SemanticDetector(VectorDetector):
         word grade 0, characters between clauses have clause grade 0. The mask marks the
         characters of content words.
         """
-        texts = [c.text for c in contexts if c.text.strip()]
+        texts = [c.text for c in support_contexts(contexts)]
         if not texts:
             return None
         opts = self.options

@@ -48,6 +48,17 @@ class TokenVectors:
     vectors: np.ndarray  # (n, dim), L2-normalised
 
 
+def _pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> np.ndarray:
+    """Sentence vectors: the mean of the token vectors over the attention mask, L2-normalised.
+
+    How all-MiniLM-L6-v2 was trained; `encode` and the sentence pass share it so that a
+    sentence vector cached by one is the one the other would compute.
+    """
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(pooled, dim=-1).float().cpu().numpy()
+
+
 def _quiet_load(path: str) -> tuple[object, object]:
     """Tokenizer and model without transformers' progress bar ("Loading weights") or notices."""
     from transformers.utils import logging as hf_logging
@@ -152,10 +163,7 @@ class Encoder:
             enc = self.tokenizer(
                 batch, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
             ).to(self.device)
-            hidden = self.model(**enc).last_hidden_state
-            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            out.append(torch.nn.functional.normalize(pooled, dim=-1).float().cpu().numpy())
+            out.append(_pool(self.model(**enc).last_hidden_state, enc["attention_mask"]))
             self.encoded += len(batch)
         if out:
             return np.concatenate(out)
@@ -166,66 +174,63 @@ class Encoder:
 
         The forward pass that gives a sentence its vector gives its word pieces theirs too,
         so both are kept: the sentence vector goes to the cache under `encode`'s namespace,
-        and the semantic detector's clause level then reads it instead of encoding the
-        contexts a second time (the windowed pass over whole contexts cost as much as the
-        sentence pass). Batches hold sentences of similar length. A text longer than the
-        window falls back to `token_vectors`.
+        and the semantic detector's clause level reads it there instead of running the
+        contexts through the encoder a second time. Batches hold sentences of similar
+        length; a text longer than the window goes to `token_vectors` instead.
         """
         space = self._namespace("sentence-tokens")
-        out: dict[int, TokenVectors] = {}
-        keys = [text_key(space, t) if self.cache is not None else b"" for t in texts]
-        missing: list[int] = []
-        for k, key in enumerate(keys):
-            hit = self.cache.get(key) if self.cache is not None else None
+        found: dict[str, TokenVectors] = {}
+        missing: list[str] = []
+        for text in dict.fromkeys(texts):  # each distinct text once
+            hit = self.cache.get(text_key(space, text)) if self.cache is not None else None
             if hit is None:
-                missing.append(k)
+                missing.append(text)
             else:
-                out[k] = TokenVectors(offsets=hit[1], vectors=hit[0])
-        missing.sort(key=lambda k: len(texts[k]))
-        sentence_space = self._namespace("sentence")
-        for start in range(0, len(missing), self.batch_size):
-            batch = missing[start : start + self.batch_size]
-            results = self._sentence_pass([texts[k] for k in batch])
-            entries = []
-            for k, (pooled, tv) in zip(batch, results):
-                if tv is None:  # longer than the window
-                    tv = self._token_vectors(texts[k], 32)
-                elif self.cache is not None:
-                    entries.append((text_key(sentence_space, texts[k]), pooled[None, :], None))
-                out[k] = tv
+                found[text] = TokenVectors(offsets=hit[1], vectors=hit[0])
+        if missing:
+            lengths = [len(ids) for ids in self.tokenizer(missing)["input_ids"]]
+            long = [t for t, n in zip(missing, lengths) if n > self.max_length]
+            short = sorted((t for t, n in zip(missing, lengths) if n <= self.max_length), key=len)
+            sentence_space = self._namespace("sentence")
+            for start in range(0, len(short), self.batch_size):
+                batch = short[start : start + self.batch_size]
+                entries = []
+                for text, (pooled, tv) in zip(batch, self._sentence_pass(batch)):
+                    found[text] = tv
+                    entries += [
+                        (text_key(space, text), tv.vectors, tv.offsets),
+                        (text_key(sentence_space, text), pooled[None, :], None),
+                    ]
                 if self.cache is not None:
-                    entries.append((keys[k], tv.vectors, tv.offsets))
-            if self.cache is not None:
-                self.cache.put_many(entries)
-        return [out[k] for k in range(len(texts))]
+                    self.cache.put_many(entries)
+            for text in long:
+                found[text] = self._token_vectors(text, 32)
+                if self.cache is not None:
+                    self.cache.put_many([(text_key(space, text), found[text].vectors, found[text].offsets)])
+        return [found[text] for text in texts]
 
     @torch.inference_mode()
-    def _sentence_pass(self, texts: list[str]) -> list[tuple[np.ndarray, TokenVectors | None]]:
-        """Sentence vector and word-piece vectors of each text; None pieces: cut by the window."""
+    def _sentence_pass(self, texts: list[str]) -> list[tuple[np.ndarray, TokenVectors]]:
+        """Sentence vector and word-piece vectors of texts that fit the window."""
         enc = self.tokenizer(
             texts,
             padding=True,
             truncation=True,
             max_length=self.max_length,
             return_offsets_mapping=True,
-            return_overflowing_tokens=False,
             return_tensors="pt",
         )
         offsets = enc.pop("offset_mapping").numpy()
         enc = enc.to(self.device)
         hidden = self.model(**enc).last_hidden_state
-        mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        pooled = torch.nn.functional.normalize(pooled, dim=-1).float().cpu().numpy()
+        pooled = _pool(hidden, enc["attention_mask"])
         vecs = torch.nn.functional.normalize(hidden, dim=-1).float().cpu().numpy()
         self.encoded += len(texts)
-        out: list[tuple[np.ndarray, TokenVectors | None]] = []
         attention = enc["attention_mask"].cpu().numpy().astype(bool)
+        out: list[tuple[np.ndarray, TokenVectors]] = []
         for j in range(len(texts)):
-            keep = (offsets[j, :, 1] > offsets[j, :, 0]) & attention[j]
-            cut = int(attention[j].sum()) >= self.max_length  # filled the window: maybe cut
-            tv = TokenVectors(offsets=offsets[j, keep].astype(int), vectors=vecs[j, keep])
-            out.append((pooled[j], None if cut else tv))
+            keep = (offsets[j, :, 1] > offsets[j, :, 0]) & attention[j]  # no special or pad tokens
+            out.append((pooled[j], TokenVectors(offsets=offsets[j, keep].astype(int), vectors=vecs[j, keep])))
         return out
 
     def token_vectors(self, texts: list[str], stride: int = 32) -> list[TokenVectors]:

@@ -38,6 +38,7 @@ TEXT_FEATURES = [
     "sentence_mean",
     "sentence_position",
     "first_sentence",
+    "answer_length",
     *LOGIT_FEATURES,
 ]
 
@@ -107,7 +108,8 @@ def _text_columns(item: Item, mean: np.ndarray) -> list[np.ndarray]:
         )
         first[piece.start : piece.end] = float(k == 0)
     logits = logit_columns(text, item.model_output_tokens, item.model_output_logits)
-    return [is_num, is_cap, is_stop, length, word_mean, sentence_mean, position, first, *logits.T]
+    size = np.full(n, min(np.log1p(n) / 8.0, 1.0))
+    return [is_num, is_cap, is_stop, length, word_mean, sentence_mean, position, first, size, *logits.T]
 
 
 def feature_names(members: list[str], channels: list[list[str]], languages: list[str]) -> list[str]:
