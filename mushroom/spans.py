@@ -59,10 +59,11 @@ def vector_to_soft(vec: np.ndarray, decimals: int = 6) -> list[SoftSpan]:
     ends = np.concatenate((change, [vals.size]))
     # Built without validation: the values are valid by construction, and the lexical
     # detector builds about 16 of these lists per item (its probabilities and channels).
+    probs = vals[starts].tolist()
     return [
-        SoftSpan.model_construct(start=int(s), end=int(e), prob=float(vals[s]))
-        for s, e in zip(starts, ends)
-        if vals[s] > 0
+        SoftSpan.model_construct(start=s, end=e, prob=p)
+        for s, e, p in zip(starts.tolist(), ends.tolist(), probs)
+        if p > 0
     ]
 
 

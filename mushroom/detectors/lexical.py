@@ -25,7 +25,7 @@ from mushroom.detectors.lexical_calibration import Calibration, load_calibration
 from mushroom.detectors.lexical_channels import lexical_channels
 from mushroom.records import Context, Item
 from mushroom.text.stopwords import stop_characters, stopwords
-from mushroom.text.tokenize import Token, tokenize, vocabulary
+from mushroom.text.tokenize import DIGIT_GROUP, Token, tokenize, vocabulary
 
 _SENTENCE_BREAK = regex.compile(r"[.!?;:\n。！？；]|\s-\s")
 
@@ -86,7 +86,7 @@ class _Support:
         if tok.norm in self.words:
             return 0.0
         if tok.kind == "num":
-            groups = regex.findall(r"\d+", tok.norm)
+            groups = DIGIT_GROUP.findall(tok.norm)
             return 0.0 if groups and all(g in self.words for g in groups) else 1.0
         stem_len = max(self.options.min_prefix, math.ceil(len(tok.norm) * self.options.prefix_ratio))
         if len(tok.norm) > stem_len and tok.norm[:stem_len] in _prefixes(self.text, self.options.min_prefix):

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import regex
 
+_LAST_WORD = regex.compile(r"([\p{L}.\-]+)$")
+
 # Lowercased, without the final dot. Kept short: a false "not an end" only merges two
 # sentences, which costs less than cutting a name in two.
 _ABBREVIATIONS = frozenset(
@@ -72,7 +74,7 @@ def _is_false_end(text: str, match: regex.Match) -> bool:
     if mark is None or mark != ".":
         return False
     before = text[: match.start()]
-    word = regex.search(r"([\p{L}.\-]+)$", before)
+    word = _LAST_WORD.search(before)
     if word is None:
         return False
     token = word.group(1)

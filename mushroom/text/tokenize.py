@@ -22,6 +22,8 @@ _TOKEN_RE = regex.compile(
 )
 
 _DIGIT = regex.compile(r"\d")
+DIGIT_GROUP = regex.compile(r"\d+")
+_NUMBER_SEPARATOR = regex.compile(r"[.,]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +44,7 @@ def canonical_number(text: str) -> str:
     `23.2.2013` keep their groups.
     """
     text = normalize_word(text)
-    groups = regex.split(r"[.,]", text)
+    groups = _NUMBER_SEPARATOR.split(text)
     if len(groups) > 1 and all(len(g) == 3 for g in groups[1:]) and 1 <= len(groups[0]) <= 3:
         return "".join(groups)
     if len(groups) == 2:
@@ -87,6 +89,6 @@ def vocabulary(text: str) -> tuple[frozenset[str], frozenset[str]]:
         else:
             words.add(tok.norm)
             if tok.kind == "num":
-                words.update(regex.findall(r"\d+", tok.norm))
+                words.update(DIGIT_GROUP.findall(tok.norm))
         prev = tok
     return frozenset(words), frozenset(cjk)
