@@ -345,7 +345,7 @@ def detect(
     if temperatures:
         options["temperatures"] = parse_float_list(temperatures, "--temperatures", low=0.0)
     det = build(detector, options)
-    sources = tuple(s for s in contexts.split(",") if s)
+    sources = tuple(s.strip() for s in contexts.split(",") if s.strip())
     data = context_files = None
     if items_file is not None:
         from mushroom.data import load_items
@@ -432,7 +432,7 @@ def main_job(
     """Test submission for every language (checked files + zip), then a scored val run."""
     from mushroom.mainjob import DEFAULT_MEMBERS, run_main, run_main_stack
 
-    sources = tuple(s for s in contexts.split(",") if s)
+    sources = tuple(s.strip() for s in contexts.split(",") if s.strip())
     options = parse_options(option or [])
     if detector == "stack":
         per_detector: dict[str, dict] = {}
@@ -664,7 +664,13 @@ def contexts_cmd(
 
     from mushroom.backends.cache import build_cached
     from mushroom.contextgen import generate_contexts
-    from mushroom.contexts import DEFAULT_CONTEXT_DIR, OPTIONAL, available_sources, context_file
+    from mushroom.contexts import (
+        DEFAULT_CONTEXT_DIR,
+        OPTIONAL,
+        available_sources,
+        context_file,
+        is_fact_check,
+    )
     from mushroom.data import load_split
     from mushroom.errors import RunFailed
     from mushroom.rawlog import RawLog, RecordingBackend
@@ -676,9 +682,16 @@ def contexts_cmd(
     cfg.update(parse_options(option or []))
     root = context_dir or DEFAULT_CONTEXT_DIR
     data = load_split(split, lang)
-    tier_list = tuple(t for t in tiers.split(",") if t)
+    tier_list = tuple(t.strip() for t in tiers.split(",") if t.strip())
     for tier in tier_list:
-        if not any(context_file(split, code, tier.removesuffix(OPTIONAL), root) for code in data):
+        if is_fact_check(tier):
+            raise MushroomError(
+                f"--tiers: {tier!r} is a fact-check source (it repeats the answer to correct it); "
+                "it covers no item, so it cannot be a tier"
+            )
+        if tier.endswith(OPTIONAL):
+            continue  # used where it has a file
+        if not any(context_file(split, code, tier, root) for code in data):
             have = sorted({s for code in data for s in available_sources(split, code, root)})
             listed = ", ".join(have) or "none"
             raise MushroomError(

@@ -87,7 +87,8 @@ def _exists_anywhere(source: str, context_dir: Path | None = None) -> bool:
     """Whether any split or language has a file for `source` (a misspelled optional source has none)."""
     root = context_dir or DEFAULT_CONTEXT_DIR
     name = source.removeprefix("translated:")
-    pattern = re.compile(rf".*\.v\d+_{re.escape(name)}\.jsonl")
+    middle = r"-translated-English" if source.startswith("translated:") else r"(?<!-translated-English)"
+    pattern = re.compile(rf"[^.]*{middle}\.v\d+_{re.escape(name)}\.jsonl")
     if any(pattern.fullmatch(p.name) for p in (root / "ucsc").glob(f"*_{name}.jsonl")):
         return True
     return any(root.glob(f"*.*.{source}.jsonl"))
@@ -123,8 +124,16 @@ def load_contexts(
     result = ContextSet()
     for named in sources:
         source = named.removesuffix(OPTIONAL)
+        if not source.removeprefix("translated:"):
+            raise MushroomError(f"empty context source name in {', '.join(map(repr, sources))}")
         path = context_file(split, lang, source, context_dir)
-        if path is None and named.endswith(OPTIONAL) and _exists_anywhere(source, context_dir):
+        # An optional source is skipped where it has no file, unless no split or language has
+        # one (a typo); the default ones are skipped anyway, for contexts folders of one's own.
+        if (
+            path is None
+            and named.endswith(OPTIONAL)
+            and (named in DEFAULT_SOURCES or _exists_anywhere(source, context_dir))
+        ):
             continue
         if path is None:
             if allow_missing_source:

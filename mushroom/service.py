@@ -370,10 +370,17 @@ class RunService:
                     out.contexts_missing[lang] = ctx.missing
                     bare = [i for i in ids if not support_contexts(ctx.by_id.get(i, []))]
                     if bare:
+                        checks_only = sum(1 for i in bare if ctx.by_id.get(i))
                         self._warn(
                             f"{split}/{lang}: no context for {len(bare)} of {plural(len(ids), 'item')} from "
                             f"{', '.join(map(str, ctx.files or sources)) or 'any source'} (e.g. {bare[0]}); "
                             "context-based detectors flag nothing in them"
+                            + (
+                                f" ({checks_only} of them have only fact-check contexts, qa_*, which "
+                                "support nothing)"
+                                if checks_only
+                                else ""
+                            )
                         )
                     self._run_items(detector, lang, todo, ctx.by_id, ledger, bar, task, folder)
                     out.done_now += len(todo)

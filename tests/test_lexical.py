@@ -238,7 +238,15 @@ def test_a_fact_check_is_read_for_its_corrections_and_never_counted_as_support()
     assert ch["check_negated_unsupported"][at["2008"]] > 0
     assert ch["check_quoted"][at["Dutch"]] == 1.0 and ch["check_quoted"][at["silver"]] == 0.0
     assert ch["check_negated"][at["Dutch"]] == 0.0  # the correction ended with its sentence
-    assert ch["check_negated"][answer.index("Petra")] == 0.0  # "incorrect" opens no correction
+    verdict = Context(
+        source="qa_perplexity-sonar-pro",
+        text="The answer is incorrect, Petra won gold. She won gold rather than silver; but rather Dutch.",
+    )
+    det.detect([item], {"x": [ctx[0], verdict]})
+    ch2 = det.channels["x"]
+    assert ch2["check_negated"][answer.index("Petra")] == 0.0  # "incorrect" opens no correction
+    assert ch2["check_negated"][at["silver"]] == 1.0  # "rather than" does
+    assert ch2["check_negated"][at["Dutch"]] == 0.0  # "rather" alone does not
     praise = Context(source="qa_perplexity-sonar-pro", text="The answer contains no errors: it is correct.")
     det.detect([item], {"x": [ctx[0], praise]})
     assert det.channels["x"]["check_verdict"][0] == 0.0

@@ -1,7 +1,7 @@
 import pytest
 from conftest import ROOT, write_lines
 
-from mushroom.contexts import available_sources, context_file, load_contexts
+from mushroom.contexts import DEFAULT_SOURCES, available_sources, context_file, load_contexts
 from mushroom.data import load_items, load_split, split_files
 from mushroom.errors import DataError, MushroomError
 from mushroom.languages import TEST_LANGUAGES, VAL_LANGUAGES
@@ -44,6 +44,10 @@ def test_an_optional_source_is_skipped_where_it_has_no_file_and_a_fact_check_nev
     assert "not 2008" in fact_checks(first)[0].text
     with pytest.raises(MushroomError, match="qa_perplexity-sonar-pro"):
         load_contexts("val", "de", ("qa_perplexity-sonar-pro",))  # not optional: an error
+    with pytest.raises(MushroomError, match="translated:qa_perplexity-sonar-pro"):
+        load_contexts("val", "en", ("translated:qa_perplexity-sonar-pro?",))  # no translated fact-checks
+    with pytest.raises(MushroomError, match="empty context source name"):
+        load_contexts("val", "en", ("perplexity-sonar-pro", "?"))
     with pytest.raises(MushroomError, match="qa_perplxity-sonar-pro"):
         load_contexts(
             "val", "en", ("perplexity-sonar-pro", "qa_perplxity-sonar-pro?")
@@ -62,6 +66,14 @@ def test_context_source_names_are_exact():
         == "de-tst-translated-English.v2_deepseek-r1.jsonl"
     )
     assert "translated:perplexity-sonar-pro" in available_sources("val", "fr")
+
+
+def test_the_default_optional_source_is_skipped_in_a_contexts_folder_without_it(tmp_path):
+    for name in ("en-val.v2_perplexity-sonar-pro.jsonl", "en-val.v2_deepseek-r1.jsonl"):
+        (tmp_path / "ucsc").mkdir(exist_ok=True)
+        (tmp_path / "ucsc" / name).write_text('{"id": "val-en-1", "context": "Petra won gold."}\n')
+    ctx = load_contexts("val", "en", DEFAULT_SOURCES, context_dir=tmp_path)
+    assert set(ctx.files) == {"perplexity-sonar-pro", "deepseek-r1"}
 
 
 def test_unknown_context_source_names_the_available_ones():

@@ -60,9 +60,11 @@ _RARE, _COMMON = 3.5, 4.5  # Zipf frequency: below is rare, at or above is commo
 _NEAR = 3  # content words on each side for `near_unsupported`
 # A fact-check's corrections: the tokens after a negation cue ("... in 1984, not 2008"; "did
 # not take place in the 1950s"), up to the end of the clause. Verdict words ("incorrect",
-# "inaccuracies") are no cues: the correct facts follow them. Fact-checks are English (the
-# only ones shipped), so are the cues.
-_NEGATION_CUES = frozenset("not no never rather instead contrary isn wasn weren didn doesn aren".split())
+# "inaccuracies"), "rather", "instead" and "contrary to" are no cues: the correct facts
+# follow them ("but rather Zoo Zajac"); "rather than" and "instead of" are. Fact-checks are
+# English (the only ones shipped), so are the cues.
+_NEGATION_CUES = frozenset("not no never isn wasn weren didn doesn aren".split())
+_NEGATION_PAIRS = frozenset({("rather", "than"), ("instead", "of")})
 _NEGATION_REACH = 10  # tokens after a cue
 _CLAUSE_END = re.compile(r"[.;:!?\n\[\]()]")  # ends a correction's reach; [n] is a citation
 _QUOTED = re.compile(r'"[^"\n]{1,300}"|“[^”\n]{1,300}”')
@@ -156,7 +158,7 @@ def _check_channels(
                 negated.add(tok.norm)
             else:
                 used.add(tok.norm)
-            if tok.norm in _NEGATION_CUES:
+            if tok.norm in _NEGATION_CUES or (i and (tokens[i - 1].norm, tok.norm) in _NEGATION_PAIRS):
                 reach = i + _NEGATION_REACH
         for match in _QUOTED.finditer(check.text):
             quoted.update(t.norm for t in tokenize(match.group(0)))

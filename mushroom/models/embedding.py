@@ -188,7 +188,7 @@ class Encoder:
             else:
                 found[text] = TokenVectors(offsets=hit[1], vectors=hit[0])
         if missing:
-            lengths = [len(ids) for ids in self.tokenizer(missing)["input_ids"]]
+            lengths = [len(ids) for ids in self.tokenizer(missing, verbose=False)["input_ids"]]
             long = [t for t, n in zip(missing, lengths) if n > self.max_length]
             short = sorted((t for t, n in zip(missing, lengths) if n <= self.max_length), key=len)
             sentence_space = self._namespace("sentence")
