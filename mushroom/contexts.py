@@ -71,27 +71,26 @@ def context_file(split: str, lang: str, source: str, context_dir: Path | None = 
 
 def available_sources(split: str, lang: str, context_dir: Path | None = None) -> list[str]:
     """Every source with a file for this split and language."""
-    root = context_dir or DEFAULT_CONTEXT_DIR
     tag = SPLIT_TAGS.get(split, split)
-    found = set()
-    for path in (root / "ucsc").glob(f"{lang}-{tag}*.jsonl"):
-        stem = path.name.removesuffix(".jsonl")
-        source = stem.split("_", 1)[1] if "_" in stem else stem
-        found.add(f"translated:{source}" if "-translated-English" in stem else source)
-    for path in root.glob(f"{split}.{lang}.*.jsonl"):
-        found.add(path.name.removesuffix(".jsonl").split(".", 2)[2])
-    return sorted(found)
+    return sorted(_sources_named(context_dir, f"{lang}-{tag}*.jsonl", f"{split}.{lang}.*.jsonl"))
 
 
 def _exists_anywhere(source: str, context_dir: Path | None = None) -> bool:
     """Whether any split or language has a file for `source` (a misspelled optional source has none)."""
+    return source in _sources_named(context_dir, "*.jsonl", "*.*.*.jsonl")
+
+
+def _sources_named(context_dir: Path | None, ucsc_glob: str, own_glob: str) -> set[str]:
+    """The source names of the UCSC files and of mushroom's own files that match the globs."""
     root = context_dir or DEFAULT_CONTEXT_DIR
-    name = source.removeprefix("translated:")
-    middle = r"-translated-English" if source.startswith("translated:") else r"(?<!-translated-English)"
-    pattern = re.compile(rf"[^.]*{middle}\.v\d+_{re.escape(name)}\.jsonl")
-    if any(pattern.fullmatch(p.name) for p in (root / "ucsc").glob(f"*_{name}.jsonl")):
-        return True
-    return any(root.glob(f"*.*.{source}.jsonl"))
+    found = set()
+    for path in (root / "ucsc").glob(ucsc_glob):
+        stem = path.name.removesuffix(".jsonl")
+        source = stem.split("_", 1)[1] if "_" in stem else stem
+        found.add(f"translated:{source}" if "-translated-English" in stem else source)
+    for path in root.glob(own_glob):
+        found.add(path.name.removesuffix(".jsonl").split(".", 2)[2])
+    return found
 
 
 @dataclass

@@ -187,10 +187,9 @@ class LexicalDetector(VectorDetector):
         lang = item.lang
         stop = stopwords(lang)
         stop_chars = stop_characters(lang)
-        kept = contexts
-        supports = [_Support(c.text, opts) for c in kept]
-        weights = np.array([opts.source_weights.get(c.source, 1.0) for c in kept])
-        total = float(weights.sum()) if kept else 1.0
+        supports = [_Support(c.text, opts) for c in contexts]
+        weights = np.array([opts.source_weights.get(c.source, 1.0) for c in contexts])
+        total = float(weights.sum()) if contexts else 1.0
         question = _Support(item.model_input, opts) if opts.use_question else None
         tokens = tokenize(item.model_output_text)
         out: list[tuple[Token, float | None, str]] = []
