@@ -58,7 +58,7 @@ def vector_to_soft(vec: np.ndarray, decimals: int = 6) -> list[SoftSpan]:
     starts = np.concatenate(([0], change))
     ends = np.concatenate((change, [vals.size]))
     # Built without validation: the values are valid by construction, and the lexical
-    # detector builds about 16 of these lists per item (its probabilities and channels).
+    # detector builds one of these lists per item for its probabilities and one per channel.
     probs = vals[starts].tolist()
     return [
         SoftSpan.model_construct(start=s, end=e, prob=p)

@@ -171,7 +171,7 @@ class SemanticDetector(VectorDetector):
                 content[tok.start : tok.end] = True
         word = np.zeros(n)
         # Word level: the question counts as support, as in the lexical detector. Skipped
-        # when it has no weight: token vectors of every context are half the encoder's time.
+        # when it has no weight: clause-only needs no word-piece vectors at all.
         sents = [s.text for t in texts for s in sentences(t)] + [item.model_input]
         if opts.clause_weight < 1.0:
             self._word_level(item, texts, sents, content, word)
