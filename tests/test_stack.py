@@ -324,6 +324,31 @@ def test_hard_labels_cover_whole_words_and_the_short_gaps_between_them():
     assert word_hard_mask(zh, zh_probs, 0.5).tolist() == [False] * 4 + [True] * 2
 
 
+def test_soft_labels_are_flat_over_words_and_gaps_take_the_lower_word():
+    from mushroom.stack.decoding import pool_words
+
+    text = " Born in Paris, France.\n"
+    probs = np.linspace(0.1, 0.9, len(text))
+    pooled = pool_words(text, probs)
+    by_char = dict(zip(range(len(text)), pooled))
+    for word in ("Born", "in", "Paris", "France"):
+        start = text.index(word)
+        # every character of a word takes the word's highest probability
+        assert {by_char[k] for k in range(start, start + len(word))} == {probs[start + len(word) - 1]}
+    # ", " between Paris and France takes the lower of the two words
+    gap = range(text.index(",", 0), text.index("France"))
+    assert {by_char[k] for k in gap} == {by_char[text.index("Paris")]}
+    # the leading space, the final full stop and newline are outside every word: 0
+    assert pooled[0] == 0.0 and pooled[-2:].tolist() == [0.0, 0.0]
+    # a gold vector drawn from spans over whole words passes through unchanged
+    gold = np.zeros(len(text))
+    gold[text.index("Paris") : text.index("France") + len("France")] = 0.5
+    gold[text.index("Born") : text.index("Born") + 4] = 0.25
+    assert pool_words(text, gold).tolist() == gold.tolist()
+    assert pool_words("", np.zeros(0)).shape == (0,)
+    assert pool_words("...", np.full(3, 0.4)).tolist() == [0.4] * 3  # no word: left as it is
+
+
 def test_cutoff_table_choice_matches_a_brute_force_search_and_shrinks_toward_pooled():
     from mushroom.scoring.metrics import mask_iou
     from mushroom.stack.decoding import FLOORS, THRESHOLDS, CutoffScores

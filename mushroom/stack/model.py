@@ -150,8 +150,13 @@ def design(features: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndar
 
 
 def predict(coef: np.ndarray, mean: np.ndarray, scale: np.ndarray, feats: np.ndarray) -> np.ndarray:
-    """Per-character probability of one item's feature matrix."""
-    return 1.0 / (1.0 + np.exp(-(design(feats, mean, scale) @ coef)))
+    """Per-character probability of a feature matrix.
+
+    The standardisation is folded into the weights instead of building the standardised
+    copy `design` makes: applying the stack to test scores a million rows at once.
+    """
+    weights = coef[1:] / scale
+    return 1.0 / (1.0 + np.exp(-(feats @ weights + (coef[0] - mean @ weights))))
 
 
 def fit_items(

@@ -1,0 +1,51 @@
+"""How the gold soft labels sit on words, the gaps between them and the text's edges.
+
+Usage: python benchmarks/gold_shape.py
+Over every labelled val item, prints how often a gap between two words (the characters
+between them: space, comma, newline) has the gold value of the lower of the two words,
+less or more than it, and how often the characters before the first word and after the
+last are 0: the figures `mushroom.stack.decoding.pool_words` quotes for shaping the stack's
+soft labels this way.
+"""
+
+from collections import Counter
+
+import numpy as np
+
+from mushroom.data import load_split
+from mushroom.spans import soft_to_vector
+from mushroom.text.tokenize import tokenize
+
+
+def main() -> None:
+    data = load_split("val")
+    gaps, edges = Counter(), Counter()
+    for items in data.values():
+        for item in items:
+            text = item.model_output_text
+            gold = soft_to_vector(item.soft_labels or [], len(text))
+            toks = tokenize(text)
+            if not toks:
+                continue
+            words = [gold[t.start : t.end].max() for t in toks]
+            for (a, b), left, right in zip(zip(toks, toks[1:]), words, words[1:]):
+                if b.start <= a.end:
+                    continue
+                value, lower = gold[a.end : b.start].max(), min(left, right)
+                gaps["equal" if np.isclose(value, lower) else "below" if value < lower else "above"] += 1
+            outside = np.concatenate([gold[: toks[0].start], gold[toks[-1].end :]])
+            if len(outside):
+                edges["zero" if not outside.any() else "not zero"] += 1
+    n_items = sum(len(v) for v in data.values())
+    total = sum(gaps.values())
+    print(f"{n_items} val items ({len(data)} languages), {total} gaps between words")
+    for key, words in (("equal", "equal to"), ("below", "below"), ("above", "above")):
+        print(f"  gap's gold {words} the lower word's: {gaps[key]:6d} ({gaps[key] / total:.3f})")
+    total = sum(edges.values())
+    print(f"{total} items with characters before the first word or after the last")
+    for key in ("zero", "not zero"):
+        print(f"  gold there {key}: {edges[key]:6d} ({edges[key] / total:.3f})")
+
+
+if __name__ == "__main__":
+    main()
