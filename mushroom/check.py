@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mushroom.cliutil import plural
+from mushroom.cliutil import no_prediction, plural
 from mushroom.errors import Problem
 from mushroom.jsonl import iter_json_lines
 from mushroom.records import Item
@@ -179,22 +179,8 @@ def check_rows(
     report.n_items = len(items)
     report.missing = [item.id for item in items if item.id not in seen]
     if report.missing:
-        report.errors.append(Problem(path, None, "id", missing_message(report.missing)))
+        report.errors.append(Problem(path, None, "id", no_prediction(report.missing)))
     return report
-
-
-MISSING_SHOWN = 5
-
-
-def missing_message(ids: list[str], shown: int = MISSING_SHOWN) -> str:
-    """One line for every item without a prediction: a count and the first few ids.
-
-    One line, not one per item: a file that lost half of 1,000 items would otherwise bury
-    every other problem under 500 lines with no line number to go to.
-    """
-    head = ", ".join(repr(i) for i in ids[:shown])
-    more = f", ... (first {shown} shown)" if len(ids) > shown else ""
-    return f"no prediction for {plural(len(ids), 'item')}: {head}{more}"
 
 
 def check_file(path: str | Path, items: list[Item], strict: bool = False) -> CheckReport:

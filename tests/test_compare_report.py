@@ -8,8 +8,10 @@ from typer.testing import CliRunner
 
 from mushroom.cli import app
 from mushroom.compare import comparison_rows, load_tags, score_run, sweep, sweep_svg, tag_rows
-from mushroom.errors import DataError
+from mushroom.errors import DataError, MushroomError
 from mushroom.report import build_report, highlighted_answer
+from mushroom.runs import prediction_folder
+from mushroom.submission import submission_name
 
 runner = CliRunner()
 
@@ -92,6 +94,19 @@ def test_sweep_moves_iou_with_the_threshold_and_plots(two_runs, tmp_path):
     assert svg.startswith("<svg") and svg.count("<polyline") == 2
     res = runner.invoke(app, ["sweep", str(lo), "--lang", "en", "--svg", str(tmp_path / "s.svg")])
     assert res.exit_code == 0 and (tmp_path / "s.svg").is_file() and (tmp_path / "s.csv").is_file()
+
+
+def test_sweep_of_a_file_that_lost_items_names_them(two_runs, tmp_path):
+    lo, _ = two_runs
+    run = tmp_path / "cut"
+    shutil.copytree(lo, run)
+    file = prediction_folder(run, "val") / submission_name("en", "val")
+    lines = file.read_text(encoding="utf-8").splitlines()
+    file.write_text("\n".join(lines[:-2]) + "\n", encoding="utf-8")
+    with pytest.raises(
+        MushroomError, match=r"no prediction for 2 items: 'val-en-\d+', 'val-en-\d+' \(of 50 items\)"
+    ):
+        sweep([run], "val", thresholds=[0.5], langs=["en"])
 
 
 def test_highlighting_escapes_text_and_marks_gold_and_predictions():

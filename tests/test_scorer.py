@@ -164,7 +164,9 @@ def test_id_mismatch_is_an_error_naming_the_ids(tmp_path):
     with pytest.raises(DataError) as info:
         score_files(gold, pred)
     text = str(info.value)
-    assert VAL_ROWS[1]["id"] in text and "'x'" not in text and "x" in text
+    missing = ", ".join(repr(row["id"]) for row in VAL_ROWS[1:3])
+    assert f"no prediction for 2 gold ids: {missing}" in text
+    assert "1 id not in the gold file: 'x'" in text
 
 
 def test_cli_prints_official_lines_last(tmp_path):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mushroom.cliutil import plural
+from mushroom.cliutil import listed, no_prediction, plural
 from mushroom.errors import DataError, Problem
 from mushroom.jsonl import iter_json_lines
 from mushroom.scoring.jsonnum import ujson_float
@@ -178,9 +178,7 @@ def match_ids(gold: ScoringFile, pred: ScoringFile, partial: bool = False) -> li
                 str(pred.path),
                 None,
                 "id",
-                f"no prediction for {plural(len(missing), 'gold id')}: "
-                + ", ".join(missing[:10])
-                + (" ..." if len(missing) > 10 else ""),
+                no_prediction(missing, "gold id"),
             )
         )
     if extra:
@@ -189,9 +187,7 @@ def match_ids(gold: ScoringFile, pred: ScoringFile, partial: bool = False) -> li
                 str(pred.path),
                 None,
                 "id",
-                f"{plural(len(extra), 'id')} not in the gold file: "
-                + ", ".join(extra[:10])
-                + (" ..." if len(extra) > 10 else ""),
+                f"{plural(len(extra), 'id')} not in the gold file: {listed(extra)}",
             )
         )
     if partial and not extra and not set(gold.records) & set(pred.records):
