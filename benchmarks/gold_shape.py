@@ -19,7 +19,9 @@ from mushroom.text.tokenize import tokenize
 
 def main() -> None:
     data = load_split("val")
-    gaps, edges = Counter(), Counter()
+    gaps: Counter[str] = Counter()
+    marked: Counter[str] = Counter()  # gaps between two words both marked
+    edges: Counter[str] = Counter()
     for items in data.values():
         for item in items:
             text = item.model_output_text
@@ -27,20 +29,27 @@ def main() -> None:
             toks = tokenize(text)
             if not toks:
                 continue
-            words = [gold[t.start : t.end].max() for t in toks]
-            for (a, b), left, right in zip(zip(toks, toks[1:]), words, words[1:]):
+            values = [gold[t.start : t.end].max() for t in toks]
+            for (a, b), left, right in zip(zip(toks, toks[1:]), values, values[1:]):
                 if b.start <= a.end:
                     continue
                 value, lower = gold[a.end : b.start].max(), min(left, right)
-                gaps["equal" if np.isclose(value, lower) else "below" if value < lower else "above"] += 1
+                kind = "equal" if np.isclose(value, lower) else "below" if value < lower else "above"
+                gaps[kind] += 1
+                if lower > 0:
+                    marked[kind] += 1
             outside = np.concatenate([gold[: toks[0].start], gold[toks[-1].end :]])
             if len(outside):
                 edges["zero" if not outside.any() else "not zero"] += 1
     n_items = sum(len(v) for v in data.values())
     total = sum(gaps.values())
     print(f"{n_items} val items ({len(data)} languages), {total} gaps between words")
-    for key, words in (("equal", "equal to"), ("below", "below"), ("above", "above")):
-        print(f"  gap's gold {words} the lower word's: {gaps[key]:6d} ({gaps[key] / total:.3f})")
+    both = sum(marked.values())
+    for key, relation in (("equal", "equal to"), ("below", "below"), ("above", "above")):
+        print(
+            f"  gap's gold {relation} the lower word's: {gaps[key]:6d} ({gaps[key] / total:.3f}); "
+            f"between two marked words {marked[key]:6d} of {both} ({marked[key] / both:.3f})"
+        )
     total = sum(edges.values())
     print(f"{total} items with characters before the first word or after the last")
     for key in ("zero", "not zero"):

@@ -62,20 +62,24 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word if n == 1 else many or word + 's'}"
 
 
-def listed(ids: list[str], shown: int = 5) -> str:
+SHOWN_IDS = 5  # ids a message lists before "... (first 5 shown)"
+
+
+def listed(ids: list[str], shown: int = SHOWN_IDS) -> str:
     """The first few ids, quoted, and how many were left out: `'a', 'b', ... (first 5 shown)`."""
     head = ", ".join(repr(i) for i in ids[:shown])
     return head + (f", ... (first {shown} shown)" if len(ids) > shown else "")
 
 
-def no_prediction(ids: list[str], noun: str = "item") -> str:
-    """One line for every id without a prediction: a count and the first few ids.
+def no_prediction(ids: list[str], noun: str = "item", total: int | None = None) -> str:
+    """One line for every id without a prediction: a count (of `total`) and the first few ids.
 
     One line, not one per item: a file that lost half of 1,000 items would otherwise bury
     every other problem under 500 lines with no line number to go to. The checker, the
     scorer and `compare` all say it this way.
     """
-    return f"no prediction for {plural(len(ids), noun)}: {listed(ids)}"
+    count = plural(len(ids), noun) if total is None else f"{len(ids)} of {plural(total, noun)}"
+    return f"no prediction for {count}: {listed(ids)}"
 
 
 def print_error(message: str) -> None:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.markup import escape
 from rich.table import Table
 
-from mushroom.cliutil import no_prediction, plural
+from mushroom.cliutil import no_prediction
 from mushroom.data import load_split, split_files
 from mushroom.errors import MushroomError
 from mushroom.jsonl import load_records
@@ -295,7 +295,7 @@ def sweep(
         for file, pred in zip(files, preds):
             missing = [item.id for item in items if item.id not in pred]
             if missing:
-                raise MushroomError(f"{file}: {no_prediction(missing)} (of {plural(len(items), 'item')})")
+                raise MushroomError(f"{file}: {no_prediction(missing, total=len(items))}")
         lang_iou = {t: [] for t in thresholds}
         lang_cor = {t: [] for t in thresholds}
         for item in items:

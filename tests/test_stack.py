@@ -324,6 +324,17 @@ def test_hard_labels_cover_whole_words_and_the_short_gaps_between_them():
     assert word_hard_mask(zh, zh_probs, 0.5).tolist() == [False] * 4 + [True] * 2
 
 
+def test_logistic_prediction_equals_the_standardised_design():
+    from mushroom.stack.model import design, predict
+
+    rng = np.random.default_rng(0)
+    feats = rng.normal(loc=[1000.0, -3.0, 0.5], scale=[5.0, 1e-3, 1.0], size=(200, 3))
+    coef, mean, scale = rng.normal(size=4), feats.mean(0), feats.std(0)
+    expected = 1.0 / (1.0 + np.exp(-(design(feats, mean, scale) @ coef)))
+    assert np.allclose(predict(coef, mean, scale, feats), expected, rtol=1e-9, atol=1e-12)
+    assert predict(coef, mean, scale, np.zeros((0, 3))).shape == (0,)
+
+
 def test_soft_labels_are_flat_over_words_and_gaps_take_the_lower_word():
     from mushroom.stack.decoding import pool_words
 
@@ -346,7 +357,13 @@ def test_soft_labels_are_flat_over_words_and_gaps_take_the_lower_word():
     gold[text.index("Born") : text.index("Born") + 4] = 0.25
     assert pool_words(text, gold).tolist() == gold.tolist()
     assert pool_words("", np.zeros(0)).shape == (0,)
-    assert pool_words("...", np.full(3, 0.4)).tolist() == [0.4] * 3  # no word: left as it is
+    assert pool_words("...", np.full(3, 0.4)).tolist() == [0.0] * 3  # no word: outside every word
+    # Chinese: characters are words that touch (no gap); a full stop is a gap
+    zh = "他出生于巴黎。他"
+    zh_pooled = pool_words(zh, np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.9, 0.7]))
+    assert zh_pooled[:6].tolist() == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6] and zh_pooled[6] == 0.6
+    # a newline between words is a gap like a space
+    assert pool_words("a\n\nb", np.array([0.8, 0.9, 0.1, 0.3])).tolist() == [0.8, 0.3, 0.3, 0.3]
 
 
 def test_cutoff_table_choice_matches_a_brute_force_search_and_shrinks_toward_pooled():
