@@ -175,10 +175,24 @@ class Encoder:
         The forward pass that gives a sentence its vector gives its word pieces theirs too,
         so both are kept: the sentence vector goes to the cache under `encode`'s namespace,
         and the semantic detector's clause level reads it there instead of running the
-        contexts through the encoder a second time. Batches hold sentences of similar
-        length; a text longer than the window goes to `token_vectors` instead.
+        contexts through the encoder a second time. A text longer than the window is
+        encoded in overlapping windows, as `token_vectors` does.
         """
-        space = self._namespace("sentence-tokens")
+        return self._cached_tokens(
+            texts, self._namespace("sentence-tokens"), 32, sentence_space=self._namespace("sentence")
+        )
+
+    def _cached_tokens(
+        self, texts: list[str], space: str, stride: int, sentence_space: str | None = None
+    ) -> list[TokenVectors]:
+        """Token vectors of texts: cached ones read, the others computed in batches and cached.
+
+        Texts that fit the window go through the encoder together, in batches of similar
+        length (one forward pass per text costs more in overhead than in arithmetic for
+        a short text); a longer text is cut into overlapping windows on its own. Each batch
+        is written to the cache as soon as it is done, so an interrupted run keeps it. With
+        `sentence_space`, each short text's sentence vector is cached there too.
+        """
         found: dict[str, TokenVectors] = {}
         missing: list[str] = []
         for text in dict.fromkeys(texts):  # each distinct text once
@@ -191,20 +205,18 @@ class Encoder:
             lengths = [len(ids) for ids in self.tokenizer(missing, verbose=False)["input_ids"]]
             long = [t for t, n in zip(missing, lengths) if n > self.max_length]
             short = sorted((t for t, n in zip(missing, lengths) if n <= self.max_length), key=len)
-            sentence_space = self._namespace("sentence")
             for start in range(0, len(short), self.batch_size):
                 batch = short[start : start + self.batch_size]
                 entries = []
                 for text, (pooled, tv) in zip(batch, self._sentence_pass(batch)):
                     found[text] = tv
-                    entries += [
-                        (text_key(space, text), tv.vectors, tv.offsets),
-                        (text_key(sentence_space, text), pooled[None, :], None),
-                    ]
+                    entries.append((text_key(space, text), tv.vectors, tv.offsets))
+                    if sentence_space is not None:
+                        entries.append((text_key(sentence_space, text), pooled[None, :], None))
                 if self.cache is not None:
                     self.cache.put_many(entries)
             for text in long:
-                found[text] = self._token_vectors(text, 32)
+                found[text] = self._token_vectors(text, stride)
                 if self.cache is not None:
                     self.cache.put_many([(text_key(space, text), found[text].vectors, found[text].offsets)])
         return [found[text] for text in texts]
@@ -237,22 +249,10 @@ class Encoder:
         """Contextual word-piece vectors of each text; long texts in overlapping windows.
 
         A text longer than the window is cut into windows that overlap by `stride` tokens;
-        a piece seen in two windows keeps the vector from the first one. Each text's result
-        is written to the cache as soon as it is computed.
+        a piece seen in two windows keeps the vector from the first one. Texts that fit the
+        window are encoded together in batches; every result is cached as it is computed.
         """
-        out: list[TokenVectors] = []
-        space = self._namespace(f"tokens:stride={stride}")
-        for text in texts:
-            key = text_key(space, text) if self.cache is not None else b""
-            hit = self.cache.get(key) if self.cache is not None else None
-            if hit is not None:
-                out.append(TokenVectors(offsets=hit[1], vectors=hit[0]))
-                continue
-            tv = self._token_vectors(text, stride)
-            if self.cache is not None:
-                self.cache.put_many([(key, tv.vectors, tv.offsets)])
-            out.append(tv)
-        return out
+        return self._cached_tokens(texts, self._namespace(f"tokens:stride={stride}"), stride)
 
     @torch.inference_mode()
     def _token_vectors(self, text: str, stride: int) -> TokenVectors:
