@@ -35,6 +35,31 @@ def test_token_vectors_cover_long_texts_with_exact_offsets(encoder):
     assert len({tuple(o) for o in tv.offsets}) == len(tv.offsets)
 
 
+def test_token_vectors_of_several_texts_match_one_text_at_a_time(tmp_path):
+    """Texts that fit the window are encoded together; each gives what it gives alone."""
+    from mushroom.models.embedding import Encoder
+    from mushroom.models.vector_cache import VectorCache
+
+    texts = [
+        "Marie Curie was born in Warsaw.",
+        "한국어 문장입니다.",  # one syllable is several pieces with the same character span
+        "Marie Curie was born in Warsaw.",
+        "Paris is big. " * 80,  # windows
+    ]
+    enc = Encoder(device="cpu", cache=VectorCache(tmp_path / "v.bin"))
+    together = enc.token_vectors(texts)
+    assert enc.encoded == 3  # the repeated text once
+    alone = Encoder(device="cpu", cache=False, module=enc.model, tokenizer=enc.tokenizer)
+    for text, tv in zip(texts, together):
+        ref = alone._token_vectors(text, 32)
+        assert np.array_equal(tv.offsets, ref.offsets)
+        assert np.allclose(tv.vectors, ref.vectors, atol=1e-5)
+        assert len({tuple(o) for o in tv.offsets}) == len(tv.offsets)  # each span once
+    encoded = enc.encoded
+    enc.encode(texts[:2])
+    assert enc.encoded == encoded + 2  # token vectors cached no sentence vectors
+
+
 def test_one_sentence_pass_gives_word_vectors_and_the_cached_sentence_vector(tmp_path):
     """The word level's pass over context sentences spares the clause level its own pass."""
     from mushroom.models.embedding import Encoder

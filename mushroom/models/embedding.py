@@ -59,6 +59,19 @@ def _pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> np.ndarray:
     return torch.nn.functional.normalize(pooled, dim=-1).float().cpu().numpy()
 
 
+def _first_per_span(offsets: np.ndarray, vectors: np.ndarray) -> TokenVectors:
+    """Each character span once, with the vector of its first piece (in window order).
+
+    Overlapping windows see a piece twice, and some tokenizers cut one character into
+    several pieces with the same span (the jamo of a Hangul syllable, the bytes of an
+    emoji); averaging a word's pieces should count each span once.
+    """
+    offsets = np.asarray(offsets, dtype=int).reshape(-1, 2)
+    _, first = np.unique(offsets, axis=0, return_index=True)
+    keep = np.sort(first)
+    return TokenVectors(offsets=offsets[keep], vectors=np.asarray(vectors, dtype=np.float32)[keep])
+
+
 def _quiet_load(path: str) -> tuple[object, object]:
     """Tokenizer and model without transformers' progress bar ("Loading weights") or notices."""
     from transformers.utils import logging as hf_logging
@@ -93,7 +106,8 @@ class Encoder:
     Args:
         model: a folder, hub name or `bundled:all-MiniLM-L6-v2`.
         device: cpu, cuda, ... (default: cuda if available).
-        batch_size: texts per forward pass for sentence vectors.
+        batch_size: texts per forward pass (sentence vectors, and token vectors of texts that
+            fit the window).
         max_length: window in tokens.
         module, tokenizer: an already loaded model (tests); such an encoder caches nothing
             unless `cache` is given.
@@ -170,28 +184,48 @@ class Encoder:
         return np.zeros((0, self.model.config.hidden_size), dtype=np.float32)
 
     def sentence_token_vectors(self, texts: list[str]) -> list[TokenVectors]:
-        """Word-piece vectors of short texts (sentences), each encoded on its own.
+        """Word-piece vectors of short texts (sentences), each without its surrounding text.
 
         The forward pass that gives a sentence its vector gives its word pieces theirs too,
         so both are kept: the sentence vector goes to the cache under `encode`'s namespace,
         and the semantic detector's clause level reads it there instead of running the
         contexts through the encoder a second time. A text longer than the window is
-        encoded in overlapping windows, as `token_vectors` does.
+        encoded in overlapping windows, as `token_vectors` does. Pieces that share a
+        character span (the jamo of one Hangul syllable) all stay: the contexts' pieces are
+        a pool the answer's pieces take their best match from, and dropping some would
+        change the vectors already cached under this namespace.
         """
         return self._cached_tokens(
-            texts, self._namespace("sentence-tokens"), 32, sentence_space=self._namespace("sentence")
+            texts,
+            self._namespace("sentence-tokens"),
+            32,
+            sentence_space=self._namespace("sentence"),
+            one_per_span=False,
         )
 
     def _cached_tokens(
-        self, texts: list[str], space: str, stride: int, sentence_space: str | None = None
+        self,
+        texts: list[str],
+        space: str,
+        stride: int,
+        sentence_space: str | None = None,
+        one_per_span: bool = True,
     ) -> list[TokenVectors]:
         """Token vectors of texts: cached ones read, the others computed in batches and cached.
 
         Texts that fit the window go through the encoder together, in batches of similar
-        length (one forward pass per text costs more in overhead than in arithmetic for
-        a short text); a longer text is cut into overlapping windows on its own. Each batch
-        is written to the cache as soon as it is done, so an interrupted run keeps it. With
-        `sentence_space`, each short text's sentence vector is cached there too.
+        token length; a longer text is cut into overlapping windows on its own. Each batch
+        is written to the cache as soon as it is done, so an interrupted run keeps it. A
+        text given twice is computed once, and both entries are the same object.
+
+        Args:
+            texts: the texts, in the order of the result.
+            space: the cache namespace of the token vectors.
+            stride: tokens two windows of a long text share (texts that fit ignore it).
+            sentence_space: where each short text's sentence vector is cached too; it must
+                be `encode`'s namespace, which the clause level reads.
+            one_per_span: keep only the first piece of each character span, as the windowed
+                pass always does (a long text's windows overlap).
         """
         found: dict[str, TokenVectors] = {}
         missing: list[str] = []
@@ -204,11 +238,13 @@ class Encoder:
         if missing:
             lengths = [len(ids) for ids in self.tokenizer(missing, verbose=False)["input_ids"]]
             long = [t for t, n in zip(missing, lengths) if n > self.max_length]
-            short = sorted((t for t, n in zip(missing, lengths) if n <= self.max_length), key=len)
+            size = dict(zip(missing, lengths))
+            short = sorted((t for t in missing if size[t] <= self.max_length), key=size.__getitem__)
             for start in range(0, len(short), self.batch_size):
                 batch = short[start : start + self.batch_size]
                 entries = []
                 for text, (pooled, tv) in zip(batch, self._sentence_pass(batch)):
+                    tv = _first_per_span(tv.offsets, tv.vectors) if one_per_span else tv
                     found[text] = tv
                     entries.append((text_key(space, text), tv.vectors, tv.offsets))
                     if sentence_space is not None:
@@ -272,18 +308,5 @@ class Encoder:
         hidden = self.model(**enc).last_hidden_state
         vecs = torch.nn.functional.normalize(hidden, dim=-1).float().cpu().numpy()
         self.encoded += 1
-        seen: set[tuple[int, int]] = set()
-        keep_off, keep_vec = [], []
-        for w in range(vecs.shape[0]):
-            for t in range(vecs.shape[1]):
-                a, b = int(offsets[w, t, 0]), int(offsets[w, t, 1])
-                if b <= a or (a, b) in seen or not enc["attention_mask"][w, t]:
-                    continue
-                seen.add((a, b))
-                keep_off.append((a, b))
-                keep_vec.append(vecs[w, t])
-        dim = vecs.shape[-1]
-        return TokenVectors(
-            offsets=np.array(keep_off, dtype=int).reshape(-1, 2),
-            vectors=np.array(keep_vec, dtype=np.float32).reshape(-1, dim),
-        )
+        keep = (offsets[..., 1] > offsets[..., 0]) & enc["attention_mask"].cpu().numpy().astype(bool)
+        return _first_per_span(offsets[keep], vecs[keep])
