@@ -59,6 +59,11 @@ def _pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> np.ndarray:
     return torch.nn.functional.normalize(pooled, dim=-1).float().cpu().numpy()
 
 
+def _text_pieces(offsets: np.ndarray, attention_mask: torch.Tensor) -> np.ndarray:
+    """Which word pieces cover text: not special tokens (empty span) and not padding."""
+    return (offsets[..., 1] > offsets[..., 0]) & attention_mask.cpu().numpy().astype(bool)
+
+
 def _first_per_span(offsets: np.ndarray, vectors: np.ndarray) -> TokenVectors:
     """Each character span once, with the vector of its first piece (in window order).
 
@@ -236,9 +241,9 @@ class Encoder:
             else:
                 found[text] = TokenVectors(offsets=hit[1], vectors=hit[0])
         if missing:
-            lengths = [len(ids) for ids in self.tokenizer(missing, verbose=False)["input_ids"]]
-            long = [t for t, n in zip(missing, lengths) if n > self.max_length]
-            size = dict(zip(missing, lengths))
+            ids = self.tokenizer(missing, verbose=False)["input_ids"]
+            size = {text: len(pieces) for text, pieces in zip(missing, ids)}
+            long = [t for t in missing if size[t] > self.max_length]
             short = sorted((t for t in missing if size[t] <= self.max_length), key=size.__getitem__)
             for start in range(0, len(short), self.batch_size):
                 batch = short[start : start + self.batch_size]
@@ -274,11 +279,12 @@ class Encoder:
         pooled = _pool(hidden, enc["attention_mask"])
         vecs = torch.nn.functional.normalize(hidden, dim=-1).float().cpu().numpy()
         self.encoded += len(texts)
-        attention = enc["attention_mask"].cpu().numpy().astype(bool)
+        keep = _text_pieces(offsets, enc["attention_mask"])
         out: list[tuple[np.ndarray, TokenVectors]] = []
         for j in range(len(texts)):
-            keep = (offsets[j, :, 1] > offsets[j, :, 0]) & attention[j]  # no special or pad tokens
-            out.append((pooled[j], TokenVectors(offsets=offsets[j, keep].astype(int), vectors=vecs[j, keep])))
+            out.append(
+                (pooled[j], TokenVectors(offsets=offsets[j, keep[j]].astype(int), vectors=vecs[j, keep[j]]))
+            )
         return out
 
     def token_vectors(self, texts: list[str], stride: int = 32) -> list[TokenVectors]:
@@ -308,5 +314,5 @@ class Encoder:
         hidden = self.model(**enc).last_hidden_state
         vecs = torch.nn.functional.normalize(hidden, dim=-1).float().cpu().numpy()
         self.encoded += 1
-        keep = (offsets[..., 1] > offsets[..., 0]) & enc["attention_mask"].cpu().numpy().astype(bool)
+        keep = _text_pieces(offsets, enc["attention_mask"])
         return _first_per_span(offsets[keep], vecs[keep])
