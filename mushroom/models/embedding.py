@@ -298,21 +298,44 @@ class Encoder:
 
     @torch.inference_mode()
     def _token_vectors(self, text: str, stride: int) -> TokenVectors:
-        enc = self.tokenizer(
-            text,
-            truncation=True,
-            max_length=self.max_length,
-            stride=stride,
-            return_overflowing_tokens=True,
-            return_offsets_mapping=True,
-            padding=True,
-            return_tensors="pt",
-        )
-        offsets = enc.pop("offset_mapping").numpy()
-        enc.pop("overflow_to_sample_mapping", None)
-        enc = enc.to(self.device)
-        hidden = self.model(**enc).last_hidden_state
-        vecs = torch.nn.functional.normalize(hidden, dim=-1).float().cpu().numpy()
+        """Word-piece vectors of a text in overlapping windows (see `_windows`)."""
+        ids, offsets = self._windows(text, stride)
+        width = max(len(w) for w in ids)
+        pad = self.tokenizer.pad_token_id or 0
+        input_ids = torch.tensor([w + [pad] * (width - len(w)) for w in ids])
+        attention = torch.tensor([[1] * len(w) + [0] * (width - len(w)) for w in ids])
+        offsets_arr = np.array([o + [(0, 0)] * (width - len(o)) for o in offsets], dtype=int)
+        hidden = self.model(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device))
+        vecs = torch.nn.functional.normalize(hidden.last_hidden_state, dim=-1).float().cpu().numpy()
         self.encoded += 1
-        keep = _text_pieces(offsets, enc["attention_mask"])
-        return _first_per_span(offsets[keep], vecs[keep])
+        keep = _text_pieces(offsets_arr, attention)
+        return _first_per_span(offsets_arr[keep], vecs[keep])
+
+    def _windows(self, text: str, stride: int) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
+        """The text's token ids in windows of `max_length` that overlap by `stride` tokens.
+
+        Each window is a slice of the whole text's pieces with the model's special tokens
+        around it, and each piece keeps its character span ((0, 0) for special tokens). Cut
+        here rather than by the tokenizer's `return_overflowing_tokens`: under transformers
+        5.17 (tokenizers 0.23.2) those windows stopped short of the end (a 1,919-character
+        text covered to character 1,172), which dropped the end of long texts without a word.
+        """
+        tok = self.tokenizer
+        whole = tok(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        ids, spans = whole["input_ids"], [tuple(o) for o in whole["offset_mapping"]]
+        # The model's own tokens around a text ([CLS] ... [SEP]): the framed ids around the plain ones.
+        framed = tok(text, verbose=False)["input_ids"]
+        at = next(k for k in range(len(framed) - len(ids) + 1) if framed[k : k + len(ids)] == ids)
+        head, tail = framed[:at], framed[at + len(ids) :]
+        size = self.max_length - len(head) - len(tail)
+        if size <= stride:
+            raise MushroomError(
+                f"encoder window of {self.max_length} tokens leaves {size} for text, not more than "
+                f"the {stride} two windows share; raise max_length"
+            )
+        starts = [0]
+        while starts[-1] + size < len(ids):
+            starts.append(starts[-1] + size - stride)
+        windows = [head + ids[s : s + size] + tail for s in starts]
+        offsets = [[(0, 0)] * len(head) + spans[s : s + size] + [(0, 0)] * len(tail) for s in starts]
+        return windows, offsets
