@@ -14,7 +14,10 @@ def _has_gpu():
         return False
 
 
-@pytest.mark.skipif(not (HAS_VLLM and _has_gpu()), reason="vLLM and a CUDA GPU are needed; neither is here")
+MISSING = [what for what, there in (("vLLM", HAS_VLLM), ("a CUDA GPU", _has_gpu())) if not there]
+
+
+@pytest.mark.skipif(bool(MISSING), reason=f"needs vLLM and a CUDA GPU; missing here: {' and '.join(MISSING)}")
 def test_vllm_offline_batch():
     import os
 
