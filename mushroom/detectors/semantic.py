@@ -30,8 +30,9 @@ import numpy as np
 from pydantic import Field
 
 from mushroom.contexts import support_contexts
-from mushroom.detectors.base import DetectorOptions, VectorDetector
+from mushroom.detectors.base import DetectorOptions, Emit, VectorDetector
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
+from mushroom.errors import MushroomError
 from mushroom.records import Context, Item
 from mushroom.text.segment import clauses, sentences
 from mushroom.text.stopwords import stopwords
@@ -76,8 +77,16 @@ class SemanticOptions(DetectorOptions):
     )
 
 
+_PREFETCH_ITEMS = 64  # items whose encoder work is done together (see SemanticDetector.run)
+
+
 def _grade(sim: np.ndarray, hi: float, lo: float) -> np.ndarray:
     return np.clip((hi - sim) / max(hi - lo, 1e-9), 0.0, 1.0)
+
+
+def _support_sentences(texts: list[str], item: Item) -> list[str]:
+    """The sentences a clause or word may find support in: the contexts' and the question."""
+    return [s.text for t in texts for s in sentences(t)] + [item.model_input]
 
 
 class SemanticDetector(VectorDetector):
@@ -127,7 +136,7 @@ class SemanticDetector(VectorDetector):
         pieces = clauses(item.model_output_text, self.options.min_clause_words)
         if not texts or not pieces:
             return None
-        sents = [s.text for t in texts for s in sentences(t)] + [item.model_input]
+        sents = _support_sentences(texts, item)
         enc = self.multilingual_encoder
         sims = (enc.encode([p.text for p in pieces]) @ enc.encode(sents).T).max(axis=1)
         out = np.zeros(len(item.model_output_text))
@@ -172,7 +181,7 @@ class SemanticDetector(VectorDetector):
         word = np.zeros(n)
         # Word level: the question counts as support, as in the lexical detector. Skipped
         # when it has no weight: clause-only needs no word-piece vectors at all.
-        sents = [s.text for t in texts for s in sentences(t)] + [item.model_input]
+        sents = _support_sentences(texts, item)
         if opts.clause_weight < 1.0:
             self._word_level(item, texts, sents, content, word)
         # Clause level (after the word level, whose sentence pass cached these vectors).
@@ -206,6 +215,48 @@ class SemanticDetector(VectorDetector):
             hit = (ans_tokens.offsets[:, 0] < tok.end) & (ans_tokens.offsets[:, 1] > tok.start)
             if hit.any():
                 word[tok.start : tok.end] = _grade(best[hit].mean(), opts.word_hi, opts.word_lo)
+
+    def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
+        """Scores items a chunk at a time, each chunk's encoder work first (`prefetch`)."""
+        for start in range(0, len(items), _PREFETCH_ITEMS):
+            chunk = items[start : start + _PREFETCH_ITEMS]
+            self.prefetch(chunk, contexts)
+            super().run(chunk, contexts, emit)
+
+    def prefetch(self, items: list[Item], contexts: dict[str, list[Context]]) -> None:
+        """Encodes every text `similarities` will ask for, for many items in full batches.
+
+        One item's texts make small batches padded to their longest text; a chunk's texts
+        sorted by length fill the encoder's batches (`Encoder.prefetch`, which caches
+        them for `similarities` to read). Only a speed-up: an item whose text fails here
+        fails again in `item_vector`, where that is recorded against the item alone.
+        """
+        opts = self.options
+        tokens: list[str] = []
+        sentence_tokens: list[str] = []
+        sentence_texts: list[str] = []
+        for item in items:
+            texts = [c.text for c in support_contexts(contexts.get(item.id, []))]
+            if not texts or not self.uses_encoder(item.lang):
+                continue
+            sents = _support_sentences(texts, item)
+            if opts.clause_weight < 1.0:
+                tokens.append(item.model_output_text)
+                if opts.word_pool == "sentences":
+                    sentence_tokens += sents
+                else:
+                    tokens += [*texts, item.model_input]
+            pieces = clauses(item.model_output_text, opts.min_clause_words)
+            if pieces:
+                sentence_texts += [p.text for p in pieces] + sents
+        if not (tokens or sentence_tokens or sentence_texts):
+            return
+        try:
+            self.encoder.prefetch(sentences=sentence_texts, tokens=tokens, sentence_tokens=sentence_tokens)
+        except MushroomError:
+            raise
+        except Exception:  # noqa: BLE001 - recorded per item when item_vector meets it again
+            return
 
     def item_vector(self, item: Item, contexts: list[Context]) -> np.ndarray:
         """Per-character probability; records the evidence channels as a side effect."""
