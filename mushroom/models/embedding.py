@@ -284,9 +284,10 @@ class Encoder:
         and `sentence_token_vectors` will be given. One item's texts (its answer, its ~20
         context sentences, its clauses) make small batches padded to their longest text,
         while many items' texts sorted by length fill whole batches of near-equal length:
-        on English test the semantic member took 32.7 s item by item and 13.3 s with its
-        texts encoded this way first, with the same outputs (to 1e-6). Without a cache
-        there is nowhere to keep the results, so this does nothing.
+        in the cold main job the semantic member's test stage took 35 s item by item and
+        20-21 s with each 64 items' texts encoded this way first, with the same outputs (to
+        1e-6; `benchmarks/main_job_time.py` prints the stage times). Without a cache there
+        is nowhere to keep the results, so this does nothing.
         """
         if self.cache is None:
             return
