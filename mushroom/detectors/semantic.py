@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import Field
 
 from mushroom.contexts import support_contexts
-from mushroom.detectors.base import DetectorOptions, Emit, VectorDetector
+from mushroom.detectors.base import DetectorOptions, Emit, VectorDetector, error_text
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
 from mushroom.errors import MushroomError
 from mushroom.records import Context, Item
@@ -108,6 +108,7 @@ class SemanticDetector(VectorDetector):
         self.lexical = LexicalDetector(options.lexical.model_copy(update={"channels": False}))
         self._encoder = encoder
         self._multilingual = multilingual_encoder
+        self.warnings: list[str] = []
 
     def describe(self) -> dict[str, Any]:
         """Name and options; the nested lexical `channels` switch is left out (see __init__)."""
@@ -218,18 +219,23 @@ class SemanticDetector(VectorDetector):
 
     def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
         """Scores items a chunk at a time, each chunk's encoder work first (`prefetch`)."""
+        kept: dict[str, dict[str, np.ndarray]] = {}
         for start in range(0, len(items), _PREFETCH_ITEMS):
             chunk = items[start : start + _PREFETCH_ITEMS]
             self.prefetch(chunk, contexts)
             super().run(chunk, contexts, emit)
+            kept.update(self.channels)
+        self.channels = kept  # the whole call's evidence, as for any VectorDetector
 
     def prefetch(self, items: list[Item], contexts: dict[str, list[Context]]) -> None:
         """Encodes every text `similarities` will ask for, for many items in full batches.
 
         One item's texts make small batches padded to their longest text; a chunk's texts
         sorted by length fill the encoder's batches (`Encoder.prefetch`, which caches
-        them for `similarities` to read). Only a speed-up: an item whose text fails here
-        fails again in `item_vector`, where that is recorded against the item alone.
+        them for `similarities` to read). It is only a speed-up, so an error here (other
+        than a MushroomError, which stops the run as it would in any item) does not fail
+        the chunk: the rest of its prefetch is dropped, a warning says so, and each item
+        is encoded on its own, where an error that recurs is recorded against that item.
         """
         opts = self.options
         tokens: list[str] = []
@@ -255,8 +261,13 @@ class SemanticDetector(VectorDetector):
             self.encoder.prefetch(sentences=sentence_texts, tokens=tokens, sentence_tokens=sentence_tokens)
         except MushroomError:
             raise
-        except Exception:  # noqa: BLE001 - recorded per item when item_vector meets it again
-            return
+        except Exception as exc:
+            warning = (
+                f"semantic: encoding a chunk of items' texts together failed ({error_text(exc)}); "
+                "what it had not done was encoded one item at a time, which is slower"
+            )
+            if warning not in self.warnings:
+                self.warnings.append(warning)
 
     def item_vector(self, item: Item, contexts: list[Context]) -> np.ndarray:
         """Per-character probability; records the evidence channels as a side effect."""

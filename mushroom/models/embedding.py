@@ -200,12 +200,16 @@ class Encoder:
         a pool the answer's pieces take their best match from, and dropping some would
         change the vectors already cached under this namespace.
         """
+        return self._sentence_tokens(texts)
+
+    def _sentence_tokens(self, texts: list[str], read: bool = True) -> list[TokenVectors]:
         return self._cached_tokens(
             texts,
             self._namespace("sentence-tokens"),
             32,
             sentence_space=self._namespace("sentence"),
             one_per_span=False,
+            read=read,
         )
 
     def _cached_tokens(
@@ -215,6 +219,7 @@ class Encoder:
         stride: int,
         sentence_space: str | None = None,
         one_per_span: bool = True,
+        read: bool = True,
     ) -> list[TokenVectors]:
         """Token vectors of texts: cached ones read, the others computed in batches and cached.
 
@@ -231,16 +236,22 @@ class Encoder:
                 be `encode`'s namespace, which the clause level reads.
             one_per_span: keep only the first piece of each character span, as the windowed
                 pass always does (a long text's windows overlap).
+            read: False to compute and cache the missing texts only, reading nothing from
+                the cache and returning an empty list (`prefetch`).
         """
         found: dict[str, TokenVectors] = {}
         missing: list[str] = []
         for text in dict.fromkeys(texts):  # each distinct text once
-            hit = self.cache.get(text_key(space, text)) if self.cache is not None else None
-            if hit is None:
+            key = text_key(space, text)
+            if self.cache is None or key not in self.cache:
                 missing.append(text)
-            else:
-                found[text] = TokenVectors(offsets=hit[1], vectors=hit[0])
-        found.update(self._compute_tokens(missing, space, stride, sentence_space, one_per_span))
+            elif read:
+                vectors, offsets = self.cache.get(key)
+                found[text] = TokenVectors(offsets=offsets, vectors=vectors)
+        computed = self._compute_tokens(missing, space, stride, sentence_space, one_per_span)
+        if not read:
+            return []
+        found.update(computed)
         return [found[text] for text in texts]
 
     def _compute_tokens(
@@ -285,30 +296,19 @@ class Encoder:
         context sentences, its clauses) make small batches padded to their longest text,
         while many items' texts sorted by length fill whole batches of near-equal length:
         in the cold main job the semantic member's test stage took 35 s item by item and
-        20-21 s with each 64 items' texts encoded this way first, with the same outputs (to
-        1e-6; `benchmarks/main_job_time.py` prints the stage times). Without a cache there
-        is nowhere to keep the results, so this does nothing.
+        20-21 s with each 64 items' texts encoded this way first, with the same outputs to
+        within about 1e-6 (`benchmarks/main_job_time.py` prints the stage times). Without a
+        cache there is nowhere to keep the results, so this does nothing.
         """
         if self.cache is None:
             return
-        cache = self.cache
-
-        def todo(texts: list[str] | None, space: str) -> list[str]:
-            return [t for t in dict.fromkeys(texts or []) if text_key(space, t) not in cache]
-
         # Sentence-token texts first: their pass caches sentence vectors too.
-        self._compute_tokens(
-            todo(sentence_tokens, self._namespace("sentence-tokens")),
-            self._namespace("sentence-tokens"),
-            32,
-            self._namespace("sentence"),
-            False,
-        )
-        space = self._namespace(f"tokens:stride={stride}")
-        self._compute_tokens(todo(tokens, space), space, stride, None, True)
-        missing = todo(sentences, self._namespace("sentence"))
+        self._sentence_tokens(sentence_tokens or [], read=False)
+        self._tokens(tokens or [], stride, read=False)
+        space = self._namespace("sentence")
+        missing = [t for t in dict.fromkeys(sentences or []) if text_key(space, t) not in self.cache]
         if missing:
-            cached_vectors(cache, self._namespace("sentence"), missing, self._encode, self.batch_size)
+            cached_vectors(self.cache, space, missing, self._encode, self.batch_size)
 
     @torch.inference_mode()
     def _sentence_pass(self, texts: list[str]) -> list[tuple[np.ndarray, TokenVectors]]:
@@ -342,7 +342,10 @@ class Encoder:
         a piece seen in two windows keeps the vector from the first one. Texts that fit the
         window are encoded together in batches; every result is cached as it is computed.
         """
-        return self._cached_tokens(texts, self._namespace(f"tokens:stride={stride}"), stride)
+        return self._tokens(texts, stride)
+
+    def _tokens(self, texts: list[str], stride: int, read: bool = True) -> list[TokenVectors]:
+        return self._cached_tokens(texts, self._namespace(f"tokens:stride={stride}"), stride, read=read)
 
     @torch.inference_mode()
     def _token_vectors(self, text: str, stride: int) -> TokenVectors:
