@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from mushroom.cliutil import plural
@@ -420,6 +420,17 @@ class RunService:
             emitted.add(result.id)
             bar.advance(task, 1)
 
+        work: dict[str, TaskID] = {}
+
+        def on_work(what: str, done: int, total: int) -> None:
+            # A row under the stage's bar for work between items; gone when it is done.
+            if what not in work:
+                work[what] = bar.add_task(f"  {what}", total=total)
+            bar.update(work[what], completed=done, total=total)
+            if done >= total:
+                bar.remove_task(work.pop(what))
+
+        detector.on_work = on_work
         try:
             for k in range(0, len(todo), size):
                 batch = todo[k : k + size]
@@ -441,6 +452,9 @@ class RunService:
             ) from None
         finally:
             detector.raw_log = None
+            detector.on_work = None
+            for row in work.values():
+                bar.remove_task(row)
 
     def _write_language(self, detector, split, lang, items, ledger, folder, out: SplitOutput) -> None:
         path = folder / submission_name(lang, split)

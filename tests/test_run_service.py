@@ -178,3 +178,40 @@ def test_a_changed_member_setting_is_named_inside_the_members_list():
     assert config_changes({"sources": ["a", "b"]}, {"sources": ["b", "a"]}) == [
         'sources: ["a", "b"] -> ["b", "a"]'
     ]
+
+
+def test_work_between_items_shows_under_the_stage_bar_until_it_is_done(tmp_path, monkeypatch):
+    """A detector's work before any item is finished (encoding a chunk) moves a row of its own."""
+    import mushroom.service as service
+    from mushroom.detectors.base import Detector, DetectorOptions, ItemResult
+    from mushroom.records import Prediction
+
+    bars, make_bar = [], service.progress_bar
+
+    def kept_bar(quiet=False, console=None):
+        bars.append(make_bar(True, console))
+        return bars[-1]
+
+    monkeypatch.setattr(service, "progress_bar", kept_bar)
+    rows = []
+
+    class Chunked(Detector):
+        name = "chunked"
+
+        def run(self, items, contexts, emit):
+            bar = bars[-1]
+            self.on_work("encoding the texts of 2 items", 1, 3)
+            rows.append({t.description: (t.completed, t.total) for t in bar.tasks})
+            self.on_work("encoding the texts of 2 items", 3, 3)
+            rows.append({t.description for t in bar.tasks})
+            emit(ItemResult.ok(Prediction(id=items[0].id)))
+            self.on_work("encoding the texts of 2 items", 1, 2)
+            raise RuntimeError("killed mid-chunk")  # the row must not outlive the run
+
+    det = Chunked(DetectorOptions())
+    out = service.RunService(tmp_path / "run", {"detector": "chunked"}, quiet=True)
+    res = out.detect_split(det, "val", tmp_path / "run" / "predictions", langs=["en"], limit=2)
+    assert rows[0]["  encoding the texts of 2 items"] == (1, 3)
+    assert rows[1] == {"chunked on val"}  # done: the row is gone
+    assert [t.description for t in bars[-1].tasks] == ["chunked on val"] and det.on_work is None
+    assert len(res.failures) == 1 and "killed mid-chunk" in res.failures[0].error

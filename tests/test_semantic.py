@@ -259,9 +259,16 @@ def test_prefetch_encodes_what_the_items_need_once_and_changes_no_output(tmp_pat
         after.append(enc.encoded)
 
     monkeypatch.setattr(det, "prefetch", spy)
+    work: list[tuple[str, int, int]] = []
+    det.on_work = lambda what, done, total: work.append((what, done, total))
     preds = det.detect(items, ctx)
     assert len(after) == 3 and after[0] > 0
     assert [*before[1:], enc.encoded] == after  # no item encoded anything itself
+    # The progress shown while a chunk encodes counts every text it encodes, ending at its total.
+    ends = [k for k, (_, done, total) in enumerate(work) if done == total]
+    assert sum(work[k][2] for k in ends) == enc.encoded and len(ends) == 3
+    assert all(done <= total for _, done, total in work) and ends[-1] == len(work) - 1
+    assert work[0][0] == "encoding the texts of 2 items"
     assert set(det.channels) == {it.id for it in items}  # every chunk's evidence, not the last one's
     # Item by item with a cache of its own: the same texts encoded, no more and no fewer.
     ref_enc = Encoder(

@@ -119,6 +119,10 @@ class Detector(ABC):
         # Evidence beyond the final probabilities (item id -> name -> per-character vector),
         # filled by vector detectors that have any; `run` copies it into each ItemResult.
         self.channels: dict[str, dict[str, np.ndarray]] = {}
+        # Told (what, done, total) of work done between items, such as encoding a chunk's
+        # texts before any of its items is finished, so a progress bar moves meanwhile;
+        # set by the run service.
+        self.on_work: Callable[[str, int, int], None] | None = None
 
     @abstractmethod
     def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from mushroom.cliutil import plural
 from mushroom.contexts import support_contexts
 from mushroom.detectors.base import DetectorOptions, Emit, VectorDetector, error_text
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
@@ -257,8 +258,18 @@ class SemanticDetector(VectorDetector):
                 sentence_texts += [p.text for p in pieces] + sents
         if not (tokens or sentence_tokens or sentence_texts):
             return
+        on_work = self.on_work
+        progress = None
+        if on_work is not None:
+            what = f"encoding the texts of {plural(len(items), 'item')}"
+
+            def progress(done: int, total: int) -> None:
+                on_work(what, done, total)
+
         try:
-            self.encoder.prefetch(sentences=sentence_texts, tokens=tokens, sentence_tokens=sentence_tokens)
+            self.encoder.prefetch(
+                sentences=sentence_texts, tokens=tokens, sentence_tokens=sentence_tokens, progress=progress
+            )
         except MushroomError:
             raise
         except Exception as exc:

@@ -13,6 +13,8 @@ text that is not in the cache, which a re-run may never reach.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +26,28 @@ from mushroom.errors import MushroomError
 from mushroom.models.vector_cache import VectorCache, cache_file, cached_vectors, text_key
 
 BUNDLED = "bundled:all-MiniLM-L6-v2"
+
+# Cache namespaces (kinds of output) under the model's identity.
+_SENTENCE = "sentence"
+_SENTENCE_TOKENS = "sentence-tokens"
+
+
+def _tokens_kind(stride: int) -> str:
+    return f"tokens:stride={stride}"
+
+
+@dataclass
+class _Progress:
+    """Texts done of a total, told to a callback after each forward pass."""
+
+    callback: Callable[[int, int], None] | None
+    total: int
+    done: int = 0
+
+    def step(self, texts: int) -> None:
+        self.done += texts
+        if self.callback is not None:
+            self.callback(self.done, self.total)
 
 
 def resolve_model(name: str) -> str:
@@ -142,6 +166,7 @@ class Encoder:
             cache = VectorCache(cache_file(model_identity(model)))
         self.cache: VectorCache | None = cache if isinstance(cache, VectorCache) else None
         self.encoded = 0  # texts actually run through the model (cache misses)
+        self._on_encoded: Callable[[int], None] | None = None  # set by `prefetch` while it runs
 
     def _ready(self, module) -> None:
         module.to(self.device)
@@ -168,11 +193,17 @@ class Encoder:
     def _namespace(self, kind: str) -> str:
         return f"{model_identity(self.name)}|max_length={self.max_length}|{kind}"
 
+    def _count(self, texts: int) -> None:
+        """Counts texts that went through the model, and tells `prefetch`'s progress."""
+        self.encoded += texts
+        if self._on_encoded is not None:
+            self._on_encoded(texts)
+
     def encode(self, texts: list[str]) -> np.ndarray:
         """One normalised vector per text (mean of the token vectors), shape (len(texts), dim)."""
         if self.cache is None or not texts:
             return self._encode(texts)
-        return cached_vectors(self.cache, self._namespace("sentence"), texts, self._encode, self.batch_size)
+        return cached_vectors(self.cache, self._namespace(_SENTENCE), texts, self._encode, self.batch_size)
 
     @torch.inference_mode()
     def _encode(self, texts: list[str]) -> np.ndarray:
@@ -183,7 +214,7 @@ class Encoder:
                 batch, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
             ).to(self.device)
             out.append(_pool(self.model(**enc).last_hidden_state, enc["attention_mask"]))
-            self.encoded += len(batch)
+            self._count(len(batch))
         if out:
             return np.concatenate(out)
         return np.zeros((0, self.model.config.hidden_size), dtype=np.float32)
@@ -205,9 +236,9 @@ class Encoder:
     def _sentence_tokens(self, texts: list[str], read: bool = True) -> list[TokenVectors]:
         return self._cached_tokens(
             texts,
-            self._namespace("sentence-tokens"),
+            self._namespace(_SENTENCE_TOKENS),
             32,
-            sentence_space=self._namespace("sentence"),
+            sentence_space=self._namespace(_SENTENCE),
             one_per_span=False,
             read=read,
         )
@@ -288,6 +319,7 @@ class Encoder:
         tokens: list[str] | None = None,
         sentence_tokens: list[str] | None = None,
         stride: int = 32,
+        progress: Callable[[int, int], None] | None = None,
     ) -> None:
         """Caches what later calls will ask for, for many items at once; returns nothing.
 
@@ -299,16 +331,47 @@ class Encoder:
         20-21 s with each 64 items' texts encoded this way first, with the same outputs to
         within about 1e-6 (`benchmarks/main_job_time.py` prints the stage times). Without a
         cache there is nowhere to keep the results, so this does nothing.
+
+        A cold chunk takes seconds with no item finished, so `progress(done, total)` is told
+        after each forward pass how many of the texts missing from the cache are done.
         """
         if self.cache is None:
             return
-        # Sentence-token texts first: their pass caches sentence vectors too.
-        self._sentence_tokens(sentence_tokens or [], read=False)
-        self._tokens(tokens or [], stride, read=False)
-        space = self._namespace("sentence")
-        missing = [t for t in dict.fromkeys(sentences or []) if text_key(space, t) not in self.cache]
-        if missing:
-            cached_vectors(self.cache, space, missing, self._encode, self.batch_size)
+        sentence_tokens, tokens, sentences = sentence_tokens or [], tokens or [], sentences or []
+        space = self._namespace(_SENTENCE)
+        counted = self._missing(sentences, space)
+        total = (
+            len(self._missing(sentence_tokens, self._namespace(_SENTENCE_TOKENS)))
+            + len(self._missing(tokens, self._namespace(_tokens_kind(stride))))
+            + len(counted)
+        )
+        if not total:
+            return
+        with self._reporting(progress, total) as report:
+            # Sentence-token texts first: their pass caches sentence vectors too, and the
+            # total drops by those (it counts texts that go through the model).
+            self._sentence_tokens(sentence_tokens, read=False)
+            self._tokens(tokens, stride, read=False)
+            missing = self._missing(sentences, space)
+            if len(missing) < len(counted):
+                report.total -= len(counted) - len(missing)
+                report.step(0)
+            if missing:
+                cached_vectors(self.cache, space, missing, self._encode, self.batch_size)
+
+    def _missing(self, texts: list[str], space: str) -> list[str]:
+        """The distinct texts whose result under `space` the cache lacks."""
+        return [t for t in dict.fromkeys(texts) if self.cache is None or text_key(space, t) not in self.cache]
+
+    @contextmanager
+    def _reporting(self, progress: Callable[[int, int], None] | None, total: int) -> Iterator[_Progress]:
+        """Tells `progress` of every forward pass made meanwhile."""
+        report = _Progress(progress, total)
+        self._on_encoded = report.step
+        try:
+            yield report
+        finally:
+            self._on_encoded = None
 
     @torch.inference_mode()
     def _sentence_pass(self, texts: list[str]) -> list[tuple[np.ndarray, TokenVectors]]:
@@ -326,7 +389,7 @@ class Encoder:
         hidden = self.model(**enc).last_hidden_state
         pooled = _pool(hidden, enc["attention_mask"])
         vecs = torch.nn.functional.normalize(hidden, dim=-1).float().cpu().numpy()
-        self.encoded += len(texts)
+        self._count(len(texts))
         keep = _text_pieces(offsets, enc["attention_mask"])
         out: list[tuple[np.ndarray, TokenVectors]] = []
         for j in range(len(texts)):
@@ -345,7 +408,7 @@ class Encoder:
         return self._tokens(texts, stride)
 
     def _tokens(self, texts: list[str], stride: int, read: bool = True) -> list[TokenVectors]:
-        return self._cached_tokens(texts, self._namespace(f"tokens:stride={stride}"), stride, read=read)
+        return self._cached_tokens(texts, self._namespace(_tokens_kind(stride)), stride, read=read)
 
     @torch.inference_mode()
     def _token_vectors(self, text: str, stride: int) -> TokenVectors:
@@ -358,7 +421,7 @@ class Encoder:
         offsets_arr = np.array([o + [(0, 0)] * (width - len(o)) for o in offsets], dtype=int)
         hidden = self.model(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device))
         vecs = torch.nn.functional.normalize(hidden.last_hidden_state, dim=-1).float().cpu().numpy()
-        self.encoded += 1
+        self._count(1)
         keep = _text_pieces(offsets_arr, attention)
         return _first_per_span(offsets_arr[keep], vecs[keep])
 
