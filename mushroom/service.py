@@ -409,26 +409,32 @@ class RunService:
         expected = {it.id for it in todo}
         emitted: set[str] = set()
         last = [time.perf_counter()]
+        work: dict[str, TaskID] = {}  # rows under the stage's bar for work between items
+
+        def end_work() -> None:
+            for row in work.values():
+                bar.remove_task(row)
+            work.clear()
+
+        def on_work(what: str, done: int, total: int) -> None:
+            if what not in work:
+                work[what] = bar.add_task(f"  {escape(what)}", total=total)
+            bar.update(work[what], completed=done, total=total)
+            if done >= total:
+                bar.remove_task(work.pop(what))
 
         def emit(result: ItemResult) -> None:
             if result.id not in expected:
                 raise MushroomError(f"detector {detector.name} emitted an unknown item {result.id!r}")
+            # An item is finished, so the work before it is over, even one that stopped short
+            # (a failed chunk encoding whose items are then encoded one by one).
+            end_work()
             now = time.perf_counter()
             result.seconds = round(now - last[0], 4)
             last[0] = now
             ledger.add(result)
             emitted.add(result.id)
             bar.advance(task, 1)
-
-        work: dict[str, TaskID] = {}
-
-        def on_work(what: str, done: int, total: int) -> None:
-            # A row under the stage's bar for work between items; gone when it is done.
-            if what not in work:
-                work[what] = bar.add_task(f"  {what}", total=total)
-            bar.update(work[what], completed=done, total=total)
-            if done >= total:
-                bar.remove_task(work.pop(what))
 
         detector.on_work = on_work
         try:
@@ -453,8 +459,7 @@ class RunService:
         finally:
             detector.raw_log = None
             detector.on_work = None
-            for row in work.values():
-                bar.remove_task(row)
+            end_work()
 
     def _write_language(self, detector, split, lang, items, ledger, folder, out: SplitOutput) -> None:
         path = folder / submission_name(lang, split)

@@ -204,14 +204,16 @@ def test_work_between_items_shows_under_the_stage_bar_until_it_is_done(tmp_path,
             rows.append({t.description: (t.completed, t.total) for t in bar.tasks})
             self.on_work("encoding the texts of 2 items", 3, 3)
             rows.append({t.description for t in bar.tasks})
-            emit(ItemResult.ok(Prediction(id=items[0].id)))
-            self.on_work("encoding the texts of 2 items", 1, 2)
+            self.on_work("encoding the texts of 2 items", 1, 3)  # stops short (a failed encoding) ...
+            emit(ItemResult.ok(Prediction(id=items[0].id)))  # ... and an item is finished after it
+            rows.append({t.description for t in bar.tasks})
+            self.on_work("encoding the texts of 1 item", 1, 2)
             raise RuntimeError("killed mid-chunk")  # the row must not outlive the run
 
     det = Chunked(DetectorOptions())
     out = service.RunService(tmp_path / "run", {"detector": "chunked"}, quiet=True)
     res = out.detect_split(det, "val", tmp_path / "run" / "predictions", langs=["en"], limit=2)
     assert rows[0]["  encoding the texts of 2 items"] == (1, 3)
-    assert rows[1] == {"chunked on val"}  # done: the row is gone
+    assert rows[1] == rows[2] == {"chunked on val"}  # done, or an item finished since: the row is gone
     assert [t.description for t in bars[-1].tasks] == ["chunked on val"] and det.on_work is None
     assert len(res.failures) == 1 and "killed mid-chunk" in res.failures[0].error

@@ -320,3 +320,21 @@ def test_prefetch_without_a_cache_encodes_nothing():
         sentences=["Marie Curie was born in Warsaw."], tokens=["She won."], sentence_tokens=["Paris."]
     )
     assert enc.encoded == 0 and enc._model is None
+
+
+def test_prefetch_progress_ends_at_its_total_when_the_sentence_token_pass_did_the_rest(tmp_path):
+    """Sentences that the sentence-token pass already cached leave the total, and the end is told."""
+    from mushroom.models.embedding import Encoder
+    from mushroom.models.vector_cache import VectorCache
+
+    enc = Encoder(device="cpu", cache=VectorCache(tmp_path / "v.bin"))
+    texts = ["Marie Curie was born in Warsaw.", "She won two Nobel Prizes.", "Paris is in France."]
+    enc.encode(texts[:1])  # a partly warm cache: one sentence vector is there already
+    reports: list[tuple[int, int]] = []
+    enc.prefetch(
+        sentences=texts, sentence_tokens=texts, progress=lambda done, total: reports.append((done, total))
+    )
+    assert reports[-1] == (3, 3) and all(done <= total for done, total in reports)
+    assert enc._on_encoded is None  # later item-by-item encoding tells nobody
+    enc.encode(["Berlin is in Germany."])
+    assert len(reports) == len(set(reports)) and reports[-1] == (3, 3)

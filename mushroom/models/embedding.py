@@ -33,6 +33,7 @@ _SENTENCE_TOKENS = "sentence-tokens"
 
 
 def _tokens_kind(stride: int) -> str:
+    """Token vectors of texts cut into windows that share `stride` tokens."""
     return f"tokens:stride={stride}"
 
 
@@ -48,6 +49,11 @@ class _Progress:
         self.done += texts
         if self.callback is not None:
             self.callback(self.done, self.total)
+
+
+def _missing(cache: VectorCache, texts: list[str], space: str) -> list[str]:
+    """The distinct texts whose result under `space` the cache lacks."""
+    return [t for t in dict.fromkeys(texts) if text_key(space, t) not in cache]
 
 
 def resolve_model(name: str) -> str:
@@ -166,7 +172,9 @@ class Encoder:
             cache = VectorCache(cache_file(model_identity(model)))
         self.cache: VectorCache | None = cache if isinstance(cache, VectorCache) else None
         self.encoded = 0  # texts actually run through the model (cache misses)
-        self._on_encoded: Callable[[int], None] | None = None  # set by `prefetch` while it runs
+        # Set by `prefetch` while it runs: one prefetch at a time per encoder (as everywhere
+        # here; two threads sharing an encoder would mix their counts).
+        self._on_encoded: Callable[[int], None] | None = None
 
     def _ready(self, module) -> None:
         module.to(self.device)
@@ -339,10 +347,10 @@ class Encoder:
             return
         sentence_tokens, tokens, sentences = sentence_tokens or [], tokens or [], sentences or []
         space = self._namespace(_SENTENCE)
-        counted = self._missing(sentences, space)
+        counted = _missing(self.cache, sentences, space)
         total = (
-            len(self._missing(sentence_tokens, self._namespace(_SENTENCE_TOKENS)))
-            + len(self._missing(tokens, self._namespace(_tokens_kind(stride))))
+            len(_missing(self.cache, sentence_tokens, self._namespace(_SENTENCE_TOKENS)))
+            + len(_missing(self.cache, tokens, self._namespace(_tokens_kind(stride))))
             + len(counted)
         )
         if not total:
@@ -352,16 +360,12 @@ class Encoder:
             # total drops by those (it counts texts that go through the model).
             self._sentence_tokens(sentence_tokens, read=False)
             self._tokens(tokens, stride, read=False)
-            missing = self._missing(sentences, space)
+            missing = _missing(self.cache, sentences, space)
             if len(missing) < len(counted):
                 report.total -= len(counted) - len(missing)
                 report.step(0)
             if missing:
                 cached_vectors(self.cache, space, missing, self._encode, self.batch_size)
-
-    def _missing(self, texts: list[str], space: str) -> list[str]:
-        """The distinct texts whose result under `space` the cache lacks."""
-        return [t for t in dict.fromkeys(texts) if self.cache is None or text_key(space, t) not in self.cache]
 
     @contextmanager
     def _reporting(self, progress: Callable[[int, int], None] | None, total: int) -> Iterator[_Progress]:
