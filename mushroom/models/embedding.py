@@ -32,9 +32,23 @@ _SENTENCE = "sentence"
 _SENTENCE_TOKENS = "sentence-tokens"
 
 
-def _tokens_kind(stride: int) -> str:
-    """Token vectors of texts cut into windows that share `stride` tokens."""
-    return f"tokens:stride={stride}"
+@dataclass(frozen=True)
+class _TokenKind:
+    """How one kind of token vectors is computed and cached.
+
+    Attributes:
+        space: the cache namespace of the token vectors.
+        stride: tokens two windows of a long text share (texts that fit ignore it).
+        sentence_space: where each short text's sentence vector is cached too; it must be
+            `encode`'s namespace, which the clause level reads.
+        one_per_span: keep only the first piece of each character span, as the windowed
+            pass always does (a long text's windows overlap).
+    """
+
+    space: str
+    stride: int
+    sentence_space: str | None = None
+    one_per_span: bool = True
 
 
 @dataclass
@@ -239,63 +253,36 @@ class Encoder:
         a pool the answer's pieces take their best match from, and dropping some would
         change the vectors already cached under this namespace.
         """
-        return self._sentence_tokens(texts)
+        return self._cached_tokens(texts, self._sentence_token_kind())
 
-    def _sentence_tokens(self, texts: list[str], read: bool = True) -> list[TokenVectors]:
-        return self._cached_tokens(
-            texts,
-            self._namespace(_SENTENCE_TOKENS),
-            32,
-            sentence_space=self._namespace(_SENTENCE),
-            one_per_span=False,
-            read=read,
-        )
+    def _sentence_token_kind(self) -> _TokenKind:
+        sentence_space = self._namespace(_SENTENCE)
+        return _TokenKind(self._namespace(_SENTENCE_TOKENS), 32, sentence_space, one_per_span=False)
 
-    def _cached_tokens(
-        self,
-        texts: list[str],
-        space: str,
-        stride: int,
-        sentence_space: str | None = None,
-        one_per_span: bool = True,
-        read: bool = True,
-    ) -> list[TokenVectors]:
+    def _token_kind(self, stride: int) -> _TokenKind:
+        return _TokenKind(self._namespace(f"tokens:stride={stride}"), stride)
+
+    def _cached_tokens(self, texts: list[str], kind: _TokenKind) -> list[TokenVectors]:
         """Token vectors of texts: cached ones read, the others computed in batches and cached.
 
         Texts that fit the window go through the encoder together, in batches of similar
         token length; a longer text is cut into overlapping windows on its own. Each batch
         is written to the cache as soon as it is done, so an interrupted run keeps it. A
         text given twice is computed once, and both entries are the same object.
-
-        Args:
-            texts: the texts, in the order of the result.
-            space: the cache namespace of the token vectors.
-            stride: tokens two windows of a long text share (texts that fit ignore it).
-            sentence_space: where each short text's sentence vector is cached too; it must
-                be `encode`'s namespace, which the clause level reads.
-            one_per_span: keep only the first piece of each character span, as the windowed
-                pass always does (a long text's windows overlap).
-            read: False to compute and cache the missing texts only, reading nothing from
-                the cache and returning an empty list (`prefetch`).
         """
         found: dict[str, TokenVectors] = {}
         missing: list[str] = []
         for text in dict.fromkeys(texts):  # each distinct text once
-            key = text_key(space, text)
+            key = text_key(kind.space, text)
             if self.cache is None or key not in self.cache:
                 missing.append(text)
-            elif read:
+            else:
                 vectors, offsets = self.cache.get(key)
                 found[text] = TokenVectors(offsets=offsets, vectors=vectors)
-        computed = self._compute_tokens(missing, space, stride, sentence_space, one_per_span)
-        if not read:
-            return []
-        found.update(computed)
+        found.update(self._compute_tokens(missing, kind))
         return [found[text] for text in texts]
 
-    def _compute_tokens(
-        self, texts: list[str], space: str, stride: int, sentence_space: str | None, one_per_span: bool
-    ) -> dict[str, TokenVectors]:
+    def _compute_tokens(self, texts: list[str], kind: _TokenKind) -> dict[str, TokenVectors]:
         """Token vectors of distinct texts, computed in batches and cached batch by batch."""
         found: dict[str, TokenVectors] = {}
         if not texts:
@@ -308,17 +295,17 @@ class Encoder:
             batch = short[start : start + self.batch_size]
             entries = []
             for text, (pooled, tv) in zip(batch, self._sentence_pass(batch)):
-                tv = _first_per_span(tv.offsets, tv.vectors) if one_per_span else tv
+                tv = _first_per_span(tv.offsets, tv.vectors) if kind.one_per_span else tv
                 found[text] = tv
-                entries.append((text_key(space, text), tv.vectors, tv.offsets))
-                if sentence_space is not None:
-                    entries.append((text_key(sentence_space, text), pooled[None, :], None))
+                entries.append((text_key(kind.space, text), tv.vectors, tv.offsets))
+                if kind.sentence_space is not None:
+                    entries.append((text_key(kind.sentence_space, text), pooled[None, :], None))
             if self.cache is not None:
                 self.cache.put_many(entries)
         for text in long:
-            found[text] = self._token_vectors(text, stride)
+            found[text] = self._token_vectors(text, kind.stride)
             if self.cache is not None:
-                self.cache.put_many([(text_key(space, text), found[text].vectors, found[text].offsets)])
+                self.cache.put_many([(text_key(kind.space, text), found[text].vectors, found[text].offsets)])
         return found
 
     def prefetch(
@@ -347,19 +334,18 @@ class Encoder:
             return
         sentence_tokens, tokens, sentences = sentence_tokens or [], tokens or [], sentences or []
         space = self._namespace(_SENTENCE)
+        sentence_kind, token_kind = self._sentence_token_kind(), self._token_kind(stride)
+        sentence_token_texts = _missing(self.cache, sentence_tokens, sentence_kind.space)
+        token_texts = _missing(self.cache, tokens, token_kind.space)
         counted = _missing(self.cache, sentences, space)
-        total = (
-            len(_missing(self.cache, sentence_tokens, self._namespace(_SENTENCE_TOKENS)))
-            + len(_missing(self.cache, tokens, self._namespace(_tokens_kind(stride))))
-            + len(counted)
-        )
+        total = len(sentence_token_texts) + len(token_texts) + len(counted)
         if not total:
             return
         with self._reporting(progress, total) as report:
             # Sentence-token texts first: their pass caches sentence vectors too, and the
             # total drops by those (it counts texts that go through the model).
-            self._sentence_tokens(sentence_tokens, read=False)
-            self._tokens(tokens, stride, read=False)
+            self._compute_tokens(sentence_token_texts, sentence_kind)
+            self._compute_tokens(token_texts, token_kind)
             missing = _missing(self.cache, sentences, space)
             if len(missing) < len(counted):
                 report.total -= len(counted) - len(missing)
@@ -409,10 +395,7 @@ class Encoder:
         a piece seen in two windows keeps the vector from the first one. Texts that fit the
         window are encoded together in batches; every result is cached as it is computed.
         """
-        return self._tokens(texts, stride)
-
-    def _tokens(self, texts: list[str], stride: int, read: bool = True) -> list[TokenVectors]:
-        return self._cached_tokens(texts, self._namespace(_tokens_kind(stride)), stride, read=read)
+        return self._cached_tokens(texts, self._token_kind(stride))
 
     @torch.inference_mode()
     def _token_vectors(self, text: str, stride: int) -> TokenVectors:
