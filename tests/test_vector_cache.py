@@ -2,7 +2,15 @@
 
 import numpy as np
 
-from mushroom.models.vector_cache import VectorCache, cache_file, cache_root, text_key
+from mushroom.models.vector_cache import (
+    VectorCache,
+    cache_file,
+    cache_root,
+    cached_vectors,
+    lookup,
+    missing_texts,
+    text_key,
+)
 
 
 def test_results_come_back_after_reopening_and_a_cut_record_is_dropped(tmp_path):
@@ -48,3 +56,31 @@ def test_cache_root_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("MUSHROOM_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
     assert cache_root() == tmp_path / "x" / "mushroom"
+
+
+def test_each_missing_text_is_computed_once_in_batches_by_length_and_kept_as_it_goes(tmp_path):
+    cache = VectorCache(tmp_path / "v.bin")
+    calls: list[list[str]] = []
+
+    def compute(texts):
+        calls.append(list(texts))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # a kill during the second batch
+        return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
+
+    texts = ["ccc", "a", "ccc", "bb", "dddd"]
+    try:
+        cached_vectors(cache, "m|sentence", texts, compute, batch_size=2)
+    except KeyboardInterrupt:
+        pass
+    assert calls == [["a", "bb"], ["ccc", "dddd"]]  # distinct, shortest first
+    assert missing_texts(cache, "m|sentence", texts) == ["ccc", "dddd"]  # the first batch was kept
+    assert missing_texts(cache, "m|other", texts) == ["ccc", "a", "bb", "dddd"]
+
+    calls.clear()
+    got = cached_vectors(VectorCache(tmp_path / "v.bin"), "m|sentence", texts, compute, batch_size=2)
+    assert calls == [["ccc", "dddd"]]  # the re-run computes only what the kill lost
+    assert got[:, 0].tolist() == [3, 1, 3, 2, 4]
+    stored, missing = lookup(cache, "m|sentence", ["bb", "zz", "bb"])
+    assert list(stored) == ["bb"] and stored["bb"][1] is None and missing == ["zz"]
+    assert lookup(None, "m|sentence", ["x", "x"]) == ({}, ["x"])

@@ -23,7 +23,14 @@ import torch  # this module is imported only by detectors that embed
 from transformers import AutoModel, AutoTokenizer
 
 from mushroom.errors import MushroomError
-from mushroom.models.vector_cache import VectorCache, cache_file, cached_vectors, text_key
+from mushroom.models.vector_cache import (
+    VectorCache,
+    cache_file,
+    cached_vectors,
+    lookup,
+    missing_texts,
+    text_key,
+)
 
 BUNDLED = "bundled:all-MiniLM-L6-v2"
 
@@ -63,11 +70,6 @@ class _Progress:
         self.done += texts
         if self.callback is not None:
             self.callback(self.done, self.total)
-
-
-def _missing(cache: VectorCache, texts: list[str], space: str) -> list[str]:
-    """The distinct texts whose result under `space` the cache lacks."""
-    return [t for t in dict.fromkeys(texts) if text_key(space, t) not in cache]
 
 
 def resolve_model(name: str) -> str:
@@ -270,15 +272,8 @@ class Encoder:
         is written to the cache as soon as it is done, so an interrupted run keeps it. A
         text given twice is computed once, and both entries are the same object.
         """
-        found: dict[str, TokenVectors] = {}
-        missing: list[str] = []
-        for text in dict.fromkeys(texts):  # each distinct text once
-            key = text_key(kind.space, text)
-            if self.cache is None or key not in self.cache:
-                missing.append(text)
-            else:
-                vectors, offsets = self.cache.get(key)
-                found[text] = TokenVectors(offsets=offsets, vectors=vectors)
+        stored, missing = lookup(self.cache, kind.space, texts)
+        found = {text: TokenVectors(offsets=off, vectors=vecs) for text, (vecs, off) in stored.items()}
         found.update(self._compute_tokens(missing, kind))
         return [found[text] for text in texts]
 
@@ -335,9 +330,9 @@ class Encoder:
         sentence_tokens, tokens, sentences = sentence_tokens or [], tokens or [], sentences or []
         space = self._namespace(_SENTENCE)
         sentence_kind, token_kind = self._sentence_token_kind(), self._token_kind(stride)
-        sentence_token_texts = _missing(self.cache, sentence_tokens, sentence_kind.space)
-        token_texts = _missing(self.cache, tokens, token_kind.space)
-        counted = _missing(self.cache, sentences, space)
+        sentence_token_texts = missing_texts(self.cache, sentence_kind.space, sentence_tokens)
+        token_texts = missing_texts(self.cache, token_kind.space, tokens)
+        counted = missing_texts(self.cache, space, sentences)
         total = len(sentence_token_texts) + len(token_texts) + len(counted)
         if not total:
             return
@@ -346,7 +341,7 @@ class Encoder:
             # total drops by those (it counts texts that go through the model).
             self._compute_tokens(sentence_token_texts, sentence_kind)
             self._compute_tokens(token_texts, token_kind)
-            missing = _missing(self.cache, sentences, space)
+            missing = missing_texts(self.cache, space, sentences)
             if len(missing) < len(counted):
                 report.total -= len(counted) - len(missing)
                 report.step(0)

@@ -46,6 +46,34 @@ def text_key(namespace: str, text: str) -> bytes:
     return hashlib.sha256(f"{namespace}\x00{text}".encode()).digest()
 
 
+Entry = tuple[np.ndarray, np.ndarray | None]  # vectors (rows x dim), offsets (rows x 2) or None
+
+
+def missing_texts(cache: VectorCache | None, namespace: str, texts: list[str]) -> list[str]:
+    """The distinct texts (first-seen order) whose result the cache lacks, without reading any."""
+    distinct = dict.fromkeys(texts)
+    if cache is None:
+        return list(distinct)
+    return [text for text in distinct if text_key(namespace, text) not in cache]
+
+
+def lookup(cache: VectorCache | None, namespace: str, texts: list[str]) -> tuple[dict[str, Entry], list[str]]:
+    """Each distinct text's stored result, and the distinct texts (first-seen order) it lacks.
+
+    Every kind of encoder output reads the cache through here, so a text given twice is
+    looked up, and later computed, once.
+    """
+    found: dict[str, Entry] = {}
+    missing: list[str] = []
+    for text in dict.fromkeys(texts):
+        hit = cache.get(text_key(namespace, text)) if cache is not None else None
+        if hit is None:
+            missing.append(text)
+        else:
+            found[text] = hit
+    return found, missing
+
+
 def cached_vectors(
     cache: VectorCache | None,
     namespace: str,
@@ -59,27 +87,16 @@ def cached_vectors(
     batch's longest one wastes encoder time), and each batch is written to the cache as soon
     as it is done, so an interrupted run keeps what it computed. `texts` must not be empty.
     """
-    keys = [text_key(namespace, t) for t in texts]
-    found: dict[bytes, np.ndarray] = {}
-    missing: list[int] = []
-    for k, key in enumerate(keys):
-        if key in found:
-            continue
-        hit = cache.get(key) if cache is not None else None
-        if hit is None:
-            missing.append(k)
-            found[key] = np.zeros(0)  # placeholder: one computation per distinct text
-        else:
-            found[key] = hit[0][0]
-    missing.sort(key=lambda k: len(texts[k]))
+    stored, missing = lookup(cache, namespace, texts)
+    found = {text: vectors[0] for text, (vectors, _) in stored.items()}
+    missing.sort(key=len)
     for start in range(0, len(missing), batch_size):
         batch = missing[start : start + batch_size]
-        vecs = compute([texts[k] for k in batch])
+        vecs = compute(batch)
         if cache is not None:
-            cache.put_many([(keys[k], vec[None, :], None) for k, vec in zip(batch, vecs)])
-        for k, vec in zip(batch, vecs):
-            found[keys[k]] = vec
-    return np.stack([found[key] for key in keys]).astype(np.float32)
+            cache.put_many([(text_key(namespace, t), vec[None, :], None) for t, vec in zip(batch, vecs)])
+        found.update(zip(batch, vecs))
+    return np.stack([found[text] for text in texts]).astype(np.float32)
 
 
 def _pack(vectors: np.ndarray, offsets: np.ndarray | None) -> bytes:
@@ -150,7 +167,7 @@ class VectorCache:
     def __contains__(self, key: bytes) -> bool:
         return key in self.index
 
-    def get(self, key: bytes) -> tuple[np.ndarray, np.ndarray | None] | None:
+    def get(self, key: bytes) -> Entry | None:
         """The stored result, or None when the key was never written."""
         where = self.index.get(key)
         if where is None:
