@@ -61,26 +61,28 @@ def test_cache_root_follows_the_environment(tmp_path, monkeypatch):
 def test_each_missing_text_is_computed_once_in_batches_by_length_and_kept_as_it_goes(tmp_path):
     cache = VectorCache(tmp_path / "v.bin")
     calls: list[list[str]] = []
+    kill_at = [2]  # a kill during the second batch of the first run
 
     def compute(texts):
         calls.append(list(texts))
-        if len(calls) == 2:
-            raise KeyboardInterrupt  # a kill during the second batch
+        if len(calls) in kill_at:
+            raise KeyboardInterrupt
         return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
 
-    texts = ["ccc", "a", "ccc", "bb", "dddd"]
+    texts = ["ccc", "a", "ccc", "bb", "dddd", "aa"]
     try:
         cached_vectors(cache, "m|sentence", texts, compute, batch_size=2)
     except KeyboardInterrupt:
         pass
-    assert calls == [["a", "bb"], ["ccc", "dddd"]]  # distinct, shortest first
-    assert missing_texts(cache, "m|sentence", texts) == ["ccc", "dddd"]  # the first batch was kept
-    assert missing_texts(cache, "m|other", texts) == ["ccc", "a", "bb", "dddd"]
+    assert calls == [["a", "bb"], ["aa", "ccc"]]  # distinct, shortest first, ties as first seen
+    assert missing_texts(cache, "m|sentence", texts) == ["ccc", "dddd", "aa"]  # the first batch was kept
+    assert missing_texts(cache, "m|other", texts) == ["ccc", "a", "bb", "dddd", "aa"]
 
     calls.clear()
+    kill_at.clear()
     got = cached_vectors(VectorCache(tmp_path / "v.bin"), "m|sentence", texts, compute, batch_size=2)
-    assert calls == [["ccc", "dddd"]]  # the re-run computes only what the kill lost
-    assert got[:, 0].tolist() == [3, 1, 3, 2, 4]
+    assert calls == [["aa", "ccc"], ["dddd"]]  # the re-run computes only what the kill lost
+    assert got[:, 0].tolist() == [3, 1, 3, 2, 4, 2]
     stored, missing = lookup(cache, "m|sentence", ["bb", "zz", "bb"])
     assert list(stored) == ["bb"] and stored["bb"][1] is None and missing == ["zz"]
     assert lookup(None, "m|sentence", ["x", "x"]) == ({}, ["x"])
