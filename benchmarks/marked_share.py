@@ -20,19 +20,30 @@ from rich.console import Console
 from rich.table import Table
 
 from mushroom.data import load_split
+from mushroom.errors import MushroomError
 from mushroom.predictions import load_predictions
 from mushroom.records import Item
 from mushroom.spans import hard_to_mask
 
 
-def share(items: list[Item], hard: dict[str, list]) -> float:
-    """Mean over items of the share of answer characters marked (items with text only)."""
+def share(items: list[Item], hard: dict[str, list]) -> tuple[float, int]:
+    """Mean share of answer characters marked over the items `hard` has, and how many those are.
+
+    Items with no prediction are left out rather than counted as unmarked, so a partial
+    file does not read as a detector that marks nothing (the count column shows it).
+    """
     shares = [
-        hard_to_mask(hard.get(it.id, []), len(it.model_output_text)).mean()
+        hard_to_mask(hard[it.id], len(it.model_output_text)).mean()
         for it in items
-        if it.model_output_text
+        if it.model_output_text and it.id in hard
     ]
-    return float(np.mean(shares)) if shares else float("nan")
+    return (float(np.mean(shares)) if shares else float("nan")), len(shares)
+
+
+def predicted(path: Path, items: list[Item]) -> dict[str, list]:
+    """Hard labels of a checked prediction file, by item id."""
+    lengths = {it.id: len(it.model_output_text) for it in items}
+    return {k: p.hard_labels for k, p in load_predictions(path, lengths).items()}
 
 
 def main() -> None:
@@ -43,26 +54,37 @@ def main() -> None:
     if not test_files:
         sys.exit(f"{run}: no mushroom.<lang>-tst.v1.jsonl files (is it a main-job run folder?)")
     val_items = load_split("val")
-    table = Table(title=f"share of answer characters marked ({run})")
-    for col in ("lang", "val gold", "val predicted", "test predicted", "test - val predicted"):
+    table = Table(
+        title=f"share of answer characters marked ({run})",
+        caption="val columns are blank for languages without labelled val or without a val/ file in the run",
+    )
+    for col in ("lang", "val gold", "val predicted", "test predicted", "test items", "test - val predicted"):
         table.add_column(col, justify="right")
+    partial = []
     for path in test_files:
         lang = path.name.split(".")[1].split("-")[0]
         test_items = load_split("test", [lang])[lang]
-        lengths = {it.id: len(it.model_output_text) for it in test_items}
-        test = share(test_items, {k: p.hard_labels for k, p in load_predictions(path, lengths).items()})
-        row = [lang, "", "", f"{test:.3f}", ""]
+        test, n = share(test_items, predicted(path, test_items))
+        total = sum(1 for it in test_items if it.model_output_text)
+        if n < total:
+            partial.append(f"{path.name}: {n} of {total} test items predicted")
+        row = [lang, "", "", f"{test:.3f}", f"{n}/{total}", ""]
         val_path = run / "val" / f"mushroom.{lang}-val.v2.jsonl"
         if lang in val_items and val_path.exists():
             items = val_items[lang]
-            lengths = {it.id: len(it.model_output_text) for it in items}
-            gold = share(items, {it.id: it.hard_labels or [] for it in items})
-            pred = share(items, {k: p.hard_labels for k, p in load_predictions(val_path, lengths).items()})
+            gold, _ = share(items, {it.id: it.hard_labels or [] for it in items})
+            pred, _ = share(items, predicted(val_path, items))
             row[1:3] = [f"{gold:.3f}", f"{pred:.3f}"]
-            row[4] = f"{test - pred:+.3f}"
+            row[5] = f"{test - pred:+.3f}"
         table.add_row(*row)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for line in partial:
+        console.print(f"[yellow]warning:[/] {line}; the share is over those only")
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except MushroomError as exc:
+        sys.exit(f"error: {exc}")
