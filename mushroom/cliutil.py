@@ -76,7 +76,7 @@ def no_prediction(ids: list[str], noun: str = "item", total: int | None = None) 
 
     One line, not one per item: a file that lost half of 1,000 items would otherwise bury
     every other problem under 500 lines with no line number to go to. The checker, the
-    scorer and `compare` all say it this way.
+    scorer, `compare` and the stack's member loading all say it this way.
     """
     count = plural(len(ids), noun) if total is None else f"{len(ids)} of {plural(total, noun)}"
     return f"no prediction for {count}: {listed(ids)}"

@@ -13,7 +13,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from mushroom.cliutil import plural
+from mushroom.cliutil import listed, plural
 from mushroom.errors import MushroomError
 from mushroom.predictions import prediction_from_vectors, prediction_vectors
 from mushroom.records import Item, Prediction
@@ -99,7 +99,7 @@ def ensemble(
         unknown = [i for i in ids if i not in lengths]
         if unknown:
             raise MushroomError(
-                f"{plural(len(unknown), 'predicted id')} not among the items, e.g. {unknown[:3]}"
+                f"{plural(len(unknown), 'predicted id')} not among the items: {listed(unknown)}"
             )
     out = []
     for item_id in ids:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from mushroom.channels import channel_file, read_channels
-from mushroom.cliutil import plural
+from mushroom.cliutil import no_prediction
 from mushroom.errors import MushroomError
 from mushroom.predictions import load_predictions
 from mushroom.records import Item, Prediction
@@ -42,7 +42,7 @@ class Member:
         preds = load_predictions(path)
         missing = [it.id for it in items if it.id not in preds]
         if missing:
-            raise MushroomError(f"{path}: {plural(len(missing), 'item')} not predicted, e.g. {missing[:3]}")
+            raise MushroomError(f"{path}: {no_prediction(missing, total=len(items))}")
         lengths = {it.id: len(it.model_output_text) for it in items}
         channels = read_channels(chan_path, lengths) if chan_path.exists() else {}
         return preds, channels
