@@ -5,7 +5,7 @@ hallucination when it is rare or a number, hardly ever when it is common; a low 
 matters in some languages and not in others. Shallow boosted trees learn those
 interactions. The stack's default averages them with the logistic model (`BlendScorer`):
 on val (5-fold CV by item, every choice nested, mean of three fold draws) the blend scored
-IoU 0.568 / Cor 0.596 against 0.562 / 0.588 (logistic alone) and 0.564 / 0.587 (trees
+IoU 0.569 / Cor 0.596 against 0.563 / 0.588 (logistic alone) and 0.565 / 0.587 (trees
 alone); `benchmarks/stack_val.py --seeds 0,1,2 --model blend,trees,logistic` prints them.
 
 scikit-learn's `HistGradientBoostingRegressor` fits the trees. The fitted trees are copied
