@@ -276,7 +276,14 @@ def _backend_options(
     """Folds the --backend/--model/--base-url/--responses shortcuts into the detector options."""
     if not (backend or model or base_url or responses):
         return
-    cfg = dict(options.get(key, {}))
+    given = options.get(key, {})
+    if isinstance(given, str):  # `-o backend=openai` names the kind
+        given = {"kind": given}
+    if not isinstance(given, dict):
+        raise MushroomError(
+            f"-o {key}={given!r}: give the backend's settings as -o {key}.kind=…, -o {key}.model=…"
+        )
+    cfg = dict(given)
     for name, value in (
         ("kind", backend),
         ("model", model),
@@ -292,9 +299,12 @@ def _backend_options(
 @app.command()
 def detect(
     split: Annotated[str, typer.Option("--split", help="val or test")] = "val",
-    detector: Annotated[str, typer.Option("--detector", help="detector name")] = "lexical",
+    detector: Annotated[
+        str | None,
+        typer.Option("--detector", help="detector name (default: lexical, or llm with --backend/--model)"),
+    ] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="run folder (default: runs/<time>-<detector>)")
+        Path | None, typer.Option("--out", help="run folder (default: runs/<time>-<detector>-<split>)")
     ] = None,
     lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
     contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
@@ -337,9 +347,11 @@ def detect(
 
     options = nest_options(parse_options(option or []))
     if backend or model or base_url or responses:
-        if detector == "lexical":
-            detector = "llm"
+        # The shortcuts configure an LLM's backend, so they imply the llm detector; a named
+        # detector without a backend (lexical) is refused by its options, not swapped.
+        detector = detector or "llm"
         _backend_options(options, backend, model, base_url, responses)
+    detector = detector or "lexical"
     if prompt:
         options["prompt"] = prompt
     if temperatures:
@@ -762,21 +774,23 @@ def stack_fit(
     out: Annotated[Path, typer.Option("--out", help="where to save the fitted stack (JSON)")],
     split: Annotated[str, typer.Option("--split", help="labelled split to fit on")] = "val",
     lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
-    folds: Annotated[int, typer.Option("--folds", help="cross-validation folds (by item)")] = 5,
-    l2: Annotated[float, typer.Option("--l2", help="L2 penalty of the logistic regression")] = 1.0,
+    folds: Annotated[int, typer.Option("--folds", min=2, help="cross-validation folds (by item)")] = 5,
+    l2: Annotated[float, typer.Option("--l2", min=0.0, help="L2 penalty of the logistic regression")] = 1.0,
     model: Annotated[
         str, typer.Option("--model", help="blend (the default: the mean of the other two), trees or logistic")
     ] = "blend",
 ) -> None:
     """Fit the stack on a labelled split; print the cross-validated comparison with each member."""
-    from mushroom.data import load_split
+    from mushroom.data import load_split, require_labelled
     from mushroom.runs import write_json
     from mushroom.stack import fit_stack, parse_members
     from mushroom.stack.model import check_model_kind
     from mushroom.tables import comparison_table
 
     check_model_kind(model, "--model")
-    fit = fit_stack(parse_members(members), load_split(split, lang), split, folds, l2, model=model)
+    data = load_split(split, lang)
+    require_labelled(data, split, "fitting a stack")
+    fit = fit_stack(parse_members(members), data, split, folds, l2, model=model)
     write_json(out, fit.model.model_dump(mode="json"))
     out_console.print(comparison_table(f"stack on {split} ({folds}-fold CV by item)", fit.comparison))
     m = fit.model

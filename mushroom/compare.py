@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mushroom.cliutil import no_prediction
-from mushroom.data import load_split, split_files
+from mushroom.data import load_split, require_labelled, split_files
 from mushroom.errors import MushroomError
 from mushroom.jsonl import load_records
 from mushroom.predictions import load_predictions, prediction_vectors
@@ -253,6 +253,7 @@ def sweep_scope(runs: list[Path], split: str = "val", langs: list[str] | None = 
                 )
             notes.append(f"sweeping {', '.join(langs)}: " + "; ".join(s.made_with() for s in limited))
     data = load_split(split, langs)
+    require_labelled(data, split, "a threshold sweep")
     partial = [s for s in scopes if s.partial]
     if partial:
         total = sum(len(items) for items in data.values())
@@ -286,6 +287,7 @@ def sweep(
     """
     thresholds = thresholds or THRESHOLDS
     data = data if data is not None else load_split(split, langs)
+    require_labelled(data, split, "a threshold sweep")
     iou = {t: [] for t in thresholds}
     cor = {t: [] for t in thresholds}
     for lang, items in data.items():

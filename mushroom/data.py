@@ -105,3 +105,19 @@ def load_split(
         )
     prefix = (lambda lang: f"train-{lang}-") if split == "train" else (lambda lang: None)
     return {lang: load_items(files[lang], prefix(lang)) for lang in wanted}
+
+
+def require_labelled(data: dict[str, list[Item]], split: str, what: str) -> None:
+    """Raises unless every item carries gold labels.
+
+    Scoring an unlabelled item treats its gold as "nothing hallucinated", so a threshold
+    sweep or a stack fitted on test would report IoU 1.0 for marking nothing, with exit 0.
+    """
+    bare = {lang: sum(not it.is_labelled for it in items) for lang, items in data.items()}
+    bare = {lang: n for lang, n in bare.items() if n}
+    if bare:
+        counts = ", ".join(f"{lang} ({n} of {len(data[lang])})" for lang, n in sorted(bare.items()))
+        raise MushroomError(
+            f"{what} needs gold labels, and split {split!r} has items without them: {counts}; "
+            "use a labelled split (--split val)"
+        )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -218,12 +219,41 @@ class SplitOutput:
     reused: int = 0
 
 
+# (unusable counter, out of counter, what they count): a model that answers every request
+# with text the parser cannot read leaves every prediction empty, which scores like a quiet
+# "nothing hallucinated" unless someone says so.
+_UNUSABLE = (
+    ("llm.unparseable", "llm.requests", "LLM responses were unparseable"),
+    ("llm.backend_errors", "llm.requests", "LLM requests failed"),
+    ("chain.decomposition_failures", "chain.items", "answers could not be decomposed into claims"),
+    ("pyes.unusable", "pyes.requests", "P(Yes) requests gave no usable score"),
+)
+UNUSABLE_SHARE = 0.5
+
+
+def unusable_warnings(where: str, stats: dict[str, int]) -> list[str]:
+    """Warnings for counters saying that most model output of a language was unusable."""
+    out = []
+    for bad, total, what in _UNUSABLE:
+        n, of = stats.get(bad, 0), stats.get(total, 0)
+        if of and n / of >= UNUSABLE_SHARE:
+            out.append(
+                f"{where}: {n} of {of} {what}; those items' predictions are empty or fall back, so "
+                "the scores say little about the method: check the model, prompt and server (raw/ has "
+                "every response; `--backend replay` re-parses them)"
+            )
+    return out
+
+
 def _sum_stats(results: list[ItemResult]) -> dict[str, int]:
     total: Counter[str] = Counter()
     for r in results:
         total.update(r.stats)
         total["items.ok" if r.status == "ok" else "items.failed"] += 1
     return dict(sorted(total.items()))
+
+
+_HELD: dict[Path, Any] = {}  # run folders whose lock this process holds -> the open lock file
 
 
 class RunService:
@@ -265,8 +295,47 @@ class RunService:
         """Whether any item has finished in this folder (then its config is locked)."""
         return any(p.stat().st_size > 0 for p in self.out.glob("**/items/*.jsonl"))
 
+    def _lock(self) -> None:
+        """Holds the folder's lock for this process, or says which process holds it.
+
+        Two runs on one folder would each call the model for every item, append to the same
+        ledgers and overwrite each other's config. The lock is `flock` on `<out>/.lock`, so a
+        killed run frees it; a process that opens the folder again (a resumed run in a
+        notebook) already holds it.
+        """
+        try:
+            import fcntl
+        except ImportError:  # not on POSIX: no lock, as before
+            return
+        key = self.out.resolve()
+        if key in _HELD:
+            return
+        handle = open(key / ".lock", "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise MushroomError(
+                f"{self.out} is in use by another mushroom run (pid {holder}); wait for it to end, "
+                "or choose another --out"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        _HELD[key] = handle
+
+    def release(self) -> None:
+        """Frees the folder's lock (the end of a process frees it too)."""
+        handle = _HELD.pop(self.out.resolve(), None)
+        if handle is not None:
+            handle.close()
+
     def _open(self) -> bool:
         self.out.mkdir(parents=True, exist_ok=True)
+        self._lock()
         cfg_path = self.out / "config.json"
         wanted = {"config": self.config, "config_hash": config_hash(self.config)}
         existing = self._read_json(cfg_path)
@@ -385,7 +454,7 @@ class RunService:
                     self._run_items(detector, lang, todo, ctx.by_id, ledger, bar, task, folder)
                     out.done_now += len(todo)
                 self._write_language(detector, split, lang, items, ledger, folder, out)
-        self._write_stats(folder, ledgers, out)
+        self._write_stats(folder, ledgers, out, split)
         # A stage resumed after a kill was computed over several runs: the ledger's per-item
         # times add up all of it, where this run's wall time covers only the last part.
         item_seconds = round(sum(r.seconds or 0.0 for ld in ledgers.values() for r in ld.results.values()), 2)
@@ -495,13 +564,16 @@ class RunService:
 
             write_jsonl(channel_file(folder / "raw", lang), channels)
 
-    def _write_stats(self, folder: Path, ledgers: dict[str, Ledger], out: SplitOutput) -> None:
+    def _write_stats(self, folder: Path, ledgers: dict[str, Ledger], out: SplitOutput, split: str) -> None:
         per_lang = {lang: _sum_stats(list(ld.results.values())) for lang, ld in ledgers.items()}
         out.stats = {
             **per_lang,
             "all": _sum_stats([r for ld in ledgers.values() for r in ld.results.values()]),
         }
         write_json(folder / "stats.json", out.stats)
+        for lang, stats in per_lang.items():
+            for warning in unusable_warnings(f"{split}/{lang}", stats):
+                self._warn(warning)
 
     # -- results ----------------------------------------------------------------------------
 
@@ -527,6 +599,8 @@ class RunService:
 
         if not files:
             self.console.print(f"[yellow]nothing to score on {split}[/yellow]: no complete language")
+            for name in ("scores.json", "scores.md"):  # an earlier pass's scores no longer hold
+                (folder / name).unlink(missing_ok=True)
             return []
 
         def one(lang: str, path: Path):
@@ -573,7 +647,10 @@ class RunService:
 
     def finish(self, summary: dict[str, Any]) -> dict[str, Any]:
         """Writes summary.json and failures.jsonl, prints the failures; RunFailed if any."""
-        groups = Counter(f.error for f in self.failures)
+        # An error that names its item ("no recorded response for 'val-en-1'") would make a
+        # group of one per item; the item's id is left out of the grouping key.
+        keyed = [(f.error.replace(f.id, "<id>"), f) for f in self.failures]
+        groups = Counter(key for key, _ in keyed)
         summary = {
             **summary,
             "items_failed": len(self.failures),
@@ -585,6 +662,7 @@ class RunService:
         }
         write_jsonl(self.out / "failures.jsonl", [f.row() for f in self.failures])
         write_json(self.out / "summary.json", summary)
+        self.release()
         if self.failures:
             title = f"{plural(len(self.failures), 'failed item')}, by error"
             table = Table(title=title, title_justify="left")
@@ -592,7 +670,7 @@ class RunService:
             table.add_column("error")
             table.add_column("for example")
             for error, n in groups.most_common(10):
-                example = next(f for f in self.failures if f.error == error)
+                example = next(f for key, f in keyed if key == error)
                 table.add_row(
                     str(n), escape(error[:200]), escape(f"{example.split}/{example.lang}/{example.id}")
                 )

@@ -602,3 +602,39 @@ def test_counts_agree_with_their_nouns(tmp_path, capsys):
     assert code == 1 and "1 problem in input" in err
     code, _, err = cli(capsys, "compare", tmp_path, "--baseline", "3")
     assert code == 2 and "--baseline 3: 1 run given" in err
+
+
+def test_an_unlabelled_split_is_not_swept_or_fitted_on(tmp_path, capsys):
+    # Scoring an item without gold treats it as "nothing hallucinated": a sweep on test said
+    # "best IoU 1.0000" and a stack fitted on test saved threshold 0.05, both with exit 0.
+    run = tmp_path / "lex"
+    code, _, err = cli(
+        capsys, "detect", "--split", "test", "--lang", "en", "--limit", "3", "--out", run, "--quiet"
+    )
+    assert code == 0, err
+    code, out, err = cli(capsys, "sweep", run, "--split", "test", "--svg", tmp_path / "s.svg")
+    assert (
+        code == 2
+        and "needs gold labels" in err
+        and "split 'test' has items without them: en (" in err
+        and "IoU" not in out
+    )
+    assert not (tmp_path / "s.svg").exists()
+    stack = tmp_path / "stack.json"
+    code, _, err = cli(
+        capsys, "stack", "fit", f"lex={run}", "--split", "test", "--lang", "en", "--out", stack
+    )
+    assert code == 2 and "fitting a stack needs gold labels" in err and not stack.exists()
+    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--folds", "1", "--out", stack)
+    assert code == 2 and "--folds" in err
+
+
+def test_backend_shortcuts_with_a_detector_that_calls_no_llm_are_refused(tmp_path, capsys):
+    # --detector lexical used to be swapped for llm when --backend was given; now it is said.
+    out = tmp_path / "run"
+    args = ["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--out", out]
+    code, _, err = cli(capsys, "detect", "--detector", "lexical", *args)
+    assert code == 2 and "detector lexical" in err and "backend" in err and not out.exists()
+    # a typo of a registry model is a usage error with the match, before any engine loads
+    code, _, err = cli(capsys, "detect", "--backend", "transformers", "--model", "smolm2", "--out", out)
+    assert code == 2 and "did you mean 'smollm2'" in err and not out.exists()

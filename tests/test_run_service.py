@@ -49,6 +49,57 @@ def test_a_dead_server_fails_the_run_loudly_and_writes_no_submission(tmp_path):
     assert "--allow-failures" in proc.stdout and (out / "predictions" / "mushroom.en-tst.v1.jsonl").is_file()
 
 
+def test_a_failed_rerun_leaves_no_scores_of_the_pass_before(tmp_path):
+    out = tmp_path / "dead"
+    proc = mushroom(*detect_args(out, closed_port_url(), "val", "--allow-failures"))
+    assert proc.returncode == 0 and (out / "scores.json").is_file(), proc.stdout + proc.stderr
+    proc = mushroom(*detect_args(out, closed_port_url()))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert not (out / "scores.json").exists() and not (out / "scores.md").exists()
+
+
+def test_a_model_answering_only_garbage_is_warned_about(tmp_path):
+    out = tmp_path / "run"
+    with FakeServer({}, "I am sorry, I cannot help with that.") as server:
+        proc = mushroom(*detect_args(out, server.url))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    warning = "val/en: 5 of 5 LLM responses were unparseable"
+    assert warning in " ".join(proc.stdout.split())
+    assert any(w.startswith(warning) for w in json.loads((out / "summary.json").read_text())["warnings"])
+
+
+def test_a_folder_in_use_by_another_run_is_refused(tmp_path):
+    import fcntl
+
+    out = tmp_path / "run"
+    out.mkdir()
+    with open(out / ".lock", "a+") as held:  # as a running process holds it
+        held.write("4242")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = mushroom(*detect_args(out, closed_port_url()))
+        assert proc.returncode == 2 and "in use by another mushroom run (pid 4242)" in proc.stderr
+        assert not (out / "config.json").exists()
+    proc = mushroom(*detect_args(out, closed_port_url()))  # freed: the run goes ahead (and fails)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+
+
+def test_failures_naming_their_item_are_grouped_as_one_error(tmp_path):
+    # Recorded at temperatures 0.1 and 0.2, replayed at the default 0: the error says so, and
+    # the five failures are one group, not five groups of one.
+    responses = tmp_path / "rec.jsonl"
+    items = load_split("val", ["en"])["en"][:5]
+    lines = [{"id": it.id, "temperature": t, "response": SPANS} for it in items for t in (0.1, 0.2)]
+    responses.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "run"
+    proc = mushroom("detect", "--lang", "en", "--limit", "5", "--backend", "replay", "--responses",
+                    str(responses), "--out", str(out), "--quiet")  # fmt: skip
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    [(error, count)] = summary["failures_by_error"].items()
+    assert count == 5 and "at temperature 0" in error and "--temperatures 0.1,0.2" in error
+
+
 def test_a_server_failing_some_items_then_a_healthy_one_retries_only_those(tmp_path):
     items = load_split("val", ["en"])["en"][:5]
     bad = [items[1].model_output_text, items[3].model_output_text]

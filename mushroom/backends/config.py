@@ -128,6 +128,13 @@ class TransformersConfig(BackendSettings):
     structured_output: bool = Field(True, description="constrain decoding to the request's JSON schema")
     extra: dict[str, Any] = Field(default_factory=dict, description="passed to from_pretrained as is")
 
+    @field_validator("model")
+    @classmethod
+    def _not_a_typo(cls, value: str) -> str:
+        from mushroom.models.zoo import check_model_name
+
+        return check_model_name(value)
+
 
 class VLLMConfig(BackendSettings):
     """vLLM's offline engine in process."""
@@ -136,6 +143,13 @@ class VLLMConfig(BackendSettings):
     dtype: str | None = Field(None, description="torch dtype name")
     structured_output: bool = Field(True, description="guided JSON decoding with the request's schema")
     extra: dict[str, Any] = Field(default_factory=dict, description="passed to vllm.LLM as is")
+
+    @field_validator("model")
+    @classmethod
+    def _not_a_typo(cls, value: str) -> str:
+        from mushroom.models.zoo import check_model_name
+
+        return check_model_name(value)
 
 
 BUILTIN_CONFIGS: dict[str, type[BackendSettings]] = {

@@ -144,6 +144,20 @@ class ReplayBackend(Backend):
         self._used[slot] = k + len(taken)
         return taken
 
+    def _missing(self, req: GenerationRequest) -> str:
+        """Why a request has no answer: none recorded, none left, or none at its temperature."""
+        _, lines = self._lines(req.key, req.item_id, req.stage)
+        temps = sorted({r.temperature for r in lines if r.answers() and r.temperature is not None})
+        if temps and not any(abs(t - req.temperature) < 1e-9 for t in temps):
+            shown = ",".join(f"{t:g}" for t in temps)
+            return (
+                f"no recorded response for {req.key!r} at temperature {req.temperature:g}; the file has it "
+                f"at {shown} (run with --temperatures {shown})"
+            )
+        if any(r.answers() for r in lines):
+            return f"no recorded response left for {req.key!r} (each recorded answer is replayed once)"
+        return f"no recorded response for {req.key!r}"
+
     def generate(
         self, requests: list[GenerationRequest], on_result: OnResult | None = None
     ) -> list[Generation]:
@@ -157,7 +171,7 @@ class ReplayBackend(Backend):
                     logprobs=lps if all(lp is not None for lp in lps) else None,
                 )
             else:
-                gen = Generation(error=f"no recorded response for {req.key!r}")
+                gen = Generation(error=self._missing(req))
             out.append(gen)
             if on_result:
                 on_result(i, gen)

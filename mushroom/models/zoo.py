@@ -141,13 +141,45 @@ def cache_root() -> Path:
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "mushroom"
 
 
+def _close_name(name: str) -> str | None:
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), list(REGISTRY), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
 def entry(name: str) -> ModelEntry:
     """The registry entry called `name`, or an error listing the known names."""
     try:
         return REGISTRY[name]
     except KeyError:
         known = ", ".join(sorted(REGISTRY))
-        raise UnknownModelError(f"no model called {name!r}; known models: {known}") from None
+        close = _close_name(name)
+        hint = f" (did you mean {close!r}?)" if close else ""
+        raise UnknownModelError(f"no model called {name!r}{hint}; known models: {known}") from None
+
+
+def check_model_name(name: str) -> str:
+    """`name`, unless it is a typo of a registry name (`smolm2`): then an error naming the match.
+
+    A typo would otherwise reach the hub as a model id and fail every item once the engine
+    has loaded; caught when the config is read, it is a usage error.
+    """
+    close = _close_name(name) if name else None
+    if name not in REGISTRY and close and not Path(name).expanduser().exists():
+        known = ", ".join(sorted(REGISTRY))
+        raise ValueError(f"no model called {name!r} (did you mean {close!r}?); known models: {known}")
+    return name
+
+
+def require_model(name: str, backend: str) -> None:
+    """Raises unless a backend that loads weights was given a model."""
+    if not name:
+        known = ", ".join(sorted(REGISTRY))
+        raise MushroomError(
+            f"the {backend} backend needs `model` (--model): a registry name ({known}), "
+            "a .gguf file, a local model folder or a hub id"
+        )
 
 
 def model_path(name: str) -> Path:

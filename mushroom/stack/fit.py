@@ -183,6 +183,8 @@ def fit_stack(
         lang -> metric), the stack's out-of-fold predictions per language, which are honest
         to score, and the per-fold scores and choices.
     """
+    if folds < 2 or l2 < 0:
+        raise MushroomError(f"the stack needs folds >= 2 and l2 >= 0 (got folds={folds}, l2={l2})")
     languages = sorted(data)
     stack_data, channels = load_stack_data(members, split, data, None, languages)
     fit = fit_stack_data(stack_data, channels, [m.name for m in members], folds, l2, config, model)
