@@ -176,6 +176,23 @@ def check_rows(
             report.errors.append(Problem(path, line, "id", f"id {rid!r} is not among the items"))
             continue
         _check_row(row, by_id[rid], (path, line), report)
+    # The official scorer reads the file as a table: a line without a key that other lines
+    # have becomes a missing value and the scorer fails, though each line alone is valid.
+    for key in ("soft_labels", "hard_labels"):
+        have = [line for line, row in rows if isinstance(row, dict) and key in row]
+        if have and len(have) < len(rows):
+            for line, row in rows:
+                if isinstance(row, dict) and key not in row:
+                    report.errors.append(
+                        Problem(
+                            path,
+                            line,
+                            key,
+                            f"missing while {plural(len(have), 'other line')} have it; the official "
+                            "scorer fails on such a file",
+                            item_id=row.get("id") if isinstance(row.get("id"), str) else None,
+                        )
+                    )
     report.n_items = len(items)
     report.missing = [item.id for item in items if item.id not in seen]
     if report.missing:

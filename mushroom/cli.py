@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 from rich.markup import escape
@@ -27,6 +27,7 @@ from mushroom.cliutil import (
 )
 from mushroom.contexts import DEFAULT_SOURCES
 from mushroom.errors import DataError, MushroomError
+from mushroom.records import ErrorType
 
 if TYPE_CHECKING:
     from mushroom.scoring.score import ScoreResult
@@ -97,7 +98,15 @@ def score(
     for warning in result.warnings:
         print_warning(warning)
     if per_lang:
-        console.print(rich_table("per language", score_rows(result.by_lang(), None, load_leaderboard())))
+        by_lang = result.by_lang()
+        console.print(rich_table("per language", score_rows(by_lang, None, load_leaderboard())))
+        if len(by_lang) > 1:
+            console.print(
+                "the table's mean weighs each language the same (as the run tables do); the IoU and Cor "
+                f"lines below average all {len(result.ids)} items, as the official scorer does on one file",
+                highlight=False,
+                markup=False,
+            )
     if per_item:
         from rich.table import Table
 
@@ -262,6 +271,7 @@ def ensemble(
     out_console.print(f"wrote {what} to {esc(out)}", highlight=False)
 
 
+TAGS_HELP = "error-type tags JSONL {id, error_type}; error_type is one of " + ", ".join(get_args(ErrorType))
 ALLOW_FAILURES_HELP = "write files even when items failed (they are left empty and listed)"
 
 
@@ -514,15 +524,14 @@ def compare(
     runs: Annotated[list[Path], typer.Argument(help="run folders (or folders of prediction files)")],
     split: Annotated[str, typer.Option("--split", help="labelled split")] = "val",
     baseline: Annotated[int, typer.Option("--baseline", help="index of the baseline run (0: first)")] = 0,
-    tags: Annotated[
-        Path | None, typer.Option("--tags", help="error-type tags JSONL {id, error_type}")
-    ] = None,
+    tags: Annotated[Path | None, typer.Option("--tags", help=TAGS_HELP)] = None,
     name: Annotated[str | None, typer.Option("--name", help="file name stem in eval/")] = None,
     eval_dir: Annotated[
         Path | None, typer.Option("--eval-dir", help="where to write (default: eval/)")
     ] = None,
 ) -> None:
     """Compare runs: IoU/Cor with 95% CIs per language, paired difference and p-value vs a baseline."""
+    from mushroom.cliutil import listed
     from mushroom.compare import (
         COLUMNS,
         comparison_rows,
@@ -532,6 +541,7 @@ def compare(
         rows_markdown,
         score_run,
         tag_rows,
+        unscored_tags,
     )
     from mushroom.data import workspace
     from mushroom.jsonl import atomic_write_text
@@ -568,6 +578,12 @@ def compare(
     md = rows_markdown(rows, COLUMNS)
     csv_text = rows_csv(rows, COLUMNS)
     if tag_map is not None:
+        stray = unscored_tags(scored, tag_map)
+        if stray:
+            print_warning(
+                f"--tags {tags}: {len(stray)} of {plural(len(tag_map), 'tagged id')} are not among the "
+                f"{len(scored[0].result.ids)} scored items and are left out: {listed(stray)}"
+            )
         t_rows = tag_rows(scored, tag_map)
         if t_rows:
             out_console.print(rows_markdown(t_rows), markup=False, highlight=False)
@@ -618,9 +634,7 @@ def report(
     contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
         DEFAULT_CONTEXTS
     ),
-    tags: Annotated[
-        Path | None, typer.Option("--tags", help="error-type tags JSONL {id, error_type}")
-    ] = None,
+    tags: Annotated[Path | None, typer.Option("--tags", help=TAGS_HELP)] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="HTML file (default: RUN_DIR/report.<split>.html)")
     ] = None,

@@ -10,7 +10,6 @@ import csv
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,21 +21,13 @@ from mushroom.data import load_split, require_labelled, split_files
 from mushroom.errors import MushroomError
 from mushroom.jsonl import load_records
 from mushroom.predictions import load_predictions, prediction_vectors
-from mushroom.records import Item
+from mushroom.records import ErrorType, Item
 from mushroom.runs import RunScope, prediction_folder, run_scope
 from mushroom.scoring.metrics import mask_iou, vector_cor
 from mushroom.scoring.score import ScoreResult, score_paths
 from mushroom.scoring.stats import paired_test
 from mushroom.spans import hard_to_mask, soft_to_vector
 from mushroom.submission import submission_name
-
-ErrorType = Literal[
-    "context-misinterpretation",
-    "incorrect-context",
-    "semantic-equivalence-fp",
-    "dependent-claim-missed",
-    "other",
-]
 
 
 class ErrorTag(BaseModel):
@@ -162,10 +153,17 @@ def comparison_table(title: str, rows: list[dict]) -> Table:
 
 
 def tag_rows(runs: list[RunScores], tags: dict[str, str]) -> list[dict]:
-    """Per error type: how many tagged items, and each run's mean IoU/Cor on them."""
+    """Per error type: how many tagged items the runs scored, and each run's mean IoU/Cor on them.
+
+    A tag for an item the runs did not score (another language, a --limit run, a typo) is
+    left out of the count; `unscored_tags` names those for a warning.
+    """
+    scored = set(runs[0].result.ids) if runs else set()
     rows = []
     for error_type in sorted(set(tags.values())):
-        ids = {i for i, t in tags.items() if t == error_type}
+        ids = {i for i, t in tags.items() if t == error_type and i in scored}
+        if not ids:
+            continue
         row: dict = {"error_type": error_type, "items": len(ids)}
         for run in runs:
             mask = np.array([i in ids for i in run.result.ids])
@@ -173,6 +171,12 @@ def tag_rows(runs: list[RunScores], tags: dict[str, str]) -> list[dict]:
             row[f"{run.name} Cor"] = float(run.result.cor[mask].mean()) if mask.any() else float("nan")
         rows.append(row)
     return rows
+
+
+def unscored_tags(runs: list[RunScores], tags: dict[str, str]) -> list[str]:
+    """Tagged ids that are not among the items the runs scored."""
+    scored = set(runs[0].result.ids) if runs else set()
+    return [i for i in tags if i not in scored]
 
 
 COLUMNS = [

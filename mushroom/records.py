@@ -131,3 +131,13 @@ class ChannelRecord(BaseModel):
 
     id: str = Field(min_length=1)
     channels: dict[str, list[SoftSpan]]
+
+
+ErrorType = Literal[
+    "context-misinterpretation",
+    "incorrect-context",
+    "semantic-equivalence-fp",
+    "dependent-claim-missed",
+    "other",
+]
+"""The error types an item can be tagged with for `compare --tags` and `report --tags`."""

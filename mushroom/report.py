@@ -19,7 +19,7 @@ import numpy as np
 from mushroom.cliutil import plural
 from mushroom.contexts import DEFAULT_SOURCES, load_contexts
 from mushroom.data import load_split
-from mushroom.errors import Problem
+from mushroom.errors import MushroomError, Problem
 from mushroom.jsonl import iter_json_lines
 from mushroom.predictions import load_predictions, prediction_vectors
 from mushroom.records import Item, Prediction
@@ -184,6 +184,12 @@ def build_report(
             ious.append(iou)
         summary.append(
             (lang, len(items), float(np.nanmean(ious)) if items and items[0].is_labelled else None)
+        )
+    if not summary:
+        wanted = ", ".join(data)
+        raise MushroomError(
+            f"{folder}: no prediction file for {split} in {wanted}; a page without items would say nothing "
+            "(choose the run's languages with --lang, or its split with --split)"
         )
     tag_counts: dict[str, int] = {}
     for t in tags.values():

@@ -276,7 +276,11 @@ class RunService:
         self.warnings: list[str] = []
         self.started = time.perf_counter()
         self.stages = self._read_json(self.out / "stages.json") or {}
-        self.resumed = self._open()
+        try:
+            self.resumed = self._open()
+        except BaseException:  # a refused folder is not kept locked by this process
+            self.release()
+            raise
         if self.resumed:
             self.console.print(f"[yellow]resuming[/yellow] the run in {escape(str(self.out))}")
 

@@ -76,3 +76,23 @@ def test_missing_items_are_errors_and_cli_exits_1(tmp_path, item_rows):
     )
     assert out.returncode == 1
     assert "no prediction for 1 item: 't-2'" in out.stderr
+
+
+def test_a_key_missing_on_some_lines_is_an_error(tmp_path, item_rows):
+    # Each line alone is valid, but the official scorer reads the file as a table and fails
+    # on the line without soft_labels; `score` says so, and `check` must not call it OK.
+    pred = write_lines(
+        tmp_path / "p.jsonl",
+        [
+            {"id": "t-1", "soft_labels": [{"start": 13, "end": 17, "prob": 0.8}], "hard_labels": [[13, 17]]},
+            {"id": "t-2", "hard_labels": []},
+        ],
+    )
+    report = check_file(pred, _items(tmp_path, item_rows))
+    assert not report.ok
+    [problem] = report.errors
+    assert (problem.line, problem.field) == (2, "soft_labels") and "official scorer fails" in problem.message
+    only_hard = write_lines(
+        tmp_path / "h.jsonl", [{"id": "t-1", "hard_labels": [[13, 17]]}, {"id": "t-2", "hard_labels": []}]
+    )
+    assert check_file(only_hard, _items(tmp_path, item_rows)).ok  # the same key missing everywhere is fine

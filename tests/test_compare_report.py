@@ -59,12 +59,16 @@ def test_compare_pairs_items_and_writes_markdown_and_csv(two_runs, tmp_path):
             {"id": "val-en-1", "error_type": "incorrect-context"},
             {"id": "val-it-2", "error_type": "incorrect-context"},
             {"id": "val-en-3", "error_type": "semantic-equivalence-fp", "note": "synonym"},
+            {"id": "val-xx-99", "error_type": "other"},  # no such item: not counted, but named
         ],
     )
     res = runner.invoke(
         app, ["compare", str(lo), str(hi), "--tags", str(tags), "--eval-dir", str(tmp_path), "--name", "c"]
     )
     assert res.exit_code == 0, res.output
+    assert (
+        "1 of 4 tagged ids are not among the" in " ".join(res.output.split()) and "'val-xx-99'" in res.output
+    )
     md = (tmp_path / "c.md").read_text()
     assert "| hi | en |" in md and "## Error types" in md
     csv_lines = (tmp_path / "c.csv").read_text().splitlines()
@@ -74,6 +78,14 @@ def test_compare_pairs_items_and_writes_markdown_and_csv(two_runs, tmp_path):
         "incorrect-context": 2,
         "semantic-equivalence-fp": 1,
     }
+
+
+def test_a_report_with_no_prediction_file_for_its_languages_is_refused(two_runs, tmp_path):
+    lo, _ = two_runs
+    out = tmp_path / "r.html"
+    res = runner.invoke(app, ["report", str(lo), "--lang", "de", "--out", str(out)])
+    assert res.exit_code != 0 and "no prediction file for val in de" in str(res.exception)
+    assert not out.exists()
 
 
 def test_bad_tag_file_names_line_and_field(tmp_path):
