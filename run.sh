@@ -2,9 +2,12 @@
 # The main job: 14 checked test submission files + zip, then a scored val run.
 #   ./run.sh [--out DIR] [other `mushroom main-job` options]
 #   ./run.sh CONFIG.toml [--out DIR]   runs any config from configs/ instead
+# Paths are read from the folder you run it in, as with any command.
 set -euo pipefail
-cd "$(dirname "$0")"
-cmd=(python3 -m mushroom)  # this checkout's code, whatever `mushroom` is on PATH
+here="$(cd "$(dirname "$0")" && pwd)"
+# this checkout's code, whatever `mushroom` is on PATH or installed
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+cmd=(python3 -m mushroom)
 case "${1:-}" in
   *.toml|*.yaml|*.yml) exec "${cmd[@]}" run "$@" ;;
   *) exec "${cmd[@]}" main-job "$@" ;;

@@ -14,6 +14,7 @@ from mushroom.cliutil import (
     esc,
     field_default,
     input_file,
+    listed,
     nest_options,
     out_console,
     output_file,
@@ -21,6 +22,7 @@ from mushroom.cliutil import (
     parse_options,
     plural,
     print_warning,
+    reflow_help,
     run_cli,
     set_debug,
     split_names,
@@ -259,7 +261,22 @@ def ensemble(
                 "are unknown; pass --items FILE (the items the predictions are for)"
             )
         lengths = found
+    if out.resolve() in {p.resolve() for p in preds}:
+        raise MushroomError(f"--out {out} is one of the inputs; write the vote to another file")
     runs = [load_predictions(p, lengths) for p in preds]
+    for path, run in zip(preds[1:], runs[1:]):
+        if set(run) != set(runs[0]):
+            absent = [i for i in runs[0] if i not in run]
+            extra = [i for i in run if i not in runs[0]]
+            what = "; ".join(
+                part
+                for part in (
+                    f"no prediction for {listed(absent)}" if absent else "",
+                    f"ids that {preds[0]} lacks: {listed(extra)}" if extra else "",
+                )
+                if part
+            )
+            raise DataError.single(path, None, "id", f"covers other items than {preds[0]}: {what}")
     combined = run_ensemble(runs, lengths, threshold, mode)
     if item_list is not None:
         write_predictions(out, combined, item_list)
@@ -269,6 +286,11 @@ def ensemble(
         write_jsonl(out, [p.submission_dict() for p in combined])
     what = f"{plural(len(combined), 'prediction')} from {plural(len(runs), 'run')}"
     out_console.print(f"wrote {what} to {esc(out)}", highlight=False)
+
+
+def lang_codes(values: list[str] | None) -> list[str] | None:
+    """--lang given as `--lang en --lang de` or `--lang en,de` (as score --langs takes them)."""
+    return [code for value in values for code in split_names(value)] if values else None
 
 
 TAGS_HELP = "error-type tags JSONL {id, error_type}; error_type is one of " + ", ".join(get_args(ErrorType))
@@ -308,7 +330,7 @@ def _backend_options(
 
 @app.command()
 def detect(
-    split: Annotated[str, typer.Option("--split", help="val or test")] = "val",
+    split: Annotated[str | None, typer.Option("--split", help="val (the default) or test")] = None,
     detector: Annotated[
         str | None,
         typer.Option("--detector", help="detector name (default: lexical, or llm with --backend/--model)"),
@@ -316,7 +338,9 @@ def detect(
     out: Annotated[
         Path | None, typer.Option("--out", help="run folder (default: runs/<time>-<detector>-<split>)")
     ] = None,
-    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
+    lang: Annotated[
+        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
+    ] = None,
     contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
         DEFAULT_CONTEXTS
     ),
@@ -362,6 +386,8 @@ def detect(
         detector = detector or "llm"
         _backend_options(options, backend, model, base_url, responses)
     detector = detector or "lexical"
+    if items_file is None:
+        split = split or "val"
     if prompt:
         options["prompt"] = prompt
     if temperatures:
@@ -372,12 +398,22 @@ def detect(
     if items_file is not None:
         from mushroom.data import load_items
 
+        if split is not None:
+            raise MushroomError(f"--items {items_file} replaces --split {split}: give one of them")
         split = "items"
         data = {}
         for item in load_items(input_file(items_file, "--items")):
             data.setdefault(item.lang, []).append(item)
         if not data:  # a run over nothing would "succeed" and write nothing
             raise DataError.single(items_file, None, None, "no items")
+        from mushroom.languages import LANGUAGES
+
+        for code in sorted(set(data) - set(LANGUAGES)):
+            print_warning(
+                f"{items_file}: {plural(len(data[code]), 'item')} in language {code!r}, which mushroom "
+                f"does not know ({', '.join(LANGUAGES)}): no stopword list, calibration or word "
+                "splitting of its own is used for them"
+            )
         if lang:
             have = sorted(data)
             data = {code: its for code, its in data.items() if code in lang}
@@ -394,6 +430,13 @@ def detect(
             raise MushroomError(
                 f"with --items, --contexts takes JSONL files of {{id, context}}; not found: {missing}"
             )
+    else:
+        from mushroom.contexts import check_sources
+        from mushroom.data import load_split
+
+        # Read before the run folder exists: a wrong --lang or --contexts leaves no folder.
+        data = load_split(split, lang)
+        check_sources(split, sorted(data), sources)
     out = out or workspace() / "runs" / f"{timestamp()}-{detector}-{split}"
     config = {
         "job": "detect",
@@ -412,11 +455,11 @@ def detect(
     service.print_stats(f"{detector} on {split}: counts (stats.json)", result.stats["all"])
     summary: dict[str, Any] = {"stats": result.stats["all"]}
     labelled = split == "val" or (
-        data is not None and all(it.is_labelled for its in data.values() for it in its)
+        items_file is not None and all(it.is_labelled for its in data.values() for it in its)
     )
     rows = []
     if labelled:  # own items, or part of a split, are scored against the items' own labels
-        own = data is not None or limit is not None
+        own = items_file is not None or limit is not None
         title = f"{detector} on {items_file or split}"
         rows = service.score(split, result.files, out, title, items=result.items if own else None)
     if rows:
@@ -437,7 +480,9 @@ def main_job(
             help="'stack' (lexical + semantic, combined by a stack fitted on val) or one detector",
         ),
     ] = "stack",
-    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all 14")] = None,
+    lang: Annotated[
+        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all 14")
+    ] = None,
     contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
         DEFAULT_CONTEXTS
     ),
@@ -456,6 +501,11 @@ def main_job(
 
     sources = tuple(s.strip() for s in contexts.split(",") if s.strip())
     options = parse_options(option or [])
+    if detector == "stack" and no_val:
+        raise MushroomError(
+            "--no-val: the stack (the default --detector) is fitted on val, so it always runs val; "
+            "--no-val goes with one detector (--detector lexical)"
+        )
     if detector == "stack":
         per_detector: dict[str, dict] = {}
         for key, value in options.items():
@@ -531,7 +581,6 @@ def compare(
     ] = None,
 ) -> None:
     """Compare runs: IoU/Cor with 95% CIs per language, paired difference and p-value vs a baseline."""
-    from mushroom.cliutil import listed
     from mushroom.compare import (
         COLUMNS,
         comparison_rows,
@@ -598,9 +647,15 @@ def compare(
 def sweep(
     runs: Annotated[list[Path], typer.Argument(help="one run, or several (their mean probability)")],
     split: Annotated[str, typer.Option("--split", help="labelled split")] = "val",
-    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
+    lang: Annotated[
+        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
+    ] = None,
     svg: Annotated[
-        Path | None, typer.Option("--svg", help="write the plot here (default: eval/sweep-<time>.svg)")
+        Path | None,
+        typer.Option(
+            "--svg",
+            help="write the plot here, and its numbers beside it as .csv (default: eval/sweep-<time>.svg)",
+        ),
     ] = None,
 ) -> None:
     """IoU and Cor against the hard-label threshold, printed and plotted (SVG)."""
@@ -630,7 +685,9 @@ def sweep(
 def report(
     run_dir: Annotated[Path, typer.Argument(help="a run folder")],
     split: Annotated[str, typer.Option("--split", help="split whose predictions to show")] = "val",
-    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
+    lang: Annotated[
+        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
+    ] = None,
     contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
         DEFAULT_CONTEXTS
     ),
@@ -658,7 +715,9 @@ def report(
 @app.command("contexts")
 def contexts_cmd(
     split: Annotated[str, typer.Option("--split", help="val, test or train")] = "val",
-    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
+    lang: Annotated[
+        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
+    ] = None,
     backend: Annotated[
         str, typer.Option("--backend", help="openai, transformers, vllm or replay")
     ] = "openai",
@@ -787,7 +846,9 @@ def stack_fit(
     members: Annotated[list[str], typer.Argument(help="member runs: NAME=RUN_DIR or RUN_DIR")],
     out: Annotated[Path, typer.Option("--out", help="where to save the fitted stack (JSON)")],
     split: Annotated[str, typer.Option("--split", help="labelled split to fit on")] = "val",
-    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
+    lang: Annotated[
+        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
+    ] = None,
     folds: Annotated[int, typer.Option("--folds", min=2, help="cross-validation folds (by item)")] = 5,
     l2: Annotated[float, typer.Option("--l2", min=0.0, help="L2 penalty of the logistic regression")] = 1.0,
     model: Annotated[
@@ -839,7 +900,9 @@ def stack_apply(
     members: Annotated[list[str], typer.Argument(help="member runs, same names and order as when fitted")],
     out: Annotated[Path, typer.Option("--out", help="run folder for the prediction files")],
     split: Annotated[str, typer.Option("--split", help="split to predict")] = "test",
-    lang: Annotated[list[str] | None, typer.Option("--lang", help="language(s); default all")] = None,
+    lang: Annotated[
+        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
+    ] = None,
 ) -> None:
     """Apply a fitted stack to the members' files of a split; writes checked prediction files.
 
@@ -893,6 +956,9 @@ def list_detectors() -> None:
             out_console.print(
                 f"    {esc(key)} = {esc(field_default(info))}  {esc(info.description or '')}", highlight=False
             )
+
+
+reflow_help(app)
 
 
 def main() -> None:

@@ -113,7 +113,7 @@ def suggest(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, Any])
     """
     names = sorted(choices)
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = f"; did you mean {close[0]!r}?" if close else ";"
     return f"{hint} valid: {', '.join(names) if names else '(none)'}"
 
 
@@ -236,7 +236,14 @@ def parse_float_list(
             or (low is not None and value < low)
             or (high is not None and value > high)
         ):
-            bounds = f" in [{low}, {high}]" if low is not None and high is not None else ""
+            if low is not None and high is not None:
+                bounds = f" in [{low:g}, {high:g}]"
+            elif low is not None:
+                bounds = f" >= {low:g}"
+            elif high is not None:
+                bounds = f" <= {high:g}"
+            else:
+                bounds = ""
             raise MushroomError(f"{option}: {part!r} must be a finite number{bounds}")
         values.append(value)
     if not values:
@@ -402,3 +409,32 @@ def run_cli(app: Callable[..., Any], argv: list[str] | None = None) -> int:
         else:
             print_error(message)
         return code
+
+
+def reflow_help(app: Any) -> None:
+    """Gives each command the help of its docstring with every paragraph on one line.
+
+    Typer prints a docstring's later paragraphs with their source line breaks, so a sentence
+    wrapped at 110 columns in the code broke in the middle on an 80-column terminal. Lines
+    that start a list item or are indented keep their break.
+    """
+    import inspect
+
+    for command in app.registered_commands:
+        if command.help is None and command.callback is not None:
+            command.help = _reflowed(inspect.getdoc(command.callback) or "")
+    for group in app.registered_groups:
+        reflow_help(group.typer_instance)
+
+
+def _reflowed(doc: str) -> str:
+    paragraphs = []
+    for block in doc.split("\n\n"):
+        lines: list[str] = []
+        for line in block.splitlines():
+            if lines and not line.startswith(("- ", "* ", " ")):
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line)
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)

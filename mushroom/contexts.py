@@ -102,6 +102,46 @@ class ContextSet:
     files: dict[str, str] = field(default_factory=dict)
 
 
+def _skipped_optional(named: str, context_dir: Path | None) -> bool:
+    # An optional source is skipped where it has no file, unless no split or language has
+    # one (a typo); the default ones are skipped anyway, for contexts folders of one's own.
+    source = named.removesuffix(OPTIONAL)
+    return named.endswith(OPTIONAL) and (named in DEFAULT_SOURCES or _exists_anywhere(source, context_dir))
+
+
+def source_path(
+    split: str,
+    lang: str,
+    named: str,
+    sources: tuple[str, ...] | list[str] = (),
+    context_dir: Path | None = None,
+    allow_missing_source: bool = False,
+) -> Path | None:
+    """The file of one named source, None where it is skipped, or an error naming close sources."""
+    source = named.removesuffix(OPTIONAL)
+    if not source.removeprefix("translated:"):
+        raise MushroomError(f"empty context source name in {', '.join(map(repr, sources or [named]))}")
+    path = context_file(split, lang, source, context_dir)
+    if path is None and _skipped_optional(named, context_dir):
+        return None
+    if path is None and not allow_missing_source:
+        have = available_sources(split, lang, context_dir)
+        close = difflib.get_close_matches(source, have, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise MushroomError(
+            f"no context file for source {source!r} ({split}, {lang}){hint} available: "
+            + (", ".join(have) or "none")
+        )
+    return path
+
+
+def check_sources(split: str, langs: list[str], sources: tuple[str, ...] | list[str]) -> None:
+    """Raises what `load_contexts` would for any of the languages, before a run starts."""
+    for lang in langs:
+        for named in sources:
+            source_path(split, lang, named, sources)
+
+
 def load_contexts(
     split: str,
     lang: str,
@@ -123,28 +163,11 @@ def load_contexts(
     result = ContextSet()
     for named in sources:
         source = named.removesuffix(OPTIONAL)
-        if not source.removeprefix("translated:"):
-            raise MushroomError(f"empty context source name in {', '.join(map(repr, sources))}")
-        path = context_file(split, lang, source, context_dir)
-        # An optional source is skipped where it has no file, unless no split or language has
-        # one (a typo); the default ones are skipped anyway, for contexts folders of one's own.
-        if (
-            path is None
-            and named.endswith(OPTIONAL)
-            and (named in DEFAULT_SOURCES or _exists_anywhere(source, context_dir))
-        ):
-            continue
+        path = source_path(split, lang, named, sources, context_dir, allow_missing_source)
         if path is None:
-            if allow_missing_source:
+            if allow_missing_source and not _skipped_optional(named, context_dir):
                 result.missing[source] = len(item_ids or [])
-                continue
-            have = available_sources(split, lang, context_dir)
-            close = difflib.get_close_matches(source, have, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise MushroomError(
-                f"no context file for source {source!r} ({split}, {lang}){hint} available: "
-                + (", ".join(have) or "none")
-            )
+            continue
         result.files[source] = str(path)
         records = load_records(path, ContextRecord)
         texts = {r.id: r.context for r in records}

@@ -83,6 +83,10 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def load_run_config(path: Path) -> RunConfig:
     """Reads and validates a config; errors name the file and the offending key."""
+    if path.is_dir():
+        raise MushroomError(
+            f"config {path} is a folder; give a TOML or YAML file (e.g. configs/variants.toml)"
+        )
     if not path.is_file():
         raise MushroomError(f"config not found: {path}")
     try:

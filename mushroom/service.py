@@ -526,7 +526,7 @@ class RunService:
         except KeyboardInterrupt:
             done = sum(len(Ledger(p).results) for p in self.out.glob("**/items/*.jsonl"))
             raise Interrupted(
-                f"interrupted during {detector.name} on {lang}: {done} finished items are saved in "
+                f"interrupted during {detector.name} on {lang}: {plural(done, 'finished item')} saved in "
                 f"{self.out}; run the same command again to resume where it stopped"
             ) from None
         finally:

@@ -58,7 +58,7 @@ def test_a_setting_of_another_kind_is_an_error_naming_the_valid_keys():
 
 
 def test_unknown_kind_lists_the_known_ones():
-    with pytest.raises(ValidationError, match="unknown backend 'nope'; choose one of openai, replay"):
+    with pytest.raises(ValidationError, match="unknown backend 'nope'; valid: openai, replay"):
         Holder(backend={"kind": "nope"})
     with pytest.raises(MushroomError, match="unknown backend 'nope'"):
         build_backend({"kind": "nope"})

@@ -245,7 +245,7 @@ def test_option_names_values_and_suggestions():
     assert suggest("perplexty-sonar-pro", ["perplexity-sonar-pro", "deepseek-r1"]).startswith(
         "; did you mean 'perplexity-sonar-pro'?"
     )
-    assert suggest("zzz", ["a", "b"]) == " valid: a, b"
+    assert suggest("zzz", ["a", "b"]) == "; valid: a, b"
     assert [field_default(_Opts.model_fields[k]) for k in ("threshold", "sources", "model")] == [
         "0.5",
         "['a', 'b']",
@@ -638,3 +638,59 @@ def test_backend_shortcuts_with_a_detector_that_calls_no_llm_are_refused(tmp_pat
     # a typo of a registry model is a usage error with the match, before any engine loads
     code, _, err = cli(capsys, "detect", "--backend", "transformers", "--model", "smolm2", "--out", out)
     assert code == 2 and "did you mean 'smollm2'" in err and not out.exists()
+
+
+def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    for args, message in (
+        (["--lang", "xx"], "has no file for xx"),
+        (["--lang", "en", "--contexts", "perplexty"], "no context file for source 'perplexty'"),
+        (["--items", VAL_EN, "--split", "test"], "replaces --split test"),
+        (["--backend", "openai", "--base-url", "notaurl", "--model", "m"], "is not an http(s) URL"),
+    ):
+        code, _, err = cli(capsys, "detect", *args, "--out", out, "--quiet")
+        assert code == 2 and message in err, (args, err)
+        assert not out.exists(), args
+    code, _, err = cli(capsys, "main-job", "--no-val", "--out", out)
+    assert code == 2 and "--no-val" in err and not out.exists()
+
+
+def test_languages_can_be_given_as_a_comma_list(tmp_path, capsys):
+    run = tmp_path / "run"
+    code, out, err = cli(capsys, "detect", "--lang", "en,de", "--limit", "1", "--out", run, "--quiet")
+    assert code == 0, err
+    assert {p.name for p in (run / "predictions").glob("mushroom.*.jsonl")} == {
+        "mushroom.en-val.v2.jsonl",
+        "mushroom.de-val.v2.jsonl",
+    }
+
+
+def test_items_in_a_language_mushroom_does_not_know_are_warned_about(tmp_path, capsys):
+    rows = [{**r, "lang": "xx"} for r in GOLD_ROWS[:2]]
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    ctx = write_lines(tmp_path / "ctx.jsonl", [{"id": r["id"], "context": r["model_input"]} for r in rows])
+    code, _, err = cli(
+        capsys, "detect", "--items", items, "--contexts", ctx, "--out", tmp_path / "r", "--quiet"
+    )
+    assert code == 0, err
+    assert "2 items in language 'xx', which mushroom does not know" in " ".join(err.split())
+
+
+def test_an_ensemble_never_overwrites_its_input_and_names_a_file_with_other_items(tmp_path, capsys):
+    a = limited_run(tmp_path, capsys, "a")
+    b = limited_run(tmp_path, capsys, "b", "--option", "threshold=0.5")
+    pa, pb = (r / "predictions" / "mushroom.en-val.v2.jsonl" for r in (a, b))
+    before = pa.read_bytes()
+    code, _, err = cli(capsys, "ensemble", pa, pb, "--out", pa)
+    assert code == 2 and "is one of the inputs" in err and pa.read_bytes() == before
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(pb.read_text().splitlines(keepends=True)[:3]))
+    code, _, err = cli(capsys, "ensemble", pa, short, "--out", tmp_path / "e.jsonl")
+    assert code == 1 and f"{short}: field 'id': covers other items than {pa}: no prediction for" in err
+
+
+def test_command_help_keeps_each_paragraph_on_one_line():
+    # Typer printed a docstring's later paragraphs with their source line breaks, cutting a
+    # sentence in the middle ("accepts" at the end of one line, "silently" on the next).
+    helps = {c.name or c.callback.__name__: c.help for c in app.registered_commands}
+    assert "what the official scorer accepts silently but that changes a number" in helps["score"]

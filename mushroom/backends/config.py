@@ -64,10 +64,12 @@ class BackendSettings(BaseModel):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(cls.model_fields))
             if unknown:
+                from mushroom.cliutil import suggest
+
                 kind = data.get("kind", "?")
                 raise ValueError(
-                    f"the {kind!r} backend has no setting {', '.join(map(repr, unknown))}; "
-                    f"its settings are: {', '.join(cls.model_fields)}"
+                    f"the {kind!r} backend has no setting {', '.join(map(repr, unknown))}"
+                    + suggest(unknown[0], list(cls.model_fields)).replace(" valid:", " its settings are:")
                 )
         return data
 
@@ -108,6 +110,13 @@ class OpenAIConfig(BackendSettings):
         # the flat config had `structured_output = true/false`
         if isinstance(value, bool):
             return "auto" if value else "none"
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} is not an http(s) URL; e.g. http://127.0.0.1:8000/v1")
         return value
 
     @field_validator("concurrency")
@@ -186,7 +195,9 @@ def parse_backend_config(value: BackendSettings | dict[str, Any]) -> BackendSett
         raise ValueError(f"a backend config needs `kind`: one of {', '.join(backend_names())}")
     target = config_class_or_none(kind)
     if target is None:
-        raise ValueError(f"unknown backend {kind!r}; choose one of {', '.join(backend_names())}")
+        from mushroom.cliutil import suggest
+
+        raise ValueError(f"unknown backend {kind!r}{suggest(kind, backend_names())}")
     return target.model_validate(value)
 
 

@@ -343,7 +343,11 @@ class OpenAIBackend(Backend):
             if auto and form != self._form:  # another thread moved on meanwhile
                 form = self._form
                 continue
-            return Generation(error=f"HTTP {status}: {text[:300]}")
+            hint = ""
+            if status == 404:  # most often a base URL without the API's /v1
+                where = f"{self.base_url}/chat/completions"
+                hint = f" ({where} not found: OpenAI-compatible servers serve under /v1)"
+            return Generation(error=f"HTTP {status}: {text[:300]}{hint}")
 
     def _map(self, work: Callable[[int], T], n: int) -> None:
         if n == 0:

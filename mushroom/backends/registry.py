@@ -64,7 +64,9 @@ def backend_names() -> list[str]:
 
 
 def _unknown(name: str) -> MushroomError:
-    return MushroomError(f"unknown backend {name!r}; choose one of {', '.join(backend_names())}")
+    from mushroom.cliutil import suggest
+
+    return MushroomError(f"unknown backend {name!r}{suggest(name, backend_names())}")
 
 
 def backend_class(name: str) -> type[Backend]:

@@ -14,6 +14,7 @@ through as before.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import shutil
@@ -141,22 +142,14 @@ def cache_root() -> Path:
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "mushroom"
 
 
-def _close_name(name: str) -> str | None:
-    import difflib
-
-    close = difflib.get_close_matches(name.lower(), list(REGISTRY), n=1, cutoff=0.75)
-    return close[0] if close else None
-
-
 def entry(name: str) -> ModelEntry:
     """The registry entry called `name`, or an error listing the known names."""
     try:
         return REGISTRY[name]
     except KeyError:
-        known = ", ".join(sorted(REGISTRY))
-        close = _close_name(name)
-        hint = f" (did you mean {close!r}?)" if close else ""
-        raise UnknownModelError(f"no model called {name!r}{hint}; known models: {known}") from None
+        from mushroom.cliutil import suggest
+
+        raise UnknownModelError(f"no model called {name!r}{suggest(name, list(REGISTRY))}") from None
 
 
 def check_model_name(name: str) -> str:
@@ -165,10 +158,11 @@ def check_model_name(name: str) -> str:
     A typo would otherwise reach the hub as a model id and fail every item once the engine
     has loaded; caught when the config is read, it is a usage error.
     """
-    close = _close_name(name) if name else None
+    close = difflib.get_close_matches(name.lower(), list(REGISTRY), n=1, cutoff=0.75) if name else []
     if name not in REGISTRY and close and not Path(name).expanduser().exists():
-        known = ", ".join(sorted(REGISTRY))
-        raise ValueError(f"no model called {name!r} (did you mean {close!r}?); known models: {known}")
+        from mushroom.cliutil import suggest
+
+        raise ValueError(f"no model called {name!r}{suggest(name, list(REGISTRY))}")
     return name
 
 

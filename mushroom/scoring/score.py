@@ -249,6 +249,11 @@ def pair_paths(
         if not path.exists():
             raise MushroomError(f"{role} {path}: no such file or folder")
     if gold.is_file() and pred.is_file():
+        if langs:
+            raise MushroomError(
+                f"--langs {', '.join(langs)} picks files in folders; "
+                "GOLD and PRED are files (every line is scored)"
+            )
         return Pairing([(lang_from_filename(gold) or "all", gold, pred)])
     if gold.is_dir() and pred.is_dir():
         golds, _ = _files_by_lang(gold)
