@@ -5,9 +5,9 @@
 # Paths are read from the folder you run it in, as with any command.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# this checkout's code, whatever `mushroom` is on PATH or installed
+# this checkout's code, whatever `mushroom` is on PATH, installed or in the current folder
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
-cmd=(python3 -m mushroom)
+cmd=(python3 -P -m mushroom)  # -P: not a mushroom/ in the folder it is run from
 case "${1:-}" in
   *.toml|*.yaml|*.yml) exec "${cmd[@]}" run "$@" ;;
   *) exec "${cmd[@]}" main-job "$@" ;;

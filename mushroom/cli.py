@@ -264,20 +264,7 @@ def ensemble(
     if out.resolve() in {p.resolve() for p in preds}:
         raise MushroomError(f"--out {out} is one of the inputs; write the vote to another file")
     runs = [load_predictions(p, lengths) for p in preds]
-    for path, run in zip(preds[1:], runs[1:]):
-        if set(run) != set(runs[0]):
-            absent = [i for i in runs[0] if i not in run]
-            extra = [i for i in run if i not in runs[0]]
-            what = "; ".join(
-                part
-                for part in (
-                    f"no prediction for {listed(absent)}" if absent else "",
-                    f"ids that {preds[0]} lacks: {listed(extra)}" if extra else "",
-                )
-                if part
-            )
-            raise DataError.single(path, None, "id", f"covers other items than {preds[0]}: {what}")
-    combined = run_ensemble(runs, lengths, threshold, mode)
+    combined = run_ensemble(runs, lengths, threshold, mode, names=[str(p) for p in preds])
     if item_list is not None:
         write_predictions(out, combined, item_list)
     else:
@@ -290,7 +277,12 @@ def ensemble(
 
 def lang_codes(values: list[str] | None) -> list[str] | None:
     """--lang given as `--lang en --lang de` or `--lang en,de` (as score --langs takes them)."""
-    return [code for value in values for code in split_names(value)] if values else None
+    if not values:
+        return None
+    codes = [code for value in values for code in split_names(value)]
+    if not codes:  # `--lang "$EMPTY"` must not turn into "every language"
+        raise typer.BadParameter("no language given (e.g. --lang en or --lang en,de)")
+    return codes
 
 
 TAGS_HELP = "error-type tags JSONL {id, error_type}; error_type is one of " + ", ".join(get_args(ErrorType))
@@ -384,6 +376,13 @@ def detect(
         # The shortcuts configure an LLM's backend, so they imply the llm detector; a named
         # detector without a backend (lexical) is refused by its options, not swapped.
         detector = detector or "llm"
+        from mushroom.detectors import detector_class
+
+        if "backend" not in detector_class(detector).Options.model_fields:
+            raise MushroomError(
+                f"--backend/--model/--base-url/--responses configure an LLM, and detector {detector!r} "
+                "uses none; use --detector llm (or chain, pyes), or leave them out"
+            )
         _backend_options(options, backend, model, base_url, responses)
     detector = detector or "lexical"
     if items_file is None:

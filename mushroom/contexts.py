@@ -16,7 +16,6 @@ name. A context file of your own whose name starts with `qa_` is read as a fact-
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -125,12 +124,12 @@ def source_path(
     if path is None and _skipped_optional(named, context_dir):
         return None
     if path is None and not allow_missing_source:
+        from mushroom.cliutil import suggest
+
         have = available_sources(split, lang, context_dir)
-        close = difflib.get_close_matches(source, have, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
         raise MushroomError(
-            f"no context file for source {source!r} ({split}, {lang}){hint} available: "
-            + (", ".join(have) or "none")
+            f"no context file for source {source!r} ({split}, {lang})"
+            + suggest(source, have).replace(" valid:", " available:")
         )
     return path
 

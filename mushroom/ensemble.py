@@ -14,7 +14,7 @@ from enum import StrEnum
 import numpy as np
 
 from mushroom.cliutil import listed, plural
-from mushroom.errors import MushroomError
+from mushroom.errors import DataError, MushroomError
 from mushroom.predictions import prediction_from_vectors, prediction_vectors
 from mushroom.records import Item, Prediction
 
@@ -70,6 +70,7 @@ def ensemble(
     items: list[Item] | Mapping[str, int] | None = None,
     threshold: float = 0.5,
     soft_mode: SoftMode = SoftMode.vote,
+    names: list[str] | None = None,
 ) -> list[Prediction]:
     """Votes per character over runs that cover the same items.
 
@@ -79,20 +80,28 @@ def ensemble(
             span end (nothing is cut, but nothing is checked either: the CLI always has them).
         threshold: a character is hard-labelled when its vote share exceeds this, in [0, 1].
         soft_mode: `vote` (share of runs) or `mean` (mean soft probability).
+        names: what to call each run in errors (its file); default "run 1", "run 2", ...
 
     Raises:
-        MushroomError: runs cover different items, an id is not among the items, a span ends
+        DataError: a run covers other items than the first (named by `names`).
+        MushroomError: an id is not among the items, a span ends
             past its answer (spans are never clipped), or the threshold is outside [0, 1].
     """
     if not runs:
         raise MushroomError("ensemble needs at least one run")
     if not 0.0 <= threshold <= 1.0:
         raise MushroomError(f"the threshold must be in [0, 1], got {threshold}")
+    names = names or [f"run {k}" for k in range(1, len(runs) + 1)]
     ids = list(runs[0])
-    for k, run in enumerate(runs[1:], start=2):
+    for name, run in zip(names[1:], runs[1:]):
         if set(run) != set(ids):
-            diff = sorted(set(run) ^ set(ids))[:5]
-            raise MushroomError(f"run {k} does not cover the same items as run 1 (e.g. {diff})")
+            absent = [i for i in ids if i not in run]
+            extra = [i for i in run if i not in runs[0]]
+            parts = [f"no prediction for {listed(absent)}"] if absent else []
+            parts += [f"ids that {names[0]} lacks: {listed(extra)}"] if extra else []
+            raise DataError.single(
+                name, None, "id", f"covers other items than {names[0]}: {'; '.join(parts)}"
+            )
     lengths: Mapping[str, int] = {}
     if items is not None:
         lengths = items if isinstance(items, Mapping) else text_lengths(items)

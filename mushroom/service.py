@@ -253,7 +253,7 @@ def _sum_stats(results: list[ItemResult]) -> dict[str, int]:
     return dict(sorted(total.items()))
 
 
-_HELD: dict[Path, Any] = {}  # run folders whose lock this process holds -> the open lock file
+_HELD: dict[Path, list[Any]] = {}  # folders this process has locked -> [open lock file, holders]
 
 
 class RunService:
@@ -275,6 +275,7 @@ class RunService:
         self.failures: list[Failure] = []
         self.warnings: list[str] = []
         self.started = time.perf_counter()
+        self._lock_key: Path | None = None
         self.stages = self._read_json(self.out / "stages.json") or {}
         try:
             self.resumed = self._open()
@@ -304,38 +305,55 @@ class RunService:
 
         Two runs on one folder would each call the model for every item, append to the same
         ledgers and overwrite each other's config. The lock is `flock` on `<out>/.lock`, so a
-        killed run frees it; a process that opens the folder again (a resumed run in a
-        notebook) already holds it.
+        killed run frees it. Services of one process on one folder (a resumed run in a
+        notebook) share it, counted, so the last one to finish frees it. Where the file
+        system cannot lock (some network mounts) or there is no `fcntl` (Windows), the run
+        goes on unlocked, with a warning.
         """
+        self._lock_key = key = self.out.resolve()
+        if key in _HELD:
+            _HELD[key][1] += 1
+            return
         try:
             import fcntl
-        except ImportError:  # not on POSIX: no lock, as before
-            return
-        key = self.out.resolve()
-        if key in _HELD:
+        except ImportError:
+            self._warn(
+                f"{self.out}: no file locks on this system; do not run two commands on this folder at once"
+            )
+            self._lock_key = None
             return
         handle = open(key / ".lock", "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip() or "another process"
+            holder = handle.read().strip()
             handle.close()
             raise MushroomError(
-                f"{self.out} is in use by another mushroom run (pid {holder}); wait for it to end, "
-                "or choose another --out"
+                f"{self.out} is in use by another mushroom run{f' (pid {holder})' if holder else ''}; "
+                "wait for it to end, or choose another --out"
             ) from None
+        except OSError as exc:
+            handle.close()
+            self._warn(
+                f"{self.out}: cannot lock the folder ({exc.strerror}); do not run two commands on it at once"
+            )
+            self._lock_key = None
+            return
         handle.seek(0)
         handle.truncate()
         handle.write(str(os.getpid()))
         handle.flush()
-        _HELD[key] = handle
+        _HELD[key] = [handle, 1]
 
     def release(self) -> None:
-        """Frees the folder's lock (the end of a process frees it too)."""
-        handle = _HELD.pop(self.out.resolve(), None)
-        if handle is not None:
-            handle.close()
+        """Frees this service's hold on the folder's lock (the end of a process frees it too)."""
+        key, self._lock_key = self._lock_key, None
+        if key is None or key not in _HELD:
+            return
+        _HELD[key][1] -= 1
+        if _HELD[key][1] == 0:
+            _HELD.pop(key)[0].close()
 
     def _open(self) -> bool:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -458,7 +476,7 @@ class RunService:
                     self._run_items(detector, lang, todo, ctx.by_id, ledger, bar, task, folder)
                     out.done_now += len(todo)
                 self._write_language(detector, split, lang, items, ledger, folder, out)
-        self._write_stats(folder, ledgers, out, split)
+        self._write_stats(folder, ledgers, out, stage)
         # A stage resumed after a kill was computed over several runs: the ledger's per-item
         # times add up all of it, where this run's wall time covers only the last part.
         item_seconds = round(sum(r.seconds or 0.0 for ld in ledgers.values() for r in ld.results.values()), 2)
@@ -568,7 +586,7 @@ class RunService:
 
             write_jsonl(channel_file(folder / "raw", lang), channels)
 
-    def _write_stats(self, folder: Path, ledgers: dict[str, Ledger], out: SplitOutput, split: str) -> None:
+    def _write_stats(self, folder: Path, ledgers: dict[str, Ledger], out: SplitOutput, stage: str) -> None:
         per_lang = {lang: _sum_stats(list(ld.results.values())) for lang, ld in ledgers.items()}
         out.stats = {
             **per_lang,
@@ -576,7 +594,7 @@ class RunService:
         }
         write_json(folder / "stats.json", out.stats)
         for lang, stats in per_lang.items():
-            for warning in unusable_warnings(f"{split}/{lang}", stats):
+            for warning in unusable_warnings(f"{stage} {lang}", stats):
                 self._warn(warning)
 
     # -- results ----------------------------------------------------------------------------
@@ -653,7 +671,7 @@ class RunService:
         """Writes summary.json and failures.jsonl, prints the failures; RunFailed if any."""
         # An error that names its item ("no recorded response for 'val-en-1'") would make a
         # group of one per item; the item's id is left out of the grouping key.
-        keyed = [(f.error.replace(f.id, "<id>"), f) for f in self.failures]
+        keyed = [(f.error.replace(repr(f.id), "'<id>'"), f) for f in self.failures]
         groups = Counter(key for key, _ in keyed)
         summary = {
             **summary,

@@ -58,7 +58,9 @@ def test_a_setting_of_another_kind_is_an_error_naming_the_valid_keys():
 
 
 def test_unknown_kind_lists_the_known_ones():
-    with pytest.raises(ValidationError, match="unknown backend 'nope'; valid: openai, replay"):
+    with pytest.raises(
+        ValidationError, match=r"unknown backend 'nope'; did you mean 'openai'\? valid: openai, replay"
+    ):
         Holder(backend={"kind": "nope"})
     with pytest.raises(MushroomError, match="unknown backend 'nope'"):
         build_backend({"kind": "nope"})
@@ -156,7 +158,7 @@ def test_listing_and_validating_import_no_backend_library():
     code = (
         "import sys; from mushroom.backends import backend_names, parse_backend_config;"
         "backend_names(); parse_backend_config({'kind': 'transformers', 'model': 'x'});"
-        "parse_backend_config({'kind': 'openai'}); parse_backend_config({'kind': 'vllm'});"
+        "parse_backend_config({'kind': 'openai'}); parse_backend_config({'kind': 'vllm', 'model': 'x'});"
         "print([m for m in ('torch', 'vllm', 'transformers', 'httpx', 'mushroom.backends.hf') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -634,7 +634,9 @@ def test_backend_shortcuts_with_a_detector_that_calls_no_llm_are_refused(tmp_pat
     out = tmp_path / "run"
     args = ["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--out", out]
     code, _, err = cli(capsys, "detect", "--detector", "lexical", *args)
-    assert code == 2 and "detector lexical" in err and "backend" in err and not out.exists()
+    assert (
+        code == 2 and "detector 'lexical' uses none" in err and "--detector llm" in err and not out.exists()
+    )
     # a typo of a registry model is a usage error with the match, before any engine loads
     code, _, err = cli(capsys, "detect", "--backend", "transformers", "--model", "smolm2", "--out", out)
     assert code == 2 and "did you mean 'smollm2'" in err and not out.exists()

@@ -43,7 +43,7 @@ def test_single_run_ensemble_is_identity_on_hard_labels():
 
 
 def test_runs_must_cover_the_same_items():
-    with pytest.raises(MushroomError, match="same items"):
+    with pytest.raises(MushroomError, match="run 2: field .id.: covers other items than run 1"):
         ensemble([{"a": _pred("a", [])}, {"b": _pred("b", [])}])
 
 

@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 from fake_openai_server import FakeServer
 
@@ -63,13 +64,45 @@ def test_a_model_answering_only_garbage_is_warned_about(tmp_path):
     with FakeServer({}, "I am sorry, I cannot help with that.") as server:
         proc = mushroom(*detect_args(out, server.url))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    warning = "val/en: 5 of 5 LLM responses were unparseable"
+    warning = "llm:val en: 5 of 5 LLM responses were unparseable"
     assert warning in " ".join(proc.stdout.split())
     assert any(w.startswith(warning) for w in json.loads((out / "summary.json").read_text())["warnings"])
 
 
-def test_a_folder_in_use_by_another_run_is_refused(tmp_path):
+def _locked_elsewhere(folder) -> bool:
+    """Whether a new open file description of the folder's lock cannot take it (as another process)."""
     import fcntl
+
+    with open(folder / ".lock", "a+") as probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False
+
+
+def test_services_of_one_process_share_the_folder_lock_until_the_last_finishes(tmp_path):
+    pytest.importorskip("fcntl")
+    from mushroom.errors import MushroomError
+    from mushroom.service import RunService
+
+    first = RunService(tmp_path / "run", {"detector": "a"}, quiet=True)
+    assert _locked_elsewhere(tmp_path / "run")
+    (tmp_path / "run" / "items").mkdir()
+    (tmp_path / "run" / "items" / "en.jsonl").write_text('{"id": "x"}\n')  # a finished item: config locked
+    with pytest.raises(MushroomError, match="another config"):
+        RunService(tmp_path / "run", {"detector": "b"}, quiet=True)
+    assert _locked_elsewhere(tmp_path / "run")  # the refused one did not free the first one's lock
+    second = RunService(tmp_path / "run", {"detector": "a"}, quiet=True)
+    first.finish({})
+    assert _locked_elsewhere(tmp_path / "run")  # the second still holds it
+    second.finish({})
+    assert not _locked_elsewhere(tmp_path / "run")
+
+
+def test_a_folder_in_use_by_another_run_is_refused(tmp_path):
+    fcntl = pytest.importorskip("fcntl")
 
     out = tmp_path / "run"
     out.mkdir()
@@ -86,14 +119,19 @@ def test_a_folder_in_use_by_another_run_is_refused(tmp_path):
 
 def test_failures_naming_their_item_are_grouped_as_one_error(tmp_path):
     # Recorded at temperatures 0.1 and 0.2, replayed at the default 0: the error says so, and
-    # the five failures are one group, not five groups of one.
+    # the five failures are one group, not five groups of one. The ids are digits that also
+    # occur in the message ("0.1"), which must stay as it is.
+    items = [it.model_copy(update={"id": str(k)}) for k, it in enumerate(load_split("val", ["en"])["en"][:5])]
+    item_file = tmp_path / "items.jsonl"
+    item_file.write_text("".join(it.model_dump_json() + "\n" for it in items))
+    ctx = tmp_path / "ctx.jsonl"
+    ctx.write_text("".join(json.dumps({"id": it.id, "context": it.model_input}) + "\n" for it in items))
     responses = tmp_path / "rec.jsonl"
-    items = load_split("val", ["en"])["en"][:5]
     lines = [{"id": it.id, "temperature": t, "response": SPANS} for it in items for t in (0.1, 0.2)]
     responses.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = tmp_path / "run"
-    proc = mushroom("detect", "--lang", "en", "--limit", "5", "--backend", "replay", "--responses",
-                    str(responses), "--out", str(out), "--quiet")  # fmt: skip
+    proc = mushroom("detect", "--items", str(item_file), "--contexts", str(ctx), "--backend", "replay",
+                    "--responses", str(responses), "--out", str(out), "--quiet")  # fmt: skip
     assert proc.returncode == 3, proc.stdout + proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     [(error, count)] = summary["failures_by_error"].items()

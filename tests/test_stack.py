@@ -400,3 +400,13 @@ def test_cutoff_table_choice_matches_a_brute_force_search_and_shrinks_toward_poo
     # an enormous shrinkage weight makes every language take the pooled cut-offs
     pooled, per_lang = table.choose_by_lang(range(40), shrink=1e9)
     assert set(per_lang.values()) == {pooled}
+
+
+def test_fitting_needs_two_folds_and_a_penalty_of_at_least_zero():
+    # The CLI's option bounds stop these too; the library says it before reading any file
+    # (it failed with "need at least one array to concatenate" or a ZeroDivisionError).
+    from mushroom.stack import fit_stack
+
+    for folds, l2 in ((1, 1.0), (0, 1.0), (5, -1.0)):
+        with pytest.raises(MushroomError, match="folds >= 2 and l2 >= 0"):
+            fit_stack([], {}, folds=folds, l2=l2)

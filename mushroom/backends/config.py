@@ -115,7 +115,9 @@ class OpenAIConfig(BackendSettings):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
+        if not value:  # unset: the backend says it needs one
+            return None
+        if not value.startswith(("http://", "https://")):
             raise ValueError(f"{value!r} is not an http(s) URL; e.g. http://127.0.0.1:8000/v1")
         return value
 
@@ -137,12 +139,12 @@ class TransformersConfig(BackendSettings):
     structured_output: bool = Field(True, description="constrain decoding to the request's JSON schema")
     extra: dict[str, Any] = Field(default_factory=dict, description="passed to from_pretrained as is")
 
-    @field_validator("model")
-    @classmethod
-    def _not_a_typo(cls, value: str) -> str:
+    @model_validator(mode="after")
+    def _loadable(self) -> TransformersConfig:
         from mushroom.models.zoo import check_model_name
 
-        return check_model_name(value)
+        check_model_name(self.model, "transformers")
+        return self
 
 
 class VLLMConfig(BackendSettings):
@@ -153,12 +155,12 @@ class VLLMConfig(BackendSettings):
     structured_output: bool = Field(True, description="guided JSON decoding with the request's schema")
     extra: dict[str, Any] = Field(default_factory=dict, description="passed to vllm.LLM as is")
 
-    @field_validator("model")
-    @classmethod
-    def _not_a_typo(cls, value: str) -> str:
+    @model_validator(mode="after")
+    def _loadable(self) -> VLLMConfig:
         from mushroom.models.zoo import check_model_name
 
-        return check_model_name(value)
+        check_model_name(self.model, "vllm")
+        return self
 
 
 BUILTIN_CONFIGS: dict[str, type[BackendSettings]] = {

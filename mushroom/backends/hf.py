@@ -120,8 +120,6 @@ class TransformersBackend(Backend):
         super().__init__(config)
         self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.warnings: list[str] = []
-        if model is None or tokenizer is None:
-            zoo.require_model(config.model, "transformers")
         self.resolved = resolve_model(config.model) if model is None or tokenizer is None else None
         if model is None or tokenizer is None:
             loaded_model, loaded_tokenizer = self._load(config)

@@ -344,7 +344,7 @@ class OpenAIBackend(Backend):
                 form = self._form
                 continue
             hint = ""
-            if status == 404:  # most often a base URL without the API's /v1
+            if status == 404 and not self.base_url.endswith("/v1"):  # most often the missing /v1
                 where = f"{self.base_url}/chat/completions"
                 hint = f" ({where} not found: OpenAI-compatible servers serve under /v1)"
             return Generation(error=f"HTTP {status}: {text[:300]}{hint}")

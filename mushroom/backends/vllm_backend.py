@@ -46,9 +46,8 @@ class VLLMBackend(Backend):
 
     def __init__(self, config: VLLMConfig):
         super().__init__(config)
-        from mushroom.models.zoo import require_model, resolve_model
+        from mushroom.models.zoo import resolve_model
 
-        require_model(config.model, "vllm")
         resolved = resolve_model(config.model)  # a registry name (`smollm2`) is its GGUF file
         model = str(resolved.file or resolved.source)
         kwargs: dict[str, Any] = {"model": model, "enable_prefix_caching": True}

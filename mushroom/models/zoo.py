@@ -152,28 +152,25 @@ def entry(name: str) -> ModelEntry:
         raise UnknownModelError(f"no model called {name!r}{suggest(name, list(REGISTRY))}") from None
 
 
-def check_model_name(name: str) -> str:
-    """`name`, unless it is a typo of a registry name (`smolm2`): then an error naming the match.
+def check_model_name(name: str, backend: str) -> str:
+    """`name` if a backend that loads weights can use it; otherwise an error saying what would.
 
-    A typo would otherwise reach the hub as a model id and fail every item once the engine
-    has loaded; caught when the config is read, it is a usage error.
+    An empty name, or a typo of a registry name (`smolm2`), would otherwise reach the engine
+    and fail every item once it has loaded (the typo as a hub id); caught when the config is
+    read, either is a usage error.
     """
-    close = difflib.get_close_matches(name.lower(), list(REGISTRY), n=1, cutoff=0.75) if name else []
-    if name not in REGISTRY and close and not Path(name).expanduser().exists():
-        from mushroom.cliutil import suggest
+    from mushroom.cliutil import suggest
 
-        raise ValueError(f"no model called {name!r}{suggest(name, list(REGISTRY))}")
-    return name
-
-
-def require_model(name: str, backend: str) -> None:
-    """Raises unless a backend that loads weights was given a model."""
+    known = ", ".join(sorted(REGISTRY))
     if not name:
-        known = ", ".join(sorted(REGISTRY))
-        raise MushroomError(
+        raise ValueError(
             f"the {backend} backend needs `model` (--model): a registry name ({known}), "
             "a .gguf file, a local model folder or a hub id"
         )
+    close = difflib.get_close_matches(name.lower(), list(REGISTRY), n=1, cutoff=0.75)
+    if name not in REGISTRY and close and not Path(name).expanduser().exists():
+        raise ValueError(f"no model called {name!r}{suggest(name.lower(), list(REGISTRY))}")
+    return name
 
 
 def model_path(name: str) -> Path:
