@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from mushroom.cliutil import (
+    FLAG,
     err_console,
     esc,
     field_default,
@@ -47,7 +48,10 @@ app = typer.Typer(
 @app.callback()
 def _global_options(
     debug: Annotated[
-        bool, typer.Option("--debug", help="show the Python traceback of any error (for bug reports)")
+        bool,
+        typer.Option(
+            "--debug", metavar=FLAG, help="show the Python traceback of any error (for bug reports)"
+        ),
     ] = False,
 ) -> None:
     """Find hallucinated spans in LLM answers (Mu-SHROOM): detect, ensemble, check, score."""
@@ -58,9 +62,13 @@ def _global_options(
 def score(
     gold: Annotated[Path, typer.Argument(help="gold file, or a folder of per-language gold files")],
     pred: Annotated[Path, typer.Argument(help="prediction file, or a folder matched by language")],
-    per_lang: Annotated[bool, typer.Option("--per-lang", help="table per language with 95% CIs")] = False,
-    per_item: Annotated[bool, typer.Option("--per-item", help="table per item")] = False,
-    ci: Annotated[bool, typer.Option("--ci", help="print bootstrap 95% CIs of the means")] = False,
+    per_lang: Annotated[
+        bool, typer.Option("--per-lang", metavar=FLAG, help="table per language with 95% CIs")
+    ] = False,
+    per_item: Annotated[bool, typer.Option("--per-item", metavar=FLAG, help="table per item")] = False,
+    ci: Annotated[
+        bool, typer.Option("--ci", metavar=FLAG, help="print bootstrap 95% CIs of the means")
+    ] = False,
     json_out: Annotated[
         str | None,
         typer.Option("--json", help="write scores (with per-item) as JSON to FILE, or '-' for stdout only"),
@@ -119,7 +127,7 @@ def score(
             table.add_row(esc(rid), esc(lang), f"{a:.4f}", f"{b:.4f}")
         console.print(table)
     if compare is not None:
-        other = _score_run_files(gold, compare, lang_list)
+        other = _score_run_files(gold, compare, lang_list, role="--compare")
         for warning in other.warnings:
             print_warning(warning)
         if other.ids != result.ids:
@@ -164,7 +172,7 @@ def score(
 
 
 def _score_run_files(
-    gold: Path, pred: Path, langs: list[str] | None, show_pairing: bool = False
+    gold: Path, pred: Path, langs: list[str] | None, show_pairing: bool = False, role: str = "PRED"
 ) -> ScoreResult:
     """Scores PRED against gold; a run made with --limit only on the items it predicted, said on stderr.
 
@@ -176,7 +184,9 @@ def _score_run_files(
     from mushroom.scoring.score import pair_paths, score_pairs
 
     scope = run_scope(pred)
-    pairing = pair_paths(gold, pred, langs, allow_missing=scope is not None and scope.langs is not None)
+    pairing = pair_paths(
+        gold, pred, langs, allow_missing=scope is not None and scope.langs is not None, role=role
+    )
     if show_pairing:
         for line in pairing.summary():
             err_console.print(esc(line), highlight=False)
@@ -192,7 +202,11 @@ def check(
     items: Annotated[Path, typer.Option("--items", help="the items file the predictions are for")],
     strict: Annotated[
         bool,
-        typer.Option("--strict", help="also report keys the official scorer ignores (e.g. 'text' in spans)"),
+        typer.Option(
+            "--strict",
+            metavar=FLAG,
+            help="also report keys the official scorer ignores (e.g. 'text' in spans)",
+        ),
     ] = False,
 ) -> None:
     """Validate a prediction file against its items; exits 1 listing every problem."""
@@ -287,6 +301,8 @@ def lang_codes(values: list[str] | None) -> list[str] | None:
 
 TAGS_HELP = "error-type tags JSONL {id, error_type}; error_type is one of " + ", ".join(get_args(ErrorType))
 ALLOW_FAILURES_HELP = "write files even when items failed (they are left empty and listed)"
+AllowFailures = Annotated[bool, typer.Option("--allow-failures", metavar=FLAG, help=ALLOW_FAILURES_HELP)]
+Quiet = Annotated[bool, typer.Option("--quiet", metavar=FLAG, help="no progress bar")]
 
 
 def _backend_options(
@@ -358,8 +374,8 @@ def detect(
         Path | None,
         typer.Option("--items", help="a JSONL file of items instead of a split; --contexts then takes files"),
     ] = None,
-    allow_failures: Annotated[bool, typer.Option("--allow-failures", help=ALLOW_FAILURES_HELP)] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    allow_failures: AllowFailures = False,
+    quiet: Quiet = False,
 ) -> None:
     """Run one detector on a split (or an items file); labelled items are scored.
 
@@ -387,6 +403,9 @@ def detect(
     detector = detector or "lexical"
     if items_file is None:
         split = split or "val"
+    for key, given in (("prompt", prompt), ("temperatures", temperatures)):
+        if given and key in options:  # one would silently win
+            raise MushroomError(f"--{key} and -o {key}=… both given; give it once")
     if prompt:
         options["prompt"] = prompt
     if temperatures:
@@ -490,10 +509,10 @@ def main_job(
         typer.Option("--option", "-o", help="detector option KEY=VALUE (with stack: DETECTOR.KEY=VALUE)"),
     ] = None,
     no_val: Annotated[
-        bool, typer.Option("--no-val", help="skip the scored val run (one detector only)")
+        bool, typer.Option("--no-val", metavar=FLAG, help="skip the scored val run (one detector only)")
     ] = False,
-    allow_failures: Annotated[bool, typer.Option("--allow-failures", help=ALLOW_FAILURES_HELP)] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    allow_failures: AllowFailures = False,
+    quiet: Quiet = False,
 ) -> None:
     """Test submission for every language (checked files + zip), then a scored val run."""
     from mushroom.mainjob import DEFAULT_MEMBERS, run_main, run_main_stack
@@ -547,11 +566,11 @@ def run_config(
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="only the first N items per language")
     ] = None,
-    allow_failures: Annotated[bool, typer.Option("--allow-failures", help=ALLOW_FAILURES_HELP)] = False,
+    allow_failures: AllowFailures = False,
     eval_dir: Annotated[
         Path | None, typer.Option("--eval-dir", help="variants: where the comparison goes (default: eval/)")
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    quiet: Quiet = False,
 ) -> None:
     """Run a config: detector, backend, prompt(s), contexts, temperatures, splits, variants."""
     from mushroom.runconfig import execute, load_run_config
@@ -730,7 +749,9 @@ def contexts_cmd(
     source: Annotated[str, typer.Option("--source", help="name of the generated source")] = "llm",
     tiers: Annotated[str, typer.Option("--tiers", help="sources used first, comma-separated")] = "",
     prompt: Annotated[str, typer.Option("--prompt", help="prompt file name or path")] = "context_generation",
-    topic: Annotated[bool, typer.Option("--topic", help="give the answer's first sentence as topic")] = False,
+    topic: Annotated[
+        bool, typer.Option("--topic", metavar=FLAG, help="give the answer's first sentence as topic")
+    ] = False,
     grade: Annotated[str, typer.Option("--grade", help="none, llm or embedding")] = "none",
     min_similarity: Annotated[float, typer.Option("--min-similarity", help="embedding grading cut")] = 0.3,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=16, help="length limit of a context")] = 512,

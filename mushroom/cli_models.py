@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mushroom.cliutil import FLAG
 from mushroom.models import zoo
 
 models_app = typer.Typer(
@@ -22,7 +23,7 @@ _err = Console(stderr=True)
 def pull(
     name: Annotated[str, typer.Argument(help=f"model name: {', '.join(sorted(zoo.REGISTRY))}")],
     force: Annotated[
-        bool, typer.Option("--force", help="fetch again even when a verified copy is cached")
+        bool, typer.Option("--force", metavar=FLAG, help="fetch again even when a verified copy is cached")
     ] = False,
 ) -> None:
     """Fetches a model into the cache, checks its sha256 and prints its path (stdout)."""

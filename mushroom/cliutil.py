@@ -197,8 +197,17 @@ def validation_message(exc: ValidationError, source: str = "") -> str:
         if err.get("type") == "extra_forbidden":
             lines.append(f"{source}{loc}: unknown name{given}")
         else:
-            lines.append(f"{source}{loc}: {err['msg']}{given}")
+            lines.append(f"{source}{loc}: {err['msg']}{given}{list_hint(err)}")
     return "\n".join(lines)
+
+
+def list_hint(err: Mapping[str, Any]) -> str:
+    """For `-o temperatures=0.1,0.2` (a string where a list is due): how to write the list."""
+    value = err.get("input")
+    if err.get("type") != "list_type" or not isinstance(value, str) or "," not in value:
+        return ""
+    loc = ".".join(str(part) for part in err.get("loc", ()))
+    return f"; write a list in brackets: -o '{loc}=[{value}]'"
 
 
 def _short(value: Any) -> str:
@@ -409,6 +418,11 @@ def run_cli(app: Callable[..., Any], argv: list[str] | None = None) -> int:
         else:
             print_error(message)
         return code
+
+
+FLAG = ""
+"""The metavar of a bool option: Typer shows `<bool>` after a flag, which reads as if it took
+a value (`--allow-failures true` is then refused as an extra argument)."""
 
 
 def reflow_help(app: Any) -> None:

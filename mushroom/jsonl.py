@@ -15,7 +15,7 @@ from typing import Any, TextIO, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from mushroom.errors import DataError, Problem
+from mushroom.errors import DataError, MushroomError, Problem
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -210,12 +210,12 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     """
     path = Path(path)
     if path.is_dir():
-        raise DataError.single(path, None, None, "is a folder; give a file name to write", exit_code=2)
+        raise MushroomError(f"{path}: is a folder; give a file name to write")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
-        raise DataError.single(path, None, None, f"cannot write: {exc.strerror}", exit_code=2) from exc
+        raise MushroomError(f"{path}: cannot write ({exc.strerror})") from exc
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as out:

@@ -56,8 +56,8 @@ def rich_table(title: str, rows: list[dict]) -> Table:
         cells = [
             escape(r["lang"]),
             str(r["n"]),
-            f"{r['iou']:.4f} ({r['iou_ci'][0]:.2f}-{r['iou_ci'][1]:.2f})",
-            f"{r['cor']:.4f} ({r['cor_ci'][0]:.2f}-{r['cor_ci'][1]:.2f})",
+            f"{r['iou']:.4f} [{r['iou_ci'][0]:.2f}, {r['iou_ci'][1]:.2f}]",
+            f"{r['cor']:.4f} [{r['cor_ci'][0]:.2f}, {r['cor_ci'][1]:.2f}]",
         ]
         if has_base:
             base = r.get("mark_all_iou")

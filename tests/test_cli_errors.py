@@ -345,7 +345,7 @@ def test_compare_wraps_instead_of_cutting_at_80_columns(tmp_path):
     assert "…" not in res.stdout
     table = [line for line in res.stdout.splitlines() if line[:1] in "┏┃│┡├└"]
     assert table and max(len(line) for line in table) <= 80
-    assert "[1.00-1.00]" in res.stdout
+    assert "[1.00, 1.00]" in res.stdout
 
 
 @pytest.mark.parametrize("command", ["sweep", "report"])
@@ -696,3 +696,21 @@ def test_command_help_keeps_each_paragraph_on_one_line():
     # sentence in the middle ("accepts" at the end of one line, "silently" on the next).
     helps = {c.name or c.callback.__name__: c.help for c in app.registered_commands}
     assert "what the official scorer accepts silently but that changes a number" in helps["score"]
+
+
+def test_option_mistakes_say_how_to_write_them(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "detect", "--detector", "llm", "-o", "temperatures=0.1,0.2", "--out", out)
+    assert code == 2 and "write a list in brackets: -o 'temperatures=[0.1,0.2]'" in err
+    code, _, err = cli(capsys, "detect", "--detector", "llm", "-o", "temperatures=[0.1]", "--temperatures", "0.2",
+                       "--out", out)  # fmt: skip
+    assert code == 2 and "--temperatures and -o temperatures=… both given" in err and not out.exists()
+    code, _, err = cli(capsys, "score", VAL_DIR, VAL_DIR, "--compare", VAL_EN)
+    assert code == 2 and "GOLD is a folder, --compare a file" in err
+
+
+def test_flags_show_no_value_in_help(capsys):
+    # Typer wrote `--allow-failures <bool>`, which reads as if the flag took a value.
+    code, out, _ = cli(capsys, "detect", "--help")
+    assert code == 0 and "--allow-failures" in out
+    assert not [line for line in out.splitlines() if "<bool>" in line and "--help" not in line]

@@ -230,7 +230,7 @@ def _files_by_lang(folder: Path) -> tuple[dict[str, Path], list[Path]]:
 
 
 def pair_paths(
-    gold: Path, pred: Path, langs: list[str] | None = None, allow_missing: bool = False
+    gold: Path, pred: Path, langs: list[str] | None = None, allow_missing: bool = False, role: str = "PRED"
 ) -> Pairing:
     """(lang, gold file, prediction file) for a file pair or two folders matched by language.
 
@@ -240,19 +240,20 @@ def pair_paths(
         langs: with folders, the languages to score; all gold languages when None.
         allow_missing: with folders, score the languages that have predictions and list the
             rest in `missing` instead of failing (callers that show the languages they score).
+        role: what to call `pred` in errors (`--compare` for the second file of `score`).
 
     Raises:
         MushroomError: a path is missing, a file is paired with a folder, or (unless
             allowed) a language asked for has no file.
     """
-    for role, path in (("GOLD", gold), ("PRED", pred)):
+    for name, path in (("GOLD", gold), (role, pred)):
         if not path.exists():
-            raise MushroomError(f"{role} {path}: no such file or folder")
+            raise MushroomError(f"{name} {path}: no such file or folder")
     if gold.is_file() and pred.is_file():
         if langs:
             raise MushroomError(
                 f"--langs {', '.join(langs)} picks files in folders; "
-                "GOLD and PRED are files (every line is scored)"
+                f"GOLD and {role} are files (every line is scored)"
             )
         return Pairing([(lang_from_filename(gold) or "all", gold, pred)])
     if gold.is_dir() and pred.is_dir():
@@ -268,7 +269,7 @@ def pair_paths(
             )
         if not preds:
             raise MushroomError(
-                f"PRED {pred}: no per-language prediction files (named like mushroom.en-val.v2.jsonl)"
+                f"{role} {pred}: no per-language prediction files (named like mushroom.en-val.v2.jsonl)"
             )
         missing = [x for x in wanted if x not in preds]
         if missing and langs is not None:
@@ -287,7 +288,7 @@ def pair_paths(
             extra += sorted(x for x in preds if x in golds and x not in wanted)
         return Pairing(pairs, missing, extra, unnamed)
     kinds = (
-        f"GOLD is a {'folder' if gold.is_dir() else 'file'}, PRED a {'folder' if pred.is_dir() else 'file'}"
+        f"GOLD is a {'folder' if gold.is_dir() else 'file'}, {role} a {'folder' if pred.is_dir() else 'file'}"
     )
     raise MushroomError(f"{kinds}: give two files, or two folders of per-language files")
 
