@@ -317,7 +317,7 @@ class RunService:
         try:
             import fcntl
         except ImportError:
-            self._warn(
+            self.warn(
                 f"{self.out}: no file locks on this system; do not run two commands on this folder at once"
             )
             self._lock_key = None
@@ -335,7 +335,7 @@ class RunService:
             ) from None
         except OSError as exc:
             handle.close()
-            self._warn(
+            self.warn(
                 f"{self.out}: cannot lock the folder ({exc.strerror}); do not run two commands on it at once"
             )
             self._lock_key = None
@@ -462,7 +462,7 @@ class RunService:
                     bare = [i for i in ids if not support_contexts(ctx.by_id.get(i, []))]
                     if bare:
                         checks_only = sum(1 for i in bare if ctx.by_id.get(i))
-                        self._warn(
+                        self.warn(
                             f"{split}/{lang}: no context for {len(bare)} of {plural(len(ids), 'item')} from "
                             f"{', '.join(map(str, ctx.files or sources)) or 'any source'} (e.g. {bare[0]}); "
                             "context-based detectors flag nothing in them"
@@ -484,10 +484,10 @@ class RunService:
             stage, time.perf_counter() - t0, reused=out.done_now == 0, items=total, item_seconds=item_seconds
         )
         for warning in getattr(detector, "warnings", []):
-            self._warn(warning)
+            self.warn(warning)
         return out
 
-    def _warn(self, warning: str) -> None:
+    def warn(self, warning: str) -> None:
         if warning not in self.warnings:
             self.warnings.append(warning)
             self.console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
@@ -595,7 +595,7 @@ class RunService:
         write_json(folder / "stats.json", out.stats)
         for lang, stats in per_lang.items():
             for warning in unusable_warnings(f"{stage} {lang}", stats):
-                self._warn(warning)
+                self.warn(warning)
 
     # -- results ----------------------------------------------------------------------------
 

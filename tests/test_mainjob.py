@@ -72,3 +72,19 @@ def test_run_sh_runs_the_main_job(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (out / "mushroom.it-tst.v1.jsonl").is_file() and (out / "submission.zip").is_file()
     assert "stack on val" in proc.stdout
+
+
+def test_a_member_that_beats_the_stack_out_of_fold_is_warned_about():
+    from mushroom.mainjob import stack_behind
+
+    comparison = {
+        "stack (CV)": {"mean": {"iou": 0.36, "cor": 0.5}},
+        "lexical": {"mean": {"iou": 0.39, "cor": 0.4}},
+        "semantic": {"mean": {"iou": 0.44, "cor": 0.5}},
+    }
+    [warning] = stack_behind(comparison, ["lexical", "semantic"])
+    assert (
+        "member 'semantic' alone (IoU 0.4400) beat the stack" in warning and "--detector semantic" in warning
+    )
+    comparison["stack (CV)"]["mean"]["iou"] = 0.57
+    assert stack_behind(comparison, ["lexical", "semantic"]) == []
