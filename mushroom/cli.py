@@ -180,10 +180,14 @@ def _score_run_files(
     errors. Without a run folder (files given directly) or for a run over every item, each
     gold item must have a prediction, as the official scorer requires.
     """
-    from mushroom.runs import run_scope
+    from mushroom.runs import prediction_folder, run_scope
     from mushroom.scoring.score import pair_paths, score_pairs
 
     scope = run_scope(pred)
+    if scope is not None and pred.is_dir() and pred == scope.folder:
+        # A run folder, as compare, sweep and report take it: its files of the gold's split.
+        test = any(gold.glob("*-tst*.jsonl")) if gold.is_dir() else "-tst" in gold.name
+        pred = prediction_folder(pred, "test" if test else "val")
     pairing = pair_paths(
         gold, pred, langs, allow_missing=scope is not None and scope.langs is not None, role=role
     )
@@ -303,6 +307,16 @@ TAGS_HELP = "error-type tags JSONL {id, error_type}; error_type is one of " + ",
 ALLOW_FAILURES_HELP = "write files even when items failed (they are left empty and listed)"
 AllowFailures = Annotated[bool, typer.Option("--allow-failures", metavar=FLAG, help=ALLOW_FAILURES_HELP)]
 Quiet = Annotated[bool, typer.Option("--quiet", metavar=FLAG, help="no progress bar")]
+# The default is named in the help with spaces: as one long token, the help table cut it
+# short with an ellipsis on an 80-column terminal.
+Contexts = Annotated[
+    str,
+    typer.Option(
+        "--contexts",
+        show_default=False,
+        help="context sources, comma-separated [default: " + ", ".join(DEFAULT_SOURCES) + "]",
+    ),
+]
 
 
 def _backend_options(
@@ -344,14 +358,15 @@ def detect(
         typer.Option("--detector", help="detector name (default: lexical, or llm with --backend/--model)"),
     ] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="run folder (default: runs/<time>-<detector>-<split>)")
+        Path | None,
+        typer.Option(
+            "--out", help="run folder (default: a new one in runs/, named by time, detector and split)"
+        ),
     ] = None,
     lang: Annotated[
         list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
     ] = None,
-    contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
-        DEFAULT_CONTEXTS
-    ),
+    contexts: Contexts = DEFAULT_CONTEXTS,
     option: Annotated[
         list[str] | None, typer.Option("--option", "-o", help="detector option KEY=VALUE")
     ] = None,
@@ -384,7 +399,7 @@ def detect(
     """
     from mushroom.data import workspace
     from mushroom.detectors import build
-    from mushroom.runs import timestamp
+    from mushroom.runs import new_run_folder, timestamp
     from mushroom.service import RunService
 
     options = nest_options(parse_options(option or []))
@@ -455,7 +470,7 @@ def detect(
         # Read before the run folder exists: a wrong --lang or --contexts leaves no folder.
         data = load_split(split, lang)
         check_sources(split, sorted(data), sources)
-    out = out or workspace() / "runs" / f"{timestamp()}-{detector}-{split}"
+    out = out or new_run_folder(workspace() / "runs", f"{timestamp()}-{detector}-{split}")
     config = {
         "job": "detect",
         "split": split,
@@ -489,7 +504,10 @@ def detect(
 @app.command()
 def main_job(
     out: Annotated[
-        Path | None, typer.Option("--out", help="run folder (default: submissions/<time>-<detector>)")
+        Path | None,
+        typer.Option(
+            "--out", help="run folder (default: a new one in submissions/, named by time and detector)"
+        ),
     ] = None,
     detector: Annotated[
         str,
@@ -501,9 +519,7 @@ def main_job(
     lang: Annotated[
         list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all 14")
     ] = None,
-    contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
-        DEFAULT_CONTEXTS
-    ),
+    contexts: Contexts = DEFAULT_CONTEXTS,
     option: Annotated[
         list[str] | None,
         typer.Option("--option", "-o", help="detector option KEY=VALUE (with stack: DETECTOR.KEY=VALUE)"),
@@ -561,7 +577,8 @@ def main_job(
 def run_config(
     config: Annotated[Path, typer.Argument(help="a run config (TOML or YAML) from configs/")],
     out: Annotated[
-        Path | None, typer.Option("--out", help="run folder (default: runs/<time>-<name>)")
+        Path | None,
+        typer.Option("--out", help="run folder (default: a new one in runs/, named by time and config name)"),
     ] = None,
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="only the first N items per language")
@@ -706,9 +723,7 @@ def report(
     lang: Annotated[
         list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
     ] = None,
-    contexts: Annotated[str, typer.Option("--contexts", help="context sources, comma-separated")] = (
-        DEFAULT_CONTEXTS
-    ),
+    contexts: Contexts = DEFAULT_CONTEXTS,
     tags: Annotated[Path | None, typer.Option("--tags", help=TAGS_HELP)] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="HTML file (default: RUN_DIR/report.<split>.html)")

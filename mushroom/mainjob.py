@@ -19,7 +19,7 @@ from mushroom.detectors import build
 from mushroom.errors import MushroomError
 from mushroom.languages import VAL_LANGUAGES
 from mushroom.predictions import mark_all
-from mushroom.runs import timestamp, write_json
+from mushroom.runs import new_run_folder, timestamp, write_json
 from mushroom.service import RunService, fingerprint
 from mushroom.submission import submission_name, write_predictions
 
@@ -90,7 +90,7 @@ def run_main_stack(
         hint = suggest(unknown[0], list(members))
         raise MushroomError(f"-o {unknown[0]}.KEY=VALUE: {unknown[0]!r} is not a member of the stack{hint}")
     dets = {name: build(name, options.get(name)) for name in members}
-    out = out or workspace() / "submissions" / f"{timestamp()}-stack"
+    out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-stack")
     config = {
         "job": "main",
         "members": [d.describe() for d in dets.values()],
@@ -211,7 +211,7 @@ def run_main(
     """
     console = console or Console()
     det = build(detector, options)
-    out = out or workspace() / "submissions" / f"{timestamp()}-{detector}"
+    out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-{detector}")
     config = {
         "job": "main",
         **det.describe(),

@@ -162,14 +162,14 @@ def execute(
 ) -> Path:
     """Runs every split (and variant) of a config into one run folder; val is scored, test zipped."""
     from mushroom.detectors import build
-    from mushroom.runs import timestamp
+    from mushroom.runs import new_run_folder, timestamp
     from mushroom.service import RunService
 
     console = console or Console()
     limit = limit or cfg.limit
     variants = cfg.variant_options()
     dets = [(name, build(cfg.detector.name, options)) for name, options in variants]
-    out = out or workspace() / "runs" / f"{timestamp()}-{cfg.name}"
+    out = out or new_run_folder(workspace() / "runs", f"{timestamp()}-{cfg.name}")
     config = {
         "run_config": cfg.model_dump(mode="json", exclude={"limit"}),
         "limit": limit,

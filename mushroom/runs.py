@@ -150,3 +150,21 @@ def prediction_folder(path: Path, split: str) -> Path:
         if any(folder.glob(submission_name("*", split))):
             return folder
     raise MushroomError(f"{path}: no {split} prediction files (looked in {', '.join(map(str, candidates))})")
+
+
+def new_run_folder(parent: Path, name: str) -> Path:
+    """A folder under `parent` that no other run has: `name`, else `name-2`, `name-3`, ...
+
+    Default folder names are stamped to the second, so two commands started in the same
+    second would share (and one resume) a folder; `mkdir` without exist_ok claims one
+    atomically, even for commands started in parallel.
+    """
+    parent.mkdir(parents=True, exist_ok=True)
+    for k in range(1, 1000):
+        folder = parent / (name if k == 1 else f"{name}-{k}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise FileExistsError(f"{parent}: no free folder name like {name}")

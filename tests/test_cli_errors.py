@@ -714,3 +714,30 @@ def test_flags_show_no_value_in_help(capsys):
     code, out, _ = cli(capsys, "detect", "--help")
     assert code == 0 and "--allow-failures" in out
     assert not [line for line in out.splitlines() if "<bool>" in line and "--help" not in line]
+
+
+def test_default_run_folders_of_the_same_second_are_kept_apart(tmp_path):
+    from mushroom.runs import new_run_folder
+
+    first = new_run_folder(tmp_path / "runs", "20261122-120000-lexical-val")
+    second = new_run_folder(tmp_path / "runs", "20261122-120000-lexical-val")
+    assert first.is_dir() and second.is_dir() and second.name == "20261122-120000-lexical-val-2"
+
+
+def test_a_run_folder_is_scored_like_compare_and_sweep_take_it(tmp_path, capsys):
+    run = limited_run(tmp_path, capsys)
+    code, out, err = cli(capsys, "score", VAL_DIR, run)
+    code2, out2, _ = cli(capsys, "score", VAL_DIR, run / "predictions")
+    assert code == code2 == 0 and out.splitlines()[-2:] == out2.splitlines()[-2:], err
+
+
+def test_help_defaults_are_not_cut_short_at_80_columns():
+    for command in ("detect", "main-job", "report", "run"):
+        res = subprocess.run(
+            [sys.executable, "-m", "mushroom", command, "--help"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COLUMNS": "80"},
+            cwd=ROOT,
+        )
+        assert res.returncode == 0 and "…" not in res.stdout, (command, res.stdout)
