@@ -101,11 +101,8 @@ class ContextSet:
     files: dict[str, str] = field(default_factory=dict)
 
 
-def _skipped_optional(named: str, context_dir: Path | None) -> bool:
-    # An optional source is skipped where it has no file, unless no split or language has
-    # one (a typo); the default ones are skipped anyway, for contexts folders of one's own.
-    source = named.removesuffix(OPTIONAL)
-    return named.endswith(OPTIONAL) and (named in DEFAULT_SOURCES or _exists_anywhere(source, context_dir))
+class MissingSource(MushroomError):
+    """A named context source has no file for a split and language (and is not optional)."""
 
 
 def source_path(
@@ -114,24 +111,29 @@ def source_path(
     named: str,
     sources: tuple[str, ...] | list[str] = (),
     context_dir: Path | None = None,
-    allow_missing_source: bool = False,
 ) -> Path | None:
-    """The file of one named source, None where it is skipped, or an error naming close sources."""
+    """The file of one named source, or None where an optional one is skipped.
+
+    Raises:
+        MissingSource: the source has no file here; the message names close sources.
+    """
     source = named.removesuffix(OPTIONAL)
     if not source.removeprefix("translated:"):
         raise MushroomError(f"empty context source name in {', '.join(map(repr, sources or [named]))}")
     path = context_file(split, lang, source, context_dir)
-    if path is None and _skipped_optional(named, context_dir):
+    if path is not None:
+        return path
+    # An optional source is skipped where it has no file, unless no split or language has
+    # one (a typo); the default ones are skipped anyway, for contexts folders of one's own.
+    if named.endswith(OPTIONAL) and (named in DEFAULT_SOURCES or _exists_anywhere(source, context_dir)):
         return None
-    if path is None and not allow_missing_source:
-        from mushroom.cliutil import suggest
+    from mushroom.cliutil import suggest
 
-        have = available_sources(split, lang, context_dir)
-        raise MushroomError(
-            f"no context file for source {source!r} ({split}, {lang})"
-            + suggest(source, have).replace(" valid:", " available:")
-        )
-    return path
+    have = available_sources(split, lang, context_dir)
+    raise MissingSource(
+        f"no context file for source {source!r} ({split}, {lang})"
+        + suggest(source, have).replace(" valid:", " available:")
+    )
 
 
 def check_sources(split: str, langs: list[str], sources: tuple[str, ...] | list[str]) -> None:
@@ -162,10 +164,14 @@ def load_contexts(
     result = ContextSet()
     for named in sources:
         source = named.removesuffix(OPTIONAL)
-        path = source_path(split, lang, named, sources, context_dir, allow_missing_source)
+        try:
+            path = source_path(split, lang, named, sources, context_dir)
+        except MissingSource:
+            if not allow_missing_source:
+                raise
+            result.missing[source] = len(item_ids or [])
+            continue
         if path is None:
-            if allow_missing_source and not _skipped_optional(named, context_dir):
-                result.missing[source] = len(item_ids or [])
             continue
         result.files[source] = str(path)
         records = load_records(path, ContextRecord)
