@@ -17,7 +17,7 @@ from mushroom.cliutil import no_prediction, plural
 from mushroom.errors import Problem
 from mushroom.jsonl import iter_json_lines
 from mushroom.records import Item
-from mushroom.scoring.files import is_json_int
+from mushroom.scoring.files import is_json_int, labels_missing_on_some_lines
 
 
 @dataclass
@@ -176,23 +176,14 @@ def check_rows(
             report.errors.append(Problem(path, line, "id", f"id {rid!r} is not among the items"))
             continue
         _check_row(row, by_id[rid], (path, line), report)
-    # The official scorer reads the file as a table: a line without a key that other lines
-    # have becomes a missing value and the scorer fails, though each line alone is valid.
-    for key in ("soft_labels", "hard_labels"):
-        have = [line for line, row in rows if isinstance(row, dict) and key in row]
-        if have and len(have) < len(rows):
-            for line, row in rows:
-                if isinstance(row, dict) and key not in row:
-                    report.errors.append(
-                        Problem(
-                            path,
-                            line,
-                            key,
-                            f"missing while {plural(len(have), 'other line')} have it; the official "
-                            "scorer fails on such a file",
-                            item_id=row.get("id") if isinstance(row.get("id"), str) else None,
-                        )
-                    )
+    by_line = dict(rows)
+    for line, key, have in labels_missing_on_some_lines(rows):
+        row = by_line[line]
+        message = (
+            f"missing while {plural(have, 'other line')} have it; the official scorer fails on such a file"
+        )
+        item_id = row.get("id") if isinstance(row.get("id"), str) else None
+        report.errors.append(Problem(path, line, key, message, item_id=item_id))
     report.n_items = len(items)
     report.missing = [item.id for item in items if item.id not in seen]
     if report.missing:

@@ -99,6 +99,16 @@ def _parse_hard(raw: Any, where: tuple[str, int], problems: list[Problem]) -> li
     return out
 
 
+def labels_missing_on_some_lines(rows: list[tuple[int, dict]]) -> list[tuple[int, str, int]]:
+    """(line, key, lines that have the key) for each label key a line lacks that others have.
+
+    The official scorer reads a file as a table, so such a line becomes a missing value and
+    the scorer fails, though each line alone is valid: `score` warns of it, `check` fails it.
+    """
+    have = {key: sum(key in row for _, row in rows) for key in ("soft_labels", "hard_labels")}
+    return [(line, key, n) for key, n in have.items() if n for line, row in rows if key not in row]
+
+
 def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
     """Loads a gold or prediction file for scoring; raises DataError listing every problem."""
     path = Path(path)
@@ -111,7 +121,6 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
         problems.append(Problem(str(path), None, None, "no line has hard_labels or soft_labels"))
     records: dict[str, ScoringRecord] = {}
     first_line: dict[str, int] = {}
-    partial = 0
     for lineno, row in rows:
         where = (str(path), lineno)
         rid = row.get("id")
@@ -128,8 +137,6 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
         hard = _parse_hard(row["hard_labels"], where, problems) if "hard_labels" in row else None
         if ("soft_labels" in row and soft is None) or ("hard_labels" in row and hard is None):
             continue
-        if (has_hard and hard is None) or (has_soft and soft is None):
-            partial += 1
         if hard is None:
             hard = official_hard_from_soft(soft or [])
         soft_derived = soft is None
@@ -152,6 +159,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             line=lineno,
             soft_derived=soft_derived,
         )
+    partial = len({line for line, _, _ in labels_missing_on_some_lines(rows)})
     if partial:
         warnings.append(
             f"{path}: {plural(partial, 'line')} without hard_labels or soft_labels while others have them; "
