@@ -129,7 +129,18 @@ class OpenAIConfig(BackendSettings):
         return value
 
 
-class TransformersConfig(BackendSettings):
+class WeightsConfig(BackendSettings):
+    """Settings of a backend that loads a model's weights in process: it needs a usable model."""
+
+    @model_validator(mode="after")
+    def _loadable(self) -> WeightsConfig:
+        from mushroom.models.zoo import check_model_name
+
+        check_model_name(self.model, self.kind)
+        return self
+
+
+class TransformersConfig(WeightsConfig):
     """A causal LM loaded in process with transformers."""
 
     kind: Literal["transformers"] = "transformers"
@@ -139,28 +150,14 @@ class TransformersConfig(BackendSettings):
     structured_output: bool = Field(True, description="constrain decoding to the request's JSON schema")
     extra: dict[str, Any] = Field(default_factory=dict, description="passed to from_pretrained as is")
 
-    @model_validator(mode="after")
-    def _loadable(self) -> TransformersConfig:
-        from mushroom.models.zoo import check_model_name
 
-        check_model_name(self.model, "transformers")
-        return self
-
-
-class VLLMConfig(BackendSettings):
+class VLLMConfig(WeightsConfig):
     """vLLM's offline engine in process."""
 
     kind: Literal["vllm"] = "vllm"
     dtype: str | None = Field(None, description="torch dtype name")
     structured_output: bool = Field(True, description="guided JSON decoding with the request's schema")
     extra: dict[str, Any] = Field(default_factory=dict, description="passed to vllm.LLM as is")
-
-    @model_validator(mode="after")
-    def _loadable(self) -> VLLMConfig:
-        from mushroom.models.zoo import check_model_name
-
-        check_model_name(self.model, "vllm")
-        return self
 
 
 BUILTIN_CONFIGS: dict[str, type[BackendSettings]] = {
