@@ -307,6 +307,9 @@ TAGS_HELP = "error-type tags JSONL {id, error_type}; error_type is one of " + ",
 ALLOW_FAILURES_HELP = "write files even when items failed (they are left empty and listed)"
 AllowFailures = Annotated[bool, typer.Option("--allow-failures", metavar=FLAG, help=ALLOW_FAILURES_HELP)]
 Quiet = Annotated[bool, typer.Option("--quiet", metavar=FLAG, help="no progress bar")]
+Langs = Annotated[
+    list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
+]
 # The default is named in the help with spaces: as one long token, the help table cut it
 # short with an ellipsis on an 80-column terminal.
 Contexts = Annotated[
@@ -363,9 +366,7 @@ def detect(
             "--out", help="run folder (default: a new one in runs/, named by time, detector and split)"
         ),
     ] = None,
-    lang: Annotated[
-        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
-    ] = None,
+    lang: Langs = None,
     contexts: Contexts = DEFAULT_CONTEXTS,
     option: Annotated[
         list[str] | None, typer.Option("--option", "-o", help="detector option KEY=VALUE")
@@ -426,7 +427,7 @@ def detect(
     if temperatures:
         options["temperatures"] = parse_float_list(temperatures, "--temperatures", low=0.0)
     det = build(detector, options)
-    sources = tuple(s.strip() for s in contexts.split(",") if s.strip())
+    sources = tuple(split_names(contexts))
     data = context_files = None
     if items_file is not None:
         from mushroom.data import load_items
@@ -533,7 +534,7 @@ def main_job(
     """Test submission for every language (checked files + zip), then a scored val run."""
     from mushroom.mainjob import DEFAULT_MEMBERS, run_main, run_main_stack
 
-    sources = tuple(s.strip() for s in contexts.split(",") if s.strip())
+    sources = tuple(split_names(contexts))
     options = parse_options(option or [])
     if detector == "stack" and no_val:
         raise MushroomError(
@@ -682,9 +683,7 @@ def compare(
 def sweep(
     runs: Annotated[list[Path], typer.Argument(help="one run, or several (their mean probability)")],
     split: Annotated[str, typer.Option("--split", help="labelled split")] = "val",
-    lang: Annotated[
-        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
-    ] = None,
+    lang: Langs = None,
     svg: Annotated[
         Path | None,
         typer.Option(
@@ -720,9 +719,7 @@ def sweep(
 def report(
     run_dir: Annotated[Path, typer.Argument(help="a run folder")],
     split: Annotated[str, typer.Option("--split", help="split whose predictions to show")] = "val",
-    lang: Annotated[
-        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
-    ] = None,
+    lang: Langs = None,
     contexts: Contexts = DEFAULT_CONTEXTS,
     tags: Annotated[Path | None, typer.Option("--tags", help=TAGS_HELP)] = None,
     out: Annotated[
@@ -748,9 +745,7 @@ def report(
 @app.command("contexts")
 def contexts_cmd(
     split: Annotated[str, typer.Option("--split", help="val, test or train")] = "val",
-    lang: Annotated[
-        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
-    ] = None,
+    lang: Langs = None,
     backend: Annotated[
         str, typer.Option("--backend", help="openai, transformers, vllm or replay")
     ] = "openai",
@@ -881,9 +876,7 @@ def stack_fit(
     members: Annotated[list[str], typer.Argument(help="member runs: NAME=RUN_DIR or RUN_DIR")],
     out: Annotated[Path, typer.Option("--out", help="where to save the fitted stack (JSON)")],
     split: Annotated[str, typer.Option("--split", help="labelled split to fit on")] = "val",
-    lang: Annotated[
-        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
-    ] = None,
+    lang: Langs = None,
     folds: Annotated[int, typer.Option("--folds", min=2, help="cross-validation folds (by item)")] = 5,
     l2: Annotated[float, typer.Option("--l2", min=0.0, help="L2 penalty of the logistic regression")] = 1.0,
     model: Annotated[
@@ -935,9 +928,7 @@ def stack_apply(
     members: Annotated[list[str], typer.Argument(help="member runs, same names and order as when fitted")],
     out: Annotated[Path, typer.Option("--out", help="run folder for the prediction files")],
     split: Annotated[str, typer.Option("--split", help="split to predict")] = "test",
-    lang: Annotated[
-        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
-    ] = None,
+    lang: Langs = None,
 ) -> None:
     """Apply a fitted stack to the members' files of a split; writes checked prediction files.
 
