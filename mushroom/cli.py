@@ -471,6 +471,9 @@ def detect(
         # Read before the run folder exists: a wrong --lang or --contexts leaves no folder.
         data = load_split(split, lang)
         check_sources(split, sorted(data), sources)
+    from mushroom.contexts import source_names
+
+    det.check_ready(source_names(sources, context_files))
     out = out or new_run_folder(workspace() / "runs", f"{timestamp()}-{detector}-{split}")
     config = {
         "job": "detect",
@@ -536,21 +539,20 @@ def main_job(
 
     sources = tuple(split_names(contexts))
     options = parse_options(option or [])
+    # `backend.kind=openai`, `semantic.max_length=64`: nested the way `detect` nests them
     if detector == "stack" and no_val:
         raise MushroomError(
             "--no-val: the stack (the default --detector) is fitted on val, so it always runs val; "
             "--no-val goes with one detector (--detector lexical)"
         )
     if detector == "stack":
-        per_detector: dict[str, dict] = {}
-        for key, value in options.items():
-            name, dot, sub = key.partition(".")
-            if not dot:
+        for key in options:
+            if "." not in key:
                 raise MushroomError(
                     f"with --detector stack, options are DETECTOR.KEY=VALUE (DETECTOR one of "
                     f"{', '.join(DEFAULT_MEMBERS)}); got {key!r}"
                 )
-            per_detector.setdefault(name, {})[sub] = value
+        per_detector = nest_options(options)
         run_main_stack(
             out=out,
             options=per_detector,
@@ -564,7 +566,7 @@ def main_job(
     run_main(
         out=out,
         detector=detector,
-        options=options,
+        options=nest_options(options),
         sources=sources,
         langs=lang,
         with_val=not no_val,
@@ -738,7 +740,15 @@ def report(
     path = output_file(out, "--out") if out else run_dir / f"report.{split}.html"
     tag_map = load_tags(input_file(tags, "--tags")) if tags else None
     page = build_report(run_dir, split, lang, tuple(split_names(contexts)), tag_map)
-    atomic_write_text(path, page)
+    if tag_map:
+        on_page = set(page.item_ids)
+        stray = [i for i in tag_map if i not in on_page]
+        if stray:
+            print_warning(
+                f"--tags {tags}: {len(stray)} of {plural(len(tag_map), 'tagged id')} are not among the "
+                f"{len(on_page)} items on the page and are left out: {listed(stray)}"
+            )
+    atomic_write_text(path, page.html)
     out_console.print(f"report: {esc(path)}", highlight=False)
 
 
@@ -949,9 +959,10 @@ def stack_apply(
         "split": split,
         "langs": lang,
     }
-    service = RunService(out, config, out_console, quiet=True)
+    # Members are read before the run folder exists: wrong or missing members leave none.
     data = load_split(split, lang)
     preds = apply_stack(model, member_list, split, data)
+    service = RunService(out, config, out_console, quiet=True)
     files = {}
     for code, items in data.items():
         files[code] = write_predictions(out / submission_name(code, split), preds[code], items)

@@ -385,7 +385,9 @@ def run_cli(app: Callable[..., Any], argv: list[str] | None = None) -> int:
     if "--debug" in args[: next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]:
         set_debug(True)
     try:
-        result = app(args=args, standalone_mode=False, prog_name="mushroom")
+        command = typer.main.get_command(app)
+        _flag_help(command)
+        result = command(args=args, standalone_mode=False, prog_name="mushroom")
         if result == EXIT_INTERRUPTED:  # typer turns a bare Ctrl-C into a silent 130
             err_console.print(f"[yellow]{esc(_interrupt_message(None))}[/yellow]", highlight=False)
         return result if isinstance(result, int) else EXIT_OK
@@ -423,6 +425,21 @@ def run_cli(app: Callable[..., Any], argv: list[str] | None = None) -> int:
 FLAG = ""
 """The metavar of a bool option: Typer shows `<bool>` after a flag, which reads as if it took
 a value (`--allow-failures true` is then refused as an extra argument)."""
+
+
+def _flag_help(command: Any) -> None:
+    """Gives `--help` of a command and its subcommands the FLAG metavar our flags have."""
+    original = command.get_help_option
+
+    def get_help_option(ctx: Any) -> Any:
+        option = original(ctx)
+        if option is not None:
+            option.metavar = FLAG
+        return option
+
+    command.get_help_option = get_help_option
+    for sub in getattr(command, "commands", {}).values():
+        _flag_help(sub)
 
 
 def reflow_help(app: Any) -> None:

@@ -34,6 +34,13 @@ OPTIONAL = "?"
 FACT_CHECK_PREFIX = "qa_"
 
 
+def source_names(sources: tuple[str, ...] | list[str], files: list[Path] | None = None) -> list[str]:
+    """The names contexts carry as `Context.source`: a source without its `?`, a file's stem."""
+    if files is not None:
+        return [path.stem for path in files]
+    return [named.removesuffix(OPTIONAL) for named in sources]
+
+
 def is_fact_check(source: str) -> bool:
     """Whether a source's texts were written with the answer in view (see the module docstring)."""
     return source.removeprefix("translated:").removesuffix(OPTIONAL).startswith(FACT_CHECK_PREFIX)

@@ -138,12 +138,17 @@ def validation_problems(path: Path, lineno: int | None, exc: ValidationError) ->
     ]
 
 
+def error_message(err: Any) -> str:
+    """A pydantic error's message without the "Value error, " pydantic puts before our own."""
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
 def _with_input(err: Any) -> str:
     value = err.get("input")
     if err.get("type") == "missing" or isinstance(value, (dict, list)):
-        return err["msg"]
+        return error_message(err)
     shown = repr(value)
-    return f"{err['msg']} (got {shown[:60]}{'...' if len(shown) > 60 else ''})"
+    return f"{error_message(err)} (got {shown[:60]}{'...' if len(shown) > 60 else ''})"
 
 
 def load_records(

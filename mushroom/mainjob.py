@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 
 from mushroom.cliutil import plural
-from mushroom.contexts import DEFAULT_SOURCES
+from mushroom.contexts import DEFAULT_SOURCES, source_names
 from mushroom.data import workspace
 from mushroom.detectors import build
 from mushroom.errors import MushroomError
@@ -90,6 +90,8 @@ def run_main_stack(
         hint = suggest(unknown[0], list(members))
         raise MushroomError(f"-o {unknown[0]}.KEY=VALUE: {unknown[0]!r} is not a member of the stack{hint}")
     dets = {name: build(name, options.get(name)) for name in members}
+    for det in dets.values():
+        det.check_ready(source_names(sources))
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-stack")
     config = {
         "job": "main",
@@ -211,6 +213,7 @@ def run_main(
     """
     console = console or Console()
     det = build(detector, options)
+    det.check_ready(source_names(sources))
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-{detector}")
     config = {
         "job": "main",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -155,18 +156,25 @@ def _problems_html(problems: list[Problem]) -> str:
     )
 
 
+class ReportPage(NamedTuple):
+    """The page and the ids of the items on it (tags for other ids are not counted on it)."""
+
+    html: str
+    item_ids: list[str]
+
+
 def build_report(
     run_dir: Path,
     split: str = "val",
     langs: list[str] | None = None,
     sources: tuple[str, ...] = DEFAULT_SOURCES,
     tags: dict[str, str] | None = None,
-) -> str:
+) -> ReportPage:
     """The HTML page for a run's predictions on a split."""
     folder = prediction_folder(run_dir, split)
     data = load_split(split, langs)
     tags = tags or {}
-    blocks, summary = [], []
+    blocks, summary, shown = [], [], []
     raw_problems: list[Problem] = []
     for lang, items in data.items():
         path = folder / submission_name(lang, split)
@@ -182,6 +190,7 @@ def build_report(
             )
             blocks.append(block)
             ious.append(iou)
+            shown.append(item.id)
         summary.append(
             (lang, len(items), float(np.nanmean(ious)) if items and items[0].is_labelled else None)
         )
@@ -192,8 +201,9 @@ def build_report(
             "(choose the run's languages with --lang, or its split with --split)"
         )
     tag_counts: dict[str, int] = {}
-    for t in tags.values():
-        tag_counts[t] = tag_counts.get(t, 0) + 1
+    for item_id in shown:  # the table counts the items on this page, as its filter shows them
+        if item_id in tags:
+            tag_counts[tags[item_id]] = tag_counts.get(tags[item_id], 0) + 1
     lang_options = "".join(f'<option value="{lang}">{lang}</option>' for lang, _, _ in summary)
     tag_options = "".join(
         f'<option value="{html.escape(t)}">{html.escape(t)}</option>' for t in sorted(tag_counts)
@@ -209,7 +219,7 @@ def build_report(
     config = (
         html.escape(config_path.read_text(encoding="utf-8")) if config_path.exists() else "(no config.json)"
     )
-    return f"""<!DOCTYPE html>
+    page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>mushroom report: {html.escape(run_dir.name)}</title>
 <style>{_CSS}</style><script>{_JS}</script></head><body>
 <h1>mushroom report: {html.escape(run_dir.name)} ({split})</h1>
@@ -228,3 +238,4 @@ worst <input id="f-worst" type="number" min="0" value="0" style="width:4em"> by 
 {"".join(blocks)}
 </body></html>
 """
+    return ReportPage(page, shown)

@@ -20,6 +20,7 @@ from rich.console import Console
 from mushroom.contexts import DEFAULT_SOURCES
 from mushroom.data import workspace
 from mushroom.errors import DataError, MushroomError, Problem
+from mushroom.jsonl import error_message
 
 if TYPE_CHECKING:
     from mushroom.service import SplitOutput
@@ -115,7 +116,7 @@ def load_run_config(path: Path) -> RunConfig:
         cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
         raise DataError(
-            [Problem(str(path), None, ".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()],
+            [Problem(str(path), None, ".".join(map(str, e["loc"])), error_message(e)) for e in exc.errors()],
             exit_code=2,
         ) from exc
     from mushroom.detectors import detector_class
@@ -142,7 +143,7 @@ def _option_problem(path: Path, where: str, cls, err: dict) -> Problem:
     """A detector option error in a config, with a close match for a misspelt name."""
     import difflib
 
-    msg = err["msg"]
+    msg = error_message(err)
     if err["type"] == "extra_forbidden":
         names = list(cls.Options.model_fields)
         match = difflib.get_close_matches(str(err["loc"][-1]), names, n=1)
@@ -169,6 +170,10 @@ def execute(
     limit = limit or cfg.limit
     variants = cfg.variant_options()
     dets = [(name, build(cfg.detector.name, options)) for name, options in variants]
+    from mushroom.contexts import source_names
+
+    for _, det in dets:
+        det.check_ready(source_names(cfg.contexts))
     out = out or new_run_folder(workspace() / "runs", f"{timestamp()}-{cfg.name}")
     config = {
         "run_config": cfg.model_dump(mode="json", exclude={"limit"}),

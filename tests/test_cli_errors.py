@@ -405,7 +405,7 @@ def test_report_says_when_raw_lines_are_unreadable(tmp_path):
     write_lines(
         run / "raw" / "en.responses.jsonl", [{"id": "val-en-1", "response": "ok"}, '{"id": "val-en-2", "resp']
     )
-    page = build_report(run, "val", ["en"], ())
+    page = build_report(run, "val", ["en"], ()).html
     assert "1 unreadable line in raw/ files" in page and "en.responses.jsonl:2: invalid JSON" in page
 
 
@@ -524,6 +524,9 @@ def test_a_limited_run_is_scored_compared_and_swept_on_what_it_covers(tmp_path, 
     loose.write_bytes(pred.read_bytes())
     code, _, err = cli(capsys, "score", VAL_EN, loose)
     assert code == 1 and "no prediction for 45 gold ids" in err
+    # a stack is fitted on every item: the member's --limit is named as the reason
+    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", tmp_path / "s.json")
+    assert code == 2 and "was made with --limit 5 --lang en, and a stack needs every item" in err
 
 
 def test_a_run_over_every_item_still_needs_every_item(tmp_path, capsys):
@@ -575,6 +578,22 @@ def test_stack_apply_names_a_json_file_that_is_no_stack(tmp_path, capsys):
     assert code == 1
     assert f"{config}: not a stack.json (fit one with `mushroom stack fit`)" in err
     assert "Field required" not in err and not (tmp_path / "o").exists()
+
+
+def test_stack_apply_with_the_wrong_members_leaves_no_run_folder(tmp_path, capsys):
+    run = tmp_path / "run"
+    code, _, err = cli(capsys, "detect", "--split", "val", "--lang", "en", "--out", run, "--quiet")
+    assert code == 0, err
+    stack, out = tmp_path / "stack.json", tmp_path / "o"
+    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", stack)
+    assert code == 0, err
+    for members, message in (
+        ([f"other={run}"], "fitted on members ['lex']; got ['other']"),
+        ([f"lex={tmp_path / 'nowhere'}"], "no val prediction files"),
+    ):
+        code, _, err = cli(capsys, "stack", "apply", stack, *members, "--split", "val", "--out", out)
+        assert code == 2 and message in err, err
+        assert not out.exists()
 
 
 def test_an_empty_items_file_is_an_input_error(tmp_path, capsys):
@@ -649,12 +668,24 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
         (["--lang", "en", "--contexts", "perplexty"], "no context file for source 'perplexty'"),
         (["--items", VAL_EN, "--split", "test"], "replaces --split test"),
         (["--backend", "openai", "--base-url", "notaurl", "--model", "m"], "is not an http(s) URL"),
+        # backends are built when the first item needs one; what they would fail on is seen first
+        (["--backend", "openai", "--model", "m"], "the openai backend needs `base_url`"),
+        (["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1"], "needs `model` (the served"),
+        (["--backend", "replay"], "the replay backend needs `responses`"),
+        (["--responses", tmp_path / "none.jsonl"], "none.jsonl: no such file (the replay backend's"),
+        (["--backend", "transformers", "--model", tmp_path / "m.gguf"], "m.gguf does not exist"),
     ):
         code, _, err = cli(capsys, "detect", *args, "--out", out, "--quiet")
         assert code == 2 and message in err, (args, err)
         assert not out.exists(), args
     code, _, err = cli(capsys, "main-job", "--no-val", "--out", out)
     assert code == 2 and "--no-val" in err and not out.exists()
+    code, _, err = cli(capsys, "main-job", "--detector", "llm", "-o", "backend.kind=replay", "--out", out)
+    assert code == 2 and "needs `responses`" in err and not out.exists()
+    config = tmp_path / "c.toml"
+    config.write_text('name = "c"\n[detector]\nname = "llm"\n[detector.options.backend]\nkind = "openai"\n')
+    code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
+    assert code == 2 and "needs `base_url`" in err and not out.exists()
 
 
 def test_languages_can_be_given_as_a_comma_list(tmp_path, capsys):
@@ -712,8 +743,11 @@ def test_option_mistakes_say_how_to_write_them(tmp_path, capsys):
 def test_flags_show_no_value_in_help(capsys):
     # Typer wrote `--allow-failures <bool>`, which reads as if the flag took a value.
     code, out, _ = cli(capsys, "detect", "--help")
-    assert code == 0 and "--allow-failures" in out
-    assert not [line for line in out.splitlines() if "<bool>" in line and "--help" not in line]
+    assert code == 0 and "--allow-failures" in out and "--help" in out
+    assert "<bool>" not in out  # nor after Typer's own --help
+    for args in (["--help"], ["stack", "--help"], ["stack", "fit", "--help"]):
+        code, out, _ = cli(capsys, *args)
+        assert code == 0 and "--help" in out and "<bool>" not in out, args
 
 
 def test_default_run_folders_of_the_same_second_are_kept_apart(tmp_path):
@@ -741,3 +775,23 @@ def test_help_defaults_are_not_cut_short_at_80_columns():
             cwd=ROOT,
         )
         assert res.returncode == 0 and "…" not in res.stdout, (command, res.stdout)
+
+
+def test_options_that_would_do_nothing_or_repeat_a_vote_are_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    # a weight for a source the run does not read was silently unused
+    code, _, err = cli(
+        capsys, "detect", "-o", "source_weights.perplexity-sonar=2", "--lang", "en", "--out", out
+    )
+    assert code == 2 and "no context source 'perplexity-sonar'" in err and not out.exists()
+    assert "did you mean 'perplexity-sonar-pro'?" in err
+    code, _, err = cli(capsys, "main-job", "-o", "lexical.source_weights.foo=2", "--lang", "en", "--out", out)
+    assert code == 2 and "no context source 'foo'" in err and not out.exists()
+    # a repeated temperature is the same request: the cache would answer it with the first
+    args = ["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--out", out]
+    code, _, err = cli(capsys, "detect", *args, "--temperatures", "0.1,0.1")
+    assert code == 2 and "temperature 0.1 is given twice" in err and "samples" in err
+    assert "Value error" not in err and not out.exists()
+    code, _, err = cli(capsys, "detect", "-o", "source_weights.deepseek-r1=2", "--lang", "en", "--limit", "2",
+                       "--out", out, "--quiet")  # fmt: skip
+    assert code == 0, err

@@ -78,6 +78,14 @@ def test_compare_pairs_items_and_writes_markdown_and_csv(two_runs, tmp_path):
         "incorrect-context": 2,
         "semantic-equivalence-fp": 1,
     }
+    # the report counts the tags of the items on its page, and names the others
+    page = tmp_path / "r.html"
+    res = runner.invoke(app, ["report", str(lo), "--lang", "en", "--tags", str(tags), "--out", str(page)])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "2 of 4 tagged ids are not among the 50 items on the page" in said and "'val-it-2'" in said
+    table = re.search(r"<table id='tags'>(.*?)</table>", page.read_text()).group(1)
+    assert "<td>incorrect-context</td><td>1</td>" in table and "<td>other</td>" not in table
 
 
 def test_a_report_with_no_prediction_file_for_its_languages_is_refused(two_runs, tmp_path):
@@ -175,5 +183,5 @@ def test_report_without_labels_says_unlabelled(tmp_path):
         app, ["detect", "--split", "test", "--lang", "eu", "--out", str(tmp_path / "t"), "--quiet"]
     )
     assert res.exit_code == 0, res.output
-    page = build_report(tmp_path / "t", "test", ["eu"])
+    page = build_report(tmp_path / "t", "test", ["eu"]).html
     assert page.count("unlabelled") >= 50 and page.startswith("<!DOCTYPE html>")

@@ -250,6 +250,13 @@ def test_items_without_context_are_warned_about_and_a_wrong_replay_file_is_named
         and "ctx.jsonl:1" in proc.stderr
         and "not a file of recorded responses" in proc.stderr
     )
+    # one line with a typo'd key among good ones is named with its line, before any folder
+    rows = [{"id": items[0].id, "response": SPANS}, {"id": items[1].id, "respone": SPANS}]
+    write_lines(tmp_path / "typo.jsonl", rows)
+    proc = mushroom(*args, "--responses", str(tmp_path / "typo.jsonl"), "--out", str(tmp_path / "t"))
+    assert proc.returncode == 1 and "typo.jsonl:2" in proc.stderr, proc.stderr
+    assert "nothing to replay" in proc.stderr and "did you mean 'response' for 'respone'?" in proc.stderr
+    assert not (tmp_path / "t").exists()
 
 
 def test_a_changed_member_setting_is_named_inside_the_members_list():
@@ -306,3 +313,17 @@ def test_work_between_items_shows_under_the_stage_bar_until_it_is_done(tmp_path,
     assert rows[1] == rows[2] == {"chunked on val"}  # done, or an item finished since: the row is gone
     assert [t.description for t in bars[-1].tasks] == ["chunked on val"] and det.on_work is None
     assert len(res.failures) == 1 and "killed mid-chunk" in res.failures[0].error
+
+
+def test_main_job_runs_an_llm_detector_on_a_server_given_by_nested_options(tmp_path):
+    # `-o backend.kind=openai` is nested as `detect` nests it (it was refused as an unknown
+    # option `backend.kind`, which left main-job with an LLM detector no way to name a server)
+    with FakeServer({}, SPANS) as srv:
+        out = tmp_path / "main"
+        args = ["-o", "backend.kind=openai", "-o", f"backend.base_url={srv.url}", "-o", "backend.model=m"]
+        proc = mushroom("main-job", "--detector", "llm", *args, "--lang", "en", "--out", str(out), "--quiet")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        n_test, n_val = (len(load_split(split, ["en"])["en"]) for split in ("test", "val"))
+        assert len(srv.calls) == n_test + n_val
+    assert (out / "mushroom.en-tst.v1.jsonl").is_file() and (out / "submission.zip").is_file()
+    assert json.loads((out / "config.json").read_text())["config"]["options"]["backend"]["kind"] == "openai"

@@ -26,6 +26,10 @@ from pydantic import (
     model_validator,
 )
 
+NEEDS_BASE_URL = "the openai backend needs `base_url`, e.g. http://127.0.0.1:8000/v1"
+NEEDS_SERVED_MODEL = "the openai backend needs `model` (the served model's name)"
+NEEDS_RESPONSES = "the replay backend needs `responses` (a JSONL file of recorded responses)"
+
 StructuredOutput = Literal["auto", "json_schema", "json_object", "guided_json", "none"]
 
 
@@ -58,6 +62,15 @@ class BackendSettings(BaseModel):
                 return target.model_validate(obj, **kwargs)
         return super().model_validate(obj, **kwargs)
 
+    def check_ready(self) -> None:
+        """Raises MushroomError for what is missing that the backend would fail on once built.
+
+        Run before a run folder is made, so that a command missing its server URL, responses
+        file or model file stops with the same message the backend would give, and leaves no
+        folder. Unlike validation it looks at the file system, so it is not part of reading a
+        config (an old run's config.json stays readable after its model file moved).
+        """
+
     @model_validator(mode="before")
     @classmethod
     def _known_keys(cls, data: Any) -> Any:
@@ -79,6 +92,19 @@ class ReplayConfig(BackendSettings):
 
     kind: Literal["replay"] = "replay"
     responses: str | None = Field(None, description="JSONL of recorded responses (raw records)")
+
+    def check_ready(self) -> None:
+        from pathlib import Path
+
+        from mushroom.errors import MushroomError
+
+        if not self.responses:
+            raise MushroomError(NEEDS_RESPONSES)
+        if not Path(self.responses).is_file():
+            raise MushroomError(f"{self.responses}: no such file (the replay backend's `responses`)")
+        from mushroom.backends.replay import load_replay_file
+
+        load_replay_file(Path(self.responses))  # a broken line is named now, not per item later
 
 
 class OpenAIConfig(BackendSettings):
@@ -103,6 +129,14 @@ class OpenAIConfig(BackendSettings):
         "auto", description="chat rendering for /completions scoring; auto: the server's, else plain"
     )
     extra: dict[str, Any] = Field(default_factory=dict, description="added to every request body")
+
+    def check_ready(self) -> None:
+        from mushroom.errors import MushroomError
+
+        if not self.base_url:
+            raise MushroomError(NEEDS_BASE_URL)
+        if not self.model:
+            raise MushroomError(NEEDS_SERVED_MODEL)
 
     @field_validator("structured_output", mode="before")
     @classmethod
@@ -138,6 +172,15 @@ class WeightsConfig(BackendSettings):
 
         check_model_name(self.model, self.kind)
         return self
+
+    def check_ready(self) -> None:
+        from pathlib import Path
+
+        from mushroom.errors import MushroomError
+
+        candidate = Path(self.model).expanduser()
+        if candidate.suffix.lower() == ".gguf" and not candidate.is_file():
+            raise MushroomError(f"model file {candidate} does not exist")
 
 
 class TransformersConfig(WeightsConfig):

@@ -61,7 +61,7 @@ from mushroom.backends.base import (
     OnResult,
     OnScore,
 )
-from mushroom.backends.config import OpenAIConfig
+from mushroom.backends.config import NEEDS_BASE_URL, NEEDS_SERVED_MODEL, OpenAIConfig
 from mushroom.backends.registry import register_backend
 from mushroom.cliutil import plural
 from mushroom.errors import MushroomError
@@ -134,9 +134,9 @@ class OpenAIBackend(Backend):
     def __init__(self, config: OpenAIConfig):
         super().__init__(config)
         if not config.base_url:
-            raise MushroomError("the openai backend needs `base_url`, e.g. http://127.0.0.1:8000/v1")
+            raise MushroomError(NEEDS_BASE_URL)
         if not config.model:
-            raise MushroomError("the openai backend needs `model` (the served model's name)")
+            raise MushroomError(NEEDS_SERVED_MODEL)
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(config.api_key_env)
         if key:

@@ -21,6 +21,7 @@ counts instead of crashing.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -35,7 +36,7 @@ from mushroom.backends.base import (
     OnScore,
     TokenLogprobs,
 )
-from mushroom.backends.config import ReplayConfig
+from mushroom.backends.config import NEEDS_RESPONSES, ReplayConfig
 from mushroom.backends.registry import register_backend
 from mushroom.errors import DataError, MushroomError
 from mushroom.jsonl import load_records
@@ -82,8 +83,56 @@ class ReplayRecord(BaseModel):
         return [(t, lps[k] if lps and k < len(lps) else None) for k, t in enumerate(texts)]
 
     @property
+    def has_content(self) -> bool:
+        """Whether the line holds anything to replay: texts, a log-likelihood or an error."""
+        return (
+            self.texts is not None or self.response is not None or self.score is not None or bool(self.error)
+        )
+
+    @property
     def score(self) -> float | None:
         return self.loglikelihood if self.loglikelihood is not None else self.logprob
+
+
+def load_replay_file(path: Path) -> list[ReplayRecord]:
+    """The file's lines; a line with nothing to replay is an error naming it.
+
+    Such a line (a typo'd `respone`) would otherwise be kept and make its item fail later
+    with "no recorded response", far from the line that is wrong. A file in which no line
+    has anything (contexts given as responses) is named as a whole instead of line by line.
+    """
+    counts = {"usable": 0, "empty": 0}
+
+    def check(record: ReplayRecord) -> list[tuple[str, str]]:
+        if record.has_content:
+            counts["usable"] += 1
+            return []
+        counts["empty"] += 1
+        extra = sorted(record.model_extra or {})
+        close = difflib.get_close_matches(extra[0], _ANSWER_KEYS, n=1) if extra else []
+        return [
+            (
+                "response",
+                "nothing to replay: no `texts`, `response`, log-likelihood or `error`"
+                + (f" (did you mean {close[0]!r} for {extra[0]!r}?)" if close else ""),
+            )
+        ]
+
+    try:
+        return load_records(path, ReplayRecord, unique_ids=False, extra_check=check)
+    except DataError as exc:
+        if counts["usable"] == 0 and counts["empty"] == len(exc.problems):
+            raise DataError.single(
+                str(path),
+                1,
+                "response",
+                "no line has `texts`, `response` or a log-likelihood: not a file of recorded responses "
+                "(a run's raw/<lang>.raw.jsonl or {id, response} lines)",
+            ) from None
+        raise
+
+
+_ANSWER_KEYS = ["texts", "response", "loglikelihood", "logprob", "error"]
 
 
 RecordedResponse = ReplayRecord  # the name before raw records had keys
@@ -98,19 +147,11 @@ class ReplayBackend(Backend):
     def __init__(self, config: ReplayConfig):
         super().__init__(config)
         if not config.responses:
-            raise MushroomError("the replay backend needs `responses` (a JSONL file of recorded responses)")
-        records = load_records(Path(config.responses), ReplayRecord, unique_ids=False)
+            raise MushroomError(NEEDS_RESPONSES)
+        records = load_replay_file(Path(config.responses))
         self.by_key: dict[str, list[ReplayRecord]] = {}
         self.by_item: dict[str, list[ReplayRecord]] = {}
         self.records = records  # every line read (one per non-blank line of the file)
-        if records and not any(r.answers() or r.score is not None or r.error for r in records):
-            raise DataError.single(
-                config.responses,
-                1,
-                "response",
-                "no line has `texts`, `response` or a log-likelihood: not a file of recorded responses "
-                "(a run's raw/<lang>.raw.jsonl or {id, response} lines)",
-            )
         for rec in records:
             if config.model and rec.model and rec.model != config.model:
                 continue

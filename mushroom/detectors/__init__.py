@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from mushroom.cliutil import list_hint
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, VectorDetector
 from mushroom.errors import DataError, MushroomError, Problem
+from mushroom.jsonl import error_message
 
 __all__ = [
     "Detector",
@@ -104,7 +105,7 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
         problems = []
         for err in exc.errors():
             where = ".".join(map(str, err["loc"]))
-            msg = err["msg"] + list_hint(err)
+            msg = error_message(err) + list_hint(err)
             if err["type"] == "extra_forbidden":
                 msg = f"unknown option{_close_match(str(err['loc'][-1]), list(cls.Options.model_fields))}"
                 msg += f"; {name} takes: {valid}"

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -154,6 +154,24 @@ class Detector(ABC):
                 f"(first: {(failed[0].id if failed else missing[0])}: {first})"
             )
         return [results[it.id].prediction for it in items]
+
+    def check_ready(self, sources: Sequence[str] = ()) -> None:
+        """Raises MushroomError for a setting that would fail, or do nothing, in this run.
+
+        Backends are built lazily, once the run folder exists and the first item needs one;
+        the run commands call this first, so a missing URL, responses file or model file
+        stops the command before it makes a folder.
+
+        Args:
+            sources: the names of the run's context sources (a file's stem for context
+                files), for options that refer to them.
+        """
+        from mushroom.backends.config import BackendSettings
+
+        for value in self.options.__dict__.values():
+            for setting in value if isinstance(value, list) else [value]:
+                if isinstance(setting, BackendSettings):
+                    setting.check_ready()
 
     def describe(self) -> dict[str, Any]:
         """Name and options, recorded in every run's config."""

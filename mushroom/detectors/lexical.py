@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -23,6 +24,7 @@ from mushroom.contexts import support_contexts
 from mushroom.detectors.base import DetectorOptions, VectorDetector
 from mushroom.detectors.lexical_calibration import Calibration, load_calibration
 from mushroom.detectors.lexical_channels import lexical_channels
+from mushroom.errors import MushroomError
 from mushroom.records import Context, Item
 from mushroom.text.stopwords import stop_characters, stopwords
 from mushroom.text.tokenize import DIGIT_GROUP, Token, tokenize, vocabulary
@@ -148,6 +150,18 @@ class LexicalDetector(VectorDetector):
     name = "lexical"
     Options = LexicalOptions
     options: LexicalOptions
+
+    def check_ready(self, sources: Sequence[str] = ()) -> None:
+        # a weight for a source the run does not read would be silently unused
+        super().check_ready(sources)
+        unknown = sorted(set(self.options.source_weights) - set(sources)) if sources else []
+        if unknown:
+            from mushroom.cliutil import suggest
+
+            raise MushroomError(
+                f"lexical option source_weights: no context source {unknown[0]!r} in this run"
+                + suggest(unknown[0], list(sources)).replace(" valid:", " its sources are:")
+            )
 
     def __init__(self, options: LexicalOptions):
         super().__init__(options)

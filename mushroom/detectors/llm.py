@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest
 from mushroom.backends.cache import build_cached
@@ -45,6 +45,19 @@ class LLMOptions(DetectorOptions):
     default_probability: float = Field(1.0, ge=0.0, le=1.0, description="for spans given without one")
     cache: bool = Field(True, description="cache responses on disk (in the run folder)")
     cache_path: str | None = Field(None, description="share one cache file across runs")
+
+    @field_validator("temperatures")
+    @classmethod
+    def _distinct(cls, value: list[float]) -> list[float]:
+        # Requests differing only in a repeated temperature are the same request: the response
+        # cache would answer the second with the first, a vote counted twice.
+        repeated = sorted({t for t in value if value.count(t) > 1})
+        if repeated:
+            raise ValueError(
+                f"temperature {repeated[0]:g} is given twice; for more answers at one temperature "
+                "set samples (-o samples=N)"
+            )
+        return value
 
 
 def context_text(contexts: list[Context], limit: int) -> str:

@@ -12,7 +12,7 @@ from mushroom.cliutil import no_prediction
 from mushroom.errors import MushroomError
 from mushroom.predictions import load_predictions
 from mushroom.records import Item, Prediction
-from mushroom.runs import prediction_folder
+from mushroom.runs import prediction_folder, run_scope
 from mushroom.submission import submission_name
 
 MemberEvidence = tuple[Prediction, dict[str, np.ndarray]]  # one item's prediction and channels
@@ -42,7 +42,13 @@ class Member:
         preds = load_predictions(path)
         missing = [it.id for it in items if it.id not in preds]
         if missing:
-            raise MushroomError(f"{path}: {no_prediction(missing, total=len(items))}")
+            scope = run_scope(path)
+            hint = (
+                f"; {scope.made_with()}, and a stack needs every item: run the member without --limit"
+                if scope is not None and scope.partial
+                else ""
+            )
+            raise MushroomError(f"{path}: {no_prediction(missing, total=len(items))}{hint}")
         lengths = {it.id: len(it.model_output_text) for it in items}
         channels = read_channels(chan_path, lengths) if chan_path.exists() else {}
         return preds, channels
