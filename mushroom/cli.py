@@ -473,7 +473,7 @@ def detect(
         check_sources(split, sorted(data), sources)
     from mushroom.contexts import source_names
 
-    det.check_ready(source_names(sources, context_files))
+    det.check_ready(source_names(sources, context_files), new_folder=out is None or not out.exists())
     out = out or new_run_folder(workspace() / "runs", f"{timestamp()}-{detector}-{split}")
     config = {
         "job": "detect",
@@ -822,8 +822,13 @@ def contexts_cmd(
             raise MushroomError(
                 f"--tiers: no context files for source {tier!r} ({split}); available: {listed}"
             )
+    from mushroom.backends.config import parse_backend_config
+
+    cache = root / f".cache.{source}.jsonl"
+    if not cache.is_file():  # else the answers may all be cached and no backend is built
+        parse_backend_config(cfg).check_ready()
     sink: list[RawLog | None] = [None]
-    engine = RecordingBackend(build_cached(cfg, True, root / f".cache.{source}.jsonl"), lambda: sink[0])
+    engine = RecordingBackend(build_cached(cfg, True, cache), lambda: sink[0])
     table = Table(title=f"contexts: {split}, source {escape(source)!r}")
     for col in ("lang", "items", "from tiers", "done before", "generated", "failed", "kept", "dropped"):
         table.add_column(col, justify="right")

@@ -20,13 +20,17 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
 
 from mushroom.errors import Interrupted, MushroomError
+from mushroom.jsonl import error_message
+
+if TYPE_CHECKING:
+    import typer
 
 out_console = Console(soft_wrap=True)  # messages are never broken into lines; tables still fit
 err_console = Console(stderr=True, soft_wrap=True)
@@ -197,7 +201,7 @@ def validation_message(exc: ValidationError, source: str = "") -> str:
         if err.get("type") == "extra_forbidden":
             lines.append(f"{source}{loc}: unknown name{given}")
         else:
-            lines.append(f"{source}{loc}: {err['msg']}{given}{list_hint(err)}")
+            lines.append(f"{source}{loc}: {error_message(err)}{given}{list_hint(err)}")
     return "\n".join(lines)
 
 
@@ -377,7 +381,7 @@ def exit_code_for(exc: BaseException) -> tuple[int, str | None]:
     return EXIT_BUG, None
 
 
-def run_cli(app: Callable[..., Any], argv: list[str] | None = None) -> int:
+def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
     """Runs the typer app; every expected failure becomes a message and an exit code."""
     import typer
 

@@ -170,7 +170,11 @@ def build_report(
     sources: tuple[str, ...] = DEFAULT_SOURCES,
     tags: dict[str, str] | None = None,
 ) -> ReportPage:
-    """The HTML page for a run's predictions on a split."""
+    """The HTML page for a run's predictions on a split, with the ids of the items it shows.
+
+    The ids let the caller name tags for items that are not on the page (another language,
+    another split) instead of counting them in the page's error-type table.
+    """
     folder = prediction_folder(run_dir, split)
     data = load_split(split, langs)
     tags = tags or {}

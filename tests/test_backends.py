@@ -477,3 +477,23 @@ def test_which_error_answers_are_final(status, body, final):
     from mushroom.backends.openai_compat import is_validation_error
 
     assert is_validation_error(status, body) is final
+
+
+def test_replay_lines_with_nothing_to_replay_are_named_by_line(tmp_path):
+    from mushroom.backends.replay import load_replay_file
+    from mushroom.errors import DataError
+
+    path = tmp_path / "r.jsonl"
+    path.write_text(
+        '{"id": "a", "texts": ["{}"]}\n{"id": "b", "texts": []}\n'
+        '{"id": "c", "note": "n", "respone": "{}"}\n{"id": "d", "logprob": 0.0}\n{"id": "e", "error": "x"}\n'
+    )
+    with pytest.raises(DataError) as caught:
+        load_replay_file(path)
+    lines = {p.line: p.message for p in caught.value.problems}
+    assert set(lines) == {2, 3} and all("nothing to replay" in m for m in lines.values())
+    assert "did you mean 'response' for 'respone'?" in lines[3]  # not stopped by the first key
+    path.write_text('{"id": "a", "texts": []}\n{"id": "b", "context": "..."}\n')
+    with pytest.raises(DataError) as caught:
+        load_replay_file(path)  # nothing anywhere: the file is named once, not line by line
+    assert len(caught.value.problems) == 1 and "not a file of recorded responses" in str(caught.value)

@@ -783,10 +783,16 @@ def test_options_that_would_do_nothing_or_repeat_a_vote_are_refused(tmp_path, ca
     code, _, err = cli(
         capsys, "detect", "-o", "source_weights.perplexity-sonar=2", "--lang", "en", "--out", out
     )
-    assert code == 2 and "no context source 'perplexity-sonar'" in err and not out.exists()
+    assert code == 2 and "'perplexity-sonar' is not a support source" in err and not out.exists()
     assert "did you mean 'perplexity-sonar-pro'?" in err
     code, _, err = cli(capsys, "main-job", "-o", "lexical.source_weights.foo=2", "--lang", "en", "--out", out)
-    assert code == 2 and "no context source 'foo'" in err and not out.exists()
+    assert code == 2 and "'foo' is not a support source of this run" in err and not out.exists()
+    # a fact-check is never support, so its weight would be unused too
+    weight = "source_weights.qa_perplexity-sonar-pro=2"
+    code, _, err = cli(capsys, "detect", "-o", weight, "--lang", "en", "--out", out)
+    assert code == 2 and "fact-checks are never support" in err and not out.exists()
+    code, _, err = cli(capsys, "detect", "-o", "source_weights.foo=2", "--contexts", "", "--out", out)
+    assert code == 2 and "valid: (none)" in err and not out.exists()
     # a repeated temperature is the same request: the cache would answer it with the first
     args = ["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--out", out]
     code, _, err = cli(capsys, "detect", *args, "--temperatures", "0.1,0.1")

@@ -327,3 +327,48 @@ def test_main_job_runs_an_llm_detector_on_a_server_given_by_nested_options(tmp_p
         assert len(srv.calls) == n_test + n_val
     assert (out / "mushroom.en-tst.v1.jsonl").is_file() and (out / "submission.zip").is_file()
     assert json.loads((out / "config.json").read_text())["config"]["options"]["backend"]["kind"] == "openai"
+
+
+def test_a_run_answered_from_a_shared_cache_needs_no_server(tmp_path):
+    # The checks made before a run folder exists must not refuse what the cache would answer.
+    cache = tmp_path / "shared.cache.jsonl"
+    base = ["detect", "--detector", "llm", "--split", "val", "--lang", "en", "--limit", "2", "--quiet"]
+    with FakeServer({}, SPANS) as srv:
+        args = [
+            *base,
+            "--backend",
+            "openai",
+            "--base-url",
+            srv.url,
+            "--model",
+            "m",
+            "-o",
+            f"cache_path={cache}",
+        ]
+        proc = mushroom(*args, "--out", str(tmp_path / "first"))
+        assert proc.returncode == 0, proc.stderr
+    proc = mushroom(*base, "--backend", "openai", "--model", "m", "-o", f"cache_path={cache}", "--out",
+                    str(tmp_path / "again"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr  # no base_url: every answer came from the cache
+    proc = mushroom(*base, "--backend", "openai", "--model", "m", "--out", str(tmp_path / "none"))
+    assert proc.returncode == 2 and "llm option backend: the openai backend needs `base_url`" in proc.stderr
+    assert not (tmp_path / "none").exists()
+
+
+def test_the_backend_that_is_not_ready_is_named_among_several(tmp_path):
+    from mushroom.detectors import build
+    from mushroom.errors import MushroomError
+
+    good = tmp_path / "r.jsonl"
+    good.write_text('{"id": "a", "loglikelihood": -1.0}\n')
+    det = build("pyes", {"models": [{"kind": "replay", "responses": str(good)}, {"kind": "replay"}]})
+    with pytest.raises(MushroomError, match=r"pyes option models\[1\]: the replay backend needs `responses`"):
+        det.check_ready()
+    det.check_ready(new_folder=False)  # a resumed folder may hold every answer: not checked
+
+
+def test_the_contexts_command_checks_its_backend_before_writing_anything(tmp_path):
+    proc = mushroom("contexts", "--split", "val", "--lang", "en", "--limit", "1", "--model", "m",
+                    "--context-dir", str(tmp_path / "ctx"))  # fmt: skip
+    assert proc.returncode == 2 and "needs `base_url`" in proc.stderr, proc.stderr
+    assert not (tmp_path / "ctx").exists()

@@ -14,6 +14,7 @@ constructed the old flat config keeps working.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -25,6 +26,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from mushroom.errors import MushroomError
 
 NEEDS_BASE_URL = "the openai backend needs `base_url`, e.g. http://127.0.0.1:8000/v1"
 NEEDS_SERVED_MODEL = "the openai backend needs `model` (the served model's name)"
@@ -94,10 +97,7 @@ class ReplayConfig(BackendSettings):
     responses: str | None = Field(None, description="JSONL of recorded responses (raw records)")
 
     def check_ready(self) -> None:
-        from pathlib import Path
-
-        from mushroom.errors import MushroomError
-
+        """The responses file must exist and every line hold something to replay."""
         if not self.responses:
             raise MushroomError(NEEDS_RESPONSES)
         if not Path(self.responses).is_file():
@@ -131,8 +131,7 @@ class OpenAIConfig(BackendSettings):
     extra: dict[str, Any] = Field(default_factory=dict, description="added to every request body")
 
     def check_ready(self) -> None:
-        from mushroom.errors import MushroomError
-
+        """A server URL and the served model's name are needed for every request."""
         if not self.base_url:
             raise MushroomError(NEEDS_BASE_URL)
         if not self.model:
@@ -174,13 +173,10 @@ class WeightsConfig(BackendSettings):
         return self
 
     def check_ready(self) -> None:
-        from pathlib import Path
+        """A `.gguf` path must exist (a registry name is pulled, a hub id is the engine's)."""
+        from mushroom.models.zoo import gguf_path
 
-        from mushroom.errors import MushroomError
-
-        candidate = Path(self.model).expanduser()
-        if candidate.suffix.lower() == ".gguf" and not candidate.is_file():
-            raise MushroomError(f"model file {candidate} does not exist")
+        gguf_path(self.model)
 
 
 class TransformersConfig(WeightsConfig):

@@ -61,10 +61,9 @@ from mushroom.backends.base import (
     OnResult,
     OnScore,
 )
-from mushroom.backends.config import NEEDS_BASE_URL, NEEDS_SERVED_MODEL, OpenAIConfig
+from mushroom.backends.config import OpenAIConfig
 from mushroom.backends.registry import register_backend
 from mushroom.cliutil import plural
-from mushroom.errors import MushroomError
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 FALLBACK = ("json_schema", "json_object", "none")
@@ -133,15 +132,12 @@ class OpenAIBackend(Backend):
 
     def __init__(self, config: OpenAIConfig):
         super().__init__(config)
-        if not config.base_url:
-            raise MushroomError(NEEDS_BASE_URL)
-        if not config.model:
-            raise MushroomError(NEEDS_SERVED_MODEL)
+        config.check_ready()  # a URL and a served model's name
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(config.api_key_env)
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        self.base_url = config.base_url.rstrip("/")
+        self.base_url = str(config.base_url).rstrip("/")
         self.server_root = re.sub(r"/v1$", "", self.base_url)
         self.client = httpx.Client(
             base_url=self.base_url,

@@ -85,13 +85,14 @@ class ReplayRecord(BaseModel):
     @property
     def has_content(self) -> bool:
         """Whether the line holds anything to replay: texts, a log-likelihood or an error."""
-        return (
-            self.texts is not None or self.response is not None or self.score is not None or bool(self.error)
-        )
+        return bool(self.answers()) or self.score is not None or bool(self.error)
 
     @property
     def score(self) -> float | None:
         return self.loglikelihood if self.loglikelihood is not None else self.logprob
+
+
+_ANSWER_KEYS = ["texts", "response", "loglikelihood", "logprob", "error"]
 
 
 def load_replay_file(path: Path) -> list[ReplayRecord]:
@@ -108,13 +109,16 @@ def load_replay_file(path: Path) -> list[ReplayRecord]:
             counts["usable"] += 1
             return []
         counts["empty"] += 1
-        extra = sorted(record.model_extra or {})
-        close = difflib.get_close_matches(extra[0], _ANSWER_KEYS, n=1) if extra else []
+        close = [
+            (key, match[0])
+            for key in sorted(record.model_extra or {})
+            if (match := difflib.get_close_matches(key, _ANSWER_KEYS, n=1))
+        ]
         return [
             (
                 "response",
                 "nothing to replay: no `texts`, `response`, log-likelihood or `error`"
-                + (f" (did you mean {close[0]!r} for {extra[0]!r}?)" if close else ""),
+                + (f" (did you mean {close[0][1]!r} for {close[0][0]!r}?)" if close else ""),
             )
         ]
 
@@ -130,9 +134,6 @@ def load_replay_file(path: Path) -> list[ReplayRecord]:
                 "(a run's raw/<lang>.raw.jsonl or {id, response} lines)",
             ) from None
         raise
-
-
-_ANSWER_KEYS = ["texts", "response", "loglikelihood", "logprob", "error"]
 
 
 RecordedResponse = ReplayRecord  # the name before raw records had keys

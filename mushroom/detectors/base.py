@@ -155,23 +155,37 @@ class Detector(ABC):
             )
         return [results[it.id].prediction for it in items]
 
-    def check_ready(self, sources: Sequence[str] = ()) -> None:
+    def check_ready(self, sources: Sequence[str] | None = None, new_folder: bool = True) -> None:
         """Raises MushroomError for a setting that would fail, or do nothing, in this run.
 
         Backends are built lazily, once the run folder exists and the first item needs one;
         the run commands call this first, so a missing URL, responses file or model file
-        stops the command before it makes a folder.
+        stops the command before it makes a folder. A run that may be answered from a
+        response cache (a resumed folder, or an existing shared `cache_path`) builds no
+        backend at all, so its settings are not checked then.
 
         Args:
             sources: the names of the run's context sources (a file's stem for context
-                files), for options that refer to them.
+                files), for options that refer to them; None when not known.
+            new_folder: whether the run starts in a new folder (no cached responses there).
         """
         from mushroom.backends.config import BackendSettings
 
-        for value in self.options.__dict__.values():
-            for setting in value if isinstance(value, list) else [value]:
-                if isinstance(setting, BackendSettings):
+        cache_path = getattr(self.options, "cache_path", None)
+        if getattr(self.options, "cache", False) and (
+            not new_folder or (cache_path and Path(cache_path).is_file())
+        ):
+            return
+        for field, value in self.options.__dict__.items():
+            settings = value if isinstance(value, list | tuple) else [value]
+            for k, setting in enumerate(settings):
+                if not isinstance(setting, BackendSettings):
+                    continue
+                try:
                     setting.check_ready()
+                except MushroomError as exc:
+                    where = f"{field}[{k}]" if settings is value else field
+                    raise MushroomError(f"{self.name} option {where}: {exc}") from None
 
     def describe(self) -> dict[str, Any]:
         """Name and options, recorded in every run's config."""

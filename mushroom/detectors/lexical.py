@@ -20,7 +20,7 @@ import regex
 from pydantic import Field
 from rapidfuzz.distance import Levenshtein
 
-from mushroom.contexts import support_contexts
+from mushroom.contexts import is_fact_check, support_contexts
 from mushroom.detectors.base import DetectorOptions, VectorDetector
 from mushroom.detectors.lexical_calibration import Calibration, load_calibration
 from mushroom.detectors.lexical_channels import lexical_channels
@@ -151,24 +151,27 @@ class LexicalDetector(VectorDetector):
     Options = LexicalOptions
     options: LexicalOptions
 
-    def check_ready(self, sources: Sequence[str] = ()) -> None:
-        # a weight for a source the run does not read would be silently unused
-        super().check_ready(sources)
-        unknown = sorted(set(self.options.source_weights) - set(sources)) if sources else []
-        if unknown:
-            from mushroom.cliutil import suggest
-
-            raise MushroomError(
-                f"lexical option source_weights: no context source {unknown[0]!r} in this run"
-                + suggest(unknown[0], list(sources)).replace(" valid:", " its sources are:")
-            )
-
     def __init__(self, options: LexicalOptions):
         super().__init__(options)
         self.calibration: Calibration | None = (
             load_calibration(options.calibration) if options.calibration else None
         )
         self._evidence_key = options.model_dump_json(exclude={"channels"})
+
+    def check_ready(self, sources: Sequence[str] | None = None, new_folder: bool = True) -> None:
+        """Also refuses a weight for a source the run reads no support from: it would be unused."""
+        super().check_ready(sources, new_folder)
+        if sources is None:
+            return
+        support = [name for name in sources if not is_fact_check(name)]
+        unknown = sorted(set(self.options.source_weights) - set(support))
+        if unknown:
+            from mushroom.cliutil import suggest
+
+            raise MushroomError(
+                f"lexical option source_weights: {unknown[0]!r} is not a support source of this run "
+                f"(fact-checks are never support){suggest(unknown[0], support)}"
+            )
 
     def token_evidence(self, item: Item, contexts: list[Context]) -> list[tuple[Token, float | None, str]]:
         """Each token with the weighted share of contexts not supporting it, and its bucket.

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, model_validator
 
 from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest
 from mushroom.backends.cache import build_cached
@@ -46,18 +46,18 @@ class LLMOptions(DetectorOptions):
     cache: bool = Field(True, description="cache responses on disk (in the run folder)")
     cache_path: str | None = Field(None, description="share one cache file across runs")
 
-    @field_validator("temperatures")
-    @classmethod
-    def _distinct(cls, value: list[float]) -> list[float]:
-        # Requests differing only in a repeated temperature are the same request: the response
-        # cache would answer the second with the first, a vote counted twice.
-        repeated = sorted({t for t in value if value.count(t) > 1})
-        if repeated:
+    @model_validator(mode="after")
+    def _distinct_temperatures(self) -> LLMOptions:
+        # With a seed, or with the response cache, a request differing only in a repeated
+        # temperature is the same request: its answer would be a copy of the first, one
+        # vote counted twice. Without both, repeats are independent samples.
+        repeated = sorted({t for t in self.temperatures if self.temperatures.count(t) > 1})
+        if repeated and (self.seed is not None or self.cache):
             raise ValueError(
                 f"temperature {repeated[0]:g} is given twice; for more answers at one temperature "
                 "set samples (-o samples=N)"
             )
-        return value
+        return self
 
 
 def context_text(contexts: list[Context], limit: int) -> str:

@@ -173,6 +173,16 @@ def check_model_name(name: str, backend: str) -> str:
     return name
 
 
+def gguf_path(name: str) -> Path | None:
+    """The `.gguf` file `name` points at (None when it names no such file path); it must exist."""
+    candidate = Path(name).expanduser()
+    if candidate.suffix.lower() != ".gguf":
+        return None
+    if not candidate.is_file():
+        raise MushroomError(f"model file {candidate} does not exist")
+    return candidate
+
+
 def model_path(name: str) -> Path:
     """Where the model file of `name` lives once pulled (it may not exist yet)."""
     e = entry(name)
@@ -311,10 +321,8 @@ def resolve_model(name_or_path: str, *, pull_missing: bool = True) -> ResolvedMo
             _note(f"model {name_or_path!r} is not cached yet; pulling it once into {path.parent}")
             path = pull(name_or_path, log=_note)
         return ResolvedModel(source=str(path.parent), gguf_file=path.name, registry_name=name_or_path)
-    candidate = Path(name_or_path).expanduser()
-    if candidate.suffix.lower() == ".gguf":
-        if not candidate.is_file():
-            raise MushroomError(f"model file {candidate} does not exist")
+    candidate = gguf_path(name_or_path)
+    if candidate is not None:
         return ResolvedModel(source=str(candidate.resolve().parent), gguf_file=candidate.name)
     return ResolvedModel(source=name_or_path)
 
