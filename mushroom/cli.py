@@ -410,10 +410,16 @@ def detect(
         detector = detector or "llm"
         from mushroom.detectors import detector_class
 
-        if "backend" not in detector_class(detector).Options.model_fields:
+        fields = detector_class(detector).Options.model_fields
+        if "models" in fields and "backend" not in fields:  # pyes: a list of models
+            raise MushroomError(
+                f"--backend/--model/--base-url/--responses configure one LLM; detector {detector!r} takes "
+                'its models as a list: -o \'models=[{"kind": "openai", "base_url": "URL", "model": "M"}]\''
+            )
+        if "backend" not in fields:
             raise MushroomError(
                 f"--backend/--model/--base-url/--responses configure an LLM, and detector {detector!r} "
-                "uses none; use --detector llm (or chain, pyes), or leave them out"
+                "uses none; use --detector llm or chain, or leave them out"
             )
         _backend_options(options, backend, model, base_url, responses)
     detector = detector or "lexical"

@@ -188,16 +188,19 @@ def build_report(
         ctx = load_contexts(split, lang, sources, item_ids=[i.id for i in items]).by_id
         raw = _raw_outputs(folder, lang, raw_problems)
         ious = []
-        for item in items:
+        # A run made with --limit predicted only some items: the others are left off the page
+        # rather than shown as unscored ("IoU nan") and counted in its summary.
+        predicted = [item for item in items if item.id in preds]
+        for item in predicted:
             block, iou = _item_html(
                 item, preds.get(item.id), ctx.get(item.id, []), raw.get(item.id, []), tags.get(item.id)
             )
             blocks.append(block)
             ious.append(iou)
             shown.append(item.id)
-        summary.append(
-            (lang, len(items), float(np.nanmean(ious)) if items and items[0].is_labelled else None)
-        )
+        count = str(len(items)) if len(predicted) == len(items) else f"{len(predicted)} of {len(items)}"
+        labelled = bool(predicted) and predicted[0].is_labelled
+        summary.append((lang, count, float(np.nanmean(ious)) if labelled else None))
     if not summary:
         wanted = ", ".join(data)
         raise MushroomError(

@@ -524,6 +524,11 @@ def test_a_limited_run_is_scored_compared_and_swept_on_what_it_covers(tmp_path, 
     loose.write_bytes(pred.read_bytes())
     code, _, err = cli(capsys, "score", VAL_EN, loose)
     assert code == 1 and "no prediction for 45 gold ids" in err
+    # the report shows the items the run predicted, not 45 unscored ones
+    code, _, err = cli(capsys, "report", run, "--out", tmp_path / "r.html")
+    assert code == 0, err
+    page = (tmp_path / "r.html").read_text()
+    assert "<td>en</td><td>5 of 50</td>" in page and 'id="shown">5<' in page and "IoU nan" not in page
     # a stack is fitted on every item: the member's --limit is named as the reason
     code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", tmp_path / "s.json")
     assert code == 2 and "was made with --limit 5 --lang en, and a stack needs every item" in err
@@ -670,8 +675,8 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
         (["--backend", "openai", "--base-url", "notaurl", "--model", "m"], "is not an http(s) URL"),
         # backends are built when the first item needs one; what they would fail on is seen first
         (["--backend", "openai", "--model", "m"], "the openai backend needs `base_url`"),
-        (["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1"], "needs `model` (the served"),
-        (["--backend", "replay"], "the replay backend needs `responses`"),
+        (["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1"], "needs `model` (--model)"),
+        (["--backend", "replay"], "the replay backend (the default of LLM detectors) needs `responses`"),
         (["--responses", tmp_path / "none.jsonl"], "none.jsonl: no such file (the replay backend's"),
         (["--backend", "transformers", "--model", tmp_path / "m.gguf"], "m.gguf does not exist"),
     ):
@@ -783,14 +788,17 @@ def test_options_that_would_do_nothing_or_repeat_a_vote_are_refused(tmp_path, ca
     code, _, err = cli(
         capsys, "detect", "-o", "source_weights.perplexity-sonar=2", "--lang", "en", "--out", out
     )
-    assert code == 2 and "'perplexity-sonar' is not a support source" in err and not out.exists()
+    assert code == 2 and "'perplexity-sonar' is not a context source of this run" in err and not out.exists()
     assert "did you mean 'perplexity-sonar-pro'?" in err
     code, _, err = cli(capsys, "main-job", "-o", "lexical.source_weights.foo=2", "--lang", "en", "--out", out)
-    assert code == 2 and "'foo' is not a support source of this run" in err and not out.exists()
+    assert code == 2 and "'foo' is not a context source of this run" in err and not out.exists()
     # a fact-check is never support, so its weight would be unused too
     weight = "source_weights.qa_perplexity-sonar-pro=2"
     code, _, err = cli(capsys, "detect", "-o", weight, "--lang", "en", "--out", out)
-    assert code == 2 and "fact-checks are never support" in err and not out.exists()
+    assert code == 2 and "is a fact-check source, which is never read as support" in err and not out.exists()
+    for bad in ("nan", "-1"):  # no vote at all, or a negative one, would empty every prediction
+        code, _, err = cli(capsys, "detect", "-o", f"source_weights.deepseek-r1={bad}", "--out", out)
+        assert code == 2 and "source_weights.deepseek-r1" in err and not out.exists(), err
     code, _, err = cli(capsys, "detect", "-o", "source_weights.foo=2", "--contexts", "", "--out", out)
     assert code == 2 and "valid: (none)" in err and not out.exists()
     # a repeated temperature is the same request: the cache would answer it with the first
@@ -801,3 +809,23 @@ def test_options_that_would_do_nothing_or_repeat_a_vote_are_refused(tmp_path, ca
     code, _, err = cli(capsys, "detect", "-o", "source_weights.deepseek-r1=2", "--lang", "en", "--limit", "2",
                        "--out", out, "--quiet")  # fmt: skip
     assert code == 0, err
+
+
+def test_option_mistakes_say_how_to_write_the_option(tmp_path, capsys):
+    out = tmp_path / "run"
+    for args, message in (
+        (["--detector", "llm", "-o", "backend=openai"], "give them as -o backend.kind=…"),
+        (["--detector", "llm", "-o", "base_url=http://x/v1"], "(a backend setting: -o backend.base_url=…)"),
+        (["--detector", "nli"], "field 'model': required: give it as -o model=VALUE"),
+        (
+            ["--detector", "pyes", "--backend", "openai", "--model", "m"],
+            "takes its models as a list: -o 'models=[",
+        ),
+        (["--detector", "llm"], "needs `responses` (--responses FILE)"),
+    ):
+        code, _, err = cli(capsys, "detect", *args, "--lang", "en", "--out", out)
+        assert code == 2 and message in err and not out.exists(), (args, err)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    code, _, err = cli(capsys, "detect", "--responses", empty, "--lang", "en", "--out", out)
+    assert code == 1 and "empty.jsonl: no lines" in err and not out.exists()

@@ -362,7 +362,10 @@ def test_the_backend_that_is_not_ready_is_named_among_several(tmp_path):
     good = tmp_path / "r.jsonl"
     good.write_text('{"id": "a", "loglikelihood": -1.0}\n')
     det = build("pyes", {"models": [{"kind": "replay", "responses": str(good)}, {"kind": "replay"}]})
-    with pytest.raises(MushroomError, match=r"pyes option models\[1\]: the replay backend needs `responses`"):
+    with pytest.raises(
+        MushroomError,
+        match=r"pyes option models\[1\]: the replay backend \(the default of LLM detectors\) needs",
+    ):
         det.check_ready()
     det.check_ready(new_folder=False)  # a resumed folder may hold every answer: not checked
 

@@ -123,17 +123,20 @@ def load_replay_file(path: Path) -> list[ReplayRecord]:
         ]
 
     try:
-        return load_records(path, ReplayRecord, unique_ids=False, extra_check=check)
+        records = load_records(path, ReplayRecord, unique_ids=False, extra_check=check)
     except DataError as exc:
         if counts["usable"] == 0 and counts["empty"] == len(exc.problems):
             raise DataError.single(
                 str(path),
                 1,
                 "response",
-                "no line has `texts`, `response` or a log-likelihood: not a file of recorded responses "
-                "(a run's raw/<lang>.raw.jsonl or {id, response} lines)",
+                "no line has a non-empty `texts`, a `response` or a log-likelihood: not a file of recorded "
+                "responses (a run's raw/<lang>.raw.jsonl or {id, response} lines)",
             ) from None
         raise
+    if not records:  # every item would fail with "no recorded response"
+        raise DataError.single(str(path), None, None, "no lines: an empty file of recorded responses")
+    return records
 
 
 RecordedResponse = ReplayRecord  # the name before raw records had keys

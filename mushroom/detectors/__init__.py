@@ -93,6 +93,23 @@ def detector_class(name: str) -> type[Detector]:
     )
 
 
+def _settings_field(cls: type[Detector], field: str) -> bool:
+    """Whether an option is a backend's settings (a table, set key by key on the command line)."""
+    info = cls.Options.model_fields.get(field)
+    return info is not None and "BackendSettings" in str(info.annotation)
+
+
+def _nested_hint(cls: type[Detector], key: str) -> str:
+    """`base_url` given at the top: the backend's setting of that name is meant."""
+    from mushroom.backends.config import OpenAIConfig, TransformersConfig
+
+    if "backend" in cls.Options.model_fields and key in (
+        set(OpenAIConfig.model_fields) | set(TransformersConfig.model_fields)
+    ):
+        return f" (a backend setting: -o backend.{key}=…)"
+    return ""
+
+
 def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) -> Detector:
     """Builds a detector from validated options; unknown or invalid keys name what is valid."""
     cls = detector_class(name)
@@ -108,7 +125,15 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
             msg = error_message(err) + list_hint(err)
             if err["type"] == "extra_forbidden":
                 msg = f"unknown option{_close_match(str(err['loc'][-1]), list(cls.Options.model_fields))}"
-                msg += f"; {name} takes: {valid}"
+                msg += _nested_hint(cls, str(err["loc"][-1])) + f"; {name} takes: {valid}"
+            elif err["type"] == "missing":
+                msg = f"required: give it as -o {where}=VALUE"
+            elif (
+                len(err["loc"]) == 1
+                and _settings_field(cls, where)
+                and not isinstance(err.get("input"), dict)
+            ):
+                msg = f"a table of settings: give them as -o {where}.kind=…, -o {where}.model=…"
             problems.append(Problem(f"detector {name}", None, where or None, msg))
         raise DataError(problems, exit_code=2) from None  # a usage error, not a bad input file
     return cls(opts)

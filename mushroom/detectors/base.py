@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from mushroom.cliutil import plural
-from mushroom.errors import MushroomError, RunFailed
+from mushroom.errors import DataError, MushroomError, RunFailed
 from mushroom.records import Context, Item, Prediction, SoftSpan
 
 
@@ -183,6 +183,8 @@ class Detector(ABC):
                     continue
                 try:
                     setting.check_ready()
+                except DataError:
+                    raise  # a bad responses file: it names the file and line itself
                 except MushroomError as exc:
                     where = f"{field}[{k}]" if settings is value else field
                     raise MushroomError(f"{self.name} option {where}: {exc}") from None

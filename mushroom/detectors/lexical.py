@@ -14,6 +14,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Annotated
 
 import numpy as np
 import regex
@@ -51,7 +52,7 @@ class LexicalOptions(DetectorOptions):
         "default",
         description="calibration table: 'default' (fitted on val), a JSON path, or null for raw shares",
     )
-    source_weights: dict[str, float] = Field(
+    source_weights: dict[str, Annotated[float, Field(ge=0.0, allow_inf_nan=False)]] = Field(
         default_factory=dict, description="vote weight per context source (default 1 each)"
     )
     common_weight: float = Field(
@@ -168,9 +169,14 @@ class LexicalDetector(VectorDetector):
         if unknown:
             from mushroom.cliutil import suggest
 
+            why = (
+                "is a fact-check source, which is never read as support"
+                if is_fact_check(unknown[0])
+                else "is not a context source of this run"
+            )
             raise MushroomError(
-                f"lexical option source_weights: {unknown[0]!r} is not a support source of this run "
-                f"(fact-checks are never support){suggest(unknown[0], support)}"
+                f"lexical option source_weights: {unknown[0]!r} {why}, so its weight would be unused"
+                + suggest(unknown[0], support)
             )
 
     def token_evidence(self, item: Item, contexts: list[Context]) -> list[tuple[Token, float | None, str]]:
