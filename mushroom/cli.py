@@ -945,7 +945,7 @@ def _load_stack(path: Path) -> StackModel:
 
 @stack_app.command("apply")
 def stack_apply(
-    model_path: Annotated[Path, typer.Argument(help="a stack saved by `stack fit`")],
+    model_path: Annotated[Path, typer.Argument(metavar="STACK", help="a stack saved by `stack fit`")],
     members: Annotated[list[str], typer.Argument(help="member runs, same names and order as when fitted")],
     out: Annotated[Path, typer.Option("--out", help="run folder for the prediction files")],
     split: Annotated[str, typer.Option("--split", help="split to predict")] = "test",

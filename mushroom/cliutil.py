@@ -206,11 +206,17 @@ def validation_message(exc: ValidationError, source: str = "") -> str:
 
 
 def list_hint(err: Mapping[str, Any]) -> str:
-    """For `-o temperatures=0.1,0.2` (a string where a list is due): how to write the list."""
+    """How to write a value given in a form the option reader cannot take.
+
+    `-o temperatures=0.1,0.2` (a string where a list is due) needs brackets, and
+    `-o seed=none` a JSON `null`: values are read as JSON.
+    """
     value = err.get("input")
+    loc = ".".join(str(part) for part in err.get("loc", ()))
+    if isinstance(value, str) and value.lower() in ("none", "null") and value != "null":
+        return f"; for no value write -o {loc}=null"
     if err.get("type") != "list_type" or not isinstance(value, str) or "," not in value:
         return ""
-    loc = ".".join(str(part) for part in err.get("loc", ()))
     return f"; write a list in brackets: -o '{loc}=[{value}]'"
 
 

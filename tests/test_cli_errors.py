@@ -822,6 +822,8 @@ def test_option_mistakes_say_how_to_write_the_option(tmp_path, capsys):
             "takes its models as a list: -o 'models=[",
         ),
         (["--detector", "llm"], "needs `responses` (--responses FILE)"),
+        (["--detector", "llm", "-o", "seed=none"], "for no value write -o seed=null"),
+        (["--responses", tmp_path], "a folder, not a JSONL file"),
     ):
         code, _, err = cli(capsys, "detect", *args, "--lang", "en", "--out", out)
         assert code == 2 and message in err and not out.exists(), (args, err)

@@ -104,7 +104,8 @@ class ReplayConfig(BackendSettings):
         if not self.responses:
             raise MushroomError(NEEDS_RESPONSES)
         if not Path(self.responses).is_file():
-            raise MushroomError(f"{self.responses}: no such file (the replay backend's `responses`)")
+            what = "a folder, not a JSONL file" if Path(self.responses).is_dir() else "no such file"
+            raise MushroomError(f"{self.responses}: {what} (the replay backend's `responses`)")
         from mushroom.backends.replay import load_replay_file
 
         load_replay_file(Path(self.responses))  # a broken line is named now, not per item later
