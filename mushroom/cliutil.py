@@ -109,16 +109,17 @@ def debug_enabled() -> bool:
 # ---- names and options -------------------------------------------------------------------
 
 
-def suggest(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, Any]) -> str:
+def suggest(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, Any], label: str = "valid") -> str:
     """The tail of an "unknown name" message: a close match if any, then every valid name.
 
     `f"unknown detector {name!r}{suggest(name, available())}"` reads
-    "unknown detector 'lexcal'; did you mean 'lexical'? valid: chain, lexical, llm".
+    "unknown detector 'lexcal'; did you mean 'lexical'? valid: chain, lexical, llm"; `label`
+    names the list where "valid" would not read well ("available", "its settings are").
     """
     names = sorted(choices)
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else ";"
-    return f"{hint} valid: {', '.join(names) if names else '(none)'}"
+    return f"{hint} {label}: {', '.join(names) if names else '(none)'}"
 
 
 def check_name(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, Any], what: str) -> str:

@@ -138,8 +138,7 @@ def source_path(
 
     have = available_sources(split, lang, context_dir)
     raise MissingSource(
-        f"no context file for source {source!r} ({split}, {lang})"
-        + suggest(source, have).replace(" valid:", " available:")
+        f"no context file for source {source!r} ({split}, {lang})" + suggest(source, have, "available")
     )
 
 

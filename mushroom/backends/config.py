@@ -88,7 +88,7 @@ class BackendSettings(BaseModel):
                 kind = data.get("kind", "?")
                 raise ValueError(
                     f"the {kind!r} backend has no setting {', '.join(map(repr, unknown))}"
-                    + suggest(unknown[0], list(cls.model_fields)).replace(" valid:", " its settings are:")
+                    + suggest(unknown[0], list(cls.model_fields), "its settings are")
                 )
         return data
 
