@@ -202,11 +202,11 @@ def validation_message(exc: ValidationError, source: str = "") -> str:
         if err.get("type") == "extra_forbidden":
             lines.append(f"{source}{loc}: unknown name{given}")
         else:
-            lines.append(f"{source}{loc}: {error_message(err)}{given}{list_hint(err)}")
+            lines.append(f"{source}{loc}: {error_message(err)}{given}{value_hint(err)}")
     return "\n".join(lines)
 
 
-def list_hint(err: Mapping[str, Any]) -> str:
+def value_hint(err: Mapping[str, Any]) -> str:
     """How to write a value given in a form the option reader cannot take.
 
     `-o temperatures=0.1,0.2` (a string where a list is due) needs brackets, and

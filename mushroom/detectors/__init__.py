@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mushroom.cliutil import list_hint
+from mushroom.cliutil import value_hint
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, VectorDetector
 from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.jsonl import error_message
@@ -95,17 +95,17 @@ def detector_class(name: str) -> type[Detector]:
 
 def _settings_field(cls: type[Detector], field: str) -> bool:
     """Whether an option is a backend's settings (a table, set key by key on the command line)."""
-    info = cls.Options.model_fields.get(field)
-    return info is not None and "BackendSettings" in str(info.annotation)
+    from mushroom.backends.config import BackendSettings
+
+    annotation = cls.Options.model_fields[field].annotation if field in cls.Options.model_fields else None
+    return isinstance(annotation, type) and issubclass(annotation, BackendSettings)
 
 
 def _nested_hint(cls: type[Detector], key: str) -> str:
     """`base_url` given at the top: the backend's setting of that name is meant."""
-    from mushroom.backends.config import OpenAIConfig, TransformersConfig
+    from mushroom.backends.config import BUILTIN_CONFIGS
 
-    if "backend" in cls.Options.model_fields and key in (
-        set(OpenAIConfig.model_fields) | set(TransformersConfig.model_fields)
-    ):
+    if "backend" in cls.Options.model_fields and any(key in c.model_fields for c in BUILTIN_CONFIGS.values()):
         return f" (a backend setting: -o backend.{key}=…)"
     return ""
 
@@ -122,7 +122,7 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
         problems = []
         for err in exc.errors():
             where = ".".join(map(str, err["loc"]))
-            msg = error_message(err) + list_hint(err)
+            msg = error_message(err) + value_hint(err)
             if err["type"] == "extra_forbidden":
                 msg = f"unknown option{_close_match(str(err['loc'][-1]), list(cls.Options.model_fields))}"
                 msg += _nested_hint(cls, str(err["loc"][-1])) + f"; {name} takes: {valid}"
