@@ -479,7 +479,7 @@ def detect(
         check_sources(split, sorted(data), sources)
     from mushroom.contexts import source_names
 
-    det.check_ready(source_names(sources, context_files), new_folder=out is None or not out.exists())
+    det.check_ready(source_names(sources, context_files), out)
     out = out or new_run_folder(workspace() / "runs", f"{timestamp()}-{detector}-{split}")
     config = {
         "job": "detect",
@@ -544,8 +544,8 @@ def main_job(
     from mushroom.mainjob import DEFAULT_MEMBERS, run_main, run_main_stack
 
     sources = tuple(split_names(contexts))
-    options = parse_options(option or [])
     # `backend.kind=openai`, `semantic.max_length=64`: nested the way `detect` nests them
+    options = parse_options(option or [])
     if detector == "stack" and no_val:
         raise MushroomError(
             "--no-val: the stack (the default --detector) is fitted on val, so it always runs val; "

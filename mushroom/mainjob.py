@@ -91,7 +91,7 @@ def run_main_stack(
         raise MushroomError(f"-o {unknown[0]}.KEY=VALUE: {unknown[0]!r} is not a member of the stack{hint}")
     dets = {name: build(name, options.get(name)) for name in members}
     for det in dets.values():
-        det.check_ready(source_names(sources), new_folder=out is None or not out.exists())
+        det.check_ready(source_names(sources), out)
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-stack")
     config = {
         "job": "main",
@@ -213,7 +213,7 @@ def run_main(
     """
     console = console or Console()
     det = build(detector, options)
-    det.check_ready(source_names(sources), new_folder=out is None or not out.exists())
+    det.check_ready(source_names(sources), out)
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-{detector}")
     config = {
         "job": "main",

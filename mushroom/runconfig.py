@@ -173,7 +173,7 @@ def execute(
     from mushroom.contexts import source_names
 
     for _, det in dets:
-        det.check_ready(source_names(cfg.contexts), new_folder=out is None or not out.exists())
+        det.check_ready(source_names(cfg.contexts), out)
     out = out or new_run_folder(workspace() / "runs", f"{timestamp()}-{cfg.name}")
     config = {
         "run_config": cfg.model_dump(mode="json", exclude={"limit"}),

@@ -367,7 +367,7 @@ def test_the_backend_that_is_not_ready_is_named_among_several(tmp_path):
         match=r"pyes option models\[1\]: the replay backend \(the default of LLM detectors\) needs",
     ):
         det.check_ready()
-    det.check_ready(new_folder=False)  # a resumed folder may hold every answer: not checked
+    det.check_ready(out=tmp_path)  # a resumed folder may hold every answer: not checked
 
 
 def test_the_contexts_command_checks_its_backend_before_writing_anything(tmp_path):

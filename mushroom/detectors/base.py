@@ -155,7 +155,7 @@ class Detector(ABC):
             )
         return [results[it.id].prediction for it in items]
 
-    def check_ready(self, sources: Sequence[str] | None = None, new_folder: bool = True) -> None:
+    def check_ready(self, sources: Sequence[str] | None = None, out: Path | None = None) -> None:
         """Raises MushroomError for a setting that would fail, or do nothing, in this run.
 
         Backends are built lazily, once the run folder exists and the first item needs one;
@@ -167,14 +167,13 @@ class Detector(ABC):
         Args:
             sources: the names of the run's context sources (a file's stem for context
                 files), for options that refer to them; None when not known.
-            new_folder: whether the run starts in a new folder (no cached responses there).
+            out: the run folder asked for; None for a new one (no cached responses there).
         """
         from mushroom.backends.config import BackendSettings
 
         cache_path = getattr(self.options, "cache_path", None)
-        if getattr(self.options, "cache", False) and (
-            not new_folder or (cache_path and Path(cache_path).is_file())
-        ):
+        resumed = out is not None and out.exists()
+        if getattr(self.options, "cache", False) and (resumed or (cache_path and Path(cache_path).is_file())):
             return
         for field, value in self.options.__dict__.items():
             settings = value if isinstance(value, list | tuple) else [value]

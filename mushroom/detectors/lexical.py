@@ -14,6 +14,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Annotated
 
 import numpy as np
@@ -159,9 +160,9 @@ class LexicalDetector(VectorDetector):
         )
         self._evidence_key = options.model_dump_json(exclude={"channels"})
 
-    def check_ready(self, sources: Sequence[str] | None = None, new_folder: bool = True) -> None:
+    def check_ready(self, sources: Sequence[str] | None = None, out: Path | None = None) -> None:
         """Also refuses a weight for a source the run reads no support from: it would be unused."""
-        super().check_ready(sources, new_folder)
+        super().check_ready(sources, out)
         if sources is None:
             return
         support = [name for name in sources if not is_fact_check(name)]
