@@ -634,7 +634,6 @@ def compare(
         rows_markdown,
         score_run,
         tag_rows,
-        unscored_tags,
     )
     from mushroom.data import workspace
     from mushroom.jsonl import atomic_write_text
@@ -671,12 +670,7 @@ def compare(
     md = rows_markdown(rows, COLUMNS)
     csv_text = rows_csv(rows, COLUMNS)
     if tag_map is not None:
-        stray = unscored_tags(scored, tag_map)
-        if stray:
-            print_warning(
-                f"--tags {tags}: {len(stray)} of {plural(len(tag_map), 'tagged id')} are not among the "
-                f"{len(scored[0].result.ids)} scored items and are left out: {listed(stray)}"
-            )
+        _warn_unscored_tags(tags, tag_map, scored[0].result.ids, "scored items")
         t_rows = tag_rows(scored, tag_map)
         if t_rows:
             out_console.print(rows_markdown(t_rows), markup=False, highlight=False)
@@ -685,6 +679,18 @@ def compare(
     atomic_write_text(folder / f"{stem}.md", f"# {split}: {', '.join(s.name for s in scored)}\n\n" + md)
     atomic_write_text(folder / f"{stem}.csv", csv_text)
     out_console.print(f"wrote {esc(folder / stem)}.md and .csv", highlight=False)
+
+
+def _warn_unscored_tags(path: Path | None, tag_map: dict[str, str], ids: list[str], what: str) -> None:
+    """Tags for other items are left out of the counts; named, as an id may be mistyped."""
+    from mushroom.compare import unscored_tags
+
+    stray = unscored_tags(tag_map, ids)
+    if stray:
+        print_warning(
+            f"--tags {path}: {len(stray)} of {plural(len(tag_map), 'tagged id')} are not among the "
+            f"{len(ids)} {what} and are left out: {listed(stray)}"
+        )
 
 
 @app.command()
@@ -747,13 +753,7 @@ def report(
     tag_map = load_tags(input_file(tags, "--tags")) if tags else None
     page = build_report(run_dir, split, lang, tuple(split_names(contexts)), tag_map)
     if tag_map:
-        on_page = set(page.item_ids)
-        stray = [i for i in tag_map if i not in on_page]
-        if stray:
-            print_warning(
-                f"--tags {tags}: {len(stray)} of {plural(len(tag_map), 'tagged id')} are not among the "
-                f"{len(on_page)} items on the page and are left out: {listed(stray)}"
-            )
+        _warn_unscored_tags(tags, tag_map, page.item_ids, "items on the page")
     atomic_write_text(path, page.html)
     out_console.print(f"report: {esc(path)}", highlight=False)
 

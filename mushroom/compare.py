@@ -173,10 +173,10 @@ def tag_rows(runs: list[RunScores], tags: dict[str, str]) -> list[dict]:
     return rows
 
 
-def unscored_tags(runs: list[RunScores], tags: dict[str, str]) -> list[str]:
-    """Tagged ids that are not among the items the runs scored."""
-    scored = set(runs[0].result.ids) if runs else set()
-    return [i for i in tags if i not in scored]
+def unscored_tags(tags: dict[str, str], ids: list[str]) -> list[str]:
+    """Tagged ids that are not among `ids` (the items scored, or shown on a page)."""
+    known = set(ids)
+    return [i for i in tags if i not in known]
 
 
 COLUMNS = [

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
@@ -207,10 +208,8 @@ def build_report(
             f"{folder}: no prediction file for {split} in {wanted}; a page without items would say nothing "
             "(choose the run's languages with --lang, or its split with --split)"
         )
-    tag_counts: dict[str, int] = {}
-    for item_id in shown:  # the table counts the items on this page, as its filter shows them
-        if item_id in tags:
-            tag_counts[tags[item_id]] = tag_counts.get(tags[item_id], 0) + 1
+    # the table counts the items on this page, as its filter shows them
+    tag_counts = Counter(tags[item_id] for item_id in shown if item_id in tags)
     lang_options = "".join(f'<option value="{lang}">{lang}</option>' for lang, _, _ in summary)
     tag_options = "".join(
         f'<option value="{html.escape(t)}">{html.escape(t)}</option>' for t in sorted(tag_counts)
