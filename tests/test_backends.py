@@ -497,3 +497,16 @@ def test_replay_lines_with_nothing_to_replay_are_named_by_line(tmp_path):
     with pytest.raises(DataError) as caught:
         load_replay_file(path)  # nothing anywhere: the file is named once, not line by line
     assert len(caught.value.problems) == 1 and "not a file of recorded responses" in str(caught.value)
+
+
+def test_a_replay_file_rewritten_in_place_is_read_again(tmp_path):
+    # validated lines are kept per file content, so a file rewritten at once (same size, same
+    # clock tick) must not be answered with the lines it had before
+    from mushroom.backends.replay import load_replay_file
+
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"id": "a", "response": "x"}\n')
+    first = load_replay_file(path)
+    assert load_replay_file(path) is first  # the same content is validated once
+    path.write_text('{"id": "a", "response": "y"}\n')
+    assert [r.response for r in load_replay_file(path)] == ["y"]

@@ -22,6 +22,8 @@ counts instead of crashing.
 from __future__ import annotations
 
 import difflib
+import hashlib
+from functools import lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -101,7 +103,25 @@ def load_replay_file(path: Path) -> list[ReplayRecord]:
     Such a line (a typo'd `respone`) would otherwise be kept and make its item fail later
     with "no recorded response", far from the line that is wrong. A file in which no line
     has anything (contexts given as responses) is named as a whole instead of line by line.
+
+    The lines are validated once per content: a run checks the file before its folder
+    exists and the backend then reads the same lines, as does every variant of a run
+    config. The records are shared, so callers must not change them.
     """
+    try:
+        digest = hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+    except OSError:
+        return _read_replay_file(path)  # load_records names what is wrong with the path
+    return _cached_replay_file(str(path), str(path.resolve()), digest)
+
+
+@lru_cache(maxsize=8)
+def _cached_replay_file(path: str, _resolved: str, _digest: str) -> list[ReplayRecord]:
+    # keyed by the path as given too, so that messages name the file as the user wrote it
+    return _read_replay_file(Path(path))
+
+
+def _read_replay_file(path: Path) -> list[ReplayRecord]:
     counts = {"usable": 0, "empty": 0}
 
     def check(record: ReplayRecord) -> list[tuple[str, str]]:
