@@ -132,14 +132,23 @@ def check_name(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, An
 def nest_options(options: dict[str, Any]) -> dict[str, Any]:
     """`backend.max_retries=0` -> {"backend": {"max_retries": 0}}: options of nested settings."""
     out: dict[str, Any] = {}
+
+    def clash(group: str, value: Any) -> MushroomError:
+        return MushroomError(
+            f"option {group!r} is given both as a value (-o {group}={value}) and as a group "
+            f"(-o {group}.KEY=…): give it one way, e.g. -o {group}.kind={value} for a backend's kind"
+        )
+
     for key, value in options.items():
         *parents, leaf = key.split(".")
         node = out
-        for part in parents:
+        for depth, part in enumerate(parents):
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise MushroomError(f"option {key!r}: {part!r} is set both as a value and as a group")
+                raise clash(".".join(parents[: depth + 1]), child)
             node = child
+        if isinstance(node.get(leaf), dict):  # the group came first: the value would replace it
+            raise clash(key, value)
         node[leaf] = value
     return out
 

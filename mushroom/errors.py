@@ -71,7 +71,22 @@ class DataError(MushroomError):
 
     exit_code = 1
 
-    def __init__(self, problems: list[Problem], max_shown: int = 20, exit_code: int | None = None):
+    def __init__(
+        self,
+        problems: list[Problem],
+        max_shown: int = 20,
+        exit_code: int | None = None,
+        source: str = "input",
+    ):
+        """Keeps every problem; the message spells out the first `max_shown`.
+
+        Args:
+            problems: every problem found, in file order.
+            max_shown: how many are spelled out before "... and N more".
+            exit_code: 2 for a usage error (a missing file, a mistaken option) instead of 1.
+            source: what held the problems, for the heading: "input", or "options" when they
+                came from the command line, where "in input" sends a user looking for a bad file.
+        """
         self.problems = problems
         if exit_code is not None:
             self.exit_code = exit_code
@@ -80,7 +95,7 @@ class DataError(MushroomError):
         tail = f"\n  ... and {more} more" if more > 0 else ""
         from mushroom.cliutil import plural  # here: cliutil imports this module
 
-        super().__init__(f"{plural(len(problems), 'problem')} in input:\n{shown}{tail}")
+        super().__init__(f"{plural(len(problems), 'problem')} in {source}:\n{shown}{tail}")
 
     @classmethod
     def single(

@@ -531,7 +531,7 @@ def test_a_limited_run_is_scored_compared_and_swept_on_what_it_covers(tmp_path, 
     assert "<td>en</td><td>5 of 50</td>" in page and 'id="shown">5<' in page and "IoU nan" not in page
     # a stack is fitted on every item: the member's --limit is named as the reason
     code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", tmp_path / "s.json")
-    assert code == 2 and "was made with --limit 5 --lang en, and a stack needs every item" in err
+    assert code == 1 and "was made with --limit 5 --lang en, and a stack needs every item" in err
 
 
 def test_a_run_over_every_item_still_needs_every_item(tmp_path, capsys):
@@ -814,7 +814,16 @@ def test_options_that_would_do_nothing_or_repeat_a_vote_are_refused(tmp_path, ca
 def test_option_mistakes_say_how_to_write_the_option(tmp_path, capsys):
     out = tmp_path / "run"
     for args, message in (
-        (["--detector", "llm", "-o", "backend=openai"], "give them as -o backend.kind=…"),
+        (["--detector", "llm", "-o", "backend=openai"], "the openai backend needs `base_url`"),  # the kind
+        (["--detector", "llm", "-o", "backend=3"], "give them as -o backend.kind=…"),
+        (
+            ["--detector", "llm", "-o", "backend=openai", "-o", "backend.model=m"],
+            "give it one way, e.g. -o backend.kind=openai",
+        ),
+        (
+            ["--detector", "llm", "-o", "backend.model=m", "-o", "backend=openai"],  # not a silent overwrite
+            "given both as a value (-o backend=openai) and as a group",
+        ),
         (["--detector", "llm", "-o", "base_url=http://x/v1"], "(a backend setting: -o backend.base_url=…)"),
         (["--detector", "nli"], "field 'model': required: give it as -o model=VALUE"),
         (

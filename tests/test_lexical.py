@@ -84,8 +84,10 @@ def test_no_context_flags_nothing():
 
 def test_options_are_validated_and_unknown_keys_rejected():
     assert "lexical" in available()
-    with pytest.raises(DataError, match="did you mean 'threshold'"):
+    with pytest.raises(DataError, match="did you mean 'threshold'") as caught:
         build("lexical", {"treshold": 0.3})
+    # an option is not a file: the heading must not send the user looking for a bad input file
+    assert caught.value.exit_code == 2 and str(caught.value).startswith("1 problem in options:")
     with pytest.raises(MushroomError, match="unknown detector"):
         build("nope")
 

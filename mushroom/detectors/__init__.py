@@ -115,8 +115,13 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
     cls = detector_class(name)
     if isinstance(options, DetectorOptions):
         return cls(options)
+    options = dict(options or {})
+    for key, value in options.items():
+        if isinstance(value, str) and _settings_field(cls, key):
+            # `-o backend=openai` names the kind, as it does beside the --backend shortcuts
+            options[key] = {"kind": value}
     try:
-        opts = cls.Options.model_validate(options or {})
+        opts = cls.Options.model_validate(options)
     except ValidationError as exc:
         valid = ", ".join(cls.Options.model_fields)
         problems = []
@@ -135,5 +140,5 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
             ):
                 msg = f"a table of settings: give them as -o {where}.kind=…, -o {where}.model=…"
             problems.append(Problem(f"detector {name}", None, where or None, msg))
-        raise DataError(problems, exit_code=2) from None  # a usage error, not a bad input file
+        raise DataError(problems, exit_code=2, source="options") from None  # a usage error, not a bad file
     return cls(opts)

@@ -9,7 +9,7 @@ import numpy as np
 
 from mushroom.channels import channel_file, read_channels
 from mushroom.cliutil import no_prediction
-from mushroom.errors import MushroomError
+from mushroom.errors import DataError, MushroomError
 from mushroom.predictions import load_predictions
 from mushroom.records import Item, Prediction
 from mushroom.runs import prediction_folder, run_scope
@@ -48,7 +48,8 @@ class Member:
                 if scope is not None and scope.partial
                 else ""
             )
-            raise MushroomError(f"{path}: {no_prediction(missing, total=len(items))}{hint}")
+            # a member short of items is a bad input file (exit 1), as in `score`
+            raise DataError.single(path, None, None, f"{no_prediction(missing, total=len(items))}{hint}")
         lengths = {it.id: len(it.model_output_text) for it in items}
         channels = read_channels(chan_path, lengths) if chan_path.exists() else {}
         return preds, channels
