@@ -88,18 +88,6 @@ def test_llm_detector_with_garbage_model_predicts_nothing_and_counts_it(monkeypa
     assert sum(r.stats["llm.unparseable"] for r in results) == 3
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
-def test_runs_on_cuda():
-    model, tokenizer = tiny_model_and_tokenizer()
-    backend = TransformersBackend(
-        BackendConfig(kind="transformers", model="tiny", device="cuda"), model, tokenizer
-    )
-    out = backend.generate(
-        [GenerationRequest(key="a", messages=[Message(role="user", content="w1")], max_tokens=4)]
-    )
-    assert out[0].error is None and next(backend.model.parameters()).is_cuda
-
-
 # -- log-likelihood ------------------------------------------------------------------------------
 
 from mushroom.backends import grammar  # noqa: E402
@@ -182,7 +170,7 @@ def byte_backend(**config):
 
     tokenizer = byte_tokenizer()
     model = tiny_llama(len(tokenizer), 512)
-    cfg = BackendConfig(kind="transformers", model="tiny-bytes", device="cpu", **config)
+    cfg = BackendConfig(**{"kind": "transformers", "model": "tiny-bytes", "device": "cpu", **config})
     return TransformersBackend(cfg, model, tokenizer)
 
 
@@ -277,3 +265,47 @@ def test_quiet_loading_silences_transformers_and_gguf_progress_bars(capfd):
     assert hf_logging.is_progress_bar_enabled() == before  # restored afterwards
     list(gguf_utils.tqdm(range(3), desc="visible again"))
     assert "visible again" in capfd.readouterr().err
+
+
+# -- CUDA ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_cuda_gives_what_the_cpu_gives():
+    """The same weights on CUDA: greedy text and log-likelihoods as on the CPU, padded batches too."""
+    import copy
+
+    model, tokenizer = tiny_model_and_tokenizer()
+    on = {
+        device: TransformersBackend(
+            BackendConfig(kind="transformers", model="tiny", device=device, batch_size=3),
+            copy.deepcopy(model),
+            tokenizer,
+        )
+        for device in ("cpu", "cuda")
+    }
+    assert next(on["cuda"].model.parameters()).is_cuda
+    prompts = ["w1", "w2 w3 w4 w5 w6 w7", "w8 w9"]  # unequal lengths: left padding in one batch
+    gen = [
+        GenerationRequest(key=str(i), messages=[Message(role="user", content=p)], max_tokens=6)
+        for i, p in enumerate(prompts)
+    ]
+    texts = {d: [g.texts for g in b.generate(gen)] for d, b in on.items()}
+    assert texts["cuda"] == texts["cpu"] and all(t != [""] for t in texts["cpu"])
+    ll = [
+        LoglikelihoodRequest(key=str(i), messages=[Message(role="user", content=p)], continuation="w10 w11")
+        for i, p in enumerate(prompts)
+    ]
+    scores = {d: b.loglikelihood(ll) for d, b in on.items()}
+    assert all(r.error is None for r in scores["cuda"])
+    assert [r.logprob for r in scores["cuda"]] == pytest.approx([r.logprob for r in scores["cpu"]], abs=1e-3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+@pytest.mark.skipif(not grammar.available(), reason="llguidance not installed: pip install llguidance")
+def test_schema_constrained_generation_on_cuda():
+    backend = byte_backend(batch_size=4, device="cuda")
+    out = backend.generate(schema_requests())
+    for i in (0, 2, 3):
+        assert all(obeys_schema(t) for t in out[i].texts), out[i].texts
+    assert backend.constrained_requests == 3 and backend.warnings == []
