@@ -96,7 +96,7 @@ def main() -> None:
         print(f"{name}: {timing}")
         members.append(Member(name, work / name))
     start = time.perf_counter()
-    stack_data, channels = load_stack_data(members, "val", data, None, sorted(data))
+    stack_data, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
     configs = [
         StackConfig(cutoff_shrink=float(c), floor_shrink=float(f), source_shrink=float(s))
         for c in args.cutoff_shrink.split(",")

@@ -25,6 +25,7 @@ from mushroom.backends.base import (
     LoglikelihoodRequest,
     OnResult,
     OnScore,
+    backend_warnings,
 )
 
 RAW_SCHEMA_VERSION = 1
@@ -102,6 +103,11 @@ class RecordingBackend(Backend):
     @property
     def model_name(self) -> str:
         return self.inner.model_name
+
+    @property
+    def warnings(self) -> list[str]:
+        """The recorded backend's warnings, for the run's summary."""
+        return backend_warnings(self.inner)
 
     def _log(self) -> RawLog | None:
         return self.sink() if callable(self.sink) else self.sink

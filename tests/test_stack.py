@@ -59,15 +59,15 @@ def make_items(n, rng):
     return items
 
 
-def write_member(folder, items, make_vec, split="val", channel=None):
+def write_member(folder, items, make_vec, split="val", channel=None, lang="en"):
     preds = []
     for it in items:
         vec = make_vec(it)
         preds.append(prediction_from_vectors(it.id, vec, vec > 0.5).submission_dict())
     folder.mkdir(parents=True, exist_ok=True)
-    write_lines(folder / submission_name("en", split), preds)
+    write_lines(folder / submission_name(lang, split), preds)
     if channel is not None:
-        write_channels(channel_file(folder / "raw", "en"), {it.id: {"hint": channel(it)} for it in items})
+        write_channels(channel_file(folder / "raw", lang), {it.id: {"hint": channel(it)} for it in items})
 
 
 def gold_vec(it):
@@ -186,6 +186,47 @@ def test_stack_learns_from_an_informative_member_and_a_channel(tmp_path):
         tmp_path / "b" / "predictions", items, lambda it: rng.uniform(0, 1, len(it.model_output_text))
     )
     assert stack_fingerprint(members, {"en": items}, folds=4) != fit.fingerprint()
+
+
+def test_a_member_with_channels_in_some_languages_applies_to_any_set_of_them(tmp_path):
+    """The semantic member writes channels for English only: de alone must not 'lack' them."""
+    rng = np.random.default_rng(3)
+    data = {
+        "en": make_items(40, rng),
+        "de": [it.model_copy(update={"id": "d" + it.id, "lang": "de"}) for it in make_items(40, rng)],
+    }
+    for split in ("val", "test"):
+        for lang, items in data.items():
+            write_member(tmp_path / "lex", items, gold_vec, split, channel=gold_vec, lang=lang)
+            hint = gold_vec if lang == "en" else None
+            write_member(
+                tmp_path / "sem", items, lambda it: gold_vec(it) * 0.8, split, channel=hint, lang=lang
+            )
+    members = parse_members([f"lex={tmp_path / 'lex'}", f"sem={tmp_path / 'sem'}"])
+    model = fit_stack(members, data, folds=4).model
+    assert model.channels_by_lang == {
+        "lex": {"en": ["hint"], "de": ["hint"]},
+        "sem": {"en": ["hint"], "de": []},
+    }
+    assert [p.id for p in apply_stack(model, members, "test", {"de": data["de"]})["de"]] == [
+        it.id for it in data["de"]
+    ]
+    # a language the stack never saw is owed the channels every fitted language had (lex's)
+    fi = [it.model_copy(update={"id": "f" + it.id, "lang": "fi"}) for it in data["de"][:5]]
+    write_member(tmp_path / "sem", fi, gold_vec, "test", lang="fi")
+    write_member(tmp_path / "lex", fi, gold_vec, "test", lang="fi")
+    with pytest.raises(
+        MushroomError, match=r"member 'lex', channels hint, which this run of it lacks \(language fi\)"
+    ):
+        apply_stack(model, members, "test", {"fi": fi})
+    write_member(tmp_path / "lex", fi, gold_vec, "test", channel=gold_vec, lang="fi")
+    assert len(apply_stack(model, members, "test", {"fi": fi})["fi"]) == 5
+    # English without the channels it was fitted with is still refused, and named
+    channel_file(tmp_path / "sem" / "raw", "en").unlink()
+    with pytest.raises(
+        MushroomError, match=r"member 'sem', channels hint, which this run of it lacks \(language en\)"
+    ):
+        apply_stack(model, members, "test", {"en": data["en"], "de": data["de"]})
 
 
 @pytest.mark.parametrize("kind", ["logistic", "trees"])

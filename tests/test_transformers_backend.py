@@ -309,3 +309,52 @@ def test_schema_constrained_generation_on_cuda():
     for i in (0, 2, 3):
         assert all(obeys_schema(t) for t in out[i].texts), out[i].texts
     assert backend.constrained_requests == 3 and backend.warnings == []
+
+
+# -- a grammar that breaks mid-answer ----------------------------------------------------------
+
+
+@pytest.mark.skipif(not grammar.available(), reason="llguidance not installed: pip install llguidance")
+def test_a_tokenizer_llguidance_misreads_is_refused_not_used():
+    """transformers 5.17 wrapped a GGUF tokenizer's byte-level decoder so that llguidance read 'Ġ' as a letter."""
+
+    class Misread:
+        def decode_bytes(self, ids):
+            return b"\xc4\xa0".join(b"x" for _ in ids)
+
+    from tiny_models import byte_tokenizer
+
+    with pytest.raises(ValueError, match="decodes this tokenizer's tokens to other bytes"):
+        grammar._check_same_bytes(byte_tokenizer(), Misread())
+
+
+@pytest.mark.skipif(not grammar.available(), reason="llguidance not installed: pip install llguidance")
+def test_a_broken_grammar_is_marked_on_its_response_and_warned_through_the_wrappers(monkeypatch, tmp_path):
+    from mushroom.backends.base import backend_warnings
+    from mushroom.backends.cache import CachedBackend, ResponseCache
+    from mushroom.rawlog import RecordingBackend
+
+    backend = byte_backend(batch_size=4)
+    processor = backend._constrainer or grammar.SchemaConstrainer(backend.tokenizer, len(backend.tokenizer))
+    # the real matcher refuses a token its grammar forbids: row 0 is fed '}' before anything
+    proc = processor.processor([SMALL_SCHEMA])
+    prompt = torch.tensor([[1, 2]])
+    proc(prompt, torch.zeros(1, backend.model.config.vocab_size))
+    brace = backend.tokenizer("}", add_special_tokens=False)["input_ids"][-1]
+    proc(torch.cat([prompt, torch.tensor([[brace]])], 1), torch.zeros(1, backend.model.config.vocab_size))
+    assert list(proc.errors) == [0] and proc.errors[0] and processor.matcher_errors == [proc.errors[0]]
+    # a row that broke during generate: its response says so and the backend warns once
+    real = grammar.SchemaConstrainer.processor
+
+    def breaking(self, schemas, rows_per_schema=1):
+        made = real(self, schemas, rows_per_schema)
+        made.errors[1] = "Parser Error: token ':' doesn't satisfy the grammar\n<state>"
+        return made
+
+    monkeypatch.setattr(grammar.SchemaConstrainer, "processor", breaking)
+    wrapped = RecordingBackend(CachedBackend(backend, ResponseCache(tmp_path / "c.jsonl")), sink=None)
+    assert backend_warnings(wrapped) == []
+    with pytest.warns(RuntimeWarning, match="decoding broke"):
+        out = wrapped.generate(schema_requests()[3:4] + schema_requests()[:1])  # two batches: n=3, n=1
+    assert out[0].structured_output == "llguidance: broke" and out[1].structured_output == "llguidance"
+    assert len(backend_warnings(wrapped)) == 1 and "decoding broke" in backend_warnings(wrapped)[0]

@@ -71,7 +71,9 @@ class Generation(BaseModel):
     cached: bool = False
     usage: dict[str, int] = Field(default_factory=dict)
     structured_output: str | None = Field(
-        None, description="how the JSON schema was sent (openai: json_schema, json_object, ...)"
+        None,
+        description="how the JSON schema was sent or enforced (openai: json_schema, json_object, ...; "
+        "transformers: llguidance, or 'llguidance: broke' when the grammar failed mid-answer)",
     )
 
 
@@ -139,3 +141,13 @@ class Backend(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Releases engines or connections; a no-op by default."""
+
+
+def backend_warnings(backend: Backend | None) -> list[str]:
+    """What a backend warned of (e.g. unconstrained decoding); wrappers pass on their inner one's.
+
+    Backends warn once with `warnings.warn`, which scrolls past; a detector hands these to the
+    run so that they reach its summary too.
+    """
+    found = getattr(backend, "warnings", None)
+    return list(found) if isinstance(found, list) else []

@@ -22,6 +22,7 @@ from mushroom.backends.base import (
     LoglikelihoodRequest,
     OnResult,
     OnScore,
+    backend_warnings,
 )
 from mushroom.jsonl import append_jsonl
 
@@ -109,6 +110,11 @@ class CachedBackend(Backend):
         self.cache = cache
         self.hits = 0
         self.misses = 0
+
+    @property
+    def warnings(self) -> list[str]:
+        """The inner backend's warnings; none while every answer came from the cache (never built)."""
+        return backend_warnings(self._inner)
 
     @property
     def inner(self) -> Backend:

@@ -76,6 +76,30 @@ def strict(schema: Any) -> Any:
     return out
 
 
+# JSON punctuation after spaces, digits and a non-ASCII letter: what the masks must get right
+PROBE = '{"incorrect_spans": [{"text": "Zürich, 1996", "probability": 0.9}]}'
+
+
+def _check_same_bytes(tokenizer: Any, ll_tokenizer: Any) -> None:
+    """Raises ValueError when llguidance decodes the tokenizer's own tokens to other bytes.
+
+    llguidance reads the vocabulary from the tokenizer's JSON; where it misreads it (under
+    transformers 5.17 a GGUF tokenizer's byte-level decoder comes wrapped in a Sequence, and
+    llguidance took 'Ġ' for a letter instead of a space), every mask allows the wrong tokens:
+    the grammar breaks at the first space and the rest of the answer is unconstrained.
+    """
+    ids = tokenizer(PROBE, add_special_tokens=False)["input_ids"]
+    theirs = tokenizer.decode(ids, clean_up_tokenization_spaces=False).encode()
+    ours = ll_tokenizer.decode_bytes(ids)
+    if ours != theirs:
+        import transformers
+
+        raise ValueError(
+            f"it decodes this tokenizer's tokens to other bytes than transformers "
+            f"{transformers.__version__} does ({ours[:40]!r} for {theirs[:40]!r})"
+        )
+
+
 class SchemaConstrainer:
     """Compiles schemas (cached) against one tokenizer and builds a logits processor per batch."""
 
@@ -83,6 +107,7 @@ class SchemaConstrainer:
         import llguidance.hf
 
         self._ll_tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size)
+        _check_same_bytes(tokenizer, self._ll_tokenizer)
         self._grammars: dict[str, str] = {}
         self.matcher_errors: list[str] = []
 
@@ -112,6 +137,8 @@ class _JsonSchemaLogits(LogitsProcessor):
         self._owner = owner
         self._matchers = [LLMatcher(owner._ll_tokenizer, g) if g is not None else None for g in grammars]
         self._started = False
+        self.errors: dict[int, str] = {}
+        """Row -> llguidance's error, for rows whose grammar broke (then finished unconstrained)."""
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
@@ -123,7 +150,8 @@ class _JsonSchemaLogits(LogitsProcessor):
             for row, token in enumerate(input_ids[:, -1].tolist()):
                 m = self._matchers[row]
                 if m is not None and not m.is_stopped() and not m.is_error() and not m.consume_token(token):
-                    self._owner.matcher_errors.append(m.get_error())
+                    self.errors[row] = m.get_error()
+                    self._owner.matcher_errors.append(self.errors[row])
         self._started = True
         vocab = scores.shape[-1]
         bitmask = allocate_token_bitmask(len(self._matchers), vocab)  # all ones: unconstrained rows

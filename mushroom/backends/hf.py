@@ -255,6 +255,7 @@ class TransformersBackend(Backend):
         processors = self._logits_processor(batch)
         if processors is not None:
             kwargs["logits_processor"] = processors
+        constraint = processors[0] if processors is not None else None
         if req.seed is not None:
             torch.manual_seed(req.seed)
         with torch.no_grad():
@@ -281,9 +282,20 @@ class TransformersBackend(Backend):
                 ]
                 for b in range(steps.shape[0])
             ]
+        broken = getattr(constraint, "errors", {})
+        if broken:
+            first = next(iter(broken.values())).splitlines()[0]
+            self._warn(
+                "JSON-schema decoding broke on a response and the rest of it was written "
+                f"unconstrained (llguidance: {first}); such responses are marked "
+                "'llguidance: broke' in raw/"
+            )
         results = []
         for i in range(len(batch)):
             rows = range(i * req.n, (i + 1) * req.n)
+            mode = None
+            if batch[i].json_schema is not None and constraint is not None:
+                mode = "llguidance: broke" if any(r in broken for r in rows) else "llguidance"
             results.append(
                 Generation(
                     texts=[texts[r] for r in rows],
@@ -292,6 +304,7 @@ class TransformersBackend(Backend):
                         "prompt_tokens": len(prompts[i]),
                         "completion_tokens": sum(lengths[r] for r in rows),
                     },
+                    structured_output=mode,
                 )
             )
         return results

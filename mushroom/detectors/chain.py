@@ -24,7 +24,14 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
-from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest, Message
+from mushroom.backends.base import (
+    Backend,
+    BackendConfig,
+    Generation,
+    GenerationRequest,
+    Message,
+    backend_warnings,
+)
 from mushroom.backends.cache import build_cached
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
 from mushroom.detectors.llm import context_text
@@ -146,6 +153,11 @@ class ChainDetector(Detector):
             path = (self.workdir or Path(".")) / "chain.cache.jsonl"
             self._backend = self.recording(build_cached(self.options.backend, self.options.cache, path))
         return self._backend
+
+    @property
+    def warnings(self) -> list[str]:
+        """The backend's warnings (unconstrained or broken JSON decoding), for the run's summary."""
+        return backend_warnings(self._backend)
 
     def _request(self, item: Item, stage: str, messages: list[Message], st: Counter) -> GenerationRequest:
         st[f"{stage}.requests"] += 1

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest
+from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest, backend_warnings
 from mushroom.backends.cache import build_cached
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
 from mushroom.ensemble import SoftMode, vote
@@ -99,6 +99,11 @@ class LLMDetector(Detector):
             )
             self._backend = self.recording(build_cached(self.options.backend, self.options.cache, path))
         return self._backend
+
+    @property
+    def warnings(self) -> list[str]:
+        """The backend's warnings (unconstrained or broken JSON decoding), for the run's summary."""
+        return backend_warnings(self._backend)
 
     def requests(self, items: list[Item], contexts: dict[str, list[Context]]) -> list[GenerationRequest]:
         """One request per item and temperature, in that order."""

@@ -152,31 +152,62 @@ class StackData:
         return np.vstack(xs), np.concatenate(ys), np.concatenate(ws)
 
 
+def expected_channels(by_lang: dict[str, list[str]], lang: str) -> set[str]:
+    """The channels a member's run must hold for `lang`, from what it held when the stack was fitted.
+
+    A language the stack was not fitted on (a test-only language) is owed only the channels
+    the member wrote for every fitted language; one it was fitted on, what it had then.
+    """
+    if lang in by_lang:
+        return set(by_lang[lang])
+    sets = [set(names) for names in by_lang.values()]
+    return set.intersection(*sets) if sets else set()
+
+
 def load_stack_data(
     members: list[Member],
     split: str,
     data: dict[str, list[Item]],
     channels: list[list[str]] | None,
     languages: list[str],
-) -> tuple[StackData, list[list[str]]]:
-    """Features of every item of the split; channel names default to those found in files."""
+    fitted_channels: dict[str, dict[str, list[str]]] | None = None,
+) -> tuple[StackData, list[list[str]], list[dict[str, list[str]]]]:
+    """Features of every item of the split; channel names default to those found in files.
+
+    `fitted_channels` (member -> language -> channels when the stack was fitted) checks the
+    runs a stack is applied to language by language; a stack saved before it was recorded
+    has its runs checked over all languages together.
+
+    Returns:
+        The features, the channel names of each member (in feature order) and the channels
+        each member's files hold per language (what a fitted stack records).
+    """
     per_member, found = load_member_evidence(members, split, data)
     if channels is not None:
         # Applying a fitted stack: a member run without the channels it was fitted with (an
         # older version, or the lexical detector with channels=false) would give all-zero
         # features and silently worse labels.
         for member, wanted, have in zip(members, channels, found):
-            missing = sorted(set(wanted) - set(have))
+            if fitted_channels and member.name in fitted_channels:
+                by_lang = fitted_channels[member.name]
+                gaps = {lang: expected_channels(by_lang, lang) - set(have[lang]) for lang in have}
+            else:
+                gaps = {"": set(wanted) - {c for names in have.values() for c in names}}
+            missing = sorted({c for names in gaps.values() for c in names})
             if missing:
+                where = ", ".join(lang for lang, names in sorted(gaps.items()) if names and lang)
                 raise MushroomError(
                     f"{member.folder(split)}: the stack was fitted with the evidence of member "
-                    f"{member.name!r}, channels {', '.join(missing)}, which this run of it lacks; run the "
-                    "member again with this version and its default options, or fit the stack on runs like it"
+                    f"{member.name!r}, channels {', '.join(missing)}, which this run of it lacks"
+                    + (f" (language {where})" if where else "")
+                    + "; run the member again with this version and its default options, or fit the stack "
+                    "on runs like it"
                 )
-    names = channels if channels is not None else found
+    union = [sorted({c for names in have.values() for c in names}) for have in found]
+    names = channels if channels is not None else union
     all_items = [it for items in data.values() for it in items]
     feats = [
         item_features(it, [per_member[k][it.id] for k in range(len(members))], names, languages)
         for it in all_items
     ]
-    return StackData(all_items, feats), names
+    return StackData(all_items, feats), names, found

@@ -186,8 +186,9 @@ def fit_stack(
     if folds < 2 or l2 < 0:
         raise MushroomError(f"the stack needs folds >= 2 and l2 >= 0 (got folds={folds}, l2={l2})")
     languages = sorted(data)
-    stack_data, channels = load_stack_data(members, split, data, None, languages)
+    stack_data, channels, found = load_stack_data(members, split, data, None, languages)
     fit = fit_stack_data(stack_data, channels, [m.name for m in members], folds, l2, config, model)
+    fit.model.channels_by_lang = {m.name: by_lang for m, by_lang in zip(members, found)}
     fit.model.fitted_on = f"{split}: " + ", ".join(f"{lang} ({len(v)})" for lang, v in data.items())
     fit.model.fingerprint = stack_fingerprint(members, data, split, folds, l2, config, model)
     return fit
@@ -339,7 +340,9 @@ def apply_stack(
         )
     if model.scorer is None:
         raise MushroomError("the stack was saved by an older version; fit it again with `mushroom stack fit`")
-    stack_data, _ = load_stack_data(members, split, data, channels, model.languages)
+    stack_data, _, _ = load_stack_data(
+        members, split, data, channels, model.languages, model.channels_by_lang
+    )
     hard_cols = {m: c + 1 for m, c in zip(model.members, member_columns(channels))}
     out: dict[str, list[Prediction]] = {}
     all_probs = batch_probs(stack_data.items, stack_data.features, model.scorer, model.word_pooling)

@@ -71,14 +71,20 @@ def parse_members(specs: list[str]) -> list[Member]:
 
 def load_member_evidence(
     members: list[Member], split: str, data: dict[str, list[Item]]
-) -> tuple[list[dict[str, MemberEvidence]], list[list[str]]]:
-    """Each member's evidence by item id, and the channel names each member's files hold."""
+) -> tuple[list[dict[str, MemberEvidence]], list[dict[str, list[str]]]]:
+    """Each member's evidence by item id, and the channel names its files hold per language.
+
+    Per language because a member may write channels for some languages only (the semantic
+    member's are English only): what is missing must be judged language by language.
+    """
     per_member: list[dict[str, MemberEvidence]] = [{} for _ in members]
-    found: list[set[str]] = [set() for _ in members]
+    found: list[dict[str, list[str]]] = [{} for _ in members]
     for lang, items in data.items():
         for k, member in enumerate(members):
             preds, chans = member.load(split, lang, items)
+            names: set[str] = set()
             for it in items:
                 per_member[k][it.id] = (preds[it.id], chans.get(it.id, {}))
-                found[k].update(chans.get(it.id, {}))
-    return per_member, [sorted(f) for f in found]
+                names.update(chans.get(it.id, {}))
+            found[k][lang] = sorted(names)
+    return per_member, found

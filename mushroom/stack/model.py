@@ -76,6 +76,11 @@ class StackModel(BaseModel):
 
     members: list[str] = Field(description="member names, in feature order")
     channels: dict[str, list[str]] = Field(description="member -> channel names used")
+    channels_by_lang: dict[str, dict[str, list[str]]] = Field(
+        default_factory=dict,
+        description="member -> language -> channel names its files held when fitted (empty in "
+        "stacks saved before: their runs are checked over all languages together)",
+    )
     languages: list[str] = Field(description="languages with a one-hot feature")
     features: list[str]
     scorer: Scorer | None = Field(None, description="the fitted model (None in stacks saved before trees)")
