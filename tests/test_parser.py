@@ -303,6 +303,26 @@ def test_broken_json_is_repaired_whole_not_read_from_an_inner_bracket():
     assert [s.text for s in result.spans] == ["silver", "2008"] and result.repairs == ["trailing_commas"]
 
 
+def test_a_raw_line_break_in_one_string_loses_no_claim():
+    """llama.cpp's SmolLM2 wrote a newline inside a span text: every claim used to be lost."""
+    raw = '{"incorrect_spans": [{"text": "silver", "probability": 0.9}, {"text": "20\n08"}, {"text": "x\t"}]}'
+    result = parse_response(ANSWER, raw)
+    assert (
+        result.parsed
+        and [s.text for s in result.spans] == ["silver"]
+        and result.repairs == ["control_characters"]
+    )
+    value, _ = extract_json('{"a": "escaped \\n, raw \n"}')  # an escaped one is not escaped twice
+    assert value == {"a": "escaped \n, raw \n"}
+
+
+def test_a_missing_comma_between_claims_is_put_back_outside_strings():
+    raw = '{"incorrect_spans": [{"text": "silver"} {"text": "2008"}\n{"text": "a} {b"}]}'
+    value, repairs = extract_json(raw)
+    assert [c["text"] for c in value["incorrect_spans"]] == ["silver", "2008", "a} {b"]
+    assert repairs == ["missing_commas"]
+
+
 def test_repairs_leave_string_contents_alone():
     value, repairs = extract_json('{"text": "True, ]", "b": True,}')
     assert value == {"text": "True, ]", "b": True} and repairs == ["trailing_commas", "python_literals"]

@@ -3,10 +3,10 @@
 Model output is untrusted text: it is only ever parsed as JSON (never evaluated), and every
 repair is a plain text transformation.
 
-Handled: code fences, prose before and after, trailing commas, single quotes, curly quotes,
-Python literals (True/False/None), a truncated tail (open strings, arrays and objects are
-closed; a number or literal cut at the very end is dropped), and a bare list instead of an
-object.
+Handled: code fences, prose before and after, raw line breaks and tabs inside strings,
+trailing commas, missing commas between objects, single quotes, curly quotes, Python
+literals (True/False/None), a truncated tail (open strings, arrays and objects are closed; a
+number or literal cut at the very end is dropped), and a bare list instead of an object.
 
 Never raises on any string. The standard decoder recurses once per bracket, so text nested
 deeper than `MAX_DEPTH` is not handed to it at all: no claim format needs more than a few
@@ -30,6 +30,7 @@ _MAX_STARTS = 8  # values stepped over per candidate ("see [1]") before the repa
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)(?:```|$)", re.S)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
+_MISSING_COMMA = re.compile(r"}\s*{")
 # a double-quoted string with its escapes; an unterminated one runs to the end of the text
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 _PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
@@ -215,12 +216,26 @@ def _close_truncated(text: str) -> str:
     return text + "".join(closer for closer, _ in reversed(stack))
 
 
+_CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_controls(text: str) -> str:
+    """Raw line breaks and tabs inside strings, escaped: strict JSON forbids them, models write them."""
+    return "".join(
+        re.sub("[\n\r\t]", lambda m: _CONTROL[m.group()], piece) if is_string else piece
+        for is_string, piece in _strings_and_code(text)
+    )
+
+
 def _replace_literals(text: str) -> str:
     return re.sub(r"\b(True|False|None)\b", lambda m: _PY_LITERALS[m.group(1)], text)
 
 
 _REPAIRS = (
+    ("control_characters", _escape_controls),
     ("trailing_commas", _outside_strings(lambda t: _TRAILING_COMMA.sub(r"\1", t))),
+    # `{...} {...}` in a list: the comma a model left out between two claims
+    ("missing_commas", _outside_strings(lambda t: _MISSING_COMMA.sub("}, {", t))),
     # only curly quotes outside straight-quoted strings delimit: those inside are span text
     ("curly_quotes", _outside_strings(lambda t: t.replace("\u201c", '"').replace("\u201d", '"'))),
     ("single_quotes", _single_to_double_quotes),

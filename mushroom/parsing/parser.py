@@ -107,7 +107,9 @@ class SpanClaim(BaseModel):
     """One span a model says is wrong."""
 
     text: str = Field(min_length=1)
-    probability: float = 1.0
+    # bounded in the schema a constrained backend decodes with: SmolLM2 wrote 1.9 and 5.67,
+    # which the percentage rule below reads as 1.9% and 5.67%
+    probability: float = Field(1.0, ge=0.0, le=1.0)
     reason: str | None = None
 
     @field_validator("probability", mode="before")
