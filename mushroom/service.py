@@ -227,6 +227,10 @@ _UNUSABLE = (
     ("llm.backend_errors", "llm.requests", "LLM requests failed"),
     ("chain.decomposition_failures", "chain.items", "answers could not be decomposed into claims"),
     ("pyes.unusable", "pyes.requests", "P(Yes) requests gave no usable score"),
+    # parsed, but what the model named is not in the answer (an echoed template, a paraphrase)
+    ("llm.lost", "llm.claims", "claimed spans were not found in the answer"),
+    ("chain.claims_not_in_answer", "chain.claims", "decomposed claims were not found in the answer"),
+    ("chain.spans_not_located", "chain.spans", "wrong spans were not found in the answer"),
 )
 UNUSABLE_SHARE = 0.5
 

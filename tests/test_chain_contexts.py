@@ -96,6 +96,21 @@ def test_decompose_verify_locate_marks_the_minimal_wrong_substring():
     assert s["decompose.requests"] + s["verify.requests"] == 2 and s["chain.prompt_chars"] > len(ANSWER) * 2
 
 
+def test_a_verdict_on_a_claim_never_made_is_counted_not_painted():
+    """SmolLM2 verified 'claim 2' of a one-claim decomposition and called it false."""
+    verify = json.dumps(
+        {
+            "verdicts": [
+                {"claim": 2, "supported": False, "incorrect_spans": [{"text": "Berlin"}]},
+                {"claim": 4, "supported": False, "incorrect_spans": [{"text": "Nobel"}]},
+            ]
+        }
+    )
+    s, pred, _ = run_chain({"v-1#decompose": [DECOMPOSE], "v-1#verify": [verify]})
+    assert [list(h) for h in pred.hard_labels] == [[32, 38]]  # claim 2 exists; claim 4 does not
+    assert (s["chain.false_claims"], s["chain.unknown_claim_verdicts"]) == (1, 1)
+
+
 def test_failed_stage_is_retried_once_with_the_error_and_counted():
     det, pred, backend = run_chain(
         {

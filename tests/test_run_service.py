@@ -69,6 +69,18 @@ def test_a_model_answering_only_garbage_is_warned_about(tmp_path):
     assert any(w.startswith(warning) for w in json.loads((out / "summary.json").read_text())["warnings"])
 
 
+def test_claims_that_are_not_in_the_answer_are_warned_about():
+    """An echoed template parses fine, yet none of its spans is in the answer: not a quiet 'nothing'."""
+    from mushroom.service import unusable_warnings
+
+    stats = {"llm.requests": 4, "llm.unparseable": 0, "llm.claims": 10, "llm.lost": 6}
+    (warning,) = unusable_warnings("llm:val en", stats)
+    assert warning.startswith("llm:val en: 6 of 10 claimed spans were not found in the answer")
+    assert unusable_warnings("x", {"llm.claims": 10, "llm.lost": 4, "chain.claims": 2}) == []
+    (warning,) = unusable_warnings("x", {"chain.spans": 2, "chain.spans_not_located": 2})
+    assert "2 of 2 wrong spans were not found" in warning
+
+
 def _locked_elsewhere(folder) -> bool:
     """Whether a new open file description of the folder's lock cannot take it (as another process)."""
     import fcntl

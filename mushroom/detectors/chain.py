@@ -323,6 +323,10 @@ class ChainDetector(Detector):
                 continue
             if supported:
                 continue
+            idx = v.get("claim")
+            if isinstance(idx, int) and not 1 <= idx <= len(item_claims):
+                st["chain.unknown_claim_verdicts"] += 1  # a verdict on a claim never made
+                continue
             st["chain.false_claims"] += 1
             found = read_claims({"incorrect_spans": v.get("incorrect_spans") or []})
             st["chain.bad_probabilities"] += found.bad_probabilities
@@ -336,7 +340,6 @@ class ChainDetector(Detector):
                     continue
                 placed += 1
                 vec[span.start : span.end] = np.maximum(vec[span.start : span.end], span.prob)
-            idx = v.get("claim")
             if not placed and isinstance(idx, int) and 1 <= idx <= len(claim_spans) and claim_spans[idx - 1]:
                 st["chain.fallbacks"] += 1
                 cs = claim_spans[idx - 1]
