@@ -165,7 +165,51 @@ def test_pyes_normalises_each_model_and_averages(tmp_path, scoring):
     det4 = PYesDetector(opts, backends)
     det4.workdir = tmp_path
     det4.detect([item(answer)], {})
-    assert (tmp_path / "pyes_calibration.json").is_file()  # transductive statistics kept for a resume
+    assert (tmp_path / "pyes_calibration.en.json").is_file()  # transductive statistics kept for a resume
+
+
+class PieceBackend(FixedBackend):
+    """P(yes) that varies with the prompt's length, or an error for every request (a dead server)."""
+
+    def __init__(self, dead=False):
+        super().__init__(0.5, 0.5)
+        self.dead = dead
+
+    def generate(self, requests, on_result=None):
+        if self.dead:
+            return [Generation(error="connection refused") for _ in requests]
+        out = []
+        for r in requests:
+            yes = 0.1 + 0.8 * (len(r.messages[-1].content) % 7) / 6
+            out.append(
+                Generation(texts=["Yes"], logprobs=[[{" Yes": math.log(yes), "no": math.log(1 - yes)}]])
+            )
+        return out
+
+
+def test_pyes_statistics_are_per_language_and_a_dead_model_fails_its_items(tmp_path):
+    opts = PYesOptions(models=[BackendConfig(kind="fixed", model="a")], cache=False, scoring="top_logprobs")
+    en = [item(f"The cat sat {'on the mat ' * k}. It was red {k}.", f"e{k}") for k in range(4)]
+    es = [
+        item(f"El gato {'muy ' * k}grande. Era rojo {k}.", f"s{k}").model_copy(update={"lang": "es"})
+        for k in range(4)
+    ]
+    both = PYesDetector(opts, [PieceBackend()])
+    both.workdir = tmp_path / "both"
+    together = both.detect(en, {}) + both.detect(es, {})
+    alone = PYesDetector(opts, [PieceBackend()])
+    alone.workdir = tmp_path / "alone"
+    assert together[4:] == alone.detect(es, {})  # Spanish does not depend on the English items
+    assert sorted(p.name for p in both.workdir.iterdir()) == [
+        "pyes_calibration.en.json",
+        "pyes_calibration.es.json",
+    ]
+    dead = PYesDetector(opts, [PieceBackend(dead=True)])
+    dead.workdir = tmp_path / "dead"
+    results = []
+    dead.run(en, {}, results.append)
+    assert [r.status for r in results] == ["failed"] * 4 and results[0].error == "connection refused"
+    assert not (tmp_path / "dead").exists()  # nothing estimated, nothing kept: a re-run estimates again
 
 
 def test_pyes_with_a_tiny_transformers_model_reads_real_logprobs():

@@ -56,7 +56,7 @@ class ModelStats(BaseModel):
 
 
 class PYesCalibration(BaseModel):
-    """Per-model normalisation, saved with the run (`pyes_calibration.json`)."""
+    """Per-model normalisation, saved with the run (`pyes_calibration.{lang}.json` when estimated there)."""
 
     models: dict[str, ModelStats]
     fitted_on: str = ""
@@ -80,8 +80,8 @@ class PYesOptions(DetectorOptions):
     max_context_chars: int = Field(6000, ge=100)
     calibration: str | None = Field(
         None,
-        description="saved calibration JSON; without it the statistics are estimated on the items "
-        "being detected (transductive) and saved with the run",
+        description="saved calibration JSON; without it the statistics are estimated per language on "
+        "the items being detected (transductive) and saved with the run",
     )
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label: No-side probability above this")
     cache: bool = Field(True, description="cache responses in the run folder")
@@ -146,6 +146,7 @@ class PYesDetector(Detector):
             self.calibration = PYesCalibration.model_validate_json(path.read_text(encoding="utf-8"))
         self.unusable = 0  # pieces a model gave no usable P(yes) for
         self.warnings: list[str] = []
+        self._fitted: dict[str, PYesCalibration] = {}  # language -> statistics estimated on its items
 
     @staticmethod
     def model_key(config: BackendConfig, k: int) -> str:
@@ -253,31 +254,56 @@ class PYesDetector(Detector):
             )
         return calibration
 
-    def _calibration_path(self) -> Path | None:
-        return self.workdir / "pyes_calibration.json" if self.workdir is not None else None
+    def _calibration_path(self, lang: str) -> Path | None:
+        return self.workdir / f"pyes_calibration.{lang}.json" if self.workdir is not None else None
+
+    def _language_calibration(
+        self, items: list[Item], scores: np.ndarray, errors: list[str | None], emit: Emit
+    ) -> PYesCalibration | None:
+        """The statistics for these items: given, kept from an earlier batch or run, or estimated.
+
+        Estimated per language, on the items being detected: a model's P(yes) differs from
+        language to language, and one language's statistics applied to another made a
+        language's scores depend on which others were in the run. When they cannot be
+        estimated (a dead server, a model with no usable answer), every item fails with the
+        reason, so the run ends with its failures listed and a re-run retries them.
+        """
+        if self.calibration is not None:
+            return self.calibration
+        lang = items[0].lang if items else "?"
+        saved = self._calibration_path(lang)
+        if lang not in self._fitted and saved is not None and saved.is_file():
+            # A resumed run keeps the statistics it was started with.
+            self._fitted[lang] = PYesCalibration.model_validate_json(saved.read_text(encoding="utf-8"))
+        if lang not in self._fitted:
+            try:
+                fitted = self._fit(
+                    scores, f"transductive: {plural(len(items), lang + ' item')} being detected"
+                )
+            except MushroomError as exc:
+                reason = next((e for e in errors if e is not None), None) or str(exc)
+                for item in items:
+                    emit(ItemResult.failed(item.id, reason, {"pyes.calibration_failures": 1}, {}))
+                return None
+            if saved is not None:
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                saved.write_text(
+                    json.dumps(fitted.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8"
+                )
+            self._fitted[lang] = fitted
+        return self._fitted[lang]
 
     def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
         pieces, scores, errors = self.raw_scores(items, contexts)
         keys = [self.model_key(c, k) for k, c in enumerate(self.options.models)]
-        saved = self._calibration_path()
-        if self.calibration is None and saved is not None and saved.is_file():
-            # A resumed run keeps the statistics it was started with.
-            self.calibration = PYesCalibration.model_validate_json(saved.read_text(encoding="utf-8"))
-        if self.calibration is None:
-            lang = items[0].lang if items else "?"
-            self.calibration = self._fit(
-                scores, f"transductive: {plural(len(items), lang + ' item')} being detected"
-            )
-            if saved is not None:
-                saved.parent.mkdir(parents=True, exist_ok=True)
-                saved.write_text(
-                    json.dumps(self.calibration.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8"
-                )
-        missing = [k for k in keys if k not in self.calibration.models]
+        calibration = self._language_calibration(items, scores, errors, emit)
+        if calibration is None:
+            return
+        missing = [k for k in keys if k not in calibration.models]
         if missing:
             raise MushroomError(f"pyes calibration has no statistics for models {missing}")
-        mean = np.array([self.calibration.models[k].mean for k in keys])
-        std = np.array([self.calibration.models[k].std for k in keys])
+        mean = np.array([calibration.models[k].mean for k in keys])
+        std = np.array([calibration.models[k].std for k in keys])
         z = (scores - mean) / std
         row = 0
         for item, item_pieces in zip(items, pieces):
