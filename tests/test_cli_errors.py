@@ -840,3 +840,37 @@ def test_option_mistakes_say_how_to_write_the_option(tmp_path, capsys):
     empty.write_text("")
     code, _, err = cli(capsys, "detect", "--responses", empty, "--lang", "en", "--out", out)
     assert code == 1 and "empty.jsonl: no lines" in err and not out.exists()
+
+
+def test_device_model_and_engine_mistakes_stop_before_a_folder(tmp_path, capsys):
+    """Each used to fail every item after the folder existed, with advice to re-run."""
+    import importlib.util
+
+    torch = pytest.importorskip("torch")
+    out = tmp_path / "run"
+    not_gguf = tmp_path / "model.gguf"
+    not_gguf.write_text("hello")
+    cases = [
+        (
+            ["--detector", "semantic", "-o", "device=banana"],
+            "semantic option device 'banana': not a device name",
+        ),
+        (["--detector", "semantic", "-o", f"model={tmp_path / 'nope'}"], "no such encoder folder"),
+        (
+            ["--backend", "transformers", "--model", str(not_gguf)],
+            "is not a GGUF file (it starts with b'hell'",
+        ),
+    ]
+    if not torch.cuda.is_available():
+        cases.append((["--detector", "semantic", "-o", "device=cuda"], "sees no CUDA device; use cpu"))
+        cases.append(
+            (
+                ["--backend", "transformers", "--model", str(not_gguf), "-o", "backend.device=cuda"],
+                "not a GGUF",
+            )
+        )
+    if importlib.util.find_spec("vllm") is None:
+        cases.append((["--backend", "vllm", "--model", "smollm2"], "needs 'vllm', which is not installed"))
+    for args, message in cases:
+        code, _, err = cli(capsys, "detect", *args, "--lang", "en", "--limit", "1", "--out", out)
+        assert code == 2 and message in " ".join(err.split()) and not out.exists(), (args, err)

@@ -15,7 +15,7 @@ constructed the old flat config keeps working.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -176,17 +176,36 @@ class WeightsConfig(BackendSettings):
         check_model_name(self.model, self.kind)
         return self
 
+    # the libraries its engine imports when the model is loaded, and the extra that installs them
+    libraries: ClassVar[tuple[str, ...]] = ()
+    install_extra: ClassVar[str] = ""
+
     def check_ready(self) -> None:
-        """A `.gguf` path must exist (a registry name is pulled, a hub id is the engine's)."""
+        """Its engine must be installed and a `.gguf` path a GGUF file (a registry name is pulled)."""
+        import importlib.util
+
         from mushroom.models.zoo import gguf_path
 
+        missing = [name for name in self.libraries if importlib.util.find_spec(name) is None]
+        if missing:
+            raise MushroomError(
+                f"backend {self.kind!r} needs {missing[0]!r}, which is not installed: "
+                f"pip install 'mushroom[{self.install_extra}]'"
+            )
         gguf_path(self.model)
+        device = getattr(self, "device", None)
+        if device is not None:
+            from mushroom.devices import check_device
+
+            check_device(device, "backend option device")
 
 
 class TransformersConfig(WeightsConfig):
     """A causal LM loaded in process with transformers."""
 
     kind: Literal["transformers"] = "transformers"
+    libraries: ClassVar[tuple[str, ...]] = ("torch", "transformers")
+    install_extra: ClassVar[str] = "transformers"
     device: str | None = Field(None, description="cpu, cuda, ... (default: cuda if available)")
     dtype: str | None = Field(None, description="torch dtype name")
     batch_size: int = Field(8, ge=1, description="prompts per forward batch")
@@ -198,6 +217,8 @@ class VLLMConfig(WeightsConfig):
     """vLLM's offline engine in process."""
 
     kind: Literal["vllm"] = "vllm"
+    libraries: ClassVar[tuple[str, ...]] = ("vllm",)
+    install_extra: ClassVar[str] = "vllm"
     dtype: str | None = Field(None, description="torch dtype name")
     structured_output: bool = Field(True, description="guided JSON decoding with the request's schema")
     extra: dict[str, Any] = Field(default_factory=dict, description="passed to vllm.LLM as is")

@@ -24,6 +24,8 @@ there (`langs`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -33,6 +35,7 @@ from mushroom.cliutil import plural
 from mushroom.contexts import support_contexts
 from mushroom.detectors.base import DetectorOptions, Emit, VectorDetector, error_text
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
+from mushroom.devices import check_device
 from mushroom.errors import MushroomError
 from mushroom.records import Context, Item
 from mushroom.text.segment import clauses, sentences
@@ -110,6 +113,40 @@ class SemanticDetector(VectorDetector):
         self._encoder = encoder
         self._multilingual = multilingual_encoder
         self.warnings: list[str] = []
+
+    def check_ready(self, sources: Sequence[str] | None = None, out: Path | None = None) -> None:
+        """Also refuses a device this torch cannot use and an encoder that does not load.
+
+        Found item by item, either failed every item with a traceback's last line (a hub
+        message for a mistyped folder) and advice to re-run that cannot help. A resumed run
+        may be answered from the vector cache, so it is not checked then.
+        """
+        super().check_ready(sources, out)
+        self.lexical.check_ready(sources, out)
+        if out is not None and out.exists():
+            return
+        opts = self.options
+        if opts.device is not None:
+            check_device(opts.device, "semantic option device")
+        from mushroom.models.embedding import BUNDLED, resolve_model
+
+        resolve_model(opts.model)  # the bundled encoder needs its package
+        folder = Path(opts.model).expanduser()
+        if opts.model.startswith(("/", ".", "~")) and not folder.is_dir():
+            # a path, not a hub name: say so, not what the hub client says of it
+            raise MushroomError(
+                f"semantic option model {opts.model!r}: no such encoder folder"
+                + (" (it is a file)" if folder.exists() else "")
+            )
+        if opts.model != BUNDLED and self._encoder is None:
+            try:
+                self.encoder.model  # noqa: B018  (loads it, once: the run uses this one)
+            except (OSError, ValueError, RuntimeError, ImportError) as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise MushroomError(
+                    f"semantic option model {opts.model!r}: cannot load it ({first}); give an encoder "
+                    "folder, a hub name this machine can fetch, or leave it out for the bundled one"
+                ) from None
 
     def describe(self) -> dict[str, Any]:
         """Name and options; the nested lexical `channels` switch is left out (see __init__)."""

@@ -180,6 +180,12 @@ def gguf_path(name: str) -> Path | None:
         return None
     if not candidate.is_file():
         raise MushroomError(f"model file {candidate} does not exist")
+    with candidate.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":  # otherwise found by the loader, once per item, after the folder exists
+        raise MushroomError(
+            f"model file {candidate} is not a GGUF file (it starts with {magic!r}, not b'GGUF')"
+        )
     return candidate
 
 

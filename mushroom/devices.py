@@ -1,0 +1,37 @@
+"""Device names (`cpu`, `cuda`, `cuda:1`, `mps`) checked before a run, not item by item.
+
+torch parses a device name only when a model is moved there, which is after the run folder
+exists and once per item: a typo or a CUDA device on a CPU-only torch then failed every item
+with a message such as "Torch not compiled with CUDA enabled" and advice to re-run.
+"""
+
+from __future__ import annotations
+
+from mushroom.errors import MushroomError
+
+
+def check_device(device: str, where: str) -> None:
+    """Raises MushroomError, naming `where` (the option), for a device this torch cannot use."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MushroomError(
+            f"{where} {device!r}: not a device name torch knows ({first}); e.g. cpu, cuda, cuda:1, mps"
+        ) from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise MushroomError(
+                f"{where} {device!r}: this torch ({torch.__version__}) sees no CUDA device; use cpu"
+            )
+        if parsed.index is not None and parsed.index >= count:
+            raise MushroomError(
+                f"{where} {device!r}: this machine has {count} CUDA device(s), numbered from 0"
+            )
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise MushroomError(
+            f"{where} {device!r}: this torch ({torch.__version__}) has no MPS device; use cpu"
+        )
