@@ -236,7 +236,7 @@ UNUSABLE_SHARE = 0.5
 
 
 def unusable_warnings(where: str, stats: dict[str, int]) -> list[str]:
-    """Warnings for counters saying that most model output of a language was unusable."""
+    """Warnings for counters saying that most model output of a language was unusable or cut off."""
     out = []
     for bad, total, what in _UNUSABLE:
         n, of = stats.get(bad, 0), stats.get(total, 0)
@@ -246,6 +246,12 @@ def unusable_warnings(where: str, stats: dict[str, int]) -> list[str]:
                 "the scores say little about the method: check the model, prompt and server (raw/ has "
                 "every response; `--backend replay` re-parses them)"
             )
+    n, of = stats.get("llm.truncated", 0), stats.get("llm.requests", 0)
+    if of and n / of >= UNUSABLE_SHARE:
+        out.append(
+            f"{where}: {n} of {of} LLM responses used their whole max_tokens budget and were cut off "
+            "(the repair parser closed what it could): raise max_tokens, or the model is repeating itself"
+        )
     return out
 
 

@@ -86,6 +86,17 @@ def test_llm_detector_with_garbage_model_predicts_nothing_and_counts_it(monkeypa
     assert [r.prediction.hard_labels for r in results] == [[], [], []]
     assert sum(r.stats["llm.requests"] for r in results) == 3
     assert sum(r.stats["llm.unparseable"] for r in results) == 3
+    assert any("cannot read this tokenizer" in w for w in det.warnings)  # reaches the run's summary
+    # a response that used the whole budget is counted as cut off; one that stopped is not
+    from mushroom.backends.base import Generation
+
+    cut = det._item_result(
+        items[0], [Generation(texts=['{"incorrect_spans": ['], usage={"completion_tokens": 16})]
+    )
+    done = det._item_result(
+        items[0], [Generation(texts=['{"incorrect_spans": []}'], usage={"completion_tokens": 9})]
+    )
+    assert cut.stats["llm.truncated"] == 1 and "llm.truncated" not in done.stats
 
 
 # -- log-likelihood ------------------------------------------------------------------------------

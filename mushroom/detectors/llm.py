@@ -146,6 +146,8 @@ class LLMDetector(Detector):
         for j, gen in enumerate(gens):
             if gen.error is not None:
                 continue
+            if gen.texts and gen.usage.get("completion_tokens", 0) >= opts.max_tokens * len(gen.texts):
+                stats["llm.truncated"] += 1  # every sample used the whole budget: cut off, not finished
             for sample, text in enumerate(gen.texts):
                 result = parse_response(item.model_output_text, text, opts.default_probability)
                 stats.update({f"llm.{k}": v for k, v in result.counts().items()})
