@@ -629,6 +629,7 @@ def compare(
         COLUMNS,
         comparison_rows,
         comparison_table,
+        left_out_languages,
         load_tags,
         rows_csv,
         rows_markdown,
@@ -661,6 +662,8 @@ def compare(
             s.name = f"{k}:{s.name}"
     for note in filter(None, (s.coverage_note() for s in scored)):
         err_console.print(esc(note), highlight=False)
+    for note in left_out_languages(scored):
+        print_warning(note)
     rows = comparison_rows(scored, baseline)
     out_console.print(
         comparison_table(f"{split}: runs against baseline {scored[baseline].name} (paired, items)", rows)

@@ -80,6 +80,24 @@ def score_run(path: Path, split: str = "val", name: str | None = None) -> RunSco
     return RunScores(name or path.name, path, result, scope)
 
 
+def left_out_languages(runs: list[RunScores]) -> list[str]:
+    """One note per run with languages the comparison drops because another run lacks them.
+
+    The overall row is the mean over the shared languages only: a run of 10 languages against
+    one of 2 is compared on those 2, which a user should read before the numbers.
+    """
+    common = set.intersection(*(set(r.result.langs) for r in runs))
+    notes = []
+    for run in runs:
+        extra = sorted(set(run.result.langs) - common)
+        if extra:
+            notes.append(
+                f"{run.name}: {', '.join(extra)} left out, since not every run has them; compared on "
+                f"{', '.join(sorted(common)) or 'nothing'}"
+            )
+    return notes
+
+
 def comparison_rows(runs: list[RunScores], baseline: int = 0) -> list[dict]:
     """Per language and overall: each run's IoU/Cor with 95% CIs and the paired test vs the baseline.
 

@@ -185,3 +185,21 @@ def test_report_without_labels_says_unlabelled(tmp_path):
     assert res.exit_code == 0, res.output
     page = build_report(tmp_path / "t", "test", ["eu"]).html
     assert page.count("unlabelled") >= 50 and page.startswith("<!DOCTYPE html>")
+
+
+def test_compare_names_the_languages_it_leaves_out(tmp_path, capsys):
+    from mushroom.cli import app
+    from mushroom.cliutil import run_cli
+
+    def cli(*args):
+        code = run_cli(app, [str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    for name, langs in (("two", "en,de"), ("one", "en")):
+        code, _, err = cli("detect", "--lang", langs, "--out", tmp_path / name, "--quiet")
+        assert code == 0, err
+    code, out, err = cli("compare", tmp_path / "two", tmp_path / "one", "--eval-dir", tmp_path / "eval")
+    assert code == 0, err
+    assert "two: de left out, since not every run has them; compared on en" in " ".join(err.split())
+    assert "one:" not in err
