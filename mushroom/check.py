@@ -17,7 +17,7 @@ from mushroom.cliutil import no_prediction, plural
 from mushroom.errors import Problem
 from mushroom.jsonl import iter_json_lines
 from mushroom.records import Item
-from mushroom.scoring.files import is_json_int, labels_missing_on_some_lines
+from mushroom.scoring.files import is_json_int, labels_missing_on_some_lines, misspelled_label
 
 
 @dataclass
@@ -180,7 +180,8 @@ def check_rows(
     for line, key, have in labels_missing_on_some_lines(rows):
         row = by_line[line]
         message = (
-            f"missing while {plural(have, 'other line')} have it; the official scorer fails on such a file"
+            f"missing while {plural(have, 'other line')} {'has' if have == 1 else 'have'} it"
+            f"{misspelled_label(row, key)}; the official scorer fails on such a file"
         )
         item_id = row.get("id") if isinstance(row.get("id"), str) else None
         report.errors.append(Problem(path, line, key, message, item_id=item_id))

@@ -154,6 +154,17 @@ def test_label_derivation_is_per_file_like_the_official_scorer(tmp_path):
     )
     assert "official scorer fails" in read_scoring_file(mixed, is_gold=False).warnings[0]
     assert score_files(gold, only_soft).mean_cor == 1.0
+    # a line whose keys are misspelled has nothing to derive from: it is said to predict nothing
+    typo = write_lines(
+        tmp_path / "t.jsonl",
+        [
+            {"id": VAL_ROWS[0]["id"], "hard_labels": [], "soft_labels": []},
+            {"id": VAL_ROWS[1]["id"], "hard_label": [], "soft_label": []},
+        ],
+    )
+    (warning,) = read_scoring_file(typo, is_gold=False).warnings
+    assert "1 line with neither, scored as predicting no span (line 2)" in warning
+    assert "(is 'soft_label' a misspelling?)" in warning and "derived" not in warning
 
 
 def test_id_mismatch_is_an_error_naming_the_ids(tmp_path):

@@ -99,13 +99,25 @@ def _parse_hard(raw: Any, where: tuple[str, int], problems: list[Problem]) -> li
     return out
 
 
+LABEL_KEYS = ("soft_labels", "hard_labels")
+
+
+def misspelled_label(row: dict, key: str) -> str:
+    """' (is 'soft_label' a misspelling?)' when the line has a key close to the missing `key`."""
+    import difflib
+
+    others = [k for k in row if isinstance(k, str) and k not in LABEL_KEYS]
+    close = difflib.get_close_matches(key, others, n=1, cutoff=0.75)
+    return f" (is {close[0]!r} a misspelling?)" if close else ""
+
+
 def labels_missing_on_some_lines(rows: list[tuple[int, dict]]) -> list[tuple[int, str, int]]:
     """(line, key, lines that have the key) for each label key a line lacks that others have.
 
     The official scorer reads a file as a table, so such a line becomes a missing value and
     the scorer fails, though each line alone is valid: `score` warns of it, `check` fails it.
     """
-    have = {key: sum(key in row for _, row in rows) for key in ("soft_labels", "hard_labels")}
+    have = {key: sum(key in row for _, row in rows) for key in LABEL_KEYS}
     return [(line, key, n) for key, n in have.items() if n for line, row in rows if key not in row]
 
 
@@ -159,12 +171,23 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             line=lineno,
             soft_derived=soft_derived,
         )
-    partial = len({line for line, _, _ in labels_missing_on_some_lines(rows)})
-    if partial:
-        warnings.append(
-            f"{path}: {plural(partial, 'line')} without hard_labels or soft_labels while others have them; "
-            "derived here, but the official scorer fails on such a file"
+    missing: dict[int, list[str]] = {}
+    for line, key, _ in labels_missing_on_some_lines(rows):
+        missing.setdefault(line, []).append(key)
+    if missing:
+        by_line = dict(rows)
+        hint = next(
+            (h for ln, ks in missing.items() for k in ks if (h := misspelled_label(by_line[ln], k))), ""
         )
+        neither = [line for line, keys in missing.items() if len(keys) == len(LABEL_KEYS)]
+        parts = []
+        if len(missing) > len(neither):
+            one = plural(len(missing) - len(neither), "line")
+            parts.append(f"{one} without hard_labels or soft_labels while others have them (derived)")
+        if neither:
+            one = plural(len(neither), "line")
+            parts.append(f"{one} with neither, scored as predicting no span (line {neither[0]})")
+        warnings.append(f"{path}: {'; '.join(parts)}{hint}; the official scorer fails on such a file")
     if problems:
         raise DataError(problems)
     return ScoringFile(path=path, records=records, warnings=warnings)
