@@ -77,6 +77,13 @@ def test_hindi_and_arabic_words_keep_their_marks_and_match():
     assert "١٩٩٠" in " ".join(flagged) and "الفضية" in " ".join(flagged)
 
 
+def test_joiners_and_variation_selectors_belong_to_words_never_make_one():
+    from mushroom.text.tokenize import tokenize
+
+    text = "She won in 1999 \U0001f469\u200d\U0001f52c. \u2764\ufe0f می\u200cخواهم ه\u200d"
+    assert [t.text for t in tokenize(text)] == ["She", "won", "in", "1999", "می\u200cخواهم", "ه\u200d"]
+
+
 def test_no_context_flags_nothing():
     det = build("lexical")
     assert _flagged(det, _item("Anything at all 1999."), [])[0] == []

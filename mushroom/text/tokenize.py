@@ -18,7 +18,9 @@ from mushroom.text.normalize import normalize_word
 _TOKEN_RE = regex.compile(
     r"(?P<cjk>[\p{Han}\p{Hiragana}\p{Katakana}])"
     r"|(?P<num>\p{Nd}+(?:[.,:/]\p{Nd}+)*)"
-    r"|(?P<word>[\p{L}\p{M}\p{Nd}\u200c\u200d]+)"
+    # a word starts with a letter or digit: a lone joiner or variation selector between emoji
+    # (U+200D in 👩‍🔬, U+FE0F in ❤️) is not a word, and was flagged as one
+    r"|(?P<word>[\p{L}\p{Nd}][\p{L}\p{M}\p{Nd}\u200c\u200d]*)"
 )
 
 _DIGIT = regex.compile(r"\d")
