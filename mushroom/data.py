@@ -100,8 +100,11 @@ def load_split(
     wanted = langs or sorted(files)
     missing = [lang for lang in wanted if lang not in files]
     if missing:
+        from mushroom.cliutil import suggest
+
         raise MushroomError(
-            f"split {split!r} has no file for {', '.join(missing)}; it has {', '.join(sorted(files))}"
+            f"split {split!r} has no file for {', '.join(missing)}"
+            + suggest(missing[0], sorted(files), "it has")
         )
     prefix = (lambda lang: f"train-{lang}-") if split == "train" else (lambda lang: None)
     return {lang: load_items(files[lang], prefix(lang)) for lang in wanted}

@@ -670,6 +670,7 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
     out = tmp_path / "run"
     for args, message in (
         (["--lang", "xx"], "has no file for xx"),
+        (["--lang", "eng"], "has no file for eng; did you mean 'en'?"),
         (["--lang", "en", "--contexts", "perplexty"], "no context file for source 'perplexty'"),
         (["--items", VAL_EN, "--split", "test"], "replaces --split test"),
         (["--backend", "openai", "--base-url", "notaurl", "--model", "m"], "is not an http(s) URL"),
@@ -693,9 +694,9 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
     assert code == 2 and "needs `base_url`" in err and not out.exists()
 
 
-def test_languages_can_be_given_as_a_comma_list(tmp_path, capsys):
+def test_languages_can_be_given_as_a_comma_list_in_any_case(tmp_path, capsys):
     run = tmp_path / "run"
-    code, out, err = cli(capsys, "detect", "--lang", "en,de", "--limit", "1", "--out", run, "--quiet")
+    code, out, err = cli(capsys, "detect", "--lang", "EN,de", "--limit", "1", "--out", run, "--quiet")
     assert code == 0, err
     assert {p.name for p in (run / "predictions").glob("mushroom.*.jsonl")} == {
         "mushroom.en-val.v2.jsonl",
