@@ -180,14 +180,20 @@ def _score_run_files(
     errors. Without a run folder (files given directly) or for a run over every item, each
     gold item must have a prediction, as the official scorer requires.
     """
-    from mushroom.runs import prediction_folder, run_scope
+    from mushroom.runs import prediction_folder, run_scope, variant_names
     from mushroom.scoring.score import pair_paths, score_pairs
 
     scope = run_scope(pred)
-    if scope is not None and pred.is_dir() and pred == scope.folder:
-        # A run folder, as compare, sweep and report take it: its files of the gold's split.
+    if pred.is_dir():
+        # A run folder (or a variant's folder of a run config), as compare, sweep and report
+        # take it: its files of the gold's split. A plain folder of files is taken as it is.
         test = any(gold.glob("*-tst*.jsonl")) if gold.is_dir() else "-tst" in gold.name
-        pred = prediction_folder(pred, "test" if test else "val")
+        split = "test" if test else "val"
+        try:
+            pred = prediction_folder(pred, split)
+        except MushroomError:
+            if (scope is not None and pred == scope.folder) or variant_names(pred, split):
+                raise
     pairing = pair_paths(
         gold, pred, langs, allow_missing=scope is not None and scope.langs is not None, role=role
     )

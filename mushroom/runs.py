@@ -158,6 +158,20 @@ def run_scope(path: Path) -> RunScope | None:
     return None
 
 
+def variant_names(path: Path, split: str) -> list[str]:
+    """Subfolders of `path` holding a run's prediction files of `split` (a run config's variants)."""
+    from mushroom.submission import submission_name
+
+    if not path.is_dir():
+        return []
+    pattern = submission_name("*", split)
+    return sorted(
+        sub.name
+        for sub in path.iterdir()
+        if sub.is_dir() and any(any(c.glob(pattern)) for c in (sub / split, sub / "predictions"))
+    )
+
+
 def prediction_folder(path: Path, split: str) -> Path:
     """The folder holding a run's prediction files for a split.
 
@@ -172,7 +186,15 @@ def prediction_folder(path: Path, split: str) -> Path:
     for folder in candidates:
         if any(folder.glob(submission_name("*", split))):
             return folder
-    raise MushroomError(f"{path}: no {split} prediction files (looked in {', '.join(map(str, candidates))})")
+    variants = variant_names(path, split)
+    hint = (
+        f"; it holds the variants {', '.join(variants)}: give one, e.g. {path / variants[0]}"
+        if variants
+        else ""
+    )
+    raise MushroomError(
+        f"{path}: no {split} prediction files (looked in {', '.join(map(str, candidates))}){hint}"
+    )
 
 
 def new_run_folder(parent: Path, name: str) -> Path:

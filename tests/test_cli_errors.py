@@ -875,3 +875,17 @@ def test_device_model_and_engine_mistakes_stop_before_a_folder(tmp_path, capsys)
     for args, message in cases:
         code, _, err = cli(capsys, "detect", *args, "--lang", "en", "--limit", "1", "--out", out)
         assert code == 2 and message in " ".join(err.split()) and not out.exists(), (args, err)
+
+
+def test_score_takes_a_variant_folder_and_names_the_variants_of_its_root(tmp_path, capsys):
+    from mushroom.submission import submission_name
+
+    variant = tmp_path / "cfg" / "few-shot" / "val"
+    variant.mkdir(parents=True)
+    for gold in sorted(VAL_DIR.glob("mushroom.*-val.v2.extra.jsonl")):
+        lang = gold.name.split(".")[1].split("-")[0]
+        (variant / submission_name(lang, "val")).write_bytes(gold.read_bytes())  # gold as predictions
+    code, out, err = cli(capsys, "score", VAL_DIR, tmp_path / "cfg" / "few-shot")
+    assert code == 0 and out.endswith("IoU: 1.00000000\nCor: 1.00000000\n"), err
+    code, _, err = cli(capsys, "score", VAL_DIR, tmp_path / "cfg")
+    assert code == 2 and "it holds the variants few-shot: give one" in " ".join(err.split())
