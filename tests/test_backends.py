@@ -29,6 +29,23 @@ def _openai(url, **kw):
     return build_backend(BackendConfig(kind="openai", model="m", base_url=url, **settings))
 
 
+def test_a_model_the_server_does_not_list_is_warned_about_once():
+    """llama.cpp answers with its one model whatever the name: a typo ran under the wrong name."""
+    from mushroom.backends.base import backend_warnings
+
+    with FakeServer({}) as server:
+        right = _openai(server.url)
+        right.generate([_req("a", "x")])
+        assert backend_warnings(right) == []
+        wrong = build_backend(BackendConfig(kind="openai", model="nosuchmodel", base_url=server.url))
+        with pytest.warns(RuntimeWarning, match="serves 'm', not 'nosuchmodel'"):
+            wrong.generate([_req("a", "x")])
+        wrong.generate([_req("b", "y")])
+        assert len(backend_warnings(wrong)) == 1  # once per backend, not per call
+        right.close()
+        wrong.close()
+
+
 def test_openai_backend_retries_429_5xx_and_lost_connections_but_not_validation_errors(monkeypatch):
     monkeypatch.setenv("MUSHROOM_TEST_KEY", "sk-secret")
     script = {

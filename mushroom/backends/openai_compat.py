@@ -155,6 +155,8 @@ class OpenAIBackend(Backend):
         self._template: str | None = None  # auto: "server" or "plain", found on first use
         self.loglikelihood_template_used = ""
         self._echo_late: bool | None = None  # llama-cpp-python's echo bug, found on first use
+        self.warnings: list[str] = []
+        self._model_checked = False
 
     # ----------------------------------------------------------------- server facts
 
@@ -182,6 +184,35 @@ class OpenAIBackend(Backend):
             return response.json()
         except ValueError:
             return None
+
+    def _check_served_model(self) -> None:
+        """Warns once when the server lists its models and the configured one is not among them.
+
+        llama.cpp's server answers with its one model whatever name a request gives, so a
+        mistyped `--model` ran and was recorded under the wrong name; a server that lists
+        nothing is taken at its word.
+        """
+        with self._lock:
+            if self._model_checked:
+                return
+            self._model_checked = True
+        listed = self._get_json(f"{self.base_url}/models")
+        data = listed.get("data") if isinstance(listed, dict) else None
+        ids = [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        model = self.config.model
+        if (
+            ids
+            and model not in ids
+            and not any(i.rsplit("/", 1)[-1] == model.rsplit("/", 1)[-1] for i in ids)
+        ):
+            import warnings
+
+            message = (
+                f"the server at {self.base_url} serves {', '.join(map(repr, ids[:5]))}, not {model!r}; "
+                f"a one-model server (llama.cpp) answers with its model anyway, and the run records {model!r}"
+            )
+            self.warnings.append(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def _detect_concurrency(self) -> tuple[int, str]:
         props = self._get_json(f"{self.server_root}/props")
@@ -354,6 +385,8 @@ class OpenAIBackend(Backend):
     def generate(
         self, requests: list[GenerationRequest], on_result: OnResult | None = None
     ) -> list[Generation]:
+        if requests:
+            self._check_served_model()
         results: list[Generation | None] = [None] * len(requests)
 
         def work(i: int) -> None:
@@ -506,6 +539,8 @@ class OpenAIBackend(Backend):
     def loglikelihood(
         self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
     ) -> list[Loglikelihood]:
+        if requests:
+            self._check_served_model()
         results: list[Loglikelihood | None] = [None] * len(requests)
 
         def work(i: int) -> None:
