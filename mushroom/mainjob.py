@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from mushroom.cliutil import plural
+from mushroom.cliutil import interrupt_hint, plural
 from mushroom.contexts import DEFAULT_SOURCES, source_names
 from mushroom.data import workspace
 from mushroom.detectors import build
@@ -129,7 +129,12 @@ def run_main_stack(
         comparison = RunService._read_json(out / "val" / "comparison.json")
         service.record_stage("stack-fit", 0.0, reused=True)
     else:
-        fit = fit_stack(member_list, val_data, "val")
+        hint = (
+            f"the stack was being fitted: every member's run is saved in {out / 'members'}; run the "
+            "same command again to resume (only the stack is fitted again)"
+        )
+        with interrupt_hint(hint):
+            fit = fit_stack(member_list, val_data, "val")
         model, comparison = fit.model, fit.comparison
         write_json(out / "stack.json", model.model_dump(mode="json"))
         for lang, items in val_data.items():
