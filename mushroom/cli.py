@@ -231,6 +231,12 @@ def check(
         err_console.print(f"[red]error:[/red] {esc(problem)}", highlight=False, soft_wrap=True)
     if report.errors:
         err_console.print(f"{esc(pred)}: {esc(report.summary())}", highlight=False)
+        strangers = sum("is not among the items" in p.message for p in report.errors)
+        if strangers and strangers >= report.n_lines / 2:
+            print_warning(
+                f"{strangers} of {report.n_lines} ids are not among the items of {items}: is it the items "
+                "file of these predictions (language and split)?"
+            )
         raise typer.Exit(1)
     counts = f"{plural(report.n_lines, 'prediction')}, {plural(len(report.warnings), 'warning')}"
     out_console.print(f"{esc(pred)}: OK ({counts})", highlight=False)

@@ -889,3 +889,10 @@ def test_score_takes_a_variant_folder_and_names_the_variants_of_its_root(tmp_pat
     assert code == 0 and out.endswith("IoU: 1.00000000\nCor: 1.00000000\n"), err
     code, _, err = cli(capsys, "score", VAL_DIR, tmp_path / "cfg")
     assert code == 2 and "it holds the variants few-shot: give one" in " ".join(err.split())
+
+
+def test_check_against_the_wrong_items_file_says_so_once(capsys):
+    de_items = VAL_DIR / "mushroom.de-val.v2.extra.jsonl"
+    code, _, err = cli(capsys, "check", VAL_EN, "--items", de_items)
+    flat = " ".join(err.split())
+    assert code == 1 and "50 of 50 ids are not among the items of" in flat and "(language and split)?" in flat
