@@ -242,3 +242,12 @@ def test_any_span_scores_as_the_reference_or_is_an_official_crash(n, spans, othe
 
 def test_huge_hard_spans_are_counted_not_enumerated():
     assert item_iou([[0, 4]], [[0, 10**15]], 4) == 4 / 10**15
+
+
+def test_gold_and_predictions_given_the_other_way_round_is_one_problem(tmp_path):
+
+    gold = write_lines(tmp_path / "g.jsonl", VAL_ROWS[:3])
+    pred = write_lines(tmp_path / "p.jsonl", [{"id": r["id"], "hard_labels": []} for r in VAL_ROWS[:3]])
+    with pytest.raises(DataError, match="missing on all 3 lines: is this the gold file") as caught:
+        score_files(pred, gold)
+    assert len(caught.value.problems) == 1

@@ -188,6 +188,18 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             one = plural(len(neither), "line")
             parts.append(f"{one} with neither, scored as predicting no span (line {neither[0]})")
         warnings.append(f"{path}: {'; '.join(parts)}{hint}; the official scorer fails on such a file")
+    textless = [p for p in problems if p.field == "model_output_text"]
+    if is_gold and rows and len(textless) == len(rows):
+        # no line is a gold line: most likely the two files were given the other way round
+        problems = [p for p in problems if p.field != "model_output_text"] + [
+            Problem(
+                str(path),
+                None,
+                "model_output_text",
+                f"missing on all {len(rows)} lines: is this the gold file? "
+                "(`mushroom score GOLD PRED`: gold first)",
+            )
+        ]
     if problems:
         raise DataError(problems)
     return ScoringFile(path=path, records=records, warnings=warnings)
