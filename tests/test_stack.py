@@ -265,7 +265,7 @@ def test_hard_label_source_is_chosen_per_language_without_the_item():
 
 
 def test_missing_member_file_names_the_path(tmp_path):
-    items = make_items(4, np.random.default_rng(0))
+    items = make_items(5, np.random.default_rng(0))
     (tmp_path / "empty").mkdir()
     with pytest.raises(MushroomError, match="no val prediction files"):
         fit_stack(parse_members([str(tmp_path / "empty")]), {"en": items})
@@ -451,3 +451,9 @@ def test_fitting_needs_two_folds_and_a_penalty_of_at_least_zero():
     for folds, l2 in ((1, 1.0), (0, 1.0), (5, -1.0)):
         with pytest.raises(MushroomError, match="folds >= 2 and l2 >= 0"):
             fit_stack([], {}, folds=folds, l2=l2)
+
+
+def test_more_folds_than_items_of_a_language_is_refused():
+    items = make_items(6, np.random.default_rng(0))
+    with pytest.raises(MushroomError, match="--folds 8: en has 6 items, so some folds would hold none of it"):
+        fit_stack([], {"en": items}, folds=8)

@@ -127,7 +127,9 @@ def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
             if start > end:
                 note(REVERSED, rec, f"soft_labels.{i}", f"[{start}, {end})")
             if not 0.0 <= prob <= 1.0:
-                note(OUT_OF_RANGE, rec, f"soft_labels.{i}.prob", f"{prob}")
+                note(
+                    OUT_OF_RANGE, rec, f"soft_labels.{i}.prob", f"{prob:.15g}"
+                )  # as written: the scorer's ujson reading adds digits
             if start < 0:
                 note(NEGATIVE, rec, f"soft_labels.{i}", f"[{start}, {end})")
         for i, (start, end) in enumerate(rec.hard):

@@ -185,6 +185,13 @@ def fit_stack(
     """
     if folds < 2 or l2 < 0:
         raise MushroomError(f"the stack needs folds >= 2 and l2 >= 0 (got folds={folds}, l2={l2})")
+    fewest = min(data, key=lambda lang: len(data[lang]), default=None)
+    if fewest is not None and len(data[fewest]) < folds:
+        n = len(data[fewest])
+        raise MushroomError(
+            f"--folds {folds}: {fewest} has {n} items, so some folds would hold none of it; use --folds {n} "
+            "or fewer"
+        )
     languages = sorted(data)
     stack_data, channels, found = load_stack_data(members, split, data, None, languages)
     fit = fit_stack_data(stack_data, channels, [m.name for m in members], folds, l2, config, model)
