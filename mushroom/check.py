@@ -29,6 +29,7 @@ class CheckReport:
     n_lines: int = 0
     n_items: int = 0
     missing: list[str] = field(default_factory=list)
+    unknown_ids: int = 0  # lines whose id is not among the items (the wrong items file, often)
 
     @property
     def ok(self) -> bool:
@@ -174,6 +175,7 @@ def check_rows(
         seen[rid] = line
         if rid not in by_id:
             report.errors.append(Problem(path, line, "id", f"id {rid!r} is not among the items"))
+            report.unknown_ids += 1
             continue
         _check_row(row, by_id[rid], (path, line), report)
     by_line = dict(rows)

@@ -231,7 +231,7 @@ def check(
         err_console.print(f"[red]error:[/red] {esc(problem)}", highlight=False, soft_wrap=True)
     if report.errors:
         err_console.print(f"{esc(pred)}: {esc(report.summary())}", highlight=False)
-        strangers = sum("is not among the items" in p.message for p in report.errors)
+        strangers = report.unknown_ids
         if strangers and strangers >= report.n_lines / 2:
             print_warning(
                 f"{strangers} of {report.n_lines} ids are not among the items of {items}: is it the items "
@@ -987,7 +987,7 @@ def stack_apply(
     }
     # Members are read before the run folder exists: wrong or missing members leave none.
     data = load_split(split, lang)
-    preds = apply_stack(model, member_list, split, data)
+    preds = apply_stack(model, member_list, split, data, warn=print_warning)
     service = RunService(out, config, out_console, quiet=True)
     files = {}
     for code, items in data.items():

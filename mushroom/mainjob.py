@@ -160,7 +160,7 @@ def run_main_stack(
             load_predictions(path)  # still a readable file
         service.record_stage("stack-apply", 0.0, reused=True)
     else:
-        test_preds = apply_stack(model, member_list, "test", test_data)
+        test_preds = apply_stack(model, member_list, "test", test_data, warn=service.warn)
         for path, (lang, items) in zip(files, test_data.items()):
             write_predictions(path, test_preds[lang], items)
         service.record_stage(

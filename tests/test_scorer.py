@@ -165,6 +165,12 @@ def test_label_derivation_is_per_file_like_the_official_scorer(tmp_path):
     (warning,) = read_scoring_file(typo, is_gold=False).warnings
     assert "1 line with neither, scored as predicting no span (line 2)" in warning
     assert "(is 'soft_label' a misspelling?)" in warning and "derived" not in warning
+    # no other line has hard_labels: a line with neither key is still said to predict nothing
+    rows = [{"id": r["id"], "soft_labels": []} for r in VAL_ROWS[:2]] + [{"id": VAL_ROWS[2]["id"]}]
+    (warning,) = read_scoring_file(write_lines(tmp_path / "n.jsonl", rows), is_gold=False).warnings
+    assert (
+        "1 line with neither, scored as predicting no span (line 3)" in warning and "derived" not in warning
+    )
 
 
 def test_id_mismatch_is_an_error_naming_the_ids(tmp_path):

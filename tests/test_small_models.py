@@ -6,6 +6,7 @@ MNLI order, for pyes a LlamaForCausalLM (2 layers, hidden 32) over a 16-word voc
 that "Yes" and "No" are always among the top-20 first tokens.
 """
 
+import json
 import math
 
 import numpy as np
@@ -210,6 +211,26 @@ def test_pyes_statistics_are_per_language_and_a_dead_model_fails_its_items(tmp_p
     dead.run(en, {}, results.append)
     assert [r.status for r in results] == ["failed"] * 4 and results[0].error == "connection refused"
     assert not (tmp_path / "dead").exists()  # nothing estimated, nothing kept: a re-run estimates again
+    # one detector, two splits (main-job runs test, then val): each split's own statistics
+    val = PYesDetector(opts, [PieceBackend()])
+    val.workdir = tmp_path / "test-split"
+    val.detect(en, {})
+    val.workdir = tmp_path / "val-split"
+    val.detect(en[:2], {})
+    assert json.loads((tmp_path / "val-split" / "pyes_calibration.en.json").read_text())[
+        "fitted_on"
+    ].startswith("transductive: 2 en items")
+    # items of two languages in one call: each language is normalised on its own
+    mixed = PYesDetector(opts, [PieceBackend()])
+    mixed.workdir = tmp_path / "mixed"
+    assert mixed.detect(en + es, {})[4:] == alone.detect(es, {})
+    # a folder of the version that kept one file for all languages resumes with that file
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "pyes_calibration.json").write_text((tmp_path / "alone" / "pyes_calibration.es.json").read_text())
+    resumed = PYesDetector(opts, [PieceBackend()])
+    resumed.workdir = old
+    assert resumed.detect(es[2:], {}) == alone.detect(es, {})[2:]
 
 
 def test_pyes_with_a_tiny_transformers_model_reads_real_logprobs():

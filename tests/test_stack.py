@@ -221,6 +221,12 @@ def test_a_member_with_channels_in_some_languages_applies_to_any_set_of_them(tmp
         apply_stack(model, members, "test", {"fi": fi})
     write_member(tmp_path / "lex", fi, gold_vec, "test", channel=gold_vec, lang="fi")
     assert len(apply_stack(model, members, "test", {"fi": fi})["fi"]) == 5
+    # a language without channels beside one with them: zeros there, as in the fit, and said
+    channel_file(tmp_path / "lex" / "raw", "fi").unlink()  # lex: fi without its channels, de with
+    told = []
+    both = {"de": data["de"], "fi": fi}
+    assert len(apply_stack(model, members, "test", both, warn=told.append)["fi"]) == 5
+    assert len(told) == 1 and "member 'lex' has no evidence channels for fi" in told[0]
     # English without the channels it was fitted with is still refused, and named
     channel_file(tmp_path / "sem" / "raw", "en").unlink()
     with pytest.raises(
@@ -455,5 +461,5 @@ def test_fitting_needs_two_folds_and_a_penalty_of_at_least_zero():
 
 def test_more_folds_than_items_of_a_language_is_refused():
     items = make_items(6, np.random.default_rng(0))
-    with pytest.raises(MushroomError, match="--folds 8: en has 6 items, so some folds would hold none of it"):
+    with pytest.raises(MushroomError, match="--folds 8: no language has more than 6 items; use --folds 6"):
         fit_stack([], {"en": items}, folds=8)

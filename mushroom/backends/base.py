@@ -62,6 +62,10 @@ class GenerationRequest(BaseModel):
 TokenLogprobs = list[dict[str, float]]  # per generated token: top-k token -> logprob
 
 
+BROKEN_GRAMMAR = "llguidance: broke"
+"""`Generation.structured_output` of a response whose JSON-schema grammar failed mid-answer."""
+
+
 class Generation(BaseModel):
     """The raw outcome of one request: n texts, optional log-probabilities, or an error."""
 

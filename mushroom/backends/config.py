@@ -197,7 +197,7 @@ class WeightsConfig(BackendSettings):
         if device is not None:
             from mushroom.devices import check_device
 
-            check_device(device, "backend option device")
+            check_device(device, "device")
 
 
 class TransformersConfig(WeightsConfig):

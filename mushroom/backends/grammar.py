@@ -91,7 +91,9 @@ def _check_same_bytes(tokenizer: Any, ll_tokenizer: Any) -> None:
     ids = tokenizer(PROBE, add_special_tokens=False)["input_ids"]
     theirs = tokenizer.decode(ids, clean_up_tokenization_spaces=False).encode()
     ours = ll_tokenizer.decode_bytes(ids)
-    if ours != theirs:
+    # Llama-2/Mistral-style tokenizers add a hidden space before the first word and strip it
+    # when decoding; llguidance keeps it, which is the same token bytes, not a misreading
+    if ours != theirs and ours != b" " + theirs:
         import transformers
 
         raise ValueError(

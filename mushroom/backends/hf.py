@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorLis
 
 from mushroom.backends import grammar
 from mushroom.backends.base import (
+    BROKEN_GRAMMAR,
     Backend,
     BackendConfig,
     Generation,
@@ -136,6 +137,7 @@ class TransformersBackend(Backend):
         self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self._constrainer: grammar.SchemaConstrainer | None | bool = None  # False: cannot be built
         self.constrained_requests = 0
+        self.broken_rows = 0  # generated rows whose grammar broke (finished unconstrained)
         self.unconstrained_schema_requests = 0
 
     def _load(self, config: BackendConfig) -> tuple[Any, Any]:
@@ -284,18 +286,18 @@ class TransformersBackend(Backend):
             ]
         broken = getattr(constraint, "errors", {})
         if broken:
-            first = next(iter(broken.values())).splitlines()[0]
+            self.broken_rows += len(broken)
             self._warn(
-                "JSON-schema decoding broke on a response and the rest of it was written "
-                f"unconstrained (llguidance: {first}); such responses are marked "
-                "'llguidance: broke' in raw/"
+                "JSON-schema decoding broke on some responses and the rest of each was written "
+                f"unconstrained; they are marked {BROKEN_GRAMMAR!r} in raw/ (llguidance's first error: "
+                f"{next(iter(broken.values())).splitlines()[0]})"
             )
         results = []
         for i in range(len(batch)):
             rows = range(i * req.n, (i + 1) * req.n)
             mode = None
             if batch[i].json_schema is not None and constraint is not None:
-                mode = "llguidance: broke" if any(r in broken for r in rows) else "llguidance"
+                mode = BROKEN_GRAMMAR if any(r in broken for r in rows) else "llguidance"
             results.append(
                 Generation(
                     texts=[texts[r] for r in rows],

@@ -34,6 +34,7 @@ from mushroom.backends.base import (
     Generation,
     GenerationRequest,
     LoglikelihoodRequest,
+    backend_warnings,
 )
 from mushroom.backends.cache import build_cached
 from mushroom.cliutil import plural
@@ -146,7 +147,9 @@ class PYesDetector(Detector):
             self.calibration = PYesCalibration.model_validate_json(path.read_text(encoding="utf-8"))
         self.unusable = 0  # pieces a model gave no usable P(yes) for
         self.warnings: list[str] = []
-        self._fitted: dict[str, PYesCalibration] = {}  # language -> statistics estimated on its items
+        # (run folder, language) -> statistics estimated on its items: one detector runs the
+        # test split and then val, and each split's languages get their own
+        self._fitted: dict[tuple[str, str], PYesCalibration] = {}
 
     @staticmethod
     def model_key(config: BackendConfig, k: int) -> str:
@@ -272,10 +275,15 @@ class PYesDetector(Detector):
             return self.calibration
         lang = items[0].lang if items else "?"
         saved = self._calibration_path(lang)
-        if lang not in self._fitted and saved is not None and saved.is_file():
-            # A resumed run keeps the statistics it was started with.
-            self._fitted[lang] = PYesCalibration.model_validate_json(saved.read_text(encoding="utf-8"))
-        if lang not in self._fitted:
+        key = (str(self.workdir), lang)
+        if key not in self._fitted and saved is not None:
+            # A resumed run keeps the statistics it was started with; a folder of a version
+            # that kept one file for every language resumes with that file.
+            older = saved.with_name("pyes_calibration.json")
+            found = saved if saved.is_file() else older if older.is_file() else None
+            if found is not None:
+                self._fitted[key] = PYesCalibration.model_validate_json(found.read_text(encoding="utf-8"))
+        if key not in self._fitted:
             try:
                 fitted = self._fit(
                     scores, f"transductive: {plural(len(items), lang + ' item')} being detected"
@@ -290,25 +298,38 @@ class PYesDetector(Detector):
                 saved.write_text(
                     json.dumps(fitted.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8"
                 )
-            self._fitted[lang] = fitted
-        return self._fitted[lang]
+            self._fitted[key] = fitted
+        return self._fitted[key]
 
     def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
         pieces, scores, errors = self.raw_scores(items, contexts)
         keys = [self.model_key(c, k) for k, c in enumerate(self.options.models)]
-        calibration = self._language_calibration(items, scores, errors, emit)
-        if calibration is None:
-            return
-        missing = [k for k in keys if k not in calibration.models]
-        if missing:
-            raise MushroomError(f"pyes calibration has no statistics for models {missing}")
-        mean = np.array([calibration.models[k].mean for k in keys])
-        std = np.array([calibration.models[k].std for k in keys])
-        z = (scores - mean) / std
-        row = 0
-        for item, item_pieces in zip(items, pieces):
-            sl = slice(row, row + len(item_pieces))
-            row += len(item_pieces)
+        ends = np.cumsum([len(p) for p in pieces])
+        rows = [slice(int(end) - len(p), int(end)) for end, p in zip(ends, pieces)]
+        z = np.full_like(scores, np.nan)
+        usable = set()
+        for lang in dict.fromkeys(it.lang for it in items):  # each language its own statistics
+            ks = [k for k, it in enumerate(items) if it.lang == lang]
+            picked = np.concatenate([np.arange(rows[k].start, rows[k].stop) for k in ks]).astype(int)
+            lang_errors = [errors[r] for r in picked]
+            calibration = self._language_calibration(
+                [items[k] for k in ks], scores[picked], lang_errors, emit
+            )
+            if calibration is None:  # its items were emitted as failed
+                continue
+            missing = [k for k in keys if k not in calibration.models]
+            if missing:
+                raise MushroomError(f"pyes calibration has no statistics for models {missing}")
+            mean = np.array([calibration.models[k].mean for k in keys])
+            std = np.array([calibration.models[k].std for k in keys])
+            z[picked] = (scores[picked] - mean) / std
+            usable.update(ks)
+        for b in self._backends or []:
+            self.warnings.extend(w for w in backend_warnings(b) if w not in self.warnings)
+        for k, (item, item_pieces) in enumerate(zip(items, pieces)):
+            if k not in usable:
+                continue
+            sl = rows[k]
             st = Counter(
                 {
                     "pyes.pieces": len(item_pieces),

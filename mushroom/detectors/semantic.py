@@ -115,11 +115,12 @@ class SemanticDetector(VectorDetector):
         self.warnings: list[str] = []
 
     def check_ready(self, sources: Sequence[str] | None = None, out: Path | None = None) -> None:
-        """Also refuses a device this torch cannot use and an encoder that does not load.
+        """Also refuses a device this torch cannot use and an encoder folder that does not exist.
 
         Found item by item, either failed every item with a traceback's last line (a hub
-        message for a mistyped folder) and advice to re-run that cannot help. A resumed run
-        may be answered from the vector cache, so it is not checked then.
+        message for a mistyped folder) and advice to re-run that cannot help. The encoder is
+        not loaded here: every vector may come from the cache, and a hub name is the hub's to
+        check. A resumed run is not checked.
         """
         super().check_ready(sources, out)
         self.lexical.check_ready(sources, out)
@@ -128,7 +129,7 @@ class SemanticDetector(VectorDetector):
         opts = self.options
         if opts.device is not None:
             check_device(opts.device, "semantic option device")
-        from mushroom.models.embedding import BUNDLED, resolve_model
+        from mushroom.models.embedding import resolve_model
 
         resolve_model(opts.model)  # the bundled encoder needs its package
         folder = Path(opts.model).expanduser()
@@ -138,15 +139,6 @@ class SemanticDetector(VectorDetector):
                 f"semantic option model {opts.model!r}: no such encoder folder"
                 + (" (it is a file)" if folder.exists() else "")
             )
-        if opts.model != BUNDLED and self._encoder is None:
-            try:
-                self.encoder.model  # noqa: B018  (loads it, once: the run uses this one)
-            except (OSError, ValueError, RuntimeError, ImportError) as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise MushroomError(
-                    f"semantic option model {opts.model!r}: cannot load it ({first}); give an encoder "
-                    "folder, a hub name this machine can fetch, or leave it out for the bundled one"
-                ) from None
 
     def describe(self) -> dict[str, Any]:
         """Name and options; the nested lexical `channels` switch is left out (see __init__)."""

@@ -179,7 +179,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
         hint = next(
             (h for ln, ks in missing.items() for k in ks if (h := misspelled_label(by_line[ln], k))), ""
         )
-        neither = [line for line, keys in missing.items() if len(keys) == len(LABEL_KEYS)]
+        neither = [line for line in missing if not any(k in by_line[line] for k in LABEL_KEYS)]
         parts = []
         if len(missing) > len(neither):
             one = plural(len(missing) - len(neither), "line")

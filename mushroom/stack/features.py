@@ -13,6 +13,7 @@ labelled data use the shared weights).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -171,12 +172,14 @@ def load_stack_data(
     channels: list[list[str]] | None,
     languages: list[str],
     fitted_channels: dict[str, dict[str, list[str]]] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> tuple[StackData, list[list[str]], list[dict[str, list[str]]]]:
     """Features of every item of the split; channel names default to those found in files.
 
     `fitted_channels` (member -> language -> channels when the stack was fitted) checks the
     runs a stack is applied to language by language; a stack saved before it was recorded
-    has its runs checked over all languages together.
+    has its runs checked over all languages together. `warn` is told of languages where a
+    member wrote no channels while it did elsewhere.
 
     Returns:
         The features, the channel names of each member (in feature order) and the channels
@@ -189,13 +192,28 @@ def load_stack_data(
         # features and silently worse labels.
         for member, wanted, have in zip(members, channels, found):
             if fitted_channels and member.name in fitted_channels:
-                by_lang = fitted_channels[member.name]
-                gaps = {lang: expected_channels(by_lang, lang) - set(have[lang]) for lang in have}
+                owed = {lang: expected_channels(fitted_channels[member.name], lang) for lang in have}
+                gaps = {lang: owed[lang] - set(have[lang]) for lang in have}
             else:
+                owed = {"": set(wanted)}
                 gaps = {"": set(wanted) - {c for names in have.values() for c in names}}
+            gaps = {lang: names for lang, names in gaps.items() if names}
+            # A language with none of its channels while other languages have theirs: the
+            # member wrote channels for no item there (no item had contexts, say), and its
+            # features are zeros, as they were for such items when the stack was fitted. A
+            # member with none anywhere (channels off, an older version) is refused below.
+            empty = sorted(lang for lang in gaps if lang and not have[lang])
+            if empty and len(empty) < sum(1 for names in owed.values() if names):
+                if warn is not None:
+                    warn(
+                        f"{member.folder(split)}: member {member.name!r} has no evidence channels for "
+                        f"{', '.join(empty)} (did no item there have contexts?): the stack sees none of "
+                        "its evidence there"
+                    )
+                gaps = {lang: names for lang, names in gaps.items() if lang not in empty}
             missing = sorted({c for names in gaps.values() for c in names})
             if missing:
-                where = ", ".join(lang for lang, names in sorted(gaps.items()) if names and lang)
+                where = ", ".join(lang for lang in sorted(gaps) if lang)
                 raise MushroomError(
                     f"{member.folder(split)}: the stack was fitted with the evidence of member "
                     f"{member.name!r}, channels {', '.join(missing)}, which this run of it lacks"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,12 +186,12 @@ def fit_stack(
     """
     if folds < 2 or l2 < 0:
         raise MushroomError(f"the stack needs folds >= 2 and l2 >= 0 (got folds={folds}, l2={l2})")
-    fewest = min(data, key=lambda lang: len(data[lang]), default=None)
-    if fewest is not None and len(data[fewest]) < folds:
-        n = len(data[fewest])
+    largest = max((len(items) for items in data.values()), default=0)
+    if largest and largest < folds:
+        # folds are dealt per language: past the largest language's count, folds are empty
         raise MushroomError(
-            f"--folds {folds}: {fewest} has {n} items, so some folds would hold none of it; use --folds {n} "
-            "or fewer"
+            f"--folds {folds}: no language has more than {largest} items; "
+            f"use --folds {max(2, largest)} or fewer"
         )
     languages = sorted(data)
     stack_data, channels, found = load_stack_data(members, split, data, None, languages)
@@ -330,9 +331,17 @@ def choose(prep: StackPrep, config: StackConfig | None = None) -> StackFit:
 
 
 def apply_stack(
-    model: StackModel, members: list[Member], split: str, data: dict[str, list[Item]]
+    model: StackModel,
+    members: list[Member],
+    split: str,
+    data: dict[str, list[Item]],
+    warn: Callable[[str], None] | None = None,
 ) -> dict[str, list[Prediction]]:
-    """Predictions per language from the members' files of a split, with a fitted stack."""
+    """Predictions per language from the members' files of a split, with a fitted stack.
+
+    `warn` is told of what the prediction may lack, e.g. a language where a member wrote no
+    evidence channels.
+    """
     if [m.name for m in members] != model.members:
         raise MushroomError(
             f"the stack was fitted on members {model.members}; got {[m.name for m in members]} "
@@ -348,7 +357,7 @@ def apply_stack(
     if model.scorer is None:
         raise MushroomError("the stack was saved by an older version; fit it again with `mushroom stack fit`")
     stack_data, _, _ = load_stack_data(
-        members, split, data, channels, model.languages, model.channels_by_lang
+        members, split, data, channels, model.languages, model.channels_by_lang, warn
     )
     hard_cols = {m: c + 1 for m, c in zip(model.members, member_columns(channels))}
     out: dict[str, list[Prediction]] = {}
