@@ -896,3 +896,18 @@ def test_check_against_the_wrong_items_file_says_so_once(capsys):
     code, _, err = cli(capsys, "check", VAL_EN, "--items", de_items)
     flat = " ".join(err.split())
     assert code == 1 and "50 of 50 ids are not among the items of" in flat and "(language and split)?" in flat
+
+
+def test_a_base_model_is_refused_for_generation_before_its_download(tmp_path, capsys):
+    out = tmp_path / "run"
+    for detector in ("llm", "chain"):
+        code, _, err = cli(
+            capsys, "detect", "--detector", detector, "--backend", "transformers", "--model", "gemma3-270m",
+            "--lang", "en", "--out", out,
+        )  # fmt: skip
+        assert code == 2 and "gemma3-270m is a base model without a chat template" in err and not out.exists()
+    code, _, err = cli(
+        capsys, "contexts", "--split", "val", "--lang", "en", "--backend", "transformers", "--model",
+        "gemma3-270m", "--context-dir", tmp_path / "ctx",
+    )  # fmt: skip
+    assert code == 2 and "to generate answers use a chat model: smollm2" in err

@@ -130,6 +130,7 @@ class ChainDetector(Detector):
     """Decompose into claims, verify each, locate the wrong substrings."""
 
     name = "chain"
+    generates = True
     Options = ChainOptions
     options: ChainOptions
 

@@ -75,6 +75,7 @@ class LLMDetector(Detector):
     """Single-prompt LLM detector with temperature/sample ensembles."""
 
     name = "llm"
+    generates = True
     Options = LLMOptions
     options: LLMOptions
 
