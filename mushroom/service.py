@@ -657,6 +657,15 @@ class RunService:
         if self.failures and not self.allow_failures:
             zip_path.unlink(missing_ok=True)
             return None
+        if files and all("-tst" in f.name for f in files):
+            from mushroom.data import split_files
+
+            every = split_files("test")
+            if len(files) < len(every):
+                self.warn(
+                    f"{zip_path.name} holds {len(files)} of the {len(every)} test languages; a "
+                    "leaderboard submission usually has one file per language (run without --lang)"
+                )
         return write_zip(zip_path, files)
 
     def print_stats(self, title: str, stats: dict[str, int]) -> None:

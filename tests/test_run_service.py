@@ -389,3 +389,23 @@ def test_the_contexts_command_checks_its_backend_before_writing_anything(tmp_pat
                     "--context-dir", str(tmp_path / "ctx"))  # fmt: skip
     assert proc.returncode == 2 and "needs `base_url`" in proc.stderr, proc.stderr
     assert not (tmp_path / "ctx").exists()
+
+
+def test_a_submission_zip_of_some_test_languages_is_warned_about(tmp_path):
+    from mushroom.data import split_files
+    from mushroom.service import RunService
+    from mushroom.submission import submission_name
+
+    service = RunService(tmp_path / "run", {"detector": "a"}, quiet=True)
+    files = []
+    for lang in sorted(split_files("test")):
+        path = tmp_path / submission_name(lang, "test")
+        path.write_text("")
+        files.append(path)
+    service.submit(files, tmp_path / "all.zip")
+    assert service.warnings == []
+    service.submit(files[:2], tmp_path / "two.zip")
+    assert service.warnings == [
+        "two.zip holds 2 of the 14 test languages; a leaderboard submission usually has one file per "
+        "language (run without --lang)"
+    ]
