@@ -186,6 +186,12 @@ def prediction_folder(path: Path, split: str) -> Path:
     for folder in candidates:
         if any(folder.glob(submission_name("*", split))):
             return folder
+    own = sorted((path / "predictions").glob(submission_name("*", "items"))) if split != "items" else []
+    if own:  # a run over a file of the user's: no gold split to read it against
+        raise MushroomError(
+            f"{path}: made with --items, so it has no {split} files; score it against its items file, "
+            f"e.g. mushroom score ITEMS.jsonl {own[0]}"
+        )
     variants = variant_names(path, split)
     hint = (
         f"; it holds the variants {', '.join(variants)}: give one, e.g. {path / variants[0]}"

@@ -911,3 +911,14 @@ def test_a_base_model_is_refused_for_generation_before_its_download(tmp_path, ca
         "gemma3-270m", "--context-dir", tmp_path / "ctx",
     )  # fmt: skip
     assert code == 2 and "to generate answers use a chat model: smollm2" in err
+
+
+def test_a_run_over_an_items_file_says_how_to_score_it(tmp_path, capsys):
+    items = write_lines(tmp_path / "items.jsonl", GOLD_ROWS[:3])
+    run = tmp_path / "run"
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", run, "--quiet")
+    assert code == 0, err
+    code, _, err = cli(capsys, "report", run, "--out", tmp_path / "r.html")
+    flat = " ".join(err.split())
+    assert code == 2 and "made with --items, so it has no val files" in flat
+    assert f"mushroom score ITEMS.jsonl {run / 'predictions' / 'mushroom.en-items.jsonl'}" in flat
