@@ -182,6 +182,7 @@ def _score_run_files(
     """
     from mushroom.runs import prediction_folder, run_scope, variant_names
     from mushroom.scoring.score import pair_paths, score_pairs
+    from mushroom.submission import submission_name
 
     scope = run_scope(pred)
     if pred.is_dir():
@@ -189,11 +190,15 @@ def _score_run_files(
         # take it: its files of the gold's split. A plain folder of files is taken as it is.
         test = any(gold.glob("*-tst*.jsonl")) if gold.is_dir() else "-tst" in gold.name
         split = "test" if test else "val"
-        try:
-            pred = prediction_folder(pred, split)
-        except MushroomError:
-            if (scope is not None and pred == scope.folder) or variant_names(pred, split):
-                raise
+        own = sorted((pred / "predictions").glob(submission_name("*", "items")))
+        if gold.is_file() and len(own) == 1:  # a `detect --items` run, scored against its items
+            pred = own[0]
+        else:
+            try:
+                pred = prediction_folder(pred, split)
+            except MushroomError:
+                if (scope is not None and pred == scope.folder) or variant_names(pred, split):
+                    raise
     pairing = pair_paths(
         gold, pred, langs, allow_missing=scope is not None and scope.langs is not None, role=role
     )
@@ -991,8 +996,11 @@ def stack_apply(
     }
     # Members are read before the run folder exists: wrong or missing members leave none.
     data = load_split(split, lang)
-    preds = apply_stack(model, member_list, split, data, warn=print_warning)
+    told: list[str] = []
+    preds = apply_stack(model, member_list, split, data, warn=told.append)
     service = RunService(out, config, out_console, quiet=True)
+    for warning in told:  # printed, and kept in the run's summary
+        service.warn(warning)
     files = {}
     for code, items in data.items():
         files[code] = write_predictions(out / submission_name(code, split), preds[code], items)

@@ -922,3 +922,5 @@ def test_a_run_over_an_items_file_says_how_to_score_it(tmp_path, capsys):
     flat = " ".join(err.split())
     assert code == 2 and "made with --items, so it has no val files" in flat
     assert f"mushroom score ITEMS.jsonl {run / 'predictions' / 'mushroom.en-items.jsonl'}" in flat
+    code, out, err = cli(capsys, "score", items, run)  # the run folder itself, against its items
+    assert code == 0 and "IoU: " in out, err

@@ -409,3 +409,4 @@ def test_a_submission_zip_of_some_test_languages_is_warned_about(tmp_path):
         "two.zip holds 2 of the 14 test languages; a leaderboard submission usually has one file per "
         "language (run without --lang)"
     ]
+    service.finish({})  # frees the folder's lock

@@ -231,6 +231,25 @@ def test_pyes_statistics_are_per_language_and_a_dead_model_fails_its_items(tmp_p
     resumed = PYesDetector(opts, [PieceBackend()])
     resumed.workdir = old
     assert resumed.detect(es[2:], {}) == alone.detect(es, {})[2:]
+    # a language whose model fails fails its own items only; one of empty answers asks nothing
+    blank = [item("", "b0").model_copy(update={"lang": "fr"})]
+
+    class HalfDead(PieceBackend):
+        warnings = ["served-model warning"]
+
+        def generate(self, requests, on_result=None):
+            return [
+                Generation(error="es is down") if "gato" in r.messages[-1].content else g
+                for r, g in zip(requests, super().generate(requests))
+            ]
+
+    half = PYesDetector(opts, [HalfDead()])
+    half.workdir = tmp_path / "half"
+    results = []
+    half.run(en + es + blank, {}, results.append)
+    status = {r.id: r.status for r in results}
+    assert len(results) == 9 and [status[it.id] for it in es] == ["failed"] * 4
+    assert all(status[it.id] == "ok" for it in en + blank) and "served-model warning" in half.warnings
 
 
 def test_pyes_with_a_tiny_transformers_model_reads_real_logprobs():

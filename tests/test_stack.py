@@ -211,22 +211,24 @@ def test_a_member_with_channels_in_some_languages_applies_to_any_set_of_them(tmp
     assert [p.id for p in apply_stack(model, members, "test", {"de": data["de"]})["de"]] == [
         it.id for it in data["de"]
     ]
-    # a language the stack never saw is owed the channels every fitted language had (lex's)
+    # a language the stack never saw is owed the channels every fitted language had (lex's);
+    # a run that writes channels (it has them for other languages) but none for fi: said, and
+    # zeros there, as for items without contexts in the fit, alone or beside other languages
     fi = [it.model_copy(update={"id": "f" + it.id, "lang": "fi"}) for it in data["de"][:5]]
     write_member(tmp_path / "sem", fi, gold_vec, "test", lang="fi")
     write_member(tmp_path / "lex", fi, gold_vec, "test", lang="fi")
+    for langs in ({"fi": fi}, {"de": data["de"], "fi": fi}):
+        told = []
+        assert len(apply_stack(model, members, "test", langs, warn=told.append)["fi"]) == 5
+        assert len(told) == 1 and "member 'lex' has no evidence channels for fi" in told[0]
+    # a run without any channel file (channels off, an older version) is refused
+    hidden = tmp_path / "hidden"
+    (tmp_path / "lex" / "raw").rename(hidden)
     with pytest.raises(
-        MushroomError, match=r"member 'lex', channels hint, which this run of it lacks \(language fi\)"
+        MushroomError, match=r"member 'lex', channels hint, which this run of it lacks \(language de, fi\)"
     ):
-        apply_stack(model, members, "test", {"fi": fi})
-    write_member(tmp_path / "lex", fi, gold_vec, "test", channel=gold_vec, lang="fi")
-    assert len(apply_stack(model, members, "test", {"fi": fi})["fi"]) == 5
-    # a language without channels beside one with them: zeros there, as in the fit, and said
-    channel_file(tmp_path / "lex" / "raw", "fi").unlink()  # lex: fi without its channels, de with
-    told = []
-    both = {"de": data["de"], "fi": fi}
-    assert len(apply_stack(model, members, "test", both, warn=told.append)["fi"]) == 5
-    assert len(told) == 1 and "member 'lex' has no evidence channels for fi" in told[0]
+        apply_stack(model, members, "test", {"de": data["de"], "fi": fi})
+    hidden.rename(tmp_path / "lex" / "raw")
     # English without the channels it was fitted with is still refused, and named
     channel_file(tmp_path / "sem" / "raw", "en").unlink()
     with pytest.raises(

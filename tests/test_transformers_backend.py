@@ -363,10 +363,13 @@ def test_a_broken_grammar_is_marked_on_its_response_and_warned_through_the_wrapp
     # a row that broke during generate: its response says so and the backend warns once
     real = grammar.SchemaConstrainer.processor
 
+    calls = []
+
     def breaking(self, schemas, rows_per_schema=1):
         made = real(self, schemas, rows_per_schema)
-        if len(made._matchers) > 1:  # row 1 of the batch that has one
-            made.errors[1] = "Parser Error: token ':' doesn't satisfy the grammar\n<state>"
+        if len(made._matchers) > 1:  # row 1 of a batch that has one, each time another error
+            made.errors[1] = f"Parser Error: token {len(calls)} doesn't satisfy the grammar\n<state>"
+        calls.append(made)
         return made
 
     monkeypatch.setattr(grammar.SchemaConstrainer, "processor", breaking)
@@ -376,4 +379,9 @@ def test_a_broken_grammar_is_marked_on_its_response_and_warned_through_the_wrapp
         out = wrapped.generate(schema_requests()[3:4] + schema_requests()[:1])  # two batches: n=3, n=1
     assert out[0].structured_output == "llguidance: broke" and out[1].structured_output == "llguidance"
     assert len(backend_warnings(wrapped)) == 1 and "decoding broke" in backend_warnings(wrapped)[0]
-    assert backend.broken_rows == 1
+    again = [
+        r.model_copy(update={"key": r.key + "b", "messages": [Message(role="user", content="answer again")]})
+        for r in schema_requests()[3:4]
+    ]
+    wrapped.generate(again)  # not cached: it breaks again, with another error
+    assert backend.broken_rows == 2 and len(backend_warnings(wrapped)) == 1  # still one warning

@@ -287,11 +287,13 @@ class TransformersBackend(Backend):
         broken = getattr(constraint, "errors", {})
         if broken:
             self.broken_rows += len(broken)
-            self._warn(
-                "JSON-schema decoding broke on some responses and the rest of each was written "
-                f"unconstrained; they are marked {BROKEN_GRAMMAR!r} in raw/ (llguidance's first error: "
-                f"{next(iter(broken.values())).splitlines()[0]})"
-            )
+            if self.broken_rows == len(broken):  # the first: one warning per backend, counted in stats
+                first = next(iter(broken.values())).splitlines()[0]
+                self._warn(
+                    "JSON-schema decoding broke on some responses and the rest of each was written "
+                    f"unconstrained; they are marked {BROKEN_GRAMMAR!r} in raw/ and counted as "
+                    f"llm.broken_grammar (llguidance's first error: {first})"
+                )
         results = []
         for i in range(len(batch)):
             rows = range(i * req.n, (i + 1) * req.n)

@@ -17,7 +17,14 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from mushroom.backends.base import Backend, BackendConfig, Generation, GenerationRequest, backend_warnings
+from mushroom.backends.base import (
+    BROKEN_GRAMMAR,
+    Backend,
+    BackendConfig,
+    Generation,
+    GenerationRequest,
+    backend_warnings,
+)
 from mushroom.backends.cache import build_cached
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
 from mushroom.ensemble import SoftMode, vote
@@ -147,6 +154,8 @@ class LLMDetector(Detector):
         for j, gen in enumerate(gens):
             if gen.error is not None:
                 continue
+            if gen.structured_output == BROKEN_GRAMMAR:
+                stats["llm.broken_grammar"] += 1  # finished unconstrained after its grammar failed
             if gen.texts and gen.usage.get("completion_tokens", 0) >= opts.max_tokens * len(gen.texts):
                 stats["llm.truncated"] += 1  # every sample used the whole budget: cut off, not finished
             for sample, text in enumerate(gen.texts):

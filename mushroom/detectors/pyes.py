@@ -311,6 +311,9 @@ class PYesDetector(Detector):
         for lang in dict.fromkeys(it.lang for it in items):  # each language its own statistics
             ks = [k for k, it in enumerate(items) if it.lang == lang]
             picked = np.concatenate([np.arange(rows[k].start, rows[k].stop) for k in ks]).astype(int)
+            if picked.size == 0:  # only empty answers: nothing was asked, nothing to normalise
+                usable.update(ks)
+                continue
             lang_errors = [errors[r] for r in picked]
             calibration = self._language_calibration(
                 [items[k] for k in ks], scores[picked], lang_errors, emit

@@ -188,8 +188,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             one = plural(len(neither), "line")
             parts.append(f"{one} with neither, scored as predicting no span (line {neither[0]})")
         warnings.append(f"{path}: {'; '.join(parts)}{hint}; the official scorer fails on such a file")
-    textless = [p for p in problems if p.field == "model_output_text"]
-    if is_gold and rows and len(textless) == len(rows):
+    if is_gold and rows and not any("model_output_text" in row for _, row in rows):
         # no line is a gold line: most likely the two files were given the other way round
         problems = [p for p in problems if p.field != "model_output_text"] + [
             Problem(

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from mushroom.channels import channel_file
 from mushroom.errors import MushroomError
 from mushroom.predictions import prediction_vectors
 from mushroom.records import Item
@@ -198,12 +200,14 @@ def load_stack_data(
                 owed = {"": set(wanted)}
                 gaps = {"": set(wanted) - {c for names in have.values() for c in names}}
             gaps = {lang: names for lang, names in gaps.items() if names}
-            # A language with none of its channels while other languages have theirs: the
-            # member wrote channels for no item there (no item had contexts, say), and its
-            # features are zeros, as they were for such items when the stack was fitted. A
-            # member with none anywhere (channels off, an older version) is refused below.
+            # A language with none of its channels from a run that writes channels (it has a
+            # channel file of some language): the member wrote them for no item there (no item
+            # had contexts, say), and its features are zeros, as they were for such items when
+            # the stack was fitted. A run with no channel file at all (channels off, an older
+            # version) is refused below.
             empty = sorted(lang for lang in gaps if lang and not have[lang])
-            if empty and len(empty) < sum(1 for names in owed.values() if names):
+            writes_channels = any((member.folder(split) / "raw").glob(channel_file(Path(), "*").name))
+            if empty and writes_channels:
                 if warn is not None:
                     warn(
                         f"{member.folder(split)}: member {member.name!r} has no evidence channels for "

@@ -187,6 +187,8 @@ def fit_stack(
     if folds < 2 or l2 < 0:
         raise MushroomError(f"the stack needs folds >= 2 and l2 >= 0 (got folds={folds}, l2={l2})")
     largest = max((len(items) for items in data.values()), default=0)
+    if largest and largest < 2:
+        raise MushroomError("the stack is fitted by cross-validation: a language needs 2 items or more")
     if largest and largest < folds:
         # folds are dealt per language: past the largest language's count, folds are empty
         raise MushroomError(
