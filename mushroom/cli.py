@@ -744,6 +744,10 @@ def sweep(
     out_console.print(ascii_sweep(rows), highlight=False, markup=False)
     best = max(rows, key=lambda r: r["iou"])
     out_console.print(f"best IoU {best['iou']:.4f} at threshold {best['threshold']:.2f}", highlight=False)
+    out_console.print(
+        "Cor at a threshold: probabilities below it set to 0, as a submission floored there has them",
+        highlight=False,
+    )
     atomic_write_text(path, sweep_svg(rows, f"{split}: {' + '.join(r.name for r in runs)}"))
     atomic_write_text(path.with_suffix(".csv"), rows_csv(rows))
     out_console.print(f"plot: {esc(path)}", highlight=False)

@@ -114,6 +114,7 @@ def test_sweep_moves_iou_with_the_threshold_and_plots(two_runs, tmp_path):
     assert svg.startswith("<svg") and svg.count("<polyline") == 2
     res = runner.invoke(app, ["sweep", str(lo), "--lang", "en", "--svg", str(tmp_path / "s.svg")])
     assert res.exit_code == 0 and (tmp_path / "s.svg").is_file() and (tmp_path / "s.csv").is_file()
+    assert "Cor at a threshold: probabilities below it set to 0" in res.output  # why Cor moves too
 
 
 def test_sweep_of_a_file_that_lost_items_names_them(two_runs, tmp_path):
