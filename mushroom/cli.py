@@ -945,6 +945,10 @@ def stack_fit(
     fit = fit_stack(parse_members(members), data, split, folds, l2, model=model)
     write_json(out, fit.model.model_dump(mode="json"))
     out_console.print(comparison_table(f"stack on {split} ({folds}-fold CV by item)", fit.comparison))
+    from mushroom.mainjob import stack_behind
+
+    for warning in stack_behind(fit.comparison, fit.model.members, "its own predictions may serve better"):
+        print_warning(warning)
     m = fit.model
     out_console.print(f"threshold {m.threshold}, floor {m.floor}; {m.hard_label_summary()}; saved {out}")
 

@@ -31,7 +31,9 @@ def _val_langs(langs: list[str] | None) -> list[str]:
 
 
 def stack_behind(
-    comparison: dict[str, dict[str, dict[str, float]]], members: tuple[str, ...] | list[str]
+    comparison: dict[str, dict[str, dict[str, float]]],
+    members: tuple[str, ...] | list[str],
+    advice: str = "`--detector {best}` runs it alone",
 ) -> list[str]:
     """A warning when a member alone beat the stack out of fold on val (mean IoU over languages).
 
@@ -49,7 +51,7 @@ def stack_behind(
         return []
     return [
         f"on val, member {best!r} alone (IoU {scores[best]:.4f}) beat the stack out of fold ({stack:.4f}): "
-        f"with this little labelled data the stack may not help; `--detector {best}` runs it alone"
+        f"with this little labelled data the stack may not help; " + advice.format(best=best)
     ]
 
 

@@ -86,5 +86,7 @@ def test_a_member_that_beats_the_stack_out_of_fold_is_warned_about():
     assert (
         "member 'semantic' alone (IoU 0.4400) beat the stack" in warning and "--detector semantic" in warning
     )
+    [warning] = stack_behind(comparison, ["lexical", "semantic"], "its own predictions may serve better")
+    assert warning.endswith("may not help; its own predictions may serve better")  # stack fit's wording
     comparison["stack (CV)"]["mean"]["iou"] = 0.57
     assert stack_behind(comparison, ["lexical", "semantic"]) == []
