@@ -219,18 +219,38 @@ class SplitOutput:
     reused: int = 0
 
 
-# (unusable counter, out of counter, what they count): a model that answers every request
-# with text the parser cannot read leaves every prediction empty, which scores like a quiet
-# "nothing hallucinated" unless someone says so.
+_FALL_BACK = (
+    "; those items' predictions are empty or fall back, so the scores say little about the method: "
+    "check the model, prompt and server (raw/ has every response; `--backend replay` re-parses them)"
+)
+# (unusable counter, out of counter, what they count, what it means, with its separator): a model that answers
+# every request with text the parser cannot read leaves every prediction empty, which scores
+# like a quiet "nothing hallucinated" unless someone says so.
 _UNUSABLE = (
-    ("llm.unparseable", "llm.requests", "LLM responses were unparseable"),
-    ("llm.backend_errors", "llm.requests", "LLM requests failed"),
-    ("chain.decomposition_failures", "chain.items", "answers could not be decomposed into claims"),
-    ("pyes.unusable", "pyes.requests", "P(Yes) requests gave no usable score"),
+    ("llm.unparseable", "llm.requests", "LLM responses were unparseable", _FALL_BACK),
+    ("llm.backend_errors", "llm.requests", "LLM requests failed", _FALL_BACK),
+    (
+        "chain.decomposition_failures",
+        "chain.items",
+        "answers could not be decomposed into claims",
+        _FALL_BACK,
+    ),
+    ("pyes.unusable", "pyes.requests", "P(Yes) requests gave no usable score", _FALL_BACK),
     # parsed, but what the model named is not in the answer (an echoed template, a paraphrase)
-    ("llm.lost", "llm.claims", "claimed spans were not found in the answer"),
-    ("chain.claims_not_in_answer", "chain.claims", "decomposed claims were not found in the answer"),
-    ("chain.spans_not_located", "chain.spans", "wrong spans were not found in the answer"),
+    ("llm.lost", "llm.claims", "claimed spans were not found in the answer", _FALL_BACK),
+    (
+        "chain.claims_not_in_answer",
+        "chain.claims",
+        "decomposed claims were not found in the answer",
+        _FALL_BACK,
+    ),
+    ("chain.spans_not_located", "chain.spans", "wrong spans were not found in the answer", _FALL_BACK),
+    (
+        "llm.truncated",
+        "llm.requests",
+        "LLM responses used their whole max_tokens budget and were cut off",
+        " (the repair parser closed what it could): raise max_tokens, or the model is repeating itself",
+    ),
 )
 UNUSABLE_SHARE = 0.5
 
@@ -238,20 +258,10 @@ UNUSABLE_SHARE = 0.5
 def unusable_warnings(where: str, stats: dict[str, int]) -> list[str]:
     """Warnings for counters saying that most model output of a language was unusable or cut off."""
     out = []
-    for bad, total, what in _UNUSABLE:
+    for bad, total, what, meaning in _UNUSABLE:
         n, of = stats.get(bad, 0), stats.get(total, 0)
         if of and n / of >= UNUSABLE_SHARE:
-            out.append(
-                f"{where}: {n} of {of} {what}; those items' predictions are empty or fall back, so "
-                "the scores say little about the method: check the model, prompt and server (raw/ has "
-                "every response; `--backend replay` re-parses them)"
-            )
-    n, of = stats.get("llm.truncated", 0), stats.get("llm.requests", 0)
-    if of and n / of >= UNUSABLE_SHARE:
-        out.append(
-            f"{where}: {n} of {of} LLM responses used their whole max_tokens budget and were cut off "
-            "(the repair parser closed what it could): raise max_tokens, or the model is repeating itself"
-        )
+            out.append(f"{where}: {n} of {of} {what}{meaning}")
     return out
 
 
