@@ -288,11 +288,11 @@ class TransformersBackend(Backend):
         if broken:
             self.broken_rows += len(broken)
             if self.broken_rows == len(broken):  # the first: one warning per backend, counted in stats
-                first = next(iter(broken.values())).splitlines()[0]
+                first = next(iter(broken.values())).strip().splitlines() or ["(no message)"]
                 self._warn(
                     "JSON-schema decoding broke on some responses and the rest of each was written "
                     f"unconstrained; they are marked {BROKEN_GRAMMAR!r} in raw/ and counted as "
-                    f"llm.broken_grammar (llguidance's first error: {first})"
+                    f"llm.broken_grammar (llguidance's first error: {first[0]})"
                 )
         results = []
         for i in range(len(batch)):
