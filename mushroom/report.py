@@ -194,7 +194,7 @@ def build_report(
         predicted = [item for item in items if item.id in preds]
         for item in predicted:
             block, iou = _item_html(
-                item, preds.get(item.id), ctx.get(item.id, []), raw.get(item.id, []), tags.get(item.id)
+                item, preds[item.id], ctx.get(item.id, []), raw.get(item.id, []), tags.get(item.id)
             )
             blocks.append(block)
             ious.append(iou)
