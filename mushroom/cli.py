@@ -856,11 +856,9 @@ def contexts_cmd(
 
     cache = root / f".cache.{source}.jsonl"
     if not cache.is_file():  # else the answers may all be cached and no backend is built
-        from mushroom.detectors.base import check_chat_model
-
         settings = parse_backend_config(cfg)
         settings.check_ready()
-        check_chat_model(settings)  # contexts are written answers
+        settings.check_answers()  # contexts are written answers
     sink: list[RawLog | None] = [None]
     engine = RecordingBackend(build_cached(cfg, True, cache), lambda: sink[0])
     table = Table(title=f"contexts: {split}, source {escape(source)!r}")

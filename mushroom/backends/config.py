@@ -77,6 +77,12 @@ class BackendSettings(BaseModel):
         config (an old run's config.json stays readable after its model file moved).
         """
 
+    def check_answers(self) -> None:
+        """Raises MushroomError when the model cannot write answers to a prompt (llm, chain, contexts).
+
+        Scoring given text (pyes) needs no chat template; writing an answer does.
+        """
+
     @model_validator(mode="before")
     @classmethod
     def _known_keys(cls, data: Any) -> Any:
@@ -198,6 +204,22 @@ class WeightsConfig(BackendSettings):
             from mushroom.devices import check_device
 
             check_device(device, "device")
+
+    def check_answers(self) -> None:
+        """A registry model without a chat template is refused before its download.
+
+        gemma3-270m (a base model, for P(yes) scoring) was pulled (253 MB) and wrote 1024 tokens
+        of nothing per item when asked for JSON.
+        """
+        from mushroom.models.zoo import REGISTRY
+
+        entry = REGISTRY.get(self.model)
+        if entry is not None and not entry.chat:
+            chat = ", ".join(name for name, e in sorted(REGISTRY.items()) if e.chat)
+            raise MushroomError(
+                f"{entry.name} is a base model without a chat template, for scoring only (--detector pyes); "
+                f"to generate answers use a chat model: {chat}"
+            )
 
 
 class TransformersConfig(WeightsConfig):

@@ -101,23 +101,6 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
 
 
-def check_chat_model(setting: Any) -> None:
-    """A registry model without a chat template cannot answer a prompt: refused before its download.
-
-    gemma3-270m (a base model, for P(yes) scoring) was pulled (253 MB) and wrote 1024 tokens
-    of nothing per item when asked for JSON.
-    """
-    from mushroom.models.zoo import REGISTRY
-
-    entry = REGISTRY.get(str(getattr(setting, "model", "")))
-    if entry is not None and not entry.chat:
-        chat = ", ".join(name for name, e in sorted(REGISTRY.items()) if e.chat)
-        raise MushroomError(
-            f"{entry.name} is a base model without a chat template, for scoring only (--detector pyes); "
-            f"to generate answers use a chat model: {chat}"
-        )
-
-
 class Detector(ABC):
     """A hallucination detector; see the module docstring for the contract."""
 
@@ -203,7 +186,7 @@ class Detector(ABC):
                 try:
                     setting.check_ready()
                     if self.generates:
-                        check_chat_model(setting)
+                        setting.check_answers()
                 except DataError:
                     raise  # a bad responses file: it names the file and line itself
                 except MushroomError as exc:
