@@ -180,9 +180,8 @@ def _score_run_files(
     errors. Without a run folder (files given directly) or for a run over every item, each
     gold item must have a prediction, as the official scorer requires.
     """
-    from mushroom.runs import prediction_folder, run_scope, variant_names
+    from mushroom.runs import items_files, prediction_folder, run_scope, variant_names
     from mushroom.scoring.score import pair_paths, score_pairs
-    from mushroom.submission import submission_name
 
     scope = run_scope(pred)
     if pred.is_dir():
@@ -190,7 +189,7 @@ def _score_run_files(
         # take it: its files of the gold's split. A plain folder of files is taken as it is.
         test = any(gold.glob("*-tst*.jsonl")) if gold.is_dir() else "-tst" in gold.name
         split = "test" if test else "val"
-        own = sorted((pred / "predictions").glob(submission_name("*", "items")))
+        own = items_files(pred)
         if gold.is_file() and len(own) == 1:  # a `detect --items` run, scored against its items
             pred = own[0]
         else:

@@ -158,6 +158,13 @@ def run_scope(path: Path) -> RunScope | None:
     return None
 
 
+def items_files(path: Path) -> list[Path]:
+    """The prediction files of a `detect --items` run folder (none for other runs)."""
+    from mushroom.submission import submission_name
+
+    return sorted((path / "predictions").glob(submission_name("*", "items")))
+
+
 def variant_names(path: Path, split: str) -> list[str]:
     """Subfolders of `path` holding a run's prediction files of `split` (a run config's variants)."""
     from mushroom.submission import submission_name
@@ -186,7 +193,7 @@ def prediction_folder(path: Path, split: str) -> Path:
     for folder in candidates:
         if any(folder.glob(submission_name("*", split))):
             return folder
-    own = sorted((path / "predictions").glob(submission_name("*", "items"))) if split != "items" else []
+    own = items_files(path) if split != "items" else []
     if own:  # a run over a file of the user's: no gold split to read it against
         raise MushroomError(
             f"{path}: made with --items, so it has no {split} files; score it against its items file, "
