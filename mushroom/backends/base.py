@@ -124,6 +124,20 @@ class Backend(ABC):
 
     def __init__(self, config: BackendSettings):
         self.config = config
+        self._warnings: list[str] = []
+
+    @property
+    def warnings(self) -> list[str]:
+        """What this backend warned of, for the run's summary (wrappers pass on their inner one's)."""
+        return list(getattr(self, "_warnings", []))
+
+    def warn(self, message: str) -> None:
+        """Warns once per backend: shown now (`warnings.warn`) and kept in `warnings` for the run's record."""
+        import warnings
+
+        if message not in self._warnings:
+            self._warnings.append(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     @property
     def model_name(self) -> str:
@@ -148,10 +162,9 @@ class Backend(ABC):
 
 
 def backend_warnings(backend: Backend | None) -> list[str]:
-    """What a backend warned of (e.g. unconstrained decoding); wrappers pass on their inner one's.
+    """What a backend warned of (e.g. unconstrained decoding); none for no backend (never built).
 
     Backends warn once with `warnings.warn`, which scrolls past; a detector hands these to the
     run so that they reach its summary too.
     """
-    found = getattr(backend, "warnings", None)
-    return list(found) if isinstance(found, list) else []
+    return backend.warnings if backend is not None else []

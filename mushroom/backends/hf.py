@@ -16,7 +16,6 @@ import importlib
 import inspect
 import os
 import shutil
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -120,7 +119,6 @@ class TransformersBackend(Backend):
     def __init__(self, config: BackendConfig, model: Any = None, tokenizer: Any = None):
         super().__init__(config)
         self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.warnings: list[str] = []
         self.resolved = resolve_model(config.model) if model is None or tokenizer is None else None
         if model is None or tokenizer is None:
             loaded_model, loaded_tokenizer = self._load(config)
@@ -165,7 +163,7 @@ class TransformersBackend(Backend):
                 with quiet_loading():
                     _save_converted(model, tokenizer, converted)
             except (OSError, ValueError, RuntimeError) as exc:  # a read-only cache only costs time
-                self._warn(f"could not save a converted copy of {resolved.file} ({exc}); loads stay slow")
+                self.warn(f"could not save a converted copy of {resolved.file} ({exc}); loads stay slow")
         return model, tokenizer
 
     # -- prompts -------------------------------------------------------------------------------
@@ -208,15 +206,9 @@ class TransformersBackend(Backend):
         self.constrained_requests += sum(s is not None for s in schemas)
         return LogitsProcessorList([self._constrainer.processor(schemas, batch[0].n)])
 
-    def _warn(self, message: str) -> None:
-        """Records a warning (shown once per backend, kept in `self.warnings` for the run's record)."""
-        if message not in self.warnings:
-            self.warnings.append(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
-
     def _build_constrainer(self) -> grammar.SchemaConstrainer | None:
         if not grammar.available():
-            self._warn(
+            self.warn(
                 "llguidance is not installed: transformers generation is NOT constrained to the JSON "
                 f"schema, so small models may write invalid JSON; {grammar.INSTALL_HINT}"
             )
@@ -226,7 +218,7 @@ class TransformersBackend(Backend):
         try:
             return grammar.SchemaConstrainer(self.tokenizer, vocab)
         except (ValueError, TypeError, RuntimeError) as exc:
-            self._warn(
+            self.warn(
                 f"llguidance cannot read this tokenizer ({exc}): "
                 "generation is NOT constrained to the JSON schema"
             )
@@ -289,7 +281,7 @@ class TransformersBackend(Backend):
             self.broken_rows += len(broken)
             if self.broken_rows == len(broken):  # the first: one warning per backend, counted in stats
                 first = next(iter(broken.values())).strip().splitlines() or ["(no message)"]
-                self._warn(
+                self.warn(
                     "JSON-schema decoding broke on some responses and the rest of each was written "
                     f"unconstrained; they are marked {BROKEN_GRAMMAR!r} in raw/ and counted as "
                     f"llm.broken_grammar (llguidance's first error: {first[0]})"

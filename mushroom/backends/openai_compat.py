@@ -155,7 +155,6 @@ class OpenAIBackend(Backend):
         self._template: str | None = None  # auto: "server" or "plain", found on first use
         self.loglikelihood_template_used = ""
         self._echo_late: bool | None = None  # llama-cpp-python's echo bug, found on first use
-        self.warnings: list[str] = []
         self._model_checked = False
 
     # ----------------------------------------------------------------- server facts
@@ -205,14 +204,10 @@ class OpenAIBackend(Backend):
             and model not in ids
             and not any(i.rsplit("/", 1)[-1] == model.rsplit("/", 1)[-1] for i in ids)
         ):
-            import warnings
-
-            message = (
+            self.warn(
                 f"the server at {self.base_url} serves {', '.join(map(repr, ids[:5]))}, not {model!r}; "
                 f"a one-model server (llama.cpp) answers with its model anyway, and the run records {model!r}"
             )
-            self.warnings.append(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def _detect_concurrency(self) -> tuple[int, str]:
         props = self._get_json(f"{self.server_root}/props")
