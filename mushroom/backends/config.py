@@ -182,9 +182,8 @@ class WeightsConfig(BackendSettings):
         check_model_name(self.model, self.kind)
         return self
 
-    # the libraries its engine imports when the model is loaded, and the extra that installs them
+    # the libraries its engine imports when the model is loaded (the registry names their extra)
     libraries: ClassVar[tuple[str, ...]] = ()
-    install_extra: ClassVar[str] = ""
 
     def check_ready(self) -> None:
         """Its engine must be installed and a `.gguf` path a GGUF file (a registry name is pulled)."""
@@ -194,10 +193,9 @@ class WeightsConfig(BackendSettings):
 
         missing = [name for name in self.libraries if importlib.util.find_spec(name) is None]
         if missing:
-            raise MushroomError(
-                f"backend {self.kind!r} needs {missing[0]!r}, which is not installed: "
-                f"pip install 'mushroom[{self.install_extra}]'"
-            )
+            from mushroom.backends.registry import missing_library
+
+            raise missing_library(self.kind, missing[0])
         gguf_path(self.model)
         device = getattr(self, "device", None)
         if device is not None:
@@ -227,7 +225,6 @@ class TransformersConfig(WeightsConfig):
 
     kind: Literal["transformers"] = "transformers"
     libraries: ClassVar[tuple[str, ...]] = ("torch", "transformers")
-    install_extra: ClassVar[str] = "transformers"
     device: str | None = Field(None, description="cpu, cuda, ... (default: cuda if available)")
     dtype: str | None = Field(None, description="torch dtype name")
     batch_size: int = Field(8, ge=1, description="prompts per forward batch")
@@ -240,7 +237,6 @@ class VLLMConfig(WeightsConfig):
 
     kind: Literal["vllm"] = "vllm"
     libraries: ClassVar[tuple[str, ...]] = ("vllm",)
-    install_extra: ClassVar[str] = "vllm"
     dtype: str | None = Field(None, description="torch dtype name")
     structured_output: bool = Field(True, description="guided JSON decoding with the request's schema")
     extra: dict[str, Any] = Field(default_factory=dict, description="passed to vllm.LLM as is")

@@ -63,6 +63,13 @@ def backend_names() -> list[str]:
     return sorted(set(_BUILTIN) | set(_REGISTERED) | set(_entry_points()))
 
 
+def missing_library(name: str, library: str | None) -> MushroomError:
+    """The error for a built-in backend whose engine is not installed, naming the extra that installs it."""
+    extra = _BUILTIN[name][1] if name in _BUILTIN else ""
+    hint = f"pip install 'mushroom[{extra}]'" if extra else "reinstall mushroom"
+    return MushroomError(f"backend {name!r} needs {library!r}, which is not installed: {hint}")
+
+
 def _unknown(name: str) -> MushroomError:
     from mushroom.cliutil import suggest
 
@@ -74,15 +81,12 @@ def backend_class(name: str) -> type[Backend]:
     if name in _REGISTERED:
         return _REGISTERED[name]
     if name in _BUILTIN:
-        target, extra = _BUILTIN[name]
+        target = _BUILTIN[name][0]
         module_name, _, class_name = target.partition(":")
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            hint = f"pip install 'mushroom[{extra}]'" if extra else "reinstall mushroom"
-            raise MushroomError(
-                f"backend {name!r} needs {exc.name!r}, which is not installed: {hint}"
-            ) from exc
+            raise missing_library(name, exc.name) from exc
         return _REGISTERED.get(name) or getattr(module, class_name)
     ep = _entry_points().get(name)
     if ep is None:
