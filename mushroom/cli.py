@@ -932,7 +932,7 @@ def stack_fit(
     """Fit the stack on a labelled split; print the cross-validated comparison with each member."""
     from mushroom.data import load_split, require_labelled
     from mushroom.runs import write_json
-    from mushroom.stack import fit_stack, parse_members
+    from mushroom.stack import fit_stack, parse_members, stack_behind
     from mushroom.stack.model import check_model_kind
     from mushroom.tables import comparison_table
 
@@ -942,8 +942,6 @@ def stack_fit(
     fit = fit_stack(parse_members(members), data, split, folds, l2, model=model)
     write_json(out, fit.model.model_dump(mode="json"))
     out_console.print(comparison_table(f"stack on {split} ({folds}-fold CV by item)", fit.comparison))
-    from mushroom.mainjob import stack_behind
-
     for warning in stack_behind(fit.comparison, fit.model.members, "its own predictions may serve better"):
         print_warning(warning)
     m = fit.model

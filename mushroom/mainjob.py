@@ -30,31 +30,6 @@ def _val_langs(langs: list[str] | None) -> list[str]:
     return [lang for lang in (langs or VAL_LANGUAGES) if lang in VAL_LANGUAGES]
 
 
-def stack_behind(
-    comparison: dict[str, dict[str, dict[str, float]]],
-    members: tuple[str, ...] | list[str],
-    advice: str = "`--detector {best}` runs it alone",
-) -> list[str]:
-    """A warning when a member alone beat the stack out of fold on val (mean IoU over languages).
-
-    On few labelled items (one language's 50, say) the stack's choices are noisy and it can
-    score below a member; the table shows it, but a user who reads only the test files
-    should hear it.
-    """
-    stack = comparison.get("stack (CV)", {}).get("mean", {}).get("iou")
-    scores = {m: comparison.get(m, {}).get("mean", {}).get("iou") for m in members}
-    scores = {m: v for m, v in scores.items() if v is not None}
-    if stack is None or not scores:
-        return []
-    best = max(scores, key=lambda m: scores[m])
-    if scores[best] <= stack:
-        return []
-    return [
-        f"on val, member {best!r} alone (IoU {scores[best]:.4f}) beat the stack out of fold ({stack:.4f}): "
-        f"with this little labelled data the stack may not help; " + advice.format(best=best)
-    ]
-
-
 def run_main_stack(
     out: Path | None = None,
     members: tuple[str, ...] = DEFAULT_MEMBERS,
@@ -80,7 +55,7 @@ def run_main_stack(
     from mushroom.data import load_split
     from mushroom.jsonl import read_json_model
     from mushroom.predictions import load_predictions
-    from mushroom.stack import Member, StackModel, apply_stack, fit_stack, stack_fingerprint
+    from mushroom.stack import Member, StackModel, apply_stack, fit_stack, stack_behind, stack_fingerprint
     from mushroom.tables import comparison_table
 
     console = console or Console()

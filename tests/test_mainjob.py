@@ -75,7 +75,7 @@ def test_run_sh_runs_the_main_job(tmp_path):
 
 
 def test_a_member_that_beats_the_stack_out_of_fold_is_warned_about():
-    from mushroom.mainjob import stack_behind
+    from mushroom.stack import stack_behind
 
     comparison = {
         "stack (CV)": {"mean": {"iou": 0.36, "cor": 0.5}},

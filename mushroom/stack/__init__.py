@@ -9,7 +9,7 @@ assignment used by the CV and every nested choice), `fit` (fit and apply) and
 
 from mushroom.stack.decoding import best_hard_sources, nested_hard_sources, word_hard_mask
 from mushroom.stack.fingerprint import stack_fingerprint
-from mushroom.stack.fit import StackConfig, StackFit, apply_stack, cross_validate, fit_stack
+from mushroom.stack.fit import StackConfig, StackFit, apply_stack, cross_validate, fit_stack, stack_behind
 from mushroom.stack.members import Member, parse_members
 from mushroom.stack.model import StackModel, fit_logistic
 
@@ -25,6 +25,7 @@ __all__ = [
     "fit_stack",
     "nested_hard_sources",
     "parse_members",
+    "stack_behind",
     "stack_fingerprint",
     "word_hard_mask",
 ]

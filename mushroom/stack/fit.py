@@ -332,6 +332,31 @@ def choose(prep: StackPrep, config: StackConfig | None = None) -> StackFit:
     return StackFit(model, comparison, oof_by_lang, fold_report)
 
 
+def stack_behind(
+    comparison: dict[str, dict[str, dict[str, float]]],
+    members: tuple[str, ...] | list[str],
+    advice: str = "`--detector {best}` runs it alone",
+) -> list[str]:
+    """A warning when a member alone beat the stack out of fold on val (mean IoU over languages).
+
+    On few labelled items (one language's 50, say) the stack's choices are noisy and it can
+    score below a member; the table shows it, but a user who reads only the test files
+    should hear it.
+    """
+    stack = comparison.get("stack (CV)", {}).get("mean", {}).get("iou")
+    scores = {m: comparison.get(m, {}).get("mean", {}).get("iou") for m in members}
+    scores = {m: v for m, v in scores.items() if v is not None}
+    if stack is None or not scores:
+        return []
+    best = max(scores, key=lambda m: scores[m])
+    if scores[best] <= stack:
+        return []
+    return [
+        f"on val, member {best!r} alone (IoU {scores[best]:.4f}) beat the stack out of fold ({stack:.4f}): "
+        f"with this little labelled data the stack may not help; " + advice.format(best=best)
+    ]
+
+
 def apply_stack(
     model: StackModel,
     members: list[Member],
