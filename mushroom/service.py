@@ -223,9 +223,9 @@ _FALL_BACK = (
     "; those items' predictions are empty or fall back, so the scores say little about the method: "
     "check the model, prompt and server (raw/ has every response; `--backend replay` re-parses them)"
 )
-# (unusable counter, out of counter, what they count, what it means, with its separator): a model that answers
-# every request with text the parser cannot read leaves every prediction empty, which scores
-# like a quiet "nothing hallucinated" unless someone says so.
+# (unusable counter, out of counter, what they count, what it means, with its separator): a
+# model that answers every request with text the parser cannot read leaves every prediction
+# empty, which scores like a quiet "nothing hallucinated" unless someone says so.
 _UNUSABLE = (
     ("llm.unparseable", "llm.requests", "LLM responses were unparseable", _FALL_BACK),
     ("llm.backend_errors", "llm.requests", "LLM requests failed", _FALL_BACK),
