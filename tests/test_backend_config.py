@@ -179,3 +179,27 @@ def test_json_schema_shows_the_kinds_as_a_tagged_union():
     assert set(backend["discriminator"]["mapping"]) == {"replay", "openai", "transformers", "vllm"}
     assert "batch_size" not in schema["$defs"]["OpenAIConfig"]["properties"]
     assert "concurrency" in schema["$defs"]["OpenAIConfig"]["properties"]
+
+
+def test_a_kind_alone_as_a_string_is_that_kind_with_its_defaults(tmp_path):
+    # `backend = "replay"` in a run config, as `-o backend=replay` on the command line
+    from mushroom.runconfig import load_run_config
+
+    path = tmp_path / "run.toml"
+    path.write_text(
+        textwrap.dedent(
+            """
+            name = "x"
+            [detector]
+            name = "llm"
+            [detector.options]
+            backend = "replay"
+            """
+        ),
+        encoding="utf-8",
+    )
+    config = load_run_config(path)
+    assert build(config.detector.name, config.detector.options).options.backend.kind == "replay"
+    assert isinstance(build("llm", {"backend": "openai"}).options.backend, OpenAIConfig)
+    with pytest.raises(DataError, match="unknown backend 'opnai'; did you mean 'openai'"):
+        build("llm", {"backend": "opnai"})

@@ -283,6 +283,10 @@ def parse_backend_config(value: BackendSettings | dict[str, Any]) -> BackendSett
 
 
 def _validate(value: Any) -> Any:
+    if isinstance(value, str):
+        # `backend = "openai"` in a config, `-o backend=openai` on the command line: the kind
+        # alone, with every other setting at its default
+        value = {"kind": value}
     return parse_backend_config(value) if isinstance(value, dict | BackendSettings) else value
 
 

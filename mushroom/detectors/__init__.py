@@ -116,10 +116,6 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
     if isinstance(options, DetectorOptions):
         return cls(options)
     options = dict(options or {})
-    for key, value in options.items():
-        if isinstance(value, str) and _settings_field(cls, key):
-            # `-o backend=openai` names the kind, as it does beside the --backend shortcuts
-            options[key] = {"kind": value}
     try:
         opts = cls.Options.model_validate(options)
     except ValidationError as exc:
@@ -136,7 +132,7 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
             elif (
                 len(err["loc"]) == 1
                 and _settings_field(cls, where)
-                and not isinstance(err.get("input"), dict)
+                and not isinstance(err.get("input"), dict | str)  # a str is a kind: its own message
             ):
                 msg = f"a table of settings: give them as -o {where}.kind=…, -o {where}.model=…"
             problems.append(Problem(f"detector {name}", None, where or None, msg))
