@@ -1,13 +1,29 @@
-"""Device names (`cpu`, `cuda`, `cuda:1`, `mps`) checked before a run, not item by item.
+"""Device names (`cpu`, `cuda`, `cuda:1`, `mps`) and model folders checked before a run.
 
 torch parses a device name only when a model is moved there, which is after the run folder
 exists and once per item: a typo or a CUDA device on a CPU-only torch then failed every item
-with a message such as "Torch not compiled with CUDA enabled" and advice to re-run.
+with a message such as "Torch not compiled with CUDA enabled" and advice to re-run. A model
+path that does not exist failed the same way, with the hub client's words for it ("Repo id
+must be in the form ...").
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mushroom.errors import MushroomError
+
+
+def check_model_folder(model: str, where: str) -> None:
+    """Raises MushroomError, naming `where`, when `model` is written as a path and is no folder.
+
+    A name that does not start with `/`, `.` or `~` may be a hub name: that is the hub's to check.
+    """
+    folder = Path(model).expanduser()
+    if model.startswith(("/", ".", "~")) and not folder.is_dir():
+        raise MushroomError(
+            f"{where} {model!r}: no such model folder" + (" (it is a file)" if folder.exists() else "")
+        )
 
 
 def check_device(device: str, where: str) -> None:

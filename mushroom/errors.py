@@ -102,3 +102,16 @@ class DataError(MushroomError):
         cls, path: str | Path, line: int | None, field: str | None, message: str, exit_code: int | None = None
     ) -> DataError:
         return cls([Problem(str(path), line, field, message)], exit_code=exit_code)
+
+
+def error_text(exc: BaseException) -> str:
+    """One line naming the exception type, for grouping failures by cause."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+
+
+def load_failure(what: str, name: str, exc: BaseException) -> str:
+    """The message of a model that could not be loaded: it stops the run, which can be resumed."""
+    return (
+        f"{what} {name!r} could not be loaded ({error_text(exc)}); the run stops here: "
+        "run the same command again to retry"
+    )

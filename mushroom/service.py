@@ -41,8 +41,8 @@ from rich.table import Table
 from mushroom.cliutil import plural
 from mushroom.contexts import DEFAULT_SOURCES, load_context_files, load_contexts, support_contexts
 from mushroom.data import load_split
-from mushroom.detectors.base import Detector, ItemResult, error_text
-from mushroom.errors import Interrupted, MushroomError, RunFailed
+from mushroom.detectors.base import Detector, ItemResult
+from mushroom.errors import Interrupted, MushroomError, RunFailed, error_text
 from mushroom.jsonl import write_jsonl
 from mushroom.predictions import mark_all
 from mushroom.records import ChannelRecord, Item, Prediction

@@ -856,7 +856,9 @@ def test_device_model_and_engine_mistakes_stop_before_a_folder(tmp_path, capsys)
             ["--detector", "semantic", "-o", "device=banana"],
             "semantic option device 'banana': not a device name",
         ),
-        (["--detector", "semantic", "-o", f"model={tmp_path / 'nope'}"], "no such encoder folder"),
+        (["--detector", "semantic", "-o", f"model={tmp_path / 'nope'}"], "no such model folder"),
+        (["--detector", "nli", "-o", f"model={tmp_path / 'nope'}"], "nli option model"),
+        (["--detector", "nli", "-o", "model=x", "-o", "device=banana"], "nli option device 'banana'"),
         (
             ["--backend", "transformers", "--model", str(not_gguf)],
             "is not a GGUF file (it starts with b'hell'",

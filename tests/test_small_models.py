@@ -297,3 +297,28 @@ def test_loglikelihoods_are_cached_so_a_rerun_scores_nothing_again(tmp_path):
     second = again.loglikelihood(reqs)
     assert [r.logprob for r in second] == [r.logprob for r in first] and all(r.cached for r in second)
     assert len(inner.requests) == 1 and again.hits == 2
+
+
+def test_a_model_that_fails_to_load_stops_the_run_once_without_retrying(monkeypatch):
+    # a mistyped hub name: each item tried to load again, each try costing the hub client's
+    # retries; now the first failure stops the run, and a caller going on is not retried
+    import transformers
+
+    import mushroom.models.embedding as embedding
+
+    tries = []
+
+    def refuse(name, *args, **kwargs):
+        tries.append(name)
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
+
+    monkeypatch.setattr(embedding, "_quiet_load", refuse)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", refuse)
+    encoder = embedding.Encoder("foo/bar", device="cpu", cache=False)
+    nli = NLIDetector(NLIOptions(model="foo/bar", device="cpu"))
+    for load in (lambda: encoder.model, lambda: encoder.tokenizer, nli._load, nli._load):
+        with pytest.raises(
+            MushroomError, match="'foo/bar' could not be loaded .OSError: We couldn't connect"
+        ):
+            load()
+    assert tries == ["foo/bar", "foo/bar"]  # one try by each

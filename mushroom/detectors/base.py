@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from mushroom.cliutil import plural
-from mushroom.errors import DataError, MushroomError, RunFailed
+from mushroom.errors import DataError, MushroomError, RunFailed, error_text
 from mushroom.records import Context, Item, Prediction, SoftSpan
 
 
@@ -94,11 +94,6 @@ class ItemResult(BaseModel):
 
 
 Emit = Callable[[ItemResult], None]
-
-
-def error_text(exc: BaseException) -> str:
-    """One line naming the exception type, for grouping failures by cause."""
-    return f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
 
 
 class Detector(ABC):

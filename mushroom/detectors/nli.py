@@ -17,6 +17,8 @@ works): `microsoft/deberta-large-mnli` or `cross-encoder/nli-deberta-v3-base` fo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,7 +27,8 @@ from pydantic import Field
 from mushroom.contexts import support_contexts
 from mushroom.detectors.base import DetectorOptions, VectorDetector
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
-from mushroom.errors import MushroomError
+from mushroom.devices import check_device, check_model_folder
+from mushroom.errors import MushroomError, load_failure
 from mushroom.records import Context, Item
 from mushroom.text.segment import sentences
 
@@ -70,14 +73,32 @@ class NLIDetector(VectorDetector):
         super().__init__(options)
         self._model = model
         self._tokenizer = tokenizer
+        self._load_error: str | None = None
+
+    def check_ready(self, sources: Sequence[str] | None = None, out: Path | None = None) -> None:
+        """Also refuses a device this torch cannot use and a model folder that does not exist.
+
+        Found item by item, either failed every item with the hub client's words for it.
+        """
+        super().check_ready(sources, out)
+        if self.options.device is not None:
+            check_device(self.options.device, "nli option device")
+        check_model_folder(self.options.model, "nli option model")
 
     def _load(self) -> None:
         if self._model is not None and self._tokenizer is not None:
             return
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        if self._load_error is None:  # a failed load is not tried again (see Encoder._load)
+            from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        self._tokenizer = self._tokenizer or AutoTokenizer.from_pretrained(self.options.model)
-        self._model = self._model or AutoModelForSequenceClassification.from_pretrained(self.options.model)
+            name = self.options.model
+            try:
+                self._tokenizer = self._tokenizer or AutoTokenizer.from_pretrained(name)
+                self._model = self._model or AutoModelForSequenceClassification.from_pretrained(name)
+            except Exception as exc:
+                self._load_error = load_failure("NLI model", name, exc)
+        if self._load_error is not None:
+            raise MushroomError(self._load_error)
 
     @property
     def window(self) -> int:

@@ -33,10 +33,10 @@ from pydantic import Field
 
 from mushroom.cliutil import plural
 from mushroom.contexts import support_contexts
-from mushroom.detectors.base import DetectorOptions, Emit, VectorDetector, error_text
+from mushroom.detectors.base import DetectorOptions, Emit, VectorDetector
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
-from mushroom.devices import check_device
-from mushroom.errors import MushroomError
+from mushroom.devices import check_device, check_model_folder
+from mushroom.errors import MushroomError, error_text
 from mushroom.records import Context, Item
 from mushroom.text.segment import clauses, sentences
 from mushroom.text.stopwords import stopwords
@@ -132,13 +132,7 @@ class SemanticDetector(VectorDetector):
         from mushroom.models.embedding import resolve_model
 
         resolve_model(opts.model)  # the bundled encoder needs its package
-        folder = Path(opts.model).expanduser()
-        if opts.model.startswith(("/", ".", "~")) and not folder.is_dir():
-            # a path, not a hub name: say so, not what the hub client says of it
-            raise MushroomError(
-                f"semantic option model {opts.model!r}: no such encoder folder"
-                + (" (it is a file)" if folder.exists() else "")
-            )
+        check_model_folder(opts.model, "semantic option model")
 
     def describe(self) -> dict[str, Any]:
         """Name and options; the nested lexical `channels` switch is left out (see __init__)."""

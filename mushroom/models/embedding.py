@@ -22,7 +22,7 @@ import numpy as np
 import torch  # this module is imported only by detectors that embed
 from transformers import AutoModel, AutoTokenizer
 
-from mushroom.errors import MushroomError
+from mushroom.errors import MushroomError, load_failure
 from mushroom.models.vector_cache import (
     VectorCache,
     cache_file,
@@ -180,6 +180,7 @@ class Encoder:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self._tokenizer = tokenizer
         self._model = module
+        self._load_error: str | None = None
         if module is not None:
             self._ready(module)
         self.batch_size = batch_size
@@ -209,7 +210,18 @@ class Encoder:
         return self._model
 
     def _load(self) -> None:
-        tokenizer, module = _quiet_load(resolve_model(self.name))
+        # A model that fails to load fails every item the same way: the run stops at the
+        # first failure (a MushroomError), and a caller that goes on gets the same error
+        # without a second try. Before, each item tried again, and a mistyped hub name cost
+        # every item the hub client's retries (about a minute each) before failing.
+        if self._load_error is None:
+            path = resolve_model(self.name)  # a missing bundled package says so itself
+            try:
+                tokenizer, module = _quiet_load(path)
+            except Exception as exc:
+                self._load_error = load_failure("encoder", self.name, exc)
+        if self._load_error is not None:
+            raise MushroomError(self._load_error)
         self._tokenizer = self._tokenizer or tokenizer
         self._model = module
         self._ready(module)
