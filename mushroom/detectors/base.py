@@ -63,7 +63,12 @@ class ItemResult(BaseModel):
     channels: dict[str, list[SoftSpan]] = Field(default_factory=dict)
     stats: dict[str, int] = Field(default_factory=dict)
     detail: dict[str, Any] = Field(default_factory=dict)
-    seconds: float | None = None
+    seconds: float | None = Field(
+        None,
+        description="wall time since the previous item of the run finished: a detector that works "
+        "on a batch at once (encoding, batched generation) puts the batch's shared time on its first "
+        "item, so per-item figures are exact only summed",
+    )
 
     @classmethod
     def ok(
