@@ -13,7 +13,6 @@ file named `run[bold].jsonl`.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
 import sys
 import traceback
@@ -26,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from mushroom.errors import Interrupted, MushroomError
+from mushroom.errors import Interrupted, MushroomError, close_match
 from mushroom.jsonl import error_message
 
 if TYPE_CHECKING:
@@ -117,8 +116,8 @@ def suggest(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, Any],
     names the list where "valid" would not read well ("available", "its settings are").
     """
     names = sorted(choices)
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else ";"
+    close = close_match(name, names)
+    hint = f"; did you mean {close!r}?" if close else ";"
     return f"{hint} {label}: {', '.join(names) if names else '(none)'}"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,3 +116,17 @@ def load_failure(what: str, name: str, exc: BaseException) -> str:
         f"{what} {name!r} could not be loaded ({error_text(exc)}); the run stops here: "
         "run the same command again to retry"
     )
+
+
+def close_match(name: str, names: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The one of `names` closest to a misspelt `name` (difflib's ratio >= `cutoff`), or None."""
+    import difflib
+
+    match = difflib.get_close_matches(name, list(names), n=1, cutoff=cutoff)
+    return match[0] if match else None
+
+
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for an unknown name with a close match, else ''."""
+    match = close_match(name, names)
+    return f" (did you mean {match!r}?)" if match else ""

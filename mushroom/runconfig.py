@@ -19,7 +19,7 @@ from rich.console import Console
 
 from mushroom.contexts import DEFAULT_SOURCES
 from mushroom.data import workspace
-from mushroom.errors import DataError, MushroomError, Problem
+from mushroom.errors import DataError, MushroomError, Problem, did_you_mean
 from mushroom.jsonl import error_message
 
 if TYPE_CHECKING:
@@ -141,13 +141,10 @@ def load_run_config(path: Path) -> RunConfig:
 
 def _option_problem(path: Path, where: str, cls, err: dict) -> Problem:
     """A detector option error in a config, with a close match for a misspelt name."""
-    import difflib
-
     msg = error_message(err)
     if err["type"] == "extra_forbidden":
         names = list(cls.Options.model_fields)
-        match = difflib.get_close_matches(str(err["loc"][-1]), names, n=1)
-        msg = "unknown option" + (f" (did you mean {match[0]!r}?)" if match else "")
+        msg = "unknown option" + did_you_mean(str(err["loc"][-1]), names)
         msg += f"; valid: {', '.join(names)}"
     return Problem(str(path), None, ".".join([where, *map(str, err["loc"])]), msg)
 

@@ -21,7 +21,6 @@ counts instead of crashing.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 from functools import lru_cache
 from pathlib import Path
@@ -40,7 +39,7 @@ from mushroom.backends.base import (
 )
 from mushroom.backends.config import NEEDS_RESPONSES, ReplayConfig
 from mushroom.backends.registry import register_backend
-from mushroom.errors import DataError, MushroomError
+from mushroom.errors import DataError, MushroomError, close_match
 from mushroom.jsonl import load_records
 
 
@@ -130,9 +129,9 @@ def _read_replay_file(path: Path) -> list[ReplayRecord]:
             return []
         counts["empty"] += 1
         close = [
-            (key, match[0])
+            (key, match)
             for key in sorted(record.model_extra or {})
-            if (match := difflib.get_close_matches(key, _ANSWER_KEYS, n=1))
+            if (match := close_match(key, _ANSWER_KEYS))
         ]
         return [
             (

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from mushroom.cliutil import value_hint
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, VectorDetector
-from mushroom.errors import DataError, MushroomError, Problem
+from mushroom.errors import DataError, MushroomError, Problem, did_you_mean
 from mushroom.jsonl import error_message
 
 __all__ = [
@@ -67,13 +67,6 @@ def available() -> list[str]:
     return sorted(set(_BUILTIN) | set(_REGISTERED) | set(_entry_points()))
 
 
-def _close_match(name: str, names: list[str]) -> str:
-    import difflib
-
-    match = difflib.get_close_matches(name, names, n=1)
-    return f" (did you mean {match[0]!r}?)" if match else ""
-
-
 def detector_class(name: str) -> type[Detector]:
     """The class registered under `name`, imported on demand."""
     if name in _REGISTERED:
@@ -89,7 +82,7 @@ def detector_class(name: str) -> type[Detector]:
         return cls
     names = available()
     raise MushroomError(
-        f"unknown detector {name!r}{_close_match(name, names)}; available: {', '.join(names)}"
+        f"unknown detector {name!r}{did_you_mean(name, names)}; available: {', '.join(names)}"
     )
 
 
@@ -125,7 +118,7 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
             where = ".".join(map(str, err["loc"]))
             msg = error_message(err) + value_hint(err)
             if err["type"] == "extra_forbidden":
-                msg = f"unknown option{_close_match(str(err['loc'][-1]), list(cls.Options.model_fields))}"
+                msg = f"unknown option{did_you_mean(str(err['loc'][-1]), list(cls.Options.model_fields))}"
                 msg += _nested_hint(cls, str(err["loc"][-1])) + f"; {name} takes: {valid}"
             elif err["type"] == "missing":
                 msg = f"required: give it as -o {where}=VALUE"

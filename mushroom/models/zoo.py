@@ -14,7 +14,6 @@ through as before.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 import shutil
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mushroom.errors import MushroomError
+from mushroom.errors import MushroomError, close_match
 
 PIP_TIMEOUT_S = 900
 
@@ -167,7 +166,7 @@ def check_model_name(name: str, backend: str) -> str:
             f"the {backend} backend needs `model` (--model): a registry name ({known}), "
             "a .gguf file, a local model folder or a hub id"
         )
-    close = difflib.get_close_matches(name.lower(), list(REGISTRY), n=1, cutoff=0.75)
+    close = close_match(name.lower(), REGISTRY, cutoff=0.75)
     if name not in REGISTRY and close and not Path(name).expanduser().exists():
         raise ValueError(f"no model called {name!r}{suggest(name.lower(), list(REGISTRY))}")
     return name

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mushroom.cliutil import listed, no_prediction, plural
-from mushroom.errors import DataError, Problem
+from mushroom.errors import DataError, Problem, close_match
 from mushroom.jsonl import iter_json_lines
 from mushroom.scoring.jsonnum import ujson_float
 
@@ -104,11 +104,9 @@ LABEL_KEYS = ("soft_labels", "hard_labels")
 
 def misspelled_label(row: dict, key: str) -> str:
     """' (is 'soft_label' a misspelling?)' when the line has a key close to the missing `key`."""
-    import difflib
-
     others = [k for k in row if isinstance(k, str) and k not in LABEL_KEYS]
-    close = difflib.get_close_matches(key, others, n=1, cutoff=0.75)
-    return f" (is {close[0]!r} a misspelling?)" if close else ""
+    close = close_match(key, others, cutoff=0.75)
+    return f" (is {close!r} a misspelling?)" if close else ""
 
 
 def labels_missing_on_some_lines(rows: list[tuple[int, dict]]) -> list[tuple[int, str, int]]:
