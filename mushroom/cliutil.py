@@ -403,10 +403,13 @@ def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--debug" in args[: next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]:
         set_debug(True)
+    from mushroom.backends.base import warnings_to
+
     try:
         command = typer.main.get_command(app)
         _flag_help(command)
-        result = command(args=args, standalone_mode=False, prog_name="mushroom")
+        with warnings_to(print_warning):
+            result = command(args=args, standalone_mode=False, prog_name="mushroom")
         if result == EXIT_INTERRUPTED:  # typer turns a bare Ctrl-C into a silent 130
             err_console.print(f"[yellow]{esc(_interrupt_message(None))}[/yellow]", highlight=False)
         return result if isinstance(result, int) else EXIT_OK

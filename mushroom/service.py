@@ -38,6 +38,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from mushroom.backends.base import warnings_to
 from mushroom.cliutil import plural
 from mushroom.contexts import DEFAULT_SOURCES, load_context_files, load_contexts, support_contexts
 from mushroom.data import load_split
@@ -463,7 +464,7 @@ class RunService:
         rel = folder.relative_to(self.out).as_posix() if folder.is_relative_to(self.out) else str(folder)
         stage = f"{detector.name}:{split}" if rel in (".", split, "predictions") else f"{detector.name}:{rel}"
         t0 = time.perf_counter()
-        with progress_bar(self.quiet, self.console) as bar:
+        with progress_bar(self.quiet, self.console) as bar, warnings_to(self.warn):
             task = bar.add_task(f"{detector.name} on {split}", total=total)
             for lang, items in data.items():
                 ledger = ledgers[lang]

@@ -98,6 +98,31 @@ def test_network_errors_name_the_server_url():
     assert late.startswith(f"timeout after 1.0 s waiting for {server.url}/chat/completions")
 
 
+def test_after_a_request_finds_no_server_the_next_fail_at_once_until_a_pause_has_passed(monkeypatch):
+    # a dead URL cost every item its retries (~9 s each, hours for a test split)
+    import socket
+
+    import mushroom.backends.openai_compat as openai_compat
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    backend = _openai(url, max_retries=1)
+    assert backend.generate([_req("A", "item A")])[0].error.startswith("gave up after 2 attempts: connection")
+    retries = backend.retries_made
+    rest = backend.generate([_req("B", "item B"), _req("C", "item C")])
+    assert all(g.error.startswith("not sent: an earlier request gave up after 2 attempts") for g in rest)
+    assert backend.retries_made == retries  # nothing was tried
+    # once the pause is over a request is sent again, and a server that is back answers it
+    monkeypatch.setattr(openai_compat, "UNREACHABLE_PAUSE_S", 0.0)
+    with FakeServer({}) as server:
+        backend.client.base_url = server.url
+        assert backend.generate([_req("D", "item D")])[0].texts == ['{"incorrect_spans": []}']
+        monkeypatch.setattr(openai_compat, "UNREACHABLE_PAUSE_S", 30.0)
+        assert backend.generate([_req("E", "item E")])[0].texts  # the answer cleared the mark
+    backend.close()
+
+
 def test_openai_payload_carries_schema_logprobs_and_samples():
     with FakeServer({}) as server:
         backend = _openai(server.url)

@@ -43,7 +43,9 @@ def test_a_dead_server_fails_the_run_loudly_and_writes_no_submission(tmp_path):
     failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
     assert len(failures) == 5 and all("connection error" in f["error"] for f in failures)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["items_failed"] == 5 and list(summary["failures_by_error"].values()) == [5]
+    # the first request found no server; the others were not sent, and say why
+    assert summary["items_failed"] == 5 and sorted(summary["failures_by_error"].values()) == [1, 4]
+    assert sum("not sent: an earlier request gave up" in f["error"] for f in failures) == 4
     # --allow-failures: the file is written with the failed items empty, and they are listed
     proc = mushroom(*detect_args(out, closed_port_url(), "test", "--allow-failures"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -410,3 +412,19 @@ def test_a_submission_zip_of_some_test_languages_is_warned_about(tmp_path):
         "language (run without --lang)"
     ]
     service.finish({})  # frees the folder's lock
+
+
+def test_a_backend_warning_is_one_warning_line_kept_in_the_summary(tmp_path):
+    # through warnings.warn the CLI showed Python's line with the source file and code, and
+    # then the run's own warning line
+    out = tmp_path / "run"
+    with FakeServer({}) as server:
+        args = detect_args(out, server.url)
+        args[args.index("m")] = "gpt-5"  # the server serves "m"
+        proc = mushroom(*[a for a in args if a != "--quiet"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    both = proc.stdout + proc.stderr
+    assert "RuntimeWarning" not in both and "openai_compat.py" not in both
+    assert both.count("serves 'm', not 'gpt-5'") == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert any("serves 'm', not 'gpt-5'" in w for w in summary["warnings"])

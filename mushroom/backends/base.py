@@ -9,7 +9,8 @@ sees each one as soon as it exists, which is what lets the cache make a killed r
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -132,12 +133,20 @@ class Backend(ABC):
         return list(getattr(self, "_warnings", []))
 
     def warn(self, message: str) -> None:
-        """Warns once per backend: shown now (`warnings.warn`) and kept in `warnings` for the run's record."""
+        """Warns once per backend: shown now and kept in `warnings` for the run's record.
+
+        Shown through the sink `warnings_to` sets (the CLI's `warning:` line, a run's own
+        list) or else with `warnings.warn`, for a caller from Python.
+        """
         import warnings
 
         if message not in self._warnings:
             self._warnings.append(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            sink = _warning_sink
+            if sink is not None:
+                sink(message)
+            else:
+                warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     @property
     def model_name(self) -> str:
@@ -159,6 +168,24 @@ class Backend(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Releases engines or connections; a no-op by default."""
+
+
+_warning_sink: Callable[[str], None] | None = None
+
+
+@contextmanager
+def warnings_to(sink: Callable[[str], None]) -> Iterator[None]:
+    """Backend warnings go to `sink` while inside (a module global: backends warn from threads).
+
+    Through `warnings.warn` the CLI printed a warning twice: Python's line with its source
+    file and code, then the run's own `warning:` line.
+    """
+    global _warning_sink
+    before, _warning_sink = _warning_sink, sink
+    try:
+        yield
+    finally:
+        _warning_sink = before
 
 
 def backend_warnings(backend: Backend | None) -> list[str]:

@@ -43,6 +43,7 @@ import math
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -68,6 +69,7 @@ from mushroom.cliutil import plural
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 FALLBACK = ("json_schema", "json_object", "none")
 VLLM_CONCURRENCY = 32
+UNREACHABLE_PAUSE_S = 30.0  # after a request found no server, others fail at once for this long
 LATE_TOP_K = 50  # top log-probabilities asked for when a server's echoed rows are one token late
 # A body that says the request itself is wrong; such an answer is final even with a 5xx code.
 _INVALID = re.compile(
@@ -86,9 +88,10 @@ T = TypeVar("T")
 class _Transient(Exception):
     """An attempt that may succeed if made again; carries the response for Retry-After."""
 
-    def __init__(self, message: str, response: httpx.Response | None = None):
+    def __init__(self, message: str, response: httpx.Response | None = None, unreachable: bool = False):
         super().__init__(message)
         self.response = response
+        self.unreachable = unreachable  # no connection could be made: the server is not there
 
 
 class _Final(Exception):
@@ -146,6 +149,11 @@ class OpenAIBackend(Backend):
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
         )
         self.retries_made = 0
+        # (message, when) of the last request that gave up on connection errors alone, cleared
+        # by any response: for UNREACHABLE_PAUSE_S after it requests fail at once instead of
+        # each spending its retries on a server that is not there (a dead URL cost every item
+        # of a test run ~9 s, hours in all); then one is sent again, in case it is back.
+        self._unreachable: tuple[str, float] | None = None
         self._lock = threading.Lock()
         self._concurrency: int | None = config.concurrency if isinstance(config.concurrency, int) else None
         self.concurrency_source = "config" if self._concurrency else ""
@@ -254,7 +262,11 @@ class OpenAIBackend(Backend):
             if self.config.retry_timeouts:
                 raise _Transient(message) from exc
             raise _Final(f"{message}; not resent, the server may still be working on it") from exc
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise _Transient(
+                f"connection error: {type(exc).__name__}{_detail(exc)} ({url})", unreachable=True
+            ) from exc
+        except httpx.RemoteProtocolError as exc:
             raise _Transient(f"connection error: {type(exc).__name__}{_detail(exc)} ({url})") from exc
         except httpx.TransportError as exc:
             raise _Final(f"transport error: {type(exc).__name__}{_detail(exc)} ({url})") from exc
@@ -267,6 +279,9 @@ class OpenAIBackend(Backend):
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response | str:
         """The final response (any status) after retries, or an error message."""
         attempts = self.config.max_retries + 1
+        unreachable = self._unreachable
+        if unreachable is not None and time.monotonic() - unreachable[1] < UNREACHABLE_PAUSE_S:
+            return f"not sent: an earlier request {unreachable[0]}; the same command retries it"
         retrying = Retrying(
             stop=stop_after_attempt(attempts),
             wait=self._wait,
@@ -275,11 +290,16 @@ class OpenAIBackend(Backend):
             reraise=True,
         )
         try:
-            return retrying(self._attempt, path, body)
+            response = retrying(self._attempt, path, body)
         except _Transient as exc:
-            return f"gave up after {plural(attempts, 'attempt')}: {exc}"
+            message = f"gave up after {plural(attempts, 'attempt')}: {exc}"
+            if exc.unreachable:
+                self._unreachable = (message, time.monotonic())
+            return message
         except _Final as exc:
             return str(exc)
+        self._unreachable = None  # the server answers (again)
+        return response
 
     # ----------------------------------------------------------------- generation
 
