@@ -486,6 +486,9 @@ def detect(
             raise MushroomError(
                 f"with --items, --contexts takes JSONL files of {{id, context}}; not found: {missing}"
             )
+        from mushroom.contexts import load_context_files
+
+        load_context_files(context_files)  # a broken line stops the command before its folder exists
     else:
         from mushroom.contexts import check_sources
         from mushroom.data import load_split

@@ -93,7 +93,13 @@ def iter_json_lines(
             obj = json.loads(line, parse_float=parse_float, parse_constant=_reject_constant)
         except json.JSONDecodeError as exc:
             problems.append(
-                Problem(str(path), lineno, None, f"invalid JSON: {exc.msg} at column {exc.colno}")
+                # json's "Unterminated string starting at" already ends with "at"
+                Problem(
+                    str(path),
+                    lineno,
+                    None,
+                    f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}",
+                )
             )
             continue
         except (ValueError, RecursionError) as exc:

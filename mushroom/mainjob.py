@@ -14,7 +14,7 @@ from rich.console import Console
 
 from mushroom.cliutil import interrupt_hint, plural
 from mushroom.contexts import DEFAULT_SOURCES, source_names
-from mushroom.data import workspace
+from mushroom.data import load_split, workspace
 from mushroom.detectors import build
 from mushroom.errors import MushroomError
 from mushroom.languages import VAL_LANGUAGES
@@ -52,7 +52,6 @@ def run_main_stack(
         The run folder (config.json, versions.json, members/, stack.json, submission files,
         submission.zip, val/ with the stack's out-of-fold predictions and scores).
     """
-    from mushroom.data import load_split
     from mushroom.jsonl import read_json_model
     from mushroom.predictions import load_predictions
     from mushroom.stack import Member, StackModel, apply_stack, fit_stack, stack_behind, stack_fingerprint
@@ -69,6 +68,15 @@ def run_main_stack(
     dets = {name: build(name, options.get(name)) for name in members}
     for det in dets.values():
         det.check_ready(source_names(sources), out)
+    # the languages are checked (and the items read) before the run folder is made
+    val_langs = _val_langs(langs)
+    if not val_langs:
+        raise MushroomError(
+            f"the stack is fitted on val: --lang must include a val language ({', '.join(VAL_LANGUAGES)}); "
+            f"got {', '.join(langs or [])}"
+        )
+    test_data = load_split("test", langs)
+    val_data = load_split("val", val_langs)
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-stack")
     config = {
         "job": "main",
@@ -78,14 +86,6 @@ def run_main_stack(
         "langs": langs,
     }
     service = RunService(out, config, console, quiet, allow_failures)
-    val_langs = _val_langs(langs)
-    if not val_langs:
-        raise MushroomError(
-            f"the stack is fitted on val: --lang must include a val language ({', '.join(VAL_LANGUAGES)}); "
-            f"got {', '.join(langs or [])}"
-        )
-    test_data = load_split("test", langs)
-    val_data = load_split("val", val_langs)
     for name, det in dets.items():
         service.detect_split(det, "test", out / "members" / name, langs, sources, data=test_data)
         service.detect_split(det, "val", out / "members" / name / "val", val_langs, sources, data=val_data)
@@ -196,6 +196,7 @@ def run_main(
     console = console or Console()
     det = build(detector, options)
     det.check_ready(source_names(sources), out)
+    test_data = load_split("test", langs)  # bad languages stop before the run folder is made
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-{detector}")
     config = {
         "job": "main",
@@ -205,7 +206,7 @@ def run_main(
         "with_val": with_val,
     }
     service = RunService(out, config, console, quiet, allow_failures)
-    test = service.detect_split(det, "test", out, langs, sources)
+    test = service.detect_split(det, "test", out, langs, sources, data=test_data)
     zip_path = service.submit(list(test.files.values()), out / "submission.zip")
     if zip_path is not None:
         console.print(f"wrote {plural(len(test.files), 'checked submission file')} and {zip_path}")

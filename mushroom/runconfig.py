@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rich.console import Console
 
 from mushroom.contexts import DEFAULT_SOURCES
-from mushroom.data import workspace
+from mushroom.data import load_split, workspace
 from mushroom.errors import DataError, MushroomError, Problem, did_you_mean
 from mushroom.jsonl import error_message
 
@@ -171,6 +171,8 @@ def execute(
 
     for _, det in dets:
         det.check_ready(source_names(cfg.contexts), out)
+    # the items are read (a language a split lacks stops the command) before the folder is made
+    data = {split: load_split(split, cfg.langs) for split in cfg.splits}
     out = out or new_run_folder(workspace() / "runs", f"{timestamp()}-{cfg.name}")
     config = {
         "run_config": cfg.model_dump(mode="json", exclude={"limit"}),
@@ -187,7 +189,9 @@ def execute(
         root = out / name if name else out
         for split in cfg.splits:
             folder = root / split
-            result = service.detect_split(det, split, folder, cfg.langs, tuple(cfg.contexts), limit=limit)
+            result = service.detect_split(
+                det, split, folder, cfg.langs, tuple(cfg.contexts), data=data[split], limit=limit
+            )
             label = f"{cfg.name}{'/' + name if name else ''} on {split}"
             service.print_stats(f"{label}: counts", result.stats.get("all", {}))
             entry = summary["splits"].setdefault(f"{name or cfg.name}/{split}", {})

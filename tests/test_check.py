@@ -30,7 +30,7 @@ def test_every_problem_is_listed(tmp_path, item_rows):
             {"id": "t-1", "soft_labels": [{"start": 13, "end": 40, "prob": 0.8}], "hard_labels": [[0, 3]]},
             {"id": "t-1", "hard_labels": []},
             {"id": "zzz", "hard_labels": []},
-            "not json",
+            '{"id": "t-3',
             {
                 "id": "t-2",
                 "soft_labels": [{"start": 0, "end": 2, "prob": 2}, {"start": 0, "end": 2, "prob": 0.5}],
@@ -45,7 +45,7 @@ def test_every_problem_is_listed(tmp_path, item_rows):
     )
     assert "p.jsonl:2: field 'id': duplicate id 't-1' (first on line 1)" in text
     assert "p.jsonl:3: field 'id': id 'zzz' is not among the items" in text
-    assert "p.jsonl:4: invalid JSON" in text
+    assert "p.jsonl:4: invalid JSON: Unterminated string starting at column 8" in text
     assert "p.jsonl:5: id 't-2': field 'soft_labels.0.prob'" in text
 
 

@@ -692,6 +692,17 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
     config.write_text('name = "c"\n[detector]\nname = "llm"\n[detector.options.backend]\nkind = "openai"\n')
     code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
     assert code == 2 and "needs `base_url`" in err and not out.exists()
+    # languages and context files are read before the folder is made too
+    for args in (["--lang", "xx"], ["--lang", "yy", "--detector", "lexical"]):
+        code, _, err = cli(capsys, "main-job", *args, "--out", out, "--quiet")
+        assert code == 2 and not out.exists(), (args, err)
+    config.write_text('name = "c"\nsplits = ["val"]\nlangs = ["ca"]\n[detector]\nname = "lexical"\n')
+    code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
+    assert code == 2 and "split 'val' has no file for ca" in err and not out.exists()
+    broken = tmp_path / "ctx.jsonl"
+    broken.write_text('{"id": "val-en-1", "context": "x"}\n{"id": \n')
+    code, _, err = cli(capsys, "detect", "--items", VAL_EN, "--contexts", broken, "--out", out, "--quiet")
+    assert code == 1 and "ctx.jsonl:2: invalid JSON" in err and not out.exists()
 
 
 def test_languages_can_be_given_as_a_comma_list_in_any_case(tmp_path, capsys):
