@@ -9,7 +9,7 @@ detectors and backends that need them.
 """
 
 __version__ = "0.1.0"
-__all__ = ["Prediction", "__version__", "detect", "detect_batch"]
+__all__ = ["MushroomError", "Prediction", "RunFailed", "__version__", "detect", "detect_batch"]
 
 
 def __getattr__(name: str):
@@ -17,4 +17,8 @@ def __getattr__(name: str):
         from mushroom import api
 
         return getattr(api, name)
+    if name in ("RunFailed", "MushroomError"):  # what `detect` raises, to catch as mushroom.RunFailed
+        from mushroom import errors
+
+        return getattr(errors, name)
     raise AttributeError(f"module 'mushroom' has no attribute {name!r}")

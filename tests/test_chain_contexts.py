@@ -189,6 +189,9 @@ def test_a_failed_call_fails_the_item_instead_of_an_empty_prediction():
     assert results[0].prediction is None and results[0].stats["verify.backend_errors"] == 1
     with pytest.raises(RunFailed, match="1 of 1 item failed"):
         ChainDetector(ChainOptions(cache=False), Scripted({})).detect([ITEM], CTX)
+    import mushroom
+
+    assert mushroom.RunFailed is RunFailed  # as the README catches it
 
 
 def test_supported_as_a_string_false_counts_as_not_supported():
