@@ -252,7 +252,10 @@ def parse_float_list(
     import math
 
     values = []
-    for part in (p.strip() for p in text.split(",")):
+    parts = [p.strip() for p in text.split(",")]
+    if "" in parts[:-1] or not any(parts):  # `0.1,,0.2`: a value was lost; a trailing comma is fine
+        raise MushroomError(f"{option} {text!r}: an empty value in the list (expected e.g. 0.05,0.1,0.2)")
+    for part in parts:
         if not part:
             continue
         try:

@@ -116,7 +116,10 @@ def load_run_config(path: Path) -> RunConfig:
         cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
         raise DataError(
-            [Problem(str(path), None, ".".join(map(str, e["loc"])), error_message(e)) for e in exc.errors()],
+            [
+                Problem(str(path), None, ".".join(map(str, e["loc"])), _config_message(e))
+                for e in exc.errors()
+            ],
             exit_code=2,
         ) from exc
     from mushroom.detectors import detector_class
@@ -137,6 +140,21 @@ def load_run_config(path: Path) -> RunConfig:
             if errors:
                 raise DataError([_option_problem(path, where, cls, e) for e in errors], exit_code=2) from exc
     return cfg
+
+
+def _config_message(err: dict) -> str:
+    """A config error's message; an unknown key names the close one it may be a typo of."""
+    loc = err["loc"]
+    if err["type"] != "extra_forbidden":
+        return error_message(err)
+    # the table the key is in: the top level, [detector] or one [[variants]]
+    table = {0: RunConfig, 1: DetectorSection if loc[0] == "detector" else None}.get(len(loc) - 1)
+    if len(loc) == 3 and loc[0] == "variants":
+        table = Variant
+    names = list(table.model_fields) if table is not None else []
+    return (
+        "unknown key" + did_you_mean(str(loc[-1]), names) + (f"; valid: {', '.join(names)}" if names else "")
+    )
 
 
 def _option_problem(path: Path, where: str, cls, err: dict) -> Problem:

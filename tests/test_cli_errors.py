@@ -254,6 +254,10 @@ def test_option_names_values_and_suggestions():
     with pytest.raises(MushroomError, match=r"--temperatures: 'abc' is not a number"):
         parse_float_list("0.05,abc", "--temperatures")
     assert parse_float_list("0.05, 0.1", "--temperatures") == [0.05, 0.1]
+    assert parse_float_list("0.05,0.1,", "--temperatures") == [0.05, 0.1]  # a trailing comma is fine
+    for lost in ("0.1,,0.2", ","):  # a value typed away
+        with pytest.raises(MushroomError, match="an empty value in the list"):
+            parse_float_list(lost, "--temperatures")
     with pytest.raises(MushroomError, match="KEY=VALUE"):
         parse_options(["threshold"])
     with pytest.raises(MushroomError, match="given twice"):
@@ -937,3 +941,16 @@ def test_a_run_over_an_items_file_says_how_to_score_it(tmp_path, capsys):
     assert f"mushroom score ITEMS.jsonl {run / 'predictions' / 'mushroom.en-items.jsonl'}" in flat
     code, out, err = cli(capsys, "score", items, run)  # the run folder itself, against its items
     assert code == 0 and "IoU: " in out, err
+
+
+def test_a_misspelt_key_of_a_run_config_names_the_key_it_may_be(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text(
+        'name = "c"\nsplit = ["val"]\n[detector]\nname = "lexical"\nnmae = 3\n'
+        '[[variants]]\nname = "a"\noptons = {}\n'
+    )
+    code, _, err = cli(capsys, "run", config, "--out", tmp_path / "run")
+    text = " ".join(err.split())
+    assert code == 2 and "field 'split': unknown key (did you mean 'splits'?)" in text
+    assert "field 'detector.nmae': unknown key (did you mean 'name'?)" in text
+    assert "field 'variants.0.optons': unknown key (did you mean 'options'?)" in text

@@ -148,7 +148,7 @@ def entry(name: str) -> ModelEntry:
     except KeyError:
         from mushroom.cliutil import suggest
 
-        raise UnknownModelError(f"no model called {name!r}{suggest(name, list(REGISTRY))}") from None
+        raise UnknownModelError(f"no model called {name!r}{suggest(name.lower(), list(REGISTRY))}") from None
 
 
 def check_model_name(name: str, backend: str) -> str:

@@ -128,14 +128,29 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
     has_soft = any("soft_labels" in row for _, row in rows)
     warnings: list[str] = []
     if rows and not has_hard and not has_soft:
-        problems.append(Problem(str(path), None, None, "no line has hard_labels or soft_labels"))
+        unlabelled = is_gold and any("model_output_text" in row for _, row in rows)
+        problems.append(
+            Problem(
+                str(path),
+                None,
+                None,
+                "no line has hard_labels or soft_labels"
+                + (
+                    ": items without gold labels (an unlabelled split such as test) cannot be scored; "
+                    "score val, or a labelled file of your own"
+                    if unlabelled
+                    else ""
+                ),
+            )
+        )
     records: dict[str, ScoringRecord] = {}
     first_line: dict[str, int] = {}
     for lineno, row in rows:
         where = (str(path), lineno)
         rid = row.get("id")
         if not isinstance(rid, str) or not rid:
-            problems.append(Problem(str(path), lineno, "id", "missing or not a string"))
+            got = "missing" if rid is None else f"not a string (got {type(rid).__name__} {rid!r})"
+            problems.append(Problem(str(path), lineno, "id", got if rid != "" else "empty"))
             continue
         if rid in first_line:
             problems.append(
