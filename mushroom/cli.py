@@ -282,10 +282,19 @@ def ensemble(
     for path in preds:
         input_file(path, "PREDS")
     item_list = load_items(input_file(items, "--items")) if items else None
+    first = set(load_predictions(preds[0]))
+    for path in preds[1:]:
+        # files of two languages (or splits): without this, every line of the second was "not
+        # among the items" and the reason never named
+        if first and not first & set(load_predictions(path)):
+            raise MushroomError(
+                f"{path} has no item in common with {preds[0]}: an ensemble votes over runs of the same "
+                "items (files of other languages or splits?)"
+            )
     if item_list is not None:
         lengths = text_lengths(item_list)
     else:
-        ids = list(load_predictions(preds[0]))
+        ids = list(first)
         if not ids:
             raise DataError.single(preds[0], None, None, "no predictions in the file")
         found = shipped_lengths(ids)

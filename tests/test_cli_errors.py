@@ -73,6 +73,9 @@ def test_submission_with_text_keys_is_read_by_every_command(tmp_path, capsys):
     assert code == 0, err
     code, _, err = cli(capsys, "check", ens, "--items", VAL_EN)
     assert code == 0, err
+    # a file of another language: said once, not as every line "not among the items"
+    code, _, err = cli(capsys, "ensemble", sub, VAL_DIR / "mushroom.de-val.v2.extra.jsonl", "--out", ens)
+    assert code == 2 and "has no item in common with" in err and "not among" not in err, err
 
 
 def test_bom_and_crlf_are_read_with_the_same_numbers(tmp_path, capsys):
