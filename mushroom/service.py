@@ -377,9 +377,20 @@ class RunService:
             _HELD.pop(key)[0].close()
 
     def _open(self) -> bool:
+        cfg_path = self.out / "config.json"
+        if self.out.exists() and not self.out.is_dir():
+            raise MushroomError(f"--out {self.out} is a file; give a folder for the run")
+        if self.out.is_dir() and not cfg_path.exists():
+            # a folder of the user's own files would silently become a run folder (and files of
+            # theirs named like ours overwritten)
+            others = sorted(p.name for p in self.out.iterdir() if p.name not in (".lock", "versions.json"))
+            if others:
+                raise MushroomError(
+                    f"--out {self.out} holds files and no run ({', '.join(others[:3])}"
+                    f"{', ...' if len(others) > 3 else ''}; no config.json): give a new or empty folder"
+                )
         self.out.mkdir(parents=True, exist_ok=True)
         self._lock()
-        cfg_path = self.out / "config.json"
         wanted = {"config": self.config, "config_hash": config_hash(self.config)}
         existing = self._read_json(cfg_path)
         if existing is not None:

@@ -699,6 +699,14 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
     config.write_text('name = "c"\n[detector]\nname = "llm"\n[detector.options.backend]\nkind = "openai"\n')
     code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
     assert code == 2 and "needs `base_url`" in err and not out.exists()
+    # a folder of the user's own files does not become a run folder
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "1", "--out", mine, "--quiet")
+    assert (
+        code == 2 and "holds files and no run (notes.txt" in err and sorted(os.listdir(mine)) == ["notes.txt"]
+    )
     # languages and context files are read before the folder is made too
     for args in (["--lang", "xx"], ["--lang", "yy", "--detector", "lexical"]):
         code, _, err = cli(capsys, "main-job", *args, "--out", out, "--quiet")
