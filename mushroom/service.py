@@ -576,8 +576,9 @@ class RunService:
         except KeyboardInterrupt:
             done = sum(len(Ledger(p).results) for p in self.out.glob("**/items/*.jsonl"))
             raise Interrupted(
-                f"interrupted during {detector.name} on {lang}: {plural(done, 'finished item')} saved in "
-                f"{self.out}; run the same command again to resume where it stopped"
+                f"interrupted during {detector.name}, language {lang!r}: {plural(done, 'finished item')} "
+                f"(over all of the run's splits and members) saved in {self.out}; run the same command "
+                "again to resume where it stopped"
             ) from None
         finally:
             detector.raw_log = None
