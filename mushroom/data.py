@@ -51,6 +51,12 @@ def split_files(split: str, data_dir: Path | None = None) -> dict[str, Path]:
         raise MushroomError(f"unknown split {split!r}; choose one of {sorted(SPLIT_DIRS)}")
     folder = (data_dir or DEFAULT_DATA_DIR) / SPLIT_DIRS[split]
     if not folder.is_dir():
+        if split == "test-labeled":  # a known split that is not shipped: say so
+            raise MushroomError(
+                f"split folder not found: {folder}; the labelled test split is not shipped with mushroom "
+                "(its labels are held out): put its files there, or set MUSHROOM_DATA_DIR to the folder "
+                "holding test-labeled/"
+            )
         raise MushroomError(
             f"split folder not found: {folder} (set MUSHROOM_DATA_DIR to the folder holding val/ and "
             "test-unlabeled/, or pass --items FILE)"
