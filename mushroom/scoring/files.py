@@ -10,7 +10,7 @@ Numbers are parsed like pandas' ujson (see jsonnum), so ties and ranks match exa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,34 +66,33 @@ def _is_num(value: Any) -> bool:
     return (isinstance(value, (int, float))) and not isinstance(value, bool)
 
 
-def _parse_soft(raw: Any, where: tuple[str, int], problems: list[Problem]) -> list | None:
-    path, line = where
+def _parse_soft(raw: Any, where: Problem, problems: list[Problem]) -> list | None:
+    """Soft spans as (start, end, prob); `where` locates the line (its field is set per problem)."""
     if not isinstance(raw, list):
-        problems.append(Problem(path, line, "soft_labels", "must be a list of {start, end, prob}"))
+        problems.append(replace(where, field="soft_labels", message="must be a list of {start, end, prob}"))
         return None
     out = []
     for i, span in enumerate(raw):
         if not isinstance(span, dict) or not {"start", "end", "prob"} <= span.keys():
-            problems.append(Problem(path, line, f"soft_labels.{i}", "needs keys start, end, prob"))
+            problems.append(replace(where, field=f"soft_labels.{i}", message="needs keys start, end, prob"))
             continue
         if not (is_json_int(span["start"]) and is_json_int(span["end"]) and _is_num(span["prob"])):
-            problems.append(
-                Problem(path, line, f"soft_labels.{i}", "start/end must be integers, prob a number")
-            )
+            message = "start/end must be integers, prob a number"
+            problems.append(replace(where, field=f"soft_labels.{i}", message=message))
             continue
         out.append((span["start"], span["end"], span["prob"]))
     return out
 
 
-def _parse_hard(raw: Any, where: tuple[str, int], problems: list[Problem]) -> list | None:
-    path, line = where
+def _parse_hard(raw: Any, where: Problem, problems: list[Problem]) -> list | None:
+    """Hard spans as (start, end); `where` locates the line."""
     if not isinstance(raw, list):
-        problems.append(Problem(path, line, "hard_labels", "must be a list of [start, end]"))
+        problems.append(replace(where, field="hard_labels", message="must be a list of [start, end]"))
         return None
     out = []
     for i, span in enumerate(raw):
         if not (isinstance(span, list) and len(span) == 2 and all(is_json_int(v) for v in span)):
-            problems.append(Problem(path, line, f"hard_labels.{i}", "must be [start, end] integers"))
+            problems.append(replace(where, field=f"hard_labels.{i}", message="must be [start, end] integers"))
             continue
         out.append((span[0], span[1]))
     return out
@@ -146,7 +145,6 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
     records: dict[str, ScoringRecord] = {}
     first_line: dict[str, int] = {}
     for lineno, row in rows:
-        where = (str(path), lineno)
         rid = row.get("id")
         if not isinstance(rid, str) or not rid:
             got = "missing" if rid is None else f"not a string (got {type(rid).__name__} {rid!r})"
@@ -158,6 +156,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             )
             continue
         first_line[rid] = lineno
+        where = Problem(str(path), lineno, None, "", item_id=rid)
         soft = _parse_soft(row["soft_labels"], where, problems) if "soft_labels" in row else None
         hard = _parse_hard(row["hard_labels"], where, problems) if "hard_labels" in row else None
         if ("soft_labels" in row and soft is None) or ("hard_labels" in row and hard is None):
