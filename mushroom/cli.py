@@ -180,8 +180,10 @@ def _score_run_files(
     errors. Without a run folder (files given directly) or for a run over every item, each
     gold item must have a prediction, as the official scorer requires.
     """
+    from mushroom.data import lang_from_filename
     from mushroom.runs import items_files, prediction_folder, run_scope, variant_names
     from mushroom.scoring.score import pair_paths, score_pairs
+    from mushroom.submission import submission_name
 
     scope = run_scope(pred)
     if pred.is_dir():
@@ -198,6 +200,9 @@ def _score_run_files(
             except MushroomError:
                 if (scope is not None and pred == scope.folder) or variant_names(pred, split):
                     raise
+        lang = lang_from_filename(gold) if gold.is_file() else None
+        if lang is not None and (pred / submission_name(lang, split)).is_file():
+            pred = pred / submission_name(lang, split)  # one gold file: the run's file of its language
     pairing = pair_paths(
         gold, pred, langs, allow_missing=scope is not None and scope.langs is not None, role=role
     )

@@ -965,3 +965,15 @@ def test_a_misspelt_key_of_a_run_config_names_the_key_it_may_be(tmp_path, capsys
     assert code == 2 and "field 'split': unknown key (did you mean 'splits'?)" in text
     assert "field 'detector.nmae': unknown key (did you mean 'name'?)" in text
     assert "field 'variants.0.optons': unknown key (did you mean 'options'?)" in text
+
+
+def test_score_of_one_gold_file_against_a_run_folder_takes_the_runs_file_of_its_language(tmp_path, capsys):
+    from mushroom.submission import submission_name
+
+    folder = tmp_path / "run" / "predictions"
+    folder.mkdir(parents=True)
+    for lang in ("en", "de"):  # gold as predictions: a perfect score for the right language only
+        gold = VAL_DIR / f"mushroom.{lang}-val.v2.extra.jsonl"
+        (folder / submission_name(lang, "val")).write_bytes(gold.read_bytes())
+    code, out, err = cli(capsys, "score", VAL_EN, tmp_path / "run")
+    assert code == 0 and out.endswith("IoU: 1.00000000\nCor: 1.00000000\n"), err
