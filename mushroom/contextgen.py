@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from mushroom.backends.base import Backend, GenerationRequest
-from mushroom.contexts import DEFAULT_CONTEXT_DIR, load_contexts, support_contexts
+from mushroom.contexts import DEFAULT_CONTEXT_DIR, GRADES_SUFFIX, load_contexts, support_contexts
 from mushroom.jsonl import append_jsonl, iter_json_lines
 from mushroom.languages import language_name
 from mushroom.prompts import load_prompt
@@ -43,11 +43,19 @@ class ContextStats:
     errors: list[str] = field(default_factory=list)
 
 
-def _done_ids(path: Path) -> set[str]:
-    """Ids already in an output or grades file (the resume point)."""
+def _done_ids(path: Path, grading: Grading | None = None) -> set[str]:
+    """Ids already in an output file, or in a grades file graded as `grading` (the resume point).
+
+    A context dropped by one grading is generated and graded again under another: run with
+    `--grade none` after an embedding grade dropped it, a user expects it kept.
+    """
     if not path.exists():
         return set()
-    return {str(row["id"]) for _, row in iter_json_lines(path, []) if isinstance(row, dict) and "id" in row}
+    return {
+        str(row["id"])
+        for _, row in iter_json_lines(path, [])
+        if isinstance(row, dict) and "id" in row and (grading is None or row.get("grading") == grading)
+    }
 
 
 def generate_contexts(
@@ -87,13 +95,13 @@ def generate_contexts(
     root = context_dir or DEFAULT_CONTEXT_DIR
     root.mkdir(parents=True, exist_ok=True)
     out_path = root / f"{split}.{lang}.{source}.jsonl"
-    grades_path = root / f"{split}.{lang}.{source}.grades.jsonl"
+    grades_path = root / f"{split}.{lang}.{source}{GRADES_SUFFIX}.jsonl"
     stats = ContextStats(items=len(items))
     covered: set[str] = set()
     if tiers:
         ctx = load_contexts(split, lang, tiers, context_dir=root, allow_missing_source=True)
         covered = {i for i, cs in ctx.by_id.items() if support_contexts(cs)}
-    done = _done_ids(out_path) | _done_ids(grades_path)
+    done = _done_ids(out_path) | _done_ids(grades_path, grading)
     todo = []
     for item in items:
         if item.id in covered:

@@ -30,6 +30,7 @@ _HERE = PROJECT_ROOT / "contexts" if IN_CHECKOUT else Path.cwd() / "contexts"
 DEFAULT_CONTEXT_DIR = Path(os.environ.get("MUSHROOM_CONTEXT_DIR") or _HERE)
 # The fact-check source exists for English only (val and test): optional.
 DEFAULT_SOURCES = ("perplexity-sonar-pro", "deepseek-r1", "qa_perplexity-sonar-pro?")
+GRADES_SUFFIX = ".grades"  # `<split>.<lang>.<source>.grades.jsonl`: contextgen's decisions, not a source
 OPTIONAL = "?"
 FACT_CHECK_PREFIX = "qa_"
 
@@ -95,7 +96,9 @@ def _sources_named(context_dir: Path | None, ucsc_glob: str, own_glob: str) -> s
         source = stem.split("_", 1)[1] if "_" in stem else stem
         found.add(f"translated:{source}" if "-translated-English" in stem else source)
     for path in root.glob(own_glob):
-        found.add(path.name.removesuffix(".jsonl").split(".", 2)[2])
+        source = path.name.removesuffix(".jsonl").split(".", 2)[2]
+        if not source.endswith(GRADES_SUFFIX):  # the grading record beside a generated source
+            found.add(source)
     return found
 
 

@@ -240,12 +240,23 @@ def test_context_stage_generates_only_missing_items_grades_and_resumes(tmp_path)
     assert [c.text for c in ctx.by_id["b"]] == ["the capital of peru is lima"] and "c" not in ctx.by_id
     grades = [json.loads(line) for line in (tmp_path / "val.en.gen.grades.jsonl").read_text().splitlines()]
     assert {g["id"]: g["relevant"] for g in grades} == {"b": True, "c": False}
-    # resume: nothing is sent again
+    # resume with the same grading: nothing is sent again
     again = Scripted({})
     st2 = generate_contexts(
-        "val", "en", items, again, source="gen", tiers=("retrieved",), context_dir=tmp_path
-    )
+        "val", "en", items, again, source="gen", tiers=("retrieved",), grading="embedding",
+        context_dir=tmp_path, encoder=FakeEncoder(),
+    )  # fmt: skip
     assert again.seen == [] and st2.already_generated == 2
+    # without grading, the context the embedding grade dropped is made again and kept
+    ungraded = Scripted({"c": ["bananas are yellow fruit"]})
+    st3 = generate_contexts(
+        "val", "en", items, ungraded, source="gen", tiers=("retrieved",), context_dir=tmp_path
+    )
+    assert [r.key for r in ungraded.seen] == ["c"] and (st3.already_generated, st3.kept) == (1, 1)
+    # the grades file beside the source is no source of its own
+    from mushroom.contexts import available_sources
+
+    assert available_sources("val", "en", tmp_path) == ["gen", "retrieved"]
 
 
 def test_context_stage_llm_grading_over_loopback(tmp_path):
