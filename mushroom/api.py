@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import Field
 
 from mushroom import records
+from mushroom.errors import MushroomError
 from mushroom.records import Context, Item
 
 
@@ -114,9 +115,15 @@ def detect_batch(
     for item in rows:
         by_lang.setdefault(item.lang, []).append(item)
     found: dict[str, records.Prediction] = {}
-    for group in by_lang.values():  # a detector call serves one language
-        for item, pred in zip(group, detector.detect(group, contexts)):
-            found[item.id] = pred
+    try:
+        for group in by_lang.values():  # a detector call serves one language
+            for item, pred in zip(group, detector.detect(group, contexts)):
+                found[item.id] = pred
+    except MushroomError:
+        # the detector is kept between calls; one that failed (a model that could not be
+        # loaded, a server that was down) is built afresh by the next call, which retries
+        _detector.cache_clear()
+        raise
     for item in rows:
         pred = found[item.id]
         out.append(

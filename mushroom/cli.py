@@ -287,11 +287,13 @@ def ensemble(
     for path in preds:
         input_file(path, "PREDS")
     item_list = load_items(input_file(items, "--items")) if items else None
-    first = set(load_predictions(preds[0]))
-    for path in preds[1:]:
+    ids_of = [set(load_predictions(p)) for p in preds]
+    for path, ids in zip(preds, ids_of):
+        if not ids:
+            raise DataError.single(path, None, None, "no predictions in the file")
         # files of two languages (or splits): without this, every line of the second was "not
         # among the items" and the reason never named
-        if first and not first & set(load_predictions(path)):
+        if not ids & ids_of[0]:
             raise MushroomError(
                 f"{path} has no item in common with {preds[0]}: an ensemble votes over runs of the same "
                 "items (files of other languages or splits?)"
@@ -299,10 +301,7 @@ def ensemble(
     if item_list is not None:
         lengths = text_lengths(item_list)
     else:
-        ids = list(first)
-        if not ids:
-            raise DataError.single(preds[0], None, None, "no predictions in the file")
-        found = shipped_lengths(ids)
+        found = shipped_lengths(sorted(ids_of[0]))
         if found is None:
             raise MushroomError(
                 f"{preds[0]}: the ids are not all from the shipped val/test files, so the answers' lengths "

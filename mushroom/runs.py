@@ -18,6 +18,7 @@ from typing import Any
 
 from mushroom import __version__
 from mushroom.data import PROJECT_ROOT
+from mushroom.jsonl import atomic_write_text
 
 # Every library a number can depend on: the core ones, the stack's trees (scikit-learn), the
 # lexical channels' word lists (wordfreq), the encoders and model backends (None when absent).
@@ -83,9 +84,8 @@ def timestamp() -> str:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Writes pretty JSON (UTF-8), creating folders."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    """Writes pretty JSON (UTF-8), creating folders; atomically, so a kill leaves the old file or the new."""
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 @dataclass(frozen=True)

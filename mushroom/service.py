@@ -89,6 +89,12 @@ def score_file(split: str, lang: str, path: Path, items: list[Item] | None = Non
 
 ABSENT = object()
 MAX_CHANGES_SHOWN = 10
+# What a run writes at the top of its folder: a folder holding only these (a run whose
+# config.json was lost) is no folder of the user's own files.
+RUN_FILES = frozenset(
+    "config.json versions.json stages.json summary.json failures.jsonl scores.json scores.md "
+    "submission.zip stack.json items predictions raw val members responses.cache.jsonl".split()
+)
 
 
 def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
@@ -297,6 +303,8 @@ class RunService:
         self.warnings: list[str] = []
         self.started = time.perf_counter()
         self._lock_key: Path | None = None
+        if self.out.exists() and not self.out.is_dir():
+            raise MushroomError(f"--out {self.out} is a file; give a folder for the run")
         self.stages = self._read_json(self.out / "stages.json") or {}
         try:
             self.resumed = self._open()
@@ -378,16 +386,19 @@ class RunService:
 
     def _open(self) -> bool:
         cfg_path = self.out / "config.json"
-        if self.out.exists() and not self.out.is_dir():
-            raise MushroomError(f"--out {self.out} is a file; give a folder for the run")
         if self.out.is_dir() and not cfg_path.exists():
-            # a folder of the user's own files would silently become a run folder (and files of
-            # theirs named like ours overwritten)
-            others = sorted(p.name for p in self.out.iterdir() if p.name not in (".lock", "versions.json"))
+            # A folder of the user's own files silently became a run folder. Said, not refused:
+            # a shell's `> OUT/log.txt` or a stack.json beside `stack apply`'s --out is there first.
+            others = sorted(
+                p.name
+                for p in self.out.iterdir()
+                if not p.name.startswith((".", "mushroom.")) and p.name not in RUN_FILES
+            )
             if others:
-                raise MushroomError(
-                    f"--out {self.out} holds files and no run ({', '.join(others[:3])}"
-                    f"{', ...' if len(others) > 3 else ''}; no config.json): give a new or empty folder"
+                self.console.print(
+                    f"[yellow]note:[/yellow] {escape(str(self.out))} holds files and no run "
+                    f"({escape(', '.join(others[:3]))}{', ...' if len(others) > 3 else ''}): "
+                    "the run is written beside them"
                 )
         self.out.mkdir(parents=True, exist_ok=True)
         self._lock()

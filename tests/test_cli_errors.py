@@ -699,14 +699,6 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
     config.write_text('name = "c"\n[detector]\nname = "llm"\n[detector.options.backend]\nkind = "openai"\n')
     code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
     assert code == 2 and "needs `base_url`" in err and not out.exists()
-    # a folder of the user's own files does not become a run folder
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    (mine / "notes.txt").write_text("mine")
-    code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "1", "--out", mine, "--quiet")
-    assert (
-        code == 2 and "holds files and no run (notes.txt" in err and sorted(os.listdir(mine)) == ["notes.txt"]
-    )
     # languages and context files are read before the folder is made too
     for args in (["--lang", "xx"], ["--lang", "yy", "--detector", "lexical"]):
         code, _, err = cli(capsys, "main-job", *args, "--out", out, "--quiet")
@@ -977,3 +969,37 @@ def test_score_of_one_gold_file_against_a_run_folder_takes_the_runs_file_of_its_
         (folder / submission_name(lang, "val")).write_bytes(gold.read_bytes())
     code, out, err = cli(capsys, "score", VAL_EN, tmp_path / "run")
     assert code == 0 and out.endswith("IoU: 1.00000000\nCor: 1.00000000\n"), err
+
+
+def test_a_run_in_a_folder_of_other_files_says_so_and_keeps_them(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    (mine / ".DS_Store").write_text("")
+    args = ("detect", "--lang", "en", "--limit", "1", "--out", mine, "--quiet")
+    code, out, err = cli(capsys, *args)
+    assert code == 0 and "holds files and no run (notes.txt): the run is written beside them" in " ".join(
+        (out + err).split()
+    )
+    assert (mine / "notes.txt").read_text() == "mine" and (mine / "config.json").is_file()
+    # a run folder that lost its config.json is no folder of other files
+    (mine / "config.json").unlink()
+    (mine / "notes.txt").unlink()
+    code, out, err = cli(capsys, *args)
+    assert code == 0 and "holds files" not in out + err, out + err
+
+
+def test_score_names_the_item_of_a_bad_line_and_what_an_unlabelled_or_odd_file_is(tmp_path, capsys):
+    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()]
+    bad = [{k: r[k] for k in ("id", "soft_labels", "hard_labels")} for r in rows]
+    bad[0]["hard_labels"] = "x"
+    bad[1]["id"] = 7
+    code, _, err = cli(capsys, "score", VAL_EN, write_lines(tmp_path / "bad.jsonl", bad))
+    text = " ".join(err.split())
+    assert code == 1 and f"bad.jsonl:1: id '{rows[0]['id']}': field 'hard_labels': must be a list" in text
+    assert "bad.jsonl:2: field 'id': not a string (got int 7)" in text
+    unlabelled = ROOT / "data" / "mushroom" / "test-unlabeled" / "mushroom.en-tst.v1.jsonl"
+    code, _, err = cli(capsys, "score", unlabelled, unlabelled)
+    assert code == 1 and "items without gold labels (an unlabelled split such as test) cannot be scored" in (
+        " ".join(err.split())
+    )

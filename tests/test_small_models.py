@@ -322,3 +322,25 @@ def test_a_model_that_fails_to_load_stops_the_run_once_without_retrying(monkeypa
         ):
             load()
     assert tries == ["foo/bar", "foo/bar"]  # one try by each
+
+
+def test_the_one_call_api_builds_a_detector_afresh_after_it_failed(monkeypatch):
+    # the API keeps built detectors; one whose model could not be loaded stayed broken for the
+    # life of the process (a notebook), every later call failing without a new try
+    import transformers
+
+    import mushroom
+
+    tries = []
+
+    def refuse(name, *args, **kwargs):
+        tries.append(name)
+        raise OSError("no network")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", refuse)
+    for _ in range(2):
+        with pytest.raises(MushroomError, match="could not be loaded"):
+            mushroom.detect(
+                "Paris is in Italy.", "Paris is in France.", method="nli", model="x/y", device="cpu"
+            )
+    assert tries == ["x/y", "x/y"]

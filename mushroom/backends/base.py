@@ -178,7 +178,8 @@ def warnings_to(sink: Callable[[str], None]) -> Iterator[None]:
     """Backend warnings go to `sink` while inside (a module global: backends warn from threads).
 
     Through `warnings.warn` the CLI printed a warning twice: Python's line with its source
-    file and code, then the run's own `warning:` line.
+    file and code, then the run's own `warning:` line. One sink at a time: runs in parallel
+    threads of one process would share the innermost one.
     """
     global _warning_sink
     before, _warning_sink = _warning_sink, sink
@@ -191,7 +192,7 @@ def warnings_to(sink: Callable[[str], None]) -> Iterator[None]:
 def backend_warnings(backend: Backend | None) -> list[str]:
     """What a backend warned of (e.g. unconstrained decoding); none for no backend (never built).
 
-    Backends warn once with `warnings.warn`, which scrolls past; a detector hands these to the
-    run so that they reach its summary too.
+    Backends warn once, as they happen (see `Backend.warn`); a detector hands these to the run
+    so that they reach its summary too.
     """
     return backend.warnings if backend is not None else []

@@ -17,7 +17,10 @@ defaults are chosen for the other end, a one-slot CPU server (llama.cpp on a lap
 - **Retries** (tenacity): 429, 5xx, and lost connections, with bounded exponential backoff
   that honours Retry-After. A 4xx, and a 5xx whose body says the request is invalid (as
   llama-cpp-python answers a `response_format` it does not know), is the request's error at
-  once: sending it again cannot help.
+  once: sending it again cannot help. While no server has answered at the URL in the run, a
+  request that gives up on connection errors makes the next ones fail at once, unsent, for
+  30 s: a dead URL fails a run in seconds, not hours of per-item retries. After a server has
+  answered, an outage fails only the requests made during it.
 - **Structured output**: the JSON schema travels in the form the server knows
   (`structured_output`): `json_schema` (OpenAI, vLLM), `json_object` with a `schema`
   (llama.cpp), `guided_json` (vLLM's extra field) or `none`. `auto` tries them in the order
@@ -149,11 +152,14 @@ class OpenAIBackend(Backend):
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
         )
         self.retries_made = 0
-        # (message, when) of the last request that gave up on connection errors alone, cleared
-        # by any response: for UNREACHABLE_PAUSE_S after it requests fail at once instead of
-        # each spending its retries on a server that is not there (a dead URL cost every item
-        # of a test run ~9 s, hours in all); then one is sent again, in case it is back.
+        # (message, when) of a request that gave up on connection errors while no server has
+        # answered at the URL in this run: for UNREACHABLE_PAUSE_S after it requests fail at
+        # once instead of each spending its retries on a server that is not there (a dead URL
+        # cost every item of a test run ~9 s, hours in all); then they are sent again, in case
+        # it has started. Once a server has answered, an outage fails only the requests made
+        # during it, as before: a restart must not fail every item left in the run.
         self._unreachable: tuple[str, float] | None = None
+        self._reached = False
         self._lock = threading.Lock()
         self._concurrency: int | None = config.concurrency if isinstance(config.concurrency, int) else None
         self.concurrency_source = "config" if self._concurrency else ""
@@ -258,6 +264,7 @@ class OpenAIBackend(Backend):
         try:
             response = self.client.post(path, json=body)
         except httpx.ReadTimeout as exc:
+            self._reached = True  # connected: a server is there
             message = f"timeout after {self.config.timeout_s} s waiting for {url}"
             if self.config.retry_timeouts:
                 raise _Transient(message) from exc
@@ -270,6 +277,7 @@ class OpenAIBackend(Backend):
             raise _Transient(f"connection error: {type(exc).__name__}{_detail(exc)} ({url})") from exc
         except httpx.TransportError as exc:
             raise _Final(f"transport error: {type(exc).__name__}{_detail(exc)} ({url})") from exc
+        self._reached = True
         if response.status_code in RETRY_STATUS and not is_validation_error(
             response.status_code, response.text
         ):
@@ -293,7 +301,7 @@ class OpenAIBackend(Backend):
             response = retrying(self._attempt, path, body)
         except _Transient as exc:
             message = f"gave up after {plural(attempts, 'attempt')}: {exc}"
-            if exc.unreachable:
+            if exc.unreachable and not self._reached:
                 self._unreachable = (message, time.monotonic())
             return message
         except _Final as exc:

@@ -65,7 +65,8 @@ class ItemResult(BaseModel):
     detail: dict[str, Any] = Field(default_factory=dict)
     seconds: float | None = Field(
         None,
-        description="wall time since the previous item of the run finished: a detector that works "
+        description="wall time since the previous item finished (the first of a language: since its "
+        "work began): a detector that works "
         "on a batch at once (encoding, batched generation) puts the batch's shared time on its first "
         "item, so per-item figures are exact only summed",
     )
