@@ -22,3 +22,7 @@ def __getattr__(name: str):
 
         return getattr(errors, name)
     raise AttributeError(f"module 'mushroom' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))  # the lazy names too, for tab completion

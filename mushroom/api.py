@@ -14,7 +14,6 @@ rather than returning an empty prediction.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
 from typing import Any
 
 from pydantic import Field
@@ -52,13 +51,34 @@ def _options_key(options: dict[str, Any]) -> str:
     return json.dumps(options, sort_keys=True, default=str)
 
 
-@lru_cache(maxsize=8)
+_DETECTORS: dict[tuple[str, str], Any] = {}  # (method, options) -> built detector, kept between calls
+_KEEP = 8
+_ITEM_KEYS = frozenset({"answer", "model_output_text", "contexts", "question", "model_input", "lang", "id"})
+
+
 def _detector(method: str, options_json: str):
+    """The detector for (method, options), built and checked once; the last few are kept."""
     import json
 
     from mushroom.detectors import build
 
-    return build(method, json.loads(options_json))
+    key = (method, options_json)
+    if key not in _DETECTORS:
+        det = build(method, json.loads(options_json))
+        det.check_ready()  # what the CLI checks before a run: a device, a model folder, a URL
+        _DETECTORS[key] = det
+        while len(_DETECTORS) > _KEEP:
+            _DETECTORS.pop(next(iter(_DETECTORS)))
+    return _DETECTORS[key]
+
+
+def _text(value: Any, what: str, k: int) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        # str() of None, NaN or a list became the question ("None", "nan", "['Italy']")
+        raise TypeError(f"item {k}: {what} must be a string, not {type(value).__name__}")
+    return value
 
 
 def _contexts(value: str | Sequence[str] | None) -> list[Context]:
@@ -69,6 +89,41 @@ def _contexts(value: str | Sequence[str] | None) -> list[Context]:
     if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
         raise TypeError(f"contexts must be a string or a list of strings, not {type(value).__name__}")
     return [Context(source=f"context{k}", text=str(text)) for k, text in enumerate(value)]
+
+
+def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
+    """One input of `detect_batch` as an Item and its contexts; a malformed one is a TypeError."""
+    if isinstance(entry, Item):
+        return entry, []
+    if not isinstance(entry, dict):
+        raise TypeError(
+            f"item {k}: detect_batch takes dicts with 'answer', 'contexts', 'question' (or Item records), "
+            f"not {type(entry).__name__}"
+        )
+    unknown = sorted(set(entry) - _ITEM_KEYS)
+    if unknown:  # a misspelt "context" was ignored, and the item checked against nothing
+        from mushroom.errors import did_you_mean
+
+        raise TypeError(
+            f"item {k}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], sorted(_ITEM_KEYS))}; "
+            f"an item has {', '.join(sorted(_ITEM_KEYS))}"
+        )
+    answer = entry.get("answer", entry.get("model_output_text"))
+    if not isinstance(answer, str):
+        raise TypeError(f"item {k}: needs an 'answer' string")
+    item_lang = entry.get("lang", lang)
+    if not isinstance(item_lang, str) or not item_lang:
+        raise TypeError(f"item {k}: lang must be a language code such as 'en', not {item_lang!r}")
+    item_id = entry.get("id", f"item-{k}")
+    if not isinstance(item_id, str | int) or item_id == "":
+        raise TypeError(f"item {k}: id must be a non-empty string, not {item_id!r}")
+    item = Item(
+        id=str(item_id),
+        lang=item_lang.lower(),
+        model_input=_text(entry.get("question", entry.get("model_input")), "question", k),
+        model_output_text=answer,
+    )
+    return item, _contexts(entry.get("contexts"))
 
 
 def detect_batch(
@@ -89,40 +144,60 @@ def detect_batch(
 
     Returns:
         One Prediction per item, in order.
+
+    Warns (RuntimeWarning) where the command line would: items without contexts, a language
+    mushroom does not know, most model output unusable; a failed model call raises RunFailed.
     """
+    import warnings
+
+    from mushroom.languages import LANGUAGES
+    from mushroom.service import unusable_warnings
+
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a detector name such as 'lexical', not {method!r}")
+    if isinstance(items, dict | str) or not isinstance(items, Iterable) or hasattr(items, "columns"):
+        hint = " (for a DataFrame: df.to_dict('records'))" if hasattr(items, "columns") else ""
+        raise TypeError(f"detect_batch takes a list of items (dicts), not a {type(items).__name__}{hint}")
     rows: list[Item] = []
     contexts: dict[str, list[Context]] = {}
     for k, entry in enumerate(items):
-        if isinstance(entry, Item):
-            rows.append(entry)
-            continue
-        answer = entry.get("answer", entry.get("model_output_text"))
-        if not isinstance(answer, str):
-            raise TypeError(f"item {k}: needs an 'answer' string")
-        item = Item(
-            id=str(entry.get("id", f"item-{k}")),
-            lang=str(entry.get("lang", lang)),
-            model_input=str(entry.get("question", entry.get("model_input", ""))),
-            model_output_text=answer,
-        )
+        item, ctx = _item(k, entry, lang)
         rows.append(item)
-        contexts[item.id] = _contexts(entry.get("contexts"))
+        contexts[item.id] = ctx
     if len({it.id for it in rows}) != len(rows):
         raise ValueError("items need distinct ids")
-    detector = _detector(method, _options_key(options))
+    for code in sorted({it.lang for it in rows} - set(LANGUAGES)):
+        warnings.warn(
+            f"language {code!r} is not one mushroom knows ({', '.join(LANGUAGES)}): no stopword list, "
+            "calibration or word splitting of its own is used",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    key = (method, _options_key(options))
+    detector = _detector(*key)
+    bare = sum(1 for it in rows if not contexts.get(it.id))
+    if bare and detector.needs_contexts:
+        warnings.warn(
+            f"{bare} of {len(rows)} items have no contexts: {method} checks the answer against contexts "
+            "and flags nothing in them",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     out: list[Prediction] = []
     by_lang: dict[str, list[Item]] = {}
     for item in rows:
         by_lang.setdefault(item.lang, []).append(item)
     found: dict[str, records.Prediction] = {}
     try:
-        for group in by_lang.values():  # a detector call serves one language
+        for code, group in by_lang.items():  # a detector call serves one language
             for item, pred in zip(group, detector.detect(group, contexts)):
                 found[item.id] = pred
+            for warning in unusable_warnings(f"{method} ({code})", detector.last_stats):
+                warnings.warn(warning, RuntimeWarning, stacklevel=2)
     except MushroomError:
-        # the detector is kept between calls; one that failed (a model that could not be
-        # loaded, a server that was down) is built afresh by the next call, which retries
-        _detector.cache_clear()
+        # a detector that failed (a model that could not be loaded, a server that was down) is
+        # built afresh by the next call, which tries again; the others are kept
+        _DETECTORS.pop(key, None)
         raise
     for item in rows:
         pred = found[item.id]
@@ -149,7 +224,8 @@ def detect(
 
     Args:
         answer: the LLM answer to check.
-        contexts: background text(s) the answer should agree with.
+        contexts: background text(s) the answer should agree with; they are named context0,
+            context1, ... where an option names sources (the lexical `source_weights`).
         question: the question the answer replies to (its words are not flagged).
         method: a registered detector name (`lexical`, `semantic`, `llm`, ...).
         lang: the answer's language code.

@@ -195,7 +195,7 @@ class CachedBackend(Backend):
             self._inner.close()
 
 
-def build_cached(config, enabled: bool, path: Path) -> Backend:
+def build_cached(config, enabled: bool, path: Path | None) -> Backend:
     """Builds the backend for `config`, behind a disk cache at `path` unless disabled.
 
     Replayed responses are already on disk, so a replay backend is never cached.
@@ -204,6 +204,6 @@ def build_cached(config, enabled: bool, path: Path) -> Backend:
     from mushroom.backends.config import parse_backend_config
 
     cfg = parse_backend_config(config)
-    if not enabled or cfg.kind == "replay":
+    if not enabled or path is None or cfg.kind == "replay":
         return build_backend(cfg)
     return CachedBackend(lambda: build_backend(cfg), ResponseCache(path), cfg)

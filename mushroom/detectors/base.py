@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -113,11 +114,15 @@ class Detector(ABC):
     # Whether its backends write answers (llm, chain) rather than score given text (pyes): a
     # base model without a chat template is refused for it before a run.
     generates: ClassVar[bool] = False
+    # Whether it checks answers against contexts, so that an item without any gets nothing
+    # flagged (the library API warns then); llm judges from the model's own knowledge too.
+    needs_contexts: ClassVar[bool] = False
 
     def __init__(self, options: DetectorOptions):
         self.options = options
         # Where a detector keeps caches (response cache, calibration); set by the run service.
         self.workdir: Path | None = None
+        self.last_stats: dict[str, int] = {}
         # The current language's raw-record file; set by the run service per language.
         self.raw_log = None
         # Evidence beyond the final probabilities (item id -> name -> per-character vector),
@@ -138,7 +143,10 @@ class Detector(ABC):
         contexts: dict[str, list[Context]],
         advance: Callable[[int], None] | None = None,
     ) -> list[Prediction]:
-        """Predictions in item order; raises RunFailed naming the failed items."""
+        """Predictions in item order; raises RunFailed naming the failed items.
+
+        The call's summed counters are left in `last_stats` (what the run service warns from).
+        """
         results: dict[str, ItemResult] = {}
         lock = threading.Lock()
 
@@ -149,6 +157,7 @@ class Detector(ABC):
                 advance(1)
 
         self.run(items, contexts, collect)
+        self.last_stats = dict(sum((Counter(r.stats) for r in results.values()), Counter()))
         failed = [r for r in results.values() if r.status == "failed"]
         missing = [it.id for it in items if it.id not in results]
         if failed or missing:
@@ -193,6 +202,15 @@ class Detector(ABC):
                 except MushroomError as exc:
                     where = f"{field}[{k}]" if settings is value else field
                     raise MushroomError(f"{self.name} option {where}: {exc}") from None
+
+    def cache_file(self, name: str) -> Path | None:
+        """Where a response cache lives: in the run folder; outside a run (the Python API), none.
+
+        Outside a run it went to the current folder, where it outlived the session and answered
+        a later call from another server that serves a model of the same name. A cache there is
+        asked for with a detector's `cache_path`.
+        """
+        return self.workdir / name if self.workdir is not None else None
 
     def describe(self) -> dict[str, Any]:
         """Name and options, recorded in every run's config."""

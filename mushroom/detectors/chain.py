@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -56,7 +55,7 @@ class ChainOptions(DetectorOptions):
     retry: bool = Field(True, description="retry a failed stage once with the error shown")
     fallback_probability: float = Field(0.5, ge=0.0, le=1.0, description="false claim, no placeable span")
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label: probability above this")
-    cache: bool = Field(True, description="cache responses in the run folder")
+    cache: bool = Field(True, description="cache responses in the run folder (none from Python)")
     structured_output: bool = Field(True, description="send each stage's JSON schema (constrained decoding)")
 
 
@@ -130,6 +129,7 @@ class ChainDetector(Detector):
     """Decompose into claims, verify each, locate the wrong substrings."""
 
     name = "chain"
+    needs_contexts = True
     generates = True
     Options = ChainOptions
     options: ChainOptions
@@ -151,8 +151,9 @@ class ChainDetector(Detector):
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            path = (self.workdir or Path(".")) / "chain.cache.jsonl"
-            self._backend = self.recording(build_cached(self.options.backend, self.options.cache, path))
+            path = self.cache_file("chain.cache.jsonl")
+            cached = self.options.cache and path is not None
+            self._backend = self.recording(build_cached(self.options.backend, cached, path))
         return self._backend
 
     @property

@@ -150,6 +150,7 @@ class LexicalDetector(VectorDetector):
     """Lexical grounding against the contexts; see the module docstring."""
 
     name = "lexical"
+    needs_contexts = True
     Options = LexicalOptions
     options: LexicalOptions
 
@@ -211,6 +212,8 @@ class LexicalDetector(VectorDetector):
         lang = item.lang
         stop = stopwords(lang)
         stop_chars = stop_characters(lang)
+        # a source weighted 0 is no support at all (all of them at 0 divided by zero below)
+        contexts = [c for c in contexts if opts.source_weights.get(c.source, 1.0) > 0]
         supports = [_Support(c.text, opts) for c in contexts]
         weights = np.array([opts.source_weights.get(c.source, 1.0) for c in contexts])
         total = float(weights.sum()) if contexts else 1.0

@@ -50,7 +50,9 @@ class LLMOptions(DetectorOptions):
     soft: Literal["vote", "mean"] = Field("vote", description="soft label: vote share or mean probability")
     max_context_chars: int = Field(12000, ge=0, description="contexts are cut to this many characters")
     default_probability: float = Field(1.0, ge=0.0, le=1.0, description="for spans given without one")
-    cache: bool = Field(True, description="cache responses on disk (in the run folder)")
+    cache: bool = Field(
+        True, description="cache responses on disk (in the run folder; from Python only with cache_path)"
+    )
     cache_path: str | None = Field(None, description="share one cache file across runs")
 
     @model_validator(mode="after")
@@ -103,9 +105,10 @@ class LLMDetector(Detector):
             path = (
                 Path(self.options.cache_path)
                 if self.options.cache_path
-                else (self.workdir or Path(".")) / "responses.cache.jsonl"
+                else self.cache_file("responses.cache.jsonl")
             )
-            self._backend = self.recording(build_cached(self.options.backend, self.options.cache, path))
+            cached = self.options.cache and path is not None
+            self._backend = self.recording(build_cached(self.options.backend, cached, path))
         return self._backend
 
     @property

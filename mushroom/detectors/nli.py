@@ -66,6 +66,7 @@ class NLIDetector(VectorDetector):
     """Sentence/clause NLI against chunked contexts; see the module docstring."""
 
     name = "nli"
+    needs_contexts = True
     Options = NLIOptions
     options: NLIOptions
 

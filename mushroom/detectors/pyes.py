@@ -85,7 +85,7 @@ class PYesOptions(DetectorOptions):
         "the items being detected (transductive) and saved with the run",
     )
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label: No-side probability above this")
-    cache: bool = Field(True, description="cache responses in the run folder")
+    cache: bool = Field(True, description="cache responses in the run folder (none from Python)")
 
 
 def p_yes(generation: Generation, yes_words: list[str], no_words: list[str]) -> float | None:
@@ -134,6 +134,7 @@ class PYesDetector(Detector):
     """Multi-model yes/no verification of answer pieces; see the module docstring."""
 
     name = "pyes"
+    needs_contexts = True
     Options = PYesOptions
     options: PYesOptions
 
@@ -158,10 +159,10 @@ class PYesDetector(Detector):
     @property
     def backends(self) -> list[Backend]:
         if self._backends is None:
-            root = self.workdir or Path(".")
+            paths = [self.cache_file(f"pyes.model{k}.cache.jsonl") for k in range(len(self.options.models))]
             self._backends = [
-                self.recording(build_cached(cfg, self.options.cache, root / f"pyes.model{k}.cache.jsonl"))
-                for k, cfg in enumerate(self.options.models)
+                self.recording(build_cached(cfg, self.options.cache and path is not None, path))
+                for cfg, path in zip(self.options.models, paths)
             ]
         return self._backends
 

@@ -97,6 +97,7 @@ class SemanticDetector(VectorDetector):
     """Embedding similarity against the contexts, mixed with lexical evidence."""
 
     name = "semantic"
+    needs_contexts = True
     Options = SemanticOptions
     options: SemanticOptions
 

@@ -1,0 +1,75 @@
+"""The one-call library API as a notebook user meets it: bad input, warnings, caches, failures."""
+
+import warnings
+
+import pytest
+from fake_openai_server import FakeServer
+
+import mushroom
+
+ANSWER = "Paris is the capital of Italy."
+CONTEXT = "Paris is the capital of France."
+
+
+def llm_backend(url: str) -> dict:
+    return {"kind": "openai", "base_url": url, "model": "m", "max_retries": 0}
+
+
+def test_malformed_items_are_type_errors_that_say_what_an_item_is():
+    cases = [
+        (lambda: mushroom.detect_batch({"answer": ANSWER}), "a list of items"),
+        (lambda: mushroom.detect_batch([ANSWER]), "takes dicts with 'answer'"),
+        (
+            lambda: mushroom.detect_batch([{"answer": ANSWER, "context": [CONTEXT]}]),
+            "did you mean 'contexts'",
+        ),
+        (lambda: mushroom.detect_batch([{"answer": ANSWER, "id": ""}]), "id must be a non-empty string"),
+        (lambda: mushroom.detect(ANSWER, CONTEXT, question=["Italy"]), "question must be a string"),
+        (lambda: mushroom.detect(ANSWER, CONTEXT, lang=None), "lang must be a language code"),
+        (lambda: mushroom.detect(ANSWER, CONTEXT, method=None), "method must be a detector name"),
+    ]
+    for call, message in cases:
+        with pytest.raises(TypeError, match=message):
+            call()
+    # None is "no question", not the question "None"
+    assert (
+        mushroom.detect(ANSWER, CONTEXT, question=None).hard_labels
+        == mushroom.detect(ANSWER, CONTEXT).hard_labels
+    )
+
+
+def test_what_the_command_line_warns_of_is_warned_of_here_too():
+    with pytest.warns(RuntimeWarning, match="1 of 1 items have no contexts: lexical checks"):
+        assert mushroom.detect(ANSWER).hard_labels == []
+    with pytest.warns(RuntimeWarning, match="language 'xx' is not one mushroom knows"):
+        mushroom.detect(ANSWER, CONTEXT, lang="xx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mushroom.detect(ANSWER, CONTEXT)  # nothing to say
+    # unusable model output: an empty prediction, but said
+    with FakeServer({}, default_text="lorem ipsum") as server:
+        with pytest.warns(RuntimeWarning, match="1 of 1 LLM responses were unparseable"):
+            pred = mushroom.detect(ANSWER, CONTEXT, method="llm", backend=llm_backend(server.url))
+    assert pred.hard_labels == []
+
+
+def test_no_response_cache_is_left_behind_and_a_second_server_is_asked(tmp_path, monkeypatch):
+    # a cache in the current folder answered a later call to another server with the first's answer
+    monkeypatch.chdir(tmp_path)
+    one = '{"incorrect_spans": [{"text": "Italy", "probability": 0.9}]}'
+    with FakeServer({}, default_text=one) as first, FakeServer({}) as second:
+        assert mushroom.detect(ANSWER, CONTEXT, method="llm", backend=llm_backend(first.url)).spans
+        assert mushroom.detect(ANSWER, CONTEXT, method="llm", backend=llm_backend(second.url)).spans == []
+        assert len(second.calls) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_zero_weight_for_every_source_is_no_support_not_a_division_by_zero():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pred = mushroom.detect(ANSWER, CONTEXT, source_weights={"context0": 0.0})
+    assert pred.hard_labels == []
+
+
+def test_the_lazy_names_are_listed_for_tab_completion():
+    assert {"detect", "detect_batch", "Prediction", "RunFailed"} <= set(dir(mushroom))
