@@ -13,6 +13,7 @@ rather than returning an empty prediction.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -63,17 +64,18 @@ def _detector(method: str, options_json: str):
     from mushroom.detectors import build
 
     key = (method, options_json)
-    if key not in _DETECTORS:
+    det = _DETECTORS.pop(key, None)
+    if det is None:
         det = build(method, json.loads(options_json))
         det.check_ready()  # what the CLI checks before a run: a device, a model folder, a URL
-        _DETECTORS[key] = det
-        while len(_DETECTORS) > _KEEP:
-            _DETECTORS.pop(next(iter(_DETECTORS)))
-    return _DETECTORS[key]
+    _DETECTORS[key] = det  # the most recently used last: the first is dropped past _KEEP
+    while len(_DETECTORS) > _KEEP:
+        _DETECTORS.pop(next(iter(_DETECTORS)))
+    return det
 
 
 def _text(value: Any, what: str, k: int) -> str:
-    if value is None:
+    if value is None or (isinstance(value, float) and value != value):  # None, a DataFrame's NaN
         return ""
     if not isinstance(value, str):
         # str() of None, NaN or a list became the question ("None", "nan", "['Italy']")
@@ -81,13 +83,14 @@ def _text(value: Any, what: str, k: int) -> str:
     return value
 
 
-def _contexts(value: str | Sequence[str] | None) -> list[Context]:
+def _contexts(value: str | Sequence[str] | None, k: int = 0) -> list[Context]:
     if value is None:
         return []
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
-        raise TypeError(f"contexts must be a string or a list of strings, not {type(value).__name__}")
+        kind = type(value).__name__ if not isinstance(value, Sequence) else "a list of other things"
+        raise TypeError(f"item {k}: contexts must be a string or a list of strings, not {kind}")
     return [Context(source=f"context{k}", text=str(text)) for k, text in enumerate(value)]
 
 
@@ -100,14 +103,16 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
             f"item {k}: detect_batch takes dicts with 'answer', 'contexts', 'question' (or Item records), "
             f"not {type(entry).__name__}"
         )
-    unknown = sorted(set(entry) - _ITEM_KEYS)
-    if unknown:  # a misspelt "context" was ignored, and the item checked against nothing
-        from mushroom.errors import did_you_mean
+    # A misspelt "context" was ignored, and the item checked against nothing; the other keys of
+    # a record from the data files (annotations, soft_labels, ...) are left alone.
+    from mushroom.errors import close_match
 
-        raise TypeError(
-            f"item {k}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], sorted(_ITEM_KEYS))}; "
-            f"an item has {', '.join(sorted(_ITEM_KEYS))}"
-        )
+    for key in sorted(set(entry) - _ITEM_KEYS - set(Item.model_fields)):
+        if isinstance(key, str) and (near := close_match(key, sorted(_ITEM_KEYS), cutoff=0.8)):
+            raise TypeError(
+                f"item {k}: unknown key {key!r} (did you mean {near!r}?); an item has "
+                f"{', '.join(sorted(_ITEM_KEYS))}"
+            )
     answer = entry.get("answer", entry.get("model_output_text"))
     if not isinstance(answer, str):
         raise TypeError(f"item {k}: needs an 'answer' string")
@@ -115,15 +120,18 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
     if not isinstance(item_lang, str) or not item_lang:
         raise TypeError(f"item {k}: lang must be a language code such as 'en', not {item_lang!r}")
     item_id = entry.get("id", f"item-{k}")
-    if not isinstance(item_id, str | int) or item_id == "":
-        raise TypeError(f"item {k}: id must be a non-empty string, not {item_id!r}")
+    if isinstance(item_id, bool) or not isinstance(item_id, str | numbers.Integral) or item_id == "":
+        raise TypeError(f"item {k}: id must be a non-empty string or an integer, not {item_id!r}")
     item = Item(
         id=str(item_id),
         lang=item_lang.lower(),
         model_input=_text(entry.get("question", entry.get("model_input")), "question", k),
         model_output_text=answer,
+        # a record of the data files keeps the answering model's tokens and logits
+        model_output_tokens=entry.get("model_output_tokens"),
+        model_output_logits=entry.get("model_output_logits"),
     )
-    return item, _contexts(entry.get("contexts"))
+    return item, _contexts(entry.get("contexts"), k)
 
 
 def detect_batch(
@@ -148,6 +156,13 @@ def detect_batch(
     Warns (RuntimeWarning) where the command line would: items without contexts, a language
     mushroom does not know, most model output unusable; a failed model call raises RunFailed.
     """
+    return _detect(items, method, lang, options)
+
+
+def _detect(
+    items: Iterable[dict[str, Any] | Item], method: str, lang: str, options: dict[str, Any]
+) -> list[Prediction]:
+    """`detect_batch`; its warnings point at the line that called `detect` or `detect_batch`."""
     import warnings
 
     from mushroom.languages import LANGUAGES
@@ -171,17 +186,17 @@ def detect_batch(
             f"language {code!r} is not one mushroom knows ({', '.join(LANGUAGES)}): no stopword list, "
             "calibration or word splitting of its own is used",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     key = (method, _options_key(options))
     detector = _detector(*key)
     bare = sum(1 for it in rows if not contexts.get(it.id))
     if bare and detector.needs_contexts:
         warnings.warn(
-            f"{bare} of {len(rows)} items have no contexts: {method} checks the answer against contexts "
-            "and flags nothing in them",
+            f"{bare} of {len(rows)} items have no contexts: {method} checks answers against contexts "
+            "and has nothing to check these against",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     out: list[Prediction] = []
     by_lang: dict[str, list[Item]] = {}
@@ -192,8 +207,8 @@ def detect_batch(
         for code, group in by_lang.items():  # a detector call serves one language
             for item, pred in zip(group, detector.detect(group, contexts)):
                 found[item.id] = pred
-            for warning in unusable_warnings(f"{method} ({code})", detector.last_stats):
-                warnings.warn(warning, RuntimeWarning, stacklevel=2)
+            for warning in unusable_warnings(f"{method} ({code})", detector.last_stats, in_run=False):
+                warnings.warn(warning, RuntimeWarning, stacklevel=3)
     except MushroomError:
         # a detector that failed (a model that could not be loaded, a server that was down) is
         # built afresh by the next call, which tries again; the others are kept
@@ -235,4 +250,4 @@ def detect(
         The Prediction: `.hard_labels`, `.soft_labels`, `.probs`, `.spans`.
     """
     item = {"id": "item", "answer": answer, "contexts": contexts, "question": question, "lang": lang}
-    return detect_batch([item], method=method, lang=lang, **options)[0]
+    return _detect([item], method, lang, options)[0]

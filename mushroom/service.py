@@ -262,12 +262,17 @@ _UNUSABLE = (
 UNUSABLE_SHARE = 0.5
 
 
-def unusable_warnings(where: str, stats: dict[str, int]) -> list[str]:
-    """Warnings for counters saying that most model output of a language was unusable or cut off."""
+def unusable_warnings(where: str, stats: dict[str, int], in_run: bool = True) -> list[str]:
+    """Warnings for counters saying that most model output of a language was unusable or cut off.
+
+    Outside a run (`in_run` False: the Python API) the advice names no run folder.
+    """
     out = []
     for bad, total, what, meaning in _UNUSABLE:
         n, of = stats.get(bad, 0), stats.get(total, 0)
         if of and n / of >= UNUSABLE_SHARE:
+            if not in_run and meaning is _FALL_BACK:
+                meaning = _FALL_BACK.split(" (raw/", 1)[0]
             out.append(f"{where}: {n} of {of} {what}{meaning}")
     return out
 

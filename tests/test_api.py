@@ -73,3 +73,26 @@ def test_a_zero_weight_for_every_source_is_no_support_not_a_division_by_zero():
 
 def test_the_lazy_names_are_listed_for_tab_completion():
     assert {"detect", "detect_batch", "Prediction", "RunFailed"} <= set(dir(mushroom))
+
+
+def test_records_of_the_data_files_and_a_dataframes_values_are_items():
+    import json
+
+    from conftest import VAL_EN
+
+    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:2]]  # annotations, labels, ...
+    for row in rows:
+        row["contexts"] = [row["model_input"]]
+    assert len(mushroom.detect_batch(rows)) == 2
+    numpy = pytest.importorskip("numpy")
+    pred = mushroom.detect_batch(
+        [{"id": numpy.int64(3), "answer": ANSWER, "contexts": CONTEXT, "question": numpy.nan}]
+    )
+    assert pred[0].id == "3"
+
+
+def test_a_warning_points_at_the_users_line():
+    with pytest.warns(RuntimeWarning) as caught:
+        mushroom.detect(ANSWER)
+        mushroom.detect_batch([{"answer": ANSWER}])
+    assert [w.filename for w in caught] == [__file__, __file__]

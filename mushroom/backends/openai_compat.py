@@ -20,7 +20,7 @@ defaults are chosen for the other end, a one-slot CPU server (llama.cpp on a lap
   once: sending it again cannot help. While no server has answered at the URL in the run, a
   request that gives up on connection errors makes the next ones fail at once, unsent, for
   30 s: a dead URL fails a run in seconds, not hours of per-item retries. After a server has
-  answered, an outage fails only the requests made during it.
+  answered, it takes three such requests in a row (a server gone for good, not a restart).
 - **Structured output**: the JSON schema travels in the form the server knows
   (`structured_output`): `json_schema` (OpenAI, vLLM), `json_object` with a `schema`
   (llama.cpp), `guided_json` (vLLM's extra field) or `none`. `auto` tries them in the order
@@ -73,6 +73,7 @@ RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 FALLBACK = ("json_schema", "json_object", "none")
 VLLM_CONCURRENCY = 32
 UNREACHABLE_PAUSE_S = 30.0  # after a request found no server, others fail at once for this long
+UNREACHABLE_IN_ROW = 3  # once a server has answered: requests that found none, in a row, to stop sending
 LATE_TOP_K = 50  # top log-probabilities asked for when a server's echoed rows are one token late
 # A body that says the request itself is wrong; such an answer is final even with a 5xx code.
 _INVALID = re.compile(
@@ -153,13 +154,14 @@ class OpenAIBackend(Backend):
         )
         self.retries_made = 0
         # (message, when) of a request that gave up on connection errors while no server has
-        # answered at the URL in this run: for UNREACHABLE_PAUSE_S after it requests fail at
-        # once instead of each spending its retries on a server that is not there (a dead URL
-        # cost every item of a test run ~9 s, hours in all); then they are sent again, in case
-        # it has started. Once a server has answered, an outage fails only the requests made
-        # during it, as before: a restart must not fail every item left in the run.
+        # answered at the URL in this run, or the UNREACHABLE_IN_ROW-th such request in a row
+        # after one has: for UNREACHABLE_PAUSE_S after it requests fail at once instead of each
+        # spending its retries on a server that is not there (a dead URL cost every item of a
+        # test run ~9 s, hours in all); then they are sent again, in case it is back. A short
+        # outage (a restart) fails only the requests made during it.
         self._unreachable: tuple[str, float] | None = None
         self._reached = False
+        self._unreachable_in_row = 0
         self._lock = threading.Lock()
         self._concurrency: int | None = config.concurrency if isinstance(config.concurrency, int) else None
         self.concurrency_source = "config" if self._concurrency else ""
@@ -301,12 +303,15 @@ class OpenAIBackend(Backend):
             response = retrying(self._attempt, path, body)
         except _Transient as exc:
             message = f"gave up after {plural(attempts, 'attempt')}: {exc}"
-            if exc.unreachable and not self._reached:
-                self._unreachable = (message, time.monotonic())
+            if exc.unreachable:
+                with self._lock:
+                    self._unreachable_in_row += 1
+                    if not self._reached or self._unreachable_in_row >= UNREACHABLE_IN_ROW:
+                        self._unreachable = (message, time.monotonic())
             return message
         except _Final as exc:
             return str(exc)
-        self._unreachable = None  # the server answers (again)
+        self._unreachable, self._unreachable_in_row = None, 0  # the server answers (again)
         return response
 
     # ----------------------------------------------------------------- generation
