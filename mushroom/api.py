@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import Field
 
 from mushroom import records
-from mushroom.errors import MushroomError
+from mushroom.errors import MushroomError, RunFailed
 from mushroom.records import Context, Item
 
 
@@ -198,15 +198,18 @@ def _detect(
             RuntimeWarning,
             stacklevel=3,
         )
-    out: list[Prediction] = []
     by_lang: dict[str, list[Item]] = {}
     for item in rows:
         by_lang.setdefault(item.lang, []).append(item)
     found: dict[str, records.Prediction] = {}
+    errors: dict[str, str] = {}
     try:
         for code, group in by_lang.items():  # a detector call serves one language
-            for item, pred in zip(group, detector.detect(group, contexts)):
-                found[item.id] = pred
+            try:
+                found.update(zip((it.id for it in group), detector.detect(group, contexts)))
+            except RunFailed as exc:  # the language's other items, and the other languages, go on
+                found.update(exc.predictions)
+                errors.update(exc.errors)
             for warning in unusable_warnings(f"{method} ({code})", detector.last_stats, in_run=False):
                 warnings.warn(warning, RuntimeWarning, stacklevel=3)
     except MushroomError:
@@ -214,17 +217,23 @@ def _detect(
         # built afresh by the next call, which tries again; the others are kept
         _DETECTORS.pop(key, None)
         raise
-    for item in rows:
-        pred = found[item.id]
-        out.append(
-            Prediction(
-                id=pred.id,
-                soft_labels=pred.soft_labels,
-                hard_labels=pred.hard_labels,
-                text=item.model_output_text,
-            )
+    texts = {item.id: item.model_output_text for item in rows}
+
+    def with_text(pred: records.Prediction) -> Prediction:
+        return Prediction(
+            id=pred.id, soft_labels=pred.soft_labels, hard_labels=pred.hard_labels, text=texts[pred.id]
         )
-    return out
+
+    if errors:
+        _DETECTORS.pop(key, None)
+        first = next(iter(errors))
+        raise RunFailed(
+            f"{method}: {len(errors)} of {len(rows)} items failed (first: {first}: {errors[first]}); "
+            "the others are in the exception's `predictions` (id -> Prediction)",
+            predictions={i: with_text(p) for i, p in found.items()},
+            errors=errors,
+        )
+    return [with_text(found[item.id]) for item in rows]
 
 
 def detect(

@@ -21,10 +21,17 @@ class RunFailed(MushroomError):
     """Items of a run failed (model calls, detector errors): exit 3, nothing submitted.
 
     Raised after everything that could be done was done and written, so a re-run of the same
-    command redoes only the failed items.
+    command redoes only the failed items. From Python (`Detector.detect`, `mushroom.detect_batch`)
+    it carries what did not fail: `predictions` (id -> prediction of each item that worked) and
+    `errors` (id -> error of each that failed), so one failed call does not lose a whole batch.
     """
 
     exit_code = 3
+
+    def __init__(self, message: str, predictions: dict | None = None, errors: dict[str, str] | None = None):
+        super().__init__(message)
+        self.predictions: dict = dict(predictions or {})
+        self.errors: dict[str, str] = dict(errors or {})
 
 
 @dataclass(frozen=True)

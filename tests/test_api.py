@@ -96,3 +96,18 @@ def test_a_warning_points_at_the_users_line():
         mushroom.detect(ANSWER)
         mushroom.detect_batch([{"answer": ANSWER}])
     assert [w.filename for w in caught] == [__file__, __file__]
+
+
+def test_a_failed_item_keeps_the_others_in_the_exception():
+    # one failed call threw a whole batch away
+    script = {"item two": [("status", 400)]}
+    with FakeServer(script) as server:
+        items = [
+            {"id": "one", "answer": ANSWER, "contexts": CONTEXT, "question": "item one"},
+            {"id": "two", "answer": ANSWER, "contexts": CONTEXT, "question": "item two"},
+            {"id": "three", "answer": ANSWER, "contexts": CONTEXT, "question": "item three", "lang": "de"},
+        ]
+        with pytest.raises(mushroom.RunFailed, match="1 of 3 items failed .first: two: HTTP 400") as caught:
+            mushroom.detect_batch(items, method="llm", backend=llm_backend(server.url))
+    assert sorted(caught.value.predictions) == ["one", "three"] and list(caught.value.errors) == ["two"]
+    assert caught.value.predictions["one"].probs == [0.0] * len(ANSWER)  # with its text, as returned

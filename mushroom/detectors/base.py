@@ -164,7 +164,13 @@ class Detector(ABC):
             first = failed[0].error if failed else "no result emitted"
             raise RunFailed(
                 f"{self.name}: {len(failed) + len(missing)} of {plural(len(items), 'item')} failed "
-                f"(first: {(failed[0].id if failed else missing[0])}: {first})"
+                f"(first: {(failed[0].id if failed else missing[0])}: {first}); the others are in "
+                "the exception's `predictions`",
+                predictions={r.id: r.prediction for r in results.values() if r.status == "ok"},
+                errors={
+                    **{r.id: r.error or "failed" for r in failed},
+                    **dict.fromkeys(missing, "no result emitted"),
+                },
             )
         return [results[it.id].prediction for it in items]
 
