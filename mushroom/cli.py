@@ -15,6 +15,7 @@ from mushroom.cliutil import (
     esc,
     field_default,
     input_file,
+    interrupt_hint,
     listed,
     nest_options,
     out_console,
@@ -880,36 +881,41 @@ def contexts_cmd(
     for col in ("lang", "items", "from tiers", "done before", "generated", "failed", "kept", "dropped"):
         table.add_column(col, justify="right")
     failed = []
-    for code, items in data.items():
-        if limit is not None:
-            items = items[:limit]
-        sink[0] = RawLog(root / ".raw" / f"{split}.{code}.{source}.jsonl")
-        st = generate_contexts(
-            split,
-            code,
-            items,
-            engine,
-            source,
-            tier_list,
-            prompt,
-            topic,
-            grade,
-            None,
-            min_similarity,
-            root,
-            max_tokens=max_tokens,
-        )
-        counts = (
-            st.items,
-            st.covered_by_tiers,
-            st.already_generated,
-            st.generated,
-            st.failed,
-            st.kept,
-            st.dropped,
-        )
-        table.add_row(code, *(str(v) for v in counts))
-        failed += [f"{code}: {err}" for err in st.errors]
+    hint = (
+        f"contexts kept so far are in {root}/{split}.<lang>.{source}.jsonl, and every answer received "
+        f"in {cache}; run the same command again to go on (answers received are not asked again)"
+    )
+    with interrupt_hint(hint):
+        for code, items in data.items():
+            if limit is not None:
+                items = items[:limit]
+            sink[0] = RawLog(root / ".raw" / f"{split}.{code}.{source}.jsonl")
+            st = generate_contexts(
+                split,
+                code,
+                items,
+                engine,
+                source,
+                tier_list,
+                prompt,
+                topic,
+                grade,
+                None,
+                min_similarity,
+                root,
+                max_tokens=max_tokens,
+            )
+            counts = (
+                st.items,
+                st.covered_by_tiers,
+                st.already_generated,
+                st.generated,
+                st.failed,
+                st.kept,
+                st.dropped,
+            )
+            table.add_row(code, *(str(v) for v in counts))
+            failed += [f"{code}: {err}" for err in st.errors]
     out_console.print(table)
     if failed:
         for err in failed[:5]:

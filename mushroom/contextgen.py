@@ -145,6 +145,10 @@ def generate_contexts(
         if item.id not in texts:
             continue
         verdict = keep[item.id]
+        if verdict["relevant"] is None:
+            stats.failed += 1
+            stats.errors.append(f"{item.id}: grading failed: {verdict['error']}")
+            continue
         append_jsonl(grades_path, {"id": item.id, "grading": grading, **verdict})
         if verdict["relevant"]:
             append_jsonl(out_path, {"id": item.id, "context": texts[item.id]})
@@ -162,7 +166,7 @@ def _grade(
     min_similarity: float,
     encoder: object | None,
 ) -> dict[str, dict]:
-    """Item id -> {"relevant": bool, ...evidence} for every generated context."""
+    """Item id -> {"relevant": bool, ...evidence} for every generated context; None: grading failed."""
     ids = [it.id for it in items if it.id in texts]
     if grading == "none":
         return {i: {"relevant": True} for i in ids}
@@ -190,6 +194,9 @@ def _grade(
     ]
     out = {}
     for i, gen in zip(ids, grader.generate(requests)):
+        if gen.error:  # a failed grading call is no verdict: the item fails, and a re-run grades it
+            out[i] = {"relevant": None, "error": gen.error}
+            continue
         answer = (gen.texts[0] if gen.texts else "").strip().lower()
         # An unreadable verdict keeps the context: dropping is the decision that needs evidence.
         out[i] = {"relevant": not answer.startswith("irrelevant"), "verdict": answer[:40] or gen.error}

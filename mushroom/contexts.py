@@ -96,6 +96,8 @@ def _sources_named(context_dir: Path | None, ucsc_glob: str, own_glob: str) -> s
         source = stem.split("_", 1)[1] if "_" in stem else stem
         found.add(f"translated:{source}" if "-translated-English" in stem else source)
     for path in root.glob(own_glob):
+        if path.name.startswith("."):  # contextgen's response cache, `.cache.<source>.jsonl`
+            continue
         source = path.name.removesuffix(".jsonl").split(".", 2)[2]
         if not source.endswith(GRADES_SUFFIX):  # the grading record beside a generated source
             found.add(source)

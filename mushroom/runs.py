@@ -188,7 +188,7 @@ def prediction_folder(path: Path, split: str) -> Path:
     from mushroom.errors import MushroomError
     from mushroom.submission import submission_name
 
-    candidates = [path / "val"] if split == "val" else []
+    candidates = [path / split] if split in ("val", "test") else []  # `run` keeps val/ and test/
     candidates += [path / "predictions", path]
     for folder in candidates:
         if any(folder.glob(submission_name("*", split))):
@@ -205,6 +205,12 @@ def prediction_folder(path: Path, split: str) -> Path:
         if variants
         else ""
     )
+    try:  # a `detect` run names its one split
+        ran_on = json.loads((path / "config.json").read_text(encoding="utf-8"))["config"]["split"]
+    except (OSError, ValueError, KeyError, TypeError):
+        ran_on = None
+    if isinstance(ran_on, str) and ran_on != split:
+        hint += f"; this run is of the {ran_on} split: give --split {ran_on}"
     raise MushroomError(
         f"{path}: no {split} prediction files (looked in {', '.join(map(str, candidates))}){hint}"
     )

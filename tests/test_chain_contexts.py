@@ -257,6 +257,11 @@ def test_context_stage_generates_only_missing_items_grades_and_resumes(tmp_path)
     from mushroom.contexts import available_sources
 
     assert available_sources("val", "en", tmp_path) == ["gen", "retrieved"]
+    # nor is the contexts command's response cache, `.cache.<source>.jsonl`
+    (tmp_path / ".cache.other.jsonl").write_text("")
+    from mushroom.contexts import _exists_anywhere
+
+    assert not _exists_anywhere("other", tmp_path) and _exists_anywhere("gen", tmp_path)
 
 
 def test_context_stage_llm_grading_over_loopback(tmp_path):
@@ -320,3 +325,39 @@ def test_context_stage_from_recorded_responses_through_the_cli(tmp_path):
         for line in res.output.splitlines()
         if "│  " in line and " it " in line
     )  # done before
+
+
+def test_a_failed_grading_call_fails_the_item_and_a_rerun_grades_it(tmp_path):
+    # a grading call that failed counted the context as kept, and it was never graded again
+    items = [Item(id="q1", lang="en", model_input="Who painted the Mona Lisa?", model_output_text="x")]
+    script = {
+        "Is the background text": [("status", 400)],
+        "Mona Lisa": [("ok", "It is a painting by Leonardo.")],
+    }
+    with FakeServer(script) as server:
+        st = generate_contexts(
+            "test",
+            "en",
+            items,
+            build_backend_for(server.url),
+            source="g",
+            grading="llm",
+            context_dir=tmp_path,
+        )
+    assert (st.generated, st.failed, st.kept) == (1, 1, 0) and "grading failed: HTTP 400" in st.errors[0]
+    assert not (tmp_path / "test.en.g.jsonl").exists() and not (tmp_path / "test.en.g.grades.jsonl").exists()
+    script = {
+        "Is the background text": [("ok", "Relevant.")],
+        "Mona Lisa": [("ok", "It is a painting by Leonardo.")],
+    }
+    with FakeServer(script) as server:
+        st = generate_contexts(
+            "test",
+            "en",
+            items,
+            build_backend_for(server.url),
+            source="g",
+            grading="llm",
+            context_dir=tmp_path,
+        )
+    assert (st.failed, st.kept) == (0, 1)

@@ -11,6 +11,7 @@ from mushroom.errors import MushroomError
 from mushroom.predictions import load_predictions, prediction_from_vectors
 from mushroom.records import Item
 from mushroom.stack import (
+    Member,
     StackFit,
     StackModel,
     apply_stack,
@@ -465,3 +466,20 @@ def test_more_folds_than_items_of_a_language_is_refused():
     items = make_items(6, np.random.default_rng(0))
     with pytest.raises(MushroomError, match="--folds 8: no language has more than 6 items; use --folds 6"):
         fit_stack([], {"en": items}, folds=8)
+
+
+def test_member_runs_with_failed_items_or_of_a_run_config_are_read_right(tmp_path):
+    rng = np.random.default_rng(3)
+    items = make_items(12, rng)
+    write_member(tmp_path / "a", items, gold_vec)
+    # a run config keeps test files in test/: found there, as val/ is
+    write_member(tmp_path / "a" / "test", items, gold_vec, split="test")
+    assert Member("a", tmp_path / "a").folder("test") == tmp_path / "a" / "test"
+    # items that failed and were written empty by --allow-failures are no evidence
+    write_lines(
+        tmp_path / "a" / "failures.jsonl", [{"split": "val", "lang": "en", "id": items[0].id, "error": "x"}]
+    )
+    with pytest.raises(MushroomError, match=r"1 en items failed in its run .*\(--allow-failures\)"):
+        fit_stack([Member("a", tmp_path / "a")], {"en": items}, folds=3)
+    (tmp_path / "a" / "failures.jsonl").write_text("")  # the re-run completed them
+    assert fit_stack([Member("a", tmp_path / "a")], {"en": items}, folds=3).model.members == ["a"]

@@ -10,6 +10,7 @@ import numpy as np
 from mushroom.channels import channel_file, read_channels
 from mushroom.cliutil import no_prediction
 from mushroom.errors import DataError, MushroomError
+from mushroom.jsonl import iter_json_lines
 from mushroom.predictions import load_predictions
 from mushroom.records import Item, Prediction
 from mushroom.runs import prediction_folder, run_scope
@@ -34,12 +35,39 @@ class Member:
         folder = self.folder(split)
         return folder / submission_name(lang, split), channel_file(folder / "raw", lang)
 
+    def failed_ids(self, split: str) -> set[str]:
+        """Ids of this split that the member's run lists as failed (its `failures.jsonl`)."""
+        path = self.path / "failures.jsonl"
+        if not path.is_file():
+            return set()
+        rows = iter_json_lines(path, [])
+        return {
+            str(row["id"])
+            for _, row in rows
+            if isinstance(row, dict) and row.get("split") == split and "id" in row
+        }
+
     def load(self, split: str, lang: str, items: list[Item]) -> tuple[dict[str, Prediction], dict]:
         """Predictions and channels of one language; every item must be predicted."""
         path, chan_path = self.files(split, lang)
         if not path.exists():
-            raise MushroomError(f"{path}: missing (member {self.name!r}, language {lang})")
+            scope = run_scope(self.path)
+            hint = (
+                f"; the member was run with --lang {','.join(scope.langs)}: give the stack the same --lang"
+                if scope is not None and scope.langs and lang not in scope.langs
+                else ""
+            )
+            raise MushroomError(f"{path}: missing (member {self.name!r}, language {lang}){hint}")
         preds = load_predictions(path)
+        failed = self.failed_ids(split) & {it.id for it in items}
+        if failed:
+            # written empty by --allow-failures: the stack would learn them as "nothing flagged"
+            raise MushroomError(
+                f"member {self.name!r}: {len(failed)} {lang} items failed in its run "
+                f"({self.path / 'failures.jsonl'}) "
+                "and were written as empty predictions (--allow-failures); run its command again to "
+                "complete them"
+            )
         missing = [it.id for it in items if it.id not in preds]
         if missing:
             scope = run_scope(path)
