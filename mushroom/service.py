@@ -23,6 +23,7 @@ they all resume, account and fail the same way:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import threading
@@ -112,13 +113,11 @@ def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
             sub = f"{key}.{name}" if key else str(name)
             changes += config_changes(old.get(name, ABSENT), new.get(name, ABSENT), sub)
         return changes
-    if (
-        isinstance(old, list)
-        and isinstance(new, list)
-        and len(old) == len(new)
-        and all(isinstance(v, dict) for v in old + new)
-    ):
-        return [c for k, (a, b) in enumerate(zip(old, new)) for c in config_changes(a, b, f"{key}[{k}]")]
+    if isinstance(old, list) and isinstance(new, list) and all(isinstance(v, dict) for v in old + new):
+        # record by record, one added or dropped at the end named as such (a variant added to a
+        # run config showed only the lists' common beginning, cut at 80 characters)
+        pairs = itertools.zip_longest(old, new, fillvalue=ABSENT)
+        return [c for k, (a, b) in enumerate(pairs) for c in config_changes(a, b, f"{key}[{k}]")]
     if old == new:
         return []
     return [f"{key or '(config)'}: {_shown(old)} -> {_shown(new)}"]

@@ -290,6 +290,12 @@ def test_a_changed_member_setting_is_named_inside_the_members_list():
     assert config_changes({"sources": ["a", "b"]}, {"sources": ["b", "a"]}) == [
         'sources: ["a", "b"] -> ["b", "a"]'
     ]
+    # a variant added to a run config is named, not shown as the lists' common beginning
+    variants = [{"name": "zero-shot", "options": {"prompt": "single_zero_shot" * 5}}]
+    added = [*variants, {"name": "four", "options": {}}]
+    assert config_changes({"variants": variants}, {"variants": added}) == [
+        'variants[1]: (not set) -> {"name": "four", "options": {}}'
+    ]
 
 
 def test_work_between_items_shows_under_the_stage_bar_until_it_is_done(tmp_path, monkeypatch):
