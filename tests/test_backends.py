@@ -324,6 +324,15 @@ def test_replay_backend_matches_ids_temperatures_and_samples(tmp_path):
     out = backend.generate([_req("a", "", 0.2), _req("a", "", 0.1), _req("b", "", 0.0, n=2), _req("c", "")])
     assert [g.texts for g in out[:3]] == [["t2"], ["t1"], ["s1", "s2"]]
     assert "no recorded response" in out[3].error
+    from mushroom.backends.base import backend_warnings
+
+    assert backend_warnings(backend) == []
+    # asking for fewer temperatures than were recorded changes the vote: said, not silent
+    again = build_backend(BackendConfig(kind="replay", responses=str(path)))
+    with pytest.warns(
+        RuntimeWarning, match=r"also holds answers at temperature 0.2, .* --temperatures 0.1,0.2"
+    ):
+        again.generate([_req("a", "", 0.1)])
 
 
 def test_missing_library_names_the_extra(monkeypatch):

@@ -239,7 +239,29 @@ class ReplayBackend(Backend):
             out.append(gen)
             if on_result:
                 on_result(i, gen)
+        self._unasked_temperatures(requests)
         return out
+
+    def _unasked_temperatures(self, requests: list[GenerationRequest]) -> None:
+        """Warns when the file answers this call's items at temperatures the call did not ask for.
+
+        A run with fewer `--temperatures` than were recorded replayed the ones asked and voted
+        over them without a word, so its predictions differed from the recorded run's.
+        """
+        asked: dict[tuple, tuple[set[float], list[ReplayRecord]]] = {}
+        for req in requests:
+            pool_name, lines = self._lines(req.key, req.item_id, req.stage)
+            asked.setdefault(pool_name, (set(), lines))[0].add(round(req.temperature, 9))
+        for pool_name, (temps, lines) in asked.items():
+            have = {round(r.temperature, 9) for r in lines if r.answers() and r.temperature is not None}
+            if have - temps:
+                self.warn(
+                    f"{self.config.responses} also holds answers at temperature "
+                    f"{','.join(f'{t:g}' for t in sorted(have - temps))}, which this run does not ask for "
+                    f"(e.g. {pool_name[1]!r}): --temperatures {','.join(f'{t:g}' for t in sorted(have))} "
+                    "replays them all"
+                )
+                return
 
     def loglikelihood(
         self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
