@@ -483,3 +483,20 @@ def test_member_runs_with_failed_items_or_of_a_run_config_are_read_right(tmp_pat
         fit_stack([Member("a", tmp_path / "a")], {"en": items}, folds=3)
     (tmp_path / "a" / "failures.jsonl").write_text("")  # the re-run completed them
     assert fit_stack([Member("a", tmp_path / "a")], {"en": items}, folds=3).model.members == ["a"]
+
+
+def test_a_run_of_another_detector_given_for_a_member_is_refused(tmp_path):
+    rng = np.random.default_rng(4)
+    items = make_items(12, rng)
+    for name, detector in (("a", "lexical"), ("b", "semantic")):
+        write_member(tmp_path / name, items, gold_vec)
+        write_member(tmp_path / name, items, gold_vec, split="test")
+        config = {"config": {"job": "detect", "detector": detector}, "config_hash": "x"}
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    fit = fit_stack([Member("m", tmp_path / "a")], {"en": items}, folds=3)
+    assert fit.model.member_detectors == {"m": "lexical"}
+    assert apply_stack(fit.model, [Member("m", tmp_path / "a")], "test", {"en": items})["en"]
+    with pytest.raises(
+        MushroomError, match="member 'm' was fitted on a run of the 'lexical' detector; .* 'semantic'"
+    ):
+        apply_stack(fit.model, [Member("m", tmp_path / "b")], "test", {"en": items})

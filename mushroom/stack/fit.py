@@ -199,6 +199,7 @@ def fit_stack(
     stack_data, channels, found = load_stack_data(members, split, data, None, languages)
     fit = fit_stack_data(stack_data, channels, [m.name for m in members], folds, l2, config, model)
     fit.model.channels_by_lang = {m.name: by_lang for m, by_lang in zip(members, found)}
+    fit.model.member_detectors = {m.name: d for m in members if (d := m.detector()) is not None}
     fit.model.fitted_on = f"{split}: " + ", ".join(f"{lang} ({len(v)})" for lang, v in data.items())
     fit.model.fingerprint = stack_fingerprint(members, data, split, folds, l2, config, model)
     return fit
@@ -374,6 +375,13 @@ def apply_stack(
             f"the stack was fitted on members {model.members}; got {[m.name for m in members]} "
             "(same names and order, as NAME=PATH)"
         )
+    for member in members:
+        fitted, given = model.member_detectors.get(member.name), member.detector()
+        if fitted is not None and given is not None and fitted != given:
+            raise MushroomError(
+                f"member {member.name!r} was fitted on a run of the {fitted!r} detector; {member.path} is "
+                f"a run of {given!r}"
+            )
     channels = [model.channels[m.name] for m in members]
     names = feature_names(model.members, channels, model.languages)
     if names != model.features:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,25 @@ class Member:
         """(prediction file, channel file) of one language; the channel file may not exist."""
         folder = self.folder(split)
         return folder / submission_name(lang, split), channel_file(folder / "raw", lang)
+
+    def detector(self) -> str | None:
+        """The detector this member's run was made with, from its run's config.json; None if unknown."""
+        scope = run_scope(self.path)
+        if scope is None:
+            return None
+        try:
+            config = json.loads((scope.folder / "config.json").read_text(encoding="utf-8"))["config"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if isinstance(config.get("detector"), str):  # detect, main-job with one detector
+            return config["detector"]
+        run_config = config.get("run_config")
+        if isinstance(run_config, dict) and isinstance(run_config.get("detector"), dict):
+            name = run_config["detector"].get("name")  # a run config and its variants
+            return name if isinstance(name, str) else None
+        if isinstance(config.get("members"), list) and self.path.parent.name == "members":
+            return self.path.name  # a main job's member folder is named after its detector
+        return None
 
     def failed_ids(self, split: str) -> set[str]:
         """Ids of this split that the member's run lists as failed (its `failures.jsonl`)."""

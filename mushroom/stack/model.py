@@ -81,6 +81,11 @@ class StackModel(BaseModel):
         description="member -> language -> channel names its files held when fitted (empty in "
         "stacks saved before: their runs are checked over all languages together)",
     )
+    member_detectors: dict[str, str] = Field(
+        default_factory=dict,
+        description="member -> the detector its run was made with, where its run folder says so "
+        "(a run of another detector given for a member is refused when the stack is applied)",
+    )
     languages: list[str] = Field(description="languages with a one-hot feature")
     features: list[str]
     scorer: Scorer | None = Field(None, description="the fitted model (None in stacks saved before trees)")
