@@ -89,7 +89,15 @@ def load_run_config(path: Path) -> RunConfig:
             f"config {path} is a folder; give a TOML or YAML file (e.g. configs/variants.toml)"
         )
     if not path.is_file():
-        raise MushroomError(f"config not found: {path}")
+        from mushroom.data import IN_CHECKOUT, PROJECT_ROOT
+
+        there = PROJECT_ROOT / path
+        hint = (
+            f" (there is {there}: paths are read from the folder you run in)"
+            if (IN_CHECKOUT and not path.is_absolute() and there.is_file())
+            else ""
+        )
+        raise MushroomError(f"config not found: {path}{hint}")
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:

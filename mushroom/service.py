@@ -702,7 +702,8 @@ class RunService:
             if len(files) < len(every):
                 self.warn(
                     f"{zip_path.name} holds {len(files)} of the {len(every)} test languages; a "
-                    "leaderboard submission usually has one file per language (run without --lang)"
+                    "leaderboard submission usually has one file per language (a run over every "
+                    "language writes them all)"
                 )
         return write_zip(zip_path, files)
 

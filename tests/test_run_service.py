@@ -415,7 +415,7 @@ def test_a_submission_zip_of_some_test_languages_is_warned_about(tmp_path):
     service.submit(files[:2], tmp_path / "two.zip")
     assert service.warnings == [
         "two.zip holds 2 of the 14 test languages; a leaderboard submission usually has one file per "
-        "language (run without --lang)"
+        "language (a run over every language writes them all)"
     ]
     service.finish({})  # frees the folder's lock
 
