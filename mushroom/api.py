@@ -203,20 +203,32 @@ def _detect(
         by_lang.setdefault(item.lang, []).append(item)
     found: dict[str, records.Prediction] = {}
     errors: dict[str, str] = {}
-    try:
-        for code, group in by_lang.items():  # a detector call serves one language
-            try:
-                found.update(zip((it.id for it in group), detector.detect(group, contexts)))
-            except RunFailed as exc:  # the language's other items, and the other languages, go on
-                found.update(exc.predictions)
-                errors.update(exc.errors)
-            for warning in unusable_warnings(f"{method} ({code})", detector.last_stats, in_run=False):
-                warnings.warn(warning, RuntimeWarning, stacklevel=3)
-    except MushroomError:
-        # a detector that failed (a model that could not be loaded, a server that was down) is
-        # built afresh by the next call, which tries again; the others are kept
-        _DETECTORS.pop(key, None)
-        raise
+    for code, group in by_lang.items():  # a detector call serves one language
+        try:
+            found.update(zip((it.id for it in group), detector.detect(group, contexts)))
+        except RunFailed as exc:  # the language's other items, and the other languages, go on
+            found.update(exc.predictions)
+            errors.update(exc.errors)
+            # a detector's own RunFailed may name no item: the rest of the language failed with it
+            errors.update({it.id: str(exc) for it in group if it.id not in found and it.id not in errors})
+        except MushroomError as exc:
+            # A detector that failed as a whole (a model that could not be loaded) is built
+            # afresh by the next call, which tries again; the others are kept. What other
+            # languages gave is not lost: it comes with the RunFailed below.
+            _DETECTORS.pop(key, None)
+            if not found:
+                raise
+            errors.update(
+                {
+                    it.id: str(exc)
+                    for lang_items in by_lang.values()
+                    for it in lang_items
+                    if it.id not in found and it.id not in errors
+                }
+            )
+            break
+        for warning in unusable_warnings(f"{method} ({code})", detector.last_stats, in_run=False):
+            warnings.warn(warning, RuntimeWarning, stacklevel=3)
     texts = {item.id: item.model_output_text for item in rows}
 
     def with_text(pred: records.Prediction) -> Prediction:

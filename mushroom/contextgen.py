@@ -145,7 +145,8 @@ def generate_contexts(
         if item.id not in texts:
             continue
         verdict = keep[item.id]
-        if verdict["relevant"] is None:
+        if verdict["relevant"] is None:  # counted as failed, not generated: the columns add up
+            stats.generated -= 1
             stats.failed += 1
             stats.errors.append(f"{item.id}: grading failed: {verdict['error']}")
             continue

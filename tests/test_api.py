@@ -107,7 +107,42 @@ def test_a_failed_item_keeps_the_others_in_the_exception():
             {"id": "two", "answer": ANSWER, "contexts": CONTEXT, "question": "item two"},
             {"id": "three", "answer": ANSWER, "contexts": CONTEXT, "question": "item three", "lang": "de"},
         ]
-        with pytest.raises(mushroom.RunFailed, match="1 of 3 items failed .first: two: HTTP 400") as caught:
+        failed = pytest.raises(mushroom.RunFailed, match="1 of 3 items failed .first: two: HTTP 400")
+        with pytest.warns(RuntimeWarning, match="1 of 2 LLM requests failed"), failed as caught:
             mushroom.detect_batch(items, method="llm", backend=llm_backend(server.url))
     assert sorted(caught.value.predictions) == ["one", "three"] and list(caught.value.errors) == ["two"]
     assert caught.value.predictions["one"].probs == [0.0] * len(ANSWER)  # with its text, as returned
+
+
+def test_a_detector_failing_whole_languages_keeps_what_other_languages_gave(monkeypatch):
+    import numpy as np
+
+    import mushroom.detectors as registry
+    from mushroom.detectors import Detector, register_detector
+    from mushroom.detectors.base import DetectorOptions, ItemResult
+    from mushroom.errors import MushroomError
+    from mushroom.predictions import prediction_from_vectors
+
+    monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
+
+    class ByLanguageOptions(DetectorOptions):
+        fail_de: str = "runfailed"
+
+    @register_detector("by-language-test")
+    class ByLanguage(Detector):
+        Options = ByLanguageOptions
+
+        def run(self, items, contexts, emit):
+            if items[0].lang == "de":  # fails the language as a whole, naming no item
+                if self.options.fail_de == "runfailed":
+                    raise mushroom.RunFailed("the German model is down")
+                raise MushroomError("the German model could not be loaded")
+            for it in items:
+                vec = np.zeros(len(it.model_output_text))
+                emit(ItemResult.ok(prediction_from_vectors(it.id, vec, vec > 0.5)))
+
+    items = [{"id": "e", "answer": ANSWER}, {"id": "d", "answer": ANSWER, "lang": "de"}]
+    for fail, message in (("runfailed", "the German model is down"), ("load", "could not be loaded")):
+        with pytest.raises(mushroom.RunFailed) as caught:
+            mushroom.detect_batch(items, method="by-language-test", fail_de=fail)
+        assert list(caught.value.predictions) == ["e"] and message in caught.value.errors["d"]

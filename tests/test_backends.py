@@ -333,6 +333,8 @@ def test_replay_backend_matches_ids_temperatures_and_samples(tmp_path):
         RuntimeWarning, match=r"also holds answers at temperature 0.2, .* --temperatures 0.1,0.2"
     ):
         again.generate([_req("a", "", 0.1)])
+    again.generate([_req("a", "", 0.1)])  # another language's call: not said again
+    assert len(backend_warnings(again)) == 1
 
 
 def test_missing_library_names_the_extra(monkeypatch):

@@ -344,7 +344,7 @@ def test_a_failed_grading_call_fails_the_item_and_a_rerun_grades_it(tmp_path):
             grading="llm",
             context_dir=tmp_path,
         )
-    assert (st.generated, st.failed, st.kept) == (1, 1, 0) and "grading failed: HTTP 400" in st.errors[0]
+    assert (st.generated, st.failed, st.kept) == (0, 1, 0) and "grading failed: HTTP 400" in st.errors[0]
     assert not (tmp_path / "test.en.g.jsonl").exists() and not (tmp_path / "test.en.g.grades.jsonl").exists()
     script = {
         "Is the background text": [("ok", "Relevant.")],

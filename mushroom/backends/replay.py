@@ -185,6 +185,7 @@ class ReplayBackend(Backend):
             if rec.item is not None:
                 self.by_item.setdefault(rec.item, []).append(rec)
         self._used: dict[tuple, int] = {}
+        self._warned_temperatures = False
 
     def _lines(self, key: str, item_id: str | None, stage: str) -> tuple[tuple, list[ReplayRecord]]:
         """The lines that may answer a request, and a name for that pool."""
@@ -254,7 +255,8 @@ class ReplayBackend(Backend):
             asked.setdefault(pool_name, (set(), lines))[0].add(round(req.temperature, 9))
         for pool_name, (temps, lines) in asked.items():
             have = {round(r.temperature, 9) for r in lines if r.answers() and r.temperature is not None}
-            if have - temps:
+            if have - temps and not self._warned_temperatures:
+                self._warned_temperatures = True  # once per run, not once per language
                 self.warn(
                     f"{self.config.responses} also holds answers at temperature "
                     f"{','.join(f'{t:g}' for t in sorted(have - temps))}, which this run does not ask for "

@@ -51,13 +51,25 @@ class Member:
         if isinstance(run_config, dict) and isinstance(run_config.get("detector"), dict):
             name = run_config["detector"].get("name")  # a run config and its variants
             return name if isinstance(name, str) else None
-        if isinstance(config.get("members"), list) and self.path.parent.name == "members":
+        if config.get("job") == "main" and self.path.parent.name == "members":
             return self.path.name  # a main job's member folder is named after its detector
         return None
 
     def failed_ids(self, split: str) -> set[str]:
-        """Ids of this split that the member's run lists as failed (its `failures.jsonl`)."""
+        """Ids of this split that the member's run lists as failed (its `failures.jsonl`).
+
+        Read in the member's folder, or at the root of a `detect` run given as its predictions/
+        folder. A run config's variants share one file without naming the variant, and the main
+        job fits its own stack knowing of its failures, so neither is read.
+        """
         path = self.path / "failures.jsonl"
+        scope = run_scope(self.path)
+        if not path.is_file() and scope is not None and scope.folder == self.path.parent:
+            try:
+                job = json.loads((scope.folder / "config.json").read_text(encoding="utf-8"))["config"]["job"]
+            except (OSError, ValueError, KeyError, TypeError):
+                job = None
+            path = scope.folder / "failures.jsonl" if job == "detect" else path
         if not path.is_file():
             return set()
         rows = iter_json_lines(path, [])
