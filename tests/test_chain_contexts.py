@@ -330,34 +330,17 @@ def test_context_stage_from_recorded_responses_through_the_cli(tmp_path):
 def test_a_failed_grading_call_fails_the_item_and_a_rerun_grades_it(tmp_path):
     # a grading call that failed counted the context as kept, and it was never graded again
     items = [Item(id="q1", lang="en", model_input="Who painted the Mona Lisa?", model_output_text="x")]
-    script = {
-        "Is the background text": [("status", 400)],
-        "Mona Lisa": [("ok", "It is a painting by Leonardo.")],
-    }
-    with FakeServer(script) as server:
-        st = generate_contexts(
-            "test",
-            "en",
-            items,
-            build_backend_for(server.url),
-            source="g",
-            grading="llm",
-            context_dir=tmp_path,
-        )
+
+    def grade(verdict: tuple):
+        script = {"Is the background text": [verdict], "Mona Lisa": [("ok", "It is a painting by Leonardo.")]}
+        with FakeServer(script) as server:
+            backend = build_backend_for(server.url)
+            return generate_contexts(
+                "test", "en", items, backend, source="g", grading="llm", context_dir=tmp_path
+            )
+
+    st = grade(("status", 400))
     assert (st.generated, st.failed, st.kept) == (0, 1, 0) and "grading failed: HTTP 400" in st.errors[0]
     assert not (tmp_path / "test.en.g.jsonl").exists() and not (tmp_path / "test.en.g.grades.jsonl").exists()
-    script = {
-        "Is the background text": [("ok", "Relevant.")],
-        "Mona Lisa": [("ok", "It is a painting by Leonardo.")],
-    }
-    with FakeServer(script) as server:
-        st = generate_contexts(
-            "test",
-            "en",
-            items,
-            build_backend_for(server.url),
-            source="g",
-            grading="llm",
-            context_dir=tmp_path,
-        )
+    st = grade(("ok", "Relevant."))
     assert (st.failed, st.kept) == (0, 1)
