@@ -10,7 +10,7 @@ import json
 import platform
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -100,6 +100,8 @@ class RunScope:
     folder: Path
     limit: int | None = None
     langs: tuple[str, ...] | None = None
+    # the run's whole config (config.json's "config"), for what else a caller needs of it
+    config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def partial(self) -> bool:
@@ -154,6 +156,7 @@ def run_scope(path: Path) -> RunScope | None:
             folder=candidate,
             limit=limit if isinstance(limit, int) else None,
             langs=tuple(langs) if isinstance(langs, list) and langs else None,
+            config=config,
         )
     return None
 
@@ -205,11 +208,9 @@ def prediction_folder(path: Path, split: str) -> Path:
         if variants
         else ""
     )
-    try:  # a `detect` run names its one split
-        ran_on = json.loads((path / "config.json").read_text(encoding="utf-8"))["config"]["split"]
-    except (OSError, ValueError, KeyError, TypeError):
-        ran_on = None
-    if isinstance(ran_on, str) and ran_on != split:
+    scope = run_scope(path)
+    ran_on = scope.config.get("split") if scope is not None and scope.folder == path else None
+    if isinstance(ran_on, str) and ran_on != split:  # a `detect` run names its one split
         hint += f"; this run is of the {ran_on} split: give --split {ran_on}"
     raise MushroomError(
         f"{path}: no {split} prediction files (looked in {', '.join(map(str, candidates))}){hint}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,10 +40,7 @@ class Member:
         scope = run_scope(self.path)
         if scope is None:
             return None
-        try:
-            config = json.loads((scope.folder / "config.json").read_text(encoding="utf-8"))["config"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        config = scope.config
         if isinstance(config.get("detector"), str):  # detect, main-job with one detector
             return config["detector"]
         run_config = config.get("run_config")
@@ -64,12 +60,13 @@ class Member:
         """
         path = self.path / "failures.jsonl"
         scope = run_scope(self.path)
-        if not path.is_file() and scope is not None and scope.folder == self.path.parent:
-            try:
-                job = json.loads((scope.folder / "config.json").read_text(encoding="utf-8"))["config"]["job"]
-            except (OSError, ValueError, KeyError, TypeError):
-                job = None
-            path = scope.folder / "failures.jsonl" if job == "detect" else path
+        if (
+            not path.is_file()
+            and scope is not None
+            and scope.folder == self.path.parent
+            and scope.config.get("job") == "detect"
+        ):
+            path = scope.folder / "failures.jsonl"
         if not path.is_file():
             return set()
         rows = iter_json_lines(path, [])
