@@ -227,37 +227,28 @@ class SplitOutput:
 
 _FALL_BACK = (
     "; those items' predictions are empty or fall back, so the scores say little about the method: "
-    "check the model, prompt and server (raw/ has every response; `--backend replay` re-parses them)"
+    "check the model, prompt and server"
 )
-# (unusable counter, out of counter, what they count, what it means, with its separator): a
-# model that answers every request with text the parser cannot read leaves every prediction
-# empty, which scores like a quiet "nothing hallucinated" unless someone says so.
+_RAW_HINT = " (raw/ has every response; `--backend replay` re-parses them)"  # in a run folder
+# (unusable counter, out of counter, what they count): a model that answers every request
+# with text the parser cannot read leaves every prediction empty, which scores like a quiet
+# "nothing hallucinated" unless someone says so. What it means is _FALL_BACK, or:
 _UNUSABLE = (
-    ("llm.unparseable", "llm.requests", "LLM responses were unparseable", _FALL_BACK),
-    ("llm.backend_errors", "llm.requests", "LLM requests failed", _FALL_BACK),
-    (
-        "chain.decomposition_failures",
-        "chain.items",
-        "answers could not be decomposed into claims",
-        _FALL_BACK,
-    ),
-    ("pyes.unusable", "pyes.requests", "P(Yes) requests gave no usable score", _FALL_BACK),
+    ("llm.unparseable", "llm.requests", "LLM responses were unparseable"),
+    ("llm.backend_errors", "llm.requests", "LLM requests failed"),
+    ("chain.decomposition_failures", "chain.items", "answers could not be decomposed into claims"),
+    ("pyes.unusable", "pyes.requests", "P(Yes) requests gave no usable score"),
     # parsed, but what the model named is not in the answer (an echoed template, a paraphrase)
-    ("llm.lost", "llm.claims", "claimed spans were not found in the answer", _FALL_BACK),
-    (
-        "chain.claims_not_in_answer",
-        "chain.claims",
-        "decomposed claims were not found in the answer",
-        _FALL_BACK,
-    ),
-    ("chain.spans_not_located", "chain.spans", "wrong spans were not found in the answer", _FALL_BACK),
-    (
-        "llm.truncated",
-        "llm.requests",
-        "LLM responses used their whole max_tokens budget and were cut off",
-        " (the repair parser closed what it could): raise max_tokens, or the model is repeating itself",
-    ),
+    ("llm.lost", "llm.claims", "claimed spans were not found in the answer"),
+    ("chain.claims_not_in_answer", "chain.claims", "decomposed claims were not found in the answer"),
+    ("chain.spans_not_located", "chain.spans", "wrong spans were not found in the answer"),
+    ("llm.truncated", "llm.requests", "LLM responses used their whole max_tokens budget and were cut off"),
 )
+_MEANING = {
+    "llm.truncated": (
+        " (the repair parser closed what it could): raise max_tokens, or the model is repeating itself"
+    ),
+}
 UNUSABLE_SHARE = 0.5
 
 
@@ -267,11 +258,10 @@ def unusable_warnings(where: str, stats: dict[str, int], in_run: bool = True) ->
     Outside a run (`in_run` False: the Python API) the advice names no run folder.
     """
     out = []
-    for bad, total, what, meaning in _UNUSABLE:
+    for bad, total, what in _UNUSABLE:
         n, of = stats.get(bad, 0), stats.get(total, 0)
         if of and n / of >= UNUSABLE_SHARE:
-            if not in_run and meaning is _FALL_BACK:
-                meaning = _FALL_BACK.split(" (raw/", 1)[0]
+            meaning = _MEANING.get(bad) or _FALL_BACK + (_RAW_HINT if in_run else "")
             out.append(f"{where}: {n} of {of} {what}{meaning}")
     return out
 
