@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import Field
 
 from mushroom import records
-from mushroom.errors import MushroomError, RunFailed
+from mushroom.errors import MushroomError, RunFailed, close_match
 from mushroom.records import Context, Item
 
 
@@ -105,8 +105,6 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
         )
     # A misspelt "context" was ignored, and the item checked against nothing; the other keys of
     # a record from the data files (annotations, soft_labels, ...) are left alone.
-    from mushroom.errors import close_match
-
     for key in sorted(set(entry) - _ITEM_KEYS - set(Item.model_fields)):
         if isinstance(key, str) and (near := close_match(key, sorted(_ITEM_KEYS), cutoff=0.8)):
             raise TypeError(

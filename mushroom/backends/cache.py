@@ -198,7 +198,8 @@ class CachedBackend(Backend):
 def build_cached(config, enabled: bool, path: Path | None) -> Backend:
     """Builds the backend for `config`, behind a disk cache at `path` unless disabled.
 
-    Replayed responses are already on disk, so a replay backend is never cached.
+    Replayed responses are already on disk, so a replay backend is never cached; no `path`
+    (a detector outside a run, see `Detector.cache_file`) is no cache either.
     """
     from mushroom.backends import build_backend
     from mushroom.backends.config import parse_backend_config

@@ -249,14 +249,16 @@ class ReplayBackend(Backend):
         A run with fewer `--temperatures` than were recorded replayed the ones asked and voted
         over them without a word, so its predictions differed from the recorded run's.
         """
+        if self._warned_temperatures:  # once per run, not once per language
+            return
         asked: dict[tuple, tuple[set[float], list[ReplayRecord]]] = {}
         for req in requests:
             pool_name, lines = self._lines(req.key, req.item_id, req.stage)
             asked.setdefault(pool_name, (set(), lines))[0].add(round(req.temperature, 9))
         for pool_name, (temps, lines) in asked.items():
             have = {round(r.temperature, 9) for r in lines if r.answers() and r.temperature is not None}
-            if have - temps and not self._warned_temperatures:
-                self._warned_temperatures = True  # once per run, not once per language
+            if have - temps:
+                self._warned_temperatures = True
                 self.warn(
                     f"{self.config.responses} also holds answers at temperature "
                     f"{','.join(f'{t:g}' for t in sorted(have - temps))}, which this run does not ask for "

@@ -152,8 +152,7 @@ class ChainDetector(Detector):
     def backend(self) -> Backend:
         if self._backend is None:
             path = self.cache_file("chain.cache.jsonl")
-            cached = self.options.cache and path is not None
-            self._backend = self.recording(build_cached(self.options.backend, cached, path))
+            self._backend = self.recording(build_cached(self.options.backend, self.options.cache, path))
         return self._backend
 
     @property

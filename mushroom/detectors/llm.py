@@ -107,8 +107,7 @@ class LLMDetector(Detector):
                 if self.options.cache_path
                 else self.cache_file("responses.cache.jsonl")
             )
-            cached = self.options.cache and path is not None
-            self._backend = self.recording(build_cached(self.options.backend, cached, path))
+            self._backend = self.recording(build_cached(self.options.backend, self.options.cache, path))
         return self._backend
 
     @property

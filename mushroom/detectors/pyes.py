@@ -159,10 +159,11 @@ class PYesDetector(Detector):
     @property
     def backends(self) -> list[Backend]:
         if self._backends is None:
-            paths = [self.cache_file(f"pyes.model{k}.cache.jsonl") for k in range(len(self.options.models))]
             self._backends = [
-                self.recording(build_cached(cfg, self.options.cache and path is not None, path))
-                for cfg, path in zip(self.options.models, paths)
+                self.recording(
+                    build_cached(cfg, self.options.cache, self.cache_file(f"pyes.model{k}.cache.jsonl"))
+                )
+                for k, cfg in enumerate(self.options.models)
             ]
         return self._backends
 
