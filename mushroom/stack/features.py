@@ -26,6 +26,7 @@ from mushroom.records import Item
 from mushroom.spans import soft_to_vector
 from mushroom.stack.members import Member, MemberEvidence, load_member_evidence
 from mushroom.text.logits import LOGIT_FEATURES, logit_columns
+from mushroom.text.negation import negation_mask
 from mushroom.text.segment import sentences
 from mushroom.text.stopwords import stopwords
 from mushroom.text.tokenize import tokenize
@@ -36,6 +37,7 @@ TEXT_FEATURES = [
     "is_number",
     "is_capitalised",
     "is_stopword",
+    "is_negation",
     "word_length",
     "word_mean",
     "sentence_mean",
@@ -87,7 +89,8 @@ def item_features(
 def _text_columns(item: Item, mean: np.ndarray) -> list[np.ndarray]:
     """Each character's word kind, pooled evidence, place in its sentence and model confidence.
 
-    Annotators mark numbers, names and dates far more often than function words, and they
+    Annotators mark numbers, names and dates far more often than function words, negations
+    far more often than other function words (`mushroom.text.negation`), and they
     mark whole words: a detector's evidence varies inside a word (the lexical table grades
     characters of a compound differently) while the gold label rarely does. Pooling the mean
     over the word and the sentence lets the model smooth along the units annotators used.
@@ -112,7 +115,20 @@ def _text_columns(item: Item, mean: np.ndarray) -> list[np.ndarray]:
         first[piece.start : piece.end] = float(k == 0)
     logits = logit_columns(text, item.model_output_tokens, item.model_output_logits)
     size = np.full(n, min(np.log1p(n) / 8.0, 1.0))
-    return [is_num, is_cap, is_stop, length, word_mean, sentence_mean, position, first, size, *logits.T]
+    negation = negation_mask(text, item.lang)
+    return [
+        is_num,
+        is_cap,
+        is_stop,
+        negation,
+        length,
+        word_mean,
+        sentence_mean,
+        position,
+        first,
+        size,
+        *logits.T,
+    ]
 
 
 def feature_names(members: list[str], channels: list[list[str]], languages: list[str]) -> list[str]:

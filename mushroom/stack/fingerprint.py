@@ -23,7 +23,7 @@ _CODE = Path(__file__).resolve().parent
 # Code outside the package that computes stack features from the items themselves.
 _FEATURE_CODE = [
     _CODE.parent / "text" / name
-    for name in ("logits.py", "segment.py", "tokenize.py", "normalize.py", "stopwords.py")
+    for name in ("logits.py", "segment.py", "tokenize.py", "normalize.py", "stopwords.py", "negation.py")
 ]
 
 
