@@ -5,7 +5,7 @@ evidence channels some detectors write next to their predictions: the lexical de
 word frequency, word-pair and sentence evidence, the semantic detector's similarities), from
 the members together (mean, vote share, max), from the neighbourhood (the mean probability
 around the character, the item's maximum, the mean pooled over the word and the sentence),
-from the text (number, capitalised word, function word, word length, place in its
+from the text (number, capitalised word, function word, negation, word length, place in its
 sentence), from the answering model's own token logits when the item carries them
 (`mushroom.text.logits`), and the language as a one-hot (pooled model: languages without
 labelled data use the shared weights).

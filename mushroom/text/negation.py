@@ -5,8 +5,10 @@ named" are wrong as a whole when the plain claim was right, and the annotators o
 the negation itself. On val (English) a negation word's characters have a gold soft label
 of 0.54 on average against 0.33 for the rest of the answer; in French 0.77 against 0.45.
 The stopword lists put these words with "the" and "of", which annotators almost never
-mark, so the stack sees them as a kind of their own. `benchmarks/stack_val.py` measures
-what the feature is worth.
+mark, so the stack sees them as a kind of their own. Over five fold draws of val
+(`python benchmarks/stack_val.py --seeds 0,1,2,3,4`, every choice nested) the column raised
+the stack's mean Cor in every draw, from 0.5944 to 0.5973 on their mean, and English Cor
+from 0.5923 to 0.5948; IoU moved within noise (0.5712 to 0.5717).
 
 Lists cover the 14 languages of the task's test split; words are compared in the
 tokenizer's normalised form (lower case, Latin accents stripped). Chinese has no spaces
