@@ -254,7 +254,9 @@ def check(
 
 @app.command()
 def ensemble(
-    preds: Annotated[list[Path], typer.Argument(help="prediction files of the runs to combine")],
+    preds: Annotated[
+        list[Path], typer.Argument(help="prediction files or run folders of the runs to combine")
+    ],
     out: Annotated[Path, typer.Option("--out", help="output prediction file")],
     threshold: Annotated[
         float, typer.Option("--threshold", min=0.0, max=1.0, help="hard label when vote share > T (0 to 1)")
@@ -268,14 +270,22 @@ def ensemble(
             "--items", help="items file: text lengths and a check (not needed for shipped val/test ids)"
         ),
     ] = None,
+    lang: Annotated[
+        str | None, typer.Option("--lang", help="language of the files taken from run folders (e.g. en)")
+    ] = None,
+    split: Annotated[
+        str | None, typer.Option("--split", help="val or test: split of the files taken from run folders")
+    ] = None,
 ) -> None:
     """Per-character vote across runs (models, temperatures, detectors).
 
     Every span of every input is checked against its answer's length, from --items or, for
     ids of the shipped val/test files, from those files; a span that does not fit is an error.
+    A run folder stands for its prediction file of --lang and --split (each may be left out
+    when the folder holds one); a run that lists failed items is refused.
     """
     from mushroom.data import load_items
-    from mushroom.ensemble import SoftMode, shipped_lengths, text_lengths
+    from mushroom.ensemble import SoftMode, run_inputs, shipped_lengths, text_lengths
     from mushroom.ensemble import ensemble as run_ensemble
     from mushroom.predictions import load_predictions
     from mushroom.submission import write_predictions
@@ -285,8 +295,16 @@ def ensemble(
     except ValueError:
         raise MushroomError(f"--soft must be 'vote' or 'mean', got {soft!r}") from None
     output_file(out, "--out")
+    if split not in (None, "val", "test"):
+        raise MushroomError(
+            f"--split {split!r}: run folders hold val or test files; give --split val or test"
+        )
     for path in preds:
-        input_file(path, "PREDS")
+        if not path.is_dir():
+            input_file(path, "PREDS")
+    if (lang or split) and not any(path.is_dir() for path in preds):
+        raise MushroomError("--lang and --split pick the file of a run folder; every input here is a file")
+    preds = run_inputs(preds, lang.lower() if lang else None, split)
     item_list = load_items(input_file(items, "--items")) if items else None
     ids_of = [set(load_predictions(p)) for p in preds]
     for path, ids in zip(preds, ids_of):

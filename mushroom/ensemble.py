@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from enum import StrEnum
+from pathlib import Path
 
 import numpy as np
 
@@ -158,3 +159,74 @@ def shipped_lengths(ids: list[str]) -> dict[str, int] | None:
             return None
         lengths.update(text_lengths(items))
     return lengths if all(rid in lengths for rid in ids) else None
+
+
+def run_inputs(paths: list[Path], lang: str | None, split: str | None) -> list[Path]:
+    """The prediction file of each input: a file as it is, a run folder's file of `lang`.
+
+    A folder is any layout `score` and the stack read (a main job, a `detect` run, a `run`
+    variant, a plain folder of prediction files). A run that lists failed items of the split
+    is refused: `--allow-failures` wrote them empty, and in a vote an empty run is a run that
+    saw nothing wrong.
+    """
+    from mushroom.runs import prediction_folder
+    from mushroom.stack.members import Member
+    from mushroom.submission import submission_name
+
+    out = []
+    for path in paths:
+        if not path.is_dir():
+            out.append(path)
+            continue
+        split_ = split or _only_split(path)
+        folder = prediction_folder(path, split_)
+        code = lang or _only_lang(folder, split_)
+        file = folder / submission_name(code, split_)
+        if not file.is_file():
+            raise MushroomError(
+                f"{path}: no {split_} file of language {code!r} ({file}); it holds "
+                f"{', '.join(_langs(folder, split_))}"
+            )
+        failed = Member(path.name, path).failed_ids(split_)
+        if failed:
+            raise MushroomError(
+                f"{path}: its run lists {plural(len(failed), 'failed item')} of the {split_} split "
+                f"(failures.jsonl), written empty; run its command again to complete them"
+            )
+        out.append(file)
+    return out
+
+
+def _only_split(path: Path) -> str:
+    from mushroom.runs import prediction_folder
+
+    found = []
+    for split in ("val", "test"):
+        try:
+            prediction_folder(path, split)
+        except MushroomError:
+            continue
+        found.append(split)
+    if len(found) != 1:
+        what = "files of both val and test" if found else "no val or test prediction files"
+        raise MushroomError(f"{path}: a run folder with {what}: give --split val or --split test")
+    return found[0]
+
+
+def _langs(folder: Path, split: str) -> list[str]:
+    """The language codes of a folder's prediction files of a split."""
+    from mushroom.submission import submission_name
+
+    pattern = submission_name("*", split)
+    prefix, suffix = pattern.split("*")
+    return sorted(p.name[len(prefix) : -len(suffix)] for p in folder.glob(pattern))
+
+
+def _only_lang(folder: Path, split: str) -> str:
+    codes = _langs(folder, split)
+    if len(codes) != 1:
+        example = f", e.g. --lang {codes[0]}" if codes else ""
+        raise MushroomError(
+            f"{folder}: prediction files of {len(codes)} languages ({', '.join(codes)}): give --lang{example}"
+        )
+    return codes[0]

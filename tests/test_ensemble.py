@@ -92,3 +92,46 @@ def test_cli_ensemble_of_files(tmp_path, item_rows):
     preds = load_predictions(out)
     assert preds["t-1"].hard_labels == [(0, 2)]
     assert preds["t-2"].hard_labels == []
+
+
+def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows, capsys):
+    from mushroom.cli import app
+    from mushroom.cliutil import run_cli
+    from mushroom.submission import submission_name
+
+    items_path = write_lines(tmp_path / "items.jsonl", item_rows)
+    marked = [{"id": "t-1", "hard_labels": [[0, 5]]}, {"id": "t-2", "hard_labels": []}]
+    clean = [{"id": "t-1", "hard_labels": []}, {"id": "t-2", "hard_labels": []}]
+    # a detect run (predictions/), a main job (val/ beside its test files) and a plain folder
+    for sub in ("detect/predictions", "main/val", "plain"):
+        (tmp_path / sub).mkdir(parents=True)
+    write_lines(tmp_path / "detect" / "predictions" / submission_name("en", "val"), marked)
+    write_lines(tmp_path / "main" / "val" / submission_name("en", "val"), marked)
+    write_lines(tmp_path / "main" / submission_name("en", "test"), clean)
+    write_lines(tmp_path / "main" / "val" / submission_name("de", "val"), clean)
+    write_lines(tmp_path / "plain" / submission_name("en", "val"), clean)
+    out = tmp_path / "ens.jsonl"
+
+    def run(*args):
+        code = run_cli(app, ["ensemble", *map(str, args), "--out", str(out), "--items", str(items_path)])
+        captured = capsys.readouterr()
+        return code, " ".join((captured.out + captured.err).split())
+
+    folders = [tmp_path / "detect", tmp_path / "main", tmp_path / "plain"]
+    code, output = run(*folders, "--lang", "en", "--split", "val")
+    assert code == 0, output
+    assert load_predictions(out)["t-1"].hard_labels == [(0, 5)]  # two of three runs mark it
+    # a folder holding two splits or two languages asks which one
+    code, output = run(*folders, "--lang", "en")
+    assert code == 2 and "give --split val or --split test" in output
+    code, output = run(*folders, "--split", "val")
+    assert code == 2 and "2 languages (de, en): give --lang" in output
+    code, output = run(*folders, "--split", "val", "--lang", "fr")
+    assert code == 2 and "language 'fr'" in output and "it holds en" in output
+    # a run whose failed items were written empty is no voter
+    write_lines(tmp_path / "detect" / "failures.jsonl", [{"id": "t-2", "split": "val", "error": "x"}])
+    code, output = run(*folders, "--lang", "en", "--split", "val")
+    assert code == 2 and "1 failed item of the val split" in output
+    # --lang with files only would be ignored: refused instead
+    code, output = run(tmp_path / "plain" / submission_name("en", "val"), "--lang", "en")
+    assert code == 2 and "every input here is a file" in output
