@@ -22,6 +22,13 @@ def marked(text: str, lang: str) -> str:
         ("No es ningún problema", "es", "No____ningún_________"),
         ("Er ist nicht hier", "de", "_______nicht_____"),
         ("他没有去,不是", "zh", "_没___不_"),
+        # a character that starts a word negating nothing: 非常 "very", 未来 "future"
+        ("非常好,未来不会", "zh", "______不_"),
+        # "né" (born) is not "ne"; a stray apostrophe is no contraction
+        ("Il est né, il n'est pas", "fr", "______________n_____pas"),
+        ("don' t", "en", "______"),
+        # Arabic compared in normalised form: a tatweel inside the word does not hide it
+        ("هذا لـيس صحيحا", "ar", "____لـيس______"),
         ("यह नहीं है", "hi", "___नहीं___"),
     ],
 )
@@ -45,3 +52,15 @@ def test_the_stack_sees_negations_as_their_own_feature_column():
     assert "".join(ch for ch, v in zip(text, column) if v) == "not"
     # a function word like "the" stays a stopword, not a negation
     assert feats[text.index("the"), names.index("is_stopword")] == 1.0
+
+
+def test_the_stack_fingerprint_covers_every_text_module_its_features_read():
+    """A stack fitted before a word list changed must be refitted, not reused as unchanged."""
+    import re
+
+    from mushroom.stack import features, fingerprint
+
+    source = open(features.__file__, encoding="utf-8").read()
+    used = {f"{name}.py" for name in re.findall(r"from mushroom\.text\.(\w+) import", source)}
+    covered = {path.name for path in fingerprint._FEATURE_CODE}
+    assert used and used <= covered, used - covered
