@@ -86,6 +86,15 @@ def score(
             "--langs", help="folders: score only these languages, e.g. en,de (default: every gold one)"
         ),
     ] = None,
+    partial: Annotated[
+        bool,
+        typer.Option(
+            "--partial",
+            metavar=FLAG,
+            help="score only the gold items that have a prediction (e.g. an ensemble of --limit runs); "
+            "how many were left out is printed",
+        ),
+    ] = False,
 ) -> None:
     """Score predictions exactly as the official scorer; the last two lines are IoU and Cor.
 
@@ -105,7 +114,7 @@ def score(
     if json_out is not None and not json_only:
         output_file(Path(json_out), "--json")
     lang_list = split_names(langs) if langs is not None else None
-    result = _score_run_files(gold, pred, lang_list, show_pairing=gold.is_dir())
+    result = _score_run_files(gold, pred, lang_list, show_pairing=gold.is_dir(), partial=partial)
     for warning in result.warnings:
         print_warning(warning)
     if per_lang:
@@ -128,7 +137,7 @@ def score(
             table.add_row(esc(rid), esc(lang), f"{a:.4f}", f"{b:.4f}")
         console.print(table)
     if compare is not None:
-        other = _score_run_files(gold, compare, lang_list, role="--compare")
+        other = _score_run_files(gold, compare, lang_list, role="--compare", partial=partial)
         for warning in other.warnings:
             print_warning(warning)
         if other.ids != result.ids:
@@ -173,7 +182,12 @@ def score(
 
 
 def _score_run_files(
-    gold: Path, pred: Path, langs: list[str] | None, show_pairing: bool = False, role: str = "PRED"
+    gold: Path,
+    pred: Path,
+    langs: list[str] | None,
+    show_pairing: bool = False,
+    role: str = "PRED",
+    partial: bool = False,
 ) -> ScoreResult:
     """Scores PRED against gold; a run made with --limit only on the items it predicted, said on stderr.
 
@@ -210,9 +224,15 @@ def _score_run_files(
     if show_pairing:
         for line in pairing.summary():
             err_console.print(esc(line), highlight=False)
-    result = score_pairs(pairing.pairs, partial=scope is not None and scope.partial)
-    if scope is not None and result.unscored:
+    result = score_pairs(pairing.pairs, partial=partial or (scope is not None and scope.partial))
+    if scope is not None and scope.partial and result.unscored:
         err_console.print(esc(scope.note(len(result.ids), result.n_gold)), highlight=False)
+    elif result.unscored:
+        err_console.print(
+            f"scored {len(result.ids)} of {result.n_gold} gold items (--partial): the others have no "
+            "prediction",
+            highlight=False,
+        )
     return result
 
 
@@ -282,10 +302,11 @@ def ensemble(
     Every span of every input is checked against its answer's length, from --items or, for
     ids of the shipped val/test files, from those files; a span that does not fit is an error.
     A run folder stands for its prediction file of --lang and --split (each may be left out
-    when the folder holds one); a run that lists failed items is refused.
+    when the folder holds one). A file of a run that lists failed items among its ids is
+    refused (they were written empty), and so is an --out inside an input's run folder.
     """
     from mushroom.data import load_items
-    from mushroom.ensemble import SoftMode, run_inputs, shipped_lengths, text_lengths
+    from mushroom.ensemble import SoftMode, refuse_failed, run_inputs, shipped_lengths, text_lengths
     from mushroom.ensemble import ensemble as run_ensemble
     from mushroom.predictions import load_predictions
     from mushroom.submission import write_predictions
@@ -295,16 +316,40 @@ def ensemble(
     except ValueError:
         raise MushroomError(f"--soft must be 'vote' or 'mean', got {soft!r}") from None
     output_file(out, "--out")
+    split = split.lower() if split is not None else None
     if split not in (None, "val", "test"):
         raise MushroomError(
             f"--split {split!r}: run folders hold val or test files; give --split val or test"
         )
+    if lang is not None:
+        lang = lang.strip().lower()
+        if not lang or "," in lang:
+            raise MushroomError(
+                f"--lang {lang!r}: an ensemble votes over one language; give one code, e.g. --lang en"
+            )
     for path in preds:
+        if not path.exists():
+            raise MushroomError(f"PREDS {path}: no such file or folder")
         if not path.is_dir():
             input_file(path, "PREDS")
     if (lang or split) and not any(path.is_dir() for path in preds):
         raise MushroomError("--lang and --split pick the file of a run folder; every input here is a file")
-    preds = run_inputs(preds, lang.lower() if lang else None, split)
+    given_folders = [path.resolve() for path in preds if path.is_dir()]
+    preds = run_inputs(preds, lang, split)
+    if out.resolve() in {p.resolve() for p in preds}:
+        raise MushroomError(f"--out {out} is one of the inputs; write the vote to another file")
+    seen: dict[Path, Path] = {}
+    for path in preds:
+        if path.resolve() in seen:  # a way to weigh a run double, or a slip: said either way
+            print_warning(f"{path} is given twice (also as {seen[path.resolve()]}): it votes twice")
+        seen[path.resolve()] = path
+    folders = [*given_folders, *(folder for path in preds if (folder := _run_folder(path)) is not None)]
+    inside = [folder for folder in folders if out.resolve().is_relative_to(folder)]
+    if inside:
+        raise MushroomError(
+            f"--out {out} is inside the run folder {inside[0]} of an input: the vote would become one "
+            "of that run's files; write it outside the runs it combines"
+        )
     item_list = load_items(input_file(items, "--items")) if items else None
     ids_of = [set(load_predictions(p)) for p in preds]
     for path, ids in zip(preds, ids_of):
@@ -317,6 +362,7 @@ def ensemble(
                 f"{path} has no item in common with {preds[0]}: an ensemble votes over runs of the same "
                 "items (files of other languages or splits?)"
             )
+    refuse_failed(preds, ids_of)
     if item_list is not None:
         lengths = text_lengths(item_list)
     else:
@@ -327,8 +373,6 @@ def ensemble(
                 "are unknown; pass --items FILE (the items the predictions are for)"
             )
         lengths = found
-    if out.resolve() in {p.resolve() for p in preds}:
-        raise MushroomError(f"--out {out} is one of the inputs; write the vote to another file")
     runs = [load_predictions(p, lengths) for p in preds]
     combined = run_ensemble(runs, lengths, threshold, mode, names=[str(p) for p in preds])
     if item_list is not None:
@@ -339,6 +383,23 @@ def ensemble(
         write_jsonl(out, [p.submission_dict() for p in combined])
     what = f"{plural(len(combined), 'prediction')} from {plural(len(runs), 'run')}"
     out_console.print(f"wrote {what} to {esc(out)}", highlight=False)
+    from mushroom.runs import run_scope
+
+    partial = [scope for path in preds if (scope := run_scope(path)) is not None and scope.partial]
+    if partial:
+        err_console.print(
+            f"note: {esc(partial[0].made_with())}: score the vote on the items it covers with "
+            f"mushroom score --partial GOLD {esc(out)}",
+            highlight=False,
+        )
+
+
+def _run_folder(path: Path) -> Path | None:
+    """The resolved folder of the run a prediction file belongs to (None for a loose file)."""
+    from mushroom.runs import run_scope
+
+    scope = run_scope(path)
+    return scope.folder.resolve() if scope is not None else None
 
 
 def lang_codes(values: list[str] | None) -> list[str] | None:

@@ -165,12 +165,9 @@ def run_inputs(paths: list[Path], lang: str | None, split: str | None) -> list[P
     """The prediction file of each input: a file as it is, a run folder's file of `lang`.
 
     A folder is any layout `score` and the stack read (a main job, a `detect` run, a `run`
-    variant, a plain folder of prediction files). A run that lists failed items of the split
-    is refused: `--allow-failures` wrote them empty, and in a vote an empty run is a run that
-    saw nothing wrong.
+    variant, a plain folder of prediction files).
     """
     from mushroom.runs import prediction_folder
-    from mushroom.stack.members import Member
     from mushroom.submission import submission_name
 
     out = []
@@ -187,18 +184,59 @@ def run_inputs(paths: list[Path], lang: str | None, split: str | None) -> list[P
                 f"{path}: no {split_} file of language {code!r} ({file}); it holds "
                 f"{', '.join(_langs(folder, split_))}"
             )
-        failed = Member(path.name, path).failed_ids(split_)
-        if failed:
-            raise MushroomError(
-                f"{path}: its run lists {plural(len(failed), 'failed item')} of the {split_} split "
-                f"(failures.jsonl), written empty; run its command again to complete them"
-            )
         out.append(file)
     return out
 
 
+def failed_in_run(path: Path) -> tuple[Path, set[str]] | None:
+    """(failures.jsonl, the ids it lists) of the run a prediction file belongs to, if any failed.
+
+    Every `failures.jsonl` from the file's folder up to its run's folder counts: a main job
+    lists its members' failures at its top, a `run` of variants lists all variants' in one
+    file without naming the variant (so a variant is refused for its siblings' failures too).
+    """
+    from mushroom.jsonl import iter_json_lines
+    from mushroom.runs import RUN_CONFIG_DEPTH, run_scope
+
+    scope = run_scope(path)
+    if scope is None:
+        return None
+    folder = path.parent if path.is_file() else path
+    ids: set[str] = set()
+    first = None
+    for candidate in [folder, *folder.parents][:RUN_CONFIG_DEPTH]:
+        failures = candidate / "failures.jsonl"
+        if failures.is_file():
+            first = first or failures
+            ids |= {
+                str(row["id"])
+                for _, row in iter_json_lines(failures, [])
+                if isinstance(row, dict) and "id" in row
+            }
+        if candidate == scope.folder:
+            break
+    return (first, ids) if first is not None and ids else None
+
+
+def refuse_failed(files: list[Path], ids_of: list[set[str]]) -> None:
+    """Refuses an input whose run lists failed items among the ones it predicts.
+
+    `--allow-failures` wrote those items empty, and in a vote an empty run is a run that saw
+    nothing wrong: two empty runs outvote the one that marked the answer.
+    """
+    for path, ids in zip(files, ids_of):
+        found = failed_in_run(path)
+        if found is None or not found[1] & ids:
+            continue
+        failures, failed = found
+        raise MushroomError(
+            f"{path}: {plural(len(failed & ids), 'item')} of it failed in its run ({failures}) and were "
+            "written empty; run that run's command again to complete them"
+        )
+
+
 def _only_split(path: Path) -> str:
-    from mushroom.runs import prediction_folder
+    from mushroom.runs import prediction_folder, variant_names
 
     found = []
     for split in ("val", "test"):
@@ -207,10 +245,19 @@ def _only_split(path: Path) -> str:
         except MushroomError:
             continue
         found.append(split)
-    if len(found) != 1:
-        what = "files of both val and test" if found else "no val or test prediction files"
-        raise MushroomError(f"{path}: a run folder with {what}: give --split val or --split test")
-    return found[0]
+    if len(found) == 1:
+        return found[0]
+    variants = sorted({v for split in ("val", "test") for v in variant_names(path, split)})
+    if not found and variants:
+        raise MushroomError(
+            f"{path}: it holds the variants {', '.join(variants)} of a run config: give one, "
+            f"e.g. {path / variants[0]}"
+        )
+    if not found:
+        raise MushroomError(f"{path}: no val or test prediction files (a run folder, or a folder of them)")
+    raise MushroomError(
+        f"{path}: a run folder with files of both val and test: give --split val or --split test"
+    )
 
 
 def _langs(folder: Path, split: str) -> list[str]:

@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -112,8 +113,8 @@ def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows
     write_lines(tmp_path / "plain" / submission_name("en", "val"), clean)
     out = tmp_path / "ens.jsonl"
 
-    def run(*args):
-        code = run_cli(app, ["ensemble", *map(str, args), "--out", str(out), "--items", str(items_path)])
+    def run(*args, to=out):
+        code = run_cli(app, ["ensemble", *map(str, args), "--out", str(to), "--items", str(items_path)])
         captured = capsys.readouterr()
         return code, " ".join((captured.out + captured.err).split())
 
@@ -128,10 +129,37 @@ def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows
     assert code == 2 and "2 languages (de, en): give --lang" in output
     code, output = run(*folders, "--split", "val", "--lang", "fr")
     assert code == 2 and "language 'fr'" in output and "it holds en" in output
-    # a run whose failed items were written empty is no voter
+    # the same run twice votes twice (a way to weigh it), said; an --out inside an input run
+    # would become one of its files
+    code, output = run(
+        *folders, tmp_path / "plain" / submission_name("en", "val"), "--lang", "en", "--split", "VAL"
+    )
+    assert code == 0 and "given twice (also as" in output and "it votes twice" in output
+    code, output = run(*folders, "--lang", "en", "--split", "val", to=tmp_path / "plain" / "x.jsonl")
+    assert code == 2 and "is inside the run folder" in output
+    code, output = run(*folders, "--lang", "en,de", "--split", "val")
+    assert code == 2 and "give one code" in output
+    code, output = run(tmp_path / "detect", tmp_path / "nowhere")
+    assert code == 2 and "no such file or folder" in output
+    # a run whose failed items were written empty is no voter: a detect run (its folder or a
+    # file of it), and a variant of a run config, whose run lists all variants' failures
+    run_config = {"config": {"job": "detect", "split": "val"}, "config_hash": "x"}
+    (tmp_path / "detect" / "config.json").write_text(json.dumps(run_config))
     write_lines(tmp_path / "detect" / "failures.jsonl", [{"id": "t-2", "split": "val", "error": "x"}])
     code, output = run(*folders, "--lang", "en", "--split", "val")
-    assert code == 2 and "1 failed item of the val split" in output
+    assert code == 2 and "1 item of it failed in its run" in output
+    code, output = run(tmp_path / "detect" / "predictions" / submission_name("en", "val"), tmp_path / "plain")
+    assert code == 2 and "1 item of it failed in its run" in output
+    variants = tmp_path / "variants"
+    (variants / "a" / "val").mkdir(parents=True)
+    (variants / "config.json").write_text(json.dumps({"config": {"run_config": {}}, "config_hash": "y"}))
+    write_lines(variants / "a" / "val" / submission_name("en", "val"), clean)
+    write_lines(variants / "failures.jsonl", [{"id": "t-1", "split": "val", "error": "x"}])
+    code, output = run(variants / "a", tmp_path / "main", "--lang", "en", "--split", "val")
+    assert code == 2 and f"failed in its run ({variants / 'failures.jsonl'})" in output
+    # the variants' parent folder names its variants instead of asking for --split
+    code, output = run(variants, tmp_path / "main", "--lang", "en")
+    assert code == 2 and "it holds the variants a of a run config" in output
     # --lang with files only would be ignored: refused instead
     code, output = run(tmp_path / "plain" / submission_name("en", "val"), "--lang", "en")
     assert code == 2 and "every input here is a file" in output
