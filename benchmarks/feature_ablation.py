@@ -23,7 +23,7 @@ from mushroom.data import load_split
 from mushroom.scoring.score import score_predictions
 from mushroom.scoring.stats import paired_test
 from mushroom.stack import Member
-from mushroom.stack.features import StackData, feature_names, load_stack_data
+from mushroom.stack.features import TEXT_FEATURES, StackData, feature_names, load_stack_data
 from mushroom.stack.fit import choose, prepare
 
 
@@ -53,9 +53,11 @@ def main() -> None:
     full, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
     columns = feature_names(names, channels, sorted(data))
     drop = args.drop.split(",")
-    unknown = [name for name in drop if name not in columns]
+    # The fit finds member and vote columns by position (`member_columns`), so only the text
+    # columns after them can be dropped without moving those.
+    unknown = [name for name in drop if name not in TEXT_FEATURES]
     if unknown:
-        raise SystemExit(f"no feature column {', '.join(unknown)}; columns: {', '.join(columns)}")
+        raise SystemExit(f"cannot drop {', '.join(unknown)}; droppable columns: {', '.join(TEXT_FEATURES)}")
     keep = [k for k, name in enumerate(columns) if name not in drop]
     dropped = StackData(full.items, [f[:, keep] for f in full.features])
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -114,7 +114,10 @@ def score(
     if json_out is not None and not json_only:
         output_file(Path(json_out), "--json")
     lang_list = split_names(langs) if langs is not None else None
-    result = _score_run_files(gold, pred, lang_list, show_pairing=gold.is_dir(), partial=partial)
+    try:
+        result = _score_run_files(gold, pred, lang_list, show_pairing=gold.is_dir(), partial=partial)
+    except DataError as exc:
+        raise _with_partial_hint(exc) from None
     for warning in result.warnings:
         print_warning(warning)
     if per_lang:
@@ -179,6 +182,19 @@ def score(
         err_console.print(result.official_lines(), highlight=False, markup=False)
     else:
         print(result.official_lines())
+
+
+def _with_partial_hint(exc: DataError) -> DataError:
+    """The error with `score --partial` named where a file lacks gold ids (score has the option)."""
+    from dataclasses import replace
+
+    problems = [
+        replace(p, message=p.message + " (score --partial scores only the predicted items)")
+        if p.field == "id" and p.message.startswith("no prediction for")
+        else p
+        for p in exc.problems
+    ]
+    return DataError(problems, exit_code=exc.exit_code)
 
 
 def _score_run_files(
@@ -334,7 +350,6 @@ def ensemble(
             input_file(path, "PREDS")
     if (lang or split) and not any(path.is_dir() for path in preds):
         raise MushroomError("--lang and --split pick the file of a run folder; every input here is a file")
-    given_folders = [path.resolve() for path in preds if path.is_dir()]
     preds = run_inputs(preds, lang, split)
     if out.resolve() in {p.resolve() for p in preds}:
         raise MushroomError(f"--out {out} is one of the inputs; write the vote to another file")
@@ -343,13 +358,8 @@ def ensemble(
         if path.resolve() in seen:  # a way to weigh a run double, or a slip: said either way
             print_warning(f"{path} is given twice (also as {seen[path.resolve()]}): it votes twice")
         seen[path.resolve()] = path
-    folders = [*given_folders, *(folder for path in preds if (folder := _run_folder(path)) is not None)]
-    inside = [folder for folder in folders if out.resolve().is_relative_to(folder)]
-    if inside:
-        raise MushroomError(
-            f"--out {out} is inside the run folder {inside[0]} of an input: the vote would become one "
-            "of that run's files; write it outside the runs it combines"
-        )
+    for path in preds:
+        _refuse_out_beside(out, path)
     item_list = load_items(input_file(items, "--items")) if items else None
     ids_of = [set(load_predictions(p)) for p in preds]
     for path, ids in zip(preds, ids_of):
@@ -394,12 +404,28 @@ def ensemble(
         )
 
 
-def _run_folder(path: Path) -> Path | None:
-    """The resolved folder of the run a prediction file belongs to (None for a loose file)."""
-    from mushroom.runs import run_scope
+def _refuse_out_beside(out: Path, pred: Path) -> None:
+    """Refuses an --out that would become a file of the input `pred` comes from.
 
-    scope = run_scope(path)
-    return scope.folder.resolve() if scope is not None else None
+    Inside a run's folder any file may be read back as the run's (a submission name in val/,
+    a variant, a member); beside a loose prediction file, only a file named as prediction
+    files are would be taken for one more.
+    """
+    from mushroom.runs import run_scope
+    from mushroom.submission import prediction_file_name
+
+    target = out.resolve()
+    scope = run_scope(pred.resolve())
+    if scope is not None and target.is_relative_to(scope.folder):
+        raise MushroomError(
+            f"--out {out} is inside the run folder {scope.folder} of an input: the vote would become "
+            "one of that run's files; write it outside the runs it combines"
+        )
+    if scope is None and target.parent == pred.resolve().parent and prediction_file_name(target.name):
+        raise MushroomError(
+            f"--out {out} is named as a prediction file beside the input {pred}: the vote would be read "
+            "as one of that folder's runs; give it another name or folder"
+        )
 
 
 def lang_codes(values: list[str] | None) -> list[str] | None:

@@ -198,6 +198,7 @@ def failed_in_run(path: Path) -> tuple[Path, set[str]] | None:
     from mushroom.jsonl import iter_json_lines
     from mushroom.runs import RUN_CONFIG_DEPTH, run_scope
 
+    path = path.resolve()  # "../x" from inside a run, or a link into one, is not of that run
     scope = run_scope(path)
     if scope is None:
         return None
@@ -230,7 +231,7 @@ def refuse_failed(files: list[Path], ids_of: list[set[str]]) -> None:
             continue
         failures, failed = found
         raise MushroomError(
-            f"{path}: {plural(len(failed & ids), 'item')} of it failed in its run ({failures}) and were "
+            f"{path}: its run lists {plural(len(failed & ids), 'item')} of it as failed ({failures}), "
             "written empty; run that run's command again to complete them"
         )
 

@@ -125,7 +125,9 @@ class RunScope:
         return f"{what} {scored} of {total} gold items: {self.made_with()}"
 
 
-RUN_CONFIG_DEPTH = 3  # a prediction file in <run>/<variant>/val/ is three folders below config.json
+# A prediction file in <run>/<variant>/val/ is three folders below config.json, a main job
+# member's in <job>/members/<name>/val/ four.
+RUN_CONFIG_DEPTH = 4
 
 
 def run_scope(path: Path) -> RunScope | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import zipfile
 from pathlib import Path
 
@@ -19,6 +20,11 @@ def submission_name(lang: str, split: str = "test") -> str:
     if split == "items":
         return f"mushroom.{lang}-items.jsonl"
     return f"mushroom.{lang}-tst.v1.jsonl" if split == "test" else f"mushroom.{lang}-val.v2.jsonl"
+
+
+def prediction_file_name(name: str) -> bool:
+    """Whether a file name is one `submission_name` makes (of any language and split)."""
+    return re.fullmatch(r"mushroom\.[a-z]{2,3}-(tst\.v1|val\.v2|items)\.jsonl", name) is not None
 
 
 def write_predictions(path: Path, predictions: list[Prediction], items: list[Item]) -> Path:

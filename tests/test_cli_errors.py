@@ -531,7 +531,7 @@ def test_a_limited_run_is_scored_compared_and_swept_on_what_it_covers(tmp_path, 
     loose.write_bytes(pred.read_bytes())
     code, _, err = cli(capsys, "score", VAL_EN, loose)
     assert code == 1 and "no prediction for 45 gold ids" in err
-    assert "mushroom score --partial scores only the predicted items" in err
+    assert "(score --partial scores only the predicted items)" in err
     # ... unless the user says it covers part of the items (an ensemble of --limit runs)
     code, out, err = cli(capsys, "score", VAL_EN, loose, "--partial")
     assert code == 0 and "scored 5 of 50 gold items (--partial)" in err

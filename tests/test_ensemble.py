@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -95,7 +96,7 @@ def test_cli_ensemble_of_files(tmp_path, item_rows):
     assert preds["t-2"].hard_labels == []
 
 
-def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows, capsys):
+def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows, capsys, monkeypatch):
     from mushroom.cli import app
     from mushroom.cliutil import run_cli
     from mushroom.submission import submission_name
@@ -135,8 +136,15 @@ def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows
         *folders, tmp_path / "plain" / submission_name("en", "val"), "--lang", "en", "--split", "VAL"
     )
     assert code == 0 and "given twice (also as" in output and "it votes twice" in output
-    code, output = run(*folders, "--lang", "en", "--split", "val", to=tmp_path / "plain" / "x.jsonl")
-    assert code == 2 and "is inside the run folder" in output
+    # beside a loose file, only a prediction file's name would be read back as a run
+    code, output = run(
+        *folders, "--lang", "en", "--split", "val", to=tmp_path / "plain" / "votes" / "x.jsonl"
+    )
+    assert code == 0, output
+    code, output = run(
+        *folders, "--lang", "en", "--split", "val", to=tmp_path / "plain" / submission_name("de", "val")
+    )
+    assert code == 2 and "is named as a prediction file beside the input" in output
     code, output = run(*folders, "--lang", "en,de", "--split", "val")
     assert code == 2 and "give one code" in output
     code, output = run(tmp_path / "detect", tmp_path / "nowhere")
@@ -147,16 +155,45 @@ def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows
     (tmp_path / "detect" / "config.json").write_text(json.dumps(run_config))
     write_lines(tmp_path / "detect" / "failures.jsonl", [{"id": "t-2", "split": "val", "error": "x"}])
     code, output = run(*folders, "--lang", "en", "--split", "val")
-    assert code == 2 and "1 item of it failed in its run" in output
+    assert code == 2 and "its run lists 1 item of it as failed" in output
+    # anywhere inside a run folder, the vote would be one more of the run's files
+    code, output = run(
+        tmp_path / "main",
+        tmp_path / "plain",
+        "--lang",
+        "en",
+        "--split",
+        "val",
+        to=tmp_path / "detect" / "votes" / "x.jsonl",
+    )
+    assert code == 0, output  # detect is no input here
+    code, output = run(
+        tmp_path / "detect" / "predictions" / submission_name("en", "val"),
+        tmp_path / "plain",
+        to=tmp_path / "detect" / "votes" / "x.jsonl",
+    )
+    assert code == 2 and "is inside the run folder" in output
+    # a path from inside the failed run to another folder is not of that run
+    monkeypatch.chdir(tmp_path / "detect")
+    code, output = run(Path("../main"), Path("../plain"), "--lang", "en", "--split", "val")
+    assert code == 0, output
+    # a main job's member file sits four folders below the job's config.json and failures.jsonl
+    job = tmp_path / "job"
+    (job / "members" / "lex" / "val").mkdir(parents=True)
+    (job / "config.json").write_text(json.dumps({"config": {"job": "main"}, "config_hash": "z"}))
+    write_lines(job / "members" / "lex" / "val" / submission_name("en", "val"), clean)
+    write_lines(job / "failures.jsonl", [{"id": "t-1", "split": "val", "error": "x"}])
+    code, output = run(job / "members" / "lex", tmp_path / "main", "--lang", "en", "--split", "val")
+    assert code == 2 and "its run lists 1 item of it as failed" in output
     code, output = run(tmp_path / "detect" / "predictions" / submission_name("en", "val"), tmp_path / "plain")
-    assert code == 2 and "1 item of it failed in its run" in output
+    assert code == 2 and "its run lists 1 item of it as failed" in output
     variants = tmp_path / "variants"
     (variants / "a" / "val").mkdir(parents=True)
     (variants / "config.json").write_text(json.dumps({"config": {"run_config": {}}, "config_hash": "y"}))
     write_lines(variants / "a" / "val" / submission_name("en", "val"), clean)
     write_lines(variants / "failures.jsonl", [{"id": "t-1", "split": "val", "error": "x"}])
     code, output = run(variants / "a", tmp_path / "main", "--lang", "en", "--split", "val")
-    assert code == 2 and f"failed in its run ({variants / 'failures.jsonl'})" in output
+    assert code == 2 and f"as failed ({(variants / 'failures.jsonl').resolve()})" in output
     # the variants' parent folder names its variants instead of asking for --split
     code, output = run(variants, tmp_path / "main", "--lang", "en")
     assert code == 2 and "it holds the variants a of a run config" in output

@@ -232,8 +232,7 @@ def match_ids(gold: ScoringFile, pred: ScoringFile, partial: bool = False) -> li
                 str(pred.path),
                 None,
                 "id",
-                no_prediction(missing, "gold id")
-                + " (mushroom score --partial scores only the predicted items)",
+                no_prediction(missing, "gold id"),
             )
         )
     if extra:
