@@ -189,31 +189,33 @@ def run_inputs(paths: list[Path], lang: str | None, split: str | None) -> list[P
 
 
 def failed_in_run(path: Path) -> tuple[Path, set[str]] | None:
-    """(failures.jsonl, the ids it lists) of the run a prediction file belongs to, if any failed.
+    """(where it is said, the failed ids) of the run a prediction file belongs to, if any failed.
 
-    Every `failures.jsonl` from the file's folder up to its run's folder counts: a main job
-    lists its members' failures at its top, a `run` of variants lists all variants' in one
-    file without naming the variant (so a variant is refused for its siblings' failures too).
+    The item ledger beside the file says exactly which of its items failed (each variant and
+    member keeps its own). Without one (a stack's output) every `failures.jsonl` from the
+    file's folder up to its run's folder counts: a main job lists its members' failures at
+    its top.
     """
+    from mushroom.data import lang_from_filename
     from mushroom.jsonl import iter_json_lines
-    from mushroom.runs import RUN_CONFIG_DEPTH, run_scope
+    from mushroom.runs import RUN_CONFIG_DEPTH, ledger_failures, run_scope
 
     path = path.resolve()  # "../x" from inside a run, or a link into one, is not of that run
+    lang = lang_from_filename(path)
+    ledger = ledger_failures(path.parent, lang) if lang is not None else None
+    if ledger is not None:
+        return (path.parent / "items" / f"{lang}.jsonl", ledger) if ledger else None
     scope = run_scope(path)
     if scope is None:
         return None
-    folder = path.parent if path.is_file() else path
     ids: set[str] = set()
     first = None
-    for candidate in [folder, *folder.parents][:RUN_CONFIG_DEPTH]:
+    for candidate in [path.parent, *path.parent.parents][:RUN_CONFIG_DEPTH]:
         failures = candidate / "failures.jsonl"
         if failures.is_file():
             first = first or failures
-            ids |= {
-                str(row["id"])
-                for _, row in iter_json_lines(failures, [])
-                if isinstance(row, dict) and "id" in row
-            }
+            rows = iter_json_lines(failures, [])
+            ids |= {str(row["id"]) for _, row in rows if isinstance(row, dict) and "id" in row}
         if candidate == scope.folder:
             break
     return (first, ids) if first is not None and ids else None

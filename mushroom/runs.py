@@ -235,3 +235,24 @@ def new_run_folder(parent: Path, name: str) -> Path:
             continue
         return folder
     raise FileExistsError(f"{parent}: no free folder name like {name}")
+
+
+def ledger_failures(folder: Path, lang: str) -> set[str] | None:
+    """Ids whose last outcome is "failed" in the item ledger beside a folder's prediction files.
+
+    Every folder a run writes prediction files into keeps its items' outcomes in
+    `items/<lang>.jsonl` (the last line per id wins), so unlike the run's `failures.jsonl`,
+    which a run config's variants share without naming the variant, it says which of this
+    folder's predictions were written empty. None where there is no ledger (a stack's output,
+    a plain folder of files).
+    """
+    from mushroom.jsonl import iter_json_lines
+
+    path = folder / "items" / f"{lang}.jsonl"
+    if not path.is_file():
+        return None
+    last: dict[str, Any] = {}
+    for _, row in iter_json_lines(path, []):
+        if isinstance(row, dict) and "id" in row:
+            last[str(row["id"])] = row.get("status")
+    return {item_id for item_id, status in last.items() if status == "failed"}

@@ -194,6 +194,19 @@ def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows
     write_lines(variants / "failures.jsonl", [{"id": "t-1", "split": "val", "error": "x"}])
     code, output = run(variants / "a", tmp_path / "main", "--lang", "en", "--split", "val")
     assert code == 2 and f"as failed ({(variants / 'failures.jsonl').resolve()})" in output
+    # each variant's item ledger says which of its own items failed (the last line per id
+    # wins): a variant whose items all ended ok is no longer refused for a sibling's failure
+    ledger = variants / "a" / "val" / "items" / "en.jsonl"
+    ledger.parent.mkdir()
+    write_lines(ledger, [{"id": "t-1", "status": "failed"}, {"id": "t-2", "status": "ok"}])
+    code, output = run(variants / "a", tmp_path / "main", "--lang", "en", "--split", "val")
+    assert code == 2 and f"as failed ({ledger.resolve()})" in output
+    write_lines(
+        ledger,
+        [{"id": "t-1", "status": "failed"}, {"id": "t-2", "status": "ok"}, {"id": "t-1", "status": "ok"}],
+    )
+    code, output = run(variants / "a", tmp_path / "main", "--lang", "en", "--split", "val")
+    assert code == 0, output
     # the variants' parent folder names its variants instead of asking for --split
     code, output = run(variants, tmp_path / "main", "--lang", "en")
     assert code == 2 and "it holds the variants a of a run config" in output

@@ -9,7 +9,7 @@ from rich.console import Console
 from mushroom.check import check_file
 from mushroom.data import load_split
 from mushroom.errors import MushroomError
-from mushroom.mainjob import run_main
+from mushroom.mainjob import run_main, run_main_stack
 
 
 def test_main_job_on_a_slice_writes_checked_files_scores_and_resumes(tmp_path):
@@ -90,3 +90,32 @@ def test_a_member_that_beats_the_stack_out_of_fold_is_warned_about():
     assert warning.endswith("may not help; its own predictions may serve better")  # stack fit's wording
     comparison["stack (CV)"]["mean"]["iou"] = 0.57
     assert stack_behind(comparison, ["lexical", "semantic"]) == []
+
+
+def test_a_failed_member_is_the_users_choice_in_its_main_job_and_refused_by_another_stack(tmp_path):
+    """--allow-failures lets the main job go on; a stack fitted later on that member must not.
+
+    The member's own item ledger lists its failed items: a stack fitted by hand on the
+    member's folder would learn them as "nothing flagged".
+    """
+    from mushroom.stack import Member, fit_stack
+
+    out = tmp_path / "run"
+    dead = {"backend": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}}
+    console = Console(file=open(tmp_path / "log.txt", "w"), width=120)
+    run_main_stack(
+        out=out,
+        members=("lexical", "llm"),
+        options={"llm": dead},
+        langs=["en"],
+        quiet=True,
+        console=console,
+        allow_failures=True,
+    )
+    assert check_file(out / "mushroom.en-tst.v1.jsonl", load_split("test", ["en"])["en"]).ok
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["items_failed"] == 154 + 50 and summary["allow_failures"] is True
+    with pytest.raises(
+        MushroomError, match=r"member 'llm': 50 en items failed in its run \(.*items/en.jsonl\)"
+    ):
+        fit_stack([Member("llm", out / "members" / "llm")], {"en": load_split("val", ["en"])["en"]})

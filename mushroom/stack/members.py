@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 
 from mushroom.channels import channel_file, read_channels
-from mushroom.cliutil import no_prediction
+from mushroom.cliutil import no_prediction, plural
 from mushroom.errors import DataError, MushroomError
 from mushroom.jsonl import iter_json_lines
 from mushroom.predictions import load_predictions
 from mushroom.records import Item, Prediction
-from mushroom.runs import prediction_folder, run_scope
+from mushroom.runs import ledger_failures, prediction_folder, run_scope
 from mushroom.submission import submission_name
 
 MemberEvidence = tuple[Prediction, dict[str, np.ndarray]]  # one item's prediction and channels
@@ -25,6 +25,9 @@ class Member:
 
     name: str
     path: Path
+    # The main job's own members under --allow-failures: their failed items are listed in its
+    # summary and the user asked to go on, so they are read as the empty predictions they are.
+    allow_failures: bool = False
 
     def folder(self, split: str) -> Path:
         """The folder with this split's prediction files (main-job, detect and plain layouts)."""
@@ -55,8 +58,9 @@ class Member:
         """Ids of this split that the member's run lists as failed (its `failures.jsonl`).
 
         Read in the member's folder, or at the root of a `detect` run given as its predictions/
-        folder. A run config's variants share one file without naming the variant, and the main
-        job fits its own stack knowing of its failures, so neither is read.
+        folder, where a folder has no item ledger (`load` reads the ledger first). A run config's
+        variants share one file without naming the variant, and the main job fits its own stack
+        knowing of its failures, so neither is read here: their ledgers say it.
         """
         path = self.path / "failures.jsonl"
         scope = run_scope(self.path)
@@ -88,12 +92,19 @@ class Member:
             )
             raise MushroomError(f"{path}: missing (member {self.name!r}, language {lang}){hint}")
         preds = load_predictions(path)
-        failed = self.failed_ids(split) & {it.id for it in items}
-        if failed:
+        # The item ledger beside the files says which of this folder's items failed (a run
+        # config's variants each keep one); without it, the run's failures.jsonl.
+        ledger = ledger_failures(path.parent, lang)
+        failed = (ledger if ledger is not None else self.failed_ids(split)) & {it.id for it in items}
+        if failed and not self.allow_failures:
             # written empty by --allow-failures: the stack would learn them as "nothing flagged"
+            where = (
+                path.parent / "items" / f"{lang}.jsonl"
+                if ledger is not None
+                else self.path / "failures.jsonl"
+            )
             raise MushroomError(
-                f"member {self.name!r}: {len(failed)} {lang} items failed in its run "
-                f"({self.path / 'failures.jsonl'}) "
+                f"member {self.name!r}: {plural(len(failed), f'{lang} item')} failed in its run ({where}) "
                 "and were written as empty predictions (--allow-failures); run its command again to "
                 "complete them"
             )
