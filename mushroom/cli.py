@@ -140,7 +140,10 @@ def score(
             table.add_row(esc(rid), esc(lang), f"{a:.4f}", f"{b:.4f}")
         console.print(table)
     if compare is not None:
-        other = _score_run_files(gold, compare, lang_list, role="--compare", partial=partial)
+        try:
+            other = _score_run_files(gold, compare, lang_list, role="--compare", partial=partial)
+        except DataError as exc:
+            raise _with_partial_hint(exc) from None
         for warning in other.warnings:
             print_warning(warning)
         if other.ids != result.ids:
@@ -372,7 +375,7 @@ def ensemble(
                 f"{path} has no item in common with {preds[0]}: an ensemble votes over runs of the same "
                 "items (files of other languages or splits?)"
             )
-    refuse_failed(preds, ids_of)
+    refuse_failed(preds)
     if item_list is not None:
         lengths = text_lengths(item_list)
     else:

@@ -188,54 +188,23 @@ def run_inputs(paths: list[Path], lang: str | None, split: str | None) -> list[P
     return out
 
 
-def failed_in_run(path: Path) -> tuple[Path, set[str]] | None:
-    """(where it is said, the failed ids) of the run a prediction file belongs to, if any failed.
-
-    The item ledger beside the file says exactly which of its items failed (each variant and
-    member keeps its own). Without one (a stack's output) every `failures.jsonl` from the
-    file's folder up to its run's folder counts: a main job lists its members' failures at
-    its top.
-    """
-    from mushroom.data import lang_from_filename
-    from mushroom.jsonl import iter_json_lines
-    from mushroom.runs import RUN_CONFIG_DEPTH, ledger_failures, run_scope
-
-    path = path.resolve()  # "../x" from inside a run, or a link into one, is not of that run
-    lang = lang_from_filename(path)
-    ledger = ledger_failures(path.parent, lang) if lang is not None else None
-    if ledger is not None:
-        return (path.parent / "items" / f"{lang}.jsonl", ledger) if ledger else None
-    scope = run_scope(path)
-    if scope is None:
-        return None
-    ids: set[str] = set()
-    first = None
-    for candidate in [path.parent, *path.parent.parents][:RUN_CONFIG_DEPTH]:
-        failures = candidate / "failures.jsonl"
-        if failures.is_file():
-            first = first or failures
-            rows = iter_json_lines(failures, [])
-            ids |= {str(row["id"]) for _, row in rows if isinstance(row, dict) and "id" in row}
-        if candidate == scope.folder:
-            break
-    return (first, ids) if first is not None and ids else None
-
-
-def refuse_failed(files: list[Path], ids_of: list[set[str]]) -> None:
+def refuse_failed(files: list[Path]) -> None:
     """Refuses an input whose run lists failed items among the ones it predicts.
 
     `--allow-failures` wrote those items empty, and in a vote an empty run is a run that saw
     nothing wrong: two empty runs outvote the one that marked the answer.
     """
-    for path, ids in zip(files, ids_of):
-        found = failed_in_run(path)
-        if found is None or not found[1] & ids:
-            continue
-        failures, failed = found
-        raise MushroomError(
-            f"{path}: its run lists {plural(len(failed & ids), 'item')} of it as failed ({failures}), "
-            "written empty; run that run's command again to complete them"
-        )
+    from mushroom.predictions import load_predictions
+    from mushroom.runs import failed_items
+
+    for path in files:
+        found = failed_items(path, load_predictions(path))
+        if found is not None:
+            where, failed = found
+            raise MushroomError(
+                f"{path}: its run lists {plural(len(failed), 'item')} of it as failed ({where}), "
+                "written empty; run that run's command again to complete them"
+            )
 
 
 def _only_split(path: Path) -> str:

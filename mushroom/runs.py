@@ -10,15 +10,19 @@ import json
 import platform
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mushroom import __version__
 from mushroom.data import PROJECT_ROOT
 from mushroom.jsonl import atomic_write_text
+
+if TYPE_CHECKING:
+    from mushroom.records import Prediction
 
 # Every library a number can depend on: the core ones, the stack's trees (scikit-learn), the
 # lexical channels' word lists (wordfreq), the encoders and model backends (None when absent).
@@ -125,9 +129,7 @@ class RunScope:
         return f"{what} {scored} of {total} gold items: {self.made_with()}"
 
 
-# A prediction file in <run>/<variant>/val/ is three folders below config.json, a main job
-# member's in <job>/members/<name>/val/ four.
-RUN_CONFIG_DEPTH = 4
+RUN_CONFIG_DEPTH = 3  # a prediction file in <run>/<variant>/val/ is three folders below config.json
 
 
 def run_scope(path: Path) -> RunScope | None:
@@ -139,7 +141,11 @@ def run_scope(path: Path) -> RunScope | None:
     and every gold item is then expected.
     """
     folder = path.parent if path.is_file() else path
-    for candidate in [folder, *folder.parents][:RUN_CONFIG_DEPTH]:
+    candidates = [folder, *folder.parents][:RUN_CONFIG_DEPTH]
+    # A main job's member keeps val files in <job>/members/<name>/val/, one folder deeper; only
+    # a main job's config counts there, so a user's files deep in some run are not its own.
+    member_of = folder.parent.parent.parent if folder.parent.parent.name == "members" else None
+    for candidate in [*candidates, *([member_of] if member_of is not None else [])]:
         cfg_path = candidate / "config.json"
         if not cfg_path.is_file():
             continue
@@ -150,6 +156,8 @@ def run_scope(path: Path) -> RunScope | None:
         config = saved.get("config") if isinstance(saved, dict) else None
         if not isinstance(config, dict) or "config_hash" not in saved:
             return None  # some other config.json: not a run folder
+        if candidate not in candidates and config.get("job") != "main":
+            return None
         limit = config.get("limit")
         langs = config.get("langs")
         if langs is None and isinstance(config.get("run_config"), dict):
@@ -256,3 +264,53 @@ def ledger_failures(folder: Path, lang: str) -> set[str] | None:
         if isinstance(row, dict) and "id" in row:
             last[str(row["id"])] = row.get("status")
     return {item_id for item_id, status in last.items() if status == "failed"}
+
+
+def run_failures(path: Path) -> tuple[Path | None, set[str]]:
+    """(the nearest failures.jsonl, every id listed) from a file's folder up to its run's folder.
+
+    A main job lists its members' failures at its top; a `detect` run beside its predictions/.
+    """
+    from mushroom.jsonl import iter_json_lines
+
+    scope = run_scope(path)
+    # Outside a run folder (no config.json), only a failures.jsonl beside the file or one
+    # folder up (a run's predictions/) is taken as the file's.
+    top = scope.folder if scope is not None else path.parent.parent
+    ids: set[str] = set()
+    nearest = None
+    for candidate in [path.parent, *path.parent.parents]:
+        failures = candidate / "failures.jsonl"
+        if failures.is_file():
+            nearest = nearest or failures
+            rows = iter_json_lines(failures, [])
+            ids |= {str(row["id"]) for _, row in rows if isinstance(row, dict) and "id" in row}
+        if candidate == top:
+            break
+    return nearest, ids
+
+
+def failed_items(path: Path, predictions: Mapping[str, Prediction]) -> tuple[Path, set[str]] | None:
+    """(where it is said, the ids) of a prediction file's items that failed in its run, if any.
+
+    `--allow-failures` writes failed items as empty predictions, which a stack or a vote would
+    take for "nothing wrong". The item ledger beside the file names this folder's failures
+    exactly (each variant and member keeps its own). A run stopped after retrying an item but
+    before rewriting its file leaves the ledger ahead of the file, so an empty prediction the
+    run's failures.jsonl lists counts too. Without a ledger (a stack's output, whose items
+    carry its members' failures) every id failures.jsonl lists counts.
+    """
+    from mushroom.data import lang_from_filename
+
+    path = path.resolve()  # "../x" from inside a run, or a link into one, is not of that run
+    lang = lang_from_filename(path)
+    ledger = ledger_failures(path.parent, lang) if lang is not None else None
+    where, listed = run_failures(path)
+    if ledger is None:
+        failed = listed
+    else:
+        empty = {i for i, p in predictions.items() if not p.soft_labels and not p.hard_labels}
+        failed = ledger | (listed & empty)
+        where = path.parent / "items" / f"{lang}.jsonl" if ledger & set(predictions) else where
+    failed &= set(predictions)
+    return (where, failed) if failed and where is not None else None

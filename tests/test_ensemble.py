@@ -205,6 +205,11 @@ def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows
         ledger,
         [{"id": "t-1", "status": "failed"}, {"id": "t-2", "status": "ok"}, {"id": "t-1", "status": "ok"}],
     )
+    # ... unless its file still holds the empty prediction the run's failures.jsonl lists: a run
+    # stopped after retrying the item and before rewriting the file
+    code, output = run(variants / "a", tmp_path / "main", "--lang", "en", "--split", "val")
+    assert code == 2 and f"as failed ({(variants / 'failures.jsonl').resolve()})" in output
+    write_lines(variants / "a" / "val" / submission_name("en", "val"), marked)  # the file rewritten
     code, output = run(variants / "a", tmp_path / "main", "--lang", "en", "--split", "val")
     assert code == 0, output
     # the variants' parent folder names its variants instead of asking for --split

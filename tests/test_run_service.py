@@ -434,3 +434,27 @@ def test_a_backend_warning_is_one_warning_line_kept_in_the_summary(tmp_path):
     assert both.count("serves 'm', not 'gpt-5'") == 1
     summary = json.loads((out / "summary.json").read_text())
     assert any("serves 'm', not 'gpt-5'" in w for w in summary["warnings"])
+
+
+def test_run_scope_reaches_a_main_job_members_val_files_and_no_deeper(tmp_path):
+    """A file is scored with its run's --limit and --lang only when it is that run's file."""
+    from mushroom.runs import run_scope
+
+    def run_folder(path, config):
+        path.mkdir(parents=True)
+        (path / "config.json").write_text(json.dumps({"config": config, "config_hash": "h"}))
+        return path
+
+    job = run_folder(tmp_path / "job", {"job": "main", "langs": ["en"]})
+
+    def file_in(folder):
+        folder.mkdir(parents=True)
+        (folder / "mushroom.en-val.v2.jsonl").write_text("")
+        return folder / "mushroom.en-val.v2.jsonl"
+
+    assert run_scope(file_in(job / "members" / "lexical" / "val")).folder == job
+    # a user's own files three folders into a detect run made with --limit are not that run's
+    run = run_folder(tmp_path / "run", {"job": "detect", "limit": 5, "langs": ["en"]})
+    assert run_scope(file_in(run / "notes" / "exp" / "a")) is None
+    # nor under a folder named members in such a run
+    assert run_scope(file_in(run / "members" / "x" / "val")) is None

@@ -10,10 +10,9 @@ import numpy as np
 from mushroom.channels import channel_file, read_channels
 from mushroom.cliutil import no_prediction, plural
 from mushroom.errors import DataError, MushroomError
-from mushroom.jsonl import iter_json_lines
 from mushroom.predictions import load_predictions
 from mushroom.records import Item, Prediction
-from mushroom.runs import ledger_failures, prediction_folder, run_scope
+from mushroom.runs import failed_items, prediction_folder, run_scope
 from mushroom.submission import submission_name
 
 MemberEvidence = tuple[Prediction, dict[str, np.ndarray]]  # one item's prediction and channels
@@ -54,32 +53,6 @@ class Member:
             return self.path.name  # a main job's member folder is named after its detector
         return None
 
-    def failed_ids(self, split: str) -> set[str]:
-        """Ids of this split that the member's run lists as failed (its `failures.jsonl`).
-
-        Read in the member's folder, or at the root of a `detect` run given as its predictions/
-        folder, where a folder has no item ledger (`load` reads the ledger first). A run config's
-        variants share one file without naming the variant, and the main job fits its own stack
-        knowing of its failures, so neither is read here: their ledgers say it.
-        """
-        path = self.path / "failures.jsonl"
-        scope = run_scope(self.path)
-        if (
-            not path.is_file()
-            and scope is not None
-            and scope.folder == self.path.parent
-            and scope.config.get("job") == "detect"
-        ):
-            path = scope.folder / "failures.jsonl"
-        if not path.is_file():
-            return set()
-        rows = iter_json_lines(path, [])
-        return {
-            str(row["id"])
-            for _, row in rows
-            if isinstance(row, dict) and row.get("split") == split and "id" in row
-        }
-
     def load(self, split: str, lang: str, items: list[Item]) -> tuple[dict[str, Prediction], dict]:
         """Predictions and channels of one language; every item must be predicted."""
         path, chan_path = self.files(split, lang)
@@ -92,17 +65,11 @@ class Member:
             )
             raise MushroomError(f"{path}: missing (member {self.name!r}, language {lang}){hint}")
         preds = load_predictions(path)
-        # The item ledger beside the files says which of this folder's items failed (a run
-        # config's variants each keep one); without it, the run's failures.jsonl.
-        ledger = ledger_failures(path.parent, lang)
-        failed = (ledger if ledger is not None else self.failed_ids(split)) & {it.id for it in items}
-        if failed and not self.allow_failures:
+        found = None if self.allow_failures else failed_items(path, preds)
+        failed = found[1] & {it.id for it in items} if found is not None else set()
+        if found is not None and failed:
             # written empty by --allow-failures: the stack would learn them as "nothing flagged"
-            where = (
-                path.parent / "items" / f"{lang}.jsonl"
-                if ledger is not None
-                else self.path / "failures.jsonl"
-            )
+            where = found[0]
             raise MushroomError(
                 f"member {self.name!r}: {plural(len(failed), f'{lang} item')} failed in its run ({where}) "
                 "and were written as empty predictions (--allow-failures); run its command again to "
