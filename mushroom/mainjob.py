@@ -91,7 +91,8 @@ def run_main_stack(
         service.detect_split(det, "val", out / "members" / name / "val", val_langs, sources, data=val_data)
     if service.failures and not allow_failures:
         service.finish({})  # raises RunFailed: a stack needs every item
-    member_list = [Member(name, out / "members" / name, allow_failures) for name in members]
+    # The job knows this invocation's failures itself (it stopped above unless --allow-failures).
+    member_list = [Member(name, out / "members" / name, allow_failures=True) for name in members]
 
     # Fit on val, unless the members' val files are those of the last fit.
     val_inputs = [p for name in members for p in (out / "members" / name / "val").glob("**/*.jsonl")]

@@ -245,25 +245,41 @@ def new_run_folder(parent: Path, name: str) -> Path:
     raise FileExistsError(f"{parent}: no free folder name like {name}")
 
 
-def ledger_failures(folder: Path, lang: str) -> set[str] | None:
-    """Ids whose last outcome is "failed" in the item ledger beside a folder's prediction files.
+@dataclass
+class LedgerState:
+    """What the item ledger beside a folder's prediction files says of one language."""
 
-    Every folder a run writes prediction files into keeps its items' outcomes in
-    `items/<lang>.jsonl` (the last line per id wins), so unlike the run's `failures.jsonl`,
-    which a run config's variants share without naming the variant, it says which of this
-    folder's predictions were written empty. None where there is no ledger (a stack's output,
-    a plain folder of files).
+    path: Path
+    failed: set[str]  # ids whose last outcome is "failed"
+    marked: set[str]  # ids whose last outcome is "ok" with some span marked
+
+
+def ledger_state(folder: Path, lang: str) -> LedgerState | None:
+    """The item ledger beside a folder's prediction files (`items/<lang>.jsonl`); None without one.
+
+    Every folder a run writes prediction files into keeps its items' outcomes there, the last
+    line per id winning, so unlike the run's `failures.jsonl`, which a run config's variants
+    and a main job's members share, it speaks for this folder's predictions alone. A stack's
+    output and a plain folder of files have none.
     """
     from mushroom.jsonl import iter_json_lines
 
     path = folder / "items" / f"{lang}.jsonl"
     if not path.is_file():
         return None
-    last: dict[str, Any] = {}
+    last: dict[str, dict[str, Any]] = {}
     for _, row in iter_json_lines(path, []):
         if isinstance(row, dict) and "id" in row:
-            last[str(row["id"])] = row.get("status")
-    return {item_id for item_id, status in last.items() if status == "failed"}
+            last[str(row["id"])] = row
+    failed = {i for i, row in last.items() if row.get("status") == "failed"}
+    marked = {
+        i
+        for i, row in last.items()
+        if row.get("status") == "ok"
+        and isinstance(row.get("prediction"), dict)
+        and (row["prediction"].get("soft_labels") or row["prediction"].get("hard_labels"))
+    }
+    return LedgerState(path, failed, marked)
 
 
 def run_failures(path: Path) -> tuple[Path | None, set[str]]:
@@ -295,22 +311,20 @@ def failed_items(path: Path, predictions: Mapping[str, Prediction]) -> tuple[Pat
 
     `--allow-failures` writes failed items as empty predictions, which a stack or a vote would
     take for "nothing wrong". The item ledger beside the file names this folder's failures
-    exactly (each variant and member keeps its own). A run stopped after retrying an item but
-    before rewriting its file leaves the ledger ahead of the file, so an empty prediction the
-    run's failures.jsonl lists counts too. Without a ledger (a stack's output, whose items
-    carry its members' failures) every id failures.jsonl lists counts.
+    exactly. A run stopped after retrying an item but before rewriting its file leaves the
+    file's empty prediction behind a ledger that marked something: that item counts as well.
+    Without a ledger (a stack's output, whose items carry every member's failures) every id
+    the run's failures.jsonl lists counts.
     """
     from mushroom.data import lang_from_filename
 
     path = path.resolve()  # "../x" from inside a run, or a link into one, is not of that run
     lang = lang_from_filename(path)
-    ledger = ledger_failures(path.parent, lang) if lang is not None else None
-    where, listed = run_failures(path)
+    ledger = ledger_state(path.parent, lang) if lang is not None else None
     if ledger is None:
-        failed = listed
+        where, failed = run_failures(path)
     else:
         empty = {i for i, p in predictions.items() if not p.soft_labels and not p.hard_labels}
-        failed = ledger | (listed & empty)
-        where = path.parent / "items" / f"{lang}.jsonl" if ledger & set(predictions) else where
+        where, failed = ledger.path, ledger.failed | (ledger.marked & empty)
     failed &= set(predictions)
     return (where, failed) if failed and where is not None else None

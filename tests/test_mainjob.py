@@ -4,6 +4,7 @@ import zipfile
 
 import pytest
 from conftest import ROOT
+from fake_openai_server import FakeServer
 from rich.console import Console
 
 from mushroom.check import check_file
@@ -119,3 +120,19 @@ def test_a_failed_member_is_the_users_choice_in_its_main_job_and_refused_by_anot
         MushroomError, match=r"member 'llm': 50 en items failed in its run \(.*items/en.jsonl\)"
     ):
         fit_stack([Member("llm", out / "members" / "llm")], {"en": load_split("val", ["en"])["en"]})
+    # the server back: the same job retries them; the answers flag nothing (empty predictions),
+    # and the failures.jsonl of the last invocation, rewritten only when the job finishes, is
+    # no reason to stop its stack
+    with FakeServer({}) as server:
+        live = {"backend": {"kind": "openai", "base_url": server.url, "model": "m"}}
+        run_main_stack(
+            out=out,
+            members=("lexical", "llm"),
+            options={"llm": live},
+            langs=["en"],
+            quiet=True,
+            console=console,
+        )
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["items_failed"] == 0 and (out / "submission.zip").exists()
+    assert fit_stack([Member("llm", out / "members" / "llm")], {"en": load_split("val", ["en"])["en"]})

@@ -24,8 +24,8 @@ class Member:
 
     name: str
     path: Path
-    # The main job's own members under --allow-failures: their failed items are listed in its
-    # summary and the user asked to go on, so they are read as the empty predictions they are.
+    # The main job's own members: it knows this invocation's failures itself (and stops on
+    # them unless --allow-failures), so their files are read as they are.
     allow_failures: bool = False
 
     def folder(self, split: str) -> Path:
