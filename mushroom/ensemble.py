@@ -200,11 +200,7 @@ def refuse_failed(files: list[Path]) -> None:
     for path in files:
         found = failed_items(path, load_predictions(path))
         if found is not None:
-            where, failed = found
-            raise MushroomError(
-                f"{path}: its run lists {plural(len(failed), 'item')} of it as failed ({where}), "
-                "written empty; run that run's command again to complete them"
-            )
+            raise MushroomError(found.message(path))
 
 
 def _only_split(path: Path) -> str:

@@ -90,7 +90,14 @@ def run_main_stack(
         service.detect_split(det, "test", out / "members" / name, langs, sources, data=test_data)
         service.detect_split(det, "val", out / "members" / name / "val", val_langs, sources, data=val_data)
     if service.failures and not allow_failures:
-        service.finish({})  # raises RunFailed: a stack needs every item
+        # A stack needs every item: what an earlier invocation's stack wrote (perhaps under
+        # --allow-failures, on members since re-run) is no longer this run's, so it goes, as a
+        # language with failed items gets no prediction file.
+        stale = [out / "submission.zip", *out.glob(submission_name("*", "test"))]
+        stale += (out / "val").glob(submission_name("*", "val"))
+        for path in stale:
+            path.unlink(missing_ok=True)
+        service.finish({})  # raises RunFailed
     # The job knows this invocation's failures itself (it stopped above unless --allow-failures).
     member_list = [Member(name, out / "members" / name, allow_failures=True) for name in members]
 

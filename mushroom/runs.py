@@ -144,7 +144,8 @@ def run_scope(path: Path) -> RunScope | None:
     candidates = [folder, *folder.parents][:RUN_CONFIG_DEPTH]
     # A main job's member keeps val files in <job>/members/<name>/val/, one folder deeper; only
     # a main job's config counts there, so a user's files deep in some run are not its own.
-    member_of = folder.parent.parent.parent if folder.parent.parent.name == "members" else None
+    resolved = folder.resolve()  # "llm/val" given from inside members/ has no "members" in it
+    member_of = resolved.parent.parent.parent if resolved.parent.parent.name == "members" else None
     for candidate in [*candidates, *([member_of] if member_of is not None else [])]:
         cfg_path = candidate / "config.json"
         if not cfg_path.is_file():
@@ -290,9 +291,8 @@ def run_failures(path: Path) -> tuple[Path | None, set[str]]:
     from mushroom.jsonl import iter_json_lines
 
     scope = run_scope(path)
-    # Outside a run folder (no config.json), only a failures.jsonl beside the file or one
-    # folder up (a run's predictions/) is taken as the file's.
-    top = scope.folder if scope is not None else path.parent.parent
+    # Outside a run folder (no config.json), only a failures.jsonl beside the file is its own.
+    top = scope.folder if scope is not None else path.parent
     ids: set[str] = set()
     nearest = None
     for candidate in [path.parent, *path.parent.parents]:
@@ -306,25 +306,56 @@ def run_failures(path: Path) -> tuple[Path | None, set[str]]:
     return nearest, ids
 
 
-def failed_items(path: Path, predictions: Mapping[str, Prediction]) -> tuple[Path, set[str]] | None:
-    """(where it is said, the ids) of a prediction file's items that failed in its run, if any.
+@dataclass
+class FailedItems:
+    """A prediction file's items that are not what its run computed, and where that is said."""
+
+    where: Path
+    failed: set[str]  # failed in the run (the ledger, or failures.jsonl where there is none)
+    behind: set[str]  # empty in the file, marked in the ledger: the file was not rewritten
+
+    def message(self, path: Path) -> str:
+        """One line for a refusal, ending in what to do."""
+
+        def count(ids: set[str]) -> str:
+            return f"{len(ids)} of its items {'is' if len(ids) == 1 else 'are'}"
+
+        parts = []
+        if self.failed:
+            parts.append(f"{count(self.failed)} listed as failed in its run ({self.where})")
+        if self.behind:
+            parts.append(
+                f"{count(self.behind)} empty in it but marked in its item ledger ({self.where}): the "
+                "run stopped before rewriting the file"
+            )
+        return (
+            f"{path}: {'; '.join(parts)}; their predictions are not the run's (--allow-failures writes a "
+            "failed item empty): run that run's command again to complete them"
+        )
+
+
+def failed_items(path: Path, predictions: Mapping[str, Prediction]) -> FailedItems | None:
+    """The items of a prediction file that failed in its run or that the file lags behind.
 
     `--allow-failures` writes failed items as empty predictions, which a stack or a vote would
     take for "nothing wrong". The item ledger beside the file names this folder's failures
-    exactly. A run stopped after retrying an item but before rewriting its file leaves the
-    file's empty prediction behind a ledger that marked something: that item counts as well.
-    Without a ledger (a stack's output, whose items carry every member's failures) every id
-    the run's failures.jsonl lists counts.
+    exactly; a run stopped after retrying an item but before rewriting its file leaves the
+    file's empty prediction behind a ledger that marked something. Without a ledger (a stack's
+    output, whose items lack a failed member's evidence) every id the run's failures.jsonl
+    lists counts; the mark-all baseline depends on no detector and never fails.
     """
-    from mushroom.data import lang_from_filename
+    from mushroom.submission import prediction_file_lang
 
     path = path.resolve()  # "../x" from inside a run, or a link into one, is not of that run
-    lang = lang_from_filename(path)
+    if path.parent.name == "mark-all":
+        return None
+    lang = prediction_file_lang(path.name)
     ledger = ledger_state(path.parent, lang) if lang is not None else None
+    ids = set(predictions)
     if ledger is None:
-        where, failed = run_failures(path)
+        where, listed = run_failures(path)
+        found = FailedItems(where, listed & ids, set()) if where is not None else None
     else:
         empty = {i for i, p in predictions.items() if not p.soft_labels and not p.hard_labels}
-        where, failed = ledger.path, ledger.failed | (ledger.marked & empty)
-    failed &= set(predictions)
-    return (where, failed) if failed and where is not None else None
+        found = FailedItems(ledger.path, ledger.failed & ids, ledger.marked & empty)
+    return found if found is not None and (found.failed or found.behind) else None

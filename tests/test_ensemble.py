@@ -155,7 +155,7 @@ def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows
     (tmp_path / "detect" / "config.json").write_text(json.dumps(run_config))
     write_lines(tmp_path / "detect" / "failures.jsonl", [{"id": "t-2", "split": "val", "error": "x"}])
     code, output = run(*folders, "--lang", "en", "--split", "val")
-    assert code == 2 and "its run lists 1 item of it as failed" in output
+    assert code == 2 and "1 of its items is listed as failed in its run" in output
     # anywhere inside a run folder, the vote would be one more of the run's files
     code, output = run(
         tmp_path / "main",
@@ -184,23 +184,23 @@ def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows
     write_lines(job / "members" / "lex" / "val" / submission_name("en", "val"), clean)
     write_lines(job / "failures.jsonl", [{"id": "t-1", "split": "val", "error": "x"}])
     code, output = run(job / "members" / "lex", tmp_path / "main", "--lang", "en", "--split", "val")
-    assert code == 2 and "its run lists 1 item of it as failed" in output
+    assert code == 2 and "1 of its items is listed as failed in its run" in output
     code, output = run(tmp_path / "detect" / "predictions" / submission_name("en", "val"), tmp_path / "plain")
-    assert code == 2 and "its run lists 1 item of it as failed" in output
+    assert code == 2 and "1 of its items is listed as failed in its run" in output
     variants = tmp_path / "variants"
     (variants / "a" / "val").mkdir(parents=True)
     (variants / "config.json").write_text(json.dumps({"config": {"run_config": {}}, "config_hash": "y"}))
     write_lines(variants / "a" / "val" / submission_name("en", "val"), clean)
     write_lines(variants / "failures.jsonl", [{"id": "t-1", "split": "val", "error": "x"}])
     code, output = run(variants / "a", tmp_path / "main", "--lang", "en", "--split", "val")
-    assert code == 2 and f"as failed ({(variants / 'failures.jsonl').resolve()})" in output
+    assert code == 2 and f"listed as failed in its run ({(variants / 'failures.jsonl').resolve()})" in output
     # each variant's item ledger says which of its own items failed (the last line per id
     # wins): a variant whose items all ended ok is no longer refused for a sibling's failure
     ledger = variants / "a" / "val" / "items" / "en.jsonl"
     ledger.parent.mkdir()
     write_lines(ledger, [{"id": "t-1", "status": "failed"}, {"id": "t-2", "status": "ok"}])
     code, output = run(variants / "a", tmp_path / "main", "--lang", "en", "--split", "val")
-    assert code == 2 and f"as failed ({ledger.resolve()})" in output
+    assert code == 2 and f"1 of its items is listed as failed in its run ({ledger.resolve()})" in output
     # retried and ok, its prediction empty like the file's: the run's failures.jsonl (a
     # sibling variant's failure of the same id) is no reason to refuse it
     empty_ok = {
@@ -216,7 +216,10 @@ def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows
     marked_ok = {"id": "t-1", "status": "ok", "prediction": {"id": "t-1", "hard_labels": [[0, 5]]}}
     write_lines(ledger, [{"id": "t-1", "status": "failed"}, {"id": "t-2", "status": "ok"}, marked_ok])
     code, output = run(variants / "a", tmp_path / "main", "--lang", "en", "--split", "val")
-    assert code == 2 and f"as failed ({ledger.resolve()})" in output
+    assert (
+        code == 2
+        and f"1 of its items is empty in it but marked in its item ledger ({ledger.resolve()})" in output
+    )
     write_lines(variants / "a" / "val" / submission_name("en", "val"), marked)  # the file rewritten
     code, output = run(variants / "a", tmp_path / "main", "--lang", "en", "--split", "val")
     assert code == 0, output

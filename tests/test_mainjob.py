@@ -117,9 +117,23 @@ def test_a_failed_member_is_the_users_choice_in_its_main_job_and_refused_by_anot
     summary = json.loads((out / "summary.json").read_text())
     assert summary["items_failed"] == 154 + 50 and summary["allow_failures"] is True
     with pytest.raises(
-        MushroomError, match=r"member 'llm': 50 en items failed in its run \(.*items/en.jsonl\)"
+        MushroomError,
+        match=r"member 'llm': .*50 of its items are listed as failed in its run \(.*items/en.jsonl\)",
     ):
         fit_stack([Member("llm", out / "members" / "llm")], {"en": load_split("val", ["en"])["en"]})
+    # the server still dead and no --allow-failures: the job stops, and the stack files of the
+    # last invocation (built on empty llm predictions) go with its submission.zip
+    with pytest.raises(MushroomError, match="items failed"):
+        run_main_stack(
+            out=out,
+            members=("lexical", "llm"),
+            options={"llm": dead},
+            langs=["en"],
+            quiet=True,
+            console=console,
+        )
+    assert not (out / "submission.zip").exists() and not (out / "mushroom.en-tst.v1.jsonl").exists()
+    assert not (out / "val" / "mushroom.en-val.v2.jsonl").exists()
     # the server back: the same job retries them; the answers flag nothing (empty predictions),
     # and the failures.jsonl of the last invocation, rewritten only when the job finishes, is
     # no reason to stop its stack

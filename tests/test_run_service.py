@@ -458,3 +458,38 @@ def test_run_scope_reaches_a_main_job_members_val_files_and_no_deeper(tmp_path):
     assert run_scope(file_in(run / "notes" / "exp" / "a")) is None
     # nor under a folder named members in such a run
     assert run_scope(file_in(run / "members" / "x" / "val")) is None
+
+
+def test_failed_items_of_items_files_and_never_of_the_mark_all_baseline(tmp_path):
+    from mushroom.records import Prediction
+    from mushroom.runs import failed_items
+
+    def run_folder(path, config):
+        path.mkdir(parents=True)
+        (path / "config.json").write_text(json.dumps({"config": config, "config_hash": "h"}))
+        return path
+
+    empty = {"i-1": Prediction(id="i-1"), "i-2": Prediction(id="i-2")}
+    # a `detect --items` run: its files are named mushroom.<lang>-items.jsonl and have a ledger
+    items_run = run_folder(tmp_path / "items-run", {"job": "detect", "split": "items"})
+    (items_run / "predictions" / "items").mkdir(parents=True)
+    file = items_run / "predictions" / "mushroom.en-items.jsonl"
+    file.write_text("")
+    ledger = items_run / "predictions" / "items" / "en.jsonl"
+    ledger.write_text(json.dumps({"id": "i-1", "status": "failed"}) + "\n")
+    found = failed_items(file, empty)
+    assert found is not None and found.failed == {"i-1"} and found.where == ledger.resolve()
+    # the ledger, not a stale failures.jsonl, speaks for the file
+    (items_run / "failures.jsonl").write_text(json.dumps({"id": "i-2", "split": "items"}) + "\n")
+    ledger.write_text(json.dumps({"id": "i-1", "status": "ok"}) + "\n")
+    assert failed_items(file, empty) is None
+    # a main job's mark-all baseline depends on no detector: its failures are not the baseline's
+    job = run_folder(tmp_path / "job", {"job": "main"})
+    (job / "failures.jsonl").write_text(json.dumps({"id": "i-1", "split": "val"}) + "\n")
+    (job / "val" / "mark-all").mkdir(parents=True)
+    baseline = job / "val" / "mark-all" / "mushroom.en-val.v2.jsonl"
+    baseline.write_text("")
+    assert failed_items(baseline, empty) is None
+    stack_output = job / "val" / "mushroom.en-val.v2.jsonl"
+    stack_output.write_text("")
+    assert failed_items(stack_output, empty).failed == {"i-1"}  # no ledger: failures.jsonl counts

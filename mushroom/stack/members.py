@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from mushroom.channels import channel_file, read_channels
-from mushroom.cliutil import no_prediction, plural
+from mushroom.cliutil import no_prediction
 from mushroom.errors import DataError, MushroomError
 from mushroom.predictions import load_predictions
 from mushroom.records import Item, Prediction
@@ -65,16 +65,14 @@ class Member:
             )
             raise MushroomError(f"{path}: missing (member {self.name!r}, language {lang}){hint}")
         preds = load_predictions(path)
-        found = None if self.allow_failures else failed_items(path, preds)
-        failed = found[1] & {it.id for it in items} if found is not None else set()
-        if found is not None and failed:
+        found = (
+            None
+            if self.allow_failures
+            else failed_items(path, {it.id: preds[it.id] for it in items if it.id in preds})
+        )
+        if found is not None:
             # written empty by --allow-failures: the stack would learn them as "nothing flagged"
-            where = found[0]
-            raise MushroomError(
-                f"member {self.name!r}: {plural(len(failed), f'{lang} item')} failed in its run ({where}) "
-                "and were written as empty predictions (--allow-failures); run its command again to "
-                "complete them"
-            )
+            raise MushroomError(f"member {self.name!r}: {found.message(path)}")
         missing = [it.id for it in items if it.id not in preds]
         if missing:
             scope = run_scope(path)
