@@ -102,17 +102,22 @@ def test_a_failed_member_is_the_users_choice_in_its_main_job_and_refused_by_anot
     from mushroom.stack import Member, fit_stack
 
     out = tmp_path / "run"
-    dead = {"backend": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}}
     console = Console(file=open(tmp_path / "log.txt", "w"), width=120)
-    run_main_stack(
-        out=out,
-        members=("lexical", "llm"),
-        options={"llm": dead},
-        langs=["en"],
-        quiet=True,
-        console=console,
-        allow_failures=True,
-    )
+
+    def job(base_url: str, allow_failures: bool = False) -> None:
+        llm = {"backend": {"kind": "openai", "base_url": base_url, "model": "m"}}
+        run_main_stack(
+            out=out,
+            members=("lexical", "llm"),
+            options={"llm": llm},
+            langs=["en"],
+            quiet=True,
+            console=console,
+            allow_failures=allow_failures,
+        )
+
+    dead = "http://127.0.0.1:9/v1"
+    job(dead, allow_failures=True)
     assert check_file(out / "mushroom.en-tst.v1.jsonl", load_split("test", ["en"])["en"]).ok
     summary = json.loads((out / "summary.json").read_text())
     assert summary["items_failed"] == 154 + 50 and summary["allow_failures"] is True
@@ -124,29 +129,14 @@ def test_a_failed_member_is_the_users_choice_in_its_main_job_and_refused_by_anot
     # the server still dead and no --allow-failures: the job stops, and the stack files of the
     # last invocation (built on empty llm predictions) go with its submission.zip
     with pytest.raises(MushroomError, match="items failed"):
-        run_main_stack(
-            out=out,
-            members=("lexical", "llm"),
-            options={"llm": dead},
-            langs=["en"],
-            quiet=True,
-            console=console,
-        )
+        job(dead)
     assert not (out / "submission.zip").exists() and not (out / "mushroom.en-tst.v1.jsonl").exists()
     assert not (out / "val" / "mushroom.en-val.v2.jsonl").exists()
     # the server back: the same job retries them; the answers flag nothing (empty predictions),
     # and the failures.jsonl of the last invocation, rewritten only when the job finishes, is
     # no reason to stop its stack
     with FakeServer({}) as server:
-        live = {"backend": {"kind": "openai", "base_url": server.url, "model": "m"}}
-        run_main_stack(
-            out=out,
-            members=("lexical", "llm"),
-            options={"llm": live},
-            langs=["en"],
-            quiet=True,
-            console=console,
-        )
+        job(server.url)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["items_failed"] == 0 and (out / "submission.zip").exists()
     assert fit_stack([Member("llm", out / "members" / "llm")], {"en": load_split("val", ["en"])["en"]})
