@@ -223,6 +223,13 @@ def prediction_folder(path: Path, split: str) -> Path:
     ran_on = scope.config.get("split") if scope is not None and scope.folder == path else None
     if isinstance(ran_on, str) and ran_on != split:  # a `detect` run names its one split
         hint += f"; this run is of the {ran_on} split: give --split {ran_on}"
+    elif scope is not None and scope.folder == path:
+        _, failed = run_failures(path / "failures.jsonl")
+        if failed:  # a language with failed items gets no file unless --allow-failures
+            hint += (
+                f"; its run lists {len(failed)} failed item{'s' if len(failed) != 1 else ''} and wrote no "
+                "file for their languages: run its command again to complete them"
+            )
     raise MushroomError(
         f"{path}: no {split} prediction files (looked in {', '.join(map(str, candidates))}){hint}"
     )

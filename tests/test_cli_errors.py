@@ -1009,3 +1009,17 @@ def test_score_names_the_item_of_a_bad_line_and_what_an_unlabelled_or_odd_file_i
     assert code == 1 and "items without gold labels (an unlabelled split such as test) cannot be scored" in (
         " ".join(err.split())
     )
+
+
+def test_a_run_that_failed_items_and_wrote_no_file_says_so(tmp_path, capsys):
+    """Without --allow-failures a language with failed items gets no file; `score` says why."""
+    run = tmp_path / "run"
+    (run / "predictions").mkdir(parents=True)
+    (run / "config.json").write_text(
+        json.dumps({"config": {"job": "detect", "split": "val"}, "config_hash": "x"})
+    )
+    write_lines(run / "failures.jsonl", [{"split": "val", "lang": "en", "id": "val-en-1", "error": "x"}])
+    code, _, err = cli(capsys, "score", VAL_DIR, run)
+    assert code == 2 and "its run lists 1 failed item and wrote no file for their languages" in err
+    code, _, err = cli(capsys, "ensemble", run, run, "--split", "val", "--out", tmp_path / "v.jsonl")
+    assert code == 2 and "run its command again to complete them" in err
