@@ -322,7 +322,8 @@ def ensemble(
     ids of the shipped val/test files, from those files; a span that does not fit is an error.
     A run folder stands for its prediction file of --lang and --split (each may be left out
     when the folder holds one). A file of a run that lists failed items among its ids is
-    refused (they were written empty), and so is an --out inside an input's run folder.
+    refused (they were written empty), and so is an --out inside an input's run folder or
+    named as a prediction file beside a loose input.
     """
     from mushroom.data import load_items
     from mushroom.ensemble import SoftMode, refuse_failed, run_inputs, shipped_lengths, text_lengths

@@ -135,10 +135,11 @@ RUN_CONFIG_DEPTH = 3  # a prediction file in <run>/<variant>/val/ is three folde
 def run_scope(path: Path) -> RunScope | None:
     """The scope of the run a folder or prediction file belongs to; None outside a run folder.
 
-    Looks for a run's config.json (written by the run service) in the folder itself and up
-    to `RUN_CONFIG_DEPTH` folders above it: `runs/x/predictions/mushroom.en-val.v2.jsonl` and
-    `runs/x` both find `runs/x/config.json`. Files given without a run folder have no scope,
-    and every gold item is then expected.
+    Looks for a run's config.json (written by the run service) in the folder itself and the
+    folders above it, `RUN_CONFIG_DEPTH` in all: `runs/x/predictions/mushroom.en-val.v2.jsonl`
+    and `runs/x` both find `runs/x/config.json`. For a main job's member files,
+    `<job>/members/<name>/val/`, also the job's folder, where only a main job's config counts.
+    Files given without a run folder have no scope, and every gold item is then expected.
     """
     folder = path.parent if path.is_file() else path
     candidates = [folder, *folder.parents][:RUN_CONFIG_DEPTH]
@@ -268,7 +269,7 @@ def ledger_state(folder: Path, lang: str) -> LedgerState | None:
     Every folder a run writes prediction files into keeps its items' outcomes there, the last
     line per id winning, so unlike the run's `failures.jsonl`, which a run config's variants
     and a main job's members share, it speaks for this folder's predictions alone. A stack's
-    output and a plain folder of files have none.
+    output, the mark-all baseline and a plain folder of files have none.
     """
     from mushroom.jsonl import iter_json_lines
 

@@ -19,8 +19,8 @@ are compared lower-cased with their accents (French "né", born, is not "ne"); A
 Persian ones in the tokenizer's normalised form (letter variants and diacritics vary between
 writers). Where negation is mostly a prefix (Persian "نمی‌", Czech "ne-", Arabic "ولا") the
 list finds little. Chinese has no spaces and the tokenizer splits it into characters: its
-entries are single characters, except where they start a common word that negates nothing
-(非常 "very", 非洲 "Africa", 未来 "future", 不同 "different", 不仅 "not only").
+entries are single characters, not marked where they start a common word that negates
+nothing (e.g. 非常 "very", 非洲 "Africa", 未来 "future", 不同 "different").
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ _NEGATIONS = {
 _NORMALISED = frozenset({"ar", "fa"})  # compared in normalised form; others lower-cased
 
 # Chinese words that start with a negation character but negate nothing.
-_NOT_NEGATIONS = ("非常", "非洲", "未来", "不同", "不仅", "不断", "不过", "无论")
+_NOT_NEGATIONS = ("非常", "非洲", "未来", "不同", "不断", "不过", "无论")
 
 # English contractions are split by the tokenizer into "isn" + "t", "can" + "t": both parts
 # are marked when the word is followed by an apostrophe and "t".
