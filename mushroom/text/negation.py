@@ -52,7 +52,7 @@ _NEGATIONS = {
 _NORMALISED = frozenset({"ar", "fa"})  # compared in normalised form; others lower-cased
 
 # Chinese words that start with a negation character but negate nothing.
-_NOT_NEGATIONS = ("非常", "非洲", "未来", "不同", "不断", "不过", "无论")
+_NOT_NEGATIONS = ("非常", "非洲", "未来", "不同", "不仅", "不断", "不过", "无论")  # 不仅 "not only" adds
 
 # English contractions are split by the tokenizer into "isn" + "t", "can" + "t": both parts
 # are marked when the word is followed by an apostrophe and "t".
