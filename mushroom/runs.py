@@ -224,13 +224,14 @@ def prediction_folder(path: Path, split: str) -> Path:
     ran_on = scope.config.get("split") if scope is not None and scope.folder == path else None
     if isinstance(ran_on, str) and ran_on != split:  # a `detect` run names its one split
         hint += f"; this run is of the {ran_on} split: give --split {ran_on}"
-    elif scope is not None and scope.folder == path:
-        _, failed = run_failures(path / "failures.jsonl")
-        if failed:  # a language with failed items gets no file unless --allow-failures
-            hint += (
-                f"; its run lists {len(failed)} failed item{'s' if len(failed) != 1 else ''} and wrote no "
-                "file for their languages: run its command again to complete them"
-            )
+    elif scope is not None and scope.folder == path and (failed := _listed_ids(path / "failures.jsonl")):
+        from mushroom.cliutil import plural
+
+        # a language with failed items gets no file unless --allow-failures
+        hint += (
+            f"; its run lists {plural(len(failed), 'failed item')} and wrote no file for their "
+            "languages: run its command again to complete them"
+        )
     raise MushroomError(
         f"{path}: no {split} prediction files (looked in {', '.join(map(str, candidates))}){hint}"
     )
@@ -296,8 +297,6 @@ def run_failures(path: Path) -> tuple[Path | None, set[str]]:
 
     A main job lists its members' failures at its top; a `detect` run beside its predictions/.
     """
-    from mushroom.jsonl import iter_json_lines
-
     scope = run_scope(path)
     # Outside a run folder (no config.json), only a failures.jsonl beside the file is its own.
     top = scope.folder if scope is not None else path.parent
@@ -307,11 +306,20 @@ def run_failures(path: Path) -> tuple[Path | None, set[str]]:
         failures = candidate / "failures.jsonl"
         if failures.is_file():
             nearest = nearest or failures
-            rows = iter_json_lines(failures, [])
-            ids |= {str(row["id"]) for _, row in rows if isinstance(row, dict) and "id" in row}
+            ids |= _listed_ids(failures)
         if candidate == top:
             break
     return nearest, ids
+
+
+def _listed_ids(failures: Path) -> set[str]:
+    """The ids a run's failures.jsonl lists (none when there is no such file)."""
+    from mushroom.jsonl import iter_json_lines
+
+    if not failures.is_file():
+        return set()
+    rows = iter_json_lines(failures, [])
+    return {str(row["id"]) for _, row in rows if isinstance(row, dict) and "id" in row}
 
 
 @dataclass
