@@ -365,7 +365,8 @@ def ensemble(
     for path in preds:
         _refuse_out_beside(out, path)
     item_list = load_items(input_file(items, "--items")) if items else None
-    ids_of = [set(load_predictions(p)) for p in preds]
+    loaded = [load_predictions(p) for p in preds]
+    ids_of = [set(found) for found in loaded]
     for path, ids in zip(preds, ids_of):
         if not ids:
             raise DataError.single(path, None, None, "no predictions in the file")
@@ -376,7 +377,7 @@ def ensemble(
                 f"{path} has no item in common with {preds[0]}: an ensemble votes over runs of the same "
                 "items (files of other languages or splits?)"
             )
-    refuse_failed(preds)
+    refuse_failed(preds, loaded)
     if item_list is not None:
         lengths = text_lengths(item_list)
     else:
@@ -416,7 +417,7 @@ def _refuse_out_beside(out: Path, pred: Path) -> None:
     files are would be taken for one more.
     """
     from mushroom.runs import run_scope
-    from mushroom.submission import prediction_file_name
+    from mushroom.submission import prediction_file_lang
 
     target = out.resolve()
     scope = run_scope(pred.resolve())
@@ -425,7 +426,11 @@ def _refuse_out_beside(out: Path, pred: Path) -> None:
             f"--out {out} is inside the run folder {scope.folder} of an input: the vote would become "
             "one of that run's files; write it outside the runs it combines"
         )
-    if scope is None and target.parent == pred.resolve().parent and prediction_file_name(target.name):
+    if (
+        scope is None
+        and target.parent == pred.resolve().parent
+        and prediction_file_lang(target.name) is not None
+    ):
         raise MushroomError(
             f"--out {out} is named as a prediction file beside the input {pred}: the vote would be read "
             "as one of that folder's runs; give it another name or folder"

@@ -175,8 +175,7 @@ def run_inputs(paths: list[Path], lang: str | None, split: str | None) -> list[P
         if not path.is_dir():
             out.append(path)
             continue
-        split_ = split or _only_split(path)
-        folder = prediction_folder(path, split_)
+        split_, folder = (split, prediction_folder(path, split)) if split else _only_split(path)
         code = lang or _only_lang(folder, split_)
         file = folder / submission_name(code, split_)
         if not file.is_file():
@@ -188,31 +187,30 @@ def run_inputs(paths: list[Path], lang: str | None, split: str | None) -> list[P
     return out
 
 
-def refuse_failed(files: list[Path]) -> None:
+def refuse_failed(files: list[Path], predictions: list[Mapping[str, Prediction]]) -> None:
     """Refuses an input whose run lists failed items among the ones it predicts.
 
     `--allow-failures` wrote those items empty, and in a vote an empty run is a run that saw
     nothing wrong: two empty runs outvote the one that marked the answer.
     """
-    from mushroom.predictions import load_predictions
     from mushroom.runs import failed_items
 
-    for path in files:
-        found = failed_items(path, load_predictions(path))
+    for path, preds in zip(files, predictions):
+        found = failed_items(path, preds)
         if found is not None:
             raise MushroomError(found.message(path))
 
 
-def _only_split(path: Path) -> str:
+def _only_split(path: Path) -> tuple[str, Path]:
+    """(split, its prediction folder) of a run folder holding files of one split only."""
     from mushroom.runs import prediction_folder, variant_names
 
     found = []
     for split in ("val", "test"):
         try:
-            prediction_folder(path, split)
+            found.append((split, prediction_folder(path, split)))
         except MushroomError:
             continue
-        found.append(split)
     if len(found) == 1:
         return found[0]
     variants = sorted({v for split in ("val", "test") for v in variant_names(path, split)})
@@ -230,11 +228,11 @@ def _only_split(path: Path) -> str:
 
 def _langs(folder: Path, split: str) -> list[str]:
     """The language codes of a folder's prediction files of a split."""
-    from mushroom.submission import submission_name
+    from mushroom.submission import prediction_file_lang, submission_name
 
-    pattern = submission_name("*", split)
-    prefix, suffix = pattern.split("*")
-    return sorted(p.name[len(prefix) : -len(suffix)] for p in folder.glob(pattern))
+    return sorted(
+        filter(None, (prediction_file_lang(p.name) for p in folder.glob(submission_name("*", split))))
+    )
 
 
 def _only_lang(folder: Path, split: str) -> str:

@@ -25,11 +25,6 @@ def submission_name(lang: str, split: str = "test") -> str:
 _PREDICTION_FILE = re.compile(r"mushroom\.([a-z]{2,3})-(?:tst\.v1|val\.v2|items)\.jsonl")
 
 
-def prediction_file_name(name: str) -> bool:
-    """Whether a file name is one `submission_name` makes (of any language and split)."""
-    return _PREDICTION_FILE.fullmatch(name) is not None
-
-
 def prediction_file_lang(name: str) -> str | None:
     """The language of a file name `submission_name` makes (items files too); None otherwise."""
     match = _PREDICTION_FILE.fullmatch(name)
