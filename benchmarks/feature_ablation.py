@@ -44,7 +44,9 @@ def main() -> None:
     parser.add_argument("--work", default=None)
     parser.add_argument("--seeds", default="0,1,2")
     args = parser.parse_args()
-    work = Path(args.work or tempfile.mkdtemp(prefix="feature-ablation-"))
+    # Without --work the member runs are removed when the script exits.
+    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="feature-ablation-")
+    work = Path(args.work or scratch.name)
     data = load_split("val")
     names = args.members.split(",")
     for name in names:

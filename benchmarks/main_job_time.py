@@ -61,7 +61,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keep", default=None, help="keep the run folders and cache under this folder")
     args = parser.parse_args()
-    base = Path(args.keep or tempfile.mkdtemp(prefix="main-job-time-"))
+    # Without --keep the run folders and cache (~230 MB) are removed when the script exits.
+    scratch = None if args.keep else tempfile.TemporaryDirectory(prefix="main-job-time-")
+    base = Path(args.keep or scratch.name)
     cache = base / "cache"
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     for label, out in (

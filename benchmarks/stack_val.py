@@ -79,7 +79,9 @@ def main() -> None:
     parser.add_argument("--model", default="blend", help="blend, trees, logistic, or several: blend,logistic")
     parser.add_argument("--seeds", default="0", help="fold draws, e.g. 0,1,2: config lines per draw and mean")
     args = parser.parse_args()
-    work = Path(args.work or tempfile.mkdtemp(prefix="stack-val-"))
+    # Without --work the member runs are removed when the script exits.
+    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="stack-val-")
+    work = Path(args.work or scratch.name)
     data = load_split("val")
     n_items = sum(len(v) for v in data.values())
     member_options = nest_options(parse_options(args.option))

@@ -8,10 +8,22 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 if "MUSHROOM_TEST_CACHE" not in os.environ:
     # Encoder outputs go to a fresh cache per test session, never the user's: a test must not
-    # pass only because an earlier run left vectors behind.
+    # pass only because an earlier run left vectors behind. It is deleted when the session
+    # ends (each session left ~600 MB in the temp folder: a pulled model and its converted
+    # copy). Model files are what the user's own cache holds (`mushroom models pull`, checked
+    # by sha256), so `models/` there is shared: a model is fetched once, not every session.
+    import atexit
+    import shutil
     import tempfile
 
-    os.environ["MUSHROOM_CACHE_DIR"] = tempfile.mkdtemp(prefix="mushroom-test-cache-")
+    from mushroom.models.zoo import cache_root
+
+    _models = cache_root() / "models"
+    _models.mkdir(parents=True, exist_ok=True)
+    _cache = Path(tempfile.mkdtemp(prefix="mushroom-test-cache-"))
+    (_cache / "models").symlink_to(_models, target_is_directory=True)
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+    os.environ["MUSHROOM_CACHE_DIR"] = str(_cache)
 
 ROOT = Path(__file__).resolve().parent.parent
 VAL_EN = ROOT / "data" / "mushroom" / "val" / "mushroom.en-val.v2.extra.jsonl"
