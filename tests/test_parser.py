@@ -211,6 +211,25 @@ def test_a_string_where_the_list_belongs_is_unparseable():
     assert not result.parsed and result.counts()["unparseable"] == 1
 
 
+@pytest.mark.parametrize(
+    ("answer", "span", "found"),
+    [
+        ("He was born in 1867 in Berlin.", "born in 1867 in Berln", "born in 1867 in Berlin"),
+        ("The Eiffel Tower was completed in 1889.", "Tower was completd", "Tower was completed"),
+        (
+            "It was completed in 1889 in Paris, France.",
+            "completed in 1889 in Pars",
+            "completed in 1889 in Paris",
+        ),
+        ("Zhetysu won the cup.", "Zhetisu", "Zhetysu"),
+    ],
+)
+def test_a_fuzzy_match_ends_on_a_word_boundary_when_one_is_as_close(answer, span, found):
+    # a misspelt last word is one edit from the whole word and from its first letters alike
+    result = parse_response(answer, json.dumps([span]))
+    assert [s.text for s in result.spans] == [found]
+
+
 def test_the_fuzzy_step_never_moves_a_year_onto_another_year():
     answer = "The company was founded in 2013 and moved to Berlin."
     raw = json.dumps(["2014", "2016", "2019", "2023", "founded in 2014", "in 2013 and moved"])

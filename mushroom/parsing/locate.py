@@ -131,9 +131,11 @@ def _closest_substring(
     """The substring of `text` fewest edits away from `needle`, if within `budget`.
 
     Ties go to edges of the same kind as the needle's (letter or digit versus punctuation or
-    space: "Pariss" -> "Paris", not "Paris,"), then to the length nearest the needle's
-    ("Inbe" -> "Inde", not "ine"), then to the first one starting at or after `after`, then
-    to the first.
+    space: "Pariss" -> "Paris", not "Paris,"), then to one that cuts no word of the text in
+    two (a misspelt last word, "in 1867 in Berln", is the answer's "Berlin", not "Berli": both
+    are one edit away, and annotators mark whole words), then to the length nearest the
+    needle's ("Inbe" -> "Inde", not "ine"), then to the first one starting at or after
+    `after`, then to the first.
     """
     row = _edits_by_end(needle, codes)
     row[0] = len(needle) + budget + 1  # no empty match
@@ -141,7 +143,7 @@ def _closest_substring(
     if best > budget:
         return None
     first, last = needle[0].isalnum(), needle[-1].isalnum()
-    choice: tuple[int, int, int, int, int] | None = None
+    choice: tuple[int, int, int, int, int, int] | None = None
     ends = np.flatnonzero(row == best)
     # a few ties after `after` and a few overall bound the work on repetitive text
     for stop in sorted(set(ends[ends > after][:4].tolist()) | set(ends[:4].tolist())):
@@ -151,10 +153,13 @@ def _closest_substring(
             if Levenshtein.distance(needle, text[pos:stop], score_cutoff=best) > best:
                 continue
             edges = (text[pos].isalnum() != first) + (text[stop - 1].isalnum() != last)
-            key = (edges, abs(stop - pos - len(needle)), int(pos < after), pos, stop)
+            cuts = (pos > 0 and text[pos - 1].isalnum() and text[pos].isalnum()) + (
+                stop < len(text) and text[stop - 1].isalnum() and text[stop].isalnum()
+            )
+            key = (edges, cuts, abs(stop - pos - len(needle)), int(pos < after), pos, stop)
             if choice is None or key < choice:
                 choice = key
-    return None if choice is None else (choice[3], choice[4])
+    return None if choice is None else (choice[4], choice[5])
 
 
 class SpanLocator:
