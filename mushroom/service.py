@@ -237,18 +237,21 @@ _UNUSABLE = (
     ("llm.unparseable", "llm.requests", "LLM responses were unparseable"),
     ("llm.backend_errors", "llm.requests", "LLM requests failed"),
     ("chain.decomposition_failures", "chain.items", "answers could not be decomposed into claims"),
+    ("chain.verify_failures", "chain.items", "answers' claims could not be verified"),
     ("pyes.unusable", "pyes.requests", "P(Yes) requests gave no usable score"),
     # parsed, but what the model named is not in the answer (an echoed template, a paraphrase)
     ("llm.lost", "llm.claims", "claimed spans were not found in the answer"),
     ("chain.claims_not_in_answer", "chain.claims", "decomposed claims were not found in the answer"),
     ("chain.spans_not_located", "chain.spans", "wrong spans were not found in the answer"),
     ("llm.truncated", "llm.requests", "LLM responses used their whole max_tokens budget and were cut off"),
-)
-_MEANING = {
-    "llm.truncated": (
-        " (the repair parser closed what it could): raise max_tokens, or the model is repeating itself"
+    (
+        "chain.truncated",
+        "chain.requests",
+        "chain responses used their whole max_tokens budget and were cut off",
     ),
-}
+)
+_CUT = " (the repair parser closed what it could): raise max_tokens, or the model is repeating itself"
+_MEANING = {"llm.truncated": _CUT, "chain.truncated": _CUT}
 UNUSABLE_SHARE = 0.5
 
 

@@ -75,7 +75,8 @@ def run_chain(script, item=ITEM, ctx=CTX, **opts):
     assert len(results) == 1 and results[0].status == "ok", results
     stats = Counter(results[0].stats)
     for stage in ("decompose", "verify", "decompose.retry", "verify.retry"):
-        parts = sum(stats[f"{stage}.{k}"] for k in ("ok", "invalid_json", "wrong_shape", "backend_errors"))
+        outcomes = ("ok", "invalid_json", "wrong_shape", "cut_empty", "backend_errors")
+        parts = sum(stats[f"{stage}.{k}"] for k in outcomes)
         assert stats[f"{stage}.requests"] == parts, stage
     return stats, results[0].prediction, backend
 
@@ -127,6 +128,29 @@ def test_failed_stage_is_retried_once_with_the_error_and_counted():
     )
     assert det["decompose.retries"] == 1 and det["decompose.invalid_json"] == 1
     assert det["chain.decomposition_failures"] == 0 and det["decompose.retry.ok"] == 1
+
+
+LOOPING = '{"claims": [{"claim": "The answer is not a fact. The answer is not a fact. The answer'
+
+
+def test_a_reply_cut_off_into_an_empty_list_is_retried_and_counted_not_read_as_no_claims():
+    """SmolLM2 repeats itself until max_tokens; the repair parser closes that into {"claims": []}."""
+    from mushroom.service import unusable_warnings
+
+    s, pred, backend = run_chain({"v-1#decompose": [LOOPING], "v-1#decompose#retry": [LOOPING]})
+    assert pred.hard_labels == [] and len(backend.seen) == 2
+    assert (s["decompose.truncated"], s["decompose.retry.truncated"], s["chain.truncated"]) == (1, 1, 2)
+    assert s["decompose.cut_empty"] == s["decompose.retry.cut_empty"] == 1
+    assert s["chain.decomposition_failures"] == 1 and s["chain.requests"] == 2
+    assert "cut off at max_tokens" in backend.seen[1].messages[-1].content
+    shown = " | ".join(unusable_warnings("chain (en)", dict(s)))
+    assert "2 of 2 chain responses used their whole max_tokens budget" in shown
+    assert "1 of 1 answers could not be decomposed" in shown
+    # the retry that finishes is used as before
+    s, pred, _ = run_chain(
+        {"v-1#decompose": [LOOPING], "v-1#decompose#retry": [DECOMPOSE], "v-1#verify": [VERIFY]}
+    )
+    assert [list(h) for h in pred.hard_labels] == [[32, 38]] and s["chain.decomposition_failures"] == 0
 
 
 def test_malformed_answers_are_counted_and_predict_nothing():

@@ -162,6 +162,7 @@ class ChainDetector(Detector):
 
     def _request(self, item: Item, stage: str, messages: list[Message], st: Counter) -> GenerationRequest:
         st[f"{stage}.requests"] += 1
+        st["chain.requests"] += 1
         st["chain.prompt_chars"] += sum(len(m.content) for m in messages)
         return GenerationRequest(
             key=f"{item.id}#{stage.replace('.', '#')}",
@@ -231,7 +232,15 @@ class ChainDetector(Detector):
             return None, gen.error or "no output", ""
         text = gen.texts[0]
         st["chain.response_chars"] += len(text)
-        value, _ = extract_json(text)
+        value, repairs = extract_json(text)
+        # A reply cut off at max_tokens (a small model repeating itself) is closed by the
+        # repair parser, often into an empty list: read as "no claims" or "no verdicts", the
+        # item became a quiet "nothing wrong". It is counted, and unusable when nothing in it
+        # survived, so it is retried and then counted among the stage's failures.
+        cut = "truncated" in repairs or gen.usage.get("completion_tokens", 0) >= self.options.max_tokens
+        if cut:
+            st[f"{stage}.truncated"] += 1
+            st["chain.truncated"] += 1
         if value is None:
             st[f"{stage}.invalid_json"] += 1
             return None, "invalid JSON: no JSON object found", text
@@ -239,6 +248,13 @@ class ChainDetector(Detector):
         if checked is None:
             st[f"{stage}.wrong_shape"] += 1
             return None, "the JSON does not have the fields asked for", text
+        if cut and not checked:
+            st[f"{stage}.cut_empty"] += 1
+            return (
+                None,
+                f"the reply was cut off at max_tokens ({self.options.max_tokens}) before any entry",
+                text,
+            )
         st[f"{stage}.ok"] += 1
         return checked, None, text
 
