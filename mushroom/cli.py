@@ -641,7 +641,10 @@ def detect(
     result = service.detect_split(
         det, split, out / "predictions", lang, sources, data=data, limit=limit, context_files=context_files
     )
-    out_console.print(f"predictions in {escape(str(out / 'predictions'))}")
+    if result.files:
+        out_console.print(f"predictions in {escape(str(out / 'predictions'))}")
+    else:  # every language has failed items: no file (the failures are listed below)
+        out_console.print("no prediction file was written")
     service.print_stats(f"{detector} on {split}: counts (stats.json)", result.stats["all"])
     summary: dict[str, Any] = {"stats": result.stats["all"]}
     labelled = split == "val" or (

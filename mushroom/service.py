@@ -233,9 +233,10 @@ _RAW_HINT = " (raw/ has every response; `--backend replay` re-parses them)"  # i
 # (unusable counter, out of counter, what they count): a model that answers every request
 # with text the parser cannot read leaves every prediction empty, which scores like a quiet
 # "nothing hallucinated" unless someone says so. What it means is _FALL_BACK, or:
+# (A failed request is not among them: it fails its item, which the run reports as failed;
+# a warning that its prediction "is empty or falls back" said the opposite of what happened.)
 _UNUSABLE = (
     ("llm.unparseable", "llm.requests", "LLM responses were unparseable"),
-    ("llm.backend_errors", "llm.requests", "LLM requests failed"),
     ("chain.decomposition_failures", "chain.items", "answers could not be decomposed into claims"),
     ("chain.verify_failures", "chain.items", "answers' claims could not be verified"),
     ("pyes.unusable", "pyes.requests", "P(Yes) requests gave no usable score"),

@@ -40,6 +40,9 @@ def test_a_dead_server_fails_the_run_loudly_and_writes_no_submission(tmp_path):
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "5 items failed" in proc.stderr and "connection error" in proc.stdout
     assert not list((out / "predictions").glob("mushroom.*.jsonl"))  # no file that looks complete
+    # and none is announced, nor are the failed items' predictions called "empty"
+    assert "no prediction file was written" in proc.stdout and "predictions in" not in proc.stdout
+    assert "requests failed" not in proc.stdout + proc.stderr
     failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
     assert len(failures) == 5 and all("connection error" in f["error"] for f in failures)
     summary = json.loads((out / "summary.json").read_text())
