@@ -485,13 +485,17 @@ def _backend_options(
             f"-o {key}={given!r}: give the backend's settings as -o {key}.kind=…, -o {key}.model=…"
         )
     cfg = dict(given)
-    for name, value in (
-        ("kind", backend),
-        ("model", model),
-        ("base_url", base_url),
-        ("responses", responses),
+    for name, flag, value in (
+        ("kind", "--backend", backend),
+        ("model", "--model", model),
+        ("base_url", "--base-url", base_url),
+        ("responses", "--responses", responses),
     ):
         if value is not None:
+            if name in cfg and cfg[name] != value:  # the flag silently won
+                raise MushroomError(
+                    f"{flag} {value} and -o {key}.{name}={cfg[name]} both given; give it once"
+                )
             cfg[name] = value
     cfg.setdefault("kind", "replay" if responses else "openai")
     options[key] = cfg

@@ -858,6 +858,19 @@ def test_option_mistakes_say_how_to_write_the_option(tmp_path, capsys):
         (["--detector", "llm"], "needs `responses` (--responses FILE)"),
         (["--detector", "llm", "-o", "seed=none"], "for no value write -o seed=null"),
         (["--responses", tmp_path], "a folder, not a JSONL file"),
+        (  # the flag used to win without a word
+            [
+                "--backend",
+                "openai",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "m",
+                "-o",
+                "backend.model=x",
+            ],
+            "--model m and -o backend.model=x both given; give it once",
+        ),
     ):
         code, _, err = cli(capsys, "detect", *args, "--lang", "en", "--out", out)
         assert code == 2 and message in err and not out.exists(), (args, err)
