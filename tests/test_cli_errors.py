@@ -766,6 +766,12 @@ def test_option_mistakes_say_how_to_write_them(tmp_path, capsys):
     code, _, err = cli(capsys, "detect", "--detector", "llm", "-o", "temperatures=[0.1]", "--temperatures", "0.2",
                        "--out", out)  # fmt: skip
     assert code == 2 and "--temperatures and -o temperatures=… both given" in err and not out.exists()
+    from mushroom.detectors import build
+
+    # one temperature needs no brackets (it was "Input should be a valid list")
+    assert build("llm", {"temperatures": 0.3}).options.temperatures == [0.3]
+    with pytest.raises(MushroomError, match="temperatures"):
+        build("llm", {"temperatures": True})
     code, _, err = cli(capsys, "score", VAL_DIR, VAL_DIR, "--compare", VAL_EN)
     assert code == 2 and "GOLD is a folder, --compare a file" in err
 

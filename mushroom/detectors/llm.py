@@ -12,10 +12,10 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from mushroom.backends.base import (
     BROKEN_GRAMMAR,
@@ -54,6 +54,12 @@ class LLMOptions(DetectorOptions):
         True, description="cache responses on disk (in the run folder; from Python only with cache_path)"
     )
     cache_path: str | None = Field(None, description="share one cache file across runs")
+
+    @field_validator("temperatures", mode="before")
+    @classmethod
+    def _one_temperature(cls, value: Any) -> Any:
+        # `-o temperatures=0.3` (or temperatures=0.3 from Python) is one temperature, not an error
+        return [value] if isinstance(value, int | float) and not isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _distinct_temperatures(self) -> LLMOptions:
