@@ -337,6 +337,27 @@ def test_replay_backend_matches_ids_temperatures_and_samples(tmp_path):
     assert len(backend_warnings(again)) == 1
 
 
+def test_replay_keeps_the_recorded_usage_so_a_cut_off_reply_counts_as_cut_off(tmp_path):
+    # a run's `llm.truncated` (and its "cut off at max_tokens" warning) vanished on replay
+    path = write_lines(
+        tmp_path / "r.jsonl",
+        [
+            {"key": "a", "texts": ["x1", "x2"], "usage": {"completion_tokens": 40}},
+            {"key": "b", "texts": ["y"]},
+        ],
+    )
+    backend = build_backend(BackendConfig(kind="replay", responses=str(path)))
+    a, a2, b = backend.generate([_req("a", "", 0.0), _req("a", "", 0.0), _req("b", "", 0.0)])
+    assert a.usage == a2.usage == {"completion_tokens": 20} and b.usage == {}  # one text's share each
+    items = load_split("val", ["en"])["en"][:1]
+    cut = '{"incorrect_spans": [{"text": "' + items[0].model_output_text[:5]
+    lines = [{"id": items[0].id, "texts": [cut], "usage": {"completion_tokens": 64}}]
+    det = build("llm", {"backend": {"kind": "replay", "responses": str(write_lines(tmp_path / "c.jsonl", lines))},
+                        "max_tokens": 64, "cache": False})  # fmt: skip
+    det.detect(items, {})
+    assert det.last_stats["llm.truncated"] == 1
+
+
 def test_missing_library_names_the_extra(monkeypatch):
     import builtins
 

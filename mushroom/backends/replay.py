@@ -62,6 +62,7 @@ class ReplayRecord(BaseModel):
     is_greedy: bool | None = None
     continuation: str | None = None
     error: str | None = None
+    usage: dict[str, int] | None = None
 
     @model_validator(mode="after")
     def _identified(self) -> ReplayRecord:
@@ -82,6 +83,12 @@ class ReplayRecord(BaseModel):
         if lps and isinstance(lps[0], dict):  # one text's per-token list
             lps = [lps]
         return [(t, lps[k] if lps and k < len(lps) else None) for k, t in enumerate(texts)]
+
+    def tokens_per_answer(self) -> float | None:
+        """The recorded completion tokens per text (a record of n texts counts them together)."""
+        tokens = (self.usage or {}).get("completion_tokens")
+        answers = len(self.answers())
+        return tokens / answers if tokens is not None and answers else None
 
     @property
     def has_content(self) -> bool:
@@ -195,14 +202,14 @@ class ReplayBackend(Backend):
         lines = [r for r in self.by_item.get(item, []) if not (stage and r.stage and r.stage != stage)]
         return ("item", item, stage), lines
 
-    def _take_texts(self, req: GenerationRequest) -> list[tuple[str, TokenLogprobs | None]]:
+    def _take_texts(self, req: GenerationRequest) -> list[tuple[str, TokenLogprobs | None, float | None]]:
         pool_name, lines = self._lines(req.key, req.item_id, req.stage)
         lines = [r for r in lines if r.answers()]  # error rows are not answers
         exact = [
             r for r in lines if r.temperature is not None and abs(r.temperature - req.temperature) < 1e-9
         ]
         chosen = exact or [r for r in lines if r.temperature is None]
-        answers = [a for r in chosen for a in r.answers()]
+        answers = [(text, lp, r.tokens_per_answer()) for r in chosen for text, lp in r.answers()]
         slot = (*pool_name, req.temperature if exact else None)
         k = self._used.get(slot, 0)
         taken = answers[k : k + req.n]
@@ -230,10 +237,16 @@ class ReplayBackend(Backend):
         for i, req in enumerate(requests):
             taken = self._take_texts(req)
             if taken:
-                lps = [lp for _, lp in taken]
+                lps = [lp for _, lp, _ in taken]
+                tokens = [n for _, _, n in taken]
+                # the recorded usage, so that a reply cut off at max_tokens counts as such on replay
+                usage = (
+                    {"completion_tokens": round(sum(tokens))} if all(n is not None for n in tokens) else {}
+                )
                 gen = Generation(
-                    texts=[t for t, _ in taken],
+                    texts=[t for t, _, _ in taken],
                     logprobs=lps if all(lp is not None for lp in lps) else None,
+                    usage=usage,
                 )
             else:
                 gen = Generation(error=self._missing(req))
