@@ -252,7 +252,28 @@ def _score_run_files(
             "prediction",
             highlight=False,
         )
+    _note_failed_items([path for _, _, path in pairing.pairs])
     return result
+
+
+def _note_failed_items(paths: list[Path]) -> None:
+    """Says on stderr which scored files hold items their run failed (scored as written).
+
+    `--allow-failures` writes a failed item as an empty prediction, which scores like a
+    detector that found nothing; `ensemble` and `stack` refuse such files, and a score of
+    one should not pass for the method's.
+    """
+    from mushroom.predictions import load_predictions
+    from mushroom.runs import failed_items
+
+    for path in paths:
+        try:
+            predictions = load_predictions(path)
+        except MushroomError:  # spans the official scorer takes as they are: scored, and warned about
+            continue
+        found = failed_items(path, predictions)
+        if found is not None:
+            err_console.print(esc(f"note: {found.message(path)} (scored as written)"), highlight=False)
 
 
 @app.command()

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, VAL_EN
 from fake_openai_server import FakeServer
 
 from mushroom.data import load_split
@@ -59,6 +59,10 @@ def test_a_failed_rerun_leaves_no_scores_of_the_pass_before(tmp_path):
     out = tmp_path / "dead"
     proc = mushroom(*detect_args(out, closed_port_url(), "val", "--allow-failures"))
     assert proc.returncode == 0 and (out / "scores.json").is_file(), proc.stdout + proc.stderr
+    # scoring that run says its scores hold failed items written empty, not the method's output
+    proc = mushroom("score", str(VAL_EN), str(out))
+    assert proc.returncode == 0 and "5 of its items are listed as failed" in proc.stderr, proc.stderr
+    assert "(scored as written)" in proc.stderr
     proc = mushroom(*detect_args(out, closed_port_url()))
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert not (out / "scores.json").exists() and not (out / "scores.md").exists()
