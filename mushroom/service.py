@@ -232,9 +232,9 @@ _FALL_BACK = (
 _RAW_HINT = " (raw/ has every response; `--backend replay` re-parses them)"  # in a run folder
 # (unusable counter, out of counter, what they count): a model that answers every request
 # with text the parser cannot read leaves every prediction empty, which scores like a quiet
-# "nothing hallucinated" unless someone says so. What it means is _FALL_BACK, or:
-# (A failed request is not among them: it fails its item, which the run reports as failed;
-# a warning that its prediction "is empty or falls back" said the opposite of what happened.)
+# "nothing hallucinated" unless someone says so. A failed request is not among them: it
+# fails its item, which the run reports as failed (a warning that its prediction "is empty
+# or falls back" said the opposite). What each means is _FALL_BACK, or _MEANING's line:
 _UNUSABLE = (
     ("llm.unparseable", "llm.requests", "LLM responses were unparseable"),
     ("chain.decomposition_failures", "chain.items", "answers could not be decomposed into claims"),

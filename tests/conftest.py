@@ -9,20 +9,26 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 if "MUSHROOM_TEST_CACHE" not in os.environ:
     # Encoder outputs go to a fresh cache per test session, never the user's: a test must not
     # pass only because an earlier run left vectors behind. It is deleted when the session
-    # ends (each session left ~600 MB in the temp folder: a pulled model and its converted
-    # copy). Model files are what the user's own cache holds (`mushroom models pull`, checked
-    # by sha256), so `models/` there is shared: a model is fetched once, not every session.
+    # ends (each session left up to 613 MB in the temp folder: a pulled model and its
+    # converted copy). Model files the user has pulled (`mushroom models pull`, checked by
+    # sha256) are linked in one by one, so they are not fetched again; what a test derives
+    # from them (the transformers backend's converted copy) is still made in the session's
+    # own folder, so the code that makes it runs every session.
     import atexit
     import shutil
     import tempfile
 
     from mushroom.models.zoo import cache_root
 
-    _models = cache_root() / "models"
-    _models.mkdir(parents=True, exist_ok=True)
     _cache = Path(tempfile.mkdtemp(prefix="mushroom-test-cache-"))
-    (_cache / "models").symlink_to(_models, target_is_directory=True)
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+    try:
+        for _file in (cache_root().expanduser().resolve() / "models").glob("*/*"):
+            if _file.is_file():
+                (_cache / "models" / _file.parent.name).mkdir(parents=True, exist_ok=True)
+                (_cache / "models" / _file.parent.name / _file.name).symlink_to(_file)
+    except OSError:  # an unreadable user cache: the tests fetch what they need, as on a new machine
+        pass
     os.environ["MUSHROOM_CACHE_DIR"] = str(_cache)
 
 ROOT = Path(__file__).resolve().parent.parent

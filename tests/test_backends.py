@@ -344,11 +344,13 @@ def test_replay_keeps_the_recorded_usage_so_a_cut_off_reply_counts_as_cut_off(tm
         [
             {"key": "a", "texts": ["x1", "x2"], "usage": {"completion_tokens": 40}},
             {"key": "b", "texts": ["y"]},
+            # as OpenAI servers send it: nested details and nulls load, and only an int counts
+            {"key": "c", "texts": ["z"], "usage": {"completion_tokens": None, "details": {"reasoning": 0}}},
         ],
     )
     backend = build_backend(BackendConfig(kind="replay", responses=str(path)))
-    a, a2, b = backend.generate([_req("a", "", 0.0), _req("a", "", 0.0), _req("b", "", 0.0)])
-    assert a.usage == a2.usage == {"completion_tokens": 20} and b.usage == {}  # one text's share each
+    a, a2, b, c = backend.generate([_req(k, "", 0.0) for k in ("a", "a", "b", "c")])
+    assert a.usage == a2.usage == {"completion_tokens": 20} and b.usage == c.usage == {}  # a text's share
     items = load_split("val", ["en"])["en"][:1]
     cut = '{"incorrect_spans": [{"text": "' + items[0].model_output_text[:5]
     lines = [{"id": items[0].id, "texts": [cut], "usage": {"completion_tokens": 64}}]

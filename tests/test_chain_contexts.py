@@ -60,9 +60,11 @@ class Scripted(Backend):
         for req in requests:
             self.seen.append(req)
             steps = self.script.get(req.key, [])
-            out.append(
-                Generation(texts=[steps.pop(0)]) if steps else Generation(error=f"nothing for {req.key}")
-            )
+            step = steps.pop(0) if steps else None
+            if isinstance(step, tuple):  # (text, completion tokens the server counted)
+                out.append(Generation(texts=[step[0]], usage={"completion_tokens": step[1]}))
+            else:
+                out.append(Generation(texts=[step]) if step else Generation(error=f"nothing for {req.key}"))
         return out
 
 
@@ -142,10 +144,20 @@ def test_a_reply_cut_off_into_an_empty_list_is_retried_and_counted_not_read_as_n
     assert (s["decompose.truncated"], s["decompose.retry.truncated"], s["chain.truncated"]) == (1, 1, 2)
     assert s["decompose.cut_empty"] == s["decompose.retry.cut_empty"] == 1
     assert s["chain.decomposition_failures"] == 1 and s["chain.requests"] == 2
-    assert "cut off at max_tokens" in backend.seen[1].messages[-1].content
+    assert "broke off (max_tokens is" in backend.seen[1].messages[-1].content
     shown = " | ".join(unusable_warnings("chain (en)", dict(s)))
     assert "2 of 2 chain responses used their whole max_tokens budget" in shown
     assert "1 of 1 answers could not be decomposed" in shown
+    # with the server's token count, that count decides: a reply that stopped short of the
+    # budget with its brace left open is the model's answer (no claims), not a cut-off one
+    s, pred, _ = run_chain({"v-1#decompose": [('{"claims": []', 30)]}, max_tokens=64)
+    assert pred.hard_labels == [] and s["chain.truncated"] == 0 and s["decompose.ok"] == 1
+    s, _, _ = run_chain(
+        {"v-1#decompose": [(LOOPING, 64)], "v-1#decompose#retry": [(LOOPING, 64)]}, max_tokens=64
+    )
+    assert (
+        s["chain.truncated"] == 2 and s["decompose.cut_empty"] == 1 and s["chain.decomposition_failures"] == 1
+    )
     # the retry that finishes is used as before
     s, pred, _ = run_chain(
         {"v-1#decompose": [LOOPING], "v-1#decompose#retry": [DECOMPOSE], "v-1#verify": [VERIFY]}

@@ -22,8 +22,10 @@ counts instead of crashing.
 from __future__ import annotations
 
 import hashlib
+import math
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -62,7 +64,7 @@ class ReplayRecord(BaseModel):
     is_greedy: bool | None = None
     continuation: str | None = None
     error: str | None = None
-    usage: dict[str, int] | None = None
+    usage: dict[str, Any] | None = None  # as the server sent it: nested details, nulls
 
     @model_validator(mode="after")
     def _identified(self) -> ReplayRecord:
@@ -88,7 +90,8 @@ class ReplayRecord(BaseModel):
         """The recorded completion tokens per text (a record of n texts counts them together)."""
         tokens = (self.usage or {}).get("completion_tokens")
         answers = len(self.answers())
-        return tokens / answers if tokens is not None and answers else None
+        usable = isinstance(tokens, int) and not isinstance(tokens, bool)
+        return tokens / answers if usable and answers else None
 
     @property
     def has_content(self) -> bool:
@@ -239,10 +242,10 @@ class ReplayBackend(Backend):
             if taken:
                 lps = [lp for _, lp, _ in taken]
                 tokens = [n for _, _, n in taken]
-                # the recorded usage, so that a reply cut off at max_tokens counts as such on replay
-                usage = (
-                    {"completion_tokens": round(sum(tokens))} if all(n is not None for n in tokens) else {}
-                )
+                # The recorded usage, so that a reply cut off at max_tokens counts as such on replay;
+                # floored: a text's share of its record's total must not round up to the budget.
+                usable = all(n is not None for n in tokens)
+                usage = {"completion_tokens": math.floor(sum(tokens) + 1e-9)} if usable else {}
                 gen = Generation(
                     texts=[t for t, _, _ in taken],
                     logprobs=lps if all(lp is not None for lp in lps) else None,

@@ -11,8 +11,9 @@ A stage whose output is unusable (no JSON, wrong shape) is retried once, with th
 previous output and the error shown to it; what is still unusable after that is the model's
 answer (counted per stage: `decompose.invalid_json`, `verify.wrong_shape`, ...). A failed
 model call fails the item (retried on the next run), never an empty prediction. Per stage,
-`requests == ok + invalid_json + wrong_shape + backend_errors`. Same backends, cache and
-raw records as `llm`.
+`requests == ok + invalid_json + wrong_shape + cut_empty + backend_errors`, where `cut_empty`
+is a reply cut off at max_tokens before its first entry (retried, then unusable; cut-off
+replies are counted as `chain.truncated`). Same backends, cache and raw records as `llm`.
 """
 
 from __future__ import annotations
@@ -237,7 +238,10 @@ class ChainDetector(Detector):
         # repair parser, often into an empty list: read as "no claims" or "no verdicts", the
         # item became a quiet "nothing wrong". It is counted, and unusable when nothing in it
         # survived, so it is retried and then counted among the stage's failures.
-        cut = "truncated" in repairs or gen.usage.get("completion_tokens", 0) >= self.options.max_tokens
+        # The server's token count says so; without one (a replay file, a scripted backend) a
+        # reply whose JSON the parser had to close is taken as cut off.
+        tokens = gen.usage.get("completion_tokens")
+        cut = tokens >= self.options.max_tokens if isinstance(tokens, int) else "truncated" in repairs
         if cut:
             st[f"{stage}.truncated"] += 1
             st["chain.truncated"] += 1
@@ -252,7 +256,7 @@ class ChainDetector(Detector):
             st[f"{stage}.cut_empty"] += 1
             return (
                 None,
-                f"the reply was cut off at max_tokens ({self.options.max_tokens}) before any entry",
+                f"the reply broke off (max_tokens is {self.options.max_tokens}) before any entry",
                 text,
             )
         st[f"{stage}.ok"] += 1

@@ -131,11 +131,11 @@ def _closest_substring(
     """The substring of `text` fewest edits away from `needle`, if within `budget`.
 
     Ties go to edges of the same kind as the needle's (letter or digit versus punctuation or
-    space: "Pariss" -> "Paris", not "Paris,"), then to one that cuts no word of the text in
-    two (a misspelt last word, "in 1867 in Berln", is the answer's "Berlin", not "Berli": both
-    are one edit away, and annotators mark whole words), then to the length nearest the
-    needle's ("Inbe" -> "Inde", not "ine"), then to the first one starting at or after
-    `after`, then to the first.
+    space: "Pariss" -> "Paris", not "Paris,"), then to one starting at or after `after` (spans
+    are listed in order), then to one that cuts no word of the text in two (a misspelt last
+    word, "in 1867 in Berln", is the answer's "Berlin", not "Berli": both are one edit away,
+    and annotators mark whole words), then to the length nearest the needle's ("Inbe" ->
+    "Inde", not "ine"), then to the first.
     """
     row = _edits_by_end(needle, codes)
     row[0] = len(needle) + budget + 1  # no empty match
@@ -156,7 +156,8 @@ def _closest_substring(
             cuts = (pos > 0 and text[pos - 1].isalnum() and text[pos].isalnum()) + (
                 stop < len(text) and text[stop - 1].isalnum() and text[stop].isalnum()
             )
-            key = (edges, cuts, abs(stop - pos - len(needle)), int(pos < after), pos, stop)
+            before = int(pos < after)  # never back over the spans already placed for a whole word
+            key = (edges, before, cuts, abs(stop - pos - len(needle)), pos, stop)
             if choice is None or key < choice:
                 choice = key
     return None if choice is None else (choice[4], choice[5])
