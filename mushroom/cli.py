@@ -499,11 +499,8 @@ def _backend_options(
     if not (backend or model or base_url or responses):
         return
     given = options.get(key, {})
-    written = (
-        {name: f"-o {key}.{name}={value}" for name, value in given.items()} if isinstance(given, dict) else {}
-    )
+    as_kind = f"-o {key}={given}" if isinstance(given, str) else None  # how a conflict names it
     if isinstance(given, str):  # `-o backend=openai` names the kind
-        written = {"kind": f"-o {key}={given}"}
         given = {"kind": given}
     if not isinstance(given, dict):
         raise MushroomError(
@@ -518,7 +515,8 @@ def _backend_options(
     ):
         if value is not None:
             if name in cfg and str(cfg[name]) != value:  # the flag silently won (-o values are parsed)
-                raise MushroomError(f"{flag} {value} and {written[name]} both given; give it once")
+                written = as_kind or f"-o {key}.{name}={cfg[name]}"
+                raise MushroomError(f"{flag} {value} and {written} both given; give it once")
             cfg[name] = value
     cfg.setdefault("kind", "replay" if responses else "openai")
     options[key] = cfg

@@ -81,6 +81,17 @@ class Generation(BaseModel):
         "transformers: llguidance, or 'llguidance: broke' when the grammar failed mid-answer)",
     )
 
+    def used_budget(self, max_tokens: int) -> bool | None:
+        """Whether every text used its whole `max_tokens`: cut off, not finished.
+
+        None when the backend counted no tokens (a replay file without usage, a scripted
+        backend): the caller then has only the text itself to go by.
+        """
+        tokens = self.usage.get("completion_tokens")
+        if not self.texts or tokens is None:
+            return None
+        return tokens >= max_tokens * len(self.texts)
+
 
 OnResult = Callable[[int, Generation], None]
 

@@ -240,8 +240,9 @@ class ChainDetector(Detector):
         # survived, so it is retried and then counted among the stage's failures.
         # The server's token count says so; without one (a replay file, a scripted backend) a
         # reply whose JSON the parser had to close is taken as cut off.
-        tokens = gen.usage.get("completion_tokens")
-        cut = tokens >= self.options.max_tokens if isinstance(tokens, int) else "truncated" in repairs
+        cut = gen.used_budget(self.options.max_tokens)
+        if cut is None:
+            cut = "truncated" in repairs
         if cut:
             st[f"{stage}.truncated"] += 1
             st["chain.truncated"] += 1

@@ -164,8 +164,8 @@ class LLMDetector(Detector):
                 continue
             if gen.structured_output == BROKEN_GRAMMAR:
                 stats["llm.broken_grammar"] += 1  # finished unconstrained after its grammar failed
-            if gen.texts and gen.usage.get("completion_tokens", 0) >= opts.max_tokens * len(gen.texts):
-                stats["llm.truncated"] += 1  # every sample used the whole budget: cut off, not finished
+            if gen.used_budget(opts.max_tokens):
+                stats["llm.truncated"] += 1
             for sample, text in enumerate(gen.texts):
                 result = parse_response(item.model_output_text, text, opts.default_probability)
                 stats.update({f"llm.{k}": v for k, v in result.counts().items()})
