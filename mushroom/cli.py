@@ -29,7 +29,7 @@ from mushroom.cliutil import (
     set_debug,
     split_names,
 )
-from mushroom.contexts import DEFAULT_SOURCES
+from mushroom.contexts import DEFAULT_SOURCES, GRADES_SUFFIX
 from mushroom.errors import DataError, MushroomError
 from mushroom.records import ErrorType
 
@@ -1020,9 +1020,13 @@ def contexts_cmd(
     sink: list[RawLog | None] = [None]
     engine = RecordingBackend(build_cached(cfg, True, cache), lambda: sink[0])
     table = Table(title=f"contexts: {split}, source {escape(source)!r}")
-    for col in ("lang", "items", "from tiers", "done before", "generated", "failed", "kept", "dropped"):
+    columns = ["lang", "items", "from tiers", "done before", "generated", "failed", "kept", "dropped"]
+    if grade == "llm":
+        columns.append("kept unread")  # a verdict neither relevant nor irrelevant keeps the context
+    for col in columns:
         table.add_column(col, justify="right")
     failed = []
+    unread = 0
     hint = (
         f"contexts kept so far are in {root}/{split}.<lang>.{source}.jsonl, and every answer received "
         f"in {cache}; run the same command again to go on (answers received are not asked again)"
@@ -1055,10 +1059,16 @@ def contexts_cmd(
                 st.failed,
                 st.kept,
                 st.dropped,
-            )
+            ) + ((st.unreadable_verdicts,) if grade == "llm" else ())
+            unread += st.unreadable_verdicts
             table.add_row(code, *(str(v) for v in counts))
             failed += [f"{code}: {err}" for err in st.errors]
     out_console.print(table)
+    if unread:
+        err_console.print(
+            f"[yellow]warning:[/yellow] {plural(unread, 'grading verdict')} said neither relevant nor irrelevant; "
+            f"those contexts were kept (verdicts in {root}/{split}.<lang>.{source}{GRADES_SUFFIX}.jsonl)"
+        )
     if failed:
         for err in failed[:5]:
             err_console.print(f"[yellow]failed[/yellow] {escape(err)}")

@@ -23,6 +23,7 @@ from mushroom.backends.base import Backend, GenerationRequest
 from mushroom.contexts import DEFAULT_CONTEXT_DIR, GRADES_SUFFIX, load_contexts, support_contexts
 from mushroom.jsonl import append_jsonl, iter_json_lines
 from mushroom.languages import language_name
+from mushroom.parsing.reasoning import strip_reasoning
 from mushroom.prompts import load_prompt
 from mushroom.records import Item
 
@@ -40,6 +41,8 @@ class ContextStats:
     failed: int = 0
     dropped: int = 0
     kept: int = 0
+    unreadable_verdicts: int = 0
+    """Of `kept`: LLM gradings that said neither relevant nor irrelevant (the context is kept)."""
     errors: list[str] = field(default_factory=list)
 
 
@@ -134,12 +137,14 @@ def generate_contexts(
     generations = backend.generate(requests)
     texts: dict[str, str] = {}
     for item, gen in zip(todo, generations):
-        if gen.error or not gen.texts or not gen.texts[0].strip():
+        text, thought = strip_reasoning(gen.texts[0]) if gen.texts else ("", False)
+        if gen.error or not text.strip():
             stats.failed += 1
-            stats.errors.append(f"{item.id}: {gen.error or 'empty context'}")
+            empty = "only reasoning, no context after it" if thought else "empty context"
+            stats.errors.append(f"{item.id}: {gen.error or empty}")
             continue
         stats.generated += 1
-        texts[item.id] = gen.texts[0].strip()
+        texts[item.id] = text.strip()
     keep = _grade(todo, texts, grading, grader or backend, min_similarity, encoder)
     for item in todo:
         if item.id not in texts:
@@ -154,6 +159,7 @@ def generate_contexts(
         if verdict["relevant"]:
             append_jsonl(out_path, {"id": item.id, "context": texts[item.id]})
             stats.kept += 1
+            stats.unreadable_verdicts += verdict.get("readable") is False
         else:
             stats.dropped += 1
     return stats
@@ -198,7 +204,8 @@ def _grade(
         if gen.error:  # a failed grading call is no verdict: the item fails, and a re-run grades it
             out[i] = {"relevant": None, "error": gen.error}
             continue
-        answer = (gen.texts[0] if gen.texts else "").strip().lower()
+        answer = (strip_reasoning(gen.texts[0])[0] if gen.texts else "").strip().lower()
         # An unreadable verdict keeps the context: dropping is the decision that needs evidence.
-        out[i] = {"relevant": not answer.startswith("irrelevant"), "verdict": answer[:40] or gen.error}
+        readable = answer.startswith(("relevant", "irrelevant"))
+        out[i] = {"relevant": not answer.startswith("irrelevant"), "verdict": answer[:40], "readable": readable}
     return out

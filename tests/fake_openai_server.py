@@ -10,6 +10,7 @@ Options that imitate real servers:
   `reject_json_object`: a 400 for `{"type": "json_object"}`.
 - `slots`: `GET /props` reports `total_slots` (llama.cpp); None: 404.
 - `owned_by`: what `GET /v1/models` says (vLLM says "vllm").
+- `ignore_n`: one choice whatever `n` asks, as llama.cpp's server answers.
 - `/v1/completions` with `echo` returns prompt log-probabilities over a word/punctuation
   tokenization (`token_logprob` gives a token's value, default -1.0); with
   `prompt_logprobs=False` it answers HTTP 500 as llama-cpp-python without `--logits_all`;
@@ -48,6 +49,7 @@ class FakeServer:
         token_logprob: dict[str, float] | None = None,
         late_echo: bool = False,
         late_missing: frozenset[str] = frozenset(),
+        ignore_n: bool = False,
     ):
         self.script = script
         self.default_text = default_text
@@ -59,6 +61,7 @@ class FakeServer:
         self.token_logprob = token_logprob or {}
         self.late_echo = late_echo
         self.late_missing = late_missing
+        self.ignore_n = ignore_n
         self.calls: list[dict] = []
         self.gets: list[str] = []
         self.counts: dict[str, int] = {}
@@ -143,7 +146,7 @@ class FakeServer:
                         "message": {"role": "assistant", "content": action[1]},
                         "finish_reason": "stop",
                     }
-                    for i in range(body.get("n", 1))
+                    for i in range(1 if server.ignore_n else body.get("n", 1))
                 ]
                 usage = {"prompt_tokens": 10, "completion_tokens": 5}
                 self._send(200, json.dumps({"choices": choices, "usage": usage}))

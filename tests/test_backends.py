@@ -147,6 +147,32 @@ def test_openai_payload_carries_schema_logprobs_and_samples():
         assert out[0].structured_output == "json_schema" and backend.form_confirmed
 
 
+def test_a_server_that_ignores_n_is_asked_again_for_the_other_samples():
+    """llama.cpp answers n=3 with one choice: samples=3 voted over one text while the record said 3."""
+    from mushroom.backends.base import backend_warnings
+
+    with FakeServer({}, ignore_n=True) as server:
+        backend = _openai(server.url)
+        req = GenerationRequest(key="k", messages=[Message(role="user", content="x")], n=3, seed=7)
+        out = backend.generate([req, req.model_copy(update={"key": "j"})])
+        assert [len(g.texts) for g in out] == [3, 3] and not any(g.error for g in out)
+        assert out[0].usage["completion_tokens"] == 15  # three requests' usage summed
+        seeds = sorted(c["body"]["seed"] for c in server.calls)
+        assert seeds == [7, 7, 8, 8, 9, 9]  # each extra sample with the next seed, not a repeat
+        assert [c["body"]["n"] for c in server.calls].count(3) == 2
+        assert len(backend_warnings(backend)) == 1 and "ignores n" in backend_warnings(backend)[0]
+        backend.close()
+
+
+def test_a_failed_extra_sample_fails_the_request():
+    with FakeServer({"x": [("ok", "first"), ("status", 400)]}, ignore_n=True) as server:
+        backend = _openai(server.url)
+        with pytest.warns(RuntimeWarning, match="ignores n"):
+            out = backend.generate([_req("k", "x", temperature=0.7, n=2)])
+        assert out[0].error.startswith("HTTP 400") and "sample 2 of 2" in out[0].error
+        backend.close()
+
+
 def _schema_req(key):
     return GenerationRequest(
         key=key,

@@ -380,3 +380,27 @@ def test_a_failed_grading_call_fails_the_item_and_a_rerun_grades_it(tmp_path):
     assert not (tmp_path / "test.en.g.jsonl").exists() and not (tmp_path / "test.en.g.grades.jsonl").exists()
     st = grade(("ok", "Relevant."))
     assert (st.failed, st.kept) == (0, 1)
+
+
+def test_a_reasoning_model_s_thinking_is_not_a_context_and_an_unread_verdict_is_counted(tmp_path):
+    """A <think> block became the start of the context; a verdict like "Maybe" was kept uncounted."""
+    items = [
+        Item(id="q1", lang="en", model_input="Who painted the Mona Lisa?", model_output_text="x"),
+        Item(id="q2", lang="en", model_input="Who wrote Hamlet?", model_output_text="y"),
+        Item(id="q3", lang="en", model_input="Who built the Eiffel Tower?", model_output_text="z"),
+    ]
+    script = {
+        "Is the background text": [("ok", "<think>hmm</think>Relevant."), ("ok", "Maybe."), ("ok", "Relevant")],
+        "Mona Lisa": [("ok", "<think>The user asks about art.</think>\nIt is a painting by Leonardo.")],
+        "Hamlet": [("ok", "Hamlet is a play by Shakespeare.")],
+        "Eiffel": [("ok", "<think>Let me recall who built")],  # cut off while thinking
+    }
+    with FakeServer(script) as server:
+        backend = build_backend_for(server.url)
+        st = generate_contexts("test", "en", items, backend, source="g", grading="llm", context_dir=tmp_path)
+    assert (st.generated, st.failed, st.kept, st.unreadable_verdicts) == (2, 1, 2, 1)
+    assert st.errors == ["q3: only reasoning, no context after it"]
+    ctx = load_contexts("test", "en", ("g",), context_dir=tmp_path)
+    assert ctx.by_id["q1"][0].text == "It is a painting by Leonardo."
+    grades = [json.loads(line) for line in (tmp_path / "test.en.g.grades.jsonl").read_text().splitlines()]
+    assert [g["readable"] for g in grades] == [True, False]

@@ -436,3 +436,27 @@ def test_a_string_cut_at_the_end_is_dropped_not_closed():
     answer = "He won in 1990 and again in 1994."
     assert [s.text for s in parse_response(answer, '["1994", "19').spans] == ["1994"]
     assert parse_response(answer, '{"incorrect_spans": [{"text": "1994"}, {"text": "19').claims == 1
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '<think>Draft: {"incorrect_spans": [{"text": "Paris"}]} no, wrong.</think>\n'
+        '{"incorrect_spans": [{"text": "1889"}]}',
+        '<THINKING>\nmaybe {"incorrect_spans": []}\n</THINKING>{"incorrect_spans": [{"text": "1889"}]}',
+        # the chat template opened the block: only its end is in the reply
+        'the year looks off {"incorrect_spans": [{"text": "Paris"}]}</think>{"incorrect_spans": [{"text": "1889"}]}',
+    ],
+)
+def test_a_json_draft_in_the_reasoning_is_not_the_answer(raw):
+    result = parse_response("The tower in Paris was finished in 1889.", raw)
+    assert [s.text for s in result.spans] == ["1889"] and result.parsed and not result.repairs
+
+
+def test_a_reply_cut_off_while_thinking_has_no_answer_and_a_tag_mid_answer_stays():
+    cut = parse_response("Paris in 1889.", '<think>I think {"incorrect_spans": [{"text": "Paris"}]}')
+    assert not cut.parsed and cut.counts()["unparseable"] == 1
+    from mushroom.parsing.reasoning import strip_reasoning
+
+    text = 'Here: {"incorrect_spans": [{"text": "<think> tags"}]}'
+    assert strip_reasoning(text) == (text, False)

@@ -172,6 +172,7 @@ class OpenAIBackend(Backend):
         self.loglikelihood_template_used = ""
         self._echo_late: bool | None = None  # llama-cpp-python's echo bug, found on first use
         self._model_checked = False
+        self._short_n_warned = False
 
     # ----------------------------------------------------------------- server facts
 
@@ -374,6 +375,48 @@ class OpenAIBackend(Backend):
             return self._form
 
     def _one(self, req: GenerationRequest) -> Generation:
+        """One request's samples; asked for again (n = the rest) when the server sent fewer than n.
+
+        llama.cpp's server ignores `n` and answers with one choice, so `samples=3` voted over
+        one sample while the record said three. The rest are asked for with the next seeds
+        (the same seed would repeat the first sample), and the shortfall is warned about once.
+        """
+        gen = self._request(req)
+        if gen.error or len(gen.texts) >= req.n:
+            return gen
+        self._warn_short_n(len(gen.texts), req.n)
+        parts = [gen]
+        have = len(gen.texts)
+        while have < req.n:
+            seed = None if req.seed is None else req.seed + len(parts)
+            more = self._request(req.model_copy(update={"n": req.n - have, "seed": seed}))
+            if more.error:
+                return Generation(error=f"{more.error} (asking for sample {have + 1} of {req.n})")
+            parts.append(more)
+            have += len(more.texts)  # parse() gives at least one text or an error
+        usage: dict[str, int] = {}
+        for part in parts:
+            for k, v in part.usage.items():
+                usage[k] = usage.get(k, 0) + v
+        logprobs = [lp for part in parts for lp in part.logprobs or []]
+        return Generation(
+            texts=[t for part in parts for t in part.texts][: req.n],
+            logprobs=logprobs[: req.n] if all(part.logprobs for part in parts) else None,
+            usage=usage,
+            structured_output=gen.structured_output,
+        )
+
+    def _warn_short_n(self, got: int, wanted: int) -> None:
+        with self._lock:
+            if self._short_n_warned:
+                return
+            self._short_n_warned = True
+        self.warn(
+            f"the server at {self.base_url} answered n={wanted} with {got} sample(s) "
+            "(llama.cpp ignores n); the rest are asked for in further requests"
+        )
+
+    def _request(self, req: GenerationRequest) -> Generation:
         auto = self.config.structured_output == "auto" and req.json_schema is not None
         form = self._form
         while True:

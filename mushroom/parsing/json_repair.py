@@ -3,7 +3,7 @@
 Model output is untrusted text: it is only ever parsed as JSON (never evaluated), and every
 repair is a plain text transformation.
 
-Handled: code fences, prose before and after, raw line breaks and tabs inside strings,
+Handled: a leading reasoning block (`<think>...</think>`, see `reasoning`), code fences, prose before and after, raw line breaks and tabs inside strings,
 trailing commas, missing commas between objects, single quotes, curly quotes, Python
 literals (True/False/None), a truncated tail (open strings, arrays and objects are closed; a
 number or literal cut at the very end is dropped), and a bare list instead of an object.
@@ -21,6 +21,8 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from mushroom.parsing.reasoning import strip_reasoning
 
 MAX_DEPTH = 64
 """Deepest bracket nesting handed to the JSON decoder."""
@@ -293,6 +295,7 @@ def extract_json(text: str) -> tuple[Any | None, list[str]]:
         (value, repairs): value is None when nothing could be recovered; repairs lists what
         was fixed, for the run's statistics (empty when the value decoded as written).
     """
+    text, _ = strip_reasoning(text)  # a draft in the thinking is not the answer
     to_repair: list[str] = []
     fallback: Any = None
     for candidate in _candidates(text):
