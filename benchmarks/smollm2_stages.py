@@ -9,7 +9,8 @@ span) and the `chain` detector (decompose + verify). Prints per variant and stag
 of responses parsed / repaired / unparseable, spans located exactly / case-folded /
 normalised / fuzzily / lost, requests and completion tokens per item, seconds per item,
 and IoU / Cor. A 135M model scores low: these numbers measure the pipeline, not the method.
-Re-running with the same --work folder reuses every finished item (seconds then show 0).
+Re-running with the same --work folder reuses every finished item (seconds then show 0);
+without --work the run folders (and runs.log) go to a scratch folder removed at exit.
 """
 
 import argparse
@@ -48,14 +49,17 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--only", default=None, help="comma-separated variant names")
     args = ap.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="smollm2-stages-"))
+    # Without --work the run folders are removed when the script exits (it left one per call).
+    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="smollm2-stages-")
+    work = args.work or Path(scratch.name)
+    work.mkdir(parents=True, exist_ok=True)
     backend = (
         {"kind": "openai", "model": args.model, "base_url": args.base_url}
         if args.base_url
         else {"kind": "transformers", "model": args.model, "device": "cpu"}
     )
     items = load_split("val", ["en"])["en"][: args.limit]
-    quiet = Console(file=open(work.with_suffix(".log"), "w"), width=120)
+    quiet = Console(file=open(work / "runs.log", "w"), width=120)  # noqa: SIM115 - open for the whole run
     header = (
         f"{'variant':16s} {'stage':10s} {'req/it':>6s} {'parsed':>6s} {'repair':>6s} {'unpars':>6s} "
         f"{'exact':>5s} {'fold':>5s} {'norm':>5s} {'fuzzy':>5s} {'lost':>5s} {'tok/it':>6s} {'s/it':>6s} "

@@ -44,13 +44,14 @@ class CheckReport:
         half its items has one problem but many items to fix, and vice versa.
         """
         on_lines = [p for p in self.errors if p.line is not None]
-        others = len(self.errors) - len(on_lines) - (1 if self.missing else 0)
+        missing_error = any(p.line is None and p.message.startswith("no prediction for") for p in self.errors)
+        others = len(self.errors) - len(on_lines) - int(missing_error)
         parts = []
         if on_lines:
             bad = len({p.line for p in on_lines})
             errors = plural(len(on_lines), "error")
             parts.append(f"{errors} on {plural(bad, 'line')} (of {self.n_lines} read)")
-        if self.missing:
+        if missing_error:
             parts.append(f"no prediction for {len(self.missing)} of {plural(self.n_items, 'item')}")
         if others > 0:
             parts.append(plural(others, "other error"))
@@ -149,11 +150,17 @@ def _unknown_keys(rows: list[tuple[int, dict]], path: str) -> list[Problem]:
 
 
 def check_rows(
-    rows: Iterable[tuple[int, dict]], items: list[Item], path: str = "<predictions>", strict: bool = False
+    rows: Iterable[tuple[int, dict]],
+    items: list[Item],
+    path: str = "<predictions>",
+    strict: bool = False,
+    partial: bool = False,
 ) -> CheckReport:
     """Checks parsed rows: every item id exactly once, spans valid, labels consistent.
 
     Unknown keys are ignored, as by the official scorer; `strict` makes each an error.
+    `partial` accepts a file that predicts only some of the items (a `--limit` run, as
+    `score --partial` scores one): the items it lacks are listed in `missing`, not an error.
     """
     rows = list(rows)
     report = CheckReport()
@@ -189,16 +196,19 @@ def check_rows(
         report.errors.append(Problem(path, line, key, message, item_id=item_id))
     report.n_items = len(items)
     report.missing = [item.id for item in items if item.id not in seen]
-    if report.missing:
-        report.errors.append(Problem(path, None, "id", no_prediction(report.missing)))
+    if report.missing and not partial:
+        hint = " (check --partial accepts a file made on some of the items, e.g. with --limit)"
+        report.errors.append(Problem(path, None, "id", no_prediction(report.missing) + hint))
     return report
 
 
-def check_file(path: str | Path, items: list[Item], strict: bool = False) -> CheckReport:
+def check_file(
+    path: str | Path, items: list[Item], strict: bool = False, partial: bool = False
+) -> CheckReport:
     """Checks a prediction JSONL file; unreadable lines are errors too."""
     problems: list[Problem] = []
     rows = list(iter_json_lines(Path(path), problems))
-    report = check_rows(rows, items, str(path), strict)
+    report = check_rows(rows, items, str(path), strict, partial)
     report.n_lines += len({p.line for p in problems if p.line is not None})  # unreadable lines were read too
     report.errors = problems + report.errors
     return report

@@ -288,13 +288,21 @@ def check(
             help="also report keys the official scorer ignores (e.g. 'text' in spans)",
         ),
     ] = False,
+    partial: Annotated[
+        bool,
+        typer.Option(
+            "--partial",
+            metavar=FLAG,
+            help="accept a file that predicts only some of the items (a --limit run); not for upload",
+        ),
+    ] = False,
 ) -> None:
     """Validate a prediction file against its items; exits 1 listing every problem."""
     from mushroom.check import check_file
     from mushroom.data import load_items
 
     input_file(pred, "PRED")
-    report = check_file(pred, load_items(input_file(items, "--items")), strict=strict)
+    report = check_file(pred, load_items(input_file(items, "--items")), strict=strict, partial=partial)
     for problem in report.warnings:
         print_warning(str(problem))
     for problem in report.errors:
@@ -309,6 +317,8 @@ def check(
             )
         raise typer.Exit(1)
     counts = f"{plural(report.n_lines, 'prediction')}, {plural(len(report.warnings), 'warning')}"
+    if report.missing:  # --partial: say so, since such a file is no submission
+        counts += f"; {len(report.missing)} of {plural(report.n_items, 'item')} not predicted (--partial)"
     out_console.print(f"{esc(pred)}: OK ({counts})", highlight=False)
 
 
@@ -985,7 +995,7 @@ def contexts_cmd(
         is_fact_check,
     )
     from mushroom.data import load_split
-    from mushroom.errors import RunFailed
+    from mushroom.errors import RunFailed, retry_advice
     from mushroom.rawlog import RawLog, RecordingBackend
 
     if grade not in ("none", "llm", "embedding"):
@@ -1066,16 +1076,15 @@ def contexts_cmd(
     out_console.print(table)
     if unread:
         err_console.print(
-            f"[yellow]warning:[/yellow] {plural(unread, 'grading verdict')} said neither relevant nor irrelevant; "
-            f"those contexts were kept (verdicts in {root}/{split}.<lang>.{source}{GRADES_SUFFIX}.jsonl)"
+            f"[yellow]warning:[/yellow] {plural(unread, 'grading verdict')} said neither relevant nor "
+            f"irrelevant; those contexts were kept (verdicts in "
+            f"{root}/{split}.<lang>.{source}{GRADES_SUFFIX}.jsonl)"
         )
     if failed:
         for err in failed[:5]:
             err_console.print(f"[yellow]failed[/yellow] {escape(err)}")
-        raise RunFailed(
-            f"{plural(len(failed), 'context')} could not be generated; run the same command again to retry "
-            "only those"
-        )
+        advice = retry_advice([err.split(": ", 2)[-1] for err in failed])  # "lang: id: error"
+        raise RunFailed(f"{plural(len(failed), 'context')} could not be generated. {advice}")
 
 
 stack_app = typer.Typer(help="A learned combination of detector runs (fit on val, apply to test).")

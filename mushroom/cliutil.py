@@ -13,6 +13,7 @@ file named `run[bold].jsonl`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import traceback
@@ -217,16 +218,33 @@ def validation_message(exc: ValidationError, source: str = "") -> str:
 def value_hint(err: Mapping[str, Any]) -> str:
     """How to write a value given in a form the option reader cannot take.
 
-    `-o temperatures=0.1,0.2` (a string where a list is due) needs brackets, and
-    `-o seed=none` a JSON `null`: values are read as JSON.
+    `-o yes_words=yes,oui` or `[yes,oui]` (a string where a list is due) needs a JSON
+    list, and `-o seed=none` a JSON `null`: values are read as JSON. (`temperatures` takes
+    the bare comma form itself, as `--temperatures` does.)
     """
     value = err.get("input")
     loc = ".".join(str(part) for part in err.get("loc", ()))
     if isinstance(value, str) and value.lower() in ("none", "null") and value != "null":
         return f"; for no value write -o {loc}=null"
-    if err.get("type") != "list_type" or not isinstance(value, str) or "," not in value:
+    if err.get("type") != "list_type" or not isinstance(value, str):
         return ""
-    return f"; write a list in brackets: -o '{loc}=[{value}]'"
+    text = value.strip()
+    bracketed = text.startswith("[") and text.endswith("]")
+    if not bracketed and "," not in text:
+        return ""
+    parts = [p.strip() for p in (text[1:-1] if bracketed else text).split(",") if p.strip()]
+    # as JSON, so that words get their quotes: `[yes,oui]` is no list to the reader either
+    listed = json.dumps([_json_or_text(p) for p in parts], ensure_ascii=False)
+    return f"; write a list in JSON: -o '{loc}={listed}'"
+
+
+def _json_or_text(part: str) -> Any:
+    """A list element as the user meant it: a number stays one, anything else is text."""
+    try:
+        value = json.loads(part)
+    except ValueError:
+        return part.strip("'\"")
+    return value if isinstance(value, int | float | str) else part
 
 
 def _short(value: Any) -> str:

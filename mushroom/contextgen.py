@@ -207,5 +207,6 @@ def _grade(
         answer = (strip_reasoning(gen.texts[0])[0] if gen.texts else "").strip().lower()
         # An unreadable verdict keeps the context: dropping is the decision that needs evidence.
         readable = answer.startswith(("relevant", "irrelevant"))
-        out[i] = {"relevant": not answer.startswith("irrelevant"), "verdict": answer[:40], "readable": readable}
+        relevant = not answer.startswith("irrelevant")
+        out[i] = {"relevant": relevant, "verdict": answer[:40], "readable": readable}
     return out

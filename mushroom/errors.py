@@ -137,3 +137,21 @@ def did_you_mean(name: str, names: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for an unknown name with a close match, else ''."""
     match = close_match(name, names)
     return f" (did you mean {match!r}?)" if match else ""
+
+
+REPLAY_MISS = "no recorded response"
+"""How a replay backend's error for a request its file has no answer to begins."""
+
+
+def retry_advice(errors: list[str]) -> str:
+    """What to do about failed items: a re-run retries them, unless only a replay file lacked them.
+
+    A replay answers from its file, so running the same command again fails the same items
+    the same way; those need recorded answers or a run limited to the items recorded.
+    """
+    if errors and all(e.startswith(REPLAY_MISS) for e in errors):
+        return (
+            "The replay file has no answer for them, so a re-run would fail them again: record their "
+            "answers with a live --backend, or run only the recorded items (--limit, --items)"
+        )
+    return "Run the same command again to retry only them"

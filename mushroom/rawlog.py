@@ -2,9 +2,10 @@
 
 `llm`, `chain`, `pyes` and `contexts` all talk to models through the same batch interface,
 so their raw outputs are recorded at that interface, by one wrapper, in one schema: a run's
-`raw/<lang>.raw.jsonl` holds every request's key, item, stage, model, sampling settings and
-outcome (texts, log-probabilities, a log-likelihood, or the error), cache hits included. The
-replay backend answers from these files, so any run can be re-parsed without a model.
+`raw/<lang>.raw.jsonl` holds every request's key, item, stage, model, the messages sent, its
+sampling settings and outcome (texts, log-probabilities, a log-likelihood, or the error),
+cache hits included. The replay backend answers from these files, so any run can be
+re-parsed without a model.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from mushroom.backends.base import (
     GenerationRequest,
     Loglikelihood,
     LoglikelihoodRequest,
+    Message,
     OnResult,
     OnScore,
     backend_warnings,
 )
 
-RAW_SCHEMA_VERSION = 1
+RAW_SCHEMA_VERSION = 2
+"""2 added what was sent (`messages`, `max_tokens`, `top_p`, `seed`); version-1 lines still load."""
 
 
 class RawRecord(BaseModel):
@@ -45,6 +48,12 @@ class RawRecord(BaseModel):
     model: str = ""
     temperature: float | None = None
     n: int = 1
+    top_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    messages: list[Message] | None = Field(
+        None, description="the prompt as sent (for scoring: before the continuation)"
+    )
     texts: list[str] = Field(default_factory=list)
     logprobs: list[list[dict[str, float]]] | None = None
     continuation: str | None = None
@@ -143,6 +152,10 @@ class RecordingBackend(Backend):
             return {
                 "temperature": req.temperature,
                 "n": req.n,
+                "top_p": req.top_p,
+                "max_tokens": req.max_tokens,
+                "seed": req.seed,
+                "messages": req.messages,
                 "texts": gen.texts,
                 "logprobs": gen.logprobs,
                 "usage": gen.usage,
@@ -157,6 +170,7 @@ class RecordingBackend(Backend):
         def fields(req: LoglikelihoodRequest, res: Loglikelihood) -> dict[str, Any]:
             return {
                 "call": "loglikelihood",
+                "messages": req.messages,
                 "continuation": req.continuation,
                 "logprob": res.logprob,
                 "is_greedy": res.is_greedy,

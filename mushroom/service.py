@@ -44,7 +44,7 @@ from mushroom.cliutil import plural
 from mushroom.contexts import DEFAULT_SOURCES, load_context_files, load_contexts, support_contexts
 from mushroom.data import load_split
 from mushroom.detectors.base import Detector, ItemResult
-from mushroom.errors import Interrupted, MushroomError, RunFailed, error_text
+from mushroom.errors import Interrupted, MushroomError, RunFailed, error_text, retry_advice
 from mushroom.jsonl import write_jsonl
 from mushroom.predictions import mark_all
 from mushroom.records import ChannelRecord, Item, Prediction
@@ -753,9 +753,8 @@ class RunService:
             if not self.allow_failures:
                 raise RunFailed(
                     f"{plural(len(self.failures), 'item')} failed (listed in {where}); "
-                    "no submission was written. "
-                    "Run the same command again to retry only them, or add --allow-failures to write "
-                    "files with those items left empty"
+                    f"no submission was written. {retry_advice([f.error for f in self.failures])}, "
+                    "or add --allow-failures to write files with those items left empty"
                 )
             self.console.print(
                 f"[yellow]--allow-failures:[/yellow] {plural(len(self.failures), 'item')} left as empty "

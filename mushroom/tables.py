@@ -83,17 +83,45 @@ def rich_table(title: str, rows: list[dict]) -> Table:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """The same table as Markdown, written next to the scores."""
-    head = "| lang | n | IoU | IoU 95% CI | Cor | Cor 95% CI | mark-all IoU | LB #1 (test) IoU / Cor |"
-    lines = [head, "|" + "---|" * 8]
+    """The same table as Markdown, written next to the scores: the same columns and mean row.
+
+    A column with nothing in it (no mark-all baseline outside the main job, no leaderboard
+    entry for a language) is left out, as in the terminal.
+    """
+    has_base = any("mark_all_iou" in r for r in rows)
+    has_lb = any("lb1" in r for r in rows)
+    head = ["lang", "n", "IoU", "IoU 95% CI", "Cor", "Cor 95% CI"]
+    head += ["mark-all IoU"] * has_base + ["LB #1 (test) IoU / Cor"] * has_lb
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        base = r.get("mark_all_iou")
-        lb = r.get("lb1")
-        lines.append(
-            f"| {r['lang']} | {r['n']} | {r['iou']:.4f} | {_ci(*r['iou_ci'])} | {r['cor']:.4f} | "
-            f"{_ci(*r['cor_ci'])} | {'' if base is None else f'{base:.4f}'} | "
-            f"{'' if lb is None else f'{lb.iou:.4f} / {lb.cor:.4f} ({lb.team})'} |"
-        )
+        cells = [
+            r["lang"],
+            str(r["n"]),
+            f"{r['iou']:.4f}",
+            _ci(*r["iou_ci"]),
+            f"{r['cor']:.4f}",
+            _ci(*r["cor_ci"]),
+        ]
+        if has_base:
+            base = r.get("mark_all_iou")
+            cells.append("" if base is None else f"{base:.4f}")
+        if has_lb:
+            lb = r.get("lb1")
+            cells.append("" if lb is None else f"{lb.iou:.4f} / {lb.cor:.4f} ({lb.team})")
+        lines.append("| " + " | ".join(cells) + " |")
+    if len(rows) > 1:
+        n = len(rows)
+        cells = ["**mean**", str(sum(r["n"] for r in rows)), f"{sum(r['iou'] for r in rows) / n:.4f}", ""]
+        cells += [f"{sum(r['cor'] for r in rows) / n:.4f}", ""]
+        if has_base:
+            full = all("mark_all_iou" in r for r in rows)
+            cells.append(f"{sum(r['mark_all_iou'] for r in rows) / n:.4f}" if full else "")
+        if has_lb:
+            lbs = [r["lb1"] for r in rows if "lb1" in r]
+            cells.append(
+                f"{sum(x.iou for x in lbs) / len(lbs):.4f} / {sum(x.cor for x in lbs) / len(lbs):.4f}"
+            )
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -451,6 +451,10 @@ def test_llm_detector_over_openai_server_with_temperature_vote(tmp_path):
             and {r.stage for r in raw} == {"llm"}
             and {r.temperature for r in raw} == {0.05, 0.1, 0.2}
         )
+        # what was sent is in the record: the prompt, its length limit and sampling
+        sent = {(c["body"]["temperature"], c["body"]["messages"][-1]["content"]) for c in server.calls}
+        assert {(r.temperature, r.messages[-1].content) for r in raw} == sent
+        assert {r.max_tokens for r in raw} == {server.calls[0]["body"]["max_tokens"]} and raw[0].top_p == 1.0
         assert (
             det.describe()["prompt_name"] == "single_zero_shot" and len(det.describe()["prompt_sha256"]) == 64
         )

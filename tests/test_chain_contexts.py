@@ -356,6 +356,10 @@ def test_context_stage_from_recorded_responses_through_the_cli(tmp_path):
     # the other 48 items have no recorded response: failed, nothing written for them, exit 3
     res = CliRunner().invoke(app, args)
     assert isinstance(res.exception, RunFailed) and "48 contexts could not be generated" in str(res.exception)
+    # the same command would fail them again: the advice says what would help instead
+    assert "a re-run would fail them again" in str(res.exception) and "Run the same command" not in str(
+        res.exception
+    )
     assert any(
         line.split("│")[4].strip() == "2"
         for line in res.output.splitlines()
@@ -390,7 +394,11 @@ def test_a_reasoning_model_s_thinking_is_not_a_context_and_an_unread_verdict_is_
         Item(id="q3", lang="en", model_input="Who built the Eiffel Tower?", model_output_text="z"),
     ]
     script = {
-        "Is the background text": [("ok", "<think>hmm</think>Relevant."), ("ok", "Maybe."), ("ok", "Relevant")],
+        "Is the background text": [
+            ("ok", "<think>hmm</think>Relevant."),
+            ("ok", "Maybe."),
+            ("ok", "Relevant"),
+        ],
         "Mona Lisa": [("ok", "<think>The user asks about art.</think>\nIt is a painting by Leonardo.")],
         "Hamlet": [("ok", "Hamlet is a play by Shakespeare.")],
         "Eiffel": [("ok", "<think>Let me recall who built")],  # cut off while thinking

@@ -75,7 +75,20 @@ def test_missing_items_are_errors_and_cli_exits_1(tmp_path, item_rows):
         text=True,
     )
     assert out.returncode == 1
-    assert "no prediction for 1 item: 't-2'" in out.stderr
+    assert "no prediction for 1 item: 't-2'" in out.stderr and "check --partial" in out.stderr
+    # a --limit run's file: --partial accepts it, and says what it lacks
+    pred.write_text('{"id": "t-1", "soft_labels": [], "hard_labels": []}\n')
+    args = [sys.executable, "-m", "mushroom", "check", str(pred), "--items", str(items_path), "--partial"]
+    out = subprocess.run(args, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "OK (1 prediction, 0 warnings; 1 of 2 items not predicted (--partial))" in " ".join(
+        out.stdout.split()
+    )
+    # everything else is still checked
+    pred.write_text('{"id": "t-1", "soft_labels": [], "hard_labels": [[0, 99]]}\n')
+    out = subprocess.run(args, capture_output=True, text=True)
+    assert out.returncode == 1 and "must satisfy" in out.stderr and "no prediction" not in out.stderr
+    assert "1 error on 1 line (of 1 read)" in " ".join(out.stderr.split())
 
 
 def test_a_key_missing_on_some_lines_is_an_error(tmp_path, item_rows):

@@ -693,10 +693,14 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
         (["--backend", "replay"], "the replay backend (the default of LLM detectors) needs `responses`"),
         (["--responses", tmp_path / "none.jsonl"], "none.jsonl: no such file (the replay backend's"),
         (["--backend", "transformers", "--model", tmp_path / "m.gguf"], "m.gguf does not exist"),
+        # a mistyped cache folder was made, and the next run (typed right) found no cache
+        (["--responses", VAL_EN, "-o", f"cache_path={tmp_path / 'typo' / 'c.jsonl'}"], "typo does not exist"),
+        (["--responses", VAL_EN, "-o", f"cache_path={tmp_path}"], "is a folder; name a .jsonl file"),
     ):
         code, _, err = cli(capsys, "detect", *args, "--out", out, "--quiet")
-        assert code == 2 and message in err, (args, err)
+        assert code == 2 and message in " ".join(err.split()), (args, err)
         assert not out.exists(), args
+    assert not (tmp_path / "typo").exists()
     code, _, err = cli(capsys, "main-job", "--no-val", "--out", out)
     assert code == 2 and "--no-val" in err and not out.exists()
     code, _, err = cli(capsys, "main-job", "--detector", "llm", "-o", "backend.kind=replay", "--out", out)
@@ -761,8 +765,12 @@ def test_command_help_keeps_each_paragraph_on_one_line():
 
 def test_option_mistakes_say_how_to_write_them(tmp_path, capsys):
     out = tmp_path / "run"
-    code, _, err = cli(capsys, "detect", "--detector", "llm", "-o", "temperatures=0.1,0.2", "--out", out)
-    assert code == 2 and "write a list in brackets: -o 'temperatures=[0.1,0.2]'" in err
+    code, _, err = cli(capsys, "detect", "--detector", "pyes", "-o", "yes_words=yes,oui", "--out", out)
+    assert code == 2 and """write a list in JSON: -o 'yes_words=["yes", "oui"]'""" in err
+    code, _, err = cli(capsys, "detect", "--detector", "pyes", "-o", "yes_words=[yes,oui]", "--out", out)
+    assert (
+        code == 2 and """write a list in JSON: -o 'yes_words=["yes", "oui"]'""" in err
+    )  # it said [[yes,oui]]
     code, _, err = cli(capsys, "detect", "--detector", "llm", "-o", "temperatures=[0.1]", "--temperatures", "0.2",
                        "--out", out)  # fmt: skip
     assert code == 2 and "--temperatures and -o temperatures=… both given" in err and not out.exists()
@@ -770,6 +778,8 @@ def test_option_mistakes_say_how_to_write_them(tmp_path, capsys):
 
     # one temperature needs no brackets (it was "Input should be a valid list")
     assert build("llm", {"temperatures": 0.3}).options.temperatures == [0.3]
+    # and -o temperatures=0.1,0.2 reads as --temperatures 0.1,0.2 does (it asked for brackets)
+    assert build("llm", parse_options(["temperatures=0.1,0.2"])).options.temperatures == [0.1, 0.2]
     with pytest.raises(MushroomError, match="temperatures"):
         build("llm", {"temperatures": True})
     code, _, err = cli(capsys, "score", VAL_DIR, VAL_DIR, "--compare", VAL_EN)
@@ -886,6 +896,28 @@ def test_option_mistakes_say_how_to_write_the_option(tmp_path, capsys):
     assert code == 1 and "empty.jsonl: no lines" in err and not out.exists()
 
 
+def test_a_model_the_server_does_not_serve_stops_before_a_folder(tmp_path, capsys):
+    """llama.cpp answers whatever --model says: a typo ran, and every record named the wrong model."""
+    from fake_openai_server import FakeServer
+
+    out = tmp_path / "run"
+    with FakeServer({}) as server:
+        base = ["detect", "--detector", "llm", "--backend", "openai", "--base-url", server.url]
+        code, _, err = cli(capsys, *base, "--model", "nosuch", "--lang", "en", "--limit", "1", "--out", out)
+        assert code == 2 and "serves 'm', not 'nosuch'; give one of those as --model" in " ".join(err.split())
+        assert not out.exists()
+        code, _, err = cli(
+            capsys, *base, "--model", "m", "--lang", "en", "--limit", "1", "--out", out, "--quiet"
+        )
+        assert code == 0 and out.exists(), err
+    # a server that cannot be reached is not this mistake: the run counts its failed requests
+    dead = ["--base-url", "http://127.0.0.1:9/v1", "--model", "nosuch", "--lang", "en", "--limit", "1"]
+    code, _, err = cli(
+        capsys, "detect", "--detector", "llm", "--backend", "openai", *dead, "--out", tmp_path / "d"
+    )
+    assert code == 3 and "serves" not in err
+
+
 def test_device_model_and_engine_mistakes_stop_before_a_folder(tmp_path, capsys):
     """Each used to fail every item after the folder existed, with advice to re-run."""
     import importlib.util
@@ -906,7 +938,12 @@ def test_device_model_and_engine_mistakes_stop_before_a_folder(tmp_path, capsys)
             ["--backend", "transformers", "--model", str(not_gguf)],
             "is not a GGUF file (it starts with b'hell'",
         ),
+        # a folder with no model failed every item with the library's error, and exit 3
+        (["--backend", "transformers", "--model", str(tmp_path)], "holds no config.json"),
+        (["--backend", "transformers", "--model", str(tmp_path / "gone")], "gone does not exist"),
+        (["--backend", "transformers", "--model", str(tmp_path / "x.txt")], "is a file, not a model folder"),
     ]
+    (tmp_path / "x.txt").write_text("x")
     if not torch.cuda.is_available():
         cases.append((["--detector", "semantic", "-o", "device=cuda"], "sees no CUDA device; use cpu"))
         cases.append(

@@ -30,6 +30,10 @@ def test_main_job_on_a_slice_writes_checked_files_scores_and_resumes(tmp_path):
     scores = json.loads((out / "val" / "scores.json").read_text())
     assert set(scores["per_lang"]) == {"en", "zh"}  # eu has no val split
     assert scores["per_lang"]["en"]["iou"] > scores["mark_all"]["en"]["iou"]
+    md = (out / "val" / "scores.md").read_text().splitlines()
+    assert "| mark-all IoU |" in md[0] and md[-1].startswith("| **mean** | 100 |")
+    en = next(line for line in md if line.startswith("| en |")).split(" | ")
+    assert float(en[6]) == round(scores["mark_all"]["en"]["iou"], 4)  # the column holds the baseline
     config = json.loads((out / "config.json").read_text())
     assert (
         config["config"]["detector"] == "lexical" and config["config"]["options"]["calibration"] == "default"

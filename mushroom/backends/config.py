@@ -140,12 +140,19 @@ class OpenAIConfig(BackendSettings):
     )
     extra: dict[str, Any] = Field(default_factory=dict, description="added to every request body")
 
-    def check_ready(self) -> None:
+    def check_settings(self) -> None:
         """A server URL and the served model's name are needed for every request."""
         if not self.base_url:
             raise MushroomError(NEEDS_BASE_URL)
         if not self.model:
             raise MushroomError(NEEDS_SERVED_MODEL)
+
+    def check_ready(self) -> None:
+        """The settings, and that a server which lists its models serves this one."""
+        self.check_settings()
+        from mushroom.backends.openai_compat import check_served_model
+
+        check_served_model(self)
 
     @field_validator("structured_output", mode="before")
     @classmethod
@@ -189,7 +196,7 @@ class WeightsConfig(BackendSettings):
         """Its engine must be installed and a `.gguf` path a GGUF file (a registry name is pulled)."""
         import importlib.util
 
-        from mushroom.models.zoo import gguf_path
+        from mushroom.models.zoo import check_model_folder, gguf_path
 
         missing = [name for name in self.libraries if importlib.util.find_spec(name) is None]
         if missing:
@@ -197,6 +204,7 @@ class WeightsConfig(BackendSettings):
 
             raise missing_library(self.kind, missing[0])
         gguf_path(self.model)
+        check_model_folder(self.model)
         device = getattr(self, "device", None)
         if device is not None:
             from mushroom.devices import check_device

@@ -68,6 +68,7 @@ from mushroom.backends.base import (
 from mushroom.backends.config import OpenAIConfig
 from mushroom.backends.registry import register_backend
 from mushroom.cliutil import plural
+from mushroom.errors import MushroomError
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 FALLBACK = ("json_schema", "json_object", "none")
@@ -131,6 +132,43 @@ def render_chatml(messages: list[Message]) -> str:
     return turns + "<|im_start|>assistant\n"
 
 
+def served_models(listing: Any) -> list[str]:
+    """The model ids of a `GET /v1/models` answer (none for anything else)."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    return [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+def is_served(model: str, ids: list[str]) -> bool:
+    """Whether `model` names one of `ids`, in full or by its last path part (a .gguf's file name)."""
+    return model in ids or any(i.rsplit("/", 1)[-1] == model.rsplit("/", 1)[-1] for i in ids)
+
+
+def check_served_model(config: OpenAIConfig) -> None:
+    """Raises MushroomError when the server lists its models and `config.model` is not one of them.
+
+    llama.cpp's server answers with its one model whatever name a request gives, so a
+    mistyped `--model` ran and every record, cache key and report named a model that never
+    answered. A server that cannot be reached or lists nothing passes: the run then counts
+    its failed requests as it would without this check.
+    """
+    headers = {}
+    key = os.environ.get(config.api_key_env)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    url = f"{str(config.base_url).rstrip('/')}/models"
+    try:
+        response = httpx.get(url, headers=headers, timeout=config.connect_timeout_s)
+        ids = served_models(response.json()) if response.status_code == 200 else []
+    except (httpx.HTTPError, ValueError):
+        return
+    if ids and not is_served(config.model, ids):
+        raise MushroomError(
+            f"the server at {config.base_url} serves {', '.join(map(repr, ids[:5]))}, not {config.model!r}; "
+            "give one of those as --model (a llama-cpp-python server can be given a short name with "
+            "--model_alias NAME)"
+        )
+
+
 @register_backend("openai", config=OpenAIConfig)
 class OpenAIBackend(Backend):
     """Client for `POST {base_url}/chat/completions` (and `/completions` for scoring)."""
@@ -139,7 +177,7 @@ class OpenAIBackend(Backend):
 
     def __init__(self, config: OpenAIConfig):
         super().__init__(config)
-        config.check_ready()  # a URL and a served model's name
+        config.check_settings()  # a URL and a served model's name
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(config.api_key_env)
         if key:
@@ -204,23 +242,16 @@ class OpenAIBackend(Backend):
     def _check_served_model(self) -> None:
         """Warns once when the server lists its models and the configured one is not among them.
 
-        llama.cpp's server answers with its one model whatever name a request gives, so a
-        mistyped `--model` ran and was recorded under the wrong name; a server that lists
-        nothing is taken at its word.
+        The CLI and `api` stop before a run on this (`check_served_model`); a backend built
+        directly from Python still says so once.
         """
         with self._lock:
             if self._model_checked:
                 return
             self._model_checked = True
-        listed = self._get_json(f"{self.base_url}/models")
-        data = listed.get("data") if isinstance(listed, dict) else None
-        ids = [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        ids = served_models(self._get_json(f"{self.base_url}/models"))
         model = self.config.model
-        if (
-            ids
-            and model not in ids
-            and not any(i.rsplit("/", 1)[-1] == model.rsplit("/", 1)[-1] for i in ids)
-        ):
+        if ids and not is_served(model, ids):
             self.warn(
                 f"the server at {self.base_url} serves {', '.join(map(repr, ids[:5]))}, not {model!r}; "
                 f"a one-model server (llama.cpp) answers with its model anyway, and the run records {model!r}"

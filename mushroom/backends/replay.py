@@ -41,7 +41,7 @@ from mushroom.backends.base import (
 )
 from mushroom.backends.config import NEEDS_RESPONSES, ReplayConfig
 from mushroom.backends.registry import register_backend
-from mushroom.errors import DataError, MushroomError, close_match
+from mushroom.errors import REPLAY_MISS, DataError, MushroomError, close_match
 from mushroom.jsonl import load_records
 
 
@@ -226,12 +226,12 @@ class ReplayBackend(Backend):
         if temps and not any(abs(t - req.temperature) < 1e-9 for t in temps):
             shown = ",".join(f"{t:g}" for t in temps)
             return (
-                f"no recorded response for {req.key!r} at temperature {req.temperature:g}; the file has it "
+                f"{REPLAY_MISS} for {req.key!r} at temperature {req.temperature:g}; the file has it "
                 f"at {shown} (run with --temperatures {shown})"
             )
         if any(r.answers() for r in lines):
-            return f"no recorded response left for {req.key!r} (each recorded answer is replayed once)"
-        return f"no recorded response for {req.key!r}"
+            return f"{REPLAY_MISS} left for {req.key!r} (each recorded answer is replayed once)"
+        return f"{REPLAY_MISS} for {req.key!r}"
 
     def generate(
         self, requests: list[GenerationRequest], on_result: OnResult | None = None

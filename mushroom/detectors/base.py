@@ -191,6 +191,16 @@ class Detector(ABC):
         from mushroom.backends.config import BackendSettings
 
         cache_path = getattr(self.options, "cache_path", None)
+        if cache_path and getattr(self.options, "cache", False):
+            # a mistyped folder was made silently, and the next run (typed right) found no cache
+            path = Path(cache_path).expanduser()
+            if path.is_dir():
+                raise MushroomError(f"{self.name} option cache_path: {path} is a folder; name a .jsonl file")
+            if not path.parent.is_dir():
+                raise MushroomError(
+                    f"{self.name} option cache_path: folder {path.parent} does not exist (make it first; "
+                    "the cache file itself is created)"
+                )
         resumed = out is not None and out.exists()
         if getattr(self.options, "cache", False) and (resumed or (cache_path and Path(cache_path).is_file())):
             return

@@ -58,7 +58,10 @@ class LLMOptions(DetectorOptions):
     @field_validator("temperatures", mode="before")
     @classmethod
     def _one_temperature(cls, value: Any) -> Any:
-        # `-o temperatures=0.3` (or temperatures=0.3 from Python) is one temperature, not an error
+        # `-o temperatures=0.3` (or temperatures=0.3 from Python) is one temperature, not an error,
+        # and `-o temperatures=0.1,0.2` is written as `--temperatures 0.1,0.2` is
+        if isinstance(value, str) and "," in value and not value.lstrip().startswith("["):
+            return [part.strip() for part in value.split(",")]
         return [value] if isinstance(value, int | float) and not isinstance(value, bool) else value
 
     @model_validator(mode="after")
@@ -109,7 +112,7 @@ class LLMDetector(Detector):
     def backend(self) -> Backend:
         if self._backend is None:
             path = (
-                Path(self.options.cache_path)
+                Path(self.options.cache_path).expanduser()
                 if self.options.cache_path
                 else self.cache_file("responses.cache.jsonl")
             )

@@ -188,6 +188,30 @@ def gguf_path(name: str) -> Path | None:
     return candidate
 
 
+def check_model_folder(name: str) -> None:
+    """A local path given as a model must be a model folder (config.json) or a `.gguf` file.
+
+    A folder without a model loaded nothing until the run: every item then failed with the
+    library's own error and the run ended as failed (exit 3), where a wrong `--model` is a
+    usage error that should stop before a run folder exists. A hub id (`org/name`) is not a
+    local path unless it exists here, and is left to the library.
+    """
+    path = Path(name).expanduser()
+    if name in REGISTRY or path.suffix.lower() == ".gguf":
+        return
+    if not path.exists():
+        if name.startswith(("/", "./", "../", "~")):
+            raise MushroomError(f"model folder {path} does not exist")
+        return
+    if not path.is_dir():
+        raise MushroomError(f"model {path} is a file, not a model folder or a .gguf file")
+    if not (path / "config.json").is_file():
+        raise MushroomError(
+            f"model folder {path} holds no config.json, so it is no transformers model folder "
+            "(a .gguf file is given by its own path)"
+        )
+
+
 def model_path(name: str) -> Path:
     """Where the model file of `name` lives once pulled (it may not exist yet)."""
     e = entry(name)

@@ -3,10 +3,11 @@
 Model output is untrusted text: it is only ever parsed as JSON (never evaluated), and every
 repair is a plain text transformation.
 
-Handled: a leading reasoning block (`<think>...</think>`, see `reasoning`), code fences, prose before and after, raw line breaks and tabs inside strings,
-trailing commas, missing commas between objects, single quotes, curly quotes, Python
-literals (True/False/None), a truncated tail (open strings, arrays and objects are closed; a
-number or literal cut at the very end is dropped), and a bare list instead of an object.
+Handled: a leading reasoning block (`<think>...</think>`, see `reasoning`), code fences,
+prose before and after, raw line breaks and tabs inside strings, trailing commas, missing
+commas between objects, single quotes, curly quotes, Python literals (True/False/None), a
+truncated tail (open strings, arrays and objects are closed; a number or literal cut at the
+very end is dropped), and a bare list instead of an object.
 
 Never raises on any string. The standard decoder recurses once per bracket, so text nested
 deeper than `MAX_DEPTH` is not handed to it at all: no claim format needs more than a few

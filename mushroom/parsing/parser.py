@@ -254,6 +254,9 @@ class ParseResult:
 
         Invariants: parsed + repaired + unparseable == responses == 1 (parser_errors is part
         of unparseable); the located_* counts + lost == claims (lost_numbers is part of lost).
+        A reply whose JSON holds entries but none usable (`[{"text": ""}]`) is unparseable and
+        its entries count in invalid_entries too: one counter says the reply gave nothing,
+        the other why; an unusable reply must not pass for a model that found nothing wrong.
         """
         methods = self.methods
         return {
