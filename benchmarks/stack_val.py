@@ -2,11 +2,13 @@
 
 Usage: python benchmarks/stack_val.py [--members lexical,semantic] [--work DIR] [--model blend,trees,logistic]
            [-o MEMBER.KEY=VALUE ...]
-           [--cutoff-shrink K[,K...]] [--floor-shrink K[,K...]] [--source-shrink K[,K...]] [--seeds 0,1,2]
+           [--cutoff-shrink K[,K...]] [--floor-shrink K[,K...]] [--source-shrink K[,K...]]
+           [--empty-rule on,off] [--seeds 0,1,2]
 Runs each member on val (files under --work, reused when present), fits the stack with
 cross-validation by item and prints mean IoU/Cor per system and language, the CPU seconds
 per item of each member, and how much the stack's score and each of its choices (cut-offs,
-hard-label source per language) move from fold to fold. With several shrinkage weights,
+hard-label source per language, items the empty rule empties) move from fold to fold. With
+several shrinkage weights (or the empty rule on and off),
 one line per configuration follows (the table is the first configuration's); every choice
 is nested inside the folds, so these lines are honest to compare, but picking the best of
 them on val is itself a choice made on val.
@@ -46,11 +48,13 @@ def print_spread(fit: StackFit) -> None:
         ts = [f["cutoffs"][lang][0] for f in folds]
         fs = [f["cutoffs"][lang][1] for f in folds]
         src = Counter(f["sources"][lang] for f in folds)
+        emptied = [f.get("emptied", {}).get(lang, 0) for f in folds]
         ious = [f["scores"][lang]["iou"] for f in folds]
         print(
             f"  {lang}: threshold {np.mean(ts):.2f} (sd {np.std(ts):.2f}) -> {fit.model.thresholds[lang]:.2f}; "
             f"floor {np.mean(fs):.2f} (sd {np.std(fs):.2f}) -> {fit.model.floors[lang]:.2f}; "
-            f"hard labels {dict(src)} -> {fit.model.hard_sources[lang]}; fold IoU {spread(ious)}"
+            f"hard labels {dict(src)} -> {fit.model.hard_sources[lang]}; items emptied per fold "
+            f"{emptied}; fold IoU {spread(ious)}"
         )
 
 
@@ -76,6 +80,7 @@ def main() -> None:
     parser.add_argument("--cutoff-shrink", default=str(StackConfig().cutoff_shrink))
     parser.add_argument("--source-shrink", default=str(StackConfig().source_shrink))
     parser.add_argument("--floor-shrink", default=str(StackConfig().floor_shrink))
+    parser.add_argument("--empty-rule", default="on", help="on, off, or on,off: the item-level empty rule")
     parser.add_argument("--model", default="blend", help="blend, trees, logistic, or several: blend,logistic")
     parser.add_argument("--seeds", default="0", help="fold draws, e.g. 0,1,2: config lines per draw and mean")
     args = parser.parse_args()
@@ -100,10 +105,13 @@ def main() -> None:
     start = time.perf_counter()
     stack_data, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
     configs = [
-        StackConfig(cutoff_shrink=float(c), floor_shrink=float(f), source_shrink=float(s))
+        StackConfig(
+            cutoff_shrink=float(c), floor_shrink=float(f), source_shrink=float(s), empty_rule=e == "on"
+        )
         for c in args.cutoff_shrink.split(",")
         for f in args.floor_shrink.split(",")
         for s in args.source_shrink.split(",")
+        for e in args.empty_rule.split(",")
     ]
     seeds = [int(x) for x in args.seeds.split(",")]
     kinds = args.model.split(",")

@@ -196,7 +196,9 @@ def check_rows(
         report.errors.append(Problem(path, line, key, message, item_id=item_id))
     report.n_items = len(items)
     report.missing = [item.id for item in items if item.id not in seen]
-    if report.missing and not partial:
+    if partial and items and not seen:  # --partial accepts some items, not none
+        report.errors.append(Problem(path, None, "id", f"no prediction for any of the {len(items)} items"))
+    elif report.missing and not partial:
         hint = " (check --partial accepts a file made on some of the items, e.g. with --limit)"
         report.errors.append(Problem(path, None, "id", no_prediction(report.missing) + hint))
     return report

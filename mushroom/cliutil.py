@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -229,13 +230,13 @@ def value_hint(err: Mapping[str, Any]) -> str:
     if err.get("type") != "list_type" or not isinstance(value, str):
         return ""
     text = value.strip()
-    bracketed = text.startswith("[") and text.endswith("]")
-    if not bracketed and "," not in text:
+    if not text.startswith("[") and not text.endswith("]") and "," not in text:
         return ""
-    parts = [p.strip() for p in (text[1:-1] if bracketed else text).split(",") if p.strip()]
+    inner = text.removeprefix("[").removesuffix("]")  # `[0.1,0.2` lost its bracket, not its list
+    parts = [p.strip() for p in inner.split(",") if p.strip()]
     # as JSON, so that words get their quotes: `[yes,oui]` is no list to the reader either
     listed = json.dumps([_json_or_text(p) for p in parts], ensure_ascii=False)
-    return f"; write a list in JSON: -o '{loc}={listed}'"
+    return f"; write a list in JSON: -o {shlex.quote(f'{loc}={listed}')}"
 
 
 def _json_or_text(part: str) -> Any:

@@ -149,9 +149,9 @@ def retry_advice(errors: list[str]) -> str:
     A replay answers from its file, so running the same command again fails the same items
     the same way; those need recorded answers or a run limited to the items recorded.
     """
-    if errors and all(e.startswith(REPLAY_MISS) for e in errors):
+    if errors and all(REPLAY_MISS in e for e in errors):
         return (
             "The replay file has no answer for them, so a re-run would fail them again: record their "
-            "answers with a live --backend, or run only the recorded items (--limit, --items)"
+            "answers with a live --backend, or run only the items it recorded (e.g. --limit)"
         )
     return "Run the same command again to retry only them"

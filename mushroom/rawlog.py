@@ -51,9 +51,6 @@ class RawRecord(BaseModel):
     top_p: float | None = None
     max_tokens: int | None = None
     seed: int | None = None
-    messages: list[Message] | None = Field(
-        None, description="the prompt as sent (for scoring: before the continuation)"
-    )
     texts: list[str] = Field(default_factory=list)
     logprobs: list[list[dict[str, float]]] | None = None
     continuation: str | None = None
@@ -63,6 +60,10 @@ class RawRecord(BaseModel):
     cached: bool = False
     usage: dict[str, int] = Field(default_factory=dict)
     structured_output: str | None = Field(None, description="the output constraint the server accepted")
+    # last, so that a reader of the line sees the outcome before the (long) prompt
+    messages: list[Message] | None = Field(
+        None, description="the prompt as sent (for scoring: before the continuation)"
+    )
 
     @property
     def response(self) -> str | None:

@@ -96,7 +96,14 @@ def _raw_outputs(folder: Path, lang: str, problems: list[Problem] | None = None)
     for path in sorted((folder / "raw").glob(f"{lang}.*.jsonl")):
         for _, row in iter_json_lines(path, problems):
             if isinstance(row, dict) and "id" in row:
-                text = row.get("response") or row.get("error") or json.dumps(row, ensure_ascii=False)[:2000]
+                texts = row.get("texts") if isinstance(row.get("texts"), list) else None
+                if texts:  # every sample, apart; the prompt sent (`messages`) is not an output
+                    for k, t in enumerate(texts):
+                        label = f"[sample {k + 1} of {len(texts)}] " if len(texts) > 1 else ""
+                        out.setdefault(str(row["id"]), []).append(label + str(t))
+                    continue
+                shown = {k: v for k, v in row.items() if k != "messages"}
+                text = row.get("response") or row.get("error") or json.dumps(shown, ensure_ascii=False)[:2000]
                 out.setdefault(str(row["id"]), []).append(str(text))
     return out
 

@@ -10,7 +10,9 @@ Options that imitate real servers:
   `reject_json_object`: a 400 for `{"type": "json_object"}`.
 - `slots`: `GET /props` reports `total_slots` (llama.cpp); None: 404.
 - `owned_by`: what `GET /v1/models` says (vLLM says "vllm").
-- `ignore_n`: one choice whatever `n` asks, as llama.cpp's server answers.
+- `ignore_n`: one choice whatever `n` asks, as llama-cpp-python's server answers;
+  `refuse_n`: HTTP 500 for n > 1, as llama.cpp's llama-server answers.
+- `models`: the ids `GET /v1/models` lists (default: one, "m").
 - `/v1/completions` with `echo` returns prompt log-probabilities over a word/punctuation
   tokenization (`token_logprob` gives a token's value, default -1.0); with
   `prompt_logprobs=False` it answers HTTP 500 as llama-cpp-python without `--logits_all`;
@@ -50,6 +52,8 @@ class FakeServer:
         late_echo: bool = False,
         late_missing: frozenset[str] = frozenset(),
         ignore_n: bool = False,
+        refuse_n: bool = False,
+        models: tuple[str, ...] = ("m",),
     ):
         self.script = script
         self.default_text = default_text
@@ -62,6 +66,8 @@ class FakeServer:
         self.late_echo = late_echo
         self.late_missing = late_missing
         self.ignore_n = ignore_n
+        self.refuse_n = refuse_n
+        self.models = models
         self.calls: list[dict] = []
         self.gets: list[str] = []
         self.counts: dict[str, int] = {}
@@ -97,7 +103,12 @@ class FakeServer:
                 if self.path == "/v1/models":
                     return self._send(
                         200,
-                        json.dumps({"object": "list", "data": [{"id": "m", "owned_by": server.owned_by}]}),
+                        json.dumps(
+                            {
+                                "object": "list",
+                                "data": [{"id": m, "owned_by": server.owned_by} for m in server.models],
+                            }
+                        ),
                     )
                 self._send(404, '{"detail": "Not Found"}')
 
@@ -125,6 +136,9 @@ class FakeServer:
                     return self._send(500, LLAMA_SCHEMA_ERROR)
                 if server.reject_json_object and form == "json_object":
                     return self._send(400, '{"error": "response_format json_object is not supported"}')
+                if server.refuse_n and body.get("n", 1) > 1:
+                    error = {"error": {"code": 500, "message": "Only one completion choice is allowed"}}
+                    return self._send(500, json.dumps(error))
                 prompt = body["messages"][-1]["content"]
                 marker = next((m for m in server.script if m in prompt), None)
                 action = ("ok", server.default_text)

@@ -8,8 +8,8 @@ from conftest import ROOT, write_lines
 from fake_openai_server import FakeServer
 
 from mushroom.backends import build_backend
-from mushroom.backends.base import BackendConfig, GenerationRequest, LoglikelihoodRequest, Message
-from mushroom.backends.cache import CachedBackend, ResponseCache
+from mushroom.backends.base import BackendConfig, Generation, GenerationRequest, LoglikelihoodRequest, Message
+from mushroom.backends.cache import CachedBackend, ResponseCache, request_key
 from mushroom.backends.config import parse_backend_config
 from mushroom.data import load_split
 from mushroom.detectors import build
@@ -38,7 +38,7 @@ def test_a_model_the_server_does_not_list_is_warned_about_once():
         right.generate([_req("a", "x")])
         assert backend_warnings(right) == []
         wrong = build_backend(BackendConfig(kind="openai", model="nosuchmodel", base_url=server.url))
-        with pytest.warns(RuntimeWarning, match="serves 'm', not 'nosuchmodel'"):
+        with pytest.warns(RuntimeWarning, match="lists 'm', not 'nosuchmodel'"):
             wrong.generate([_req("a", "x")])
         wrong.generate([_req("b", "y")])
         assert len(backend_warnings(wrong)) == 1  # once per backend, not per call
@@ -154,20 +154,55 @@ def test_a_server_that_ignores_n_is_asked_again_for_the_other_samples():
     with FakeServer({}, ignore_n=True) as server:
         backend = _openai(server.url)
         req = GenerationRequest(key="k", messages=[Message(role="user", content="x")], n=3, seed=7)
-        out = backend.generate([req, req.model_copy(update={"key": "j"})])
+        with pytest.warns(RuntimeWarning, match="answered n=3 with 1 sample"):
+            out = backend.generate([req, req.model_copy(update={"key": "j"})])
         assert [len(g.texts) for g in out] == [3, 3] and not any(g.error for g in out)
         assert out[0].usage["completion_tokens"] == 15  # three requests' usage summed
         seeds = sorted(c["body"]["seed"] for c in server.calls)
         assert seeds == [7, 7, 8, 8, 9, 9]  # each extra sample with the next seed, not a repeat
         assert [c["body"]["n"] for c in server.calls].count(3) == 2
-        assert len(backend_warnings(backend)) == 1 and "ignores n" in backend_warnings(backend)[0]
+        assert len(backend_warnings(backend)) == 1
         backend.close()
+
+
+def test_a_server_that_refuses_n_gets_one_request_per_sample():
+    """llama-server answers n > 1 with HTTP 500 "Only one completion choice": every item failed."""
+    with FakeServer({}, refuse_n=True) as server:
+        backend = _openai(server.url)
+        reqs = [
+            GenerationRequest(key=k, messages=[Message(role="user", content=k)], n=2, seed=3) for k in "ab"
+        ]
+        with pytest.warns(RuntimeWarning, match="refuses n > 1"):
+            out = backend.generate(reqs)
+        assert [len(g.texts) for g in out] == [2, 2] and not any(g.error for g in out)
+        ns = [c["body"]["n"] for c in server.calls]
+        assert ns.count(2) == 1 and ns.count(1) == 4  # refused once, then one sample a request
+        assert sorted(c["body"]["seed"] for c in server.calls if c["body"]["n"] == 1) == [3, 3, 4, 4]
+        backend.close()
+
+
+@pytest.mark.parametrize(
+    "model, ids, served",
+    [
+        ("m", ["m"], True),
+        ("SmolLM2.gguf", ["/models/SmolLM2.gguf"], True),  # llama.cpp lists the path
+        ("llama3.2", ["llama3.2:latest"], True),  # Ollama's tag
+        ("llama3.2:latest", ["llama3.2"], True),
+        ("llama3.2:1b", ["llama3.2:latest"], False),
+        ("smollm2", ["/models/SmolLM2.gguf"], False),
+        ("gpt-5", [], False),
+    ],
+)
+def test_which_names_a_server_s_model_list_serves(model, ids, served):
+    from mushroom.backends.openai_compat import is_served
+
+    assert is_served(model, ids) is served
 
 
 def test_a_failed_extra_sample_fails_the_request():
     with FakeServer({"x": [("ok", "first"), ("status", 400)]}, ignore_n=True) as server:
         backend = _openai(server.url)
-        with pytest.warns(RuntimeWarning, match="ignores n"):
+        with pytest.warns(RuntimeWarning, match="answered n=2 with 1 sample"):
             out = backend.generate([_req("k", "x", temperature=0.7, n=2)])
         assert out[0].error.startswith("HTTP 400") and "sample 2 of 2" in out[0].error
         backend.close()
@@ -327,6 +362,19 @@ def test_cache_never_repeats_a_call_and_resumes_after_a_kill(tmp_path):
         assert again.hits == 4 and again.misses == 1
         keys = [json.loads(line)["key"] for line in cache_path.read_text().splitlines() if line.endswith("}")]
         assert len(keys) == len(set(keys)) == 5
+
+
+def test_a_cached_answer_with_fewer_samples_than_asked_is_asked_again(tmp_path):
+    """Cached from a server that ignored n, it kept voting over one sample after the fix."""
+    cache = ResponseCache(tmp_path / "c.jsonl")
+    req = _req("a", "x", temperature=0.7, n=3)
+    with FakeServer({}) as server:
+        backend = CachedBackend(_openai(server.url), cache)
+        cache.put(request_key(backend.kind, "m", req), Generation(texts=["only one"]))
+        out = backend.generate([req])
+        assert len(out[0].texts) == 3 and not out[0].cached and len(server.calls) == 1
+        again = CachedBackend(_openai(server.url), ResponseCache(tmp_path / "c.jsonl")).generate([req])
+        assert again[0].cached and len(again[0].texts) == 3 and len(server.calls) == 1
 
 
 def test_cache_key_depends_on_sampling_parameters(tmp_path):

@@ -89,6 +89,10 @@ def test_missing_items_are_errors_and_cli_exits_1(tmp_path, item_rows):
     out = subprocess.run(args, capture_output=True, text=True)
     assert out.returncode == 1 and "must satisfy" in out.stderr and "no prediction" not in out.stderr
     assert "1 error on 1 line (of 1 read)" in " ".join(out.stderr.split())
+    # some items, not none: an empty file is no partial run
+    pred.write_text("")
+    out = subprocess.run(args, capture_output=True, text=True)
+    assert out.returncode == 1 and "no prediction for any of the 2 items" in out.stderr
 
 
 def test_a_key_missing_on_some_lines_is_an_error(tmp_path, item_rows):

@@ -414,6 +414,13 @@ def test_report_says_when_raw_lines_are_unreadable(tmp_path):
     )
     page = build_report(run, "val", ["en"], ()).html
     assert "1 unreadable line in raw/ files" in page and "en.responses.jsonl:2: invalid JSON" in page
+    # a raw record shows what the model wrote, every sample of it, not the prompt it was sent
+    prompt = [{"role": "user", "content": "OUTPUT: PROMPT-TEXT"}]
+    record = {"id": "val-en-1", "key": "k", "texts": ["FIRST-SAMPLE", "SECOND-SAMPLE"], "messages": prompt}
+    write_lines(run / "raw" / "en.raw.jsonl", [record])
+    page = build_report(run, "val", ["en"], ()).html
+    assert "[sample 1 of 2] FIRST-SAMPLE" in page and "[sample 2 of 2] SECOND-SAMPLE" in page
+    assert "PROMPT-TEXT" not in page
 
 
 @pytest.mark.parametrize(
@@ -767,6 +774,8 @@ def test_option_mistakes_say_how_to_write_them(tmp_path, capsys):
     out = tmp_path / "run"
     code, _, err = cli(capsys, "detect", "--detector", "pyes", "-o", "yes_words=yes,oui", "--out", out)
     assert code == 2 and """write a list in JSON: -o 'yes_words=["yes", "oui"]'""" in err
+    code, _, err = cli(capsys, "detect", "--detector", "llm", "-o", "temperatures=[0.1,0.2", "--out", out)
+    assert code == 2 and "write a list in JSON: -o 'temperatures=[0.1, 0.2]'" in err  # it said ["[0.1", 0.2]
     code, _, err = cli(capsys, "detect", "--detector", "pyes", "-o", "yes_words=[yes,oui]", "--out", out)
     assert (
         code == 2 and """write a list in JSON: -o 'yes_words=["yes", "oui"]'""" in err
@@ -904,12 +913,33 @@ def test_a_model_the_server_does_not_serve_stops_before_a_folder(tmp_path, capsy
     with FakeServer({}) as server:
         base = ["detect", "--detector", "llm", "--backend", "openai", "--base-url", server.url]
         code, _, err = cli(capsys, *base, "--model", "nosuch", "--lang", "en", "--limit", "1", "--out", out)
-        assert code == 2 and "serves 'm', not 'nosuch'; give one of those as --model" in " ".join(err.split())
+        assert code == 2 and "serves only 'm', not 'nosuch', and would answer with it" in " ".join(
+            err.split()
+        )
         assert not out.exists()
         code, _, err = cli(
             capsys, *base, "--model", "m", "--lang", "en", "--limit", "1", "--out", out, "--quiet"
         )
         assert code == 0 and out.exists(), err
+    # a server listing several models may route names it does not list (Ollama, routers): a warning
+    with FakeServer({}, models=("llama3.2:latest", "qwen3")) as server:
+        args = [
+            "detect",
+            "--detector",
+            "llm",
+            "--backend",
+            "openai",
+            "--base-url",
+            server.url,
+            "--lang",
+            "en",
+        ]
+        args += ["--limit", "1", "--quiet"]
+        code, _, err = cli(capsys, *args, "--model", "llama3.2", "--out", tmp_path / "o1")
+        assert code == 0 and "lists" not in err, err
+        code, _, err = cli(capsys, *args, "--model", "mistral", "--out", tmp_path / "o2")
+        warnings = json.loads((tmp_path / "o2" / "summary.json").read_text())["warnings"]
+        assert code == 0 and any("lists 'llama3.2:latest', 'qwen3', not 'mistral'" in w for w in warnings)
     # a server that cannot be reached is not this mistake: the run counts its failed requests
     dead = ["--base-url", "http://127.0.0.1:9/v1", "--model", "nosuch", "--lang", "en", "--limit", "1"]
     code, _, err = cli(

@@ -460,3 +460,9 @@ def test_a_reply_cut_off_while_thinking_has_no_answer_and_a_tag_mid_answer_stays
 
     text = 'Here: {"incorrect_spans": [{"text": "<think> tags"}]}'
     assert strip_reasoning(text) == (text, False)
+    # nor is a closing tag inside a span's text (it cut the reply there, and lost the claim)
+    quoting = parse_response(
+        "The HTML tag </think> closes a block. Paris.",
+        '{"incorrect_spans": [{"text": "</think> closes"}, {"text": "Paris"}]}',
+    )
+    assert [s.text for s in quoting.spans] == ["</think> closes", "Paris"]

@@ -178,7 +178,9 @@ def replies(draw, answer: str):
             text = text.replace('"', "\u201c", 1).replace('"', "\u201d", 1)
     if draw(st.booleans()):
         text = text[: draw(st.integers(0, len(text)))]
-    dressing = draw(st.sampled_from(["none", "fence", "fence-open", "prose", "prose-brackets"]))
+    dressing = draw(
+        st.sampled_from(["none", "fence", "fence-open", "prose", "prose-brackets", "think", "think-end"])
+    )
     if dressing == "fence":
         text = f"```json\n{text}\n```"
     elif dressing == "fence-open":
@@ -187,6 +189,10 @@ def replies(draw, answer: str):
         text = f"{draw(st.text(max_size=30))}\n{text}\n{draw(st.text(max_size=30))}"
     elif dressing == "prose-brackets":
         text = f"See [1] and {{note}}: {text} [end]"
+    elif dressing == "think":  # a reasoning model's block, closed or cut off
+        text = f"<think>{draw(st.text(max_size=30))}{draw(st.sampled_from(['</think>', '']))}{text}"
+    elif dressing == "think-end":  # the template opened the block
+        text = f"{draw(st.text(max_size=30))}</think>{text}"
     return text
 
 
@@ -224,7 +230,7 @@ def test_deep_nesting(depth, opener, tail, close):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.text(alphabet="[]{}\",:\\ tx1.-eEnNaIuf'`\u201c\u201d", max_size=300))
+@given(st.text(alphabet="[]{}\",:\\ tx1.-eEnNaIuf'`\u201c\u201d<>/kh", max_size=300))
 def test_ragged_json_punctuation(raw):
     check(ANSWERS[0], raw)
 

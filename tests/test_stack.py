@@ -516,3 +516,105 @@ def test_a_run_of_another_detector_given_for_a_member_is_refused(tmp_path):
         MushroomError, match="member 'm' was fitted on a run of the 'lexical' detector; .* 'semantic'"
     ):
         apply_stack(fit.model, [Member("m", tmp_path / "b")], "test", {"en": items})
+
+
+def _long_empty_items(n, rng):
+    """Short answers with one wrong word, and every fourth a long answer whose gold is empty."""
+    items = []
+    for k in range(n):
+        words = [f"w{k}x{j}" for j in range(30 if k % 4 == 0 else 8)]
+        text = " ".join(words)
+        hard = []
+        if k % 4:
+            start = text.index(words[int(rng.integers(8))])
+            hard = [[start, start + len(words[0])]]
+        soft = [{"start": s, "end": e, "prob": 1.0} for s, e in hard]
+        items.append(
+            Item(
+                id=f"i{k}",
+                lang="en",
+                model_input="q",
+                model_output_text=text,
+                soft_labels=soft,
+                hard_labels=hard,
+            )
+        )
+    return items
+
+
+def _middling(it, rng):
+    """Probabilities as unsure (0.5-0.8) of the wrong word as of 3 words of a long gold-empty answer."""
+    vec = np.zeros(len(it.model_output_text))
+    spans = word_spans(it.model_output_text)
+    for s, e in spans:
+        vec[s:e] = rng.uniform(0.0, 0.2)
+    marked = [tuple(h) for h in it.hard_labels] or [
+        spans[k] for k in rng.choice(len(spans), 3, replace=False)
+    ]
+    for s, e in marked:
+        vec[s:e] = rng.uniform(0.5, 0.8)
+    return vec
+
+
+def word_spans(text):
+    import re
+
+    return [m.span() for m in re.finditer(r"\S+", text)]
+
+
+def test_the_empty_rule_marks_nothing_where_nothing_pays_and_keeps_the_soft_labels(tmp_path):
+    """IoU gives a gold-empty item 1 only when nothing is marked: a stack marking a little there scored 0.
+
+    The stack's out-of-fold probabilities are set to look alike word by word in both kinds of
+    item, so that only the item (its length) tells them apart, as the rule sees it.
+    """
+    from mushroom.stack import StackConfig
+    from mushroom.stack.decoding import CutoffScores
+    from mushroom.stack.empty import EmptyRule
+    from mushroom.stack.features import load_stack_data
+    from mushroom.stack.fit import choose, prepare
+
+    rng = np.random.default_rng(5)
+    items = _long_empty_items(80, rng)
+    write_member(tmp_path / "a", items, lambda it: gold_vec(it) * 0.4)  # marks nothing itself
+    members = parse_members([f"a={tmp_path / 'a'}"])
+    data, channels, _ = load_stack_data(members, "val", {"en": items}, None, ["en"])
+    prep = prepare(data, channels, ["a"], folds=4)
+    prep.oof = [_middling(it, rng) for it in items]
+    prep.scores = CutoffScores.build(items, prep.oof)
+    on, off = choose(prep), choose(prep, StackConfig(empty_rule=False))
+    assert off.model.empty_rule is None and on.model.empty_rule is not None
+    # out of fold: each fold's rule, fitted on the others, empties the long gold-empty answers
+    assert off.comparison["stack (CV)"]["en"]["iou"] < 0.8 < 0.95 < on.comparison["stack (CV)"]["en"]["iou"]
+    assert sum(sum(f["emptied"].values()) for f in on.folds) == 20  # the 20 long ones
+    assert on.comparison["stack (CV)"]["en"]["cor"] == off.comparison["stack (CV)"]["en"]["cor"]
+    # applied: a rule that empties long answers empties their hard labels and keeps the soft ones
+    long_only = EmptyRule(coef=[0.0, 50.0, 0.0, 0.0], mean=[4.0, 0.0, 0.0], scale=[0.1, 1.0, 1.0])
+    write_member(tmp_path / "a", items, lambda it: gold_vec(it) * 0.4, split="test")
+    model = on.model.model_copy(update={"empty_rule": long_only})
+    with_rule = apply_stack(model, members, "test", {"en": items})["en"]
+    without = apply_stack(model.model_copy(update={"empty_rule": None}), members, "test", {"en": items})["en"]
+    assert [not p.hard_labels for p in with_rule] == [k % 4 == 0 for k in range(80)]
+    assert [p.hard_labels for p in with_rule[1:4]] == [p.hard_labels for p in without[1:4]] != [[]] * 3
+    assert [p.soft_labels for p in with_rule] == [p.soft_labels for p in without]
+    # a stack.json saved before the rule loads as a stack without one
+    saved = on.model.model_dump(mode="json")
+    del saved["empty_rule"]
+    assert StackModel.model_validate(saved).empty_rule is None
+
+
+def test_the_empty_rule_of_each_fold_is_fitted_without_that_fold():
+    from mushroom.stack.empty import fit_empty_rule, nested_empties
+
+    rng = np.random.default_rng(0)
+    feats = rng.normal(size=(60, 3))
+    gain = np.where(feats[:, 0] > 0.5, 1.0, -0.5)
+    fold_of = np.arange(60) % 3
+    nested = nested_empties(feats, gain, fold_of)
+    for f in range(3):
+        rule = fit_empty_rule(feats[fold_of != f], gain[fold_of != f])
+        assert (nested[fold_of == f] == (rule.probability(feats[fold_of == f]) > 0.5)).all()
+    gain_flipped = gain.copy()
+    gain_flipped[fold_of == 0] *= -1  # the fold's own gains do not move its decisions
+    assert (nested_empties(feats, gain_flipped, fold_of)[fold_of == 0] == nested[fold_of == 0]).all()
+    assert nested[feats[:, 0] > 1].all() and not nested[feats[:, 0] < 0].any()

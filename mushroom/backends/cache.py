@@ -70,8 +70,10 @@ class ResponseCache:
         if generation.error is not None:
             return  # errors are retried next time, never cached
         with self._lock:  # backends call back from worker threads
-            if key in self.entries:
-                return
+            known = self.entries.get(key)
+            if known is not None and len(known.texts) >= len(generation.texts):
+                return  # a fuller answer (one asked again for all n samples) is appended: last wins
+
             self.entries[key] = generation
             append_jsonl(self.path, {"key": key, "generation": generation.model_dump(exclude={"cached"})})
 
@@ -134,6 +136,8 @@ class CachedBackend(Backend):
         missing: dict[str, list[int]] = {}  # identical requests in one batch are sent once
         for i, key in enumerate(keys):
             hit = self.cache.get(key)
+            if hit is not None and not hit.error and len(hit.texts) < requests[i].n:
+                hit = None  # kept from a server that ignored n: asked again for all n samples
             if hit is not None:
                 results[i] = hit.model_copy(update={"cached": True})
                 self.hits += 1

@@ -79,9 +79,11 @@ LATE_TOP_K = 50  # top log-probabilities asked for when a server's echoed rows a
 # A body that says the request itself is wrong; such an answer is final even with a 5xx code.
 _INVALID = re.compile(
     r"validation|invalid|not supported|unsupported|unrecognized|not implemented|extra (inputs|fields)"
-    r"|must be|is not one of|unexpected keyword|response_format|json_schema",
+    r"|must be|is not one of|unexpected keyword|response_format|json_schema|one completion choice",
     re.IGNORECASE,
 )
+# llama.cpp's llama-server refuses n > 1 (HTTP 500, "Only one completion choice is allowed")
+_ONE_CHOICE = re.compile(r"one completion choice|\bn\b.{0,40}(not supported|must be 1)", re.IGNORECASE)
 # A body that blames the structured-output form; `auto` then tries the next form.
 _FORMAT = re.compile(
     r"response_format|json_schema|json_object|guided|grammar|schema|structured", re.IGNORECASE
@@ -138,18 +140,31 @@ def served_models(listing: Any) -> list[str]:
     return [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
+def _model_names(name: str) -> set[str]:
+    """The names a served model id goes by: itself, its last path part, without Ollama's `:latest`."""
+    names = {name, name.rsplit("/", 1)[-1]}
+    return names | {n.removesuffix(":latest") for n in names}
+
+
 def is_served(model: str, ids: list[str]) -> bool:
-    """Whether `model` names one of `ids`, in full or by its last path part (a .gguf's file name)."""
-    return model in ids or any(i.rsplit("/", 1)[-1] == model.rsplit("/", 1)[-1] for i in ids)
+    """Whether `model` names one of `ids`, in full or as the server's own short forms.
+
+    Its last path part (a .gguf's file name, llama.cpp lists the path) and the name without
+    the tag Ollama adds (`llama3.2` for `llama3.2:latest`) count.
+    """
+    wanted = _model_names(model)
+    return any(wanted & _model_names(i) for i in ids)
 
 
 def check_served_model(config: OpenAIConfig) -> None:
-    """Raises MushroomError when the server lists its models and `config.model` is not one of them.
+    """Raises MushroomError when a one-model server does not list `config.model`.
 
-    llama.cpp's server answers with its one model whatever name a request gives, so a
+    llama.cpp's servers answer with their one model whatever name a request gives, so a
     mistyped `--model` ran and every record, cache key and report named a model that never
-    answered. A server that cannot be reached or lists nothing passes: the run then counts
-    its failed requests as it would without this check.
+    answered. A server that lists several models is left to answer for itself (one that
+    routes by name refuses a name it does not serve; Ollama and routers accept names they
+    do not list): the backend warns then. A server that cannot be reached or lists nothing
+    passes: the run counts its failed requests as it would without this check.
     """
     headers = {}
     key = os.environ.get(config.api_key_env)
@@ -161,11 +176,11 @@ def check_served_model(config: OpenAIConfig) -> None:
         ids = served_models(response.json()) if response.status_code == 200 else []
     except (httpx.HTTPError, ValueError):
         return
-    if ids and not is_served(config.model, ids):
+    if len(ids) == 1 and not is_served(config.model, ids):
         raise MushroomError(
-            f"the server at {config.base_url} serves {', '.join(map(repr, ids[:5]))}, not {config.model!r}; "
-            "give one of those as --model (a llama-cpp-python server can be given a short name with "
-            "--model_alias NAME)"
+            f"the server at {config.base_url} serves only {ids[0]!r}, not {config.model!r}, and would answer "
+            "with it under the wrong name; give that as --model (or name the model when starting the server: "
+            "--model_alias NAME for llama-cpp-python, --alias NAME for llama-server)"
         )
 
 
@@ -211,6 +226,7 @@ class OpenAIBackend(Backend):
         self._echo_late: bool | None = None  # llama-cpp-python's echo bug, found on first use
         self._model_checked = False
         self._short_n_warned = False
+        self._one_choice = False  # the server refused n > 1: samples are asked for one at a time
 
     # ----------------------------------------------------------------- server facts
 
@@ -242,8 +258,9 @@ class OpenAIBackend(Backend):
     def _check_served_model(self) -> None:
         """Warns once when the server lists its models and the configured one is not among them.
 
-        The CLI and `api` stop before a run on this (`check_served_model`); a backend built
-        directly from Python still says so once.
+        The CLI and `api` stop before a run when a one-model server lacks it
+        (`check_served_model`); a server listing several may still route the name (Ollama
+        tags, routers), and a backend built directly from Python is only warned.
         """
         with self._lock:
             if self._model_checked:
@@ -253,8 +270,8 @@ class OpenAIBackend(Backend):
         model = self.config.model
         if ids and not is_served(model, ids):
             self.warn(
-                f"the server at {self.base_url} serves {', '.join(map(repr, ids[:5]))}, not {model!r}; "
-                f"a one-model server (llama.cpp) answers with its model anyway, and the run records {model!r}"
+                f"the server at {self.base_url} lists {', '.join(map(repr, ids[:5]))}, not {model!r}; "
+                f"if it answers anyway, the run records {model!r} for whatever model it used"
             )
 
     def _detect_concurrency(self) -> tuple[int, str]:
@@ -408,11 +425,20 @@ class OpenAIBackend(Backend):
     def _one(self, req: GenerationRequest) -> Generation:
         """One request's samples; asked for again (n = the rest) when the server sent fewer than n.
 
-        llama.cpp's server ignores `n` and answers with one choice, so `samples=3` voted over
-        one sample while the record said three. The rest are asked for with the next seeds
-        (the same seed would repeat the first sample), and the shortfall is warned about once.
+        llama-cpp-python's server ignores `n` and answers with one choice, so `samples=3`
+        voted over one sample while the record said three; llama.cpp's llama-server refuses
+        n > 1 outright. The rest are asked for with the next seeds (the same seed would
+        repeat the first sample), one at a time once the server has refused n, and the
+        shortfall is warned about once.
         """
-        gen = self._request(req)
+        if req.n > 1 and self._one_choice:
+            gen = self._request(req.model_copy(update={"n": 1}))
+        else:
+            gen = self._request(req)
+            if req.n > 1 and gen.error and _ONE_CHOICE.search(gen.error):
+                with self._lock:
+                    self._one_choice = True
+                gen = self._request(req.model_copy(update={"n": 1}))
         if gen.error or len(gen.texts) >= req.n:
             return gen
         self._warn_short_n(len(gen.texts), req.n)
@@ -420,7 +446,8 @@ class OpenAIBackend(Backend):
         have = len(gen.texts)
         while have < req.n:
             seed = None if req.seed is None else req.seed + len(parts)
-            more = self._request(req.model_copy(update={"n": req.n - have, "seed": seed}))
+            n = 1 if self._one_choice else req.n - have
+            more = self._request(req.model_copy(update={"n": n, "seed": seed}))
             if more.error:
                 return Generation(error=f"{more.error} (asking for sample {have + 1} of {req.n})")
             parts.append(more)
@@ -442,9 +469,10 @@ class OpenAIBackend(Backend):
             if self._short_n_warned:
                 return
             self._short_n_warned = True
+        how = "refuses n > 1" if self._one_choice else f"answered n={wanted} with {got} sample(s)"
         self.warn(
-            f"the server at {self.base_url} answered n={wanted} with {got} sample(s) "
-            "(llama.cpp ignores n); the rest are asked for in further requests"
+            f"the server at {self.base_url} {how} (llama.cpp's servers do); the other samples are asked "
+            "for in further requests"
         )
 
     def _request(self, req: GenerationRequest) -> Generation:

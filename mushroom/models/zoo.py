@@ -205,7 +205,9 @@ def check_model_folder(name: str) -> None:
         return
     if not path.is_dir():
         raise MushroomError(f"model {path} is a file, not a model folder or a .gguf file")
-    if not (path / "config.json").is_file():
+    # config.json: a transformers checkpoint; adapter_config.json: a PEFT adapter; params.json:
+    # Mistral's own format, which vLLM reads
+    if not any((path / name).is_file() for name in ("config.json", "adapter_config.json", "params.json")):
         raise MushroomError(
             f"model folder {path} holds no config.json, so it is no transformers model folder "
             "(a .gguf file is given by its own path)"

@@ -18,14 +18,23 @@ def strip_reasoning(text: str) -> tuple[str, bool]:
     """The reply without its leading reasoning block, and whether there was one.
 
     Only a block at the start is taken off (or everything up to a closing tag when the
-    template opened it), so a tag a model merely mentions mid-answer is left alone. A block
+    template opened it), so a tag a model merely mentions mid-answer is left alone, as is
+    a closing tag inside a JSON string (a span's text that quotes one). A block
     that never closes (cut off while thinking) leaves nothing: the answer was never written.
     """
     opened = _OPEN.match(text)
     if opened:
         close = re.compile(rf"</{opened.group(1)}>", re.I).search(text, opened.end())
         return (text[close.end() :] if close else ""), True
-    close = _CLOSE.search(text)
-    if close and not re.search(rf"<{close.group(1)}>", text[: close.start()], re.I):
-        return text[close.end() :], True
+    for close in _CLOSE.finditer(text):
+        before = text[: close.start()]
+        if re.search(rf"<{close.group(1)}>", before, re.I):
+            break  # a block opened mid-text: not the template's
+        if _quotes(before) % 2 == 0:  # not inside a JSON string ("text": "</think> closes")
+            return text[close.end() :], True
     return text, False
+
+
+def _quotes(text: str) -> int:
+    """Double quotes in `text` that are not escaped by a backslash."""
+    return len(re.findall(r'(?<!\\)"', text))

@@ -25,6 +25,7 @@ from mushroom.stack.decoding import (
     pool_words,
     word_hard_mask,
 )
+from mushroom.stack.empty import fit_empty_rule, item_features, nested_empties
 from mushroom.stack.features import StackData, feature_names, load_stack_data, member_columns
 from mushroom.stack.fingerprint import stack_fingerprint
 from mushroom.stack.folds import item_folds, split_indices
@@ -63,6 +64,9 @@ class StackConfig(BaseModel):
     cutoff_shrink: float = Field(20.0, ge=0.0, description="shrinkage of per-language thresholds (items)")
     floor_shrink: float = Field(0.0, ge=0.0, description="shrinkage of per-language floors (items)")
     source_shrink: float = Field(50.0, ge=0.0, description="shrinkage of per-language hard-label source")
+    empty_rule: bool = Field(
+        True, description="learn an item-level 'mark nothing' rule (mushroom.stack.empty)"
+    )
 
 
 @dataclass
@@ -288,6 +292,26 @@ def choose(prep: StackPrep, config: StackConfig | None = None) -> StackFit:
         prediction_from_vectors(it.id, soft_to_vector(p.soft_labels, len(g)), masks[src][k])
         for k, (it, p, g, src) in enumerate(zip(items, own, gold, chosen))
     ]
+    # Marking nothing gains 1[gold empty] - IoU on an item; the rule that predicts when it
+    # pays is fitted pooled over languages, nested like the other choices.
+    empty_feats = np.array([item_features(len(it.model_output_text), p) for it, p in zip(items, oof)])
+    empty_gain = np.array(
+        [
+            float(not g.any()) - mask_iou(g, hard_to_mask(p.hard_labels, len(g)))
+            for g, p in zip(gold, stack_preds)
+        ]
+    )
+    empty_rule = None
+    emptied = np.zeros(len(items), dtype=bool)
+    if config.empty_rule:
+        emptied = nested_empties(empty_feats, empty_gain, fold_of)
+        stack_preds = [
+            prediction_from_vectors(p.id, soft_to_vector(p.soft_labels, len(g)), np.zeros(len(g), dtype=bool))
+            if e
+            else p
+            for p, g, e in zip(stack_preds, gold, emptied)
+        ]
+        empty_rule = fit_empty_rule(empty_feats, empty_gain)
     comparison = {
         "stack (CV)": by_lang_scores(items, stack_preds),
         "stack (CV, own hard labels)": by_lang_scores(items, own),
@@ -309,6 +333,9 @@ def choose(prep: StackPrep, config: StackConfig | None = None) -> StackFit:
                 "scores": by_lang_scores([items[k] for k in idx], [stack_preds[k] for k in idx]),
                 "cutoffs": {lang: list(tf) for lang, tf in nested[f][1].items()},
                 "sources": fold_sources[f],
+                "emptied": {
+                    lang: int(sum(emptied[k] for k in idx if items[k].lang == lang)) for lang in languages
+                },
             }
         )
     model = StackModel(
@@ -323,6 +350,7 @@ def choose(prep: StackPrep, config: StackConfig | None = None) -> StackFit:
         floors={lang: tf[1] for lang, tf in cutoffs[1].items()},
         hard_from=pooled_source,
         hard_sources=lang_sources,
+        empty_rule=empty_rule,
         cv=comparison["stack (CV)"],
         config=config.model_dump(),
         word_pooling=True,
@@ -397,14 +425,16 @@ def apply_stack(
     hard_cols = {m: c + 1 for m, c in zip(model.members, member_columns(channels))}
     out: dict[str, list[Prediction]] = {}
     all_probs = batch_probs(stack_data.items, stack_data.features, model.scorer, model.word_pooling)
-    for item, feats, p in zip(stack_data.items, stack_data.features, all_probs):
+    for item, feats, raw in zip(stack_data.items, stack_data.features, all_probs):
         t = model.thresholds.get(item.lang, model.threshold)
         f = model.floors.get(item.lang, model.floor)
-        p = np.where(p < f, 0.0, p)
+        p = np.where(raw < f, 0.0, raw)
         source = model.hard_sources.get(item.lang, model.hard_from)
         if source == "stack":
             hard = word_hard_mask(item.model_output_text, p, t)
         else:
             hard = feats[:, hard_cols[source]] > 0.5
+        if model.empty_rule is not None and model.empty_rule.empties(len(item.model_output_text), raw):
+            hard = np.zeros(len(item.model_output_text), dtype=bool)
         out.setdefault(item.lang, []).append(prediction_from_vectors(item.id, p, hard))
     return out

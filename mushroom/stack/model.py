@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mushroom.errors import MushroomError
+from mushroom.stack.empty import EmptyRule
 from mushroom.stack.features import StackData
 from mushroom.stack.trees import TreeScorer, TreeSettings, fit_trees
 
@@ -99,6 +100,10 @@ class StackModel(BaseModel):
         "member whose hard labels are kept",
     )
     hard_sources: dict[str, str] = Field(default_factory=dict, description="per-language hard_from")
+    empty_rule: EmptyRule | None = Field(
+        None,
+        description="item-level rule emptying hard labels (stack.empty); None in stacks saved before",
+    )
     cv: dict[str, dict[str, float]] = Field(default_factory=dict, description="cross-validated val scores")
     fitted_on: str = ""
     fingerprint: str = Field("", description="hash of the inputs it was fitted from (stack_fingerprint)")
