@@ -125,7 +125,8 @@ class StackModel(BaseModel):
     def hard_label_summary(self) -> str:
         """One line saying where each language's hard labels come from (for logs and tables)."""
         langs = ", ".join(f"{lang}: {src}" for lang, src in sorted(self.hard_sources.items()))
-        return f"hard labels from {self.hard_from} by default" + (f" ({langs})" if langs else "")
+        rule = "; none where the empty rule says marking nothing pays" if self.empty_rule is not None else ""
+        return f"hard labels from {self.hard_from} by default" + (f" ({langs})" if langs else "") + rule
 
 
 def fit_logistic(
