@@ -35,11 +35,11 @@ def test_logistic_regression_recovers_coefficients_with_soft_targets():
     assert np.allclose(beta, [0.5, 2.0, -1.0], atol=1e-3)
 
 
-def make_items(n, rng):
-    """Answers of words; gold marks a random word per item (sometimes none)."""
+def make_items(n, rng, empty_words=8):
+    """Answers of 8 words; gold marks a random word per item, except every fourth (of `empty_words`)."""
     items = []
     for k in range(n):
-        words = [f"w{k}x{j}" for j in range(8)]
+        words = [f"w{k}x{j}" for j in range(8 if k % 4 else empty_words)]
         text = " ".join(words)
         hard, soft = [], []
         if k % 4:
@@ -518,30 +518,6 @@ def test_a_run_of_another_detector_given_for_a_member_is_refused(tmp_path):
         apply_stack(fit.model, [Member("m", tmp_path / "b")], "test", {"en": items})
 
 
-def _long_empty_items(n, rng):
-    """Short answers with one wrong word, and every fourth a long answer whose gold is empty."""
-    items = []
-    for k in range(n):
-        words = [f"w{k}x{j}" for j in range(30 if k % 4 == 0 else 8)]
-        text = " ".join(words)
-        hard = []
-        if k % 4:
-            start = text.index(words[int(rng.integers(8))])
-            hard = [[start, start + len(words[0])]]
-        soft = [{"start": s, "end": e, "prob": 1.0} for s, e in hard]
-        items.append(
-            Item(
-                id=f"i{k}",
-                lang="en",
-                model_input="q",
-                model_output_text=text,
-                soft_labels=soft,
-                hard_labels=hard,
-            )
-        )
-    return items
-
-
 def _middling(it, rng):
     """Probabilities as unsure (0.5-0.8) of the wrong word as of 3 words of a long gold-empty answer."""
     vec = np.zeros(len(it.model_output_text))
@@ -575,7 +551,7 @@ def test_the_empty_rule_marks_nothing_where_nothing_pays_and_keeps_the_soft_labe
     from mushroom.stack.fit import choose, prepare
 
     rng = np.random.default_rng(5)
-    items = _long_empty_items(80, rng)
+    items = make_items(80, rng, empty_words=30)  # every fourth a long answer whose gold is empty
     write_member(tmp_path / "a", items, lambda it: gold_vec(it) * 0.4)  # marks nothing itself
     members = parse_members([f"a={tmp_path / 'a'}"])
     data, channels, _ = load_stack_data(members, "val", {"en": items}, None, ["en"])
