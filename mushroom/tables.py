@@ -68,18 +68,33 @@ def rich_table(title: str, rows: list[dict]) -> Table:
             cells.append(f"{lb.iou:.4f}/{lb.cor:.4f}" if lb else "")
         table.add_row(*cells)
     if len(rows) > 1:
-
-        def mean(key: str) -> float:
-            return sum(r[key] for r in rows) / len(rows)
-
-        cells = ["mean", str(sum(r["n"] for r in rows)), f"{mean('iou'):.4f}", f"{mean('cor'):.4f}"]
+        m = mean_row(rows)
+        cells = ["mean", str(m["n"]), f"{m['iou']:.4f}", f"{m['cor']:.4f}"]
         if has_base:
-            cells.append(f"{mean('mark_all_iou'):.4f}" if all("mark_all_iou" in r for r in rows) else "")
+            cells.append("" if m["mark_all_iou"] is None else f"{m['mark_all_iou']:.4f}")
         if has_lb:
-            lbs = [r["lb1"] for r in rows if "lb1" in r]
-            cells.append(f"{sum(x.iou for x in lbs) / len(lbs):.4f}/{sum(x.cor for x in lbs) / len(lbs):.4f}")
+            cells.append(f"{m['lb1'][0]:.4f}/{m['lb1'][1]:.4f}")
         table.add_row(*cells, style="bold")
     return table
+
+
+def mean_row(rows: list[dict]) -> dict:
+    """The macro-average of `score_rows` rows, one for both tables.
+
+    `mark_all_iou` is None unless every language has the baseline; `lb1` is the mean
+    (IoU, Cor) of the languages with a leaderboard entry (None without any).
+    """
+    n = len(rows)
+    lbs = [r["lb1"] for r in rows if "lb1" in r]
+    return {
+        "n": sum(r["n"] for r in rows),
+        "iou": sum(r["iou"] for r in rows) / n,
+        "cor": sum(r["cor"] for r in rows) / n,
+        "mark_all_iou": (
+            sum(r["mark_all_iou"] for r in rows) / n if all("mark_all_iou" in r for r in rows) else None
+        ),
+        "lb1": (sum(x.iou for x in lbs) / len(lbs), sum(x.cor for x in lbs) / len(lbs)) if lbs else None,
+    }
 
 
 def markdown_table(rows: list[dict]) -> str:
@@ -110,17 +125,12 @@ def markdown_table(rows: list[dict]) -> str:
             cells.append("" if lb is None else f"{lb.iou:.4f} / {lb.cor:.4f} ({lb.team})")
         lines.append("| " + " | ".join(cells) + " |")
     if len(rows) > 1:
-        n = len(rows)
-        cells = ["**mean**", str(sum(r["n"] for r in rows)), f"{sum(r['iou'] for r in rows) / n:.4f}", ""]
-        cells += [f"{sum(r['cor'] for r in rows) / n:.4f}", ""]
+        m = mean_row(rows)
+        cells = ["**mean**", str(m["n"]), f"{m['iou']:.4f}", "", f"{m['cor']:.4f}", ""]
         if has_base:
-            full = all("mark_all_iou" in r for r in rows)
-            cells.append(f"{sum(r['mark_all_iou'] for r in rows) / n:.4f}" if full else "")
+            cells.append("" if m["mark_all_iou"] is None else f"{m['mark_all_iou']:.4f}")
         if has_lb:
-            lbs = [r["lb1"] for r in rows if "lb1" in r]
-            cells.append(
-                f"{sum(x.iou for x in lbs) / len(lbs):.4f} / {sum(x.cor for x in lbs) / len(lbs):.4f}"
-            )
+            cells.append(f"{m['lb1'][0]:.4f} / {m['lb1'][1]:.4f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -156,6 +156,12 @@ def is_served(model: str, ids: list[str]) -> bool:
     return any(wanted & _model_names(i) for i in ids)
 
 
+def auth_headers(config: OpenAIConfig) -> dict[str, str]:
+    """The bearer token from `config.api_key_env`, when that variable is set."""
+    key = os.environ.get(config.api_key_env)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def check_served_model(config: OpenAIConfig) -> None:
     """Raises MushroomError when a one-model server does not list `config.model`.
 
@@ -166,13 +172,9 @@ def check_served_model(config: OpenAIConfig) -> None:
     do not list): the backend warns then. A server that cannot be reached or lists nothing
     passes: the run counts its failed requests as it would without this check.
     """
-    headers = {}
-    key = os.environ.get(config.api_key_env)
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
     url = f"{str(config.base_url).rstrip('/')}/models"
     try:
-        response = httpx.get(url, headers=headers, timeout=config.connect_timeout_s)
+        response = httpx.get(url, headers=auth_headers(config), timeout=config.connect_timeout_s)
         ids = served_models(response.json()) if response.status_code == 200 else []
     except (httpx.HTTPError, ValueError):
         return
@@ -193,10 +195,7 @@ class OpenAIBackend(Backend):
     def __init__(self, config: OpenAIConfig):
         super().__init__(config)
         config.check_settings()  # a URL and a served model's name
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(config.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+        headers = {"Content-Type": "application/json", **auth_headers(config)}
         self.base_url = str(config.base_url).rstrip("/")
         self.server_root = re.sub(r"/v1$", "", self.base_url)
         self.client = httpx.Client(

@@ -190,19 +190,22 @@ class Detector(ABC):
         """
         from mushroom.backends.config import BackendSettings
 
+        cached = getattr(self.options, "cache", False)
         cache_path = getattr(self.options, "cache_path", None)
-        if cache_path and getattr(self.options, "cache", False):
+        shared = Path(cache_path).expanduser() if cached and cache_path else None
+        if shared is not None:
             # a mistyped folder was made silently, and the next run (typed right) found no cache
-            path = Path(cache_path).expanduser()
-            if path.is_dir():
-                raise MushroomError(f"{self.name} option cache_path: {path} is a folder; name a .jsonl file")
-            if not path.parent.is_dir():
+            if shared.is_dir():
                 raise MushroomError(
-                    f"{self.name} option cache_path: folder {path.parent} does not exist (make it first; "
+                    f"{self.name} option cache_path: {shared} is a folder; name a .jsonl file"
+                )
+            if not shared.parent.is_dir():
+                raise MushroomError(
+                    f"{self.name} option cache_path: folder {shared.parent} does not exist (make it first; "
                     "the cache file itself is created)"
                 )
         resumed = out is not None and out.exists()
-        if getattr(self.options, "cache", False) and (resumed or (cache_path and Path(cache_path).is_file())):
+        if cached and (resumed or (shared is not None and shared.is_file())):
             return
         for field, value in self.options.__dict__.items():
             settings = value if isinstance(value, list | tuple) else [value]

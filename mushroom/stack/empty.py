@@ -11,7 +11,7 @@ language feature), and the hard labels of an item whose gain it predicts positiv
 emptied; soft labels are kept, so Cor does not move.
 
 From val (5-fold CV, every choice nested, stack of lexical + semantic): mean IoU 0.5696 ->
-0.5742 on fold draw 0 (Spanish 0.3909 -> 0.4509, French 0.4 items -0.015), 0.5720 -> 0.5751
+0.5742 on fold draw 0 (Spanish 0.3909 -> 0.4509, French 0.5322 -> 0.5175), 0.5720 -> 0.5751
 over draws 0-4 (Spanish 0.434 -> 0.471); Cor unchanged. The gain comes from long answers
 with middling evidence whose gold marks nothing, which on val are mostly Spanish (4 of its
 12 longest answers are gold-empty); the rule flips 2-3 such items per draw and sometimes
@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
-
-EMPTY_FEATURES = ["log_length", "item_max", "item_mean"]
 
 
 class EmptyRule(BaseModel):

@@ -295,21 +295,13 @@ def choose(prep: StackPrep, config: StackConfig | None = None) -> StackFit:
     # Marking nothing gains 1[gold empty] - IoU on an item; the rule that predicts when it
     # pays is fitted pooled over languages, nested like the other choices.
     empty_feats = np.array([item_features(len(it.model_output_text), p) for it, p in zip(items, oof)])
-    empty_gain = np.array(
-        [
-            float(not g.any()) - mask_iou(g, hard_to_mask(p.hard_labels, len(g)))
-            for g, p in zip(gold, stack_preds)
-        ]
-    )
+    empty_gain = np.array([float(not g.any()) - ious[src][k] for k, (g, src) in enumerate(zip(gold, chosen))])
     empty_rule = None
     emptied = np.zeros(len(items), dtype=bool)
     if config.empty_rule:
         emptied = nested_empties(empty_feats, empty_gain, fold_of)
         stack_preds = [
-            prediction_from_vectors(p.id, soft_to_vector(p.soft_labels, len(g)), np.zeros(len(g), dtype=bool))
-            if e
-            else p
-            for p, g, e in zip(stack_preds, gold, emptied)
+            p.model_copy(update={"hard_labels": []}) if e else p for p, e in zip(stack_preds, emptied)
         ]
         empty_rule = fit_empty_rule(empty_feats, empty_gain)
     comparison = {
