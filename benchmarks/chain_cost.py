@@ -13,10 +13,10 @@ import argparse
 import json
 
 from mushroom.backends.base import Backend, BackendConfig, Generation
-from mushroom.contexts import load_contexts
-from mushroom.data import load_split
+from mushroom.data.contexts import load_contexts
+from mushroom.data.splits import load_split
 from mushroom.detectors import build
-from mushroom.scoring.score import score_predictions
+from mushroom.evaluation.score import score_predictions
 
 
 class Oracle(Backend):

@@ -10,11 +10,11 @@ import time
 
 import numpy as np
 
-from mushroom.contexts import DEFAULT_SOURCES, load_contexts
-from mushroom.data import load_split
+from mushroom.data.contexts import DEFAULT_SOURCES, load_contexts
+from mushroom.data.predictions import mark_all
+from mushroom.data.splits import load_split
 from mushroom.detectors import build
-from mushroom.predictions import mark_all
-from mushroom.scoring.score import score_predictions
+from mushroom.evaluation.score import score_predictions
 
 
 def main() -> None:

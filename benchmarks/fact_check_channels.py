@@ -10,10 +10,10 @@ share above 0.5 or not) and by each binary `check_*` channel: the figures the co
 
 import numpy as np
 
-from mushroom.contexts import DEFAULT_SOURCES, load_contexts
-from mushroom.data import load_split
+from mushroom.data.contexts import DEFAULT_SOURCES, load_contexts
+from mushroom.data.spans import hard_to_mask
+from mushroom.data.splits import load_split
 from mushroom.detectors import build
-from mushroom.spans import hard_to_mask
 
 
 def main() -> None:

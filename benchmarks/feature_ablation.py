@@ -5,7 +5,7 @@ Loads the member runs of `benchmarks/stack_val.py` (under --work, run there when
 fits the stack by 5-fold CV with every choice nested, once with all features and once with
 the named columns dropped, for each fold draw; averages each item's IoU and Cor over the
 draws and prints the paired difference (all minus dropped) per language and overall, with
-a bootstrap 95% interval and a sign-flip p-value over items (`mushroom.scoring.stats`).
+a bootstrap 95% interval and a sign-flip p-value over items (`mushroom.evaluation.stats`).
 Fold draws share their items, so they narrow the noise of the folds, not of the items: the
 interval over items is the honest one.
 """
@@ -19,12 +19,12 @@ from rich.console import Console
 from rich.table import Table
 from stack_val import run_member
 
-from mushroom.data import load_split
-from mushroom.scoring.score import score_predictions
-from mushroom.scoring.stats import paired_test
-from mushroom.stack import Member
-from mushroom.stack.features import TEXT_FEATURES, StackData, feature_names, load_stack_data
-from mushroom.stack.fit import choose, prepare
+from mushroom.combine.stack import Member
+from mushroom.combine.stack.features import TEXT_FEATURES, StackData, feature_names, load_stack_data
+from mushroom.combine.stack.fit import choose, prepare
+from mushroom.data.splits import load_split
+from mushroom.evaluation.score import score_predictions
+from mushroom.evaluation.stats import paired_test
 
 
 def item_scores(data: StackData, channels, members: list[str], seed: int) -> tuple[np.ndarray, np.ndarray]:

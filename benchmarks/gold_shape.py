@@ -4,7 +4,7 @@ Usage: python benchmarks/gold_shape.py
 Over every labelled val item, prints how often a gap between two words (the characters
 between them: space, comma, newline) has the gold value of the lower of the two words,
 less or more than it, and how often the characters before the first word and after the
-last are 0: the figures `mushroom.stack.decoding.pool_words` quotes for shaping the stack's
+last are 0: the figures `mushroom.combine.stack.decoding.pool_words` quotes for shaping the stack's
 soft labels this way.
 """
 
@@ -12,8 +12,8 @@ from collections import Counter
 
 import numpy as np
 
-from mushroom.data import load_split
-from mushroom.spans import soft_to_vector
+from mushroom.data.spans import soft_to_vector
+from mushroom.data.splits import load_split
 from mushroom.text.tokenize import tokenize
 
 

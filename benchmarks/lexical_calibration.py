@@ -14,12 +14,12 @@ import argparse
 
 import numpy as np
 
-from mushroom.contexts import load_contexts
-from mushroom.data import load_split
+from mushroom.data.contexts import load_contexts
+from mushroom.data.predictions import mark_all, prediction_from_vectors
+from mushroom.data.splits import load_split
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions, fit_calibration
 from mushroom.detectors.lexical_calibration import DEFAULT_CALIBRATION, save_calibration
-from mushroom.predictions import mark_all, prediction_from_vectors
-from mushroom.scoring.score import score_predictions
+from mushroom.evaluation.score import score_predictions
 
 
 def main() -> None:

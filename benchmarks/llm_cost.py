@@ -15,8 +15,8 @@ from pathlib import Path
 
 from mushroom.backends.base import Backend, BackendConfig, Generation
 from mushroom.backends.cache import CachedBackend, ResponseCache
-from mushroom.contexts import load_contexts
-from mushroom.data import load_split
+from mushroom.data.contexts import load_contexts
+from mushroom.data.splits import load_split
 from mushroom.detectors import build
 
 

@@ -10,8 +10,8 @@ module's docstring quotes.
 import numpy as np
 from scipy.stats import spearmanr
 
-from mushroom.data import load_split
-from mushroom.spans import soft_to_vector
+from mushroom.data.spans import soft_to_vector
+from mushroom.data.splits import load_split
 from mushroom.text.logits import logit_columns
 
 

@@ -19,11 +19,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from mushroom.data import load_split
+from mushroom.data.predictions import load_predictions
+from mushroom.data.records import Item
+from mushroom.data.spans import hard_to_mask
+from mushroom.data.splits import load_split
 from mushroom.errors import MushroomError
-from mushroom.predictions import load_predictions
-from mushroom.records import Item
-from mushroom.spans import hard_to_mask
 
 
 def share(items: list[Item], hard: dict[str, list]) -> tuple[float, int]:

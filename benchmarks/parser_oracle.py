@@ -21,10 +21,10 @@ import time
 
 import numpy as np
 
-from mushroom.data import load_split
+from mushroom.data.splits import load_split
+from mushroom.evaluation.metrics import item_iou
 from mushroom.parsing.locate import digit_runs
 from mushroom.parsing.parser import ParseStats, parse_response
-from mushroom.scoring.metrics import item_iou
 
 
 def gold_texts(item):

@@ -10,9 +10,9 @@ import time
 
 import numpy as np
 
-from mushroom.data import load_split
-from mushroom.scoring.metrics import item_cor, item_iou
-from mushroom.scoring.reference import reference_cor, reference_iou
+from mushroom.data.splits import load_split
+from mushroom.evaluation.metrics import item_cor, item_iou
+from mushroom.evaluation.reference import reference_cor, reference_iou
 
 
 def main() -> None:

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mushroom.data import load_split
+from mushroom.backends.rawlog import RawRecord
+from mushroom.data.splits import load_split
 from mushroom.detectors import build
-from mushroom.rawlog import RawRecord
-from mushroom.scoring.score import score_predictions
-from mushroom.service import RunService
+from mushroom.evaluation.score import score_predictions
+from mushroom.runs.service import RunService
 
 VARIANTS = [
     ("llm", "zero-shot", {"prompt": "single_zero_shot"}),

@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from mushroom.cliutil import nest_options, parse_options
-from mushroom.contexts import DEFAULT_SOURCES
-from mushroom.data import load_split
+from mushroom.combine.stack import Member, StackConfig
+from mushroom.combine.stack.features import load_stack_data
+from mushroom.combine.stack.fit import StackFit, choose, prepare
+from mushroom.data.contexts import DEFAULT_SOURCES
+from mushroom.data.splits import load_split
 from mushroom.detectors import build
-from mushroom.stack import Member, StackConfig
-from mushroom.stack.features import load_stack_data
-from mushroom.stack.fit import StackFit, choose, prepare
-from mushroom.tables import comparison_table
+from mushroom.evaluation.tables import comparison_table
+from mushroom.util.options import nest_options, parse_options
 
 
 def spread(values: list[float]) -> str:
@@ -60,7 +60,7 @@ def print_spread(fit: StackFit) -> None:
 
 def run_member(name: str, folder: Path, options: dict | None = None) -> None:
     """Runs one member on val into `folder` (files already there are reused)."""
-    from mushroom.service import RunService
+    from mushroom.runs.service import RunService
 
     det = build(name, options)
     config = {"benchmark": "stack_val", **det.describe(), "sources": list(DEFAULT_SOURCES)}

@@ -22,7 +22,7 @@ import time
 from pydantic import ValidationError
 
 from mushroom.backends.base import BackendConfig, LoglikelihoodRequest, Message
-from mushroom.data import load_split
+from mushroom.data.splits import load_split
 from mushroom.detectors import build
 from mushroom.parsing.parser import SpanList, parse_response
 

@@ -8,7 +8,8 @@ on first use, and heavy libraries (torch, vllm, transformers) are imported only 
 detectors and backends that need them.
 """
 
-__version__ = "0.1.0"
+from mushroom.version import __version__
+
 __all__ = ["MushroomError", "Prediction", "RunFailed", "__version__", "detect", "detect_batch"]
 
 

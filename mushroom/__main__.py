@@ -1,3 +1,3 @@
-from mushroom.cli import main
+from mushroom.cli.app import main
 
 main()

@@ -19,9 +19,10 @@ from typing import Any
 
 from pydantic import Field
 
-from mushroom import records
-from mushroom.errors import MushroomError, RunFailed, close_match
-from mushroom.records import Context, Item
+from mushroom.data import records
+from mushroom.data.records import Context, Item
+from mushroom.errors import MushroomError, RunFailed
+from mushroom.util.words import close_match
 
 
 class Prediction(records.Prediction):
@@ -36,7 +37,7 @@ class Prediction(records.Prediction):
 
     @property
     def probs(self) -> list[float]:
-        from mushroom.spans import soft_to_vector
+        from mushroom.data.spans import soft_to_vector
 
         return [float(v) for v in soft_to_vector(self.soft_labels, len(self.text))]
 
@@ -163,8 +164,8 @@ def _detect(
     """`detect_batch`; its warnings point at the line that called `detect` or `detect_batch`."""
     import warnings
 
-    from mushroom.languages import LANGUAGES
-    from mushroom.service import unusable_warnings
+    from mushroom.data.languages import LANGUAGES
+    from mushroom.runs.service import unusable_warnings
 
     if not isinstance(method, str):
         raise TypeError(f"method must be a detector name such as 'lexical', not {method!r}")

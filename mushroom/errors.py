@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mushroom.util.words import close_match, plural
+
 
 class MushroomError(Exception):
     """Base class: the CLI prints these without a traceback.
@@ -62,7 +64,7 @@ class Problem:
 class Interrupted(MushroomError):
     """Ctrl-C: exit 130 with one line saying what was kept and how to go on.
 
-    The run commands raise it (through `mushroom.cliutil.interrupt_hint`) with their own
+    The run commands raise it (through `mushroom.cli.boundary.interrupt_hint`) with their own
     message; a bare KeyboardInterrupt elsewhere gets a generic one at the CLI boundary.
     """
 
@@ -101,7 +103,6 @@ class DataError(MushroomError):
         shown = "\n".join(f"  {p}" for p in problems[:max_shown])
         more = len(problems) - max_shown
         tail = f"\n  ... and {more} more" if more > 0 else ""
-        from mushroom.cliutil import plural  # here: cliutil imports this module
 
         super().__init__(f"{plural(len(problems), 'problem')} in {source}:\n{shown}{tail}")
 
@@ -123,14 +124,6 @@ def load_failure(what: str, name: str, exc: BaseException) -> str:
         f"{what} {name!r} could not be loaded ({error_text(exc)}); the run stops here: "
         "run the same command again to retry"
     )
-
-
-def close_match(name: str, names: Iterable[str], cutoff: float = 0.6) -> str | None:
-    """The one of `names` closest to a misspelt `name` (difflib's ratio >= `cutoff`), or None."""
-    import difflib
-
-    match = difflib.get_close_matches(name, list(names), n=1, cutoff=cutoff)
-    return match[0] if match else None
 
 
 def did_you_mean(name: str, names: Iterable[str]) -> str:

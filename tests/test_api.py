@@ -121,10 +121,10 @@ def test_a_detector_failing_whole_languages_keeps_what_other_languages_gave(monk
     import numpy as np
 
     import mushroom.detectors as registry
+    from mushroom.data.predictions import prediction_from_vectors
     from mushroom.detectors import Detector, register_detector
     from mushroom.detectors.base import DetectorOptions, ItemResult
     from mushroom.errors import MushroomError
-    from mushroom.predictions import prediction_from_vectors
 
     monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
 

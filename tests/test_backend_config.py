@@ -183,7 +183,7 @@ def test_json_schema_shows_the_kinds_as_a_tagged_union():
 
 def test_a_kind_alone_as_a_string_is_that_kind_with_its_defaults(tmp_path):
     # `backend = "replay"` in a run config, as `-o backend=replay` on the command line
-    from mushroom.runconfig import load_run_config
+    from mushroom.runs.config import load_run_config
 
     path = tmp_path / "run.toml"
     path.write_text(

@@ -11,11 +11,11 @@ from mushroom.backends import build_backend
 from mushroom.backends.base import BackendConfig, Generation, GenerationRequest, LoglikelihoodRequest, Message
 from mushroom.backends.cache import CachedBackend, ResponseCache, request_key
 from mushroom.backends.config import parse_backend_config
-from mushroom.data import load_split
+from mushroom.backends.rawlog import RawLog, RawRecord
+from mushroom.data.splits import load_split
 from mushroom.detectors import build
 from mushroom.errors import MushroomError
 from mushroom.parsing.parser import SpanList
-from mushroom.rawlog import RawLog, RawRecord
 
 
 def _req(key, text, temperature=0.0, n=1):
@@ -451,7 +451,7 @@ def test_missing_library_names_the_extra(monkeypatch):
 
 
 def test_import_mushroom_pulls_no_heavy_library():
-    code = "import sys, mushroom, mushroom.cli, mushroom.detectors.llm; print([m for m in ('torch','vllm','transformers') if m in sys.modules])"
+    code = "import sys, mushroom, mushroom.cli.app, mushroom.detectors.llm; print([m for m in ('torch','vllm','transformers') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -7,13 +7,13 @@ from conftest import write_lines
 from fake_openai_server import FakeServer
 
 from mushroom.backends.base import Backend, BackendConfig, Generation
-from mushroom.contextgen import generate_contexts
-from mushroom.contexts import load_contexts
+from mushroom.data.contexts import load_contexts
+from mushroom.data.records import Context, Item
 from mushroom.detectors import build
 from mushroom.detectors.chain import ChainDetector, ChainOptions
 from mushroom.errors import RunFailed
-from mushroom.records import Context, Item
-from mushroom.scoring.score import score_predictions
+from mushroom.evaluation.score import score_predictions
+from mushroom.retrieval.generate import generate_contexts
 
 ANSWER = "Marie Curie was born in 1867 in Berlin and won two Nobel Prizes."
 ITEM = Item(
@@ -137,7 +137,7 @@ LOOPING = '{"claims": [{"claim": "The answer is not a fact. The answer is not a 
 
 def test_a_reply_cut_off_into_an_empty_list_is_retried_and_counted_not_read_as_no_claims():
     """SmolLM2 repeats itself until max_tokens; the repair parser closes that into {"claims": []}."""
-    from mushroom.service import unusable_warnings
+    from mushroom.runs.service import unusable_warnings
 
     s, pred, backend = run_chain({"v-1#decompose": [LOOPING], "v-1#decompose#retry": [LOOPING]})
     assert pred.hard_labels == [] and len(backend.seen) == 2
@@ -290,12 +290,12 @@ def test_context_stage_generates_only_missing_items_grades_and_resumes(tmp_path)
     )
     assert [r.key for r in ungraded.seen] == ["c"] and (st3.already_generated, st3.kept) == (1, 1)
     # the grades file beside the source is no source of its own
-    from mushroom.contexts import available_sources
+    from mushroom.data.contexts import available_sources
 
     assert available_sources("val", "en", tmp_path) == ["gen", "retrieved"]
     # nor is the contexts command's response cache, `.cache.<source>.jsonl`
     (tmp_path / ".cache.other.jsonl").write_text("")
-    from mushroom.contexts import _exists_anywhere
+    from mushroom.data.contexts import _exists_anywhere
 
     assert not _exists_anywhere("other", tmp_path) and _exists_anywhere("gen", tmp_path)
 
@@ -322,8 +322,8 @@ def build_backend_for(url):
 def test_context_stage_from_recorded_responses_through_the_cli(tmp_path):
     from typer.testing import CliRunner
 
-    from mushroom.cli import app
-    from mushroom.data import load_split
+    from mushroom.cli.app import app
+    from mushroom.data.splits import load_split
 
     items = load_split("val", ["it"])["it"][:2]
     replay = write_lines(

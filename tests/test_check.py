@@ -3,8 +3,8 @@ import sys
 
 from conftest import write_lines
 
-from mushroom.check import check_file
-from mushroom.data import load_items
+from mushroom.data.splits import load_items
+from mushroom.evaluation.check import check_file
 
 
 def _items(tmp_path, item_rows):

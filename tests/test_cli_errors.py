@@ -13,18 +13,18 @@ from conftest import ROOT, VAL_EN, write_lines
 from official_oracle import official_scores
 from pydantic import BaseModel, Field
 
-from mushroom.cli import app
-from mushroom.cliutil import (
+from mushroom.cli.app import app
+from mushroom.cli.boundary import run_cli
+from mushroom.errors import MushroomError, RunFailed
+from mushroom.util.interrupts import interrupt_hint
+from mushroom.util.options import (
     check_option_names,
     field_default,
-    interrupt_hint,
     parse_float_list,
     parse_options,
-    run_cli,
-    suggest,
     validate_options,
 )
-from mushroom.errors import MushroomError, RunFailed
+from mushroom.util.words import suggest
 
 VAL_DIR = ROOT / "data" / "mushroom" / "val"
 GOLD_ROWS = [json.loads(line) for line in VAL_EN.read_text(encoding="utf-8").splitlines()]
@@ -380,7 +380,7 @@ def test_compare_warns_about_quirks_the_scorer_accepts(tmp_path, capsys):
 
 
 def test_unknown_context_source_suggests_a_close_match():
-    from mushroom.contexts import load_contexts
+    from mushroom.data.contexts import load_contexts
 
     with pytest.raises(MushroomError, match="did you mean 'perplexity-sonar-pro'"):
         load_contexts("val", "en", ("perplexty-sonar-pro",))
@@ -404,7 +404,7 @@ def test_common_mixups_get_a_file_level_answer(tmp_path, capsys, content, needle
 
 
 def test_report_says_when_raw_lines_are_unreadable(tmp_path):
-    from mushroom.report import build_report
+    from mushroom.evaluation.report import build_report
 
     run = tmp_path / "run"
     (run / "raw").mkdir(parents=True)
@@ -457,7 +457,8 @@ def test_nested_option_defaults_show_what_differs():
 
 SLEEPY_APP = """
 import sys, time, typer
-from mushroom.cliutil import run_cli, interrupt_hint
+from mushroom.cli.boundary import run_cli
+from mushroom.util.interrupts import interrupt_hint
 app = typer.Typer()
 @app.command()
 def bare():
@@ -631,7 +632,7 @@ def test_an_empty_items_file_is_an_input_error(tmp_path, capsys):
 
 
 def test_counts_agree_with_their_nouns(tmp_path, capsys):
-    from mushroom.cliutil import plural
+    from mushroom.util.words import plural
 
     assert [plural(n, "item") for n in (0, 1, 2)] == ["0 items", "1 item", "2 items"]
     assert (
@@ -806,7 +807,7 @@ def test_flags_show_no_value_in_help(capsys):
 
 
 def test_default_run_folders_of_the_same_second_are_kept_apart(tmp_path):
-    from mushroom.runs import new_run_folder
+    from mushroom.data.runfolder import new_run_folder
 
     first = new_run_folder(tmp_path / "runs", "20261122-120000-lexical-val")
     second = new_run_folder(tmp_path / "runs", "20261122-120000-lexical-val")
@@ -990,7 +991,7 @@ def test_device_model_and_engine_mistakes_stop_before_a_folder(tmp_path, capsys)
 
 
 def test_score_takes_a_variant_folder_and_names_the_variants_of_its_root(tmp_path, capsys):
-    from mushroom.submission import submission_name
+    from mushroom.data.predictions import submission_name
 
     variant = tmp_path / "cfg" / "few-shot" / "val"
     variant.mkdir(parents=True)
@@ -1052,7 +1053,7 @@ def test_a_misspelt_key_of_a_run_config_names_the_key_it_may_be(tmp_path, capsys
 
 
 def test_score_of_one_gold_file_against_a_run_folder_takes_the_runs_file_of_its_language(tmp_path, capsys):
-    from mushroom.submission import submission_name
+    from mushroom.data.predictions import submission_name
 
     folder = tmp_path / "run" / "predictions"
     folder.mkdir(parents=True)

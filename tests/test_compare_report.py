@@ -6,12 +6,12 @@ import pytest
 from conftest import write_lines
 from typer.testing import CliRunner
 
-from mushroom.cli import app
-from mushroom.compare import comparison_rows, load_tags, score_run, sweep, sweep_svg, tag_rows
+from mushroom.cli.app import app
+from mushroom.data.predictions import submission_name
+from mushroom.data.runfolder import prediction_folder
 from mushroom.errors import DataError, MushroomError
-from mushroom.report import build_report, highlighted_answer
-from mushroom.runs import prediction_folder
-from mushroom.submission import submission_name
+from mushroom.evaluation.compare import comparison_rows, load_tags, score_run, sweep, sweep_svg, tag_rows
+from mushroom.evaluation.report import build_report, highlighted_answer
 
 runner = CliRunner()
 
@@ -189,8 +189,8 @@ def test_report_without_labels_says_unlabelled(tmp_path):
 
 
 def test_compare_names_the_languages_it_leaves_out(tmp_path, capsys):
-    from mushroom.cli import app
-    from mushroom.cliutil import run_cli
+    from mushroom.cli.app import app
+    from mushroom.cli.boundary import run_cli
 
     def cli(*args):
         code = run_cli(app, [str(a) for a in args])

@@ -13,11 +13,11 @@ import pytest
 from conftest import ROOT, write_lines
 from tiny_models import tiny_bert_classifier, tiny_llama, word_tokenizer
 
-from mushroom.check import check_file
-from mushroom.data import load_split
+from mushroom.backends.rawlog import RawRecord
+from mushroom.data.splits import load_split
 from mushroom.detectors import available
 from mushroom.detectors.base import ItemResult
-from mushroom.rawlog import RawRecord
+from mushroom.evaluation.check import check_file
 
 ITEMS = load_split("val", ["en"])["en"][:3]
 WORDS = ["[PAD]", "[UNK]", "</s>", "Yes", "No", "yes", "no", ":", "user", "assistant", "system", "the", "a"]

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from conftest import write_lines
 
-from mushroom.check import check_rows
-from mushroom.data import load_items
-from mushroom.ensemble import SoftMode, ensemble
+from mushroom.combine.ensemble import ensemble
+from mushroom.data.predictions import SoftMode, load_predictions, prediction_vectors
+from mushroom.data.records import Prediction, SoftSpan
+from mushroom.data.splits import load_items
 from mushroom.errors import MushroomError
-from mushroom.predictions import load_predictions, prediction_vectors
-from mushroom.records import Prediction, SoftSpan
+from mushroom.evaluation.check import check_rows
 
 
 def _pred(item_id, spans):
@@ -97,9 +97,9 @@ def test_cli_ensemble_of_files(tmp_path, item_rows):
 
 
 def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows, capsys, monkeypatch):
-    from mushroom.cli import app
-    from mushroom.cliutil import run_cli
-    from mushroom.submission import submission_name
+    from mushroom.cli.app import app
+    from mushroom.cli.boundary import run_cli
+    from mushroom.data.predictions import submission_name
 
     items_path = write_lines(tmp_path / "items.jsonl", item_rows)
     marked = [{"id": "t-1", "hard_labels": [[0, 5]]}, {"id": "t-2", "hard_labels": []}]

@@ -14,14 +14,14 @@ from conftest import ROOT, VAL_EN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mushroom.check import check_file
-from mushroom.compare import load_tags
-from mushroom.data import load_items
+from mushroom.data.jsonl import load_records
+from mushroom.data.label_files import read_scoring_file
+from mushroom.data.predictions import load_predictions
+from mushroom.data.records import ContextRecord
+from mushroom.data.splits import load_items
 from mushroom.errors import DataError, MushroomError
-from mushroom.jsonl import load_records
-from mushroom.predictions import load_predictions
-from mushroom.records import ContextRecord
-from mushroom.scoring.files import read_scoring_file
+from mushroom.evaluation.check import check_file
+from mushroom.evaluation.compare import load_tags
 
 CONTEXT_FILE = ROOT / "contexts" / "ucsc" / "en-val.v2_perplexity-sonar-pro.jsonl"
 CONFIG_FILE = ROOT / "configs" / "qwen2.5-14b-fewshot-temps.toml"
@@ -230,7 +230,7 @@ def test_contexts(tmp_path_factory, data):
     path = root / "val.en.mine.jsonl"
     path.write_bytes(raw)
     _load_or_locate(lambda p: load_records(p, ContextRecord), path, raw)
-    from mushroom.contexts import load_contexts
+    from mushroom.data.contexts import load_contexts
 
     try:
         ctx = load_contexts("val", "en", ("mine",), context_dir=root)
@@ -264,7 +264,7 @@ def test_recorded_responses(tmp_path_factory, data):
 @FUZZ
 @given(data=st.data())
 def test_run_configs(tmp_path_factory, data):
-    from mushroom.runconfig import load_run_config
+    from mushroom.runs.config import load_run_config
 
     raw = CONFIG_FILE.read_bytes()
     lines = raw.split(b"\n")
@@ -298,7 +298,7 @@ def test_run_configs(tmp_path_factory, data):
 
 
 def test_run_config_that_is_not_utf8(tmp_path):
-    from mushroom.runconfig import load_run_config
+    from mushroom.runs.config import load_run_config
 
     path = tmp_path / "run.toml"
     path.write_bytes(b"\x80" + CONFIG_FILE.read_bytes())

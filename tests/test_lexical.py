@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 
-from mushroom.contexts import load_contexts
-from mushroom.data import load_split
+from mushroom.data.contexts import load_contexts
+from mushroom.data.records import Context, Item
+from mushroom.data.spans import hard_to_mask
+from mushroom.data.splits import load_split
 from mushroom.detectors import available, build
 from mushroom.errors import DataError, MushroomError
-from mushroom.records import Context, Item
-from mushroom.spans import hard_to_mask
 
 
 def _item(text, question="Who won the race?", lang="en"):
@@ -101,8 +101,8 @@ def test_options_are_validated_and_unknown_keys_rejected():
 
 @pytest.mark.parametrize("lang", ["ar", "de", "en", "es", "fi", "fr", "hi", "it", "sv", "zh"])
 def test_val_language_beats_mark_all(lang):
-    from mushroom.predictions import mark_all
-    from mushroom.scoring.score import score_predictions
+    from mushroom.data.predictions import mark_all
+    from mushroom.evaluation.score import score_predictions
 
     items = load_split("val", [lang])[lang]
     ctx = load_contexts("val", lang)
@@ -141,7 +141,7 @@ def _channels(text, question, contexts, lang="en"):
     (result,) = results
     assert result.ok
     n = len(text)
-    from mushroom.spans import soft_to_vector
+    from mushroom.data.spans import soft_to_vector
 
     return {name: soft_to_vector(spans, n) for name, spans in result.channels.items()}
 

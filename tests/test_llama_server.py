@@ -16,11 +16,11 @@ from real_models import LlamaServer, llama_server_missing, smollm2_gguf
 from mushroom.backends import build_backend
 from mushroom.backends.base import GenerationRequest, LoglikelihoodRequest, Message
 from mushroom.backends.openai_compat import render_plain
-from mushroom.data import load_split
+from mushroom.data.languages import language_name
+from mushroom.data.splits import load_split
 from mushroom.detectors.llm import context_text
-from mushroom.languages import language_name
+from mushroom.detectors.prompts import load_prompt
 from mushroom.parsing.parser import SpanList
-from mushroom.prompts import load_prompt
 
 pytestmark = pytest.mark.real_model
 

@@ -1,10 +1,10 @@
 import pytest
 from conftest import ROOT, write_lines
 
-from mushroom.contexts import DEFAULT_SOURCES, available_sources, context_file, load_contexts
-from mushroom.data import load_items, load_split, split_files
+from mushroom.data.contexts import DEFAULT_SOURCES, available_sources, context_file, load_contexts
+from mushroom.data.languages import TEST_LANGUAGES, VAL_LANGUAGES
+from mushroom.data.splits import load_items, load_split, split_files
 from mushroom.errors import DataError, MushroomError
-from mushroom.languages import TEST_LANGUAGES, VAL_LANGUAGES
 
 
 def test_every_shipped_split_file_loads():
@@ -33,7 +33,7 @@ def test_contexts_cover_every_val_and_test_item():
 
 
 def test_an_optional_source_is_skipped_where_it_has_no_file_and_a_fact_check_never_supports():
-    from mushroom.contexts import fact_checks, support_contexts
+    from mushroom.data.contexts import fact_checks, support_contexts
 
     de = load_contexts("val", "de", ("perplexity-sonar-pro", "qa_perplexity-sonar-pro?"))
     assert set(de.files) == {"perplexity-sonar-pro"}

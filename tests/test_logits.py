@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from mushroom.data import load_split
+from mushroom.data.splits import load_split
 from mushroom.text.logits import decode_tokens, logit_columns, token_of_chars
 
 

@@ -7,10 +7,10 @@ from conftest import ROOT
 from fake_openai_server import FakeServer
 from rich.console import Console
 
-from mushroom.check import check_file
-from mushroom.data import load_split
+from mushroom.data.splits import load_split
 from mushroom.errors import MushroomError
-from mushroom.mainjob import run_main, run_main_stack
+from mushroom.evaluation.check import check_file
+from mushroom.runs.mainjob import run_main, run_main_stack
 
 
 def test_main_job_on_a_slice_writes_checked_files_scores_and_resumes(tmp_path):
@@ -80,7 +80,7 @@ def test_run_sh_runs_the_main_job(tmp_path):
 
 
 def test_a_member_that_beats_the_stack_out_of_fold_is_warned_about():
-    from mushroom.stack import stack_behind
+    from mushroom.combine.stack import stack_behind
 
     comparison = {
         "stack (CV)": {"mean": {"iou": 0.36, "cor": 0.5}},
@@ -103,7 +103,7 @@ def test_a_failed_member_is_the_users_choice_in_its_main_job_and_refused_by_anot
     The member's own item ledger lists its failed items: a stack fitted by hand on the
     member's folder would learn them as "nothing flagged".
     """
-    from mushroom.stack import Member, fit_stack
+    from mushroom.combine.stack import Member, fit_stack
 
     out = tmp_path / "run"
     console = Console(file=open(tmp_path / "log.txt", "w"), width=120)

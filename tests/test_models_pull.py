@@ -11,7 +11,7 @@ import zipfile
 import pytest
 from typer.testing import CliRunner
 
-from mushroom.cli_models import models_app
+from mushroom.cli.models import models_app
 from mushroom.errors import MushroomError
 from mushroom.models import zoo
 

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from mushroom.predictions import prediction_from_vectors
-from mushroom.records import Item
-from mushroom.stack.features import feature_names, item_features
+from mushroom.combine.stack.features import feature_names, item_features
+from mushroom.data.predictions import prediction_from_vectors
+from mushroom.data.records import Item
 from mushroom.text.negation import negation_mask
 
 
@@ -59,7 +59,7 @@ def test_the_stack_fingerprint_covers_every_text_module_its_features_read():
     """A stack fitted before a word list changed must be refitted, not reused as unchanged."""
     import re
 
-    from mushroom.stack import features, fingerprint
+    from mushroom.combine.stack import features, fingerprint
 
     source = open(features.__file__, encoding="utf-8").read()
     used = {f"{name}.py" for name in re.findall(r"from mushroom\.text\.(\w+) import", source)}

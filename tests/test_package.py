@@ -14,7 +14,7 @@ import zipfile
 import pytest
 from conftest import ROOT, write_lines
 
-from mushroom.data import load_split
+from mushroom.data.splits import load_split
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_library_api_and_cli_from_another_folder(installed):
     code = (
         "import json, mushroom\n"
         "assert 'site-packages' in mushroom.__file__ and 'venv' in mushroom.__file__, mushroom.__file__\n"
-        "from mushroom.prompts import load_prompt\n"
+        "from mushroom.detectors.prompts import load_prompt\n"
         "load_prompt('single_few_shot')\n"
         "p = mushroom.detect('Paris is the capital of Italy since 1850.', "
         "contexts=['Paris is the capital of France.'], question='What is Paris?')\n"

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mushroom.data import load_split
+from mushroom.data.splits import load_split
 from mushroom.parsing.json_repair import MAX_DEPTH, extract_json
 from mushroom.parsing.locate import METHODS
 from mushroom.parsing.parser import (

@@ -19,9 +19,9 @@ import pytest
 from conftest import ROOT
 from real_models import LlamaServer, llama_server_missing, smollm2_gguf
 
-from mushroom.check import check_file
-from mushroom.data import load_split
-from mushroom.rawlog import RawRecord
+from mushroom.backends.rawlog import RawRecord
+from mushroom.data.splits import load_split
+from mushroom.evaluation.check import check_file
 
 pytestmark = pytest.mark.real_model
 N = 2

@@ -22,7 +22,7 @@ pytest.importorskip("accelerate", reason="accelerate not installed: pip install 
 
 from mushroom.backends import grammar  # noqa: E402
 from mushroom.backends.base import BackendConfig, LoglikelihoodRequest  # noqa: E402
-from mushroom.data import load_split  # noqa: E402
+from mushroom.data.splits import load_split  # noqa: E402
 from mushroom.detectors import build  # noqa: E402
 from mushroom.models import zoo  # noqa: E402
 from mushroom.parsing.parser import SpanList  # noqa: E402

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT, VAL_EN
 from fake_openai_server import FakeServer
 
-from mushroom.data import load_split
+from mushroom.data.splits import load_split
 
 SPANS = '{"incorrect_spans": []}'
 
@@ -83,7 +83,7 @@ def test_a_model_answering_only_garbage_is_warned_about(tmp_path):
 
 def test_claims_that_are_not_in_the_answer_are_warned_about():
     """An echoed template parses fine, yet none of its spans is in the answer: not a quiet 'nothing'."""
-    from mushroom.service import unusable_warnings
+    from mushroom.runs.service import unusable_warnings
 
     stats = {"llm.requests": 4, "llm.unparseable": 0, "llm.claims": 10, "llm.lost": 6}
     (warning,) = unusable_warnings("llm:val en", stats)
@@ -111,7 +111,7 @@ def _locked_elsewhere(folder) -> bool:
 def test_services_of_one_process_share_the_folder_lock_until_the_last_finishes(tmp_path):
     pytest.importorskip("fcntl")
     from mushroom.errors import MushroomError
-    from mushroom.service import RunService
+    from mushroom.runs.service import RunService
 
     first = RunService(tmp_path / "run", {"detector": "a"}, quiet=True)
     assert _locked_elsewhere(tmp_path / "run")
@@ -290,7 +290,7 @@ def test_items_without_context_are_warned_about_and_a_wrong_replay_file_is_named
 
 def test_a_changed_member_setting_is_named_inside_the_members_list():
     """The main job's config lists its members; a refusal must name the one setting that moved."""
-    from mushroom.service import config_changes
+    from mushroom.runs.service import config_changes
 
     old = {"members": [{"detector": "lexical", "options": {"threshold": 0.25}}, {"detector": "semantic"}]}
     new = {
@@ -313,9 +313,9 @@ def test_a_changed_member_setting_is_named_inside_the_members_list():
 
 def test_work_between_items_shows_under_the_stage_bar_until_it_is_done(tmp_path, monkeypatch):
     """A detector's work before any item is finished (encoding a chunk) moves a row of its own."""
-    import mushroom.service as service
+    import mushroom.runs.service as service
+    from mushroom.data.records import Prediction
     from mushroom.detectors.base import Detector, DetectorOptions, ItemResult
-    from mushroom.records import Prediction
 
     bars, make_bar = [], service.progress_bar
 
@@ -413,9 +413,9 @@ def test_the_contexts_command_checks_its_backend_before_writing_anything(tmp_pat
 
 
 def test_a_submission_zip_of_some_test_languages_is_warned_about(tmp_path):
-    from mushroom.data import split_files
-    from mushroom.service import RunService
-    from mushroom.submission import submission_name
+    from mushroom.data.predictions import submission_name
+    from mushroom.data.splits import split_files
+    from mushroom.runs.service import RunService
 
     service = RunService(tmp_path / "run", {"detector": "a"}, quiet=True)
     files = []
@@ -450,7 +450,7 @@ def test_a_backend_warning_is_one_warning_line_kept_in_the_summary(tmp_path):
 
 def test_run_scope_reaches_a_main_job_members_val_files_and_no_deeper(tmp_path):
     """A file is scored with its run's --limit and --lang only when it is that run's file."""
-    from mushroom.runs import run_scope
+    from mushroom.data.runfolder import run_scope
 
     def run_folder(path, config):
         path.mkdir(parents=True)
@@ -473,8 +473,8 @@ def test_run_scope_reaches_a_main_job_members_val_files_and_no_deeper(tmp_path):
 
 
 def test_failed_items_of_items_files_and_never_of_the_mark_all_baseline(tmp_path):
-    from mushroom.records import Prediction
-    from mushroom.runs import failed_items
+    from mushroom.data.records import Prediction
+    from mushroom.data.runfolder import failed_items
 
     def run_folder(path, config):
         path.mkdir(parents=True)

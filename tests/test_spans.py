@@ -2,9 +2,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mushroom.records import SoftSpan
-from mushroom.scoring.files import official_hard_from_soft
-from mushroom.spans import (
+from mushroom.data.label_files import official_hard_from_soft
+from mushroom.data.records import SoftSpan
+from mushroom.data.spans import (
     hard_to_mask,
     mask_to_hard,
     merge_hard,

@@ -5,12 +5,8 @@ import pytest
 from conftest import write_lines
 from typer.testing import CliRunner
 
-from mushroom.channels import channel_file, read_channels, write_channels
-from mushroom.cli import app
-from mushroom.errors import MushroomError
-from mushroom.predictions import load_predictions, prediction_from_vectors
-from mushroom.records import Item
-from mushroom.stack import (
+from mushroom.cli.app import app
+from mushroom.combine.stack import (
     Member,
     StackFit,
     StackModel,
@@ -23,7 +19,10 @@ from mushroom.stack import (
     stack_fingerprint,
     word_hard_mask,
 )
-from mushroom.submission import submission_name
+from mushroom.data.channels import channel_file, read_channels, write_channels
+from mushroom.data.predictions import load_predictions, prediction_from_vectors, submission_name
+from mushroom.data.records import Item
+from mushroom.errors import MushroomError
 
 
 def test_logistic_regression_recovers_coefficients_with_soft_targets():
@@ -82,7 +81,7 @@ def test_saved_trees_predict_exactly_what_sklearn_fitted():
     """stack.json keeps the trees as plain node arrays; applying them must equal sklearn's model."""
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    from mushroom.stack.trees import TreeScorer, TreeSettings, fit_trees
+    from mushroom.combine.stack.trees import TreeScorer, TreeSettings, fit_trees
 
     rng = np.random.default_rng(3)
     x = rng.uniform(0, 1, size=(3000, 4))
@@ -375,7 +374,7 @@ def test_hard_labels_cover_whole_words_and_the_short_gaps_between_them():
 
 
 def test_logistic_prediction_equals_the_standardised_design():
-    from mushroom.stack.model import design, predict
+    from mushroom.combine.stack.logistic import design, predict
 
     rng = np.random.default_rng(0)
     feats = rng.normal(loc=[1000.0, -3.0, 0.5], scale=[5.0, 1e-3, 1.0], size=(200, 3))
@@ -386,7 +385,7 @@ def test_logistic_prediction_equals_the_standardised_design():
 
 
 def test_soft_labels_are_flat_over_words_and_gaps_take_the_lower_word():
-    from mushroom.stack.decoding import pool_words
+    from mushroom.combine.stack.decoding import pool_words
 
     text = " Born in Paris, France.\n"
     probs = np.linspace(0.1, 0.9, len(text))
@@ -417,8 +416,8 @@ def test_soft_labels_are_flat_over_words_and_gaps_take_the_lower_word():
 
 
 def test_cutoff_table_choice_matches_a_brute_force_search_and_shrinks_toward_pooled():
-    from mushroom.scoring.metrics import mask_iou
-    from mushroom.stack.decoding import FLOORS, THRESHOLDS, CutoffScores
+    from mushroom.combine.stack.decoding import FLOORS, THRESHOLDS, CutoffScores
+    from mushroom.evaluation.metrics import mask_iou
 
     rng = np.random.default_rng(3)
     items = make_items(40, rng)
@@ -455,7 +454,7 @@ def test_cutoff_table_choice_matches_a_brute_force_search_and_shrinks_toward_poo
 def test_fitting_needs_two_folds_and_a_penalty_of_at_least_zero():
     # The CLI's option bounds stop these too; the library says it before reading any file
     # (it failed with "need at least one array to concatenate" or a ZeroDivisionError).
-    from mushroom.stack import fit_stack
+    from mushroom.combine.stack import fit_stack
 
     for folds, l2 in ((1, 1.0), (0, 1.0), (5, -1.0)):
         with pytest.raises(MushroomError, match="folds >= 2 and l2 >= 0"):
@@ -544,11 +543,11 @@ def test_the_empty_rule_marks_nothing_where_nothing_pays_and_keeps_the_soft_labe
     The stack's out-of-fold probabilities are set to look alike word by word in both kinds of
     item, so that only the item (its length) tells them apart, as the rule sees it.
     """
-    from mushroom.stack import StackConfig
-    from mushroom.stack.decoding import CutoffScores
-    from mushroom.stack.empty import EmptyRule
-    from mushroom.stack.features import load_stack_data
-    from mushroom.stack.fit import choose, prepare
+    from mushroom.combine.stack import StackConfig
+    from mushroom.combine.stack.decoding import CutoffScores
+    from mushroom.combine.stack.empty import EmptyRule
+    from mushroom.combine.stack.features import load_stack_data
+    from mushroom.combine.stack.fit import choose, prepare
 
     rng = np.random.default_rng(5)
     items = make_items(80, rng, empty_words=30)  # every fourth a long answer whose gold is empty
@@ -580,7 +579,7 @@ def test_the_empty_rule_marks_nothing_where_nothing_pays_and_keeps_the_soft_labe
 
 
 def test_the_empty_rule_of_each_fold_is_fitted_without_that_fold():
-    from mushroom.stack.empty import fit_empty_rule, nested_empties
+    from mushroom.combine.stack.empty import fit_empty_rule, nested_empties
 
     rng = np.random.default_rng(0)
     feats = rng.normal(size=(60, 3))

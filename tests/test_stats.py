@@ -1,6 +1,6 @@
 import numpy as np
 
-from mushroom.scoring.stats import bootstrap_ci, paired_test
+from mushroom.evaluation.stats import bootstrap_ci, paired_test
 
 
 def test_bootstrap_interval_contains_the_mean_and_is_reproducible():

@@ -15,7 +15,7 @@ from tiny_models import tiny_llama, word_tokenizer  # noqa: E402
 
 from mushroom.backends.base import BackendConfig, GenerationRequest, Message  # noqa: E402
 from mushroom.backends.hf import TransformersBackend  # noqa: E402
-from mushroom.data import load_split  # noqa: E402
+from mushroom.data.splits import load_split  # noqa: E402
 from mushroom.detectors import build  # noqa: E402
 
 
@@ -349,7 +349,7 @@ def test_a_tokenizer_llguidance_misreads_is_refused_not_used():
 def test_a_broken_grammar_is_marked_on_its_response_and_warned_through_the_wrappers(monkeypatch, tmp_path):
     from mushroom.backends.base import backend_warnings
     from mushroom.backends.cache import CachedBackend, ResponseCache
-    from mushroom.rawlog import RecordingBackend
+    from mushroom.backends.rawlog import RecordingBackend
 
     backend = byte_backend(batch_size=4)
     processor = backend._constrainer or grammar.SchemaConstrainer(backend.tokenizer, len(backend.tokenizer))

@@ -138,6 +138,14 @@ class Backend(ABC):
         self.config = config
         self._warnings: list[str] = []
 
+    @classmethod
+    def check_config(cls, config: BackendSettings) -> None:  # noqa: B027 - optional hook
+        """Checks that need the backend's own code (a server's model list, a responses file).
+
+        Called by the settings' `check_ready` before any item is sent; settings models hold
+        no code of a backend, so listing and validating them imports none.
+        """
+
     @property
     def warnings(self) -> list[str]:
         """What this backend warned of, for the run's summary (wrappers pass on their inner one's)."""

@@ -24,7 +24,7 @@ from mushroom.backends.base import (
     OnScore,
     backend_warnings,
 )
-from mushroom.jsonl import append_jsonl
+from mushroom.data.jsonl import append_jsonl
 
 
 def request_key(backend_kind: str, model: str, request: GenerationRequest | LoglikelihoodRequest) -> str:

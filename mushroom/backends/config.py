@@ -50,8 +50,6 @@ class BackendSettings(BaseModel):
     def __new__(cls, *args: Any, **data: Any) -> BackendSettings:
         # `BackendSettings(kind="openai", ...)` builds the model registered for that kind.
         if cls is BackendSettings and isinstance(data.get("kind"), str):
-            from mushroom.backends.registry import config_class_or_none
-
             target = config_class_or_none(data["kind"])
             if target is not None and target is not cls:
                 return super().__new__(target)
@@ -61,8 +59,6 @@ class BackendSettings(BaseModel):
     def model_validate(cls, obj: Any, **kwargs: Any) -> BackendSettings:
         # as `__new__`: the base class validates a dict as the model of its kind
         if cls is BackendSettings and isinstance(obj, dict) and isinstance(obj.get("kind"), str):
-            from mushroom.backends.registry import config_class_or_none
-
             target = config_class_or_none(obj["kind"])
             if target is not None and target is not cls:
                 return target.model_validate(obj, **kwargs)
@@ -89,7 +85,7 @@ class BackendSettings(BaseModel):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(cls.model_fields))
             if unknown:
-                from mushroom.cliutil import suggest
+                from mushroom.util.words import suggest
 
                 kind = data.get("kind", "?")
                 raise ValueError(
@@ -112,9 +108,9 @@ class ReplayConfig(BackendSettings):
         if not Path(self.responses).is_file():
             what = "a folder, not a JSONL file" if Path(self.responses).is_dir() else "no such file"
             raise MushroomError(f"{self.responses}: {what} (the replay backend's `responses`)")
-        from mushroom.backends.replay import load_replay_file
+        from mushroom.backends.registry import backend_class
 
-        load_replay_file(Path(self.responses))  # a broken line is named now, not per item later
+        backend_class(self.kind).check_config(self)  # a broken line is named now, not per item later
 
 
 class OpenAIConfig(BackendSettings):
@@ -150,9 +146,9 @@ class OpenAIConfig(BackendSettings):
     def check_ready(self) -> None:
         """The settings, and that a server which lists its models serves this one."""
         self.check_settings()
-        from mushroom.backends.openai_compat import check_served_model
+        from mushroom.backends.registry import backend_class
 
-        check_served_model(self)
+        backend_class(self.kind).check_config(self)
 
     @field_validator("structured_output", mode="before")
     @classmethod
@@ -207,7 +203,7 @@ class WeightsConfig(BackendSettings):
         check_model_folder(self.model)
         device = getattr(self, "device", None)
         if device is not None:
-            from mushroom.devices import check_device
+            from mushroom.models.devices import check_device
 
             check_device(device, "device")
 
@@ -264,13 +260,22 @@ BuiltinBackendConfig = Annotated[
 """The built-in kinds as a closed union tagged by `kind` (what the JSON schema shows)."""
 
 
+def config_class_or_none(name: str) -> type[BackendSettings] | None:
+    """The settings model of `name`, or None for a name nobody registered."""
+    if name in BUILTIN_CONFIGS:
+        return BUILTIN_CONFIGS[name]
+    from mushroom.backends.registry import registered_config_class
+
+    return registered_config_class(name)
+
+
 def parse_backend_config(value: BackendSettings | dict[str, Any]) -> BackendSettings:
     """The settings model of `value["kind"]`, validated; an unknown kind lists the known ones.
 
     An instance already of its kind's model is returned as is; a base-class instance of a
     registered kind is validated again against that kind's model.
     """
-    from mushroom.backends.registry import backend_names, config_class_or_none
+    from mushroom.backends.registry import backend_names
 
     if isinstance(value, BackendSettings):
         target = config_class_or_none(value.kind)
@@ -284,7 +289,7 @@ def parse_backend_config(value: BackendSettings | dict[str, Any]) -> BackendSett
         raise ValueError(f"a backend config needs `kind`: one of {', '.join(backend_names())}")
     target = config_class_or_none(kind)
     if target is None:
-        from mushroom.cliutil import suggest
+        from mushroom.util.words import suggest
 
         raise ValueError(f"unknown backend {kind!r}{suggest(kind, backend_names())}")
     return target.model_validate(value)

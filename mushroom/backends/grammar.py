@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor
 
-from mushroom.cliutil import plural
 from mushroom.errors import MushroomError
+from mushroom.util.words import plural
 
 # json.dumps' separators and no other whitespace: with llguidance's default (any run of
 # whitespace between tokens) a random or small model can pad the JSON with blanks until

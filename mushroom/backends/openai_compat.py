@@ -67,8 +67,8 @@ from mushroom.backends.base import (
 )
 from mushroom.backends.config import OpenAIConfig
 from mushroom.backends.registry import register_backend
-from mushroom.cliutil import plural
 from mushroom.errors import MushroomError
+from mushroom.util.words import plural
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 FALLBACK = ("json_schema", "json_object", "none")
@@ -191,6 +191,11 @@ class OpenAIBackend(Backend):
     """Client for `POST {base_url}/chat/completions` (and `/completions` for scoring)."""
 
     config: OpenAIConfig
+
+    @classmethod
+    def check_config(cls, config: OpenAIConfig) -> None:
+        """A server that lists its models must serve this one."""
+        check_served_model(config)
 
     def __init__(self, config: OpenAIConfig):
         super().__init__(config)

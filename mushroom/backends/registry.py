@@ -71,7 +71,7 @@ def missing_library(name: str, library: str | None) -> MushroomError:
 
 
 def _unknown(name: str) -> MushroomError:
-    from mushroom.cliutil import suggest
+    from mushroom.util.words import suggest
 
     return MushroomError(f"unknown backend {name!r}{suggest(name, backend_names())}")
 
@@ -103,12 +103,8 @@ def backend_class(name: str) -> type[Backend]:
     return cls
 
 
-def config_class_or_none(name: str) -> type[BackendSettings] | None:
-    """The settings model of `name`, or None for a name nobody registered."""
-    from mushroom.backends.config import BUILTIN_CONFIGS
-
-    if name in BUILTIN_CONFIGS:
-        return BUILTIN_CONFIGS[name]
+def registered_config_class(name: str) -> type[BackendSettings] | None:
+    """The settings model of a backend registered in code or by entry point; None otherwise."""
     if name in _REGISTERED or name in _entry_points():
         return backend_class(name).config_class
     return None

@@ -41,8 +41,9 @@ from mushroom.backends.base import (
 )
 from mushroom.backends.config import NEEDS_RESPONSES, ReplayConfig
 from mushroom.backends.registry import register_backend
-from mushroom.errors import REPLAY_MISS, DataError, MushroomError, close_match
-from mushroom.jsonl import load_records
+from mushroom.data.jsonl import load_records
+from mushroom.errors import REPLAY_MISS, DataError, MushroomError
+from mushroom.util.words import close_match
 
 
 class ReplayRecord(BaseModel):
@@ -176,6 +177,11 @@ class ReplayBackend(Backend):
     """Answers from a JSONL file of recorded responses and scores."""
 
     config: ReplayConfig
+
+    @classmethod
+    def check_config(cls, config: ReplayConfig) -> None:
+        """Every line of the responses file must hold something to replay: named now, not per item."""
+        load_replay_file(Path(config.responses))
 
     def __init__(self, config: ReplayConfig):
         super().__init__(config)

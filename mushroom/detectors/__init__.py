@@ -15,10 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mushroom.cliutil import value_hint
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, VectorDetector
 from mushroom.errors import DataError, MushroomError, Problem, did_you_mean
-from mushroom.jsonl import error_message
+from mushroom.util.options import error_message, value_hint
 
 __all__ = [
     "Detector",

@@ -19,7 +19,7 @@ The contract, checked for every registered detector by tests/test_detector_contr
   service sums them per language and split (`<split>/stats.json`); an LLM stage keeps
   `requests == parsed + repaired + unparseable + backend_errors`.
 - **Raw records**: a detector that calls models wraps its backend with `recording()`, so every
-  call lands in `raw/<lang>.raw.jsonl` as a `mushroom.rawlog.RawRecord` (one schema for all
+  call lands in `raw/<lang>.raw.jsonl` as a `mushroom.backends.rawlog.RawRecord` (one schema for all
   stages, error rows included) that `--backend replay` can answer from. Per-item parse
   details go into `ItemResult.detail`.
 - **Evidence channels**: per-character vectors beyond the final probabilities (for `stack`)
@@ -41,9 +41,9 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from mushroom.cliutil import plural
+from mushroom.data.records import Context, Item, Prediction, SoftSpan
 from mushroom.errors import DataError, MushroomError, RunFailed, error_text
-from mushroom.records import Context, Item, Prediction, SoftSpan
+from mushroom.util.words import plural
 
 
 class DetectorOptions(BaseModel):
@@ -80,7 +80,7 @@ class ItemResult(BaseModel):
         stats: dict[str, int] | None = None,
         detail: dict[str, Any] | None = None,
     ) -> ItemResult:
-        from mushroom.spans import vector_to_soft
+        from mushroom.data.spans import vector_to_soft
 
         return cls(
             id=prediction.id,
@@ -237,7 +237,7 @@ class Detector(ABC):
 
     def recording(self, backend):
         """Wraps a backend so that each call is written to the current language's raw log."""
-        from mushroom.rawlog import RecordingBackend
+        from mushroom.backends.rawlog import RecordingBackend
 
         return RecordingBackend(backend, lambda: self.raw_log)
 
@@ -259,7 +259,7 @@ class VectorDetector(Detector):
         """Per-character hallucination probability of one answer."""
 
     def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
-        from mushroom.predictions import prediction_from_vectors
+        from mushroom.data.predictions import prediction_from_vectors
 
         threshold = self.options.threshold
         self.channels = {}  # this batch's evidence; kept until the next call for callers to read

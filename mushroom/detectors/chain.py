@@ -33,15 +33,15 @@ from mushroom.backends.base import (
     backend_warnings,
 )
 from mushroom.backends.cache import build_cached
+from mushroom.data.languages import language_name
+from mushroom.data.predictions import prediction_from_vectors
+from mushroom.data.records import Context, Item
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
 from mushroom.detectors.llm import context_text
-from mushroom.languages import language_name
+from mushroom.detectors.prompts import load_prompt
 from mushroom.parsing.json_repair import extract_json
 from mushroom.parsing.locate import SpanLocator
 from mushroom.parsing.parser import coerce_bool, read_claims
-from mushroom.predictions import prediction_from_vectors
-from mushroom.prompts import load_prompt
-from mushroom.records import Context, Item
 
 
 class ChainOptions(DetectorOptions):

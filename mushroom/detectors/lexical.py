@@ -22,12 +22,12 @@ import regex
 from pydantic import Field
 from rapidfuzz.distance import Levenshtein
 
-from mushroom.contexts import is_fact_check, support_contexts
+from mushroom.data.contexts import is_fact_check, support_contexts
+from mushroom.data.records import Context, Item
 from mushroom.detectors.base import DetectorOptions, VectorDetector
 from mushroom.detectors.lexical_calibration import Calibration, load_calibration
 from mushroom.detectors.lexical_channels import lexical_channels
 from mushroom.errors import MushroomError
-from mushroom.records import Context, Item
 from mushroom.text.stopwords import stop_characters, stopwords
 from mushroom.text.tokenize import DIGIT_GROUP, Token, tokenize, vocabulary
 
@@ -169,7 +169,7 @@ class LexicalDetector(VectorDetector):
         support = [name for name in sources if not is_fact_check(name)]
         unknown = sorted(set(self.options.source_weights) - set(support))
         if unknown:
-            from mushroom.cliutil import suggest
+            from mushroom.util.words import suggest
 
             why = (
                 "is a fact-check source, which is never read as support"
@@ -319,7 +319,7 @@ def fit_calibration(
         smoothing: pseudo-count towards the pooled estimate.
         fitted_on: a note recorded in the table (which data it saw).
     """
-    from mushroom.spans import soft_to_vector
+    from mushroom.data.spans import soft_to_vector
 
     opts = (options or LexicalOptions()).model_copy(update={"calibration": None})
     det = LexicalDetector(opts)

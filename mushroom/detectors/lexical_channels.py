@@ -10,7 +10,7 @@ three fold draws) the logistic stack scored IoU 0.535 / Cor 0.564 before these c
 the logit features, 0.562 / 0.581 with them and the fact-check channels below
 (`benchmarks/stack_val.py --model logistic --seeds 0,1,2`).
 
-A fact-check context (`mushroom.contexts.is_fact_check`: a search model's verdict on the
+A fact-check context (`mushroom.data.contexts.is_fact_check`: a search model's verdict on the
 answer, shipped for English) adds the `check_*` channels: answer words it puts right after
 a negation ("in 1984, not 2008"), words it quotes from the answer, words it never uses
 outside such corrections, and its verdict. They are 0 for items without one.
@@ -26,8 +26,8 @@ import re
 
 import numpy as np
 
-from mushroom.contexts import fact_checks, support_contexts
-from mushroom.records import Context, Item
+from mushroom.data.contexts import fact_checks, support_contexts
+from mushroom.data.records import Context, Item
 from mushroom.text.frequency import ZIPF_MAX, zipf
 from mushroom.text.segment import sentences
 from mushroom.text.tokenize import Token, tokenize

@@ -26,12 +26,12 @@ from mushroom.backends.base import (
     backend_warnings,
 )
 from mushroom.backends.cache import build_cached
+from mushroom.data.languages import language_name
+from mushroom.data.predictions import SoftMode, vote
+from mushroom.data.records import Context, Item
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
-from mushroom.ensemble import SoftMode, vote
-from mushroom.languages import language_name
+from mushroom.detectors.prompts import PromptTemplate, load_prompt
 from mushroom.parsing.parser import SpanList, parse_response
-from mushroom.prompts import PromptTemplate, load_prompt
-from mushroom.records import Context, Item
 
 
 class LLMOptions(DetectorOptions):

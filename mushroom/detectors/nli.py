@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from mushroom.contexts import support_contexts
+from mushroom.data.contexts import support_contexts
+from mushroom.data.records import Context, Item
 from mushroom.detectors.base import DetectorOptions, VectorDetector
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
-from mushroom.devices import check_device, check_model_folder
 from mushroom.errors import MushroomError, load_failure
-from mushroom.records import Context, Item
+from mushroom.models.devices import check_device, check_model_folder
 from mushroom.text.segment import sentences
 
 

@@ -37,15 +37,15 @@ from mushroom.backends.base import (
     backend_warnings,
 )
 from mushroom.backends.cache import build_cached
-from mushroom.cliutil import plural
-from mushroom.contexts import support_contexts
+from mushroom.data.contexts import support_contexts
+from mushroom.data.predictions import prediction_from_vectors
+from mushroom.data.records import Context, Item
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
+from mushroom.detectors.prompts import load_prompt
 from mushroom.errors import MushroomError
-from mushroom.predictions import prediction_from_vectors
-from mushroom.prompts import load_prompt
-from mushroom.records import Context, Item
+from mushroom.util.words import plural
 
 
 class ModelStats(BaseModel):

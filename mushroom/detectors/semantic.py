@@ -31,16 +31,16 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from mushroom.cliutil import plural
-from mushroom.contexts import support_contexts
+from mushroom.data.contexts import support_contexts
+from mushroom.data.records import Context, Item
 from mushroom.detectors.base import DetectorOptions, Emit, VectorDetector
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
-from mushroom.devices import check_device, check_model_folder
 from mushroom.errors import MushroomError, error_text
-from mushroom.records import Context, Item
+from mushroom.models.devices import check_device, check_model_folder
 from mushroom.text.segment import clauses, sentences
 from mushroom.text.stopwords import stopwords
 from mushroom.text.tokenize import tokenize
+from mushroom.util.words import plural
 
 
 class SemanticOptions(DetectorOptions):

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mushroom.errors import MushroomError, close_match
+from mushroom.errors import MushroomError
+from mushroom.util.words import close_match
 
 PIP_TIMEOUT_S = 900
 
@@ -146,7 +147,7 @@ def entry(name: str) -> ModelEntry:
     try:
         return REGISTRY[name]
     except KeyError:
-        from mushroom.cliutil import suggest
+        from mushroom.util.words import suggest
 
         raise UnknownModelError(f"no model called {name!r}{suggest(name.lower(), list(REGISTRY))}") from None
 
@@ -158,7 +159,7 @@ def check_model_name(name: str, backend: str) -> str:
     and fail every item once it has loaded (the typo as a hub id); caught when the config is
     read, either is a usage error.
     """
-    from mushroom.cliutil import suggest
+    from mushroom.util.words import suggest
 
     known = ", ".join(sorted(REGISTRY))
     if not name:

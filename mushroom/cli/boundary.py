@@ -1,0 +1,230 @@
+"""The command line's error boundary and the small helpers every command shares.
+
+Every expected failure reaches the user as a few lines naming the file, option or value and
+what to do, with an exit code a script can branch on (README, "Exit codes"): 0 ok, 1 an input
+file found invalid, 2 a usage or config error, 3 a run with failed items, 130 interrupted.
+Tracebacks are for bugs, and only with `--debug`.
+
+Output that contains user text (file names, ids, model output, option values) goes through
+`esc` before rich renders it: rich reads `[...]` as markup and would eat `mushroom[vllm]` or a
+file named `run[bold].jsonl`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from contextvars import ContextVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+
+from mushroom.errors import MushroomError
+from mushroom.util.interrupts import current_hint, interrupt_message
+from mushroom.util.options import validation_message
+
+if TYPE_CHECKING:
+    import typer
+
+out_console = Console(soft_wrap=True)  # messages are never broken into lines; tables still fit
+err_console = Console(stderr=True, soft_wrap=True)
+
+EXIT_OK = 0
+EXIT_INVALID_INPUT = 1
+EXIT_USAGE = 2
+EXIT_RUN_FAILED = 3
+EXIT_INTERRUPTED = 130
+EXIT_BUG = 70  # EX_SOFTWARE: an unexpected exception, i.e. a bug in mushroom
+
+_debug: ContextVar[bool] = ContextVar("mushroom_debug", default=False)
+
+
+# ---- output ------------------------------------------------------------------------------
+
+
+def esc(value: object) -> str:
+    """User text made safe for rich markup (brackets shown as typed)."""
+    return escape(str(value))
+
+
+def print_error(message: str) -> None:
+    """`error: MESSAGE` on stderr; the message is plain text, never markup."""
+    err_console.print(f"[red]error:[/red] {esc(message)}", highlight=False, soft_wrap=True)
+
+
+def print_warning(message: str) -> None:
+    """`warning: MESSAGE` on stderr; the message is plain text, never markup."""
+    err_console.print(f"[yellow]warning:[/yellow] {esc(message)}", highlight=False, soft_wrap=True)
+
+
+def set_debug(on: bool) -> None:
+    """Set by the global `--debug` flag: expected errors then show their traceback too."""
+    _debug.set(on)
+
+
+def debug_enabled() -> bool:
+    """`--debug` was given, or MUSHROOM_DEBUG is set (errors before option parsing too)."""
+    return _debug.get() or os.environ.get("MUSHROOM_DEBUG", "") not in ("", "0")
+
+
+# ---- names and options -------------------------------------------------------------------
+
+
+# ---- paths -------------------------------------------------------------------------------
+
+
+def input_file(path: Path, option: str) -> Path:
+    """An existing readable file given as `option`; a folder or a missing path is a usage error."""
+    if not path.exists():
+        raise MushroomError(f"{option} {path}: no such file")
+    if path.is_dir():
+        raise MushroomError(f"{option} {path}: is a folder; give a file")
+    return path
+
+
+def output_file(path: Path, option: str) -> Path:
+    """A path to write as `option`: not a folder, and its folder creatable."""
+    if path.is_dir():
+        raise MushroomError(f"{option} {path}: is a folder; give a file name to write")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if parent.exists() and not parent.is_dir():
+        raise MushroomError(f"{option} {path}: {parent} is a file, not a folder")
+    return path
+
+
+# ---- interruption ------------------------------------------------------------------------
+
+
+# ---- the boundary ------------------------------------------------------------------------
+
+
+def _os_message(exc: OSError) -> str:
+    name = exc.filename if exc.filename is not None else ""
+    what = {
+        IsADirectoryError: "is a folder, expected a file",
+        NotADirectoryError: "a part of this path is a file, not a folder",
+        FileNotFoundError: "no such file or folder",
+        PermissionError: "permission denied",
+        FileExistsError: "already exists",
+    }.get(type(exc), exc.strerror or str(exc))
+    return f"{name}: {what}" if name else str(what)
+
+
+def exit_code_for(exc: BaseException) -> tuple[int, str | None]:
+    """(exit code, message) for an exception reaching the boundary; message None: a bug."""
+    import typer
+
+    if isinstance(exc, MushroomError):
+        return exc.exit_code, str(exc)
+    if isinstance(exc, KeyboardInterrupt | typer.Abort):
+        return EXIT_INTERRUPTED, interrupt_message(current_hint())
+    if isinstance(exc, ValidationError):
+        return EXIT_USAGE, "invalid value:\n" + validation_message(exc, "  ")
+    if isinstance(exc, OSError):
+        return EXIT_USAGE, _os_message(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        return EXIT_INVALID_INPUT, f"a file is not valid UTF-8: {exc.reason}"
+    return EXIT_BUG, None
+
+
+def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
+    """Runs the typer app; every expected failure becomes a message and an exit code."""
+    import typer
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in args[: next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]:
+        set_debug(True)
+    from mushroom.backends.base import warnings_to
+
+    try:
+        command = typer.main.get_command(app)
+        _flag_help(command)
+        with warnings_to(print_warning):
+            result = command(args=args, standalone_mode=False, prog_name="mushroom")
+        if result == EXIT_INTERRUPTED:  # typer turns a bare Ctrl-C into a silent 130
+            err_console.print(f"[yellow]{esc(interrupt_message(None))}[/yellow]", highlight=False)
+        return result if isinstance(result, int) else EXIT_OK
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.TyperException as exc:  # typer's click: bad option, missing argument, bad value
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            print_error(str(exc))
+        return int(getattr(exc, "exit_code", EXIT_USAGE) or EXIT_USAGE)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException as exc:  # noqa: BLE001 - this is the boundary
+        code, message = exit_code_for(exc)
+        if message is None:
+            if debug_enabled():
+                traceback.print_exc()
+            print_error(
+                f"internal error: {type(exc).__name__}: {exc}\n"
+                "this is a bug in mushroom; run again with --debug (mushroom --debug COMMAND ...) "
+                "for the traceback and report it"
+            )
+            return code
+        if debug_enabled():
+            traceback.print_exc()
+        if code == EXIT_INTERRUPTED:
+            err_console.print(f"[yellow]{esc(message)}[/yellow]", highlight=False)
+        else:
+            print_error(message)
+        return code
+
+
+FLAG = ""
+"""The metavar of a bool option: Typer shows `<bool>` after a flag, which reads as if it took
+a value (`--allow-failures true` is then refused as an extra argument)."""
+
+
+def _flag_help(command: Any) -> None:
+    """Gives `--help` of a command and its subcommands the FLAG metavar our flags have."""
+    original = command.get_help_option
+
+    def get_help_option(ctx: Any) -> Any:
+        option = original(ctx)
+        if option is not None:
+            option.metavar = FLAG
+        return option
+
+    command.get_help_option = get_help_option
+    for sub in getattr(command, "commands", {}).values():
+        _flag_help(sub)
+
+
+def reflow_help(app: Any) -> None:
+    """Gives each command the help of its docstring with every paragraph on one line.
+
+    Typer prints a docstring's later paragraphs with their source line breaks, so a sentence
+    wrapped at 110 columns in the code broke in the middle on an 80-column terminal. Lines
+    that start a list item or are indented keep their break.
+    """
+    import inspect
+
+    for command in app.registered_commands:
+        if command.help is None and command.callback is not None:
+            command.help = _reflowed(inspect.getdoc(command.callback) or "")
+    for group in app.registered_groups:
+        reflow_help(group.typer_instance)
+
+
+def _reflowed(doc: str) -> str:
+    paragraphs = []
+    for block in doc.split("\n\n"):
+        lines: list[str] = []
+        for line in block.splitlines():
+            if lines and not line.startswith(("- ", "* ", " ")):
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line)
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)

@@ -1,0 +1,432 @@
+"""Fitting a stack on labelled member runs (with honest CV numbers) and applying it to a split."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from mushroom.combine.stack.decoding import (
+    CutoffScores,
+    best_hard_sources,
+    decode_by_lang,
+    nested_cutoffs,
+    nested_hard_sources,
+    pool_words,
+    word_hard_mask,
+)
+from mushroom.combine.stack.empty import fit_empty_rule, item_features, nested_empties
+from mushroom.combine.stack.features import StackData, feature_names, load_stack_data, member_columns
+from mushroom.combine.stack.fingerprint import stack_fingerprint
+from mushroom.combine.stack.folds import item_folds, split_indices
+from mushroom.combine.stack.members import Member
+from mushroom.combine.stack.model import ModelKind, Scorer, StackModel, fit_items
+from mushroom.data.predictions import prediction_from_vectors
+from mushroom.data.records import Item, Prediction
+from mushroom.data.spans import hard_to_mask, soft_to_vector
+from mushroom.errors import MushroomError
+from mushroom.evaluation.metrics import mask_iou
+from mushroom.evaluation.score import score_predictions
+
+
+class StackConfig(BaseModel):
+    """How the stack makes its choices (saved with the model).
+
+    Per-language choices made on ~40 items did not transfer to test (English picked the
+    member that does worse there), so each can be shrunk toward the pooled choice: a
+    weight of k pulls a language's score curve toward the pooled one by k items' worth
+    (0: each language on its own, as before; a very large k: one pooled choice).
+
+    From val (5-fold CV, every choice nested, three fold draws): thresholds and hard-label
+    sources shrunk by 20 items (the sources' default until it went to 50, below) gave mean
+    IoU 0.5351 (draws 0.5393, 0.5349, 0.5310) against 0.5309 (0.5425, 0.5200, 0.5301) for
+    per-language choices, at equal Cor; the floor stays per language (English's floor,
+    0.05 against 0.30 pooled, is the same in every fold, and shrinking it cost English
+    0.02 Cor).
+
+    The hard-label source is shrunk by 50 items: a language's ~40 items are averaged with
+    50 items' worth of the pooled IoU per source, so in effect one pooled source (the
+    stack) unless a language's own items differ from it by a wide margin. Over five fold
+    draws with every choice nested, 20 items let Spanish (draw 0) and Hindi (draw 2) take
+    the semantic member's hard labels (outside English it scores as the lexical member
+    does, so in effect the lexical ones), and both lost IoU out of fold: mean IoU 0.5709
+    against 0.5712 for 50 items or one pooled source, Spanish on draw 0 0.3803 against
+    0.3914. In no draw did leaving the stack gain (`python benchmarks/stack_val.py --seeds
+    0,1,2,3,4 --source-shrink 20,50,1e9` prints the five draws).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    cutoff_shrink: float = Field(20.0, ge=0.0, description="shrinkage of per-language thresholds (items)")
+    floor_shrink: float = Field(0.0, ge=0.0, description="shrinkage of per-language floors (items)")
+    source_shrink: float = Field(50.0, ge=0.0, description="shrinkage of per-language hard-label source")
+    empty_rule: bool = Field(
+        True, description="learn an item-level 'mark nothing' rule (mushroom.combine.stack.empty)"
+    )
+
+
+@dataclass
+class StackFit:
+    """What fitting returns: the model, the CV comparison, out-of-fold predictions, fold spread.
+
+    `folds` holds, per fold, the stack's scores on that fold's items (`scores`: lang ->
+    metric, with the mean) and the choices made without them (`cutoffs`: lang -> [threshold,
+    floor]; `sources`: lang -> hard-label source), so a reader sees how much each number
+    and each choice moves with the draw of 40 items.
+    """
+
+    model: StackModel
+    comparison: dict[str, dict[str, dict[str, float]]]
+    oof: dict[str, list[Prediction]]
+    folds: list[dict] = field(default_factory=list)
+
+    def fingerprint(self) -> str:
+        """The fingerprint of the inputs this fit was made from (see `stack_fingerprint`)."""
+        return self.model.fingerprint
+
+    def save(self, path: Path) -> Path:
+        """Writes the whole fit (model, comparison, out-of-fold predictions, folds) as JSON."""
+        record = StackFitRecord(model=self.model, comparison=self.comparison, oof=self.oof, folds=self.folds)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(record.model_dump_json(), encoding="utf-8")
+        os.replace(tmp, path)  # a kill mid-write leaves the old file or none, never half of one
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> StackFit:
+        """A fit written by `save`; a file that is not one names itself in the error."""
+        try:
+            rec = StackFitRecord.model_validate_json(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise MushroomError(f"{path}: not a saved stack fit ({exc})") from exc
+        return cls(rec.model, rec.comparison, rec.oof, rec.folds)
+
+
+class StackFitRecord(BaseModel):
+    """The on-disk form of a StackFit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: StackModel
+    comparison: dict[str, dict[str, dict[str, float]]]
+    oof: dict[str, list[Prediction]]
+    folds: list[dict] = Field(default_factory=list)
+
+
+def by_lang_scores(items: list[Item], preds: list[Prediction]) -> dict[str, dict[str, float]]:
+    """Mean IoU and Cor per language and their unweighted mean over languages."""
+    out: dict[str, dict[str, float]] = {}
+    langs = sorted({it.lang for it in items})
+    for lang in langs:
+        idx = [k for k, it in enumerate(items) if it.lang == lang]
+        res = score_predictions([items[k] for k in idx], [preds[k] for k in idx])
+        out[lang] = {"iou": res.mean_iou, "cor": res.mean_cor}
+    out["mean"] = {key: float(np.mean([out[lang][key] for lang in langs])) for key in ("iou", "cor")}
+    return out
+
+
+def cross_validate(
+    data: StackData,
+    fold_of: np.ndarray,
+    kind: ModelKind = "blend",
+    l2: float = 1.0,
+    word_pooling: bool = True,
+) -> list[np.ndarray]:
+    """Out-of-fold probabilities per item."""
+    probs: list[np.ndarray] = [np.zeros(0)] * len(data.items)
+    for f in sorted(set(fold_of.tolist())):
+        train, test = split_indices(fold_of, f)
+        scorer = fit_items(data, train, kind, l2)
+        fold_probs = batch_probs(
+            [data.items[k] for k in test], [data.features[k] for k in test], scorer, word_pooling
+        )
+        for k, p in zip(test, fold_probs):
+            probs[k] = p
+    return probs
+
+
+def batch_probs(
+    items: list[Item], feats: list[np.ndarray], scorer: Scorer, word_pooling: bool
+) -> list[np.ndarray]:
+    """The model's per-character probabilities of many items (pooled over words when asked).
+
+    All items' rows go through the model in one call: the trees' numpy evaluation is a
+    Python loop over trees and levels, so its cost is mostly per call, not per row.
+    """
+    rows = [f for f in feats if len(f)]
+    flat = scorer(np.vstack(rows)) if rows else np.zeros(0)
+    out, pos = [], 0
+    for item, f in zip(items, feats):
+        p, pos = flat[pos : pos + len(f)], pos + len(f)
+        out.append(pool_words(item.model_output_text, p) if word_pooling and len(p) else p)
+    return out
+
+
+def fit_stack(
+    members: list[Member],
+    data: dict[str, list[Item]],
+    split: str = "val",
+    folds: int = 5,
+    l2: float = 1.0,
+    config: StackConfig | None = None,
+    model: ModelKind = "blend",
+) -> StackFit:
+    """Fits the stack on labelled items.
+
+    `model` is the kind (`blend`, the default: the mean of `logistic` and `trees`); `l2` is
+    the logistic model's penalty (the trees' settings are `TreeSettings`'s defaults).
+
+    Returns:
+        The model (fitted on all items, cut-offs and hard-label sources chosen out of fold),
+        the scores per system (each member, their plain vote, the stack out of fold: system ->
+        lang -> metric), the stack's out-of-fold predictions per language, which are honest
+        to score, and the per-fold scores and choices.
+    """
+    if folds < 2 or l2 < 0:
+        raise MushroomError(f"the stack needs folds >= 2 and l2 >= 0 (got folds={folds}, l2={l2})")
+    largest = max((len(items) for items in data.values()), default=0)
+    if largest and largest < 2:
+        raise MushroomError("the stack is fitted by cross-validation: a language needs 2 items or more")
+    if largest and largest < folds:
+        # folds are dealt per language: past the largest language's count, folds are empty
+        raise MushroomError(
+            f"--folds {folds}: no language has more than {largest} items; "
+            f"use --folds {max(2, largest)} or fewer"
+        )
+    languages = sorted(data)
+    stack_data, channels, found = load_stack_data(members, split, data, None, languages)
+    fit = fit_stack_data(stack_data, channels, [m.name for m in members], folds, l2, config, model)
+    fit.model.channels_by_lang = {m.name: by_lang for m, by_lang in zip(members, found)}
+    fit.model.member_detectors = {m.name: d for m in members if (d := m.detector()) is not None}
+    fit.model.fitted_on = f"{split}: " + ", ".join(f"{lang} ({len(v)})" for lang, v in data.items())
+    fit.model.fingerprint = stack_fingerprint(members, data, split, folds, l2, config, model)
+    return fit
+
+
+@dataclass
+class StackPrep:
+    """What a fit computes before any choice: folds, out-of-fold probabilities, score tables.
+
+    None of it depends on the StackConfig, so configurations are compared on one of these.
+    """
+
+    data: StackData
+    channels: list[list[str]]
+    member_names: list[str]
+    fold_of: np.ndarray
+    oof: list[np.ndarray]
+    scores: CutoffScores
+    scorer: Scorer
+
+
+def prepare(
+    stack_data: StackData,
+    channels: list[list[str]],
+    member_names: list[str],
+    folds: int = 5,
+    l2: float = 1.0,
+    seed: int = 0,
+    model: ModelKind = "blend",
+) -> StackPrep:
+    """Folds, the out-of-fold model probabilities, their cut-off score table and the full fit.
+
+    `seed` draws the folds: the CV numbers of one draw move by about 0.01 on the mean and by
+    up to 0.04 on one language's 50 items, so a benchmark can average over draws.
+    """
+    items = stack_data.items
+    fold_of = item_folds(items, folds, seed)
+    oof = cross_validate(stack_data, fold_of, model, l2)
+    scorer = fit_items(stack_data, list(range(len(items))), model, l2)
+    return StackPrep(stack_data, channels, member_names, fold_of, oof, CutoffScores.build(items, oof), scorer)
+
+
+def fit_stack_data(
+    stack_data: StackData,
+    channels: list[list[str]],
+    member_names: list[str],
+    folds: int = 5,
+    l2: float = 1.0,
+    config: StackConfig | None = None,
+    model: ModelKind = "blend",
+) -> StackFit:
+    """`fit_stack` on features already loaded."""
+    return choose(prepare(stack_data, channels, member_names, folds, l2, model=model), config)
+
+
+def choose(prep: StackPrep, config: StackConfig | None = None) -> StackFit:
+    """The fit's choices (cut-offs, hard-label sources) for one configuration, nested and final."""
+    config = config or StackConfig()
+    stack_data, channels, member_names = prep.data, prep.channels, prep.member_names
+    items, fold_of, oof = stack_data.items, prep.fold_of, prep.oof
+    languages = sorted({it.lang for it in items})
+    cutoffs = prep.scores.choose_by_lang(range(len(items)), config.cutoff_shrink, config.floor_shrink)
+    # Cut-offs chosen on out-of-fold probabilities of the same items they are scored on
+    # would flatter the CV numbers; nested: each fold's cut-offs come from the other folds
+    # (the same folds as the model's, so no choice applied to an item has seen its label).
+    nested = nested_cutoffs(prep.scores, fold_of, config.cutoff_shrink, config.floor_shrink)
+    own = [decode_by_lang([it], [p], nested[int(fold_of[k])])[0] for k, (it, p) in enumerate(zip(items, oof))]
+    member_cols = member_columns(channels)
+    masks = {"stack": [hard_to_mask(p.hard_labels, len(it.model_output_text)) for it, p in zip(items, own)]}
+    comparison: dict[str, dict[str, dict[str, float]]] = {}
+    for name, col in zip(member_names, member_cols):
+        masks[name] = [f[:, col + 1] > 0.5 for f in stack_data.features]
+        preds = [
+            prediction_from_vectors(it.id, f[:, col], m)
+            for it, f, m in zip(items, stack_data.features, masks[name])
+        ]
+        comparison[name] = by_lang_scores(items, preds)
+    # The logistic model ranks characters well (Cor), but in some languages a member's own
+    # hard labels have the better IoU than any threshold on the stack's probability; the
+    # source of the hard labels is chosen per language on out-of-fold IoU (nested for the CV
+    # numbers), and the stack always supplies the soft labels.
+    gold = [hard_to_mask(it.hard_labels or [], len(it.model_output_text)) for it in items]
+    ious = {name: np.array([mask_iou(g, m) for g, m in zip(gold, ms)]) for name, ms in masks.items()}
+    chosen, fold_sources = nested_hard_sources(items, ious, fold_of, config.source_shrink)
+    stack_preds = [
+        prediction_from_vectors(it.id, soft_to_vector(p.soft_labels, len(g)), masks[src][k])
+        for k, (it, p, g, src) in enumerate(zip(items, own, gold, chosen))
+    ]
+    # Marking nothing gains 1[gold empty] - IoU on an item; the rule that predicts when it
+    # pays is fitted pooled over languages, nested like the other choices.
+    empty_feats = np.array([item_features(len(it.model_output_text), p) for it, p in zip(items, oof)])
+    empty_gain = np.array([float(not g.any()) - ious[src][k] for k, (g, src) in enumerate(zip(gold, chosen))])
+    empty_rule = None
+    emptied = np.zeros(len(items), dtype=bool)
+    if config.empty_rule:
+        emptied = nested_empties(empty_feats, empty_gain, fold_of)
+        stack_preds = [
+            p.model_copy(update={"hard_labels": []}) if e else p for p, e in zip(stack_preds, emptied)
+        ]
+        empty_rule = fit_empty_rule(empty_feats, empty_gain)
+    comparison = {
+        "stack (CV)": by_lang_scores(items, stack_preds),
+        "stack (CV, own hard labels)": by_lang_scores(items, own),
+        **comparison,
+    }
+    if len(member_names) > 1:
+        vote_col = sum(2 + len(c) for c in channels) + 1
+        preds = [
+            prediction_from_vectors(it.id, f[:, vote_col - 1], f[:, vote_col] > 0.5)
+            for it, f in zip(items, stack_data.features)
+        ]
+        comparison["vote (mean prob, majority)"] = by_lang_scores(items, preds)
+    pooled_source, lang_sources = best_hard_sources(items, ious, range(len(items)), config.source_shrink)
+    fold_report = []
+    for f in sorted(nested):
+        idx = [k for k in range(len(items)) if fold_of[k] == f]
+        fold_report.append(
+            {
+                "scores": by_lang_scores([items[k] for k in idx], [stack_preds[k] for k in idx]),
+                "cutoffs": {lang: list(tf) for lang, tf in nested[f][1].items()},
+                "sources": fold_sources[f],
+                "emptied": {
+                    lang: int(sum(emptied[k] for k in idx if items[k].lang == lang)) for lang in languages
+                },
+            }
+        )
+    model = StackModel(
+        members=member_names,
+        channels=dict(zip(member_names, channels)),
+        languages=languages,
+        features=feature_names(member_names, channels, languages),
+        scorer=prep.scorer,
+        threshold=cutoffs[0][0],
+        floor=cutoffs[0][1],
+        thresholds={lang: tf[0] for lang, tf in cutoffs[1].items()},
+        floors={lang: tf[1] for lang, tf in cutoffs[1].items()},
+        hard_from=pooled_source,
+        hard_sources=lang_sources,
+        empty_rule=empty_rule,
+        cv=comparison["stack (CV)"],
+        config=config.model_dump(),
+        word_pooling=True,
+    )
+    oof_by_lang: dict[str, list[Prediction]] = {}
+    for item, pred in zip(items, stack_preds):
+        oof_by_lang.setdefault(item.lang, []).append(pred)
+    return StackFit(model, comparison, oof_by_lang, fold_report)
+
+
+def stack_behind(
+    comparison: dict[str, dict[str, dict[str, float]]],
+    members: tuple[str, ...] | list[str],
+    advice: str = "`--detector {best}` runs it alone",
+) -> list[str]:
+    """A warning when a member alone beat the stack out of fold on val (mean IoU over languages).
+
+    On few labelled items (one language's 50, say) the stack's choices are noisy and it can
+    score below a member; the table shows it, but a user who reads only the test files
+    should hear it.
+    """
+    stack = comparison.get("stack (CV)", {}).get("mean", {}).get("iou")
+    scores = {m: comparison.get(m, {}).get("mean", {}).get("iou") for m in members}
+    scores = {m: v for m, v in scores.items() if v is not None}
+    if stack is None or not scores:
+        return []
+    best = max(scores, key=lambda m: scores[m])
+    if scores[best] <= stack:
+        return []
+    return [
+        f"on val, member {best!r} alone (IoU {scores[best]:.4f}) beat the stack out of fold ({stack:.4f}): "
+        f"with this little labelled data the stack may not help; " + advice.format(best=best)
+    ]
+
+
+def apply_stack(
+    model: StackModel,
+    members: list[Member],
+    split: str,
+    data: dict[str, list[Item]],
+    warn: Callable[[str], None] | None = None,
+) -> dict[str, list[Prediction]]:
+    """Predictions per language from the members' files of a split, with a fitted stack.
+
+    `warn` is told of what the prediction may lack, e.g. a language where a member wrote no
+    evidence channels.
+    """
+    if [m.name for m in members] != model.members:
+        raise MushroomError(
+            f"the stack was fitted on members {model.members}; got {[m.name for m in members]} "
+            "(same names and order, as NAME=PATH)"
+        )
+    for member in members:
+        fitted, given = model.member_detectors.get(member.name), member.detector()
+        if fitted is not None and given is not None and fitted != given:
+            raise MushroomError(
+                f"member {member.name!r} was fitted on a run of the {fitted!r} detector; {member.path} is "
+                f"a run of {given!r}"
+            )
+    channels = [model.channels[m.name] for m in members]
+    names = feature_names(model.members, channels, model.languages)
+    if names != model.features:
+        raise MushroomError(
+            f"the stack was fitted with other features ({len(model.features)} columns, this version "
+            f"makes {len(names)}); fit it again with `mushroom stack fit`"
+        )
+    if model.scorer is None:
+        raise MushroomError("the stack was saved by an older version; fit it again with `mushroom stack fit`")
+    stack_data, _, _ = load_stack_data(
+        members, split, data, channels, model.languages, model.channels_by_lang, warn
+    )
+    hard_cols = {m: c + 1 for m, c in zip(model.members, member_columns(channels))}
+    out: dict[str, list[Prediction]] = {}
+    all_probs = batch_probs(stack_data.items, stack_data.features, model.scorer, model.word_pooling)
+    for item, feats, raw in zip(stack_data.items, stack_data.features, all_probs):
+        t = model.thresholds.get(item.lang, model.threshold)
+        f = model.floors.get(item.lang, model.floor)
+        p = np.where(raw < f, 0.0, raw)
+        source = model.hard_sources.get(item.lang, model.hard_from)
+        if source == "stack":
+            hard = word_hard_mask(item.model_output_text, p, t)
+        else:
+            hard = feats[:, hard_cols[source]] > 0.5
+        if model.empty_rule is not None and model.empty_rule.empties(len(item.model_output_text), raw):
+            hard = np.zeros(len(item.model_output_text), dtype=bool)
+        out.setdefault(item.lang, []).append(prediction_from_vectors(item.id, p, hard))
+    return out

@@ -1,0 +1,122 @@
+"""Stack members: the detector runs whose written files the stack reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mushroom.data.channels import channel_file, read_channels
+from mushroom.data.predictions import load_predictions, submission_name
+from mushroom.data.records import Item, Prediction
+from mushroom.data.runfolder import failed_items, prediction_folder, run_scope
+from mushroom.errors import DataError, MushroomError
+from mushroom.util.words import no_prediction
+
+MemberEvidence = tuple[Prediction, dict[str, np.ndarray]]  # one item's prediction and channels
+
+
+@dataclass
+class Member:
+    """One detector run: where its prediction files are, per split."""
+
+    name: str
+    path: Path
+    # The main job's own members: it knows this invocation's failures itself (and stops on
+    # them unless --allow-failures), so their files are read as they are.
+    allow_failures: bool = False
+
+    def folder(self, split: str) -> Path:
+        """The folder with this split's prediction files (main-job, detect and plain layouts)."""
+        return prediction_folder(self.path, split)
+
+    def files(self, split: str, lang: str) -> tuple[Path, Path]:
+        """(prediction file, channel file) of one language; the channel file may not exist."""
+        folder = self.folder(split)
+        return folder / submission_name(lang, split), channel_file(folder / "raw", lang)
+
+    def detector(self) -> str | None:
+        """The detector this member's run was made with, from its run's config.json; None if unknown."""
+        scope = run_scope(self.path)
+        if scope is None:
+            return None
+        config = scope.config
+        if isinstance(config.get("detector"), str):  # detect, main-job with one detector
+            return config["detector"]
+        run_config = config.get("run_config")
+        if isinstance(run_config, dict) and isinstance(run_config.get("detector"), dict):
+            name = run_config["detector"].get("name")  # a run config and its variants
+            return name if isinstance(name, str) else None
+        if config.get("job") == "main" and self.path.parent.name == "members":
+            return self.path.name  # a main job's member folder is named after its detector
+        return None
+
+    def load(self, split: str, lang: str, items: list[Item]) -> tuple[dict[str, Prediction], dict]:
+        """Predictions and channels of one language; every item must be predicted."""
+        path, chan_path = self.files(split, lang)
+        if not path.exists():
+            scope = run_scope(self.path)
+            hint = (
+                f"; the member was run with --lang {','.join(scope.langs)}: give the stack the same --lang"
+                if scope is not None and scope.langs and lang not in scope.langs
+                else ""
+            )
+            raise MushroomError(f"{path}: missing (member {self.name!r}, language {lang}){hint}")
+        preds = load_predictions(path)
+        found = (
+            None
+            if self.allow_failures
+            else failed_items(path, {it.id: preds[it.id] for it in items if it.id in preds})
+        )
+        if found is not None:
+            # written empty by --allow-failures: the stack would learn them as "nothing flagged"
+            raise MushroomError(f"member {self.name!r}: {found.message(path)}")
+        missing = [it.id for it in items if it.id not in preds]
+        if missing:
+            scope = run_scope(path)
+            hint = (
+                f"; {scope.made_with()}, and a stack needs every item: run the member without --limit"
+                if scope is not None and scope.partial
+                else ""
+            )
+            # a member short of items is a bad input file (exit 1), as in `score`
+            raise DataError.single(path, None, None, f"{no_prediction(missing, total=len(items))}{hint}")
+        lengths = {it.id: len(it.model_output_text) for it in items}
+        channels = read_channels(chan_path, lengths) if chan_path.exists() else {}
+        return preds, channels
+
+
+def parse_members(specs: list[str]) -> list[Member]:
+    """`NAME=PATH` or `PATH` (named after the folder) -> members; names must be unique."""
+    out = []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            path, name = spec, Path(spec).name
+        out.append(Member(name, Path(path)))
+    names = [m.name for m in out]
+    if len(set(names)) != len(names):
+        raise MushroomError(f"member names must be unique, got {names}; name them with NAME=PATH")
+    return out
+
+
+def load_member_evidence(
+    members: list[Member], split: str, data: dict[str, list[Item]]
+) -> tuple[list[dict[str, MemberEvidence]], list[dict[str, list[str]]]]:
+    """Each member's evidence by item id, and the channel names its files hold per language.
+
+    Per language because a member may write channels for some languages only (the semantic
+    member's are English only): what is missing must be judged language by language.
+    """
+    per_member: list[dict[str, MemberEvidence]] = [{} for _ in members]
+    found: list[dict[str, list[str]]] = [{} for _ in members]
+    for lang, items in data.items():
+        for k, member in enumerate(members):
+            preds, chans = member.load(split, lang, items)
+            names: set[str] = set()
+            for it in items:
+                per_member[k][it.id] = (preds[it.id], chans.get(it.id, {}))
+                names.update(chans.get(it.id, {}))
+            found[k][lang] = sorted(names)
+    return per_member, found

@@ -1,0 +1,151 @@
+"""The stack's model: per-character features -> probability, fitted on val and saved as JSON.
+
+Hand-tuned mixing weights overfit whatever the tuner looked at last; the model is fitted
+once, cross-validated by item, and saved with the run so the same model is applied to test.
+The target is the gold soft probability (annotator share), so the model learns the
+annotators' rate rather than a majority label. Three kinds: a weighted logistic regression
+(`LinearScorer`), boosted trees (`mushroom.combine.stack.trees`) and their mean (`BlendScorer`,
+the default).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, get_args
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from mushroom.combine.stack.empty import EmptyRule
+from mushroom.combine.stack.features import StackData
+from mushroom.combine.stack.logistic import design, fit_logistic, predict
+from mushroom.combine.stack.trees import TreeScorer, TreeSettings, fit_trees
+from mushroom.errors import MushroomError
+
+ModelKind = Literal["blend", "trees", "logistic"]
+MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
+
+
+def check_model_kind(kind: str, where: str = "stack model") -> ModelKind:
+    """`kind` if it names a model kind; otherwise an error listing the kinds."""
+    if kind not in MODEL_KINDS:
+        raise MushroomError(f"{where} {kind!r}: choose {', '.join(MODEL_KINDS[:-1])} or {MODEL_KINDS[-1]}")
+    return kind  # type: ignore[return-value]
+
+
+class LinearScorer(BaseModel):
+    """A fitted logistic regression on standardised features."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["logistic"] = "logistic"
+    coef: list[float]
+    mean: list[float] = Field(description="feature means used for standardising")
+    scale: list[float] = Field(description="feature scales used for standardising")
+    l2: float = 1.0
+
+    def __call__(self, feats: np.ndarray) -> np.ndarray:
+        """Per-character probability of one feature matrix."""
+        return predict(np.array(self.coef), np.array(self.mean), np.array(self.scale), feats)
+
+
+class BlendScorer(BaseModel):
+    """The mean of a logistic model and boosted trees fitted on the same characters.
+
+    The two err differently: the linear model ranks smoothly but cannot see interactions,
+    the trees see interactions but rank in steps. Their mean ranked characters better (Cor)
+    than either on val; see `mushroom.combine.stack.trees` for the figures.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["blend"] = "blend"
+    linear: LinearScorer
+    trees: TreeScorer
+    weight: float = Field(0.5, ge=0.0, le=1.0, description="share of the logistic model")
+
+    def __call__(self, feats: np.ndarray) -> np.ndarray:
+        """Per-character probability of one feature matrix."""
+        return self.weight * self.linear(feats) + (1 - self.weight) * self.trees(feats)
+
+
+Scorer = Annotated[LinearScorer | TreeScorer | BlendScorer, Field(discriminator="kind")]
+
+
+class StackModel(BaseModel):
+    """A fitted stack, saved as JSON with the run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    members: list[str] = Field(description="member names, in feature order")
+    channels: dict[str, list[str]] = Field(description="member -> channel names used")
+    channels_by_lang: dict[str, dict[str, list[str]]] = Field(
+        default_factory=dict,
+        description="member -> language -> channel names its files held when fitted (empty in "
+        "stacks saved before: their runs are checked over all languages together)",
+    )
+    member_detectors: dict[str, str] = Field(
+        default_factory=dict,
+        description="member -> the detector its run was made with, where its run folder says so "
+        "(a run of another detector given for a member is refused when the stack is applied)",
+    )
+    languages: list[str] = Field(description="languages with a one-hot feature")
+    features: list[str]
+    scorer: Scorer | None = Field(None, description="the fitted model (None in stacks saved before trees)")
+    threshold: float = Field(description="hard-label threshold for languages without their own")
+    floor: float = Field(description="probability floor for languages without their own")
+    thresholds: dict[str, float] = Field(default_factory=dict, description="per-language threshold")
+    floors: dict[str, float] = Field(default_factory=dict, description="per-language floor")
+    hard_from: str = Field(
+        "stack",
+        description="for languages without their own choice: 'stack' (its own threshold) or the "
+        "member whose hard labels are kept",
+    )
+    hard_sources: dict[str, str] = Field(default_factory=dict, description="per-language hard_from")
+    empty_rule: EmptyRule | None = Field(
+        None,
+        description="item-level rule emptying hard labels (stack.empty); None in stacks saved before",
+    )
+    cv: dict[str, dict[str, float]] = Field(default_factory=dict, description="cross-validated val scores")
+    fitted_on: str = ""
+    fingerprint: str = Field("", description="hash of the inputs it was fitted from (stack_fingerprint)")
+    config: dict = Field(default_factory=dict, description="the StackConfig it was fitted with")
+    word_pooling: bool = Field(
+        False, description="probabilities pooled over each word (max); False for stacks saved before"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        # Stacks saved before the model kinds kept a logistic model in these keys; they load
+        # (and `apply_stack` asks for a refit, since their features differ) instead of
+        # failing as "not a stack".
+        if isinstance(data, dict) and "coef" in data:
+            data = {k: v for k, v in data.items() if k not in ("coef", "mean", "scale", "l2")}
+        return data
+
+    def hard_label_summary(self) -> str:
+        """One line saying where each language's hard labels come from (for logs and tables)."""
+        langs = ", ".join(f"{lang}: {src}" for lang, src in sorted(self.hard_sources.items()))
+        rule = "; none where the empty rule says marking nothing pays" if self.empty_rule is not None else ""
+        return f"hard labels from {self.hard_from} by default" + (f" ({langs})" if langs else "") + rule
+
+
+def fit_items(
+    data: StackData,
+    idx: list[int],
+    kind: ModelKind = "blend",
+    l2: float = 1.0,
+    trees: TreeSettings | None = None,
+) -> LinearScorer | TreeScorer | BlendScorer:
+    """The model fitted on the chosen items (each item weighs the same in total)."""
+    check_model_kind(kind)
+    x, y, w = data.stacked(idx)
+    w = w * len(idx)
+    if kind == "trees":
+        return fit_trees(x, y, w, trees or TreeSettings())
+    mean, scale = x.mean(0), x.std(0) + 1e-6
+    coef = fit_logistic(design(x, mean, scale), y, w, l2)
+    linear = LinearScorer(coef=coef.tolist(), mean=mean.tolist(), scale=scale.tolist(), l2=l2)
+    if kind == "logistic":
+        return linear
+    return BlendScorer(linear=linear, trees=fit_trees(x, y, w, trees or TreeSettings()))

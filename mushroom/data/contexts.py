@@ -1,0 +1,208 @@
+"""Background contexts per item, read from context files.
+
+Two layouts are understood:
+- the UCSC release in contexts/ucsc/: `<lang>-<val|tst>.v<N>_<source>.jsonl`, and its
+  `<lang>-<split>-translated-English...` twins (name those sources `translated:<source>`);
+- mushroom's own files: `contexts/<split>.<lang>.<source>.jsonl` (generated contexts).
+
+A source named with a trailing `?` is optional: used where a file exists, skipped without a
+word elsewhere. A source whose name starts with `qa_` is a fact-check: its text was written
+by a search model that saw the answer ("... in 1984, not 2008"), so it repeats the answer's
+errors in order to correct them. The lexical, semantic, NLI and P("Yes") detectors never
+count a fact-check as support (see `support_contexts`); the lexical detector reads it for
+what it corrects (`check_*` channels); `llm` and `chain` prompts show it under its source
+name. A context file of your own whose name starts with `qa_` is read as a fact-check too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mushroom.data.jsonl import load_records
+from mushroom.data.records import Context, ContextRecord
+from mushroom.data.splits import IN_CHECKOUT, PROJECT_ROOT, SPLIT_TAGS
+from mushroom.errors import MushroomError
+
+_HERE = PROJECT_ROOT / "contexts" if IN_CHECKOUT else Path.cwd() / "contexts"
+DEFAULT_CONTEXT_DIR = Path(os.environ.get("MUSHROOM_CONTEXT_DIR") or _HERE)
+# The fact-check source exists for English only (val and test): optional.
+DEFAULT_SOURCES = ("perplexity-sonar-pro", "deepseek-r1", "qa_perplexity-sonar-pro?")
+GRADES_SUFFIX = ".grades"  # `<split>.<lang>.<source>.grades.jsonl`: contextgen's decisions, not a source
+OPTIONAL = "?"
+FACT_CHECK_PREFIX = "qa_"
+
+
+def source_names(sources: tuple[str, ...] | list[str], files: list[Path] | None = None) -> list[str]:
+    """The names contexts carry as `Context.source`: a source without its `?`, a file's stem."""
+    if files is not None:
+        return [path.stem for path in files]
+    return [named.removesuffix(OPTIONAL) for named in sources]
+
+
+def is_fact_check(source: str) -> bool:
+    """Whether a source's texts were written with the answer in view (see the module docstring)."""
+    return source.removeprefix("translated:").removesuffix(OPTIONAL).startswith(FACT_CHECK_PREFIX)
+
+
+def support_contexts(contexts: list[Context]) -> list[Context]:
+    """The contexts that may support an answer: non-empty and not fact-checks."""
+    return [c for c in contexts if c.text.strip() and not is_fact_check(c.source)]
+
+
+def fact_checks(contexts: list[Context]) -> list[Context]:
+    """The non-empty fact-check contexts."""
+    return [c for c in contexts if c.text.strip() and is_fact_check(c.source)]
+
+
+def context_file(split: str, lang: str, source: str, context_dir: Path | None = None) -> Path | None:
+    """The file holding `source` contexts for a split and language, or None."""
+    root = context_dir or DEFAULT_CONTEXT_DIR
+    own = root / f"{split}.{lang}.{source}.jsonl"
+    if own.is_file():
+        return own
+    tag = SPLIT_TAGS.get(split, split)
+    translated = source.startswith("translated:")
+    name = source.removeprefix("translated:")
+    middle = f"{lang}-{tag}-translated-English" if translated else f"{lang}-{tag}"
+    pattern = re.compile(rf"{re.escape(middle)}\.v(\d+)_{re.escape(name)}\.jsonl")
+    hits = [
+        (int(m.group(1)), path)
+        for path in (root / "ucsc").glob(f"{middle}.v*_{name}.jsonl")
+        if (m := pattern.fullmatch(path.name))
+    ]
+    return max(hits)[1] if hits else None
+
+
+def available_sources(split: str, lang: str, context_dir: Path | None = None) -> list[str]:
+    """Every source with a file for this split and language."""
+    tag = SPLIT_TAGS.get(split, split)
+    return sorted(_sources_named(context_dir, f"{lang}-{tag}*.jsonl", f"{split}.{lang}.*.jsonl"))
+
+
+def _exists_anywhere(source: str, context_dir: Path | None = None) -> bool:
+    """Whether any split or language has a file for `source` (a misspelled optional source has none)."""
+    return source in _sources_named(context_dir, "*.jsonl", "*.*.*.jsonl")
+
+
+def _sources_named(context_dir: Path | None, ucsc_glob: str, own_glob: str) -> set[str]:
+    """The source names of the UCSC files and of mushroom's own files that match the globs."""
+    root = context_dir or DEFAULT_CONTEXT_DIR
+    found = set()
+    for path in (root / "ucsc").glob(ucsc_glob):
+        stem = path.name.removesuffix(".jsonl")
+        source = stem.split("_", 1)[1] if "_" in stem else stem
+        found.add(f"translated:{source}" if "-translated-English" in stem else source)
+    for path in root.glob(own_glob):
+        if path.name.startswith("."):  # contextgen's response cache, `.cache.<source>.jsonl`
+            continue
+        source = path.name.removesuffix(".jsonl").split(".", 2)[2]
+        if not source.endswith(GRADES_SUFFIX):  # the grading record beside a generated source
+            found.add(source)
+    return found
+
+
+@dataclass
+class ContextSet:
+    """Contexts of one split and language, by item id, with what was missing."""
+
+    by_id: dict[str, list[Context]] = field(default_factory=dict)
+    missing: dict[str, int] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+
+class MissingSource(MushroomError):
+    """A named context source has no file for a split and language (and is not optional)."""
+
+
+def source_path(
+    split: str,
+    lang: str,
+    named: str,
+    sources: tuple[str, ...] | list[str] = (),
+    context_dir: Path | None = None,
+) -> Path | None:
+    """The file of one named source, or None where an optional one is skipped.
+
+    Raises:
+        MissingSource: the source has no file here; the message names close sources.
+    """
+    source = named.removesuffix(OPTIONAL)
+    if not source.removeprefix("translated:"):
+        raise MushroomError(f"empty context source name in {', '.join(map(repr, sources or [named]))}")
+    path = context_file(split, lang, source, context_dir)
+    if path is not None:
+        return path
+    # An optional source is skipped where it has no file, unless no split or language has
+    # one (a typo); the default ones are skipped anyway, for contexts folders of one's own.
+    if named.endswith(OPTIONAL) and (named in DEFAULT_SOURCES or _exists_anywhere(source, context_dir)):
+        return None
+    from mushroom.util.words import suggest
+
+    have = available_sources(split, lang, context_dir)
+    raise MissingSource(
+        f"no context file for source {source!r} ({split}, {lang})" + suggest(source, have, "available")
+    )
+
+
+def check_sources(split: str, langs: list[str], sources: tuple[str, ...] | list[str]) -> None:
+    """Raises what `load_contexts` would for any of the languages, before a run starts."""
+    for lang in langs:
+        for named in sources:
+            source_path(split, lang, named, sources)
+
+
+def load_contexts(
+    split: str,
+    lang: str,
+    sources: tuple[str, ...] | list[str] = DEFAULT_SOURCES,
+    item_ids: list[str] | None = None,
+    context_dir: Path | None = None,
+    allow_missing_source: bool = False,
+) -> ContextSet:
+    """Loads every named source; contexts keep the order of `sources`.
+
+    Args:
+        split: "val" or "test".
+        lang: language code.
+        sources: source names, in order of preference; a trailing `?` makes one optional.
+        item_ids: when given, counts the items each source lacks.
+        context_dir: the contexts folder (default: the project's contexts/).
+        allow_missing_source: skip a source with no file instead of failing.
+    """
+    result = ContextSet()
+    for named in sources:
+        source = named.removesuffix(OPTIONAL)
+        try:
+            path = source_path(split, lang, named, sources, context_dir)
+        except MissingSource:
+            if not allow_missing_source:
+                raise
+            result.missing[source] = len(item_ids or [])
+            continue
+        if path is None:
+            continue
+        result.files[source] = str(path)
+        records = load_records(path, ContextRecord)
+        texts = {r.id: r.context for r in records}
+        for rid, text in texts.items():
+            result.by_id.setdefault(rid, []).append(Context(source=source, text=text))
+        if item_ids is not None:
+            result.missing[source] = sum(1 for i in item_ids if i not in texts)
+    return result
+
+
+def load_context_files(paths: list[Path], item_ids: list[str] | None = None) -> ContextSet:
+    """Contexts from explicit files (`{"id", "context"}` per line); each file is one source."""
+    result = ContextSet()
+    for path in paths:
+        records = load_records(path, ContextRecord)
+        result.files[path.stem] = str(path)
+        texts = {r.id: r.context for r in records}
+        for rid, text in texts.items():
+            result.by_id.setdefault(rid, []).append(Context(source=path.stem, text=text))
+        if item_ids is not None:
+            result.missing[path.stem] = sum(1 for i in item_ids if i not in texts)
+    return result

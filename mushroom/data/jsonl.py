@@ -1,0 +1,273 @@
+"""JSONL reading and writing with errors that name file, line and field.
+
+Every loader reads the whole file and reports all problems at once; every writer writes to a
+temporary file and renames it, so a crash never leaves half a file that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from mushroom.errors import DataError, MushroomError, Problem
+from mushroom.util.options import error_message
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _reject_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity; JSON has no such numbers and the official tools
+    # (pandas' ujson) do not read them either.
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def open_text(path: Path) -> TextIO:
+    """Opens a user's text file for reading; a UTF-8 BOM is skipped, CRLF read as LF.
+
+    A path that is missing, a folder or unreadable is a usage error (exit 2) naming it.
+    """
+    try:
+        return path.open(encoding="utf-8-sig")
+    except FileNotFoundError as exc:
+        raise DataError.single(path, None, None, "file not found", exit_code=2) from exc
+    except IsADirectoryError as exc:
+        raise DataError.single(path, None, None, "is a folder, expected a file", exit_code=2) from exc
+    except OSError as exc:
+        raise DataError.single(path, None, None, f"cannot read: {exc.strerror}", exit_code=2) from exc
+
+
+def read_bytes(path: Path) -> bytes:
+    """A user's file as bytes; missing, a folder or unreadable is a usage error (exit 2)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise DataError.single(path, None, None, "file not found", exit_code=2) from exc
+    except IsADirectoryError as exc:
+        raise DataError.single(path, None, None, "is a folder, expected a file", exit_code=2) from exc
+    except OSError as exc:
+        raise DataError.single(path, None, None, f"cannot read: {exc.strerror}", exit_code=2) from exc
+
+
+def iter_json_lines(
+    path: Path, problems: list[Problem], parse_float: Callable[[str], Any] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yields (line number, object) for each non-blank line; bad lines become problems.
+
+    Read as the official tools read (pandas' `read_json(lines=True)`): lines end at LF, a
+    CRLF's CR is JSON whitespace, a UTF-8 BOM at the start is skipped. Each line is decoded on
+    its own, so a bad byte is reported on its own line.
+    """
+    path = Path(path)
+    data = read_bytes(path)
+    if data.startswith(_BOM):
+        data = data[len(_BOM) :]
+    kind = _not_jsonl(data)
+    if kind:
+        problems.append(Problem(str(path), None, None, kind))
+        return
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(
+                Problem(
+                    str(path),
+                    lineno,
+                    None,
+                    f"not valid UTF-8 (byte {exc.start + 1} of the line): {exc.reason}",
+                )
+            )
+            continue
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line, parse_float=parse_float, parse_constant=_reject_constant)
+        except json.JSONDecodeError as exc:
+            problems.append(
+                # json's "Unterminated string starting at" already ends with "at"
+                Problem(
+                    str(path),
+                    lineno,
+                    None,
+                    f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}",
+                )
+            )
+            continue
+        except (ValueError, RecursionError) as exc:
+            # NaN/Infinity, integers too long to convert, absurd nesting
+            problems.append(Problem(str(path), lineno, None, f"invalid JSON: {exc}"))
+            continue
+        if not isinstance(obj, dict):
+            problems.append(
+                Problem(str(path), lineno, None, f"expected a JSON object, got {type(obj).__name__}")
+            )
+            continue
+        yield lineno, obj
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _not_jsonl(data: bytes) -> str | None:
+    """What the file is instead of JSON Lines, for the usual mix-ups; None if it may be JSONL."""
+    if data.startswith(b"PK\x03\x04"):
+        return "is a zip archive; unzip it and give the .jsonl file (or, to score, the folder)"
+    if data.startswith(b"\x1f\x8b"):
+        return "is gzip-compressed; decompress it first (gunzip)"
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "is UTF-16; save it as UTF-8"
+    first_line = data.lstrip().split(b"\n", 1)[0].strip()
+    if first_line.startswith(b"[") or first_line == b"{":
+        try:
+            whole = json.loads(data)
+        except (ValueError, RecursionError):
+            return None  # not one JSON document either: report it line by line
+        if isinstance(whole, list):
+            return "is a JSON array; expected JSON Lines, one object per line (as the official files)"
+        return "is one JSON document spread over several lines; expected JSON Lines, one object per line"
+    return None
+
+
+def validation_problems(path: Path, lineno: int | None, exc: ValidationError) -> list[Problem]:
+    """Turns a pydantic error into one problem per failing field, with the value it got."""
+    return [
+        Problem(str(path), lineno, _field_path(err["loc"]) or None, _with_input(err)) for err in exc.errors()
+    ]
+
+
+def _with_input(err: Any) -> str:
+    value = err.get("input")
+    if err.get("type") == "missing" or isinstance(value, (dict, list)):
+        return error_message(err)
+    shown = repr(value)
+    return f"{error_message(err)} (got {shown[:60]}{'...' if len(shown) > 60 else ''})"
+
+
+def load_records(
+    path: str | Path,
+    model: type[M],
+    *,
+    unique_ids: bool = True,
+    extra_check: Callable[[M], list[tuple[str, str]]] | None = None,
+    prepare: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None,
+) -> list[M]:
+    """Loads a JSONL file into validated records, or raises DataError listing every problem.
+
+    Args:
+        path: the JSONL file.
+        model: the pydantic record type of each line.
+        unique_ids: reject a file in which an `id` appears twice.
+        extra_check: returns (field, message) pairs for checks that need the whole record,
+            such as a span beyond the end of the answer text.
+        prepare: rewrites each raw object (given its line number) before validation.
+    """
+    path = Path(path)
+    problems: list[Problem] = []
+    records: list[M] = []
+    seen: dict[str, int] = {}
+    for lineno, obj in iter_json_lines(path, problems):
+        if prepare is not None:
+            obj = prepare(lineno, obj)
+        try:
+            record = model.model_validate(obj)
+        except ValidationError as exc:
+            problems.extend(validation_problems(path, lineno, exc))
+            continue
+        rid = getattr(record, "id", None)
+        if extra_check is not None:
+            for field, message in extra_check(record):
+                problems.append(
+                    Problem(str(path), lineno, field, message, item_id=rid if isinstance(rid, str) else None)
+                )
+        if unique_ids and rid is not None:
+            if rid in seen:
+                problems.append(
+                    Problem(str(path), lineno, "id", f"duplicate id {rid!r} (first on line {seen[rid]})")
+                )
+                continue
+            seen[rid] = lineno
+        records.append(record)
+    if problems:
+        raise DataError(problems)
+    return records
+
+
+def _umask() -> int:
+    # The only portable way to read the umask is to set it and put it back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Writes text atomically (temp file + rename) with the mode a plain `open` would give.
+
+    `tempfile.mkstemp` creates files with mode 0600; left alone, every output would be
+    private to its writer, which surprises users who share run folders.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise MushroomError(f"{path}: is a folder; give a file name to write")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise MushroomError(f"{path}: cannot write ({exc.strerror})") from exc
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any] | BaseModel]) -> Path:
+    """Writes rows atomically (temp file + rename), UTF-8, one compact JSON object a line."""
+    lines = []
+    for row in rows:
+        data = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
+        lines.append(json.dumps(data, ensure_ascii=False) + "\n")
+    return atomic_write_text(path, "".join(lines))
+
+
+def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
+    """Appends one row and flushes it to disk: used by stages that must resume after a kill."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def read_json_model(path: str | Path, model: type[M]) -> M:
+    """One JSON document as a validated record; problems name the file and field."""
+    path = Path(path)
+    with open_text(path) as handle:
+        try:
+            text = handle.read()
+        except UnicodeDecodeError as exc:
+            raise DataError.single(path, None, None, f"not valid UTF-8: {exc.reason}") from None
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise DataError([Problem(str(path), exc.lineno, None, f"invalid JSON: {exc.msg}")]) from None
+    except (ValueError, RecursionError) as exc:
+        raise DataError([Problem(str(path), None, None, f"invalid JSON: {exc}")]) from None
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        raise DataError(validation_problems(path, None, exc)) from None

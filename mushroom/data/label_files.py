@@ -1,0 +1,251 @@
+"""Reading gold and prediction files for scoring, with the official scorer's rules.
+
+The official scorer derives missing labels per *file*: a prediction file with no
+`hard_labels` anywhere gets them from its soft labels (prob > 0.5, touching spans merged),
+one with no `soft_labels` anywhere gets soft spans of prob 1.0 from its hard labels. A file
+that has both columns but lacks one on some line makes the official scorer crash (pandas
+fills NaN); mushroom derives that line's labels the same way and records a warning.
+Numbers are parsed like pandas' ujson (see jsonnum), so ties and ranks match exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from mushroom.data.jsonl import iter_json_lines
+from mushroom.data.jsonnum import ujson_float
+from mushroom.errors import DataError, Problem
+from mushroom.util.words import close_match, listed, no_prediction, plural
+
+
+@dataclass
+class ScoringRecord:
+    """The fields the metrics need, in plain Python types."""
+
+    id: str
+    soft: list[tuple[int, int, float]]
+    hard: list[tuple[int, int]]
+    text_len: int | None = None
+    lang: str | None = None
+    line: int | None = None
+    soft_derived: bool = False
+
+
+@dataclass
+class ScoringFile:
+    """A loaded file and what had to be derived or would trouble the official scorer."""
+
+    path: Path
+    records: dict[str, ScoringRecord]
+    warnings: list[str] = field(default_factory=list)
+
+
+def official_hard_from_soft(soft: list[tuple[int, int, float]]) -> list[tuple[int, int]]:
+    """Hard labels the official scorer derives: prob > 0.5, spans that touch merged."""
+    hard: list[list[int]] = []
+    prev_end = -1
+    for start, end, prob in sorted(soft, key=lambda s: (s[0], s[1])):
+        if not prob > 0.5:
+            continue
+        if start == prev_end:
+            hard[-1][1] = end
+        else:
+            hard.append([start, end])
+        prev_end = end
+    return [(s, e) for s, e in hard]
+
+
+def is_json_int(value: Any) -> bool:
+    """An integer in JSON terms: bool is an int subclass in Python but not a JSON number."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_num(value: Any) -> bool:
+    return (isinstance(value, (int, float))) and not isinstance(value, bool)
+
+
+def _parse_soft(raw: Any, where: Problem, problems: list[Problem]) -> list | None:
+    """Soft spans as (start, end, prob); `where` locates the line (its field is set per problem)."""
+    if not isinstance(raw, list):
+        problems.append(replace(where, field="soft_labels", message="must be a list of {start, end, prob}"))
+        return None
+    out = []
+    for i, span in enumerate(raw):
+        if not isinstance(span, dict) or not {"start", "end", "prob"} <= span.keys():
+            problems.append(replace(where, field=f"soft_labels.{i}", message="needs keys start, end, prob"))
+            continue
+        if not (is_json_int(span["start"]) and is_json_int(span["end"]) and _is_num(span["prob"])):
+            message = "start/end must be integers, prob a number"
+            problems.append(replace(where, field=f"soft_labels.{i}", message=message))
+            continue
+        out.append((span["start"], span["end"], span["prob"]))
+    return out
+
+
+def _parse_hard(raw: Any, where: Problem, problems: list[Problem]) -> list | None:
+    """Hard spans as (start, end); `where` locates the line."""
+    if not isinstance(raw, list):
+        problems.append(replace(where, field="hard_labels", message="must be a list of [start, end]"))
+        return None
+    out = []
+    for i, span in enumerate(raw):
+        if not (isinstance(span, list) and len(span) == 2 and all(is_json_int(v) for v in span)):
+            problems.append(replace(where, field=f"hard_labels.{i}", message="must be [start, end] integers"))
+            continue
+        out.append((span[0], span[1]))
+    return out
+
+
+LABEL_KEYS = ("soft_labels", "hard_labels")
+
+
+def misspelled_label(row: dict, key: str) -> str:
+    """' (is 'soft_label' a misspelling?)' when the line has a key close to the missing `key`."""
+    others = [k for k in row if isinstance(k, str) and k not in LABEL_KEYS]
+    close = close_match(key, others, cutoff=0.75)
+    return f" (is {close!r} a misspelling?)" if close else ""
+
+
+def labels_missing_on_some_lines(rows: list[tuple[int, dict]]) -> list[tuple[int, str, int]]:
+    """(line, key, lines that have the key) for each label key a line lacks that others have.
+
+    The official scorer reads a file as a table, so such a line becomes a missing value and
+    the scorer fails, though each line alone is valid: `score` warns of it, `check` fails it.
+    """
+    have = {key: sum(key in row for _, row in rows) for key in LABEL_KEYS}
+    return [(line, key, n) for key, n in have.items() if n for line, row in rows if key not in row]
+
+
+def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
+    """Loads a gold or prediction file for scoring; raises DataError listing every problem."""
+    path = Path(path)
+    problems: list[Problem] = []
+    rows: list[tuple[int, dict]] = list(iter_json_lines(path, problems, parse_float=ujson_float))
+    has_hard = any("hard_labels" in row for _, row in rows)
+    has_soft = any("soft_labels" in row for _, row in rows)
+    warnings: list[str] = []
+    if rows and not has_hard and not has_soft:
+        unlabelled = is_gold and any("model_output_text" in row for _, row in rows)
+        problems.append(
+            Problem(
+                str(path),
+                None,
+                None,
+                "no line has hard_labels or soft_labels"
+                + (
+                    ": items without gold labels (an unlabelled split such as test) cannot be scored; "
+                    "score val, or a labelled file of your own"
+                    if unlabelled
+                    else ""
+                ),
+            )
+        )
+    records: dict[str, ScoringRecord] = {}
+    first_line: dict[str, int] = {}
+    for lineno, row in rows:
+        rid = row.get("id")
+        if not isinstance(rid, str) or not rid:
+            got = "missing" if rid is None else f"not a string (got {type(rid).__name__} {rid!r})"
+            problems.append(Problem(str(path), lineno, "id", got if rid != "" else "empty"))
+            continue
+        if rid in first_line:
+            problems.append(
+                Problem(str(path), lineno, "id", f"duplicate id {rid!r} (first on line {first_line[rid]})")
+            )
+            continue
+        first_line[rid] = lineno
+        where = Problem(str(path), lineno, None, "", item_id=rid)
+        soft = _parse_soft(row["soft_labels"], where, problems) if "soft_labels" in row else None
+        hard = _parse_hard(row["hard_labels"], where, problems) if "hard_labels" in row else None
+        if ("soft_labels" in row and soft is None) or ("hard_labels" in row and hard is None):
+            continue
+        if hard is None:
+            hard = official_hard_from_soft(soft or [])
+        soft_derived = soft is None
+        if soft is None:
+            soft = [(s, e, 1.0) for s, e in hard]
+        text_len = None
+        if is_gold:
+            text = row.get("model_output_text")
+            if not isinstance(text, str):
+                problems.append(Problem(str(path), lineno, "model_output_text", "missing in gold file"))
+                continue
+            text_len = len(text)
+        lang = row.get("lang")
+        records[rid] = ScoringRecord(
+            id=rid,
+            soft=soft,
+            hard=hard,
+            text_len=text_len,
+            lang=lang.lower() if isinstance(lang, str) else None,
+            line=lineno,
+            soft_derived=soft_derived,
+        )
+    missing: dict[int, list[str]] = {}
+    for line, key, _ in labels_missing_on_some_lines(rows):
+        missing.setdefault(line, []).append(key)
+    if missing:
+        by_line = dict(rows)
+        hint = next(
+            (h for ln, ks in missing.items() for k in ks if (h := misspelled_label(by_line[ln], k))), ""
+        )
+        neither = [line for line in missing if not any(k in by_line[line] for k in LABEL_KEYS)]
+        parts = []
+        if len(missing) > len(neither):
+            one = plural(len(missing) - len(neither), "line")
+            parts.append(f"{one} without hard_labels or soft_labels while others have them (derived)")
+        if neither:
+            one = plural(len(neither), "line")
+            parts.append(f"{one} with neither, scored as predicting no span (line {neither[0]})")
+        warnings.append(f"{path}: {'; '.join(parts)}{hint}; the official scorer fails on such a file")
+    if is_gold and rows and not any("model_output_text" in row for _, row in rows):
+        # no line is a gold line: most likely the two files were given the other way round
+        problems = [p for p in problems if p.field != "model_output_text"] + [
+            Problem(
+                str(path),
+                None,
+                "model_output_text",
+                f"missing on all {len(rows)} lines: is this the gold file? "
+                "(`mushroom score GOLD PRED`: gold first)",
+            )
+        ]
+    if problems:
+        raise DataError(problems)
+    return ScoringFile(path=path, records=records, warnings=warnings)
+
+
+def match_ids(gold: ScoringFile, pred: ScoringFile, partial: bool = False) -> list[str]:
+    """Ids sorted as the official scorer sorts them; any mismatch is an error.
+
+    With `partial` (a run made on the first N items of each language), gold ids with no
+    prediction are left out instead: the ids scored are those predicted. Ids not in the gold
+    file are errors either way.
+    """
+    missing = [] if partial else sorted(set(gold.records) - set(pred.records))
+    extra = sorted(set(pred.records) - set(gold.records))
+    problems = []
+    if missing:
+        problems.append(
+            Problem(
+                str(pred.path),
+                None,
+                "id",
+                no_prediction(missing, "gold id"),
+            )
+        )
+    if extra:
+        problems.append(
+            Problem(
+                str(pred.path),
+                None,
+                "id",
+                f"{plural(len(extra), 'id')} not in the gold file: {listed(extra)}",
+            )
+        )
+    if partial and not extra and not set(gold.records) & set(pred.records):
+        problems.append(Problem(str(pred.path), None, "id", "no prediction for any gold id"))
+    if problems:
+        raise DataError(problems)
+    return sorted(set(gold.records) & set(pred.records)) if partial else sorted(gold.records)

@@ -1,0 +1,162 @@
+"""Loading prediction files as records, with the official rules for missing labels."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+
+import numpy as np
+from pydantic import ValidationError
+
+from mushroom.data.jsonl import iter_json_lines, validation_problems
+from mushroom.data.label_files import official_hard_from_soft
+from mushroom.data.records import Item, Prediction, SoftSpan
+from mushroom.data.spans import hard_to_mask, mask_to_hard, soft_to_vector, vector_to_soft
+from mushroom.errors import DataError, Problem
+
+
+def _span_problems(
+    pred: Prediction, length: int | None, where: tuple[str, int], field_prefix: str = ""
+) -> list[Problem]:
+    """Reversed, empty, negative spans, and (when the text length is known) spans past its end."""
+    path, line = where
+    bound = "len(text)" if length is None else str(length)
+    problems = []
+    spans = [(f"soft_labels.{i}", s.start, s.end) for i, s in enumerate(pred.soft_labels)]
+    spans += [(f"hard_labels.{i}", s, e) for i, (s, e) in enumerate(pred.hard_labels)]
+    for name, start, end in spans:
+        if start < 0 or start >= end or (length is not None and end > length):
+            problems.append(
+                Problem(
+                    path,
+                    line,
+                    f"{field_prefix}{name}",
+                    f"span [{start}, {end}) must satisfy 0 <= start < end <= {bound}",
+                    item_id=pred.id,
+                )
+            )
+    return problems
+
+
+def load_predictions(path: str | Path, lengths: Mapping[str, int] | None = None) -> dict[str, Prediction]:
+    """Id -> prediction; a file without hard (soft) labels gets them derived as officially.
+
+    Unknown keys (in records and in spans) are ignored, as the official scorer ignores them.
+    Every span is checked: reversed, empty or negative spans are errors, and so are spans past
+    the end of the answer when `lengths` (item id -> text length) is given; so are ids that
+    are not among those items. Nothing is clipped or dropped.
+    """
+    path = Path(path)
+    problems: list[Problem] = []
+    rows = list(iter_json_lines(path, problems))
+    has_hard = any("hard_labels" in r for _, r in rows)
+    has_soft = any("soft_labels" in r for _, r in rows)
+    out: dict[str, Prediction] = {}
+    first_line: dict[str, int] = {}
+    for line, row in rows:
+        if "hard_labels" not in row and "soft_labels" not in row:
+            # An empty prediction must say so (`"hard_labels": []`); a line without either
+            # key is a truncated or foreign record, and the official scorer fails on it.
+            problems.append(
+                Problem(str(path), line, "hard_labels", "neither hard_labels nor soft_labels given")
+            )
+            continue
+        try:
+            pred = Prediction.model_validate(row)
+        except ValidationError as exc:
+            problems.extend(validation_problems(path, line, exc))
+            continue
+        if pred.id in out:
+            problems.append(
+                Problem(
+                    str(path), line, "id", f"duplicate id {pred.id!r} (first on line {first_line[pred.id]})"
+                )
+            )
+            continue
+        length = None
+        if lengths is not None:
+            length = lengths.get(pred.id)
+            if length is None:
+                problems.append(Problem(str(path), line, "id", f"id {pred.id!r} is not among the items"))
+                continue
+        span_errors = _span_problems(pred, length, (str(path), line))
+        if span_errors:
+            problems.extend(span_errors)
+            continue
+        if not has_hard or "hard_labels" not in row:
+            triples = [(s.start, s.end, s.prob) for s in pred.soft_labels]
+            pred.hard_labels = official_hard_from_soft(triples)
+        if not has_soft or "soft_labels" not in row:
+            pred.soft_labels = [SoftSpan(start=s, end=e, prob=1.0) for s, e in pred.hard_labels]
+        first_line[pred.id] = line
+        out[pred.id] = pred
+    if problems:
+        raise DataError(problems)
+    return out
+
+
+def prediction_from_vectors(
+    item_id: str, soft: np.ndarray, hard_mask: np.ndarray, decimals: int = 6
+) -> Prediction:
+    """Builds a consistent prediction: every hard character keeps a positive probability."""
+    soft = np.clip(soft.astype(float), 0.0, 1.0)
+    floor = 10.0**-decimals
+    soft = np.where(hard_mask & (np.round(soft, decimals) <= 0), floor, soft)
+    return Prediction(
+        id=item_id, soft_labels=vector_to_soft(soft, decimals), hard_labels=mask_to_hard(hard_mask)
+    )
+
+
+def prediction_vectors(pred: Prediction, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """(soft vector, hard mask) of a prediction over a text of `length` characters."""
+    return soft_to_vector(pred.soft_labels, length), hard_to_mask(pred.hard_labels, length)
+
+
+def mark_all(items: list[Item]) -> list[Prediction]:
+    """The mark-all baseline: every character hallucinated with probability 1."""
+    out = []
+    for item in items:
+        n = len(item.model_output_text)
+        out.append(prediction_from_vectors(item.id, np.ones(n), np.ones(n, dtype=bool)))
+    return out
+
+
+class SoftMode(StrEnum):
+    """How the ensemble's soft label is computed."""
+
+    vote = "vote"
+    mean = "mean"
+
+
+def vote(
+    item_id: str,
+    softs: list[np.ndarray],
+    masks: list[np.ndarray],
+    threshold: float = 0.5,
+    soft_mode: SoftMode = SoftMode.vote,
+) -> Prediction:
+    """The per-character vote over runs' soft vectors and hard masks of one item."""
+    share = np.mean(np.stack(masks).astype(float), axis=0)
+    soft = share if soft_mode == SoftMode.vote else np.mean(np.stack(softs), axis=0)
+    return prediction_from_vectors(item_id, soft, share > threshold)
+
+
+def submission_name(lang: str, split: str = "test") -> str:
+    """The official file name: mushroom.<lang>-tst.v1.jsonl (val: mushroom.<lang>-val.v2.jsonl).
+
+    Items from a file of the user's (`detect --items`) go to mushroom.<lang>-items.jsonl.
+    """
+    if split == "items":
+        return f"mushroom.{lang}-items.jsonl"
+    return f"mushroom.{lang}-tst.v1.jsonl" if split == "test" else f"mushroom.{lang}-val.v2.jsonl"
+
+
+_PREDICTION_FILE = re.compile(r"mushroom\.([a-z]{2,3})-(?:tst\.v1|val\.v2|items)\.jsonl")
+
+
+def prediction_file_lang(name: str) -> str | None:
+    """The language of a file name `submission_name` makes (items files too); None otherwise."""
+    match = _PREDICTION_FILE.fullmatch(name)
+    return match.group(1) if match else None

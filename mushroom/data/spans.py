@@ -1,0 +1,112 @@
+"""Span algebra: spans <-> per-character vectors, soft -> hard, merging.
+
+Per-character vectors are the common currency of the scorer, the ensemble and the detectors:
+a detector may think in words or sentences, but it hands over characters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from mushroom.data.records import SoftSpan
+
+HardSpans = list[tuple[int, int]]
+
+
+def hard_to_mask(hard: Iterable[Sequence[int]], length: int) -> np.ndarray:
+    """Boolean mask of the characters covered by any span (spans are clipped to the text)."""
+    mask = np.zeros(length, dtype=bool)
+    for start, end in hard:
+        mask[max(start, 0) : min(end, length)] = True
+    return mask
+
+
+def soft_to_vector(soft: Iterable[SoftSpan | dict], length: int) -> np.ndarray:
+    """Per-character probabilities; where spans overlap the later one wins, as officially."""
+    vec = np.zeros(length, dtype=float)
+    for span in soft:
+        if isinstance(span, dict):
+            start, end, prob = span["start"], span["end"], span["prob"]
+        else:
+            start, end, prob = span.start, span.end, span.prob
+        vec[max(start, 0) : min(end, length)] = prob
+    return vec
+
+
+def mask_to_hard(mask: np.ndarray) -> HardSpans:
+    """Maximal runs of True as [start, end) spans: adjacent and overlapping spans merge."""
+    if mask.size == 0:
+        return []
+    padded = np.concatenate(([False], mask.astype(bool), [False]))
+    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    return [(int(s), int(e)) for s, e in zip(edges[::2], edges[1::2])]
+
+
+def vector_to_soft(vec: np.ndarray, decimals: int = 6) -> list[SoftSpan]:
+    """Runs of equal non-zero probability as soft spans.
+
+    Probabilities are rounded first: the official correlation treats values equal to 8
+    decimals as a tie only for constancy, so rounding to 6 keeps files short without
+    changing any rank that matters.
+    """
+    if vec.size == 0:
+        return []
+    vals = np.clip(np.round(vec.astype(float), decimals), 0.0, 1.0)
+    change = np.flatnonzero(np.diff(vals) != 0) + 1
+    starts = np.concatenate(([0], change))
+    ends = np.concatenate((change, [vals.size]))
+    # Built without validation: the values are valid by construction, and the lexical
+    # detector builds one of these lists per item for its probabilities and one per channel.
+    probs = vals[starts].tolist()
+    return [
+        SoftSpan.model_construct(start=s, end=e, prob=p)
+        for s, e, p in zip(starts.tolist(), ends.tolist(), probs)
+        if p > 0
+    ]
+
+
+def soft_to_hard(soft: Iterable[SoftSpan | dict], length: int, threshold: float = 0.5) -> HardSpans:
+    """Hard spans = characters whose probability exceeds the threshold, runs merged."""
+    return mask_to_hard(soft_to_vector(soft, length) > threshold)
+
+
+def merge_hard(hard: Iterable[Sequence[int]]) -> HardSpans:
+    """Sorts spans and merges those that overlap or touch."""
+    merged: HardSpans = []
+    for start, end in sorted((int(s), int(e)) for s, e in hard):
+        if start >= end:
+            continue
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def span_problems(
+    length: int, soft: Sequence[SoftSpan] | None, hard: Sequence[Sequence[int]] | None
+) -> list[tuple[str, str]]:
+    """(field, message) for every span that is reversed, empty or outside the text."""
+    problems: list[tuple[str, str]] = []
+    for i, span in enumerate(soft or []):
+        if not 0 <= span.start < span.end <= length:
+            problems.append(
+                (
+                    f"soft_labels.{i}",
+                    f"span [{span.start}, {span.end}) must satisfy 0 <= start < end <= {length}"
+                    " (the answer's length)",
+                )
+            )
+    for i, span in enumerate(hard or []):
+        start, end = span
+        if not 0 <= start < end <= length:
+            problems.append(
+                (
+                    f"hard_labels.{i}",
+                    f"span [{start}, {end}) must satisfy 0 <= start < end <= {length} (the answer's length)",
+                )
+            )
+    return problems

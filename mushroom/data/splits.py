@@ -1,0 +1,132 @@
+"""Finding and loading Mu-SHROOM split files shipped in data/.
+
+The official file names differ per split (`-val.v2.extra`, `-tst.v1`, `-train_nolabel.v1`),
+so callers name a split and a language and this module finds the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from mushroom.data.jsonl import load_records
+from mushroom.data.records import Item
+from mushroom.data.spans import span_problems
+from mushroom.errors import MushroomError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# From a checkout, the repository's data/ is the default; an installed package has none, so
+# MUSHROOM_DATA_DIR (or a data/mushroom folder where mushroom is run) names it.
+IN_CHECKOUT = (PROJECT_ROOT / "pyproject.toml").is_file() and (PROJECT_ROOT / "data" / "mushroom").is_dir()
+
+
+def workspace() -> Path:
+    """Where runs/, submissions/ and eval/ go by default: the checkout, else the current folder."""
+    return PROJECT_ROOT if IN_CHECKOUT else Path.cwd()
+
+
+def _data_dir() -> Path:
+    env = os.environ.get("MUSHROOM_DATA_DIR")
+    if env:
+        return Path(env)
+    return PROJECT_ROOT / "data" / "mushroom" if IN_CHECKOUT else Path.cwd() / "data" / "mushroom"
+
+
+DEFAULT_DATA_DIR = _data_dir()
+
+SPLIT_DIRS = {
+    "val": "val",
+    "test": "test-unlabeled",
+    "test-labeled": "test-labeled",
+    "train": "train-unlabeled",
+}
+SPLIT_TAGS = {"val": "val", "test": "tst", "test-labeled": "tst", "train": "train"}
+_FILE_RE = re.compile(r"^mushroom\.([a-z]{2})-(val|tst|train)[^/]*\.jsonl$")
+
+
+def split_files(split: str, data_dir: Path | None = None) -> dict[str, Path]:
+    """Language code -> file for a split, found by the official naming pattern."""
+    if split not in SPLIT_DIRS:
+        raise MushroomError(f"unknown split {split!r}; choose one of {sorted(SPLIT_DIRS)}")
+    folder = (data_dir or DEFAULT_DATA_DIR) / SPLIT_DIRS[split]
+    if not folder.is_dir():
+        if split == "test-labeled":  # a known split that is not shipped: say so
+            raise MushroomError(
+                f"split folder not found: {folder}; the labelled test split is not shipped with mushroom "
+                "(its labels are held out): put its files there, or set MUSHROOM_DATA_DIR to the folder "
+                "holding test-labeled/"
+            )
+        raise MushroomError(
+            f"split folder not found: {folder} (set MUSHROOM_DATA_DIR to the folder holding val/ and "
+            "test-unlabeled/, or pass --items FILE)"
+        )
+    found: dict[str, Path] = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        match = _FILE_RE.match(path.name)
+        if match and match.group(2) == SPLIT_TAGS[split]:
+            found[match.group(1)] = path
+    if not found:
+        raise MushroomError(f"no mushroom.<lang>-{SPLIT_TAGS[split]}*.jsonl files in {folder}")
+    return found
+
+
+def lang_from_filename(path: Path) -> str | None:
+    """The language code in an official-style file name, if there is one."""
+    match = re.search(r"(?:^|[._/-])([a-z]{2})-(?:val|tst|train)", path.name)
+    return match.group(1) if match else None
+
+
+def _item_checks(item: Item) -> list[tuple[str, str]]:
+    return span_problems(len(item.model_output_text), item.soft_labels, item.hard_labels)
+
+
+def load_items(path: str | Path, id_prefix: str | None = None) -> list[Item]:
+    """Loads one split file; every problem (bad JSON, missing field, bad span) is reported.
+
+    Args:
+        path: the JSONL file.
+        id_prefix: lines without an `id` get `<id_prefix><line number>`; the official
+            unlabelled train files have no ids, and runs need stable ones to resume.
+    """
+    prepare = None
+    if id_prefix is not None:
+
+        def prepare(lineno: int, obj: dict) -> dict:
+            return obj if "id" in obj else {**obj, "id": f"{id_prefix}{lineno}"}
+
+    return load_records(path, Item, extra_check=_item_checks, prepare=prepare)
+
+
+def load_split(
+    split: str, langs: list[str] | None = None, data_dir: Path | None = None
+) -> dict[str, list[Item]]:
+    """Items of a split per language, for the requested languages (all when None)."""
+    files = split_files(split, data_dir)
+    wanted = langs or sorted(files)
+    missing = [lang for lang in wanted if lang not in files]
+    if missing:
+        from mushroom.util.words import suggest
+
+        raise MushroomError(
+            f"split {split!r} has no file for {', '.join(missing)}"
+            + suggest(missing[0], sorted(files), "it has")
+        )
+    prefix = (lambda lang: f"train-{lang}-") if split == "train" else (lambda lang: None)
+    return {lang: load_items(files[lang], prefix(lang)) for lang in wanted}
+
+
+def require_labelled(data: dict[str, list[Item]], split: str, what: str) -> None:
+    """Raises unless every item carries gold labels.
+
+    Scoring an unlabelled item treats its gold as "nothing hallucinated", so a threshold
+    sweep or a stack fitted on test would report IoU 1.0 for marking nothing, with exit 0.
+    """
+    bare = {lang: sum(not it.is_labelled for it in items) for lang, items in data.items()}
+    bare = {lang: n for lang, n in bare.items() if n}
+    if bare:
+        counts = ", ".join(f"{lang} ({n} of {len(data[lang])})" for lang, n in sorted(bare.items()))
+        raise MushroomError(
+            f"{what} needs gold labels, and split {split!r} has items without them: {counts}; "
+            "use a labelled split (--split val)"
+        )

@@ -1,0 +1,216 @@
+"""Validating prediction files against their items before anyone uploads them.
+
+Stricter than the official scorer on purpose: the scorer silently accepts overlapping soft
+spans (the later one wins) or hard labels with zero soft probability, which are almost
+always bugs in the system that wrote them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mushroom.data.jsonl import iter_json_lines
+from mushroom.data.label_files import is_json_int, labels_missing_on_some_lines, misspelled_label
+from mushroom.data.records import Item
+from mushroom.errors import Problem
+from mushroom.util.words import no_prediction, plural
+
+
+@dataclass
+class CheckReport:
+    """Errors make a file unusable; warnings are worth a look."""
+
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    n_lines: int = 0
+    n_items: int = 0
+    missing: list[str] = field(default_factory=list)
+    unknown_ids: int = 0  # lines whose id is not among the items (the wrong items file, often)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def summary(self) -> str:
+        """What was wrong, counted by kind.
+
+        For example `3 errors on 2 lines (of 48 read); no prediction for 12 of 60 items`.
+
+        Errors on lines and items with no prediction are counted apart, since a file missing
+        half its items has one problem but many items to fix, and vice versa.
+        """
+        on_lines = [p for p in self.errors if p.line is not None]
+        missing_error = any(p.line is None and p.message.startswith("no prediction for") for p in self.errors)
+        others = len(self.errors) - len(on_lines) - int(missing_error)
+        parts = []
+        if on_lines:
+            bad = len({p.line for p in on_lines})
+            errors = plural(len(on_lines), "error")
+            parts.append(f"{errors} on {plural(bad, 'line')} (of {self.n_lines} read)")
+        if missing_error:
+            parts.append(f"no prediction for {len(self.missing)} of {plural(self.n_items, 'item')}")
+        if others > 0:
+            parts.append(plural(others, "other error"))
+        return "; ".join(parts) or "no errors"
+
+
+RECORD_KEYS = frozenset({"id", "soft_labels", "hard_labels"})
+SPAN_KEYS = frozenset({"start", "end", "prob"})
+
+
+def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckReport) -> None:
+    path, line = where
+    n = len(item.model_output_text)
+
+    def err(field_name: str, msg: str) -> None:
+        report.errors.append(Problem(path, line, field_name, msg, item_id=item.id))
+
+    if "soft_labels" not in row and "hard_labels" not in row:
+        err("soft_labels", "neither soft_labels nor hard_labels given")
+        return
+    soft = row.get("soft_labels", [])
+    hard = row.get("hard_labels", [])
+    probs = np.zeros(n)
+    covered = np.zeros(n, dtype=bool)
+    good_soft = isinstance(soft, list)
+    if not good_soft:
+        err("soft_labels", "must be a list")
+        soft = []
+    for i, span in enumerate(soft):
+        name = f"soft_labels.{i}"
+        if not isinstance(span, dict) or not SPAN_KEYS <= span.keys():
+            err(name, "must be an object with start, end, prob")
+            good_soft = False
+            continue
+        start, end, prob = span["start"], span["end"], span["prob"]
+        if not (is_json_int(start) and is_json_int(end)):
+            err(name, "start and end must be integers")
+            good_soft = False
+            continue
+        if not 0 <= start < end <= n:
+            err(name, f"span [{start}, {end}) must satisfy 0 <= start < end <= {n}")
+            good_soft = False
+            continue
+        if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not 0.0 <= prob <= 1.0:
+            err(f"{name}.prob", f"probability {prob!r} is not a number in [0, 1]")
+            good_soft = False
+            continue
+        if covered[start:end].any():
+            err(name, f"span [{start}, {end}) overlaps an earlier soft span")
+        covered[start:end] = True
+        probs[start:end] = prob
+    if not isinstance(hard, list):
+        err("hard_labels", "must be a list")
+        return
+    hard_mask = np.zeros(n, dtype=bool)
+    prev_end = -1
+    for i, span in enumerate(hard):
+        name = f"hard_labels.{i}"
+        if not (isinstance(span, list) and len(span) == 2 and all(is_json_int(v) for v in span)):
+            err(name, "must be a pair of integers [start, end]")
+            continue
+        start, end = span
+        if not 0 <= start < end <= n:
+            err(name, f"span [{start}, {end}) must satisfy 0 <= start < end <= {n}")
+            continue
+        if start < prev_end:
+            report.warnings.append(
+                Problem(path, line, name, "hard spans overlap or are unsorted", item_id=item.id)
+            )
+        prev_end = max(prev_end, end)
+        hard_mask[start:end] = True
+    if "soft_labels" in row and good_soft and (hard_mask & (probs <= 0)).any():
+        first = int(np.flatnonzero(hard_mask & (probs <= 0))[0])
+        err("hard_labels", f"character {first} is in a hard span but has soft probability 0")
+
+
+def _unknown_keys(rows: list[tuple[int, dict]], path: str) -> list[Problem]:
+    """One problem per unknown key (records and soft spans), with how often and where first."""
+    seen: dict[tuple[str, str], list[int]] = {}
+    for line, row in rows:
+        for key in row.keys() - RECORD_KEYS:
+            seen.setdefault(("record", key), [line, 0])[1] += 1
+        soft = row.get("soft_labels")
+        for span in soft if isinstance(soft, list) else []:
+            for key in span.keys() - SPAN_KEYS if isinstance(span, dict) else ():
+                seen.setdefault(("soft_labels span", key), [line, 0])[1] += 1
+    return [
+        Problem(
+            path,
+            first,
+            key,
+            f"unknown key in {where} ({plural(count, 'time')}); the official scorer ignores it",
+        )
+        for (where, key), (first, count) in sorted(seen.items(), key=lambda kv: kv[1][0])
+    ]
+
+
+def check_rows(
+    rows: Iterable[tuple[int, dict]],
+    items: list[Item],
+    path: str = "<predictions>",
+    strict: bool = False,
+    partial: bool = False,
+) -> CheckReport:
+    """Checks parsed rows: every item id exactly once, spans valid, labels consistent.
+
+    Unknown keys are ignored, as by the official scorer; `strict` makes each an error.
+    `partial` accepts a file that predicts only some of the items (a `--limit` run, as
+    `score --partial` scores one): the items it lacks are listed in `missing`, not an error.
+    """
+    rows = list(rows)
+    report = CheckReport()
+    if strict:
+        report.errors.extend(_unknown_keys(rows, path))
+    by_id = {item.id: item for item in items}
+    seen: dict[str, int] = {}
+    for line, row in rows:
+        report.n_lines += 1
+        rid = row.get("id")
+        if not isinstance(rid, str):
+            report.errors.append(Problem(path, line, "id", "missing or not a string"))
+            continue
+        if rid in seen:
+            report.errors.append(
+                Problem(path, line, "id", f"duplicate id {rid!r} (first on line {seen[rid]})")
+            )
+            continue
+        seen[rid] = line
+        if rid not in by_id:
+            report.errors.append(Problem(path, line, "id", f"id {rid!r} is not among the items"))
+            report.unknown_ids += 1
+            continue
+        _check_row(row, by_id[rid], (path, line), report)
+    by_line = dict(rows)
+    for line, key, have in labels_missing_on_some_lines(rows):
+        row = by_line[line]
+        message = (
+            f"missing while {plural(have, 'other line')} {'has' if have == 1 else 'have'} it"
+            f"{misspelled_label(row, key)}; the official scorer fails on such a file"
+        )
+        item_id = row.get("id") if isinstance(row.get("id"), str) else None
+        report.errors.append(Problem(path, line, key, message, item_id=item_id))
+    report.n_items = len(items)
+    report.missing = [item.id for item in items if item.id not in seen]
+    if partial and items and not seen:  # --partial accepts some items, not none
+        report.errors.append(Problem(path, None, "id", f"no prediction for any of the {len(items)} items"))
+    elif report.missing and not partial:
+        hint = " (check --partial accepts a file made on some of the items, e.g. with --limit)"
+        report.errors.append(Problem(path, None, "id", no_prediction(report.missing) + hint))
+    return report
+
+
+def check_file(
+    path: str | Path, items: list[Item], strict: bool = False, partial: bool = False
+) -> CheckReport:
+    """Checks a prediction JSONL file; unreadable lines are errors too."""
+    problems: list[Problem] = []
+    rows = list(iter_json_lines(Path(path), problems))
+    report = check_rows(rows, items, str(path), strict, partial)
+    report.n_lines += len({p.line for p in problems if p.line is not None})  # unreadable lines were read too
+    report.errors = problems + report.errors
+    return report

@@ -1,0 +1,388 @@
+"""Comparing runs side by side: scores with intervals, paired tests, error-type counts, sweeps.
+
+Everything is recomputed from the prediction files each run wrote, so any run can be
+compared with any other without re-running a model, and the numbers match `mushroom score`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from rich.markup import escape
+from rich.table import Table
+
+from mushroom.data.jsonl import load_records
+from mushroom.data.predictions import load_predictions, prediction_vectors, submission_name
+from mushroom.data.records import ErrorType, Item
+from mushroom.data.runfolder import RunScope, prediction_folder, run_scope
+from mushroom.data.spans import hard_to_mask, soft_to_vector
+from mushroom.data.splits import load_split, require_labelled, split_files
+from mushroom.errors import MushroomError
+from mushroom.evaluation.metrics import mask_iou, vector_cor
+from mushroom.evaluation.score import ScoreResult, score_paths
+from mushroom.evaluation.stats import paired_test
+from mushroom.util.words import no_prediction
+
+
+class ErrorTag(BaseModel):
+    """One item's error type, from a small hand-written JSONL file (`{"id", "error_type"}`).
+
+    Other keys are ignored, as in every data file mushroom reads (tags exported from an
+    annotation tool carry the text, the annotator, ...); a misspelt `error_type` is still an
+    error, since it is required.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(min_length=1)
+    error_type: ErrorType
+    note: str = ""
+
+
+def load_tags(path: Path) -> dict[str, str]:
+    """Item id -> error type; a bad line is reported with its file, line and field."""
+    return {tag.id: tag.error_type for tag in load_records(path, ErrorTag)}
+
+
+@dataclass
+class RunScores:
+    """A run's per-item scores on a labelled split, and what part of the split it covered."""
+
+    name: str
+    path: Path
+    result: ScoreResult
+    scope: RunScope | None = None
+
+    def coverage_note(self) -> str | None:
+        """`RUN: scored 5 of 50 gold items: ...` when the run left gold items out, else None."""
+        if self.scope is None or not self.result.unscored:
+            return None
+        return f"{self.name}: {self.scope.note(len(self.result.ids), self.result.n_gold)}"
+
+
+def score_run(path: Path, split: str = "val", name: str | None = None) -> RunScores:
+    """Scores a run folder's prediction files of a split against gold, per item.
+
+    Languages without a file are left out (the comparison keeps those every run has); a run
+    made with `--limit` (its config.json says) is scored on the items it predicted.
+    """
+    folder = prediction_folder(path, split)
+    gold_dir = next(iter(split_files(split).values())).parent
+    scope = run_scope(path)
+    partial = scope is not None and scope.partial
+    result = score_paths(gold_dir, folder, allow_missing=True, partial=partial)
+    return RunScores(name or path.name, path, result, scope)
+
+
+def left_out_languages(runs: list[RunScores]) -> list[str]:
+    """One note per run with languages the comparison drops because another run lacks them.
+
+    The overall row is the mean over the shared languages only: a run of 10 languages against
+    one of 2 is compared on those 2, which a user should read before the numbers.
+    """
+    common = set.intersection(*(set(r.result.langs) for r in runs))
+    notes = []
+    for run in runs:
+        extra = sorted(set(run.result.langs) - common)
+        if extra:
+            notes.append(
+                f"{run.name}: {', '.join(extra)} left out, since not every run has them; compared on "
+                f"{', '.join(sorted(common)) or 'nothing'}"
+            )
+    return notes
+
+
+def comparison_rows(runs: list[RunScores], baseline: int = 0) -> list[dict]:
+    """Per language and overall: each run's IoU/Cor with 95% CIs and the paired test vs the baseline.
+
+    Overall is the mean over the languages every run covers (macro, as the leaderboard), and
+    the paired test overall is over all items of those languages.
+    """
+    base = runs[baseline]
+    langs = sorted(set.intersection(*(set(r.result.langs) for r in runs)))
+    rows = []
+    base_per = base.result.by_lang()
+    for run in runs:
+        per = run.result.by_lang()
+        for lang in [*langs, "all"]:
+            if lang == "all":
+                res, b = run.result.of_langs(langs), base.result.of_langs(langs)
+                iou = float(np.mean([per[g].mean_iou for g in langs]))
+                cor = float(np.mean([per[g].mean_cor for g in langs]))
+            else:
+                res, b = per[lang], base_per[lang]
+                iou, cor = res.mean_iou, res.mean_cor
+            ci = res.ci()
+            row = {
+                "run": run.name,
+                "lang": lang,
+                "n": len(res.ids),
+                "iou": iou,
+                "iou_lo": ci["iou"][0],
+                "iou_hi": ci["iou"][1],
+                "cor": cor,
+                "cor_lo": ci["cor"][0],
+                "cor_hi": ci["cor"][1],
+            }
+            if run is not base:
+                if res.ids != b.ids:
+                    raise MushroomError(
+                        f"runs {run.name} and {base.name} do not cover the same {lang} items; "
+                        "compare runs of the same split and items"
+                    )
+                t_iou, t_cor = paired_test(res.iou, b.iou), paired_test(res.cor, b.cor)
+                row.update(
+                    d_iou=t_iou.mean_diff, p_iou=t_iou.p_value, d_cor=t_cor.mean_diff, p_cor=t_cor.p_value
+                )
+            rows.append(row)
+    return rows
+
+
+def comparison_table(title: str, rows: list[dict]) -> Table:
+    """The comparison for the terminal; cells wrap (a CI goes under its mean), never cut.
+
+    A narrow terminal (80 columns, a log, a split pane) must still show every number, so each
+    score cell holds the mean on one line and its interval on the next, and every column may
+    fold rather than end in an ellipsis.
+    """
+    table = Table(title=escape(title))
+    for col in ("run", "lang", "n", "IoU\n[95% CI]", "Cor\n[95% CI]", "dIoU\n(p)", "dCor\n(p)"):
+        table.add_column(col, justify="left" if col in ("run", "lang") else "right", overflow="fold")
+    for r in rows:
+        d_iou = f"{r['d_iou']:+.4f}\n({r['p_iou']:.3f})" if "d_iou" in r else "baseline"
+        d_cor = f"{r['d_cor']:+.4f}\n({r['p_cor']:.3f})" if "d_cor" in r else ""
+        table.add_row(
+            escape(r["run"]),
+            escape(r["lang"]),
+            str(r["n"]),
+            f"{r['iou']:.4f}\n[{r['iou_lo']:.2f}, {r['iou_hi']:.2f}]",
+            f"{r['cor']:.4f}\n[{r['cor_lo']:.2f}, {r['cor_hi']:.2f}]",
+            d_iou,
+            d_cor,
+            end_section=r["lang"] == "all",
+        )
+    return table
+
+
+def tag_rows(runs: list[RunScores], tags: dict[str, str]) -> list[dict]:
+    """Per error type: how many tagged items the runs scored, and each run's mean IoU/Cor on them.
+
+    A tag for an item the runs did not score (another language, a --limit run, a typo) is
+    left out of the count; `unscored_tags` names those for a warning.
+    """
+    scored = set(runs[0].result.ids) if runs else set()
+    rows = []
+    for error_type in sorted(set(tags.values())):
+        ids = {i for i, t in tags.items() if t == error_type and i in scored}
+        if not ids:
+            continue
+        row: dict = {"error_type": error_type, "items": len(ids)}
+        for run in runs:
+            mask = np.array([i in ids for i in run.result.ids])
+            row[f"{run.name} IoU"] = float(run.result.iou[mask].mean()) if mask.any() else float("nan")
+            row[f"{run.name} Cor"] = float(run.result.cor[mask].mean()) if mask.any() else float("nan")
+        rows.append(row)
+    return rows
+
+
+def unscored_tags(tags: dict[str, str], ids: list[str]) -> list[str]:
+    """Tagged ids that are not among `ids` (the items scored, or shown on a page)."""
+    known = set(ids)
+    return [i for i in tags if i not in known]
+
+
+COLUMNS = [
+    "run",
+    "lang",
+    "n",
+    "iou",
+    "iou_lo",
+    "iou_hi",
+    "cor",
+    "cor_lo",
+    "cor_hi",
+    "d_iou",
+    "p_iou",
+    "d_cor",
+    "p_cor",
+]
+
+
+def rows_csv(rows: list[dict], columns: list[str] | None = None) -> str:
+    """CSV text of rows (missing cells empty, floats with 4 decimals)."""
+    columns = columns or list(rows[0])
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_fmt(row.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def rows_markdown(rows: list[dict], columns: list[str] | None = None) -> str:
+    """A Markdown table of rows."""
+    columns = columns or list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_fmt(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+# ---- threshold sweep -------------------------------------------------------------------
+
+THRESHOLDS = [round(t, 2) for t in np.arange(0.05, 1.0, 0.05)]
+
+
+@dataclass
+class SweepScope:
+    """The items a sweep covers, and what the user should be told about how they were chosen."""
+
+    data: dict[str, list[Item]]
+    notes: list[str]
+
+
+def sweep_scope(runs: list[Path], split: str = "val", langs: list[str] | None = None) -> SweepScope:
+    """The runs' languages (unless `langs` are given) and, for runs made with --limit, their items.
+
+    A run made with `--lang en` has no file for the other languages, and one made with
+    `--limit 5` no prediction for the other items; their config.json says so. Runs without
+    a config (plain folders of files) cover every item, so a missing one stays an error.
+    """
+    scopes = [s for s in (run_scope(r) for r in runs) if s is not None]
+    notes = []
+    if langs is None:
+        limited = [s for s in scopes if s.langs]
+        if limited:
+            langs = sorted(set.intersection(*(set(s.langs or ()) for s in limited)))
+            if not langs:
+                raise MushroomError(
+                    "the runs share no language: "
+                    + "; ".join(s.made_with() for s in limited)
+                    + "; give --lang"
+                )
+            notes.append(f"sweeping {', '.join(langs)}: " + "; ".join(s.made_with() for s in limited))
+    data = load_split(split, langs)
+    partial = [s for s in scopes if s.partial]
+    if partial:
+        total = sum(len(items) for items in data.values())
+        for lang, items in data.items():
+            for run in runs:
+                predicted = load_predictions(prediction_folder(run, split) / submission_name(lang, split))
+                items = [it for it in items if it.id in predicted]
+            data[lang] = items
+        data = {lang: items for lang, items in data.items() if items}
+        if not data:
+            raise MushroomError(
+                "the runs have no predicted item in common; sweep runs made on the same items"
+            )
+        notes.append(partial[0].note(sum(len(items) for items in data.values()), total, "swept"))
+    return SweepScope(data, notes)
+
+
+def sweep(
+    runs: list[Path],
+    split: str = "val",
+    thresholds: list[float] | None = None,
+    langs: list[str] | None = None,
+    data: dict[str, list[Item]] | None = None,
+) -> list[dict]:
+    """IoU and Cor against the threshold for a run, or for the vote of several runs.
+
+    With one run the threshold applies to its soft probabilities; with several, to the
+    mean of their soft probabilities. Hard labels are the characters above the threshold;
+    Cor is computed with probabilities below the threshold set to 0 (the `floor` a stack
+    uses), which is why it moves too. Macro means over languages.
+    """
+    thresholds = thresholds or THRESHOLDS
+    data = data if data is not None else load_split(split, langs)
+    require_labelled(data, split, "a threshold sweep")
+    iou = {t: [] for t in thresholds}
+    cor = {t: [] for t in thresholds}
+    for lang, items in data.items():
+        lengths = {item.id: len(item.model_output_text) for item in items}
+        files = [prediction_folder(r, split) / submission_name(lang, split) for r in runs]
+        preds = [load_predictions(f, lengths) for f in files]
+        for file, pred in zip(files, preds):
+            missing = [item.id for item in items if item.id not in pred]
+            if missing:
+                raise MushroomError(f"{file}: {no_prediction(missing, total=len(items))}")
+        lang_iou = {t: [] for t in thresholds}
+        lang_cor = {t: [] for t in thresholds}
+        for item in items:
+            n = len(item.model_output_text)
+            soft = np.mean([prediction_vectors(p[item.id], n)[0] for p in preds], axis=0)
+            soft = np.round(soft, 6)
+            gold_mask = hard_to_mask(item.hard_labels or [], n)
+            gold_soft = soft_to_vector(item.soft_labels or [], n)
+            for t in thresholds:
+                lang_iou[t].append(mask_iou(gold_mask, soft > t))
+                lang_cor[t].append(vector_cor(gold_soft, np.where(soft > t, soft, 0.0)))
+        for t in thresholds:
+            iou[t].append(np.mean(lang_iou[t]))
+            cor[t].append(np.mean(lang_cor[t]))
+    return [
+        {"threshold": t, "iou": float(np.mean(iou[t])), "cor": float(np.mean(cor[t]))} for t in thresholds
+    ]
+
+
+def sweep_svg(rows: list[dict], title: str = "threshold sweep") -> str:
+    """A small self-contained SVG line plot of IoU and Cor against the threshold."""
+    w, h, pad = 520, 300, 40
+    xs = [r["threshold"] for r in rows]
+    x_lo, x_hi = min(xs), max(xs)
+
+    def px(x: float) -> float:
+        return pad + (x - x_lo) / max(x_hi - x_lo, 1e-9) * (w - 2 * pad)
+
+    def py(y: float) -> float:
+        return h - pad - y * (h - 2 * pad)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
+        f'<text x="{w / 2}" y="16" text-anchor="middle" font-size="13">{_escape(title)}</text>',
+        f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>',
+        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>',
+    ]
+    for y in (0.0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<text x="{pad - 6}" y="{py(y) + 4}" text-anchor="end">{y:.2f}</text>')
+        parts.append(f'<line x1="{pad}" y1="{py(y)}" x2="{w - pad}" y2="{py(y)}" stroke="#eee"/>')
+    for x in xs[:: max(1, len(xs) // 6)]:
+        parts.append(f'<text x="{px(x)}" y="{h - pad + 14}" text-anchor="middle">{x:.2f}</text>')
+    for key, colour in (("iou", "#1f77b4"), ("cor", "#d62728")):
+        points = " ".join(f"{px(r['threshold']):.1f},{py(r[key]):.1f}" for r in rows)
+        parts.append(
+            f'<polyline class="{key}" fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>'
+        )
+        best = max(rows, key=lambda r: r[key])
+        parts.append(
+            f'<circle cx="{px(best["threshold"]):.1f}" cy="{py(best[key]):.1f}" r="4" fill="{colour}"/>'
+        )
+    parts.append(f'<text x="{w - pad}" y="{pad - 8}" text-anchor="end" fill="#1f77b4">IoU</text>')
+    parts.append(f'<text x="{w - pad - 30}" y="{pad - 8}" text-anchor="end" fill="#d62728">Cor</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def ascii_sweep(rows: list[dict], width: int = 40) -> str:
+    """The sweep as text bars, for the terminal."""
+    lines = []
+    for r in rows:
+        bar = "#" * int(round(r["iou"] * width))
+        lines.append(f"{r['threshold']:.2f} IoU {r['iou']:.4f} Cor {r['cor']:.4f} |{bar}")
+    return "\n".join(lines)

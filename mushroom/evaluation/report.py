@@ -1,0 +1,253 @@
+"""`mushroom report RUN_DIR`: one self-contained HTML page to look at a run item by item.
+
+Per item: the question, the answer with gold spans (green underline) and predicted spans
+(red background, soft probability as intensity), the item's IoU and Cor, the contexts the
+detector saw, the raw model output where the run kept one, and the item's error type if the
+item is tagged. Filters (language, worst N by IoU, error type) run in the page itself, and
+can be preset in the URL: `report.html#lang=en&worst=10`. No external files, fonts or scripts,
+so the page can be mailed or archived with the run.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import Counter
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from mushroom.data.contexts import DEFAULT_SOURCES, load_contexts
+from mushroom.data.jsonl import iter_json_lines
+from mushroom.data.predictions import load_predictions, prediction_vectors, submission_name
+from mushroom.data.records import Item, Prediction
+from mushroom.data.runfolder import prediction_folder
+from mushroom.data.spans import hard_to_mask
+from mushroom.data.splits import load_split
+from mushroom.errors import MushroomError, Problem
+from mushroom.evaluation.metrics import item_cor, item_iou
+from mushroom.util.words import plural
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1100px;color:#222}
+.item{border:1px solid #ccc;border-radius:6px;padding:.6em 1em;margin:.8em 0}
+.item.hidden{display:none}
+.answer{line-height:1.9;font-size:1.05em;white-space:pre-wrap}
+.gold{text-decoration:underline;text-decoration-color:#2a9d2a;text-decoration-thickness:3px;text-underline-offset:4px}
+.meta{color:#555;font-size:.9em}
+.legend span{margin-right:1.5em}
+pre{white-space:pre-wrap;background:#f6f6f6;padding:.5em;max-height:20em;overflow:auto}
+table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}
+"""
+
+_JS = """
+function applyFilters(){
+  const lang=document.getElementById('f-lang').value;
+  const tag=document.getElementById('f-tag').value;
+  const worst=parseInt(document.getElementById('f-worst').value||'0');
+  let items=[...document.querySelectorAll('.item')];
+  let keep=items.filter(e=>(lang==='all'||e.dataset.lang===lang)&&(tag==='all'||e.dataset.tag===tag));
+  if(worst>0){keep.sort((a,b)=>parseFloat(a.dataset.iou)-parseFloat(b.dataset.iou));keep=keep.slice(0,worst);}
+  const shown=new Set(keep);
+  items.forEach(e=>e.classList.toggle('hidden',!shown.has(e)));
+  document.getElementById('shown').textContent=keep.length;
+}
+function fromHash(){
+  const p=new URLSearchParams(location.hash.slice(1));
+  if(p.get('lang'))document.getElementById('f-lang').value=p.get('lang');
+  if(p.get('tag'))document.getElementById('f-tag').value=p.get('tag');
+  if(p.get('worst'))document.getElementById('f-worst').value=p.get('worst');
+  applyFilters();
+}
+window.addEventListener('DOMContentLoaded',()=>{
+  ['f-lang','f-tag','f-worst'].forEach(id=>document.getElementById(id).addEventListener('change',applyFilters));
+  fromHash();
+});
+"""
+
+
+def highlighted_answer(text: str, gold_mask: np.ndarray, soft: np.ndarray) -> str:
+    """The answer as HTML: runs of equal (gold, probability) become one styled span."""
+    out = []
+    start = 0
+    for k in range(1, len(text) + 1):
+        if k < len(text) and gold_mask[k] == gold_mask[start] and soft[k] == soft[start]:
+            continue
+        chunk = html.escape(text[start:k])
+        p = float(soft[start])
+        classes = ["seg"] + (["gold"] if gold_mask[start] else []) + (["pred"] if p > 0 else [])
+        style = f' style="background:rgba(220,40,40,{0.12 + 0.7 * p:.2f})"' if p > 0 else ""
+        title = f' title="p={p:.3f}"' if p > 0 else ""
+        out.append(f'<span class="{" ".join(classes)}"{style}{title}>{chunk}</span>')
+        start = k
+    return "".join(out)
+
+
+def _raw_outputs(folder: Path, lang: str, problems: list[Problem] | None = None) -> dict[str, list[str]]:
+    """Raw model outputs per item id, from the run's raw/ files (LLM detectors keep them).
+
+    Unreadable lines (a run killed mid-write) do not stop the report; they are collected in
+    `problems` and the page says how many there were.
+    """
+    out: dict[str, list[str]] = {}
+    problems = [] if problems is None else problems
+    for path in sorted((folder / "raw").glob(f"{lang}.*.jsonl")):
+        for _, row in iter_json_lines(path, problems):
+            if isinstance(row, dict) and "id" in row:
+                texts = row.get("texts") if isinstance(row.get("texts"), list) else None
+                if texts:  # every sample, apart; the prompt sent (`messages`) is not an output
+                    for k, t in enumerate(texts):
+                        label = f"[sample {k + 1} of {len(texts)}] " if len(texts) > 1 else ""
+                        out.setdefault(str(row["id"]), []).append(label + str(t))
+                    continue
+                shown = {k: v for k, v in row.items() if k != "messages"}
+                text = row.get("response") or row.get("error") or json.dumps(shown, ensure_ascii=False)[:2000]
+                out.setdefault(str(row["id"]), []).append(str(text))
+    return out
+
+
+def _item_html(
+    item: Item,
+    pred: Prediction | None,
+    contexts: list,
+    raw: list[str],
+    tag: str | None,
+) -> tuple[str, float]:
+    n = len(item.model_output_text)
+    soft, mask = prediction_vectors(pred, n) if pred else (np.zeros(n), np.zeros(n, dtype=bool))
+    gold_mask = hard_to_mask(item.hard_labels or [], n)
+    labelled = item.is_labelled
+    iou = cor = float("nan")
+    if labelled and pred is not None:
+        iou = item_iou([tuple(h) for h in item.hard_labels or []], [tuple(h) for h in pred.hard_labels], n)
+        cor = item_cor(
+            [(s.start, s.end, s.prob) for s in item.soft_labels or []],
+            [(s.start, s.end, s.prob) for s in pred.soft_labels],
+            n,
+        )
+    ctx_html = (
+        "".join(
+            f"<details><summary>context: {html.escape(c.source)} ({plural(len(c.text), 'char')})</summary>"
+            f"<pre>{html.escape(c.text)}</pre></details>"
+            for c in contexts
+        )
+        or "<p class='meta'>no context</p>"
+    )
+    raw_html = "".join(
+        f"<details><summary>raw model output {k + 1}</summary><pre>{html.escape(r)}</pre></details>"
+        for k, r in enumerate(raw)
+    )
+    scores = f"IoU {iou:.3f} · Cor {cor:.3f}" if labelled else "unlabelled"
+    tag_html = f" · error type: <b>{html.escape(tag)}</b>" if tag else ""
+    hard = ", ".join(f"[{s}, {e})" for s, e in (pred.hard_labels if pred else []))
+    body = (
+        f'<div class="item" id="{html.escape(item.id)}" data-lang="{item.lang}" '
+        f'data-iou="{iou if labelled else 1.0:.6f}" data-tag="{html.escape(tag or "none")}">'
+        f'<div class="meta">{html.escape(item.id)} · {item.lang} · <span class="scores">{scores}</span>{tag_html}</div>'
+        f"<p><b>Q:</b> {html.escape(item.model_input)}</p>"
+        f'<div class="answer">{highlighted_answer(item.model_output_text, gold_mask, soft)}</div>'
+        f'<div class="meta">predicted hard spans: {hard or "none"}</div>'
+        f"{ctx_html}{raw_html}</div>"
+    )
+    return body, iou
+
+
+def _problems_html(problems: list[Problem]) -> str:
+    if not problems:
+        return ""
+    shown = "".join(f"<li>{html.escape(str(p))}</li>" for p in problems[:20])
+    return (
+        f"<details open><summary>{plural(len(problems), 'unreadable line')} in raw/ files (not shown)</summary>"
+        f"<ul>{shown}</ul></details>"
+    )
+
+
+class ReportPage(NamedTuple):
+    """The page and the ids of the items on it (tags for other ids are not counted on it)."""
+
+    html: str
+    item_ids: list[str]
+
+
+def build_report(
+    run_dir: Path,
+    split: str = "val",
+    langs: list[str] | None = None,
+    sources: tuple[str, ...] = DEFAULT_SOURCES,
+    tags: dict[str, str] | None = None,
+) -> ReportPage:
+    """The HTML page for a run's predictions on a split, with the ids of the items it shows.
+
+    The ids let the caller name tags for items that are not on the page (another language,
+    another split) instead of counting them in the page's error-type table.
+    """
+    folder = prediction_folder(run_dir, split)
+    data = load_split(split, langs)
+    tags = tags or {}
+    blocks, summary, shown = [], [], []
+    raw_problems: list[Problem] = []
+    for lang, items in data.items():
+        path = folder / submission_name(lang, split)
+        if not path.exists():
+            continue
+        preds = load_predictions(path, {item.id: len(item.model_output_text) for item in items})
+        ctx = load_contexts(split, lang, sources, item_ids=[i.id for i in items]).by_id
+        raw = _raw_outputs(folder, lang, raw_problems)
+        ious = []
+        # A run made with --limit predicted only some items: the others are left off the page
+        # rather than shown as unscored ("IoU nan") and counted in its summary.
+        predicted = [item for item in items if item.id in preds]
+        for item in predicted:
+            block, iou = _item_html(
+                item, preds[item.id], ctx.get(item.id, []), raw.get(item.id, []), tags.get(item.id)
+            )
+            blocks.append(block)
+            ious.append(iou)
+            shown.append(item.id)
+        count = str(len(items)) if len(predicted) == len(items) else f"{len(predicted)} of {len(items)}"
+        labelled = bool(predicted) and predicted[0].is_labelled
+        summary.append((lang, count, float(np.nanmean(ious)) if labelled else None))
+    if not summary:
+        wanted = ", ".join(data)
+        raise MushroomError(
+            f"{folder}: no prediction file for {split} in {wanted}; a page without items would say nothing "
+            "(choose the run's languages with --lang, or its split with --split)"
+        )
+    # the table counts the items on this page, as its filter shows them
+    tag_counts = Counter(tags[item_id] for item_id in shown if item_id in tags)
+    lang_options = "".join(f'<option value="{lang}">{lang}</option>' for lang, _, _ in summary)
+    tag_options = "".join(
+        f'<option value="{html.escape(t)}">{html.escape(t)}</option>' for t in sorted(tag_counts)
+    )
+    rows = "".join(
+        f"<tr><td>{lang}</td><td>{n}</td><td>{'' if iou is None else f'{iou:.4f}'}</td></tr>"
+        for lang, n, iou in summary
+    )
+    tag_table = "".join(
+        f"<tr><td>{html.escape(t)}</td><td>{c}</td></tr>" for t, c in sorted(tag_counts.items())
+    )
+    config_path = run_dir / "config.json"
+    config = (
+        html.escape(config_path.read_text(encoding="utf-8")) if config_path.exists() else "(no config.json)"
+    )
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>mushroom report: {html.escape(run_dir.name)}</title>
+<style>{_CSS}</style><script>{_JS}</script></head><body>
+<h1>mushroom report: {html.escape(run_dir.name)} ({split})</h1>
+<div class="legend"><span class="gold">gold span</span>
+<span style="background:rgba(220,40,40,0.82)">predicted, p=1</span>
+<span style="background:rgba(220,40,40,0.47)">predicted, p=0.5</span></div>
+<h2>Scores</h2><table id="summary"><tr><th>lang</th><th>items</th><th>mean IoU</th></tr>{rows}</table>
+{"<h2>Error types</h2><table id='tags'><tr><th>type</th><th>items</th></tr>" + tag_table + "</table>" if tag_counts else ""}
+<details><summary>run config</summary><pre>{config}</pre></details>
+{_problems_html(raw_problems)}
+<h2>Items</h2>
+<p>language <select id="f-lang"><option value="all">all</option>{lang_options}</select>
+error type <select id="f-tag"><option value="all">all</option><option value="none">untagged</option>{tag_options}</select>
+worst <input id="f-worst" type="number" min="0" value="0" style="width:4em"> by IoU (0: all)
+· showing <span id="shown">{len(blocks)}</span></p>
+{"".join(blocks)}
+</body></html>
+"""
+    return ReportPage(page, shown)

@@ -1,0 +1,351 @@
+"""Scoring prediction files against gold files: per item, per language, overall."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mushroom.data.label_files import ScoringFile, ScoringRecord, match_ids, read_scoring_file
+from mushroom.data.splits import lang_from_filename
+from mushroom.errors import DataError, MushroomError, Problem
+from mushroom.evaluation.metrics import OfficialScorerCrash, item_cor, item_iou
+from mushroom.evaluation.stats import bootstrap_ci
+from mushroom.util.words import plural
+
+
+@dataclass
+class ScoreResult:
+    """Per-item scores in the official order (gold ids sorted), and what was noticed."""
+
+    ids: list[str]
+    langs: list[str]
+    iou: np.ndarray
+    cor: np.ndarray
+    warnings: list[str] = field(default_factory=list)
+    unscored: int = 0  # gold items left out because the run did not predict them (partial scoring)
+
+    @property
+    def n_gold(self) -> int:
+        """Gold items of the files scored: those scored plus those a partial run left out."""
+        return len(self.ids) + self.unscored
+
+    @classmethod
+    def concat(cls, parts: list[ScoreResult]) -> ScoreResult:
+        """One result of several (e.g. per-language) results, items in order."""
+        return cls(
+            ids=[i for r in parts for i in r.ids],
+            langs=[lang for r in parts for lang in r.langs],
+            iou=np.concatenate([r.iou for r in parts]),
+            cor=np.concatenate([r.cor for r in parts]),
+            warnings=[w for r in parts for w in r.warnings],
+            unscored=sum(r.unscored for r in parts),
+        )
+
+    @property
+    def mean_iou(self) -> float:
+        return float(self.iou.mean()) if self.iou.size else float("nan")
+
+    @property
+    def mean_cor(self) -> float:
+        return float(self.cor.mean()) if self.cor.size else float("nan")
+
+    def official_lines(self) -> str:
+        """The two lines the official scorer writes."""
+        return f"IoU: {self.mean_iou:.8f}\nCor: {self.mean_cor:.8f}"
+
+    def subset(self, idx: list[int]) -> ScoreResult:
+        """The scores of the chosen items, in the given order (warnings are not carried)."""
+        return ScoreResult(
+            ids=[self.ids[i] for i in idx],
+            langs=[self.langs[i] for i in idx],
+            iou=self.iou[idx],
+            cor=self.cor[idx],
+        )
+
+    def of_langs(self, langs: list[str]) -> ScoreResult:
+        """The scores of the items in any of these languages."""
+        return self.subset([i for i, lang in enumerate(self.langs) if lang in langs])
+
+    def by_lang(self) -> dict[str, ScoreResult]:
+        groups: dict[str, list[int]] = {}
+        for i, lang in enumerate(self.langs):
+            groups.setdefault(lang, []).append(i)
+        return {lang: self.subset(idx) for lang, idx in sorted(groups.items())}
+
+    def ci(self, seed: int = 0) -> dict[str, tuple[float, float]]:
+        return {"iou": bootstrap_ci(self.iou, seed=seed), "cor": bootstrap_ci(self.cor, seed=seed)}
+
+    def to_dict(self, with_items: bool = False) -> dict:
+        ci = self.ci()
+        out: dict = {
+            "n": len(self.ids),
+            "iou": self.mean_iou,
+            "cor": self.mean_cor,
+            "iou_ci95": list(ci["iou"]),
+            "cor_ci95": list(ci["cor"]),
+        }
+        if with_items:
+            out["items"] = [
+                {"id": i, "lang": lang, "iou": float(a), "cor": float(b)}
+                for i, lang, a, b in zip(self.ids, self.langs, self.iou, self.cor)
+            ]
+        return out
+
+
+@dataclass(frozen=True)
+class Quirk:
+    """A kind of input the official scorer takes without a word: its names and what it does."""
+
+    one: str
+    many: str
+    effect: str
+
+
+REVERSED = Quirk("reversed span", "reversed spans", "scored as empty")
+OUT_OF_RANGE = Quirk("probability outside [0, 1]", "probabilities outside [0, 1]", "ranked as given")
+NEGATIVE = Quirk("negative span start", "negative span starts", "index from the end")
+OUTSIDE = Quirk("hard span outside the answer", "hard spans outside the answer", "counted in the IoU union")
+
+
+def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
+    """What the official scorer accepts without a word but that changes or hides a number.
+
+    Reversed or empty spans count as empty, hard spans past the answer still count in the
+    union, probabilities outside [0, 1] are ranked as they are. The scores keep the official
+    values; these are warnings, one per kind with the first few places.
+    """
+    found: dict[Quirk, list[str]] = {}
+
+    def note(kind: Quirk, rec: ScoringRecord, field_name: str, detail: str) -> None:
+        found.setdefault(kind, []).append(f"{pred.path}:{rec.line}: id {rec.id!r}: {field_name} {detail}")
+
+    for rid in ids:
+        rec, n = pred.records[rid], gold.records[rid].text_len or 0
+        for i, (start, end, prob) in enumerate([] if rec.soft_derived else rec.soft):
+            if start > end:
+                note(REVERSED, rec, f"soft_labels.{i}", f"[{start}, {end})")
+            if not 0.0 <= prob <= 1.0:
+                note(
+                    OUT_OF_RANGE, rec, f"soft_labels.{i}.prob", f"{prob:.15g}"
+                )  # as written: the scorer's ujson reading adds digits
+            if start < 0:
+                note(NEGATIVE, rec, f"soft_labels.{i}", f"[{start}, {end})")
+        for i, (start, end) in enumerate(rec.hard):
+            if start > end:
+                note(REVERSED, rec, f"hard_labels.{i}", f"[{start}, {end})")
+            elif start < 0 or end > n:
+                answer = plural(n, "character")
+                note(OUTSIDE, rec, f"hard_labels.{i}", f"[{start}, {end}) in an answer of {answer}")
+    out = []
+    for kind, places in found.items():
+        more = f" and {len(places) - 3} more" if len(places) > 3 else ""
+        what = plural(len(places), kind.one, kind.many)
+        out.append(
+            f"{pred.path}: {what} ({kind.effect}); the official scorer accepts this silently: "
+            + "; ".join(places[:3])
+            + more
+        )
+    return out
+
+
+def score_loaded(
+    gold: ScoringFile, pred: ScoringFile, lang: str | None = None, partial: bool = False
+) -> ScoreResult:
+    """Scores two loaded files item by item.
+
+    Args:
+        gold: the gold file.
+        pred: the predictions.
+        lang: the items' language when the gold records do not say.
+        partial: score only the gold items predicted (a run made with `--limit`); the
+            others are counted in `unscored`, so the caller can say what was left out.
+    """
+    ids = match_ids(gold, pred, partial)
+    ious = np.empty(len(ids))
+    cors = np.empty(len(ids))
+    problems: list[Problem] = []
+    for k, rid in enumerate(ids):
+        g, p = gold.records[rid], pred.records[rid]
+        n = g.text_len or 0
+        ious[k] = item_iou(g.hard, p.hard, n)
+        try:
+            cors[k] = item_cor(g.soft, p.soft, n)
+        except OfficialScorerCrash as exc:
+            problems.append(Problem(str(pred.path), p.line, "soft_labels", str(exc), item_id=rid))
+    if problems:
+        raise DataError(problems)
+    file_lang = lang or lang_from_filename(gold.path) or "all"
+    langs = [gold.records[r].lang or file_lang for r in ids]
+    warnings = gold.warnings + pred.warnings + _quirks(gold, pred, ids)
+    return ScoreResult(ids, langs, ious, cors, warnings=warnings, unscored=len(gold.records) - len(ids))
+
+
+def score_files(gold_path: str | Path, pred_path: str | Path) -> ScoreResult:
+    """Scores one prediction file against one gold file, exactly as the official scorer."""
+    gold = read_scoring_file(gold_path, is_gold=True)
+    pred = read_scoring_file(pred_path, is_gold=False)
+    return score_loaded(gold, pred)
+
+
+@dataclass
+class Pairing:
+    """Which per-language files were matched, and what was left out (for the user to see)."""
+
+    pairs: list[tuple[str, Path, Path]]
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    unnamed: list[Path] = field(default_factory=list)
+
+    def summary(self) -> list[str]:
+        """Lines saying what was scored and what was not."""
+        lines = [
+            f"scoring {plural(len(self.pairs), 'language')}: "
+            + ", ".join(f"{g} ({p.name})" for g, _, p in self.pairs)
+        ]
+        if self.missing:
+            lines.append(f"not scored, no prediction file: {', '.join(self.missing)}")
+        if self.extra:
+            lines.append(f"not scored, no gold file: {', '.join(self.extra)}")
+        if self.unnamed:
+            names = ", ".join(p.name for p in self.unnamed[:5])
+            lines.append(f"ignored, no language in the file name (e.g. mushroom.en-val.v2.jsonl): {names}")
+        return lines
+
+
+def _files_by_lang(folder: Path) -> tuple[dict[str, Path], list[Path]]:
+    found: dict[str, Path] = {}
+    unnamed: list[Path] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        lang = lang_from_filename(path)
+        if lang is None:
+            unnamed.append(path)
+            continue
+        if lang in found:
+            raise MushroomError(
+                f"{folder}: two files for language {lang!r}: {found[lang].name} and {path.name}; "
+                "keep one (or move one to another folder)"
+            )
+        found[lang] = path
+    return found, unnamed
+
+
+def pair_paths(
+    gold: Path, pred: Path, langs: list[str] | None = None, allow_missing: bool = False, role: str = "PRED"
+) -> Pairing:
+    """(lang, gold file, prediction file) for a file pair or two folders matched by language.
+
+    Args:
+        gold: a gold file or folder.
+        pred: a prediction file or folder.
+        langs: with folders, the languages to score; all gold languages when None.
+        allow_missing: with folders, score the languages that have predictions and list the
+            rest in `missing` instead of failing (callers that show the languages they score).
+        role: what to call `pred` in errors (`--compare` for the second file of `score`).
+
+    Raises:
+        MushroomError: a path is missing, a file is paired with a folder, or (unless
+            allowed) a language asked for has no file.
+    """
+    for name, path in (("GOLD", gold), (role, pred)):
+        if not path.exists():
+            raise MushroomError(f"{name} {path}: no such file or folder")
+    if gold.is_file() and pred.is_file():
+        if langs:
+            raise MushroomError(
+                f"--langs {', '.join(langs)} picks files in folders; "
+                f"GOLD and {role} are files (every line is scored)"
+            )
+        return Pairing([(lang_from_filename(gold) or "all", gold, pred)])
+    if gold.is_dir() and pred.is_dir():
+        golds, _ = _files_by_lang(gold)
+        preds, unnamed = _files_by_lang(pred)
+        if not golds:
+            raise MushroomError(f"GOLD {gold}: no per-language files (such as mushroom.en-val.v2.jsonl)")
+        wanted = sorted(golds) if langs is None else [x.lower() for x in langs]
+        no_gold = [x for x in wanted if x not in golds]
+        if no_gold:
+            raise MushroomError(
+                f"--langs {', '.join(no_gold)}: no gold file in {gold}; it has {', '.join(sorted(golds))}"
+            )
+        if not preds:
+            raise MushroomError(
+                f"{role} {pred}: no per-language prediction files (named like mushroom.en-val.v2.jsonl)"
+            )
+        missing = [x for x in wanted if x not in preds]
+        if missing and langs is not None:
+            raise MushroomError(f"--langs {', '.join(missing)}: no prediction file in {pred}")
+        if missing and not allow_missing:
+            raise MushroomError(
+                f"{pred}: no prediction file for {len(missing)} of {plural(len(wanted), 'language')} "
+                f"({', '.join(missing)}); to score only some, name them: --langs "
+                + ",".join(x for x in wanted if x in preds)
+            )
+        pairs = [(x, golds[x], preds[x]) for x in wanted if x in preds]
+        if not pairs:
+            raise MushroomError(f"no language has files in both {gold} and {pred}")
+        extra = sorted(set(preds) - set(golds))
+        if langs is not None:
+            extra += sorted(x for x in preds if x in golds and x not in wanted)
+        return Pairing(pairs, missing, extra, unnamed)
+    kinds = (
+        f"GOLD is a {'folder' if gold.is_dir() else 'file'}, {role} a {'folder' if pred.is_dir() else 'file'}"
+    )
+    raise MushroomError(f"{kinds}: give two files, or two folders of per-language files")
+
+
+def score_pairs(pairs: list[tuple[str, Path, Path]], partial: bool = False) -> ScoreResult:
+    """Scores matched (lang, gold, prediction) files; items keep their language.
+
+    `partial` scores only the predicted gold items (see `score_loaded`).
+    """
+    parts = []
+    for lang, g, p in pairs:
+        result = score_loaded(read_scoring_file(g, True), read_scoring_file(p, False), lang, partial)
+        parts.append(result)
+    return ScoreResult.concat(parts)
+
+
+def score_paths(
+    gold: str | Path,
+    pred: str | Path,
+    langs: list[str] | None = None,
+    allow_missing: bool = False,
+    partial: bool = False,
+) -> ScoreResult:
+    """Scores a file pair, or folders of per-language files (see `pair_paths`, `score_loaded`)."""
+    return score_pairs(pair_paths(Path(gold), Path(pred), langs, allow_missing).pairs, partial)
+
+
+def score_predictions(items: list, predictions: list) -> ScoreResult:
+    """Scores in-memory predictions against labelled items (for tuning loops).
+
+    Files written by mushroom and scored with `score_files` give the official numbers; this
+    skips the round trip through JSON, whose number parsing can change ties in the last bit.
+    """
+    gold = ScoringFile(
+        path=Path("<items>"),
+        records={
+            it.id: ScoringRecord(
+                id=it.id,
+                soft=[(s.start, s.end, s.prob) for s in (it.soft_labels or [])],
+                hard=[tuple(h) for h in (it.hard_labels or [])],
+                text_len=len(it.model_output_text),
+                lang=it.lang,
+            )
+            for it in items
+        },
+    )
+    pred = ScoringFile(
+        path=Path("<predictions>"),
+        records={
+            p.id: ScoringRecord(
+                id=p.id,
+                soft=[(s.start, s.end, s.prob) for s in p.soft_labels],
+                hard=[tuple(h) for h in p.hard_labels],
+            )
+            for p in predictions
+        },
+    )
+    return score_loaded(gold, pred)

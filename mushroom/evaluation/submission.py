@@ -1,0 +1,32 @@
+"""Official submission files: one checked JSONL per language, bundled in a zip."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+from mushroom.data.jsonl import write_jsonl
+from mushroom.data.records import Item, Prediction
+from mushroom.errors import DataError
+from mushroom.evaluation.check import check_rows
+
+
+def write_predictions(path: Path, predictions: list[Prediction], items: list[Item]) -> Path:
+    """Checks predictions against their items, then writes them; nothing is written if bad."""
+    rows = [p.submission_dict() for p in predictions]
+    report = check_rows(enumerate(rows, start=1), items, str(path))
+    if not report.ok:
+        raise DataError(report.errors)
+    order = {item.id: k for k, item in enumerate(items)}
+    rows.sort(key=lambda r: order[r["id"]])
+    return write_jsonl(path, rows)
+
+
+def write_zip(zip_path: Path, files: list[Path]) -> Path:
+    """Bundles files at the root of a zip, the layout the task's upload page expects."""
+    tmp = zip_path.with_suffix(".zip.tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
+        for file in sorted(files):
+            bundle.write(file, arcname=file.name)
+    tmp.replace(zip_path)
+    return zip_path

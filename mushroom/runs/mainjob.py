@@ -1,0 +1,252 @@
+"""The main job: test submission files for all 14 languages, then a scored val run.
+
+Both forms (one detector, or members combined by a stack) go through the run service, so
+they resume per item, refuse to submit when items failed, and record honest timings.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from mushroom.data.contexts import DEFAULT_SOURCES, source_names
+from mushroom.data.languages import VAL_LANGUAGES
+from mushroom.data.predictions import mark_all, submission_name
+from mushroom.data.runfolder import new_run_folder, timestamp, write_json
+from mushroom.data.splits import load_split, workspace
+from mushroom.detectors import build
+from mushroom.errors import MushroomError
+from mushroom.evaluation.submission import write_predictions
+from mushroom.runs.service import RunService, fingerprint
+from mushroom.util.interrupts import interrupt_hint
+from mushroom.util.words import plural
+
+DEFAULT_MEMBERS = ("lexical", "semantic")
+
+
+def _val_langs(langs: list[str] | None) -> list[str]:
+    return [lang for lang in (langs or VAL_LANGUAGES) if lang in VAL_LANGUAGES]
+
+
+def run_main_stack(
+    out: Path | None = None,
+    members: tuple[str, ...] = DEFAULT_MEMBERS,
+    options: dict[str, dict[str, Any]] | None = None,
+    sources: tuple[str, ...] = DEFAULT_SOURCES,
+    langs: list[str] | None = None,
+    quiet: bool = False,
+    console: Console | None = None,
+    allow_failures: bool = False,
+) -> Path:
+    """Runs each member detector on test and val, fits the stack on val, applies it to test.
+
+    The submission files are the stack's test predictions. The val numbers printed for the
+    stack are out-of-fold (cross-validated by item) and written to val/ as files, scored
+    like any other run; each member's own val files are under members/<name>/val. A re-run
+    on a finished folder reuses the members' items and, when their files are unchanged, the
+    fitted stack.
+
+    Returns:
+        The run folder (config.json, versions.json, members/, stack.json, submission files,
+        submission.zip, val/ with the stack's out-of-fold predictions and scores).
+    """
+    from mushroom.combine.stack import (
+        Member,
+        StackModel,
+        apply_stack,
+        fit_stack,
+        stack_behind,
+        stack_fingerprint,
+    )
+    from mushroom.data.jsonl import read_json_model
+    from mushroom.data.predictions import load_predictions
+    from mushroom.evaluation.tables import comparison_table
+
+    console = console or Console()
+    options = options or {}
+    unknown = sorted(set(options) - set(members))
+    if unknown:
+        from mushroom.util.words import suggest
+
+        hint = suggest(unknown[0], list(members))
+        raise MushroomError(f"-o {unknown[0]}.KEY=VALUE: {unknown[0]!r} is not a member of the stack{hint}")
+    dets = {name: build(name, options.get(name)) for name in members}
+    for det in dets.values():
+        det.check_ready(source_names(sources), out)
+    # the languages are checked (and the items read) before the run folder is made
+    val_langs = _val_langs(langs)
+    if not val_langs:
+        raise MushroomError(
+            f"the stack is fitted on val: --lang must include a val language ({', '.join(VAL_LANGUAGES)}); "
+            f"got {', '.join(langs or [])}"
+        )
+    test_data = load_split("test", langs)
+    val_data = load_split("val", val_langs)
+    out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-stack")
+    config = {
+        "job": "main",
+        "members": [d.describe() for d in dets.values()],
+        "combination": "stack",
+        "sources": list(sources),
+        "langs": langs,
+    }
+    service = RunService(out, config, console, quiet, allow_failures)
+    for name, det in dets.items():
+        service.detect_split(det, "test", out / "members" / name, langs, sources, data=test_data)
+        service.detect_split(det, "val", out / "members" / name / "val", val_langs, sources, data=val_data)
+    if service.failures and not allow_failures:
+        # A stack needs every item: what an earlier invocation's stack wrote (perhaps under
+        # --allow-failures, on members since re-run) is no longer this run's, so it goes, as a
+        # language with failed items gets no prediction file.
+        stale = [out / "submission.zip", *out.glob(submission_name("*", "test"))]
+        stale += (out / "val").glob(submission_name("*", "val"))
+        for path in stale:
+            path.unlink(missing_ok=True)
+        service.finish({})  # raises RunFailed
+    # The job knows this invocation's failures itself (it stopped above unless --allow-failures).
+    member_list = [Member(name, out / "members" / name, allow_failures=True) for name in members]
+
+    # Fit on val, unless the members' val files are those of the last fit.
+    val_inputs = [p for name in members for p in (out / "members" / name / "val").glob("**/*.jsonl")]
+    val_inputs = [p for p in val_inputs if "items" not in p.parts]
+    # The stack's own fingerprint covers its code and settings, the members' files and the items.
+    fit_settings = {"stack": stack_fingerprint(member_list, val_data, "val")}
+    val_files = {lang: out / "val" / submission_name(lang, "val") for lang in val_data}
+    fit_outputs = [out / "stack.json", out / "val" / "comparison.json", *val_files.values()]
+    t0 = time.perf_counter()
+    if service.reusable("stack-fit", val_inputs, fit_settings, fit_outputs):
+        model = read_json_model(out / "stack.json", StackModel)
+        comparison = RunService._read_json(out / "val" / "comparison.json")
+        service.record_stage("stack-fit", 0.0, reused=True)
+    else:
+        hint = (
+            f"the stack was being fitted: every member's run is saved in {out / 'members'}; run the "
+            "same command again to resume (only the stack is fitted again)"
+        )
+        with interrupt_hint(hint):
+            fit = fit_stack(member_list, val_data, "val")
+        model, comparison = fit.model, fit.comparison
+        write_json(out / "stack.json", model.model_dump(mode="json"))
+        for lang, items in val_data.items():
+            write_predictions(val_files[lang], fit.oof[lang], items)
+        write_json(out / "val" / "comparison.json", comparison)
+        service.record_stage(
+            "stack-fit",
+            time.perf_counter() - t0,
+            reused=False,
+            fingerprint=fingerprint(val_inputs, fit_settings),
+        )
+
+    # Apply to test, unless the members' test files and the stack are those of the last run.
+    test_inputs = [out / "stack.json"] + [
+        p for name in members for p in (out / "members" / name).glob("*.jsonl")
+    ]
+    test_inputs += [p for name in members for p in (out / "members" / name / "raw").glob("channels.*.jsonl")]
+    files = [out / submission_name(lang, "test") for lang in test_data]
+    t0 = time.perf_counter()
+    apply_settings = {"langs": sorted(test_data)}
+    if service.reusable("stack-apply", test_inputs, apply_settings, files):
+        for path in files:
+            load_predictions(path)  # still a readable file
+        service.record_stage("stack-apply", 0.0, reused=True)
+    else:
+        test_preds = apply_stack(model, member_list, "test", test_data, warn=service.warn)
+        for path, (lang, items) in zip(files, test_data.items()):
+            write_predictions(path, test_preds[lang], items)
+        service.record_stage(
+            "stack-apply",
+            time.perf_counter() - t0,
+            reused=False,
+            fingerprint=fingerprint(test_inputs, apply_settings),
+        )
+    zip_path = service.submit(files, out / "submission.zip")
+    if zip_path is not None:
+        console.print(f"wrote {plural(len(files), 'checked submission file')} and {zip_path}")
+    for lang, items in val_data.items():
+        write_predictions(out / "val" / "mark-all" / submission_name(lang, "val"), mark_all(items), items)
+    console.print(
+        comparison_table("val: each detector, their vote and the stack (5-fold CV by item)", comparison)
+    )
+    for warning in stack_behind(comparison, members):
+        service.warn(warning)
+    baseline_files = {lang: out / "val" / "mark-all" / p.name for lang, p in val_files.items()}
+    rows = service.score(
+        "val",
+        val_files,
+        out / "val",
+        "stack on val (out-of-fold, scored from the written files)",
+        baseline_files,
+    )
+    service.finish(
+        {
+            "test_files": [p.name for p in files],
+            "zip": zip_path.name if zip_path else None,
+            "hard_labels_from": {"default": model.hard_from, **model.hard_sources},
+            "val_iou_mean": sum(r["iou"] for r in rows) / len(rows),
+            "val_cor_mean": sum(r["cor"] for r in rows) / len(rows),
+        }
+    )
+    return out
+
+
+def run_main(
+    out: Path | None = None,
+    detector: str = "lexical",
+    options: dict[str, Any] | None = None,
+    sources: tuple[str, ...] = DEFAULT_SOURCES,
+    langs: list[str] | None = None,
+    with_val: bool = True,
+    quiet: bool = False,
+    console: Console | None = None,
+    allow_failures: bool = False,
+) -> Path:
+    """Writes the test submission (14 files + zip) and scores the same detector on val.
+
+    Returns:
+        The run folder, which holds config.json, versions.json, the submission files,
+        submission.zip, and val/ with predictions, the mark-all baseline and scores.
+    """
+    console = console or Console()
+    det = build(detector, options)
+    det.check_ready(source_names(sources), out)
+    test_data = load_split("test", langs)  # bad languages stop before the run folder is made
+    out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-{detector}")
+    config = {
+        "job": "main",
+        **det.describe(),
+        "sources": list(sources),
+        "langs": langs,
+        "with_val": with_val,
+    }
+    service = RunService(out, config, console, quiet, allow_failures)
+    test = service.detect_split(det, "test", out, langs, sources, data=test_data)
+    zip_path = service.submit(list(test.files.values()), out / "submission.zip")
+    if zip_path is not None:
+        console.print(f"wrote {plural(len(test.files), 'checked submission file')} and {zip_path}")
+    summary: dict[str, Any] = {
+        "test_files": {k: str(v.relative_to(out)) for k, v in test.files.items()},
+        "test_contexts_missing": test.contexts_missing,
+        "zip": zip_path.name if zip_path else None,
+    }
+    if with_val:
+        val_langs = _val_langs(langs)
+        if val_langs:
+            val = service.detect_split(
+                det, "val", out / "val", val_langs, sources, baseline_dir=out / "val" / "mark-all"
+            )
+            baseline_files = {lang: out / "val" / "mark-all" / p.name for lang, p in val.files.items()}
+            rows = service.score(
+                "val",
+                val.files,
+                out / "val",
+                f"{detector} on val (scored from the written files)",
+                baseline_files,
+            )
+            if rows:
+                summary["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
+                summary["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
+    service.finish(summary)
+    return out

@@ -1,1 +1,0 @@
-"""The official Mu-SHROOM metrics, reproduced exactly, plus confidence intervals."""

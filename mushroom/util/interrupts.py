@@ -1,0 +1,45 @@
+"""Ctrl-C as a message that says what was saved and how to go on."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+
+from mushroom.errors import Interrupted
+
+_interrupt_hint: ContextVar[str | Callable[[], str] | None] = ContextVar(
+    "mushroom_interrupt_hint", default=None
+)
+
+
+@contextlib.contextmanager
+def interrupt_hint(hint: str | Callable[[], str]) -> Iterator[None]:
+    """Ctrl-C inside the block exits 130 with `interrupted: HINT`.
+
+    `hint` says what was saved and how to go on ("12 of 50 items saved in runs/x; run the
+    same command to resume"); a callable is called at the moment of the interrupt, so it can
+    count what was written by then.
+    """
+    token = _interrupt_hint.set(hint)
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(interrupt_message(hint)) from None
+    finally:
+        _interrupt_hint.reset(token)
+
+
+def interrupt_message(hint: str | Callable[[], str] | None) -> str:
+    """`interrupted; HINT`, calling a callable hint now; a failing hint never hides the interrupt."""
+    if callable(hint):
+        try:
+            hint = hint()
+        except Exception as exc:  # the hint must never hide the interrupt
+            hint = f"(could not tell what was saved: {exc})"
+    return f"interrupted; {hint}" if hint else "interrupted"
+
+
+def current_hint() -> str | Callable[[], str] | None:
+    """The hint of the innermost `interrupt_hint` block (the boundary reads it for a bare Ctrl-C)."""
+    return _interrupt_hint.get()

@@ -1,0 +1,60 @@
+"""Counted nouns and name suggestions, for every message that counts or names something.
+
+Pure string helpers with no mushroom imports, so the errors module and every layer can use them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def close_match(name: str, names: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The one of `names` closest to a misspelt `name` (difflib's ratio >= `cutoff`), or None."""
+    import difflib
+
+    match = difflib.get_close_matches(name, list(names), n=1, cutoff=cutoff)
+    return match[0] if match else None
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """A count with its noun in agreement: `1 item`, `2 items`, `0 items`.
+
+    Every message that counts something goes through here, so "1 items" or "error(s)" never
+    reach a user. The plural is `word + "s"` unless `many` is given ("entries"); for a noun
+    phrase the last word takes the "s" ("prediction file" -> "prediction files").
+    """
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
+SHOWN_IDS = 5  # ids a message lists before "... (first 5 shown)"
+
+
+def listed(ids: list[str], shown: int = SHOWN_IDS) -> str:
+    """The first few ids, quoted, and how many were left out: `'a', 'b', ... (first 5 shown)`."""
+    head = ", ".join(repr(i) for i in ids[:shown])
+    return head + (f", ... (first {shown} shown)" if len(ids) > shown else "")
+
+
+def no_prediction(ids: list[str], noun: str = "item", total: int | None = None) -> str:
+    """One line for every id without a prediction: a count (of `total`) and the first few ids.
+
+    One line, not one per item: a file that lost half of 1,000 items would otherwise bury
+    every other problem under 500 lines with no line number to go to. The checker, the
+    scorer, `compare` and the stack's member loading all say it this way.
+    """
+    count = plural(len(ids), noun) if total is None else f"{len(ids)} of {plural(total, noun)}"
+    return f"no prediction for {count}: {listed(ids)}"
+
+
+def suggest(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, Any], label: str = "valid") -> str:
+    """The tail of an "unknown name" message: a close match if any, then every valid name.
+
+    `f"unknown detector {name!r}{suggest(name, available())}"` reads
+    "unknown detector 'lexcal'; did you mean 'lexical'? valid: chain, lexical, llm"; `label`
+    names the list where "valid" would not read well ("available", "its settings are").
+    """
+    names = sorted(choices)
+    close = close_match(name, names)
+    hint = f"; did you mean {close!r}?" if close else ";"
+    return f"{hint} {label}: {', '.join(names) if names else '(none)'}"
