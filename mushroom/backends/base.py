@@ -138,8 +138,8 @@ class Backend(ABC):
         self.config = config
         self._warnings: list[str] = []
 
-    @classmethod
-    def check_config(cls, config: BackendSettings) -> None:  # noqa: B027 - optional hook
+    @classmethod  # noqa: B027 - an optional hook: most backends have nothing to check
+    def check_config(cls, config: BackendSettings) -> None:
         """Checks that need the backend's own code (a server's model list, a responses file).
 
         Called by the settings' `check_ready` before any item is sent; settings models hold

@@ -37,7 +37,6 @@ class EmptyRule(BaseModel):
 
     def probability(self, feats: np.ndarray) -> np.ndarray:
         """P(marking nothing beats the stack's hard labels) of item feature rows."""
-
         return predict(np.array(self.coef), np.array(self.mean), np.array(self.scale), np.atleast_2d(feats))
 
     def empties(self, length: int, probs: np.ndarray) -> bool:
@@ -54,7 +53,6 @@ def item_features(length: int, probs: np.ndarray) -> np.ndarray:
 
 def fit_empty_rule(feats: np.ndarray, gain: np.ndarray, l2: float = 1.0) -> EmptyRule:
     """The rule fitted on items' features and gains of marking nothing (see module doc)."""
-
     mean, scale = feats.mean(0), feats.std(0) + 1e-6
     x = np.hstack([np.ones((len(feats), 1)), (feats - mean) / scale])
     weight = np.abs(gain) + 1e-3
