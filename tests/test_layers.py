@@ -156,7 +156,9 @@ def test_no_import_circle():
 @pytest.mark.parametrize("package", sorted(n for n, p in MODS.items() if p.name == "__init__.py"))
 def test_each_package_says_what_it_holds(package):
     doc = ast.get_docstring(ast.parse(MODS[package].read_text(encoding="utf-8")))
-    assert doc and len(doc.split()) >= 8, f"{package}/__init__.py needs a docstring: what it holds, what it may import"
+    assert doc and len(doc.split()) >= 8, (
+        f"{package}/__init__.py needs a docstring: what it holds, what it may import"
+    )
 
 
 def test_the_command_line_is_imported_by_nothing_below_it():
