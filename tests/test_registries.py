@@ -20,7 +20,7 @@ def test_a_detector_registered_in_code_runs_through_the_library_api(monkeypatch)
     import mushroom.detectors as registry
 
     # registered for this test only: other tests list the registered detectors
-    monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
+    monkeypatch.setattr(registry.DETECTORS, "registered", dict(registry.DETECTORS.registered))
 
     @register_detector("shout-test")
     class Shout(VectorDetector):
