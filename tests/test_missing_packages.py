@@ -231,3 +231,15 @@ def test_the_registry_finds_parts_lazily_and_suggests_a_close_name(monkeypatch):
     with pytest.raises(MissingExtra, match=r"widget 'needs-torch' needs 'torch'.*mushroom\[semantic\]"):
         reg.check_installed("needs-torch")
     reg.check_installed("json-ish")  # needs nothing
+
+
+def test_embedding_grading_of_contexts_asks_for_no_context_without_its_extra(tmp_path, capsys, monkeypatch):
+    hide(monkeypatch, "torch")
+    with FakeServer({}) as server:
+        code, _, err = cli(
+            capsys, "contexts", "--split", "val", "--lang", "en", "--limit", "2", "--backend", "openai",
+            "--base-url", server.url, "--model", "m", "--grade", "embedding", "--context-dir", tmp_path / "ctx",
+        )  # fmt: skip
+    assert code == 4, err
+    assert "grading 'embedding' needs 'torch'" in err and "pip install 'mushroom[semantic]'" in err
+    assert server.calls == [] and not list((tmp_path / "ctx").glob("*.jsonl"))
