@@ -155,6 +155,11 @@ class Registry(Generic[T]):
         """Every name, sorted; imports no part."""
         return sorted(set(self.builtins) | set(self.registered) | set(self.entry_points()))
 
+    def ordered(self) -> list[str]:
+        """Every name by precedence: built-ins in the order given, then code, then entry points."""
+        names = [*self.builtins, *self.registered, *self.entry_points()]
+        return list(dict.fromkeys(names))
+
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self.names()
 
