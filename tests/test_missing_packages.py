@@ -243,3 +243,22 @@ def test_embedding_grading_of_contexts_asks_for_no_context_without_its_extra(tmp
     assert code == 4, err
     assert "grading 'embedding' needs 'torch'" in err and "pip install 'mushroom[semantic]'" in err
     assert server.calls == [] and not list((tmp_path / "ctx").glob("*.jsonl"))
+
+
+def test_a_yaml_config_without_pyyaml_names_its_extra(tmp_path, capsys, monkeypatch):
+    hide(monkeypatch, "yaml")
+    config = tmp_path / "cfg.yaml"
+    config.write_text("detector: lexical\n")
+    code, _, err = cli(capsys, "run", config, "--out", tmp_path / "run")
+    assert code == 4 and "pip install 'mushroom[yaml]'" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_builtin_that_registered_itself_on_import_is_still_checked(monkeypatch):
+    from mushroom.backends.registry import BACKENDS
+
+    BACKENDS.load("openai")  # openai_compat registers its class as it is imported
+    assert "openai" in BACKENDS.registered
+    hide(monkeypatch, "httpx")
+    with pytest.raises(MissingExtra, match=r"backend 'openai' needs 'httpx'"):
+        BACKENDS.check_installed("openai")

@@ -181,8 +181,12 @@ class Registry(Generic[T]):
         message where its name alone would not say where it was asked for.
         """
         part = self.builtins.get(name)
-        if part is not None and name not in self.registered:
-            require(part.requires, what or self.what(name), part.extra)
+        if part is None:
+            return
+        own = self.registered.get(name)
+        if own is not None and getattr(own, "__module__", None) != part.target.partition(":")[0]:
+            return  # replaced by a part of one's own (a built-in module registers itself: still built-in)
+        require(part.requires, what or self.what(name), part.extra)
 
     def load(self, name: str) -> T:
         """The part called `name`, importing its module now.
