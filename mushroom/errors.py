@@ -36,6 +36,33 @@ class RunFailed(MushroomError):
         self.errors: dict[str, str] = dict(errors or {})
 
 
+class MissingExtra(MushroomError):
+    """An optional package is not installed: exit 4, with the `pip install` that brings it.
+
+    Not a bug (exit 70) and not a mistaken command (exit 2): the command is right and the
+    install is short of a package, which only the user can add. Raised before a run folder
+    is made (a part's readiness check), so nothing was sent and nothing needs cleaning up.
+    """
+
+    exit_code = 4
+
+    def __init__(
+        self, what: str, package: str, extra: str = "", hint: str | None = None, message: str | None = None
+    ):
+        """Names who needs the package and how to install it.
+
+        Args:
+            what: who needs it ("detector 'semantic'", "backend 'vllm'").
+            package: the import name that is missing ("torch").
+            extra: the mushroom extra that installs it ("semantic").
+            hint: what to do instead of `pip install 'mushroom[EXTRA]'`.
+            message: the whole message, where a part says it its own way.
+        """
+        self.what, self.package, self.extra = what, package, extra
+        self.hint = hint or (f"pip install 'mushroom[{extra}]'" if extra else f"pip install {package}")
+        super().__init__(message or f"{what} needs {package!r}, which is not installed: {self.hint}")
+
+
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with an input file, located by line and field.

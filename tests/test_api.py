@@ -126,7 +126,7 @@ def test_a_detector_failing_whole_languages_keeps_what_other_languages_gave(monk
     from mushroom.detectors.base import DetectorOptions, ItemResult
     from mushroom.errors import MushroomError
 
-    monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
+    monkeypatch.setattr(registry.DETECTORS, "registered", dict(registry.DETECTORS.registered))
 
     class ByLanguageOptions(DetectorOptions):
         fail_de: str = "runfailed"

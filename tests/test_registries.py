@@ -20,7 +20,7 @@ def test_a_detector_registered_in_code_runs_through_the_library_api(monkeypatch)
     import mushroom.detectors as registry
 
     # registered for this test only: other tests list the registered detectors
-    monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
+    monkeypatch.setattr(registry.DETECTORS, "registered", dict(registry.DETECTORS.registered))
 
     @register_detector("shout-test")
     class Shout(VectorDetector):
@@ -66,3 +66,74 @@ def test_an_entry_point_detector_is_found_and_loaded_only_when_asked(tmp_path, m
 def test_an_unknown_name_suggests_the_close_one():
     with pytest.raises(MushroomError, match="did you mean 'lexical'"):
         detector_class("lexcal")
+
+
+def _kinds():
+    from mushroom.backends.registry import BACKENDS
+    from mushroom.data.contexts import LAYOUTS
+    from mushroom.detectors import DETECTORS
+    from mushroom.models.zoo import ENCODERS
+    from mushroom.retrieval.generate import GRADINGS
+
+    return [DETECTORS, BACKENDS, ENCODERS, GRADINGS, LAYOUTS]
+
+
+def test_every_part_names_an_extra_that_installs_what_it_needs():
+    """A part's extra must really bring its packages, or the message sends users to the wrong install."""
+    import importlib.util
+    import re
+    import tomllib
+
+    from conftest import ROOT
+
+    from mushroom.util.registry import OPTIONAL_PACKAGES, Registry
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def dists(extra):
+        return {re.split(r"[<>=\[ ]", req)[0].lower() for req in extras[extra]}
+
+    for package, (dist, extra) in OPTIONAL_PACKAGES.items():
+        assert dist in dists(extra), f"{package}: mushroom[{extra}] does not install {dist}"
+    for registry in _kinds():
+        assert isinstance(registry, Registry)
+        for part in registry.builtins.values():
+            module = part.target.partition(":")[0]
+            assert importlib.util.find_spec(module) is not None or module in OPTIONAL_PACKAGES, part
+            for package in part.requires:
+                dist = OPTIONAL_PACKAGES[package][0]
+                assert part.extra and dist in dists(part.extra), f"{registry.kind} {part.name}: {package}"
+
+
+def test_a_context_layout_of_ones_own_is_found_by_name(tmp_path, monkeypatch):
+    from mushroom.data.contexts import LAYOUTS, available_sources, load_contexts
+
+    monkeypatch.setattr(LAYOUTS, "registered", dict(LAYOUTS.registered))
+
+    @LAYOUTS.register("dump")
+    class Dump:
+        """A retrieval dump: `dump/<lang>/<source>.<split>.jsonl`."""
+
+        @staticmethod
+        def find(root, split, lang, source):
+            path = root / "dump" / lang / f"{source}.{split}.jsonl"
+            return path if path.is_file() else None
+
+        @staticmethod
+        def sources(root, split, lang):
+            return {
+                p.name.split(".")[0] for p in (root / "dump").glob(f"{lang or '*'}/*.{split or '*'}.jsonl")
+            }
+
+    (tmp_path / "dump" / "en").mkdir(parents=True)
+    (tmp_path / "dump" / "en" / "wiki.val.jsonl").write_text(
+        '{"id": "a", "context": "Paris is in France."}\n'
+    )
+    assert LAYOUTS.ordered() == ["own", "ucsc", "dump"]
+    assert available_sources("val", "en", tmp_path) == ["wiki"]
+    ctx = load_contexts("val", "en", ("wiki",), context_dir=tmp_path)
+    assert [c.text for c in ctx.by_id["a"]] == ["Paris is in France."]
+    with pytest.raises(
+        MushroomError, match=r"no context file for source 'wik' \(val, en\); did you mean 'wiki'"
+    ):
+        load_contexts("val", "en", ("wik",), context_dir=tmp_path)

@@ -718,6 +718,14 @@ def main_job(
         bool, typer.Option("--no-val", metavar=FLAG, help="skip the scored val run (one detector only)")
     ] = False,
     allow_failures: AllowFailures = False,
+    skip_unavailable: Annotated[
+        bool,
+        typer.Option(
+            "--skip-unavailable",
+            metavar=FLAG,
+            help="stack: leave out a member whose optional package is not installed (with a warning)",
+        ),
+    ] = False,
     quiet: Quiet = False,
 ) -> None:
     """Test submission for every language (checked files + zip), then a scored val run."""
@@ -730,6 +738,10 @@ def main_job(
         raise MushroomError(
             "--no-val: the stack (the default --detector) is fitted on val, so it always runs val; "
             "--no-val goes with one detector (--detector lexical)"
+        )
+    if skip_unavailable and detector != "stack":
+        raise MushroomError(
+            "--skip-unavailable leaves out members of the stack; it does not go with one detector"
         )
     if detector == "stack":
         for key in options:
@@ -747,6 +759,7 @@ def main_job(
             quiet=quiet,
             console=out_console,
             allow_failures=allow_failures,
+            skip_unavailable=skip_unavailable,
         )
         return
     run_main(

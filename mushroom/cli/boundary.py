@@ -2,8 +2,9 @@
 
 Every expected failure reaches the user as a few lines naming the file, option or value and
 what to do, with an exit code a script can branch on (README, "Exit codes"): 0 ok, 1 an input
-file found invalid, 2 a usage or config error, 3 a run with failed items, 130 interrupted.
-Tracebacks are for bugs, and only with `--debug`.
+file found invalid, 2 a usage or config error, 3 a run with failed items, 4 an optional package
+not installed (the message names the `pip install 'mushroom[EXTRA]'` that brings it), 70 a bug
+in mushroom, 130 interrupted. Tracebacks are for bugs, and only with `--debug`.
 
 Output that contains user text (file names, ids, model output, option values) goes through
 `esc` before rich renders it: rich reads `[...]` as markup and would eat `mushroom[vllm]` or a
@@ -37,6 +38,7 @@ EXIT_OK = 0
 EXIT_INVALID_INPUT = 1
 EXIT_USAGE = 2
 EXIT_RUN_FAILED = 3
+EXIT_MISSING_EXTRA = 4  # mushroom.errors.MissingExtra: the install lacks an optional package
 EXIT_INTERRUPTED = 130
 EXIT_BUG = 70  # EX_SOFTWARE: an unexpected exception, i.e. a bug in mushroom
 
@@ -130,6 +132,12 @@ def exit_code_for(exc: BaseException) -> tuple[int, str | None]:
         return EXIT_USAGE, _os_message(exc)
     if isinstance(exc, UnicodeDecodeError):
         return EXIT_INVALID_INPUT, f"a file is not valid UTF-8: {exc.reason}"
+    if isinstance(exc, ImportError):  # an optional package imported where no check named it first
+        from mushroom.util.registry import missing_extra
+
+        missing = missing_extra(exc, "this command")
+        if missing is not None:
+            return missing.exit_code, str(missing)
     return EXIT_BUG, None
 
 

@@ -1,6 +1,6 @@
 """Background contexts per item, read from context files.
 
-Two layouts are understood:
+Two layouts are understood (`LAYOUTS`, a registry: a layout of your own can be added):
 - the UCSC release in contexts/ucsc/: `<lang>-<val|tst>.v<N>_<source>.jsonl`, and its
   `<lang>-<split>-translated-English...` twins (name those sources `translated:<source>`);
 - mushroom's own files: `contexts/<split>.<lang>.<source>.jsonl` (generated contexts).
@@ -20,11 +20,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mushroom.data.jsonl import load_records
 from mushroom.data.records import Context, ContextRecord
 from mushroom.data.splits import IN_CHECKOUT, PROJECT_ROOT, SPLIT_TAGS
 from mushroom.errors import MushroomError
+from mushroom.util.registry import Part, Registry
 
 _HERE = PROJECT_ROOT / "contexts" if IN_CHECKOUT else Path.cwd() / "contexts"
 DEFAULT_CONTEXT_DIR = Path(os.environ.get("MUSHROOM_CONTEXT_DIR") or _HERE)
@@ -57,51 +59,91 @@ def fact_checks(contexts: list[Context]) -> list[Context]:
     return [c for c in contexts if c.text.strip() and is_fact_check(c.source)]
 
 
+class OwnFiles:
+    """mushroom's own files: `contexts/<split>.<lang>.<source>.jsonl` (generated contexts)."""
+
+    @staticmethod
+    def find(root: Path, split: str, lang: str, source: str) -> Path | None:
+        path = root / f"{split}.{lang}.{source}.jsonl"
+        return path if path.is_file() else None
+
+    @staticmethod
+    def sources(root: Path, split: str | None, lang: str | None) -> set[str]:
+        found = set()
+        for path in root.glob(f"{split}.{lang}.*.jsonl" if split and lang else "*.*.*.jsonl"):
+            if path.name.startswith("."):  # contextgen's response cache, `.cache.<source>.jsonl`
+                continue
+            source = path.name.removesuffix(".jsonl").split(".", 2)[2]
+            if not source.endswith(GRADES_SUFFIX):  # the grading record beside a generated source
+                found.add(source)
+        return found
+
+
+class UCSCRelease:
+    """The UCSC release in `contexts/ucsc/`: `<lang>-<val|tst>.v<N>_<source>.jsonl`.
+
+    Its `<lang>-<split>-translated-English...` twins are the sources named `translated:<source>`.
+    """
+
+    @staticmethod
+    def find(root: Path, split: str, lang: str, source: str) -> Path | None:
+        tag = SPLIT_TAGS.get(split, split)
+        translated = source.startswith("translated:")
+        name = source.removeprefix("translated:")
+        middle = f"{lang}-{tag}-translated-English" if translated else f"{lang}-{tag}"
+        pattern = re.compile(rf"{re.escape(middle)}\.v(\d+)_{re.escape(name)}\.jsonl")
+        hits = [
+            (int(m.group(1)), path)
+            for path in (root / "ucsc").glob(f"{middle}.v*_{name}.jsonl")
+            if (m := pattern.fullmatch(path.name))
+        ]
+        return max(hits)[1] if hits else None  # the latest version
+
+    @staticmethod
+    def sources(root: Path, split: str | None, lang: str | None) -> set[str]:
+        found = set()
+        pattern = f"{lang}-{SPLIT_TAGS.get(split, split)}*.jsonl" if split and lang else "*.jsonl"
+        for path in (root / "ucsc").glob(pattern):
+            stem = path.name.removesuffix(".jsonl")
+            source = stem.split("_", 1)[1] if "_" in stem else stem
+            found.add(f"translated:{source}" if "-translated-English" in stem else source)
+        return found
+
+
+LAYOUTS: Registry[Any] = Registry(
+    "context layout",
+    [Part("own", "mushroom.data.contexts:OwnFiles"), Part("ucsc", "mushroom.data.contexts:UCSCRelease")],
+)
+"""How context files are named, tried in order (own files first): each layout has
+`find(root, split, lang, source) -> Path | None` and `sources(root, split, lang) -> set[str]`
+(split and lang None: any). A retrieval dump named another way is read by registering a
+layout of its own (`@LAYOUTS.register("mine")` on such a class)."""
+
+
+def _layouts() -> list[Any]:
+    return [LAYOUTS.load(name) for name in LAYOUTS.ordered()]
+
+
 def context_file(split: str, lang: str, source: str, context_dir: Path | None = None) -> Path | None:
     """The file holding `source` contexts for a split and language, or None."""
     root = context_dir or DEFAULT_CONTEXT_DIR
-    own = root / f"{split}.{lang}.{source}.jsonl"
-    if own.is_file():
-        return own
-    tag = SPLIT_TAGS.get(split, split)
-    translated = source.startswith("translated:")
-    name = source.removeprefix("translated:")
-    middle = f"{lang}-{tag}-translated-English" if translated else f"{lang}-{tag}"
-    pattern = re.compile(rf"{re.escape(middle)}\.v(\d+)_{re.escape(name)}\.jsonl")
-    hits = [
-        (int(m.group(1)), path)
-        for path in (root / "ucsc").glob(f"{middle}.v*_{name}.jsonl")
-        if (m := pattern.fullmatch(path.name))
-    ]
-    return max(hits)[1] if hits else None
+    for layout in _layouts():
+        path = layout.find(root, split, lang, source)
+        if path is not None:
+            return path
+    return None
 
 
 def available_sources(split: str, lang: str, context_dir: Path | None = None) -> list[str]:
     """Every source with a file for this split and language."""
-    tag = SPLIT_TAGS.get(split, split)
-    return sorted(_sources_named(context_dir, f"{lang}-{tag}*.jsonl", f"{split}.{lang}.*.jsonl"))
+    root = context_dir or DEFAULT_CONTEXT_DIR
+    return sorted(set().union(*(layout.sources(root, split, lang) for layout in _layouts())))
 
 
 def _exists_anywhere(source: str, context_dir: Path | None = None) -> bool:
     """Whether any split or language has a file for `source` (a misspelled optional source has none)."""
-    return source in _sources_named(context_dir, "*.jsonl", "*.*.*.jsonl")
-
-
-def _sources_named(context_dir: Path | None, ucsc_glob: str, own_glob: str) -> set[str]:
-    """The source names of the UCSC files and of mushroom's own files that match the globs."""
     root = context_dir or DEFAULT_CONTEXT_DIR
-    found = set()
-    for path in (root / "ucsc").glob(ucsc_glob):
-        stem = path.name.removesuffix(".jsonl")
-        source = stem.split("_", 1)[1] if "_" in stem else stem
-        found.add(f"translated:{source}" if "-translated-English" in stem else source)
-    for path in root.glob(own_glob):
-        if path.name.startswith("."):  # contextgen's response cache, `.cache.<source>.jsonl`
-            continue
-        source = path.name.removesuffix(".jsonl").split(".", 2)[2]
-        if not source.endswith(GRADES_SUFFIX):  # the grading record beside a generated source
-            found.add(source)
-    return found
+    return any(source in layout.sources(root, None, None) for layout in _layouts())
 
 
 @dataclass

@@ -1,16 +1,16 @@
 """Detectors by name: built-in, registered in code, or from installed packages.
 
-Built-in names map to "module:Class" so that listing detectors imports nothing heavy; a
-detector's module (and its torch) is imported only when that detector is built. Your own
-detector class registers with `@register_detector("name")`; a package registers one for
-every user through the `mushroom.detectors` entry-point group
-(`name = "package.module:Class"` in its pyproject), loaded only when asked for.
+Built-in names map to "module:Class" in one `Registry` (mushroom.util.registry), so that
+listing detectors imports nothing heavy; a detector's module (and its torch) is imported only
+when that detector is built, and a missing optional package is named with its extra
+(`MissingExtra`, exit 4) before a run starts. Your own detector class registers with
+`@register_detector("name")`; a package registers one for every user through the
+`mushroom.detectors` entry-point group (`name = "package.module:Class"` in its pyproject),
+loaded only when asked for.
 """
 
 from __future__ import annotations
 
-import importlib
-from importlib import metadata
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,8 +18,10 @@ from pydantic import ValidationError
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, VectorDetector
 from mushroom.errors import DataError, MushroomError, Problem, did_you_mean
 from mushroom.util.options import error_message, value_hint
+from mushroom.util.registry import Part, Registry
 
 __all__ = [
+    "DETECTORS",
     "Detector",
     "DetectorOptions",
     "Emit",
@@ -33,15 +35,29 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "mushroom.detectors"
 
-_BUILTIN: dict[str, str] = {
-    "chain": "mushroom.detectors.chain:ChainDetector",
-    "lexical": "mushroom.detectors.lexical:LexicalDetector",
-    "llm": "mushroom.detectors.llm:LLMDetector",
-    "nli": "mushroom.detectors.nli:NLIDetector",
-    "pyes": "mushroom.detectors.pyes:PYesDetector",
-    "semantic": "mushroom.detectors.semantic:SemanticDetector",
-}
-_REGISTERED: dict[str, type[Detector]] = {}
+_ENCODER = ("torch", "transformers")  # what a detector that runs a transformers model imports
+
+
+def _a_detector(name: str, cls: Any, target: str) -> type[Detector]:
+    if not (isinstance(cls, type) and issubclass(cls, Detector)):
+        raise MushroomError(f"entry point {name!r} ({target}) is not a mushroom Detector")
+    return cls
+
+
+DETECTORS: Registry[type[Detector]] = Registry(
+    "detector",
+    [
+        Part("chain", "mushroom.detectors.chain:ChainDetector"),
+        Part("lexical", "mushroom.detectors.lexical:LexicalDetector"),
+        Part("llm", "mushroom.detectors.llm:LLMDetector"),
+        Part("nli", "mushroom.detectors.nli:NLIDetector", "transformers", _ENCODER),
+        Part("pyes", "mushroom.detectors.pyes:PYesDetector"),
+        Part("semantic", "mushroom.detectors.semantic:SemanticDetector", "semantic", _ENCODER),
+    ],
+    group=ENTRY_POINT_GROUP,
+    check=_a_detector,
+)
+"""Every detector by name; the model-backed ones need what their backend needs (see `build`)."""
 
 
 def register_detector(name: str):
@@ -51,38 +67,42 @@ def register_detector(name: str):
         if not (isinstance(cls, type) and issubclass(cls, Detector)):
             raise TypeError(f"register_detector({name!r}) decorates a Detector subclass, not {cls!r}")
         cls.name = name
-        _REGISTERED[name] = cls
-        return cls
+        return DETECTORS.add(name, cls)
 
     return wrap
 
 
-def _entry_points() -> dict[str, metadata.EntryPoint]:
-    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
-
-
 def available() -> list[str]:
     """Names of all detectors: built-in, registered and installed through entry points."""
-    return sorted(set(_BUILTIN) | set(_REGISTERED) | set(_entry_points()))
+    return DETECTORS.names()
 
 
 def detector_class(name: str) -> type[Detector]:
     """The class registered under `name`, imported on demand."""
-    if name in _REGISTERED:
-        return _REGISTERED[name]
-    if name in _BUILTIN:
-        module_name, _, class_name = _BUILTIN[name].partition(":")
-        return getattr(importlib.import_module(module_name), class_name)
-    eps = _entry_points()
-    if name in eps:
-        cls = eps[name].load()
-        if not (isinstance(cls, type) and issubclass(cls, Detector)):
-            raise MushroomError(f"entry point {name!r} ({eps[name].value}) is not a mushroom Detector")
-        return cls
-    names = available()
-    raise MushroomError(
-        f"unknown detector {name!r}{did_you_mean(name, names)}; available: {', '.join(names)}"
-    )
+    if name not in DETECTORS:
+        names = available()
+        raise MushroomError(
+            f"unknown detector {name!r}{did_you_mean(name, names)}; available: {', '.join(names)}"
+        )
+    return DETECTORS.load(name)
+
+
+def check_installed(name: str, options: DetectorOptions) -> None:
+    """Raises MissingExtra for a package the detector or one of its backends needs and lacks.
+
+    A model-backed detector needs what the backend kinds in its options need (httpx for
+    `openai`, vllm for `vllm`), whether or not its answers come from a cache: a missing
+    package is found here, before a run folder is made, rather than on the first item.
+    """
+    from mushroom.backends.config import BackendSettings
+    from mushroom.backends.registry import BACKENDS
+
+    DETECTORS.check_installed(name)
+    for field, value in options.__dict__.items():
+        for setting in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(setting, BackendSettings):
+                kind = setting.kind
+                BACKENDS.check_installed(kind, f"{BACKENDS.what(kind)} ({name} option {field})")
 
 
 def _settings_field(cls: type[Detector], field: str) -> bool:
@@ -106,6 +126,7 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
     """Builds a detector from validated options; unknown or invalid keys name what is valid."""
     cls = detector_class(name)
     if isinstance(options, DetectorOptions):
+        check_installed(name, options)
         return cls(options)
     options = dict(options or {})
     try:
@@ -129,4 +150,5 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
                 msg = f"a table of settings: give them as -o {where}.kind=…, -o {where}.model=…"
             problems.append(Problem(f"detector {name}", None, where or None, msg))
         raise DataError(problems, exit_code=2, source="options") from None  # a usage error, not a bad file
+    check_installed(name, opts)
     return cls(opts)

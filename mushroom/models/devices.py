@@ -28,6 +28,9 @@ def check_model_folder(model: str, where: str) -> None:
 
 def check_device(device: str, where: str) -> None:
     """Raises MushroomError, naming `where` (the option), for a device this torch cannot use."""
+    from mushroom.util.registry import require
+
+    require(["torch"], f"{where} {device!r}")
     import torch
 
     try:

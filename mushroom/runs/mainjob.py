@@ -17,8 +17,8 @@ from mushroom.data.languages import VAL_LANGUAGES
 from mushroom.data.predictions import mark_all, submission_name
 from mushroom.data.runfolder import new_run_folder, timestamp, write_json
 from mushroom.data.splits import load_split, workspace
-from mushroom.detectors import build
-from mushroom.errors import MushroomError
+from mushroom.detectors import Detector, build
+from mushroom.errors import MissingExtra, MushroomError
 from mushroom.evaluation.submission import write_predictions
 from mushroom.runs.service import RunService, fingerprint
 from mushroom.util.interrupts import interrupt_hint
@@ -31,6 +31,39 @@ def _val_langs(langs: list[str] | None) -> list[str]:
     return [lang for lang in (langs or VAL_LANGUAGES) if lang in VAL_LANGUAGES]
 
 
+def _loadable_members(
+    members: tuple[str, ...],
+    options: dict[str, dict[str, Any]],
+    sources: tuple[str, ...],
+    out: Path | None,
+    skip_unavailable: bool,
+) -> tuple[dict[str, Detector], dict[str, str]]:
+    """The members built and checked, and (with `skip_unavailable`) those left out and why.
+
+    A member whose optional package is missing stops the job before its folder exists,
+    naming the extra and the flag; with the flag it is left out (the stack is fitted on the
+    others), unless none is left. Any other problem with a member stops the job either way.
+    """
+    dets: dict[str, Detector] = {}
+    missing: dict[str, MissingExtra] = {}
+    for name in members:
+        try:
+            det = build(name, options.get(name))
+            det.check_ready(source_names(sources), out)
+        except MissingExtra as exc:
+            missing[name] = exc
+            continue
+        dets[name] = det
+    if missing and (not skip_unavailable or not dets):
+        name, exc = next(iter(missing.items()))
+        message = f"member {name!r} of the stack cannot load: {exc}"
+        if dets:
+            alone = " alone" if len(dets) == 1 else ""
+            message += f"; or add --skip-unavailable to fit the stack on {', '.join(dets)}{alone}"
+        raise MissingExtra(exc.what, exc.package, exc.extra, message=message)
+    return dets, {name: str(exc) for name, exc in missing.items()}
+
+
 def run_main_stack(
     out: Path | None = None,
     members: tuple[str, ...] = DEFAULT_MEMBERS,
@@ -40,6 +73,7 @@ def run_main_stack(
     quiet: bool = False,
     console: Console | None = None,
     allow_failures: bool = False,
+    skip_unavailable: bool = False,
 ) -> Path:
     """Runs each member detector on test and val, fits the stack on val, applies it to test.
 
@@ -73,9 +107,8 @@ def run_main_stack(
 
         hint = suggest(unknown[0], list(members))
         raise MushroomError(f"-o {unknown[0]}.KEY=VALUE: {unknown[0]!r} is not a member of the stack{hint}")
-    dets = {name: build(name, options.get(name)) for name in members}
-    for det in dets.values():
-        det.check_ready(source_names(sources), out)
+    dets, skipped = _loadable_members(members, options, sources, out, skip_unavailable)
+    members = tuple(dets)
     # the languages are checked (and the items read) before the run folder is made
     val_langs = _val_langs(langs)
     if not val_langs:
@@ -94,6 +127,8 @@ def run_main_stack(
         "langs": langs,
     }
     service = RunService(out, config, console, quiet, allow_failures)
+    for name, reason in skipped.items():
+        service.warn(f"member {name!r} left out of the stack (--skip-unavailable): {reason}")
     for name, det in dets.items():
         service.detect_split(det, "test", out / "members" / name, langs, sources, data=test_data)
         service.detect_split(det, "val", out / "members" / name / "val", val_langs, sources, data=val_data)
@@ -187,6 +222,7 @@ def run_main_stack(
             "hard_labels_from": {"default": model.hard_from, **model.hard_sources},
             "val_iou_mean": sum(r["iou"] for r in rows) / len(rows),
             "val_cor_mean": sum(r["cor"] for r in rows) / len(rows),
+            **({"skipped_members": skipped} if skipped else {}),
         }
     )
     return out
