@@ -96,8 +96,8 @@ def main() -> None:
     if args.base_url:
         url, model = args.base_url, args.model
     else:
-        missing = llama_server_missing()
         path, why = smollm2_gguf()
+        missing = llama_server_missing(path) if path is not None else ""
         if missing or path is None:
             sys.exit(f"cannot start a server: {missing or why}")
         server = LlamaServer(path)

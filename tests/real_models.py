@@ -11,6 +11,7 @@ free port with one thread, so it runs beside other work on a small machine.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -83,11 +84,51 @@ def smollm2_gguf() -> tuple[Path | None, str]:
     return target, ""
 
 
-def llama_server_missing() -> str:
-    """Why llama-cpp-python's server cannot run here, or "" when it can."""
+def llama_server_missing(model: Path | None = None) -> str:
+    """Why llama-cpp-python's server cannot run here, or "" when it can.
+
+    With `model`, the engine is also tried once on it in a child process (see `_engine_crash`).
+    """
     for module in ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context"):
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed: {SERVER_HINT}"
+    return _engine_crash(str(model)) if model is not None else ""
+
+
+PORTABLE_BUILD = (
+    "CMAKE_ARGS='-DGGML_NATIVE=OFF' python3 -m pip install --force-reinstall --no-cache-dir "
+    "--no-deps 'llama-cpp-python[server]'"
+)
+
+
+@functools.cache
+def _engine_crash(model: str) -> str:
+    """Why llama.cpp dies on a short prompt on this machine, or "" when it does not.
+
+    A source build of llama-cpp-python is tuned to the CPU it is built on (GGML_NATIVE). On a
+    virtual machine whose CPU lists AMX (Sapphire Rapids), native builds 0.3.35 and 0.3.36 die
+    (SIGILL or SIGSEGV in libggml-cpu) on the first prompt of more than one token, so the
+    server exits mid-request and every test would fail as "connection refused". A portable
+    build works there.
+    """
+    code = (
+        "import sys\nfrom llama_cpp import Llama\n"
+        "Llama(sys.argv[1], n_ctx=256, n_threads=1, verbose=False)"
+        ".create_completion('Count from one to three:', max_tokens=4)"
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, model], capture_output=True, text=True, timeout=300
+        )
+    except subprocess.TimeoutExpired:
+        return "llama-cpp-python did not generate one token in 300 s on this machine"
+    if proc.returncode < 0:
+        return (
+            f"llama-cpp-python dies on this CPU (signal {-proc.returncode} on a short prompt; a "
+            f"native build on an AMX CPU does): rebuild it portable with {PORTABLE_BUILD}"
+        )
+    if proc.returncode != 0:
+        return f"llama-cpp-python cannot run the model: {proc.stderr.strip()[-300:]}"
     return ""
 
 

@@ -27,12 +27,12 @@ pytestmark = pytest.mark.real_model
 
 @pytest.fixture(scope="module")
 def llama():
-    missing = llama_server_missing()
-    if missing:
-        pytest.skip(missing)
     path, why = smollm2_gguf()
     if path is None:
         pytest.skip(why)
+    missing = llama_server_missing(path)
+    if missing:
+        pytest.skip(missing)
     with LlamaServer(path) as server:
         yield server
 

@@ -38,7 +38,7 @@ def smollm2():
 
 @pytest.fixture(scope="module")
 def server(smollm2):
-    missing = llama_server_missing()
+    missing = llama_server_missing(smollm2)
     if missing:
         pytest.skip(missing)
     with LlamaServer(smollm2) as srv:
