@@ -402,6 +402,28 @@ def _chunk_size(detector: Detector) -> int:
     return -(-CHUNK_ITEMS // size) * size if size else CHUNK_ITEMS
 
 
+class _First:
+    """The first `limit` items of a re-readable collection (an items file's language), re-readable."""
+
+    def __init__(self, items: Iterable[Item], limit: int):
+        self.items, self.limit = items, limit
+
+    def __len__(self) -> int:
+        return min(len(self.items), self.limit)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Item]:
+        return itertools.islice(self.items, self.limit)
+
+
+def _first(items: Iterable[Item], limit: int) -> Iterable[Item]:
+    """The first `limit` items: a list's slice, a sized collection's view, a generator's first ones."""
+    if isinstance(items, list):
+        return items[:limit]
+    if isinstance(items, Sized):
+        return _First(items, limit)
+    return itertools.islice(items, limit)
+
+
 class _LineWriter:
     """A JSONL file written a row at a time into a temporary file, renamed into place at the end."""
 
@@ -673,10 +695,7 @@ class RunService:
 
         data = data if data is not None else load_split(split, langs)
         if limit is not None:
-            data = {
-                lang: items[:limit] if isinstance(items, list) else itertools.islice(items, limit)
-                for lang, items in data.items()
-            }
+            data = {lang: _first(items, limit) for lang, items in data.items()}
         out = SplitOutput(split=split, items=data)
         detector.workdir = folder / "raw"
         detector.workdir.mkdir(parents=True, exist_ok=True)
