@@ -85,20 +85,28 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def score_file(split: str, lang: str, path: Path, items: list[Item] | None = None):
+def score_file(split: str, lang: str, path: Path, items: Iterable[Item] | None = None):
     """One prediction file's ScoreResult, by the official path unless `items` are given.
 
     A run on part of a language (`limit`) is scored against those items' own labels, since
-    the split's gold file has items the run never predicted.
+    the split's gold file has items the run never predicted. Both are read as streams: a run
+    over an items file of a million answers scores them without holding them.
     """
-    from mushroom.data.predictions import load_predictions
     from mushroom.evaluation.score import score_files, score_predictions
 
     if items is None:
         from mushroom.data.splits import split_files
 
         return score_files(split_files(split)[lang], path)
-    return score_predictions(items, list(load_predictions(path).values()))
+    return score_predictions(items, _written_predictions(path))
+
+
+def _written_predictions(path: Path) -> Iterator[Prediction]:
+    """The predictions of a file this run wrote (and checked), a line at a time."""
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield Prediction.model_validate(json.loads(line))
 
 
 ABSENT = object()
