@@ -7,6 +7,10 @@ they all resume, account and fail the same way:
   finished item (ok with its prediction, or failed with its error), appended and flushed as
   the detector emits it. A re-run of the same command on the same folder sends only the
   items that are missing or failed; a kill -9 loses at most the items in flight.
+- **Flat memory.** Items are read, run and recorded a chunk at a time (`CHUNK_ITEMS`); the
+  run keeps per item its id and where its ledger line is, and writes prediction files,
+  stats and the mark-all baseline from the ledger as streams. Evidence channels are stored
+  once, in `raw/channels.<lang>.jsonl.gz` (see `mushroom.data.channels`).
 - **Loud failures.** Failed items are grouped by error, printed, written to
   `failures.jsonl`, counted in `summary.json`; no prediction file is written for a language
   with failed items and nothing is zipped, and the run ends with `RunFailed` (exit 3),
