@@ -610,14 +610,14 @@ def detect(
     sources = tuple(split_names(contexts))
     data = context_files = None
     if items_file is not None:
-        from mushroom.data.splits import load_items
+        from mushroom.data.itemstream import ContextFiles, ItemsFile
 
         if split is not None:
             raise MushroomError(f"--items {items_file} replaces --split {split}: give one of them")
         split = "items"
-        data = {}
-        for item in load_items(input_file(items_file, "--items")):
-            data.setdefault(item.lang, []).append(item)
+        # checked whole, then read a chunk at a time by the run (an index of lines, not the items)
+        items_index = ItemsFile(input_file(items_file, "--items"))
+        data = items_index.by_lang()
         if not data:  # a run over nothing would "succeed" and write nothing
             raise DataError.single(items_file, None, None, "no items")
         from mushroom.data.languages import LANGUAGES
@@ -644,9 +644,8 @@ def detect(
             raise MushroomError(
                 f"with --items, --contexts takes JSONL files of {{id, context}}; not found: {missing}"
             )
-        from mushroom.data.contexts import load_context_files
-
-        load_context_files(context_files)  # a broken line stops the command before its folder exists
+        # a broken line stops the command before its folder exists; the index serves the run
+        context_files = ContextFiles(context_files)
     else:
         from mushroom.data.contexts import check_sources
         from mushroom.data.splits import load_split
@@ -656,7 +655,7 @@ def detect(
         check_sources(split, sorted(data), sources)
     from mushroom.data.contexts import source_names
 
-    det.check_ready(source_names(sources, context_files), out)
+    det.check_ready(source_names(sources, context_files.paths if context_files else None), out)
     out = out or new_run_folder(workspace() / "runs", f"{timestamp()}-{detector}-{split}")
     config = {
         "job": "detect",
@@ -677,9 +676,7 @@ def detect(
         out_console.print("no prediction file was written")
     service.print_stats(f"{detector} on {split}: counts (stats.json)", result.stats["all"])
     summary: dict[str, Any] = {"stats": result.stats["all"]}
-    labelled = split == "val" or (
-        items_file is not None and all(it.is_labelled for its in data.values() for it in its)
-    )
+    labelled = split == "val" or (items_file is not None and all(items_index.labelled[code] for code in data))
     rows = []
     if labelled:  # own items, or part of a split, are scored against the items' own labels
         own = items_file is not None or limit is not None

@@ -277,18 +277,24 @@ def ledger_state(folder: Path, lang: str) -> LedgerState | None:
     path = folder / "items" / f"{lang}.jsonl"
     if not path.is_file():
         return None
-    last: dict[str, dict[str, Any]] = {}
+    # per id, only its last line's verdict: a ledger of a million items is not held whole
+    failed: set[str] = set()
+    marked: set[str] = set()
     for _, row in iter_json_lines(path, []):
-        if isinstance(row, dict) and "id" in row:
-            last[str(row["id"])] = row
-    failed = {i for i, row in last.items() if row.get("status") == "failed"}
-    marked = {
-        i
-        for i, row in last.items()
-        if row.get("status") == "ok"
-        and isinstance(row.get("prediction"), dict)
-        and (row["prediction"].get("soft_labels") or row["prediction"].get("hard_labels"))
-    }
+        if not isinstance(row, dict) or "id" not in row:
+            continue
+        item_id = str(row["id"])
+        failed.discard(item_id)
+        marked.discard(item_id)
+        pred = row.get("prediction")
+        if row.get("status") == "failed":
+            failed.add(item_id)
+        elif (
+            row.get("status") == "ok"
+            and isinstance(pred, dict)
+            and (pred.get("soft_labels") or pred.get("hard_labels"))
+        ):
+            marked.add(item_id)
     return LedgerState(path, failed, marked)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from mushroom.data.channels import channel_files
 from mushroom.data.contexts import DEFAULT_SOURCES, source_names
 from mushroom.data.languages import VAL_LANGUAGES
 from mushroom.data.predictions import mark_all, submission_name
@@ -179,7 +180,7 @@ def run_main_stack(
     test_inputs = [out / "stack.json"] + [
         p for name in members for p in (out / "members" / name).glob("*.jsonl")
     ]
-    test_inputs += [p for name in members for p in (out / "members" / name / "raw").glob("channels.*.jsonl")]
+    test_inputs += [p for name in members for p in channel_files(out / "members" / name / "raw")]
     files = [out / submission_name(lang, "test") for lang in test_data]
     t0 = time.perf_counter()
     apply_settings = {"langs": sorted(test_data)}

@@ -7,6 +7,10 @@ they all resume, account and fail the same way:
   finished item (ok with its prediction, or failed with its error), appended and flushed as
   the detector emits it. A re-run of the same command on the same folder sends only the
   items that are missing or failed; a kill -9 loses at most the items in flight.
+- **Flat memory.** Items are read, run and recorded a chunk at a time (`CHUNK_ITEMS`); the
+  run keeps per item its id and where its ledger line is, and writes prediction files,
+  stats and the mark-all baseline from the ledger as streams. Evidence channels are stored
+  once, in `raw/channels.<lang>.jsonl.gz` (see `mushroom.data.channels`).
 - **Loud failures.** Failed items are grouped by error, printed, written to
   `failures.jsonl`, counted in `summary.json`; no prediction file is written for a language
   with failed items and nothing is zipped, and the run ends with `RunFailed` (exit 3),
@@ -29,6 +33,8 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sized
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,19 +42,30 @@ from typing import Any
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 from mushroom.backends.base import warnings_to
-from mushroom.data.contexts import DEFAULT_SOURCES, load_context_files, load_contexts, support_contexts
+from mushroom.data.contexts import DEFAULT_SOURCES, ContextSet, load_contexts, support_contexts
+from mushroom.data.itemstream import ContextFiles
 from mushroom.data.jsonl import write_jsonl
 from mushroom.data.predictions import mark_all, submission_name
 from mushroom.data.records import ChannelRecord, Item, Prediction
 from mushroom.data.runfolder import timestamp, versions, write_json
 from mushroom.data.splits import load_split
 from mushroom.detectors.base import Detector, ItemResult
-from mushroom.errors import Interrupted, MushroomError, RunFailed, error_text, retry_advice
-from mushroom.evaluation.submission import write_predictions, write_zip
+from mushroom.errors import DataError, Interrupted, MushroomError, RunFailed, error_text, retry_advice
+from mushroom.evaluation.submission import write_zip
 from mushroom.util.words import plural
 
 # Settings that change how answers are fetched, not what they are: a re-run may change
@@ -72,20 +89,28 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def score_file(split: str, lang: str, path: Path, items: list[Item] | None = None):
+def score_file(split: str, lang: str, path: Path, items: Iterable[Item] | None = None):
     """One prediction file's ScoreResult, by the official path unless `items` are given.
 
     A run on part of a language (`limit`) is scored against those items' own labels, since
-    the split's gold file has items the run never predicted.
+    the split's gold file has items the run never predicted. Both are read as streams: a run
+    over an items file of a million answers scores them without holding them.
     """
-    from mushroom.data.predictions import load_predictions
     from mushroom.evaluation.score import score_files, score_predictions
 
     if items is None:
         from mushroom.data.splits import split_files
 
         return score_files(split_files(split)[lang], path)
-    return score_predictions(items, list(load_predictions(path).values()))
+    return score_predictions(items, _written_predictions(path))
+
+
+def _written_predictions(path: Path) -> Iterator[Prediction]:
+    """The predictions of a file this run wrote (and checked), a line at a time."""
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield Prediction.model_validate(json.loads(line))
 
 
 ABSENT = object()
@@ -139,13 +164,23 @@ def fingerprint(inputs: list[Path], extra: dict[str, Any]) -> str:
     return digest.hexdigest()[:16]
 
 
+class _RateColumn(ProgressColumn):
+    """Items per second, over the last stretch of the stage (rich's own estimate)."""
+
+    def render(self, task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:,.0f}/s" if speed else "", style="progress.data.speed")
+
+
 def progress_bar(quiet: bool = False, console: Console | None = None) -> Progress:
     """The progress bar every long stage uses."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
+        _RateColumn(),
         TimeElapsedColumn(),
+        TimeRemainingColumn(),
         disable=quiet,
         transient=False,
         console=console,
@@ -153,41 +188,127 @@ def progress_bar(quiet: bool = False, console: Console | None = None) -> Progres
 
 
 class Ledger:
-    """One language's item outcomes: an append-only JSONL file, the last line per id wins."""
+    """One language's item outcomes: an append-only JSONL file, the last line per id wins.
 
-    def __init__(self, path: Path):
+    Holds per item only where its last line starts and whether it failed, never the results
+    themselves (a run over a million items would hold gigabytes): what the end of a run needs
+    (predictions, errors, stats) is read back from the file as a stream. An item's evidence
+    channels go to the language's channel store (`raw/channels.<lang>.jsonl.gz`), written
+    before its ledger line, so an item the ledger calls done always has its channels there.
+    """
+
+    def __init__(self, path: Path, channels: Path | None = None):
         self.path = path
-        self.results: dict[str, ItemResult] = {}
+        self.channel_path = channels
+        self.last: dict[str, int] = {}  # id -> byte offset of its last readable line
+        self.failed: set[str] = set()  # ids whose last line says failed
         self.unreadable = 0
+        self.inline_channels = False  # lines of a run before the channel store carry channels
         self._lock = threading.Lock()
+        self._out: Any = None
+        self._size = 0
+        self._channels: Any = None
         if path.exists():
             with path.open("rb+") as raw:
                 raw.seek(0, 2)
                 if raw.tell() and (raw.seek(-1, 2), raw.read(1))[1] != b"\n":
                     raw.write(b"\n")  # a kill cut the last line: later lines start afresh
-            with path.open(encoding="utf-8") as handle:
-                for line in handle:
-                    if not line.strip():
-                        continue
-                    try:
-                        result = ItemResult.model_validate_json(line)
-                    except ValidationError:
-                        self.unreadable += 1  # that item is simply done again
-                        continue
-                    self.results[result.id] = result
+            for offset, result in self._lines():
+                if result is None:
+                    self.unreadable += 1  # that item is simply done again
+                    continue
+                self._note(result, offset)
+                self.inline_channels = self.inline_channels or bool(result.channels)
+
+    def _lines(self, wanted: set[int] | None = None) -> Iterator[tuple[int, ItemResult | None]]:
+        """(offset, result or None if unreadable) of each line; with `wanted`, the lines starting there."""
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as handle:
+            offset = 0
+            for raw in handle:
+                start, offset = offset, offset + len(raw)
+                if not raw.strip() or (wanted is not None and start not in wanted):
+                    continue
+                try:
+                    yield start, ItemResult.model_validate_json(raw)
+                except ValidationError:
+                    yield start, None
+
+    def _note(self, result: ItemResult, offset: int) -> None:
+        self.last[result.id] = offset
+        if result.status == "ok":
+            self.failed.discard(result.id)
+        else:
+            self.failed.add(result.id)
+
+    def __len__(self) -> int:
+        return len(self.last)
 
     def add(self, result: ItemResult) -> None:
-        line = result.model_dump_json(exclude_defaults=True)
+        line = (result.model_dump_json(exclude_defaults=True, exclude={"channels"}) + "\n").encode("utf-8")
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as out:
-                out.write(line + "\n")
-                out.flush()
-            self.results[result.id] = result
+            if result.channels:
+                self._channel_writer().add(ChannelRecord(id=result.id, channels=result.channels))
+            if self._out is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._out = self.path.open("ab")
+                self._size = self._out.seek(0, 2)
+            self._out.write(line)
+            self._out.flush()
+            self._note(result, self._size)
+            self._size += len(line)
+
+    def _channel_writer(self):
+        from mushroom.data.channels import ChannelWriter
+
+        if self._channels is None:
+            if self.channel_path is None:
+                raise MushroomError(f"{self.path}: this ledger has no channel store")
+            fresh = not self.channel_path.exists()
+            self._channels = ChannelWriter(self.channel_path)
+            if fresh and self.inline_channels:
+                # a run before the channel store kept channels in the ledger: carried over, so
+                # that the store holds every item's channels
+                for _, old in self._lines(set(self.last.values())):
+                    if old is not None and old.status == "ok" and old.channels:
+                        self._channels.add(ChannelRecord(id=old.id, channels=old.channels))
+        return self._channels
+
+    def close(self) -> None:
+        with self._lock:
+            if self._out is not None:
+                self._out.close()
+                self._out = None
+            if self._channels is not None:
+                self._channels.close()
+                self._channels = None
 
     def ok(self, item_id: str) -> bool:
-        res = self.results.get(item_id)
-        return res is not None and res.status == "ok"
+        return item_id in self.last and item_id not in self.failed
+
+    def results(self) -> Iterator[ItemResult]:
+        """Each item's last outcome, in file order, read from the file."""
+        for _, result in self._lines(set(self.last.values())):
+            if result is not None:
+                yield result
+
+    def read(self, ids: Iterable[str]) -> Iterator[ItemResult | None]:
+        """The last outcome of each of `ids`, in their order (None for an id without one)."""
+        if self._out is not None:
+            self._out.flush()
+        with self.path.open("rb") if self.last else nullcontext() as handle:
+            for item_id in ids:
+                offset = self.last.get(item_id)
+                if offset is None or handle is None:
+                    yield None
+                    continue
+                handle.seek(offset)
+                yield ItemResult.model_validate_json(handle.readline())
+
+    def error(self, item_id: str) -> str | None:
+        """Why an item failed (its last line's error); None if it has no line."""
+        return next(iter(self.read([item_id]))).error if item_id in self.last else None
 
 
 @dataclass
@@ -216,8 +337,8 @@ class SplitOutput:
 
     split: str
     files: dict[str, Path] = field(default_factory=dict)
-    items: dict[str, list[Item]] = field(default_factory=dict)
-    predictions: dict[str, list[Prediction]] = field(default_factory=dict)
+    # the items per language as given (lists, or an items file's languages read again on demand)
+    items: Mapping[str, Iterable[Item]] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     contexts_missing: dict[str, dict[str, int]] = field(default_factory=dict)
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -270,12 +391,117 @@ def unusable_warnings(where: str, stats: dict[str, int], in_run: bool = True) ->
     return out
 
 
-def _sum_stats(results: list[ItemResult]) -> dict[str, int]:
+def _sum_stats(results: Iterable[ItemResult]) -> tuple[dict[str, int], float]:
+    """(summed counters, summed item seconds) of results, read once."""
     total: Counter[str] = Counter()
+    seconds = 0.0
     for r in results:
         total.update(r.stats)
         total["items.ok" if r.status == "ok" else "items.failed"] += 1
-    return dict(sorted(total.items()))
+        seconds += r.seconds or 0.0
+    return dict(sorted(total.items())), seconds
+
+
+# Items a run reads, runs and records at a time: memory holds one chunk's items, contexts and
+# evidence, whatever the corpus's size. A language of the shared task's splits (at most a few
+# hundred items) is one chunk, so its detector calls are what they were before chunking.
+CHUNK_ITEMS = 1000
+
+
+def _chunk_size(detector: Detector) -> int:
+    """CHUNK_ITEMS, rounded up to whole `batch_items` batches so chunking never splits one."""
+    size = detector.batch_items
+    return -(-CHUNK_ITEMS // size) * size if size else CHUNK_ITEMS
+
+
+class _First:
+    """The first `limit` items of a re-readable collection (an items file's language), re-readable."""
+
+    def __init__(self, items: Iterable[Item], limit: int):
+        self.items, self.limit = items, limit
+
+    def __len__(self) -> int:
+        return min(len(self.items), self.limit)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Item]:
+        return itertools.islice(self.items, self.limit)
+
+
+def _first(items: Iterable[Item], limit: int) -> Iterable[Item]:
+    """The first `limit` items: a list's slice, a sized collection's view, a generator's first ones."""
+    if isinstance(items, list):
+        return items[:limit]
+    if isinstance(items, Sized):
+        return _First(items, limit)
+    return itertools.islice(items, limit)
+
+
+class _LineWriter:
+    """A JSONL file written a row at a time into a temporary file, renamed into place at the end."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = path.with_name(f".{path.name}.part")
+        self.handle: Any = self.tmp.open("w", encoding="utf-8")
+
+    def write(self, rows: Iterable[dict]) -> None:
+        for row in rows:
+            self.handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    def commit(self) -> None:
+        self.handle.close()
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        """Drops the temporary file of a write that did not end (a no-op after `commit`)."""
+        self.handle.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def _contexts_of(contexts: ContextSet, ids: list[str]) -> ContextSet:
+    """A language's contexts cut to some of its items, with what each source lacks among them."""
+    by_id = {i: contexts.by_id[i] for i in ids if i in contexts.by_id}
+    missing = {
+        source: sum(1 for i in ids if not any(c.source == source for c in by_id.get(i, [])))
+        for source in contexts.files
+    }
+    return ContextSet(by_id=by_id, missing=missing, files=contexts.files)
+
+
+@dataclass
+class _ContextTally:
+    """What a language's chunks lacked in contexts, summed for one warning at its end."""
+
+    missing: dict[str, int] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    bare: int = 0  # items without a supporting context
+    first_bare: str = ""
+    checks_only: int = 0  # ... of which have fact-check contexts only
+    worked: bool = False  # some item of the language was run (not all reused)
+
+    def add(self, ctx: ContextSet, ids: list[str], worked: bool) -> None:
+        self.worked = self.worked or worked
+        self.files.update(ctx.files)
+        for source, n in ctx.missing.items():
+            self.missing[source] = self.missing.get(source, 0) + n
+        for i in ids:
+            if not support_contexts(ctx.by_id.get(i, [])):
+                self.first_bare = self.first_bare or i
+                self.bare += 1
+                self.checks_only += bool(ctx.by_id.get(i))
+
+    def warning(self, split: str, lang: str, n_items: int, sources: Iterable[str]) -> str:
+        return (
+            f"{split}/{lang}: no context for {self.bare} of {plural(n_items, 'item')} from "
+            f"{', '.join(map(str, self.files or sources)) or 'any source'} (e.g. {self.first_bare}); "
+            "context-based detectors flag nothing in them"
+            + (
+                f" ({self.checks_only} of them have only fact-check contexts, qa_*, which support nothing)"
+                if self.checks_only
+                else ""
+            )
+        )
 
 
 _HELD: dict[Path, list[Any]] = {}  # folders this process has locked -> [open lock file, holders]
@@ -454,11 +680,15 @@ class RunService:
         langs: list[str] | None = None,
         sources: tuple[str, ...] | list[str] = DEFAULT_SOURCES,
         baseline_dir: Path | None = None,
-        data: dict[str, list[Item]] | None = None,
+        data: Mapping[str, Iterable[Item]] | None = None,
         limit: int | None = None,
-        context_files: list[Path] | None = None,
+        context_files: list[Path] | ContextFiles | None = None,
     ) -> SplitOutput:
-        """Runs a detector over a split, item by item into the ledger, then writes the files.
+        """Runs a detector over a split, chunk by chunk into the ledger, then writes the files.
+
+        Items are read a chunk at a time (`CHUNK_ITEMS`) from each language's iterable, run,
+        recorded, and dropped: a generator is read once and never ahead of its chunk, and the
+        run keeps per item only its id and where its outcome is in the ledger.
 
         Args:
             detector: a built detector.
@@ -467,18 +697,27 @@ class RunService:
             langs: languages to run (default: all languages of the split).
             sources: context sources, in order.
             baseline_dir: when given, the mark-all baseline is written there too.
-            data: the items per language, when the caller has them already.
+            data: the items per language, when the caller has them already (lists, or any
+                iterables; the progress bar knows the total when each has a length).
             limit: only the first N items of each language (a quick look at a model or prompt).
-            context_files: JSONL files of `{"id", "context"}` to use instead of named sources.
+            context_files: JSONL files of `{"id", "context"}` to use instead of named sources
+                (or those files already indexed).
         """
+        from mushroom.data.channels import channel_file
+
         data = data if data is not None else load_split(split, langs)
         if limit is not None:
-            data = {lang: items[:limit] for lang, items in data.items()}
+            data = {lang: _first(items, limit) for lang, items in data.items()}
         out = SplitOutput(split=split, items=data)
         detector.workdir = folder / "raw"
         detector.workdir.mkdir(parents=True, exist_ok=True)
-        ledgers = {lang: Ledger(folder / "items" / f"{lang}.jsonl") for lang in data}
-        total = sum(len(v) for v in data.values())
+        if context_files is not None and not isinstance(context_files, ContextFiles):
+            context_files = ContextFiles(context_files)
+        sized = all(isinstance(v, Sized) for v in data.values())
+        total = sum(len(v) for v in data.values()) if sized else None  # type: ignore[arg-type]
+        ledgers: dict[str, Ledger] = {}
+        n_items = 0
+        chunk = _chunk_size(detector)
         # One stage per detector and folder: variants (or members) running the same detector on
         # the same split keep their own times.
         rel = folder.relative_to(self.out).as_posix() if folder.is_relative_to(self.out) else str(folder)
@@ -487,42 +726,58 @@ class RunService:
         with progress_bar(self.quiet, self.console) as bar, warnings_to(self.warn):
             task = bar.add_task(f"{detector.name} on {split}", total=total)
             for lang, items in data.items():
-                ledger = ledgers[lang]
-                todo = [it for it in items if not ledger.ok(it.id)]
-                bar.advance(task, len(items) - len(todo))
-                out.reused += len(items) - len(todo)
-                if baseline_dir is not None:
-                    write_predictions(baseline_dir / submission_name(lang, split), mark_all(items), items)
-                if todo:
-                    ids = [i.id for i in items]
-                    if context_files is not None:
-                        ctx = load_context_files(context_files, ids)
-                    else:
-                        ctx = load_contexts(split, lang, sources, item_ids=ids)
-                    out.contexts_missing[lang] = ctx.missing
-                    bare = [i for i in ids if not support_contexts(ctx.by_id.get(i, []))]
-                    if bare:
-                        checks_only = sum(1 for i in bare if ctx.by_id.get(i))
-                        self.warn(
-                            f"{split}/{lang}: no context for {len(bare)} of {plural(len(ids), 'item')} from "
-                            f"{', '.join(map(str, ctx.files or sources)) or 'any source'} (e.g. {bare[0]}); "
-                            "context-based detectors flag nothing in them"
-                            + (
-                                f" ({checks_only} of them have only fact-check contexts, qa_*, which "
-                                "support nothing)"
-                                if checks_only
-                                else ""
-                            )
-                        )
-                    self._run_items(detector, lang, todo, ctx.by_id, ledger, bar, task, folder)
-                    out.done_now += len(todo)
-                self._write_language(detector, split, lang, items, ledger, folder, out)
-        self._write_stats(folder, ledgers, out, stage)
+                ledger = Ledger(folder / "items" / f"{lang}.jsonl", channel_file(folder / "raw", lang))
+                ledgers[lang] = ledger
+                ids: list[str] = []  # what the end of the run needs of each item: its id
+                seen = _ContextTally()
+                lang_contexts = None  # a split's contexts of this language, read once
+                baseline = (
+                    _LineWriter(baseline_dir / submission_name(lang, split))
+                    if baseline_dir is not None
+                    else None
+                )
+                try:
+                    iterator = iter(items)
+                    while batch := list(itertools.islice(iterator, chunk)):
+                        ids.extend(it.id for it in batch)
+                        todo = [it for it in batch if not ledger.ok(it.id)]
+                        bar.advance(task, len(batch) - len(todo))
+                        out.reused += len(batch) - len(todo)
+                        if baseline is not None:
+                            baseline.write(p.submission_dict() for p in mark_all(batch))
+                        batch_ids = [it.id for it in batch]
+                        if context_files is not None:
+                            ctx = context_files.load(batch_ids)
+                        else:
+                            if lang_contexts is None:
+                                lang_contexts = load_contexts(split, lang, sources)
+                            ctx = _contexts_of(lang_contexts, batch_ids)
+                        seen.add(ctx, batch_ids, bool(todo))
+                        if todo:
+                            self._run_items(detector, lang, todo, ctx.by_id, ledger, bar, task, folder, split)
+                            out.done_now += len(todo)
+                        del batch, todo, ctx
+                    if baseline is not None:
+                        baseline.commit()
+                finally:
+                    if baseline is not None:
+                        baseline.discard()
+                    ledger.close()
+                if seen.worked:
+                    out.contexts_missing[lang] = seen.missing
+                    if seen.bare:
+                        self.warn(seen.warning(split, lang, len(ids), sources))
+                self._write_language(detector, split, lang, ids, ledger, folder, out)
+                n_items += len(ids)
+        item_seconds = self._write_stats(folder, ledgers, out, stage)
         # A stage resumed after a kill was computed over several runs: the ledger's per-item
         # times add up all of it, where this run's wall time covers only the last part.
-        item_seconds = round(sum(r.seconds or 0.0 for ld in ledgers.values() for r in ld.results.values()), 2)
         self.record_stage(
-            stage, time.perf_counter() - t0, reused=out.done_now == 0, items=total, item_seconds=item_seconds
+            stage,
+            time.perf_counter() - t0,
+            reused=out.done_now == 0,
+            items=n_items,
+            item_seconds=round(item_seconds, 2),
         )
         for warning in getattr(detector, "warnings", []):
             self.warn(warning)
@@ -533,13 +788,15 @@ class RunService:
             self.warnings.append(warning)
             self.console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
-    def _run_items(self, detector, lang, todo, contexts, ledger, bar, task, folder) -> None:
+    def _run_items(self, detector, lang, todo, contexts, ledger, bar, task, folder, split="") -> None:
         from mushroom.backends.rawlog import RawLog, raw_file
+        from mushroom.evaluation.check import check_rows
 
         detector.raw_log = RawLog(raw_file(folder / "raw", lang))
         size = detector.batch_items or len(todo)
         expected = {it.id for it in todo}
         emitted: set[str] = set()
+        rows: list[dict] = []  # this chunk's predictions, checked against their items
         last = [time.perf_counter()]
         work: dict[str, TaskID] = {}  # rows under the stage's bar for work between items
 
@@ -566,6 +823,8 @@ class RunService:
             last[0] = now
             ledger.add(result)
             emitted.add(result.id)
+            if result.status == "ok" and result.prediction is not None:
+                rows.append(result.prediction.submission_dict())
             bar.advance(task, 1)
 
         detector.on_work = on_work
@@ -583,7 +842,8 @@ class RunService:
                     if it.id not in emitted:
                         emit(ItemResult.failed(it.id, reason))
         except KeyboardInterrupt:
-            done = sum(len(Ledger(p).results) for p in self.out.glob("**/items/*.jsonl"))
+            ledger.close()
+            done = sum(len(Ledger(p)) for p in self.out.glob("**/items/*.jsonl"))
             raise Interrupted(
                 f"interrupted during {detector.name}, language {lang!r}: {plural(done, 'finished item')} "
                 f"(over all of the run's splits and members) saved in {self.out}; run the same command "
@@ -593,51 +853,62 @@ class RunService:
             detector.raw_log = None
             detector.on_work = None
             end_work()
+        if rows:  # a detector's bad span would make a file the checker refuses: said now, per chunk
+            report = check_rows(
+                enumerate(rows, start=1), todo, str(folder / submission_name(lang, split)), partial=True
+            )
+            if not report.ok:
+                raise DataError(report.errors)
 
-    def _write_language(self, detector, split, lang, items, ledger, folder, out: SplitOutput) -> None:
+    def _write_language(
+        self, detector, split, lang, ids: list[str], ledger: Ledger, folder, out: SplitOutput
+    ) -> None:
+        from mushroom.data.channels import channel_file, legacy_channel_file
+
         path = folder / submission_name(lang, split)
         failed = [
-            Failure(
-                split,
-                lang,
-                it.id,
-                getattr(ledger.results.get(it.id), "error", None) or "no result",
-                detector.name,
-            )
-            for it in items
-            if not ledger.ok(it.id)
+            Failure(split, lang, item_id, ledger.error(item_id) or "no result", detector.name)
+            for item_id in ids
+            if not ledger.ok(item_id)
         ]
         out.failures.extend(failed)
         self.failures.extend(failed)
         if failed and not self.allow_failures:
             path.unlink(missing_ok=True)  # never leave a complete-looking file from an older pass
             return
-        preds = [
-            ledger.results[it.id].prediction if ledger.ok(it.id) else Prediction(id=it.id) for it in items
-        ]
-        write_predictions(path, preds, items)
+        # Written from the ledger as a stream, in the items' order; failed items (allowed) empty.
+        writer = _LineWriter(path)
+        try:
+            writer.write(
+                (
+                    res.prediction
+                    if res is not None and res.status == "ok" and res.prediction
+                    else Prediction(id=i)
+                ).submission_dict()
+                for i, res in zip(ids, ledger.read(ids))
+            )
+            writer.commit()
+        finally:
+            writer.discard()
         out.files[lang] = path
-        out.predictions[lang] = preds
-        channels = [
-            ChannelRecord(id=it.id, channels=ledger.results[it.id].channels)
-            for it in items
-            if ledger.ok(it.id) and ledger.results[it.id].channels
-        ]
-        if channels:
-            from mushroom.data.channels import channel_file
+        if channel_file(folder / "raw", lang).exists():  # the store holds them all: the old form goes
+            legacy_channel_file(folder / "raw", lang).unlink(missing_ok=True)
 
-            write_jsonl(channel_file(folder / "raw", lang), channels)
-
-    def _write_stats(self, folder: Path, ledgers: dict[str, Ledger], out: SplitOutput, stage: str) -> None:
-        per_lang = {lang: _sum_stats(list(ld.results.values())) for lang, ld in ledgers.items()}
-        out.stats = {
-            **per_lang,
-            "all": _sum_stats([r for ld in ledgers.values() for r in ld.results.values()]),
-        }
+    def _write_stats(self, folder: Path, ledgers: dict[str, Ledger], out: SplitOutput, stage: str) -> float:
+        """Writes stats.json from the ledgers, read once; returns the items' summed seconds."""
+        per_lang: dict[str, dict[str, int]] = {}
+        everything: Counter[str] = Counter()
+        seconds = 0.0
+        for lang, ld in ledgers.items():
+            per_lang[lang], spent = _sum_stats(ld.results())
+            everything.update(per_lang[lang])
+            seconds += spent
+        out.stats = {**per_lang, "all": dict(sorted(everything.items()))}
         write_json(folder / "stats.json", out.stats)
         for lang, stats in per_lang.items():
             for warning in unusable_warnings(f"{stage} {lang}", stats):
                 self.warn(warning)
+        return seconds
 
     # -- results ----------------------------------------------------------------------------
 

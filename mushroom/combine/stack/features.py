@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from mushroom.combine.stack.members import Member, MemberEvidence, load_member_evidence
-from mushroom.data.channels import channel_file
+from mushroom.data.channels import channel_files
 from mushroom.data.predictions import prediction_vectors
 from mushroom.data.records import Item
 from mushroom.data.spans import soft_to_vector
@@ -222,7 +221,7 @@ def load_stack_data(
             # the stack was fitted. A run with no channel file at all (channels off, an older
             # version) is refused below.
             empty = sorted(lang for lang in gaps if lang and not have[lang])
-            writes_channels = any((member.folder(split) / "raw").glob(channel_file(Path(), "*").name))
+            writes_channels = bool(channel_files(member.folder(split) / "raw"))
             if empty and writes_channels:
                 if warn is not None:
                     warn(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mushroom.data.channels import channel_file, read_channels
+from mushroom.data.channels import channel_file, find_channel_file, read_channels
 from mushroom.data.predictions import load_predictions, submission_name
 from mushroom.data.records import Item, Prediction
 from mushroom.data.runfolder import failed_items, prediction_folder, run_scope
@@ -32,9 +32,13 @@ class Member:
         return prediction_folder(self.path, split)
 
     def files(self, split: str, lang: str) -> tuple[Path, Path]:
-        """(prediction file, channel file) of one language; the channel file may not exist."""
+        """(prediction file, channel file) of one language; the channel file may not exist.
+
+        The channel file is the compressed store, or the plain JSONL of runs made before it.
+        """
         folder = self.folder(split)
-        return folder / submission_name(lang, split), channel_file(folder / "raw", lang)
+        raw = folder / "raw"
+        return folder / submission_name(lang, split), find_channel_file(raw, lang) or channel_file(raw, lang)
 
     def detector(self) -> str | None:
         """The detector this member's run was made with, from its run's config.json; None if unknown."""

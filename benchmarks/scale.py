@@ -1,0 +1,128 @@
+"""How a run's cost grows with the number of items: wall time, memory and disk per N.
+
+    python benchmarks/scale.py                       # 1k, 10k, 100k items, lexical detector
+    python benchmarks/scale.py --sizes 1000,50000 --detector lexical --lang en
+
+For each N, builds N items by cycling over the val split's items (ids made unique with a
+`#k` suffix, each with its own copy of the item's contexts, one file per context source),
+runs `python -m mushroom detect --items ITEMS --contexts FILES` in a fresh process and prints
+the wall time, ms per item, the process's peak RSS and the run folder's size; then the slope
+of each against N (least squares), which says what another 100k items cost. A slope of peak
+RSS near zero is a run whose memory does not grow with the corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mushroom.data.contexts import DEFAULT_SOURCES, load_contexts, source_names  # noqa: E402
+from mushroom.data.splits import load_split  # noqa: E402
+
+
+def build(n: int, langs: list[str] | None, where: Path) -> tuple[Path, list[Path]]:
+    """N val items (unique ids) and their contexts, one JSONL file per context source."""
+    data = load_split("val", langs)
+    pool = [it for its in data.values() for it in its]
+    ctx = {lang: load_contexts("val", lang, DEFAULT_SOURCES).by_id for lang in data}
+    names = source_names(DEFAULT_SOURCES)
+    items_path = where / "items.jsonl"
+    ctx_paths = [where / f"{name}.jsonl" for name in names]
+    handles = [p.open("w", encoding="utf-8") for p in ctx_paths]
+    with items_path.open("w", encoding="utf-8") as items_out:
+        for k in range(n):
+            item = pool[k % len(pool)]
+            new_id = f"{item.id}#{k}"
+            row = item.model_dump(mode="json", exclude_none=True)
+            row["id"] = new_id
+            items_out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            for name, handle in zip(names, handles):
+                for c in ctx[item.lang].get(item.id, []):
+                    if c.source == name:
+                        handle.write(json.dumps({"id": new_id, "context": c.text}, ensure_ascii=False) + "\n")
+    for handle in handles:
+        handle.close()
+    return items_path, ctx_paths
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def run_one(items: Path, contexts: list[Path], detector: str, out: Path) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS in bytes, exit status) of one `detect` run in a fresh process."""
+    cmd = [sys.executable, "-m", "mushroom", "detect", "--items", str(items), "--contexts"]
+    cmd += [",".join(map(str, contexts)), "--detector", detector, "--out", str(out), "--quiet"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        sys.stderr.write(proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else "")
+    return wall, usage.ru_maxrss * 1024, proc.returncode  # ru_maxrss is in KiB on Linux
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys against xs (0 with fewer than two points)."""
+    if len(xs) < 2:
+        return 0.0
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else 0.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000", help="item counts, comma-separated")
+    parser.add_argument("--detector", default="lexical")
+    parser.add_argument(
+        "--lang", default=None, help="val languages to draw from, comma-separated (default all)"
+    )
+    parser.add_argument("--workdir", type=Path, default=None, help="where to build items and runs (kept)")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    langs = args.lang.split(",") if args.lang else None
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="mushroom-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    print(f"detector {args.detector}, val items of {args.lang or 'every val language'}, work in {work}")
+    print(f"{'items':>8} {'wall s':>8} {'ms/item':>8} {'peak RSS MiB':>13} {'folder MiB':>11}")
+    try:
+        for n in sizes:
+            where = work / f"n{n}"
+            shutil.rmtree(where, ignore_errors=True)
+            where.mkdir()
+            items, contexts = build(n, langs, where)
+            wall, rss, code = run_one(items, contexts, args.detector, where / "run")
+            if code:
+                print(f"{n:>8} failed with exit status {code}")
+                return 1
+            size = folder_bytes(where / "run")
+            rows.append((n, wall, rss, size))
+            print(f"{n:>8} {wall:>8.1f} {1000 * wall / n:>8.2f} {rss / 2**20:>13.0f} {size / 2**20:>11.1f}")
+            if args.workdir is None:
+                shutil.rmtree(where)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    ns = [float(r[0]) for r in rows]
+    print("slope against N (least squares), per 1,000 items:")
+    print(f"  wall {1000 * slope(ns, [r[1] for r in rows]):.2f} s")
+    print(f"  peak RSS {1000 * slope(ns, [r[2] for r in rows]) / 2**20:.2f} MiB")
+    print(f"  folder {1000 * slope(ns, [r[3] for r in rows]) / 2**20:.2f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

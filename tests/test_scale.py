@@ -1,0 +1,181 @@
+"""Runs over many items: read a chunk at a time, resumable mid-chunk, channels stored once."""
+
+import gc
+import gzip
+import weakref
+
+import numpy as np
+import pytest
+from pydantic import Field
+
+import mushroom.runs.service as service
+from mushroom.combine.stack.members import Member
+from mushroom.data.channels import (
+    channel_file,
+    find_channel_file,
+    iter_channel_records,
+    legacy_channel_file,
+    read_channels,
+)
+from mushroom.data.jsonl import write_jsonl
+from mushroom.data.predictions import prediction_from_vectors
+from mushroom.data.records import ChannelRecord, Item, Prediction
+from mushroom.detectors.base import DetectorOptions, ItemResult, VectorDetector
+from mushroom.errors import Interrupted
+
+CHUNK = 4
+N = 10  # three chunks: 4, 4, 2
+
+
+class Options(DetectorOptions):
+    threshold: float = Field(0.5)
+
+
+class Vowels(VectorDetector):
+    """A detector with evidence channels whose output depends on each item alone."""
+
+    name = "vowels"
+    Options = Options
+
+    def __init__(self, options=None, stop_after: int | None = None):
+        super().__init__(options or Options())
+        self.seen: list[str] = []
+        self.stop_after = stop_after  # a Ctrl-C after this many items
+
+    def item_vector(self, item, contexts):
+        if self.stop_after is not None and len(self.seen) == self.stop_after:
+            raise KeyboardInterrupt
+        self.seen.append(item.id)
+        text = item.model_output_text
+        vec = np.array([0.9 if ch in "aeiou" else 0.1 for ch in text])
+        self.channels[item.id] = {"vowel": vec, "place": np.linspace(0.0, 1.0, len(text)) / 3}
+        return vec
+
+
+def rows() -> list[dict]:
+    words = ["Alice won in 1990.", "In Paris, on a bridge.", "It was blue and old.", "Nobody knows."]
+    return [
+        {"id": f"s-{k}", "lang": "en", "model_input": "Q?", "model_output_text": f"{words[k % 4]} ({k})"}
+        for k in range(N)
+    ]
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(service, "CHUNK_ITEMS", CHUNK)
+
+
+def ledger_lines(folder) -> int:
+    path = folder / "items" / "en.jsonl"
+    return len(path.read_bytes().splitlines()) if path.exists() else 0
+
+
+class OnePass:
+    """Items made as they are read, once, never ahead of the chunk being run."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.read = 0
+        self.made: list[weakref.ref] = []
+
+    def __iter__(self):
+        assert not self.read, "the items were read twice"
+        for k, row in enumerate(rows()):
+            finished = ledger_lines(self.folder)
+            assert finished >= (k // CHUNK) * CHUNK, f"item {k} read with {finished} items finished"
+            self.read += 1
+            item = Item.model_validate(row)
+            self.made.append(weakref.ref(item))
+            yield item
+
+
+def run(tmp_path, name, data, det=None):
+    svc = service.RunService(tmp_path / name, {"detector": "vowels"}, quiet=True)
+    folder = tmp_path / name / "predictions"
+    try:
+        res = svc.detect_split(det or Vowels(), "items", folder, data={"en": data}, context_files=[])
+    finally:
+        svc.release()
+    return res, folder
+
+
+def outputs(folder):
+    lengths = {r["id"]: len(r["model_output_text"]) for r in rows()}
+    pred = (folder / "mushroom.en-items.jsonl").read_bytes()
+    return pred, read_channels(find_channel_file(folder / "raw", "en"), lengths)
+
+
+def same_channels(a, b) -> bool:
+    return a.keys() == b.keys() and all(
+        a[i].keys() == b[i].keys() and all(np.array_equal(a[i][c], b[i][c]) for c in a[i]) for i in a
+    )
+
+
+def test_a_run_reads_a_generator_once_a_chunk_at_a_time_and_keeps_none_of_its_items(tmp_path):
+    source = OnePass(tmp_path / "lazy" / "predictions")
+    res, folder = run(tmp_path, "lazy", source)
+    assert source.read == N and res.done_now == N and not res.failures
+    gc.collect()
+    assert not [ref for ref in source.made if ref() is not None]  # no item outlives its chunk
+    # the same files as a run over a list
+    _, listed = run(tmp_path, "list", [Item.model_validate(r) for r in rows()])
+    assert outputs(folder)[0] == outputs(listed)[0] and same_channels(outputs(folder)[1], outputs(listed)[1])
+
+
+def test_a_run_stopped_mid_chunk_resumes_with_only_the_unfinished_items(tmp_path):
+    items = [Item.model_validate(r) for r in rows()]
+    with pytest.raises(Interrupted):
+        run(tmp_path, "cut", items, Vowels(stop_after=6))  # two items into the second chunk
+    folder = tmp_path / "cut" / "predictions"
+    assert ledger_lines(folder) == 6 and not (folder / "mushroom.en-items.jsonl").exists()
+    # a kill -9 leaves the store without its gzip trailer: the resumed run mends it first
+    store = channel_file(folder / "raw", "en")
+    store.write_bytes(store.read_bytes()[:-8])
+    det = Vowels()
+    res, _ = run(tmp_path, "cut", items, det)
+    assert det.seen == [f"s-{k}" for k in range(6, N)] and res.reused == 6 and res.done_now == 4
+    _, whole = run(tmp_path, "whole", items)
+    assert outputs(folder)[0] == outputs(whole)[0] and same_channels(outputs(folder)[1], outputs(whole)[1])
+    assert len(gzip.decompress(store.read_bytes()).splitlines()) == N  # readable by any gzip reader
+
+
+def test_the_channel_store_reads_back_equal_to_the_plain_file_runs_wrote_before(tmp_path):
+    items = [Item.model_validate(r) for r in rows()]
+    _, folder = run(tmp_path, "new", items)
+    store = channel_file(folder / "raw", "en")
+    assert store.name == "channels.en.jsonl.gz" and not legacy_channel_file(folder / "raw", "en").exists()
+    assert b'"vowel"' not in (folder / "items" / "en.jsonl").read_bytes()  # stored once, not in the ledger
+    # the file the run service wrote before: one ChannelRecord a line, from each item's result
+    det, old = Vowels(), []
+    for item in items:
+        det.item_vector(item, [])
+        result = ItemResult.ok(Prediction(id=item.id), det.channels[item.id])
+        old.append(ChannelRecord(id=item.id, channels=result.channels))
+    legacy = write_jsonl(tmp_path / "channels.en.jsonl", old)
+    assert gzip.decompress(store.read_bytes()) == legacy.read_bytes()  # the same lines, compressed
+    assert [r.id for r in iter_channel_records(store)] == [r.id for r in iter_channel_records(legacy)]
+    lengths = {it.id: len(it.model_output_text) for it in items}
+    assert same_channels(read_channels(store, lengths), read_channels(legacy, lengths))
+    # a run folder of the old form is still read by the stack's members
+    store.unlink()
+    legacy.rename(legacy_channel_file(folder / "raw", "en"))
+    _, chans = Member("old", tmp_path / "new").load("items", "en", items)
+    assert same_channels(chans, read_channels(legacy_channel_file(folder / "raw", "en"), lengths))
+
+
+def test_a_ledger_of_the_old_form_carries_its_channels_into_the_store_on_resume(tmp_path):
+    items = [Item.model_validate(r) for r in rows()]
+    _, whole = run(tmp_path, "whole", items)
+    # an older run stopped after 6 items: channels inside its ledger lines, no store yet
+    det, lines = Vowels(), []
+    for item in items[:6]:
+        vec = det.item_vector(item, [])
+        result = ItemResult.ok(prediction_from_vectors(item.id, vec, vec > 0.5), det.channels[item.id])
+        lines.append(result.model_dump_json(exclude_defaults=True) + "\n")
+    folder = tmp_path / "old" / "predictions"
+    (folder / "items").mkdir(parents=True)
+    (folder / "items" / "en.jsonl").write_text("".join(lines), encoding="utf-8")
+    det = Vowels()
+    run(tmp_path, "old", items, det)
+    assert det.seen == [f"s-{k}" for k in range(6, N)]
+    assert outputs(folder)[0] == outputs(whole)[0] and same_channels(outputs(folder)[1], outputs(whole)[1])
