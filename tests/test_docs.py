@@ -15,11 +15,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytest.importorskip("mkdocs", reason="mkdocs is not installed: pip install -e '.[docs]'")
-
 
 @pytest.mark.slow
 def test_docs_build_strict(tmp_path):
+    pytest.importorskip("mkdocs", reason="mkdocs is not installed: pip install -e '.[docs]'")
     # this checkout's package first (the hook imports mushroom.cli.app), and no banner noise
     pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": pythonpath, "NO_MKDOCS_2_WARNING": "1"}
