@@ -36,7 +36,7 @@ from mushroom.data.records import Context, Item
 from mushroom.detectors.base import DetectorOptions, Emit, VectorDetector
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
 from mushroom.errors import MushroomError, error_text
-from mushroom.models.devices import check_device, check_model_folder
+from mushroom.models.devices import check_device, check_model_path
 from mushroom.text.segment import clauses, sentences
 from mushroom.text.stopwords import stopwords
 from mushroom.text.tokenize import tokenize
@@ -133,7 +133,7 @@ class SemanticDetector(VectorDetector):
         from mushroom.models.embedding import resolve_model
 
         resolve_model(opts.model)  # the bundled encoder needs its package
-        check_model_folder(opts.model, "semantic option model")
+        check_model_path(opts.model, "semantic option model")
 
     def describe(self) -> dict[str, Any]:
         """Name and options; the nested lexical `channels` switch is left out (see __init__)."""
