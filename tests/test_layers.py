@@ -156,7 +156,9 @@ def test_no_import_circle():
 @pytest.mark.parametrize("package", sorted(n for n, p in MODS.items() if p.name == "__init__.py"))
 def test_each_package_says_what_it_holds(package):
     doc = ast.get_docstring(ast.parse(MODS[package].read_text(encoding="utf-8")))
-    assert doc and len(doc.split()) >= 8, f"{package}/__init__.py needs a docstring: what it holds, what it may import"
+    assert doc and len(doc.split()) >= 8, (
+        f"{package}/__init__.py needs a docstring: what it holds, what it may import"
+    )
 
 
 def test_the_command_line_is_imported_by_nothing_below_it():
@@ -167,3 +169,30 @@ def test_the_command_line_is_imported_by_nothing_below_it():
         and not (name.startswith("mushroom.cli") or name == "mushroom.__main__")
     )
     assert not users, f"modules outside mushroom.cli import it: {users}"
+
+
+def _external_imports(path: Path) -> set[str]:
+    """Top-level names of every package a module imports, inside functions too."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_only_the_command_line_and_the_report_draw_with_rich():
+    """The run service, main job and run configs report through a Reporter; the CLI renders it.
+
+    A lower layer that prints its own tables cannot be run silently (the API) or rendered
+    another way (a notebook, a web page), and pulls the terminal library into every script.
+    """
+    allowed = ("mushroom.cli", "mushroom.evaluation.report")
+    users = sorted(
+        name
+        for name, path in MODS.items()
+        if "rich" in _external_imports(path)
+        and not any(name == a or name.startswith(a + ".") for a in allowed)
+    )
+    assert not users, f"modules outside mushroom.cli and the report import rich: {users}"

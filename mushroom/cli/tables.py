@@ -104,14 +104,17 @@ def paired_table(title: str, rows: list[dict]) -> Table:
     return table
 
 
-def plain_table(spec: TableData) -> Table:
-    """A table of values: left-aligned text, right-aligned numbers (a column of counts)."""
-    table = Table(title=escape(spec.title), title_justify="left")
+def plain_table(spec: TableData, title_justify: str = "left", justify: str | None = None) -> Table:
+    """A table of values: left-aligned text, right-aligned numbers (a column of counts).
+
+    `justify` aligns every column one way (a table of counts beside its language codes).
+    """
+    table = Table(title=escape(spec.title), title_justify=title_justify)  # type: ignore[arg-type]
     rows = [list(r.values()) if isinstance(r, dict) else list(r) for r in spec.rows]
     for k, col in enumerate(spec.columns):
         numbers = [r[k] for r in rows if r[k] != ""]
         right = bool(numbers) and all(isinstance(v, int | float) for v in numbers)
-        table.add_column(escape(col), justify="right" if right else "left")
+        table.add_column(escape(col), justify=justify or ("right" if right else "left"))  # type: ignore[arg-type]
     for r in rows:
         table.add_row(*(escape(str(v)) for v in r))
     return table
