@@ -206,40 +206,8 @@ def stack_apply(
     On the split the stack was fitted on, the printed scores are in-sample (optimistic):
     `stack fit` prints the cross-validated ones.
     """
-    from mushroom.combine.stack import apply_stack, parse_members
-    from mushroom.data.predictions import submission_name
-    from mushroom.data.splits import load_split
-    from mushroom.evaluation.submission import write_predictions
-    from mushroom.runs.service import RunService
+    from mushroom.combine.stack import parse_members
+    from mushroom.runs.stack import apply_stack_run
 
     model = _load_stack(input_file(model_path, "STACK"))
-    member_list = parse_members(members)
-    config = {
-        "job": "stack-apply",
-        "stack": model.model_dump(mode="json"),
-        "members": [f"{m.name}={m.path}" for m in member_list],
-        "split": split,
-        "langs": lang,
-    }
-    # Members are read before the run folder exists: wrong or missing members leave none.
-    data = load_split(split, lang)
-    told: list[str] = []
-    preds = apply_stack(model, member_list, split, data, warn=told.append)
-    service = RunService(out, config, reporter(), quiet=True)
-    for warning in told:  # printed, and kept in the run's summary
-        service.warn(warning)
-    files = {}
-    for code, items in data.items():
-        files[code] = write_predictions(out / submission_name(code, split), preds[code], items)
-    out_console.print(f"wrote {plural(len(preds), 'prediction file')} to {esc(out)}")
-    summary: dict[str, Any] = {"files": [p.name for p in files.values()]}
-    if split == "test":
-        zipped = service.submit(list(files.values()), out / "submission.zip")
-        summary["zip"] = zipped.name if zipped else None
-    if split == "val":
-        fitted_on = getattr(model, "fitted_on", None) or "val"
-        title = f"stack on {split}" + (
-            " (IN-SAMPLE: fitted on these items; see `stack fit` for CV)" if fitted_on == split else ""
-        )
-        service.score(split, files, out, title)
-    service.finish(summary)
+    apply_stack_run(model, parse_members(members), out, split, lang, reporter())
