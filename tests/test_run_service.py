@@ -510,3 +510,36 @@ def test_failed_items_of_items_files_and_never_of_the_mark_all_baseline(tmp_path
     stack_output = job / "val" / "mushroom.en-val.v2.jsonl"
     stack_output.write_text("")
     assert failed_items(stack_output, empty).failed == {"i-1"}  # no ledger: failures.jsonl counts
+
+
+def test_a_run_reports_through_any_reporter_without_rich(tmp_path):
+    """A notebook or script gets a run's warnings, tables and messages as values, not terminal text."""
+    from mushroom.runs.reporter import PlainReporter
+    from mushroom.runs.service import RunService
+
+    class Recording:
+        def __init__(self):
+            self.messages, self.warnings, self.tables = [], [], []
+
+        def message(self, text, lead=""):
+            self.messages.append((lead, text))
+
+        def warning(self, text):
+            self.warnings.append(text)
+
+        def table(self, table):
+            self.tables.append(table)
+
+        def progress(self, disable=False):
+            return PlainReporter().progress(disable)
+
+    seen = Recording()
+    service = RunService(tmp_path / "run", {"detector": "a"}, seen, quiet=True)
+    service.warn("the model is slow")
+    service.warn("the model is slow")  # said once
+    service.report_stats("llm on val: counts", {"llm.requests": 4, "llm.unparseable": 1, "items.ok": 4})
+    service.finish({})
+    assert seen.warnings == ["the model is slow"]
+    (counts,) = seen.tables
+    assert counts.columns == ["counter", "llm"] and counts.rows == [["requests", 4], ["unparseable", 1]]
+    assert seen.messages[-1][1].startswith(f"run folder: {tmp_path / 'run'}")
