@@ -23,6 +23,7 @@ from pathlib import Path
 from rich.console import Console
 
 from mushroom.backends.rawlog import RawRecord
+from mushroom.cli.tables import RichReporter
 from mushroom.data.splits import load_split
 from mushroom.detectors import build
 from mushroom.evaluation.score import score_predictions
@@ -59,7 +60,7 @@ def main() -> None:
         else {"kind": "transformers", "model": args.model, "device": "cpu"}
     )
     items = load_split("val", ["en"])["en"][: args.limit]
-    quiet = Console(file=open(work / "runs.log", "w"), width=120)  # noqa: SIM115 - open for the whole run
+    quiet = RichReporter(Console(file=open(work / "runs.log", "w"), width=120))  # noqa: SIM115 - open for the whole run
     header = (
         f"{'variant':16s} {'stage':10s} {'req/it':>6s} {'parsed':>6s} {'repair':>6s} {'unpars':>6s} "
         f"{'exact':>5s} {'fold':>5s} {'norm':>5s} {'fuzzy':>5s} {'lost':>5s} {'tok/it':>6s} {'s/it':>6s} "

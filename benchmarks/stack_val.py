@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from mushroom.cli.tables import systems_table
 from mushroom.combine.stack import Member, StackConfig
 from mushroom.combine.stack.features import load_stack_data
 from mushroom.combine.stack.fit import StackFit, choose, prepare
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.splits import load_split
 from mushroom.detectors import build
-from mushroom.evaluation.tables import comparison_table
 from mushroom.util.options import nest_options, parse_options
 
 
@@ -126,7 +126,7 @@ def main() -> None:
             fit = choose(preps[kind], config)
             if k == 0 and seed == seeds[0]:
                 print(f"stack fit: {time.perf_counter() - start:.1f} s wall")
-                table = comparison_table(
+                table = systems_table(
                     f"val, 5-fold CV by item (fold draw {seed})", fit.comparison, decimals=4
                 )
                 Console(width=200).print(table)

@@ -169,3 +169,30 @@ def test_the_command_line_is_imported_by_nothing_below_it():
         and not (name.startswith("mushroom.cli") or name == "mushroom.__main__")
     )
     assert not users, f"modules outside mushroom.cli import it: {users}"
+
+
+def _external_imports(path: Path) -> set[str]:
+    """Top-level names of every package a module imports, inside functions too."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_only_the_command_line_and_the_report_draw_with_rich():
+    """The run service, main job and run configs report through a Reporter; the CLI renders it.
+
+    A lower layer that prints its own tables cannot be run silently (the API) or rendered
+    another way (a notebook, a web page), and pulls the terminal library into every script.
+    """
+    allowed = ("mushroom.cli", "mushroom.evaluation.report")
+    users = sorted(
+        name
+        for name, path in MODS.items()
+        if "rich" in _external_imports(path)
+        and not any(name == a or name.startswith(a + ".") for a in allowed)
+    )
+    assert not users, f"modules outside mushroom.cli and the report import rich: {users}"

@@ -7,6 +7,7 @@ from conftest import ROOT
 from fake_openai_server import FakeServer
 from rich.console import Console
 
+from mushroom.cli.tables import RichReporter
 from mushroom.data.splits import load_split
 from mushroom.errors import MushroomError
 from mushroom.evaluation.check import check_file
@@ -15,8 +16,8 @@ from mushroom.runs.mainjob import run_main, run_main_stack
 
 def test_main_job_on_a_slice_writes_checked_files_scores_and_resumes(tmp_path):
     out = tmp_path / "run"
-    console = Console(file=open(tmp_path / "log.txt", "w"), width=120)
-    run_main(out=out, langs=["en", "zh", "eu"], quiet=True, console=console)
+    console = RichReporter(Console(file=open(tmp_path / "log.txt", "w"), width=120))
+    run_main(out=out, langs=["en", "zh", "eu"], quiet=True, reporter=console)
     test = load_split("test", ["en", "zh", "eu"])
     for lang in ("en", "zh", "eu"):
         path = out / f"mushroom.{lang}-tst.v1.jsonl"
@@ -46,7 +47,7 @@ def test_main_job_on_a_slice_writes_checked_files_scores_and_resumes(tmp_path):
     lines = ledger.read_text().splitlines()
     ledger.write_text("\n".join(lines[:-5]) + "\n" + lines[-5][:40])  # 5 items lost, a line cut by a kill
     (out / "mushroom.zh-tst.v1.jsonl").unlink()
-    run_main(out=out, langs=["en", "zh", "eu"], quiet=True, console=console)
+    run_main(out=out, langs=["en", "zh", "eu"], quiet=True, reporter=console)
     after = ledger.read_text().splitlines()
     assert len(after) == len(lines) + 1  # the 5 lost items again, after the cut line (kept, unreadable)
     for lang in ("en", "zh"):
@@ -54,15 +55,15 @@ def test_main_job_on_a_slice_writes_checked_files_scores_and_resumes(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["items_failed"] == 0 and summary["stages"]["lexical:val"]["reused"] is True
     with pytest.raises(MushroomError, match="another config"):
-        run_main(out=out, langs=["en", "zh", "eu"], options={"threshold": 0.3}, quiet=True, console=console)
+        run_main(out=out, langs=["en", "zh", "eu"], options={"threshold": 0.3}, quiet=True, reporter=console)
 
 
 def test_a_run_that_stopped_before_its_first_item_does_not_lock_its_folder(tmp_path):
     out = tmp_path / "run"
-    console = Console(file=open(tmp_path / "log.txt", "w"), width=120)
+    console = RichReporter(Console(file=open(tmp_path / "log.txt", "w"), width=120))
     with pytest.raises(MushroomError, match="no context file"):
-        run_main(out=out, langs=["en"], sources=("no-such-source",), quiet=True, console=console)
-    run_main(out=out, langs=["en"], with_val=False, quiet=True, console=console)  # corrected config
+        run_main(out=out, langs=["en"], sources=("no-such-source",), quiet=True, reporter=console)
+    run_main(out=out, langs=["en"], with_val=False, quiet=True, reporter=console)  # corrected config
     assert (out / "mushroom.en-tst.v1.jsonl").is_file()
 
 
@@ -106,7 +107,7 @@ def test_a_failed_member_is_the_users_choice_in_its_main_job_and_refused_by_anot
     from mushroom.combine.stack import Member, fit_stack
 
     out = tmp_path / "run"
-    console = Console(file=open(tmp_path / "log.txt", "w"), width=120)
+    console = RichReporter(Console(file=open(tmp_path / "log.txt", "w"), width=120))
 
     def job(base_url: str, allow_failures: bool = False) -> None:
         llm = {"backend": {"kind": "openai", "base_url": base_url, "model": "m"}}
@@ -116,7 +117,7 @@ def test_a_failed_member_is_the_users_choice_in_its_main_job_and_refused_by_anot
             options={"llm": llm},
             langs=["en"],
             quiet=True,
-            console=console,
+            reporter=console,
             allow_failures=allow_failures,
         )
 

@@ -311,19 +311,24 @@ def test_a_changed_member_setting_is_named_inside_the_members_list():
     ]
 
 
-def test_work_between_items_shows_under_the_stage_bar_until_it_is_done(tmp_path, monkeypatch):
+def test_work_between_items_shows_under_the_stage_bar_until_it_is_done(tmp_path):
     """A detector's work before any item is finished (encoding a chunk) moves a row of its own."""
+    from contextlib import contextmanager
+
     import mushroom.runs.service as service
+    from mushroom.cli.tables import RichReporter, progress_bar
     from mushroom.data.records import Prediction
     from mushroom.detectors.base import Detector, DetectorOptions, ItemResult
 
-    bars, make_bar = [], service.progress_bar
+    bars = []
 
-    def kept_bar(quiet=False, console=None):
-        bars.append(make_bar(True, console))
-        return bars[-1]
+    class KeptBars(RichReporter):
+        @contextmanager
+        def progress(self, disable=False):
+            bars.append(progress_bar(True, self.console))
+            with bars[-1] as bar:
+                yield bar
 
-    monkeypatch.setattr(service, "progress_bar", kept_bar)
     rows = []
 
     class Chunked(Detector):
@@ -342,7 +347,7 @@ def test_work_between_items_shows_under_the_stage_bar_until_it_is_done(tmp_path,
             raise RuntimeError("killed mid-chunk")  # the row must not outlive the run
 
     det = Chunked(DetectorOptions())
-    out = service.RunService(tmp_path / "run", {"detector": "chunked"}, quiet=True)
+    out = service.RunService(tmp_path / "run", {"detector": "chunked"}, KeptBars(), quiet=True)
     res = out.detect_split(det, "val", tmp_path / "run" / "predictions", langs=["en"], limit=2)
     assert rows[0]["  encoding the texts of 2 items"] == (1, 3)
     assert rows[1] == rows[2] == {"chunked on val"}  # done, or an item finished since: the row is gone
@@ -505,3 +510,36 @@ def test_failed_items_of_items_files_and_never_of_the_mark_all_baseline(tmp_path
     stack_output = job / "val" / "mushroom.en-val.v2.jsonl"
     stack_output.write_text("")
     assert failed_items(stack_output, empty).failed == {"i-1"}  # no ledger: failures.jsonl counts
+
+
+def test_a_run_reports_through_any_reporter_without_rich(tmp_path):
+    """A notebook or script gets a run's warnings, tables and messages as values, not terminal text."""
+    from mushroom.runs.reporter import PlainReporter
+    from mushroom.runs.service import RunService
+
+    class Recording:
+        def __init__(self):
+            self.messages, self.warnings, self.tables = [], [], []
+
+        def message(self, text, lead=""):
+            self.messages.append((lead, text))
+
+        def warning(self, text):
+            self.warnings.append(text)
+
+        def table(self, table):
+            self.tables.append(table)
+
+        def progress(self, disable=False):
+            return PlainReporter().progress(disable)
+
+    seen = Recording()
+    service = RunService(tmp_path / "run", {"detector": "a"}, seen, quiet=True)
+    service.warn("the model is slow")
+    service.warn("the model is slow")  # said once
+    service.report_stats("llm on val: counts", {"llm.requests": 4, "llm.unparseable": 1, "items.ok": 4})
+    service.finish({})
+    assert seen.warnings == ["the model is slow"]
+    (counts,) = seen.tables
+    assert counts.columns == ["counter", "llm"] and counts.rows == [["requests", 4], ["unparseable", 1]]
+    assert seen.messages[-1][1].startswith(f"run folder: {tmp_path / 'run'}")

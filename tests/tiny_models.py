@@ -5,13 +5,12 @@ template; a LlamaForCausalLM and a BertForSequenceClassification with 2 layers, 
 and 2 heads over it.
 """
 
-import transformers
-
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}assistant :"
 
 
 def word_tokenizer(words, pre_tokenizer="whitespace_split", **kwargs):
     """A fast tokenizer over exactly `words` (unknown words -> [UNK]), with a chat template."""
+    import transformers
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
@@ -30,6 +29,7 @@ def word_tokenizer(words, pre_tokenizer="whitespace_split", **kwargs):
 def tiny_llama(vocab_size, max_positions):
     """A random 2-layer Llama (pad id 0, eos/bos id 2), seeded so tests are repeatable."""
     import torch
+    import transformers
 
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
@@ -50,6 +50,7 @@ def tiny_llama(vocab_size, max_positions):
 def tiny_bert_classifier(vocab_size, id2label):
     """A random 2-layer BERT sequence classifier with the given labels (as an NLI model has)."""
     import torch
+    import transformers
 
     torch.manual_seed(0)
     config = transformers.BertConfig(
@@ -72,6 +73,7 @@ def byte_tokenizer():
     Unlike the word-level one it can spell any text, so a grammar engine (llguidance) can
     constrain a tiny model's output to a JSON schema; pair it with `tiny_llama(259, ...)`.
     """
+    import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     vocab = {"[PAD]": 0, "[UNK]": 1, "</s>": 2}

@@ -220,3 +220,51 @@ def _only_lang(folder: Path, split: str) -> str:
             f"{folder}: prediction files of {len(codes)} languages ({', '.join(codes)}): give --lang{example}"
         )
     return codes[0]
+
+
+def vote_files(
+    preds: list[Path],
+    out: Path,
+    items: list[Item] | None = None,
+    threshold: float = 0.5,
+    soft_mode: SoftMode = SoftMode.vote,
+) -> list[Prediction]:
+    """Votes over prediction files and writes the vote to `out` (checked against `items` if given).
+
+    The files must share items (files of two languages or splits share none, and every line
+    of the second would be "not among the items" without the reason named), none may hold a
+    failed run's empty items, and every span must fit its answer: the lengths come from
+    `items` or, for ids of the shipped val/test files, from those files.
+    """
+    from mushroom.data.jsonl import write_jsonl
+    from mushroom.data.predictions import load_predictions
+    from mushroom.evaluation.submission import write_predictions
+
+    loaded = [load_predictions(p) for p in preds]
+    ids_of = [set(found) for found in loaded]
+    for path, ids in zip(preds, ids_of):
+        if not ids:
+            raise DataError.single(path, None, None, "no predictions in the file")
+        if not ids & ids_of[0]:
+            raise MushroomError(
+                f"{path} has no item in common with {preds[0]}: an ensemble votes over runs of the same "
+                "items (files of other languages or splits?)"
+            )
+    refuse_failed(preds, loaded)
+    if items is not None:
+        lengths = text_lengths(items)
+    else:
+        found = shipped_lengths(sorted(ids_of[0]))
+        if found is None:
+            raise MushroomError(
+                f"{preds[0]}: the ids are not all from the shipped val/test files, so the answers' lengths "
+                "are unknown; pass --items FILE (the items the predictions are for)"
+            )
+        lengths = found
+    runs = [load_predictions(p, lengths) for p in preds]
+    combined = ensemble(runs, lengths, threshold, soft_mode, names=[str(p) for p in preds])
+    if items is not None:
+        write_predictions(out, combined, items)
+    else:
+        write_jsonl(out, [p.submission_dict() for p in combined])
+    return combined

@@ -55,9 +55,10 @@ def _read_at(handle, offset: int) -> dict:
 class LangItems:
     """One language's items of an `ItemsFile`, read from disk each time they are iterated."""
 
-    def __init__(self, path: Path, offsets: array):
+    def __init__(self, path: Path, offsets: array, labelled: bool = False):
         self.path = path
         self.offsets = offsets
+        self.labelled = labelled  # every item has gold labels (then the run scores them)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -102,7 +103,7 @@ class ItemsFile:
         """Each language's items (the given ones, in file order of their first item), read lazily."""
         wanted = set(langs) if langs is not None else None
         return {
-            lang: LangItems(self.path, offs)
+            lang: LangItems(self.path, offs, self.labelled[lang])
             for lang, offs in self.offsets.items()
             if wanted is None or lang in wanted
         }

@@ -29,7 +29,7 @@ from mushroom.data.records import Context, Item
 from mushroom.detectors.base import DetectorOptions, VectorDetector
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
 from mushroom.errors import MushroomError, load_failure
-from mushroom.models.devices import check_device, check_model_folder
+from mushroom.models.devices import check_device, check_model_path
 from mushroom.text.segment import sentences
 
 
@@ -84,7 +84,7 @@ class NLIDetector(VectorDetector):
         super().check_ready(sources, out)
         if self.options.device is not None:
             check_device(self.options.device, "nli option device")
-        check_model_folder(self.options.model, "nli option model")
+        check_model_path(self.options.model, "nli option model")
 
     def _load(self) -> None:
         if self._model is not None and self._tokenizer is not None:

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from rich.markup import escape
-from rich.table import Table
 
 from mushroom.data.jsonl import load_records
 from mushroom.data.predictions import load_predictions, prediction_vectors, submission_name
@@ -141,32 +139,6 @@ def comparison_rows(runs: list[RunScores], baseline: int = 0) -> list[dict]:
                 )
             rows.append(row)
     return rows
-
-
-def comparison_table(title: str, rows: list[dict]) -> Table:
-    """The comparison for the terminal; cells wrap (a CI goes under its mean), never cut.
-
-    A narrow terminal (80 columns, a log, a split pane) must still show every number, so each
-    score cell holds the mean on one line and its interval on the next, and every column may
-    fold rather than end in an ellipsis.
-    """
-    table = Table(title=escape(title))
-    for col in ("run", "lang", "n", "IoU\n[95% CI]", "Cor\n[95% CI]", "dIoU\n(p)", "dCor\n(p)"):
-        table.add_column(col, justify="left" if col in ("run", "lang") else "right", overflow="fold")
-    for r in rows:
-        d_iou = f"{r['d_iou']:+.4f}\n({r['p_iou']:.3f})" if "d_iou" in r else "baseline"
-        d_cor = f"{r['d_cor']:+.4f}\n({r['p_cor']:.3f})" if "d_cor" in r else ""
-        table.add_row(
-            escape(r["run"]),
-            escape(r["lang"]),
-            str(r["n"]),
-            f"{r['iou']:.4f}\n[{r['iou_lo']:.2f}, {r['iou_hi']:.2f}]",
-            f"{r['cor']:.4f}\n[{r['cor_lo']:.2f}, {r['cor_hi']:.2f}]",
-            d_iou,
-            d_cor,
-            end_section=r["lang"] == "all",
-        )
-    return table
 
 
 def tag_rows(runs: list[RunScores], tags: dict[str, str]) -> list[dict]:

@@ -1,9 +1,6 @@
-"""Score tables for the terminal (rich) and for files (Markdown)."""
+"""Score tables as values (rows) and as Markdown; the terminal's rendering is the CLI's (cli/tables.py)."""
 
 from __future__ import annotations
-
-from rich.markup import escape
-from rich.table import Table
 
 from mushroom.evaluation.leaderboard import LeaderboardEntry
 from mushroom.evaluation.score import ScoreResult
@@ -36,46 +33,6 @@ def score_rows(
             row["lb1"] = leaderboard[lang]
         rows.append(row)
     return rows
-
-
-def rich_table(title: str, rows: list[dict]) -> Table:
-    """The per-language table printed by the main job and `mushroom score --per-lang`."""
-    # Cells fold rather than end in an ellipsis: a narrow terminal must still show every number.
-    table = Table(title=escape(title), title_justify="left")
-    table.add_column("lang", overflow="fold")
-    table.add_column("n", justify="right", overflow="fold")
-    table.add_column("IoU (95% CI)", justify="right", overflow="fold")
-    table.add_column("Cor (95% CI)", justify="right", overflow="fold")
-    has_base = any("mark_all_iou" in r for r in rows)
-    has_lb = any("lb1" in r for r in rows)
-    if has_base:
-        table.add_column("mark-all IoU", justify="right", overflow="fold")
-    if has_lb:
-        table.add_column("LB#1 test IoU/Cor", justify="right", overflow="fold")
-    for r in rows:
-        cells = [
-            escape(r["lang"]),
-            str(r["n"]),
-            f"{r['iou']:.4f} [{r['iou_ci'][0]:.2f}, {r['iou_ci'][1]:.2f}]",
-            f"{r['cor']:.4f} [{r['cor_ci'][0]:.2f}, {r['cor_ci'][1]:.2f}]",
-        ]
-        if has_base:
-            base = r.get("mark_all_iou")
-            style = "green" if base is not None and r["iou"] > base else "red"
-            cells.append(f"[{style}]{base:.4f}[/{style}]" if base is not None else "")
-        if has_lb:
-            lb = r.get("lb1")
-            cells.append(f"{lb.iou:.4f}/{lb.cor:.4f}" if lb else "")
-        table.add_row(*cells)
-    if len(rows) > 1:
-        m = mean_row(rows)
-        cells = ["mean", str(m["n"]), f"{m['iou']:.4f}", f"{m['cor']:.4f}"]
-        if has_base:
-            cells.append("" if m["mark_all_iou"] is None else f"{m['mark_all_iou']:.4f}")
-        if has_lb:
-            cells.append(f"{m['lb1'][0]:.4f}/{m['lb1'][1]:.4f}")
-        table.add_row(*cells, style="bold")
-    return table
 
 
 def mean_row(rows: list[dict]) -> dict:
@@ -133,25 +90,3 @@ def markdown_table(rows: list[dict]) -> str:
             cells.append(f"{m['lb1'][0]:.4f} / {m['lb1'][1]:.4f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def comparison_table(
-    title: str, comparison: dict[str, dict[str, dict[str, float]]], decimals: int = 3
-) -> Table:
-    """Languages as rows, one "IoU Cor" column per system (`system -> lang -> metric`).
-
-    One column per system, not two, so five systems fit an 80-column terminal (run.sh's
-    output is often read in a log or a narrow pane).
-    """
-    langs = [lang for lang in next(iter(comparison.values())) if lang != "mean"] + ["mean"]
-    table = Table(title=escape(title))
-    table.add_column("lang", overflow="fold")
-    for system in comparison:
-        table.add_column(f"{escape(system)}\nIoU Cor", justify="right", overflow="fold")
-    for lang in langs:
-        cells = [
-            f"{comparison[s][lang]['iou']:.{decimals}f} {comparison[s][lang]['cor']:.{decimals}f}"
-            for s in comparison
-        ]
-        table.add_row(lang, *cells, end_section=lang == langs[-2])
-    return table

@@ -14,7 +14,7 @@ from pathlib import Path
 from mushroom.errors import MushroomError
 
 
-def check_model_folder(model: str, where: str) -> None:
+def check_model_path(model: str, where: str) -> None:
     """Raises MushroomError, naming `where`, when `model` is written as a path and is no folder.
 
     A name that does not start with `/`, `.` or `~` may be a hub name: that is the hub's to check.

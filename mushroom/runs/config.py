@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from rich.console import Console
 
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.splits import load_split, workspace
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean
+from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util.options import error_message
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ def execute(
     cfg: RunConfig,
     out: Path | None,
     quiet: bool = False,
-    console: Console | None = None,
+    reporter: Reporter | None = None,
     allow_failures: bool = False,
     limit: int | None = None,
     eval_dir: Path | None = None,
@@ -194,7 +194,7 @@ def execute(
     from mushroom.detectors import build
     from mushroom.runs.service import RunService
 
-    console = console or Console()
+    reporter = reporter or PlainReporter()
     limit = limit or cfg.limit
     variants = cfg.variant_options()
     dets = [(name, build(cfg.detector.name, options)) for name, options in variants]
@@ -210,7 +210,7 @@ def execute(
         "limit": limit,
         "variants": [{"name": n, **d.describe()} for n, d in dets],
     }
-    service = RunService(out, config, console, quiet, allow_failures)
+    service = RunService(out, config, reporter, quiet, allow_failures)
     shared_cache = out / "responses.cache.jsonl"
     summary: dict[str, Any] = {"splits": {}}
     val_results: list[tuple[str, SplitOutput]] = []
@@ -224,7 +224,7 @@ def execute(
                 det, split, folder, cfg.langs, tuple(cfg.contexts), data=data[split], limit=limit
             )
             label = f"{cfg.name}{'/' + name if name else ''} on {split}"
-            service.print_stats(f"{label}: counts", result.stats.get("all", {}))
+            service.report_stats(f"{label}: counts", result.stats.get("all", {}))
             entry = summary["splits"].setdefault(f"{name or cfg.name}/{split}", {})
             entry["items_failed"] = len(result.failures)
             if split == "test":
@@ -239,23 +239,20 @@ def execute(
                     entry["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
                     entry["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
     if len(dets) > 1 and "val" in cfg.splits and not service.failures:
-        summary["comparison"] = compare_variants(val_results, cfg.name, console, eval_dir, limit is not None)
+        summary["comparison"] = compare_variants(val_results, cfg.name, reporter, eval_dir, limit is not None)
     service.finish(summary)
     return out
 
 
 def compare_variants(
-    runs: list[tuple[str, SplitOutput]], name: str, console: Console, eval_dir: Path | None, limited: bool
+    runs: list[tuple[str, SplitOutput]], name: str, reporter: Reporter, eval_dir: Path | None, limited: bool
 ) -> dict[str, str]:
-    """Prints the variants against the first (CIs, paired p-values); writes Markdown and CSV."""
-    from rich.markup import escape
-
+    """Reports the variants against the first (CIs, paired p-values); writes Markdown and CSV."""
     from mushroom.data.runfolder import timestamp
     from mushroom.evaluation.compare import (
         COLUMNS,
         RunScores,
         comparison_rows,
-        comparison_table,
         rows_csv,
         rows_markdown,
     )
@@ -271,11 +268,11 @@ def compare_variants(
         folder = next(iter(result.files.values())).parent
         scored.append(RunScores(variant, folder, ScoreResult.concat(parts)))
     rows = comparison_rows(scored, 0)
-    console.print(comparison_table(f"variants against {escape(runs[0][0])} (paired by item)", rows))
+    reporter.table(Table(f"variants against {runs[0][0]} (paired by item)", kind="paired", rows=rows))
     folder = eval_dir or workspace() / "eval"
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder / f"variants-{name}-{timestamp()}"
     stem.with_suffix(".md").write_text(f"# {name}: prompt variants on val\n\n" + rows_markdown(rows, COLUMNS))
     stem.with_suffix(".csv").write_text(rows_csv(rows, COLUMNS))
-    console.print(f"wrote {escape(str(stem))}.md and .csv")
+    reporter.message(f"wrote {stem}.md and .csv")
     return {"markdown": str(stem.with_suffix(".md")), "csv": str(stem.with_suffix(".csv"))}

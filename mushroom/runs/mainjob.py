@@ -10,8 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from mushroom.data.channels import channel_files
 from mushroom.data.contexts import DEFAULT_SOURCES, source_names
 from mushroom.data.languages import VAL_LANGUAGES
@@ -21,6 +19,7 @@ from mushroom.data.splits import load_split, workspace
 from mushroom.detectors import Detector, build
 from mushroom.errors import MissingExtra, MushroomError
 from mushroom.evaluation.submission import write_predictions
+from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.runs.service import RunService, fingerprint
 from mushroom.util.interrupts import interrupt_hint
 from mushroom.util.words import plural
@@ -72,7 +71,7 @@ def run_main_stack(
     sources: tuple[str, ...] = DEFAULT_SOURCES,
     langs: list[str] | None = None,
     quiet: bool = False,
-    console: Console | None = None,
+    reporter: Reporter | None = None,
     allow_failures: bool = False,
     skip_unavailable: bool = False,
 ) -> Path:
@@ -98,9 +97,8 @@ def run_main_stack(
     )
     from mushroom.data.jsonl import read_json_model
     from mushroom.data.predictions import load_predictions
-    from mushroom.evaluation.tables import comparison_table
 
-    console = console or Console()
+    reporter = reporter or PlainReporter()
     options = options or {}
     unknown = sorted(set(options) - set(members))
     if unknown:
@@ -127,7 +125,7 @@ def run_main_stack(
         "sources": list(sources),
         "langs": langs,
     }
-    service = RunService(out, config, console, quiet, allow_failures)
+    service = RunService(out, config, reporter, quiet, allow_failures)
     for name, reason in skipped.items():
         service.warn(f"member {name!r} left out of the stack (--skip-unavailable): {reason}")
     for name, det in dets.items():
@@ -200,12 +198,11 @@ def run_main_stack(
         )
     zip_path = service.submit(files, out / "submission.zip")
     if zip_path is not None:
-        console.print(f"wrote {plural(len(files), 'checked submission file')} and {zip_path}")
+        reporter.message(f"wrote {plural(len(files), 'checked submission file')} and {zip_path}")
     for lang, items in val_data.items():
         write_predictions(out / "val" / "mark-all" / submission_name(lang, "val"), mark_all(items), items)
-    console.print(
-        comparison_table("val: each detector, their vote and the stack (5-fold CV by item)", comparison)
-    )
+    title = "val: each detector, their vote and the stack (5-fold CV by item)"
+    reporter.table(Table(title, kind="systems", data=comparison))
     for warning in stack_behind(comparison, members):
         service.warn(warning)
     baseline_files = {lang: out / "val" / "mark-all" / p.name for lang, p in val_files.items()}
@@ -237,7 +234,7 @@ def run_main(
     langs: list[str] | None = None,
     with_val: bool = True,
     quiet: bool = False,
-    console: Console | None = None,
+    reporter: Reporter | None = None,
     allow_failures: bool = False,
 ) -> Path:
     """Writes the test submission (14 files + zip) and scores the same detector on val.
@@ -246,7 +243,7 @@ def run_main(
         The run folder, which holds config.json, versions.json, the submission files,
         submission.zip, and val/ with predictions, the mark-all baseline and scores.
     """
-    console = console or Console()
+    reporter = reporter or PlainReporter()
     det = build(detector, options)
     det.check_ready(source_names(sources), out)
     test_data = load_split("test", langs)  # bad languages stop before the run folder is made
@@ -258,11 +255,11 @@ def run_main(
         "langs": langs,
         "with_val": with_val,
     }
-    service = RunService(out, config, console, quiet, allow_failures)
+    service = RunService(out, config, reporter, quiet, allow_failures)
     test = service.detect_split(det, "test", out, langs, sources, data=test_data)
     zip_path = service.submit(list(test.files.values()), out / "submission.zip")
     if zip_path is not None:
-        console.print(f"wrote {plural(len(test.files), 'checked submission file')} and {zip_path}")
+        reporter.message(f"wrote {plural(len(test.files), 'checked submission file')} and {zip_path}")
     summary: dict[str, Any] = {
         "test_files": {k: str(v.relative_to(out)) for k, v in test.files.items()},
         "test_contexts_missing": test.contexts_missing,

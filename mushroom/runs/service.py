@@ -40,20 +40,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
-from rich.text import Text
 
 from mushroom.backends.base import warnings_to
 from mushroom.data.contexts import DEFAULT_SOURCES, ContextSet, load_contexts, support_contexts
@@ -66,6 +52,7 @@ from mushroom.data.splits import load_split
 from mushroom.detectors.base import Detector, ItemResult
 from mushroom.errors import DataError, Interrupted, MushroomError, RunFailed, error_text, retry_advice
 from mushroom.evaluation.submission import write_zip
+from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util.words import plural
 
 # Settings that change how answers are fetched, not what they are: a re-run may change
@@ -162,29 +149,6 @@ def fingerprint(inputs: list[Path], extra: dict[str, Any]) -> str:
         digest.update(str(path.name).encode())
         digest.update(path.read_bytes() if path.is_file() else b"<missing>")
     return digest.hexdigest()[:16]
-
-
-class _RateColumn(ProgressColumn):
-    """Items per second, over the last stretch of the stage (rich's own estimate)."""
-
-    def render(self, task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text(f"{speed:,.0f}/s" if speed else "", style="progress.data.speed")
-
-
-def progress_bar(quiet: bool = False, console: Console | None = None) -> Progress:
-    """The progress bar every long stage uses."""
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        _RateColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        disable=quiet,
-        transient=False,
-        console=console,
-    )
 
 
 class Ledger:
@@ -514,13 +478,13 @@ class RunService:
         self,
         out: Path,
         config: dict[str, Any],
-        console: Console | None = None,
+        reporter: Reporter | None = None,
         quiet: bool = False,
         allow_failures: bool = False,
     ):
         self.out = Path(out)
         self.config = config
-        self.console = console or Console()
+        self.reporter: Reporter = reporter or PlainReporter()
         self.quiet = quiet
         self.allow_failures = allow_failures
         self.failures: list[Failure] = []
@@ -536,7 +500,7 @@ class RunService:
             self.release()
             raise
         if self.resumed:
-            self.console.print(f"[yellow]resuming[/yellow] the run in {escape(str(self.out))}")
+            self.reporter.message(f"the run in {self.out}", lead="resuming")
 
     # -- the folder -------------------------------------------------------------------------
 
@@ -619,10 +583,11 @@ class RunService:
                 if not p.name.startswith((".", "mushroom.")) and p.name not in RUN_FILES
             )
             if others:
-                self.console.print(
-                    f"[yellow]note:[/yellow] {escape(str(self.out))} holds files and no run "
-                    f"({escape(', '.join(others[:3]))}{', ...' if len(others) > 3 else ''}): "
-                    "the run is written beside them"
+                self.reporter.message(
+                    f"{self.out} holds files and no run "
+                    f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): "
+                    "the run is written beside them",
+                    lead="note:",
                 )
         self.out.mkdir(parents=True, exist_ok=True)
         self._lock()
@@ -644,9 +609,10 @@ class RunService:
                     f"{self.out} holds a run with another config; choose another --out folder, or "
                     f"run again with its settings. What differs (folder -> this command):{shown}{tail}"
                 )
-            self.console.print(
-                f"[yellow]note:[/yellow] {escape(str(self.out))} held a run that stopped before its first "
-                "item; starting it again with this config"
+            self.reporter.message(
+                f"{self.out} held a run that stopped before its first item; "
+                "starting it again with this config",
+                lead="note:",
             )
         write_json(cfg_path, wanted)
         write_json(self.out / "versions.json", versions())
@@ -723,7 +689,7 @@ class RunService:
         rel = folder.relative_to(self.out).as_posix() if folder.is_relative_to(self.out) else str(folder)
         stage = f"{detector.name}:{split}" if rel in (".", split, "predictions") else f"{detector.name}:{rel}"
         t0 = time.perf_counter()
-        with progress_bar(self.quiet, self.console) as bar, warnings_to(self.warn):
+        with self.reporter.progress(self.quiet) as bar, warnings_to(self.warn):
             task = bar.add_task(f"{detector.name} on {split}", total=total)
             for lang, items in data.items():
                 ledger = Ledger(folder / "items" / f"{lang}.jsonl", channel_file(folder / "raw", lang))
@@ -786,7 +752,7 @@ class RunService:
     def warn(self, warning: str) -> None:
         if warning not in self.warnings:
             self.warnings.append(warning)
-            self.console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+            self.reporter.warning(warning)
 
     def _run_items(self, detector, lang, todo, contexts, ledger, bar, task, folder, split="") -> None:
         from mushroom.backends.rawlog import RawLog, raw_file
@@ -798,7 +764,7 @@ class RunService:
         emitted: set[str] = set()
         rows: list[dict] = []  # this chunk's predictions, checked against their items
         last = [time.perf_counter()]
-        work: dict[str, TaskID] = {}  # rows under the stage's bar for work between items
+        work: dict[str, Any] = {}  # rows under the stage's bar for work between items
 
         def end_work() -> None:
             for row in work.values():
@@ -807,7 +773,7 @@ class RunService:
 
         def on_work(what: str, done: int, total: int) -> None:
             if what not in work:
-                work[what] = bar.add_task(f"  {escape(what)}", total=total)
+                work[what] = bar.add_task(f"  {what}", total=total)
             bar.update(work[what], completed=done, total=total)
             if done >= total:
                 bar.remove_task(work.pop(what))
@@ -923,17 +889,17 @@ class RunService:
     ) -> list[dict]:
         """Scores written prediction files against the split's gold (the official path).
 
-        Writes scores.json (per item) and scores.md into `folder` and prints the table. With
+        Writes scores.json (per item) and scores.md into `folder` and reports the table. With
         `items` (a `limit`ed run), each file is scored against those items' gold labels only.
 
         Returns:
             The table rows (per language, with CIs, baselines and the leaderboard #1).
         """
         from mushroom.evaluation.leaderboard import load_leaderboard
-        from mushroom.evaluation.tables import markdown_table, rich_table, score_rows
+        from mushroom.evaluation.tables import markdown_table, score_rows
 
         if not files:
-            self.console.print(f"[yellow]nothing to score on {split}[/yellow]: no complete language")
+            self.reporter.message("no complete language", lead=f"nothing to score on {split}:")
             for name in ("scores.json", "scores.md"):  # an earlier pass's scores no longer hold
                 (folder / name).unlink(missing_ok=True)
             return []
@@ -952,7 +918,7 @@ class RunService:
             payload = {"per_lang": per_lang, "mark_all": {lang: r.to_dict() for lang, r in baselines.items()}}
         write_json(folder / "scores.json", payload)
         (folder / "scores.md").write_text(markdown_table(rows), encoding="utf-8")
-        self.console.print(rich_table(escape(title), rows))
+        self.reporter.table(Table(title, kind="scores", rows=rows))
         return rows
 
     def submit(self, files: list[Path], zip_path: Path) -> Path | None:
@@ -972,7 +938,7 @@ class RunService:
                 )
         return write_zip(zip_path, files)
 
-    def print_stats(self, title: str, stats: dict[str, int]) -> None:
+    def report_stats(self, title: str, stats: dict[str, int]) -> None:
         """The per-stage counters of a split (model-backed detectors have them): a row a counter."""
         stages: dict[str, dict[str, int]] = {}
         for key, value in stats.items():
@@ -982,16 +948,11 @@ class RunService:
         if not stages:
             return
         counters = list(dict.fromkeys(c for named in stages.values() for c in named))
-        table = Table(title=escape(title), title_justify="left")
-        table.add_column("counter")
-        for stage in stages:
-            table.add_column(escape(stage), justify="right")
-        for counter in counters:
-            table.add_row(escape(counter), *(str(stages[st].get(counter, "")) for st in stages))
-        self.console.print(table)
+        rows = [[counter, *(stages[st].get(counter, "") for st in stages)] for counter in counters]
+        self.reporter.table(Table(title, columns=["counter", *stages], rows=rows))
 
     def finish(self, summary: dict[str, Any]) -> dict[str, Any]:
-        """Writes summary.json and failures.jsonl, prints the failures; RunFailed if any."""
+        """Writes summary.json and failures.jsonl, reports the failures; RunFailed if any."""
         # An error that names its item ("no recorded response for 'val-en-1'") would make a
         # group of one per item; the item's id is left out of the grouping key.
         keyed = [(f.error.replace(repr(f.id), "'<id>'"), f) for f in self.failures]
@@ -1010,26 +971,22 @@ class RunService:
         self.release()
         if self.failures:
             title = f"{plural(len(self.failures), 'failed item')}, by error"
-            table = Table(title=title, title_justify="left")
-            table.add_column("items", justify="right")
-            table.add_column("error")
-            table.add_column("for example")
+            rows = []
             for error, n in groups.most_common(10):
                 example = next(f for key, f in keyed if key == error)
-                table.add_row(
-                    str(n), escape(error[:200]), escape(f"{example.split}/{example.lang}/{example.id}")
-                )
-            self.console.print(table)
-            where = escape(str(self.out / "failures.jsonl"))
+                rows.append([n, error[:200], f"{example.split}/{example.lang}/{example.id}"])
+            self.reporter.table(Table(title, columns=["items", "error", "for example"], rows=rows))
+            where = self.out / "failures.jsonl"
             if not self.allow_failures:
                 raise RunFailed(
                     f"{plural(len(self.failures), 'item')} failed (listed in {where}); "
                     f"no submission was written. {retry_advice([f.error for f in self.failures])}, "
                     "or add --allow-failures to write files with those items left empty"
                 )
-            self.console.print(
-                f"[yellow]--allow-failures:[/yellow] {plural(len(self.failures), 'item')} left as empty "
-                f"predictions in the files (listed in {where})"
+            self.reporter.message(
+                f"{plural(len(self.failures), 'item')} left as empty predictions in the files "
+                f"(listed in {where})",
+                lead="--allow-failures:",
             )
-        self.console.print(f"run folder: {escape(str(self.out))}  ({summary['seconds']} s)")
+        self.reporter.message(f"run folder: {self.out}  ({summary['seconds']} s)")
         return summary

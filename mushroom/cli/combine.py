@@ -1,0 +1,213 @@
+"""`ensemble` and `stack`: combining the predictions of several runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from mushroom.cli.boundary import err_console, esc, input_file, out_console, output_file, print_warning
+from mushroom.cli.common import Langs, reporter
+from mushroom.cli.tables import systems_table
+from mushroom.errors import DataError, MushroomError
+from mushroom.util.words import plural
+
+if TYPE_CHECKING:
+    from mushroom.combine.stack import StackModel
+
+stack_app = typer.Typer(help="A learned combination of detector runs (fit on val, apply to test).")
+
+
+def ensemble(
+    preds: Annotated[
+        list[Path], typer.Argument(help="prediction files or run folders of the runs to combine")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="output prediction file")],
+    threshold: Annotated[
+        float, typer.Option("--threshold", min=0.0, max=1.0, help="hard label when vote share > T (0 to 1)")
+    ] = 0.5,
+    soft: Annotated[
+        str, typer.Option("--soft", help="soft label: 'vote' share or 'mean' probability")
+    ] = "vote",
+    items: Annotated[
+        Path | None,
+        typer.Option(
+            "--items", help="items file: text lengths and a check (not needed for shipped val/test ids)"
+        ),
+    ] = None,
+    lang: Annotated[
+        str | None, typer.Option("--lang", help="language of the files taken from run folders (e.g. en)")
+    ] = None,
+    split: Annotated[
+        str | None, typer.Option("--split", help="val or test: split of the files taken from run folders")
+    ] = None,
+) -> None:
+    """Per-character vote across runs (models, temperatures, detectors).
+
+    Every span of every input is checked against its answer's length, from --items or, for
+    ids of the shipped val/test files, from those files; a span that does not fit is an error.
+    A run folder stands for its prediction file of --lang and --split (each may be left out
+    when the folder holds one). A file of a run that lists failed items among its ids is
+    refused (they were written empty), and so is an --out inside an input's run folder or
+    named as a prediction file beside a loose input.
+    """
+    from mushroom.combine.ensemble import run_inputs, vote_files
+    from mushroom.data.predictions import SoftMode
+    from mushroom.data.runfolder import run_scope
+    from mushroom.data.splits import load_items
+
+    try:
+        mode = SoftMode(soft)
+    except ValueError:
+        raise MushroomError(f"--soft must be 'vote' or 'mean', got {soft!r}") from None
+    output_file(out, "--out")
+    split = split.lower() if split is not None else None
+    if split not in (None, "val", "test"):
+        raise MushroomError(
+            f"--split {split!r}: run folders hold val or test files; give --split val or test"
+        )
+    if lang is not None:
+        lang = lang.strip().lower()
+        if not lang or "," in lang:
+            raise MushroomError(
+                f"--lang {lang!r}: an ensemble votes over one language; give one code, e.g. --lang en"
+            )
+    _check_inputs(preds, bool(lang or split))
+    preds = run_inputs(preds, lang, split)
+    _check_out(out, preds)
+    item_list = load_items(input_file(items, "--items")) if items else None
+    combined = vote_files(preds, out, item_list, threshold, mode)
+    what = f"{plural(len(combined), 'prediction')} from {plural(len(preds), 'run')}"
+    out_console.print(f"wrote {what} to {esc(out)}", highlight=False)
+    partial = [scope for path in preds if (scope := run_scope(path)) is not None and scope.partial]
+    if partial:
+        err_console.print(
+            f"note: {esc(partial[0].made_with())}: score the vote on the items it covers with "
+            f"mushroom score --partial GOLD {esc(out)}",
+            highlight=False,
+        )
+
+
+def _check_inputs(preds: list[Path], picks: bool) -> None:
+    """Each input exists; --lang and --split (`picks`) need a run folder among them."""
+    for path in preds:
+        if not path.exists():
+            raise MushroomError(f"PREDS {path}: no such file or folder")
+        if not path.is_dir():
+            input_file(path, "PREDS")
+    if picks and not any(path.is_dir() for path in preds):
+        raise MushroomError("--lang and --split pick the file of a run folder; every input here is a file")
+
+
+def _check_out(out: Path, preds: list[Path]) -> None:
+    """--out is none of the inputs nor a file of their runs; an input given twice is said."""
+    if out.resolve() in {p.resolve() for p in preds}:
+        raise MushroomError(f"--out {out} is one of the inputs; write the vote to another file")
+    seen: dict[Path, Path] = {}
+    for path in preds:
+        if path.resolve() in seen:  # a way to weigh a run double, or a slip: said either way
+            print_warning(f"{path} is given twice (also as {seen[path.resolve()]}): it votes twice")
+        seen[path.resolve()] = path
+    for path in preds:
+        _refuse_out_beside(out, path)
+
+
+def _refuse_out_beside(out: Path, pred: Path) -> None:
+    """Refuses an --out that would become a file of the input `pred` comes from.
+
+    Inside a run's folder any file may be read back as the run's (a submission name in val/,
+    a variant, a member); beside a loose prediction file, only a file named as prediction
+    files are would be taken for one more.
+    """
+    from mushroom.data.predictions import prediction_file_lang
+    from mushroom.data.runfolder import run_scope
+
+    target = out.resolve()
+    scope = run_scope(pred.resolve())
+    if scope is not None and target.is_relative_to(scope.folder):
+        raise MushroomError(
+            f"--out {out} is inside the run folder {scope.folder} of an input: the vote would become "
+            "one of that run's files; write it outside the runs it combines"
+        )
+    if (
+        scope is None
+        and target.parent == pred.resolve().parent
+        and prediction_file_lang(target.name) is not None
+    ):
+        raise MushroomError(
+            f"--out {out} is named as a prediction file beside the input {pred}: the vote would be read "
+            "as one of that folder's runs; give it another name or folder"
+        )
+
+
+@stack_app.command("fit")
+def stack_fit(
+    members: Annotated[list[str], typer.Argument(help="member runs: NAME=RUN_DIR or RUN_DIR")],
+    out: Annotated[Path, typer.Option("--out", help="where to save the fitted stack (JSON)")],
+    split: Annotated[str, typer.Option("--split", help="labelled split to fit on")] = "val",
+    lang: Langs = None,
+    folds: Annotated[int, typer.Option("--folds", min=2, help="cross-validation folds (by item)")] = 5,
+    l2: Annotated[float, typer.Option("--l2", min=0.0, help="L2 penalty of the logistic regression")] = 1.0,
+    model: Annotated[
+        str, typer.Option("--model", help="blend (the default: the mean of the other two), trees or logistic")
+    ] = "blend",
+) -> None:
+    """Fit the stack on a labelled split; print the cross-validated comparison with each member."""
+    from mushroom.combine.stack import fit_stack, parse_members, stack_behind
+    from mushroom.combine.stack.model import check_model_kind
+    from mushroom.data.runfolder import write_json
+    from mushroom.data.splits import load_split, require_labelled
+
+    check_model_kind(model, "--model")
+    data = load_split(split, lang)
+    require_labelled(data, split, "fitting a stack")
+    fit = fit_stack(parse_members(members), data, split, folds, l2, model=model)
+    write_json(out, fit.model.model_dump(mode="json"))
+    out_console.print(systems_table(f"stack on {split} ({folds}-fold CV by item)", fit.comparison))
+    for warning in stack_behind(fit.comparison, fit.model.members, "its own predictions may serve better"):
+        print_warning(warning)
+    m = fit.model
+    out_console.print(f"threshold {m.threshold}, floor {m.floor}; {m.hard_label_summary()}; saved {out}")
+
+
+def _load_stack(path: Path) -> StackModel:
+    """A stack saved by `stack fit`; another JSON file is named as such.
+
+    A run's config.json or scores.json given by mistake would otherwise be answered with a
+    list of the ten fields a stack has, which says nothing about the mistake. A file with
+    every field of a stack but a bad value still gets the field-by-field problems.
+    """
+    from pydantic import RootModel, ValidationError
+
+    from mushroom.combine.stack import StackModel
+    from mushroom.data.jsonl import read_json_model, validation_problems
+
+    raw = read_json_model(path, RootModel[Any]).root
+    required = {name for name, info in StackModel.model_fields.items() if info.is_required()}
+    if not isinstance(raw, dict) or not required <= raw.keys():
+        raise DataError.single(path, None, None, "not a stack.json (fit one with `mushroom stack fit`)")
+    try:
+        return StackModel.model_validate(raw)
+    except ValidationError as exc:
+        raise DataError(validation_problems(path, None, exc)) from None
+
+
+@stack_app.command("apply")
+def stack_apply(
+    model_path: Annotated[Path, typer.Argument(metavar="STACK", help="a stack saved by `stack fit`")],
+    members: Annotated[list[str], typer.Argument(help="member runs, same names and order as when fitted")],
+    out: Annotated[Path, typer.Option("--out", help="run folder for the prediction files")],
+    split: Annotated[str, typer.Option("--split", help="split to predict")] = "test",
+    lang: Langs = None,
+) -> None:
+    """Apply a fitted stack to the members' files of a split; writes checked prediction files.
+
+    On the split the stack was fitted on, the printed scores are in-sample (optimistic):
+    `stack fit` prints the cross-validated ones.
+    """
+    from mushroom.combine.stack import parse_members
+    from mushroom.runs.stack import apply_stack_run
+
+    model = _load_stack(input_file(model_path, "STACK"))
+    apply_stack_run(model, parse_members(members), out, split, lang, reporter())

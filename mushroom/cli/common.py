@@ -1,0 +1,49 @@
+"""Option types and small helpers that several command modules share."""
+
+from __future__ import annotations
+
+from typing import Annotated, get_args
+
+import typer
+
+from mushroom.cli.boundary import FLAG, out_console
+from mushroom.cli.tables import RichReporter
+from mushroom.data.contexts import DEFAULT_SOURCES
+from mushroom.data.records import ErrorType
+from mushroom.util.options import split_names
+
+DEFAULT_CONTEXTS = ",".join(DEFAULT_SOURCES)
+
+
+def lang_codes(values: list[str] | None) -> list[str] | None:
+    """--lang given as `--lang en --lang de` or `--lang en,de` (as score --langs takes them)."""
+    if not values:
+        return None
+    codes = [code.lower() for value in values for code in split_names(value)]  # files say "EN"
+    if not codes:  # `--lang "$EMPTY"` must not turn into "every language"
+        raise typer.BadParameter("no language given (e.g. --lang en or --lang en,de)")
+    return codes
+
+
+def reporter() -> RichReporter:
+    """The run reporter of a command: rich tables and bars on stdout, as every run prints them."""
+    return RichReporter(out_console)
+
+
+TAGS_HELP = "error-type tags JSONL {id, error_type}; error_type is one of " + ", ".join(get_args(ErrorType))
+ALLOW_FAILURES_HELP = "write files even when items failed (they are left empty and listed)"
+AllowFailures = Annotated[bool, typer.Option("--allow-failures", metavar=FLAG, help=ALLOW_FAILURES_HELP)]
+Quiet = Annotated[bool, typer.Option("--quiet", metavar=FLAG, help="no progress bar")]
+Langs = Annotated[
+    list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all")
+]
+# The default is named in the help with spaces: as one long token, the help table cut it
+# short with an ellipsis on an 80-column terminal.
+Contexts = Annotated[
+    str,
+    typer.Option(
+        "--contexts",
+        show_default=False,
+        help="context sources, comma-separated [default: " + ", ".join(DEFAULT_SOURCES) + "]",
+    ),
+]

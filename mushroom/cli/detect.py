@@ -1,0 +1,284 @@
+"""`detect`, `main-job` and `run`: the commands that run detectors into run folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mushroom.cli.boundary import FLAG, input_file, print_warning
+from mushroom.cli.common import DEFAULT_CONTEXTS, AllowFailures, Contexts, Langs, Quiet, lang_codes, reporter
+from mushroom.errors import MushroomError
+from mushroom.util.options import nest_options, parse_float_list, parse_options, split_names
+
+
+def detect(
+    split: Annotated[str | None, typer.Option("--split", help="val (the default) or test")] = None,
+    detector: Annotated[
+        str | None,
+        typer.Option("--detector", help="detector name (default: lexical, or llm with --backend/--model)"),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="run folder (default: a new one in runs/, named by time, detector and split)"
+        ),
+    ] = None,
+    lang: Langs = None,
+    contexts: Contexts = DEFAULT_CONTEXTS,
+    option: Annotated[
+        list[str] | None, typer.Option("--option", "-o", help="detector option KEY=VALUE")
+    ] = None,
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="llm: replay, openai, transformers, vllm")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="llm: model name, path or registry name")
+    ] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="llm/openai: server URL")] = None,
+    responses: Annotated[
+        str | None, typer.Option("--responses", help="llm/replay: recorded responses or a run's raw file")
+    ] = None,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="llm: prompt file name or path")] = None,
+    temperatures: Annotated[str | None, typer.Option("--temperatures", help="llm: e.g. 0.05,0.1,0.2")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="only the first N items per language")
+    ] = None,
+    items_file: Annotated[
+        Path | None,
+        typer.Option("--items", help="a JSONL file of items instead of a split; --contexts then takes files"),
+    ] = None,
+    allow_failures: AllowFailures = False,
+    quiet: Quiet = False,
+) -> None:
+    """Run one detector on a split (or an items file); labelled items are scored.
+
+    `--backend replay --responses FILE` re-parses recorded responses without any model. A
+    re-run of the same command on the same --out folder redoes only missing or failed items.
+    """
+    from mushroom.detectors import build
+    from mushroom.runs.detect import items_file_data, run_detect
+
+    options = _detector_options(option, detector, backend, model, base_url, responses, prompt, temperatures)
+    if backend or model or base_url or responses:
+        detector = detector or "llm"
+    detector = detector or "lexical"
+    if items_file is None:
+        split = split or "val"
+    det = build(detector, options)
+    sources = tuple(split_names(contexts))
+    data = context_files = None
+    if items_file is not None:
+        if split is not None:
+            raise MushroomError(f"--items {items_file} replaces --split {split}: give one of them")
+        split = "items"
+        input_file(items_file, "--items")
+        data, context_files = items_file_data(
+            items_file, lang, sources, contexts == DEFAULT_CONTEXTS, warn=print_warning
+        )
+    run_detect(
+        det,
+        split,
+        out,
+        lang,
+        sources,
+        data,
+        context_files,
+        items_file,
+        limit,
+        quiet,
+        allow_failures,
+        reporter(),
+        name=detector,
+    )
+
+
+def _detector_options(
+    option: list[str] | None,
+    detector: str | None,
+    backend: str | None,
+    model: str | None,
+    base_url: str | None,
+    responses: str | None,
+    prompt: str | None,
+    temperatures: str | None,
+) -> dict[str, Any]:
+    """The detector's options: -o values, nested, with the shortcut flags folded in.
+
+    The backend shortcuts configure an LLM's backend, so they imply the llm detector; a named
+    detector without a backend (lexical) is refused by its options, not swapped.
+    """
+    options = nest_options(parse_options(option or []))
+    if backend or model or base_url or responses:
+        from mushroom.detectors import detector_class
+
+        detector = detector or "llm"
+        fields = detector_class(detector).Options.model_fields
+        if "models" in fields and "backend" not in fields:  # pyes: a list of models
+            raise MushroomError(
+                f"--backend/--model/--base-url/--responses configure one LLM; detector {detector!r} takes "
+                'its models as a list: -o \'models=[{"kind": "openai", "base_url": "URL", "model": "M"}]\''
+            )
+        if "backend" not in fields:
+            raise MushroomError(
+                f"--backend/--model/--base-url/--responses configure an LLM, and detector {detector!r} "
+                "uses none; use --detector llm or chain, or leave them out"
+            )
+        _backend_options(options, backend, model, base_url, responses)
+    for key, given in (("prompt", prompt), ("temperatures", temperatures)):
+        if given and key in options:  # one would silently win
+            raise MushroomError(f"--{key} and -o {key}=… both given; give it once")
+    if prompt:
+        options["prompt"] = prompt
+    if temperatures:
+        options["temperatures"] = parse_float_list(temperatures, "--temperatures", low=0.0)
+    return options
+
+
+def _backend_options(
+    options: dict[str, Any],
+    backend: str | None,
+    model: str | None,
+    base_url: str | None,
+    responses: str | None,
+    key: str = "backend",
+) -> None:
+    """Folds the --backend/--model/--base-url/--responses shortcuts into the detector options."""
+    if not (backend or model or base_url or responses):
+        return
+    given = options.get(key, {})
+    as_kind = f"-o {key}={given}" if isinstance(given, str) else None  # how a conflict names it
+    if isinstance(given, str):  # `-o backend=openai` names the kind
+        given = {"kind": given}
+    if not isinstance(given, dict):
+        raise MushroomError(
+            f"-o {key}={given!r}: give the backend's settings as -o {key}.kind=…, -o {key}.model=…"
+        )
+    cfg = dict(given)
+    for name, flag, value in (
+        ("kind", "--backend", backend),
+        ("model", "--model", model),
+        ("base_url", "--base-url", base_url),
+        ("responses", "--responses", responses),
+    ):
+        if value is not None:
+            if name in cfg and str(cfg[name]) != value:  # the flag silently won (-o values are parsed)
+                written = as_kind or f"-o {key}.{name}={cfg[name]}"
+                raise MushroomError(f"{flag} {value} and {written} both given; give it once")
+            cfg[name] = value
+    cfg.setdefault("kind", "replay" if responses else "openai")
+    options[key] = cfg
+
+
+def main_job(
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="run folder (default: a new one in submissions/, named by time and detector)"
+        ),
+    ] = None,
+    detector: Annotated[
+        str,
+        typer.Option(
+            "--detector",
+            help="'stack' (lexical + semantic, combined by a stack fitted on val) or one detector",
+        ),
+    ] = "stack",
+    lang: Annotated[
+        list[str] | None, typer.Option("--lang", callback=lang_codes, help="language(s); default all 14")
+    ] = None,
+    contexts: Contexts = DEFAULT_CONTEXTS,
+    option: Annotated[
+        list[str] | None,
+        typer.Option("--option", "-o", help="detector option KEY=VALUE (with stack: DETECTOR.KEY=VALUE)"),
+    ] = None,
+    no_val: Annotated[
+        bool, typer.Option("--no-val", metavar=FLAG, help="skip the scored val run (one detector only)")
+    ] = False,
+    allow_failures: AllowFailures = False,
+    skip_unavailable: Annotated[
+        bool,
+        typer.Option(
+            "--skip-unavailable",
+            metavar=FLAG,
+            help="stack: leave out a member whose optional package is not installed (with a warning)",
+        ),
+    ] = False,
+    quiet: Quiet = False,
+) -> None:
+    """Test submission for every language (checked files + zip), then a scored val run."""
+    from mushroom.runs.mainjob import DEFAULT_MEMBERS, run_main, run_main_stack
+
+    sources = tuple(split_names(contexts))
+    # `backend.kind=openai`, `semantic.max_length=64`: nested the way `detect` nests them
+    options = parse_options(option or [])
+    if detector == "stack" and no_val:
+        raise MushroomError(
+            "--no-val: the stack (the default --detector) is fitted on val, so it always runs val; "
+            "--no-val goes with one detector (--detector lexical)"
+        )
+    if skip_unavailable and detector != "stack":
+        raise MushroomError(
+            "--skip-unavailable leaves out members of the stack; it does not go with one detector"
+        )
+    if detector == "stack":
+        for key in options:
+            if "." not in key:
+                raise MushroomError(
+                    f"with --detector stack, options are DETECTOR.KEY=VALUE (DETECTOR one of "
+                    f"{', '.join(DEFAULT_MEMBERS)}); got {key!r}"
+                )
+        per_detector = nest_options(options)
+        run_main_stack(
+            out=out,
+            options=per_detector,
+            sources=sources,
+            langs=lang,
+            quiet=quiet,
+            reporter=reporter(),
+            allow_failures=allow_failures,
+            skip_unavailable=skip_unavailable,
+        )
+        return
+    run_main(
+        out=out,
+        detector=detector,
+        options=nest_options(options),
+        sources=sources,
+        langs=lang,
+        with_val=not no_val,
+        quiet=quiet,
+        reporter=reporter(),
+        allow_failures=allow_failures,
+    )
+
+
+def run_config(
+    config: Annotated[Path, typer.Argument(help="a run config (TOML or YAML) from configs/")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="run folder (default: a new one in runs/, named by time and config name)"),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="only the first N items per language")
+    ] = None,
+    allow_failures: AllowFailures = False,
+    eval_dir: Annotated[
+        Path | None, typer.Option("--eval-dir", help="variants: where the comparison goes (default: eval/)")
+    ] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Run a config: detector, backend, prompt(s), contexts, temperatures, splits, variants."""
+    from mushroom.runs.config import execute, load_run_config
+
+    cfg = load_run_config(config)
+    execute(
+        cfg,
+        out,
+        quiet=quiet,
+        reporter=reporter(),
+        allow_failures=allow_failures,
+        limit=limit,
+        eval_dir=eval_dir,
+    )

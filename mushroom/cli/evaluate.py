@@ -1,0 +1,166 @@
+"""`compare`, `sweep` and `report`: looking at finished runs side by side, by threshold, by item."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mushroom.cli.boundary import err_console, esc, input_file, out_console, output_file, print_warning
+from mushroom.cli.common import DEFAULT_CONTEXTS, TAGS_HELP, Contexts, Langs
+from mushroom.cli.tables import paired_table
+from mushroom.errors import MushroomError
+from mushroom.util.options import split_names
+from mushroom.util.words import listed, plural
+
+
+def _run_folders(runs: list[Path]) -> None:
+    """Each RUNS argument must be a folder (a run, or a folder of prediction files)."""
+    for run in runs:
+        if not run.is_dir():
+            raise MushroomError(f"RUNS {run}: {'no such folder' if not run.exists() else 'is not a folder'}")
+
+
+def compare(
+    runs: Annotated[list[Path], typer.Argument(help="run folders (or folders of prediction files)")],
+    split: Annotated[str, typer.Option("--split", help="labelled split")] = "val",
+    baseline: Annotated[int, typer.Option("--baseline", help="index of the baseline run (0: first)")] = 0,
+    tags: Annotated[Path | None, typer.Option("--tags", help=TAGS_HELP)] = None,
+    name: Annotated[str | None, typer.Option("--name", help="file name stem in eval/")] = None,
+    eval_dir: Annotated[
+        Path | None, typer.Option("--eval-dir", help="where to write (default: eval/)")
+    ] = None,
+) -> None:
+    """Compare runs: IoU/Cor with 95% CIs per language, paired difference and p-value vs a baseline."""
+    from mushroom.data.jsonl import atomic_write_text
+    from mushroom.data.runfolder import timestamp
+    from mushroom.data.splits import workspace
+    from mushroom.evaluation.compare import (
+        COLUMNS,
+        comparison_rows,
+        left_out_languages,
+        load_tags,
+        rows_csv,
+        rows_markdown,
+        score_run,
+        tag_rows,
+    )
+
+    if not 0 <= baseline < len(runs):
+        raise MushroomError(
+            f"--baseline {baseline}: {plural(len(runs), 'run')} given; "
+            f"give an index from 0 to {len(runs) - 1}"
+        )
+    _run_folders(runs)
+    folder = eval_dir or workspace() / "eval"
+    if folder.exists() and not folder.is_dir():
+        raise MushroomError(f"--eval-dir {folder}: is a file, not a folder")
+    tag_map = load_tags(input_file(tags, "--tags")) if tags is not None else None
+    scored = [score_run(r, split) for r in runs]
+    for run in scored:
+        for warning in run.result.warnings:
+            print_warning(warning)
+    names = [s.name for s in scored]
+    if len(set(names)) != len(names):
+        for k, s in enumerate(scored):
+            s.name = f"{k}:{s.name}"
+    for note in filter(None, (s.coverage_note() for s in scored)):
+        err_console.print(esc(note), highlight=False)
+    for note in left_out_languages(scored):
+        print_warning(note)
+    rows = comparison_rows(scored, baseline)
+    out_console.print(
+        paired_table(f"{split}: runs against baseline {scored[baseline].name} (paired, items)", rows)
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = name or f"compare-{timestamp()}"
+    md = rows_markdown(rows, COLUMNS)
+    csv_text = rows_csv(rows, COLUMNS)
+    if tag_map is not None:
+        _warn_unscored_tags(tags, tag_map, scored[0].result.ids, "scored items")
+        t_rows = tag_rows(scored, tag_map)
+        if t_rows:
+            out_console.print(rows_markdown(t_rows), markup=False, highlight=False)
+            md += "\n## Error types\n\n" + rows_markdown(t_rows)
+            atomic_write_text(folder / f"{stem}.tags.csv", rows_csv(t_rows))
+    atomic_write_text(folder / f"{stem}.md", f"# {split}: {', '.join(s.name for s in scored)}\n\n" + md)
+    atomic_write_text(folder / f"{stem}.csv", csv_text)
+    out_console.print(f"wrote {esc(folder / stem)}.md and .csv", highlight=False)
+
+
+def _warn_unscored_tags(path: Path | None, tag_map: dict[str, str], ids: list[str], what: str) -> None:
+    """Tags for other items are left out of the counts; named, as an id may be mistyped."""
+    from mushroom.evaluation.compare import unscored_tags
+
+    stray = unscored_tags(tag_map, ids)
+    if stray:
+        print_warning(
+            f"--tags {path}: {len(stray)} of {plural(len(tag_map), 'tagged id')} are not among the "
+            f"{len(ids)} {what} and are left out: {listed(stray)}"
+        )
+
+
+def sweep(
+    runs: Annotated[list[Path], typer.Argument(help="one run, or several (their mean probability)")],
+    split: Annotated[str, typer.Option("--split", help="labelled split")] = "val",
+    lang: Langs = None,
+    svg: Annotated[
+        Path | None,
+        typer.Option(
+            "--svg",
+            help="write the plot here, and its numbers beside it as .csv (default: eval/sweep-<time>.svg)",
+        ),
+    ] = None,
+) -> None:
+    """IoU and Cor against the hard-label threshold, printed and plotted (SVG)."""
+    from mushroom.data.jsonl import atomic_write_text
+    from mushroom.data.runfolder import timestamp
+    from mushroom.data.splits import workspace
+    from mushroom.evaluation.compare import ascii_sweep, rows_csv, sweep_scope, sweep_svg
+    from mushroom.evaluation.compare import sweep as run_sweep
+
+    _run_folders(runs)
+    path = output_file(svg, "--svg") if svg else workspace() / "eval" / f"sweep-{timestamp()}.svg"
+    scope = sweep_scope(runs, split, lang)
+    for note in scope.notes:
+        err_console.print(esc(note), highlight=False)
+    rows = run_sweep(runs, split, data=scope.data)
+    out_console.print(ascii_sweep(rows), highlight=False, markup=False)
+    best = max(rows, key=lambda r: r["iou"])
+    out_console.print(f"best IoU {best['iou']:.4f} at threshold {best['threshold']:.2f}", highlight=False)
+    out_console.print(
+        "Cor at a threshold: probabilities below it set to 0, as a submission floored there has them",
+        highlight=False,
+    )
+    atomic_write_text(path, sweep_svg(rows, f"{split}: {' + '.join(r.name for r in runs)}"))
+    atomic_write_text(path.with_suffix(".csv"), rows_csv(rows))
+    out_console.print(f"plot: {esc(path)}", highlight=False)
+
+
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder")],
+    split: Annotated[str, typer.Option("--split", help="split whose predictions to show")] = "val",
+    lang: Langs = None,
+    contexts: Contexts = DEFAULT_CONTEXTS,
+    tags: Annotated[Path | None, typer.Option("--tags", help=TAGS_HELP)] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="HTML file (default: RUN_DIR/report.<split>.html)")
+    ] = None,
+) -> None:
+    """Write one self-contained HTML page: answers with gold and predicted spans, scores, contexts."""
+    from mushroom.data.jsonl import atomic_write_text
+    from mushroom.evaluation.compare import load_tags
+    from mushroom.evaluation.report import build_report
+
+    if not run_dir.is_dir():
+        raise MushroomError(
+            f"RUN_DIR {run_dir}: {'no such folder' if not run_dir.exists() else 'is not a folder'}"
+        )
+    path = output_file(out, "--out") if out else run_dir / f"report.{split}.html"
+    tag_map = load_tags(input_file(tags, "--tags")) if tags else None
+    page = build_report(run_dir, split, lang, tuple(split_names(contexts)), tag_map)
+    if tag_map:
+        _warn_unscored_tags(tags, tag_map, page.item_ids, "items on the page")
+    atomic_write_text(path, page.html)
+    out_console.print(f"report: {esc(path)}", highlight=False)

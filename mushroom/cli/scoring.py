@@ -1,0 +1,232 @@
+"""`score` and `check`: a prediction file against its gold or its items."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from mushroom.cli.boundary import FLAG, err_console, esc, input_file, out_console, output_file, print_warning
+from mushroom.cli.tables import score_table
+from mushroom.errors import DataError, MushroomError
+from mushroom.util.options import split_names
+from mushroom.util.words import plural
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from mushroom.evaluation.score import ScoreResult
+
+
+def score(
+    gold: Annotated[Path, typer.Argument(help="gold file, or a folder of per-language gold files")],
+    pred: Annotated[Path, typer.Argument(help="prediction file, or a folder matched by language")],
+    per_lang: Annotated[
+        bool, typer.Option("--per-lang", metavar=FLAG, help="table per language with 95% CIs")
+    ] = False,
+    per_item: Annotated[bool, typer.Option("--per-item", metavar=FLAG, help="table per item")] = False,
+    ci: Annotated[
+        bool, typer.Option("--ci", metavar=FLAG, help="print bootstrap 95% CIs of the means")
+    ] = False,
+    json_out: Annotated[
+        str | None,
+        typer.Option("--json", help="write scores (with per-item) as JSON to FILE, or '-' for stdout only"),
+    ] = None,
+    compare: Annotated[
+        Path | None, typer.Option("--compare", help="a second prediction: paired difference PRED - COMPARE")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", help="also write the two official lines to this file")
+    ] = None,
+    langs: Annotated[
+        str | None,
+        typer.Option(
+            "--langs", help="folders: score only these languages, e.g. en,de (default: every gold one)"
+        ),
+    ] = None,
+    partial: Annotated[
+        bool,
+        typer.Option(
+            "--partial",
+            metavar=FLAG,
+            help="score only the gold items that have a prediction (e.g. an ensemble of --limit runs); "
+            "how many were left out is printed",
+        ),
+    ] = False,
+) -> None:
+    """Score predictions exactly as the official scorer; the last two lines are IoU and Cor.
+
+    Exits 1 when a file is invalid. Warns (stderr) about what the official scorer accepts
+    silently but that changes a number: reversed spans, probabilities outside [0, 1].
+    """
+    from mushroom.data.jsonl import atomic_write_text
+
+    json_only = json_out == "-"
+    # With --json -, stdout carries the JSON document only; everything else goes to stderr.
+    console = err_console if json_only else out_console
+    if output is not None:
+        output_file(output, "--output")
+    if json_out is not None and not json_only:
+        output_file(Path(json_out), "--json")
+    lang_list = split_names(langs) if langs is not None else None
+    result = _score_or_hint(gold, pred, lang_list, show_pairing=gold.is_dir(), partial=partial)
+    if per_lang:
+        _print_per_lang(console, result)
+    if per_item:
+        _print_per_item(console, result)
+    if compare is not None:
+        other = _score_or_hint(gold, compare, lang_list, role="--compare", partial=partial)
+        _print_paired(console, result, other, compare)
+    if ci:
+        intervals = result.ci()
+        console.print(
+            f"IoU 95% CI [{intervals['iou'][0]:.4f}, {intervals['iou'][1]:.4f}]  "
+            f"Cor 95% CI [{intervals['cor'][0]:.4f}, {intervals['cor'][1]:.4f}]  (n = {len(result.ids)})",
+            highlight=False,
+            markup=False,
+        )
+    if json_out is not None:
+        text = json.dumps(_json_payload(result), indent=2, ensure_ascii=False)
+        if json_only:
+            print(text)
+        else:
+            atomic_write_text(json_out, text + "\n")
+    if output is not None:
+        atomic_write_text(output, result.official_lines() + "\n")
+    if json_only:
+        err_console.print(result.official_lines(), highlight=False, markup=False)
+    else:
+        print(result.official_lines())
+
+
+def _json_payload(result: ScoreResult) -> dict[str, Any]:
+    """What `--json` writes: the scores with every item, per language, and the warnings."""
+    return {
+        **result.to_dict(with_items=True),
+        "n_gold": result.n_gold,
+        "per_lang": {k: v.to_dict() for k, v in result.by_lang().items()},
+        "warnings": result.warnings,
+    }
+
+
+def _score_or_hint(gold: Path, pred: Path, langs: list[str] | None, **kwargs: Any) -> ScoreResult:
+    """`score_run_files`, its notes and warnings printed; a missing prediction names `--partial`."""
+    from mushroom.evaluation.runfiles import score_run_files
+
+    try:
+        result = score_run_files(gold, pred, langs, note=_note, **kwargs)
+    except DataError as exc:
+        raise _with_partial_hint(exc) from None
+    for warning in result.warnings:
+        print_warning(warning)
+    return result
+
+
+def _note(line: str) -> None:
+    """What the scorer says about the files it took: a line on stderr, so stdout stays the score."""
+    err_console.print(esc(line), highlight=False)
+
+
+def _print_per_lang(console: Console, result: ScoreResult) -> None:
+    from mushroom.evaluation.leaderboard import load_leaderboard
+    from mushroom.evaluation.tables import score_rows
+
+    by_lang = result.by_lang()
+    console.print(score_table("per language", score_rows(by_lang, None, load_leaderboard())))
+    if len(by_lang) > 1:
+        console.print(
+            "the table's mean weighs each language the same (as the run tables do); the IoU and Cor "
+            f"lines below average all {len(result.ids)} items, as the official scorer does on one file",
+            highlight=False,
+            markup=False,
+        )
+
+
+def _print_per_item(console: Console, result: ScoreResult) -> None:
+    from rich.table import Table
+
+    table = Table(title="per item")
+    for col in ("id", "lang", "IoU", "Cor"):
+        table.add_column(col)
+    for rid, lang, a, b in zip(result.ids, result.langs, result.iou, result.cor):
+        table.add_row(esc(rid), esc(lang), f"{a:.4f}", f"{b:.4f}")
+    console.print(table)
+
+
+def _print_paired(console: Console, result: ScoreResult, other: ScoreResult, compare: Path) -> None:
+    """The paired difference PRED - COMPARE of both metrics, over the same items."""
+    from mushroom.evaluation.stats import paired_test
+
+    if other.ids != result.ids:
+        raise MushroomError(
+            f"PRED and --compare {compare} cover different items ({len(result.ids)} and "
+            f"{len(other.ids)} scored); compare runs made on the same items (same --limit and --lang)"
+        )
+    for name, a, b in (("IoU", result.iou, other.iou), ("Cor", result.cor, other.cor)):
+        res = paired_test(a, b)
+        console.print(
+            f"paired {name}: PRED - COMPARE = {res.mean_diff:+.4f} "
+            f"95% CI [{res.ci_low:+.4f}, {res.ci_high:+.4f}], p = {res.p_value:.4f} (n = {res.n})",
+            highlight=False,
+            markup=False,
+        )
+
+
+def _with_partial_hint(exc: DataError) -> DataError:
+    """The error with `score --partial` named where a file lacks gold ids (score has the option)."""
+    from dataclasses import replace
+
+    problems = [
+        replace(p, message=p.message + " (score --partial scores only the predicted items)")
+        if p.field == "id" and p.message.startswith("no prediction for")
+        else p
+        for p in exc.problems
+    ]
+    return DataError(problems, exit_code=exc.exit_code)
+
+
+def check(
+    pred: Annotated[Path, typer.Argument(help="prediction JSONL file")],
+    items: Annotated[Path, typer.Option("--items", help="the items file the predictions are for")],
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            metavar=FLAG,
+            help="also report keys the official scorer ignores (e.g. 'text' in spans)",
+        ),
+    ] = False,
+    partial: Annotated[
+        bool,
+        typer.Option(
+            "--partial",
+            metavar=FLAG,
+            help="accept a file that predicts only some of the items (a --limit run); not for upload",
+        ),
+    ] = False,
+) -> None:
+    """Validate a prediction file against its items; exits 1 listing every problem."""
+    from mushroom.data.splits import load_items
+    from mushroom.evaluation.check import check_file
+
+    input_file(pred, "PRED")
+    report = check_file(pred, load_items(input_file(items, "--items")), strict=strict, partial=partial)
+    for problem in report.warnings:
+        print_warning(str(problem))
+    for problem in report.errors:
+        err_console.print(f"[red]error:[/red] {esc(problem)}", highlight=False, soft_wrap=True)
+    if report.errors:
+        err_console.print(f"{esc(pred)}: {esc(report.summary())}", highlight=False)
+        strangers = report.unknown_ids
+        if strangers and strangers >= report.n_lines / 2:
+            print_warning(
+                f"{strangers} of {report.n_lines} ids are not among the items of {items}: is it the items "
+                "file of these predictions (language and split)?"
+            )
+        raise typer.Exit(1)
+    counts = f"{plural(report.n_lines, 'prediction')}, {plural(len(report.warnings), 'warning')}"
+    if report.missing:  # --partial: say so, since such a file is no submission
+        counts += f"; {len(report.missing)} of {plural(report.n_items, 'item')} not predicted (--partial)"
+    out_console.print(f"{esc(pred)}: OK ({counts})", highlight=False)

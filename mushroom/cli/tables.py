@@ -1,0 +1,191 @@
+"""Rich rendering of what the layers below return: score tables, comparisons, the run reporter.
+
+Only the command line (and the HTML report) draws with rich; the run service, main job and
+run configs report through `mushroom.runs.reporter.Reporter`, implemented here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from mushroom.evaluation.tables import mean_row
+from mushroom.runs.reporter import Table as TableData
+
+
+def score_table(title: str, rows: list[dict]) -> Table:
+    """The per-language table printed by the main job and `mushroom score --per-lang`."""
+    # Cells fold rather than end in an ellipsis: a narrow terminal must still show every number.
+    table = Table(title=escape(title), title_justify="left")
+    table.add_column("lang", overflow="fold")
+    table.add_column("n", justify="right", overflow="fold")
+    table.add_column("IoU (95% CI)", justify="right", overflow="fold")
+    table.add_column("Cor (95% CI)", justify="right", overflow="fold")
+    has_base = any("mark_all_iou" in r for r in rows)
+    has_lb = any("lb1" in r for r in rows)
+    if has_base:
+        table.add_column("mark-all IoU", justify="right", overflow="fold")
+    if has_lb:
+        table.add_column("LB#1 test IoU/Cor", justify="right", overflow="fold")
+    for r in rows:
+        cells = [
+            escape(r["lang"]),
+            str(r["n"]),
+            f"{r['iou']:.4f} [{r['iou_ci'][0]:.2f}, {r['iou_ci'][1]:.2f}]",
+            f"{r['cor']:.4f} [{r['cor_ci'][0]:.2f}, {r['cor_ci'][1]:.2f}]",
+        ]
+        if has_base:
+            base = r.get("mark_all_iou")
+            style = "green" if base is not None and r["iou"] > base else "red"
+            cells.append(f"[{style}]{base:.4f}[/{style}]" if base is not None else "")
+        if has_lb:
+            lb = r.get("lb1")
+            cells.append(f"{lb.iou:.4f}/{lb.cor:.4f}" if lb else "")
+        table.add_row(*cells)
+    if len(rows) > 1:
+        m = mean_row(rows)
+        cells = ["mean", str(m["n"]), f"{m['iou']:.4f}", f"{m['cor']:.4f}"]
+        if has_base:
+            cells.append("" if m["mark_all_iou"] is None else f"{m['mark_all_iou']:.4f}")
+        if has_lb:
+            cells.append(f"{m['lb1'][0]:.4f}/{m['lb1'][1]:.4f}")
+        table.add_row(*cells, style="bold")
+    return table
+
+
+def systems_table(title: str, comparison: dict[str, dict[str, dict[str, float]]], decimals: int = 3) -> Table:
+    """Languages as rows, one "IoU Cor" column per system (`system -> lang -> metric`).
+
+    One column per system, not two, so five systems fit an 80-column terminal (run.sh's
+    output is often read in a log or a narrow pane).
+    """
+    langs = [lang for lang in next(iter(comparison.values())) if lang != "mean"] + ["mean"]
+    table = Table(title=escape(title))
+    table.add_column("lang", overflow="fold")
+    for system in comparison:
+        table.add_column(f"{escape(system)}\nIoU Cor", justify="right", overflow="fold")
+    for lang in langs:
+        cells = [
+            f"{comparison[s][lang]['iou']:.{decimals}f} {comparison[s][lang]['cor']:.{decimals}f}"
+            for s in comparison
+        ]
+        table.add_row(lang, *cells, end_section=lang == langs[-2])
+    return table
+
+
+def paired_table(title: str, rows: list[dict]) -> Table:
+    """The comparison for the terminal; cells wrap (a CI goes under its mean), never cut.
+
+    A narrow terminal (80 columns, a log, a split pane) must still show every number, so each
+    score cell holds the mean on one line and its interval on the next, and every column may
+    fold rather than end in an ellipsis.
+    """
+    table = Table(title=escape(title))
+    for col in ("run", "lang", "n", "IoU\n[95% CI]", "Cor\n[95% CI]", "dIoU\n(p)", "dCor\n(p)"):
+        table.add_column(col, justify="left" if col in ("run", "lang") else "right", overflow="fold")
+    for r in rows:
+        d_iou = f"{r['d_iou']:+.4f}\n({r['p_iou']:.3f})" if "d_iou" in r else "baseline"
+        d_cor = f"{r['d_cor']:+.4f}\n({r['p_cor']:.3f})" if "d_cor" in r else ""
+        table.add_row(
+            escape(r["run"]),
+            escape(r["lang"]),
+            str(r["n"]),
+            f"{r['iou']:.4f}\n[{r['iou_lo']:.2f}, {r['iou_hi']:.2f}]",
+            f"{r['cor']:.4f}\n[{r['cor_lo']:.2f}, {r['cor_hi']:.2f}]",
+            d_iou,
+            d_cor,
+            end_section=r["lang"] == "all",
+        )
+    return table
+
+
+def plain_table(spec: TableData, title_justify: str = "left", justify: str | None = None) -> Table:
+    """A table of values: left-aligned text, right-aligned numbers (a column of counts).
+
+    `justify` aligns every column one way (a table of counts beside its language codes).
+    """
+    table = Table(title=escape(spec.title), title_justify=title_justify)  # type: ignore[arg-type]
+    rows = [list(r.values()) if isinstance(r, dict) else list(r) for r in spec.rows]
+    for k, col in enumerate(spec.columns):
+        numbers = [r[k] for r in rows if r[k] != ""]
+        right = bool(numbers) and all(isinstance(v, int | float) for v in numbers)
+        table.add_column(escape(col), justify=justify or ("right" if right else "left"))  # type: ignore[arg-type]
+    for r in rows:
+        table.add_row(*(escape(str(v)) for v in r))
+    return table
+
+
+def render(spec: TableData) -> Table:
+    """The rich table for a reported table, by its kind."""
+    if spec.kind == "scores":
+        return score_table(spec.title, list(spec.rows))
+    if spec.kind == "systems":
+        return systems_table(spec.title, spec.data)
+    if spec.kind == "paired":
+        return paired_table(spec.title, list(spec.rows))
+    return plain_table(spec)
+
+
+class _Progress(Progress):
+    """Rows named by plain text: a stage's description is escaped, never read as markup."""
+
+    def add_task(self, description: str, *args, **kwargs):  # type: ignore[override]
+        return super().add_task(escape(description), *args, **kwargs)
+
+
+class _RateColumn(ProgressColumn):
+    """Items per second, over the last stretch of the stage (rich's own estimate)."""
+
+    def render(self, task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:,.0f}/s" if speed else "", style="progress.data.speed")
+
+
+def progress_bar(quiet: bool = False, console: Console | None = None) -> Progress:
+    """The progress bar every long stage uses: done of total, items per second, time spent and left."""
+    return _Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        _RateColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        disable=quiet,
+        transient=False,
+        console=console,
+    )
+
+
+class RichReporter:
+    """The run reporter of the command line: rich tables, yellow warnings, progress bars."""
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console()
+
+    def message(self, text: str, lead: str = "") -> None:
+        self.console.print(f"[yellow]{escape(lead)}[/yellow] {escape(text)}" if lead else escape(text))
+
+    def warning(self, text: str) -> None:
+        self.console.print(f"[yellow]warning:[/yellow] {escape(text)}")
+
+    def table(self, table: TableData) -> None:
+        self.console.print(render(table))
+
+    @contextmanager
+    def progress(self, disable: bool = False) -> Iterator[Progress]:
+        with progress_bar(disable, self.console) as bar:
+            yield bar

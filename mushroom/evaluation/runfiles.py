@@ -1,0 +1,93 @@
+"""Scoring the files of a run folder (or loose files) against gold, as `score` takes them.
+
+A run folder stands for its prediction files of the gold's split; a run made with --lang or
+--limit is scored on what it covers, and the caller is told so through `note` (the command
+line prints those lines on stderr, so stdout stays the official two lines).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mushroom.errors import MushroomError
+
+if TYPE_CHECKING:
+    from mushroom.evaluation.score import ScoreResult
+
+
+def score_run_files(
+    gold: Path,
+    pred: Path,
+    langs: list[str] | None,
+    show_pairing: bool = False,
+    role: str = "PRED",
+    partial: bool = False,
+    note: Callable[[str], None] = print,
+) -> ScoreResult:
+    """Scores PRED against gold; a run made with --limit only on the items it predicted, said by `note`.
+
+    A run made with --lang has files for its languages only: the others are listed, not
+    errors. Without a run folder (files given directly) or for a run over every item, each
+    gold item must have a prediction, as the official scorer requires.
+    """
+    from mushroom.data.predictions import submission_name
+    from mushroom.data.runfolder import items_files, prediction_folder, run_scope, variant_names
+    from mushroom.data.splits import lang_from_filename
+    from mushroom.evaluation.score import pair_paths, score_pairs
+
+    scope = run_scope(pred)
+    if pred.is_dir():
+        # A run folder (or a variant's folder of a run config), as compare, sweep and report
+        # take it: its files of the gold's split. A plain folder of files is taken as it is.
+        test = any(gold.glob("*-tst*.jsonl")) if gold.is_dir() else "-tst" in gold.name
+        split = "test" if test else "val"
+        own = items_files(pred)
+        if gold.is_file() and len(own) == 1:  # a `detect --items` run, scored against its items
+            pred = own[0]
+        else:
+            try:
+                pred = prediction_folder(pred, split)
+            except MushroomError:
+                if (scope is not None and pred == scope.folder) or variant_names(pred, split):
+                    raise
+        lang = lang_from_filename(gold) if gold.is_file() else None
+        if lang is not None and (pred / submission_name(lang, split)).is_file():
+            pred = pred / submission_name(lang, split)  # one gold file: the run's file of its language
+    pairing = pair_paths(
+        gold, pred, langs, allow_missing=scope is not None and scope.langs is not None, role=role
+    )
+    if show_pairing:
+        for line in pairing.summary():
+            note(line)
+    result = score_pairs(pairing.pairs, partial=partial or (scope is not None and scope.partial))
+    if scope is not None and scope.partial and result.unscored:
+        note(scope.note(len(result.ids), result.n_gold))
+    elif result.unscored:
+        note(
+            f"scored {len(result.ids)} of {result.n_gold} gold items (--partial): "
+            "the others have no prediction"
+        )
+    note_failed_items([path for _, _, path in pairing.pairs], note)
+    return result
+
+
+def note_failed_items(paths: list[Path], note: Callable[[str], None] = print) -> None:
+    """Says (by `note`) which scored files hold items their run failed (scored as written).
+
+    `--allow-failures` writes a failed item as an empty prediction, which scores like a
+    detector that found nothing; `ensemble` and `stack` refuse such files, and a score of
+    one should not pass for the method's.
+    """
+    from mushroom.data.predictions import load_predictions
+    from mushroom.data.runfolder import failed_items
+
+    for path in paths:
+        try:
+            predictions = load_predictions(path)
+        except MushroomError:  # spans the official scorer takes as they are: scored, and warned about
+            continue
+        found = failed_items(path, predictions)
+        if found is not None:
+            note(f"note: {found.message(path)} (scored as written)")

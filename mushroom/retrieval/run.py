@@ -1,0 +1,129 @@
+"""One `contexts` run: the tiers checked, then every language of a split generated and counted.
+
+The command line only parses and prints; what a run of context generation checks, builds and
+counts is here, so a script gets the same checks and the same per-language counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mushroom.data.contexts import (
+    DEFAULT_CONTEXT_DIR,
+    OPTIONAL,
+    available_sources,
+    context_file,
+    is_fact_check,
+)
+from mushroom.data.records import Item
+from mushroom.errors import MushroomError
+from mushroom.util.interrupts import interrupt_hint
+
+GRADINGS = ("none", "llm", "embedding")
+COLUMNS = ["lang", "items", "from tiers", "done before", "generated", "failed", "kept", "dropped"]
+
+
+@dataclass
+class ContextsRun:
+    """What a run did: a row of counts per language, and what went wrong."""
+
+    columns: list[str]
+    rows: list[list[Any]] = field(default_factory=list)
+    unread: int = 0
+    """LLM gradings that said neither relevant nor irrelevant (those contexts were kept)."""
+    failed: list[str] = field(default_factory=list)
+    """`lang: id: error` of each context that could not be generated."""
+
+
+def parse_tiers(tiers: str, split: str, data: dict[str, list[Item]], root: Path) -> tuple[str, ...]:
+    """The tier sources of `--tiers`, each with a file for some language (`?`-optional ones aside).
+
+    A fact-check source covers no item (it repeats the answer to correct it), so it is refused.
+    """
+    tier_list = tuple(t.strip() for t in tiers.split(",") if t.strip())
+    for tier in tier_list:
+        if is_fact_check(tier):
+            raise MushroomError(
+                f"--tiers: {tier!r} is a fact-check source (it repeats the answer to correct it); "
+                "it covers no item, so it cannot be a tier"
+            )
+        if tier.endswith(OPTIONAL):
+            continue  # used where it has a file
+        if not any(context_file(split, code, tier, root) for code in data):
+            have = sorted({s for code in data for s in available_sources(split, code, root)})
+            listed = ", ".join(have) or "none"
+            raise MushroomError(
+                f"--tiers: no context files for source {tier!r} ({split}); available: {listed}"
+            )
+    return tier_list
+
+
+def generate_split(
+    split: str,
+    langs: list[str] | None,
+    backend: dict[str, Any],
+    source: str = "llm",
+    tiers: str = "",
+    prompt: str = "context_generation",
+    topic: bool = False,
+    grade: str = "none",
+    min_similarity: float = 0.3,
+    max_tokens: int = 512,
+    limit: int | None = None,
+    context_dir: Path | None = None,
+) -> ContextsRun:
+    """Generates contexts for the items of a split's languages that no tier covers (resumable).
+
+    Every model call is recorded in CONTEXT_DIR/.raw/ and every answer cached in
+    CONTEXT_DIR/.cache.<source>.jsonl, so a run that stopped goes on where it stopped.
+    """
+    from mushroom.backends.cache import build_cached
+    from mushroom.backends.config import parse_backend_config
+    from mushroom.backends.rawlog import RawLog, RecordingBackend
+    from mushroom.data.splits import load_split
+    from mushroom.retrieval.generate import generate_contexts
+
+    if grade not in GRADINGS:
+        raise MushroomError(f"--grade must be none, llm or embedding, not {grade!r}")
+    root = context_dir or DEFAULT_CONTEXT_DIR
+    data = load_split(split, langs)
+    tier_list = parse_tiers(tiers, split, data, root)
+    cache = root / f".cache.{source}.jsonl"
+    if not cache.is_file():  # else the answers may all be cached and no backend is built
+        settings = parse_backend_config(backend)
+        settings.check_ready()
+        settings.check_answers()  # contexts are written answers
+    sink: list[RawLog | None] = [None]
+    engine = RecordingBackend(build_cached(backend, True, cache), lambda: sink[0])
+    # a verdict neither relevant nor irrelevant keeps the context
+    run = ContextsRun(COLUMNS + ["kept unread"] * (grade == "llm"))
+    hint = (
+        f"contexts kept so far are in {root}/{split}.<lang>.{source}.jsonl, and every answer received "
+        f"in {cache}; run the same command again to go on (answers received are not asked again)"
+    )
+    with interrupt_hint(hint):
+        for code, items in data.items():
+            sink[0] = RawLog(root / ".raw" / f"{split}.{code}.{source}.jsonl")
+            st = generate_contexts(
+                split,
+                code,
+                items[:limit] if limit is not None else items,
+                engine,
+                source,
+                tier_list,
+                prompt,
+                topic,
+                grade,  # type: ignore[arg-type]
+                None,
+                min_similarity,
+                root,
+                max_tokens=max_tokens,
+            )
+            counts = [st.items, st.covered_by_tiers, st.already_generated, st.generated]
+            counts += [st.failed, st.kept, st.dropped] + [st.unreadable_verdicts] * (grade == "llm")
+            run.unread += st.unreadable_verdicts
+            run.rows.append([code, *counts])
+            run.failed += [f"{code}: {err}" for err in st.errors]
+    return run

@@ -1,0 +1,139 @@
+"""The `detect` job: one built detector over a split or an items file, into one run folder.
+
+The command line parses its options and builds the detector; reading the items, checking
+the contexts, running, scoring labelled items and the run's summary are here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from mushroom.data.itemstream import ContextFiles
+from mushroom.data.records import Item
+from mushroom.detectors.base import Detector
+from mushroom.errors import DataError, MushroomError
+from mushroom.runs.reporter import PlainReporter, Reporter
+from mushroom.util.words import plural
+
+
+def items_file_data(
+    items_file: Path,
+    langs: list[str] | None,
+    sources: tuple[str, ...],
+    default_contexts: bool,
+    warn: Callable[[str], None],
+) -> tuple[dict[str, Sequence[Item]], ContextFiles]:
+    """The items of a JSONL file by language, and its context files, checked before any folder exists.
+
+    With an items file, `--contexts` names JSONL files of `{id, context}` (there is no split
+    whose named sources could be found); a broken line in one stops the run before it starts.
+    """
+    from mushroom.data.itemstream import ItemsFile
+    from mushroom.data.languages import LANGUAGES
+
+    # checked whole, then read a chunk at a time by the run (an index of lines, not the items)
+    data: dict[str, Sequence[Item]] = dict(ItemsFile(items_file).by_lang())
+    if not data:  # a run over nothing would "succeed" and write nothing
+        raise DataError.single(items_file, None, None, "no items")
+    for code in sorted(set(data) - set(LANGUAGES)):
+        warn(
+            f"{items_file}: {plural(len(data[code]), 'item')} in language {code!r}, which mushroom "
+            f"does not know ({', '.join(LANGUAGES)}): no stopword list, calibration or word "
+            "splitting of its own is used for them"
+        )
+    if langs:
+        have = sorted(data)
+        data = {code: its for code, its in data.items() if code in langs}
+        if not data:
+            raise MushroomError(
+                f"--lang {','.join(langs)}: {items_file} has no items in that language; "
+                f"it has {', '.join(have)}"
+            )
+    if default_contexts:
+        raise MushroomError("with --items, give the contexts as files: --contexts CTX.jsonl[,MORE.jsonl]")
+    context_files = [Path(s) for s in sources]
+    missing = [str(p) for p in context_files if not p.is_file()]
+    if missing:
+        raise MushroomError(
+            f"with --items, --contexts takes JSONL files of {{id, context}}; not found: {missing}"
+        )
+    # a broken line stops the command before its folder exists; the index serves the run
+    return data, ContextFiles(context_files)
+
+
+def run_detect(
+    det: Detector,
+    split: str,
+    out: Path | None,
+    langs: list[str] | None,
+    sources: tuple[str, ...],
+    data: dict[str, Sequence[Item]] | None = None,
+    context_files: ContextFiles | None = None,
+    items_file: Path | None = None,
+    limit: int | None = None,
+    quiet: bool = False,
+    allow_failures: bool = False,
+    reporter: Reporter | None = None,
+    name: str | None = None,
+) -> Path:
+    """Runs `det` (registered as `name`) over a split, or the items of `items_file` in `data`.
+
+    Labelled items are scored.
+
+    Without `data`, the split's items are read and its context sources checked first, so a
+    wrong language or source leaves no folder behind.
+
+    Returns:
+        The run folder: predictions/ with the files, items/ and raw/, scores when labelled.
+    """
+    from mushroom.data.contexts import check_sources, source_names
+    from mushroom.data.runfolder import new_run_folder, timestamp
+    from mushroom.data.splits import load_split, workspace
+    from mushroom.runs.service import RunService
+
+    reporter = reporter or PlainReporter()
+    name = name or det.name
+    if data is None:
+        # Read before the run folder exists: a wrong --lang or --contexts leaves no folder.
+        data = load_split(split, langs)
+        check_sources(split, sorted(data), sources)
+    det.check_ready(source_names(sources, context_files.paths if context_files else None), out)
+    out = out or new_run_folder(workspace() / "runs", f"{timestamp()}-{name}-{split}")
+    config = {
+        "job": "detect",
+        "split": split,
+        **det.describe(),
+        "sources": list(sources),
+        "items": str(items_file) if items_file else None,
+        "langs": langs,
+        "limit": limit,
+    }
+    service = RunService(out, config, reporter, quiet, allow_failures)
+    result = service.detect_split(
+        det, split, out / "predictions", langs, sources, data=data, limit=limit, context_files=context_files
+    )
+    if result.files:
+        reporter.message(f"predictions in {out / 'predictions'}")
+    else:  # every language has failed items: no file (the failures are listed below)
+        reporter.message("no prediction file was written")
+    service.report_stats(f"{name} on {split}: counts (stats.json)", result.stats["all"])
+    summary: dict[str, Any] = {"stats": result.stats["all"]}
+    labelled = split == "val" or (items_file is not None and all(_all_labelled(its) for its in data.values()))
+    rows = []
+    if labelled:  # own items, or part of a split, are scored against the items' own labels
+        own = items_file is not None or limit is not None
+        title = f"{name} on {items_file or split}"
+        rows = service.score(split, result.files, out, title, items=result.items if own else None)
+    if rows:
+        summary["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
+        summary["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
+    service.finish(summary)
+    return out
+
+
+def _all_labelled(items: Sequence[Item]) -> bool:
+    """Whether every item has gold labels; an items file's index knows it without reading them."""
+    known = getattr(items, "labelled", None)
+    return known if isinstance(known, bool) else all(it.is_labelled for it in items)

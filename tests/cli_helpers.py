@@ -1,0 +1,46 @@
+"""Shared by the tests/test_cli_*.py files: the CLI run in-process, and predictions as real submissions write them."""
+
+import json
+
+from conftest import ROOT, VAL_EN
+
+from mushroom.cli.app import app
+from mushroom.cli.boundary import run_cli
+
+VAL_DIR = ROOT / "data" / "mushroom" / "val"
+GOLD_ROWS = [json.loads(line) for line in VAL_EN.read_text(encoding="utf-8").splitlines()]
+
+
+def cli(capsys, *args):
+    """Runs the CLI in-process through its error boundary: (exit code, stdout, stderr)."""
+    code = run_cli(app, [str(a) for a in args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def leaderboard_style(rows):
+    """Predictions as some real submissions are: soft spans carry the span's text, plus extra keys."""
+    out = []
+    for r in rows:
+        text = r["model_output_text"]
+        out.append(
+            {
+                "id": r["id"],
+                "lang": r["lang"],
+                "model_output_text": text,
+                "soft_labels": [{**s, "text": text[s["start"] : s["end"]]} for s in r["soft_labels"]],
+                "hard_labels": r["hard_labels"],
+            }
+        )
+    return out
+
+
+def limited_run(tmp_path, capsys, name="run", *extra):
+    """A lexical run on the first 5 English val items, as `detect --lang en --limit 5` makes it."""
+    out = tmp_path / name
+    code, _, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "en", "--limit", "5", "--out", out, "--quiet", *extra
+    )
+    assert code == 0, err
+    return out

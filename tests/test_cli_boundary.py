@@ -1,0 +1,377 @@
+"""The error boundary every command shares: exit codes, one message, no traceback, options named."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+import typer
+from cli_helpers import GOLD_ROWS, VAL_DIR, cli
+from conftest import ROOT, VAL_EN, write_lines
+from pydantic import BaseModel, Field
+
+from mushroom.cli.app import app
+from mushroom.cli.boundary import run_cli
+from mushroom.errors import MushroomError, RunFailed
+from mushroom.util.interrupts import interrupt_hint
+from mushroom.util.options import (
+    check_option_names,
+    field_default,
+    parse_float_list,
+    parse_options,
+    validate_options,
+)
+from mushroom.util.words import suggest
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (["check", "{tmp}", "--items", VAL_EN], 2, "is a folder"),
+        (["check", "{tmp}/nope.jsonl", "--items", VAL_EN], 2, "no such file"),
+        (["ensemble", VAL_EN, "--out", "{tmp}"], 2, "--out"),
+        (["ensemble", VAL_EN, "--out", "{tmp}/o.jsonl", "--items", "{tmp}"], 2, "--items"),
+        (["score", VAL_EN, VAL_EN, "--output", "{tmp}"], 2, "--output"),
+        (["score", VAL_EN, VAL_EN, "--json", "{tmp}"], 2, "--json"),
+        (["score", "{tmp}/missing.jsonl", VAL_EN], 2, "GOLD"),
+        (["score", VAL_DIR, VAL_EN], 2, "GOLD is a folder, PRED a file"),
+        (["compare", "{tmp}", "--baseline", "3"], 2, "--baseline 3"),
+        (["compare", "{tmp}/nope"], 2, "no such folder"),
+        (["report", "{tmp}/nope"], 2, "RUN_DIR"),
+        (["score", "--bogus", VAL_EN, VAL_EN], 2, "No such option"),
+        (["nosuchcommand"], 2, "No such command"),
+    ],
+)
+def test_expected_failures_are_one_message_and_an_exit_code(tmp_path, capsys, args, code, needle):
+    argv = [str(a).replace("{tmp}", str(tmp_path)) for a in args]
+    got, out, err = cli(capsys, *argv)
+    assert got == code, err
+    assert needle in out + err
+
+
+def _tiny_app(exc: BaseException | None = None, hint=None):
+    tiny = typer.Typer()
+
+    @tiny.command()
+    def go() -> None:
+        if hint is not None:
+            with interrupt_hint(hint):
+                raise KeyboardInterrupt
+        raise exc
+
+    @tiny.command()
+    def other() -> None:
+        pass
+
+    return tiny
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "needle"),
+    [
+        (MushroomError("use pip install 'mushroom[vllm]'"), 2, "pip install 'mushroom[vllm]'"),
+        (RunFailed("3 items failed"), 3, "3 items failed"),
+        (KeyboardInterrupt(), 130, "interrupted"),
+        (IsADirectoryError(21, "Is a directory", "out/x"), 2, "out/x: is a folder"),
+        (PermissionError(13, "Permission denied", "/root/x"), 2, "/root/x: permission denied"),
+        (ZeroDivisionError("boom"), 70, "this is a bug in mushroom"),
+    ],
+)
+def test_exit_codes(capsys, exc, code, needle):
+    assert run_cli(_tiny_app(exc), ["go"]) == code
+    out, err = capsys.readouterr()
+    assert needle in err and "Traceback" not in err
+
+
+def test_interrupt_hint_says_what_was_saved(capsys):
+    assert (
+        run_cli(_tiny_app(hint=lambda: "12 of 50 items saved in runs/x; run it again to resume"), ["go"])
+        == 130
+    )
+    err = capsys.readouterr().err
+    assert "interrupted; 12 of 50 items saved in runs/x; run it again to resume" in err
+
+
+def test_debug_shows_the_traceback(capsys):
+    assert run_cli(_tiny_app(MushroomError("nope")), ["go"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    os.environ["MUSHROOM_DEBUG"] = "1"
+    try:
+        assert run_cli(_tiny_app(MushroomError("nope")), ["go"]) == 2
+    finally:
+        del os.environ["MUSHROOM_DEBUG"]
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_debug_flag_through_the_real_command_line(tmp_path):
+    args = [sys.executable, "-m", "mushroom", "--debug", "check", str(tmp_path), "--items", str(VAL_EN)]
+    res = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 2 and "Traceback" in res.stderr and "is a folder" in res.stderr
+    res = subprocess.run([a for a in args if a != "--debug"], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+class _Opts(BaseModel):
+    threshold: float = 0.5
+    sources: list[str] = Field(default_factory=lambda: ["a", "b"])
+    model: str
+
+
+def test_option_names_values_and_suggestions():
+    with pytest.raises(
+        MushroomError, match=r"unknown option 'thresh'; did you mean 'threshold'\? valid: model"
+    ):
+        check_option_names({"thresh": 0.3}, _Opts)
+    with pytest.raises(MushroomError, match=r"threshold: Input should be a valid number.*got 'abc'"):
+        validate_options({"threshold": "abc", "model": "m"}, _Opts)
+    assert suggest("perplexty-sonar-pro", ["perplexity-sonar-pro", "deepseek-r1"]).startswith(
+        "; did you mean 'perplexity-sonar-pro'?"
+    )
+    assert suggest("zzz", ["a", "b"]) == "; valid: a, b"
+    assert [field_default(_Opts.model_fields[k]) for k in ("threshold", "sources", "model")] == [
+        "0.5",
+        "['a', 'b']",
+        "(required)",
+    ]
+    with pytest.raises(MushroomError, match=r"--temperatures: 'abc' is not a number"):
+        parse_float_list("0.05,abc", "--temperatures")
+    assert parse_float_list("0.05, 0.1", "--temperatures") == [0.05, 0.1]
+    assert parse_float_list("0.05,0.1,", "--temperatures") == [0.05, 0.1]  # a trailing comma is fine
+    for lost in ("0.1,,0.2", ","):  # a value typed away
+        with pytest.raises(MushroomError, match="an empty value in the list"):
+            parse_float_list(lost, "--temperatures")
+    with pytest.raises(MushroomError, match="KEY=VALUE"):
+        parse_options(["threshold"])
+    with pytest.raises(MushroomError, match="given twice"):
+        parse_options(["a=1", "a=2"])
+    assert parse_options(["a=1", "b=x", 'c={"k": true}']) == {"a": 1, "b": "x", "c": {"k": True}}
+
+
+def test_detectors_prints_real_defaults(capsys):
+    code, out, _ = cli(capsys, "detectors")
+    assert code == 0
+    assert "PydanticUndefined" not in out and "lexical" in out
+    assert "threshold = " in out
+
+
+def test_bracketed_file_names_are_printed_as_they_are(tmp_path, capsys):
+    pred = write_lines(tmp_path / "run[bold].jsonl", [{"id": r["id"], "hard_labels": []} for r in GOLD_ROWS])
+    code, out, _ = cli(capsys, "check", pred, "--items", VAL_EN)
+    assert code == 0 and "run[bold].jsonl: OK" in out
+    bad = write_lines(tmp_path / "x[red].jsonl", ["{oops"])
+    code, _, err = cli(capsys, "check", bad, "--items", VAL_EN)
+    assert code == 1 and "x[red].jsonl:1: invalid JSON" in err
+
+
+def test_files_are_written_with_the_umask(tmp_path, capsys):
+    old = os.umask(0o022)
+    try:
+        ens = tmp_path / "ens.jsonl"
+        json_path = tmp_path / "s.json"
+        assert cli(capsys, "ensemble", VAL_EN, "--out", ens)[0] == 0
+        assert (
+            cli(capsys, "score", VAL_EN, VAL_EN, "--json", json_path, "--output", tmp_path / "o.txt")[0] == 0
+        )
+    finally:
+        os.umask(old)
+    for path in (ens, json_path, tmp_path / "o.txt"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_unknown_context_source_suggests_a_close_match():
+    from mushroom.data.contexts import load_contexts
+
+    with pytest.raises(MushroomError, match="did you mean 'perplexity-sonar-pro'"):
+        load_contexts("val", "en", ("perplexty-sonar-pro",))
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"PK\x03\x04rest-of-a-zip", "is a zip archive"),
+        (json.dumps(GOLD_ROWS[:2]).encode(), "is a JSON array"),
+        (json.dumps(GOLD_ROWS[0], indent=2).encode(), "is one JSON document spread over several lines"),
+        ("\n".join(json.dumps(r) for r in GOLD_ROWS).encode("utf-16"), "is UTF-16"),
+    ],
+    ids=["zip", "array", "pretty", "utf16"],
+)
+def test_common_mixups_get_a_file_level_answer(tmp_path, capsys, content, needle):
+    pred = tmp_path / "p.jsonl"
+    pred.write_bytes(content)
+    code, _, err = cli(capsys, "score", VAL_EN, pred)
+    assert code == 1 and f"{pred}: {needle}" in err
+
+
+def test_nested_option_defaults_show_what_differs():
+    class Inner(BaseModel):
+        kind: str
+        size: int = 3
+
+    class Outer(BaseModel):
+        inner: Inner = Field(default_factory=lambda: Inner(kind="replay"))
+
+    assert field_default(Outer.model_fields["inner"]) == "Inner(kind='replay')"
+
+
+SLEEPY_APP = """
+import sys, time, typer
+from mushroom.cli.boundary import run_cli
+from mushroom.util.interrupts import interrupt_hint
+app = typer.Typer()
+@app.command()
+def bare():
+    print("ready", flush=True)
+    time.sleep(60)
+@app.command()
+def hinted():
+    with interrupt_hint(lambda: "3 of 50 items saved in runs/x; run the same command to resume"):
+        print("ready", flush=True)
+        time.sleep(60)
+raise SystemExit(run_cli(app))
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("bare", "interrupted\n"),
+        ("hinted", "interrupted; 3 of 50 items saved in runs/x; run the same command to resume\n"),
+    ],
+)
+def test_ctrl_c_exits_130_with_one_line(tmp_path, command, expected):
+    import signal
+
+    script = tmp_path / "sleepy.py"
+    script.write_text(SLEEPY_APP)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a test runner may ignore it
+    )
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err == expected
+
+
+def test_counts_agree_with_their_nouns(tmp_path, capsys):
+    from mushroom.util.words import plural
+
+    assert [plural(n, "item") for n in (0, 1, 2)] == ["0 items", "1 item", "2 items"]
+    assert (
+        plural(1, "prediction file") == "1 prediction file" and plural(3, "entry", "entries") == "3 entries"
+    )
+    one = write_lines(tmp_path / "one.jsonl", [{"id": GOLD_ROWS[0]["id"], "hard_labels": [[0, 3]]}])
+    items = write_lines(tmp_path / "items.jsonl", GOLD_ROWS[:1])
+    code, out, err = cli(capsys, "ensemble", one, "--out", tmp_path / "e.jsonl", "--items", items)
+    assert code == 0 and "wrote 1 prediction from 1 run to" in out, err
+    bad = write_lines(tmp_path / "bad.jsonl", [{"id": GOLD_ROWS[0]["id"], "hard_labels": [[0, 9999]]}])
+    code, _, err = cli(capsys, "ensemble", bad, "--out", tmp_path / "e.jsonl", "--items", items)
+    assert code == 1 and "1 problem in input" in err
+    code, _, err = cli(capsys, "compare", tmp_path, "--baseline", "3")
+    assert code == 2 and "--baseline 3: 1 run given" in err
+
+
+def test_command_help_keeps_each_paragraph_on_one_line():
+    # Typer printed a docstring's later paragraphs with their source line breaks, cutting a
+    # sentence in the middle ("accepts" at the end of one line, "silently" on the next).
+    helps = {c.name or c.callback.__name__: c.help for c in app.registered_commands}
+    assert "what the official scorer accepts silently but that changes a number" in helps["score"]
+
+
+def test_option_mistakes_say_how_to_write_them(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "detect", "--detector", "pyes", "-o", "yes_words=yes,oui", "--out", out)
+    assert code == 2 and """write a list in JSON: -o 'yes_words=["yes", "oui"]'""" in err
+    code, _, err = cli(capsys, "detect", "--detector", "llm", "-o", "temperatures=[0.1,0.2", "--out", out)
+    assert code == 2 and "write a list in JSON: -o 'temperatures=[0.1, 0.2]'" in err  # it said ["[0.1", 0.2]
+    code, _, err = cli(capsys, "detect", "--detector", "pyes", "-o", "yes_words=[yes,oui]", "--out", out)
+    assert (
+        code == 2 and """write a list in JSON: -o 'yes_words=["yes", "oui"]'""" in err
+    )  # it said [[yes,oui]]
+    code, _, err = cli(capsys, "detect", "--detector", "llm", "-o", "temperatures=[0.1]", "--temperatures", "0.2",
+                       "--out", out)  # fmt: skip
+    assert code == 2 and "--temperatures and -o temperatures=… both given" in err and not out.exists()
+    from mushroom.detectors import build
+
+    # one temperature needs no brackets (it was "Input should be a valid list")
+    assert build("llm", {"temperatures": 0.3}).options.temperatures == [0.3]
+    # and -o temperatures=0.1,0.2 reads as --temperatures 0.1,0.2 does (it asked for brackets)
+    assert build("llm", parse_options(["temperatures=0.1,0.2"])).options.temperatures == [0.1, 0.2]
+    with pytest.raises(MushroomError, match="temperatures"):
+        build("llm", {"temperatures": True})
+    code, _, err = cli(capsys, "score", VAL_DIR, VAL_DIR, "--compare", VAL_EN)
+    assert code == 2 and "GOLD is a folder, --compare a file" in err
+
+
+def test_flags_show_no_value_in_help(capsys):
+    # Typer wrote `--allow-failures <bool>`, which reads as if the flag took a value.
+    code, out, _ = cli(capsys, "detect", "--help")
+    assert code == 0 and "--allow-failures" in out and "--help" in out
+    assert "<bool>" not in out  # nor after Typer's own --help
+    for args in (["--help"], ["stack", "--help"], ["stack", "fit", "--help"]):
+        code, out, _ = cli(capsys, *args)
+        assert code == 0 and "--help" in out and "<bool>" not in out, args
+
+
+def test_help_defaults_are_not_cut_short_at_80_columns():
+    for command in ("detect", "main-job", "report", "run"):
+        res = subprocess.run(
+            [sys.executable, "-m", "mushroom", command, "--help"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COLUMNS": "80"},
+            cwd=ROOT,
+        )
+        assert res.returncode == 0 and "…" not in res.stdout, (command, res.stdout)
+
+
+def test_option_mistakes_say_how_to_write_the_option(tmp_path, capsys):
+    out = tmp_path / "run"
+    for args, message in (
+        (["--detector", "llm", "-o", "backend=openai"], "the openai backend needs `base_url`"),  # the kind
+        (["--detector", "llm", "-o", "backend=3"], "give them as -o backend.kind=…"),
+        (
+            ["--detector", "llm", "-o", "backend=openai", "-o", "backend.model=m"],
+            "give it one way, e.g. -o backend.kind=openai",
+        ),
+        (
+            ["--detector", "llm", "-o", "backend.model=m", "-o", "backend=openai"],  # not a silent overwrite
+            "given both as a value (-o backend=openai) and as a group",
+        ),
+        (["--detector", "llm", "-o", "base_url=http://x/v1"], "(a backend setting: -o backend.base_url=…)"),
+        (["--detector", "nli"], "field 'model': required: give it as -o model=VALUE"),
+        (
+            ["--detector", "pyes", "--backend", "openai", "--model", "m"],
+            "takes its models as a list: -o 'models=[",
+        ),
+        (["--detector", "llm"], "needs `responses` (--responses FILE)"),
+        (["--detector", "llm", "-o", "seed=none"], "for no value write -o seed=null"),
+        (["--responses", tmp_path], "a folder, not a JSONL file"),
+        (  # the flag used to win without a word
+            [
+                "--backend",
+                "openai",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "m",
+                "-o",
+                "backend.model=x",
+            ],
+            "--model m and -o backend.model=x both given; give it once",
+        ),
+    ):
+        code, _, err = cli(capsys, "detect", *args, "--lang", "en", "--out", out)
+        assert code == 2 and message in err and not out.exists(), (args, err)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    code, _, err = cli(capsys, "detect", "--responses", empty, "--lang", "en", "--out", out)
+    assert code == 1 and "empty.jsonl: no lines" in err and not out.exists()

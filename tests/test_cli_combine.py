@@ -1,0 +1,122 @@
+"""`ensemble` and `stack` against broken inputs: they never write what they did not read."""
+
+import pytest
+from cli_helpers import GOLD_ROWS, cli, limited_run
+from conftest import VAL_EN, write_lines
+
+
+@pytest.mark.parametrize(
+    ("span", "field"),
+    [
+        ({"soft_labels": [{"start": 116, "end": 10000, "prob": 0.9}]}, "soft_labels.0"),
+        ({"soft_labels": [{"start": 9, "end": 4, "prob": 0.9}]}, "soft_labels.0"),
+        ({"hard_labels": [[3, 2]]}, "hard_labels.0"),
+        ({"hard_labels": [[-2, 3]]}, "hard_labels.0"),
+    ],
+)
+@pytest.mark.parametrize("with_items", [True, False])
+def test_ensemble_refuses_invalid_spans_naming_file_line_id_field(tmp_path, capsys, span, field, with_items):
+    rows = [{"id": r["id"], "hard_labels": r["hard_labels"]} for r in GOLD_ROWS]
+    rows[3] = {"id": rows[3]["id"], "hard_labels": [], **span}
+    bad = write_lines(tmp_path / "bad.jsonl", rows)
+    good = write_lines(tmp_path / "good.jsonl", [{"id": r["id"], "hard_labels": []} for r in GOLD_ROWS])
+    out = tmp_path / "ens.jsonl"
+    extra = ["--items", VAL_EN] if with_items else []
+    code, _, err = cli(capsys, "ensemble", good, bad, "--out", out, *extra)
+    assert code == 1
+    assert f"bad.jsonl:4: id '{GOLD_ROWS[3]['id']}': field '{field}'" in err
+    assert not out.exists()
+
+
+def test_ensemble_threshold_and_unknown_ids(tmp_path, capsys):
+    pred = write_lines(tmp_path / "p.jsonl", [{"id": "mine-1", "hard_labels": [[0, 3]]}])
+    code, _, err = cli(capsys, "ensemble", pred, "--out", tmp_path / "o.jsonl", "--threshold", "1.5")
+    assert code == 2 and "--threshold" in err
+    code, _, err = cli(capsys, "ensemble", pred, "--out", tmp_path / "o.jsonl")
+    assert code == 2 and "pass --items" in err
+
+
+@pytest.mark.parametrize(
+    ("rows", "code", "needle"),
+    [
+        ([], 1, "no predictions in the file"),
+        ([{"id": r["id"]} for r in GOLD_ROWS], 1, "neither hard_labels nor soft_labels given"),
+        (
+            [{"id": r["id"], "soft_labels": [{"start": 0, "end": 2, "prob": "0.5"}]} for r in GOLD_ROWS],
+            1,
+            "soft_labels.0.prob",
+        ),
+    ],
+    ids=["empty", "ids-only", "string-prob"],
+)
+def test_ensemble_never_writes_what_it_did_not_read(tmp_path, capsys, rows, code, needle):
+    pred = write_lines(tmp_path / "p.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    got, _, err = cli(capsys, "ensemble", pred, "--out", out)
+    assert got == code and needle in err
+    assert not out.exists()
+
+
+def test_stack_apply_names_a_json_file_that_is_no_stack(tmp_path, capsys):
+    run = limited_run(tmp_path, capsys)
+    config = run / "config.json"
+    code, _, err = cli(
+        capsys, "stack", "apply", config, f"lexical={run}", "--out", tmp_path / "o", "--split", "val"
+    )
+    assert code == 1
+    assert f"{config}: not a stack.json (fit one with `mushroom stack fit`)" in err
+    assert "Field required" not in err and not (tmp_path / "o").exists()
+
+
+def test_stack_apply_with_the_wrong_members_leaves_no_run_folder(tmp_path, capsys):
+    run = tmp_path / "run"
+    code, _, err = cli(capsys, "detect", "--split", "val", "--lang", "en", "--out", run, "--quiet")
+    assert code == 0, err
+    stack, out = tmp_path / "stack.json", tmp_path / "o"
+    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", stack)
+    assert code == 0, err
+    for members, message in (
+        ([f"other={run}"], "fitted on members ['lex']; got ['other']"),
+        ([f"lex={tmp_path / 'nowhere'}"], "no val prediction files"),
+    ):
+        code, _, err = cli(capsys, "stack", "apply", stack, *members, "--split", "val", "--out", out)
+        assert code == 2 and message in err, err
+        assert not out.exists()
+
+
+def test_an_unlabelled_split_is_not_swept_or_fitted_on(tmp_path, capsys):
+    # Scoring an item without gold treats it as "nothing hallucinated": a sweep on test said
+    # "best IoU 1.0000" and a stack fitted on test saved threshold 0.05, both with exit 0.
+    run = tmp_path / "lex"
+    code, _, err = cli(
+        capsys, "detect", "--split", "test", "--lang", "en", "--limit", "3", "--out", run, "--quiet"
+    )
+    assert code == 0, err
+    code, out, err = cli(capsys, "sweep", run, "--split", "test", "--svg", tmp_path / "s.svg")
+    assert (
+        code == 2
+        and "needs gold labels" in err
+        and "split 'test' has items without them: en (" in err
+        and "IoU" not in out
+    )
+    assert not (tmp_path / "s.svg").exists()
+    stack = tmp_path / "stack.json"
+    code, _, err = cli(
+        capsys, "stack", "fit", f"lex={run}", "--split", "test", "--lang", "en", "--out", stack
+    )
+    assert code == 2 and "fitting a stack needs gold labels" in err and not stack.exists()
+    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--folds", "1", "--out", stack)
+    assert code == 2 and "--folds" in err
+
+
+def test_an_ensemble_never_overwrites_its_input_and_names_a_file_with_other_items(tmp_path, capsys):
+    a = limited_run(tmp_path, capsys, "a")
+    b = limited_run(tmp_path, capsys, "b", "--option", "threshold=0.5")
+    pa, pb = (r / "predictions" / "mushroom.en-val.v2.jsonl" for r in (a, b))
+    before = pa.read_bytes()
+    code, _, err = cli(capsys, "ensemble", pa, pb, "--out", pa)
+    assert code == 2 and "is one of the inputs" in err and pa.read_bytes() == before
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(pb.read_text().splitlines(keepends=True)[:3]))
+    code, _, err = cli(capsys, "ensemble", pa, short, "--out", tmp_path / "e.jsonl")
+    assert code == 1 and f"{short}: field 'id': covers other items than {pa}: no prediction for" in err

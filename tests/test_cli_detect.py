@@ -1,0 +1,296 @@
+"""`detect`, `main-job`, `run` and `contexts`: a mistake found before the run leaves no run folder."""
+
+import json
+
+import pytest
+from cli_helpers import GOLD_ROWS, VAL_DIR, cli, limited_run
+from conftest import VAL_EN, write_lines
+
+
+def test_a_run_folder_with_another_config_names_what_differs(tmp_path, capsys):
+    run = limited_run(tmp_path, capsys)
+    code, _, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "en", "--limit", "3", "--out", run, "--quiet",
+        "-o", "threshold=0.3", "-o", "calibration=null",
+    )  # fmt: skip
+    assert code == 2
+    assert f"{run} holds a run with another config" in err
+    assert "options.threshold: 0.25 -> 0.3" in err and "limit: 5 -> 3" in err
+    assert 'options.calibration: "default" -> null' in err
+
+
+def test_an_empty_items_file_is_an_input_error(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    ctx = write_lines(tmp_path / "ctx.jsonl", [{"id": "a", "context": "x"}])
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "detect", "--items", empty, "--contexts", ctx, "--out", out, "--quiet")
+    assert code == 1 and f"{empty}: no items" in err and not out.exists()
+
+
+def test_backend_shortcuts_with_a_detector_that_calls_no_llm_are_refused(tmp_path, capsys):
+    # --detector lexical used to be swapped for llm when --backend was given; now it is said.
+    out = tmp_path / "run"
+    args = ["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--out", out]
+    code, _, err = cli(capsys, "detect", "--detector", "lexical", *args)
+    assert (
+        code == 2 and "detector 'lexical' uses none" in err and "--detector llm" in err and not out.exists()
+    )
+    # a typo of a registry model is a usage error with the match, before any engine loads
+    code, _, err = cli(capsys, "detect", "--backend", "transformers", "--model", "smolm2", "--out", out)
+    assert code == 2 and "did you mean 'smollm2'" in err and not out.exists()
+
+
+def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    for args, message in (
+        (["--lang", "xx"], "has no file for xx"),
+        (["--lang", "eng"], "has no file for eng; did you mean 'en'?"),
+        (["--lang", "en", "--contexts", "perplexty"], "no context file for source 'perplexty'"),
+        (["--items", VAL_EN, "--split", "test"], "replaces --split test"),
+        (["--backend", "openai", "--base-url", "notaurl", "--model", "m"], "is not an http(s) URL"),
+        # backends are built when the first item needs one; what they would fail on is seen first
+        (["--backend", "openai", "--model", "m"], "the openai backend needs `base_url`"),
+        (["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1"], "needs `model` (--model)"),
+        (["--backend", "replay"], "the replay backend (the default of LLM detectors) needs `responses`"),
+        (["--responses", tmp_path / "none.jsonl"], "none.jsonl: no such file (the replay backend's"),
+        (["--backend", "transformers", "--model", tmp_path / "m.gguf"], "m.gguf does not exist"),
+        # a mistyped cache folder was made, and the next run (typed right) found no cache
+        (["--responses", VAL_EN, "-o", f"cache_path={tmp_path / 'typo' / 'c.jsonl'}"], "typo does not exist"),
+        (["--responses", VAL_EN, "-o", f"cache_path={tmp_path}"], "is a folder; name a .jsonl file"),
+    ):
+        code, _, err = cli(capsys, "detect", *args, "--out", out, "--quiet")
+        assert code == 2 and message in " ".join(err.split()), (args, err)
+        assert not out.exists(), args
+    assert not (tmp_path / "typo").exists()
+    code, _, err = cli(capsys, "main-job", "--no-val", "--out", out)
+    assert code == 2 and "--no-val" in err and not out.exists()
+    code, _, err = cli(capsys, "main-job", "--detector", "llm", "-o", "backend.kind=replay", "--out", out)
+    assert code == 2 and "needs `responses`" in err and not out.exists()
+    config = tmp_path / "c.toml"
+    config.write_text('name = "c"\n[detector]\nname = "llm"\n[detector.options.backend]\nkind = "openai"\n')
+    code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
+    assert code == 2 and "needs `base_url`" in err and not out.exists()
+    # languages and context files are read before the folder is made too
+    for args in (["--lang", "xx"], ["--lang", "yy", "--detector", "lexical"]):
+        code, _, err = cli(capsys, "main-job", *args, "--out", out, "--quiet")
+        assert code == 2 and not out.exists(), (args, err)
+    config.write_text('name = "c"\nsplits = ["val"]\nlangs = ["ca"]\n[detector]\nname = "lexical"\n')
+    code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
+    assert code == 2 and "split 'val' has no file for ca" in err and not out.exists()
+    broken = tmp_path / "ctx.jsonl"
+    broken.write_text('{"id": "val-en-1", "context": "x"}\n{"id": \n')
+    code, _, err = cli(capsys, "detect", "--items", VAL_EN, "--contexts", broken, "--out", out, "--quiet")
+    assert code == 1 and "ctx.jsonl:2: invalid JSON" in err and not out.exists()
+
+
+def test_languages_can_be_given_as_a_comma_list_in_any_case(tmp_path, capsys):
+    run = tmp_path / "run"
+    code, out, err = cli(capsys, "detect", "--lang", "EN,de", "--limit", "1", "--out", run, "--quiet")
+    assert code == 0, err
+    assert {p.name for p in (run / "predictions").glob("mushroom.*.jsonl")} == {
+        "mushroom.en-val.v2.jsonl",
+        "mushroom.de-val.v2.jsonl",
+    }
+
+
+def test_items_in_a_language_mushroom_does_not_know_are_warned_about(tmp_path, capsys):
+    rows = [{**r, "lang": "xx"} for r in GOLD_ROWS[:2]]
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    ctx = write_lines(tmp_path / "ctx.jsonl", [{"id": r["id"], "context": r["model_input"]} for r in rows])
+    code, _, err = cli(
+        capsys, "detect", "--items", items, "--contexts", ctx, "--out", tmp_path / "r", "--quiet"
+    )
+    assert code == 0, err
+    assert "2 items in language 'xx', which mushroom does not know" in " ".join(err.split())
+
+
+def test_default_run_folders_of_the_same_second_are_kept_apart(tmp_path):
+    from mushroom.data.runfolder import new_run_folder
+
+    first = new_run_folder(tmp_path / "runs", "20261122-120000-lexical-val")
+    second = new_run_folder(tmp_path / "runs", "20261122-120000-lexical-val")
+    assert first.is_dir() and second.is_dir() and second.name == "20261122-120000-lexical-val-2"
+
+
+def test_options_that_would_do_nothing_or_repeat_a_vote_are_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    # a weight for a source the run does not read was silently unused
+    code, _, err = cli(
+        capsys, "detect", "-o", "source_weights.perplexity-sonar=2", "--lang", "en", "--out", out
+    )
+    assert code == 2 and "'perplexity-sonar' is not a context source of this run" in err and not out.exists()
+    assert "did you mean 'perplexity-sonar-pro'?" in err
+    code, _, err = cli(capsys, "main-job", "-o", "lexical.source_weights.foo=2", "--lang", "en", "--out", out)
+    assert code == 2 and "'foo' is not a context source of this run" in err and not out.exists()
+    # a fact-check is never support, so its weight would be unused too
+    weight = "source_weights.qa_perplexity-sonar-pro=2"
+    code, _, err = cli(capsys, "detect", "-o", weight, "--lang", "en", "--out", out)
+    assert code == 2 and "is a fact-check source, which is never read as support" in err and not out.exists()
+    for bad in ("nan", "-1"):  # no vote at all, or a negative one, would empty every prediction
+        code, _, err = cli(capsys, "detect", "-o", f"source_weights.deepseek-r1={bad}", "--out", out)
+        assert code == 2 and "source_weights.deepseek-r1" in err and not out.exists(), err
+    code, _, err = cli(capsys, "detect", "-o", "source_weights.foo=2", "--contexts", "", "--out", out)
+    assert code == 2 and "valid: (none)" in err and not out.exists()
+    # a repeated temperature is the same request: the cache would answer it with the first
+    args = ["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--out", out]
+    code, _, err = cli(capsys, "detect", *args, "--temperatures", "0.1,0.1")
+    assert code == 2 and "temperature 0.1 is given twice" in err and "samples" in err
+    assert "Value error" not in err and not out.exists()
+    code, _, err = cli(capsys, "detect", "-o", "source_weights.deepseek-r1=2", "--lang", "en", "--limit", "2",
+                       "--out", out, "--quiet")  # fmt: skip
+    assert code == 0, err
+
+
+def test_a_model_the_server_does_not_serve_stops_before_a_folder(tmp_path, capsys):
+    """llama.cpp answers whatever --model says: a typo ran, and every record named the wrong model."""
+    from fake_openai_server import FakeServer
+
+    out = tmp_path / "run"
+    with FakeServer({}) as server:
+        base = ["detect", "--detector", "llm", "--backend", "openai", "--base-url", server.url]
+        code, _, err = cli(capsys, *base, "--model", "nosuch", "--lang", "en", "--limit", "1", "--out", out)
+        assert code == 2 and "serves only 'm', not 'nosuch', and would answer with it" in " ".join(
+            err.split()
+        )
+        assert not out.exists()
+        code, _, err = cli(
+            capsys, *base, "--model", "m", "--lang", "en", "--limit", "1", "--out", out, "--quiet"
+        )
+        assert code == 0 and out.exists(), err
+    # a server listing several models may route names it does not list (Ollama, routers): a warning
+    with FakeServer({}, models=("llama3.2:latest", "qwen3")) as server:
+        args = [
+            "detect",
+            "--detector",
+            "llm",
+            "--backend",
+            "openai",
+            "--base-url",
+            server.url,
+            "--lang",
+            "en",
+        ]
+        args += ["--limit", "1", "--quiet"]
+        code, _, err = cli(capsys, *args, "--model", "llama3.2", "--out", tmp_path / "o1")
+        assert code == 0 and "lists" not in err, err
+        code, _, err = cli(capsys, *args, "--model", "mistral", "--out", tmp_path / "o2")
+        warnings = json.loads((tmp_path / "o2" / "summary.json").read_text())["warnings"]
+        assert code == 0 and any("lists 'llama3.2:latest', 'qwen3', not 'mistral'" in w for w in warnings)
+    # a server that cannot be reached is not this mistake: the run counts its failed requests
+    dead = ["--base-url", "http://127.0.0.1:9/v1", "--model", "nosuch", "--lang", "en", "--limit", "1"]
+    code, _, err = cli(
+        capsys, "detect", "--detector", "llm", "--backend", "openai", *dead, "--out", tmp_path / "d"
+    )
+    assert code == 3 and "serves" not in err
+
+
+def test_device_model_and_engine_mistakes_stop_before_a_folder(tmp_path, capsys):
+    """Each used to fail every item after the folder existed, with advice to re-run."""
+
+    torch = pytest.importorskip("torch")
+    out = tmp_path / "run"
+    not_gguf = tmp_path / "model.gguf"
+    not_gguf.write_text("hello")
+    cases = [
+        (
+            ["--detector", "semantic", "-o", "device=banana"],
+            "semantic option device 'banana': not a device name",
+        ),
+        (["--detector", "semantic", "-o", f"model={tmp_path / 'nope'}"], "no such model folder"),
+        (["--detector", "nli", "-o", f"model={tmp_path / 'nope'}"], "nli option model"),
+        (["--detector", "nli", "-o", "model=x", "-o", "device=banana"], "nli option device 'banana'"),
+        (
+            ["--backend", "transformers", "--model", str(not_gguf)],
+            "is not a GGUF file (it starts with b'hell'",
+        ),
+        # a folder with no model failed every item with the library's error, and exit 3
+        (["--backend", "transformers", "--model", str(tmp_path)], "holds no config.json"),
+        (["--backend", "transformers", "--model", str(tmp_path / "gone")], "gone does not exist"),
+        (["--backend", "transformers", "--model", str(tmp_path / "x.txt")], "is a file, not a model folder"),
+    ]
+    (tmp_path / "x.txt").write_text("x")
+    if not torch.cuda.is_available():
+        cases.append((["--detector", "semantic", "-o", "device=cuda"], "sees no CUDA device; use cpu"))
+        cases.append(
+            (
+                ["--backend", "transformers", "--model", str(not_gguf), "-o", "backend.device=cuda"],
+                "not a GGUF",
+            )
+        )
+    for args, message in cases:
+        code, _, err = cli(capsys, "detect", *args, "--lang", "en", "--limit", "1", "--out", out)
+        assert code == 2 and message in " ".join(err.split()) and not out.exists(), (args, err)
+
+
+def test_a_base_model_is_refused_for_generation_before_its_download(tmp_path, capsys):
+    out = tmp_path / "run"
+    for detector in ("llm", "chain"):
+        code, _, err = cli(
+            capsys, "detect", "--detector", detector, "--backend", "transformers", "--model", "gemma3-270m",
+            "--lang", "en", "--out", out,
+        )  # fmt: skip
+        assert code == 2 and "gemma3-270m is a base model without a chat template" in err and not out.exists()
+    code, _, err = cli(
+        capsys, "contexts", "--split", "val", "--lang", "en", "--backend", "transformers", "--model",
+        "gemma3-270m", "--context-dir", tmp_path / "ctx",
+    )  # fmt: skip
+    assert code == 2 and "to generate answers use a chat model: smollm2" in err
+
+
+def test_a_run_over_an_items_file_says_how_to_score_it(tmp_path, capsys):
+    items = write_lines(tmp_path / "items.jsonl", GOLD_ROWS[:3])
+    run = tmp_path / "run"
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", run, "--quiet")
+    assert code == 0, err
+    code, _, err = cli(capsys, "report", run, "--out", tmp_path / "r.html")
+    flat = " ".join(err.split())
+    assert code == 2 and "made with --items, so it has no val files" in flat
+    assert f"mushroom score ITEMS.jsonl {run / 'predictions' / 'mushroom.en-items.jsonl'}" in flat
+    code, out, err = cli(capsys, "score", items, run)  # the run folder itself, against its items
+    assert code == 0 and "IoU: " in out, err
+
+
+def test_a_misspelt_key_of_a_run_config_names_the_key_it_may_be(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text(
+        'name = "c"\nsplit = ["val"]\n[detector]\nname = "lexical"\nnmae = 3\n'
+        '[[variants]]\nname = "a"\noptons = {}\n'
+    )
+    code, _, err = cli(capsys, "run", config, "--out", tmp_path / "run")
+    text = " ".join(err.split())
+    assert code == 2 and "field 'split': unknown key (did you mean 'splits'?)" in text
+    assert "field 'detector.nmae': unknown key (did you mean 'name'?)" in text
+    assert "field 'variants.0.optons': unknown key (did you mean 'options'?)" in text
+
+
+def test_a_run_in_a_folder_of_other_files_says_so_and_keeps_them(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    (mine / ".DS_Store").write_text("")
+    args = ("detect", "--lang", "en", "--limit", "1", "--out", mine, "--quiet")
+    code, out, err = cli(capsys, *args)
+    assert code == 0 and "holds files and no run (notes.txt): the run is written beside them" in " ".join(
+        (out + err).split()
+    )
+    assert (mine / "notes.txt").read_text() == "mine" and (mine / "config.json").is_file()
+    # a run folder that lost its config.json is no folder of other files
+    (mine / "config.json").unlink()
+    (mine / "notes.txt").unlink()
+    code, out, err = cli(capsys, *args)
+    assert code == 0 and "holds files" not in out + err, out + err
+
+
+def test_a_run_that_failed_items_and_wrote_no_file_says_so(tmp_path, capsys):
+    """Without --allow-failures a language with failed items gets no file; `score` says why."""
+    run = tmp_path / "run"
+    (run / "predictions").mkdir(parents=True)
+    (run / "config.json").write_text(
+        json.dumps({"config": {"job": "detect", "split": "val"}, "config_hash": "x"})
+    )
+    write_lines(run / "failures.jsonl", [{"split": "val", "lang": "en", "id": "val-en-1", "error": "x"}])
+    code, _, err = cli(capsys, "score", VAL_DIR, run)
+    assert code == 2 and "its run lists 1 failed item and wrote no file for their languages" in err
+    code, _, err = cli(capsys, "ensemble", run, run, "--split", "val", "--out", tmp_path / "v.jsonl")
+    assert code == 2 and "run its command again to complete them" in err

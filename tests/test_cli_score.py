@@ -1,0 +1,163 @@
+"""`score` and `check` against broken and real-world-like files: messages name file, line, field."""
+
+import json
+
+from cli_helpers import GOLD_ROWS, VAL_DIR, cli, leaderboard_style, limited_run
+from conftest import ROOT, VAL_EN, write_lines
+from official_oracle import official_scores
+
+
+def test_submission_with_text_keys_is_read_by_every_command(tmp_path, capsys):
+    sub = write_lines(tmp_path / "sub.jsonl", leaderboard_style(GOLD_ROWS))
+    code, out, _ = cli(capsys, "check", sub, "--items", VAL_EN)
+    assert code == 0 and "OK (50 predictions" in out
+    code, _, err = cli(capsys, "check", sub, "--items", VAL_EN, "--strict")
+    assert code == 1
+    assert "field 'text': unknown key in soft_labels span" in err
+    assert "field 'model_output_text': unknown key in record" in err
+    code, out, _ = cli(capsys, "score", VAL_EN, sub)
+    assert code == 0 and out.endswith("IoU: 1.00000000\nCor: 1.00000000\n")
+    ens = tmp_path / "ens.jsonl"
+    code, out, err = cli(capsys, "ensemble", sub, sub, "--out", ens)  # ids say val/en: no --items needed
+    assert code == 0, err
+    code, _, err = cli(capsys, "check", ens, "--items", VAL_EN)
+    assert code == 0, err
+    # a file of another language: said once, not as every line "not among the items"
+    code, _, err = cli(capsys, "ensemble", sub, VAL_DIR / "mushroom.de-val.v2.extra.jsonl", "--out", ens)
+    assert code == 2 and "has no item in common with" in err and "not among" not in err, err
+
+
+def test_bom_and_crlf_are_read_with_the_same_numbers(tmp_path, capsys):
+    preds = [{"id": r["id"], "soft_labels": r["soft_labels"][:2]} for r in GOLD_ROWS]
+    plain = write_lines(tmp_path / "plain.jsonl", preds)
+    odd = tmp_path / "odd.jsonl"
+    odd.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))
+    gold_bom = tmp_path / "mushroom.en-val.v2.jsonl"
+    gold_bom.write_bytes(b"\xef\xbb\xbf" + VAL_EN.read_bytes().replace(b"\n", b"\r\n"))
+    _, plain_out, _ = cli(capsys, "score", VAL_EN, plain)
+    code, odd_out, _ = cli(capsys, "score", gold_bom, odd)
+    assert code == 0 and odd_out == plain_out
+    iou, cor = official_scores(VAL_EN, plain)
+    assert plain_out == f"IoU: {iou:.8f}\nCor: {cor:.8f}\n"
+    assert cli(capsys, "check", odd, "--items", gold_bom)[0] == 0
+
+
+def test_score_warns_about_what_the_official_scorer_accepts_silently(tmp_path, capsys):
+    rows = [
+        {"id": r["id"], "soft_labels": r["soft_labels"], "hard_labels": r["hard_labels"]} for r in GOLD_ROWS
+    ]
+    rows[0]["soft_labels"] = [{"start": 10, "end": 5, "prob": 0.7}, {"start": 20, "end": 30, "prob": 1.5}]
+    rows[1]["hard_labels"] = [[8, 3]]
+    pred = write_lines(tmp_path / "p.jsonl", rows)
+    code, out, err = cli(capsys, "score", VAL_EN, pred)
+    assert code == 0
+    iou, cor = official_scores(VAL_EN, pred)
+    assert out == f"IoU: {iou:.8f}\nCor: {cor:.8f}\n"  # the official numbers, unchanged
+    assert "2 reversed spans" in err and "p.jsonl:1: id 'val-en-1': soft_labels.0 [10, 5)" in err
+    assert "1 probability outside [0, 1] (ranked as given)" in err and "soft_labels.1.prob 1.5" in err
+
+
+def test_folder_scoring_needs_every_language_or_langs(tmp_path, capsys):
+    (tmp_path / "mushroom.en-val.v2.jsonl").write_bytes(VAL_EN.read_bytes())
+    (tmp_path / "mushroom.xx-val.v2.jsonl").write_text("")
+    (tmp_path / "notes.jsonl").write_text("")
+    code, _, err = cli(capsys, "score", VAL_DIR, tmp_path)
+    assert code == 2 and "no prediction file for 9 of 10 languages" in err and "--langs en" in err
+    code, out, err = cli(capsys, "score", VAL_DIR, tmp_path, "--langs", "en")
+    assert code == 0 and out.endswith("IoU: 1.00000000\nCor: 1.00000000\n")
+    assert "scoring 1 language: en (mushroom.en-val.v2.jsonl)" in err
+    assert "not scored, no gold file: xx" in err and "notes.jsonl" in err
+    (tmp_path / "mushroom.en-val.old.jsonl").write_bytes(VAL_EN.read_bytes())
+    code, _, err = cli(capsys, "score", VAL_DIR, tmp_path, "--langs", "en")
+    assert code == 2 and "two files for language 'en'" in err
+
+
+def test_score_json_dash_prints_only_json(capsys):
+    code, out, err = cli(capsys, "score", VAL_EN, VAL_EN, "--json", "-", "--per-lang", "--ci")
+    assert code == 0
+    assert json.loads(out)["n"] == 50
+    assert "IoU: 1.00000000" in err
+
+
+def test_a_run_over_every_item_still_needs_every_item(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "predictions").mkdir(parents=True)
+    config = {"config": {"job": "detect", "split": "val", "langs": ["en"], "limit": None}, "config_hash": "x"}
+    (run / "config.json").write_text(json.dumps(config))
+    rows = [{"id": r["id"], "hard_labels": r["hard_labels"]} for r in GOLD_ROWS[:5]]
+    write_lines(run / "predictions" / "mushroom.en-val.v2.jsonl", rows)
+    code, _, err = cli(capsys, "score", VAL_DIR, run / "predictions")
+    assert code == 1 and "no prediction for 45 gold ids" in err
+    assert "not scored, no prediction file: ar" in err  # made with --lang en: no error for the others
+
+
+def test_check_groups_missing_items_and_counts_what_it_found(tmp_path, capsys):
+    rows = [{"id": r["id"], "hard_labels": []} for r in GOLD_ROWS[:3]] + ["not json"]
+    pred = write_lines(tmp_path / "p.jsonl", rows)
+    code, _, err = cli(capsys, "check", pred, "--items", VAL_EN)
+    assert code == 1
+    assert err.count("no prediction for") == 2  # one grouped line and the summary, not 47 lines
+    missing = [r["id"] for r in GOLD_ROWS[3:8]]
+    listed = ", ".join(repr(i) for i in missing)
+    assert f"p.jsonl: field 'id': no prediction for 47 items: {listed}, ... (first 5 shown)" in err
+    assert err.rstrip().endswith("p.jsonl: 1 error on 1 line (of 4 read); no prediction for 47 of 50 items")
+    one = write_lines(tmp_path / "one.jsonl", [{"id": GOLD_ROWS[0]["id"], "hard_labels": []}])
+    items = write_lines(tmp_path / "items.jsonl", GOLD_ROWS[:1])
+    code, out, _ = cli(capsys, "check", one, "--items", items)
+    assert code == 0 and "one.jsonl: OK (1 prediction, 0 warnings)" in out
+
+
+def test_a_run_folder_is_scored_like_compare_and_sweep_take_it(tmp_path, capsys):
+    run = limited_run(tmp_path, capsys)
+    code, out, err = cli(capsys, "score", VAL_DIR, run)
+    code2, out2, _ = cli(capsys, "score", VAL_DIR, run / "predictions")
+    assert code == code2 == 0 and out.splitlines()[-2:] == out2.splitlines()[-2:], err
+
+
+def test_score_takes_a_variant_folder_and_names_the_variants_of_its_root(tmp_path, capsys):
+    from mushroom.data.predictions import submission_name
+
+    variant = tmp_path / "cfg" / "few-shot" / "val"
+    variant.mkdir(parents=True)
+    for gold in sorted(VAL_DIR.glob("mushroom.*-val.v2.extra.jsonl")):
+        lang = gold.name.split(".")[1].split("-")[0]
+        (variant / submission_name(lang, "val")).write_bytes(gold.read_bytes())  # gold as predictions
+    code, out, err = cli(capsys, "score", VAL_DIR, tmp_path / "cfg" / "few-shot")
+    assert code == 0 and out.endswith("IoU: 1.00000000\nCor: 1.00000000\n"), err
+    code, _, err = cli(capsys, "score", VAL_DIR, tmp_path / "cfg")
+    assert code == 2 and "it holds the variants few-shot: give one" in " ".join(err.split())
+
+
+def test_check_against_the_wrong_items_file_says_so_once(capsys):
+    de_items = VAL_DIR / "mushroom.de-val.v2.extra.jsonl"
+    code, _, err = cli(capsys, "check", VAL_EN, "--items", de_items)
+    flat = " ".join(err.split())
+    assert code == 1 and "50 of 50 ids are not among the items of" in flat and "(language and split)?" in flat
+
+
+def test_score_of_one_gold_file_against_a_run_folder_takes_the_runs_file_of_its_language(tmp_path, capsys):
+    from mushroom.data.predictions import submission_name
+
+    folder = tmp_path / "run" / "predictions"
+    folder.mkdir(parents=True)
+    for lang in ("en", "de"):  # gold as predictions: a perfect score for the right language only
+        gold = VAL_DIR / f"mushroom.{lang}-val.v2.extra.jsonl"
+        (folder / submission_name(lang, "val")).write_bytes(gold.read_bytes())
+    code, out, err = cli(capsys, "score", VAL_EN, tmp_path / "run")
+    assert code == 0 and out.endswith("IoU: 1.00000000\nCor: 1.00000000\n"), err
+
+
+def test_score_names_the_item_of_a_bad_line_and_what_an_unlabelled_or_odd_file_is(tmp_path, capsys):
+    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()]
+    bad = [{k: r[k] for k in ("id", "soft_labels", "hard_labels")} for r in rows]
+    bad[0]["hard_labels"] = "x"
+    bad[1]["id"] = 7
+    code, _, err = cli(capsys, "score", VAL_EN, write_lines(tmp_path / "bad.jsonl", bad))
+    text = " ".join(err.split())
+    assert code == 1 and f"bad.jsonl:1: id '{rows[0]['id']}': field 'hard_labels': must be a list" in text
+    assert "bad.jsonl:2: field 'id': not a string (got int 7)" in text
+    unlabelled = ROOT / "data" / "mushroom" / "test-unlabeled" / "mushroom.en-tst.v1.jsonl"
+    code, _, err = cli(capsys, "score", unlabelled, unlabelled)
+    assert code == 1 and "items without gold labels (an unlabelled split such as test) cannot be scored" in (
+        " ".join(err.split())
+    )
