@@ -1,8 +1,9 @@
 """A scripted OpenAI-compatible server on 127.0.0.1 for tests.
 
 Chat: the script maps a marker found in the last user message to a list of behaviours, one
-per call: ("ok", text), ("status", code) or ("status", code, body), ("sleep", seconds).
-The last behaviour repeats.
+per call: ("ok", text), ("cut", text) (a reply cut off at max_tokens: finish_reason
+"length"), ("status", code) or ("status", code, body), ("sleep", seconds).
+The last behaviour repeats. `send_usage=False` leaves `usage` out of chat replies.
 
 Options that imitate real servers:
 - `reject_json_schema`: answers `response_format: {"type": "json_schema"}` with HTTP 500 and
@@ -54,8 +55,10 @@ class FakeServer:
         ignore_n: bool = False,
         refuse_n: bool = False,
         models: tuple[str, ...] = ("m",),
+        send_usage: bool = True,
     ):
         self.script = script
+        self.send_usage = send_usage
         self.default_text = default_text
         self.reject_json_schema = reject_json_schema
         self.reject_json_object = reject_json_object
@@ -158,12 +161,14 @@ class FakeServer:
                     {
                         "index": i,
                         "message": {"role": "assistant", "content": action[1]},
-                        "finish_reason": "stop",
+                        "finish_reason": "length" if action[0] == "cut" else "stop",
                     }
                     for i in range(1 if server.ignore_n else body.get("n", 1))
                 ]
-                usage = {"prompt_tokens": 10, "completion_tokens": 5}
-                self._send(200, json.dumps({"choices": choices, "usage": usage}))
+                reply = {"choices": choices}
+                if server.send_usage:  # a count far under max_tokens: only finish_reason says "cut"
+                    reply["usage"] = {"prompt_tokens": 10, "completion_tokens": 5}
+                self._send(200, json.dumps(reply))
 
             def _completion(self, body):
                 if body.get("echo") and not server.prompt_logprobs:

@@ -125,3 +125,18 @@ def test_loglikelihood_says_when_the_server_keeps_no_prompt_logits(llama):
         )
         assert out[0].logprob is None and "logits_all" in out[0].error
         backend.close()
+
+
+def test_a_reply_cut_by_max_tokens_is_counted_as_cut_off(llama):
+    """llama.cpp says `finish_reason: "length"`; the llm detector counts the reply as truncated."""
+    backend = _backend(llama, structured_output="none")
+    request = GenerationRequest(
+        key="cut", messages=[Message(role="user", content="Write a long story about a dragon.")], max_tokens=4
+    )
+    (gen,) = backend.generate([request])
+    assert gen.error is None, llama.tail()
+    assert gen.finish_reasons == ["length"] and gen.used_budget(4) is True
+    (whole,) = backend.generate(
+        [GenerationRequest(key="whole", messages=[Message(role="user", content="Say yes.")], max_tokens=200)]
+    )
+    assert whole.error is None and whole.finish_reasons == ["stop"] and whole.used_budget(200) is False

@@ -75,6 +75,11 @@ class Generation(BaseModel):
     error: str | None = None
     cached: bool = False
     usage: dict[str, int] = Field(default_factory=dict)
+    finish_reasons: list[str | None] = Field(
+        default_factory=list,
+        description="why each text ended, as the engine says it: 'stop', or 'length' for one cut "
+        "off at max_tokens (empty when the backend does not say)",
+    )
     structured_output: str | None = Field(
         None,
         description="how the JSON schema was sent or enforced (openai: json_schema, json_object, ...; "
@@ -82,11 +87,18 @@ class Generation(BaseModel):
     )
 
     def used_budget(self, max_tokens: int) -> bool | None:
-        """Whether every text used its whole `max_tokens`: cut off, not finished.
+        """Whether a text was cut off at `max_tokens` instead of finishing.
 
-        None when the backend counted no tokens (a replay file without usage, a scripted
-        backend): the caller then has only the text itself to go by.
+        The engine's own word comes first: `finish_reason == "length"` on any text, whatever
+        `usage` says (a server may count tokens differently, or not at all). Without finish
+        reasons, every text using its whole budget by the token count says the same. None when
+        the backend said neither (a replay file without them, a scripted backend): the caller
+        then has only the text itself to go by.
         """
+        if any(reason == "length" for reason in self.finish_reasons):
+            return True
+        if self.texts and len(self.finish_reasons) == len(self.texts) and all(self.finish_reasons):
+            return False
         tokens = self.usage.get("completion_tokens")
         if not self.texts or tokens is None:
             return None

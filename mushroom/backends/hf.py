@@ -258,10 +258,12 @@ class TransformersBackend(Backend):
         sequences = out.sequences[:, prompt_len:]
         texts = self.tokenizer.batch_decode(sequences, skip_special_tokens=True)
         stops = self._stop_ids()
-        lengths = []
+        lengths, reasons = [], []
         for row in sequences.tolist():
             ends = [k for k, t in enumerate(row) if t in stops]
             lengths.append(ends[0] if ends else len(row))
+            # no end-of-sequence token within max_new_tokens: cut off, as a server's "length"
+            reasons.append("stop" if ends else "length")
         logprobs = None
         if req.top_logprobs is not None and out.scores:
             steps = torch.stack(out.scores, dim=1).float().log_softmax(-1)  # (batch*n, steps, vocab)
@@ -300,6 +302,7 @@ class TransformersBackend(Backend):
                         "prompt_tokens": len(prompts[i]),
                         "completion_tokens": sum(lengths[r] for r in rows),
                     },
+                    finish_reasons=[reasons[r] for r in rows],
                     structured_output=mode,
                 )
             )

@@ -404,10 +404,12 @@ class OpenAIBackend(Backend):
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
             return Generation(error="response has no choices")
-        texts, logprobs = [], []
+        texts, logprobs, reasons = [], [], []
         for choice in sorted(choices, key=lambda c: c.get("index", 0)):
             message = choice.get("message") or {}
             texts.append(message.get("content") or "")
+            reason = choice.get("finish_reason")
+            reasons.append(reason if isinstance(reason, str) else None)
             content = (choice.get("logprobs") or {}).get("content")
             if content:
                 logprobs.append(
@@ -417,7 +419,12 @@ class OpenAIBackend(Backend):
                     ]
                 )
         usage = {k: v for k, v in (data.get("usage") or {}).items() if isinstance(v, int)}
-        return Generation(texts=texts, logprobs=logprobs or None, usage=usage)
+        return Generation(
+            texts=texts,
+            logprobs=logprobs or None,
+            usage=usage,
+            finish_reasons=reasons if any(reasons) else [],
+        )
 
     def _fall_back(self, rejected: str) -> str:
         """Moves `auto` past a rejected form (once, whichever thread saw it first); the form to use."""
@@ -461,10 +468,12 @@ class OpenAIBackend(Backend):
             for k, v in part.usage.items():
                 usage[k] = usage.get(k, 0) + v
         logprobs = [lp for part in parts for lp in part.logprobs or []]
+        reasons = [r for part in parts for r in part.finish_reasons or [None] * len(part.texts)]
         return Generation(
             texts=[t for part in parts for t in part.texts][: req.n],
             logprobs=logprobs[: req.n] if all(part.logprobs for part in parts) else None,
             usage=usage,
+            finish_reasons=reasons[: req.n] if any(reasons) else [],
             structured_output=gen.structured_output,
         )
 

@@ -59,6 +59,9 @@ class RawRecord(BaseModel):
     error: str | None = None
     cached: bool = False
     usage: dict[str, int] = Field(default_factory=dict)
+    finish_reasons: list[str | None] | None = Field(
+        None, description="why each text ended ('length': cut off at max_tokens), when the engine says"
+    )
     structured_output: str | None = Field(None, description="the output constraint the server accepted")
     # last, so that a reader of the line sees the outcome before the (long) prompt
     messages: list[Message] | None = Field(
@@ -160,6 +163,7 @@ class RecordingBackend(Backend):
                 "texts": gen.texts,
                 "logprobs": gen.logprobs,
                 "usage": gen.usage,
+                "finish_reasons": gen.finish_reasons or None,
                 "structured_output": getattr(gen, "structured_output", None),
             }
 

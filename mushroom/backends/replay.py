@@ -66,6 +66,7 @@ class ReplayRecord(BaseModel):
     continuation: str | None = None
     error: str | None = None
     usage: dict[str, Any] | None = None  # as the server sent it: nested details, nulls
+    finish_reasons: list[str | None] | None = None
 
     @model_validator(mode="after")
     def _identified(self) -> ReplayRecord:
@@ -86,6 +87,11 @@ class ReplayRecord(BaseModel):
         if lps and isinstance(lps[0], dict):  # one text's per-token list
             lps = [lps]
         return [(t, lps[k] if lps and k < len(lps) else None) for k, t in enumerate(texts)]
+
+    def finish_reason(self, k: int) -> str | None:
+        """Why the k-th recorded text ended, when the record says."""
+        reasons = self.finish_reasons or []
+        return reasons[k] if k < len(reasons) and isinstance(reasons[k], str) else None
 
     def tokens_per_answer(self) -> float | None:
         """The recorded completion tokens per text (a record of n texts counts them together)."""
@@ -211,14 +217,20 @@ class ReplayBackend(Backend):
         lines = [r for r in self.by_item.get(item, []) if not (stage and r.stage and r.stage != stage)]
         return ("item", item, stage), lines
 
-    def _take_texts(self, req: GenerationRequest) -> list[tuple[str, TokenLogprobs | None, float | None]]:
+    def _take_texts(
+        self, req: GenerationRequest
+    ) -> list[tuple[str, TokenLogprobs | None, float | None, str | None]]:
         pool_name, lines = self._lines(req.key, req.item_id, req.stage)
         lines = [r for r in lines if r.answers()]  # error rows are not answers
         exact = [
             r for r in lines if r.temperature is not None and abs(r.temperature - req.temperature) < 1e-9
         ]
         chosen = exact or [r for r in lines if r.temperature is None]
-        answers = [(text, lp, r.tokens_per_answer()) for r in chosen for text, lp in r.answers()]
+        answers = [
+            (text, lp, r.tokens_per_answer(), r.finish_reason(k))
+            for r in chosen
+            for k, (text, lp) in enumerate(r.answers())
+        ]
         slot = (*pool_name, req.temperature if exact else None)
         k = self._used.get(slot, 0)
         taken = answers[k : k + req.n]
@@ -246,16 +258,18 @@ class ReplayBackend(Backend):
         for i, req in enumerate(requests):
             taken = self._take_texts(req)
             if taken:
-                lps = [lp for _, lp, _ in taken]
-                tokens = [n for _, _, n in taken]
+                lps = [lp for _, lp, _, _ in taken]
+                tokens = [n for _, _, n, _ in taken]
+                reasons = [r for _, _, _, r in taken]
                 # The recorded usage, so that a reply cut off at max_tokens counts as such on replay;
                 # floored: a text's share of its record's total must not round up to the budget.
                 usable = all(n is not None for n in tokens)
                 usage = {"completion_tokens": math.floor(sum(tokens) + 1e-9)} if usable else {}
                 gen = Generation(
-                    texts=[t for t, _, _ in taken],
+                    texts=[t for t, _, _, _ in taken],
                     logprobs=lps if all(lp is not None for lp in lps) else None,
                     usage=usage,
+                    finish_reasons=reasons if any(reasons) else [],
                 )
             else:
                 gen = Generation(error=self._missing(req))

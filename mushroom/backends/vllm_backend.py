@@ -83,7 +83,13 @@ class VLLMBackend(Backend):
                     [{lp.decoded_token: lp.logprob for lp in step.values()} for step in (c.logprobs or [])]
                     for c in out.outputs
                 ]
-            gen = Generation(texts=[c.text for c in out.outputs], logprobs=logprobs)
+            # vLLM says why each completion ended: "length" is one cut off at max_tokens
+            reasons = [getattr(c, "finish_reason", None) for c in out.outputs]
+            gen = Generation(
+                texts=[c.text for c in out.outputs],
+                logprobs=logprobs,
+                finish_reasons=[r if isinstance(r, str) else None for r in reasons],
+            )
             results.append(gen)
             if on_result:
                 on_result(i, gen)

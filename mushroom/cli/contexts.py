@@ -67,6 +67,11 @@ def contexts_cmd(
             f"irrelevant; those contexts were kept (verdicts in "
             f"{esc(root)}/{split}.<lang>.{esc(source)}{GRADES_SUFFIX}.jsonl)"
         )
+    if run.truncated:
+        err_console.print(
+            f"[yellow]warning:[/yellow] {plural(run.truncated, 'generated context')} stopped at "
+            f"--max-tokens {max_tokens} before the model finished (kept as they are): raise --max-tokens"
+        )
     if run.failed:
         for err in run.failed[:5]:
             err_console.print(f"[yellow]failed[/yellow] {esc(err)}")

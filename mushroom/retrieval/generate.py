@@ -45,6 +45,8 @@ class ContextStats:
     kept: int = 0
     unreadable_verdicts: int = 0
     """Of `kept`: LLM gradings that said neither relevant nor irrelevant (the context is kept)."""
+    truncated: int = 0
+    """Of `generated`: contexts cut off at max_tokens (finish_reason "length"; kept, and warned of)."""
     errors: list[str] = field(default_factory=list)
 
 
@@ -150,6 +152,7 @@ def generate_contexts(
             stats.errors.append(f"{item.id}: {gen.error or empty}")
             continue
         stats.generated += 1
+        stats.truncated += bool(gen.used_budget(max_tokens))
         texts[item.id] = text.strip()
     keep = _grade(todo, texts, grading, grader or backend, min_similarity, encoder)
     for item in todo:

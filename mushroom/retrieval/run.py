@@ -33,6 +33,8 @@ class ContextsRun:
     rows: list[list[Any]] = field(default_factory=list)
     unread: int = 0
     """LLM gradings that said neither relevant nor irrelevant (those contexts were kept)."""
+    truncated: int = 0
+    """Generated contexts cut off at max_tokens (kept as they are)."""
     failed: list[str] = field(default_factory=list)
     """`lang: id: error` of each context that could not be generated."""
 
@@ -124,6 +126,7 @@ def generate_split(
             counts = [st.items, st.covered_by_tiers, st.already_generated, st.generated]
             counts += [st.failed, st.kept, st.dropped] + [st.unreadable_verdicts] * (grade == "llm")
             run.unread += st.unreadable_verdicts
+            run.truncated += st.truncated
             run.rows.append([code, *counts])
             run.failed += [f"{code}: {err}" for err in st.errors]
     return run

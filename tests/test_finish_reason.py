@@ -1,0 +1,142 @@
+"""A reply cut off at max_tokens is counted as cut off, whatever the server's usage says.
+
+The server's `finish_reason: "length"` is the signal every OpenAI-compatible server sends
+(vLLM, llama.cpp, TGI, Ollama). Before, only a `usage.completion_tokens` that reached
+max_tokens counted: a server reporting fewer tokens, or none, turned a reply closed by the
+repair parser into a quiet "nothing wrong".
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_helpers import cli
+from fake_openai_server import FakeServer
+
+from mushroom.backends.base import Generation
+from mushroom.backends.openai_compat import OpenAIBackend
+from mushroom.backends.rawlog import RawRecord
+
+CUT = '{"incorrect_spans": [{"text": "the '
+
+
+def test_finish_reason_length_is_cut_off_whatever_usage_says():
+    small = {"completion_tokens": 5}
+    assert Generation(texts=["x"], usage=small, finish_reasons=["length"]).used_budget(200) is True
+    assert Generation(texts=["x"], finish_reasons=["length"]).used_budget(200) is True
+    assert Generation(texts=["x", "y"], finish_reasons=["stop", "length"]).used_budget(200) is True
+    # the engine said every text finished: a token count at the budget does not overrule it
+    assert (
+        Generation(texts=["x"], usage={"completion_tokens": 200}, finish_reasons=["stop"]).used_budget(200)
+        is False
+    )
+    # no finish reasons: the token count decides, and without one nothing is known
+    assert Generation(texts=["x"], usage={"completion_tokens": 200}).used_budget(200) is True
+    assert Generation(texts=["x"], usage=small).used_budget(200) is False
+    assert Generation(texts=["x"]).used_budget(200) is None
+
+
+def test_the_openai_reply_parser_reads_each_choices_finish_reason():
+    gen = OpenAIBackend.parse(
+        {
+            "choices": [
+                {"index": 1, "message": {"content": "b"}, "finish_reason": "length"},
+                {"index": 0, "message": {"content": "a"}, "finish_reason": "stop"},
+            ]
+        }
+    )
+    assert gen.texts == ["a", "b"] and gen.finish_reasons == ["stop", "length"]
+    assert OpenAIBackend.parse({"choices": [{"message": {"content": "a"}}]}).finish_reasons == []
+
+
+@pytest.mark.parametrize("send_usage", [True, False], ids=["with-usage", "without-usage"])
+def test_a_language_of_cut_off_replies_is_counted_and_warned_of(tmp_path, capsys, send_usage):
+    out = tmp_path / "run"
+    with FakeServer({"": [("cut", CUT)]}, send_usage=send_usage) as server:
+        code, shown, err = cli(
+            capsys,
+            "detect",
+            "--split",
+            "val",
+            "--lang",
+            "en",
+            "--limit",
+            "3",
+            "--detector",
+            "llm",
+            "--backend",
+            "openai",
+            "--base-url",
+            server.url,
+            "--model",
+            "m",
+            "--temperatures",
+            "0.1",
+            "--out",
+            out,
+        )
+    assert code == 0, err
+    stats = json.loads((out / "predictions" / "stats.json").read_text())["all"]
+    assert stats["llm.requests"] == 3 and stats["llm.truncated"] == 3, stats
+    summary = json.loads((out / "summary.json").read_text())
+    warned = [w for w in summary["warnings"] if "cut off" in w]
+    assert warned and "max_tokens" in warned[0], summary["warnings"]
+    assert "cut off" in " ".join((shown + err).split())  # in the terminal too
+    raw = [
+        RawRecord.model_validate_json(line) for line in (out / "predictions" / "raw" / "en.raw.jsonl").open()
+    ]
+    assert raw and all(r.finish_reasons == ["length"] for r in raw)
+    # replayed from its raw records, the run counts the same cut-off replies with no server
+    replayed = tmp_path / "replayed"
+    code, _, err = cli(
+        capsys,
+        "detect",
+        "--split",
+        "val",
+        "--lang",
+        "en",
+        "--limit",
+        "3",
+        "--detector",
+        "llm",
+        "--backend",
+        "replay",
+        "--responses",
+        out / "predictions" / "raw" / "en.raw.jsonl",
+        "--temperatures",
+        "0.1",
+        "--out",
+        replayed,
+    )
+    assert code == 0, err
+    assert json.loads((replayed / "predictions" / "stats.json").read_text())["all"]["llm.truncated"] == 3
+
+
+def test_a_generated_context_cut_off_at_max_tokens_is_counted_and_warned_of(tmp_path, capsys):
+    with FakeServer({"": [("cut", "Background that stops in the midd")]}, send_usage=False) as server:
+        code, _, err = cli(
+            capsys,
+            "contexts",
+            "--split",
+            "val",
+            "--lang",
+            "it",
+            "--limit",
+            "2",
+            "--backend",
+            "openai",
+            "--base-url",
+            server.url,
+            "--model",
+            "m",
+            "--source",
+            "gen",
+            "--context-dir",
+            tmp_path,
+            "--max-tokens",
+            "32",
+        )
+    assert code == 0, err
+    said = " ".join(err.split())
+    assert "2 generated contexts stopped at --max-tokens 32" in said and "raise --max-tokens" in said
