@@ -3,7 +3,8 @@
 Chat: the script maps a marker found in the last user message to a list of behaviours, one
 per call: ("ok", text), ("cut", text) (a reply cut off at max_tokens: finish_reason
 "length"), ("status", code) or ("status", code, body), ("sleep", seconds).
-The last behaviour repeats. `send_usage=False` leaves `usage` out of chat replies.
+The last behaviour repeats. `send_usage=False` leaves `usage` out of chat replies;
+`retry_after=None` sends scripted errors without a Retry-After header, as a real 500 comes.
 
 Options that imitate real servers:
 - `reject_json_schema`: answers `response_format: {"type": "json_schema"}` with HTTP 500 and
@@ -56,9 +57,11 @@ class FakeServer:
         refuse_n: bool = False,
         models: tuple[str, ...] = ("m",),
         send_usage: bool = True,
+        retry_after: str | None = "0",
     ):
         self.script = script
         self.send_usage = send_usage
+        self.retry_after = retry_after  # sent with scripted error statuses; None: no header (real 500s)
         self.default_text = default_text
         self.reject_json_schema = reject_json_schema
         self.reject_json_object = reject_json_object
@@ -156,7 +159,8 @@ class FakeServer:
                     action = ("ok", server.default_text)
                 if action[0] == "status":
                     payload = action[2] if len(action) > 2 else '{"error": "scripted"}'
-                    return self._send(action[1], payload, [("Retry-After", "0")])
+                    headers = [] if server.retry_after is None else [("Retry-After", server.retry_after)]
+                    return self._send(action[1], payload, headers)
                 choices = [
                     {
                         "index": i,

@@ -125,6 +125,14 @@ class OpenAIConfig(BackendSettings):
     timeout_s: float = Field(600.0, gt=0, description="read timeout per request (CPU servers are slow)")
     connect_timeout_s: float = Field(10.0, gt=0)
     max_retries: int = Field(5, ge=0, description="for 429, 5xx (not validation errors), lost connections")
+    retry_budget_s: float = Field(
+        90.0, gt=0, description="one request's retries end within this time (waits capped at 30 s)"
+    )
+    circuit_breaker: bool = Field(
+        True,
+        description="stop sending after 3 failed requests while none has worked, or 10 failed in a row "
+        "after some did; the rest fail unsent and a re-run retries them",
+    )
     retry_timeouts: bool = Field(
         False, description="resend after a read timeout (off: the server may still be running it)"
     )

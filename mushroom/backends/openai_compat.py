@@ -52,7 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import httpx
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 from tenacity.wait import wait_random_exponential
 
 from mushroom.backends.base import (
@@ -75,6 +75,14 @@ FALLBACK = ("json_schema", "json_object", "none")
 VLLM_CONCURRENCY = 32
 UNREACHABLE_PAUSE_S = 30.0  # after a request found no server, others fail at once for this long
 UNREACHABLE_IN_ROW = 3  # once a server has answered: requests that found none, in a row, to stop sending
+# The circuit breaker: failed requests after which the rest of the run is not sent. Each
+# request has spent its own retries first, so 3 failures are ~18 attempts over ~20 s: a
+# server failing all of them is broken, not busy (one that fails half its attempts fails a
+# request 1 time in 64). After requests have worked, 10 in a row: a server that died mid-run.
+BREAKER_COLD = 3
+BREAKER_WARM = 10
+RETRY_WAIT_CAP_S = 30.0  # the longest wait between two attempts
+RETRY_AFTER_CAP_S = 60.0  # the longest Retry-After honoured
 LATE_TOP_K = 50  # top log-probabilities asked for when a server's echoed rows are one token late
 # A body that says the request itself is wrong; such an answer is final even with a 5xx code.
 _INVALID = re.compile(
@@ -103,6 +111,62 @@ class _Transient(Exception):
 
 class _Final(Exception):
     """An attempt whose failure sending again cannot fix."""
+
+
+class CircuitBreaker:
+    """Stops a run's requests to a server that fails every one of them.
+
+    A vLLM out of memory or a proxy with a dead upstream answers HTTP 500 to everything:
+    retried per request, item after item, such a run took hours to end in "every item
+    failed". Counted here are requests that ended in a server error (after their retries):
+    5xx, a 4xx other than 408 and 429, a body that is not a completion, a timeout. A busy
+    server (408, 429) is not broken and never trips it. Once tripped, it stays so for the
+    backend's life: the rest of the run fails unsent with one reason, and the same command
+    run again (a new backend) sends them all.
+    """
+
+    def __init__(self, url: str, enabled: bool = True):
+        self.url = url
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        self._worked = False
+        self._in_row = 0
+        self._last = ""
+        self._open: str | None = None
+
+    def blocked(self) -> str | None:
+        """The reason a request is not sent, or None."""
+        return self._open
+
+    def success(self) -> None:
+        with self._lock:
+            self._worked, self._in_row = True, 0
+
+    def failure(self, message: str) -> None:
+        """Counts a request that ended in a server error; trips after enough of them."""
+        if not self.enabled or message.startswith("not sent"):
+            return
+        with self._lock:
+            self._in_row += 1
+            self._last = message
+            limit = BREAKER_WARM if self._worked else BREAKER_COLD
+            if self._open is None and self._in_row >= limit:
+                first = "" if self._worked else " (none worked)"
+                self._open = (
+                    f"not sent: the server at {self.url} failed the last {self._in_row} requests{first} "
+                    f"with {_short(message)}; the same command retries it"
+                )
+
+
+def _short(message: str, limit: int = 200) -> str:
+    """An error message on one line, at most `limit` characters."""
+    text = " ".join(message.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _busy(message: str) -> bool:
+    """A give-up on 408 or 429: the server is busy, not broken."""
+    return bool(re.search(r"HTTP (408|429)\b", message))
 
 
 def _detail(exc: Exception) -> str:
@@ -217,6 +281,7 @@ class OpenAIBackend(Backend):
         # test run ~9 s, hours in all); then they are sent again, in case it is back. A short
         # outage (a restart) fails only the requests made during it.
         self._unreachable: tuple[str, float] | None = None
+        self.breaker = CircuitBreaker(self.base_url, config.circuit_breaker)
         self._reached = False
         self._unreachable_in_row = 0
         self._lock = threading.Lock()
@@ -300,10 +365,10 @@ class OpenAIBackend(Backend):
             retry_after = response.headers.get("retry-after")
             if retry_after:
                 try:
-                    return min(max(float(retry_after), 0.0), 60.0)
+                    return min(max(float(retry_after), 0.0), RETRY_AFTER_CAP_S)
                 except ValueError:
                     pass
-        return wait_random_exponential(multiplier=0.5, max=30.0)(state)
+        return wait_random_exponential(multiplier=0.5, max=RETRY_WAIT_CAP_S)(state)
 
     def _count_retry(self, _state: RetryCallState) -> None:
         with self._lock:
@@ -342,11 +407,15 @@ class OpenAIBackend(Backend):
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response | str:
         """The final response (any status) after retries, or an error message."""
         attempts = self.config.max_retries + 1
+        blocked = self.breaker.blocked()
+        if blocked is not None:
+            return blocked
         unreachable = self._unreachable
         if unreachable is not None and time.monotonic() - unreachable[1] < UNREACHABLE_PAUSE_S:
             return f"not sent: an earlier request {unreachable[0]}; the same command retries it"
         retrying = Retrying(
-            stop=stop_after_attempt(attempts),
+            # a request's retries end within retry_budget_s, however many attempts are left
+            stop=stop_after_attempt(attempts) | stop_after_delay(self.config.retry_budget_s),
             wait=self._wait,
             retry=retry_if_exception_type(_Transient),
             before_sleep=self._count_retry,
@@ -355,7 +424,8 @@ class OpenAIBackend(Backend):
         try:
             response = retrying(self._attempt, path, body)
         except _Transient as exc:
-            message = f"gave up after {plural(attempts, 'attempt')}: {exc}"
+            made = retrying.statistics.get("attempt_number", attempts)
+            message = f"gave up after {plural(made, 'attempt')}: {exc}"
             if exc.unreachable:
                 with self._lock:
                     self._unreachable_in_row += 1
@@ -488,7 +558,19 @@ class OpenAIBackend(Backend):
             "for in further requests"
         )
 
+    def _judged(self, error: str | None) -> None:
+        """Tells the circuit breaker how a request ended (a busy server's give-up is neither)."""
+        if error is None:
+            self.breaker.success()
+        elif not _busy(error):
+            self.breaker.failure(error)
+
     def _request(self, req: GenerationRequest) -> Generation:
+        gen = self._request_once(req)
+        self._judged(gen.error)
+        return gen
+
+    def _request_once(self, req: GenerationRequest) -> Generation:
         auto = self.config.structured_output == "auto" and req.json_schema is not None
         form = self._form
         while True:
@@ -688,6 +770,7 @@ class OpenAIBackend(Backend):
 
         def work(i: int) -> None:
             score = self._score(requests[i])
+            self._judged(score.error)
             results[i] = score
             if on_result:
                 on_result(i, score)

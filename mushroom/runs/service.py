@@ -58,7 +58,18 @@ from mushroom.util.words import plural
 # Settings that change how answers are fetched, not what they are: a re-run may change
 # them (a restarted server on another port, more concurrency) and still resume.
 TRANSPORT_KEYS = frozenset(
-    {"base_url", "concurrency", "timeout_s", "max_retries", "api_key_env", "batch_size", "device", "retry"}
+    {
+        "base_url",
+        "concurrency",
+        "timeout_s",
+        "max_retries",
+        "retry_budget_s",
+        "circuit_breaker",
+        "api_key_env",
+        "batch_size",
+        "device",
+        "retry",
+    }
 )
 
 

@@ -1,0 +1,124 @@
+"""A failing server costs seconds: the circuit breaker, through the CLI, against loopback servers.
+
+Each server misbehaves the way real ones do: vLLM out of memory or a proxy with a dead
+upstream (HTTP 500 to everything), a server that dies mid-run, one that fails about half of
+its requests, one that is busy (429 with Retry-After). Retries are cut to one per request
+(`-o backend.max_retries=1`) so that the tests run in seconds; the breaker counts requests,
+not attempts, so its thresholds are the shipped ones.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+from cli_helpers import cli
+from fake_openai_server import FakeServer
+
+from mushroom.backends.openai_compat import BREAKER_COLD, BREAKER_WARM
+
+OK = '{"incorrect_spans": []}'
+OOM = '{"error": {"message": "CUDA out of memory. Tried to allocate 2.00 GiB"}}'
+
+
+def _detect(capsys, server, out, limit=12):
+    return cli(
+        capsys,
+        "detect",
+        "--split",
+        "val",
+        "--lang",
+        "en",
+        "--limit",
+        str(limit),
+        "--detector",
+        "llm",
+        "--backend",
+        "openai",
+        "--base-url",
+        server.url,
+        "--model",
+        "m",
+        "--temperatures",
+        "0.1",
+        "-o",
+        "backend.max_retries=1",
+        "--out",
+        out,
+    )
+
+
+def _failures(out):
+    return [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+
+
+def test_a_server_failing_every_request_is_left_after_three_and_a_rerun_sends_them_all(tmp_path, capsys):
+    out = tmp_path / "run"
+    with FakeServer({"": [("status", 500, OOM)]}) as server:
+        code, shown, err = _detect(capsys, server, out)
+        sent = len(server.calls)
+    assert code == 3, err
+    assert sent == BREAKER_COLD * 2  # three requests, each tried twice; eleven items never sent
+    failures = _failures(out)
+    assert len(failures) == 12
+    unsent = [f for f in failures if f["error"].startswith("not sent")]
+    assert len(unsent) == 12 - BREAKER_COLD
+    reason = unsent[0]["error"]
+    assert server.url in reason and "failed the last 3 requests" in reason and "HTTP 500" in reason
+    assert "CUDA out of memory" in reason and "the same command retries it" in reason
+    # the reason is said once, grouped, not once per item
+    said = shown + err
+    assert said.count("CUDA out of memory") <= 3, said
+    # the server is back (on another port: a transport setting, so the folder resumes): the same
+    # command sends every failed item again, and the run ends well
+    with FakeServer({}, default_text=OK) as back:
+        code, _, err = _detect(capsys, back, out)
+        resent = len(back.calls)
+    assert code == 0, err
+    assert resent == 12
+
+
+def test_a_server_that_dies_mid_run_stops_the_run_after_ten_failures_in_a_row(tmp_path, capsys):
+    out = tmp_path / "run"
+    script = {"": [("ok", OK)] * 5 + [("status", 502, "Bad Gateway")]}
+    with FakeServer(script) as server:
+        code, _, err = _detect(capsys, server, out, 30)
+        sent = len(server.calls)
+    assert code == 3, err
+    assert sent == 5 + BREAKER_WARM * 2
+    failures = _failures(out)
+    assert len(failures) == 30 - 5
+    assert sum(f["error"].startswith("not sent") for f in failures) == 30 - 5 - BREAKER_WARM
+    assert "failed the last 10 requests with" in next(
+        f["error"] for f in failures if f["error"].startswith("not")
+    )
+
+
+def test_a_flaky_server_never_trips_it_and_every_item_gets_done(tmp_path, capsys):
+    rng = random.Random(3)
+    steps = [("status", 500, OOM) if rng.random() < 0.5 else ("ok", OK) for _ in range(400)]
+    out = tmp_path / "run"
+    codes = []
+    with FakeServer({"": steps}) as server:
+        for _ in range(3):
+            code, _, err = _detect(capsys, server, out, 30)
+            codes.append(code)
+            if code == 0:
+                break
+            assert not any(f["error"].startswith("not sent") for f in _failures(out)), _failures(out)
+    assert codes[-1] == 0, (codes, err)
+    ledger = [
+        json.loads(line) for line in (out / "predictions" / "items" / "en.jsonl").read_text().splitlines()
+    ]
+    last = {r["id"]: r["status"] for r in ledger}
+    assert len(last) == 30 and set(last.values()) == {"ok"}
+
+
+def test_a_busy_server_is_waited_for_and_never_trips_it(tmp_path, capsys):
+    out = tmp_path / "run"
+    # 429 with Retry-After: 0 on every other attempt; each request needs its one retry
+    script = {"": [("status", 429, '{"error": "busy"}'), ("ok", OK)] * 20}
+    with FakeServer(script) as server:
+        code, _, err = _detect(capsys, server, out, 8)
+    assert code == 0, err
+    assert not (out / "failures.jsonl").exists() or not (out / "failures.jsonl").read_text().strip()
