@@ -76,7 +76,9 @@ class RawRecord(BaseModel):
 
 def raw_file(raw_dir: Path, lang: str) -> Path:
     """Where a run keeps one language's raw model outputs."""
-    return raw_dir / f"{lang}.raw.jsonl"
+    from mushroom.util.names import safe_name
+
+    return raw_dir / f"{safe_name(lang, 'language code')}.raw.jsonl"
 
 
 class RawLog:

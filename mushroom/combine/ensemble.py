@@ -205,10 +205,10 @@ def _only_split(path: Path) -> tuple[str, Path]:
 
 def _langs(folder: Path, split: str) -> list[str]:
     """The language codes of a folder's prediction files of a split."""
-    from mushroom.data.predictions import prediction_file_lang, submission_name
+    from mushroom.data.predictions import prediction_file_lang, submission_glob
 
     return sorted(
-        filter(None, (prediction_file_lang(p.name) for p in folder.glob(submission_name("*", split))))
+        filter(None, (prediction_file_lang(p.name) for p in folder.glob(submission_glob(split))))
     )
 
 

@@ -29,6 +29,7 @@ from mushroom.data.jsonl import load_records, validation_problems, write_jsonl
 from mushroom.data.records import ChannelRecord
 from mushroom.data.spans import soft_to_vector, vector_to_soft
 from mushroom.errors import DataError, Problem
+from mushroom.util.names import safe_name
 
 Channels = dict[str, dict[str, np.ndarray]]  # item id -> channel name -> vector
 
@@ -37,12 +38,12 @@ GZ_LEVEL = 6  # zlib's default: within a few percent of 9's size at half its tim
 
 def channel_file(raw_dir: Path, lang: str) -> Path:
     """Where a run keeps one language's channels (compressed, appended per item)."""
-    return raw_dir / f"channels.{lang}.jsonl.gz"
+    return raw_dir / f"channels.{safe_name(lang, 'language code')}.jsonl.gz"
 
 
 def legacy_channel_file(raw_dir: Path, lang: str) -> Path:
     """Where runs before the compressed store kept one language's channels."""
-    return raw_dir / f"channels.{lang}.jsonl"
+    return raw_dir / f"channels.{safe_name(lang, 'language code')}.jsonl"
 
 
 def find_channel_file(raw_dir: Path, lang: str) -> Path | None:

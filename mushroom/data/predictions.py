@@ -15,6 +15,7 @@ from mushroom.data.label_files import official_hard_from_soft
 from mushroom.data.records import Item, Prediction, SoftSpan
 from mushroom.data.spans import hard_to_mask, mask_to_hard, soft_to_vector, vector_to_soft
 from mushroom.errors import DataError, Problem
+from mushroom.util.names import safe_name
 
 
 def _span_problems(
@@ -148,6 +149,15 @@ def submission_name(lang: str, split: str = "test") -> str:
 
     Items from a file of the user's (`detect --items`) go to mushroom.<lang>-items.jsonl.
     """
+    return _file_name(safe_name(lang, "language code"), split)
+
+
+def submission_glob(split: str = "test") -> str:
+    """The glob pattern of every language's file of `split` (the names `submission_name` makes)."""
+    return _file_name("*", split)
+
+
+def _file_name(lang: str, split: str) -> str:
     if split == "items":
         return f"mushroom.{lang}-items.jsonl"
     return f"mushroom.{lang}-tst.v1.jsonl" if split == "test" else f"mushroom.{lang}-val.v2.jsonl"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mushroom.data.jsonl import atomic_write_text
 from mushroom.data.splits import PROJECT_ROOT
+from mushroom.util.names import safe_name
 from mushroom.version import __version__
 
 if TYPE_CHECKING:
@@ -175,18 +176,18 @@ def run_scope(path: Path) -> RunScope | None:
 
 def items_files(path: Path) -> list[Path]:
     """The prediction files of a `detect --items` run folder (none for other runs)."""
-    from mushroom.data.predictions import submission_name
+    from mushroom.data.predictions import submission_glob
 
-    return sorted((path / "predictions").glob(submission_name("*", "items")))
+    return sorted((path / "predictions").glob(submission_glob("items")))
 
 
 def variant_names(path: Path, split: str) -> list[str]:
     """Subfolders of `path` holding a run's prediction files of `split` (a run config's variants)."""
-    from mushroom.data.predictions import submission_name
+    from mushroom.data.predictions import submission_glob
 
     if not path.is_dir():
         return []
-    pattern = submission_name("*", split)
+    pattern = submission_glob(split)
     return sorted(
         sub.name
         for sub in path.iterdir()
@@ -200,13 +201,13 @@ def prediction_folder(path: Path, split: str) -> Path:
     Main-job runs keep test files at the top and val files in val/; `mushroom detect` runs
     keep them in predictions/; a plain folder of prediction files works too.
     """
-    from mushroom.data.predictions import submission_name
+    from mushroom.data.predictions import submission_glob
     from mushroom.errors import MushroomError
 
     candidates = [path / split] if split in ("val", "test") else []  # `run` keeps val/ and test/
     candidates += [path / "predictions", path]
     for folder in candidates:
-        if any(folder.glob(submission_name("*", split))):
+        if any(folder.glob(submission_glob(split))):
             return folder
     own = items_files(path) if split != "items" else []
     if own:  # a run over a file of the user's: no gold split to read it against
@@ -274,7 +275,7 @@ def ledger_state(folder: Path, lang: str) -> LedgerState | None:
     """
     from mushroom.data.jsonl import iter_json_lines
 
-    path = folder / "items" / f"{lang}.jsonl"
+    path = folder / "items" / f"{safe_name(lang, 'language code')}.jsonl"
     if not path.is_file():
         return None
     # per id, only its last line's verdict: a ledger of a million items is not held whole

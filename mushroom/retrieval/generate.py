@@ -27,6 +27,7 @@ from mushroom.data.languages import language_name
 from mushroom.data.records import Item
 from mushroom.detectors.prompts import load_prompt
 from mushroom.parsing.reasoning import strip_reasoning
+from mushroom.util.names import safe_name
 from mushroom.util.registry import Part, Registry
 
 Grading = Literal["none", "llm", "embedding"]
@@ -105,8 +106,9 @@ def generate_contexts(
         GRADINGS.check_installed(grading)  # before a context is asked for
     root = context_dir or DEFAULT_CONTEXT_DIR
     root.mkdir(parents=True, exist_ok=True)
-    out_path = root / f"{split}.{lang}.{source}.jsonl"
-    grades_path = root / f"{split}.{lang}.{source}{GRADES_SUFFIX}.jsonl"
+    stem = f"{split}.{safe_name(lang, 'language code')}.{safe_name(source, 'context source')}"
+    out_path = root / f"{stem}.jsonl"
+    grades_path = root / f"{stem}{GRADES_SUFFIX}.jsonl"
     stats = ContextStats(items=len(items))
     covered: set[str] = set()
     if tiers:

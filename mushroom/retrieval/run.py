@@ -20,6 +20,7 @@ from mushroom.data.contexts import (
 from mushroom.data.records import Item
 from mushroom.errors import MushroomError
 from mushroom.util.interrupts import interrupt_hint
+from mushroom.util.names import safe_name
 
 GRADINGS = ("none", "llm", "embedding")
 COLUMNS = ["lang", "items", "from tiers", "done before", "generated", "failed", "kept", "dropped"]
@@ -107,7 +108,8 @@ def generate_split(
     )
     with interrupt_hint(hint):
         for code, items in data.items():
-            sink[0] = RawLog(root / ".raw" / f"{split}.{code}.{source}.jsonl")
+            stem = f"{split}.{safe_name(code, 'language code')}.{safe_name(source, 'context source')}"
+            sink[0] = RawLog(root / ".raw" / f"{stem}.jsonl")
             st = generate_contexts(
                 split,
                 code,

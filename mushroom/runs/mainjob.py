@@ -13,7 +13,7 @@ from typing import Any
 from mushroom.data.channels import channel_files
 from mushroom.data.contexts import DEFAULT_SOURCES, source_names
 from mushroom.data.languages import VAL_LANGUAGES
-from mushroom.data.predictions import mark_all, submission_name
+from mushroom.data.predictions import mark_all, submission_glob, submission_name
 from mushroom.data.runfolder import new_run_folder, timestamp, write_json
 from mushroom.data.splits import load_split, workspace
 from mushroom.detectors import Detector, build
@@ -135,8 +135,8 @@ def run_main_stack(
         # A stack needs every item: what an earlier invocation's stack wrote (perhaps under
         # --allow-failures, on members since re-run) is no longer this run's, so it goes, as a
         # language with failed items gets no prediction file.
-        stale = [out / "submission.zip", *out.glob(submission_name("*", "test"))]
-        stale += (out / "val").glob(submission_name("*", "val"))
+        stale = [out / "submission.zip", *out.glob(submission_glob("test"))]
+        stale += (out / "val").glob(submission_glob("val"))
         for path in stale:
             path.unlink(missing_ok=True)
         service.finish({})  # raises RunFailed

@@ -53,6 +53,7 @@ from mushroom.detectors.base import Detector, ItemResult
 from mushroom.errors import DataError, Interrupted, MushroomError, RunFailed, error_text, retry_advice
 from mushroom.evaluation.submission import write_zip
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
+from mushroom.util.names import safe_name
 from mushroom.util.words import plural
 
 # Settings that change how answers are fetched, not what they are: a re-run may change
@@ -703,7 +704,10 @@ class RunService:
         with self.reporter.progress(self.quiet) as bar, warnings_to(self.warn):
             task = bar.add_task(f"{detector.name} on {split}", total=total)
             for lang, items in data.items():
-                ledger = Ledger(folder / "items" / f"{lang}.jsonl", channel_file(folder / "raw", lang))
+                ledger = Ledger(
+                    folder / "items" / f"{safe_name(lang, 'language code')}.jsonl",
+                    channel_file(folder / "raw", lang),
+                )
                 ledgers[lang] = ledger
                 ids: list[str] = []  # what the end of the run needs of each item: its id
                 seen = _ContextTally()

@@ -1,0 +1,47 @@
+"""File names built from values mushroom read: a language code, a source or model name.
+
+Shared-task data and datasets come from other people, so a value read from a file must never
+pick where mushroom writes: an items file whose `lang` was `../../../../tmp/x` made
+`detect --items` write `/tmp/x.jsonl`. Every writer builds such a name through `safe_name`,
+and the item reader refuses the value first, naming its file, line and field.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mushroom.errors import MushroomError
+
+MAX_NAME = 64
+_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_NAME - 1}}}")
+
+
+class UnsafeName(MushroomError):
+    """A value that would leave its folder, or make no file name, as part of a path: bad input."""
+
+    exit_code = 1
+
+
+def name_problem(value: object) -> str | None:
+    """Why `value` cannot be part of a file name, or None when it can.
+
+    A name is 1 to 64 letters, digits, `-`, `_` or `.`, starting with a letter or digit, with
+    no `..`: no separator, no absolute path, no NUL, nothing a file system reads as a folder.
+    """
+    if not isinstance(value, str):
+        return f"must be text, not {type(value).__name__}"
+    if not _NAME.fullmatch(value) or ".." in value:
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        return (
+            f"{shown!r} cannot name a file: use 1 to {MAX_NAME} letters, digits, '-', '_' or '.' "
+            "(no path separators, no '..')"
+        )
+    return None
+
+
+def safe_name(value: object, what: str) -> str:
+    """`value` when it can be part of a file name; else UnsafeName saying what it was."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise UnsafeName(f"{what} {problem}")
+    return value  # type: ignore[return-value]
