@@ -207,9 +207,7 @@ def _langs(folder: Path, split: str) -> list[str]:
     """The language codes of a folder's prediction files of a split."""
     from mushroom.data.predictions import prediction_file_lang, submission_glob
 
-    return sorted(
-        filter(None, (prediction_file_lang(p.name) for p in folder.glob(submission_glob(split))))
-    )
+    return sorted(filter(None, (prediction_file_lang(p.name) for p in folder.glob(submission_glob(split)))))
 
 
 def _only_lang(folder: Path, split: str) -> str:
