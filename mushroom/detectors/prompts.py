@@ -1,4 +1,4 @@
-"""Prompt templates from files shipped in the package (mushroom/resources/prompts/), never strings in code.
+"""Prompt templates from files (the user's `prompts/`, then the package's), never strings in code.
 
 A template file has an optional `=== system ===` section and a `=== user ===` section;
 placeholders are `{{name}}` (double braces, so JSON examples in a prompt need no escaping).
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mushroom.backends.base import Message
 from mushroom.errors import MushroomError
+from mushroom.util.names import name_problem
 
 # Package data, so a wheel install finds the prompts wherever it is run from.
 PROMPT_DIR = Path(__file__).resolve().parent.parent / "resources" / "prompts"
@@ -50,14 +51,48 @@ class PromptTemplate:
         return messages + [Message(role="user", content=fill(self.user))]
 
 
-def load_prompt(name_or_path: str) -> PromptTemplate:
-    """A template by name (a shipped prompt file, with or without .md) or by path."""
+def user_prompt_dirs() -> list[Path]:
+    """Where a user keeps prompt variants: `prompts/` where mushroom runs, then in the checkout."""
+    from mushroom.data.splits import workspace
+
+    dirs = [Path.cwd() / "prompts", workspace() / "prompts"]
+    return [
+        d for k, d in enumerate(dirs) if d.is_dir() and d.resolve() not in [x.resolve() for x in dirs[:k]]
+    ]
+
+
+def prompt_names() -> list[str]:
+    """Every prompt a name finds: the user's `prompts/*.md`, then the shipped ones."""
+    found = {p.stem for d in [*user_prompt_dirs(), PROMPT_DIR] for p in d.glob("*.md")}
+    return sorted(found - {"README"})
+
+
+def find_prompt(name_or_path: str) -> Path | None:
+    """The file a prompt name or path means; None when there is none.
+
+    A path to a file is that file. A name (`single_few_shot`, with or without `.md`) is looked
+    up as `prompts/NAME.md` where mushroom runs, then in the checkout, then among the prompts
+    shipped in the package, so a wheel install finds those anywhere. A name is a plain file
+    stem: one with a separator or `..` finds no prompt folder's file.
+    """
     path = Path(name_or_path)
-    if not path.is_file():
-        path = PROMPT_DIR / (name_or_path if name_or_path.endswith(".md") else f"{name_or_path}.md")
-    if not path.is_file():
-        names = sorted(p.stem for p in PROMPT_DIR.glob("*.md") if p.stem != "README")
-        raise MushroomError(f"prompt {name_or_path!r} not found; available: {', '.join(names)}")
+    if path.is_file():
+        return path
+    stem = name_or_path.removesuffix(".md")
+    if name_problem(stem) is not None:
+        return None
+    for folder in [*user_prompt_dirs(), PROMPT_DIR]:
+        candidate = folder / f"{stem}.md"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_prompt(name_or_path: str) -> PromptTemplate:
+    """A template by name (the user's `prompts/NAME.md`, else the shipped one) or by path."""
+    path = find_prompt(name_or_path)
+    if path is None:
+        raise MushroomError(f"prompt {name_or_path!r} not found; available: {', '.join(prompt_names())}")
     text = path.read_text(encoding="utf-8")
     parts = _SECTION.split(text)
     sections = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}

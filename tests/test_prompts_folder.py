@@ -1,0 +1,46 @@
+"""`prompts/NAME.md` where mushroom runs is found before the shipped prompt of that name."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from mushroom.detectors import build
+from mushroom.detectors.prompts import PROMPT_DIR, load_prompt
+from mushroom.errors import MushroomError
+
+MINE = "=== user ===\nMine: {{language}} {{context}} {{question}} {{answer}}\n"
+
+
+def test_a_users_prompt_is_found_by_name_before_the_shipped_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shipped = load_prompt("single_zero_shot")
+    assert shipped.sha256 == hashlib.sha256((PROMPT_DIR / "single_zero_shot.md").read_bytes()).hexdigest()
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "single_zero_shot.md").write_text(MINE, encoding="utf-8")
+    (tmp_path / "prompts" / "terse.md").write_text(MINE, encoding="utf-8")
+    mine = load_prompt("single_zero_shot")
+    assert mine.user.startswith("Mine:") and mine.sha256 == hashlib.sha256(MINE.encode()).hexdigest()
+    assert load_prompt("terse.md").sha256 == mine.sha256
+    # a run records the user's file: its name and the hash of its text
+    det = build("llm", {"prompt": "terse", "backend": {"kind": "replay", "responses": "x.jsonl"}})
+    assert det.describe()["prompt_name"] == "terse"
+    assert det.describe()["prompt_sha256"] == mine.sha256
+
+
+def test_a_name_that_is_not_a_plain_file_stem_finds_no_prompt_folder_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "secret.md").write_text(MINE, encoding="utf-8")
+    with pytest.raises(MushroomError, match="not found; available: .*single_zero_shot"):
+        load_prompt("../secret")
+
+
+def test_the_shipped_variants_config_uses_a_prompt_from_the_prompts_folder():
+    from mushroom.data.splits import PROJECT_ROOT
+
+    config = (PROJECT_ROOT / "configs" / "variants.toml").read_text(encoding="utf-8")
+    assert 'prompt = "single_zero_shot_terse"' in config
+    assert load_prompt("single_zero_shot_terse").name == "single_zero_shot_terse"
+    assert not (PROMPT_DIR / "single_zero_shot_terse.md").exists()  # the user's, not shipped
