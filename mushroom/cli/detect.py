@@ -73,7 +73,10 @@ def detect(
         if split is not None:
             raise MushroomError(f"--items {items_file} replaces --split {split}: give one of them")
         split = "items"
-        input_file(items_file, "--items")
+        from mushroom.data.hf import is_saved_dataset
+
+        if not is_saved_dataset(items_file):  # a JSONL file, or a folder of Dataset.save_to_disk
+            input_file(items_file, "--items")
         data, context_files = items_file_data(
             items_file, lang, sources, contexts == DEFAULT_CONTEXTS, warn=print_warning
         )

@@ -32,11 +32,14 @@ def score_run_files(
     errors. Without a run folder (files given directly) or for a run over every item, each
     gold item must have a prediction, as the official scorer requires.
     """
+    from mushroom.data.hf import is_saved_dataset, saved_gold
     from mushroom.data.predictions import submission_name
     from mushroom.data.runfolder import items_files, prediction_folder, run_scope, variant_names
     from mushroom.data.splits import lang_from_filename
     from mushroom.evaluation.score import pair_paths, score_pairs
 
+    if is_saved_dataset(gold):  # a folder of Dataset.save_to_disk: as official per-language files
+        gold = saved_gold(gold)
     scope = run_scope(pred)
     if pred.is_dir():
         # A run folder (or a variant's folder of a run config), as compare, sweep and report

@@ -30,11 +30,14 @@ def items_file_data(
     With an items file, `--contexts` names JSONL files of `{id, context}` (there is no split
     whose named sources could be found); a broken line in one stops the run before it starts.
     """
+    from mushroom.data.hf import is_saved_dataset, saved_items_file
     from mushroom.data.itemstream import ItemsFile
     from mushroom.data.languages import LANGUAGES
 
+    # a folder of `Dataset.save_to_disk`: its rows, checked, as a JSONL file the run reads
+    read_from = saved_items_file(items_file) if is_saved_dataset(items_file) else items_file
     # checked whole, then read a chunk at a time by the run (an index of lines, not the items)
-    data: dict[str, Sequence[Item]] = dict(ItemsFile(items_file).by_lang())
+    data: dict[str, Sequence[Item]] = dict(ItemsFile(read_from).by_lang())
     if not data:  # a run over nothing would "succeed" and write nothing
         raise DataError.single(items_file, None, None, "no items")
     for code in sorted(set(data) - set(LANGUAGES)):

@@ -37,6 +37,7 @@ OPTIONAL_PACKAGES: dict[str, tuple[str, str]] = {
     "tenacity": ("tenacity", "openai"),
     "llama_cpp": ("llama-cpp-python", "server"),
     "yaml": ("pyyaml", "yaml"),
+    "datasets": ("datasets", "datasets"),
 }
 """Every optional package mushroom imports, with the extra a user installs to get it.
 

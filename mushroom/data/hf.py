@@ -1,0 +1,119 @@
+"""Hugging Face `datasets` in and out: the ecosystem's format for shared-task data.
+
+In: a `datasets.Dataset` with the official columns (`id`, `lang`, `model_input`,
+`model_output_text`, and the labels where there are some), or a folder written by
+`Dataset.save_to_disk`, is read through the same validation as a JSONL file, so a bad column
+gets the same `FILE:ROW: field 'NAME'` error (the folder is the file, the row its line).
+Out: predictions become a `Dataset` with the submission columns (`id`, `soft_labels`,
+`hard_labels`), ready for `save_to_disk` or `push_to_hub`.
+
+`datasets` is an optional extra (`pip install 'mushroom[datasets]'`), imported only here.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from mushroom.data.records import Item, Prediction
+from mushroom.errors import DataError, MissingExtra, MushroomError, Problem
+from mushroom.util.names import safe_name
+
+SAVED_MARKERS = ("dataset_info.json", "state.json")
+
+
+def datasets_module() -> Any:
+    """The `datasets` package, or MissingExtra naming the extra that installs it."""
+    try:
+        import datasets
+    except ImportError:
+        raise MissingExtra("reading or writing a Hugging Face dataset", "datasets", "datasets") from None
+    return datasets
+
+
+def is_saved_dataset(path: Path) -> bool:
+    """Whether `path` is a folder written by `Dataset.save_to_disk` (not a folder of JSONL files)."""
+    return path.is_dir() and all((path / name).is_file() for name in SAVED_MARKERS)
+
+
+def load_saved(path: Path) -> Any:
+    """The Dataset saved in `path`; a DatasetDict (several splits) names its splits to choose from."""
+    datasets = datasets_module()
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
+        raise MushroomError(
+            f"{path} holds several splits ({', '.join(loaded)}); give one split's folder, "
+            f"e.g. {path / next(iter(loaded))}"
+        )
+    return loaded
+
+
+def write_rows(rows: Iterable[dict[str, Any]], path: Path) -> Path:
+    """Rows as JSON Lines, one a line, as the official files are."""
+    with path.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    return path
+
+
+def _as_jsonl(dataset: Any, source: str, folder: Path) -> Path:
+    """The dataset's rows in a JSONL file of `folder`, checked as an items file would be.
+
+    Problems name `source` and the row (1-based), not the temporary file.
+    """
+    from mushroom.data.splits import load_items
+
+    path = write_rows(iter(dataset), folder / "items.jsonl")
+    try:
+        load_items(path)
+    except DataError as exc:
+        raise DataError(
+            [Problem(source, p.line, p.field, p.message, p.item_id) for p in exc.problems],
+            exit_code=exc.exit_code,
+        ) from None
+    return path
+
+
+def items_from_dataset(dataset: Any, source: str = "dataset") -> list[Item]:
+    """The dataset's rows as checked items (every problem named by row and field)."""
+    from mushroom.data.splits import load_items
+
+    with tempfile.TemporaryDirectory(prefix="mushroom-hf-") as tmp:
+        return load_items(_as_jsonl(dataset, source, Path(tmp)))
+
+
+def saved_items_file(path: Path) -> Path:
+    """A saved dataset's items as a checked JSONL file in a new temporary folder (read lazily by runs)."""
+    folder = Path(tempfile.mkdtemp(prefix="mushroom-hf-"))
+    return _as_jsonl(load_saved(path), str(path), folder)
+
+
+def saved_gold(path: Path, split: str = "val") -> Path:
+    """A saved dataset of gold items as official per-language files, for the scorer.
+
+    One language gives one file (`mushroom.<lang>-val.v2.jsonl`), several a folder of them, so
+    `score` pairs them with prediction files or a run folder as it pairs the official files.
+    """
+    items_path = saved_items_file(path)
+    by_lang: dict[str, list[dict[str, Any]]] = {}
+    with items_path.open(encoding="utf-8") as handle:
+        for line in handle:
+            row = json.loads(line)
+            by_lang.setdefault(safe_name(row["lang"], "language code"), []).append(row)
+    tag = "tst.v1" if split == "test" else "val.v2"
+    folder = items_path.parent / "gold"
+    folder.mkdir()
+    files = [write_rows(rows, folder / f"mushroom.{lang}-{tag}.jsonl") for lang, rows in by_lang.items()]
+    return files[0] if len(files) == 1 else folder
+
+
+def predictions_to_dataset(predictions: Iterable[Prediction]) -> Any:
+    """Predictions as a Dataset with the submission columns: id, soft_labels, hard_labels."""
+    datasets = datasets_module()
+    rows = [p.submission_dict() for p in predictions]
+    for row in rows:
+        row["hard_labels"] = [list(span) for span in row["hard_labels"]]
+    return datasets.Dataset.from_list(rows)

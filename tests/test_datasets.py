@@ -1,0 +1,106 @@
+"""Hugging Face `datasets` in and out, on Datasets built in memory (no network)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from cli_helpers import cli
+
+import mushroom
+from mushroom.data.hf import items_from_dataset, predictions_to_dataset
+from mushroom.data.splits import load_split
+from mushroom.errors import DataError, MissingExtra
+
+datasets = pytest.importorskip("datasets")
+
+
+def _rows(lang="it", n=6):
+    return [it.model_dump(exclude_none=True) for it in load_split("val", [lang])[lang][:n]]
+
+
+def test_the_api_takes_a_dataset_and_predictions_convert_back_to_one():
+    rows = [
+        {
+            "id": "a",
+            "lang": "en",
+            "model_input": "Where?",
+            "model_output_text": "Marie Curie was born in Berlin.",
+        },
+        {"id": "b", "lang": "en", "model_input": "When?", "model_output_text": "She was born in 1867."},
+    ]
+    ds = datasets.Dataset.from_list(rows).add_column("contexts", [["She was born in Warsaw."]] * 2)
+    preds = mushroom.detect_batch(ds, method="lexical")
+    assert [p.id for p in preds] == ["a", "b"]
+    assert any(span[2] == "Berlin" for span in preds[0].spans)
+    out = predictions_to_dataset(preds)
+    assert out.column_names == ["id", "soft_labels", "hard_labels"] and out.num_rows == 2
+    assert out[0]["hard_labels"] == [list(h) for h in preds[0].hard_labels]
+    assert out[0]["soft_labels"][0].keys() == {"start", "end", "prob"}
+
+
+def test_bad_columns_get_the_same_row_and_field_errors_as_jsonl():
+    rows = _rows(n=3)
+    rows[1] = {k: v for k, v in rows[1].items() if k != "model_output_text"}
+    rows[2]["hard_labels"] = [[0, 10_000]]
+    with pytest.raises(DataError) as caught:
+        items_from_dataset(datasets.Dataset.from_list(rows), source="my-dataset")
+    said = str(caught.value)
+    assert "my-dataset:2" in said and "model_output_text" in said
+    assert "my-dataset:3" in said and "hard_labels" in said
+    with pytest.raises(DataError, match="my-dataset:1.*field 'lang'"):
+        items_from_dataset(datasets.Dataset.from_list([{**_rows(n=1)[0], "lang": "../x"}]), "my-dataset")
+
+
+def test_detect_and_score_take_a_saved_dataset_folder(tmp_path, capsys):
+    gold = tmp_path / "gold"
+    datasets.Dataset.from_list(_rows("it") + _rows("sv")).save_to_disk(str(gold))
+    ctx = tmp_path / "ctx.jsonl"
+    ctx.write_text(
+        "".join(
+            json.dumps({"id": r["id"], "context": r["model_output_text"]}) + "\n"
+            for r in _rows("it") + _rows("sv")
+        )
+    )
+    out = tmp_path / "run"
+    code, shown, err = cli(
+        capsys, "detect", "--items", gold, "--contexts", ctx, "--detector", "lexical", "--out", out, "--quiet"
+    )
+    assert code == 0, err
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert config["items"] == str(gold)  # the folder as given: the same command resumes
+    assert (out / "predictions" / "mushroom.it-items.jsonl").is_file()
+    assert (out / "scores.json").is_file()  # labelled rows are scored
+    # score: a saved dataset of gold items against a prediction file
+    it_gold = tmp_path / "it-gold"
+    datasets.Dataset.from_list(_rows("it")).save_to_disk(str(it_gold))
+    code, shown, err = cli(capsys, "score", it_gold, out / "predictions" / "mushroom.it-items.jsonl")
+    assert code == 0, err
+    assert shown.splitlines()[-2].startswith("IoU:") and shown.splitlines()[-1].startswith("Cor:")
+    # the same command again resumes the folder (its config did not change)
+    code, shown, err = cli(
+        capsys, "detect", "--items", gold, "--contexts", ctx, "--detector", "lexical", "--out", out, "--quiet"
+    )
+    assert code == 0, err
+
+
+def test_a_bad_saved_dataset_is_named_with_its_row_and_field(tmp_path, capsys):
+    rows = _rows(n=3)
+    rows[2]["lang"] = 7
+    folder = tmp_path / "bad"
+    datasets.Dataset.from_list(rows[:2]).save_to_disk(str(folder))
+    broken = tmp_path / "broken"
+    datasets.Dataset.from_list([{**r, "model_output_text": None} for r in rows[:2]]).save_to_disk(str(broken))
+    code, _, err = cli(
+        capsys, "detect", "--items", broken, "--contexts", tmp_path / "none.jsonl", "--out", tmp_path / "r"
+    )
+    said = " ".join(err.split())
+    assert code == 1 and f"{broken}:1" in said and "model_output_text" in said, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_without_the_datasets_package_the_extra_is_named(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(MissingExtra, match=r"mushroom\[datasets\]"):
+        predictions_to_dataset([])
