@@ -200,6 +200,14 @@ def main_job(
         bool, typer.Option("--no-val", metavar=FLAG, help="skip the scored val run (one detector only)")
     ] = False,
     allow_failures: AllowFailures = False,
+    members: Annotated[
+        str | None,
+        typer.Option(
+            "--members",
+            help="stack: its member detectors, e.g. lexical,semantic,llm (default lexical,semantic); "
+            "a model-backed member takes its backend as -o llm.backend.kind=openai ...",
+        ),
+    ] = None,
     skip_unavailable: Annotated[
         bool,
         typer.Option(
@@ -221,20 +229,28 @@ def main_job(
             "--no-val: the stack (the default --detector) is fitted on val, so it always runs val; "
             "--no-val goes with one detector (--detector lexical)"
         )
+    if members is not None and detector != "stack":
+        raise MushroomError("--members names the stack's members; it does not go with one detector")
     if skip_unavailable and detector != "stack":
         raise MushroomError(
             "--skip-unavailable leaves out members of the stack; it does not go with one detector"
         )
     if detector == "stack":
+        from mushroom.detectors import available
+
+        names = tuple(split_names(members, list(available()), "detector")) if members else DEFAULT_MEMBERS
+        if len(set(names)) != len(names) or not names:
+            raise MushroomError(f"--members {members}: name each detector once")
         for key in options:
             if "." not in key:
                 raise MushroomError(
                     f"with --detector stack, options are DETECTOR.KEY=VALUE (DETECTOR one of "
-                    f"{', '.join(DEFAULT_MEMBERS)}); got {key!r}"
+                    f"{', '.join(names)}); got {key!r}"
                 )
         per_detector = nest_options(options)
         run_main_stack(
             out=out,
+            members=names,
             options=per_detector,
             sources=sources,
             langs=lang,

@@ -1,0 +1,58 @@
+"""An LLM as a stack member of the main job: run through the run service, fitted in the folds."""
+
+from __future__ import annotations
+
+import json
+
+from cli_helpers import cli
+from fake_openai_server import FakeServer
+
+# a model that finds nothing wrong: the plumbing, not the method, is what is checked here
+NOTHING = '{"incorrect_spans": []}'
+
+
+def test_the_main_job_takes_an_llm_member_with_its_backend_and_reuses_it(tmp_path, capsys):
+    out = tmp_path / "job"
+    args = [
+        "main-job",
+        "--members",
+        "lexical,llm",
+        "--lang",
+        "it",
+        "-o",
+        "llm.temperatures=[0.1]",
+        "-o",
+        "llm.backend.kind=openai",
+        "-o",
+        "llm.backend.model=m",
+        "--out",
+        out,
+        "--quiet",
+    ]
+    with FakeServer({}, default_text=NOTHING) as server:
+        code, shown, err = cli(capsys, *args, "-o", f"llm.backend.base_url={server.url}")
+        sent = len(server.calls)
+    assert code == 0, err
+    stack = json.loads((out / "stack.json").read_text())
+    assert stack["members"] == ["lexical", "llm"]
+    assert stack["member_detectors"] == {"lexical": "lexical", "llm": "llm"}
+    # every val and test item went to the model once, through the run service's folders
+    val_raw = (out / "members" / "llm" / "val" / "raw" / "it.raw.jsonl").read_text().splitlines()
+    test_raw = (out / "members" / "llm" / "raw" / "it.raw.jsonl").read_text().splitlines()
+    assert len(val_raw) == 50 and sent == len(val_raw) + len(test_raw)
+    assert (out / "mushroom.it-tst.v1.jsonl").is_file() and (out / "val" / "scores.json").is_file()
+    # the same command on the finished folder sends nothing again (a new server, a new port)
+    with FakeServer({}, default_text=NOTHING) as again:
+        code, _, err = cli(capsys, *args, "-o", f"llm.backend.base_url={again.url}")
+        assert code == 0, err
+        assert len(again.calls) == 0
+
+
+def test_members_go_with_the_stack_only_and_name_known_detectors(tmp_path, capsys):
+    code, _, err = cli(
+        capsys, "main-job", "--detector", "lexical", "--members", "lexical,llm", "--out", tmp_path / "a"
+    )
+    assert code == 2 and "--members" in err
+    code, _, err = cli(capsys, "main-job", "--members", "lexical,lexcal", "--out", tmp_path / "b")
+    assert code == 2 and "did you mean 'lexical'" in err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
