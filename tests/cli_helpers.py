@@ -44,3 +44,15 @@ def limited_run(tmp_path, capsys, name="run", *extra):
     )
     assert code == 0, err
     return out
+
+
+def llm_args(backend: list, out, limit: int = 3, lang: str = "en", temperature: str = "0.1") -> list:
+    """`detect` of the llm detector on the first val items of a language, into `out`."""
+    return [
+        "detect", "--split", "val", "--lang", lang, "--limit", str(limit), "--detector", "llm",
+        *backend, "--temperatures", temperature, "--out", out,
+    ]  # fmt: skip
+
+
+def openai_backend(url: str, model: str = "m") -> list:
+    return ["--backend", "openai", "--base-url", url, "--model", model]

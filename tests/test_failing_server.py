@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import random
 
-from cli_helpers import cli
+from cli_helpers import cli, llm_args, openai_backend
 from fake_openai_server import FakeServer
 
 from mushroom.backends.openai_compat import BREAKER_COLD, BREAKER_WARM
@@ -22,30 +22,8 @@ OOM = '{"error": {"message": "CUDA out of memory. Tried to allocate 2.00 GiB"}}'
 
 
 def _detect(capsys, server, out, limit=12):
-    return cli(
-        capsys,
-        "detect",
-        "--split",
-        "val",
-        "--lang",
-        "en",
-        "--limit",
-        str(limit),
-        "--detector",
-        "llm",
-        "--backend",
-        "openai",
-        "--base-url",
-        server.url,
-        "--model",
-        "m",
-        "--temperatures",
-        "0.1",
-        "-o",
-        "backend.max_retries=1",
-        "--out",
-        out,
-    )
+    # one retry a request: the breaker counts requests, not attempts
+    return cli(capsys, *llm_args(openai_backend(server.url), out, limit), "-o", "backend.max_retries=1")
 
 
 def _failures(out):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import cli
+from cli_helpers import cli, llm_args, openai_backend
 from fake_openai_server import FakeServer
 
 from mushroom.backends.base import Generation
@@ -54,28 +54,7 @@ def test_the_openai_reply_parser_reads_each_choices_finish_reason():
 def test_a_language_of_cut_off_replies_is_counted_and_warned_of(tmp_path, capsys, send_usage):
     out = tmp_path / "run"
     with FakeServer({"": [("cut", CUT)]}, send_usage=send_usage) as server:
-        code, shown, err = cli(
-            capsys,
-            "detect",
-            "--split",
-            "val",
-            "--lang",
-            "en",
-            "--limit",
-            "3",
-            "--detector",
-            "llm",
-            "--backend",
-            "openai",
-            "--base-url",
-            server.url,
-            "--model",
-            "m",
-            "--temperatures",
-            "0.1",
-            "--out",
-            out,
-        )
+        code, shown, err = cli(capsys, *llm_args(openai_backend(server.url), out))
     assert code == 0, err
     stats = json.loads((out / "predictions" / "stats.json").read_text())["all"]
     assert stats["llm.requests"] == 3 and stats["llm.truncated"] == 3, stats
@@ -89,26 +68,8 @@ def test_a_language_of_cut_off_replies_is_counted_and_warned_of(tmp_path, capsys
     assert raw and all(r.finish_reasons == ["length"] for r in raw)
     # replayed from its raw records, the run counts the same cut-off replies with no server
     replayed = tmp_path / "replayed"
-    code, _, err = cli(
-        capsys,
-        "detect",
-        "--split",
-        "val",
-        "--lang",
-        "en",
-        "--limit",
-        "3",
-        "--detector",
-        "llm",
-        "--backend",
-        "replay",
-        "--responses",
-        out / "predictions" / "raw" / "en.raw.jsonl",
-        "--temperatures",
-        "0.1",
-        "--out",
-        replayed,
-    )
+    replay = ["--backend", "replay", "--responses", out / "predictions" / "raw" / "en.raw.jsonl"]
+    code, _, err = cli(capsys, *llm_args(replay, replayed))
     assert code == 0, err
     assert json.loads((replayed / "predictions" / "stats.json").read_text())["all"]["llm.truncated"] == 3
 
