@@ -412,3 +412,66 @@ def test_a_reasoning_model_s_thinking_is_not_a_context_and_an_unread_verdict_is_
     assert ctx.by_id["q1"][0].text == "It is a painting by Leonardo."
     grades = [json.loads(line) for line in (tmp_path / "test.en.g.grades.jsonl").read_text().splitlines()]
     assert [g["readable"] for g in grades] == [True, False]
+
+
+VERIFY3 = json.dumps(
+    {
+        "verdicts": [
+            {"claim": 1, "verdict": "supported", "incorrect_spans": []},
+            {
+                "claim": 2,
+                "verdict": "contradicted",
+                "incorrect_spans": [{"text": "Berlin", "probability": 0.9}],
+            },
+            {"claim": 3, "verdict": "not_in_context", "incorrect_spans": [], "reason": "no prizes named"},
+        ]
+    }
+)
+
+
+def test_a_claim_the_context_does_not_settle_is_unverifiable_painted_apart_and_recorded():
+    from mushroom.data.spans import soft_to_vector
+
+    backend = Scripted({"v-1#decompose": [DECOMPOSE], "v-1#verify": [VERIFY3]})
+    det = ChainDetector(ChainOptions(cache=False, unverifiable_probability=0.3), backend)
+    results = []
+    det.run([ITEM], CTX, results.append)
+    (res,) = results
+    s = Counter(res.stats)
+    assert (s["chain.false_claims"], s["chain.unverifiable"], s["chain.unreadable_verdicts"]) == (1, 1, 0)
+    n = len(ANSWER)
+    start = ANSWER.index("won two Nobel Prizes")
+    end = start + len("won two Nobel Prizes")
+    vec = soft_to_vector(res.prediction.soft_labels, n)
+    assert np.allclose(vec[start:end], 0.3) and vec[ANSWER.index("Berlin")] == pytest.approx(0.9)
+    assert [list(h) for h in res.prediction.hard_labels] == [[32, 38]]  # 0.3 is no hard span
+    channel = soft_to_vector(res.channels["unverifiable"], n)
+    assert channel[start:end].min() == 1.0 and channel.sum() == end - start  # the claim alone
+    assert res.detail["unverifiable"] == [
+        {"claim": 3, "text": "won two Nobel Prizes", "start": start, "end": end, "reason": "no prizes named"}
+    ]
+    # the prompt and the decoding schema ask for the third verdict
+    request = backend.seen[1]
+    assert "not_in_context" in request.messages[-1].content
+    enum = request.json_schema["$defs"]["Verdict"]["properties"]["verdict"]["enum"]
+    assert enum == ["supported", "contradicted", "not_in_context"]
+
+
+def test_an_old_two_way_reply_paints_as_before_with_nothing_unverifiable():
+    from mushroom.data.spans import soft_to_vector
+
+    backend = Scripted({"v-1#decompose": [DECOMPOSE], "v-1#verify": [VERIFY]})
+    results = []
+    ChainDetector(ChainOptions(cache=False), backend).run([ITEM], CTX, results.append)
+    (res,) = results
+    assert res.stats.get("chain.unverifiable", 0) == 0 and res.detail["unverifiable"] == []
+    assert soft_to_vector(res.channels["unverifiable"], len(ANSWER)).sum() == 0
+    assert [(s.start, s.end, s.prob) for s in res.prediction.soft_labels] == [(32, 38, pytest.approx(0.9))]
+
+
+def test_an_item_without_usable_context_is_not_verified_but_counted_as_context_none():
+    empty = {"v-1": [Context(source="g", text="  ")]}
+    s, pred, backend = run_chain({"v-1#decompose": [DECOMPOSE]}, ctx=empty)
+    assert [r.key for r in backend.seen] == ["v-1#decompose"]  # no verdict against nothing
+    assert (s["context.none"], s["chain.unverifiable"], s["verify.requests"]) == (1, 3, 0)
+    assert pred.hard_labels == [] and {sp.prob for sp in pred.soft_labels} == {0.4}

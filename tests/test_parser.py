@@ -466,3 +466,39 @@ def test_a_reply_cut_off_while_thinking_has_no_answer_and_a_tag_mid_answer_stays
         '{"incorrect_spans": [{"text": "</think> closes"}, {"text": "Paris"}]}',
     )
     assert [s.text for s in quoting.spans] == ["</think> closes", "Paris"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        # the three-way form the verify prompt asks for
+        ({"claim": 1, "verdict": "supported"}, "supported"),
+        ({"claim": 1, "verdict": "contradicted"}, "contradicted"),
+        ({"claim": 1, "verdict": "not_in_context"}, "unverifiable"),
+        ({"claim": 1, "verdict": "Not in context"}, "unverifiable"),
+        ({"claim": 1, "Verdict": " NOT-IN-CONTEXT "}, "unverifiable"),
+        ({"claim": 1, "label": "neutral"}, "unverifiable"),
+        ({"claim": 1, "verdict": "unverifiable"}, "unverifiable"),
+        # the old two-way replies still read: false is what the painter marked before
+        ({"claim": 1, "supported": True}, "supported"),
+        ({"claim": 1, "supported": False}, "contradicted"),
+        ({"claim": 1, "supported": "false"}, "contradicted"),
+        ({"claim": 1, "supported": "yes"}, "supported"),
+        ({"claim": 1, "supported": 0}, "contradicted"),
+        # a model of the new prompt writing the third word under the old key
+        ({"claim": 1, "supported": "not_in_context"}, "unverifiable"),
+        # an unreadable verdict word falls back to a readable `supported`
+        ({"claim": 1, "verdict": "maybe", "supported": False}, "contradicted"),
+        # nothing that can be read: None, for the caller to count
+        ({"claim": 1, "verdict": "maybe"}, None),
+        ({"claim": 1, "supported": "perhaps"}, None),
+        ({"claim": 1, "supported": None}, None),
+        ({"claim": 1, "verdict": ["supported"]}, None),
+        ({"claim": 1}, None),
+        ({"claim": 1, "supported": 2}, None),
+    ],
+)
+def test_read_verdict_three_way_and_old_two_way(entry, expected):
+    from mushroom.parsing.verdict import read_verdict
+
+    assert read_verdict(entry) == expected

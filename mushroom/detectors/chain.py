@@ -2,10 +2,18 @@
 
 Prompt 1 (prompts/decompose.md) splits the answer into atomic claims, each with its exact
 substring of the answer; prompt 2 (prompts/verify.md) checks every claim against the context
-and, for a false one, names the minimal wrong substrings with a probability; the repair
-parser places those substrings in the answer. A false claim whose wrong parts cannot be
-placed falls back to its own substring at `fallback_probability`, so a verdict is never
-silently lost.
+as supported, contradicted or not in the context (`mushroom.parsing.verdict`; the older
+`supported: true|false` replies still read) and, for a contradicted one, names the minimal
+wrong substrings with a probability; the repair parser places those substrings in the
+answer. A contradicted claim whose wrong parts cannot be placed falls back to its own
+substring at `fallback_probability`, so a verdict is never silently lost. A claim the
+context neither confirms nor contradicts is "unverifiable": its substring is painted at
+`unverifiable_probability`, kept as the `unverifiable` evidence channel (a stack feature of
+its own), counted (`chain.unverifiable`) and listed with the model's reason in the item's
+record (`detail["unverifiable"]`). An item with no usable context (none, or only empty
+ones: `mushroom contexts --grade` found nothing relevant) is not verified at all: every
+claim is unverifiable and `context.none` counts the item, since a verdict against nothing
+would be the model's guess.
 
 A stage whose output is unusable (no JSON, wrong shape) is retried once, with the model's
 previous output and the error shown to it; what is still unusable after that is the model's
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -41,7 +50,8 @@ from mushroom.detectors.llm import context_text
 from mushroom.detectors.prompts import load_prompt
 from mushroom.parsing.json_repair import extract_json
 from mushroom.parsing.locate import SpanLocator
-from mushroom.parsing.parser import coerce_bool, read_claims
+from mushroom.parsing.parser import read_claims
+from mushroom.parsing.verdict import read_verdict
 
 
 class ChainOptions(DetectorOptions):
@@ -55,6 +65,12 @@ class ChainOptions(DetectorOptions):
     max_context_chars: int = Field(12000, ge=0)
     retry: bool = Field(True, description="retry a failed stage once with the error shown")
     fallback_probability: float = Field(0.5, ge=0.0, le=1.0, description="false claim, no placeable span")
+    # 0.4: on val, 0.43 of the answer characters' gold probability mass is hallucinated (the
+    # prior of a claim nothing checked); kept below the 0.5 hard threshold so an unchecked
+    # claim alone is never a hard span (see docs/reference/detectors.md)
+    unverifiable_probability: float = Field(
+        0.4, ge=0.0, le=1.0, description="claim the context neither supports nor contradicts"
+    )
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label: probability above this")
     cache: bool = Field(True, description="cache responses in the run folder (none from Python)")
     structured_output: bool = Field(True, description="send each stage's JSON schema (constrained decoding)")
@@ -84,8 +100,9 @@ class Verdict(BaseModel):
     """One claim judged against the context."""
 
     claim: int
-    supported: bool
+    verdict: Literal["supported", "contradicted", "not_in_context"]
     incorrect_spans: list[WrongSpan]
+    reason: str | None = None
 
 
 class Verification(BaseModel):
@@ -119,6 +136,15 @@ def _verdicts(value) -> list[dict] | None:
     if not isinstance(value, list):
         return None
     return [v for v in value if isinstance(v, dict)]
+
+
+NO_CONTEXT = "no usable context"
+"""The reason given for every claim of an item that had no context to check it against."""
+
+
+def _has_context(contexts: list[Context]) -> bool:
+    """Whether any context has text: an empty one is `mushroom contexts`' "no usable context"."""
+    return any(c.text.strip() for c in contexts)
 
 
 def _render(template, **values: str) -> list[Message]:
@@ -277,8 +303,9 @@ class ChainDetector(Detector):
             for it in items
         ]
         claims, dec_raw, dec_err = self._run_stage("decompose", items, dec_msgs, stats, _claims)
-        # Stage 2: verify the items that have claims.
-        todo = [k for k, c in enumerate(claims) if c]
+        # Stage 2: verify the items that have claims and a context to check them against.
+        usable = [_has_context(contexts.get(it.id, [])) for it in items]
+        todo = [k for k, c in enumerate(claims) if c and usable[k]]
         ver_msgs = []
         for k in todo:
             item = items[k]
@@ -315,18 +342,35 @@ class ChainDetector(Detector):
             if error is not None:
                 emit(ItemResult.failed(item.id, error, dict(st), detail))
                 continue
+            if not usable[k]:
+                st["context.none"] += 1
+                item_verdicts = [
+                    {"claim": n + 1, "verdict": "not_in_context", "reason": NO_CONTEXT}
+                    for n in range(len(claims[k] or []))
+                ]
             if claims[k] is None:
                 st["chain.decomposition_failures"] += 1
             elif claims[k] and item_verdicts is None:
                 st["chain.verify_failures"] += 1
-            vec = self._paint(item, claims[k] or [], item_verdicts or [], st)
+            vec, unverifiable, unchecked = self._paint(item, claims[k] or [], item_verdicts or [], st)
+            detail["unverifiable"] = unchecked
             pred = prediction_from_vectors(item.id, vec, vec > opts.threshold)
-            emit(ItemResult.ok(pred, stats=dict(st), detail=detail))
+            emit(ItemResult.ok(pred, {"unverifiable": unverifiable}, stats=dict(st), detail=detail))
 
-    def _paint(self, item: Item, item_claims: list[dict], verdicts: list[dict], st: Counter):
-        """Per-character probabilities from the verdicts of one item."""
+    def _paint(
+        self, item: Item, item_claims: list[dict], verdicts: list[dict], st: Counter
+    ) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+        """Per-character probabilities from the verdicts of one item.
+
+        Returns:
+            The probabilities, the `unverifiable` channel (1 over each claim the context
+            neither supports nor contradicts) and those claims as records (claim number,
+            text, place in the answer or None, the model's reason).
+        """
         answer = item.model_output_text
         vec = np.zeros(len(answer))
+        unverifiable = np.zeros(len(answer))
+        unchecked: list[dict] = []
         locator = SpanLocator(answer)
         st["chain.claims"] += len(item_claims)
         claim_spans = []
@@ -339,15 +383,36 @@ class ChainDetector(Detector):
         # occurrence, as in the single-prompt parser.
         span_locator = SpanLocator(answer)
         for v in verdicts:
-            supported = coerce_bool(v.get("supported"))
-            if supported is None:
-                st["chain.unreadable_verdicts"] += 1  # neither true nor false: not a finding
+            verdict = read_verdict(v)
+            if verdict is None:
+                st["chain.unreadable_verdicts"] += 1  # no verdict that can be read: not a finding
                 continue
-            if supported:
+            if verdict == "supported":
                 continue
             idx = v.get("claim")
             if isinstance(idx, int) and not 1 <= idx <= len(item_claims):
                 st["chain.unknown_claim_verdicts"] += 1  # a verdict on a claim never made
+                continue
+            known = isinstance(idx, int) and 1 <= idx <= len(claim_spans)
+            if verdict == "unverifiable":
+                st["chain.unverifiable"] += 1
+                cs = claim_spans[idx - 1] if known else None
+                reason = v.get("reason")
+                unchecked.append(
+                    {
+                        "claim": idx if known else None,
+                        "text": item_claims[idx - 1]["substring"] if known else None,
+                        "start": cs.start if cs else None,
+                        "end": cs.end if cs else None,
+                        "reason": reason if isinstance(reason, str) else None,
+                    }
+                )
+                if cs is None:
+                    st["chain.unverifiable_not_located"] += 1  # counted, not painted anywhere
+                    continue
+                unverifiable[cs.start : cs.end] = 1.0
+                prob = self.options.unverifiable_probability
+                vec[cs.start : cs.end] = np.maximum(vec[cs.start : cs.end], prob)
                 continue
             st["chain.false_claims"] += 1
             found = read_claims({"incorrect_spans": v.get("incorrect_spans") or []})
@@ -362,8 +427,8 @@ class ChainDetector(Detector):
                     continue
                 placed += 1
                 vec[span.start : span.end] = np.maximum(vec[span.start : span.end], span.prob)
-            if not placed and isinstance(idx, int) and 1 <= idx <= len(claim_spans) and claim_spans[idx - 1]:
+            if not placed and known and claim_spans[idx - 1]:
                 st["chain.fallbacks"] += 1
                 cs = claim_spans[idx - 1]
                 vec[cs.start : cs.end] = np.maximum(vec[cs.start : cs.end], self.options.fallback_probability)
-        return vec
+        return vec, unverifiable, unchecked
