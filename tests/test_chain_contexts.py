@@ -275,7 +275,8 @@ def test_context_stage_generates_only_missing_items_grades_and_resumes(tmp_path)
     ctx = load_contexts("val", "en", ("retrieved", "gen"), allow_missing_source=True, context_dir=tmp_path)
     assert [c.text for c in ctx.by_id["b"]] == ["the capital of peru is lima"] and "c" not in ctx.by_id
     grades = [json.loads(line) for line in (tmp_path / "val.en.gen.grades.jsonl").read_text().splitlines()]
-    assert {g["id"]: g["relevant"] for g in grades} == {"b": True, "c": False}
+    assert {g["id"]: g["relevant"] for g in grades if "tier" not in g} == {"b": True, "c": False}
+    assert [(g["id"], g["tier"], g["relevant"]) for g in grades if "tier" in g] == [("a", "retrieved", True)]
     # resume with the same grading: nothing is sent again
     again = Scripted({})
     st2 = generate_contexts(
@@ -475,3 +476,72 @@ def test_an_item_without_usable_context_is_not_verified_but_counted_as_context_n
     assert [r.key for r in backend.seen] == ["v-1#decompose"]  # no verdict against nothing
     assert (s["context.none"], s["chain.unverifiable"], s["verify.requests"]) == (1, 3, 0)
     assert pred.hard_labels == [] and {sp.prob for sp in pred.soft_labels} == {0.4}
+
+
+def test_graded_tiers_fall_through_to_the_next_tier_then_generation_then_no_context(tmp_path):
+    """A loopback grader rejects tier 1 for b; b falls to tier 2, c through both to generation."""
+    items = [
+        Item(id="a", lang="en", model_input="Who founded Rome?", model_output_text="Romulus founded Rome."),
+        Item(id="b", lang="en", model_input="What is the capital of Peru?", model_output_text="Lima."),
+        Item(id="c", lang="en", model_input="How high is Everest?", model_output_text="It is 8849 m high."),
+        Item(id="d", lang="en", model_input="Who wrote Hamlet?", model_output_text="Shakespeare."),
+    ]
+    write_lines(
+        tmp_path / "val.en.t1.jsonl",
+        [{"id": "a", "context": "T1A Rome was founded by Romulus."}, {"id": "b", "context": "T1B Bananas."}],
+    )
+    write_lines(
+        tmp_path / "val.en.t2.jsonl",
+        [{"id": "b", "context": "T2B Lima is the capital of Peru."}, {"id": "c", "context": "T2C Pears."}],
+    )
+    script = {  # grading prompts first: they also hold the question the generation prompt holds
+        "T1A": [("ok", "Relevant")],
+        "T1B": [("ok", "Irrelevant")],
+        "T2B": [("ok", "Relevant")],
+        "T2C": [("ok", "Irrelevant")],
+        "GENC": [("ok", "Irrelevant")],
+        "GEND": [("ok", "Relevant")],
+        "Everest": [("ok", "GENC Apples grow on trees.")],
+        "Hamlet": [("ok", "GEND Hamlet is a play by Shakespeare.")],
+    }
+
+    def run(script):
+        with FakeServer(script) as server:
+            st = generate_contexts(
+                "val", "en", items, build_backend_for(server.url), source="g", tiers=("t1", "t2"),
+                grading="llm", context_dir=tmp_path,
+            )  # fmt: skip
+        return st, server
+
+    st, server = run(script)
+    assert (st.covered_by_tiers, st.tier_rejected, st.generated, st.kept, st.dropped) == (2, 2, 2, 1, 1)
+    assert st.failed == 0
+    # tier 1 is graded for a and b only; tier 2 only for b and c, which tier 1 did not serve
+    prompts = [c["body"]["messages"][-1]["content"] for c in server.calls]
+    graded = [m for m in prompts if "Background text:" in m]
+    assert sorted(m.split("Background text:\n")[1].split()[0] for m in graded) == [
+        "GENC", "GEND", "T1A", "T1B", "T2B", "T2C"
+    ]  # fmt: skip
+    ctx = load_contexts("val", "en", ("g",), context_dir=tmp_path).by_id
+    assert {i: [c.text for c in cs] for i, cs in ctx.items()} == {
+        "a": ["T1A Rome was founded by Romulus."],
+        "b": ["T2B Lima is the capital of Peru."],
+        "d": ["GEND Hamlet is a play by Shakespeare."],
+    }
+    rows = [json.loads(line) for line in (tmp_path / "val.en.g.jsonl").read_text().splitlines()]
+    assert {r["id"]: r.get("tier") for r in rows} == {"a": "t1", "b": "t2", "d": None}
+    grades = [json.loads(line) for line in (tmp_path / "val.en.g.grades.jsonl").read_text().splitlines()]
+    assert {(g["id"], g.get("tier")): g["relevant"] for g in grades} == {
+        ("a", "t1"): True, ("b", "t1"): False, ("b", "t2"): True, ("c", "t2"): False,
+        ("c", None): False, ("d", None): True,
+    }  # fmt: skip
+    assert [g["id"] for g in grades if g.get("no_usable_context")] == ["c"]
+    # resumed: every grade and context is on file, nothing is asked again
+    st2, server2 = run({})
+    assert server2.calls == [] and (st2.covered_by_tiers, st2.already_generated, st2.failed) == (2, 2, 0)
+    assert (tmp_path / "val.en.g.jsonl").read_text().count("\n") == 3  # nothing copied twice
+    # c has no usable context: the chain says so instead of verifying against nothing
+    c_item = items[2]
+    decompose = json.dumps({"claims": [{"claim": "Everest is 8849 m", "substring": "8849 m"}]})
+    s, pred, backend = run_chain({"c#decompose": [decompose]}, item=c_item, ctx=ctx)
+    assert (s["context.none"], s["chain.unverifiable"]) == (1, 1) and len(backend.seen) == 1

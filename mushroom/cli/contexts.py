@@ -35,7 +35,12 @@ def contexts_cmd(
     topic: Annotated[
         bool, typer.Option("--topic", metavar=FLAG, help="give the answer's first sentence as topic")
     ] = False,
-    grade: Annotated[str, typer.Option("--grade", help="none, llm or embedding")] = "none",
+    grade: Annotated[
+        str,
+        typer.Option(
+            "--grade", help="none, llm or embedding: grade tier and generated contexts, fall through"
+        ),
+    ] = "none",
     min_similarity: Annotated[float, typer.Option("--min-similarity", help="embedding grading cut")] = 0.3,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=16, help="length limit of a context")] = 512,
     limit: Annotated[
@@ -44,6 +49,10 @@ def contexts_cmd(
     context_dir: Annotated[Path | None, typer.Option("--context-dir", help="default: contexts/")] = None,
 ) -> None:
     """Generate background contexts with an LLM for items no tier source covers (resumable).
+
+    With --grade, each tier's context is graded before it is used; one graded irrelevant
+    passes the item to the next tier, then to generation. The source file then holds every
+    item's chosen context: detect with that source alone.
 
     Every model call is recorded in CONTEXT_DIR/.raw/ (replayable with --backend replay
     --responses FILE); items whose call failed are retried by the next run.

@@ -6,11 +6,19 @@ only for the gaps. Each generated context is appended to
 `contexts/<split>.<lang>.<source>.jsonl` as soon as it exists, so a stopped run resumes
 where it stopped and the detectors read the file like any other source.
 
-Optional grading, after Corrective RAG: each new context is judged relevant to its question
-or not, by an LLM prompt (prompts/context_grading.md: the answer must start with
-"relevant") or by embedding similarity between question and context (all-MiniLM-L6-v2)
-against `min_similarity`. Dropped contexts are not written to the source file; every
-decision is kept in a `.grades.jsonl` file beside it and the drops are counted.
+Optional grading, after Corrective RAG: a context is judged relevant to its question or
+not, by an LLM prompt (prompts/context_grading.md: the answer must start with "relevant")
+or by embedding similarity between question and context (all-MiniLM-L6-v2) against
+`min_similarity`. With a grading, tiers fall through: an item's context from the first tier
+that has one is graded before it is used, one graded irrelevant sends the item to the next
+tier, and an item no tier serves is generated and graded in turn. The context chosen from a
+tier is copied into the source file (with `"tier"` naming where it came from), so that file
+alone holds each item's usable context and the detectors read it as the only source: read
+beside the tiers, the contexts graded irrelevant would still be seen. A generated context
+graded irrelevant is not written: the item has "no usable context" (its grade says so with
+`"no_usable_context": true`), and the detectors that need one count it as `context.none`
+rather than read a wrong one. Every decision is kept in a `.grades.jsonl` file beside the
+source (tier grades with their `"tier"`), so a stopped run grades nothing twice.
 """
 
 from __future__ import annotations
@@ -44,8 +52,10 @@ class ContextStats:
     failed: int = 0
     dropped: int = 0
     kept: int = 0
+    tier_rejected: int = 0
+    """Tier contexts graded irrelevant (their items went on to the next tier or to generation)."""
     unreadable_verdicts: int = 0
-    """Of `kept`: LLM gradings that said neither relevant nor irrelevant (the context is kept)."""
+    """LLM gradings that said neither relevant nor irrelevant (the context, tier or generated, is kept)."""
     truncated: int = 0
     """Of `generated`: contexts cut off at max_tokens (finish_reason "length"; kept, and warned of)."""
     errors: list[str] = field(default_factory=list)
@@ -62,8 +72,106 @@ def _done_ids(path: Path, grading: Grading | None = None) -> set[str]:
     return {
         str(row["id"])
         for _, row in iter_json_lines(path, [])
-        if isinstance(row, dict) and "id" in row and (grading is None or row.get("grading") == grading)
+        if isinstance(row, dict)
+        and "id" in row
+        and "tier" not in row  # a tier's grade: the item may still need generating
+        and (grading is None or row.get("grading") == grading)
     }
+
+
+def _copied_from_tiers(path: Path) -> set[str]:
+    """Ids whose context in an output file was copied from a tier (a graded run's choice)."""
+    if not path.exists():
+        return set()
+    return {
+        str(row["id"])
+        for _, row in iter_json_lines(path, [])
+        if isinstance(row, dict) and "id" in row and row.get("tier")
+    }
+
+
+def _tier_grades(path: Path, grading: Grading) -> dict[tuple[str, str], dict]:
+    """(id, tier) -> the recorded grade of that tier's context, under `grading`."""
+    if not path.exists():
+        return {}
+    return {
+        (str(row["id"]), str(row["tier"])): row
+        for _, row in iter_json_lines(path, [])
+        if isinstance(row, dict) and "id" in row and row.get("tier") and row.get("grading") == grading
+    }
+
+
+@dataclass
+class _Grader:
+    """What grading one context needs, beside the context itself."""
+
+    grading: Grading
+    backend: Backend
+    min_similarity: float
+    encoder: object | None
+
+
+def _fall_through(
+    split: str,
+    lang: str,
+    items: list[Item],
+    tiers: tuple[str, ...],
+    grader: _Grader,
+    root: Path,
+    out_path: Path,
+    grades_path: Path,
+    stats: ContextStats,
+) -> set[str]:
+    """Grades each item's tier contexts in tier order; the first relevant one is copied out.
+
+    Returns:
+        The ids taken out of generation: those a tier now serves, and those whose grading
+        call failed (failed for this run, neither served nor generated, graded on the next).
+    """
+    recorded = _tier_grades(grades_path, grader.grading)
+    questions = {it.id: it.model_input for it in items}
+    remaining = [it.id for it in items]
+    served: set[str] = set()
+    for tier in tiers:
+        by_id = load_contexts(split, lang, (tier,), context_dir=root, allow_missing_source=True).by_id
+        texts = {
+            i: "\n\n".join(c.text for c in support_contexts(by_id.get(i, [])))
+            for i in remaining
+            if support_contexts(by_id.get(i, []))
+        }
+        ask = [i for i in texts if (i, tier) not in recorded]
+        grade = GRADINGS.load(grader.grading)
+        fresh = (
+            grade(
+                ask,
+                questions,
+                texts,
+                grader=grader.backend,
+                min_similarity=grader.min_similarity,
+                encoder=grader.encoder,
+                key_suffix=f"#{tier}",
+            )
+            if ask
+            else {}
+        )
+        for i in texts:
+            verdict = recorded.get((i, tier)) or fresh[i]
+            if verdict["relevant"] is None:
+                stats.failed += 1
+                stats.errors.append(f"{i}: grading failed ({tier}): {verdict['error']}")
+                served.add(i)  # out of this run: a re-run grades it
+                continue
+            if i in fresh:
+                append_jsonl(grades_path, {"id": i, "grading": grader.grading, "tier": tier, **verdict})
+            if verdict["relevant"]:
+                append_jsonl(out_path, {"id": i, "context": texts[i], "tier": tier})
+                served.add(i)
+                stats.covered_by_tiers += 1
+                stats.unreadable_verdicts += verdict.get("readable") is False
+            else:
+                stats.tier_rejected += 1
+        remaining = [i for i in remaining if i not in served]
+    return served
 
 
 def generate_contexts(
@@ -111,14 +219,22 @@ def generate_contexts(
     grades_path = root / f"{stem}{GRADES_SUFFIX}.jsonl"
     stats = ContextStats(items=len(items))
     covered: set[str] = set()
-    if tiers:
+    done = _done_ids(out_path) | _done_ids(grades_path, grading)
+    if tiers and grading != "none":  # graded tiers fall through (see the module docstring)
+        copied = _copied_from_tiers(out_path)
+        stats.covered_by_tiers += sum(1 for it in items if it.id in copied)
+        fresh = [it for it in items if it.id not in done and it.id not in copied]
+        judge = _Grader(grading, grader or backend, min_similarity, encoder)
+        covered = _fall_through(split, lang, fresh, tiers, judge, root, out_path, grades_path, stats)
+        covered |= copied
+    elif tiers:
         ctx = load_contexts(split, lang, tiers, context_dir=root, allow_missing_source=True)
         covered = {i for i, cs in ctx.by_id.items() if support_contexts(cs)}
-    done = _done_ids(out_path) | _done_ids(grades_path, grading)
+        stats.covered_by_tiers += sum(1 for it in items if it.id in covered)
     todo = []
     for item in items:
         if item.id in covered:
-            stats.covered_by_tiers += 1
+            continue
         elif item.id in done:
             stats.already_generated += 1
         else:
@@ -166,7 +282,8 @@ def generate_contexts(
             stats.failed += 1
             stats.errors.append(f"{item.id}: grading failed: {verdict['error']}")
             continue
-        append_jsonl(grades_path, {"id": item.id, "grading": grading, **verdict})
+        unusable = {} if verdict["relevant"] else {"no_usable_context": True}
+        append_jsonl(grades_path, {"id": item.id, "grading": grading, **verdict, **unusable})
         if verdict["relevant"]:
             append_jsonl(out_path, {"id": item.id, "context": texts[item.id]})
             stats.kept += 1
@@ -203,13 +320,21 @@ def grade_embedding(
 
 
 def grade_llm(
-    ids: list[str], questions: dict[str, str], texts: dict[str, str], grader: Backend, **_: object
+    ids: list[str],
+    questions: dict[str, str],
+    texts: dict[str, str],
+    grader: Backend,
+    key_suffix: str = "",
+    **_: object,
 ) -> dict[str, dict]:
-    """The grader's verdict on each context (prompts/context_grading.md); None: the call failed."""
+    """The grader's verdict on each context (prompts/context_grading.md); None: the call failed.
+
+    `key_suffix` tells a tier's grading apart from the generated context's in the raw records.
+    """
     template = load_prompt("context_grading")
     requests = [
         GenerationRequest(
-            key=f"{i}#grade",
+            key=f"{i}#grade{key_suffix}",
             item_id=i,
             stage="context.grade",
             messages=template.render(question=questions[i], context=texts[i]),

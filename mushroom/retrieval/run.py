@@ -79,6 +79,8 @@ def generate_split(
 ) -> ContextsRun:
     """Generates contexts for the items of a split's languages that no tier covers (resumable).
 
+    With a `grade`, tier contexts are graded too and fall through (`mushroom.retrieval.generate`).
+
     Every model call is recorded in CONTEXT_DIR/.raw/ and every answer cached in
     CONTEXT_DIR/.cache.<source>.jsonl, so a run that stopped goes on where it stopped.
     """
@@ -100,8 +102,9 @@ def generate_split(
         settings.check_answers()  # contexts are written answers
     sink: list[RawLog | None] = [None]
     engine = RecordingBackend(build_cached(backend, True, cache), lambda: sink[0])
-    # a verdict neither relevant nor irrelevant keeps the context
-    run = ContextsRun(COLUMNS + ["kept unread"] * (grade == "llm"))
+    # a verdict neither relevant nor irrelevant keeps the context; graded tiers fall through
+    falls = grade != "none" and bool(tier_list)
+    run = ContextsRun(COLUMNS + ["tier rejected"] * falls + ["kept unread"] * (grade == "llm"))
     hint = (
         f"contexts kept so far are in {root}/{split}.<lang>.{source}.jsonl, and every answer received "
         f"in {cache}; run the same command again to go on (answers received are not asked again)"
@@ -126,7 +129,8 @@ def generate_split(
                 max_tokens=max_tokens,
             )
             counts = [st.items, st.covered_by_tiers, st.already_generated, st.generated]
-            counts += [st.failed, st.kept, st.dropped] + [st.unreadable_verdicts] * (grade == "llm")
+            counts += [st.failed, st.kept, st.dropped] + [st.tier_rejected] * falls
+            counts += [st.unreadable_verdicts] * (grade == "llm")
             run.unread += st.unreadable_verdicts
             run.truncated += st.truncated
             run.rows.append([code, *counts])
