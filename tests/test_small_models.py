@@ -344,3 +344,33 @@ def test_the_one_call_api_builds_a_detector_afresh_after_it_failed(monkeypatch):
                 "Paris is in Italy.", "Paris is in France.", method="nli", model="x/y", device="cpu"
             )
     assert tries == ["x/y", "x/y"]
+
+
+def test_nli_keeps_neutral_apart_in_channels_counters_and_records():
+    model = tiny_bert_classifier(len(WORDS), {0: "contradiction", 1: "entailment", 2: "neutral"})
+    det = NLIDetector(NLIOptions(model="tiny", device="cpu", neutral_weight=0.5), model, tiny_tokenizer())
+    answer = "the cat is red. Paris is red."
+    ctx = {"x": [Context(source="s", text="the cat sat .")]}
+    results = []
+    det.run([item(answer)], ctx, results.append)
+    (res,) = results
+    pieces, evidence = det.piece_evidence(item(answer), ctx["x"])
+    verdicts = [("supported", "unverifiable", "contradicted")[int(np.argmax(row))] for row in evidence]
+    assert res.stats["nli.pieces"] == 2 and sum(res.stats.get(f"nli.{v}", 0) for v in set(verdicts)) == 2
+    for v in set(verdicts):
+        assert res.stats[f"nli.{v}"] == verdicts.count(v)
+    channels = det.channels["x"]
+    for k, piece in enumerate(pieces):
+        assert channels["neutral"][piece.start] == pytest.approx(evidence[k][1])
+        assert channels["contradiction"][piece.start] == pytest.approx(evidence[k][2])
+        # the piece score is still the two mixed, as before
+        assert channels["piece"][piece.start] == pytest.approx(
+            min(evidence[k][2] + 0.5 * evidence[k][1], 1.0)
+        )
+    listed = [(u["start"], u["end"]) for u in res.detail["unverifiable"]]
+    assert listed == [(p.start, p.end) for p, v in zip(pieces, verdicts) if v == "unverifiable"]
+    assert all("P(neutral)" in u["reason"] for u in res.detail["unverifiable"])
+    # no usable context: nothing scored, and the item says so
+    results.clear()
+    det.run([item(answer)], {"x": [Context(source="s", text=" ")]}, results.append)
+    assert results[0].stats["context.none"] == 1 and results[0].prediction.soft_labels == []

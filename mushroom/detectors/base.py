@@ -128,6 +128,10 @@ class Detector(ABC):
         # Evidence beyond the final probabilities (item id -> name -> per-character vector),
         # filled by vector detectors that have any; `run` copies it into each ItemResult.
         self.channels: dict[str, dict[str, np.ndarray]] = {}
+        # Per-item counters and records (`ItemResult.stats`, `.detail`) of vector detectors
+        # that have any, copied by `run` like the channels; empty for most.
+        self.item_stats: dict[str, dict[str, int]] = {}
+        self.item_details: dict[str, dict[str, Any]] = {}
         # Told (what, done, total) of work done between items, such as encoding a chunk's
         # texts before any of its items is finished, so a progress bar moves meanwhile;
         # set by the run service.
@@ -263,6 +267,8 @@ class VectorDetector(Detector):
 
         threshold = self.options.threshold
         self.channels = {}  # this batch's evidence; kept until the next call for callers to read
+        self.item_stats = {}  # counters and records a detector has for some items (nli's verdicts)
+        self.item_details = {}
         for item in items:
             try:
                 vec = self.item_vector(item, contexts.get(item.id, []))
@@ -272,4 +278,11 @@ class VectorDetector(Detector):
                 emit(ItemResult.failed(item.id, error_text(exc)))
                 continue
             pred = prediction_from_vectors(item.id, vec, vec > threshold)
-            emit(ItemResult.ok(pred, self.channels.get(item.id)))
+            emit(
+                ItemResult.ok(
+                    pred,
+                    self.channels.get(item.id),
+                    self.item_stats.get(item.id),
+                    self.item_details.get(item.id),
+                )
+            )

@@ -9,6 +9,15 @@ probability is P(contradiction) of the strongest chunk plus `neutral_weight` tim
 of the best-entailing chunk, clipped to 1: neutral means "the context does not say", which
 is weaker evidence than a contradiction.
 
+The three parts are also kept apart, since "the context does not say" is no verdict of
+falsehood: each piece is supported, contradicted or unverifiable (whichever of best
+entailment, strongest contradiction and the best-entailing chunk's neutral is largest),
+counted per piece (`nli.supported`, `nli.contradicted`, `nli.unverifiable`), the
+unverifiable pieces listed in the item's record (`detail["unverifiable"]`), and
+P(neutral) and P(contradiction) written as evidence channels of their own (`neutral`,
+`contradiction`, beside `piece`), which the stack weighs separately. An item with no
+usable context scores 0 and is counted as `context.none`.
+
 The label order is read from the model's config (`id2label`), never assumed: MNLI and XNLI
 checkpoints disagree on it. Recommended checkpoints (not downloadable here; any local folder
 works): `microsoft/deberta-large-mnli` or `cross-encoder/nli-deberta-v3-base` for English,
@@ -60,6 +69,10 @@ def label_indices(id2label: dict[Any, str]) -> dict[str, int]:
             "an NLI checkpoint names entailment, neutral and contradiction"
         )
     return {"entailment": found["entail"], "neutral": found["neutral"], "contradiction": found["contradict"]}
+
+
+_VERDICTS = ("supported", "unverifiable", "contradicted")
+"""A piece's verdict by the largest of its [entailment, neutral, contradiction]."""
 
 
 class NLIDetector(VectorDetector):
@@ -156,12 +169,27 @@ class NLIDetector(VectorDetector):
 
     def piece_scores(self, item: Item, contexts: list[Context]) -> tuple[list, list[float]]:
         """The answer's pieces and each one's hallucination probability (0 without context)."""
+        pieces, evidence = self.piece_evidence(item, contexts)
+        if evidence is None:
+            return pieces, [0.0] * len(pieces)
+        return pieces, [self._score(row) for row in evidence]
+
+    def _score(self, row: np.ndarray) -> float:
+        """P(contradiction) plus `neutral_weight` times P(neutral), clipped to 1."""
+        return float(min(row[2] + self.options.neutral_weight * row[1], 1.0))
+
+    def piece_evidence(self, item: Item, contexts: list[Context]) -> tuple[list, np.ndarray | None]:
+        """The answer's pieces and, per piece, [entailment, neutral, contradiction].
+
+        Entailment and neutral are those of the best-entailing chunk, contradiction the
+        strongest over all chunks; None when there is no context (or no piece) to compare.
+        """
         self._load()
         idx = label_indices(self._model.config.id2label)
         pieces = answer_pieces(item.model_output_text, self.options.unit)
         texts = [c.text for c in support_contexts(contexts)]
         if not texts or not pieces:
-            return pieces, [0.0] * len(pieces)
+            return pieces, None
         pairs, owner = [], []
         for k, piece in enumerate(pieces):
             for text in texts:
@@ -170,18 +198,40 @@ class NLIDetector(VectorDetector):
                     owner.append(k)
         probs = self._probs(pairs)
         owner_arr = np.array(owner)
-        scores = []
+        evidence = np.zeros((len(pieces), 3))
         for k in range(len(pieces)):
             rows = probs[owner_arr == k]
             best = rows[np.argmax(rows[:, idx["entailment"]])]
             contradiction = rows[:, idx["contradiction"]].max()
-            score = contradiction + self.options.neutral_weight * best[idx["neutral"]]
-            scores.append(float(min(score, 1.0)))
-        return pieces, scores
+            evidence[k] = [best[idx["entailment"]], best[idx["neutral"]], contradiction]
+        return pieces, evidence
 
     def item_vector(self, item: Item, contexts: list[Context]) -> np.ndarray:
-        """Per-character probability (each piece's score); records it as a channel."""
-        pieces, scores = self.piece_scores(item, contexts)
-        vec = paint(len(item.model_output_text), pieces, scores)
-        self.channels[item.id] = {"piece": vec}
+        """Per-character probability (each piece's score); records the evidence and verdicts."""
+        pieces, evidence = self.piece_evidence(item, contexts)
+        n = len(item.model_output_text)
+        stats = {"nli.pieces": len(pieces)}
+        if evidence is None:
+            zeros = [0.0] * len(pieces)
+            vec = paint(n, pieces, zeros)
+            self.channels[item.id] = {"piece": vec, "neutral": vec.copy(), "contradiction": vec.copy()}
+            self.item_stats[item.id] = {**stats, "context.none": 1}
+            return vec
+        vec = paint(n, pieces, [self._score(row) for row in evidence])
+        self.channels[item.id] = {
+            "piece": vec,
+            "neutral": paint(n, pieces, [float(row[1]) for row in evidence]),
+            "contradiction": paint(n, pieces, [float(row[2]) for row in evidence]),
+        }
+        unverifiable = []
+        for piece, row in zip(pieces, evidence):
+            verdict = _VERDICTS[int(np.argmax(row))]
+            stats[f"nli.{verdict}"] = stats.get(f"nli.{verdict}", 0) + 1
+            if verdict == "unverifiable":
+                reason = f"no context passage entails or contradicts it (P(neutral) {row[1]:.2f})"
+                unverifiable.append(
+                    {"start": piece.start, "end": piece.end, "text": piece.text, "reason": reason}
+                )
+        self.item_stats[item.id] = stats
+        self.item_details[item.id] = {"unverifiable": unverifiable}
         return vec
