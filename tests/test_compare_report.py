@@ -204,3 +204,44 @@ def test_compare_names_the_languages_it_leaves_out(tmp_path, capsys):
     assert code == 0, err
     assert "two: de left out, since not every run has them; compared on en" in " ".join(err.split())
     assert "one:" not in err
+
+
+def test_report_shows_unverifiable_claims_in_a_third_colour_with_the_reason(tmp_path):
+    import json
+
+    from mushroom.data.splits import load_split
+    from mushroom.evaluation.report import UNVERIFIABLE_COLOUR
+
+    run = tmp_path / "r"
+    res = runner.invoke(
+        app, ["detect", "--split", "val", "--lang", "en", "--limit", "2", "--out", str(run), "--quiet"]
+    )
+    assert res.exit_code == 0, res.output
+    before = build_report(run, "val", ["en"]).html
+    assert "unverifiable" not in before and UNVERIFIABLE_COLOUR not in before  # a run without any: as before
+    item = load_split("val", ["en"])["en"][0]
+    ledger = prediction_folder(run, "val") / "items" / "en.jsonl"
+    row = json.loads(ledger.read_text().splitlines()[0])
+    assert row["id"] == item.id
+    word = item.model_output_text.split()[0]
+    row["detail"] = {
+        "unverifiable": [
+            {"claim": 1, "text": word, "start": 0, "end": len(word), "reason": "the context <says> nothing"},
+            {"start": "0", "end": 3, "reason": "offsets not numbers: not shown"},
+        ]
+    }
+    with ledger.open("a") as out:  # the last line per id wins, as in a resumed run
+        out.write(json.dumps(row) + "\n")
+    page = build_report(run, "val", ["en"]).html
+    assert len(re.findall(r'class="seg[^"]*unverifiable"', page)) == 1  # the second entry is refused
+    span = re.search(r'<span class="seg[^"]*unverifiable"([^>]*)>([^<]*)</span>', page)
+    assert span and span.group(2) == html_escape(word) and UNVERIFIABLE_COLOUR in span.group(1)
+    assert "unverifiable: the context &lt;says&gt; nothing" in span.group(1)
+    assert "the context &lt;says&gt; nothing</div>" in page and "offsets not numbers" not in page
+    assert "unverifiable: the context neither supports nor contradicts it" in page  # the legend
+
+
+def html_escape(text):
+    import html
+
+    return html.escape(text)

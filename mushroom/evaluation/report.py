@@ -3,7 +3,10 @@
 Per item: the question, the answer with gold spans (green underline) and predicted spans
 (red background, soft probability as intensity), the item's IoU and Cor, the contexts the
 detector saw, the raw model output where the run kept one, and the item's error type if the
-item is tagged. Filters (language, worst N by IoU, error type) run in the page itself, and
+item is tagged. Claims the detector could not check against its context (the `chain` and
+`nli` verdict "unverifiable", read from the run's item ledger) are shown in a colour of
+their own (amber) with the reason, since a claim nothing confirms or refutes is not the
+same finding as one the context contradicts. Filters (language, worst N by IoU, error type) run in the page itself, and
 can be preset in the URL: `report.html#lang=en&worst=10`. No external files, fonts or scripts,
 so the page can be mailed or archived with the run.
 """
@@ -67,21 +70,79 @@ window.addEventListener('DOMContentLoaded',()=>{
 """
 
 
-def highlighted_answer(text: str, gold_mask: np.ndarray, soft: np.ndarray) -> str:
-    """The answer as HTML: runs of equal (gold, probability) become one styled span."""
+UNVERIFIABLE_COLOUR = "rgba(240,170,0,0.5)"
+"""Amber: the third colour, for claims that could not be checked (not red: no contradiction)."""
+
+
+def highlighted_answer(
+    text: str, gold_mask: np.ndarray, soft: np.ndarray, unchecked: list[str | None] | None = None
+) -> str:
+    """The answer as HTML: runs of equal (gold, probability, reason) become one styled span.
+
+    `unchecked` holds per character the reason its claim could not be checked (None: it was
+    checked); such characters are amber, with the reason in their title, whatever their
+    probability.
+    """
+    reasons = unchecked if unchecked is not None else [None] * len(text)
     out = []
     start = 0
     for k in range(1, len(text) + 1):
-        if k < len(text) and gold_mask[k] == gold_mask[start] and soft[k] == soft[start]:
+        if (
+            k < len(text)
+            and gold_mask[k] == gold_mask[start]
+            and soft[k] == soft[start]
+            and reasons[k] == reasons[start]
+        ):
             continue
         chunk = html.escape(text[start:k])
         p = float(soft[start])
+        reason = reasons[start]
         classes = ["seg"] + (["gold"] if gold_mask[start] else []) + (["pred"] if p > 0 else [])
         style = f' style="background:rgba(220,40,40,{0.12 + 0.7 * p:.2f})"' if p > 0 else ""
         title = f' title="p={p:.3f}"' if p > 0 else ""
+        if reason is not None:
+            classes.append("unverifiable")
+            style = f' style="background:{UNVERIFIABLE_COLOUR}"'
+            title = f' title="{html.escape(f"unverifiable: {reason}; p={p:.3f}")}"'
         out.append(f'<span class="{" ".join(classes)}"{style}{title}>{chunk}</span>')
         start = k
     return "".join(out)
+
+
+def _unverifiable(folder: Path, lang: str, problems: list[Problem]) -> dict[str, list[dict]]:
+    """Per item id, the claims its detector could not check: {start, end, text, reason}.
+
+    Read from the item ledger (`items/<lang>.jsonl`, the last line per id), where `chain` and
+    `nli` list them in the item's record; a folder without a ledger, or records without the
+    list (other detectors, older runs), give none. Offsets are checked, not trusted.
+    """
+    path = folder / "items" / f"{lang}.jsonl"
+    out: dict[str, list[dict]] = {}
+    if not path.is_file():
+        return out
+    for _, row in iter_json_lines(path, problems):
+        if not isinstance(row, dict) or "id" not in row:
+            continue
+        detail = row.get("detail") if isinstance(row.get("detail"), dict) else {}
+        found = detail.get("unverifiable")
+        entries = [
+            e
+            for e in (found if isinstance(found, list) else [])
+            if isinstance(e, dict) and isinstance(e.get("start"), int) and isinstance(e.get("end"), int)
+        ]
+        out[str(row["id"])] = entries  # the last line per id wins
+    return {k: v for k, v in out.items() if v}
+
+
+def _reasons(n: int, entries: list[dict]) -> list[str | None]:
+    """Per character of an n-character answer, the reason its claim was not checked, or None."""
+    reasons: list[str | None] = [None] * n
+    for e in entries:
+        start, end = max(e["start"], 0), min(e["end"], n)
+        reason = e.get("reason") if isinstance(e.get("reason"), str) else "no reason given"
+        for k in range(start, end):
+            reasons[k] = reason
+    return reasons
 
 
 def _raw_outputs(folder: Path, lang: str, problems: list[Problem] | None = None) -> dict[str, list[str]]:
@@ -113,6 +174,7 @@ def _item_html(
     contexts: list,
     raw: list[str],
     tag: str | None,
+    unchecked: list[dict] | None = None,
 ) -> tuple[str, float]:
     n = len(item.model_output_text)
     soft, mask = prediction_vectors(pred, n) if pred else (np.zeros(n), np.zeros(n, dtype=bool))
@@ -141,13 +203,20 @@ def _item_html(
     scores = f"IoU {iou:.3f} · Cor {cor:.3f}" if labelled else "unlabelled"
     tag_html = f" · error type: <b>{html.escape(tag)}</b>" if tag else ""
     hard = ", ".join(f"[{s}, {e})" for s, e in (pred.hard_labels if pred else []))
+    reasons = _reasons(n, unchecked) if unchecked else None
+    unchecked_html = "".join(
+        f'<div class="meta">unverifiable: <span style="background:{UNVERIFIABLE_COLOUR}">'
+        f"{html.escape(item.model_output_text[max(e['start'], 0) : e['end']])}</span> · "
+        f"{html.escape(e['reason'] if isinstance(e.get('reason'), str) else 'no reason given')}</div>"
+        for e in unchecked or []
+    )
     body = (
         f'<div class="item" id="{html.escape(item.id)}" data-lang="{item.lang}" '
         f'data-iou="{iou if labelled else 1.0:.6f}" data-tag="{html.escape(tag or "none")}">'
         f'<div class="meta">{html.escape(item.id)} · {item.lang} · <span class="scores">{scores}</span>{tag_html}</div>'
         f"<p><b>Q:</b> {html.escape(item.model_input)}</p>"
-        f'<div class="answer">{highlighted_answer(item.model_output_text, gold_mask, soft)}</div>'
-        f'<div class="meta">predicted hard spans: {hard or "none"}</div>'
+        f'<div class="answer">{highlighted_answer(item.model_output_text, gold_mask, soft, reasons)}</div>'
+        f'<div class="meta">predicted hard spans: {hard or "none"}</div>{unchecked_html}'
         f"{ctx_html}{raw_html}</div>"
     )
     return body, iou
@@ -187,6 +256,7 @@ def build_report(
     tags = tags or {}
     blocks, summary, shown = [], [], []
     raw_problems: list[Problem] = []
+    any_unchecked = False
     for lang, items in data.items():
         path = folder / submission_name(lang, split)
         if not path.exists():
@@ -194,13 +264,20 @@ def build_report(
         preds = load_predictions(path, {item.id: len(item.model_output_text) for item in items})
         ctx = load_contexts(split, lang, sources, item_ids=[i.id for i in items]).by_id
         raw = _raw_outputs(folder, lang, raw_problems)
+        unchecked = _unverifiable(folder, lang, raw_problems)
+        any_unchecked = any_unchecked or bool(unchecked)
         ious = []
         # A run made with --limit predicted only some items: the others are left off the page
         # rather than shown as unscored ("IoU nan") and counted in its summary.
         predicted = [item for item in items if item.id in preds]
         for item in predicted:
             block, iou = _item_html(
-                item, preds[item.id], ctx.get(item.id, []), raw.get(item.id, []), tags.get(item.id)
+                item,
+                preds[item.id],
+                ctx.get(item.id, []),
+                raw.get(item.id, []),
+                tags.get(item.id),
+                unchecked.get(item.id),
             )
             blocks.append(block)
             ious.append(iou)
@@ -231,13 +308,19 @@ def build_report(
     config = (
         html.escape(config_path.read_text(encoding="utf-8")) if config_path.exists() else "(no config.json)"
     )
+    unchecked_legend = (
+        f'\n<span style="background:{UNVERIFIABLE_COLOUR}">unverifiable: the context neither supports '
+        "nor contradicts it (hover for the reason)</span>"
+        if any_unchecked
+        else ""
+    )
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>mushroom report: {html.escape(run_dir.name)}</title>
 <style>{_CSS}</style><script>{_JS}</script></head><body>
 <h1>mushroom report: {html.escape(run_dir.name)} ({split})</h1>
 <div class="legend"><span class="gold">gold span</span>
 <span style="background:rgba(220,40,40,0.82)">predicted, p=1</span>
-<span style="background:rgba(220,40,40,0.47)">predicted, p=0.5</span></div>
+<span style="background:rgba(220,40,40,0.47)">predicted, p=0.5</span>{unchecked_legend}</div>
 <h2>Scores</h2><table id="summary"><tr><th>lang</th><th>items</th><th>mean IoU</th></tr>{rows}</table>
 {"<h2>Error types</h2><table id='tags'><tr><th>type</th><th>items</th></tr>" + tag_table + "</table>" if tag_counts else ""}
 <details><summary>run config</summary><pre>{config}</pre></details>
