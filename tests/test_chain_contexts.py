@@ -545,3 +545,37 @@ def test_graded_tiers_fall_through_to_the_next_tier_then_generation_then_no_cont
     decompose = json.dumps({"claims": [{"claim": "Everest is 8849 m", "substring": "8849 m"}]})
     s, pred, backend = run_chain({"c#decompose": [decompose]}, item=c_item, ctx=ctx)
     assert (s["context.none"], s["chain.unverifiable"]) == (1, 1) and len(backend.seen) == 1
+
+
+def test_a_chain_run_writes_the_unverifiable_channel_and_the_stack_takes_it_as_a_feature(tmp_path, capsys):
+    from cli_helpers import cli
+
+    from mushroom.combine.stack.features import feature_names
+    from mushroom.combine.stack.members import Member, load_member_evidence
+    from mushroom.data.runfolder import prediction_folder
+    from mushroom.data.splits import load_split
+
+    # one reply for both stages: a claim on the answer's first character, not in the context
+    items = load_split("val", ["it"])["it"][:2]
+    first = items[0].model_output_text[0]
+    reply = json.dumps(
+        {
+            "claims": [{"claim": "c", "substring": first}],
+            "verdicts": [{"claim": 1, "verdict": "not_in_context", "incorrect_spans": [], "reason": "r"}],
+        }
+    )
+    out = tmp_path / "chain"
+    with FakeServer({}, default_text=reply) as server:
+        code, _, err = cli(
+            capsys, "detect", "--detector", "chain", "--split", "val", "--lang", "it", "--limit", "2",
+            "-o", "backend.kind=openai", "-o", "backend.model=m", "-o", f"backend.base_url={server.url}",
+            "--out", out, "--quiet",
+        )  # fmt: skip
+    assert code == 0, err
+    stats = json.loads((prediction_folder(out, "val") / "stats.json").read_text())
+    assert "chain.unverifiable" in json.dumps(stats)
+    per_member, found = load_member_evidence([Member("chain", out)], "val", {"it": items})
+    assert found == [{"it": ["unverifiable"]}]
+    _, chans = per_member[0][items[0].id]
+    assert chans["unverifiable"][0] == 1.0
+    assert "chain.unverifiable" in feature_names(["chain"], [found[0]["it"]], ["it"])
