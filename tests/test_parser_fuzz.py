@@ -320,3 +320,23 @@ def test_out_of_range_probabilities_are_invalid(x):
 @given(json_values)
 def test_coerce_bool_never_raises(value):
     assert coerce_bool(value) in (True, False, None)
+
+
+@FUZZ
+@given(
+    st.dictionaries(
+        st.one_of(
+            st.sampled_from(["verdict", "Verdict", "label", "status", "supported", "claim"]), st.text()
+        ),
+        st.one_of(
+            st.sampled_from(
+                ["supported", "contradicted", "not_in_context", "Not In Context", "false", "neutral"]
+            ),
+            json_values,
+        ),
+    )
+)
+def test_read_verdict_never_raises_and_gives_one_of_three_or_none(entry):
+    from mushroom.parsing.verdict import read_verdict
+
+    assert read_verdict(entry) in ("supported", "contradicted", "unverifiable", None)
