@@ -540,6 +540,13 @@ def test_graded_tiers_fall_through_to_the_next_tier_then_generation_then_no_cont
     st2, server2 = run({})
     assert server2.calls == [] and (st2.covered_by_tiers, st2.already_generated, st2.failed) == (2, 2, 0)
     assert (tmp_path / "val.en.g.jsonl").read_text().count("\n") == 3  # nothing copied twice
+    # an ungraded run without tiers keeps the chosen contexts: only c, dropped by the grade, is made
+    with FakeServer({}, default_text="Everest is 8849 m high.") as server3:
+        st3 = generate_contexts(
+            "val", "en", items, build_backend_for(server3.url), source="g", context_dir=tmp_path
+        )
+    assert len(server3.calls) == 1 and (st3.already_generated, st3.kept) == (3, 1)
+    assert len(load_contexts("val", "en", ("g",), context_dir=tmp_path).by_id) == 4  # still one line per id
     # c has no usable context: the chain says so instead of verifying against nothing
     c_item = items[2]
     decompose = json.dumps({"claims": [{"claim": "Everest is 8849 m", "substring": "8849 m"}]})

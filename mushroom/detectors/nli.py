@@ -215,7 +215,9 @@ class NLIDetector(VectorDetector):
             zeros = [0.0] * len(pieces)
             vec = paint(n, pieces, zeros)
             self.channels[item.id] = {"piece": vec, "neutral": vec.copy(), "contradiction": vec.copy()}
-            self.item_stats[item.id] = {**stats, "context.none": 1}
+            # no piece to check (an empty answer) is not a missing context
+            none = {"context.none": 1} if not support_contexts(contexts) else {}
+            self.item_stats[item.id] = {**stats, **none}
             return vec
         vec = paint(n, pieces, [self._score(row) for row in evidence])
         self.channels[item.id] = {

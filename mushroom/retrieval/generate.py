@@ -74,8 +74,8 @@ def _done_ids(path: Path, grading: Grading | None = None) -> set[str]:
         for _, row in iter_json_lines(path, [])
         if isinstance(row, dict)
         and "id" in row
-        and "tier" not in row  # a tier's grade: the item may still need generating
-        and (grading is None or row.get("grading") == grading)
+        # in a grades file, a tier's grade leaves the item to the next tier or to generation
+        and (grading is None or (row.get("grading") == grading and "tier" not in row))
     }
 
 
@@ -223,7 +223,7 @@ def generate_contexts(
     if tiers and grading != "none":  # graded tiers fall through (see the module docstring)
         copied = _copied_from_tiers(out_path)
         stats.covered_by_tiers += sum(1 for it in items if it.id in copied)
-        fresh = [it for it in items if it.id not in done and it.id not in copied]
+        fresh = [it for it in items if it.id not in done]
         judge = _Grader(grading, grader or backend, min_similarity, encoder)
         covered = _fall_through(split, lang, fresh, tiers, judge, root, out_path, grades_path, stats)
         covered |= copied
