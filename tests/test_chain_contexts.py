@@ -1,4 +1,5 @@
 import json
+import re
 from collections import Counter
 
 import numpy as np
@@ -586,3 +587,16 @@ def test_a_chain_run_writes_the_unverifiable_channel_and_the_stack_takes_it_as_a
     _, chans = per_member[0][items[0].id]
     assert chans["unverifiable"][0] == 1.0
     assert "chain.unverifiable" in feature_names(["chain"], [found[0]["it"]], ["it"])
+    # and the report shows the claim in its own colour, with the model's reason
+    from mushroom.evaluation.report import UNVERIFIABLE_COLOUR, build_report
+
+    page = build_report(out, "val", ["it"]).html
+    assert (
+        len(
+            re.findall(
+                rf'class="seg[^"]*unverifiable" style="background:{re.escape(UNVERIFIABLE_COLOUR)}"', page
+            )
+        )
+        == 2
+    )
+    assert page.count('title="unverifiable: r; p=0.400"') == 2
