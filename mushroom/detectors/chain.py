@@ -11,7 +11,7 @@ context neither confirms nor contradicts is "unverifiable": its substring is pai
 `unverifiable_probability`, kept as the `unverifiable` evidence channel (a stack feature of
 its own), counted (`chain.unverifiable`) and listed with the model's reason in the item's
 record (`detail["unverifiable"]`). An item with no usable context (none, or only empty
-ones: `mushroom contexts --grade` found nothing relevant) is not verified at all: every
+ones, as when `mushroom contexts --grade` found nothing relevant) is not verified at all: every
 claim is unverifiable and `context.none` counts the item, since a verdict against nothing
 would be the model's guess.
 
@@ -143,7 +143,11 @@ NO_CONTEXT = "no usable context"
 
 
 def _has_context(contexts: list[Context]) -> bool:
-    """Whether any context has text: an empty one is `mushroom contexts`' "no usable context"."""
+    """Whether any context has text.
+
+    Without one (none at all, or only empty ones) there is no usable context, as for an item
+    whose every context `mushroom contexts --grade` rejected.
+    """
     return any(c.text.strip() for c in contexts)
 
 
