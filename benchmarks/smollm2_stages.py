@@ -24,6 +24,7 @@ from rich.console import Console
 
 from mushroom.backends.rawlog import RawRecord
 from mushroom.cli.tables import RichReporter
+from mushroom.data.predictions import load_predictions
 from mushroom.data.splits import load_split
 from mushroom.detectors import build
 from mushroom.evaluation.score import score_predictions
@@ -82,8 +83,9 @@ def main() -> None:
         out = service.detect_split(det, "val", folder / "val", ["en"], data={"en": items})
         seconds = time.perf_counter() - t0
         stats = out.stats["all"]
-        preds = out.predictions.get("en", [])
-        score = score_predictions(items, preds) if preds else None
+        path = out.files.get("en")
+        preds = load_predictions(path) if path is not None else {}
+        score = score_predictions(items, [preds[it.id] for it in items]) if preds else None
         raw_path = folder / "val" / "raw" / "en.raw.jsonl"
         raw = (
             [RawRecord.model_validate_json(line) for line in raw_path.read_text().splitlines()]

@@ -199,7 +199,7 @@ def test_chain_over_a_loopback_server_and_replay(tmp_path):
     with FakeServer(
         {
             "Split the ANSWER": [("ok", "```json\n" + DECOMPOSE + "\n```")],
-            "CLAIMS (numbered": [("ok", VERIFY)],
+            "For each claim, give one verdict": [("ok", VERIFY)],
         }
     ) as server:
         det = build(

@@ -1,0 +1,456 @@
+"""The LLM detectors measured: one command for the table, and a recorded run anyone can replay.
+
+    python benchmarks/llm_quality.py --base-url URL --model NAME [--langs en,es,de] [--limit 50]
+    python benchmarks/llm_quality.py --model smollm2          # a pulled GGUF on a local llama.cpp server
+    python benchmarks/llm_quality.py --replay                 # the recorded run: no model, no server
+
+Runs through the run service, on the first `--limit` val items of each language: the `llm`
+detector (few-shot prompt with a reason per span, temperatures 0.05/0.1/0.2, vote per
+character) and the `chain` (decompose, verify, locate), beside the lexical detector, the CPU
+stack (lexical + semantic) and the stack with the llm as a third member, both fitted out of
+fold on these items. Prints per system and language IoU / Cor with 95% bootstrap intervals,
+the parser's counters, failed items, tokens and seconds per item; then the paired difference
+that the llm member makes to the stack; then one line:
+
+    llm IoU X Cor Y; stack IoU X Cor Y; stack+llm IoU X Cor Y
+
+A live run keeps its raw records (every request and reply, in the one raw-record schema) in
+`--record` (default `benchmarks/records/llm_quality/`, gzipped) with a manifest naming the
+model, settings and timings; `--replay` answers every request from them through the replay
+backend, so the same table comes back on any machine. `--prefix-check N` also times N English
+items with the shared prompt prefix reused by the server and with it defeated (a per-request
+nonce put first), which is what ordering prompts prefix-first buys on llama.cpp or vLLM.
+
+Every figure is the named model's: SmolLM2-135M (the model of record here, the largest
+instruct model that installs on these machines) proves the pipeline, not the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from mushroom.backends.base import Backend, Generation, GenerationRequest, Message, OnResult
+from mushroom.backends.rawlog import RawRecord
+from mushroom.cli.tables import RichReporter
+from mushroom.combine.stack import Member, fit_stack
+from mushroom.data.predictions import load_predictions
+from mushroom.data.splits import load_split
+from mushroom.detectors import build
+from mushroom.evaluation.score import score_predictions
+from mushroom.evaluation.stats import bootstrap_ci, paired_test
+from mushroom.runs.reporter import PlainReporter
+from mushroom.runs.service import RunService
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORD = ROOT / "benchmarks" / "records" / "llm_quality"
+TEMPERATURES = [0.05, 0.1, 0.2]
+LLM_SYSTEMS = ("llm", "chain")
+
+
+def llm_options(backend: dict[str, Any], max_tokens: int) -> dict[str, dict[str, Any]]:
+    """The two model-backed systems' settings: the design's single prompt and its chain."""
+    common = {"backend": backend, "max_tokens": max_tokens, "max_context_chars": 3000}
+    return {
+        "llm": {**common, "prompt": "single_few_shot", "temperatures": TEMPERATURES},
+        "chain": dict(common),
+    }
+
+
+def run_system(name: str, options: dict[str, Any] | None, data: dict, work: Path, live: bool) -> dict:
+    """One system through the run service (resumes per item); its counters and timing.
+
+    Seconds and items are added up over sittings in the work folder's timings.json, so a
+    run that spans several sittings still reports seconds per item of the items it ran.
+    """
+    det = build(name, options)
+    folder = work / name
+    log = (work / "runs.log").open("a", encoding="utf-8")
+    reporter = RichReporter(Console(stderr=True)) if live else PlainReporter(log)
+    config = {"benchmark": "llm_quality", **det.describe()}
+    service = RunService(folder, config, reporter, quiet=not live, allow_failures=True)
+    t0 = time.perf_counter()
+    out = service.detect_split(det, "val", folder / "val", list(data), data=data)
+    seconds = time.perf_counter() - t0
+    log.close()
+    timings_path = work / "timings.json"
+    timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
+    if live and out.done_now:
+        t = timings.setdefault(name, {"seconds": 0.0, "items": 0})
+        t["seconds"] += seconds
+        t["items"] += out.done_now
+        timings_path.write_text(json.dumps(timings, indent=1))
+    return {
+        "stats": dict(out.stats.get("all", {})),
+        "by_lang": {k: dict(v) for k, v in out.stats.items()},
+        "files": out.files,
+        "timing": timings.get(name),
+    }
+
+
+def raw_records(folder: Path) -> list[RawRecord]:
+    """Every raw record a system's val run wrote (all languages)."""
+    records = []
+    for path in sorted((folder / "val" / "raw").glob("*.raw.jsonl")):
+        records += [RawRecord.model_validate_json(line) for line in path.read_text().splitlines() if line]
+    return records
+
+
+def per_item_scores(data: dict, files: dict[str, Path]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """lang -> (IoU per item, Cor per item), from the written prediction files."""
+    out = {}
+    for lang, items in data.items():
+        preds = load_predictions(files[lang])
+        res = score_predictions(items, [preds[it.id] for it in items])
+        out[lang] = (np.asarray(res.iou), np.asarray(res.cor))
+    return out
+
+
+def stack_scores(members: list[str], data: dict, work: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The stack over `members`, fitted and scored out of fold (5 folds by item) on these items."""
+    fit = fit_stack([Member(m, work / m, allow_failures=True) for m in members], data, "val")
+    out = {}
+    for lang, items in data.items():
+        res = score_predictions(items, fit.oof[lang])
+        out[lang] = (np.asarray(res.iou), np.asarray(res.cor))
+    return out
+
+
+def ci(values: np.ndarray) -> str:
+    low, high = bootstrap_ci(values)
+    return f"{values.mean():.3f} [{low:.3f}, {high:.3f}]"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_llama_server(model: str, log: Path) -> tuple[subprocess.Popen, str]:
+    """llama-cpp-python's OpenAI-compatible server on a pulled GGUF (one slot, two threads)."""
+    from mushroom.models.zoo import pull
+
+    path = pull(model)
+    port = free_port()
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", model]
+    cmd += ["--host", "127.0.0.1", "--logits_all", "false"]
+    cmd += ["--port", str(port), "--n_ctx", "4096", "--n_threads", str(os.cpu_count() or 2)]
+    proc = subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    import httpx
+
+    for _ in range(300):
+        if proc.poll() is not None:
+            raise SystemExit(f"the llama.cpp server exited (rc {proc.returncode}); its log: {log}")
+        try:
+            if httpx.get(url + "/models", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    proc.kill()
+    raise SystemExit(f"the llama.cpp server did not answer in 300 s; its log: {log}")
+
+
+class NoncePrefix(Backend):
+    """Puts a per-request nonce first, so no server can reuse an earlier prompt's prefix."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner.config)
+        self.inner = inner
+        self.kind = inner.kind
+
+    def generate(
+        self, requests: list[GenerationRequest], on_result: OnResult | None = None
+    ) -> list[Generation]:
+        changed = []
+        for req in requests:
+            first, *rest = req.messages
+            nonce = f"[request {req.key} t={req.temperature}]\n"
+            changed.append(
+                req.model_copy(
+                    update={"messages": [Message(role=first.role, content=nonce + first.content), *rest]}
+                )
+            )
+        return self.inner.generate(changed, on_result)
+
+
+def prefix_check(backend: dict[str, Any], n: int, max_tokens: int, work: Path) -> dict[str, float]:
+    """Seconds per item of the llm system with the shared prefix reusable, then defeated."""
+    from mushroom.backends.config import BackendConfig
+    from mushroom.backends.registry import backend_class
+    from mushroom.data.contexts import load_contexts
+
+    items = load_split("val", ["en"])["en"][:n]
+    contexts = load_contexts("val", "en").by_id
+    timings = {}
+    for mode in ("on", "off"):
+        opts = {**llm_options(backend, max_tokens)["llm"], "cache": False}
+        det = build("llm", opts)
+        det.workdir = work / f"prefix-{mode}"
+        det.workdir.mkdir(parents=True, exist_ok=True)
+        config = BackendConfig.model_validate(backend)
+        inner = backend_class(config.kind)(config)
+        det._backend = inner if mode == "on" else NoncePrefix(inner)
+        t0 = time.perf_counter()
+        det.detect(items, contexts)
+        timings[mode] = (time.perf_counter() - t0) / len(items)
+    return timings
+
+
+def record(work: Path, dest: Path, manifest: dict) -> None:
+    """Keeps the model-backed systems' raw records (gzipped) and the manifest in the repository."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in LLM_SYSTEMS:
+        src = sorted((work / name / "val" / "raw").glob("*.raw.jsonl"))
+        if not src:
+            continue
+        with gzip.open(dest / f"{name}.raw.jsonl.gz", "wt", encoding="utf-8", compresslevel=9) as out:
+            for path in src:
+                out.write(path.read_text(encoding="utf-8"))
+    (dest / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def unpack(dest: Path, work: Path) -> dict[str, Path]:
+    """The recorded raw records, unpacked into the work folder for the replay backend."""
+    files = {}
+    for name in LLM_SYSTEMS:
+        gz = dest / f"{name}.raw.jsonl.gz"
+        if gz.exists():
+            files[name] = work / f"{name}.recorded.raw.jsonl"
+            with gzip.open(gz, "rt", encoding="utf-8") as src:
+                files[name].write_text(src.read(), encoding="utf-8")
+    return files
+
+
+COUNTERS = [
+    ("parsed", ("parsed", "ok")),
+    ("repaired", ("repaired",)),
+    ("unparseable", ("unparseable", "invalid_json", "wrong_shape")),
+    ("truncated", ("truncated",)),
+    ("exact", ("located_exact", "located_casefold")),
+    ("normalised", ("located_normalized",)),
+    ("fuzzy", ("located_fuzzy",)),
+    ("lost", ("lost", "not_located")),
+    ("errors", ("backend_errors",)),
+]
+
+
+def counter_rows(name: str, stats: dict[str, int]) -> list[str]:
+    """The parser's counters per stage of one system, as printed rows."""
+    stages = sorted(
+        {k.split(".", 1)[0] for k in stats if "." in k and not k.startswith(("items", "context"))}
+    )
+    rows = []
+    for stage in stages:
+        got = {label: sum(stats.get(f"{stage}.{k}", 0) for k in keys) for label, keys in COUNTERS}
+        req = stats.get(f"{stage}.requests", 0)
+        if not req and not any(got.values()):
+            continue
+        cells = " ".join(f"{got[label]:>{max(6, len(label))}d}" for label, _ in COUNTERS)
+        rows.append(f"{name:6s} {stage:10s} {req:>8d} {cells}")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--replay", action="store_true", help="answer from the recorded raw records")
+    ap.add_argument("--record", type=Path, default=RECORD, help="where the recorded run is kept")
+    ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server (vLLM, llama.cpp, ...)")
+    ap.add_argument("--model", default="smollm2", help="the served model, or a pulled model's name")
+    ap.add_argument("--langs", default=None, help="comma-separated val languages (default: en,es,de)")
+    ap.add_argument("--limit", type=int, default=None, help="items per language (default 50)")
+    ap.add_argument("--max-tokens", type=int, default=384)
+    ap.add_argument("--systems", default="llm,chain", help="model-backed systems to run")
+    ap.add_argument(
+        "--work", type=Path, default=None, help="run folders (resumable; default eval/llm_quality)"
+    )
+    ap.add_argument("--chain-limit", type=int, default=None, help="items per language for the chain")
+    ap.add_argument("--chain-langs", default=None, help="languages for the chain (default: --langs)")
+    ap.add_argument(
+        "--prefix-check", type=int, default=0, help="time N en items with the prefix cache on/off"
+    )
+    args = ap.parse_args()
+
+    manifest: dict[str, Any] = {}
+    if args.replay:
+        manifest_path = args.record / "manifest.json"
+        if not manifest_path.is_file():
+            raise SystemExit(f"{manifest_path}: no recorded run there (make one without --replay)")
+        manifest = json.loads(manifest_path.read_text())
+    langs = (args.langs or ",".join(manifest.get("langs", ["en", "es", "de"]))).split(",")
+    limit = args.limit or manifest.get("limit", 50)
+    systems = [s for s in args.systems.split(",") if s]
+    if args.replay:
+        systems = [s for s in systems if s in manifest.get("systems", {})]
+    work = args.work or ROOT / "eval" / ("llm_quality-replay" if args.replay else "llm_quality")
+    if args.replay and work.exists():
+        shutil.rmtree(work)  # a replay starts clean: nothing is taken from an earlier one
+    work.mkdir(parents=True, exist_ok=True)
+    data = {lang: items[:limit] for lang, items in load_split("val", langs).items()}
+    # The chain costs several calls per item: it may run on fewer items than the rest.
+    recorded_chain = manifest.get("systems", {}).get("chain", {})
+    chain_langs = (args.chain_langs or ",".join(recorded_chain.get("langs", langs))).split(",")
+    chain_limit = args.chain_limit or recorded_chain.get("limit", limit)
+    subset = {"chain": {lang: data[lang][:chain_limit] for lang in chain_langs if lang in data}}
+
+    server = None
+    if args.replay:
+        recorded = unpack(args.record, work)
+        backends = {s: {"kind": "replay", "responses": str(recorded[s])} for s in systems}
+        where = (
+            f"replay of {args.record.relative_to(ROOT) if args.record.is_relative_to(ROOT) else args.record}"
+        )
+        model = manifest["model"]
+        max_tokens = manifest["max_tokens"]
+    else:
+        if args.base_url is None:
+            server, url = start_llama_server(args.model, work / "server.log")
+            backend = {"kind": "openai", "model": args.model, "base_url": url}
+            where = f"llama.cpp server (llama-cpp-python) on the pulled {args.model}"
+        else:
+            backend = {"kind": "openai", "model": args.model, "base_url": args.base_url}
+            where = f"server {args.base_url}"
+        backends = {s: backend for s in systems}
+        model = args.model
+        max_tokens = args.max_tokens
+    n_items = sum(len(v) for v in data.values())
+    print(
+        f"model {model} ({where}); {n_items} val items: "
+        + ", ".join(f"{k} {len(v)}" for k, v in data.items())
+    )
+    print(f"run folders in {work} (resumable); service log {work / 'runs.log'}")
+
+    try:
+        results: dict[str, dict] = {}
+        for name in ("lexical", "semantic"):
+            results[name] = run_system(name, None, data, work, live=False)
+        for name in systems:
+            opts = llm_options(backends[name], max_tokens)[name]
+            results[name] = run_system(name, opts, subset.get(name, data), work, live=not args.replay)
+            if not args.replay:
+                timing = results[name]["timing"] or {}
+                manifest.setdefault("systems", {})[name] = {
+                    "options": {k: v for k, v in opts.items() if k != "backend"},
+                    "s_per_item": round(timing["seconds"] / timing["items"], 2) if timing else None,
+                    "items_timed": timing.get("items", 0),
+                    "counters": results[name]["by_lang"],
+                    "langs": list(subset.get(name, data)),
+                    "limit": chain_limit if name == "chain" else limit,
+                }
+        timings = {}
+        if args.prefix_check and not args.replay:
+            timings = prefix_check(backends[systems[0]], args.prefix_check, max_tokens, work)
+            manifest["prefix_check"] = {"items": args.prefix_check, "s_per_item": timings}
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+
+    scores = {name: per_item_scores(subset.get(name, data), r["files"]) for name, r in results.items()}
+    scores["stack"] = stack_scores(["lexical", "semantic"], data, work)
+    if "llm" in systems:
+        scores["stack+llm"] = stack_scores(["lexical", "semantic", "llm"], data, work)
+
+    # tokens and seconds per item, from the raw records (seconds: the live run's, recorded)
+    usage = {}
+    for name in systems:
+        recs = raw_records(work / name)
+        per = Counter()
+        for r in recs:
+            for key in ("prompt_tokens", "completion_tokens"):
+                per[key] += int(r.usage.get(key, 0) or 0)
+        n = sum(len(v) for v in subset.get(name, data).values())
+        usage[name] = {k: v / n for k, v in per.items()} | {"requests": len(recs) / n}
+    print()
+    print(f"{'system':10s} {'lang':4s} {'n':>3s} {'IoU [95% CI]':>24s} {'Cor [95% CI]':>24s} {'failed':>6s}")
+    for name, by_lang in scores.items():
+        failed = results.get(name, {}).get("stats", {}).get("items.failed", 0)
+        for lang, (iou, cor) in by_lang.items():
+            print(f"{name:10s} {lang:4s} {len(iou):3d} {ci(iou):>24s} {ci(cor):>24s} {'':>6s}")
+        all_iou = np.concatenate([v[0] for v in by_lang.values()])
+        all_cor = np.concatenate([v[1] for v in by_lang.values()])
+        print(f"{name:10s} {'all':4s} {len(all_iou):3d} {ci(all_iou):>24s} {ci(all_cor):>24s} {failed:6d}")
+
+    print()
+    print("parser counters (over all requests; located: spans placed in the answer)")
+    print(
+        f"{'system':6s} {'stage':10s} {'requests':>8s} " + " ".join(f"{label:>6s}" for label, _ in COUNTERS)
+    )
+    for name in systems:
+        for row in counter_rows(name, results[name]["stats"]):
+            print(row)
+
+    print()
+    print(
+        f"{'system':6s} {'req/item':>8s} {'prompt tok/item':>15s} {'compl tok/item':>14s} {'s/item (live)':>13s}"
+    )
+    for name in systems:
+        u = usage[name]
+        s = manifest.get("systems", {}).get(name, {}).get("s_per_item")
+        print(
+            f"{name:6s} {u['requests']:8.1f} {u.get('prompt_tokens', 0):15.0f} {u.get('completion_tokens', 0):14.0f} "
+            f"{(f'{s:.2f}' if s is not None else '-'):>13s}"
+        )
+    check = manifest.get("prefix_check")
+    if check:
+        on, off = check["s_per_item"]["on"], check["s_per_item"]["off"]
+        print(
+            f"prefix cache ({check['items']} en items, llm system, live): {on:.2f} s/item reused, "
+            f"{off:.2f} s/item defeated ({off / on:.2f}x)"
+        )
+
+    if args.replay:
+        same = all(results[n]["by_lang"] == manifest["systems"][n].get("counters") for n in systems)
+        print(f"replayed counters equal the live run's: {'yes' if same else 'NO'}")
+
+    def mean(name: str, k: int) -> float:
+        return float(np.mean([v[k].mean() for v in scores[name].values()]))
+
+    if "stack+llm" in scores:
+        a = np.concatenate([v[0] for v in scores["stack+llm"].values()])
+        b = np.concatenate([v[0] for v in scores["stack"].values()])
+        p = paired_test(a, b)
+        print()
+        print(
+            f"stack+llm - stack, IoU paired over {p.n} items: {p.mean_diff:+.4f} "
+            f"[{p.ci_low:+.4f}, {p.ci_high:+.4f}] p={p.p_value:.3f}"
+        )
+    if not args.replay:
+        manifest.update(
+            {
+                "model": model,
+                "where": where,
+                "langs": langs,
+                "limit": limit,
+                "max_tokens": max_tokens,
+                "date": time.strftime("%Y-%m-%d"),
+                "command": " ".join(["python", "benchmarks/llm_quality.py", *sys.argv[1:]]),
+            }
+        )
+        record(work, args.record, manifest)
+        print(f"\nrecorded the raw records and manifest in {args.record}")
+    print()
+    line = [f"llm IoU {mean('llm', 0):.4f} Cor {mean('llm', 1):.4f}"] if "llm" in scores else []
+    line.append(f"stack IoU {mean('stack', 0):.4f} Cor {mean('stack', 1):.4f}")
+    if "stack+llm" in scores:
+        line.append(f"stack+llm IoU {mean('stack+llm', 0):.4f} Cor {mean('stack+llm', 1):.4f}")
+    print("; ".join(line))
+
+
+if __name__ == "__main__":
+    main()
