@@ -55,11 +55,15 @@ def test_the_plan_says_where_each_item_went_and_why():
     assert not by_id["e"].sent and "keeps the CPU stack's prediction" in by_id["e"].reason
 
 
-def test_uncertainty_is_zero_for_confident_characters_and_one_at_a_half():
-    assert uncertainty(np.array([0.0, 1.0, 0.0])) == 0.0
-    assert uncertainty(np.array([0.5, 0.5])) == 1.0
-    assert uncertainty(np.array([0.2, 0.9])) == pytest.approx((0.4 + 0.2) / 2)
-    assert uncertainty(np.zeros(0)) == 0.0
+def test_uncertainty_is_the_loss_the_stack_expects_of_its_own_hard_labels():
+    marked = np.array([False, True, True, False])
+    # sure of the span it marks and of the rest: no loss expected
+    assert uncertainty(np.array([0.0, 1.0, 1.0, 0.0]), marked) == 0.0
+    # expected overlap 0.8 + 0.6 over expected union 2 + 0.2: IoU 1.4 / 2.2
+    assert uncertainty(np.array([0.2, 0.8, 0.6, 0.0]), marked) == pytest.approx(1 - 1.4 / 2.2)
+    # marking nothing is right when nothing is wrong: judged by the most suspect character
+    assert uncertainty(np.array([0.1, 0.7, 0.2]), np.zeros(3, dtype=bool)) == pytest.approx(0.7)
+    assert uncertainty(np.zeros(0), np.zeros(0, dtype=bool)) == 0.0
 
 
 def test_a_budget_outside_0_to_1_is_refused():

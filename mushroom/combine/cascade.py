@@ -4,11 +4,15 @@ A model-backed member (an LLM, the claim chain) costs a GPU call or more per ite
 CPU stack costs milliseconds; on most items the stack is already sure of its answer. So the
 stack scores every item first and only the items it is least sure of go to the model.
 
-Uncertainty of an item is the mean over its characters of 2 * min(p, 1 - p), p the stack's
-probability: 0 when every character is a confident 0 or 1, 1 when all sit at 0.5. A mean
-over characters (not a sum) so that a long answer is not sent for being long; the stack's
-probabilities are annotator shares, so a span the annotators split on counts as unsure,
-which is where a second opinion pays.
+Uncertainty of an item is 1 - the IoU the stack expects of its own hard labels if its
+probabilities p are right: sum(p * h) / (sum(h) + sum(p * (1 - h))) over the characters (h the
+hard labels: the expected overlap over the expected union), and 1 - max(p) when it marks
+nothing (the chance that nothing is wrong, judged by its most suspect character). It is the
+item's expected loss, so the items sent are those where a better member has the most to gain.
+On val (it, de; lexical stack; a simulated member better on nearly every item) the half of
+the items it sends holds 73% of what sending all gains; the mean over characters of
+2 * min(p, 1 - p), a plain measure of doubt, held 52%, no better than items drawn at random:
+an item can be marked with confidence and still be wrong.
 
 A budget B sends the ceil(B * n) most uncertain items of each split and language (n its
 item count). A fixed share rather than a confidence band fitted on val: the cost is known
@@ -29,7 +33,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from mushroom.data.records import Item, Prediction
-from mushroom.data.spans import soft_to_vector
+from mushroom.data.spans import hard_to_mask, soft_to_vector
 from mushroom.errors import MushroomError
 
 # The member stack is fitted by cross-validation on the val items sent: two per language at least.
@@ -45,24 +49,34 @@ class CascadeRecord(BaseModel):
     id: str
     lang: str
     split: str
-    uncertainty: float = Field(ge=0.0, le=1.0, description="mean of 2 * min(p, 1 - p) over characters")
+    uncertainty: float = Field(ge=0.0, le=1.0, description="1 - the IoU the stack expects of its hard labels")
     rank: int = Field(ge=1, description="1 = the most uncertain item of its split and language")
     of: int = Field(ge=1, description="items of its split and language")
     sent: bool = Field(description="whether the model-backed member(s) ran on it")
     reason: str
 
 
-def uncertainty(probs: np.ndarray) -> float:
-    """How unsure per-character probabilities are: mean of 2 * min(p, 1 - p); 0 for no characters."""
+def uncertainty(probs: np.ndarray, hard: np.ndarray) -> float:
+    """1 - the IoU the stack expects of its hard labels (see the module docstring); 0 for no characters.
+
+    Args:
+        probs: the stack's per-character probabilities.
+        hard: its per-character hard labels (booleans).
+    """
     if probs.size == 0:
         return 0.0
     p = np.clip(probs.astype(float), 0.0, 1.0)
-    return float(np.mean(2.0 * np.minimum(p, 1.0 - p)))
+    h = hard.astype(float)
+    if not h.any():
+        return float(p.max())
+    expected = float((p * h).sum() / (h.sum() + (p * (1.0 - h)).sum()))
+    return 1.0 - expected
 
 
 def prediction_uncertainty(item: Item, pred: Prediction) -> float:
-    """The uncertainty of a prediction's soft labels over its item's answer."""
-    return uncertainty(soft_to_vector(pred.soft_labels, len(item.model_output_text)))
+    """The uncertainty of a prediction (its soft and hard labels) over its item's answer."""
+    length = len(item.model_output_text)
+    return uncertainty(soft_to_vector(pred.soft_labels, length), hard_to_mask(pred.hard_labels, length))
 
 
 def check_budget(budget: float, where: str = "--llm-budget") -> float:
