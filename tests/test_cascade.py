@@ -150,6 +150,17 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     assert second == len(wider - sent) == 10 + 30
     assert json.loads((out / "config.json").read_text())["config"]["llm_budget"] == 0.5
 
+    # without a budget every item goes to the model: only those never sent are, and the
+    # cascade's records, no longer this run's, go
+    everything = [a for a in _job(out, 1.0) if a not in ("--llm-budget", 1.0)]
+    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as last:
+        code, _, err = cli(capsys, *everything, "-o", f"llm.backend.base_url={last.url}")
+        third = len(last.calls)
+    assert code == 0, err
+    assert third == 200 - 100
+    assert not (out / "cascade.jsonl").exists() and not (out / "cascade").exists()
+    assert "cascade" not in json.loads((out / "summary.json").read_text())
+
 
 def test_the_budget_needs_a_model_backed_member_and_a_share_above_0(tmp_path, capsys):
     code, _, err = cli(

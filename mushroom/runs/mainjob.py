@@ -6,6 +6,7 @@ they resume per item, refuse to submit when items failed, and record honest timi
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,9 @@ def run_main_stack(
             skipped,
             stop_on_failures,
         )
+    # A cascade's records in this folder (an earlier run with --llm-budget) are not this run's.
+    (out / "cascade.jsonl").unlink(missing_ok=True)
+    shutil.rmtree(out / "cascade", ignore_errors=True)
     # The job knows this invocation's failures itself (it stopped above unless --allow-failures).
     member_list = [Member(name, out / "members" / name, allow_failures=True) for name in members]
 
