@@ -114,6 +114,11 @@ def _sent(out) -> set[tuple[str, str]]:
     return {(r["split"], r["id"]) for r in rows if r["sent"]}
 
 
+def _lines(path) -> dict[str, str]:
+    """A prediction file's lines by item id."""
+    return {json.loads(line)["id"]: line for line in path.read_text().splitlines()}
+
+
 @pytest.mark.slow
 def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(tmp_path, capsys):
     out = tmp_path / "job"
@@ -130,16 +135,22 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     assert summary["val"] == {"sent": 15, "kept": 35} and summary["test"] == {"sent": 45, "kept": 105}
     assert summary["model_calls_recorded"] == 60 and summary["budget"] == 0.3
     # an item not sent keeps the CPU stack's test prediction, written beside it for comparing
-    final = {
-        json.loads(line)["id"]: line for line in (out / "mushroom.it-tst.v1.jsonl").read_text().splitlines()
-    }
-    base = {
-        json.loads(line)["id"]: line
-        for line in (out / "cascade" / "base" / "mushroom.it-tst.v1.jsonl").read_text().splitlines()
-    }
+    final = _lines(out / "mushroom.it-tst.v1.jsonl")
+    base = _lines(out / "cascade" / "base" / "mushroom.it-tst.v1.jsonl")
     kept = [i for i in base if ("test", i) not in sent]
     assert len(kept) == 105 and all(final[i] == base[i] for i in kept)
     assert any(final[i] != base[i] for i in base if ("test", i) in sent)
+    # on val too, where both stacks' predictions are out of fold
+    val_final = _lines(out / "val" / "mushroom.it-val.v2.jsonl")
+    val_base = _lines(out / "cascade" / "base" / "val" / "mushroom.it-val.v2.jsonl")
+    assert all(val_final[i] == val_base[i] for i in val_base if ("val", i) not in sent)
+    # the model's raw records are of the items sent, and of no other
+    raw = [
+        line
+        for p in (out / "members" / "llm").glob("**/raw/*.raw.jsonl")
+        for line in p.read_text().splitlines()
+    ]
+    assert {json.loads(line)["id"] for line in raw} == {i for _, i in sent}
 
     with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as again:
         code, _, err = cli(capsys, *_job(out, 0.5), "-o", f"llm.backend.base_url={again.url}")
