@@ -196,3 +196,15 @@ def test_the_budget_needs_a_model_backed_member_and_a_share_above_0(tmp_path, ca
     )
     assert code == 2 and "--llm-budget" in err
     assert not any((tmp_path / name).exists() for name in "abc")
+
+
+def test_the_model_backed_members_are_those_with_backend_settings():
+    from mushroom.detectors import build
+    from mushroom.runs.cascade import model_backed
+
+    backend = {"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:1/v1"}
+    assert not model_backed(build("lexical"))
+    assert model_backed(build("llm", {"backend": backend}))
+    assert model_backed(build("chain", {"backend": backend}))
+    # pyes holds a list of backends, one per model
+    assert model_backed(build("pyes", {"models": [backend]}))
