@@ -216,6 +216,14 @@ def main_job(
             help="stack: leave out a member whose optional package is not installed (with a warning)",
         ),
     ] = False,
+    llm_budget: Annotated[
+        float | None,
+        typer.Option(
+            "--llm-budget",
+            help="stack: send model-backed members (llm, chain, pyes) only the most uncertain share of "
+            "each language's items, e.g. 0.3; the rest keep the CPU stack's prediction (default: all)",
+        ),
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """Test submission for every language (checked files + zip), then a scored val run."""
@@ -235,6 +243,15 @@ def main_job(
         raise MushroomError(
             "--skip-unavailable leaves out members of the stack; it does not go with one detector"
         )
+    if llm_budget is not None:
+        from mushroom.combine.cascade import check_budget
+
+        check_budget(llm_budget)
+        if detector != "stack":
+            raise MushroomError(
+                "--llm-budget chooses the items the stack's model-backed members see; it does not go "
+                "with one detector"
+            )
     if detector == "stack":
         from mushroom.detectors import available
 
@@ -258,6 +275,7 @@ def main_job(
             reporter=reporter(),
             allow_failures=allow_failures,
             skip_unavailable=skip_unavailable,
+            llm_budget=1.0 if llm_budget is None else llm_budget,
         )
         return
     run_main(

@@ -6,10 +6,12 @@ they resume per item, refuse to submit when items failed, and record honest timi
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from mushroom.combine.cascade import check_budget
 from mushroom.data.channels import channel_files
 from mushroom.data.contexts import DEFAULT_SOURCES, source_names
 from mushroom.data.languages import VAL_LANGUAGES
@@ -19,6 +21,7 @@ from mushroom.data.splits import load_split, workspace
 from mushroom.detectors import Detector, build
 from mushroom.errors import MissingExtra, MushroomError
 from mushroom.evaluation.submission import write_predictions
+from mushroom.runs.cascade import model_backed
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.runs.service import RunService, fingerprint
 from mushroom.util.interrupts import interrupt_hint
@@ -74,6 +77,7 @@ def run_main_stack(
     reporter: Reporter | None = None,
     allow_failures: bool = False,
     skip_unavailable: bool = False,
+    llm_budget: float = 1.0,
 ) -> Path:
     """Runs each member detector on test and val, fits the stack on val, applies it to test.
 
@@ -86,13 +90,16 @@ def run_main_stack(
     Returns:
         The run folder (config.json, versions.json, members/, stack.json, submission files,
         submission.zip, val/ with the stack's out-of-fold predictions and scores).
+
+    With `llm_budget` below 1 the job is a cascade (`mushroom.runs.cascade`): the
+    model-backed members run only on that share of each language's items, those the CPU
+    stack is least sure of; the folder then also holds cascade.jsonl and cascade/.
     """
     from mushroom.combine.stack import (
         Member,
         StackModel,
         apply_stack,
         fit_stack,
-        stack_behind,
         stack_fingerprint,
     )
     from mushroom.data.jsonl import read_json_model
@@ -106,8 +113,17 @@ def run_main_stack(
 
         hint = suggest(unknown[0], list(members))
         raise MushroomError(f"-o {unknown[0]}.KEY=VALUE: {unknown[0]!r} is not a member of the stack{hint}")
+    cascade = llm_budget != 1.0
+    if cascade:
+        check_budget(llm_budget)
     dets, skipped = _loadable_members(members, options, sources, out, skip_unavailable)
     members = tuple(dets)
+    costly = [name for name, det in dets.items() if model_backed(det)] if cascade else []
+    if cascade and not costly:
+        raise MushroomError(
+            f"--llm-budget {llm_budget:g} limits the model-backed members (llm, chain, pyes); "
+            f"none is among {', '.join(members)}: add one with --members, or leave --llm-budget out"
+        )
     # the languages are checked (and the items read) before the run folder is made
     val_langs = _val_langs(langs)
     if not val_langs:
@@ -125,21 +141,49 @@ def run_main_stack(
         "sources": list(sources),
         "langs": langs,
     }
+    if cascade:
+        # kept out of the config's hash (see service.UNHASHED_KEYS): another budget resumes the folder
+        config["llm_budget"] = llm_budget
     service = RunService(out, config, reporter, quiet, allow_failures)
     for name, reason in skipped.items():
         service.warn(f"member {name!r} left out of the stack (--skip-unavailable): {reason}")
+
+    def stop_on_failures() -> None:
+        if service.failures and not allow_failures:
+            # A stack needs every item: what an earlier invocation's stack wrote (perhaps under
+            # --allow-failures, on members since re-run) is no longer this run's, so it goes, as a
+            # language with failed items gets no prediction file.
+            stale = [out / "submission.zip", *out.glob(submission_glob("test"))]
+            stale += (out / "val").glob(submission_glob("val"))
+            for path in stale:
+                path.unlink(missing_ok=True)
+            service.finish({})  # raises RunFailed
+
     for name, det in dets.items():
+        if name in costly:
+            continue  # the cascade sends them the items it chooses
         service.detect_split(det, "test", out / "members" / name, langs, sources, data=test_data)
         service.detect_split(det, "val", out / "members" / name / "val", val_langs, sources, data=val_data)
-    if service.failures and not allow_failures:
-        # A stack needs every item: what an earlier invocation's stack wrote (perhaps under
-        # --allow-failures, on members since re-run) is no longer this run's, so it goes, as a
-        # language with failed items gets no prediction file.
-        stale = [out / "submission.zip", *out.glob(submission_glob("test"))]
-        stale += (out / "val").glob(submission_glob("val"))
-        for path in stale:
-            path.unlink(missing_ok=True)
-        service.finish({})  # raises RunFailed
+    stop_on_failures()
+    if cascade:
+        return _finish_cascade(
+            service,
+            reporter,
+            dets,
+            costly,
+            out,
+            test_data,
+            val_data,
+            langs,
+            val_langs,
+            sources,
+            llm_budget,
+            skipped,
+            stop_on_failures,
+        )
+    # A cascade's records in this folder (an earlier run with --llm-budget) are not this run's.
+    (out / "cascade.jsonl").unlink(missing_ok=True)
+    shutil.rmtree(out / "cascade", ignore_errors=True)
     # The job knows this invocation's failures itself (it stopped above unless --allow-failures).
     member_list = [Member(name, out / "members" / name, allow_failures=True) for name in members]
 
@@ -196,12 +240,35 @@ def run_main_stack(
             reused=False,
             fingerprint=fingerprint(test_inputs, apply_settings),
         )
+    title = "val: each detector, their vote and the stack (5-fold CV by item)"
+    _submit_and_score(
+        service, reporter, out, files, val_files, val_data, comparison, members, model, title, skipped
+    )
+    return out
+
+
+def _submit_and_score(
+    service: RunService,
+    reporter: Reporter,
+    out: Path,
+    files: list[Path],
+    val_files: dict[str, Path],
+    val_data: dict[str, list],
+    comparison: dict[str, dict[str, dict[str, float]]],
+    members: tuple[str, ...],
+    model: Any,
+    title: str,
+    skipped: dict[str, str],
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """The stack job's end: zip the test files, report and score val, write summary.json."""
+    from mushroom.combine.stack import stack_behind
+
     zip_path = service.submit(files, out / "submission.zip")
     if zip_path is not None:
         reporter.message(f"wrote {plural(len(files), 'checked submission file')} and {zip_path}")
     for lang, items in val_data.items():
         write_predictions(out / "val" / "mark-all" / submission_name(lang, "val"), mark_all(items), items)
-    title = "val: each detector, their vote and the stack (5-fold CV by item)"
     reporter.table(Table(title, kind="systems", data=comparison))
     for warning in stack_behind(comparison, members):
         service.warn(warning)
@@ -221,7 +288,64 @@ def run_main_stack(
             "val_iou_mean": sum(r["iou"] for r in rows) / len(rows),
             "val_cor_mean": sum(r["cor"] for r in rows) / len(rows),
             **({"skipped_members": skipped} if skipped else {}),
+            **(extra or {}),
         }
+    )
+
+
+def _finish_cascade(
+    service: RunService,
+    reporter: Reporter,
+    dets: dict[str, Detector],
+    costly: list[str],
+    out: Path,
+    test_data: dict[str, list],
+    val_data: dict[str, list],
+    langs: list[str] | None,
+    val_langs: list[str],
+    sources: tuple[str, ...],
+    budget: float,
+    skipped: dict[str, str],
+    stop_on_failures: Any,
+) -> Path:
+    """The stack job as a cascade (`mushroom.runs.cascade`): written, zipped and scored like the stack."""
+    from mushroom.runs.cascade import run_cascade
+
+    result = run_cascade(
+        service, dets, costly, out, test_data, val_data, langs, val_langs, sources, budget, stop_on_failures
+    )
+    val_files = {lang: out / "val" / submission_name(lang, "val") for lang in val_data}
+    for lang, items in val_data.items():
+        write_predictions(val_files[lang], result.val[lang], items)
+    files = [out / submission_name(lang, "test") for lang in test_data]
+    for path, (lang, items) in zip(files, test_data.items()):
+        write_predictions(path, result.test[lang], items)
+    write_json(out / "val" / "comparison.json", result.comparison)
+    spent = result.summary["cascade"]
+    title = (
+        f"val: the cascade (budget {budget:g}: {spent['val']['sent']} of "
+        f"{spent['val']['sent'] + spent['val']['kept']} items sent to {', '.join(costly)}), 5-fold CV by item"
+    )
+    reporter.message(
+        f"{spent['test']['sent']} test and {spent['val']['sent']} val items went to {', '.join(costly)} "
+        f"({spent['sent_this_run']} sent by this run); the rest keep the CPU stack's prediction "
+        f"(each item's rank and reason: {out / 'cascade.jsonl'})",
+        lead="cascade:",
+    )
+    members = tuple(name for name in dets if name not in costly)
+    _submit_and_score(
+        service,
+        reporter,
+        out,
+        files,
+        val_files,
+        val_data,
+        result.comparison,
+        members,
+        result.model,
+        title,
+        skipped,
+        result.summary,
     )
     return out
 

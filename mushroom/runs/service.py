@@ -73,10 +73,15 @@ TRANSPORT_KEYS = frozenset(
     }
 )
 
+# Settings that choose which items a model answers, not what it answers: the cascade's budget
+# (`mushroom.runs.cascade`). A re-run with a larger one resumes the folder and sends only the
+# items it adds, so it is kept out of the hash too.
+UNHASHED_KEYS = TRANSPORT_KEYS | {"llm_budget"}
+
 
 def _strip_transport(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _strip_transport(v) for k, v in value.items() if k not in TRANSPORT_KEYS}
+        return {k: _strip_transport(v) for k, v in value.items() if k not in UNHASHED_KEYS}
     if isinstance(value, list):
         return [_strip_transport(v) for v in value]
     return value
@@ -638,6 +643,15 @@ class RunService:
         else:
             self.stages[name] = {"seconds": round(seconds, 2), "reused": reused, "at": timestamp(), **extra}
         write_json(self.out / "stages.json", self.stages)
+
+    def forget_stage(self, name: str) -> None:
+        """Drops a stage's record, so that the next run computes it again.
+
+        For a stage whose outputs another path of the job has overwritten: the cascade writes
+        its own stack.json, which a later run without it must not take for its fit.
+        """
+        if self.stages.pop(name, None) is not None:
+            write_json(self.out / "stages.json", self.stages)
 
     def reusable(self, name: str, inputs: list[Path], extra: dict[str, Any], outputs: list[Path]) -> bool:
         """Whether a stage can be skipped: same inputs (by content) and settings, outputs there.

@@ -1,0 +1,237 @@
+"""The cascade: which items a model-backed member is sent, chosen from the CPU stack's output.
+
+A model-backed member (an LLM, the claim chain) costs a GPU call or more per item, where the
+CPU stack costs milliseconds; on most items the stack is already sure of its answer. So the
+stack scores every item first and only the items it is least sure of go to the model.
+
+Uncertainty of an item is the loss the stack expects of its own answer: 1 - the IoU its hard
+labels h would score if its probabilities p were right, taken as the expected overlap over the
+expected union, sum(p * h) / (sum(h) + sum(p * (1 - h))). When it marks nothing, the answer
+scores 1 only if nothing is wrong, whose chance is taken as 1 - max(p) (its most suspect
+character), so the uncertainty is max(p). The items sent are those where a better member has
+the most to gain, and confidence is not correctness: an item can be marked with conviction
+and still be wrong. On val (10 languages, lexical stack, a simulated member better on nearly
+every item; `benchmarks/cascade.py`) the half of the items this ranking sends holds 66% of
+what sending all gains; the mean over characters of 2 * min(p, 1 - p), a plain measure of
+doubt, held 57%, items drawn at random 51%, an oracle that knows each item's gain 87%.
+
+A budget B sends the ceil(B * n) most uncertain items of each split and language (n its
+item count). A fixed share rather than a confidence band fitted on val: the cost is known
+before the run (B of the calls), every language gets its share (a band fitted pooled would
+spend it all on the languages whose stack is least sure, and a band per language on ~50
+items is noise), and a larger budget chooses a superset of a smaller one on the same stack
+output, so a re-run that widens the budget sends only the items it adds. Ties are broken
+by item id, so the choice is the same on every run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from mushroom.data.records import Item, Prediction
+from mushroom.data.spans import hard_to_mask, soft_to_vector
+from mushroom.errors import MushroomError
+
+# The member stack is fitted by cross-validation on the val items sent: two per language at least.
+MIN_VAL_SENT = 2
+MAX_FOLDS = 5
+
+
+class CascadeRecord(BaseModel):
+    """Where one item went and why (a line of a run's cascade.jsonl)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    lang: str
+    split: str
+    uncertainty: float = Field(ge=0.0, le=1.0, description="1 - the IoU the stack expects of its hard labels")
+    rank: int = Field(ge=1, description="1 = the most uncertain item of its split and language")
+    of: int = Field(ge=1, description="items of its split and language")
+    sent: bool = Field(description="whether the model-backed member(s) ran on it")
+    reason: str
+
+
+def uncertainty(probs: np.ndarray, hard: np.ndarray) -> float:
+    """1 - the IoU the stack expects of its hard labels (see the module docstring); 0 for no characters.
+
+    Args:
+        probs: the stack's per-character probabilities.
+        hard: its per-character hard labels (booleans).
+    """
+    if probs.size == 0:
+        return 0.0
+    p = np.clip(probs.astype(float), 0.0, 1.0)
+    h = hard.astype(float)
+    if not h.any():
+        return float(p.max())
+    expected = float((p * h).sum() / (h.sum() + (p * (1.0 - h)).sum()))
+    return 1.0 - expected
+
+
+def prediction_uncertainty(item: Item, pred: Prediction) -> float:
+    """The uncertainty of a prediction (its soft and hard labels) over its item's answer."""
+    length = len(item.model_output_text)
+    return uncertainty(soft_to_vector(pred.soft_labels, length), hard_to_mask(pred.hard_labels, length))
+
+
+def check_budget(budget: float, where: str = "--llm-budget") -> float:
+    """`budget` if it is a share in (0, 1]; otherwise an error saying what is accepted."""
+    if not (isinstance(budget, int | float) and 0.0 < budget <= 1.0):
+        raise MushroomError(
+            f"{where} {budget!r}: give the share of items sent to the model-backed members, "
+            "above 0 and at most 1 (0.3: the most uncertain 30% of each language)"
+        )
+    return float(budget)
+
+
+def budget_count(n: int, budget: float, minimum: int = 0) -> int:
+    """How many of n items a budget sends: ceil(budget * n), at least `minimum`, at most n."""
+    if not 0.0 <= budget <= 1.0:
+        raise MushroomError(f"a budget is a share of items from 0 to 1, got {budget}")
+    # the rounding guards a share that is a whole count in decimal (0.3 * 50 = 15.000000000000002)
+    return min(n, max(minimum, math.ceil(round(budget * n, 9))))
+
+
+def ranked(uncertainty_by_item: Mapping[str, float]) -> list[str]:
+    """Item ids from the most to the least uncertain; equal values in the order of their ids."""
+    return sorted(uncertainty_by_item, key=lambda item_id: (-uncertainty_by_item[item_id], item_id))
+
+
+def select(uncertainty_by_item: Mapping[str, float], budget: float, minimum: int = 0) -> list[str]:
+    """The ids a budget sends from one split and language, the most uncertain first.
+
+    Args:
+        uncertainty_by_item: item id -> uncertainty (see `uncertainty`).
+        budget: the share of items to send, 0 to 1.
+        minimum: send at least this many (the member stack is fitted on the items sent on
+            val, and a fit needs two items per language).
+    """
+    order = ranked(uncertainty_by_item)
+    return order[: budget_count(len(order), budget, minimum)]
+
+
+def plan(
+    split: str,
+    lang: str,
+    uncertainty_by_item: Mapping[str, float],
+    budget: float,
+    minimum: int = 0,
+) -> list[CascadeRecord]:
+    """A record per item of one split and language: its rank, whether it is sent, and why."""
+    order = ranked(uncertainty_by_item)
+    n = len(order)
+    by_budget = budget_count(n, budget)
+    k = budget_count(n, budget, minimum)
+    records = []
+    for rank, item_id in enumerate(order, start=1):
+        if rank <= by_budget:
+            reason = f"among the {by_budget} most uncertain of {n} (budget {budget:g})"
+        elif rank <= k:
+            reason = f"sent beyond the budget's {by_budget}: the member stack is fitted on at least {minimum}"
+        else:
+            reason = f"the stack is surer of it than of the {k} sent: keeps the CPU stack's prediction"
+        records.append(
+            CascadeRecord(
+                id=item_id,
+                lang=lang,
+                split=split,
+                uncertainty=round(uncertainty_by_item[item_id], 6),
+                rank=rank,
+                of=n,
+                sent=rank <= k,
+                reason=reason,
+            )
+        )
+    return records
+
+
+def fit_folds(data: dict[str, list[Item]]) -> int:
+    """Folds for the member stack's fit on these items: 5, or fewer when no language has 5."""
+    return min(MAX_FOLDS, max(len(items) for items in data.values()))
+
+
+def plan_split(
+    split: str,
+    data: dict[str, list[Item]],
+    preds: dict[str, list[Prediction]],
+    budget: float,
+    minimum: int = 0,
+) -> list[CascadeRecord]:
+    """The plan of every language of a split, from the base stack's predictions of its items."""
+    records = []
+    for lang, items in data.items():
+        by_id = {p.id: p for p in preds[lang]}
+        unsure = {it.id: prediction_uncertainty(it, by_id[it.id]) for it in items}
+        records += plan(split, lang, unsure, budget, minimum)
+    return records
+
+
+def chosen_items(
+    data: dict[str, list[Item]], records: list[CascadeRecord], split: str
+) -> dict[str, list[Item]]:
+    """The items sent, per language, in the split's order (the ledger and files keep that order)."""
+    sent = {r.id for r in records if r.split == split and r.sent}
+    return {lang: [it for it in items if it.id in sent] for lang, items in data.items()}
+
+
+def merge_predictions(
+    data: dict[str, list[Item]], base: dict[str, list[Prediction]], member: dict[str, list[Prediction]]
+) -> dict[str, list[Prediction]]:
+    """Per language, in item order: the member stack's prediction where there is one, else the base's."""
+    out = {}
+    for lang, items in data.items():
+        own = {p.id: p for p in member.get(lang, [])}
+        kept = {p.id: p for p in base[lang]}
+        out[lang] = [own.get(it.id, kept[it.id]) for it in items]
+    return out
+
+
+class Spend(BaseModel):
+    """What the model calls of some items cost, from their raw records."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    calls: int = Field(0, description="calls answered by a model (cache hits not counted)")
+    cached: int = Field(0, description="calls answered from the response cache")
+    tokens: int = Field(0, description="prompt + completion tokens, as the server reported them")
+
+    def add(self, other: Spend) -> Spend:
+        """The sum of two spends."""
+        return Spend(
+            calls=self.calls + other.calls,
+            cached=self.cached + other.cached,
+            tokens=self.tokens + other.tokens,
+        )
+
+
+def spend_by_item(raw_files: list[Path]) -> dict[str, Spend]:
+    """Model calls and tokens per item id, from raw record files (`raw/<lang>.raw.jsonl`).
+
+    A server that reports no usage counts 0 tokens for its calls; the calls still count.
+    """
+    from mushroom.backends.rawlog import RawRecord
+
+    out: dict[str, Spend] = {}
+    for path in raw_files:
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = RawRecord.model_validate_json(line)
+                except ValueError as exc:
+                    raise MushroomError(f"{path}:{number}: not a raw record ({exc})") from exc
+                usage = rec.usage
+                tokens = usage.get(
+                    "total_tokens", usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+                )
+                one = Spend(cached=1) if rec.cached else Spend(calls=1, tokens=tokens)
+                key = rec.id or ""
+                out[key] = out.get(key, Spend()).add(one)
+    return out

@@ -1,0 +1,186 @@
+"""The main job as a cascade: the CPU stack on every item, model-backed members on the unsure ones.
+
+Steps, each through the run service (so resume and failure rules are the main job's):
+
+1. the CPU members have run on every test and val item (the caller ran them);
+2. the base stack (CPU members only) is fitted on val by cross-validation, and applied to test;
+3. each item's uncertainty is read off the base stack's output (out of fold on val, so no
+   item's own label decides whether it is sent) and a budget picks the items to send
+   (`mushroom.combine.cascade`);
+4. the model-backed members run on the chosen items only: their ledgers keep every item
+   they answered, so a re-run with a larger budget sends only the items it adds;
+5. the member stack (all members) is fitted by cross-validation on the chosen val items,
+   the same kind of items it is applied to on test, and applied to the chosen test items;
+6. an item keeps the base stack's prediction unless it was sent.
+
+Val numbers stay out of fold for both stacks. The run folder gets `cascade.jsonl` (a
+`CascadeRecord` per item: rank, uncertainty, sent or not, why), `cascade/base/` (the base
+stack's val and test predictions, for comparing) and `cascade/member-stack.json`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mushroom.backends.config import BackendSettings
+from mushroom.combine.cascade import (
+    MIN_VAL_SENT,
+    CascadeRecord,
+    Spend,
+    chosen_items,
+    fit_folds,
+    merge_predictions,
+    plan_split,
+    spend_by_item,
+)
+from mushroom.combine.stack import Member, StackModel, apply_stack, fit_stack
+from mushroom.combine.stack.fit import by_lang_scores
+from mushroom.data.jsonl import write_jsonl
+from mushroom.data.predictions import submission_name
+from mushroom.data.records import Item, Prediction
+from mushroom.data.runfolder import write_json
+from mushroom.detectors import Detector
+from mushroom.errors import MushroomError
+from mushroom.evaluation.submission import write_predictions
+from mushroom.runs.service import RunService
+
+
+def model_backed(detector: Detector) -> bool:
+    """Whether a detector calls models through a backend (llm, chain, pyes): the costly kind.
+
+    Read off its options, as `detectors.check_installed` finds their backends: an option
+    holding backend settings, alone or in a list (pyes has one per model).
+    """
+    for value in detector.options.__dict__.values():
+        for setting in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(setting, BackendSettings):
+                return True
+    return False
+
+
+@dataclass
+class CascadeOutcome:
+    """What the cascade leaves for the main job to write, score and summarise."""
+
+    model: StackModel  # the base stack (its hard-label choices go in the summary)
+    comparison: dict[str, dict[str, dict[str, float]]]
+    val: dict[str, list[Prediction]]
+    test: dict[str, list[Prediction]]
+    records: list[CascadeRecord] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _write_split(
+    folder: Path, split: str, preds: dict[str, list[Prediction]], data: dict[str, list[Item]]
+) -> None:
+    for lang, items in data.items():
+        write_predictions(folder / submission_name(lang, split), preds[lang], items)
+
+
+def _spend(out: Path, costly: list[str]) -> Spend:
+    files = [p for name in costly for p in (out / "members" / name).glob("**/raw/*.raw.jsonl")]
+    total = Spend()
+    for one in spend_by_item(files).values():
+        total = total.add(one)
+    return total
+
+
+def run_cascade(
+    service: RunService,
+    dets: dict[str, Detector],
+    costly: list[str],
+    out: Path,
+    test_data: dict[str, list[Item]],
+    val_data: dict[str, list[Item]],
+    langs: list[str] | None,
+    val_langs: list[str],
+    sources: tuple[str, ...],
+    budget: float,
+    stop_on_failures: Callable[[], None],
+) -> CascadeOutcome:
+    """Steps 2 to 6 of the module docstring; the CPU members have run on every item.
+
+    `stop_on_failures` is the main job's check after detection (it clears stale files and
+    raises RunFailed when items failed and failures are not allowed).
+    """
+    cheap = [name for name in dets if name not in costly]
+    if not cheap:
+        raise MushroomError(
+            f"--llm-budget sends the items the CPU stack is least sure of, and every member "
+            f"({', '.join(dets)}) calls a model: add a CPU member, e.g. --members lexical,{','.join(dets)}"
+        )
+    for stage in ("stack-fit", "stack-apply"):  # their stack.json and test files are overwritten here
+        service.forget_stage(stage)
+    t0 = time.perf_counter()
+    base_members = [Member(name, out / "members" / name, allow_failures=True) for name in cheap]
+    base_fit = fit_stack(base_members, val_data, "val")
+    base_test = apply_stack(base_fit.model, base_members, "test", test_data, warn=service.warn)
+    write_json(out / "stack.json", base_fit.model.model_dump(mode="json"))
+    _write_split(out / "cascade" / "base" / "val", "val", base_fit.oof, val_data)
+    _write_split(out / "cascade" / "base", "test", base_test, test_data)
+
+    records = plan_split("val", val_data, base_fit.oof, budget, MIN_VAL_SENT)
+    records += plan_split("test", test_data, base_test, budget, 0)
+    write_jsonl(out / "cascade.jsonl", records)
+    service.record_stage("cascade-base-stack", time.perf_counter() - t0, reused=False)
+    val_sent, test_sent = chosen_items(val_data, records, "val"), chosen_items(test_data, records, "test")
+    sent_now = 0
+    for name in costly:
+        det = dets[name]
+        test = service.detect_split(det, "test", out / "members" / name, langs, sources, data=test_sent)
+        val = service.detect_split(
+            det, "val", out / "members" / name / "val", val_langs, sources, data=val_sent
+        )
+        sent_now += test.done_now + val.done_now
+    stop_on_failures()
+
+    t0 = time.perf_counter()
+    members = [Member(name, out / "members" / name, allow_failures=True) for name in dets]
+    member_fit = fit_stack(members, val_sent, "val", folds=fit_folds(val_sent))
+    member_test = apply_stack(member_fit.model, members, "test", test_sent, warn=service.warn)
+    write_json(out / "cascade" / "member-stack.json", member_fit.model.model_dump(mode="json"))
+    val_preds = merge_predictions(val_data, base_fit.oof, member_fit.oof)
+    test_preds = merge_predictions(test_data, base_test, member_test)
+    service.record_stage("cascade-member-stack", time.perf_counter() - t0, reused=False)
+
+    val_items = [it for items in val_data.values() for it in items]
+    sent_items = [it for items in val_sent.values() for it in items]
+
+    def flat(preds: dict[str, list[Prediction]], data: dict[str, list[Item]]) -> list[Prediction]:
+        return [p for lang in data for p in preds[lang]]
+
+    sent_ids = {it.id for it in sent_items}
+    base_on_sent = [p for p in flat(base_fit.oof, val_data) if p.id in sent_ids]
+    # "stack (CV)" is the cascade's final prediction, the row the main job's checks read
+    comparison = {
+        "stack (CV)": by_lang_scores(val_items, flat(val_preds, val_data)),
+        "CPU stack alone (CV)": base_fit.comparison["stack (CV)"],
+        "member stack, items sent (CV)": by_lang_scores(sent_items, flat(member_fit.oof, val_sent)),
+        "CPU stack, items sent (CV)": by_lang_scores(sent_items, base_on_sent),
+        **{name: scores for name, scores in base_fit.comparison.items() if name in cheap},
+    }
+
+    def counts(split: str) -> dict[str, int]:
+        rows = [r for r in records if r.split == split]
+        return {"sent": sum(r.sent for r in rows), "kept": sum(not r.sent for r in rows)}
+
+    spend = _spend(out, costly)
+    summary = {
+        "cascade": {
+            "budget": budget,
+            "model_backed": costly,
+            "val": counts("val"),
+            "test": counts("test"),
+            "sent_this_run": sent_now,
+            # from the members' raw records: every call this folder's runs made, all budgets
+            "model_calls_recorded": spend.calls,
+            "model_calls_cached": spend.cached,
+            "model_tokens_recorded": spend.tokens,
+            "records": "cascade.jsonl",
+        }
+    }
+    return CascadeOutcome(base_fit.model, comparison, val_preds, test_preds, records, summary)

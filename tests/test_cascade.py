@@ -1,0 +1,210 @@
+"""The cascade: a budget picks the items the CPU stack is least sure of; only those reach the model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from cli_helpers import cli
+from fake_openai_server import FakeServer
+
+from mushroom.combine.cascade import (
+    budget_count,
+    check_budget,
+    plan,
+    select,
+    spend_by_item,
+    uncertainty,
+)
+from mushroom.errors import MushroomError
+
+UNSURE = {"a": 0.9, "b": 0.1, "c": 0.5, "d": 0.5, "e": 0.0, "f": 0.7, "g": 0.2, "h": 0.3, "i": 0.6, "j": 0.4}
+
+
+def test_a_budget_sends_the_most_uncertain_items_with_ties_broken_by_id():
+    assert select(UNSURE, 0.3) == ["a", "f", "i"]
+    # 0.4 of 10 is 4: c and d tie at 0.5, c first by id
+    assert select(UNSURE, 0.4) == ["a", "f", "i", "c"]
+    assert select(UNSURE, 0.5) == ["a", "f", "i", "c", "d"]
+    assert select(UNSURE, 0.0) == [] and len(select(UNSURE, 1.0)) == 10
+    # a share that is not a whole count rounds up: 0.25 of 10 sends 3
+    assert select(UNSURE, 0.25) == ["a", "f", "i"]
+    assert select(UNSURE, 0.0, minimum=2) == ["a", "f"]
+
+
+def test_a_larger_budget_chooses_a_superset_of_a_smaller_one():
+    rng = np.random.default_rng(3)
+    unsure = {f"id-{k}": float(v) for k, v in enumerate(rng.choice([0.1, 0.2, 0.3], size=57))}
+    chosen = [set(select(unsure, b)) for b in (0.1, 0.2, 0.3, 0.5, 1.0)]
+    assert all(small < large for small, large in zip(chosen, chosen[1:]))
+
+
+def test_budget_counts_round_a_decimal_whole_count_down_to_it():
+    assert budget_count(50, 0.3) == 15  # 0.3 * 50 is 15.000000000000002 in floating point
+    assert budget_count(150, 0.3) == 45 and budget_count(150, 0.301) == 46
+    assert budget_count(1, 0.01) == 1 and budget_count(3, 0.1, minimum=5) == 3
+
+
+def test_the_plan_says_where_each_item_went_and_why():
+    records = plan("val", "it", UNSURE, 0.1, minimum=2)
+    by_id = {r.id: r for r in records}
+    assert [r.id for r in records if r.sent] == ["a", "f"]
+    assert by_id["a"].rank == 1 and by_id["a"].of == 10 and "most uncertain" in by_id["a"].reason
+    assert "at least 2" in by_id["f"].reason
+    assert not by_id["e"].sent and "keeps the CPU stack's prediction" in by_id["e"].reason
+
+
+def test_uncertainty_is_the_loss_the_stack_expects_of_its_own_hard_labels():
+    marked = np.array([False, True, True, False])
+    # sure of the span it marks and of the rest: no loss expected
+    assert uncertainty(np.array([0.0, 1.0, 1.0, 0.0]), marked) == 0.0
+    # expected overlap 0.8 + 0.6 over expected union 2 + 0.2: IoU 1.4 / 2.2
+    assert uncertainty(np.array([0.2, 0.8, 0.6, 0.0]), marked) == pytest.approx(1 - 1.4 / 2.2)
+    # marking nothing is right when nothing is wrong: judged by the most suspect character
+    assert uncertainty(np.array([0.1, 0.7, 0.2]), np.zeros(3, dtype=bool)) == pytest.approx(0.7)
+    assert uncertainty(np.zeros(0), np.zeros(0, dtype=bool)) == 0.0
+
+
+def test_a_budget_outside_0_to_1_is_refused():
+    for bad in (0.0, -0.1, 1.5):
+        with pytest.raises(MushroomError, match="above 0 and at most 1"):
+            check_budget(bad)
+
+
+def test_spend_counts_calls_and_tokens_per_item_without_cache_hits(tmp_path):
+    path = tmp_path / "it.raw.jsonl"
+    rows = [
+        {"id": "x", "key": "k1", "usage": {"prompt_tokens": 10, "completion_tokens": 5}},
+        {"id": "x", "key": "k2", "usage": {"total_tokens": 7}},
+        {"id": "y", "key": "k3", "cached": True, "usage": {"prompt_tokens": 10}},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spend = spend_by_item([path])
+    assert spend["x"].calls == 2 and spend["x"].tokens == 22 and spend["x"].cached == 0
+    assert spend["y"].calls == 0 and spend["y"].cached == 1 and spend["y"].tokens == 0
+    path.write_text("not json\n")
+    with pytest.raises(MushroomError, match="it.raw.jsonl:1: not a raw record"):
+        spend_by_item([path])
+
+
+def _job(out, budget):
+    return [
+        "main-job",
+        "--members",
+        "lexical,llm",
+        "--lang",
+        "it",
+        "--llm-budget",
+        budget,
+        "-o",
+        "llm.temperatures=[0.1]",
+        "-o",
+        "llm.backend.kind=openai",
+        "-o",
+        "llm.backend.model=m",
+        "--out",
+        out,
+        "--quiet",
+    ]
+
+
+def _sent(out) -> set[tuple[str, str]]:
+    rows = [json.loads(line) for line in (out / "cascade.jsonl").read_text().splitlines()]
+    return {(r["split"], r["id"]) for r in rows if r["sent"]}
+
+
+def _lines(path) -> dict[str, str]:
+    """A prediction file's lines by item id."""
+    return {json.loads(line)["id"]: line for line in path.read_text().splitlines()}
+
+
+@pytest.mark.slow
+def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(tmp_path, capsys):
+    out = tmp_path / "job"
+    # the model flags one word of every answer: its member stack differs from the CPU stack
+    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as server:
+        code, _, err = cli(capsys, *_job(out, 0.3), "-o", f"llm.backend.base_url={server.url}")
+        first = len(server.calls)
+    assert code == 0, err
+    # it has 50 val and 150 test items: 15 and 45 of them, one request each
+    assert first == 15 + 45
+    sent = _sent(out)
+    assert sum(split == "val" for split, _ in sent) == 15 and len(sent) == 60
+    summary = json.loads((out / "summary.json").read_text())["cascade"]
+    assert summary["val"] == {"sent": 15, "kept": 35} and summary["test"] == {"sent": 45, "kept": 105}
+    assert summary["model_calls_recorded"] == 60 and summary["budget"] == 0.3
+    # an item not sent keeps the CPU stack's test prediction, written beside it for comparing
+    final = _lines(out / "mushroom.it-tst.v1.jsonl")
+    base = _lines(out / "cascade" / "base" / "mushroom.it-tst.v1.jsonl")
+    kept = [i for i in base if ("test", i) not in sent]
+    assert len(kept) == 105 and all(final[i] == base[i] for i in kept)
+    assert any(final[i] != base[i] for i in base if ("test", i) in sent)
+    # on val too, where both stacks' predictions are out of fold
+    val_final = _lines(out / "val" / "mushroom.it-val.v2.jsonl")
+    val_base = _lines(out / "cascade" / "base" / "val" / "mushroom.it-val.v2.jsonl")
+    assert all(val_final[i] == val_base[i] for i in val_base if ("val", i) not in sent)
+    # the model's raw records are of the items sent, and of no other
+    raw = [
+        line
+        for p in (out / "members" / "llm").glob("**/raw/*.raw.jsonl")
+        for line in p.read_text().splitlines()
+    ]
+    assert {json.loads(line)["id"] for line in raw} == {i for _, i in sent}
+
+    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as again:
+        code, _, err = cli(capsys, *_job(out, 0.5), "-o", f"llm.backend.base_url={again.url}")
+        second = len(again.calls)
+    assert code == 0, err
+    wider = _sent(out)
+    assert sent < wider and len(wider) == 25 + 75
+    assert second == len(wider - sent) == 10 + 30
+    assert json.loads((out / "config.json").read_text())["config"]["llm_budget"] == 0.5
+
+    # without a budget every item goes to the model: only those never sent are, and the
+    # cascade's records, no longer this run's, go
+    everything = [a for a in _job(out, 1.0) if a not in ("--llm-budget", 1.0)]
+    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as last:
+        code, _, err = cli(capsys, *everything, "-o", f"llm.backend.base_url={last.url}")
+        third = len(last.calls)
+    assert code == 0, err
+    assert third == 200 - 100
+    assert not (out / "cascade.jsonl").exists() and not (out / "cascade").exists()
+    assert "cascade" not in json.loads((out / "summary.json").read_text())
+
+
+def test_the_budget_needs_a_model_backed_member_and_a_share_above_0(tmp_path, capsys):
+    code, _, err = cli(
+        capsys,
+        "main-job",
+        "--members",
+        "lexical",
+        "--lang",
+        "it",
+        "--llm-budget",
+        "0.3",
+        "--out",
+        tmp_path / "a",
+    )
+    assert code == 2 and "model-backed" in err
+    code, _, err = cli(
+        capsys, "main-job", "--members", "lexical,llm", "--llm-budget", "0", "--out", tmp_path / "b"
+    )
+    assert code == 2 and "above 0" in err
+    code, _, err = cli(
+        capsys, "main-job", "--detector", "lexical", "--llm-budget", "0.3", "--out", tmp_path / "c"
+    )
+    assert code == 2 and "--llm-budget" in err
+    assert not any((tmp_path / name).exists() for name in "abc")
+
+
+def test_the_model_backed_members_are_those_with_backend_settings():
+    from mushroom.detectors import build
+    from mushroom.runs.cascade import model_backed
+
+    backend = {"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:1/v1"}
+    assert not model_backed(build("lexical"))
+    assert model_backed(build("llm", {"backend": backend}))
+    assert model_backed(build("chain", {"backend": backend}))
+    # pyes holds a list of backends, one per model
+    assert model_backed(build("pyes", {"models": [backend]}))
