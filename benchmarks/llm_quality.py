@@ -1,10 +1,10 @@
 """The LLM detectors measured: one command for the table, and a recorded run anyone can replay.
 
-    python benchmarks/llm_quality.py --base-url URL --model NAME [--langs en,es,de] [--limit 50]
+    python benchmarks/llm_quality.py --base-url URL --model NAME [--langs en:50,es:20,de:20]
     python benchmarks/llm_quality.py --model smollm2          # a pulled GGUF on a local llama.cpp server
     python benchmarks/llm_quality.py --replay                 # the recorded run: no model, no server
 
-Runs through the run service, on the first `--limit` val items of each language: the `llm`
+Runs through the run service, on the first val items of each language (`--langs en:50,es:20`): the `llm`
 detector (few-shot prompt with a reason per span, temperatures 0.05/0.1/0.2, vote per
 character) and the `chain` (decompose, verify, locate), beside the lexical detector, the CPU
 stack (lexical + semantic) and the stack with the llm as a third member, both fitted out of
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -134,21 +133,34 @@ def ci(values: np.ndarray) -> str:
     return f"{values.mean():.3f} [{low:.3f}, {high:.3f}]"
 
 
+def lang_counts(spec: str, default: int) -> dict[str, int]:
+    """`en:50,es:20,de` -> {"en": 50, "es": 20, "de": default}: items per language."""
+    counts = {}
+    for part in filter(None, spec.split(",")):
+        lang, _, n = part.partition(":")
+        counts[lang.strip()] = int(n) if n else default
+    return counts
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def start_llama_server(model: str, log: Path) -> tuple[subprocess.Popen, str]:
-    """llama-cpp-python's OpenAI-compatible server on a pulled GGUF (one slot, two threads)."""
+def start_llama_server(model: str, log: Path, threads: int) -> tuple[subprocess.Popen, str]:
+    """llama-cpp-python's OpenAI-compatible server on a pulled GGUF (one slot).
+
+    Threads default to one: llama.cpp's threads wait on each other at every layer, so on a
+    machine where another process holds a core, two threads ran 0.7 tokens/s where one ran 40.
+    """
     from mushroom.models.zoo import pull
 
     path = pull(model)
     port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", model]
     cmd += ["--host", "127.0.0.1", "--logits_all", "false"]
-    cmd += ["--port", str(port), "--n_ctx", "4096", "--n_threads", str(os.cpu_count() or 2)]
+    cmd += ["--port", str(port), "--n_ctx", "4096", "--n_threads", str(threads)]
     proc = subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     import httpx
@@ -272,15 +284,21 @@ def main() -> None:
     ap.add_argument("--record", type=Path, default=RECORD, help="where the recorded run is kept")
     ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server (vLLM, llama.cpp, ...)")
     ap.add_argument("--model", default="smollm2", help="the served model, or a pulled model's name")
-    ap.add_argument("--langs", default=None, help="comma-separated val languages (default: en,es,de)")
+    ap.add_argument(
+        "--langs",
+        default=None,
+        help="val languages, each with its item count: en:50,es:20 (default en,es,de at --limit)",
+    )
     ap.add_argument("--limit", type=int, default=None, help="items per language (default 50)")
     ap.add_argument("--max-tokens", type=int, default=384)
     ap.add_argument("--systems", default="llm,chain", help="model-backed systems to run")
     ap.add_argument(
         "--work", type=Path, default=None, help="run folders (resumable; default eval/llm_quality)"
     )
-    ap.add_argument("--chain-limit", type=int, default=None, help="items per language for the chain")
-    ap.add_argument("--chain-langs", default=None, help="languages for the chain (default: --langs)")
+    ap.add_argument("--threads", type=int, default=1, help="llama.cpp threads (a pulled model only)")
+    ap.add_argument(
+        "--chain-langs", default=None, help="the chain's languages and items, as --langs (default: --langs)"
+    )
     ap.add_argument(
         "--prefix-check", type=int, default=0, help="time N en items with the prefix cache on/off"
     )
@@ -292,8 +310,10 @@ def main() -> None:
         if not manifest_path.is_file():
             raise SystemExit(f"{manifest_path}: no recorded run there (make one without --replay)")
         manifest = json.loads(manifest_path.read_text())
-    langs = (args.langs or ",".join(manifest.get("langs", ["en", "es", "de"]))).split(",")
     limit = args.limit or manifest.get("limit", 50)
+    spec = args.langs or manifest.get("langs_spec", "en,es,de")
+    counts = lang_counts(spec, limit)
+    langs = list(counts)
     systems = [s for s in args.systems.split(",") if s]
     if args.replay:
         systems = [s for s in systems if s in manifest.get("systems", {})]
@@ -301,12 +321,15 @@ def main() -> None:
     if args.replay and work.exists():
         shutil.rmtree(work)  # a replay starts clean: nothing is taken from an earlier one
     work.mkdir(parents=True, exist_ok=True)
-    data = {lang: items[:limit] for lang, items in load_split("val", langs).items()}
+    data = {lang: items[: counts[lang]] for lang, items in load_split("val", langs).items()}
     # The chain costs several calls per item: it may run on fewer items than the rest.
-    recorded_chain = manifest.get("systems", {}).get("chain", {})
-    chain_langs = (args.chain_langs or ",".join(recorded_chain.get("langs", langs))).split(",")
-    chain_limit = args.chain_limit or recorded_chain.get("limit", limit)
-    subset = {"chain": {lang: data[lang][:chain_limit] for lang in chain_langs if lang in data}}
+    chain_spec = args.chain_langs or manifest.get("systems", {}).get("chain", {}).get("langs_spec", spec)
+    chain_counts = lang_counts(chain_spec, limit)
+    subset = {
+        "chain": {
+            lang: data[lang][: min(n, counts[lang])] for lang, n in chain_counts.items() if lang in data
+        }
+    }
 
     server = None
     if args.replay:
@@ -319,7 +342,7 @@ def main() -> None:
         max_tokens = manifest["max_tokens"]
     else:
         if args.base_url is None:
-            server, url = start_llama_server(args.model, work / "server.log")
+            server, url = start_llama_server(args.model, work / "server.log", args.threads)
             backend = {"kind": "openai", "model": args.model, "base_url": url}
             where = f"llama.cpp server (llama-cpp-python) on the pulled {args.model}"
         else:
@@ -350,7 +373,7 @@ def main() -> None:
                     "items_timed": timing.get("items", 0),
                     "counters": results[name]["by_lang"],
                     "langs": list(subset.get(name, data)),
-                    "limit": chain_limit if name == "chain" else limit,
+                    "langs_spec": chain_spec if name == "chain" else spec,
                 }
         timings = {}
         if args.prefix_check and not args.replay:
@@ -437,6 +460,7 @@ def main() -> None:
                 "where": where,
                 "langs": langs,
                 "limit": limit,
+                "langs_spec": spec,
                 "max_tokens": max_tokens,
                 "date": time.strftime("%Y-%m-%d"),
                 "command": " ".join(["python", "benchmarks/llm_quality.py", *sys.argv[1:]]),

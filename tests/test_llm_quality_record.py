@@ -1,0 +1,76 @@
+"""The recorded LLM run in benchmarks/records/llm_quality replays to the live run's counters.
+
+The record is what a reader of the README's LLM table can check without a model: every
+request and reply of a live run with the model of record, gzipped. Replaying the English
+items of the `llm` system through the run service must give back, counter for counter, what
+the parser counted live; a change to the parser or the vote that moves them shows up here.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mushroom.backends.rawlog import RawRecord
+from mushroom.data.splits import load_split
+from mushroom.detectors import build
+from mushroom.runs.reporter import PlainReporter
+from mushroom.runs.service import RunService
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORD = ROOT / "benchmarks" / "records" / "llm_quality"
+
+
+def manifest() -> dict:
+    return json.loads((RECORD / "manifest.json").read_text())
+
+
+def test_the_record_names_its_model_and_holds_every_request():
+    m = manifest()
+    assert m["model"] and m["where"] and m["command"].startswith("python benchmarks/llm_quality.py")
+    with gzip.open(RECORD / "llm.raw.jsonl.gz", "rt", encoding="utf-8") as f:
+        records = [RawRecord.model_validate_json(line) for line in f if line.strip()]
+    live = m["systems"]["llm"]["counters"]["all"]
+    assert len(records) == live["llm.requests"]
+    assert {r.model for r in records} == {m["model"]}
+    assert all(r.messages for r in records)  # the prompt as sent is kept with each reply
+
+
+def test_replaying_english_gives_the_live_counters(tmp_path):
+    m = manifest()
+    responses = tmp_path / "llm.raw.jsonl"
+    with gzip.open(RECORD / "llm.raw.jsonl.gz", "rt", encoding="utf-8") as f:
+        responses.write_text(f.read(), encoding="utf-8")
+    options = dict(m["systems"]["llm"]["options"])
+    options["backend"] = {"kind": "replay", "responses": str(responses)}
+    det = build("llm", options)
+    count = dict(part.partition(":")[::2] for part in m["langs_spec"].split(","))["en"]
+    items = load_split("val", ["en"])["en"][: int(count or m["limit"])]
+    service = RunService(tmp_path / "run", {"test": "replay"}, PlainReporter(io.StringIO()), quiet=True)
+    out = service.detect_split(det, "val", tmp_path / "run" / "val", ["en"], data={"en": items})
+    got = out.stats["en"]
+    assert got == m["systems"]["llm"]["counters"]["en"]
+    # every request is accounted for by the parser: read, repaired or counted as unreadable
+    assert got["llm.requests"] == 3 * len(items)
+    assert got.get("items.failed", 0) == 0
+
+
+@pytest.mark.slow
+def test_the_benchmark_replays_with_no_model(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/llm_quality.py", "--replay", "--systems", "llm", "--work", str(tmp_path / "w")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert "replayed counters equal the live run's: yes" in proc.stdout
+    assert lines[-1].startswith("llm IoU ") and "; stack IoU " in lines[-1] and "; stack+llm IoU " in lines[-1]
