@@ -49,7 +49,7 @@ from mushroom.combine.cascade import (
 )
 from mushroom.combine.stack import Member, fit_stack
 from mushroom.data.contexts import DEFAULT_SOURCES
-from mushroom.data.predictions import prediction_from_vectors, submission_name
+from mushroom.data.predictions import load_predictions, prediction_from_vectors, submission_name
 from mushroom.data.records import Item, Prediction
 from mushroom.data.runfolder import prediction_folder
 from mushroom.data.spans import soft_to_vector
@@ -205,6 +205,28 @@ def print_rankings(
     return held
 
 
+def replayed_items(folder: Path, data: dict[str, list[Item]]) -> dict[str, list[Item]]:
+    """The val items a recorded run predicted: a recorded run may cover a few languages, in part.
+
+    The curve is then drawn on those items only (the CPU stack and the simulated members too),
+    so every row of the output is on the same items.
+    """
+    preds = prediction_folder(folder, "val")
+    kept = {}
+    for lang, items in data.items():
+        path = preds / submission_name(lang, "val")
+        if path.is_file():
+            ids = set(load_predictions(path))
+            kept[lang] = [it for it in items if it.id in ids]
+    if not kept:
+        raise SystemExit(f"--replay {folder}: no val prediction files in {preds}")
+    print(
+        "--replay: the curve is on the items it predicted: "
+        + ", ".join(f"{k} {len(v)}" for k, v in kept.items())
+    )
+    return kept
+
+
 def replay_member(folder: Path, data: dict[str, list[Item]]) -> tuple[Member, Callable[[set[str]], Spend]]:
     """The recorded member and its spend per set of items (from raw records, else a call per item)."""
     member = Member("replayed", folder)
@@ -237,6 +259,8 @@ def main() -> None:
     work = Path(args.work or tempfile.mkdtemp(prefix="cascade-"))
     langs = args.langs.split(",") if args.langs else None
     data = load_split("val", langs)
+    if args.replay:
+        data = replayed_items(Path(args.replay), data)
     items = [it for lang in data for it in data[lang]]
     cheap = []
     for name in args.members.split(","):
