@@ -36,9 +36,11 @@ from mushroom.data.spans import soft_to_vector
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.words import no_prediction
 
-# Items whose features are built and scored at a time: one chunk's feature matrices are a
-# few tens of MB, and the trees' per-call cost is spread over a thousand items.
-CHUNK_ITEMS = 1000
+# Items whose features are built and scored at a time. A chunk's feature matrices (a few
+# hundred floats per character, copied once more to go through the model together) are
+# most of the memory: on 3,000 English items, chunks of 100, 250 and 1,000 items took
+# 14.8, 13.6 and 14.3 s and peaked at 242, 330 and 716 MiB (benchmarks/scale.py --stack).
+CHUNK_ITEMS = 250
 
 
 @dataclass
