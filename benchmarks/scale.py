@@ -2,6 +2,7 @@
 
     python benchmarks/scale.py                       # 1k, 10k, 100k items, lexical detector
     python benchmarks/scale.py --sizes 1000,50000 --detector lexical --lang en
+    python benchmarks/scale.py --stack --sizes 1000,10000   # a fitted stack applied
 
 For each N, builds N items by cycling over the val split's items (ids made unique with a
 `#k` suffix, each with its own copy of the item's contexts, one file per context source),
@@ -9,6 +10,11 @@ runs `python -m mushroom detect --items ITEMS --contexts FILES` in a fresh proce
 the wall time, ms per item, the process's peak RSS and the run folder's size; then the slope
 of each against N (least squares), which says what another 100k items cost. A slope of peak
 RSS near zero is a run whose memory does not grow with the corpus.
+
+With `--stack`, a stack is first fitted on val (`stack fit`) over two members, runs of
+`--detector` at thresholds 0.2 and 0.4; for each N both members run on the items (their time
+is printed as `members s`), and the measured process is `stack apply --items` over their
+folders: what applying a fitted stack to a corpus costs on top of its members.
 """
 
 from __future__ import annotations
@@ -59,10 +65,42 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def run_one(items: Path, contexts: list[Path], detector: str, out: Path) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS in bytes, exit status) of one `detect` run in a fresh process."""
+MEMBERS = {"lo": "threshold=0.2", "hi": "threshold=0.4"}  # the --stack members: one detector, two cut-offs
+
+
+def detect_cmd(items: Path, contexts: list[Path], detector: str, out: Path, *options: str) -> list[str]:
+    """The `detect --items` command line of one run."""
     cmd = [sys.executable, "-m", "mushroom", "detect", "--items", str(items), "--contexts"]
     cmd += [",".join(map(str, contexts)), "--detector", detector, "--out", str(out), "--quiet"]
+    return cmd + [arg for option in options for arg in ("-o", option)]
+
+
+def fit_stack(detector: str, langs: list[str] | None, where: Path) -> Path:
+    """A stack fitted on val over the two MEMBERS runs of `detector`; returns its stack.json."""
+    lang_args = [arg for lang in langs or [] for arg in ("--lang", lang)]
+    for name, option in MEMBERS.items():
+        cmd = [sys.executable, "-m", "mushroom", "detect", "--split", "val", "--detector", detector]
+        cmd += ["-o", option, "--out", str(where / f"val-{name}"), "--quiet", *lang_args]
+        subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    model = where / "stack.json"
+    cmd = [sys.executable, "-m", "mushroom", "stack", "fit"]
+    cmd += [f"{name}={where / f'val-{name}'}" for name in MEMBERS] + ["--out", str(model), *lang_args]
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return model
+
+
+def stack_cmd(model: Path, members: dict[str, Path], items: Path, out: Path) -> list[str]:
+    """The `stack apply --items` command line over member runs of the items."""
+    cmd = [sys.executable, "-m", "mushroom", "stack", "apply", str(model)]
+    return (
+        cmd
+        + [f"{name}={path}" for name, path in members.items()]
+        + ["--items", str(items), "--out", str(out)]
+    )
+
+
+def run_one(cmd: list[str]) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS in bytes, exit status) of one command in a fresh process."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -90,27 +128,54 @@ def main() -> int:
         "--lang", default=None, help="val languages to draw from, comma-separated (default all)"
     )
     parser.add_argument("--workdir", type=Path, default=None, help="where to build items and runs (kept)")
+    parser.add_argument(
+        "--stack", action="store_true", help="measure `stack apply --items` of a stack fitted on val"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     langs = args.lang.split(",") if args.lang else None
     work = args.workdir or Path(tempfile.mkdtemp(prefix="mushroom-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = []
-    print(f"detector {args.detector}, val items of {args.lang or 'every val language'}, work in {work}")
-    print(f"{'items':>8} {'wall s':>8} {'ms/item':>8} {'peak RSS MiB':>13} {'folder MiB':>11}")
+    what = (
+        f"stack apply --items (members: {args.detector} {', '.join(MEMBERS.values())})"
+        if args.stack
+        else "detect"
+    )
+    print(
+        f"{what}, detector {args.detector}, val items of {args.lang or 'every val language'}, work in {work}"
+    )
+    model = fit_stack(args.detector, langs, work) if args.stack else None
+    extra = f" {'members s':>10}" if args.stack else ""
+    print(f"{'items':>8} {'wall s':>8} {'ms/item':>8} {'peak RSS MiB':>13} {'folder MiB':>11}{extra}")
     try:
         for n in sizes:
             where = work / f"n{n}"
             shutil.rmtree(where, ignore_errors=True)
             where.mkdir()
             items, contexts = build(n, langs, where)
-            wall, rss, code = run_one(items, contexts, args.detector, where / "run")
+            members_s = 0.0
+            if model is not None:
+                members = {name: where / name for name in MEMBERS}
+                for name, option in MEMBERS.items():
+                    wall, _, code = run_one(detect_cmd(items, contexts, args.detector, members[name], option))
+                    members_s += wall
+                    if code:
+                        print(f"{n:>8} member {name} failed with exit status {code}")
+                        return 1
+                cmd = stack_cmd(model, members, items, where / "run")
+            else:
+                cmd = detect_cmd(items, contexts, args.detector, where / "run")
+            wall, rss, code = run_one(cmd)
             if code:
                 print(f"{n:>8} failed with exit status {code}")
                 return 1
             size = folder_bytes(where / "run")
             rows.append((n, wall, rss, size))
-            print(f"{n:>8} {wall:>8.1f} {1000 * wall / n:>8.2f} {rss / 2**20:>13.0f} {size / 2**20:>11.1f}")
+            tail = f" {members_s:>10.1f}" if model is not None else ""
+            print(
+                f"{n:>8} {wall:>8.1f} {1000 * wall / n:>8.2f} {rss / 2**20:>13.0f} {size / 2**20:>11.1f}{tail}"
+            )
             if args.workdir is None:
                 shutil.rmtree(where)
     finally:
@@ -118,6 +183,7 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
     ns = [float(r[0]) for r in rows]
     print("slope against N (least squares), per 1,000 items:")
+    print(f"  ms/item {1000 * slope(ns, [1000 * r[1] / r[0] for r in rows]):.4f} ms")
     print(f"  wall {1000 * slope(ns, [r[1] for r in rows]):.2f} s")
     print(f"  peak RSS {1000 * slope(ns, [r[2] for r in rows]) / 2**20:.2f} MiB")
     print(f"  folder {1000 * slope(ns, [r[3] for r in rows]) / 2**20:.2f} MiB")

@@ -3,18 +3,26 @@
     import mushroom
     pred = mushroom.detect(answer, contexts, question="...", method="lexical")
 
-Importing the package is cheap on purpose: `detect`, `detect_batch` and `Prediction` load
+Importing the package is cheap on purpose: `detect`, `detect_batch`, `detect_stream` and `Prediction` load
 on first use, and heavy libraries (torch, vllm, transformers) are imported only inside the
 detectors and backends that need them.
 """
 
 from mushroom.version import __version__
 
-__all__ = ["MushroomError", "Prediction", "RunFailed", "__version__", "detect", "detect_batch"]
+__all__ = [
+    "MushroomError",
+    "Prediction",
+    "RunFailed",
+    "__version__",
+    "detect",
+    "detect_batch",
+    "detect_stream",
+]
 
 
 def __getattr__(name: str):
-    if name in ("detect", "detect_batch", "Prediction"):
+    if name in ("detect", "detect_batch", "detect_stream", "Prediction"):
         from mushroom import api
 
         return getattr(api, name)

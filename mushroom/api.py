@@ -7,14 +7,17 @@
 
 No run folder, no item files: the detector is built once per (method, options) and kept,
 so calling `detect` in a loop does not reload a model. `detect_batch` sends many items at
-once (model-backed methods batch their requests). A failed model call raises `RunFailed`
-rather than returning an empty prediction.
+once (model-backed methods batch their requests); `detect_stream` does the same a chunk at a
+time over an iterable of any length (a generator, a `datasets.Dataset`), yielding each
+chunk's predictions before it reads the next. A failed model call raises `RunFailed` rather
+than returning an empty prediction.
 """
 
 from __future__ import annotations
 
+import itertools
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from pydantic import Field
@@ -155,26 +158,96 @@ def detect_batch(
     Warns (RuntimeWarning) where the command line would: items without contexts, a language
     mushroom does not know, most model output unusable; a failed model call raises RunFailed.
     """
+    _check_call(items, method, "detect_batch")
     return _detect(items, method, lang, options)
 
 
+DEFAULT_CHUNK = 1000  # the run service's CHUNK_ITEMS: a detector call as large as a run's
+
+
+def detect_stream(
+    items: Iterable[dict[str, Any] | Item],
+    method: str = "lexical",
+    lang: str = "en",
+    chunk_size: int = DEFAULT_CHUNK,
+    **options: Any,
+) -> Iterator[Prediction]:
+    """Detects hallucinated spans in an iterable of any length, a chunk at a time, lazily.
+
+    `detect_batch` returns a list, so it must read and hold every item first: fine for a
+    split, not for a corpus of a million answers read from a generator or a `datasets.Dataset`.
+    This reads `chunk_size` items, runs them in one detector call (model-backed methods batch
+    within it) and yields their predictions, in order, before reading the next chunk; memory
+    holds one chunk. It is a separate function, not a lazy mode of `detect_batch`, so that
+    `detect_batch(generator)` keeps returning a list its callers can index and `len()`.
+
+    Args:
+        items: what `detect_batch` takes, as any iterable; it is read once, in order.
+        method: a registered detector name.
+        lang: the language of items that do not say.
+        chunk_size: items per detector call (and the most held at once).
+        **options: detector options, as for `detect_batch`.
+
+    Yields:
+        One Prediction per item, in order.
+
+    Raises:
+        RunFailed: items of a chunk failed; the chunk's others are in its `predictions`, the
+            earlier chunks' predictions were already yielded, later chunks are not read.
+        ValueError: an id seen in an earlier chunk again (ids are kept, not items).
+    """
+    _check_call(items, method, "detect_stream")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise TypeError(f"chunk_size must be a positive integer, not {chunk_size!r}")
+    return _stream(iter(items), method, lang, chunk_size, options)
+
+
+def _stream(
+    iterator: Iterator[dict[str, Any] | Item],
+    method: str,
+    lang: str,
+    chunk_size: int,
+    options: dict[str, Any],
+) -> Iterator[Prediction]:
+    """`detect_stream`'s generator; the call's arguments were checked before the first `next`."""
+    seen: set[str] = set()
+    start = 0
+    while chunk := list(itertools.islice(iterator, chunk_size)):
+        preds = _detect(chunk, method, lang, options, start=start)
+        again = next((p.id for p in preds if p.id in seen), None)
+        if again is not None:
+            raise ValueError(f"items need distinct ids: {again!r} was in an earlier chunk")
+        seen.update(p.id for p in preds)
+        start += len(chunk)
+        del chunk
+        yield from preds
+
+
+def _check_call(items: Any, method: Any, name: str) -> None:
+    """A TypeError for arguments no call could use (a DataFrame, a single item, a method that is no name)."""
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a detector name such as 'lexical', not {method!r}")
+    if isinstance(items, dict | str) or not isinstance(items, Iterable) or hasattr(items, "columns"):
+        hint = " (for a DataFrame: df.to_dict('records'))" if hasattr(items, "columns") else ""
+        raise TypeError(f"{name} takes a list of items (dicts), not a {type(items).__name__}{hint}")
+
+
 def _detect(
-    items: Iterable[dict[str, Any] | Item], method: str, lang: str, options: dict[str, Any]
+    items: Iterable[dict[str, Any] | Item], method: str, lang: str, options: dict[str, Any], start: int = 0
 ) -> list[Prediction]:
-    """`detect_batch`; its warnings point at the line that called `detect` or `detect_batch`."""
+    """`detect_batch` on checked arguments; its warnings point at the line that called the API.
+
+    `start` is the place of the first item in the caller's whole input: an item without an
+    id is named after it, so that a stream's chunks give distinct ids.
+    """
     import warnings
 
     from mushroom.data.languages import LANGUAGES
     from mushroom.runs.service import unusable_warnings
 
-    if not isinstance(method, str):
-        raise TypeError(f"method must be a detector name such as 'lexical', not {method!r}")
-    if isinstance(items, dict | str) or not isinstance(items, Iterable) or hasattr(items, "columns"):
-        hint = " (for a DataFrame: df.to_dict('records'))" if hasattr(items, "columns") else ""
-        raise TypeError(f"detect_batch takes a list of items (dicts), not a {type(items).__name__}{hint}")
     rows: list[Item] = []
     contexts: dict[str, list[Context]] = {}
-    for k, entry in enumerate(items):
+    for k, entry in enumerate(items, start=start):
         item, ctx = _item(k, entry, lang)
         rows.append(item)
         contexts[item.id] = ctx
@@ -270,4 +343,5 @@ def detect(
         The Prediction: `.hard_labels`, `.soft_labels`, `.probs`, `.spans`.
     """
     item = {"id": "item", "answer": answer, "contexts": contexts, "question": question, "lang": lang}
+    _check_call([item], method, "detect")
     return _detect([item], method, lang, options)[0]

@@ -72,7 +72,46 @@ def test_a_zero_weight_for_every_source_is_no_support_not_a_division_by_zero():
 
 
 def test_the_lazy_names_are_listed_for_tab_completion():
-    assert {"detect", "detect_batch", "Prediction", "RunFailed"} <= set(dir(mushroom))
+    assert {"detect", "detect_batch", "detect_stream", "Prediction", "RunFailed"} <= set(dir(mushroom))
+
+
+class OnePass:
+    """Items made as they are read: read once, never more than a chunk ahead of the consumer."""
+
+    def __init__(self, n: int, chunk: int):
+        self.n, self.chunk = n, chunk
+        self.read = 0
+        self.received = 0  # predictions the consumer has taken so far
+        self.iterated = False
+
+    def __iter__(self):
+        assert not self.iterated, "the items were read twice"
+        self.iterated = True
+        for k in range(self.n):
+            ahead = k - self.received
+            assert ahead < self.chunk, f"item {k} read with {self.received} predictions taken"
+            self.read += 1
+            # no id: a stream's chunks must still name them apart
+            yield {"answer": f"Paris is the capital of Italy ({k}).", "contexts": [CONTEXT]}
+
+
+def test_detect_stream_reads_an_iterable_once_a_chunk_at_a_time_and_matches_detect_batch():
+    source = OnePass(10, chunk=4)
+    stream = mushroom.detect_stream(source, method="lexical", chunk_size=4)
+    assert source.read == 0  # nothing is read before the first prediction is asked for
+    got = []
+    for pred in stream:
+        got.append(pred)
+        source.received += 1
+        assert source.read <= 4 * (-(-source.received // 4))  # the chunk of this one, no further
+    whole = mushroom.detect_batch(list(OnePass(10, chunk=10)), method="lexical")
+    assert [p.id for p in got] == [p.id for p in whole] == [f"item-{k}" for k in range(10)]
+    assert [p.model_dump() for p in got] == [p.model_dump() for p in whole]
+    assert got[3].spans[-1][2].startswith("Italy")
+    with pytest.raises(ValueError, match="'x' was in an earlier chunk"):
+        list(mushroom.detect_stream([{"id": "x", "answer": ANSWER, "contexts": CONTEXT}] * 2, chunk_size=1))
+    with pytest.raises(TypeError, match="chunk_size must be a positive integer"):
+        mushroom.detect_stream([], chunk_size=0)
 
 
 def test_records_of_the_data_files_and_a_dataframes_values_are_items():

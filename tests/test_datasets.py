@@ -40,6 +40,14 @@ def test_the_api_takes_a_dataset_and_predictions_convert_back_to_one():
     assert out[0]["soft_labels"][0].keys() == {"start", "end", "prob"}
 
 
+def test_detect_stream_over_a_dataset_gives_detect_batchs_predictions():
+    rows = _rows("en", n=7)
+    ds = datasets.Dataset.from_list(rows).add_column("contexts", [["Paris is the capital of France."]] * 7)
+    streamed = list(mushroom.detect_stream(ds, method="lexical", chunk_size=3))
+    assert [p.model_dump() for p in streamed] == [p.model_dump() for p in mushroom.detect_batch(ds)]
+    assert [p.id for p in streamed] == [r["id"] for r in rows]
+
+
 def test_bad_columns_get_the_same_row_and_field_errors_as_jsonl():
     rows = _rows(n=3)
     rows[1] = {k: v for k, v in rows[1].items() if k != "model_output_text"}

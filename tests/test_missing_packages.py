@@ -262,3 +262,12 @@ def test_a_builtin_that_registered_itself_on_import_is_still_checked(monkeypatch
     hide(monkeypatch, "httpx")
     with pytest.raises(MissingExtra, match=r"backend 'openai' needs 'httpx'"):
         BACKENDS.check_installed("openai")
+
+
+def test_the_stack_on_ray_data_names_the_ray_extra(monkeypatch):
+    from mushroom.runs.ray_data import items_dataset
+
+    hide(monkeypatch, "ray")
+    with pytest.raises(MissingExtra, match=r"needs 'ray'.*pip install 'mushroom\[ray\]'") as caught:
+        items_dataset([{"id": "a", "lang": "en", "model_output_text": ANSWER}])
+    assert caught.value.exit_code == EXIT_MISSING_EXTRA

@@ -21,7 +21,7 @@ from mushroom.data.jsonl import write_jsonl
 from mushroom.data.predictions import prediction_from_vectors
 from mushroom.data.records import ChannelRecord, Item, Prediction
 from mushroom.detectors.base import DetectorOptions, ItemResult, VectorDetector
-from mushroom.errors import Interrupted
+from mushroom.errors import DataError, Interrupted
 
 CHUNK = 4
 N = 10  # three chunks: 4, 4, 2
@@ -179,3 +179,110 @@ def test_a_ledger_of_the_old_form_carries_its_channels_into_the_store_on_resume(
     run(tmp_path, "old", items, det)
     assert det.seen == [f"s-{k}" for k in range(6, N)]
     assert outputs(folder)[0] == outputs(whole)[0] and same_channels(outputs(folder)[1], outputs(whole)[1])
+
+
+def stack_items(n: int) -> list[Item]:
+    """Labelled answers of a few words each: one word of each but every third is wrong."""
+    items = []
+    for k in range(n):
+        words = [f"w{k}x{j}" for j in range(4 + k % 3)]
+        text = " ".join(words)
+        hard = [] if k % 3 == 0 else [[text.index(words[1]), text.index(words[1]) + len(words[1])]]
+        soft = [{"start": s, "end": e, "prob": 1.0} for s, e in hard]
+        items.append(
+            Item(
+                id=f"t-{k}",
+                lang="en",
+                model_input="q",
+                model_output_text=text,
+                hard_labels=hard,
+                soft_labels=soft,
+            )
+        )
+    return items
+
+
+def member_vector(item: Item, noise: float) -> np.ndarray:
+    """A member's soft labels: the gold word high, the rest a fixed function of the position."""
+    vec = np.array(
+        [0.3 + noise * ((j * 7 + len(item.id)) % 5) / 10 for j in range(len(item.model_output_text))]
+    )
+    for s, e in item.hard_labels:
+        vec[s:e] = 0.8
+    return vec
+
+
+def write_stack_member(folder, items, split, noise, shuffle_channels=False):
+    """A member run's files; its channel store in another order than the items, one item twice."""
+    from mushroom.data.channels import ChannelWriter
+    from mushroom.data.predictions import submission_name
+    from mushroom.data.spans import vector_to_soft
+
+    preds = []
+    for it in items:
+        vec = member_vector(it, noise)
+        preds.append(prediction_from_vectors(it.id, vec, vec > 0.5).submission_dict())
+    folder.mkdir(parents=True, exist_ok=True)
+    write_jsonl(folder / submission_name("en", split), preds)
+    order = list(items)
+    if shuffle_channels:  # as a resumed run or a concurrent detector appends them
+        order = order[5:] + order[:5][::-1]
+    with ChannelWriter(channel_file(folder / "raw", "en")) as out:
+        for k, it in enumerate(order):
+            if k % 7 == 3:
+                continue  # no channels for some items (no contexts)
+            vec = np.linspace(0, 1, len(it.model_output_text))
+            if k == 1:  # written once wrong, then again: the last line wins
+                out.add(ChannelRecord(id=it.id, channels={"place": vector_to_soft(vec[::-1])}))
+            out.add(ChannelRecord(id=it.id, channels={"place": vector_to_soft(vec)}))
+
+
+def test_a_fitted_stack_applied_a_chunk_at_a_time_equals_it_applied_whole(tmp_path, monkeypatch):
+    from mushroom.combine.stack import apply_stack, fit_stack, parse_members
+    from mushroom.combine.stack import stream as stack_stream
+    from mushroom.data.predictions import load_predictions, submission_name
+    from mushroom.runs.stack import apply_stack_run
+
+    monkeypatch.setattr(stack_stream, "CHUNK_ITEMS", CHUNK)
+    fit_on, corpus = stack_items(24), stack_items(19)
+    for name, noise in (("a", 0.2), ("b", 0.5)):
+        write_stack_member(tmp_path / name, fit_on, "val", noise)
+        write_stack_member(tmp_path / name / "predictions", corpus, "items", noise, shuffle_channels=True)
+    members = parse_members([f"a={tmp_path / 'a'}", f"b={tmp_path / 'b'}"])
+    model = fit_stack(members, {"en": fit_on}, folds=3).model
+    assert model.channels == {"a": ["place"], "b": ["place"]}
+    whole = apply_stack(model, members, "items", {"en": corpus})["en"]
+
+    class Once:
+        """The corpus read once, never a chunk ahead of the predictions taken."""
+
+        def __init__(self):
+            self.read, self.taken, self.iterated = 0, 0, False
+
+        def __iter__(self):
+            assert not self.iterated, "the items were read twice"
+            self.iterated = True
+            for k, item in enumerate(corpus):
+                assert k - self.taken < CHUNK, f"item {k} read with {self.taken} predictions taken"
+                self.read += 1
+                yield item
+
+    source = Once()
+    chunked = []
+    for chunk in stack_stream.iter_apply_stack(model, members, "items", {"en": source}):
+        assert len(chunk.items) <= CHUNK
+        chunked += chunk.predictions
+        source.taken += len(chunk.predictions)
+    assert source.read == len(corpus)
+    assert [p.model_dump() for p in chunked] == [p.model_dump() for p in whole]
+    assert any(p.hard_labels for p in whole) and any(not p.hard_labels for p in whole)
+    # `stack apply --items`: the same predictions, written a chunk at a time, scored
+    items_file = write_jsonl(tmp_path / "corpus.jsonl", corpus)
+    out = apply_stack_run(model, members, tmp_path / "applied", items_file=items_file)
+    written = load_predictions(out / submission_name("en", "items"))
+    assert [written[p.id].model_dump() for p in whole] == [p.model_dump() for p in whole]
+    assert (out / "scores.json").exists()
+    # an item a member lacks is refused, as when applied whole
+    (tmp_path / "b" / "predictions" / submission_name("en", "items")).write_text("")
+    with pytest.raises(DataError, match=r"no prediction for 4 of 4 items"):
+        list(stack_stream.iter_apply_stack(model, members, "items", {"en": corpus}))

@@ -200,14 +200,28 @@ def stack_apply(
     out: Annotated[Path, typer.Option("--out", help="run folder for the prediction files")],
     split: Annotated[str, typer.Option("--split", help="split to predict")] = "test",
     lang: Langs = None,
+    items_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--items", help="the items file the members ran on (`detect --items`), instead of a split"
+        ),
+    ] = None,
 ) -> None:
     """Apply a fitted stack to the members' files of a split; writes checked prediction files.
 
     On the split the stack was fitted on, the printed scores are in-sample (optimistic):
-    `stack fit` prints the cross-validated ones.
+    `stack fit` prints the cross-validated ones. With --items, the members are `detect --items`
+    runs of that file; the stack is applied a chunk at a time, so the file may be any size.
     """
     from mushroom.combine.stack import parse_members
     from mushroom.runs.stack import apply_stack_run
 
     model = _load_stack(input_file(model_path, "STACK"))
-    apply_stack_run(model, parse_members(members), out, split, lang, reporter())
+    if items_file is not None and split != "test":
+        raise MushroomError(f"--items {items_file} replaces --split {split}: give one of them")
+    if items_file is not None:
+        from mushroom.data.hf import is_saved_dataset
+
+        if not is_saved_dataset(items_file):  # a JSONL file, or a folder of Dataset.save_to_disk
+            input_file(items_file, "--items")
+    apply_stack_run(model, parse_members(members), out, split, lang, reporter(), items_file)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from pathlib import Path
 
@@ -51,23 +52,11 @@ def load_predictions(path: str | Path, lengths: Mapping[str, int] | None = None)
     """
     path = Path(path)
     problems: list[Problem] = []
-    rows = list(iter_json_lines(path, problems))
-    has_hard = any("hard_labels" in r for _, r in rows)
-    has_soft = any("soft_labels" in r for _, r in rows)
     out: dict[str, Prediction] = {}
     first_line: dict[str, int] = {}
-    for line, row in rows:
-        if "hard_labels" not in row and "soft_labels" not in row:
-            # An empty prediction must say so (`"hard_labels": []`); a line without either
-            # key is a truncated or foreign record, and the official scorer fails on it.
-            problems.append(
-                Problem(str(path), line, "hard_labels", "neither hard_labels nor soft_labels given")
-            )
-            continue
-        try:
-            pred = Prediction.model_validate(row)
-        except ValidationError as exc:
-            problems.extend(validation_problems(path, line, exc))
+    for line, row in iter_json_lines(path, problems):
+        pred = _row_prediction(row, path, line, lengths, problems)
+        if pred is None:
             continue
         if pred.id in out:
             problems.append(
@@ -76,26 +65,75 @@ def load_predictions(path: str | Path, lengths: Mapping[str, int] | None = None)
                 )
             )
             continue
-        length = None
-        if lengths is not None:
-            length = lengths.get(pred.id)
-            if length is None:
-                problems.append(Problem(str(path), line, "id", f"id {pred.id!r} is not among the items"))
-                continue
-        span_errors = _span_problems(pred, length, (str(path), line))
-        if span_errors:
-            problems.extend(span_errors)
-            continue
-        if not has_hard or "hard_labels" not in row:
-            triples = [(s.start, s.end, s.prob) for s in pred.soft_labels]
-            pred.hard_labels = official_hard_from_soft(triples)
-        if not has_soft or "soft_labels" not in row:
-            pred.soft_labels = [SoftSpan(start=s, end=e, prob=1.0) for s, e in pred.hard_labels]
         first_line[pred.id] = line
         out[pred.id] = pred
     if problems:
         raise DataError(problems)
     return out
+
+
+def iter_predictions(path: str | Path) -> Iterator[Prediction]:
+    """The predictions of a file in file order, a line at a time, with `load_predictions`' rules.
+
+    For files too large to hold (a stack applied to a corpus): the first bad line raises
+    DataError, where `load_predictions` lists every one; a repeated id is the caller's to
+    catch, since catching it here would keep every id.
+    """
+    path = Path(path)
+    with path.open("rb") as handle:
+        for line, raw in enumerate(handle, start=1):
+            if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            if not raw.strip():
+                continue
+            problems: list[Problem] = []
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except ValueError as exc:  # bad UTF-8 or JSON
+                raise DataError([Problem(str(path), line, None, f"invalid JSON: {exc}")]) from None
+            if not isinstance(row, dict):
+                raise DataError([Problem(str(path), line, None, "not a JSON object")])
+            pred = _row_prediction(row, path, line, None, problems)
+            if pred is None:
+                raise DataError(problems)
+            yield pred
+
+
+def _row_prediction(
+    row: dict, path: Path, line: int, lengths: Mapping[str, int] | None, problems: list[Problem]
+) -> Prediction | None:
+    """One line's prediction, its missing labels derived as officially; None (and problems) if bad.
+
+    A line without hard labels gets them from its soft labels, and one without soft labels
+    gets soft ones from its hard labels: a per-line rule, so a file read as a stream gives
+    what a file read whole gives.
+    """
+    if "hard_labels" not in row and "soft_labels" not in row:
+        # An empty prediction must say so (`"hard_labels": []`); a line without either
+        # key is a truncated or foreign record, and the official scorer fails on it.
+        problems.append(Problem(str(path), line, "hard_labels", "neither hard_labels nor soft_labels given"))
+        return None
+    try:
+        pred = Prediction.model_validate(row)
+    except ValidationError as exc:
+        problems.extend(validation_problems(path, line, exc))
+        return None
+    length = None
+    if lengths is not None:
+        length = lengths.get(pred.id)
+        if length is None:
+            problems.append(Problem(str(path), line, "id", f"id {pred.id!r} is not among the items"))
+            return None
+    span_errors = _span_problems(pred, length, (str(path), line))
+    if span_errors:
+        problems.extend(span_errors)
+        return None
+    if "hard_labels" not in row:
+        triples = [(s.start, s.end, s.prob) for s in pred.soft_labels]
+        pred.hard_labels = official_hard_from_soft(triples)
+    if "soft_labels" not in row:
+        pred.soft_labels = [SoftSpan(start=s, end=e, prob=1.0) for s, e in pred.hard_labels]
+    return pred
 
 
 def prediction_from_vectors(

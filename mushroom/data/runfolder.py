@@ -367,18 +367,29 @@ def failed_items(path: Path, predictions: Mapping[str, Prediction]) -> FailedIte
     output, whose items lack a failed member's evidence) every id the run's failures.jsonl
     lists counts; the mark-all baseline depends on no detector and never fails.
     """
-    from mushroom.data.predictions import prediction_file_lang
+    return FailureCheck(path).check(predictions)
 
-    path = path.resolve()  # "../x" from inside a run, or a link into one, is not of that run
-    if path.parent.name == "mark-all":
-        return None
-    lang = prediction_file_lang(path.name)
-    ledger = ledger_state(path.parent, lang) if lang is not None else None
-    ids = set(predictions)
-    if ledger is None:
-        where, listed = run_failures(path)
-        found = FailedItems(where, listed & ids, set()) if where is not None else None
-    else:
-        empty = {i for i, p in predictions.items() if not p.soft_labels and not p.hard_labels}
-        found = FailedItems(ledger.path, ledger.failed & ids, ledger.marked & empty)
-    return found if found is not None and (found.failed or found.behind) else None
+
+class FailureCheck:
+    """`failed_items` for a file read a chunk at a time: the run's verdicts read once, asked per chunk."""
+
+    def __init__(self, path: Path):
+        from mushroom.data.predictions import prediction_file_lang
+
+        path = path.resolve()  # "../x" from inside a run, or a link into one, is not of that run
+        self.skip = path.parent.name == "mark-all"
+        lang = prediction_file_lang(path.name)
+        self.ledger = ledger_state(path.parent, lang) if lang is not None and not self.skip else None
+        self.where, self.listed = (None, set()) if self.skip or self.ledger else run_failures(path)
+
+    def check(self, predictions: Mapping[str, Prediction]) -> FailedItems | None:
+        """What `failed_items` says of these predictions of the file."""
+        if self.skip:
+            return None
+        ids = set(predictions)
+        if self.ledger is None:
+            found = FailedItems(self.where, self.listed & ids, set()) if self.where is not None else None
+        else:
+            empty = {i for i, p in predictions.items() if not p.soft_labels and not p.hard_labels}
+            found = FailedItems(self.ledger.path, self.ledger.failed & ids, self.ledger.marked & empty)
+        return found if found is not None and (found.failed or found.behind) else None

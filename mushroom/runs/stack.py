@@ -1,11 +1,15 @@
 """`stack apply` as a run: a fitted stack over its members' files, into a run folder of its own.
 
 It goes through the run service like every run, so the folder is locked and its config
-kept, the stack's warnings land in the summary, test files are zipped and val is scored.
+kept, the stack's warnings land in the summary, test files are zipped and val (or labelled
+items) is scored. The stack is applied a chunk at a time (`mushroom.combine.stack.stream`)
+and its files written as it goes, so an items file of a million answers is never held.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +18,8 @@ from mushroom.util.words import plural
 
 if TYPE_CHECKING:
     from mushroom.combine.stack import Member, StackModel
+    from mushroom.combine.stack.stream import StackChunk
+    from mushroom.data.records import Item
 
 
 def apply_stack_run(
@@ -23,19 +29,27 @@ def apply_stack_run(
     split: str = "test",
     langs: list[str] | None = None,
     reporter: Reporter | None = None,
+    items_file: Path | None = None,
 ) -> Path:
-    """Writes the stack's checked prediction files of `split` to `out`; val is scored.
+    """Writes the stack's checked prediction files of `split` (or an items file) to `out`.
 
-    On the split the stack was fitted on, the scores are in-sample (optimistic), and the
-    table's title says so.
+    Val is scored, and so is an items file whose items are all labelled. On the split the
+    stack was fitted on, the scores are in-sample (optimistic), and the table's title says so.
+
+    Args:
+        model: a fitted stack.
+        members: its members' runs (of `split`, or `detect --items` runs of `items_file`).
+        out: the run folder.
+        split: the split whose member files are read; "items" with `items_file`.
+        langs: only these languages.
+        reporter: where messages and tables go.
+        items_file: a JSONL items file (or a `save_to_disk` folder) the members were run on.
 
     Returns:
         The run folder.
     """
-    from mushroom.combine.stack import apply_stack
-    from mushroom.data.predictions import submission_name
+    from mushroom.combine.stack.stream import iter_apply_stack
     from mushroom.data.splits import load_split
-    from mushroom.evaluation.submission import write_predictions
     from mushroom.runs.service import RunService
 
     reporter = reporter or PlainReporter()
@@ -45,18 +59,26 @@ def apply_stack_run(
         "members": [f"{m.name}={m.path}" for m in members],
         "split": split,
         "langs": langs,
+        **({"items": str(items_file)} if items_file is not None else {}),
     }
-    # Members are read before the run folder exists: wrong or missing members leave none.
-    data = load_split(split, langs)
+    data: Mapping[str, Iterable[Item]]
+    if items_file is not None:
+        split = "items"
+        data = _items_file_data(items_file, langs)
+    else:
+        data = load_split(split, langs)
+    # Members are read and checked before the run folder exists: wrong or missing members
+    # leave none (the generator opens and checks every member file on its first step).
     told: list[str] = []
-    preds = apply_stack(model, members, split, data, warn=told.append)
+    chunks = iter_apply_stack(model, members, split, data, warn=told.append)
+    first = next(chunks, None)
     service = RunService(out, config, reporter, quiet=True)
     for warning in told:  # reported, and kept in the run's summary
         service.warn(warning)
-    files = {}
-    for code, items in data.items():
-        files[code] = write_predictions(out / submission_name(code, split), preds[code], items)
-    reporter.message(f"wrote {plural(len(preds), 'prediction file')} to {out}")
+    files = write_stack_files(itertools.chain([first] if first is not None else [], chunks), out, split)
+    for warning in told:  # what later chunks said (a warning is kept once)
+        service.warn(warning)
+    reporter.message(f"wrote {plural(len(files), 'prediction file')} to {out}")
     summary: dict[str, Any] = {"files": [p.name for p in files.values()]}
     if split == "test":
         zipped = service.submit(list(files.values()), out / "submission.zip")
@@ -67,5 +89,69 @@ def apply_stack_run(
             " (IN-SAMPLE: fitted on these items; see `stack fit` for CV)" if fitted_on == split else ""
         )
         service.score(split, files, out, title)
+    if split == "items" and all(getattr(its, "labelled", False) for its in data.values()):
+        service.score(split, files, out, f"stack on {items_file}", items=dict(data))  # type: ignore[arg-type]
     service.finish(summary)
     return out
+
+
+def _items_file_data(items_file: Path, langs: list[str] | None) -> Mapping[str, Iterable[Item]]:
+    """An items file's languages, checked whole and read a chunk at a time (an index of lines)."""
+    from mushroom.data.hf import is_saved_dataset, saved_items_file
+    from mushroom.data.itemstream import ItemsFile
+    from mushroom.errors import DataError, MushroomError
+
+    read_from = saved_items_file(items_file) if is_saved_dataset(items_file) else items_file
+    data = ItemsFile(read_from).by_lang()
+    if not data:
+        raise DataError.single(items_file, None, None, "no items")
+    if langs:
+        have = sorted(data)
+        data = {code: its for code, its in data.items() if code in langs}
+        if not data:
+            raise MushroomError(
+                f"--lang {','.join(langs)}: {items_file} has no items in that language; "
+                f"it has {', '.join(have)}"
+            )
+    return data
+
+
+def write_stack_files(chunks: Iterable[StackChunk], out: Path, split: str) -> dict[str, Path]:
+    """Each language's prediction file in `out`, written a chunk at a time and checked against its items.
+
+    What the main job's stack-apply stage needs too: `write_stack_files(iter_apply_stack(...),
+    out, "test")` writes its submission files without holding the split. A file is renamed
+    into place when its language is complete; a refused chunk (a bad span) leaves no file of
+    that language.
+
+    Returns:
+        The written file of each language.
+    """
+    from mushroom.data.predictions import submission_name
+    from mushroom.errors import DataError
+    from mushroom.evaluation.check import check_rows
+    from mushroom.runs.service import _LineWriter
+
+    files: dict[str, Path] = {}
+    writer: _LineWriter | None = None
+    lang = None
+    try:
+        for chunk in chunks:
+            if chunk.lang != lang:
+                if writer is not None and lang is not None:
+                    writer.commit()
+                    files[lang] = writer.path
+                lang = chunk.lang
+                writer = _LineWriter(out / submission_name(lang, split))
+            rows = [p.submission_dict() for p in chunk.predictions]
+            report = check_rows(enumerate(rows, start=1), chunk.items, str(writer.path), partial=True)
+            if not report.ok:
+                raise DataError(report.errors)
+            writer.write(rows)
+        if writer is not None and lang is not None:
+            writer.commit()
+            files[lang] = writer.path
+    finally:
+        if writer is not None:
+            writer.discard()
+    return files

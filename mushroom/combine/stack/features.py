@@ -204,42 +204,7 @@ def load_stack_data(
     """
     per_member, found = load_member_evidence(members, split, data)
     if channels is not None:
-        # Applying a fitted stack: a member run without the channels it was fitted with (an
-        # older version, or the lexical detector with channels=false) would give all-zero
-        # features and silently worse labels.
-        for member, wanted, have in zip(members, channels, found):
-            if fitted_channels and member.name in fitted_channels:
-                owed = {lang: expected_channels(fitted_channels[member.name], lang) for lang in have}
-                gaps = {lang: owed[lang] - set(have[lang]) for lang in have}
-            else:
-                owed = {"": set(wanted)}
-                gaps = {"": set(wanted) - {c for names in have.values() for c in names}}
-            gaps = {lang: names for lang, names in gaps.items() if names}
-            # A language with none of its channels from a run that writes channels (it has a
-            # channel file of some language): the member wrote them for no item there (no item
-            # had contexts, say), and its features are zeros, as they were for such items when
-            # the stack was fitted. A run with no channel file at all (channels off, an older
-            # version) is refused below.
-            empty = sorted(lang for lang in gaps if lang and not have[lang])
-            writes_channels = bool(channel_files(member.folder(split) / "raw"))
-            if empty and writes_channels:
-                if warn is not None:
-                    warn(
-                        f"{member.folder(split)}: member {member.name!r} has no evidence channels for "
-                        f"{', '.join(empty)} (did no item there have contexts?): the stack sees none of "
-                        "its evidence there"
-                    )
-                gaps = {lang: names for lang, names in gaps.items() if lang not in empty}
-            missing = sorted({c for names in gaps.values() for c in names})
-            if missing:
-                where = ", ".join(lang for lang in sorted(gaps) if lang)
-                raise MushroomError(
-                    f"{member.folder(split)}: the stack was fitted with the evidence of member "
-                    f"{member.name!r}, channels {', '.join(missing)}, which this run of it lacks"
-                    + (f" (language {where})" if where else "")
-                    + "; run the member again with this version and its default options, or fit the stack "
-                    "on runs like it"
-                )
+        check_channels(members, split, channels, found, fitted_channels, warn)
     union = [sorted({c for names in have.values() for c in names}) for have in found]
     names = channels if channels is not None else union
     all_items = [it for items in data.values() for it in items]
@@ -248,3 +213,55 @@ def load_stack_data(
         for it in all_items
     ]
     return StackData(all_items, feats), names, found
+
+
+def check_channels(
+    members: list[Member],
+    split: str,
+    channels: list[list[str]],
+    found: list[dict[str, list[str]]],
+    fitted_channels: dict[str, dict[str, list[str]]] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> None:
+    """Refuses member runs that lack evidence channels a fitted stack was fitted with.
+
+    `channels` are each member's channels in the stack's features; `found`, the channels each
+    member's files hold per language. Checked before any item is predicted, so a stack
+    applied a chunk at a time refuses as early as one applied whole.
+    """
+    # Applying a fitted stack: a member run without the channels it was fitted with (an
+    # older version, or the lexical detector with channels=false) would give all-zero
+    # features and silently worse labels.
+    for member, wanted, have in zip(members, channels, found):
+        if fitted_channels and member.name in fitted_channels:
+            owed = {lang: expected_channels(fitted_channels[member.name], lang) for lang in have}
+            gaps = {lang: owed[lang] - set(have[lang]) for lang in have}
+        else:
+            owed = {"": set(wanted)}
+            gaps = {"": set(wanted) - {c for names in have.values() for c in names}}
+        gaps = {lang: names for lang, names in gaps.items() if names}
+        # A language with none of its channels from a run that writes channels (it has a
+        # channel file of some language): the member wrote them for no item there (no item
+        # had contexts, say), and its features are zeros, as they were for such items when
+        # the stack was fitted. A run with no channel file at all (channels off, an older
+        # version) is refused below.
+        empty = sorted(lang for lang in gaps if lang and not have[lang])
+        writes_channels = bool(channel_files(member.folder(split) / "raw"))
+        if empty and writes_channels:
+            if warn is not None:
+                warn(
+                    f"{member.folder(split)}: member {member.name!r} has no evidence channels for "
+                    f"{', '.join(empty)} (did no item there have contexts?): the stack sees none of "
+                    "its evidence there"
+                )
+            gaps = {lang: names for lang, names in gaps.items() if lang not in empty}
+        missing = sorted({c for names in gaps.values() for c in names})
+        if missing:
+            where = ", ".join(lang for lang in sorted(gaps) if lang)
+            raise MushroomError(
+                f"{member.folder(split)}: the stack was fitted with the evidence of member "
+                f"{member.name!r}, channels {', '.join(missing)}, which this run of it lacks"
+                + (f" (language {where})" if where else "")
+                + "; run the member again with this version and its default options, or fit the stack "
+                "on runs like it"
+            )

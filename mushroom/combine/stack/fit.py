@@ -388,7 +388,24 @@ def apply_stack(
     """Predictions per language from the members' files of a split, with a fitted stack.
 
     `warn` is told of what the prediction may lack, e.g. a language where a member wrote no
-    evidence channels.
+    evidence channels. For a corpus too large to hold, `mushroom.combine.stack.stream`
+    applies the same model a chunk at a time.
+    """
+    channels = applicable_channels(model, members)
+    stack_data, _, _ = load_stack_data(
+        members, split, data, channels, model.languages, model.channels_by_lang, warn
+    )
+    out: dict[str, list[Prediction]] = {}
+    for pred, item in zip(stack_predictions(model, stack_data), stack_data.items):
+        out.setdefault(item.lang, []).append(pred)
+    return out
+
+
+def applicable_channels(model: StackModel, members: list[Member]) -> list[list[str]]:
+    """Each member's channels in the model's features, once the members are checked to fit it.
+
+    The same members (names, order, detectors) and the same feature columns as when it was
+    fitted, or a MushroomError that says what differs.
     """
     if [m.name for m in members] != model.members:
         raise MushroomError(
@@ -411,11 +428,20 @@ def apply_stack(
         )
     if model.scorer is None:
         raise MushroomError("the stack was saved by an older version; fit it again with `mushroom stack fit`")
-    stack_data, _, _ = load_stack_data(
-        members, split, data, channels, model.languages, model.channels_by_lang, warn
-    )
+    return channels
+
+
+def stack_predictions(model: StackModel, stack_data: StackData) -> list[Prediction]:
+    """The fitted model's prediction of each item of `stack_data`, in its order.
+
+    Each item's prediction depends on its own features alone, so a corpus cut into chunks
+    gets, chunk by chunk, the predictions it gets whole.
+    """
+    channels = [model.channels[m] for m in model.members]
     hard_cols = {m: c + 1 for m, c in zip(model.members, member_columns(channels))}
-    out: dict[str, list[Prediction]] = {}
+    if model.scorer is None:
+        raise MushroomError("the stack was saved by an older version; fit it again with `mushroom stack fit`")
+    out: list[Prediction] = []
     all_probs = batch_probs(stack_data.items, stack_data.features, model.scorer, model.word_pooling)
     for item, feats, raw in zip(stack_data.items, stack_data.features, all_probs):
         t = model.thresholds.get(item.lang, model.threshold)
@@ -428,5 +454,5 @@ def apply_stack(
             hard = feats[:, hard_cols[source]] > 0.5
         if model.empty_rule is not None and model.empty_rule.empties(len(item.model_output_text), raw):
             hard = np.zeros(len(item.model_output_text), dtype=bool)
-        out.setdefault(item.lang, []).append(prediction_from_vectors(item.id, p, hard))
+        out.append(prediction_from_vectors(item.id, p, hard))
     return out

@@ -56,9 +56,8 @@ class Member:
             return self.path.name  # a main job's member folder is named after its detector
         return None
 
-    def load(self, split: str, lang: str, items: list[Item]) -> tuple[dict[str, Prediction], dict]:
-        """Predictions and channels of one language; every item must be predicted."""
-        path, chan_path = self.files(split, lang)
+    def check_file(self, path: Path, lang: str) -> None:
+        """A MushroomError if the language's prediction file is missing, with the likely reason."""
         if not path.exists():
             scope = run_scope(self.path)
             hint = (
@@ -67,6 +66,11 @@ class Member:
                 else ""
             )
             raise MushroomError(f"{path}: missing (member {self.name!r}, language {lang}){hint}")
+
+    def load(self, split: str, lang: str, items: list[Item]) -> tuple[dict[str, Prediction], dict]:
+        """Predictions and channels of one language; every item must be predicted."""
+        path, chan_path = self.files(split, lang)
+        self.check_file(path, lang)
         preds = load_predictions(path)
         found = (
             None
