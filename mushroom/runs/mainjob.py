@@ -98,7 +98,6 @@ def run_main_stack(
     from mushroom.combine.stack import (
         Member,
         StackModel,
-        apply_stack,
         fit_stack,
         stack_fingerprint,
     )
@@ -231,9 +230,13 @@ def run_main_stack(
             load_predictions(path)  # still a readable file
         service.record_stage("stack-apply", 0.0, reused=True)
     else:
-        test_preds = apply_stack(model, member_list, "test", test_data, warn=service.warn)
-        for path, (lang, items) in zip(files, test_data.items()):
-            write_predictions(path, test_preds[lang], items)
+        # a chunk of items at a time, so a large test split is never held whole
+        from mushroom.combine.stack.stream import iter_apply_stack
+        from mushroom.runs.stack import write_stack_files
+
+        write_stack_files(
+            iter_apply_stack(model, member_list, "test", test_data, warn=service.warn), out, "test"
+        )
         service.record_stage(
             "stack-apply",
             time.perf_counter() - t0,
