@@ -1,0 +1,191 @@
+"""Would new evidence help the stack? Paired ablation on val, nested in the folds.
+
+Usage: python benchmarks/evidence_ablation.py --evidence translated|per_source [--columns all]
+           [--work DIR] [--seeds 0,1,2,3,4]
+
+Each kind of evidence gives extra per-character columns, appended after the stack's own (so
+member columns keep their place); the stack (5-fold CV by item, every choice nested) is
+fitted with and without them for each fold draw, and the per-item IoU and Cor averaged over
+draws are compared pairwise per language (bootstrap 95% interval and sign-flip p over items,
+as `feature_ablation.py`). Both kinds run the lexical detector's matching
+(`LexicalDetector.token_evidence`) against other contexts than the member's:
+
+`translated`: the UCSC release ships, for every language and split, `translated:<source>`
+contexts: the question translated to English and answered again, in English, by the same two
+models. They are new samples, not translations of the default contexts (for val-de-10 one
+says RTL, the other Sixx), and the main job does not load them. An answer in another
+language shares with an English text its numbers, years and most Latin-script names, which
+is where annotators mark most; in English they are two more contexts. Columns:
+`tr_unsupported` (share of the translated contexts not supporting the word), the same on
+numbers and on capitalised words, and `tr_both_unsupported` (its product with the lexical
+member's own `unsupported` channel, for the linear part).
+
+`per_source`: the lexical member's `unsupported` channel is the share of the default sources
+(Sonar Pro's detailed answer, DeepSeek-R1's short one) not supporting a word, so 0.5 says
+"one of them" without saying which. Columns: `src_<source>`, each source's verdict alone.
+
+Measured (issue 33, point 2; `--work` shared, mean over languages, baseline IoU 0.5730 Cor
+0.5984 over draws 0,1,2), neither goes into the default:
+- `--evidence translated --seeds 0`, all four columns: IoU -0.0011 [-0.0117, +0.0093],
+  Cor -0.0012 [-0.0058, +0.0037]; English IoU -0.0501 [-0.1025, -0.0065].
+- `--evidence translated --columns tr_number_unsupported,tr_capital_unsupported --seeds 0,1,2`:
+  IoU +0.0000 [-0.0065, +0.0063], Cor -0.0021 [-0.0057, +0.0018]; English Cor -0.0058.
+- `--evidence per_source --seeds 0,1,2`: IoU +0.0006 [-0.0029, +0.0045], Cor -0.0005
+  [-0.0016, +0.0009].
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from feature_ablation import item_scores  # noqa: E402
+from stack_val import run_member  # noqa: E402
+
+from mushroom.combine.stack import Member  # noqa: E402
+from mushroom.combine.stack.features import StackData, feature_names, load_stack_data  # noqa: E402
+from mushroom.data.contexts import load_contexts  # noqa: E402
+from mushroom.data.records import Item  # noqa: E402
+from mushroom.data.splits import load_split  # noqa: E402
+from mushroom.detectors.lexical import LexicalDetector, LexicalOptions  # noqa: E402
+from mushroom.evaluation.stats import paired_test  # noqa: E402
+
+TRANSLATED = ("translated:perplexity-sonar-pro", "translated:deepseek-r1")
+PER_SOURCE = ("perplexity-sonar-pro", "deepseek-r1")
+COLUMNS = {
+    "translated": (
+        "tr_unsupported",
+        "tr_number_unsupported",
+        "tr_capital_unsupported",
+        "tr_both_unsupported",
+    ),
+    "per_source": tuple(f"src_{source}" for source in PER_SOURCE),
+}
+
+
+def lang_mean(values: np.ndarray, langs: np.ndarray) -> float:
+    """The mean over languages of the per-language mean (the task's headline average)."""
+    return float(np.mean([values[langs == lang].mean() for lang in sorted(set(langs))]))
+
+
+def translated_columns(
+    item: Item, contexts: list, lexical: LexicalDetector, own_unsupported: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The `translated` columns of one item (zeros where it has no translated context)."""
+    n = len(item.model_output_text)
+    cols = {name: np.zeros(n) for name in COLUMNS["translated"]}
+    if not contexts:
+        return cols
+    for tok, share, _ in lexical.token_evidence(item, contexts):
+        if share is None:
+            continue
+        span = slice(tok.start, tok.end)
+        cols["tr_unsupported"][span] = share
+        cols["tr_number_unsupported"][span] = share * (tok.kind == "num")
+        cols["tr_capital_unsupported"][span] = share * tok.text[:1].isupper()
+    cols["tr_both_unsupported"] = cols["tr_unsupported"] * own_unsupported
+    return cols
+
+
+def per_source_columns(item: Item, contexts: list, lexical: LexicalDetector) -> dict[str, np.ndarray]:
+    """Each default support source's own unsupport of the answer's content words."""
+    n = len(item.model_output_text)
+    cols = {}
+    for source in PER_SOURCE:
+        col = np.zeros(n)
+        mine = [c for c in contexts if c.source == source]
+        if mine:
+            for tok, share, _ in lexical.token_evidence(item, mine):
+                if share is not None:
+                    col[tok.start : tok.end] = share
+        cols[f"src_{source}"] = col
+    return cols
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", default="lexical,semantic")
+    parser.add_argument("--work", default=None, help="member runs (reused when present)")
+    parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--evidence", required=True, choices=sorted(COLUMNS))
+    parser.add_argument("--columns", default="all", help="comma list of the kind's columns, or all")
+    args = parser.parse_args()
+    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="translated-evidence-")
+    work = Path(args.work or scratch.name)
+    data = load_split("val")
+    names = args.members.split(",")
+    for name in names:
+        run_member(name, work / name)
+    members = [Member(name, work / name) for name in names]
+    full, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
+    own_col = feature_names(names, channels, sorted(data)).index("lexical.unsupported")
+    wanted = list(COLUMNS[args.evidence]) if args.columns == "all" else args.columns.split(",")
+    lexical = LexicalDetector(LexicalOptions(channels=False))
+    sources = TRANSLATED if args.evidence == "translated" else PER_SOURCE
+    by_lang = {lang: load_contexts("val", lang, sources).by_id for lang in data}
+    extra = []
+    covered = 0
+    for item, feats in zip(full.items, full.features):
+        ctxs = by_lang[item.lang].get(item.id, [])
+        covered += bool(ctxs)
+        cols = (
+            translated_columns(item, ctxs, lexical, feats[:, own_col])
+            if args.evidence == "translated"
+            else per_source_columns(item, ctxs, lexical)
+        )
+        extra.append(
+            np.stack([cols[c] for c in wanted], axis=1) if len(feats) else np.zeros((0, len(wanted)))
+        )
+    print(f"items with {args.evidence} contexts: {covered} of {len(full.items)}; columns {', '.join(wanted)}")
+    added = StackData(full.items, [np.hstack([f, e]) for f, e in zip(full.features, extra)])
+    seeds = [int(s) for s in args.seeds.split(",")]
+    base = [item_scores(full, channels, names, s) for s in seeds]
+    more = [item_scores(added, channels, names, s) for s in seeds]
+    langs = np.array([it.lang for it in full.items])
+    table = Table(title=f"stack with minus without {args.evidence} columns, mean of {len(seeds)} fold draws")
+    for col in (
+        "lang",
+        "n",
+        "IoU without",
+        "IoU with",
+        "diff [95% CI]",
+        "p",
+        "Cor without",
+        "Cor with",
+        "diff [95% CI]",
+        "p",
+    ):
+        table.add_column(col, justify="right")
+    for lang in [*sorted(set(langs)), "all"]:
+        sel = np.ones(len(langs), bool) if lang == "all" else langs == lang
+        cells = [lang, str(int(sel.sum()))]
+        for metric in (0, 1):
+            b = np.mean([run[metric] for run in base], axis=0)[sel]
+            a = np.mean([run[metric] for run in more], axis=0)[sel]
+            test = paired_test(a, b)
+            cells += [
+                f"{b.mean():.4f}",
+                f"{a.mean():.4f}",
+                f"{test.mean_diff:+.4f} [{test.ci_low:+.4f}, {test.ci_high:+.4f}]",
+                f"{test.p_value:.3f}",
+            ]
+        table.add_row(*cells)
+    Console(width=200).print(table)
+    for label, runs in (("without", base), ("with", more)):
+        ious, cors = ([lang_mean(run[m], langs) for run in runs] for m in (0, 1))
+        print(
+            f"{label}: mean over languages per draw IoU {' '.join(f'{v:.4f}' for v in ious)} "
+            f"(mean {np.mean(ious):.4f}); Cor {' '.join(f'{v:.4f}' for v in cors)} (mean {np.mean(cors):.4f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
