@@ -24,6 +24,11 @@ member's own `unsupported` channel, for the linear part).
 (Sonar Pro's detailed answer, DeepSeek-R1's short one) not supporting a word, so 0.5 says
 "one of them" without saying which. Columns: `src_<source>`, each source's verdict alone.
 
+`conflict`: whether the contexts say something else where an unsupported word stands (a
+substitution rather than a detail they never cover): `cf_slot` (its supported neighbours
+stand close together in a context) and `cf_number` (contexts hold another number of the same
+digit count); see `conflict_columns`.
+
 Measured (issue 33, point 2; `--work` shared, mean over languages, baseline IoU 0.5730 Cor
 0.5984 over draws 0,1,2), neither goes into the default:
 - `--evidence translated --seeds 0`, all four columns: IoU -0.0011 [-0.0117, +0.0093],
@@ -32,6 +37,8 @@ Measured (issue 33, point 2; `--work` shared, mean over languages, baseline IoU 
   IoU +0.0000 [-0.0065, +0.0063], Cor -0.0021 [-0.0057, +0.0018]; English Cor -0.0058.
 - `--evidence per_source --seeds 0,1,2`: IoU +0.0006 [-0.0029, +0.0045], Cor -0.0005
   [-0.0016, +0.0009].
+- `--evidence conflict --seeds 0,1,2`: IoU -0.0013 [-0.0061, +0.0029], Cor +0.0007
+  [-0.0008, +0.0022]; zh IoU -0.0039 [-0.0069, -0.0015].
 """
 
 from __future__ import annotations
@@ -52,11 +59,13 @@ from stack_val import run_member  # noqa: E402
 
 from mushroom.combine.stack import Member  # noqa: E402
 from mushroom.combine.stack.features import StackData, feature_names, load_stack_data  # noqa: E402
-from mushroom.data.contexts import load_contexts  # noqa: E402
+from mushroom.data.contexts import load_contexts, support_contexts  # noqa: E402
 from mushroom.data.records import Item  # noqa: E402
 from mushroom.data.splits import load_split  # noqa: E402
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions  # noqa: E402
 from mushroom.evaluation.stats import paired_test  # noqa: E402
+from mushroom.text.segment import sentences  # noqa: E402
+from mushroom.text.tokenize import tokenize  # noqa: E402
 
 TRANSLATED = ("translated:perplexity-sonar-pro", "translated:deepseek-r1")
 PER_SOURCE = ("perplexity-sonar-pro", "deepseek-r1")
@@ -68,7 +77,10 @@ COLUMNS = {
         "tr_both_unsupported",
     ),
     "per_source": tuple(f"src_{source}" for source in PER_SOURCE),
+    "conflict": ("cf_slot", "cf_number"),
 }
+_SLOT_ANCHOR = 4  # content tokens searched on each side of a word for a supported anchor
+_SLOT_SPAN = 8  # the two anchors at most this many tokens apart in a context
 
 
 def lang_mean(values: np.ndarray, langs: np.ndarray) -> float:
@@ -110,6 +122,67 @@ def per_source_columns(item: Item, contexts: list, lexical: LexicalDetector) -> 
     return cols
 
 
+def conflict_columns(item: Item, contexts: list, lexical: LexicalDetector) -> dict[str, np.ndarray]:
+    """Whether the contexts say something else where an unsupported word stands.
+
+    `cf_slot`: the nearest supported content words on either side of an unsupported one (in
+    its sentence, up to `_SLOT_ANCHOR` content words away) also stand close together in one
+    context, so the context fills the same slot with other words (a substitution, not an
+    extra detail the context never covers). `cf_number`: the share of contexts holding a
+    number of the same digit count that the answer does not hold.
+    """
+    n = len(item.model_output_text)
+    cols = {name: np.zeros(n) for name in COLUMNS["conflict"]}
+    kept = support_contexts(contexts)
+    if not kept:
+        return cols
+    evidence = [(tok, share) for tok, share, _ in lexical.token_evidence(item, kept) if share is not None]
+    answer_norms = {tok.norm for tok in tokenize(item.model_output_text)}
+    places: list[dict[str, list[int]]] = []
+    numbers: list[set[str]] = []
+    for ctx in kept:
+        where: dict[str, list[int]] = {}
+        nums = set()
+        for i, tok in enumerate(tokenize(ctx.text)):
+            where.setdefault(tok.norm, []).append(i)
+            if tok.kind == "num" and tok.norm not in answer_norms:
+                nums.add(str(len(tok.norm)))
+        places.append(where)
+        numbers.append(nums)
+    sentence_of = np.zeros(n, dtype=int)
+    for k, piece in enumerate(sentences(item.model_output_text)):
+        sentence_of[piece.start : piece.end] = k
+
+    def anchor(k: int, step: int) -> str | None:
+        for j in range(k + step, k + step * (_SLOT_ANCHOR + 1), step):
+            if not 0 <= j < len(evidence):
+                return None
+            tok, share = evidence[j]
+            if sentence_of[tok.start] != sentence_of[evidence[k][0].start]:
+                return None
+            if share == 0.0:
+                return tok.norm
+        return None
+
+    for k, (tok, share) in enumerate(evidence):
+        if share == 0.0:
+            continue
+        span = slice(tok.start, tok.end)
+        left, right = anchor(k, -1), anchor(k, 1)
+        if left and right:
+            cols["cf_slot"][span] = float(
+                any(
+                    0 < j - i <= _SLOT_SPAN
+                    for where in places
+                    for i in where.get(left, ())
+                    for j in where.get(right, ())
+                )
+            )
+        if tok.kind == "num":
+            cols["cf_number"][span] = np.mean([str(len(tok.norm)) in nums for nums in numbers])
+    return cols
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", default="lexical,semantic")
@@ -136,11 +209,12 @@ def main() -> None:
     for item, feats in zip(full.items, full.features):
         ctxs = by_lang[item.lang].get(item.id, [])
         covered += bool(ctxs)
-        cols = (
-            translated_columns(item, ctxs, lexical, feats[:, own_col])
-            if args.evidence == "translated"
-            else per_source_columns(item, ctxs, lexical)
-        )
+        if args.evidence == "translated":
+            cols = translated_columns(item, ctxs, lexical, feats[:, own_col])
+        elif args.evidence == "per_source":
+            cols = per_source_columns(item, ctxs, lexical)
+        else:
+            cols = conflict_columns(item, ctxs, lexical)
         extra.append(
             np.stack([cols[c] for c in wanted], axis=1) if len(feats) else np.zeros((0, len(wanted)))
         )
