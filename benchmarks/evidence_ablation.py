@@ -29,6 +29,9 @@ substitution rather than a detail they never cover): `cf_slot` (its supported ne
 stand close together in a context) and `cf_number` (contexts hold another number of the same
 digit count); see `conflict_columns`.
 
+`question`: how close a word stands to what the question asks (annotators mark the claim
+that answers it more than the details around it); see `question_columns`.
+
 Measured (issue 33, point 2; `--work` shared, mean over languages, baseline IoU 0.5730 Cor
 0.5984 over draws 0,1,2), neither goes into the default:
 - `--evidence translated --seeds 0`, all four columns: IoU -0.0011 [-0.0117, +0.0093],
@@ -39,6 +42,8 @@ Measured (issue 33, point 2; `--work` shared, mean over languages, baseline IoU 
   [-0.0016, +0.0009].
 - `--evidence conflict --seeds 0,1,2`: IoU -0.0013 [-0.0061, +0.0029], Cor +0.0007
   [-0.0008, +0.0022]; zh IoU -0.0039 [-0.0069, -0.0015].
+- `--evidence question --seeds 0,1,2`: IoU +0.0006 [-0.0037, +0.0050], Cor -0.0018
+  [-0.0054, +0.0022]; fr IoU -0.0066 [-0.0108, -0.0024], English Cor -0.0058.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from mushroom.data.splits import load_split  # noqa: E402
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions  # noqa: E402
 from mushroom.evaluation.stats import paired_test  # noqa: E402
 from mushroom.text.segment import sentences  # noqa: E402
+from mushroom.text.stopwords import stopwords  # noqa: E402
 from mushroom.text.tokenize import tokenize  # noqa: E402
 
 TRANSLATED = ("translated:perplexity-sonar-pro", "translated:deepseek-r1")
@@ -78,7 +84,9 @@ COLUMNS = {
     ),
     "per_source": tuple(f"src_{source}" for source in PER_SOURCE),
     "conflict": ("cf_slot", "cf_number"),
+    "question": ("q_sentence_overlap", "q_distance"),
 }
+_Q_REACH = 20  # content words: `q_distance` is 1 this far from any question word and beyond
 _SLOT_ANCHOR = 4  # content tokens searched on each side of a word for a supported anchor
 _SLOT_SPAN = 8  # the two anchors at most this many tokens apart in a context
 
@@ -183,6 +191,33 @@ def conflict_columns(item: Item, contexts: list, lexical: LexicalDetector) -> di
     return cols
 
 
+def question_columns(item: Item, lexical: LexicalDetector) -> dict[str, np.ndarray]:
+    """How close a word stands to what the question asks.
+
+    Most false positives are unsupported words gold leaves unmarked (see
+    `error_classes.py`); annotators mark the claim that answers the question more than the
+    details around it. `q_sentence_overlap`: the share of the question's content words found
+    in the character's answer sentence; `q_distance`: content words between a word and the
+    nearest answer word also in the question, over `_Q_REACH` (1 at and beyond it).
+    """
+    text = item.model_output_text
+    n = len(text)
+    cols = {name: np.zeros(n) for name in COLUMNS["question"]}
+    stop = stopwords(item.lang)
+    question = {t.norm for t in tokenize(item.model_input) if t.norm not in stop and len(t.norm) > 1}
+    if not question or not n:
+        return cols
+    content = [t for t in tokenize(text) if t.norm not in stop and len(t.norm) > 1]
+    for piece in sentences(text):
+        inside = {t.norm for t in content if piece.start <= t.start < piece.end}
+        cols["q_sentence_overlap"][piece.start : piece.end] = len(inside & question) / len(question)
+    hits = [k for k, t in enumerate(content) if t.norm in question]
+    for k, tok in enumerate(content):
+        gap = min((abs(k - h) for h in hits), default=_Q_REACH)
+        cols["q_distance"][tok.start : tok.end] = min(gap, _Q_REACH) / _Q_REACH
+    return cols
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", default="lexical,semantic")
@@ -213,8 +248,10 @@ def main() -> None:
             cols = translated_columns(item, ctxs, lexical, feats[:, own_col])
         elif args.evidence == "per_source":
             cols = per_source_columns(item, ctxs, lexical)
-        else:
+        elif args.evidence == "conflict":
             cols = conflict_columns(item, ctxs, lexical)
+        else:
+            cols = question_columns(item, lexical)
         extra.append(
             np.stack([cols[c] for c in wanted], axis=1) if len(feats) else np.zeros((0, len(wanted)))
         )
