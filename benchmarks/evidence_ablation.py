@@ -1,6 +1,6 @@
 """Would new evidence help the stack? Paired ablation on val, nested in the folds.
 
-Usage: python benchmarks/evidence_ablation.py --evidence translated|per_source [--columns all]
+Usage: python benchmarks/evidence_ablation.py --evidence KIND[,KIND...] [--columns all]
            [--work DIR] [--seeds 0,1,2,3,4]
 
 Each kind of evidence gives extra per-character columns, appended after the stack's own (so
@@ -44,6 +44,8 @@ Measured (issue 33, point 2; `--work` shared, mean over languages, baseline IoU 
   [-0.0008, +0.0022]; zh IoU -0.0039 [-0.0069, -0.0015].
 - `--evidence question --seeds 0,1,2`: IoU +0.0006 [-0.0037, +0.0050], Cor -0.0018
   [-0.0054, +0.0022]; fr IoU -0.0066 [-0.0108, -0.0024], English Cor -0.0058.
+- all four together (`--evidence translated,per_source,conflict,question --seeds 0,1,2`):
+  IoU -0.0002 [-0.0067, +0.0058], Cor -0.0027 [-0.0075, +0.0018]; English IoU -0.0163.
 """
 
 from __future__ import annotations
@@ -223,10 +225,14 @@ def main() -> None:
     parser.add_argument("--members", default="lexical,semantic")
     parser.add_argument("--work", default=None, help="member runs (reused when present)")
     parser.add_argument("--seeds", default="0,1,2,3,4")
-    parser.add_argument("--evidence", required=True, choices=sorted(COLUMNS))
-    parser.add_argument("--columns", default="all", help="comma list of the kind's columns, or all")
+    parser.add_argument("--evidence", required=True, help=f"comma list of kinds: {', '.join(COLUMNS)}")
+    parser.add_argument("--columns", default="all", help="comma list of the kinds' columns, or all")
     args = parser.parse_args()
-    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="translated-evidence-")
+    kinds = args.evidence.split(",")
+    unknown = [kind for kind in kinds if kind not in COLUMNS]
+    if unknown:
+        raise SystemExit(f"unknown evidence {', '.join(unknown)}; kinds: {', '.join(COLUMNS)}")
+    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="evidence-ablation-")
     work = Path(args.work or scratch.name)
     data = load_split("val")
     names = args.members.split(",")
@@ -235,27 +241,31 @@ def main() -> None:
     members = [Member(name, work / name) for name in names]
     full, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
     own_col = feature_names(names, channels, sorted(data)).index("lexical.unsupported")
-    wanted = list(COLUMNS[args.evidence]) if args.columns == "all" else args.columns.split(",")
+    every = [c for kind in kinds for c in COLUMNS[kind]]
+    wanted = every if args.columns == "all" else args.columns.split(",")
     lexical = LexicalDetector(LexicalOptions(channels=False))
-    sources = TRANSLATED if args.evidence == "translated" else PER_SOURCE
-    by_lang = {lang: load_contexts("val", lang, sources).by_id for lang in data}
+    own = {lang: load_contexts("val", lang, PER_SOURCE).by_id for lang in data}
+    translated = (
+        {lang: load_contexts("val", lang, TRANSLATED).by_id for lang in data} if "translated" in kinds else {}
+    )
     extra = []
-    covered = 0
     for item, feats in zip(full.items, full.features):
-        ctxs = by_lang[item.lang].get(item.id, [])
-        covered += bool(ctxs)
-        if args.evidence == "translated":
-            cols = translated_columns(item, ctxs, lexical, feats[:, own_col])
-        elif args.evidence == "per_source":
-            cols = per_source_columns(item, ctxs, lexical)
-        elif args.evidence == "conflict":
-            cols = conflict_columns(item, ctxs, lexical)
-        else:
-            cols = question_columns(item, lexical)
+        ctxs = own[item.lang].get(item.id, [])
+        cols: dict[str, np.ndarray] = {}
+        if "translated" in kinds:
+            cols |= translated_columns(
+                item, translated[item.lang].get(item.id, []), lexical, feats[:, own_col]
+            )
+        if "per_source" in kinds:
+            cols |= per_source_columns(item, ctxs, lexical)
+        if "conflict" in kinds:
+            cols |= conflict_columns(item, ctxs, lexical)
+        if "question" in kinds:
+            cols |= question_columns(item, lexical)
         extra.append(
             np.stack([cols[c] for c in wanted], axis=1) if len(feats) else np.zeros((0, len(wanted)))
         )
-    print(f"items with {args.evidence} contexts: {covered} of {len(full.items)}; columns {', '.join(wanted)}")
+    print(f"evidence {', '.join(kinds)}; columns {', '.join(wanted)}")
     added = StackData(full.items, [np.hstack([f, e]) for f, e in zip(full.features, extra)])
     seeds = [int(s) for s in args.seeds.split(",")]
     base = [item_scores(full, channels, names, s) for s in seeds]
