@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from error_classes import char_classes  # noqa: E402
-from evidence_ablation import conflict_columns, question_columns  # noqa: E402
+from evidence_ablation import conflict_columns, question_columns, run_columns  # noqa: E402
 
 from mushroom.data.records import Context, Item  # noqa: E402
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions  # noqa: E402
@@ -72,3 +72,12 @@ def test_char_classes_split_by_evidence():
     content = np.array([0, 0, 1, 1, 1, 0, 1, 1, 1, 0], dtype=float)
     # supported 0, unsupported 1, function 2, other 3
     assert char_classes(text, unsupported, content).tolist() == [2, 3, 0, 0, 0, 3, 1, 1, 1, 3]
+
+
+def test_run_length_is_longer_inside_a_copied_stretch():
+    answer = "Die Stadt liegt am Rhein und hat 90000 Einwohner."
+    item = Item(id="x", lang="de", model_input="Wo liegt die Stadt?", model_output_text=answer)
+    context = Context(source="deepseek-r1", text="Die Stadt liegt am Rhein. Sie hat viele Einwohner.")
+    run = run_columns(item, [context])["run_length"]
+    assert run[span(answer, "Rhein")].min() > run[span(answer, "90000")].max()
+    assert run[answer.index(" ")] == 0.0  # not on spaces
