@@ -28,7 +28,9 @@ instruct model that installs on these machines) proves the pipeline, not the met
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
+import io
 import json
 import shutil
 import socket
@@ -100,12 +102,20 @@ def run_system(name: str, options: dict[str, Any] | None, data: dict, work: Path
     }
 
 
-def raw_records(folder: Path) -> list[RawRecord]:
-    """Every raw record a system's val run wrote (all languages)."""
-    records = []
-    for path in sorted((folder / "val" / "raw").glob("*.raw.jsonl")):
-        records += [RawRecord.model_validate_json(line) for line in path.read_text().splitlines() if line]
-    return records
+def raw_records(paths: list[Path]) -> list[RawRecord]:
+    """The distinct model calls in raw-record files (the last line of each request wins).
+
+    A sitting stopped mid-item leaves that item's earlier lines and the resumed sitting adds
+    its own, so lines are taken once per (stage, key, temperature). A replay's own records
+    carry only each text's share of the usage, so token counts come from the recorded lines.
+    """
+    calls: dict[tuple, RawRecord] = {}
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                r = RawRecord.model_validate_json(line)
+                calls[(r.stage, r.key, r.temperature)] = r
+    return list(calls.values())
 
 
 def per_item_scores(data: dict, files: dict[str, Path]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -278,7 +288,28 @@ def counter_rows(name: str, stats: dict[str, int]) -> list[str]:
     return rows
 
 
+class Tee(io.StringIO):
+    """Keeps what is printed, to write it into the docs as well."""
+
+    def __init__(self, stream) -> None:  # noqa: ANN001 - sys.stdout
+        super().__init__()
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        return super().write(text)
+
+
 def main() -> None:
+    tee = Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        args = run()
+    if args.markdown:
+        command = " ".join(["python", "benchmarks/llm_quality.py", *sys.argv[1:]])
+        args.markdown.write_text(f"Written by `{command}`:\n\n```text\n{tee.getvalue().rstrip()}\n```\n")
+
+
+def run() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replay", action="store_true", help="answer from the recorded raw records")
     ap.add_argument("--record", type=Path, default=RECORD, help="where the recorded run is kept")
@@ -295,6 +326,7 @@ def main() -> None:
     ap.add_argument(
         "--work", type=Path, default=None, help="run folders (resumable; default eval/llm_quality)"
     )
+    ap.add_argument("--markdown", type=Path, default=None, help="also write the output into this file")
     ap.add_argument("--threads", type=int, default=1, help="llama.cpp threads (a pulled model only)")
     ap.add_argument(
         "--chain-langs", default=None, help="the chain's languages and items, as --langs (default: --langs)"
@@ -356,7 +388,8 @@ def main() -> None:
         f"model {model} ({where}); {n_items} val items: "
         + ", ".join(f"{k} {len(v)}" for k, v in data.items())
     )
-    print(f"run folders in {work} (resumable); service log {work / 'runs.log'}")
+    shown = work.relative_to(ROOT) if work.is_relative_to(ROOT) else work
+    print(f"run folders in {shown} (resumable); service log {shown / 'runs.log'}")
 
     try:
         results: dict[str, dict] = {}
@@ -392,7 +425,8 @@ def main() -> None:
     # tokens and seconds per item, from the raw records (seconds: the live run's, recorded)
     usage = {}
     for name in systems:
-        recs = raw_records(work / name)
+        paths = [recorded[name]] if args.replay else sorted((work / name / "val" / "raw").glob("*.raw.jsonl"))
+        recs = raw_records(paths)
         per = Counter()
         for r in recs:
             for key in ("prompt_tokens", "completion_tokens"):
@@ -474,6 +508,7 @@ def main() -> None:
     if "stack+llm" in scores:
         line.append(f"stack+llm IoU {mean('stack+llm', 0):.4f} Cor {mean('stack+llm', 1):.4f}")
     print("; ".join(line))
+    return args
 
 
 if __name__ == "__main__":
