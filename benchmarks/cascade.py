@@ -333,8 +333,9 @@ def main() -> None:
             f"\nnote: no budget below 100% is within {WITHIN} IoU: the member gains {gain:.2f} IoU on "
             f"nearly every item, and even the oracle's half of the items holds {oracle:.0%} of it"
         )
+    print("\nthe cascade line is the simulated strong member's (the first table):")
     print(
-        f"\ncascade: budget {budget:.0%} keeps IoU {lang_mean(strong.points[budget][0], items):.4f} "
+        f"cascade: budget {budget:.0%} keeps IoU {lang_mean(strong.points[budget][0], items):.4f} "
         f"(all: {all_iou:.4f}) with {share:.0%} of the model calls"
     )
 

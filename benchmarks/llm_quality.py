@@ -143,13 +143,50 @@ def ci(values: np.ndarray) -> str:
     return f"{values.mean():.3f} [{low:.3f}, {high:.3f}]"
 
 
-def lang_counts(spec: str, default: int) -> dict[str, int]:
-    """`en:50,es:20,de` -> {"en": 50, "es": 20, "de": default}: items per language."""
+def lang_counts(spec: str, default: int, flag: str = "--langs") -> dict[str, int]:
+    """`en:50,es:20,de` -> {"en": 50, "es": 20, "de": default}: items per val language.
+
+    Checked before any model call: the stacks are fitted by 5-fold cross-validation, so each
+    language needs 5 items or more.
+    """
+    from mushroom.data.languages import VAL_LANGUAGES
+
     counts = {}
     for part in filter(None, spec.split(",")):
         lang, _, n = part.partition(":")
-        counts[lang.strip()] = int(n) if n else default
+        lang = lang.strip()
+        if lang not in VAL_LANGUAGES:
+            raise SystemExit(
+                f"error: {flag} {spec!r}: {lang!r} is not a val language ({', '.join(VAL_LANGUAGES)})"
+            )
+        if n and not n.strip().isdigit():
+            raise SystemExit(f"error: {flag} {spec!r}: {n!r} is not a count; write it as en:50,es:20")
+        counts[lang] = int(n) if n else default
+        if counts[lang] < 5:
+            raise SystemExit(f"error: {flag} {spec!r}: {lang} needs 5 items or more (the stacks use 5 folds)")
+    if not counts:
+        raise SystemExit(f"error: {flag} is empty; write it as en:50,es:20")
     return counts
+
+
+def read_manifest(record: Path) -> dict[str, Any]:
+    """The recorded run's manifest, checked before anything is replayed (or deleted)."""
+    path = record / "manifest.json"
+    if not path.is_file():
+        raise SystemExit(f"error: {path}: no recorded run there (make one without --replay)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"error: {path}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    for field in ("model", "max_tokens", "langs_spec", "systems"):
+        if not isinstance(manifest, dict) or field not in manifest:
+            raise SystemExit(f"error: {path}: field {field!r} is missing: not a record of this script")
+    for name in manifest["systems"]:
+        if not (record / f"{name}.raw.jsonl.gz").is_file():
+            raise SystemExit(
+                f"error: {record}: the manifest lists {name!r} but {name}.raw.jsonl.gz is missing"
+            )
+    return manifest
 
 
 def free_port() -> int:
@@ -312,7 +349,13 @@ def main() -> None:
 def run() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replay", action="store_true", help="answer from the recorded raw records")
-    ap.add_argument("--record", type=Path, default=RECORD, help="where the recorded run is kept")
+    ap.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        help=f"the recorded run: read by --replay (default {RECORD.relative_to(ROOT)}); written by a live "
+        "run (default WORK/record; give this path to replace the repository's record)",
+    )
     ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server (vLLM, llama.cpp, ...)")
     ap.add_argument("--model", default="smollm2", help="the served model, or a pulled model's name")
     ap.add_argument(
@@ -337,26 +380,35 @@ def run() -> argparse.Namespace:
     args = ap.parse_args()
 
     manifest: dict[str, Any] = {}
+    work = args.work or ROOT / "eval" / ("llm_quality-replay" if args.replay else "llm_quality")
+    if args.record is None:
+        args.record = RECORD if args.replay else work / "record"
     if args.replay:
-        manifest_path = args.record / "manifest.json"
-        if not manifest_path.is_file():
-            raise SystemExit(f"{manifest_path}: no recorded run there (make one without --replay)")
-        manifest = json.loads(manifest_path.read_text())
+        manifest = read_manifest(args.record)
+        if args.langs or args.chain_langs or args.limit:
+            raise SystemExit(
+                "error: --replay answers the recorded items only "
+                f"({manifest['langs_spec']}); leave out --langs, --chain-langs and --limit"
+            )
     limit = args.limit or manifest.get("limit", 50)
     spec = args.langs or manifest.get("langs_spec", "en,es,de")
     counts = lang_counts(spec, limit)
     langs = list(counts)
     systems = [s for s in args.systems.split(",") if s]
+    unknown = [s for s in systems if s not in LLM_SYSTEMS]
+    if unknown or not systems:
+        raise SystemExit(f"error: --systems {args.systems!r}: give one or more of {', '.join(LLM_SYSTEMS)}")
     if args.replay:
-        systems = [s for s in systems if s in manifest.get("systems", {})]
-    work = args.work or ROOT / "eval" / ("llm_quality-replay" if args.replay else "llm_quality")
+        missing = [s for s in systems if s not in manifest["systems"]]
+        if missing:
+            raise SystemExit(f"error: {args.record}: the recorded run has no {', '.join(missing)} system")
     if args.replay and work.exists():
         shutil.rmtree(work)  # a replay starts clean: nothing is taken from an earlier one
     work.mkdir(parents=True, exist_ok=True)
     data = {lang: items[: counts[lang]] for lang, items in load_split("val", langs).items()}
     # The chain costs several calls per item: it may run on fewer items than the rest.
     chain_spec = args.chain_langs or manifest.get("systems", {}).get("chain", {}).get("langs_spec", spec)
-    chain_counts = lang_counts(chain_spec, limit)
+    chain_counts = lang_counts(chain_spec, limit, "--chain-langs")
     subset = {
         "chain": {
             lang: data[lang][: min(n, counts[lang])] for lang, n in chain_counts.items() if lang in data
@@ -463,7 +515,7 @@ def run() -> argparse.Namespace:
             f"{name:6s} {u['requests']:8.1f} {u.get('prompt_tokens', 0):15.0f} {u.get('completion_tokens', 0):14.0f} "
             f"{(f'{s:.2f}' if s is not None else '-'):>13s}"
         )
-    check = manifest.get("prefix_check")
+    check = manifest.get("prefix_check") if "llm" in systems else None
     if check:
         on, off = check["s_per_item"]["on"], check["s_per_item"]["off"]
         print(
@@ -507,6 +559,7 @@ def run() -> argparse.Namespace:
     line.append(f"stack IoU {mean('stack', 0):.4f} Cor {mean('stack', 1):.4f}")
     if "stack+llm" in scores:
         line.append(f"stack+llm IoU {mean('stack+llm', 0):.4f} Cor {mean('stack+llm', 1):.4f}")
+    print("(the last line: means over languages, as the task averages them; the 'all' rows pool items)")
     print("; ".join(line))
     return args
 

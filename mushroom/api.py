@@ -104,7 +104,7 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
         return entry, []
     if not isinstance(entry, dict):
         raise TypeError(
-            f"item {k}: detect_batch takes dicts with 'answer', 'contexts', 'question' (or Item records), "
+            f"item {k}: mushroom takes dicts with 'answer', 'contexts', 'question' (or Item records), "
             f"not {type(entry).__name__}"
         )
     # A misspelt "context" was ignored, and the item checked against nothing; the other keys of
@@ -198,7 +198,7 @@ def detect_stream(
     """
     _check_call(items, method, "detect_stream")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise TypeError(f"chunk_size must be a positive integer, not {chunk_size!r}")
+        raise ValueError(f"chunk_size must be a positive integer, not {chunk_size!r}")
     return _stream(iter(items), method, lang, chunk_size, options)
 
 

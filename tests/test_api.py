@@ -110,7 +110,7 @@ def test_detect_stream_reads_an_iterable_once_a_chunk_at_a_time_and_matches_dete
     assert got[3].spans[-1][2].startswith("Italy")
     with pytest.raises(ValueError, match="'x' was in an earlier chunk"):
         list(mushroom.detect_stream([{"id": "x", "answer": ANSWER, "contexts": CONTEXT}] * 2, chunk_size=1))
-    with pytest.raises(TypeError, match="chunk_size must be a positive integer"):
+    with pytest.raises(ValueError, match="chunk_size must be a positive integer"):
         mushroom.detect_stream([], chunk_size=0)
 
 

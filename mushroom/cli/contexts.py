@@ -41,7 +41,10 @@ def contexts_cmd(
             "--grade", help="none, llm or embedding: grade tier and generated contexts, fall through"
         ),
     ] = "none",
-    min_similarity: Annotated[float, typer.Option("--min-similarity", help="embedding grading cut")] = 0.3,
+    min_similarity: Annotated[
+        float,
+        typer.Option("--min-similarity", min=-1.0, max=1.0, help="embedding grading cut (a cosine, -1 to 1)"),
+    ] = 0.3,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=16, help="length limit of a context")] = 512,
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="only the first N items per language")

@@ -220,8 +220,9 @@ def main_job(
         float | None,
         typer.Option(
             "--llm-budget",
-            help="stack: send model-backed members (llm, chain, pyes) only the most uncertain share of "
-            "each language's items, e.g. 0.3; the rest keep the CPU stack's prediction (default: all)",
+            help="stack: send model-backed members (llm, chain, pyes; --members must name one) only the "
+            "most uncertain share of each language's items, a fraction in (0, 1], e.g. 0.3 for 30%; "
+            "the rest keep the CPU stack's prediction (default: all)",
         ),
     ] = None,
     quiet: Quiet = False,

@@ -156,6 +156,10 @@ def _fall_through(
         )
         for i in texts:
             verdict = recorded.get((i, tier)) or fresh[i]
+            if i not in fresh and isinstance(verdict.get("similarity"), int | float):
+                # an embedding grade is its cosine: judged again against this run's cut, so a
+                # grade recorded under another --min-similarity is not reused as it was
+                verdict = {**verdict, "relevant": bool(verdict["similarity"] >= grader.min_similarity)}
             if verdict["relevant"] is None:
                 stats.failed += 1
                 stats.errors.append(f"{i}: grading failed ({tier}): {verdict['error']}")
