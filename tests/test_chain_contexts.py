@@ -600,3 +600,29 @@ def test_a_chain_run_writes_the_unverifiable_channel_and_the_stack_takes_it_as_a
         == 2
     )
     assert page.count('title="unverifiable: r; p=0.400"') == 2
+
+
+def test_a_new_min_similarity_judges_again_what_an_old_cut_dropped(tmp_path):
+    items = [Item(id="a", lang="en", model_input="who founded rome", model_output_text="x")]
+    write_lines(tmp_path / "val.en.retrieved.jsonl", [{"id": "a", "context": "Rome was founded by Romulus."}])
+
+    def run(cut, backend):
+        return generate_contexts(
+            "val", "en", items, backend, source="gen", tiers=("retrieved",), grading="embedding",
+            min_similarity=cut, context_dir=tmp_path, encoder=FakeEncoder(),
+        )  # fmt: skip
+
+    # a cut no context can pass: the tier's context and the generated one are both dropped
+    first = Scripted({"a": ["bananas are yellow fruit"]})
+    run(0.99, first)
+    ctx = load_contexts("val", "en", ("retrieved", "gen"), allow_missing_source=True, context_dir=tmp_path)
+    assert [r.key for r in first.seen] == ["a"]
+    assert not (tmp_path / "val.en.gen.jsonl").exists() or "a" not in {
+        json.loads(line)["id"] for line in (tmp_path / "val.en.gen.jsonl").read_text().splitlines()
+    }
+    # the usual cut: the recorded cosine of the tier's context is judged again, and it passes
+    st = run(0.3, Scripted({}))
+    assert st.covered_by_tiers == 1
+    rows = [json.loads(line) for line in (tmp_path / "val.en.gen.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["tier"]) for r in rows] == [("a", "retrieved")]
+    del ctx

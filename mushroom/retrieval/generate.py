@@ -61,11 +61,13 @@ class ContextStats:
     errors: list[str] = field(default_factory=list)
 
 
-def _done_ids(path: Path, grading: Grading | None = None) -> set[str]:
+def _done_ids(path: Path, grading: Grading | None = None, cut: float | None = None) -> set[str]:
     """Ids already in an output file, or in a grades file graded as `grading` (the resume point).
 
     A context dropped by one grading is generated and graded again under another: run with
-    `--grade none` after an embedding grade dropped it, a user expects it kept.
+    `--grade none` after an embedding grade dropped it, a user expects it kept. So is one
+    dropped by an embedding grade under another `--min-similarity` (rows written since the
+    cut is recorded say which; older rows count as done).
     """
     if not path.exists():
         return set()
@@ -76,6 +78,7 @@ def _done_ids(path: Path, grading: Grading | None = None) -> set[str]:
         and "id" in row
         # in a grades file, a tier's grade leaves the item to the next tier or to generation
         and (grading is None or (row.get("grading") == grading and "tier" not in row))
+        and (cut is None or row.get("min_similarity", cut) == cut)
     }
 
 
@@ -223,7 +226,8 @@ def generate_contexts(
     grades_path = root / f"{stem}{GRADES_SUFFIX}.jsonl"
     stats = ContextStats(items=len(items))
     covered: set[str] = set()
-    done = _done_ids(out_path) | _done_ids(grades_path, grading)
+    cut = min_similarity if grading == "embedding" else None
+    done = _done_ids(out_path) | _done_ids(grades_path, grading, cut)
     if tiers and grading != "none":  # graded tiers fall through (see the module docstring)
         copied = _copied_from_tiers(out_path)
         stats.covered_by_tiers += sum(1 for it in items if it.id in copied)
@@ -320,7 +324,10 @@ def grade_embedding(
     q = encoder.encode([questions[i] for i in ids])
     c = encoder.encode([texts[i] for i in ids])
     sims = (q * c).sum(axis=1)
-    return {i: {"relevant": bool(s >= min_similarity), "similarity": float(s)} for i, s in zip(ids, sims)}
+    return {
+        i: {"relevant": bool(s >= min_similarity), "similarity": float(s), "min_similarity": min_similarity}
+        for i, s in zip(ids, sims)
+    }
 
 
 def grade_llm(
