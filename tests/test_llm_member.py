@@ -56,3 +56,13 @@ def test_members_go_with_the_stack_only_and_name_known_detectors(tmp_path, capsy
     code, _, err = cli(capsys, "main-job", "--members", "lexical,lexcal", "--out", tmp_path / "b")
     assert code == 2 and "did you mean 'lexical'" in err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_member_without_its_backend_is_told_main_jobs_own_spelling(tmp_path, capsys):
+    # the backend's message names detect's --base-url; main-job takes -o llm.backend.base_url=
+    code, _, err = cli(
+        capsys, "main-job", "--members", "lexical,llm", "--lang", "en", "-o", "llm.backend.kind=openai",
+        "--out", tmp_path / "a",
+    )  # fmt: skip
+    assert code != 0 and "-o llm.backend.base_url=URL" in err and "base_url" in err
+    assert not (tmp_path / "a").exists()

@@ -56,6 +56,15 @@ def _loadable_members(
         except MissingExtra as exc:
             missing[name] = exc
             continue
+        except MushroomError as exc:
+            if "backend" not in str(exc):
+                raise
+            # the backend's own message names detect's flags (--base-url, --responses)
+            raise MushroomError(
+                f"{exc}; in main-job a member's backend is set with -o {name}.backend.KEY=VALUE, e.g. "
+                f"-o {name}.backend.kind=openai -o {name}.backend.base_url=URL -o {name}.backend.model=M "
+                f"(or -o {name}.backend.responses=FILE to replay)"
+            ) from None
         dets[name] = det
     if missing and (not skip_unavailable or not dets):
         name, exc = next(iter(missing.items()))
