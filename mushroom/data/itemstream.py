@@ -152,3 +152,33 @@ class ContextFiles:
                         result.by_id.setdefault(item_id, []).append(Context(source=path.stem, text=text))
             result.missing[path.stem] = sum(1 for i in item_ids if i not in where)
         return result
+
+
+def read_items_file(items_file: Path) -> dict[str, LangItems]:
+    """An items file (or a `save_to_disk` folder) by language, checked whole, read later a chunk at a time.
+
+    A file with no items is an error: a run over nothing would "succeed" and write nothing.
+    """
+    from mushroom.data.hf import is_saved_dataset, saved_items_file
+
+    # a folder of `Dataset.save_to_disk`: its rows, checked, as a JSONL file the run reads
+    read_from = saved_items_file(items_file) if is_saved_dataset(items_file) else items_file
+    data = dict(ItemsFile(read_from).by_lang())
+    if not data:
+        raise DataError.single(items_file, None, None, "no items")
+    return data
+
+
+def keep_langs(data: dict[str, LangItems], langs: list[str] | None, items_file: Path) -> dict[str, LangItems]:
+    """The languages asked for with --lang; none of them in the file is an error naming those it has."""
+    from mushroom.errors import MushroomError
+
+    if not langs:
+        return data
+    kept = {code: its for code, its in data.items() if code in langs}
+    if not kept:
+        raise MushroomError(
+            f"--lang {','.join(langs)}: {items_file} has no items in that language; "
+            f"it has {', '.join(sorted(data))}"
+        )
+    return kept

@@ -13,7 +13,7 @@ from typing import Any
 from mushroom.data.itemstream import ContextFiles
 from mushroom.data.records import Item
 from mushroom.detectors.base import Detector
-from mushroom.errors import DataError, MushroomError
+from mushroom.errors import MushroomError
 from mushroom.runs.reporter import PlainReporter, Reporter
 from mushroom.util.words import plural
 
@@ -30,30 +30,18 @@ def items_file_data(
     With an items file, `--contexts` names JSONL files of `{id, context}` (there is no split
     whose named sources could be found); a broken line in one stops the run before it starts.
     """
-    from mushroom.data.hf import is_saved_dataset, saved_items_file
-    from mushroom.data.itemstream import ItemsFile
+    from mushroom.data.itemstream import keep_langs, read_items_file
     from mushroom.data.languages import LANGUAGES
 
-    # a folder of `Dataset.save_to_disk`: its rows, checked, as a JSONL file the run reads
-    read_from = saved_items_file(items_file) if is_saved_dataset(items_file) else items_file
     # checked whole, then read a chunk at a time by the run (an index of lines, not the items)
-    data: dict[str, Sequence[Item]] = dict(ItemsFile(read_from).by_lang())
-    if not data:  # a run over nothing would "succeed" and write nothing
-        raise DataError.single(items_file, None, None, "no items")
+    data: dict[str, Sequence[Item]] = read_items_file(items_file)  # type: ignore[assignment]
     for code in sorted(set(data) - set(LANGUAGES)):
         warn(
             f"{items_file}: {plural(len(data[code]), 'item')} in language {code!r}, which mushroom "
             f"does not know ({', '.join(LANGUAGES)}): no stopword list, calibration or word "
             "splitting of its own is used for them"
         )
-    if langs:
-        have = sorted(data)
-        data = {code: its for code, its in data.items() if code in langs}
-        if not data:
-            raise MushroomError(
-                f"--lang {','.join(langs)}: {items_file} has no items in that language; "
-                f"it has {', '.join(have)}"
-            )
+    data = keep_langs(data, langs, items_file)  # type: ignore[arg-type]
     if default_contexts:
         raise MushroomError("with --items, give the contexts as files: --contexts CTX.jsonl[,MORE.jsonl]")
     context_files = [Path(s) for s in sources]

@@ -97,23 +97,9 @@ def apply_stack_run(
 
 def _items_file_data(items_file: Path, langs: list[str] | None) -> Mapping[str, Iterable[Item]]:
     """An items file's languages, checked whole and read a chunk at a time (an index of lines)."""
-    from mushroom.data.hf import is_saved_dataset, saved_items_file
-    from mushroom.data.itemstream import ItemsFile
-    from mushroom.errors import DataError, MushroomError
+    from mushroom.data.itemstream import keep_langs, read_items_file
 
-    read_from = saved_items_file(items_file) if is_saved_dataset(items_file) else items_file
-    data = ItemsFile(read_from).by_lang()
-    if not data:
-        raise DataError.single(items_file, None, None, "no items")
-    if langs:
-        have = sorted(data)
-        data = {code: its for code, its in data.items() if code in langs}
-        if not data:
-            raise MushroomError(
-                f"--lang {','.join(langs)}: {items_file} has no items in that language; "
-                f"it has {', '.join(have)}"
-            )
-    return data
+    return keep_langs(read_items_file(items_file), langs, items_file)
 
 
 def write_stack_files(chunks: Iterable[StackChunk], out: Path, split: str) -> dict[str, Path]:
