@@ -33,8 +33,6 @@ import gzip
 import io
 import json
 import shutil
-import socket
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -53,21 +51,29 @@ from mushroom.data.splits import load_split
 from mushroom.detectors import build
 from mushroom.evaluation.score import score_predictions
 from mushroom.evaluation.stats import bootstrap_ci, paired_test
+from mushroom.models.serve import LlamaServer
 from mushroom.runs.reporter import PlainReporter
 from mushroom.runs.service import RunService
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "benchmarks" / "records" / "llm_quality"
 TEMPERATURES = [0.05, 0.1, 0.2]
-LLM_SYSTEMS = ("llm", "chain")
+LLM_SYSTEMS = ("llm", "chain", "pyes")
+PYES_MODEL = "gemma3-270m"  # a base model: it can score "Yes"/"No", not write a chat answer
 
 
 def llm_options(backend: dict[str, Any], max_tokens: int) -> dict[str, dict[str, Any]]:
-    """The two model-backed systems' settings: the design's single prompt and its chain."""
+    """The model-backed systems' settings: the design's single prompt, its chain, and P(Yes).
+
+    pyes asks per clause, not per sentence (its default): most val answers are one sentence,
+    and one piece per answer paints one probability over it, which has no per-character
+    ranking (Cor 0 by construction).
+    """
     common = {"backend": backend, "max_tokens": max_tokens, "max_context_chars": 3000}
     return {
         "llm": {**common, "prompt": "single_few_shot", "temperatures": TEMPERATURES},
         "chain": dict(common),
+        "pyes": {"models": [backend], "unit": "clause", "max_context_chars": 3000},
     }
 
 
@@ -128,14 +134,28 @@ def per_item_scores(data: dict, files: dict[str, Path]) -> dict[str, tuple[np.nd
     return out
 
 
+GATES: dict[str, dict] = {}  # stack name -> what the stack chose about its model-backed member
+
+
 def stack_scores(members: list[str], data: dict, work: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """The stack over `members`, fitted and scored out of fold (5 folds by item) on these items."""
+    """The stack over `members`, fitted and scored out of fold (5 folds by item) on these items.
+
+    A model-backed member may be left out by the stack itself, nested in the folds (as the
+    main job's stack does); what it chose is kept in GATES for the printout.
+    """
     fit = fit_stack([Member(m, work / m, allow_failures=True) for m in members], data, "val")
+    if fit.model.gate:
+        GATES["+".join(["stack", *members[2:]])] = fit.model.gate
     out = {}
     for lang, items in data.items():
         res = score_predictions(items, fit.oof[lang])
         out[lang] = (np.asarray(res.iou), np.asarray(res.cor))
     return out
+
+
+def tokens(usage: dict[str, float], key: str) -> str:
+    """Tokens per item, or '-' where the backend reported none (transformers counts no usage)."""
+    return f"{usage[key]:.0f}" if key in usage else "-"
 
 
 def ci(values: np.ndarray) -> str:
@@ -189,40 +209,16 @@ def read_manifest(record: Path) -> dict[str, Any]:
     return manifest
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_llama_server(model: str, log: Path, threads: int) -> tuple[subprocess.Popen, str]:
-    """llama-cpp-python's OpenAI-compatible server on a pulled GGUF (one slot).
-
-    Threads default to one: llama.cpp's threads wait on each other at every layer, so on a
-    machine where another process holds a core, two threads ran 0.7 tokens/s where one ran 40.
-    """
+def start_llama_server(model: str, log: Path, threads: int) -> tuple[LlamaServer, str]:
+    """llama-cpp-python's OpenAI-compatible server on a pulled GGUF (one slot, `threads` threads)."""
+    from mushroom.models.serve import LlamaServer, ServerError
     from mushroom.models.zoo import pull
 
-    path = pull(model)
-    port = free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", model]
-    cmd += ["--host", "127.0.0.1", "--logits_all", "false"]
-    cmd += ["--port", str(port), "--n_ctx", "4096", "--n_threads", str(threads)]
-    proc = subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/v1"
-    import httpx
-
-    for _ in range(300):
-        if proc.poll() is not None:
-            raise SystemExit(f"the llama.cpp server exited (rc {proc.returncode}); its log: {log}")
-        try:
-            if httpx.get(url + "/models", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    proc.kill()
-    raise SystemExit(f"the llama.cpp server did not answer in 300 s; its log: {log}")
+    server = LlamaServer(pull(model), alias=model, logits_all=False, n_ctx=4096, threads=threads, log=log)
+    try:
+        return server.start(timeout_s=300), server.url
+    except ServerError as exc:
+        raise SystemExit(f"error: {exc}\nits log: {log}") from None
 
 
 class NoncePrefix(Backend):
@@ -365,7 +361,16 @@ def run() -> argparse.Namespace:
     )
     ap.add_argument("--limit", type=int, default=None, help="items per language (default 50)")
     ap.add_argument("--max-tokens", type=int, default=384)
-    ap.add_argument("--systems", default="llm,chain", help="model-backed systems to run")
+    ap.add_argument(
+        "--systems",
+        default=None,
+        help="model-backed systems: llm, chain, pyes (default: llm,chain,pyes; a replay: the recorded ones)",
+    )
+    ap.add_argument(
+        "--pyes-model",
+        default=None,
+        help=f"pyes: the scoring model (default: {PYES_MODEL} on transformers, CPU; with --base-url, --model)",
+    )
     ap.add_argument(
         "--work", type=Path, default=None, help="run folders (resumable; default eval/llm_quality)"
     )
@@ -394,6 +399,8 @@ def run() -> argparse.Namespace:
     spec = args.langs or manifest.get("langs_spec", "en,es,de")
     counts = lang_counts(spec, limit)
     langs = list(counts)
+    if args.systems is None:
+        args.systems = ",".join(manifest["systems"]) if args.replay else ",".join(LLM_SYSTEMS)
     systems = [s for s in args.systems.split(",") if s]
     unknown = [s for s in systems if s not in LLM_SYSTEMS]
     if unknown or not systems:
@@ -402,6 +409,15 @@ def run() -> argparse.Namespace:
         missing = [s for s in systems if s not in manifest["systems"]]
         if missing:
             raise SystemExit(f"error: {args.record}: the recorded run has no {', '.join(missing)} system")
+    if not args.replay and (args.record / "manifest.json").is_file():
+        # A sitting that adds a system (or resumes one) keeps what the record holds of the others.
+        manifest = read_manifest(args.record)
+        kept = [s for s in manifest["systems"] if s not in systems]
+        if kept and manifest["langs_spec"] != spec:
+            raise SystemExit(
+                f"error: {args.record} holds {', '.join(kept)} on {manifest['langs_spec']}; give the same "
+                f"--langs, re-run those systems too, or record elsewhere with --record"
+            )
     if args.replay and work.exists():
         shutil.rmtree(work)  # a replay starts clean: nothing is taken from an earlier one
     work.mkdir(parents=True, exist_ok=True)
@@ -419,27 +435,36 @@ def run() -> argparse.Namespace:
     if args.replay:
         recorded = unpack(args.record, work)
         backends = {s: {"kind": "replay", "responses": str(recorded[s])} for s in systems}
-        where = (
-            f"replay of {args.record.relative_to(ROOT) if args.record.is_relative_to(ROOT) else args.record}"
-        )
-        model = manifest["model"]
+        shown_record = args.record.relative_to(ROOT) if args.record.is_relative_to(ROOT) else args.record
+        models = {s: manifest["systems"][s].get("model", manifest["model"]) for s in systems}
+        wheres = {s: f"replay of {shown_record}" for s in systems}
         max_tokens = manifest["max_tokens"]
     else:
-        if args.base_url is None:
+        chat = [s for s in systems if s != "pyes"]
+        models, wheres, backends = {}, {}, {}
+        if chat and args.base_url is None:
             server, url = start_llama_server(args.model, work / "server.log", args.threads)
             backend = {"kind": "openai", "model": args.model, "base_url": url}
             where = f"llama.cpp server (llama-cpp-python) on the pulled {args.model}"
         else:
             backend = {"kind": "openai", "model": args.model, "base_url": args.base_url}
             where = f"server {args.base_url}"
-        backends = {s: backend for s in systems}
-        model = args.model
+        for name in chat:
+            models[name], wheres[name], backends[name] = args.model, where, backend
+        if "pyes" in systems:
+            if args.base_url is None:
+                models["pyes"] = args.pyes_model or PYES_MODEL
+                backends["pyes"] = {"kind": "transformers", "model": models["pyes"], "device": "cpu"}
+                wheres["pyes"] = f"transformers, CPU, on the pulled {models['pyes']}"
+            else:
+                models["pyes"] = args.pyes_model or args.model
+                backends["pyes"] = {"kind": "openai", "model": models["pyes"], "base_url": args.base_url}
+                wheres["pyes"] = where
         max_tokens = args.max_tokens
     n_items = sum(len(v) for v in data.values())
-    print(
-        f"model {model} ({where}); {n_items} val items: "
-        + ", ".join(f"{k} {len(v)}" for k, v in data.items())
-    )
+    print(f"{n_items} val items: " + ", ".join(f"{k} {len(v)}" for k, v in data.items()))
+    for name in systems:
+        print(f"{name}: model {models[name]} ({wheres[name]})")
     shown = work.relative_to(ROOT) if work.is_relative_to(ROOT) else work
     print(f"run folders in {shown} (resumable); service log {shown / 'runs.log'}")
 
@@ -453,7 +478,11 @@ def run() -> argparse.Namespace:
             if not args.replay:
                 timing = results[name]["timing"] or {}
                 manifest.setdefault("systems", {})[name] = {
-                    "options": {k: v for k, v in opts.items() if k != "backend"},
+                    "model": models[name],
+                    "where": wheres[name],
+                    "date": time.strftime("%Y-%m-%d"),
+                    "command": " ".join(["python", "benchmarks/llm_quality.py", *sys.argv[1:]]),
+                    "options": {k: v for k, v in opts.items() if k not in ("backend", "models")},
                     "s_per_item": round(timing["seconds"] / timing["items"], 2) if timing else None,
                     "items_timed": timing.get("items", 0),
                     "counters": results[name]["by_lang"],
@@ -461,18 +490,18 @@ def run() -> argparse.Namespace:
                     "langs_spec": chain_spec if name == "chain" else spec,
                 }
         timings = {}
-        if args.prefix_check and not args.replay:
-            timings = prefix_check(backends[systems[0]], args.prefix_check, max_tokens, work)
+        if args.prefix_check and not args.replay and chat:
+            timings = prefix_check(backends[chat[0]], args.prefix_check, max_tokens, work)
             manifest["prefix_check"] = {"items": args.prefix_check, "s_per_item": timings}
     finally:
         if server is not None:
-            server.terminate()
-            server.wait(timeout=30)
+            server.stop()
 
     scores = {name: per_item_scores(subset.get(name, data), r["files"]) for name, r in results.items()}
     scores["stack"] = stack_scores(["lexical", "semantic"], data, work)
-    if "llm" in systems:
-        scores["stack+llm"] = stack_scores(["lexical", "semantic", "llm"], data, work)
+    for name in ("llm", "pyes"):
+        if name in systems:
+            scores[f"stack+{name}"] = stack_scores(["lexical", "semantic", name], data, work)
 
     # tokens and seconds per item, from the raw records (seconds: the live run's, recorded)
     usage = {}
@@ -484,7 +513,7 @@ def run() -> argparse.Namespace:
             for key in ("prompt_tokens", "completion_tokens"):
                 per[key] += int(r.usage.get(key, 0) or 0)
         n = sum(len(v) for v in subset.get(name, data).values())
-        usage[name] = {k: v / n for k, v in per.items()} | {"requests": len(recs) / n}
+        usage[name] = {k: v / n for k, v in per.items() if v} | {"requests": len(recs) / n}
     print()
     print(f"{'system':10s} {'lang':4s} {'n':>3s} {'IoU [95% CI]':>24s} {'Cor [95% CI]':>24s} {'failed':>6s}")
     for name, by_lang in scores.items():
@@ -501,8 +530,15 @@ def run() -> argparse.Namespace:
         f"{'system':6s} {'stage':10s} {'requests':>8s} " + " ".join(f"{label:>6s}" for label, _ in COUNTERS)
     )
     for name in systems:
-        for row in counter_rows(name, results[name]["stats"]):
-            print(row)
+        if name != "pyes":  # pyes parses nothing: it scores label texts
+            for row in counter_rows(name, results[name]["stats"]):
+                print(row)
+    if "pyes" in systems:
+        st = results["pyes"]["stats"]
+        print(
+            f"pyes: {st.get('pyes.pieces', 0)} pieces scored with {st.get('pyes.requests', 0)} requests; "
+            f"{st.get('pyes.unusable', 0)} unusable"
+        )
 
     print()
     print(
@@ -512,7 +548,7 @@ def run() -> argparse.Namespace:
         u = usage[name]
         s = manifest.get("systems", {}).get(name, {}).get("s_per_item")
         print(
-            f"{name:6s} {u['requests']:8.1f} {u.get('prompt_tokens', 0):15.0f} {u.get('completion_tokens', 0):14.0f} "
+            f"{name:6s} {u['requests']:8.1f} {tokens(u, 'prompt_tokens'):>15s} {tokens(u, 'completion_tokens'):>14s} "
             f"{(f'{s:.2f}' if s is not None else '-'):>13s}"
         )
     check = manifest.get("prefix_check") if "llm" in systems else None
@@ -530,28 +566,33 @@ def run() -> argparse.Namespace:
     def mean(name: str, k: int) -> float:
         return float(np.mean([v[k].mean() for v in scores[name].values()]))
 
-    if "stack+llm" in scores:
-        a = np.concatenate([v[0] for v in scores["stack+llm"].values()])
-        b = np.concatenate([v[0] for v in scores["stack"].values()])
-        p = paired_test(a, b)
-        print()
-        print(
-            f"stack+llm - stack, IoU paired over {p.n} items: {p.mean_diff:+.4f} "
-            f"[{p.ci_low:+.4f}, {p.ci_high:+.4f}] p={p.p_value:.3f}"
-        )
+    print()
+    for name in ("llm", "pyes"):
+        if f"stack+{name}" in scores:
+            a = np.concatenate([v[0] for v in scores[f"stack+{name}"].values()])
+            b = np.concatenate([v[0] for v in scores["stack"].values()])
+            p = paired_test(a, b)
+            print(
+                f"stack+{name} - stack, IoU paired over {p.n} items: {p.mean_diff:+.4f} "
+                f"[{p.ci_low:+.4f}, {p.ci_high:+.4f}] p={p.p_value:.3f}"
+            )
+            if gate := GATES.get(f"stack+{name}"):
+                print(
+                    f"  the stack kept {name} in {gate['folds_kept']} of {gate['folds']} folds, and "
+                    f"{'kept it' if gate['kept'] else 'left it out'} when fitted on all items "
+                    f"(out-of-fold IoU with it {gate['iou_with']:.4f}, without {gate['iou_without']:.4f})"
+                )
     if not args.replay:
-        manifest.update(
-            {
-                "model": model,
-                "where": where,
-                "langs": langs,
-                "limit": limit,
-                "langs_spec": spec,
-                "max_tokens": max_tokens,
-                "date": time.strftime("%Y-%m-%d"),
-                "command": " ".join(["python", "benchmarks/llm_quality.py", *sys.argv[1:]]),
-            }
-        )
+        if chat:  # the top-level fields are the chat systems' (the README's line is theirs)
+            manifest.update(
+                {
+                    "model": args.model,
+                    "where": where,
+                    "date": time.strftime("%Y-%m-%d"),
+                    "command": " ".join(["python", "benchmarks/llm_quality.py", *sys.argv[1:]]),
+                }
+            )
+        manifest.update({"langs": langs, "limit": limit, "langs_spec": spec, "max_tokens": max_tokens})
         record(work, args.record, manifest)
         print(f"\nrecorded the raw records and manifest in {args.record}")
     print()
@@ -565,4 +606,8 @@ def run() -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        # the server is stopped in run()'s finally; finished items are in the work folder
+        sys.exit("\ninterrupted: finished items are kept; the same command resumes from them")

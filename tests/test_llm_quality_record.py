@@ -63,6 +63,26 @@ def test_replaying_english_gives_the_live_counters(tmp_path):
     assert got.get("items.failed", 0) == 0
 
 
+def test_the_pyes_row_names_its_model_and_replays_english_to_the_live_counters(tmp_path):
+    m = manifest()
+    pyes = m["systems"]["pyes"]
+    assert pyes["model"] == "gemma3-270m" and "transformers" in pyes["where"]
+    responses = tmp_path / "pyes.raw.jsonl"
+    with gzip.open(RECORD / "pyes.raw.jsonl.gz", "rt", encoding="utf-8") as f:
+        responses.write_text(f.read(), encoding="utf-8")
+    records = [RawRecord.model_validate_json(line) for line in responses.read_text().splitlines() if line]
+    assert {r.model for r in records} == {"gemma3-270m"} and {r.call for r in records} == {"loglikelihood"}
+    assert len({r.key for r in records}) == pyes["counters"]["all"]["pyes.requests"]
+    options = {**pyes["options"], "models": [{"kind": "replay", "responses": str(responses)}]}
+    det = build("pyes", options)
+    count = dict(part.partition(":")[::2] for part in m["langs_spec"].split(","))["en"]
+    items = load_split("val", ["en"])["en"][: int(count or m["limit"])]
+    service = RunService(tmp_path / "run", {"test": "replay"}, PlainReporter(io.StringIO()), quiet=True)
+    out = service.detect_split(det, "val", tmp_path / "run" / "val", ["en"], data={"en": items})
+    assert out.stats["en"] == pyes["counters"]["en"]
+    assert out.stats["en"]["pyes.unusable"] == 0  # every piece was scored: P(yes) and P(no)
+
+
 @pytest.mark.slow
 def test_the_benchmark_replays_with_no_model(tmp_path):
     proc = subprocess.run(
@@ -71,7 +91,7 @@ def test_the_benchmark_replays_with_no_model(tmp_path):
             "benchmarks/llm_quality.py",
             "--replay",
             "--systems",
-            "llm",
+            "llm,pyes",
             "--work",
             str(tmp_path / "w"),
         ],
@@ -86,3 +106,9 @@ def test_the_benchmark_replays_with_no_model(tmp_path):
     assert (
         lines[-1].startswith("llm IoU ") and "; stack IoU " in lines[-1] and "; stack+llm IoU " in lines[-1]
     )
+    # the stack with a weak member is within noise of the stack without it: the paired interval
+    # of IoU reaches zero (the stack leaves such a member out, nested in the folds)
+    for name in ("llm", "pyes"):
+        row = next(line for line in lines if line.startswith(f"stack+{name} - stack, IoU paired"))
+        low, high = (float(v) for v in row.split("[")[1].split("]")[0].split(","))
+        assert low <= 0 <= high, row

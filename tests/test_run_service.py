@@ -1,5 +1,6 @@
 """The run service through the CLI: failures are loud, re-runs redo only what failed."""
 
+import io
 import json
 import socket
 import subprocess
@@ -543,3 +544,21 @@ def test_a_run_reports_through_any_reporter_without_rich(tmp_path):
     (counts,) = seen.tables
     assert counts.columns == ["counter", "llm"] and counts.rows == [["requests", 4], ["unparseable", 1]]
     assert seen.messages[-1][1].startswith(f"run folder: {tmp_path / 'run'}")
+
+
+def test_the_progress_bar_rate_and_time_left_are_the_stage_average_not_the_last_burst():
+    """A batch of items finished at once (pyes, an ensemble) once read as thousands per second."""
+    from rich.console import Console
+
+    from mushroom.cli.tables import progress_bar
+
+    now = [100.0]
+    bar = progress_bar(False, Console(file=io.StringIO(), width=200))
+    bar.get_time = lambda: now[0]
+    task_id = bar.add_task("pyes on val", total=10)
+    bar.start_task(task_id)
+    now[0] += 40.0
+    bar.advance(task_id, 4)  # four items, done together after 40 s
+    now[0] += 0.001
+    rate, left = (col.render(bar.tasks[0]).plain for col in bar.columns[3:6:2])
+    assert (rate, left) == ("0.1/s", "0:01:00")  # 4 items in 40 s; 6 more at that rate

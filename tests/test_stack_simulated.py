@@ -96,3 +96,41 @@ def test_the_stack_gains_from_a_strong_member_and_is_not_hurt_by_a_random_one(le
     # within noise: the paired interval reaches zero, or the loss is under 0.02 IoU
     assert harm.ci_high >= 0 or harm.mean_diff > -0.02, f"a random member must not hurt: {harm}"
     assert abs(harm.mean_diff) < 0.03, f"a random member must leave the stack where it was: {harm}"
+
+
+def test_gated_the_stack_keeps_a_strong_member_and_leaves_a_random_one_out(lexical_run):
+    """As a stack treats llm, chain and pyes members: each may be left out, nested in the folds."""
+    data = load_split("val", LANGS)
+    root = lexical_run.parent
+    rng = np.random.default_rng(11)
+    _write_member(root / "strong-g", data, lambda it: _strong(it, rng, flip=0.1))
+    _write_member(root / "random-g", data, lambda it: rng.uniform(0, 1, len(it.model_output_text)))
+
+    def fit(*extra: str):
+        members = parse_members([f"lexical={lexical_run}", *(f"{n}={root / n}" for n in extra)])
+        return members, fit_stack(members, data, folds=5, gate=list(extra))
+
+    _, base_fit = fit()
+    base = _oof_iou(base_fit, data)
+    members, strong_fit = fit("strong-g")
+    assert strong_fit.model.gate["kept"] and strong_fit.model.gate["folds_kept"] == 5, strong_fit.model.gate
+    gain = paired_test(_oof_iou(strong_fit, data), base)
+    assert gain.mean_diff > 0.1 and gain.ci_low > 0, f"a strong member must help: {gain}"
+    members, noise_fit = fit("random-g")
+    harm = paired_test(_oof_iou(noise_fit, data), base)
+    assert harm.ci_high >= 0 and abs(harm.mean_diff) < 0.02, f"a random member must not hurt: {harm}"
+    assert not noise_fit.model.gate["kept"], noise_fit.model.gate  # worse out of fold: left out
+    # left out, the stack is still applied with every member it was given, as the stack without it
+    from mushroom.combine.stack import apply_stack
+
+    assert noise_fit.model.members == ["lexical"]
+    assert noise_fit.model.fitted_members == ["lexical", "random-g"]
+    assert apply_stack(noise_fit.model, members, "val", data) == apply_stack(
+        base_fit.model, members[:1], "val", data
+    )
+    from mushroom.combine.stack.stream import iter_apply_stack
+
+    streamed = {}
+    for chunk in iter_apply_stack(noise_fit.model, members, "val", data, chunk_items=7):
+        streamed.setdefault(chunk.lang, []).extend(chunk.predictions)
+    assert streamed == apply_stack(base_fit.model, members[:1], "val", data)

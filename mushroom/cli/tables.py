@@ -18,7 +18,6 @@ from rich.progress import (
     ProgressColumn,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Table
 from rich.text import Text
@@ -147,12 +146,40 @@ class _Progress(Progress):
         return super().add_task(escape(description), *args, **kwargs)
 
 
+def _average_rate(task) -> float | None:
+    """Items per second since the stage began.
+
+    rich's own estimate looks at the last few updates only: a detector that finishes a batch
+    of items at once (pyes, the llm's temperature ensemble) or a resumed run that skips
+    finished items in bursts made it read thousands per second for a stage that does one
+    item every ten seconds.
+    """
+    elapsed = task.finished_time if task.finished else task.elapsed
+    if not elapsed or not task.completed:
+        return None
+    return task.completed / elapsed
+
+
 class _RateColumn(ProgressColumn):
-    """Items per second, over the last stretch of the stage (rich's own estimate)."""
+    """Items per second, averaged over the stage so far."""
 
     def render(self, task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text(f"{speed:,.0f}/s" if speed else "", style="progress.data.speed")
+        speed = _average_rate(task)
+        if speed is None:
+            return Text("")
+        text = f"{speed:,.0f}/s" if speed >= 10 else f"{speed:.2g}/s"
+        return Text(text, style="progress.data.speed")
+
+
+class _LeftColumn(ProgressColumn):
+    """The time left at the stage's average rate (blank until an item is done)."""
+
+    def render(self, task) -> Text:
+        speed = _average_rate(task)
+        if task.finished or task.total is None or speed is None:
+            return Text("0:00:00" if task.finished else "-:--:--", style="progress.remaining")
+        left = int((task.total - task.completed) / speed)
+        return Text(f"{left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}", style="progress.remaining")
 
 
 def progress_bar(quiet: bool = False, console: Console | None = None) -> Progress:
@@ -163,7 +190,7 @@ def progress_bar(quiet: bool = False, console: Console | None = None) -> Progres
         MofNCompleteColumn(),
         _RateColumn(),
         TimeElapsedColumn(),
-        TimeRemainingColumn(),
+        _LeftColumn(),
         disable=quiet,
         transient=False,
         console=console,

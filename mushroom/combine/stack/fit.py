@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +31,11 @@ from mushroom.data.spans import hard_to_mask, soft_to_vector
 from mushroom.errors import MushroomError
 from mushroom.evaluation.metrics import mask_iou
 from mushroom.evaluation.score import score_predictions
+
+# Detectors that call a model through a backend. A stack may leave such a member out (nested
+# in the folds, `gate_members`): on small hardware its model is usually weak, and 90 val items
+# of a 270M model's P(yes) cost a stack 0.07 IoU (benchmarks/llm_quality.py).
+MODEL_BACKED_DETECTORS = frozenset({"llm", "chain", "pyes"})
 
 
 class StackConfig(BaseModel):
@@ -176,11 +181,17 @@ def fit_stack(
     l2: float = 1.0,
     config: StackConfig | None = None,
     model: ModelKind = "blend",
+    gate: Sequence[str] | None = None,
 ) -> StackFit:
     """Fits the stack on labelled items.
 
     `model` is the kind (`blend`, the default: the mean of `logistic` and `trees`); `l2` is
     the logistic model's penalty (the trees' settings are `TreeSettings`'s defaults).
+
+    `gate` names the members the stack may leave out, chosen out of fold (`gate_members`);
+    None: the members whose runs were made with a model-backed detector (llm, chain, pyes),
+    so a weak model cannot pull the CPU stack down. A stack of CPU members alone is fitted
+    once, as before.
 
     Returns:
         The model (fitted on all items, cut-offs and hard-label sources chosen out of fold),
@@ -200,13 +211,93 @@ def fit_stack(
             f"use --folds {max(2, largest)} or fewer"
         )
     languages = sorted(data)
-    stack_data, channels, found = load_stack_data(members, split, data, None, languages)
-    fit = fit_stack_data(stack_data, channels, [m.name for m in members], folds, l2, config, model)
-    fit.model.channels_by_lang = {m.name: by_lang for m, by_lang in zip(members, found)}
-    fit.model.member_detectors = {m.name: d for m in members if (d := m.detector()) is not None}
+    if gate is None:
+        gate = [m.name for m in members if m.detector() in MODEL_BACKED_DETECTORS]
+    gated = [m.name for m in members if m.name in gate]
+
+    def fit_on(chosen: list[Member]) -> StackFit:
+        stack_data, channels, found = load_stack_data(chosen, split, data, None, languages)
+        fit = fit_stack_data(stack_data, channels, [m.name for m in chosen], folds, l2, config, model)
+        fit.model.channels_by_lang = {m.name: by_lang for m, by_lang in zip(chosen, found)}
+        fit.model.member_detectors = {m.name: d for m in chosen if (d := m.detector()) is not None}
+        return fit
+
+    fit = fit_on(members)
+    if gated and len(gated) < len(members):
+        base = fit_on([m for m in members if m.name not in gated])
+        fit = gate_members(fit, base, gated, [it for lang in languages for it in data[lang]], folds)
     fit.model.fitted_on = f"{split}: " + ", ".join(f"{lang} ({len(v)})" for lang, v in data.items())
     fit.model.fingerprint = stack_fingerprint(members, data, split, folds, l2, config, model)
     return fit
+
+
+def gate_members(
+    with_: StackFit, without: StackFit, gated: list[str], items: list[Item], folds: int
+) -> StackFit:
+    """The stack with or without the `gated` members: whichever has the better out-of-fold IoU.
+
+    Nested like the stack's other choices: each fold's items get the predictions of the fit
+    that scored better on the other folds' items (mean IoU per item), so the CV numbers
+    never use a choice made with the item's own label; the model kept is the one better
+    over all items. A tie keeps the stack without them (fewer model calls to depend on).
+    IoU decides, not Cor: the leaderboard ranks by IoU, and a weak member's harm shows in
+    the hard labels (its probabilities can still sharpen the ranking).
+
+    Returns:
+        One StackFit: the chosen model (the one without the members remembers every member
+        it was given, so it is applied with the same list), the gated out-of-fold
+        predictions and per-fold reports, and both fits' CV rows in the comparison.
+    """
+    fold_of = item_folds(items, folds, 0)  # the folds both fits used (prepare's draw)
+
+    def per_item(fit: StackFit) -> tuple[list[Prediction], np.ndarray]:
+        preds, ious, taken = [], [], {lang: iter(v) for lang, v in fit.oof.items()}
+        for it in items:
+            pred = next(taken[it.lang])
+            gold = hard_to_mask(it.hard_labels or [], len(it.model_output_text))
+            preds.append(pred)
+            ious.append(mask_iou(gold, hard_to_mask(pred.hard_labels, len(it.model_output_text))))
+        return preds, np.asarray(ious)
+
+    (preds_with, iou_with), (preds_without, iou_without) = per_item(with_), per_item(without)
+    keep_in_fold = {}
+    for f in sorted(set(fold_of.tolist())):
+        others = fold_of != f
+        keep_in_fold[f] = bool(iou_with[others].mean() > iou_without[others].mean())
+    keep = bool(iou_with.mean() > iou_without.mean())
+    oof: dict[str, list[Prediction]] = {}
+    for k, it in enumerate(items):
+        kept = keep_in_fold[int(fold_of[k])]
+        oof.setdefault(it.lang, []).append(preds_with[k] if kept else preds_without[k])
+    chosen = with_ if keep else without
+    model = chosen.model.model_copy(deep=True)
+    names = ", ".join(gated)
+    model.gate = {
+        "members": gated,
+        "kept": keep,
+        "iou_with": round(float(iou_with.mean()), 4),
+        "iou_without": round(float(iou_without.mean()), 4),
+        "folds_kept": sum(keep_in_fold.values()),
+        "folds": len(keep_in_fold),
+    }
+    if not keep:
+        model.fitted_members = list(with_.model.members)
+        model.member_detectors = dict(with_.model.member_detectors)  # checked for every member given
+    flat = [pred for lang in oof for pred in oof[lang]]
+    scored = [it for lang in oof for it in items if it.lang == lang]
+    cv = by_lang_scores(scored, flat)
+    model.cv = cv
+    comparison = {
+        "stack (CV)": cv,
+        f"stack with {names} (CV)": with_.comparison["stack (CV)"],
+        f"stack without {names} (CV)": without.comparison["stack (CV)"],
+        **{k: v for k, v in with_.comparison.items() if k != "stack (CV)"},
+    }
+    reports = []
+    for f, (a, b) in enumerate(zip(with_.folds, without.folds)):
+        kept = keep_in_fold.get(f, keep)
+        reports.append({**(a if kept else b), "members": "with" if kept else "without"})
+    return StackFit(model, comparison, oof, reports)
 
 
 @dataclass
@@ -391,6 +482,7 @@ def apply_stack(
     evidence channels. For a corpus too large to hold, `mushroom.combine.stack.stream`
     applies the same model a chunk at a time.
     """
+    members = used_members(model, members)
     channels = applicable_channels(model, members)
     stack_data, _, _ = load_stack_data(
         members, split, data, channels, model.languages, model.channels_by_lang, warn
@@ -401,15 +493,29 @@ def apply_stack(
     return out
 
 
+def used_members(model: StackModel, members: list[Member]) -> list[Member]:
+    """The members the model reads: all of them, or those left once a gated member was left out.
+
+    A stack that left a member out (`gate_members`) is still applied with every member it was
+    fitted with, so a main job or a script need not know what the fit chose.
+    """
+    names = [m.name for m in members]
+    if model.fitted_members and names == model.fitted_members:
+        return [m for m in members if m.name in model.members]
+    return members
+
+
 def applicable_channels(model: StackModel, members: list[Member]) -> list[list[str]]:
     """Each member's channels in the model's features, once the members are checked to fit it.
 
     The same members (names, order, detectors) and the same feature columns as when it was
     fitted, or a MushroomError that says what differs.
     """
+    members = used_members(model, members)
     if [m.name for m in members] != model.members:
+        fitted = model.fitted_members or model.members
         raise MushroomError(
-            f"the stack was fitted on members {model.members}; got {[m.name for m in members]} "
+            f"the stack was fitted on members {fitted}; got {[m.name for m in members]} "
             "(same names and order, as NAME=PATH)"
         )
     for member in members:

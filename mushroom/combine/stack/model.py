@@ -112,6 +112,16 @@ class StackModel(BaseModel):
     word_pooling: bool = Field(
         False, description="probabilities pooled over each word (max); False for stacks saved before"
     )
+    fitted_members: list[str] = Field(
+        default_factory=list,
+        description="every member given when it was fitted, in order, where some are left out "
+        "(empty: the same as `members`); the stack is applied with all of them",
+    )
+    gate: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the model-backed members it could leave out, and the out-of-fold IoU with "
+        "and without them that decided (stack.fit.gate_members)",
+    )
 
     @model_validator(mode="before")
     @classmethod
