@@ -12,6 +12,7 @@ from fake_openai_server import FakeServer
 from mushroom.combine.cascade import (
     budget_count,
     check_budget,
+    cut,
     plan,
     select,
     spend_by_item,
@@ -31,6 +32,20 @@ def test_a_budget_sends_the_most_uncertain_items_with_ties_broken_by_id():
     # a share that is not a whole count rounds up: 0.25 of 10 sends 3
     assert select(UNSURE, 0.25) == ["a", "f", "i"]
     assert select(UNSURE, 0.0, minimum=2) == ["a", "f"]
+
+
+def test_a_language_cut_sends_what_select_sends_one_item_at_a_time():
+    # a worker holding one item and its language's cut decides as `select` does on the whole
+    # language, ties included: at 0.4, c (0.5) is the cut and d (0.5, after c by id) is not sent
+    for budget in (0.1, 0.25, 0.3, 0.4, 0.5, 0.9, 1.0):
+        c = cut("it", UNSURE, budget)
+        assert {i for i, u in UNSURE.items() if c.sends(i, u)} == set(select(UNSURE, budget)), budget
+        assert c.sent == len(select(UNSURE, budget)) and c.of == 10
+    at_04 = cut("it", UNSURE, 0.4)
+    assert (at_04.id, at_04.uncertainty) == ("c", 0.5) and not at_04.sends("d", 0.5)
+    assert cut("it", UNSURE, 0.0).id is None and not cut("it", UNSURE, 0.0).sends("a", 0.9)
+    with pytest.raises(MushroomError, match="at least one item"):
+        cut("it", {}, 0.3)
 
 
 def test_a_larger_budget_chooses_a_superset_of_a_smaller_one():

@@ -1,9 +1,12 @@
-"""The stack on Ray Data (a local Ray, two CPUs) gives the single-process run's predictions."""
+"""The stack and the cascade on Ray Data (a local Ray, two CPUs) give the single-process run's predictions."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from cli_helpers import cli
+from fake_openai_server import FakeServer
 
 from mushroom.data.contexts import DEFAULT_SOURCES, load_contexts
 from mushroom.data.predictions import load_predictions, submission_name
@@ -94,3 +97,85 @@ def test_a_stack_given_other_members_is_refused_before_ray_runs(tmp_path):
             stack=model,
             members=[MemberSpec(name="lo", detector="llm"), MemberSpec(name="hi", detector="lexical")],
         ).check()
+
+
+CASCADE_LANGS = ["it", "es"]  # 302 test items, 100 val
+
+
+@pytest.mark.slow
+def test_the_cascade_on_ray_data_sends_the_items_and_makes_the_predictions_of_the_main_job(
+    tmp_path, capsys, local_ray
+):
+    from mushroom.runs.ray_data import RayCascade, cascade_on_ray, item_row, items_dataset, prediction_rows
+
+    out = tmp_path / "job"
+    lang_args = [arg for lang in CASCADE_LANGS for arg in ("--lang", lang)]
+    # the model flags a word of every answer, so the member stack differs from the CPU stack
+    with FakeServer({}, default_text='{"incorrect_spans": ["il", "el"]}') as server:
+        code, _, err = cli(
+            capsys,
+            "main-job",
+            "--members",
+            "lexical,llm",
+            *lang_args,
+            "--llm-budget",
+            "0.3",
+            "-o",
+            "llm.temperatures=[0.1]",
+            "-o",
+            "llm.backend.kind=openai",
+            "-o",
+            "llm.backend.model=m",
+            "-o",
+            f"llm.backend.base_url={server.url}",
+            "--out",
+            out,
+            "--quiet",
+        )
+        assert code == 0, err
+        by_job = len(server.calls)
+        # the same cascade on Ray Data, over the job's test items: stacks and members from its folder
+        cascade = RayCascade.from_run(out)
+        assert cascade.model_backed() == ["llm"] and cascade.budget == 0.3
+        data = load_split("test", CASCADE_LANGS)
+        rows = [
+            item_row(item, load_contexts("test", lang, DEFAULT_SOURCES).by_id.get(item.id, []))
+            for lang, items in data.items()
+            for item in items
+        ]
+        assert len(rows) == 302
+        run = cascade_on_ray(items_dataset(rows), cascade, batch_size=32, concurrency=2)
+        got = run.predictions.take_all()
+        by_ray = len(server.calls) - by_job
+
+    records = [json.loads(line) for line in (out / "cascade.jsonl").read_text().splitlines()]
+    records = {r["id"]: r for r in records if r["split"] == "test"}
+    # the same items sent: 45 of it's 150, 46 of es's 152; the model saw those and no other
+    sent = {row["id"] for row in got if row["sent"]}
+    assert sent == {i for i, r in records.items() if r["sent"]}
+    assert by_ray == len(sent) == 45 + 46
+    assert {lang: (c.sent, c.of) for lang, c in run.cuts.items()} == {"es": (46, 152), "it": (45, 150)}
+    for row in got:
+        assert round(row["uncertainty"], 6) == records[row["id"]]["uncertainty"], row["id"]
+    # the same predictions: the member stack's on the items sent, the CPU stack's on the others
+    preds = prediction_rows(got)
+    assert sorted(preds) == sorted(CASCADE_LANGS)
+    changed = 0
+    for lang in CASCADE_LANGS:
+        expected = load_predictions(out / submission_name(lang, "test"))
+        base = load_predictions(out / "cascade" / "base" / submission_name(lang, "test"))
+        assert sorted(p.id for p in preds[lang]) == sorted(expected)
+        for pred in preds[lang]:
+            assert pred.model_dump() == expected[pred.id].model_dump(), pred.id
+            if pred.id not in sent:
+                assert pred.model_dump() == base[pred.id].model_dump(), pred.id
+            changed += pred.model_dump() != base[pred.id].model_dump()
+    assert changed > 0  # pass 2 made predictions of its own
+
+    with pytest.raises(MushroomError, match="not the run folder of a cascade"):
+        RayCascade.from_run(tmp_path)
+    with pytest.raises(MushroomError, match="above 0 and at most 1"):
+        RayCascade.from_run(out, budget=0.0)
+    moved = cascade.with_options("llm", {"backend": {"base_url": "http://gpu-node:8000/v1"}})
+    backend = moved.member.members[1].options["backend"]
+    assert backend["base_url"] == "http://gpu-node:8000/v1" and backend["model"] == "m"

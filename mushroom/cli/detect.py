@@ -10,7 +10,7 @@ import typer
 from mushroom.cli.boundary import FLAG, input_file, print_warning
 from mushroom.cli.common import DEFAULT_CONTEXTS, AllowFailures, Contexts, Langs, Quiet, lang_codes, reporter
 from mushroom.errors import MushroomError
-from mushroom.util.options import nest_options, parse_float_list, parse_options, split_names
+from mushroom.util.options import merge_options, nest_options, parse_float_list, parse_options, split_names
 
 
 def detect(
@@ -175,6 +175,7 @@ def _backend_options(
 
 
 def main_job(
+    ctx: typer.Context,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -225,14 +226,41 @@ def main_job(
             "the rest keep the CPU stack's prediction (default: all)",
         ),
     ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help='stack: members, their options, languages, contexts and budget from a file (job = "main", '
+            "e.g. configs/cascade-vllm.toml); flags given as well override it",
+        ),
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """Test submission for every language (checked files + zip), then a scored val run."""
     from mushroom.runs.mainjob import DEFAULT_MEMBERS, run_main, run_main_stack
 
-    sources = tuple(split_names(contexts))
     # `backend.kind=openai`, `semantic.max_length=64`: nested the way `detect` nests them
     options = parse_options(option or [])
+    file_options: dict[str, dict[str, Any]] = {}
+    if config is not None:
+        if detector != "stack":
+            raise MushroomError(
+                f"--config {config} sets up the stack; it does not go with --detector {detector}"
+            )
+        from mushroom.runs.config import load_main_job_config
+
+        cfg = load_main_job_config(config)
+        # a flag on the command line wins over the file; what it leaves out comes from the file
+        members = members if members is not None else ",".join(cfg.members)
+        lang = lang if lang is not None else cfg.langs
+        contexts = contexts if _given(ctx, "contexts") else ",".join(cfg.contexts)
+        llm_budget = llm_budget if llm_budget is not None else cfg.llm_budget
+        allow_failures = allow_failures or cfg.allow_failures
+        skip_unavailable = skip_unavailable or cfg.skip_unavailable
+        chosen = split_names(members)
+        # options of members that --members leaves out have nothing to set
+        file_options = {name: opts for name, opts in cfg.options.items() if name in chosen}
+    sources = tuple(split_names(contexts))
     if detector == "stack" and no_val:
         raise MushroomError(
             "--no-val: the stack (the default --detector) is fitted on val, so it always runs val; "
@@ -265,7 +293,7 @@ def main_job(
                     f"with --detector stack, options are DETECTOR.KEY=VALUE (DETECTOR one of "
                     f"{', '.join(names)}); got {key!r}"
                 )
-        per_detector = nest_options(options)
+        per_detector = merge_options(file_options, nest_options(options))
         run_main_stack(
             out=out,
             members=names,
@@ -290,6 +318,13 @@ def main_job(
         reporter=reporter(),
         allow_failures=allow_failures,
     )
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether a parameter was set on the command line (or its environment), not left at its default."""
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
 def run_config(

@@ -98,9 +98,18 @@ def budget_count(n: int, budget: float, minimum: int = 0) -> int:
     return min(n, max(minimum, math.ceil(round(budget * n, 9))))
 
 
+def rank_key(item_id: str, unsure: float) -> tuple[float, str]:
+    """Where an item stands in its language's order: the smaller key is the more uncertain item.
+
+    The one place the order is written, so the ranking here and a cut applied elsewhere (an
+    item on a Ray worker compared with its language's `Cut`) cannot disagree on ties.
+    """
+    return (-unsure, item_id)
+
+
 def ranked(uncertainty_by_item: Mapping[str, float]) -> list[str]:
     """Item ids from the most to the least uncertain; equal values in the order of their ids."""
-    return sorted(uncertainty_by_item, key=lambda item_id: (-uncertainty_by_item[item_id], item_id))
+    return sorted(uncertainty_by_item, key=lambda item_id: rank_key(item_id, uncertainty_by_item[item_id]))
 
 
 def select(uncertainty_by_item: Mapping[str, float], budget: float, minimum: int = 0) -> list[str]:
@@ -114,6 +123,42 @@ def select(uncertainty_by_item: Mapping[str, float], budget: float, minimum: int
     """
     order = ranked(uncertainty_by_item)
     return order[: budget_count(len(order), budget, minimum)]
+
+
+class Cut(BaseModel):
+    """The last item a budget sends from one split and language, the least uncertain of those sent.
+
+    An item is sent when its rank key is at most the cut's, so a worker that holds one item
+    and its language's cut decides as `select` does on the whole language, without the
+    other items' uncertainties.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    lang: str
+    of: int = Field(ge=1, description="items of the language")
+    sent: int = Field(ge=0, description="items the budget sends")
+    id: str | None = Field(description="the last item sent (None when none is)")
+    uncertainty: float = Field(0.0, description="its uncertainty")
+
+    def sends(self, item_id: str, unsure: float) -> bool:
+        """Whether the item is among those sent (its rank at most the cut's)."""
+        return self.id is not None and rank_key(item_id, unsure) <= rank_key(self.id, self.uncertainty)
+
+
+def cut(lang: str, uncertainty_by_item: Mapping[str, float], budget: float, minimum: int = 0) -> Cut:
+    """A language's cut: the last of the ids `select` sends from it (same order, same count)."""
+    if not uncertainty_by_item:
+        raise MushroomError(f"language {lang}: a cut needs at least one item")
+    chosen = select(uncertainty_by_item, budget, minimum)
+    last = chosen[-1] if chosen else None
+    return Cut(
+        lang=lang,
+        of=len(uncertainty_by_item),
+        sent=len(chosen),
+        id=last,
+        uncertainty=uncertainty_by_item[last] if last is not None else 0.0,
+    )
 
 
 def plan(

@@ -6,13 +6,19 @@ run on the same items with the same model, into its own folder of the run; LLM r
 are cached in one file shared by the variants, so a request two variants share is sent
 once. After the variants, a comparison table against the first variant (95% CIs, paired
 p-values) is printed and written to eval/ as Markdown and CSV.
+
+A main-job config (`job = "main"`, `mushroom main-job --config FILE`) is the other kind: the
+stack's members with their options, the languages, the contexts and the cascade's budget,
+what main-job's flags say, kept in a file so that a cascade on a served model is one
+reviewed file rather than a dozen `-o` flags.
 """
 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -20,7 +26,7 @@ from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.splits import load_split, workspace
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
-from mushroom.util.options import error_message
+from mushroom.util.options import error_message, merge_options
 
 if TYPE_CHECKING:
     from mushroom.runs.service import SplitOutput
@@ -70,20 +76,62 @@ class RunConfig(BaseModel):
         """(name, full detector options) per variant; one unnamed entry without variants."""
         if not self.variants:
             return [("", dict(self.detector.options))]
-        return [(v.name, _merge(self.detector.options, v.options)) for v in self.variants]
+        return [(v.name, merge_options(self.detector.options, v.options)) for v in self.variants]
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = (
-            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-        )
-    return out
+MAIN_JOB = "main"  # the `job` key that marks a main-job config
 
 
-def load_run_config(path: Path) -> RunConfig:
-    """Reads and validates a config; errors name the file and the offending key."""
+def _default_members() -> list[str]:
+    """main-job's default members, read where they are set (importing the job only when needed)."""
+    from mushroom.runs.mainjob import DEFAULT_MEMBERS
+
+    return list(DEFAULT_MEMBERS)
+
+
+class MainJobConfig(BaseModel):
+    """The main job as a file: what `mushroom main-job`'s flags say, for the stack (and cascade).
+
+    `options` is keyed by member, each the dict that `-o MEMBER.KEY=VALUE` flags build:
+    `[options.llm.backend]` with `base_url = ...` is `-o llm.backend.base_url=...`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    job: Literal["main"] = Field(description='"main": this file is run by `mushroom main-job --config`')
+    description: str = ""
+    members: list[str] = Field(default_factory=_default_members, min_length=1)
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="member -> its options")
+    langs: list[str] | None = Field(None, description="languages (default: all 14)")
+    contexts: list[str] = Field(default_factory=lambda: list(DEFAULT_SOURCES))
+    llm_budget: float | None = Field(
+        None, description="share of each language's items the model-backed members see (default: all)"
+    )
+    allow_failures: bool = False
+    skip_unavailable: bool = False
+
+    @field_validator("llm_budget")
+    @classmethod
+    def _budget(cls, value: float | None) -> float | None:
+        from mushroom.combine.cascade import check_budget
+
+        if value is None:
+            return None
+        try:
+            return check_budget(value, "llm_budget")
+        except MushroomError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("members")
+    @classmethod
+    def _once(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"name each detector once, got {value}")
+        return value
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A config file's top-level table (TOML, or YAML with PyYAML); errors name the file."""
     if path.is_dir():
         raise MushroomError(
             f"config {path} is a folder; give a TOML or YAML file (e.g. configs/variants.toml)"
@@ -125,16 +173,41 @@ def load_run_config(path: Path) -> RunConfig:
         raise DataError(
             [Problem(str(path), None, None, "expected a table of settings at the top level")], exit_code=2
         )
+    return data
+
+
+def _invalid(
+    path: Path, exc: ValidationError, table_of: Callable[[tuple], type[BaseModel] | None]
+) -> DataError:
+    """A config's validation errors, each naming the file and the key (`table_of`: the model a key is in)."""
+    return DataError(
+        [
+            Problem(str(path), None, ".".join(map(str, e["loc"])), _config_message(e, table_of(e["loc"])))
+            for e in exc.errors()
+        ],
+        exit_code=2,
+    )
+
+
+def load_run_config(path: Path) -> RunConfig:
+    """Reads and validates a config; errors name the file and the offending key."""
+    data = read_config_file(path)
+    if data.get("job") == MAIN_JOB:
+        raise DataError(
+            [
+                Problem(
+                    str(path),
+                    None,
+                    "job",
+                    f"a main-job config: run it with `mushroom main-job --config {path}`",
+                )
+            ],
+            exit_code=2,
+        )
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise DataError(
-            [
-                Problem(str(path), None, ".".join(map(str, e["loc"])), _config_message(e))
-                for e in exc.errors()
-            ],
-            exit_code=2,
-        ) from exc
+        raise _invalid(path, exc, _run_config_table) from exc
     from mushroom.detectors import detector_class
 
     try:
@@ -155,15 +228,18 @@ def load_run_config(path: Path) -> RunConfig:
     return cfg
 
 
-def _config_message(err: dict) -> str:
+def _run_config_table(loc: tuple) -> type[BaseModel] | None:
+    """The table a run config's key is in: the top level, [detector] or one [[variants]]."""
+    if len(loc) == 3 and loc[0] == "variants":
+        return Variant
+    return {0: RunConfig, 1: DetectorSection if loc[0] == "detector" else None}.get(len(loc) - 1)
+
+
+def _config_message(err: dict, table: type[BaseModel] | None) -> str:
     """A config error's message; an unknown key names the close one it may be a typo of."""
-    loc = err["loc"]
     if err["type"] != "extra_forbidden":
         return error_message(err)
-    # the table the key is in: the top level, [detector] or one [[variants]]
-    table = {0: RunConfig, 1: DetectorSection if loc[0] == "detector" else None}.get(len(loc) - 1)
-    if len(loc) == 3 and loc[0] == "variants":
-        table = Variant
+    loc = err["loc"]
     names = list(table.model_fields) if table is not None else []
     return (
         "unknown key" + did_you_mean(str(loc[-1]), names) + (f"; valid: {', '.join(names)}" if names else "")
@@ -178,6 +254,68 @@ def _option_problem(path: Path, where: str, cls, err: dict) -> Problem:
         msg = "unknown option" + did_you_mean(str(err["loc"][-1]), names)
         msg += f"; valid: {', '.join(names)}"
     return Problem(str(path), None, ".".join([where, *map(str, err["loc"])]), msg)
+
+
+def load_main_job_config(path: Path) -> MainJobConfig:
+    """Reads and validates a main-job config; errors name the file and the key.
+
+    Beyond the keys' types: every member is a detector, every `options` table is a
+    member's and holds that detector's options (checked by the detector's own model, so a
+    misspelt option names the close one), and every language is a Mu-SHROOM one.
+    """
+    from mushroom.data.languages import LANGUAGES
+    from mushroom.detectors import detector_class
+
+    data = read_config_file(path)
+    if data.get("job") != MAIN_JOB:
+        hint = " (a [detector] table: a run config, for `mushroom run`)" if "detector" in data else ""
+        raise DataError(
+            [Problem(str(path), None, "job", f'a main-job config says job = "main" at the top{hint}')],
+            exit_code=2,
+        )
+    try:
+        cfg = MainJobConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid(path, exc, lambda loc: MainJobConfig if len(loc) == 1 else None) from exc
+    problems = []
+    classes = {}
+    for k, name in enumerate(cfg.members):
+        try:
+            classes[name] = detector_class(name)
+        except MushroomError as exc:
+            problems.append(Problem(str(path), None, f"members.{k}", str(exc)))
+    for name, options in cfg.options.items():
+        if name not in cfg.members:
+            problems.append(
+                Problem(
+                    str(path),
+                    None,
+                    f"options.{name}",
+                    f"{name!r} is not a member{did_you_mean(name, cfg.members)}; "
+                    f"members: {', '.join(cfg.members)}",
+                )
+            )
+        elif name in classes:
+            try:
+                classes[name].Options.model_validate(options)
+            except ValidationError as exc:
+                problems += [_option_problem(path, f"options.{name}", classes[name], e) for e in exc.errors()]
+    for k, lang in enumerate(cfg.langs or []):
+        if lang.lower() not in LANGUAGES:
+            problems.append(
+                Problem(
+                    str(path),
+                    None,
+                    f"langs.{k}",
+                    f"unknown language {lang!r}{did_you_mean(lang.lower(), LANGUAGES)}; "
+                    f"one of {', '.join(LANGUAGES)}",
+                )
+            )
+    if problems:
+        raise DataError(problems, exit_code=2)
+    if cfg.langs is not None:
+        cfg.langs = [lang.lower() for lang in cfg.langs]  # files say "EN", as --lang takes it
+    return cfg
 
 
 def execute(

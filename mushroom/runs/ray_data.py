@@ -14,24 +14,31 @@ would hold) and applies the stack, returning the submission fields.
   vLLM's OpenAI-compatible server or any other, one per GPU node; the actor only sends
   requests, so it needs no GPU.
 - The stack is fitted beforehand (`mushroom stack fit` on val) and read from its stack.json.
-- `select` is where a cascade plugs in: it is told each batch's items and the evidence of
-  the members before the first `selective` one, and picks the items the selective members
-  see; the others get an empty prediction from them. Which items a cascade sends on is
-  `mushroom.combine.cascade`'s rule, not this module's.
 
 Each item's prediction depends on its own features and its members' outputs alone, so the
 predictions equal those of the same members and stack run in one process (tested on a
 local Ray with two CPUs).
+
+The cascade (`mushroom main-job --llm-budget B`, `mushroom.combine.cascade`) cannot be one
+map: whether an item is sent depends on the uncertainty of every other item of its
+language. `cascade_on_ray` does it in two passes of Ray Data's own operations. Pass 1 maps
+the CPU members and the CPU stack over every item and adds its uncertainty; a `groupby` of
+the language, id and uncertainty columns alone gives each language's `Cut` (the last item
+the budget sends, by the single-process rule); pass 2 maps every row again, and on the
+items within the cut runs the model-backed members and the member stack, while the others
+keep the CPU stack's prediction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mushroom.combine.cascade import Cut, check_budget, cut, prediction_uncertainty
 from mushroom.combine.stack.features import StackData, item_features
 from mushroom.combine.stack.fit import stack_predictions
 from mushroom.combine.stack.members import MemberEvidence
@@ -39,14 +46,11 @@ from mushroom.combine.stack.model import StackModel
 from mushroom.data.records import Context, Item, Prediction
 from mushroom.data.spans import soft_to_vector
 from mushroom.errors import MissingExtra, MushroomError
+from mushroom.util.options import merge_options
 
 if TYPE_CHECKING:
     import pyarrow
     import ray.data
-
-# Told a batch's items (one language) and, per member run so far, each item's evidence;
-# returns, per item, whether the `selective` members see it.
-Selector = Callable[[list[Item], list[list[MemberEvidence]]], list[bool]]
 
 _ITEM_COLUMNS = (
     "id",
@@ -76,9 +80,6 @@ class MemberSpec(BaseModel):
     name: str
     detector: str
     options: dict[str, Any] = Field(default_factory=dict)
-    selective: bool = Field(
-        False, description="runs only on the items `select` picks (a cascade's later stage)"
-    )
 
     @classmethod
     def from_run(cls, name: str, path: Path) -> MemberSpec:
@@ -174,7 +175,7 @@ class StackBatches:
     or stops the job, and no empty prediction passes for "nothing hallucinated".
     """
 
-    def __init__(self, spec: dict[str, Any] | RayStack, select: Selector | None = None):
+    def __init__(self, spec: dict[str, Any] | RayStack):
         from mushroom.detectors import build
 
         self.spec = RayStack.model_validate(spec) if isinstance(spec, dict) else spec
@@ -184,36 +185,35 @@ class StackBatches:
         self.detectors = [build(m.detector, m.options) for m in self.spec.members]
         for det in self.detectors:
             det.check_ready()
-        self.select = select
 
     def __call__(self, batch: pyarrow.Table) -> pyarrow.Table:
         import pyarrow as pa
 
-        rows: list[dict[str, Any]] = []
-        by_lang: dict[str, list[tuple[Item, list[Context]]]] = {}
-        for row in batch.to_pylist():
-            item, contexts = _row_item(row)
-            by_lang.setdefault(item.lang, []).append((item, contexts))
-        for lang, group in by_lang.items():  # a detector call serves one language
-            items = [it for it, _ in group]
-            for pred in self.predict(items, {it.id: ctx for it, ctx in group}):
-                rows.append({"lang": lang, **pred.submission_dict()})
+        rows = [
+            {"lang": it.lang, **pred.submission_dict()} for it, pred in self.predict_rows(batch.to_pylist())
+        ]
         return pa.Table.from_pylist(rows, schema=_schema())
+
+    def predict_rows(self, rows: list[dict[str, Any]]) -> list[tuple[Item, Prediction]]:
+        """Each `item_row` row's item and the stack's prediction of it, in the rows' order."""
+        parsed = [_row_item(row) for row in rows]
+        by_lang: dict[str, list[int]] = {}
+        for k, (item, _) in enumerate(parsed):
+            by_lang.setdefault(item.lang, []).append(k)
+        preds: dict[int, Prediction] = {}
+        for idx in by_lang.values():  # a detector call serves one language
+            items = [parsed[k][0] for k in idx]
+            preds.update(
+                zip(idx, self.predict(items, {parsed[k][0].id: parsed[k][1] for k in idx}), strict=True)
+            )
+        return [(item, preds[k]) for k, (item, _) in enumerate(parsed)]
 
     def predict(self, items: list[Item], contexts: dict[str, list[Context]]) -> list[Prediction]:
         """The stack's predictions of one language's items, from its members run here."""
         evidence: list[list[MemberEvidence]] = []
-        chosen: list[bool] | None = None  # what `select` picked, asked once, at the first selective member
         for spec, det in zip(self.spec.members, self.detectors):
-            picked = items
-            if spec.selective and self.select is not None:
-                if chosen is None:
-                    chosen = list(self.select(items, evidence))
-                    if len(chosen) != len(items):
-                        raise MushroomError(f"select gave {len(chosen)} choices for {len(items)} items")
-                picked = [it for it, keep in zip(items, chosen) if keep]
-            found = _member_evidence(spec.name, det, picked, contexts)
-            evidence.append([found.get(it.id, (Prediction(id=it.id), {})) for it in items])
+            found = _member_evidence(spec.name, det, items, contexts)
+            evidence.append([found[it.id] for it in items])
         feats = [
             item_features(it, [ev[k] for ev in evidence], self.channels, self.model.languages)
             for k, it in enumerate(items)
@@ -250,7 +250,6 @@ def stack_on_ray(
     spec: RayStack,
     batch_size: int = 256,
     concurrency: int = 1,
-    select: Selector | None = None,
 ) -> ray.data.Dataset:
     """The stack's predictions of a dataset of `item_row` rows, as a lazy Ray dataset.
 
@@ -259,7 +258,6 @@ def stack_on_ray(
         spec: the fitted stack and its members.
         batch_size: items per call of a worker (a model-backed member batches its requests in it).
         concurrency: how many actors (each builds the members once).
-        select: a cascade's choice of the items its `selective` members see.
 
     Returns:
         A dataset of id, lang, soft_labels, hard_labels: `.write_json(folder)` writes it where
@@ -268,11 +266,270 @@ def stack_on_ray(
     require_ray()
     return dataset.map_batches(
         StackBatches,
-        fn_constructor_kwargs={"spec": spec.model_dump(mode="json"), "select": select},
+        fn_constructor_kwargs={"spec": spec.model_dump(mode="json")},
         batch_size=batch_size,
         batch_format="pyarrow",
         concurrency=concurrency,
     )
+
+
+class RayCascade(BaseModel):
+    """A cascade for Ray: the CPU stack, the member stack and the budget, as the main job fitted them.
+
+    `base` holds the CPU members and the stack fitted on them alone; `member` holds every
+    member, the model-backed ones among them, and the stack fitted on the items sent. The
+    model-backed members are those of `member` that `base` lacks.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base: RayStack
+    member: RayStack
+    budget: float
+
+    @classmethod
+    def from_run(cls, folder: Path, budget: float | None = None) -> RayCascade:
+        """The cascade of a `mushroom main-job --llm-budget B` run folder, with its budget unless given.
+
+        Its members are built as the job built them (config.json), the CPU stack is its
+        stack.json and the member stack its cascade/member-stack.json.
+        """
+        from mushroom.data.runfolder import run_scope
+
+        folder = Path(folder)
+        scope = run_scope(folder)
+        config = scope.config if scope is not None and scope.folder == folder else {}
+        if config.get("job") != "main" or "llm_budget" not in config:
+            raise MushroomError(
+                f"{folder}: not the run folder of a cascade (`mushroom main-job --llm-budget B`): "
+                "its config.json names no llm_budget"
+            )
+        specs = [
+            MemberSpec(name=m["detector"], detector=m["detector"], options=m.get("options") or {})
+            for m in config.get("members", [])
+        ]
+        by_name = {m.name: m for m in specs}
+
+        def stack(path: Path) -> RayStack:
+            if not path.is_file():
+                raise MushroomError(f"{path}: missing; run the main job again on {folder} to finish it")
+            from mushroom.data.jsonl import read_json_model
+
+            model = read_json_model(path, StackModel)
+            missing = [name for name in model.members if name not in by_name]
+            if missing:
+                raise MushroomError(f"{path}: member(s) {missing} are not in {folder / 'config.json'}")
+            return RayStack.load(path, [by_name[name] for name in model.members])
+
+        spec = cls(
+            base=stack(folder / "stack.json"),
+            member=stack(folder / "cascade" / "member-stack.json"),
+            budget=config["llm_budget"] if budget is None else budget,
+        )
+        spec.check()
+        return spec
+
+    def model_backed(self) -> list[str]:
+        """The members only the items sent see: those of the member stack the CPU stack lacks."""
+        cheap = {m.name for m in self.base.members}
+        return [m.name for m in self.member.members if m.name not in cheap]
+
+    def check(self) -> None:
+        """Refuses a budget outside (0, 1] and stacks that do not make one cascade."""
+        check_budget(self.budget, "the cascade's budget")
+        self.base.check()
+        self.member.check()
+        costly = self.model_backed()
+        cheap = [m.name for m in self.member.members if m.name not in costly]
+        if not costly or cheap != [m.name for m in self.base.members]:
+            raise MushroomError(
+                f"the member stack's members {[m.name for m in self.member.members]} must be the CPU "
+                f"stack's {[m.name for m in self.base.members]}, in the same order, and the model-backed ones"
+            )
+        by_name = {m.name: m for m in self.member.members}
+        for spec in self.base.members:
+            if spec != by_name[spec.name]:
+                raise MushroomError(
+                    f"member {spec.name!r} is built otherwise in the two stacks; pass 2 would not see "
+                    "the evidence the CPU stack judged"
+                )
+
+    def with_options(self, name: str, options: dict[str, Any]) -> RayCascade:
+        """A copy where member `name` has `options` laid over its own (nested groups merged).
+
+        For what differs on the cluster from where the job was fitted, such as a model-backed
+        member's server: `with_options("llm", {"backend": {"base_url": "http://gpu-node:8000/v1"}})`.
+        """
+        if name not in {m.name for m in self.member.members}:
+            raise MushroomError(
+                f"{name!r} is not a member of the cascade ({', '.join(m.name for m in self.member.members)})"
+            )
+
+        def changed(stack: RayStack) -> RayStack:
+            members = [
+                m.model_copy(update={"options": merge_options(m.options, options)}) if m.name == name else m
+                for m in stack.members
+            ]
+            return stack.model_copy(update={"members": members})
+
+        return self.model_copy(update={"base": changed(self.base), "member": changed(self.member)})
+
+
+def _cascade_schema():
+    import pyarrow as pa
+
+    schema = _schema()
+    return schema.append(pa.field("uncertainty", pa.float64())).append(pa.field("sent", pa.bool_()))
+
+
+class UncertaintyBatches:
+    """Pass 1 of the cascade (`map_batches`): the CPU stack's prediction and uncertainty of each row.
+
+    The rows keep their item columns, for pass 2, and gain soft_labels, hard_labels and
+    uncertainty (`mushroom.combine.cascade.prediction_uncertainty`, as the main job reads it).
+    """
+
+    def __init__(self, spec: dict[str, Any] | RayStack):
+        self.stack = StackBatches(spec)
+
+    def __call__(self, batch: pyarrow.Table) -> pyarrow.Table:
+        import pyarrow as pa
+
+        schema = _schema()
+        found = self.stack.predict_rows(batch.to_pylist())
+        soft = [[s.model_dump() for s in pred.soft_labels] for _, pred in found]
+        hard = [[list(h) for h in pred.hard_labels] for _, pred in found]
+        unsure = [prediction_uncertainty(item, pred) for item, pred in found]
+        for name in ("soft_labels", "hard_labels", "uncertainty"):
+            if name in batch.column_names:
+                batch = batch.drop_columns([name])  # an items file with gold labels: not this pass's
+        batch = batch.append_column(
+            schema.field("soft_labels"), pa.array(soft, schema.field("soft_labels").type)
+        )
+        batch = batch.append_column(
+            schema.field("hard_labels"), pa.array(hard, schema.field("hard_labels").type)
+        )
+        return batch.append_column("uncertainty", pa.array(unsure, pa.float64()))
+
+
+class MemberStackBatches:
+    """Pass 2 of the cascade (`map_batches`): the member stack on the rows within their language's cut.
+
+    A row within the cut gets every member's evidence (the model-backed members run only
+    here) and the member stack's prediction; any other row keeps pass 1's, the CPU stack's,
+    as in the main job (`mushroom.combine.cascade.merge_predictions`). Rows not sent pass
+    through the same actors rather than a `filter` and a `union`: those would be tasks
+    waiting for CPUs that the actors hold, and on a machine whose CPUs the actors fill
+    (a local Ray with `concurrency` equal to its CPUs) they would wait for ever.
+    """
+
+    def __init__(self, spec: dict[str, Any] | RayStack, cuts: dict[str, dict[str, Any]]):
+        self.stack = StackBatches(spec)
+        self.cuts = {lang: Cut.model_validate(c) for lang, c in cuts.items()}
+
+    def __call__(self, batch: pyarrow.Table) -> pyarrow.Table:
+        import pyarrow as pa
+
+        rows = batch.to_pylist()
+        for row in rows:
+            if row["lang"] not in self.cuts:
+                raise MushroomError(f"item {row['id']}: language {row['lang']!r} has no cut from pass 1")
+        sent = [self.cuts[row["lang"]].sends(row["id"], row["uncertainty"]) for row in rows]
+        found = iter(self.stack.predict_rows([row for row, go in zip(rows, sent) if go]))
+        out = []
+        for row, go in zip(rows, sent):
+            fields = (
+                next(found)[1].submission_dict()
+                if go
+                else {k: row[k] for k in ("id", "soft_labels", "hard_labels")}
+            )
+            out.append({"lang": row["lang"], **fields, "uncertainty": row["uncertainty"], "sent": go})
+        return pa.Table.from_pylist(out, schema=_cascade_schema())
+
+
+def _language_cut(group: pyarrow.Table, budget: float) -> pyarrow.Table:
+    """One language's `Cut` as a one-row table, from its (lang, id, uncertainty) rows."""
+    import pyarrow as pa
+
+    langs, ids = group.column("lang").to_pylist(), group.column("id").to_pylist()
+    unsure = dict(zip(ids, group.column("uncertainty").to_pylist()))
+    if len(unsure) != len(ids):
+        raise MushroomError(f"language {langs[0]}: an item id appears twice; the cascade ranks items by id")
+    return pa.Table.from_pylist([cut(langs[0], unsure, budget).model_dump()])
+
+
+@dataclass
+class CascadeOnRay:
+    """What `cascade_on_ray` returns: the predictions (lazy) and each language's cut (known)."""
+
+    predictions: ray.data.Dataset
+    cuts: dict[str, Cut]
+
+
+def cascade_on_ray(
+    dataset: ray.data.Dataset,
+    cascade: RayCascade,
+    batch_size: int = 256,
+    concurrency: int = 1,
+    member_batch_size: int | None = None,
+    member_concurrency: int | None = None,
+) -> CascadeOnRay:
+    """The cascade over a dataset of `item_row` rows: model-backed members only on the items sent.
+
+    The same items are sent, and the same predictions made, as by the main job on a split
+    (`mushroom.runs.cascade`): per language, the ceil(budget * n) items the CPU stack is
+    least sure of, ties by id (`mushroom.combine.cascade`).
+
+    Pass 1 runs here, before the function returns: the CPU members and stack over every
+    item, materialized in Ray's object store (the cut needs every item's uncertainty, and
+    pass 2 reads the rows again). The cuts come from a `groupby("lang")` over the language,
+    id and uncertainty columns alone. Pass 2 is left lazy: its actors get every row and its
+    language's cut; on the items sent they run the CPU members again (a share `budget` of
+    pass 1's work, so no item's per-character evidence has to travel) and the model-backed
+    members, and apply the member stack; the other rows pass through. So a pass 2 batch of
+    256 rows at budget 0.3 sends the model about 77 items in one call.
+
+    Args:
+        dataset: items with their contexts (`items_dataset`, or `ray.data.read_json` of such rows).
+        cascade: the two stacks, their members and the budget (`RayCascade.from_run`).
+        batch_size: items per call of a pass 1 worker.
+        concurrency: pass 1's actors (CPU members).
+        member_batch_size: rows per call of a pass 2 worker, of which a share `budget` go to
+            the model in one batch of requests; default `batch_size`.
+        member_concurrency: pass 2's actors, each sending requests to the model's server;
+            default `concurrency`.
+
+    Returns:
+        The cuts, and a lazy dataset of id, lang, soft_labels, hard_labels, uncertainty and
+        sent (whether the model-backed members saw the item).
+    """
+    require_ray()
+    cascade.check()
+    scored = dataset.map_batches(
+        UncertaintyBatches,
+        fn_constructor_kwargs={"spec": cascade.base.model_dump(mode="json")},
+        batch_size=batch_size,
+        batch_format="pyarrow",
+        concurrency=concurrency,
+    ).materialize()
+    found = (
+        scored.select_columns(["lang", "id", "uncertainty"])
+        .groupby("lang")
+        .map_groups(_language_cut, fn_kwargs={"budget": cascade.budget}, batch_format="pyarrow")
+        .take_all()
+    )
+    cuts = {row["lang"]: Cut.model_validate(row) for row in found}
+    predictions = scored.map_batches(
+        MemberStackBatches,
+        fn_constructor_kwargs={
+            "spec": cascade.member.model_dump(mode="json"),
+            "cuts": {lang: c.model_dump() for lang, c in cuts.items()},
+        },
+        batch_size=member_batch_size or batch_size,
+        batch_format="pyarrow",
+        concurrency=member_concurrency or concurrency,
+    )
+    return CascadeOnRay(predictions=predictions, cuts=dict(sorted(cuts.items())))
 
 
 def prediction_rows(rows: Iterable[dict[str, Any]]) -> dict[str, list[Prediction]]:

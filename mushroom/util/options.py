@@ -53,6 +53,19 @@ def nest_options(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def merge_options(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `over` laid on it, nested groups merged key by key rather than replaced.
+
+    So `-o llm.backend.base_url=URL` on top of a config file's `[options.llm.backend]`
+    changes the URL and keeps the kind and model, as a variant's options do a detector's.
+    """
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        out[key] = merge_options(old, value) if isinstance(value, dict) and isinstance(old, dict) else value
+    return out
+
+
 def parse_options(pairs: list[str], option: str = "-o") -> dict[str, Any]:
     """KEY=VALUE pairs; VALUE is read as JSON when it parses (numbers, booleans, objects).
 

@@ -1,0 +1,163 @@
+"""`mushroom main-job --config FILE`: the main job (and its cascade) from a file, flags overriding it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import cli
+from fake_openai_server import FakeServer
+
+from mushroom.errors import DataError
+from mushroom.runs.config import MAIN_JOB, load_main_job_config, load_run_config, read_config_file
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+GOOD = """
+job = "main"
+members = ["lexical", "llm"]
+langs = ["IT"]
+llm_budget = 0.3
+
+[options.llm]
+temperatures = [0.1]
+
+[options.llm.backend]
+kind = "openai"
+model = "m"
+base_url = "http://127.0.0.1:9/v1"  # nothing listens: the test gives the server's with -o
+"""
+
+
+def test_every_config_in_configs_loads_as_the_kind_it_says_it_is():
+    main_jobs = []
+    for path in sorted(CONFIGS.iterdir()):
+        if path.suffix not in (".toml", ".yaml", ".yml"):
+            continue
+        if read_config_file(path).get("job") == MAIN_JOB:
+            main_jobs.append(load_main_job_config(path))
+        else:
+            load_run_config(path)
+    # the shipped cascade: an llm member on an OpenAI-compatible server, 30% of the items
+    cascade = [cfg for cfg in main_jobs if cfg.llm_budget is not None]
+    assert cascade and cascade[0].llm_budget == 0.3 and "llm" in cascade[0].members
+    assert cascade[0].options["llm"]["backend"]["kind"] == "openai"
+
+
+def _problems(path: Path, text: str) -> list[str]:
+    path.write_text(text)
+    with pytest.raises(DataError) as info:
+        load_main_job_config(path)
+    assert all(p.path == str(path) for p in info.value.problems)
+    return [f"{p.field}: {p.message}" for p in info.value.problems]
+
+
+def test_a_bad_config_names_the_file_and_the_field(tmp_path):
+    path = tmp_path / "job.toml"
+    assert load_main_job_config(_write(path, GOOD)).langs == ["it"]
+    assert _problems(path, GOOD.replace("llm_budget = 0.3", "llm_budgt = 0.3")) == [
+        "llm_budgt: unknown key (did you mean 'llm_budget'?); valid: job, description, members, options, "
+        "langs, contexts, llm_budget, allow_failures, skip_unavailable"
+    ]
+    [budget] = _problems(path, GOOD.replace("0.3", "1.5"))
+    assert (
+        budget.startswith("llm_budget: llm_budget 1.5: give the share") and "above 0 and at most 1" in budget
+    )
+    [member] = _problems(path, GOOD.replace('"lexical", "llm"', '"lexcal", "llm"'))
+    assert member.startswith("members.0: unknown detector 'lexcal' (did you mean 'lexical'?)")
+    [option] = _problems(path, GOOD.replace("temperatures", "temperature"))
+    assert option.startswith("options.llm.temperature: unknown option (did you mean 'temperatures'?)")
+    [kind] = _problems(path, GOOD.replace('kind = "openai"', 'kind = "opena"'))
+    assert kind.startswith("options.llm.backend")
+    [other] = _problems(path, GOOD + "\n[options.semantic]\nmax_length = 64\n")
+    assert other == "options.semantic: 'semantic' is not a member; members: lexical, llm"
+    [lang] = _problems(path, GOOD.replace('"IT"', '"xx"'))
+    assert lang.startswith("langs.0: unknown language 'xx'")
+    [job] = _problems(path, GOOD.replace('job = "main"', ""))
+    assert job.startswith('job: a main-job config says job = "main"')
+    [run] = _problems(path, (CONFIGS / "variants.toml").read_text())
+    assert "a run config, for `mushroom run`" in run
+    # and the other way round: `mushroom run` on a main-job config says which command runs it
+    with pytest.raises(DataError, match="run it with `mushroom main-job --config"):
+        load_run_config(_write(path, GOOD))
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_main_job_refuses_a_bad_config_before_it_makes_a_folder(tmp_path, capsys):
+    path = _write(tmp_path / "job.toml", GOOD.replace("0.3", "0"))
+    code, _, err = cli(capsys, "main-job", "--config", path, "--out", tmp_path / "a")
+    assert code == 2 and str(path) in err and "llm_budget" in err
+    code, _, err = cli(
+        capsys,
+        "main-job",
+        "--config",
+        tmp_path / "job.toml",
+        "--detector",
+        "lexical",
+        "--out",
+        tmp_path / "b",
+    )
+    assert code == 2 and "does not go with --detector lexical" in err
+    code, _, err = cli(capsys, "main-job", "--config", tmp_path / "none.toml", "--out", tmp_path / "c")
+    assert code == 2 and "config not found" in err
+    assert not any((tmp_path / name).exists() for name in "abc")
+
+
+def _sent(out: Path) -> set[tuple[str, str]]:
+    rows = [json.loads(line) for line in (out / "cascade.jsonl").read_text().splitlines()]
+    return {(r["split"], r["id"]) for r in rows if r["sent"]}
+
+
+@pytest.mark.slow
+def test_a_config_with_a_budget_runs_the_cascade_and_flags_override_it(tmp_path, capsys):
+    config = _write(tmp_path / "job.toml", GOOD)
+    out = tmp_path / "job"
+    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as server:
+        # the file's server is wrong: -o replaces its base_url and keeps its kind and model
+        code, _, err = cli(
+            capsys,
+            "main-job",
+            "--config",
+            config,
+            "-o",
+            f"llm.backend.base_url={server.url}",
+            "--out",
+            out,
+            "--quiet",
+        )
+        first = len(server.calls)
+    assert code == 0, err
+    # it has 50 val and 150 test items: the file's budget sends 15 and 45, one request each
+    assert first == 15 + 45 and len(_sent(out)) == 60
+    saved = json.loads((out / "config.json").read_text())["config"]
+    assert saved["llm_budget"] == 0.3 and saved["langs"] == ["it"]
+    assert [m["detector"] for m in saved["members"]] == ["lexical", "llm"]
+    assert saved["members"][1]["options"]["backend"]["base_url"] == server.url
+    assert saved["members"][1]["options"]["temperatures"] == [0.1]
+    summary = json.loads((out / "summary.json").read_text())["cascade"]
+    assert summary["budget"] == 0.3 and summary["val"] == {"sent": 15, "kept": 35}
+
+    # --llm-budget on the command line wins over the file's: the same folder, 10 + 30 more items
+    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as again:
+        code, _, err = cli(
+            capsys,
+            "main-job",
+            "--config",
+            config,
+            "--llm-budget",
+            "0.5",
+            "-o",
+            f"llm.backend.base_url={again.url}",
+            "--out",
+            out,
+            "--quiet",
+        )
+        second = len(again.calls)
+    assert code == 0, err
+    assert second == 10 + 30 and len(_sent(out)) == 100
+    assert json.loads((out / "config.json").read_text())["config"]["llm_budget"] == 0.5
