@@ -341,7 +341,10 @@ class RayCascade(BaseModel):
         self.member.check()
         costly = self.model_backed()
         cheap = [m.name for m in self.member.members if m.name not in costly]
-        if not costly or cheap != [m.name for m in self.base.members]:
+        # a member stack that left its model-backed members out (stack.fit.gate_members) is
+        # applied without them: the items sent get the stack refitted on them, and no model call
+        left_out = [n for n in self.member.stack.fitted_members if n not in cheap]
+        if not (costly or left_out) or cheap != [m.name for m in self.base.members]:
             raise MushroomError(
                 f"the member stack's members {[m.name for m in self.member.members]} must be the CPU "
                 f"stack's {[m.name for m in self.base.members]}, in the same order, and the model-backed ones"
