@@ -84,7 +84,11 @@ def test_a_stack_given_other_members_is_refused_before_ray_runs(tmp_path):
     from mushroom.combine.stack import StackModel
     from mushroom.runs.ray_data import MemberSpec, RayStack
 
-    fields = {name: info.default for name, info in StackModel.model_fields.items() if not info.is_required()}
+    fields = {
+        name: info.get_default(call_default_factory=True)
+        for name, info in StackModel.model_fields.items()
+        if not info.is_required()
+    }
     fields.update(members=["lo", "hi"], member_detectors={"lo": "lexical"})
     model = StackModel.model_construct(**fields)
     with pytest.raises(MushroomError, match=r"fitted on members \['lo', 'hi'\]; got \['hi', 'lo'\]"):
@@ -97,6 +101,26 @@ def test_a_stack_given_other_members_is_refused_before_ray_runs(tmp_path):
             stack=model,
             members=[MemberSpec(name="lo", detector="llm"), MemberSpec(name="hi", detector="lexical")],
         ).check()
+
+
+def test_a_stack_that_left_a_member_out_is_loaded_with_every_member_and_builds_the_kept_ones():
+    from mushroom.combine.stack import StackModel
+    from mushroom.runs.ray_data import MemberSpec, RayStack
+
+    fields = {
+        name: info.get_default(call_default_factory=True)
+        for name, info in StackModel.model_fields.items()
+        if not info.is_required()
+    }
+    fields.update(
+        members=["lo"], fitted_members=["lo", "llm"], member_detectors={"lo": "lexical", "llm": "llm"}
+    )
+    model = StackModel.model_construct(**{**fields, "scorer": object()})
+    given = [MemberSpec(name="lo", detector="lexical"), MemberSpec(name="llm", detector="llm")]
+    spec = RayStack.of(model, given)
+    assert [m.name for m in spec.members] == ["lo"]  # no worker builds the member left out
+    with pytest.raises(MushroomError, match=r"fitted on members \['lo', 'llm'\]; got \['llm'\]"):
+        RayStack.of(model, given[1:])
 
 
 CASCADE_LANGS = ["it", "es"]  # 302 test items, 100 val

@@ -106,7 +106,15 @@ class RayStack(BaseModel):
         """A stack.json saved by `stack fit` (or the main job) with its members, checked to match."""
         from mushroom.data.jsonl import read_json_model
 
-        spec = cls(stack=read_json_model(stack_json, StackModel), members=members)
+        return cls.of(read_json_model(stack_json, StackModel), members)
+
+    @classmethod
+    def of(cls, model: StackModel, members: list[MemberSpec]) -> RayStack:
+        """A fitted stack with its members, checked to match (those it left out are dropped)."""
+        if model.fitted_members and [m.name for m in members] == model.fitted_members:
+            # the stack left a model-backed member out (stack.fit.gate_members): no worker builds it
+            members = [m for m in members if m.name in model.members]
+        spec = cls(stack=model, members=members)
         spec.check()
         return spec
 
@@ -114,9 +122,8 @@ class RayStack(BaseModel):
         """Refuses members other than the fitted ones (names, order, detectors)."""
         names = [m.name for m in self.members]
         if names != self.stack.members:
-            raise MushroomError(
-                f"the stack was fitted on members {self.stack.members}; got {names} (same names and order)"
-            )
+            given = self.stack.fitted_members or self.stack.members
+            raise MushroomError(f"the stack was fitted on members {given}; got {names} (same names, order)")
         for member in self.members:
             fitted = self.stack.member_detectors.get(member.name)
             if fitted is not None and fitted != member.detector:
