@@ -137,13 +137,15 @@ def per_item_scores(data: dict, files: dict[str, Path]) -> dict[str, tuple[np.nd
 GATES: dict[str, dict] = {}  # stack name -> what the stack chose about its model-backed member
 
 
-def stack_scores(members: list[str], data: dict, work: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def stack_scores(
+    members: list[str], data: dict, work: Path, gate: list[str] | None = None
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The stack over `members`, fitted and scored out of fold (5 folds by item) on these items.
 
     A model-backed member may be left out by the stack itself, nested in the folds (as the
     main job's stack does); what it chose is kept in GATES for the printout.
     """
-    fit = fit_stack([Member(m, work / m, allow_failures=True) for m in members], data, "val")
+    fit = fit_stack([Member(m, work / m, allow_failures=True) for m in members], data, "val", gate=gate)
     if fit.model.gate:
         GATES["+".join(["stack", *members[2:]])] = fit.model.gate
     out = {}
@@ -340,6 +342,9 @@ def main() -> None:
     if args.markdown:
         command = " ".join(["python", "benchmarks/llm_quality.py", *sys.argv[1:]])
         args.markdown.write_text(f"Written by `{command}`:\n\n```text\n{tee.getvalue().rstrip()}\n```\n")
+    if getattr(args, "mismatch", False):
+        print("error: the replayed counters differ from the recorded run's (see above)", file=sys.stderr)
+        sys.exit(1)
 
 
 def run() -> argparse.Namespace:
@@ -413,7 +418,7 @@ def run() -> argparse.Namespace:
         # A sitting that adds a system (or resumes one) keeps what the record holds of the others.
         manifest = read_manifest(args.record)
         kept = [s for s in manifest["systems"] if s not in systems]
-        if kept and manifest["langs_spec"] != spec:
+        if kept and lang_counts(manifest["langs_spec"], manifest.get("limit", limit)) != counts:
             raise SystemExit(
                 f"error: {args.record} holds {', '.join(kept)} on {manifest['langs_spec']}; give the same "
                 f"--langs, re-run those systems too, or record elsewhere with --record"
@@ -499,9 +504,11 @@ def run() -> argparse.Namespace:
 
     scores = {name: per_item_scores(subset.get(name, data), r["files"]) for name, r in results.items()}
     scores["stack"] = stack_scores(["lexical", "semantic"], data, work)
+    forced = {}  # the stack made to keep the member (no choice): what the member alone does to it
     for name in ("llm", "pyes"):
         if name in systems:
             scores[f"stack+{name}"] = stack_scores(["lexical", "semantic", name], data, work)
+            forced[name] = stack_scores(["lexical", "semantic", name], data, work, gate=[])
 
     # tokens and seconds per item, from the raw records (seconds: the live run's, recorded)
     usage = {}
@@ -525,10 +532,12 @@ def run() -> argparse.Namespace:
         print(f"{name:10s} {'all':4s} {len(all_iou):3d} {ci(all_iou):>24s} {ci(all_cor):>24s} {failed:6d}")
 
     print()
-    print("parser counters (over all requests; located: spans placed in the answer)")
-    print(
-        f"{'system':6s} {'stage':10s} {'requests':>8s} " + " ".join(f"{label:>6s}" for label, _ in COUNTERS)
-    )
+    if any(name != "pyes" for name in systems):
+        print("parser counters (over all requests; located: spans placed in the answer)")
+        print(
+            f"{'system':6s} {'stage':10s} {'requests':>8s} "
+            + " ".join(f"{label:>6s}" for label, _ in COUNTERS)
+        )
     for name in systems:
         if name != "pyes":  # pyes parses nothing: it scores label texts
             for row in counter_rows(name, results[name]["stats"]):
@@ -562,6 +571,7 @@ def run() -> argparse.Namespace:
     if args.replay:
         same = all(results[n]["by_lang"] == manifest["systems"][n].get("counters") for n in systems)
         print(f"replayed counters equal the live run's: {'yes' if same else 'NO'}")
+        args.mismatch = not same
 
     def mean(name: str, k: int) -> float:
         return float(np.mean([v[k].mean() for v in scores[name].values()]))
@@ -574,6 +584,12 @@ def run() -> argparse.Namespace:
             p = paired_test(a, b)
             print(
                 f"stack+{name} - stack, IoU paired over {p.n} items: {p.mean_diff:+.4f} "
+                f"[{p.ci_low:+.4f}, {p.ci_high:+.4f}] p={p.p_value:.3f}"
+            )
+            a = np.concatenate([v[0] for v in forced[name].values()])
+            p = paired_test(a, b)
+            print(
+                f"  the same stack made to keep {name}: {p.mean_diff:+.4f} "
                 f"[{p.ci_low:+.4f}, {p.ci_high:+.4f}] p={p.p_value:.3f}"
             )
             if gate := GATES.get(f"stack+{name}"):
@@ -593,6 +609,8 @@ def run() -> argparse.Namespace:
                 }
             )
         manifest.update({"langs": langs, "limit": limit, "langs_spec": spec, "max_tokens": max_tokens})
+        for key, value in (("model", models[systems[0]]), ("where", wheres[systems[0]])):
+            manifest.setdefault(key, value)  # a record of pyes alone names its model too
         record(work, args.record, manifest)
         print(f"\nrecorded the raw records and manifest in {args.record}")
     print()
@@ -606,8 +624,16 @@ def run() -> argparse.Namespace:
 
 
 if __name__ == "__main__":
+    from mushroom.errors import Interrupted
+
     try:
         main()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         # the server is stopped in run()'s finally; finished items are in the work folder
-        sys.exit("\ninterrupted: finished items are kept; the same command resumes from them")
+        print("\ninterrupted: finished items are kept; the same command resumes from them", file=sys.stderr)
+        sys.exit(130)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):  # this script's own "error: ..." lines: bad input, as argparse's
+            print(exc.code, file=sys.stderr)
+            sys.exit(2)
+        raise

@@ -161,3 +161,13 @@ def test_a_config_with_a_budget_runs_the_cascade_and_flags_override_it(tmp_path,
     assert code == 0, err
     assert second == 10 + 30 and len(_sent(out)) == 100
     assert json.loads((out / "config.json").read_text())["config"]["llm_budget"] == 0.5
+
+
+def test_a_quoted_boolean_and_a_budget_left_without_a_model_are_named(tmp_path, capsys):
+    path = tmp_path / "job.toml"
+    [problem] = _problems(path, GOOD.replace('job = "main"', 'job = "main"\nallow_failures = "no"'))
+    assert problem.startswith("allow_failures: ")  # not read as False in silence
+    code, _, err = cli(capsys, "main-job", "--config", _write(path, GOOD), "--members", "lexical")
+    flat = " ".join(err.split())
+    assert code == 2 and f"{path}: llm_budget = 0.3 limits the model-backed members" in flat
+    assert "--llm-budget 1 to send every item" in flat

@@ -562,3 +562,29 @@ def test_the_progress_bar_rate_and_time_left_are_the_stage_average_not_the_last_
     now[0] += 0.001
     rate, left = (col.render(bar.tasks[0]).plain for col in bar.columns[3:6:2])
     assert (rate, left) == ("0.1/s", "0:01:00")  # 4 items in 40 s; 6 more at that rate
+
+
+def test_a_resumed_run_counts_on_its_bar_only_the_items_it_computes(tmp_path):
+    """Items an earlier run finished once filled the bar in a burst: rate and time left read wrong."""
+    from contextlib import contextmanager
+
+    import mushroom.runs.service as service
+    from mushroom.cli.tables import RichReporter, progress_bar
+    from mushroom.detectors import build
+
+    bars = []
+
+    class KeptBars(RichReporter):
+        @contextmanager
+        def progress(self, disable=False):
+            bars.append(progress_bar(True, self.console))
+            with bars[-1] as bar:
+                yield bar
+
+    folder = tmp_path / "run"
+    for limit in (3, 5):  # the second run resumes: 3 items done, 2 to compute
+        run = service.RunService(folder, {"detector": "lexical"}, KeptBars(), quiet=True)
+        run.detect_split(build("lexical"), "val", folder / "predictions", langs=["it"], limit=limit)
+    first, second = (b.tasks[0] for b in bars)
+    assert (first.completed, first.total) == (3, 3)
+    assert (second.completed, second.total) == (2, 2)

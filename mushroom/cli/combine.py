@@ -168,6 +168,8 @@ def stack_fit(
     for warning in stack_behind(fit.comparison, fit.model.members, "its own predictions may serve better"):
         print_warning(warning)
     m = fit.model
+    if m.gate:
+        out_console.print(m.gate_summary())
     out_console.print(f"threshold {m.threshold}, floor {m.floor}; {m.hard_label_summary()}; saved {out}")
 
 

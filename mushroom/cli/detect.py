@@ -231,7 +231,8 @@ def main_job(
         typer.Option(
             "--config",
             help='stack: members, their options, languages, contexts and budget from a file (job = "main", '
-            "e.g. configs/cascade-vllm.toml); flags given as well override it",
+            "e.g. configs/cascade-vllm.toml); flags given as well override it (--allow-failures and "
+            "--skip-unavailable can only turn a setting on)",
         ),
     ] = None,
     quiet: Quiet = False,
@@ -260,6 +261,16 @@ def main_job(
         chosen = split_names(members)
         # options of members that --members leaves out have nothing to set
         file_options = {name: opts for name, opts in cfg.options.items() if name in chosen}
+        model_backed_names = {"llm", "chain", "pyes"}
+        if (
+            cfg.llm_budget not in (None, 1.0)
+            and llm_budget == cfg.llm_budget
+            and not (model_backed_names & set(chosen))
+        ):
+            raise MushroomError(
+                f"{config}: llm_budget = {cfg.llm_budget:g} limits the model-backed members (llm, chain, "
+                f"pyes); --members {members} has none: add one, or give --llm-budget 1 to send every item"
+            )
     sources = tuple(split_names(contexts))
     if detector == "stack" and no_val:
         raise MushroomError(

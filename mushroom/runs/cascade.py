@@ -143,6 +143,8 @@ def run_cascade(
     member_fit = fit_stack(members, val_sent, "val", folds=fit_folds(val_sent))
     member_test = apply_stack(member_fit.model, members, "test", test_sent, warn=service.warn)
     write_json(out / "cascade" / "member-stack.json", member_fit.model.model_dump(mode="json"))
+    if member_fit.model.gate:
+        service.reporter.message(f"member stack on the items sent: {member_fit.model.gate_summary()}")
     val_preds = merge_predictions(val_data, base_fit.oof, member_fit.oof)
     test_preds = merge_predictions(test_data, base_test, member_test)
     service.record_stage("cascade-member-stack", time.perf_counter() - t0, reused=False)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.splits import load_split, workspace
@@ -107,8 +107,9 @@ class MainJobConfig(BaseModel):
     llm_budget: float | None = Field(
         None, description="share of each language's items the model-backed members see (default: all)"
     )
-    allow_failures: bool = False
-    skip_unavailable: bool = False
+    # strict: a file's "no" or "false" in quotes is a mistake to name, not a silent False
+    allow_failures: StrictBool = False
+    skip_unavailable: StrictBool = False
 
     @field_validator("llm_budget")
     @classmethod

@@ -282,6 +282,8 @@ def _submit_and_score(
     for lang, items in val_data.items():
         write_predictions(out / "val" / "mark-all" / submission_name(lang, "val"), mark_all(items), items)
     reporter.table(Table(title, kind="systems", data=comparison))
+    if getattr(model, "gate", None):
+        reporter.message(model.gate_summary())
     for warning in stack_behind(comparison, members):
         service.warn(warning)
     baseline_files = {lang: out / "val" / "mark-all" / p.name for lang, p in val_files.items()}

@@ -370,6 +370,8 @@ class RayCascade(BaseModel):
         For what differs on the cluster from where the job was fitted, such as a model-backed
         member's server: `with_options("llm", {"backend": {"base_url": "http://gpu-node:8000/v1"}})`.
         """
+        if name in self.member.stack.fitted_members and name not in {m.name for m in self.member.members}:
+            return self  # a member the stack left out: nothing builds it, so its options change nothing
         if name not in {m.name for m in self.member.members}:
             raise MushroomError(
                 f"{name!r} is not a member of the cascade ({', '.join(m.name for m in self.member.members)})"

@@ -736,7 +736,11 @@ class RunService:
                     while batch := list(itertools.islice(iterator, chunk)):
                         ids.extend(it.id for it in batch)
                         todo = [it for it in batch if not ledger.ok(it.id)]
-                        bar.advance(task, len(batch) - len(todo))
+                        if total is not None and len(todo) < len(batch):
+                            # items finished by an earlier run leave the bar's count rather than
+                            # fill it: its rate and time left are of the items this run computes
+                            total -= len(batch) - len(todo)
+                            bar.update(task, total=total)
                         out.reused += len(batch) - len(todo)
                         if baseline is not None:
                             baseline.write(p.submission_dict() for p in mark_all(batch))

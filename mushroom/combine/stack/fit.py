@@ -291,7 +291,10 @@ def gate_members(
         "stack (CV)": cv,
         f"stack with {names} (CV)": with_.comparison["stack (CV)"],
         f"stack without {names} (CV)": without.comparison["stack (CV)"],
-        **{k: v for k, v in with_.comparison.items() if k != "stack (CV)"},
+        # the other rows (own hard labels, the vote) are the chosen stack's; each member's own
+        # row comes from the fit that has every member
+        **{k: v for k, v in chosen.comparison.items() if k != "stack (CV)"},
+        **{k: v for k, v in with_.comparison.items() if k in gated},
     }
     reports = []
     for f, (a, b) in enumerate(zip(with_.folds, without.folds)):
@@ -501,6 +504,18 @@ def used_members(model: StackModel, members: list[Member]) -> list[Member]:
     """
     names = [m.name for m in members]
     if model.fitted_members and names == model.fitted_members:
+        for m in members:
+            if m.name in model.members:
+                continue
+            # not read, but a wrong path or another detector's run is a mistake worth saying
+            if not m.path.exists():
+                raise MushroomError(f"member {m.name!r}: {m.path} does not exist")
+            fitted, given = model.member_detectors.get(m.name), m.detector()
+            if fitted is not None and given is not None and fitted != given:
+                raise MushroomError(
+                    f"member {m.name!r} was fitted on a run of the {fitted!r} detector; {m.path} is a run "
+                    f"of {given!r}"
+                )
         return [m for m in members if m.name in model.members]
     return members
 

@@ -133,6 +133,18 @@ class StackModel(BaseModel):
             data = {k: v for k, v in data.items() if k not in ("coef", "mean", "scale", "l2")}
         return data
 
+    def gate_summary(self) -> str:
+        """One line saying whether the stack kept its model-backed members, and on what numbers."""
+        if not self.gate:
+            return ""
+        g = self.gate
+        names = ", ".join(g["members"])
+        verdict = f"kept {names}" if g["kept"] else f"left {names} out (still given when it is applied)"
+        return (
+            f"the stack {verdict}: out-of-fold IoU {g['iou_with']:.4f} with, {g['iou_without']:.4f} "
+            f"without; kept in {g['folds_kept']} of {g['folds']} folds"
+        )
+
     def hard_label_summary(self) -> str:
         """One line saying where each language's hard labels come from (for logs and tables)."""
         langs = ", ".join(f"{lang}: {src}" for lang, src in sorted(self.hard_sources.items()))
