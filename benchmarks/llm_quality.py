@@ -220,7 +220,8 @@ def start_llama_server(model: str, log: Path, threads: int) -> tuple[LlamaServer
     try:
         return server.start(timeout_s=300), server.url
     except ServerError as exc:
-        raise SystemExit(f"error: {exc}\nits log: {log}") from None
+        print(f"error: {exc}\nits log: {log}", file=sys.stderr)
+        sys.exit(1)  # not bad input (2): the server could not be had
 
 
 class NoncePrefix(Backend):
@@ -418,6 +419,11 @@ def run() -> argparse.Namespace:
         # A sitting that adds a system (or resumes one) keeps what the record holds of the others.
         manifest = read_manifest(args.record)
         kept = [s for s in manifest["systems"] if s not in systems]
+        if kept and manifest["max_tokens"] != args.max_tokens:
+            raise SystemExit(
+                f"error: {args.record} holds {', '.join(kept)} run with --max-tokens {manifest['max_tokens']}; "
+                "give the same, re-run those systems too, or record elsewhere with --record"
+            )
         if kept and lang_counts(manifest["langs_spec"], manifest.get("limit", limit)) != counts:
             raise SystemExit(
                 f"error: {args.record} holds {', '.join(kept)} on {manifest['langs_spec']}; give the same "

@@ -165,7 +165,8 @@ def stack_fit(
     fit = fit_stack(parse_members(members), data, split, folds, l2, model=model)
     write_json(out, fit.model.model_dump(mode="json"))
     out_console.print(systems_table(f"stack on {split} ({folds}-fold CV by item)", fit.comparison))
-    for warning in stack_behind(fit.comparison, fit.model.members, "its own predictions may serve better"):
+    given = fit.model.fitted_members or fit.model.members
+    for warning in stack_behind(fit.comparison, given, "its own predictions may serve better"):
         print_warning(warning)
     m = fit.model
     if m.gate:

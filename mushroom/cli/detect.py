@@ -261,7 +261,8 @@ def main_job(
         chosen = split_names(members)
         # options of members that --members leaves out have nothing to set
         file_options = {name: opts for name, opts in cfg.options.items() if name in chosen}
-        model_backed_names = {"llm", "chain", "pyes"}
+        from mushroom.combine.stack.fit import MODEL_BACKED_DETECTORS as model_backed_names
+
         if (
             cfg.llm_budget not in (None, 1.0)
             and llm_budget == cfg.llm_budget

@@ -80,17 +80,22 @@ class LlamaServer:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ServerError(f"llama server exited with {self.proc.returncode}: {self.tail()}")
-            try:
-                if httpx.get(f"{self.url}/models", timeout=2.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.stop(keep_log=True)
-        raise ServerError(f"llama server not up after {timeout_s:.0f} s: {self.tail()}")
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise ServerError(f"llama server exited with {self.proc.returncode}: {self.tail()}")
+                try:
+                    if httpx.get(f"{self.url}/models", timeout=2.0).status_code == 200:
+                        return self
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.5)
+            raise ServerError(f"llama server not up after {timeout_s:.0f} s: {self.tail()}")
+        except BaseException:
+            # a failed start or a Ctrl-C while the model loads: no server is left behind, since
+            # a `with` block whose __enter__ raised never reaches __exit__
+            self.stop(keep_log=True)
+            raise
 
     def tail(self, n: int = 2000) -> str:
         """The last `n` characters of the server's log."""

@@ -102,7 +102,7 @@ class MainJobConfig(BaseModel):
     description: str = ""
     members: list[str] = Field(default_factory=_default_members, min_length=1)
     options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="member -> its options")
-    langs: list[str] | None = Field(None, description="languages (default: all 14)")
+    langs: list[str] | None = Field(None, min_length=1, description="languages (default: all 14)")
     contexts: list[str] = Field(default_factory=lambda: list(DEFAULT_SOURCES))
     llm_budget: float | None = Field(
         None, description="share of each language's items the model-backed members see (default: all)"

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mushroom.combine.cascade import Cut, check_budget, cut, prediction_uncertainty
 from mushroom.combine.stack.features import StackData, item_features
@@ -101,6 +101,20 @@ class RayStack(BaseModel):
     stack: StackModel
     members: list[MemberSpec]
 
+    @model_validator(mode="after")
+    def _drop_left_out(self) -> RayStack:
+        # a stack that left a model-backed member out (stack.fit.gate_members) is given every
+        # member it was fitted with; no worker builds the ones it does not read
+        if self.stack.fitted_members and [m.name for m in self.members] == self.stack.fitted_members:
+            for m in self.members:
+                fitted = self.stack.member_detectors.get(m.name)
+                if m.name not in self.stack.members and fitted is not None and fitted != m.detector:
+                    raise MushroomError(
+                        f"member {m.name!r} was fitted on the {fitted!r} detector, not {m.detector!r}"
+                    )
+            self.members = [m for m in self.members if m.name in self.stack.members]
+        return self
+
     @classmethod
     def load(cls, stack_json: Path, members: list[MemberSpec]) -> RayStack:
         """A stack.json saved by `stack fit` (or the main job) with its members, checked to match."""
@@ -111,9 +125,6 @@ class RayStack(BaseModel):
     @classmethod
     def of(cls, model: StackModel, members: list[MemberSpec]) -> RayStack:
         """A fitted stack with its members, checked to match (those it left out are dropped)."""
-        if model.fitted_members and [m.name for m in members] == model.fitted_members:
-            # the stack left a model-backed member out (stack.fit.gate_members): no worker builds it
-            members = [m for m in members if m.name in model.members]
         spec = cls(stack=model, members=members)
         spec.check()
         return spec

@@ -236,12 +236,14 @@ def gate_members(
 ) -> StackFit:
     """The stack with or without the `gated` members: whichever has the better out-of-fold IoU.
 
-    Nested like the stack's other choices: each fold's items get the predictions of the fit
-    that scored better on the other folds' items (mean IoU per item), so the CV numbers
-    never use a choice made with the item's own label; the model kept is the one better
-    over all items. A tie keeps the stack without them (fewer model calls to depend on).
-    IoU decides, not Cor: the leaderboard ranks by IoU, and a weak member's harm shows in
-    the hard labels (its probabilities can still sharpen the ranking).
+    Nested as the stack's cut-offs are: each fold's items get the predictions of the fit that
+    scored better on the other folds' items, so no item's own IoU takes part in the choice
+    applied to it (the other folds' out-of-fold predictions come from models that saw it, as
+    for the cut-offs); the model kept is the one better over all items. A tie keeps the
+    stack without them (fewer model calls to depend on). The score is the task's: IoU
+    averaged per language, then over languages. IoU decides, not Cor: the leaderboard ranks
+    by IoU, and a weak member's harm shows in the hard labels (its probabilities can still
+    sharpen the ranking). The model-backed members are kept or left out together.
 
     Returns:
         One StackFit: the chosen model (the one without the members remembers every member
@@ -260,11 +262,19 @@ def gate_members(
         return preds, np.asarray(ious)
 
     (preds_with, iou_with), (preds_without, iou_without) = per_item(with_), per_item(without)
+    langs = np.array([it.lang for it in items])
+
+    def task_mean(ious: np.ndarray, where: np.ndarray) -> float:
+        """Mean over languages of the mean IoU of the items `where` selects."""
+        return float(np.mean([ious[where & (langs == lang)].mean() for lang in np.unique(langs[where])]))
+
     keep_in_fold = {}
     for f in sorted(set(fold_of.tolist())):
         others = fold_of != f
-        keep_in_fold[f] = bool(iou_with[others].mean() > iou_without[others].mean())
-    keep = bool(iou_with.mean() > iou_without.mean())
+        keep_in_fold[f] = task_mean(iou_with, others) > task_mean(iou_without, others)
+    everything = np.ones(len(items), dtype=bool)
+    mean_with, mean_without = task_mean(iou_with, everything), task_mean(iou_without, everything)
+    keep = mean_with > mean_without
     oof: dict[str, list[Prediction]] = {}
     for k, it in enumerate(items):
         kept = keep_in_fold[int(fold_of[k])]
@@ -275,8 +285,8 @@ def gate_members(
     model.gate = {
         "members": gated,
         "kept": keep,
-        "iou_with": round(float(iou_with.mean()), 4),
-        "iou_without": round(float(iou_without.mean()), 4),
+        "iou_with": round(mean_with, 4),
+        "iou_without": round(mean_without, 4),
         "folds_kept": sum(keep_in_fold.values()),
         "folds": len(keep_in_fold),
     }
