@@ -146,8 +146,8 @@ def stack_scores(
     main job's stack does); what it chose is kept in GATES for the printout.
     """
     fit = fit_stack([Member(m, work / m, allow_failures=True) for m in members], data, "val", gate=gate)
-    if fit.model.gate:
-        GATES["+".join(["stack", *members[2:]])] = fit.model.gate
+    for name, decision in fit.model.gate.items():
+        GATES[f"stack+{name}"] = decision
     out = {}
     for lang, items in data.items():
         res = score_predictions(items, fit.oof[lang])

@@ -37,7 +37,7 @@ def test_the_main_job_takes_an_llm_member_with_its_backend_and_reuses_it(tmp_pat
     # a model that finds nothing adds nothing: the stack leaves it out (nested in the folds) and
     # is applied with both members, as given
     assert stack["fitted_members"] == ["lexical", "llm"] and stack["members"] == ["lexical"]
-    assert stack["gate"]["members"] == ["llm"] and not stack["gate"]["kept"]
+    assert list(stack["gate"]) == ["llm"] and not stack["gate"]["llm"]["kept"]
     assert stack["member_detectors"] == {"lexical": "lexical", "llm": "llm"}
     # every val and test item went to the model once, through the run service's folders
     val_raw = (out / "members" / "llm" / "val" / "raw" / "it.raw.jsonl").read_text().splitlines()

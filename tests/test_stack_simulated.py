@@ -113,13 +113,14 @@ def test_gated_the_stack_keeps_a_strong_member_and_leaves_a_random_one_out(lexic
     _, base_fit = fit()
     base = _oof_iou(base_fit, data)
     members, strong_fit = fit("strong-g")
-    assert strong_fit.model.gate["kept"] and strong_fit.model.gate["folds_kept"] == 5, strong_fit.model.gate
+    decision = strong_fit.model.gate["strong-g"]
+    assert decision["kept"] and decision["folds_kept"] == 5, decision
     gain = paired_test(_oof_iou(strong_fit, data), base)
     assert gain.mean_diff > 0.1 and gain.ci_low > 0, f"a strong member must help: {gain}"
     members, noise_fit = fit("random-g")
     harm = paired_test(_oof_iou(noise_fit, data), base)
     assert harm.ci_high >= 0 and abs(harm.mean_diff) < 0.02, f"a random member must not hurt: {harm}"
-    assert not noise_fit.model.gate["kept"], noise_fit.model.gate  # worse out of fold: left out
+    assert not noise_fit.model.gate["random-g"]["kept"], noise_fit.model.gate  # worse out of fold: left out
     # left out, the stack is still applied with every member it was given, as the stack without it
     from mushroom.combine.stack import apply_stack
 
@@ -134,3 +135,19 @@ def test_gated_the_stack_keeps_a_strong_member_and_leaves_a_random_one_out(lexic
     for chunk in iter_apply_stack(noise_fit.model, members, "val", data, chunk_items=7):
         streamed.setdefault(chunk.lang, []).extend(chunk.predictions)
     assert streamed == apply_stack(base_fit.model, members[:1], "val", data)
+
+
+def test_two_gated_members_are_judged_each_on_its_own(lexical_run):
+    """A good model-backed member is not dropped along with a bad one (llm and pyes together)."""
+    data = load_split("val", LANGS)
+    root = lexical_run.parent
+    rng = np.random.default_rng(13)
+    _write_member(root / "strong-2", data, lambda it: _strong(it, rng, flip=0.1))
+    _write_member(root / "random-2", data, lambda it: rng.uniform(0, 1, len(it.model_output_text)))
+    names = ["lexical", "random-2", "strong-2"]
+    members = parse_members([f"lexical={lexical_run}", *(f"{n}={root / n}" for n in names[1:])])
+    fit = fit_stack(members, data, folds=5, gate=names[1:])
+    assert not fit.model.gate["random-2"]["kept"] and fit.model.gate["strong-2"]["kept"], fit.model.gate
+    assert fit.model.members == ["lexical", "strong-2"] and fit.model.fitted_members == names
+    assert _oof_iou(fit, data).mean() > 0.8  # the strong member's gain is kept
+    assert "left random-2 out" in fit.model.gate_summary() and "kept strong-2" in fit.model.gate_summary()

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -223,18 +224,29 @@ def fit_stack(
         return fit
 
     fit = fit_on(members)
-    if gated and len(gated) < len(members):
-        base = fit_on([m for m in members if m.name not in gated])
-        fit = gate_members(fit, base, gated, [it for lang in languages for it in data[lang]], folds)
+    items = [it for lang in languages for it in data[lang]]
+    kept, decisions = list(members), {}
+    for name in gated:  # each on its own, in the order given: a good llm is not dropped with a weak pyes
+        rest = [m for m in kept if m.name != name]
+        if not rest:
+            break
+        fit, decisions[name] = gate_members(fit, fit_on(rest), name, items, folds)
+        if not decisions[name]["kept"]:
+            kept = rest
+    if decisions:
+        fit.model.gate = decisions
+    if len(kept) < len(members):
+        fit.model.fitted_members = [m.name for m in members]
+        fit.model.member_detectors = {m.name: d for m in members if (d := m.detector()) is not None}
     fit.model.fitted_on = f"{split}: " + ", ".join(f"{lang} ({len(v)})" for lang, v in data.items())
     fit.model.fingerprint = stack_fingerprint(members, data, split, folds, l2, config, model)
     return fit
 
 
 def gate_members(
-    with_: StackFit, without: StackFit, gated: list[str], items: list[Item], folds: int
-) -> StackFit:
-    """The stack with or without the `gated` members: whichever has the better out-of-fold IoU.
+    with_: StackFit, without: StackFit, name: str, items: list[Item], folds: int
+) -> tuple[StackFit, dict[str, Any]]:
+    """The stack with or without member `name`: whichever has the better out-of-fold IoU.
 
     Nested as the stack's cut-offs are: each fold's items get the predictions of the fit that
     scored better on the other folds' items, so no item's own IoU takes part in the choice
@@ -243,12 +255,13 @@ def gate_members(
     stack without them (fewer model calls to depend on). The score is the task's: IoU
     averaged per language, then over languages. IoU decides, not Cor: the leaderboard ranks
     by IoU, and a weak member's harm shows in the hard labels (its probabilities can still
-    sharpen the ranking). The model-backed members are kept or left out together.
+    sharpen the ranking). `with_` may itself be the outcome of an earlier member's choice.
 
     Returns:
-        One StackFit: the chosen model (the one without the members remembers every member
-        it was given, so it is applied with the same list), the gated out-of-fold
-        predictions and per-fold reports, and both fits' CV rows in the comparison.
+        One StackFit (the chosen model, the gated out-of-fold predictions and per-fold
+        reports, both fits' CV rows in the comparison) and the decision: kept, the two
+        out-of-fold IoUs, in how many folds it was kept. The caller records the members
+        given, so a stack that left some out is applied with the same list.
     """
     fold_of = item_folds(items, folds, 0)  # the folds both fits used (prepare's draw)
 
@@ -281,36 +294,33 @@ def gate_members(
         oof.setdefault(it.lang, []).append(preds_with[k] if kept else preds_without[k])
     chosen = with_ if keep else without
     model = chosen.model.model_copy(deep=True)
-    names = ", ".join(gated)
-    model.gate = {
-        "members": gated,
+    decision = {
         "kept": keep,
         "iou_with": round(mean_with, 4),
         "iou_without": round(mean_without, 4),
         "folds_kept": sum(keep_in_fold.values()),
         "folds": len(keep_in_fold),
     }
-    if not keep:
-        model.fitted_members = list(with_.model.members)
-        model.member_detectors = dict(with_.model.member_detectors)  # checked for every member given
     flat = [pred for lang in oof for pred in oof[lang]]
     scored = [it for lang in oof for it in items if it.lang == lang]
     cv = by_lang_scores(scored, flat)
     model.cv = cv
+    earlier = {k: v for k, v in with_.comparison.items() if k.startswith(("stack with ", "stack without "))}
     comparison = {
         "stack (CV)": cv,
-        f"stack with {names} (CV)": with_.comparison["stack (CV)"],
-        f"stack without {names} (CV)": without.comparison["stack (CV)"],
+        **earlier,  # an earlier member's decision
+        f"stack with {name} (CV)": with_.comparison["stack (CV)"],
+        f"stack without {name} (CV)": without.comparison["stack (CV)"],
         # the other rows (own hard labels, the vote) are the chosen stack's; each member's own
-        # row comes from the fit that has every member
-        **{k: v for k, v in chosen.comparison.items() if k != "stack (CV)"},
-        **{k: v for k, v in with_.comparison.items() if k in gated},
+        # row comes from the fit that had it
+        **{k: v for k, v in chosen.comparison.items() if k != "stack (CV)" and k not in earlier},
+        **{k: v for k, v in with_.comparison.items() if k == name},
     }
     reports = []
     for f, (a, b) in enumerate(zip(with_.folds, without.folds)):
         kept = keep_in_fold.get(f, keep)
-        reports.append({**(a if kept else b), "members": "with" if kept else "without"})
-    return StackFit(model, comparison, oof, reports)
+        reports.append({**(a if kept else b), name: "kept" if kept else "left out"})
+    return StackFit(model, comparison, oof, reports), decision
 
 
 @dataclass

@@ -117,10 +117,10 @@ class StackModel(BaseModel):
         description="every member given when it was fitted, in order, where some are left out "
         "(empty: the same as `members`); the stack is applied with all of them",
     )
-    gate: dict[str, Any] = Field(
+    gate: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
-        description="the model-backed members it could leave out, and the out-of-fold IoU with "
-        "and without them that decided (stack.fit.gate_members)",
+        description="each model-backed member it could leave out -> whether it was kept, and the "
+        "out-of-fold IoU with and without it that decided (stack.fit.gate_members)",
     )
 
     @model_validator(mode="before")
@@ -134,16 +134,18 @@ class StackModel(BaseModel):
         return data
 
     def gate_summary(self) -> str:
-        """One line saying whether the stack kept its model-backed members, and on what numbers."""
-        if not self.gate:
+        """One line saying which model-backed members the stack kept, and on what numbers."""
+        parts = []
+        for name, g in self.gate.items():
+            verdict = f"kept {name}" if g["kept"] else f"left {name} out"
+            parts.append(
+                f"{verdict} (out-of-fold IoU {g['iou_with']:.4f} with it, {g['iou_without']:.4f} without; "
+                f"kept in {g['folds_kept']} of {g['folds']} folds)"
+            )
+        if not parts:
             return ""
-        g = self.gate
-        names = ", ".join(g["members"])
-        verdict = f"kept {names}" if g["kept"] else f"left {names} out (still given when it is applied)"
-        return (
-            f"the stack {verdict}: out-of-fold IoU {g['iou_with']:.4f} with, {g['iou_without']:.4f} "
-            f"without; kept in {g['folds_kept']} of {g['folds']} folds"
-        )
+        tail = "; a member left out is still given when the stack is applied" if self.fitted_members else ""
+        return "the stack " + "; ".join(parts) + tail
 
     def hard_label_summary(self) -> str:
         """One line saying where each language's hard labels come from (for logs and tables)."""
