@@ -27,15 +27,12 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from feature_ablation import item_scores
-from rich.console import Console
-from rich.table import Table
+from feature_ablation import item_scores, print_paired
 from stack_val import run_member
 
 from mushroom.combine.stack import Member
 from mushroom.combine.stack.features import load_stack_data
 from mushroom.data.splits import load_split
-from mushroom.evaluation.stats import paired_test
 from mushroom.util.options import nest_options, parse_options
 
 
@@ -69,23 +66,9 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     with_runs = [item_scores(full, channels, names, s) for s in seeds]
     without_runs = [item_scores(without_data, reduced, names, s) for s in seeds]
-    langs = np.array([it.lang for it in full.items])
-    table = Table(title=f"stack with minus without {args.channel}: per item, mean of {len(seeds)} fold draws")
-    for col in ("lang", "n", "IoU diff [95% CI]", "p", "Cor diff [95% CI]", "p"):
-        table.add_column(col, justify="right")
-    for lang in [*sorted(set(langs)), "all"]:
-        sel = np.ones(len(langs), bool) if lang == "all" else langs == lang
-        cells = [lang, str(int(sel.sum()))]
-        for metric in (0, 1):
-            a = np.mean([run[metric] for run in with_runs], axis=0)[sel]
-            b = np.mean([run[metric] for run in without_runs], axis=0)[sel]
-            test = paired_test(a, b)
-            cells += [
-                f"{test.mean_diff:+.4f} [{test.ci_low:+.4f}, {test.ci_high:+.4f}]",
-                f"{test.p_value:.3f}",
-            ]
-        table.add_row(*cells)
-    Console(width=160).print(table)
+    langs = print_paired(
+        f"stack with minus without {args.channel}", with_runs, without_runs, [it.lang for it in full.items]
+    )
 
     def task_mean(runs: list, metric: int) -> float:
         per_item = np.mean([run[metric] for run in runs], axis=0)

@@ -37,6 +37,32 @@ def item_scores(data: StackData, channels, members: list[str], seed: int) -> tup
     return result.iou[rows], result.cor[rows]
 
 
+def print_paired(title: str, with_runs: list, without_runs: list, item_langs: list[str]) -> np.ndarray:
+    """The paired table (with minus without, IoU and Cor, per language and all) of per-item runs.
+
+    Each run is (IoU per item, Cor per item) of one fold draw; items are averaged over draws,
+    then compared pairwise. Returns the items' languages as an array, for further summaries.
+    """
+    langs = np.array(item_langs)
+    table = Table(title=f"{title}: difference per item, mean of {len(with_runs)} fold draws")
+    for col in ("lang", "n", "IoU diff [95% CI]", "p", "Cor diff [95% CI]", "p"):
+        table.add_column(col, justify="right")
+    for lang in [*sorted(set(langs)), "all"]:
+        sel = np.ones(len(langs), bool) if lang == "all" else langs == lang
+        cells = [lang, str(int(sel.sum()))]
+        for metric in (0, 1):
+            a = np.mean([run[metric] for run in with_runs], axis=0)[sel]
+            b = np.mean([run[metric] for run in without_runs], axis=0)[sel]
+            test = paired_test(a, b)
+            cells += [
+                f"{test.mean_diff:+.4f} [{test.ci_low:+.4f}, {test.ci_high:+.4f}]",
+                f"{test.p_value:.3f}",
+            ]
+        table.add_row(*cells)
+    Console(width=160).print(table)
+    return langs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--drop", required=True, help="feature columns to drop, e.g. is_negation")
@@ -65,25 +91,7 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     with_col = [item_scores(full, channels, names, s) for s in seeds]
     without = [item_scores(dropped, channels, names, s) for s in seeds]
-    langs = np.array([it.lang for it in full.items])
-    table = Table(
-        title=f"stack with minus without {args.drop}: difference per item, mean of {len(seeds)} fold draws"
-    )
-    for col in ("lang", "n", "IoU diff [95% CI]", "p", "Cor diff [95% CI]", "p"):
-        table.add_column(col, justify="right")
-    for lang in [*sorted(set(langs)), "all"]:
-        sel = np.ones(len(langs), bool) if lang == "all" else langs == lang
-        cells = [lang, str(int(sel.sum()))]
-        for metric in (0, 1):
-            a = np.mean([run[metric] for run in with_col], axis=0)[sel]
-            b = np.mean([run[metric] for run in without], axis=0)[sel]
-            test = paired_test(a, b)
-            cells += [
-                f"{test.mean_diff:+.4f} [{test.ci_low:+.4f}, {test.ci_high:+.4f}]",
-                f"{test.p_value:.3f}",
-            ]
-        table.add_row(*cells)
-    Console(width=160).print(table)
+    print_paired(f"stack with minus without {args.drop}", with_col, without, [it.lang for it in full.items])
 
 
 if __name__ == "__main__":
