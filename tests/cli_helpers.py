@@ -54,5 +54,12 @@ def llm_args(backend: list, out, limit: int = 3, lang: str = "en", temperature: 
     ]  # fmt: skip
 
 
+def llm_member_options(url: str | None = None) -> list[str]:
+    """main-job's `-o` flags for an llm member on a (fake) OpenAI-compatible server, one temperature."""
+    flags = ["llm.temperatures=[0.1]", "llm.backend.kind=openai", "llm.backend.model=m"]
+    flags += [f"llm.backend.base_url={url}"] if url is not None else []
+    return [arg for flag in flags for arg in ("-o", flag)]
+
+
 def openai_backend(url: str, model: str = "m") -> list:
     return ["--backend", "openai", "--base-url", url, "--model", model]

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from cli_helpers import cli
+from cli_helpers import cli, llm_member_options
 from fake_openai_server import FakeServer
 
 from mushroom.combine.cascade import (
@@ -112,12 +112,7 @@ def _job(out, budget):
         "it",
         "--llm-budget",
         budget,
-        "-o",
-        "llm.temperatures=[0.1]",
-        "-o",
-        "llm.backend.kind=openai",
-        "-o",
-        "llm.backend.model=m",
+        *llm_member_options(),
         "--out",
         out,
         "--quiet",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from cli_helpers import cli
+from cli_helpers import cli, llm_member_options
 from fake_openai_server import FakeServer
 
 # a model that finds nothing wrong: the plumbing, not the method, is what is checked here
@@ -19,12 +19,7 @@ def test_the_main_job_takes_an_llm_member_with_its_backend_and_reuses_it(tmp_pat
         "lexical,llm",
         "--lang",
         "it",
-        "-o",
-        "llm.temperatures=[0.1]",
-        "-o",
-        "llm.backend.kind=openai",
-        "-o",
-        "llm.backend.model=m",
+        *llm_member_options(),
         "--out",
         out,
         "--quiet",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import cli
+from cli_helpers import cli, llm_member_options
 from fake_openai_server import FakeServer
 
 from mushroom.data.contexts import DEFAULT_SOURCES, load_contexts
@@ -19,6 +19,17 @@ LANGS = ["en", "de", "it", "sv", "fi", "es"]  # 299 val items
 MEMBERS = {"lo": "threshold=0.2", "hi": "threshold=0.4"}
 
 
+def _rows(split: str, langs: list[str]) -> list[dict]:
+    """The split's items of these languages as Ray rows, each with its contexts (read once per language)."""
+    from mushroom.runs.ray_data import item_row
+
+    rows = []
+    for lang, items in load_split(split, langs).items():
+        contexts = load_contexts(split, lang, DEFAULT_SOURCES).by_id
+        rows += [item_row(item, contexts.get(item.id, [])) for item in items]
+    return rows
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
@@ -30,7 +41,6 @@ def test_the_stack_on_ray_data_equals_the_single_process_run(tmp_path, capsys, l
     from mushroom.runs.ray_data import (
         MemberSpec,
         RayStack,
-        item_row,
         items_dataset,
         prediction_rows,
         stack_on_ray,
@@ -64,12 +74,7 @@ def test_the_stack_on_ray_data_equals_the_single_process_run(tmp_path, capsys, l
     expected = {lang: load_predictions(tmp_path / "one" / submission_name(lang, "val")) for lang in LANGS}
     # the same stack on Ray Data: members built from their runs' configs, two actors
     spec = RayStack.load(tmp_path / "stack.json", [MemberSpec.from_run(n, tmp_path / n) for n in MEMBERS])
-    data = load_split("val", LANGS)
-    rows = [
-        item_row(item, load_contexts("val", lang, DEFAULT_SOURCES).by_id.get(item.id, []))
-        for lang, items in data.items()
-        for item in items
-    ]
+    rows = _rows("val", LANGS)
     assert len(rows) == 299
     got = prediction_rows(stack_on_ray(items_dataset(rows), spec, batch_size=32, concurrency=2).take_all())
     assert sorted(got) == sorted(LANGS)
@@ -130,7 +135,7 @@ CASCADE_LANGS = ["it", "es"]  # 302 test items, 100 val
 def test_the_cascade_on_ray_data_sends_the_items_and_makes_the_predictions_of_the_main_job(
     tmp_path, capsys, local_ray
 ):
-    from mushroom.runs.ray_data import RayCascade, cascade_on_ray, item_row, items_dataset, prediction_rows
+    from mushroom.runs.ray_data import RayCascade, cascade_on_ray, items_dataset, prediction_rows
 
     out = tmp_path / "job"
     lang_args = [arg for lang in CASCADE_LANGS for arg in ("--lang", lang)]
@@ -144,14 +149,7 @@ def test_the_cascade_on_ray_data_sends_the_items_and_makes_the_predictions_of_th
             *lang_args,
             "--llm-budget",
             "0.3",
-            "-o",
-            "llm.temperatures=[0.1]",
-            "-o",
-            "llm.backend.kind=openai",
-            "-o",
-            "llm.backend.model=m",
-            "-o",
-            f"llm.backend.base_url={server.url}",
+            *llm_member_options(server.url),
             "--out",
             out,
             "--quiet",
@@ -161,12 +159,7 @@ def test_the_cascade_on_ray_data_sends_the_items_and_makes_the_predictions_of_th
         # the same cascade on Ray Data, over the job's test items: stacks and members from its folder
         cascade = RayCascade.from_run(out)
         assert cascade.model_backed() == ["llm"] and cascade.budget == 0.3
-        data = load_split("test", CASCADE_LANGS)
-        rows = [
-            item_row(item, load_contexts("test", lang, DEFAULT_SOURCES).by_id.get(item.id, []))
-            for lang, items in data.items()
-            for item in items
-        ]
+        rows = _rows("test", CASCADE_LANGS)
         assert len(rows) == 302
         run = cascade_on_ray(items_dataset(rows), cascade, batch_size=32, concurrency=2)
         got = run.predictions.take_all()

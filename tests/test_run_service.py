@@ -312,16 +312,11 @@ def test_a_changed_member_setting_is_named_inside_the_members_list():
     ]
 
 
-def test_work_between_items_shows_under_the_stage_bar_until_it_is_done(tmp_path):
-    """A detector's work before any item is finished (encoding a chunk) moves a row of its own."""
+def _kept_bars(bars: list):
+    """A rich reporter whose progress bars (drawn nowhere) are appended to `bars`, to be read after."""
     from contextlib import contextmanager
 
-    import mushroom.runs.service as service
     from mushroom.cli.tables import RichReporter, progress_bar
-    from mushroom.data.records import Prediction
-    from mushroom.detectors.base import Detector, DetectorOptions, ItemResult
-
-    bars = []
 
     class KeptBars(RichReporter):
         @contextmanager
@@ -329,6 +324,18 @@ def test_work_between_items_shows_under_the_stage_bar_until_it_is_done(tmp_path)
             bars.append(progress_bar(True, self.console))
             with bars[-1] as bar:
                 yield bar
+
+    return KeptBars
+
+
+def test_work_between_items_shows_under_the_stage_bar_until_it_is_done(tmp_path):
+    """A detector's work before any item is finished (encoding a chunk) moves a row of its own."""
+    import mushroom.runs.service as service
+    from mushroom.data.records import Prediction
+    from mushroom.detectors.base import Detector, DetectorOptions, ItemResult
+
+    bars = []
+    KeptBars = _kept_bars(bars)
 
     rows = []
 
@@ -566,20 +573,11 @@ def test_the_progress_bar_rate_and_time_left_are_the_stage_average_not_the_last_
 
 def test_a_resumed_run_counts_on_its_bar_only_the_items_it_computes(tmp_path):
     """Items an earlier run finished once filled the bar in a burst: rate and time left read wrong."""
-    from contextlib import contextmanager
-
     import mushroom.runs.service as service
-    from mushroom.cli.tables import RichReporter, progress_bar
     from mushroom.detectors import build
 
     bars = []
-
-    class KeptBars(RichReporter):
-        @contextmanager
-        def progress(self, disable=False):
-            bars.append(progress_bar(True, self.console))
-            with bars[-1] as bar:
-                yield bar
+    KeptBars = _kept_bars(bars)
 
     folder = tmp_path / "run"
     for limit in (3, 5):  # the second run resumes: 3 items done, 2 to compute
