@@ -243,6 +243,7 @@ def main_job(
     # `backend.kind=openai`, `semantic.max_length=64`: nested the way `detect` nests them
     options = parse_options(option or [])
     file_options: dict[str, dict[str, Any]] = {}
+    budget_from = None  # the config file, when it set the budget
     if config is not None:
         if detector != "stack":
             raise MushroomError(
@@ -255,23 +256,13 @@ def main_job(
         members = members if members is not None else ",".join(cfg.members)
         lang = lang if lang is not None else cfg.langs
         contexts = contexts if _given(ctx, "contexts") else ",".join(cfg.contexts)
-        llm_budget = llm_budget if llm_budget is not None else cfg.llm_budget
+        if llm_budget is None and cfg.llm_budget is not None:
+            llm_budget, budget_from = cfg.llm_budget, str(config)
         allow_failures = allow_failures or cfg.allow_failures
         skip_unavailable = skip_unavailable or cfg.skip_unavailable
         chosen = split_names(members)
         # options of members that --members leaves out have nothing to set
         file_options = {name: opts for name, opts in cfg.options.items() if name in chosen}
-        from mushroom.combine.stack.fit import MODEL_BACKED_DETECTORS as model_backed_names
-
-        if (
-            cfg.llm_budget not in (None, 1.0)
-            and llm_budget == cfg.llm_budget
-            and not (model_backed_names & set(chosen))
-        ):
-            raise MushroomError(
-                f"{config}: llm_budget = {cfg.llm_budget:g} limits the model-backed members (llm, chain, "
-                f"pyes); --members {members} has none: add one, or give --llm-budget 1 to send every item"
-            )
     sources = tuple(split_names(contexts))
     if detector == "stack" and no_val:
         raise MushroomError(
@@ -317,6 +308,7 @@ def main_job(
             allow_failures=allow_failures,
             skip_unavailable=skip_unavailable,
             llm_budget=1.0 if llm_budget is None else llm_budget,
+            budget_from=budget_from,
         )
         return
     run_main(

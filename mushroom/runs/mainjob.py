@@ -87,6 +87,7 @@ def run_main_stack(
     allow_failures: bool = False,
     skip_unavailable: bool = False,
     llm_budget: float = 1.0,
+    budget_from: str | None = None,
 ) -> Path:
     """Runs each member detector on test and val, fits the stack on val, applies it to test.
 
@@ -128,8 +129,12 @@ def run_main_stack(
     members = tuple(dets)
     costly = [name for name, det in dets.items() if model_backed(det)] if cascade else []
     if cascade and not costly:
+        # `budget_from`: the config file that set it, so the message does not name a flag not given
         raise MushroomError(
-            f"--llm-budget {llm_budget:g} limits the model-backed members (llm, chain, pyes); "
+            f"{budget_from}: llm_budget = {llm_budget:g} limits the model-backed members (llm, chain, "
+            f"pyes); none is among {', '.join(members)}: add one, or give --llm-budget 1 to send every item"
+            if budget_from
+            else f"--llm-budget {llm_budget:g} limits the model-backed members (llm, chain, pyes); "
             f"none is among {', '.join(members)}: add one with --members, or leave --llm-budget out"
         )
     # the languages are checked (and the items read) before the run folder is made

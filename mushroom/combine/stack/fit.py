@@ -30,7 +30,7 @@ from mushroom.data.predictions import prediction_from_vectors
 from mushroom.data.records import Item, Prediction
 from mushroom.data.spans import hard_to_mask, soft_to_vector
 from mushroom.errors import MushroomError
-from mushroom.evaluation.metrics import mask_iou
+from mushroom.evaluation.metrics import item_iou, mask_iou
 from mushroom.evaluation.score import score_predictions
 
 # Detectors that call a model through a backend. A stack may leave such a member out (nested
@@ -266,13 +266,14 @@ def gate_members(
     fold_of = item_folds(items, folds, 0)  # the folds both fits used (prepare's draw)
 
     def per_item(fit: StackFit) -> tuple[list[Prediction], np.ndarray]:
-        preds, ious, taken = [], [], {lang: iter(v) for lang, v in fit.oof.items()}
-        for it in items:
-            pred = next(taken[it.lang])
-            gold = hard_to_mask(it.hard_labels or [], len(it.model_output_text))
-            preds.append(pred)
-            ious.append(mask_iou(gold, hard_to_mask(pred.hard_labels, len(it.model_output_text))))
-        return preds, np.asarray(ious)
+        taken = {lang: iter(v) for lang, v in fit.oof.items()}
+        preds = [next(taken[it.lang]) for it in items]
+        return preds, np.array(
+            [
+                item_iou(it.hard_labels or [], p.hard_labels, len(it.model_output_text))
+                for it, p in zip(items, preds)
+            ]
+        )
 
     (preds_with, iou_with), (preds_without, iou_without) = per_item(with_), per_item(without)
     langs = np.array([it.lang for it in items])
@@ -288,10 +289,10 @@ def gate_members(
     everything = np.ones(len(items), dtype=bool)
     mean_with, mean_without = task_mean(iou_with, everything), task_mean(iou_without, everything)
     keep = mean_with > mean_without
+    gated = [preds_with[k] if keep_in_fold[int(fold_of[k])] else preds_without[k] for k in range(len(items))]
     oof: dict[str, list[Prediction]] = {}
-    for k, it in enumerate(items):
-        kept = keep_in_fold[int(fold_of[k])]
-        oof.setdefault(it.lang, []).append(preds_with[k] if kept else preds_without[k])
+    for it, pred in zip(items, gated):
+        oof.setdefault(it.lang, []).append(pred)
     chosen = with_ if keep else without
     model = chosen.model.model_copy(deep=True)
     decision = {
@@ -301,9 +302,7 @@ def gate_members(
         "folds_kept": sum(keep_in_fold.values()),
         "folds": len(keep_in_fold),
     }
-    flat = [pred for lang in oof for pred in oof[lang]]
-    scored = [it for lang in oof for it in items if it.lang == lang]
-    cv = by_lang_scores(scored, flat)
+    cv = by_lang_scores(items, gated)
     model.cv = cv
     earlier = {k: v for k, v in with_.comparison.items() if k.startswith(("stack with ", "stack without "))}
     comparison = {
@@ -505,8 +504,7 @@ def apply_stack(
     evidence channels. For a corpus too large to hold, `mushroom.combine.stack.stream`
     applies the same model a chunk at a time.
     """
-    members = used_members(model, members)
-    channels = applicable_channels(model, members)
+    members, channels = applicable_channels(model, members)
     stack_data, _, _ = load_stack_data(
         members, split, data, channels, model.languages, model.channels_by_lang, warn
     )
@@ -516,60 +514,41 @@ def apply_stack(
     return out
 
 
-def used_members(model: StackModel, members: list[Member]) -> list[Member]:
-    """The members the model reads: all of them, or those left once a gated member was left out.
-
-    A stack that left a member out (`gate_members`) is still applied with every member it was
-    fitted with, so a main job or a script need not know what the fit chose.
-    """
-    names = [m.name for m in members]
-    if model.fitted_members and names == model.fitted_members:
-        for m in members:
-            if m.name in model.members:
-                continue
-            # not read, but a wrong path or another detector's run is a mistake worth saying
-            if not m.path.exists():
-                raise MushroomError(f"member {m.name!r}: {m.path} does not exist")
-            fitted, given = model.member_detectors.get(m.name), m.detector()
-            if fitted is not None and given is not None and fitted != given:
-                raise MushroomError(
-                    f"member {m.name!r} was fitted on a run of the {fitted!r} detector; {m.path} is a run "
-                    f"of {given!r}"
-                )
-        return [m for m in members if m.name in model.members]
-    return members
-
-
-def applicable_channels(model: StackModel, members: list[Member]) -> list[list[str]]:
-    """Each member's channels in the model's features, once the members are checked to fit it.
+def applicable_channels(model: StackModel, members: list[Member]) -> tuple[list[Member], list[list[str]]]:
+    """The members the model reads and their channels, once the members given are checked to fit it.
 
     The same members (names, order, detectors) and the same feature columns as when it was
-    fitted, or a MushroomError that says what differs.
+    fitted, or a MushroomError that says what differs. A stack that left a member out
+    (`gate_members`) is applied with every member it was fitted with, or with the kept ones
+    alone; a member left out is not read, but a wrong path or another detector's run given
+    for it is a mistake worth saying.
     """
-    members = used_members(model, members)
-    if [m.name for m in members] != model.members:
-        fitted = model.fitted_members or model.members
+    names = [m.name for m in members]
+    fitted = model.fitted_members or model.members
+    if names not in (fitted, model.members):
         raise MushroomError(
-            f"the stack was fitted on members {fitted}; got {[m.name for m in members]} "
-            "(same names and order, as NAME=PATH)"
+            f"the stack was fitted on members {fitted}; got {names} (same names and order, as NAME=PATH)"
         )
     for member in members:
-        fitted, given = model.member_detectors.get(member.name), member.detector()
-        if fitted is not None and given is not None and fitted != given:
+        if member.name not in model.members and not member.path.exists():
+            raise MushroomError(f"member {member.name!r}: {member.path} does not exist")
+        detector, given = model.member_detectors.get(member.name), member.detector()
+        if detector is not None and given is not None and detector != given:
             raise MushroomError(
-                f"member {member.name!r} was fitted on a run of the {fitted!r} detector; {member.path} is "
+                f"member {member.name!r} was fitted on a run of the {detector!r} detector; {member.path} is "
                 f"a run of {given!r}"
             )
+    members = [m for m in members if m.name in model.members]
     channels = [model.channels[m.name] for m in members]
-    names = feature_names(model.members, channels, model.languages)
-    if names != model.features:
+    columns = feature_names(model.members, channels, model.languages)
+    if columns != model.features:
         raise MushroomError(
             f"the stack was fitted with other features ({len(model.features)} columns, this version "
-            f"makes {len(names)}); fit it again with `mushroom stack fit`"
+            f"makes {len(columns)}); fit it again with `mushroom stack fit`"
         )
     if model.scorer is None:
         raise MushroomError("the stack was saved by an older version; fit it again with `mushroom stack fit`")
-    return channels
+    return members, channels
 
 
 def stack_predictions(model: StackModel, stack_data: StackData) -> list[Prediction]:

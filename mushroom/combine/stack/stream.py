@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from mushroom.combine.stack.features import StackData, check_channels, item_features
-from mushroom.combine.stack.fit import applicable_channels, stack_predictions, used_members
+from mushroom.combine.stack.fit import applicable_channels, stack_predictions
 from mushroom.combine.stack.members import Member, MemberEvidence
 from mushroom.combine.stack.model import StackModel
 from mushroom.data.channels import iter_channel_records
@@ -173,8 +173,7 @@ def iter_apply_stack(
         Each chunk's items and predictions, language by language, in the items' order.
     """
     size = chunk_items or CHUNK_ITEMS
-    members = used_members(model, members)
-    channels = applicable_channels(model, members)
+    members, channels = applicable_channels(model, members)
     streams = {lang: [_MemberStream(m, split, lang) for m in members] for lang in data}
     found = [{lang: sorted(streams[lang][k].channels.names) for lang in data} for k in range(len(members))]
     check_channels(members, split, channels, found, model.channels_by_lang, warn)
