@@ -105,6 +105,7 @@ def run_system(name: str, options: dict[str, Any] | None, data: dict, work: Path
         "by_lang": {k: dict(v) for k, v in out.stats.items()},
         "files": out.files,
         "timing": timings.get(name),
+        "first_error": out.failures[0].error if out.failures else None,
     }
 
 
@@ -346,6 +347,13 @@ def main() -> None:
     if getattr(args, "mismatch", False):
         print("error: the replayed counters differ from the recorded run's (see above)", file=sys.stderr)
         sys.exit(1)
+    if getattr(args, "failed", ""):
+        print(
+            f"error: items failed ({args.failed}). Their predictions are empty, so the scores above are "
+            "not the model's. Fix the cause and run the same command again: it retries only the failed items.",
+            file=sys.stderr,
+        )
+        sys.exit(1)
 
 
 def run() -> argparse.Namespace:
@@ -574,6 +582,13 @@ def run() -> argparse.Namespace:
             f"{off:.2f} s/item defeated ({off / on:.2f}x)"
         )
 
+    # Failed items are left empty and scored as such: the numbers above would look like a
+    # result. They are shown, then the script says so and exits non-zero.
+    args.failed = "; ".join(
+        f"{name}: {n}, the first with: {results[name]['first_error']}"
+        for name in systems
+        if (n := results[name]["stats"].get("items.failed", 0))
+    )
     if args.replay:
         same = all(results[n]["by_lang"] == manifest["systems"][n].get("counters") for n in systems)
         print(f"replayed counters equal the live run's: {'yes' if same else 'NO'}")
@@ -617,8 +632,11 @@ def run() -> argparse.Namespace:
         manifest.update({"langs": langs, "limit": limit, "langs_spec": spec, "max_tokens": max_tokens})
         for key, value in (("model", models[systems[0]]), ("where", wheres[systems[0]])):
             manifest.setdefault(key, value)  # a record of pyes alone names its model too
-        record(work, args.record, manifest)
-        print(f"\nrecorded the raw records and manifest in {args.record}")
+        if args.failed:  # a record whose items failed would replay as empty predictions
+            print("\nnot recorded: items failed")
+        else:
+            record(work, args.record, manifest)
+            print(f"\nrecorded the raw records and manifest in {args.record}")
     print()
     line = [f"llm IoU {mean('llm', 0):.4f} Cor {mean('llm', 1):.4f}"] if "llm" in scores else []
     line.append(f"stack IoU {mean('stack', 0):.4f} Cor {mean('stack', 1):.4f}")
