@@ -208,13 +208,28 @@ def test_the_budget_needs_a_model_backed_member_and_a_share_above_0(tmp_path, ca
     assert not any((tmp_path / name).exists() for name in "abc")
 
 
-def test_the_model_backed_members_are_those_with_backend_settings():
-    from mushroom.detectors import build
+def test_the_model_backed_detectors_are_those_with_backend_settings():
+    """`calls_model` is declared per class; it must agree with what the options hold."""
+    import typing
+
+    from mushroom.backends.config import BackendSettings
+    from mushroom.detectors import DETECTORS, build, calls_model, detector_class
     from mushroom.runs.cascade import model_backed
+
+    def holds_backend(annotation) -> bool:
+        if annotation is BackendSettings:
+            return True
+        return any(holds_backend(arg) for arg in typing.get_args(annotation))
+
+    declared = {}
+    for name in DETECTORS.builtins:
+        fields = detector_class(name).Options.model_fields.values()
+        assert calls_model(name) == any(holds_backend(f.annotation) for f in fields), name
+        declared[name] = calls_model(name)
+    assert {name for name, costly in declared.items() if costly} == {"llm", "chain", "pyes"}
+    assert not calls_model(None) and not calls_model("no-such-detector")
 
     backend = {"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:1/v1"}
     assert not model_backed(build("lexical"))
     assert model_backed(build("llm", {"backend": backend}))
-    assert model_backed(build("chain", {"backend": backend}))
-    # pyes holds a list of backends, one per model
-    assert model_backed(build("pyes", {"models": [backend]}))
+    assert model_backed(build("pyes", {"models": [backend]}))  # a list of backends, one per model

@@ -29,6 +29,7 @@ __all__ = [
     "VectorDetector",
     "available",
     "build",
+    "calls_model",
     "detector_class",
     "register_detector",
 ]
@@ -85,6 +86,20 @@ def detector_class(name: str) -> type[Detector]:
             f"unknown detector {name!r}{did_you_mean(name, names)}; available: {', '.join(names)}"
         )
     return DETECTORS.load(name)
+
+
+def calls_model(name: str | None) -> bool:
+    """Whether the detector called `name` calls a model (`Detector.calls_model`).
+
+    False for None and for a name that cannot be loaded here (an unknown or uninstalled
+    detector of a member run made elsewhere): such a member is treated as the cheap kind.
+    """
+    if name is None:
+        return False
+    try:
+        return bool(detector_class(name).calls_model)
+    except MushroomError:
+        return False
 
 
 def check_installed(name: str, options: DetectorOptions) -> None:

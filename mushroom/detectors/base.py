@@ -117,6 +117,10 @@ class Detector(ABC):
     # Whether it checks answers against contexts, so that an item without any gets nothing
     # flagged (the library API warns then); llm judges from the model's own knowledge too.
     needs_contexts: ClassVar[bool] = False
+    # Whether it calls a model through a backend (llm, chain, pyes): the costly kind, which the
+    # cascade sends only the uncertain items and the stack may leave out when it does not help.
+    # A detector class says so here, so that a run folder's detector name is enough to know it.
+    calls_model: ClassVar[bool] = False
 
     def __init__(self, options: DetectorOptions):
         self.options = options

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mushroom.backends.config import BackendSettings
 from mushroom.combine.cascade import (
     MIN_VAL_SENT,
     CascadeRecord,
@@ -50,16 +49,8 @@ from mushroom.runs.service import RunService
 
 
 def model_backed(detector: Detector) -> bool:
-    """Whether a detector calls models through a backend (llm, chain, pyes): the costly kind.
-
-    Read off its options, as `detectors.check_installed` finds their backends: an option
-    holding backend settings, alone or in a list (pyes has one per model).
-    """
-    for value in detector.options.__dict__.values():
-        for setting in value if isinstance(value, list | tuple) else [value]:
-            if isinstance(setting, BackendSettings):
-                return True
-    return False
+    """Whether a detector calls models through a backend (llm, chain, pyes): the costly kind."""
+    return bool(detector.calls_model)
 
 
 @dataclass

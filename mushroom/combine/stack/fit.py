@@ -29,14 +29,10 @@ from mushroom.combine.stack.model import ModelKind, Scorer, StackModel, fit_item
 from mushroom.data.predictions import prediction_from_vectors
 from mushroom.data.records import Item, Prediction
 from mushroom.data.spans import hard_to_mask, soft_to_vector
+from mushroom.detectors import calls_model
 from mushroom.errors import MushroomError
 from mushroom.evaluation.metrics import item_iou, mask_iou
 from mushroom.evaluation.score import score_predictions
-
-# Detectors that call a model through a backend. A stack may leave such a member out (nested
-# in the folds, `gate_members`): on small hardware its model is usually weak, and 90 val items
-# of a 270M model's P(yes) cost a stack 0.07 IoU (benchmarks/llm_quality.py).
-MODEL_BACKED_DETECTORS = frozenset({"llm", "chain", "pyes"})
 
 
 class StackConfig(BaseModel):
@@ -213,7 +209,10 @@ def fit_stack(
         )
     languages = sorted(data)
     if gate is None:
-        gate = [m.name for m in members if m.detector() in MODEL_BACKED_DETECTORS]
+        # a member whose detector calls a model (Detector.calls_model) may be left out: on small
+        # hardware its model is usually weak, and 90 val items of a 270M model's P(yes) cost a
+        # stack 0.07 IoU (benchmarks/llm_quality.py)
+        gate = [m.name for m in members if calls_model(m.detector())]
     gated = [m.name for m in members if m.name in gate]
 
     def fit_on(chosen: list[Member]) -> StackFit:
