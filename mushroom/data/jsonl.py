@@ -243,6 +243,33 @@ def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any] | BaseModel]) ->
     return atomic_write_text(path, "".join(lines))
 
 
+class JsonlWriter:
+    """A JSONL file written a chunk of rows at a time, renamed into place when complete.
+
+    For outputs too large to hold: the rows go to a hidden `.NAME.part` beside the file, so
+    a reader never sees half a file and a killed writer leaves the old file (or none).
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = path.with_name(f".{path.name}.part")
+        self.handle: Any = self.tmp.open("w", encoding="utf-8")
+
+    def write(self, rows: Iterable[dict]) -> None:
+        for row in rows:
+            self.handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    def commit(self) -> None:
+        self.handle.close()
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        """Drops the temporary file of a write that did not end (a no-op after `commit`)."""
+        self.handle.close()
+        self.tmp.unlink(missing_ok=True)
+
+
 def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
     """Appends one row and flushes it to disk: used by stages that must resume after a kill."""
     path = Path(path)

@@ -44,7 +44,7 @@ from pydantic import ValidationError
 from mushroom.backends.base import warnings_to
 from mushroom.data.contexts import DEFAULT_SOURCES, ContextSet, load_contexts, support_contexts
 from mushroom.data.itemstream import ContextFiles
-from mushroom.data.jsonl import write_jsonl
+from mushroom.data.jsonl import JsonlWriter, write_jsonl
 from mushroom.data.predictions import mark_all, submission_name
 from mushroom.data.records import ChannelRecord, Item, Prediction
 from mushroom.data.runfolder import timestamp, versions, write_json
@@ -417,29 +417,6 @@ def _first(items: Iterable[Item], limit: int) -> Iterable[Item]:
     return itertools.islice(items, limit)
 
 
-class _LineWriter:
-    """A JSONL file written a row at a time into a temporary file, renamed into place at the end."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = path.with_name(f".{path.name}.part")
-        self.handle: Any = self.tmp.open("w", encoding="utf-8")
-
-    def write(self, rows: Iterable[dict]) -> None:
-        for row in rows:
-            self.handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-    def commit(self) -> None:
-        self.handle.close()
-        os.replace(self.tmp, self.path)
-
-    def discard(self) -> None:
-        """Drops the temporary file of a write that did not end (a no-op after `commit`)."""
-        self.handle.close()
-        self.tmp.unlink(missing_ok=True)
-
-
 def _contexts_of(contexts: ContextSet, ids: list[str]) -> ContextSet:
     """A language's contexts cut to some of its items, with what each source lacks among them."""
     by_id = {i: contexts.by_id[i] for i in ids if i in contexts.by_id}
@@ -727,7 +704,7 @@ class RunService:
                 seen = _ContextTally()
                 lang_contexts = None  # a split's contexts of this language, read once
                 baseline = (
-                    _LineWriter(baseline_dir / submission_name(lang, split))
+                    JsonlWriter(baseline_dir / submission_name(lang, split))
                     if baseline_dir is not None
                     else None
                 )
@@ -876,7 +853,7 @@ class RunService:
             path.unlink(missing_ok=True)  # never leave a complete-looking file from an older pass
             return
         # Written from the ledger as a stream, in the items' order; failed items (allowed) empty.
-        writer = _LineWriter(path)
+        writer = JsonlWriter(path)
         try:
             writer.write(
                 (

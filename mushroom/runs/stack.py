@@ -113,13 +113,13 @@ def write_stack_files(chunks: Iterable[StackChunk], out: Path, split: str) -> di
     Returns:
         The written file of each language.
     """
+    from mushroom.data.jsonl import JsonlWriter
     from mushroom.data.predictions import submission_name
     from mushroom.errors import DataError
     from mushroom.evaluation.check import check_rows
-    from mushroom.runs.service import _LineWriter
 
     files: dict[str, Path] = {}
-    writer: _LineWriter | None = None
+    writer: JsonlWriter | None = None
     lang = None
     try:
         for chunk in chunks:
@@ -128,7 +128,7 @@ def write_stack_files(chunks: Iterable[StackChunk], out: Path, split: str) -> di
                     writer.commit()
                     files[lang] = writer.path
                 lang = chunk.lang
-                writer = _LineWriter(out / submission_name(lang, split))
+                writer = JsonlWriter(out / submission_name(lang, split))
             rows = [p.submission_dict() for p in chunk.predictions]
             report = check_rows(enumerate(rows, start=1), chunk.items, str(writer.path), partial=True)
             if not report.ok:
