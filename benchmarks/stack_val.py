@@ -29,7 +29,7 @@ from mushroom.combine.stack.features import load_stack_data
 from mushroom.combine.stack.fit import StackFit, choose, prepare
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.splits import load_split
-from mushroom.detectors import build
+from mushroom.detectors import Detector, build
 from mushroom.util.options import nest_options, parse_options
 
 
@@ -58,12 +58,23 @@ def print_spread(fit: StackFit) -> None:
         )
 
 
-def run_member(name: str, folder: Path, options: dict | None = None) -> None:
-    """Runs one member on val into `folder` (files already there are reused)."""
+def run_member(
+    name: str,
+    folder: Path,
+    options: dict | None = None,
+    detector: Detector | None = None,
+    extra: dict | None = None,
+) -> None:
+    """Runs one member on val into `folder` (files already there are reused).
+
+    The benchmarks share it, so a member run made by one is reused by another. `detector`
+    is one built by the caller (with an encoder of its own, say); `extra` goes into the run's
+    config, so that a folder made otherwise is refused rather than reused.
+    """
     from mushroom.runs.service import RunService
 
-    det = build(name, options)
-    config = {"benchmark": "stack_val", **det.describe(), "sources": list(DEFAULT_SOURCES)}
+    det = detector or build(name, options)
+    config = {"benchmark": "stack_val", **det.describe(), "sources": list(DEFAULT_SOURCES), **(extra or {})}
     service = RunService(folder, config, quiet=True)
     service.detect_split(det, "val", folder)
     if service.failures:
