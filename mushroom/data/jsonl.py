@@ -250,8 +250,8 @@ class JsonlWriter:
     a reader never sees half a file and a killed writer leaves the old file (or none).
     """
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: str | Path):
+        self.path = path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = path.with_name(f".{path.name}.part")
         self.handle: Any = self.tmp.open("w", encoding="utf-8")

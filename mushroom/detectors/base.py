@@ -36,7 +36,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -103,6 +103,18 @@ class ItemResult(BaseModel):
 Emit = Callable[[ItemResult], None]
 
 
+def options_hold_backend(options: type[BaseModel]) -> bool:
+    """Whether an options class has a field of backend settings, alone, optional or in a list."""
+    from mushroom.backends.config import BackendSettings
+
+    def holds(annotation: Any) -> bool:
+        if isinstance(annotation, type) and issubclass(annotation, BackendSettings):
+            return True
+        return any(holds(arg) for arg in get_args(annotation))
+
+    return any(holds(field.annotation) for field in options.model_fields.values())
+
+
 class Detector(ABC):
     """A hallucination detector; see the module docstring for the contract."""
 
@@ -119,8 +131,14 @@ class Detector(ABC):
     needs_contexts: ClassVar[bool] = False
     # Whether it calls a model through a backend (llm, chain, pyes): the costly kind, which the
     # cascade sends only the uncertain items and the stack may leave out when it does not help.
-    # A detector class says so here, so that a run folder's detector name is enough to know it.
+    # Set for each class from its options (any field holding backend settings) unless the class
+    # sets it itself, so that a run folder's detector name is enough to know it.
     calls_model: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "calls_model" not in cls.__dict__:
+            cls.calls_model = options_hold_backend(cls.Options)
 
     def __init__(self, options: DetectorOptions):
         self.options = options

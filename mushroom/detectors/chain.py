@@ -159,8 +159,6 @@ def _render(template, **values: str) -> list[Message]:
 class ChainDetector(Detector):
     """Decompose into claims, verify each, locate the wrong substrings."""
 
-    calls_model = True
-
     name = "chain"
     needs_contexts = True
     generates = True

@@ -92,8 +92,6 @@ def context_text(contexts: list[Context], limit: int) -> str:
 class LLMDetector(Detector):
     """Single-prompt LLM detector with temperature/sample ensembles."""
 
-    calls_model = True
-
     name = "llm"
     generates = True
     Options = LLMOptions

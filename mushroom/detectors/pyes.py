@@ -133,8 +133,6 @@ def collapsed_models(calibration: PYesCalibration) -> list[str]:
 class PYesDetector(Detector):
     """Multi-model yes/no verification of answer pieces; see the module docstring."""
 
-    calls_model = True
-
     name = "pyes"
     needs_contexts = True
     Options = PYesOptions
