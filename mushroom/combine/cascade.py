@@ -12,8 +12,8 @@ character), so the uncertainty is max(p). The items sent are those where a bette
 the most to gain, and confidence is not correctness: an item can be marked with conviction
 and still be wrong. On val (10 languages, lexical stack; `benchmarks/cascade.py`), with a
 simulated member at the leaderboard's level, the half of the items this ranking sends holds
-72% of what sending all gains; items drawn at random 59%, trees fitted on val to predict
-the stack's error from its output 71%, and the half where the stack's real IoU is worst 99%.
+74% of what sending all gains; items drawn at random 50%, trees fitted on val to predict
+the stack's error from its output 67%, and the half where the stack's real IoU is worst 97%.
 The gain sits where the stack is wrong; its doubt finds those items only in part.
 
 A budget B sends the ceil(B * n) most uncertain items of each split and language (n its
