@@ -93,11 +93,15 @@ def test_spend_counts_calls_and_tokens_per_item_without_cache_hits(tmp_path):
         {"id": "x", "key": "k1", "usage": {"prompt_tokens": 10, "completion_tokens": 5}},
         {"id": "x", "key": "k2", "usage": {"total_tokens": 7}},
         {"id": "y", "key": "k3", "cached": True, "usage": {"prompt_tokens": 10}},
+        {"id": "z", "key": "k4", "error": "connection refused"},
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     spend = spend_by_item([path])
     assert spend["x"].calls == 2 and spend["x"].tokens == 22 and spend["x"].cached == 0
     assert spend["y"].calls == 0 and spend["y"].cached == 1 and spend["y"].tokens == 0
+    # a call that failed is a call made, not an answer
+    assert spend["z"].calls == 1 and spend["z"].failed == 1
+    assert spend["x"].answered and spend["y"].answered and not spend["z"].answered
     path.write_text("not json\n")
     with pytest.raises(MushroomError, match="it.raw.jsonl:1: not a raw record"):
         spend_by_item([path])
@@ -142,7 +146,8 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     sent = _sent(out)
     assert sum(split == "val" for split, _ in sent) == 15 and len(sent) == 60
     summary = json.loads((out / "summary.json").read_text())["cascade"]
-    assert summary["val"] == {"sent": 15, "kept": 35} and summary["test"] == {"sent": 45, "kept": 105}
+    assert summary["val"] == {"sent": 15, "kept": 35, "failed": 0}
+    assert summary["test"] == {"sent": 45, "kept": 105, "failed": 0}
     assert summary["model_calls_recorded"] == 60 and summary["budget"] == 0.3
     # an item not sent keeps the CPU stack's test prediction, written beside it for comparing
     final = _lines(out / "mushroom.it-tst.v1.jsonl")
@@ -171,6 +176,13 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     assert second == len(wider - sent) == 10 + 30
     assert json.loads((out / "config.json").read_text())["config"]["llm_budget"] == 0.5
 
+    # a smaller budget again sends nothing new, and says which answers it leaves unused
+    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as back:
+        code, said, err = cli(capsys, *_job(out, 0.3), "-o", f"llm.backend.base_url={back.url}")
+    assert code == 0, err
+    assert not back.calls
+    assert "40 items llm answered in an earlier run of this folder are not sent at budget 0.3" in said + err
+
     # without a budget every item goes to the model: only those never sent are, and the
     # cascade's records, no longer this run's, go
     everything = [a for a in _job(out, 1.0) if a not in ("--llm-budget", 1.0)]
@@ -181,6 +193,37 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     assert third == 200 - 100
     assert not (out / "cascade.jsonl").exists() and not (out / "cascade").exists()
     assert "cascade" not in json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.slow
+def test_an_item_the_model_failed_on_keeps_the_cpu_stacks_prediction(tmp_path, capsys):
+    """Under --allow-failures a failed item is not "nothing wrong": it is not fitted on, and keeps
+    the CPU stack's prediction."""
+    out = tmp_path / "job"
+    # test's 45 items are sent first, then val's 15: the last 5 calls are refused
+    flags = '{"incorrect_spans": ["il"]}'
+    script = {"": [("ok", flags)] * 55 + [("status", 400)]}
+    with FakeServer(script, default_text=flags) as server:
+        code, said, err = cli(
+            capsys, *_job(out, 0.3), "--allow-failures", "-o", f"llm.backend.base_url={server.url}"
+        )
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["cascade"]["val"] == {"sent": 15, "kept": 35, "failed": 5}
+    assert summary["cascade"]["test"]["failed"] == 0 and summary["items_failed"] == 5
+    assert "5 of the items sent failed and keep the CPU stack's prediction" in said + err
+    rows = [json.loads(line) for line in (out / "cascade.jsonl").read_text().splitlines()]
+    failed = {r["id"] for r in rows if r["failed"]}
+    listed = {json.loads(line)["id"] for line in (out / "failures.jsonl").read_text().splitlines()}
+    assert len(failed) == 5 and failed == listed
+    assert all("llm failed on it" in r["reason"] for r in rows if r["failed"])
+    val_final = _lines(out / "val" / "mushroom.it-val.v2.jsonl")
+    val_base = _lines(out / "cascade" / "base" / "val" / "mushroom.it-val.v2.jsonl")
+    assert all(val_final[i] == val_base[i] for i in failed)
+    # the member stack was fitted on the 10 items the model answered
+    assert any(val_final[i] != val_base[i] for i in val_base if i not in failed)
+    comparison = json.loads((out / "val" / "comparison.json").read_text())
+    assert "member stack, items sent (CV)" in comparison
 
 
 def test_the_budget_needs_a_model_backed_member_and_a_share_above_0(tmp_path, capsys):
@@ -205,7 +248,20 @@ def test_the_budget_needs_a_model_backed_member_and_a_share_above_0(tmp_path, ca
         capsys, "main-job", "--detector", "lexical", "--llm-budget", "0.3", "--out", tmp_path / "c"
     )
     assert code == 2 and "--llm-budget" in err
-    assert not any((tmp_path / name).exists() for name in "abc")
+    # every member calling a model leaves no CPU stack to choose the items
+    code, _, err = cli(
+        capsys,
+        "main-job",
+        "--members",
+        "llm",
+        "--llm-budget",
+        "0.3",
+        *llm_member_options("http://127.0.0.1:9/v1"),
+        "--out",
+        tmp_path / "d",
+    )
+    assert code == 2 and "add a CPU member" in err
+    assert not any((tmp_path / name).exists() for name in "abcd")
 
 
 def test_the_model_backed_detectors_are_those_with_backend_settings():

@@ -42,6 +42,9 @@ from mushroom.util.words import suggest
         (["report", "{tmp}/nope"], 2, "RUN_DIR"),
         (["score", "--bogus", VAL_EN, VAL_EN], 2, "No such option"),
         (["nosuchcommand"], 2, "No such command"),
+        # an empty name is a name left out by mistake, not one to skip
+        (["main-job", "--members", "lexical,,semantic", "--out", "{tmp}/m"], 2, "has an empty detector"),
+        (["main-job", "--lang", "en,", "--out", "{tmp}/m"], 2, "has an empty language"),
     ],
 )
 def test_expected_failures_are_one_message_and_an_exit_code(tmp_path, capsys, args, code, needle):

@@ -19,7 +19,8 @@ def lang_codes(values: list[str] | None) -> list[str] | None:
     """--lang given as `--lang en --lang de` or `--lang en,de` (as score --langs takes them)."""
     if not values:
         return None
-    codes = [code.lower() for value in values for code in split_names(value)]  # files say "EN"
+    # files say "EN"
+    codes = [code.lower() for value in values for code in split_names(value, what="language")]
     if not codes:  # `--lang "$EMPTY"` must not turn into "every language"
         raise typer.BadParameter("no language given (e.g. --lang en or --lang en,de)")
     return codes

@@ -55,6 +55,9 @@ class CascadeRecord(BaseModel):
     rank: int = Field(ge=1, description="1 = the most uncertain item of its split and language")
     of: int = Field(ge=1, description="items of its split and language")
     sent: bool = Field(description="whether the model-backed member(s) ran on it")
+    failed: bool = Field(
+        False, description="sent, but a model-backed member failed on it: it keeps the CPU stack's prediction"
+    )
     reason: str
 
 
@@ -246,6 +249,7 @@ class Spend(BaseModel):
     calls: int = Field(0, description="calls answered by a model (cache hits not counted)")
     cached: int = Field(0, description="calls answered from the response cache")
     tokens: int = Field(0, description="prompt + completion tokens, as the server reported them")
+    failed: int = Field(0, description="calls that ended in an error (counted in calls too)")
 
     def add(self, other: Spend) -> Spend:
         """The sum of two spends."""
@@ -253,7 +257,13 @@ class Spend(BaseModel):
             calls=self.calls + other.calls,
             cached=self.cached + other.cached,
             tokens=self.tokens + other.tokens,
+            failed=self.failed + other.failed,
         )
+
+    @property
+    def answered(self) -> bool:
+        """Whether some call for the item was answered (by the model or its cache)."""
+        return self.calls + self.cached > self.failed
 
 
 def spend_by_item(raw_files: list[Path]) -> dict[str, Spend]:
@@ -277,7 +287,8 @@ def spend_by_item(raw_files: list[Path]) -> dict[str, Spend]:
                 tokens = usage.get(
                     "total_tokens", usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
                 )
-                one = Spend(cached=1) if rec.cached else Spend(calls=1, tokens=tokens)
+                failed = int(rec.error is not None)
+                one = Spend(cached=1) if rec.cached else Spend(calls=1, tokens=tokens, failed=failed)
                 key = rec.id or ""
                 out[key] = out.get(key, Spend()).add(one)
     return out

@@ -72,12 +72,37 @@ def _write_split(
         write_predictions(folder / submission_name(lang, split), preds[lang], items)
 
 
-def _spend(out: Path, costly: list[str]) -> Spend:
+def _spend(out: Path, costly: list[str]) -> dict[str, Spend]:
+    """Each item's model calls in the folder's raw records, every run and budget."""
     files = [p for name in costly for p in (out / "members" / name).glob("**/raw/*.raw.jsonl")]
-    total = Spend()
-    for one in spend_by_item(files).values():
-        total = total.add(one)
-    return total
+    return spend_by_item(files)
+
+
+# Below this many val items a language's member stack is fitted on, its choices are noise.
+FEW_FITTED = 10
+
+
+def _warn_member_stack(
+    service: RunService,
+    costly: list[str],
+    val_fit: dict[str, list[Item]],
+    member_scores: dict[str, dict[str, float]],
+    base_scores: dict[str, dict[str, float]],
+) -> None:
+    """Says when the member stack's fit says little, or did worse than the CPU stack it replaces."""
+    few = sorted(lang for lang, items in val_fit.items() if len(items) < FEW_FITTED)
+    if few:
+        service.warn(
+            f"the member stack is fitted on fewer than {FEW_FITTED} val items in {', '.join(few)}: "
+            "its choices, whether to keep a member included, are noise there; a larger --llm-budget "
+            "gives it more items"
+        )
+    with_member, cpu = member_scores["mean"]["iou"], base_scores["mean"]["iou"]
+    if with_member < cpu:
+        service.warn(
+            f"on the val items sent, the member stack scored IoU {with_member:.4f} out of fold against "
+            f"the CPU stack's {cpu:.4f}: {', '.join(costly)} did not help there"
+        )
 
 
 def run_cascade(
@@ -99,11 +124,8 @@ def run_cascade(
     raises RunFailed when items failed and failures are not allowed).
     """
     cheap = [name for name in dets if name not in costly]
-    if not cheap:
-        raise MushroomError(
-            f"--llm-budget sends the items the CPU stack is least sure of, and every member "
-            f"({', '.join(dets)}) calls a model: add a CPU member, e.g. --members lexical,{','.join(dets)}"
-        )
+    if not cheap:  # the main job refuses this before it makes a folder
+        raise MushroomError(f"the cascade needs a CPU member; every member ({', '.join(dets)}) calls a model")
     for stage in ("stack-fit", "stack-apply"):  # their stack.json and test files are overwritten here
         service.forget_stage(stage)
     t0 = time.perf_counter()
@@ -129,39 +151,89 @@ def run_cascade(
         sent_now += test.done_now + val.done_now
     stop_on_failures()
 
+    # Under --allow-failures, an item a model-backed member failed on keeps the CPU stack's
+    # prediction: its member evidence is missing, not "nothing wrong", so it is neither fitted
+    # on nor given the member stack's output.
+    costly_detectors = {dets[name].name for name in costly}
+    failed = {f.id for f in service.failures if f.detector in costly_detectors}
+    if failed:
+        note = f"{', '.join(costly)} failed on it: keeps the CPU stack's prediction"
+        records = [
+            r.model_copy(update={"failed": True, "reason": f"{r.reason}; {note}"})
+            if r.sent and r.id in failed
+            else r
+            for r in records
+        ]
+        write_jsonl(out / "cascade.jsonl", records)
+    val_fit = {lang: [it for it in items if it.id not in failed] for lang, items in val_sent.items()}
+    val_fit = {lang: items for lang, items in val_fit.items() if len(items) >= MIN_VAL_SENT}
+    test_ok = {lang: [it for it in items if it.id not in failed] for lang, items in test_sent.items()}
+    test_ok = {lang: items for lang, items in test_ok.items() if items}
+
     t0 = time.perf_counter()
     members = [Member(name, out / "members" / name, allow_failures=True) for name in dets]
-    member_fit = fit_stack(members, val_sent, "val", folds=fit_folds(val_sent))
-    member_test = apply_stack(member_fit.model, members, "test", test_sent, warn=service.warn)
-    write_json(out / "cascade" / "member-stack.json", member_fit.model.model_dump(mode="json"))
-    if member_fit.model.gate:
-        service.reporter.message(f"member stack on the items sent: {member_fit.model.gate_summary()}")
-    val_preds = merge_predictions(val_data, base_fit.oof, member_fit.oof)
+    member_oof: dict[str, list[Prediction]] = {}
+    member_test: dict[str, list[Prediction]] = {}
+    (out / "cascade" / "member-stack.json").unlink(missing_ok=True)
+    if val_fit:
+        member_fit = fit_stack(members, val_fit, "val", folds=fit_folds(val_fit))
+        member_oof = member_fit.oof
+        if test_ok:
+            member_test = apply_stack(member_fit.model, members, "test", test_ok, warn=service.warn)
+        write_json(out / "cascade" / "member-stack.json", member_fit.model.model_dump(mode="json"))
+        if member_fit.model.gate:
+            service.reporter.message(f"member stack on the items sent: {member_fit.model.gate_summary()}")
+    else:
+        service.warn(
+            f"{', '.join(costly)} answered fewer than {MIN_VAL_SENT} of the val items sent in every "
+            "language: no member stack could be fitted, and every item keeps the CPU stack's prediction"
+        )
+    val_preds = merge_predictions(val_data, base_fit.oof, member_oof)
     test_preds = merge_predictions(test_data, base_test, member_test)
     service.record_stage("cascade-member-stack", time.perf_counter() - t0, reused=False)
 
     val_items = [it for items in val_data.values() for it in items]
-    sent_items = [it for items in val_sent.values() for it in items]
+    fitted_items = [it for items in val_fit.values() for it in items]
 
     def flat(preds: dict[str, list[Prediction]], data: dict[str, list[Item]]) -> list[Prediction]:
         return [p for lang in data for p in preds[lang]]
 
-    sent_ids = {it.id for it in sent_items}
-    base_on_sent = [p for p in flat(base_fit.oof, val_data) if p.id in sent_ids]
+    fitted_ids = {it.id for it in fitted_items}
+    base_on_sent = [p for p in flat(base_fit.oof, val_data) if p.id in fitted_ids]
     # "stack (CV)" is the cascade's final prediction, the row the main job's checks read
     comparison = {
         "stack (CV)": by_lang_scores(val_items, flat(val_preds, val_data)),
         "CPU stack alone (CV)": base_fit.comparison["stack (CV)"],
-        "member stack, items sent (CV)": by_lang_scores(sent_items, flat(member_fit.oof, val_sent)),
-        "CPU stack, items sent (CV)": by_lang_scores(sent_items, base_on_sent),
-        **{name: scores for name, scores in base_fit.comparison.items() if name in cheap},
     }
+    if fitted_items:
+        member_scores = by_lang_scores(fitted_items, flat(member_oof, val_fit))
+        base_scores = by_lang_scores(fitted_items, base_on_sent)
+        comparison["member stack, items sent (CV)"] = member_scores
+        comparison["CPU stack, items sent (CV)"] = base_scores
+        _warn_member_stack(service, costly, val_fit, member_scores, base_scores)
+    comparison.update({name: scores for name, scores in base_fit.comparison.items() if name in cheap})
 
     def counts(split: str) -> dict[str, int]:
         rows = [r for r in records if r.split == split]
-        return {"sent": sum(r.sent for r in rows), "kept": sum(not r.sent for r in rows)}
+        return {
+            "sent": sum(r.sent for r in rows),
+            "kept": sum(not r.sent for r in rows),
+            "failed": sum(r.failed for r in rows),
+        }
 
-    spend = _spend(out, costly)
+    by_item = _spend(out, costly)
+    spend = Spend()
+    for one in by_item.values():
+        spend = spend.add(one)
+    sent_ids = {r.id for r in records if r.sent}
+    unused = sum(1 for i, one in by_item.items() if i not in sent_ids and one.answered)
+    if unused:
+        service.reporter.message(
+            f"{unused} items {', '.join(costly)} answered in an earlier run of this folder are not sent "
+            f"at budget {budget:g}: they keep the CPU stack's prediction (their answers stay in the "
+            "members' raw records)",
+            lead="note:",
+        )
     summary = {
         "cascade": {
             "budget": budget,
@@ -173,6 +245,7 @@ def run_cascade(
             "model_calls_recorded": spend.calls,
             "model_calls_cached": spend.cached,
             "model_tokens_recorded": spend.tokens,
+            "model_calls_failed": spend.failed,
             "records": "cascade.jsonl",
         }
     }

@@ -137,6 +137,12 @@ def run_main_stack(
             else f"--llm-budget {llm_budget:g} limits the model-backed members (llm, chain, pyes); "
             f"none is among {', '.join(members)}: add one with --members, or leave --llm-budget out"
         )
+    if cascade and len(costly) == len(members):
+        raise MushroomError(
+            f"--llm-budget sends the items the CPU stack is least sure of, and every member "
+            f"({', '.join(members)}) calls a model: add a CPU member, "
+            f"e.g. --members lexical,{','.join(members)}"
+        )
     # the languages are checked (and the items read) before the run folder is made
     val_langs = _val_langs(langs)
     if not val_langs:
@@ -345,12 +351,20 @@ def _finish_cascade(
         f"val: the cascade (budget {budget:g}: {spent['val']['sent']} of "
         f"{spent['val']['sent'] + spent['val']['kept']} items sent to {', '.join(costly)}), 5-fold CV by item"
     )
+    failed = spent["test"]["failed"] + spent["val"]["failed"]
+    kept = (
+        f"{failed} of the items sent failed and keep the CPU stack's prediction, as the items not sent do"
+        if failed
+        else "the rest keep the CPU stack's prediction"
+    )
     reporter.message(
         f"{spent['test']['sent']} test and {spent['val']['sent']} val items went to {', '.join(costly)} "
-        f"({spent['sent_this_run']} sent by this run); the rest keep the CPU stack's prediction "
-        f"(each item's rank and reason: {out / 'cascade.jsonl'})",
+        f"({spent['sent_this_run']} sent by this run); {kept} (each item's rank and reason: "
+        f"{out / 'cascade.jsonl'})",
         lead="cascade:",
     )
+    if failed:
+        service.failed_items_note = "where a model-backed member failed, it keeps the CPU stack's prediction"
     members = tuple(name for name in dets if name not in costly)
     _submit_and_score(
         service,

@@ -482,6 +482,8 @@ class RunService:
         self.quiet = quiet
         self.allow_failures = allow_failures
         self.failures: list[Failure] = []
+        # what --allow-failures did with the failed items, when not "left empty" (the cascade)
+        self.failed_items_note: str | None = None
         self.warnings: list[str] = []
         self.started = time.perf_counter()
         self._lock_key: Path | None = None
@@ -993,9 +995,9 @@ class RunService:
                     f"no submission was written. {retry_advice([f.error for f in self.failures])}, "
                     "or add --allow-failures to write files with those items left empty"
                 )
+            done = self.failed_items_note or "they are left as empty predictions in the files"
             self.reporter.message(
-                f"{plural(len(self.failures), 'item')} left as empty predictions in the files "
-                f"(listed in {where})",
+                f"{plural(len(self.failures), 'item')} failed; {done} (listed in {where})",
                 lead="--allow-failures:",
             )
         self.reporter.message(f"run folder: {self.out}  ({summary['seconds']} s)")

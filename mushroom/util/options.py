@@ -216,8 +216,16 @@ def parse_float_list(
 def split_names(
     text: str, choices: list[str] | tuple[str, ...] | None = None, what: str = "name"
 ) -> list[str]:
-    """A comma-separated list of names; with `choices`, each must be one (with a suggestion)."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    """A comma-separated list of names; with `choices`, each must be one (with a suggestion).
+
+    An empty entry ("lexical,,llm") is refused rather than dropped: it is most often a name
+    left out by mistake, and the run would go on without it.
+    """
+    if not text.strip():
+        return []
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise MushroomError(f"{text!r} has an empty {what}: separate {what}s by single commas")
     if choices is not None:
         for name in names:
             check_name(name, choices, what)
