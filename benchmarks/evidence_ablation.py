@@ -71,7 +71,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from feature_ablation import item_scores  # noqa: E402
-from stack_val import run_member  # noqa: E402
+from stack_val import run_member, run_script  # noqa: E402
 
 from mushroom.combine.stack import Member  # noqa: E402
 from mushroom.combine.stack.features import StackData, feature_names, load_stack_data  # noqa: E402
@@ -367,4 +367,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from evidence_ablation import COLUMNS, PER_SOURCE, TRANSLATED, extra_columns  # noqa: E402
-from stack_val import run_member  # noqa: E402
+from stack_val import run_member, run_script  # noqa: E402
 
 from mushroom.combine.stack import Member  # noqa: E402
 from mushroom.combine.stack.decoding import word_hard_mask  # noqa: E402
@@ -121,4 +121,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 from rich.table import Table
-from stack_val import run_member
+from stack_val import run_member, run_script
 
 from mushroom.combine.stack import Member
 from mushroom.combine.stack.features import TEXT_FEATURES, StackData, feature_names, load_stack_data
@@ -95,4 +95,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

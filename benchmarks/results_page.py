@@ -27,7 +27,7 @@ from mushroom.combine.stack.fit import choose, prepare
 from mushroom.data.splits import load_split
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stack_val import run_member  # noqa: E402  (a sibling script, not a package)
+from stack_val import run_member, run_script  # noqa: E402  (a sibling script, not a package)
 
 STACK_NAMES = {
     "blend": "stack (default: their mean)",
@@ -169,4 +169,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

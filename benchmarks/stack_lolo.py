@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stack_val import run_member  # noqa: E402
+from stack_val import run_member, run_script  # noqa: E402
 
 from mushroom.combine.stack import Member, fit_stack  # noqa: E402
 from mushroom.combine.stack.fit import apply_stack  # noqa: E402
@@ -96,4 +96,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

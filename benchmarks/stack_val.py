@@ -15,9 +15,11 @@ them on val is itself a choice made on val.
 """
 
 import argparse
+import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +32,7 @@ from mushroom.combine.stack.fit import StackFit, choose, prepare
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.splits import load_split
 from mushroom.detectors import Detector, build
+from mushroom.errors import MushroomError
 from mushroom.util.options import nest_options, parse_options
 
 
@@ -58,6 +61,22 @@ def print_spread(fit: StackFit) -> None:
         )
 
 
+def run_script(main: Callable[[], None]) -> None:
+    """Runs a benchmark's main: a mistake in its input is one line and an exit code, no traceback.
+
+    As the CLI does (README, "Exit codes"): a MushroomError exits with its code (2 for input),
+    Ctrl-C with 130. A bug still shows its traceback.
+    """
+    try:
+        main()
+    except MushroomError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        print("interrupted; member runs in --work resume where they stopped", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
 def run_member(
     name: str,
     folder: Path,
@@ -75,7 +94,7 @@ def run_member(
 
     det = detector or build(name, options)
     config = {"benchmark": "stack_val", **det.describe(), "sources": list(DEFAULT_SOURCES), **(extra or {})}
-    service = RunService(folder, config, quiet=True)
+    service = RunService(folder, config, quiet=True, folder_flag="--work")
     service.detect_split(det, "val", folder)
     if service.failures:
         raise SystemExit(f"{name}: {len(service.failures)} items failed; see {folder}")
@@ -168,4 +187,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -216,7 +216,7 @@ def run_main_stack(
     t0 = time.perf_counter()
     if service.reusable("stack-fit", val_inputs, fit_settings, fit_outputs):
         model = read_json_model(out / "stack.json", StackModel)
-        comparison = RunService._read_json(out / "val" / "comparison.json")
+        comparison = service.read_json(out / "val" / "comparison.json")
         service.record_stage("stack-fit", 0.0, reused=True)
     else:
         hint = (

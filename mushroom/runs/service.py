@@ -475,8 +475,11 @@ class RunService:
         reporter: Reporter | None = None,
         quiet: bool = False,
         allow_failures: bool = False,
+        folder_flag: str = "--out",
     ):
         self.out = Path(out)
+        # the option that named the folder, for messages that advise another (a script's --work)
+        self.folder_flag = folder_flag
         self.config = config
         self.reporter: Reporter = reporter or PlainReporter()
         self.quiet = quiet
@@ -488,8 +491,8 @@ class RunService:
         self.started = time.perf_counter()
         self._lock_key: Path | None = None
         if self.out.exists() and not self.out.is_dir():
-            raise MushroomError(f"--out {self.out} is a file; give a folder for the run")
-        self.stages = self._read_json(self.out / "stages.json") or {}
+            raise MushroomError(f"{self.folder_flag} {self.out} is a file; give a folder for the run")
+        self.stages = self.read_json(self.out / "stages.json") or {}
         try:
             self.resumed = self._open()
         except BaseException:  # a refused folder is not kept locked by this process
@@ -500,14 +503,16 @@ class RunService:
 
     # -- the folder -------------------------------------------------------------------------
 
-    @staticmethod
-    def _read_json(path: Path) -> Any:
+    def read_json(self, path: Path) -> Any:
+        """A JSON file of the folder; None if it is missing, an error naming it if unreadable."""
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         except json.JSONDecodeError as exc:
-            raise MushroomError(f"{path}: unreadable ({exc.msg}); delete it or choose another --out") from exc
+            raise MushroomError(
+                f"{path}: unreadable ({exc.msg}); delete it or choose another {self.folder_flag}"
+            ) from exc
 
     def has_results(self) -> bool:
         """Whether any item has finished in this folder (then its config is locked)."""
@@ -544,7 +549,7 @@ class RunService:
             handle.close()
             raise MushroomError(
                 f"{self.out} is in use by another mushroom run{f' (pid {holder})' if holder else ''}; "
-                "wait for it to end, or choose another --out"
+                f"wait for it to end, or choose another {self.folder_flag}"
             ) from None
         except OSError as exc:
             handle.close()
@@ -588,7 +593,7 @@ class RunService:
         self.out.mkdir(parents=True, exist_ok=True)
         self._lock()
         wanted = {"config": self.config, "config_hash": config_hash(self.config)}
-        existing = self._read_json(cfg_path)
+        existing = self.read_json(cfg_path)
         if existing is not None:
             if existing.get("config_hash") == wanted["config_hash"]:
                 if existing.get("config") != self.config:  # transport settings changed
@@ -602,8 +607,9 @@ class RunService:
                 more = len(changes) - MAX_CHANGES_SHOWN
                 tail = f"\n  ... and {more} more" if more > 0 else ""
                 raise MushroomError(
-                    f"{self.out} holds a run with another config; choose another --out folder, or "
-                    f"run again with its settings. What differs (folder -> this command):{shown}{tail}"
+                    f"{self.out} holds a run with another config; choose another {self.folder_flag} "
+                    "folder, or run again with its settings. "
+                    f"What differs (folder -> this command):{shown}{tail}"
                 )
             self.reporter.message(
                 f"{self.out} held a run that stopped before its first item; "
