@@ -140,7 +140,7 @@ def test_a_config_with_a_budget_runs_the_cascade_and_flags_override_it(tmp_path,
     assert saved["members"][1]["options"]["backend"]["base_url"] == server.url
     assert saved["members"][1]["options"]["temperatures"] == [0.1]
     summary = json.loads((out / "summary.json").read_text())["cascade"]
-    assert summary["budget"] == 0.3 and summary["val"] == {"sent": 15, "kept": 35}
+    assert summary["budget"] == 0.3 and summary["val"] == {"sent": 15, "kept": 35, "failed": 0}
 
     # --llm-budget on the command line wins over the file's: the same folder, 10 + 30 more items
     with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as again:
