@@ -26,11 +26,12 @@ Costly members:
   with `raw/<lang>.raw.jsonl` beside them when the run recorded its calls (then calls and
   tokens are counted from them; otherwise one call per item). No model or server is used.
 
-A table then says how much of sending all's gain the items each ranking sends hold, and each
-ranking's rank correlation with the CPU stack's real error: the cascade's, trees fitted on val
-to predict that error, random, and two oracles. The last line is `cascade: budget B keeps IoU
-X (all: Y) with Z% of the model calls`, B the smallest budget whose mean IoU is within 0.01 of
-sending every item to the simulated strong member (the near-oracle's line comes before it).
+A table then says how much of the gain of sending every item the items each ranking sends
+hold, and each ranking's rank correlation with the CPU stack's real error: the cascade's,
+trees fitted on val to predict that error, random, and two oracles. The last line is
+`cascade: budget B keeps IoU X (all: Y) with Z% of the model calls`, B the smallest budget
+whose mean IoU is within 0.01 of sending every item to the simulated strong member (the
+near-oracle's line comes before it).
 """
 
 from __future__ import annotations
@@ -408,7 +409,7 @@ def main() -> None:
     if len(set(names)) < len(names):
         raise MushroomError(f"--members {args.members}: a member is named twice")
     work = Path(args.work or tempfile.mkdtemp(prefix="cascade-"))
-    langs = args.langs.split(",") if args.langs else None
+    langs = split_names(args.langs, what="language") if args.langs else None
     data = load_split("val", langs)
     if args.replay:
         data = replayed_items(Path(args.replay), data)
@@ -443,7 +444,7 @@ def main() -> None:
 
     strong = (
         f"strong member (span-level: finds a gold span with p {SPAN_HIT}, "
-        f"{SPAN_FALSE} false spans per item; leaderboard-level)"
+        f"up to {SPAN_FALSE} false runs per item; leaderboard-level)"
     )
     folder = work / "simulated-spans"
     write_span_member(folder, data, SPAN_HIT, SPAN_FALSE, args.seed)
