@@ -44,8 +44,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from feature_ablation import lang_mean as mean_over_langs  # sibling scripts
 from scipy.stats import spearmanr
-from stack_val import run_member, run_script  # a sibling script
+from stack_val import run_member, run_script
 
 from mushroom.combine.cascade import (
     MIN_VAL_SENT,
@@ -192,10 +193,7 @@ def curve(
 
 def lang_mean(values: np.ndarray, items: list[Item]) -> float:
     """The mean over languages of each language's mean (as the main job's val_iou_mean)."""
-    langs = sorted({it.lang for it in items})
-    return float(
-        np.mean([values[[k for k, it in enumerate(items) if it.lang == lang]].mean() for lang in langs])
-    )
+    return mean_over_langs(values, np.array([it.lang for it in items]))
 
 
 def print_curve(c: Curve, items: list[Item]) -> None:

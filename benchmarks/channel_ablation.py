@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from feature_ablation import item_scores, print_paired
+from feature_ablation import item_scores, lang_mean, print_paired
 from stack_val import run_member, run_script
 
 from mushroom.combine.stack import Member
@@ -147,8 +147,7 @@ def main() -> None:
     )
 
     def task_mean(runs: list, metric: int) -> float:
-        per_item = np.mean([run[metric] for run in runs], axis=0)
-        return float(np.mean([per_item[langs == lang].mean() for lang in sorted(set(langs))]))
+        return lang_mean(np.mean([run[metric] for run in runs], axis=0), langs)
 
     print(
         f"mean over languages: with IoU {task_mean(with_runs, 0):.4f} Cor {task_mean(with_runs, 1):.4f}; "

@@ -65,12 +65,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from feature_ablation import item_scores  # noqa: E402
+from feature_ablation import item_scores, lang_mean, print_paired  # noqa: E402
 from stack_val import run_member, run_script  # noqa: E402
 
 from mushroom.combine.stack import Member  # noqa: E402
@@ -79,7 +77,6 @@ from mushroom.data.contexts import load_contexts, support_contexts  # noqa: E402
 from mushroom.data.records import Item  # noqa: E402
 from mushroom.data.splits import load_split  # noqa: E402
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions  # noqa: E402
-from mushroom.evaluation.stats import paired_test  # noqa: E402
 from mushroom.text.segment import sentences  # noqa: E402
 from mushroom.text.stopwords import stopwords  # noqa: E402
 from mushroom.text.tokenize import tokenize  # noqa: E402
@@ -102,11 +99,6 @@ _RUN_CAP = 30  # characters: `run_length` is 1 at and beyond
 _Q_REACH = 20  # content words: `q_distance` is 1 this far from any question word and beyond
 _SLOT_ANCHOR = 4  # content tokens searched on each side of a word for a supported anchor
 _SLOT_SPAN = 8  # the two anchors at most this many tokens apart in a context
-
-
-def lang_mean(values: np.ndarray, langs: np.ndarray) -> float:
-    """The mean over languages of the per-language mean (the task's headline average)."""
-    return float(np.mean([values[langs == lang].mean() for lang in sorted(set(langs))]))
 
 
 def translated_columns(
@@ -328,36 +320,13 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     base = [item_scores(full, channels, names, s) for s in seeds]
     more = [item_scores(added, channels, names, s) for s in seeds]
-    langs = np.array([it.lang for it in full.items])
-    table = Table(title=f"stack with minus without {args.evidence} columns, mean of {len(seeds)} fold draws")
-    for col in (
-        "lang",
-        "n",
-        "IoU without",
-        "IoU with",
-        "diff [95% CI]",
-        "p",
-        "Cor without",
-        "Cor with",
-        "diff [95% CI]",
-        "p",
-    ):
-        table.add_column(col, justify="right")
-    for lang in [*sorted(set(langs)), "all"]:
-        sel = np.ones(len(langs), bool) if lang == "all" else langs == lang
-        cells = [lang, str(int(sel.sum()))]
-        for metric in (0, 1):
-            b = np.mean([run[metric] for run in base], axis=0)[sel]
-            a = np.mean([run[metric] for run in more], axis=0)[sel]
-            test = paired_test(a, b)
-            cells += [
-                f"{b.mean():.4f}",
-                f"{a.mean():.4f}",
-                f"{test.mean_diff:+.4f} [{test.ci_low:+.4f}, {test.ci_high:+.4f}]",
-                f"{test.p_value:.3f}",
-            ]
-        table.add_row(*cells)
-    Console(width=200).print(table)
+    langs = print_paired(
+        f"stack with minus without {args.evidence} columns",
+        more,
+        base,
+        [it.lang for it in full.items],
+        means=True,
+    )
     for label, runs in (("without", base), ("with", more)):
         ious, cors = ([lang_mean(run[m], langs) for run in runs] for m in (0, 1))
         print(

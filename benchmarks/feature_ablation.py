@@ -37,15 +37,29 @@ def item_scores(data: StackData, channels, members: list[str], seed: int) -> tup
     return result.iou[rows], result.cor[rows]
 
 
-def print_paired(title: str, with_runs: list, without_runs: list, item_langs: list[str]) -> np.ndarray:
+def lang_mean(values: np.ndarray, langs: np.ndarray) -> float:
+    """The mean over languages of the per-language mean (the task's headline average)."""
+    return float(np.mean([values[langs == lang].mean() for lang in sorted(set(langs))]))
+
+
+def print_paired(
+    title: str, with_runs: list, without_runs: list, item_langs: list[str], means: bool = False
+) -> np.ndarray:
     """The paired table (with minus without, IoU and Cor, per language and all) of per-item runs.
 
     Each run is (IoU per item, Cor per item) of one fold draw; items are averaged over draws,
-    then compared pairwise. Returns the items' languages as an array, for further summaries.
+    then compared pairwise. With `means`, each metric's mean without and with comes before its
+    difference. Returns the items' languages as an array, for further summaries.
     """
     langs = np.array(item_langs)
     table = Table(title=f"{title}: difference per item, mean of {len(with_runs)} fold draws")
-    for col in ("lang", "n", "IoU diff [95% CI]", "p", "Cor diff [95% CI]", "p"):
+    columns = ["lang", "n"]
+    for metric in ("IoU", "Cor"):
+        columns += (
+            [f"{metric} without", f"{metric} with", "diff [95% CI]"] if means else [f"{metric} diff [95% CI]"]
+        )
+        columns.append("p")
+    for col in columns:
         table.add_column(col, justify="right")
     for lang in [*sorted(set(langs)), "all"]:
         sel = np.ones(len(langs), bool) if lang == "all" else langs == lang
@@ -54,12 +68,13 @@ def print_paired(title: str, with_runs: list, without_runs: list, item_langs: li
             a = np.mean([run[metric] for run in with_runs], axis=0)[sel]
             b = np.mean([run[metric] for run in without_runs], axis=0)[sel]
             test = paired_test(a, b)
+            cells += [f"{b.mean():.4f}", f"{a.mean():.4f}"] if means else []
             cells += [
                 f"{test.mean_diff:+.4f} [{test.ci_low:+.4f}, {test.ci_high:+.4f}]",
                 f"{test.p_value:.3f}",
             ]
         table.add_row(*cells)
-    Console(width=160).print(table)
+    Console(width=200 if means else 160).print(table)
     return langs
 
 
