@@ -12,6 +12,8 @@ official scorer does, so the comparison is paired over the same items.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import write_lines
@@ -64,6 +66,18 @@ def _oof_iou(fit, data: dict[str, list[Item]]) -> np.ndarray:
     return np.array(scores)
 
 
+def _strong_and_random(root: Path, data, seed: int, suffix: str = "") -> None:
+    """Writes a strong simulated member (gold, 10% of characters flipped) and a random one."""
+    rng = np.random.default_rng(seed)
+    _write_member(root / f"strong{suffix}", data, lambda it: _strong(it, rng, flip=0.1))
+    _write_member(root / f"random{suffix}", data, lambda it: rng.uniform(0, 1, len(it.model_output_text)))
+
+
+def _members(lexical_run: Path, *extra: str):
+    """The lexical run and the simulated members named, written beside it."""
+    return parse_members([f"lexical={lexical_run}", *(f"{n}={lexical_run.parent / n}" for n in extra)])
+
+
 @pytest.fixture(scope="module")
 def lexical_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sim") / "lexical"
@@ -78,13 +92,10 @@ def lexical_run(tmp_path_factory):
 def test_the_stack_gains_from_a_strong_member_and_is_not_hurt_by_a_random_one(lexical_run):
     data = load_split("val", LANGS)
     root = lexical_run.parent
-    rng = np.random.default_rng(7)
-    _write_member(root / "strong", data, lambda it: _strong(it, rng, flip=0.1))
-    _write_member(root / "random", data, lambda it: rng.uniform(0, 1, len(it.model_output_text)))
+    _strong_and_random(root, data, 7)
 
     def oof(*extra: str) -> np.ndarray:
-        members = parse_members([f"lexical={lexical_run}", *(f"{n}={root / n}" for n in extra)])
-        return _oof_iou(fit_stack(members, data, folds=5), data)
+        return _oof_iou(fit_stack(_members(lexical_run, *extra), data, folds=5), data)
 
     base, strong, noise = oof(), oof("strong"), oof("random")
     gain = paired_test(strong, base)
@@ -102,12 +113,10 @@ def test_gated_the_stack_keeps_a_strong_member_and_leaves_a_random_one_out(lexic
     """As a stack treats llm, chain and pyes members: each may be left out, nested in the folds."""
     data = load_split("val", LANGS)
     root = lexical_run.parent
-    rng = np.random.default_rng(11)
-    _write_member(root / "strong-g", data, lambda it: _strong(it, rng, flip=0.1))
-    _write_member(root / "random-g", data, lambda it: rng.uniform(0, 1, len(it.model_output_text)))
+    _strong_and_random(root, data, 11, "-g")
 
     def fit(*extra: str):
-        members = parse_members([f"lexical={lexical_run}", *(f"{n}={root / n}" for n in extra)])
+        members = _members(lexical_run, *extra)
         return members, fit_stack(members, data, folds=5, gate=list(extra))
 
     _, base_fit = fit()
@@ -141,11 +150,9 @@ def test_two_gated_members_are_judged_each_on_its_own(lexical_run):
     """A good model-backed member is not dropped along with a bad one (llm and pyes together)."""
     data = load_split("val", LANGS)
     root = lexical_run.parent
-    rng = np.random.default_rng(13)
-    _write_member(root / "strong-2", data, lambda it: _strong(it, rng, flip=0.1))
-    _write_member(root / "random-2", data, lambda it: rng.uniform(0, 1, len(it.model_output_text)))
+    _strong_and_random(root, data, 13, "-2")
     names = ["lexical", "random-2", "strong-2"]
-    members = parse_members([f"lexical={lexical_run}", *(f"{n}={root / n}" for n in names[1:])])
+    members = _members(lexical_run, *names[1:])
     fit = fit_stack(members, data, folds=5, gate=names[1:])
     assert not fit.model.gate["random-2"]["kept"] and fit.model.gate["strong-2"]["kept"], fit.model.gate
     assert fit.model.members == ["lexical", "strong-2"] and fit.model.fitted_members == names
