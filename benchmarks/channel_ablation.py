@@ -32,16 +32,13 @@ over the 499 val items:
 """
 
 import argparse
-import tempfile
 from pathlib import Path
 
 import numpy as np
 from feature_ablation import item_scores, lang_mean, print_paired
-from stack_val import run_member, run_script
+from stack_val import run_member, run_script, val_members
 
-from mushroom.combine.stack import Member
 from mushroom.combine.stack.features import load_stack_data
-from mushroom.data.splits import load_split
 from mushroom.detectors import build
 from mushroom.util.options import check_name, nest_options, parse_options
 
@@ -121,16 +118,16 @@ def main() -> None:
     options = nest_options(parse_options(args.option))
     for name in options:  # an option of no member would be silently unused
         check_name(name, names, "member (in -o MEMBER.KEY=VALUE)")
-    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="channel-ablation-")
-    work = Path(args.work or scratch.name)
-    data = load_split("val")
-    for name in names:
+
+    def run(name: str, folder: Path) -> None:
         if name == "semantic" and args.multilingual_encoder == "use":
-            run_semantic_use(work / name, options.get(name))
+            run_semantic_use(folder, options.get(name))
         else:
-            run_member(name, work / name, options.get(name))
-    members = [Member(name, work / name) for name in names]
-    full, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
+            run_member(name, folder, options.get(name))
+
+    val = val_members(args.members, args.work, "channel-ablation-", run)
+    data, members = val.data, val.members
+    full, channels = val.stack_data()
     k = names.index(member)
     if channel not in channels[k]:
         hint = " (written with -o semantic.multilingual=true)" if args.channel == "semantic.e5_clause" else ""

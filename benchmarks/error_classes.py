@@ -22,21 +22,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stack_val import run_member, run_script  # noqa: E402
+from stack_val import run_script, val_members  # noqa: E402
 
-from mushroom.combine.stack import Member  # noqa: E402
-from mushroom.combine.stack.features import feature_names, load_stack_data  # noqa: E402
+from mushroom.combine.stack.features import feature_names  # noqa: E402
 from mushroom.combine.stack.fit import choose, prepare  # noqa: E402
 from mushroom.data.predictions import prediction_vectors  # noqa: E402
 from mushroom.data.spans import hard_to_mask  # noqa: E402
-from mushroom.data.splits import load_split  # noqa: E402
 from mushroom.evaluation.score import score_predictions  # noqa: E402
 
 CLASSES = ("supported", "unsupported", "function", "other")
@@ -59,14 +56,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worst", type=int, default=3)
     args = parser.parse_args()
-    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="error-classes-")
-    work = Path(args.work or scratch.name)
-    data = load_split("val")
-    names = args.members.split(",")
-    for name in names:
-        run_member(name, work / name)
-    members = [Member(name, work / name) for name in names]
-    full, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
+    val = val_members(args.members, args.work, "error-classes-")
+    data, names = val.data, val.names
+    full, channels = val.stack_data()
     columns = feature_names(names, channels, sorted(data))
     col_unsupported, col_content = columns.index("lexical.unsupported"), columns.index("lexical.content")
     fit = choose(prepare(full, channels, names, seed=args.seed))

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -69,13 +68,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from feature_ablation import item_scores, lang_mean, print_paired  # noqa: E402
-from stack_val import run_member, run_script  # noqa: E402
+from stack_val import run_script, val_members  # noqa: E402
 
-from mushroom.combine.stack import Member  # noqa: E402
-from mushroom.combine.stack.features import StackData, feature_names, load_stack_data  # noqa: E402
+from mushroom.combine.stack.features import StackData, feature_names  # noqa: E402
 from mushroom.data.contexts import load_contexts, support_contexts  # noqa: E402
 from mushroom.data.records import Item  # noqa: E402
-from mushroom.data.splits import load_split  # noqa: E402
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions  # noqa: E402
 from mushroom.text.segment import sentences  # noqa: E402
 from mushroom.text.stopwords import stopwords  # noqa: E402
@@ -298,14 +295,9 @@ def main() -> None:
     unknown = [kind for kind in kinds if kind not in COLUMNS]
     if unknown:
         raise SystemExit(f"unknown evidence {', '.join(unknown)}; kinds: {', '.join(COLUMNS)}")
-    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="evidence-ablation-")
-    work = Path(args.work or scratch.name)
-    data = load_split("val")
-    names = args.members.split(",")
-    for name in names:
-        run_member(name, work / name)
-    members = [Member(name, work / name) for name in names]
-    full, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
+    val = val_members(args.members, args.work, "evidence-ablation-")
+    data, names = val.data, val.names
+    full, channels = val.stack_data()
     own_col = feature_names(names, channels, sorted(data)).index("lexical.unsupported")
     every = [c for kind in kinds for c in COLUMNS[kind]]
     wanted = every if args.columns == "all" else args.columns.split(",")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +25,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from evidence_ablation import COLUMNS, PER_SOURCE, TRANSLATED, extra_columns  # noqa: E402
-from stack_val import run_member, run_script  # noqa: E402
+from stack_val import run_script, val_members  # noqa: E402
 
-from mushroom.combine.stack import Member  # noqa: E402
 from mushroom.combine.stack.decoding import word_hard_mask  # noqa: E402
 from mushroom.combine.stack.features import (  # noqa: E402
     StackData,
@@ -39,7 +37,6 @@ from mushroom.combine.stack.features import (  # noqa: E402
 from mushroom.combine.stack.fit import batch_probs, fit_stack_data  # noqa: E402
 from mushroom.data.contexts import load_contexts  # noqa: E402
 from mushroom.data.predictions import prediction_from_vectors  # noqa: E402
-from mushroom.data.splits import load_split  # noqa: E402
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions  # noqa: E402
 from mushroom.evaluation.score import score_predictions  # noqa: E402
 
@@ -71,13 +68,8 @@ def main() -> None:
     args = parser.parse_args()
     kinds = args.evidence.split(",")
     wanted = [c for kind in kinds for c in COLUMNS[kind]]
-    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="evidence-lolo-")
-    work = Path(args.work or scratch.name)
-    data = load_split("val")
-    names = args.members.split(",")
-    for name in names:
-        run_member(name, work / name)
-    members = [Member(name, work / name) for name in names]
+    val = val_members(args.members, args.work, "evidence-lolo-")
+    data, names, members = val.data, val.names, val.members
     lexical = LexicalDetector(LexicalOptions(channels=False))
     own = {lang: load_contexts("val", lang, PER_SOURCE).by_id for lang in data}
     translated = (

@@ -11,18 +11,14 @@ interval over items is the honest one.
 """
 
 import argparse
-import tempfile
-from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
-from stack_val import run_member, run_script
+from stack_val import run_script, val_members
 
-from mushroom.combine.stack import Member
-from mushroom.combine.stack.features import TEXT_FEATURES, StackData, feature_names, load_stack_data
+from mushroom.combine.stack.features import TEXT_FEATURES, StackData, feature_names
 from mushroom.combine.stack.fit import choose, prepare
-from mushroom.data.splits import load_split
 from mushroom.evaluation.score import score_predictions
 from mushroom.evaluation.stats import paired_test
 
@@ -86,14 +82,9 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     args = parser.parse_args()
     # Without --work the member runs are removed when the script exits.
-    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="feature-ablation-")
-    work = Path(args.work or scratch.name)
-    data = load_split("val")
-    names = args.members.split(",")
-    for name in names:
-        run_member(name, work / name)
-    members = [Member(name, work / name) for name in names]
-    full, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
+    val = val_members(args.members, args.work, "feature-ablation-")
+    data, names = val.data, val.names
+    full, channels = val.stack_data()
     columns = feature_names(names, channels, sorted(data))
     drop = args.drop.split(",")
     # The fit finds member and vote columns by position (`member_columns`), so only the text

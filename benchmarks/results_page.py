@@ -15,7 +15,6 @@ draws in brackets, as the README's table did.
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,10 +23,9 @@ import numpy as np
 from mushroom.combine.stack import Member, StackConfig
 from mushroom.combine.stack.features import load_stack_data
 from mushroom.combine.stack.fit import choose, prepare
-from mushroom.data.splits import load_split
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stack_val import run_member, run_script  # noqa: E402  (a sibling script, not a package)
+from stack_val import run_member, run_script, val_members  # noqa: E402  (a sibling script, not a package)
 
 STACK_NAMES = {
     "blend": "stack (default: their mean)",
@@ -120,15 +118,10 @@ def main() -> None:
     command = "python benchmarks/results_page.py" + "".join(
         f" --{k} {v}" for k, v in (("seeds", args.seeds), ("model", args.model)) if v != parser.get_default(k)
     )
-    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="results-page-")
-    work = Path(args.work or scratch.name)
-    data = load_split("val")
-    members = []
-    for name in ("lexical", "semantic"):
-        run_member(name, work / name)
-        members.append(Member(name, work / name))
+    val = val_members("lexical,semantic", args.work, "results-page-")
+    data, members = val.data, val.members
     start = time.perf_counter()
-    stack_data, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
+    stack_data, channels = val.stack_data()
     kinds = args.model.split(",")
     per_draw: list[Scores] = []
     for seed in (int(s) for s in args.seeds.split(",")):
@@ -144,7 +137,7 @@ def main() -> None:
         if own is not None:
             scores["stack (default), hard labels of its own threshold only"] = own
         per_draw.append(scores)
-    clause = clause_weight_table(work, data, members, [int(x) for x in args.seeds.split(",")])
+    clause = clause_weight_table(val.work, data, members, [int(x) for x in args.seeds.split(",")])
     print(f"stack fits: {time.perf_counter() - start:.1f} s wall", file=sys.stderr)
     draws = f"fold draw {args.seeds.split(',')[0]}" + (
         f", and in brackets the mean of {len(per_draw)} draws" if len(per_draw) > 1 else ""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,12 +22,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stack_val import run_member, run_script  # noqa: E402
+from stack_val import run_script, val_members  # noqa: E402
 
-from mushroom.combine.stack import Member, fit_stack  # noqa: E402
+from mushroom.combine.stack import fit_stack  # noqa: E402
 from mushroom.combine.stack.fit import apply_stack  # noqa: E402
 from mushroom.data.predictions import load_predictions, submission_name  # noqa: E402
-from mushroom.data.splits import load_split  # noqa: E402
 from mushroom.evaluation.score import score_predictions  # noqa: E402
 
 
@@ -47,13 +45,8 @@ def main() -> None:
     )
     parser.add_argument("--markdown", default=None, help="also write the table as Markdown to this file")
     args = parser.parse_args()
-    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="stack-lolo-")
-    work = Path(args.work or scratch.name)
-    data = load_split("val")
-    members = []
-    for name in args.members.split(","):
-        run_member(name, work / name)
-        members.append(Member(name, work / name))
+    val = val_members(args.members, args.work, "stack-lolo-")
+    data, members = val.data, val.members
     rows = []
     start = time.perf_counter()
     for held in sorted(data):

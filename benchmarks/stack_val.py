@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,13 +28,14 @@ from rich.console import Console
 
 from mushroom.cli.tables import systems_table
 from mushroom.combine.stack import Member, StackConfig
-from mushroom.combine.stack.features import load_stack_data
+from mushroom.combine.stack.features import StackData, load_stack_data
 from mushroom.combine.stack.fit import StackFit, choose, prepare
 from mushroom.data.contexts import DEFAULT_SOURCES
+from mushroom.data.records import Item
 from mushroom.data.splits import load_split
 from mushroom.detectors import Detector, build
 from mushroom.errors import MushroomError
-from mushroom.util.options import nest_options, parse_options
+from mushroom.util.options import nest_options, parse_options, split_names
 
 
 def spread(values: list[float]) -> str:
@@ -98,6 +100,41 @@ def run_member(
     service.detect_split(det, "val", folder)
     if service.failures:
         raise SystemExit(f"{name}: {len(service.failures)} items failed; see {folder}")
+
+
+@dataclass
+class ValMembers:
+    """The val split and its member runs, as the stack benchmarks read them."""
+
+    work: Path
+    data: dict[str, list[Item]]
+    names: list[str]
+    members: list[Member]
+    scratch: tempfile.TemporaryDirectory | None  # held so the scratch runs live as long as this
+
+    def stack_data(self) -> tuple[StackData, list[list[str]]]:
+        """The stack's features of every val item, and each member's channel names."""
+        stack_data, channels, _ = load_stack_data(self.members, "val", self.data, None, sorted(self.data))
+        return stack_data, channels
+
+
+def val_members(
+    members: str, work: str | None, prefix: str, run: Callable[[str, Path], None] | None = None
+) -> ValMembers:
+    """Runs each member of the comma list on val under `work` (reused when there), or in scratch.
+
+    Without `work` the runs go to a temporary folder removed when the result is dropped.
+    `run(name, folder)` replaces `run_member` for a member made another way.
+    """
+    names = split_names(members, what="member")
+    if len(set(names)) < len(names):
+        raise MushroomError(f"--members {members}: a member is named twice")
+    scratch = None if work else tempfile.TemporaryDirectory(prefix=prefix)
+    folder = Path(work or scratch.name)
+    data = load_split("val")
+    for name in names:
+        (run or run_member)(name, folder / name)
+    return ValMembers(folder, data, names, [Member(name, folder / name) for name in names], scratch)
 
 
 def main() -> None:
