@@ -586,3 +586,56 @@ def test_a_resumed_run_counts_on_its_bar_only_the_items_it_computes(tmp_path):
     first, second = (b.tasks[0] for b in bars)
     assert (first.completed, first.total) == (3, 3)
     assert (second.completed, second.total) == (2, 2)
+
+
+def test_a_detector_span_past_the_answer_fails_every_run_and_is_never_written(tmp_path):
+    """The span check once ran after the items were recorded done: a re-run wrote the bad file."""
+    import numpy as np
+
+    import mushroom.runs.service as service
+    from mushroom.detectors.base import VectorDetector
+    from mushroom.detectors.lexical import LexicalOptions
+    from mushroom.errors import DataError
+
+    class TooLong(VectorDetector):
+        name = "too-long"
+        Options = LexicalOptions
+
+        def item_vector(self, item, contexts):
+            return np.full(len(item.model_output_text) + 3, 0.9)
+
+    folder = tmp_path / "run"
+    for _ in range(2):
+        run = service.RunService(folder, {"detector": "too-long"}, quiet=True)
+        with pytest.raises(DataError, match=r"must satisfy 0 <= start < end <= \d+"):
+            run.detect_split(TooLong(LexicalOptions()), "val", folder / "predictions", langs=["it"], limit=2)
+    assert not list((folder / "predictions").glob("*.jsonl"))
+
+
+def test_a_nan_probability_fails_its_item_and_not_as_nothing_wrong(tmp_path):
+    """NaN compares False with every threshold: it once became an empty prediction marked ok."""
+    import numpy as np
+
+    import mushroom.runs.service as service
+    from mushroom.detectors.base import VectorDetector
+    from mushroom.detectors.lexical import LexicalOptions
+
+    class HalfNan(VectorDetector):
+        name = "half-nan"
+        Options = LexicalOptions
+
+        seen: list[str] = []
+
+        def item_vector(self, item, contexts):
+            self.seen.append(item.id)
+            vec = np.full(len(item.model_output_text), 0.9)
+            if len(self.seen) == 2:
+                vec[2:] = np.nan
+            return vec
+
+    folder = tmp_path / "run"
+    run = service.RunService(folder, {"detector": "half-nan"}, quiet=True, allow_failures=True)
+    detector = HalfNan(LexicalOptions())
+    out = run.detect_split(detector, "val", folder / "predictions", langs=["it"], limit=3)
+    (failure,) = out.failures
+    assert failure.id == detector.seen[1] and "probabilities are not finite (NaN or infinity" in failure.error

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from mushroom.data.jsonl import iter_json_lines, validation_problems
 from mushroom.data.label_files import official_hard_from_soft
 from mushroom.data.records import Item, Prediction, SoftSpan
-from mushroom.data.spans import hard_to_mask, mask_to_hard, soft_to_vector, vector_to_soft
+from mushroom.data.spans import check_finite, hard_to_mask, mask_to_hard, soft_to_vector, vector_to_soft
 from mushroom.errors import DataError, Problem
 from mushroom.util.names import safe_name
 
@@ -139,8 +139,14 @@ def _row_prediction(
 def prediction_from_vectors(
     item_id: str, soft: np.ndarray, hard_mask: np.ndarray, decimals: int = 6
 ) -> Prediction:
-    """Builds a consistent prediction: every hard character keeps a positive probability."""
-    soft = np.clip(soft.astype(float), 0.0, 1.0)
+    """Builds a consistent prediction: every hard character keeps a positive probability.
+
+    Raises:
+        ValueError: `soft` holds NaN or infinity (`check_finite`).
+    """
+    soft = soft.astype(float)
+    check_finite(soft)
+    soft = np.clip(soft, 0.0, 1.0)
     floor = 10.0**-decimals
     soft = np.where(hard_mask & (np.round(soft, decimals) <= 0), floor, soft)
     return Prediction(

@@ -44,6 +44,21 @@ def mask_to_hard(mask: np.ndarray) -> HardSpans:
     return [(int(s), int(e)) for s, e in zip(edges[::2], edges[1::2])]
 
 
+def check_finite(vec: np.ndarray) -> None:
+    """Raises ValueError when a probability vector holds NaN or infinity.
+
+    NaN compares False with every threshold and is dropped as "not > 0": a model or detector
+    that returned NaN would read as "nothing hallucinated" there, which looks like an answer.
+    """
+    bad = ~np.isfinite(vec)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{int(bad.sum())} of {vec.size} probabilities are not finite (NaN or infinity; "
+            f"the first at character {first})"
+        )
+
+
 def vector_to_soft(vec: np.ndarray, decimals: int = 6) -> list[SoftSpan]:
     """Runs of equal non-zero probability as soft spans.
 
@@ -53,7 +68,9 @@ def vector_to_soft(vec: np.ndarray, decimals: int = 6) -> list[SoftSpan]:
     """
     if vec.size == 0:
         return []
-    vals = np.clip(np.round(vec.astype(float), decimals), 0.0, 1.0)
+    vals = vec.astype(float)
+    check_finite(vals)
+    vals = np.clip(np.round(vals, decimals), 0.0, 1.0)
     change = np.flatnonzero(np.diff(vals) != 0) + 1
     starts = np.concatenate(([0], change))
     ends = np.concatenate((change, [vals.size]))

@@ -294,17 +294,14 @@ class VectorDetector(Detector):
         for item in items:
             try:
                 vec = self.item_vector(item, contexts.get(item.id, []))
-            except MushroomError:
-                raise
-            except Exception as exc:  # one item's failure is recorded, the others go on
-                emit(ItemResult.failed(item.id, error_text(exc)))
-                continue
-            pred = prediction_from_vectors(item.id, vec, vec > threshold)
-            emit(
-                ItemResult.ok(
-                    pred,
+                result = ItemResult.ok(  # a NaN probability or channel fails the item
+                    prediction_from_vectors(item.id, vec, vec > threshold),
                     self.channels.get(item.id),
                     self.item_stats.get(item.id),
                     self.item_details.get(item.id),
                 )
-            )
+            except MushroomError:
+                raise
+            except Exception as exc:  # one item's failure is recorded, the others go on
+                result = ItemResult.failed(item.id, error_text(exc))
+            emit(result)

@@ -62,6 +62,17 @@ RECORD_KEYS = frozenset({"id", "soft_labels", "hard_labels"})
 SPAN_KEYS = frozenset({"start", "end", "prob"})
 
 
+def check_row(row: dict, item: Item, path: str, line: int) -> list[Problem]:
+    """The problems of one prediction row for its item (spans, probabilities, labels).
+
+    A run checks each prediction before it records the item as done, so a bad one is never
+    resumed past as finished.
+    """
+    report = CheckReport()
+    _check_row(row, item, (path, line), report)
+    return report.errors
+
+
 def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckReport) -> None:
     path, line = where
     n = len(item.model_output_text)

@@ -774,13 +774,13 @@ class RunService:
 
     def _run_items(self, detector, lang, todo, contexts, ledger, bar, task, folder, split="") -> None:
         from mushroom.backends.rawlog import RawLog, raw_file
-        from mushroom.evaluation.check import check_rows
+        from mushroom.evaluation.check import check_row
 
         detector.raw_log = RawLog(raw_file(folder / "raw", lang))
         size = detector.batch_items or len(todo)
-        expected = {it.id for it in todo}
+        expected = {it.id: it for it in todo}
         emitted: set[str] = set()
-        rows: list[dict] = []  # this chunk's predictions, checked against their items
+        path = str(folder / submission_name(lang, split))
         last = [time.perf_counter()]
         work: dict[str, Any] = {}  # rows under the stage's bar for work between items
 
@@ -802,13 +802,18 @@ class RunService:
             # An item is finished, so the work before it is over, even one that stopped short
             # (a failed chunk encoding whose items are then encoded one by one).
             end_work()
+            if result.status == "ok" and result.prediction is not None:
+                # A detector's bad span would make a file the checker refuses: said before the
+                # item is recorded as done, so a re-run does not resume past it into the file.
+                line = len(emitted) + 1
+                problems = check_row(result.prediction.submission_dict(), expected[result.id], path, line)
+                if problems:
+                    raise DataError(problems)
             now = time.perf_counter()
             result.seconds = round(now - last[0], 4)
             last[0] = now
             ledger.add(result)
             emitted.add(result.id)
-            if result.status == "ok" and result.prediction is not None:
-                rows.append(result.prediction.submission_dict())
             bar.advance(task, 1)
 
         detector.on_work = on_work
@@ -837,12 +842,6 @@ class RunService:
             detector.raw_log = None
             detector.on_work = None
             end_work()
-        if rows:  # a detector's bad span would make a file the checker refuses: said now, per chunk
-            report = check_rows(
-                enumerate(rows, start=1), todo, str(folder / submission_name(lang, split)), partial=True
-            )
-            if not report.ok:
-                raise DataError(report.errors)
 
     def _write_language(
         self, detector, split, lang, ids: list[str], ledger: Ledger, folder, out: SplitOutput
