@@ -206,6 +206,23 @@ def test_keys_are_read_in_any_case_and_a_single_object_under_the_list_key_counts
     assert [(s.start, s.end, s.prob) for s in result.spans] == [(25, 31, 0.9)]
 
 
+@pytest.mark.parametrize(
+    ("raw", "spans", "unparseable"),
+    [
+        ('{"wrong_spans": ["silver"]}', [(25, 31)], 0),  # its one list, read as a repair
+        ('{"answer": "silver"}', [], 1),  # no list, no span key: not "nothing wrong"
+        ('{"good": ["x"], "bad": ["silver"]}', [], 1),  # which list is meant cannot be told
+        ("{}", [], 0),  # an empty object says nothing is wrong
+    ],
+)
+def test_an_object_of_unknown_keys_is_never_read_as_nothing_wrong(raw, spans, unparseable):
+    """A server ignoring the schema wrote such objects; they parsed as no spans, uncounted."""
+    result = parse_response(ANSWER, raw)
+    assert [(s.start, s.end) for s in result.spans] == spans
+    assert result.counts()["unparseable"] == unparseable
+    assert result.repairs == (["other_list_key"] if spans else [])
+
+
 def test_a_string_where_the_list_belongs_is_unparseable():
     result = parse_response(ANSWER, '{"incorrect_spans": "silver"}')
     assert not result.parsed and result.counts()["unparseable"] == 1

@@ -148,26 +148,39 @@ class ClaimsFound:
     """Entries dropped: no usable text, or not an object or string at all."""
     bad_probabilities: int = 0
     """Claims kept at the default probability because theirs was invalid."""
+    repairs: list[str] = field(default_factory=list)
+    """What was read in a shape the prompts do not ask for (`other_list_key`)."""
 
 
-def _entries(value: Any) -> tuple[list[Any], int]:
-    """The list of claim entries in a decoded reply, and the invalid count if its shape is wrong."""
+def _entries(value: Any) -> tuple[list[Any], int, list[str]]:
+    """The claim entries in a decoded reply, the invalid count if its shape is wrong, and repairs.
+
+    An object with none of the known keys is not "no spans": a server that ignores the schema
+    writes `{"wrong_spans": [...]}` or `{"answer": "..."}`. Its one list is read as the spans
+    (a repair, counted); with no list, or several, it is invalid, so the reply counts as
+    unparseable. An empty object says nothing is wrong.
+    """
     if isinstance(value, list):
-        return value, 0
+        return value, 0, []
     if not isinstance(value, dict):
-        return [], 1
+        return [], 1, []
     keyed = {str(k).strip().casefold(): v for k, v in value.items()}
     for key in _LIST_KEYS:
         if key in keyed:
             items = keyed[key]
             if isinstance(items, list):
-                return items, 0
+                return items, 0, []
             if items is None:
-                return [], 0
+                return [], 0, []
             if isinstance(items, dict):
-                return [items], 0
-            return [], 1
-    return ([value], 0) if any(k in keyed for k in _TEXT_KEYS) else ([], 0)
+                return [items], 0, []
+            return [], 1, []
+    if any(k in keyed for k in _TEXT_KEYS) or not keyed:
+        return ([value] if keyed else []), 0, []
+    lists = [v for v in keyed.values() if isinstance(v, list)]
+    if len(lists) == 1:
+        return lists[0], 0, ["other_list_key"]
+    return [], 1, []
 
 
 def read_claims(value: Any, default_probability: float = 1.0) -> ClaimsFound:
@@ -176,8 +189,8 @@ def read_claims(value: Any, default_probability: float = 1.0) -> ClaimsFound:
     A span text may be a string or an integer (a year written as a number); any other type
     makes the entry invalid. A bad probability keeps the span at `default_probability`.
     """
-    items, invalid = _entries(value)
-    found = ClaimsFound(invalid_entries=invalid)
+    items, invalid, repairs = _entries(value)
+    found = ClaimsFound(invalid_entries=invalid, repairs=repairs)
     for entry in items:
         if isinstance(entry, str):
             entry = {"text": entry}
@@ -302,6 +315,7 @@ def _parse(answer: str, raw: str | None, default_probability: float, max_edit_ra
     if value is None:
         return result
     found = read_claims(value, default_probability)
+    result.repairs = [*repairs, *found.repairs]
     result.invalid_entries = found.invalid_entries
     result.bad_probabilities = found.bad_probabilities
     if not found.claims and found.invalid_entries:
