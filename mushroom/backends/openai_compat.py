@@ -66,6 +66,7 @@ from mushroom.backends.base import (
     OnScore,
 )
 from mushroom.backends.config import OpenAIConfig
+from mushroom.backends.openai_schema import read_completion
 from mushroom.backends.registry import register_backend
 from mushroom.errors import MushroomError
 from mushroom.util.words import plural
@@ -248,6 +249,21 @@ def check_served_model(config: OpenAIConfig) -> None:
             "with it under the wrong name; give that as --model (or name the model when starting the server: "
             "--model_alias NAME for llama-cpp-python, --alias NAME for llama-server)"
         )
+
+
+def _numeric_tops(rows: Any) -> list[dict[str, float] | None]:
+    """Echoed top log-probability rows with only their numeric entries (a row not an object: None).
+
+    A server's row may hold null values; compared by `max` they raised TypeError.
+    """
+    if not isinstance(rows, list):
+        return []
+    return [
+        {k: v for k, v in row.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        if isinstance(row, dict)
+        else None
+        for row in rows
+    ]
 
 
 @register_backend("openai", config=OpenAIConfig)
@@ -469,30 +485,29 @@ class OpenAIBackend(Backend):
         return body
 
     @staticmethod
-    def parse(data: dict[str, Any]) -> Generation:
-        """Texts, top log-probabilities and usage from a chat completion response."""
-        choices = data.get("choices")
-        if not isinstance(choices, list) or not choices:
+    def parse(data: Any) -> Generation:
+        """Texts, top log-probabilities and usage from a chat completion response.
+
+        A body of the wrong shape is an error on this request (`read_completion`), not a crash.
+        """
+        completion = read_completion(data)
+        if isinstance(completion, str):
+            return Generation(error=completion)
+        if not completion.choices:
             return Generation(error="response has no choices")
         texts, logprobs, reasons = [], [], []
-        for choice in sorted(choices, key=lambda c: c.get("index", 0)):
-            message = choice.get("message") or {}
-            texts.append(message.get("content") or "")
-            reason = choice.get("finish_reason")
-            reasons.append(reason if isinstance(reason, str) else None)
-            content = (choice.get("logprobs") or {}).get("content")
+        for choice in sorted(completion.choices, key=lambda c: c.index):
+            texts.append((choice.message.content if choice.message else None) or "")
+            reasons.append(choice.finish_reason)
+            content = choice.logprobs.content if choice.logprobs else None
             if content:
                 logprobs.append(
-                    [
-                        {t["token"]: t["logprob"] for t in (tok.get("top_logprobs") or [tok])}
-                        for tok in content
-                    ]
+                    [{t.token: t.logprob for t in (tok.top_logprobs or [tok])} for tok in content]
                 )
-        usage = {k: v for k, v in (data.get("usage") or {}).items() if isinstance(v, int)}
         return Generation(
             texts=texts,
             logprobs=logprobs or None,
-            usage=usage,
+            usage=completion.usage,
             finish_reasons=reasons if any(reasons) else [],
         )
 
@@ -668,11 +683,15 @@ class OpenAIBackend(Backend):
         has no BOS token (SmolLM2, Qwen): its top-1 then matches the next token far more often
         than the token itself, which never happens with a correct server (vLLM).
         """
-        tokens, tops = lp.get("tokens") or [], lp.get("top_logprobs") or []
+        if not isinstance(lp, dict):
+            return None
+        tokens, tops = lp.get("tokens"), _numeric_tops(lp.get("top_logprobs"))
+        if not isinstance(tokens, list):
+            return None
         own = late = 0
         for j in range(1, min(len(tokens), len(tops))):
             top = tops[j]
-            if not isinstance(top, dict) or not top:
+            if not top:
                 continue
             best = max(top, key=top.get)
             own += best == tokens[j]
@@ -688,17 +707,23 @@ class OpenAIBackend(Backend):
         With `late` rows, token j's value is read from row j-1's top log-probabilities: exact,
         but only for tokens among the top-k the server returned.
         """
-        choices = data.get("choices")
-        if not isinstance(choices, list) or not choices:
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return Loglikelihood(error="response has no choices")
         lp = choices[0].get("logprobs") or {}
+        if not isinstance(lp, dict):
+            lp = {}
         tokens, values, offsets = lp.get("tokens"), lp.get("token_logprobs"), lp.get("text_offset")
         if not (isinstance(tokens, list) and isinstance(values, list) and isinstance(offsets, list)):
             return Loglikelihood(
                 error="the server returned no prompt log-probabilities for echo=true "
                 "(llama-cpp-python: start it with --logits_all true)"
             )
-        tops = lp.get("top_logprobs") or [None] * len(tokens)
+        if not all(isinstance(t, str) for t in tokens) or not len(tokens) == len(values) == len(offsets):
+            return Loglikelihood(
+                error="the server's echoed tokens are malformed (not text, or lists unequal)"
+            )
+        tops = _numeric_tops(lp.get("top_logprobs")) or [None] * len(tokens)
         inside = [k for k, off in enumerate(offsets) if isinstance(off, int) and start <= off < end]
         if not inside:
             return Loglikelihood(error="the echoed tokens do not cover the continuation")
