@@ -639,3 +639,16 @@ def test_a_nan_probability_fails_its_item_and_not_as_nothing_wrong(tmp_path):
     out = run.detect_split(detector, "val", folder / "predictions", langs=["it"], limit=3)
     (failure,) = out.failures
     assert failure.id == detector.seen[1] and "probabilities are not finite (NaN or infinity" in failure.error
+
+
+def test_no_detector_option_that_changes_answers_is_left_out_of_the_config_hash():
+    """Chain's `retry` was: a folder resumed under the other setting and mixed both."""
+    from mushroom.detectors import available, detector_class
+    from mushroom.runs.service import UNHASHED_KEYS, config_hash
+
+    where_it_runs = {"device", "batch_size"}  # how a model runs, not what it answers
+    for name in available():
+        fields = set(detector_class(name).Options.model_fields)
+        assert fields & UNHASHED_KEYS <= where_it_runs, name
+    chain = {"detector": "chain", "options": {"retry": True}}
+    assert config_hash(chain) != config_hash({**chain, "options": {"retry": False}})

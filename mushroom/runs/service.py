@@ -69,7 +69,6 @@ TRANSPORT_KEYS = frozenset(
         "api_key_env",
         "batch_size",
         "device",
-        "retry",
     }
 )
 
