@@ -378,3 +378,14 @@ def test_option_mistakes_say_how_to_write_the_option(tmp_path, capsys):
     empty.write_text("")
     code, _, err = cli(capsys, "detect", "--responses", empty, "--lang", "en", "--out", out)
     assert code == 1 and "empty.jsonl: no lines" in err and not out.exists()
+
+
+@pytest.mark.parametrize("number", ["1e400", "1" * 400 + ".5"])
+def test_a_number_too_large_for_a_float_is_a_problem_on_its_line(tmp_path, capsys, number):
+    """It raised OverflowError: an internal error (exit 70) instead of the line's problem."""
+    rows = [{"id": r["id"], "hard_labels": []} for r in GOLD_ROWS]
+    lines = [json.dumps(row) for row in rows]
+    lines[1] = f'{{"id": "{rows[1]["id"]}", "hard_labels": [[0, {number}]]}}'
+    pred = write_lines(tmp_path / "p.jsonl", lines)
+    code, _, err = cli(capsys, "score", VAL_EN, pred)
+    assert code == 1 and "p.jsonl:2: invalid JSON: a number too large for a float" in err

@@ -107,6 +107,9 @@ def iter_json_lines(
             # NaN/Infinity, integers too long to convert, absurd nesting
             problems.append(Problem(str(path), lineno, None, f"invalid JSON: {exc}"))
             continue
+        except OverflowError:  # 1e400 read as the official scorer reads numbers
+            problems.append(Problem(str(path), lineno, None, "invalid JSON: a number too large for a float"))
+            continue
         if not isinstance(obj, dict):
             problems.append(
                 Problem(str(path), lineno, None, f"expected a JSON object, got {type(obj).__name__}")
