@@ -112,3 +112,18 @@ def test_without_the_datasets_package_the_extra_is_named(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "datasets", None)
     with pytest.raises(MissingExtra, match=r"mushroom\[datasets\]"):
         predictions_to_dataset([])
+
+
+def test_a_saved_gold_dataset_with_official_upper_case_codes_is_scored(tmp_path, capsys):
+    """Official val files say "EN": its gold file was named mushroom.EN-val, which no pairing reads."""
+    gold, preds = tmp_path / "gold", tmp_path / "preds"
+    preds.mkdir()
+    rows = []
+    for lang in ("it", "sv"):
+        rows += [{**row, "lang": lang.upper()} for row in _rows(lang)]
+        pred = preds / f"mushroom.{lang}-val.v2.jsonl"
+        pred.write_text("".join(json.dumps({"id": r["id"], "hard_labels": []}) + "\n" for r in _rows(lang)))
+    datasets.Dataset.from_list(rows).save_to_disk(str(gold))
+    code, shown, err = cli(capsys, "score", gold, preds)
+    assert code == 0, err
+    assert shown.splitlines()[-2].startswith("IoU:")

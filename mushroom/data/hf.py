@@ -12,7 +12,9 @@ Out: predictions become a `Dataset` with the submission columns (`id`, `soft_lab
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -88,6 +90,8 @@ def items_from_dataset(dataset: Any, source: str = "dataset") -> list[Item]:
 def saved_items_file(path: Path) -> Path:
     """A saved dataset's items as a checked JSONL file in a new temporary folder (read lazily by runs)."""
     folder = Path(tempfile.mkdtemp(prefix="mushroom-hf-"))
+    # removed when the process ends: the run reads it until then, and each use made a copy
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return _as_jsonl(load_saved(path), str(path), folder)
 
 
@@ -102,7 +106,10 @@ def saved_gold(path: Path, split: str = "val") -> Path:
     with items_path.open(encoding="utf-8") as handle:
         for line in handle:
             row = json.loads(line)
-            by_lang.setdefault(safe_name(row["lang"], "language code"), []).append(row)
+            # the code as items read it ("EN" in official val files is "en"): the scorer names
+            # a gold file's language from its file name, in lower case
+            lang = Item.model_validate(row).lang
+            by_lang.setdefault(safe_name(lang, "language code"), []).append(row)
     tag = "tst.v1" if split == "test" else "val.v2"
     folder = items_path.parent / "gold"
     folder.mkdir()
