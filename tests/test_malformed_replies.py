@@ -72,7 +72,9 @@ def test_malformed_prompt_logprobs_are_an_error_or_read_without_a_crash(logprobs
 def test_a_run_on_a_server_answering_malformed_bodies_fails_its_items_with_the_reason(tmp_path, capsys):
     out = tmp_path / "run"
     with FakeServer({"": [("status", 200, '{"choices": [null]}')]}) as server:
-        code, shown, err = cli(capsys, *llm_args(openai_backend(server.url), out), "-o", "backend.max_retries=0")
+        code, shown, err = cli(
+            capsys, *llm_args(openai_backend(server.url), out), "-o", "backend.max_retries=0"
+        )
     assert code == 3, shown + err
     failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
     assert failures and all("malformed completion: choices.0" in f["error"] for f in failures)
