@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from conftest import ROOT, write_lines
 
@@ -131,3 +133,38 @@ def test_lang_is_normalised(tmp_path, item_rows):
     assert {i.lang for i in items} == {"en"}
     assert (ROOT / "data" / "mushroom" / "README.md").is_file()
     assert (ROOT / "contexts" / "ucsc" / "LICENSE-Apache-2.0.txt").is_file()
+
+
+def test_json_lines_are_read_a_line_at_a_time(tmp_path):
+    """A run's item ledger can hold a corpus: the reader once held the file twice over."""
+    import tracemalloc
+
+    from mushroom.data.jsonl import iter_json_lines
+
+    path = tmp_path / "ledger.jsonl"
+    line = json.dumps({"id": "x", "status": "ok", "pad": "y" * 1000}) + "\n"
+    path.write_text(line * 8000, encoding="utf-8")  # 8 MB
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in iter_json_lines(path, []))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 8000 and peak < 1_000_000, peak
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('\n\n[{"id": "a"},\n {"id": "b"}]\n', "is a JSON array"),
+        ('{\n  "id": "a"\n}\n', "is one JSON document spread over several lines"),
+    ],
+)
+def test_a_json_document_after_blank_lines_is_named_as_such(tmp_path, text, said):
+    from mushroom.data.jsonl import iter_json_lines
+
+    path = tmp_path / "p.jsonl"
+    path.write_text(text, encoding="utf-8")
+    problems = []
+    assert list(iter_json_lines(path, problems)) == []
+    assert len(problems) == 1 and said in problems[0].message

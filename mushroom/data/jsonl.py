@@ -1,17 +1,18 @@
 """JSONL reading and writing with errors that name file, line and field.
 
-Every loader reads the whole file and reports all problems at once; every writer writes to a
+Every loader reads every line and reports all problems at once; every writer writes to a
 temporary file and renames it, so a crash never leaves half a file that looks complete.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, BinaryIO, TextIO, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -46,10 +47,10 @@ def open_text(path: Path) -> TextIO:
         raise DataError.single(path, None, None, f"cannot read: {exc.strerror}", exit_code=2) from exc
 
 
-def read_bytes(path: Path) -> bytes:
-    """A user's file as bytes; missing, a folder or unreadable is a usage error (exit 2)."""
+def open_binary(path: Path) -> BinaryIO:
+    """A user's file opened for reading bytes; missing, a folder or unreadable is a usage error (exit 2)."""
     try:
-        return path.read_bytes()
+        return path.open("rb")
     except FileNotFoundError as exc:
         raise DataError.single(path, None, None, "file not found", exit_code=2) from exc
     except IsADirectoryError as exc:
@@ -65,19 +66,38 @@ def iter_json_lines(
 
     Read as the official tools read (pandas' `read_json(lines=True)`): lines end at LF, a
     CRLF's CR is JSON whitespace, a UTF-8 BOM at the start is skipped. Each line is decoded on
-    its own, so a bad byte is reported on its own line.
+    its own, so a bad byte is reported on its own line. The file is read a line at a time (a
+    run's item ledger can hold a corpus), except one that starts like a single JSON document,
+    which is read whole to say so.
     """
     path = Path(path)
-    data = read_bytes(path)
-    if data.startswith(_BOM):
-        data = data[len(_BOM) :]
-    kind = _not_jsonl(data)
+    with open_binary(path) as handle:
+        yield from _json_lines(path, handle, problems, parse_float)
+
+
+def _json_lines(
+    path: Path, handle: BinaryIO, problems: list[Problem], parse_float: Callable[[str], Any] | None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    head: list[bytes] = []  # the lines up to the first that is not blank
+    for raw in handle:
+        head.append(raw)
+        if raw.strip():
+            break
+    if head and head[0].startswith(_BOM):
+        head[0] = head[0][len(_BOM) :]
+    start = b"".join(head)
+    first_line = start.strip()
+    lines: Iterable[bytes] = itertools.chain(head, handle)
+    if first_line.startswith(b"[") or first_line == b"{":
+        start += handle.read()
+        lines = start.split(b"\n")
+    kind = _not_jsonl(start)
     if kind:
         problems.append(Problem(str(path), None, None, kind))
         return
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+    for lineno, raw in enumerate(lines, start=1):
         try:
-            line = raw.decode("utf-8")
+            line = raw.removesuffix(b"\n").decode("utf-8")
         except UnicodeDecodeError as exc:
             problems.append(
                 Problem(

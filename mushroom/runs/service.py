@@ -163,7 +163,12 @@ def fingerprint(inputs: list[Path], extra: dict[str, Any]) -> str:
     digest = hashlib.sha256(json.dumps(extra, sort_keys=True, default=str).encode())
     for path in sorted(inputs):
         digest.update(str(path.name).encode())
-        digest.update(path.read_bytes() if path.is_file() else b"<missing>")
+        if not path.is_file():
+            digest.update(b"<missing>")
+            continue
+        with path.open("rb") as handle:  # a member's predictions can be a corpus: a block at a time
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
     return digest.hexdigest()[:16]
 
 
