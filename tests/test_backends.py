@@ -398,6 +398,10 @@ def test_replay_backend_matches_ids_temperatures_and_samples(tmp_path):
     out = backend.generate([_req("a", "", 0.2), _req("a", "", 0.1), _req("b", "", 0.0, n=2), _req("c", "")])
     assert [g.texts for g in out[:3]] == [["t2"], ["t1"], ["s1", "s2"]]
     assert "no recorded response" in out[3].error
+    # fewer recorded samples than asked: an error, not a vote over fewer than the config says
+    short = build_backend(BackendConfig(kind="replay", responses=str(path)))
+    (gen,) = short.generate([_req("b", "", 0.0, n=3)])
+    assert gen.texts == [] and "no recorded response for 1 of the 3 samples" in gen.error
     from mushroom.backends.base import backend_warnings
 
     assert backend_warnings(backend) == []

@@ -257,7 +257,12 @@ class ReplayBackend(Backend):
         out = []
         for i, req in enumerate(requests):
             taken = self._take_texts(req)
-            if taken:
+            if 0 < len(taken) < req.n:  # voting over fewer samples than the config says is not a replay
+                gen = Generation(
+                    error=f"{REPLAY_MISS} for {req.n - len(taken)} of the {req.n} samples asked for "
+                    f"{req.key!r}: the file holds {len(taken)}"
+                )
+            elif taken:
                 lps = [lp for _, lp, _, _ in taken]
                 tokens = [n for _, _, n, _ in taken]
                 reasons = [r for _, _, _, r in taken]
