@@ -26,6 +26,7 @@ from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.splits import load_split, workspace
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
+from mushroom.util.names import name_problem
 from mushroom.util.options import error_message, merge_options
 
 if TYPE_CHECKING:
@@ -46,8 +47,18 @@ class Variant(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    name: str
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _a_folder_name(cls, value: str) -> str:
+        # the variant's folder inside the run's: "." and ".." were accepted, and ".." wrote
+        # its val/ and test/ beside the run folder
+        problem = name_problem(value)
+        if problem is not None:
+            raise ValueError(f"a variant name {problem}")
+        return value
 
 
 class RunConfig(BaseModel):
