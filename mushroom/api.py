@@ -61,6 +61,13 @@ _KEEP = 8
 _ITEM_KEYS = frozenset({"answer", "model_output_text", "contexts", "question", "model_input", "lang", "id"})
 
 
+def _forget(key: tuple[str, str]) -> None:
+    """Drops a kept detector (the next call builds it afresh), closing its connections or model."""
+    det = _DETECTORS.pop(key, None)
+    if det is not None:
+        det.close()
+
+
 def _detector(method: str, options_json: str):
     """The detector for (method, options), built and checked once; the last few are kept."""
     import json
@@ -74,7 +81,7 @@ def _detector(method: str, options_json: str):
         det.check_ready()  # what the CLI checks before a run: a device, a model folder, a URL
     _DETECTORS[key] = det  # the most recently used last: the first is dropped past _KEEP
     while len(_DETECTORS) > _KEEP:
-        _DETECTORS.pop(next(iter(_DETECTORS)))
+        _DETECTORS.pop(next(iter(_DETECTORS))).close()  # its connections or model go with it
     return det
 
 
@@ -287,7 +294,7 @@ def _detect(
             # A detector that failed as a whole (a model that could not be loaded) is built
             # afresh by the next call, which tries again; the others are kept. What other
             # languages gave is not lost: it comes with the RunFailed below.
-            _DETECTORS.pop(key, None)
+            _forget(key)
             if not found:
                 raise
             errors.update(
@@ -309,7 +316,7 @@ def _detect(
         )
 
     if errors:
-        _DETECTORS.pop(key, None)
+        _forget(key)
         first = next(iter(errors))
         raise RunFailed(
             f"{method}: {len(errors)} of {len(rows)} items failed (first: {first}: {errors[first]}); "

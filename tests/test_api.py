@@ -188,3 +188,18 @@ def test_a_detector_failing_whole_languages_keeps_what_other_languages_gave(monk
         with pytest.raises(mushroom.RunFailed) as caught:
             mushroom.detect_batch(items, method="by-language-test", fail_de=fail)
         assert list(caught.value.predictions) == ["e"] and message in caught.value.errors["d"]
+
+
+def test_a_detector_dropped_from_the_kept_few_closes_its_connections(monkeypatch):
+    """Each eviction left an httpx connection pool open for the life of the notebook."""
+    from mushroom import api
+    from mushroom.backends.openai_compat import OpenAIBackend
+
+    monkeypatch.setattr(api, "_DETECTORS", {})
+    closed = []
+    monkeypatch.setattr(OpenAIBackend, "close", lambda self: closed.append(self.base_url))
+    with FakeServer({}) as server:
+        mushroom.detect(ANSWER, CONTEXT, method="llm", backend=llm_backend(server.url))
+        for k in range(api._KEEP):  # eight other detectors push the first one out
+            mushroom.detect(ANSWER, CONTEXT, method="lexical", threshold=0.1 + k / 100)
+    assert closed == [server.url]

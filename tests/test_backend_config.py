@@ -207,10 +207,12 @@ def test_a_kind_alone_as_a_string_is_that_kind_with_its_defaults(tmp_path):
 
 @pytest.mark.parametrize("name", ["..", ".", "a/b", ".hidden"])
 def test_a_variant_name_that_is_not_a_folder_name_is_refused(tmp_path, name):
-    """".." was accepted: that variant wrote its val/ and test/ beside the run folder."""
+    """ ".." was accepted: that variant wrote its val/ and test/ beside the run folder."""
     from mushroom.runs.config import load_run_config
 
     path = tmp_path / "run.toml"
-    path.write_text(f'name = "x"\n[detector]\nname = "lexical"\n[[variants]]\nname = "{name}"\n', encoding="utf-8")
+    path.write_text(
+        f'name = "x"\n[detector]\nname = "lexical"\n[[variants]]\nname = "{name}"\n', encoding="utf-8"
+    )
     with pytest.raises(DataError, match=r"variants\.0\.name.*cannot name a file"):
         load_run_config(path)

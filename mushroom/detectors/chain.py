@@ -170,6 +170,7 @@ class ChainDetector(Detector):
         self.decompose_prompt = load_prompt(options.decompose_prompt)
         self.verify_prompt = load_prompt(options.verify_prompt)
         self._backend = self.recording(backend) if backend is not None else None
+        self._owns_backend = backend is None  # one given by the caller is the caller's to close
 
     def describe(self) -> dict:
         out = super().describe()
@@ -185,6 +186,12 @@ class ChainDetector(Detector):
             path = self.cache_file("chain.cache.jsonl")
             self._backend = self.recording(build_cached(self.options.backend, self.options.cache, path))
         return self._backend
+
+    def close(self) -> None:
+        """Closes the backend it built; one given to it is left to the caller."""
+        if self._backend is not None and self._owns_backend:
+            self._backend.close()
+            self._backend = None
 
     @property
     def warnings(self) -> list[str]:

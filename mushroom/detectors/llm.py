@@ -124,6 +124,12 @@ class LLMDetector(Detector):
         """The backend's warnings (unconstrained or broken JSON decoding), for the run's summary."""
         return backend_warnings(self._backend)
 
+    def close(self) -> None:
+        """Closes the backend it built (a server's connection pool, a loaded model)."""
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+
     def requests(self, items: list[Item], contexts: dict[str, list[Context]]) -> list[GenerationRequest]:
         """One request per item and temperature, in that order."""
         opts = self.options

@@ -142,6 +142,7 @@ class PYesDetector(Detector):
         super().__init__(options)
         self.prompt = load_prompt(options.prompt)
         self._backends = [self.recording(b) for b in backends] if backends is not None else None
+        self._owns_backends = backends is None  # ones given by the caller are the caller's to close
         self.calibration: PYesCalibration | None = None
         if options.calibration:
             path = Path(options.calibration)
@@ -155,6 +156,13 @@ class PYesDetector(Detector):
     @staticmethod
     def model_key(config: BackendConfig, k: int) -> str:
         return f"{k}:{config.kind}:{config.model}"
+
+    def close(self) -> None:
+        """Closes the backends it built; ones given to it are left to the caller."""
+        if self._backends is not None and self._owns_backends:
+            for backend in self._backends:
+                backend.close()
+            self._backends = None
 
     @property
     def backends(self) -> list[Backend]:
