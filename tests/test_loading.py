@@ -168,3 +168,13 @@ def test_a_json_document_after_blank_lines_is_named_as_such(tmp_path, text, said
     problems = []
     assert list(iter_json_lines(path, problems)) == []
     assert len(problems) == 1 and said in problems[0].message
+
+
+@pytest.mark.parametrize("lang", ["en", "eng", "en-us", "zh-hans"])
+@pytest.mark.parametrize("split", ["items", "val", "test"])
+def test_every_language_code_an_item_may_have_is_read_back_from_its_file_name(lang, split):
+    """'en-us' made mushroom.en-us-items.jsonl, which ensemble and the failure checks skipped."""
+    from mushroom.data.predictions import prediction_file_lang, submission_name
+
+    assert prediction_file_lang(submission_name(lang, split)) == lang
+    assert prediction_file_lang(submission_name(lang, split) + ".bak") is None

@@ -207,7 +207,10 @@ def _file_name(lang: str, split: str) -> str:
     return f"mushroom.{lang}-tst.v1.jsonl" if split == "test" else f"mushroom.{lang}-val.v2.jsonl"
 
 
-_PREDICTION_FILE = re.compile(r"mushroom\.([a-z]{2,3})-(?:tst\.v1|val\.v2|items)\.jsonl")
+# Any code an item may have (`safe_name`, lower case: "en-us" too), not only the official two
+# letters: the files of an items file in such a language were not found by `ensemble` or the
+# failure checks.
+_PREDICTION_FILE = re.compile(r"mushroom\.([a-z0-9][a-z0-9._-]*?)-(?:tst\.v1|val\.v2|items)\.jsonl")
 
 
 def prediction_file_lang(name: str) -> str | None:
