@@ -120,3 +120,28 @@ def test_an_ensemble_never_overwrites_its_input_and_names_a_file_with_other_item
     short.write_text("".join(pb.read_text().splitlines(keepends=True)[:3]))
     code, _, err = cli(capsys, "ensemble", pa, short, "--out", tmp_path / "e.jsonl")
     assert code == 1 and f"{short}: field 'id': covers other items than {pa}: no prediction for" in err
+
+
+def test_a_finished_stack_apply_folder_is_not_taken_over_by_another_run(tmp_path, capsys):
+    """It has no item ledger: it was taken for a run that never started, and overwritten."""
+    run = tmp_path / "run"
+    code, _, err = cli(capsys, "detect", "--split", "val", "--lang", "en", "--out", run, "--quiet")
+    assert code == 0, err
+    stack, out = tmp_path / "stack.json", tmp_path / "applied"
+    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", stack)
+    assert code == 0, err
+    code, _, err = cli(
+        capsys, "stack", "apply", stack, f"lex={run}", "--split", "val", "--lang", "en", "--out", out
+    )
+    assert code == 0, err
+    written = (out / "mushroom.en-val.v2.jsonl").read_text()
+    code, _, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "en", "--limit", "3", "--out", out, "--quiet"
+    )
+    assert code == 2 and "holds a run with another config" in err, err
+    assert (out / "mushroom.en-val.v2.jsonl").read_text() == written
+    # the same stack apply again resumes its folder
+    code, _, err = cli(
+        capsys, "stack", "apply", stack, f"lex={run}", "--split", "val", "--lang", "en", "--out", out
+    )
+    assert code == 0, err

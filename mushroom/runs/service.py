@@ -519,7 +519,14 @@ class RunService:
             ) from exc
 
     def has_results(self) -> bool:
-        """Whether any item has finished in this folder (then its config is locked)."""
+        """Whether any item has finished in this folder, or a run finished there (then its config is locked).
+
+        A `stack apply` writes its files with no item ledger: its finished folder (its
+        summary.json) was taken for one that stopped before its first item, and a run of
+        another config overwrote its submission.
+        """
+        if (self.out / "summary.json").is_file():
+            return True
         return any(p.stat().st_size > 0 for p in self.out.glob("**/items/*.jsonl"))
 
     def _lock(self) -> None:
