@@ -3,6 +3,7 @@ import shutil
 import subprocess
 
 import pytest
+from cli_helpers import cli
 from conftest import write_lines
 from typer.testing import CliRunner
 
@@ -245,3 +246,21 @@ def html_escape(text):
     import html
 
     return html.escape(text)
+
+
+def test_runs_sharing_no_language_are_refused_not_compared_as_nan(tmp_path, capsys):
+    """It printed tables of n 0 and NaN with numpy warnings, wrote them, and exited 0."""
+    runs = []
+    for lang in ("en", "de"):
+        out = tmp_path / lang
+        res = runner.invoke(
+            app, ["detect", "--split", "val", "--lang", lang, "--limit", "3", "--out", str(out), "--quiet"]
+        )
+        assert res.exit_code == 0, res.output
+        runs.append(score_run(out))
+    with pytest.raises(
+        MushroomError, match=r"share no language, so there is nothing to compare \(en: en; de: de\)"
+    ):
+        comparison_rows(runs)
+    code, _, err = cli(capsys, "compare", tmp_path / "en", tmp_path / "de", "--eval-dir", tmp_path / "ev")
+    assert code == 2 and "nothing to compare" in err and not (tmp_path / "ev").exists()

@@ -103,6 +103,9 @@ def comparison_rows(runs: list[RunScores], baseline: int = 0) -> list[dict]:
     """
     base = runs[baseline]
     langs = sorted(set.intersection(*(set(r.result.langs) for r in runs)))
+    if not langs:  # it wrote tables of n 0 and NaN, and exited 0
+        have = "; ".join(f"{r.name}: {', '.join(sorted(set(r.result.langs))) or 'none'}" for r in runs)
+        raise MushroomError(f"the runs share no language, so there is nothing to compare ({have})")
     rows = []
     base_per = base.result.by_lang()
     for run in runs:
