@@ -294,3 +294,18 @@ def test_a_run_that_failed_items_and_wrote_no_file_says_so(tmp_path, capsys):
     assert code == 2 and "its run lists 1 failed item and wrote no file for their languages" in err
     code, _, err = cli(capsys, "ensemble", run, run, "--split", "val", "--out", tmp_path / "v.jsonl")
     assert code == 2 and "run its command again to complete them" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--backend", "opnai"], "--backend: unknown backend 'opnai'; did you mean 'openai'?"),
+        (["-o", "foo=1"], "backend: the 'openai' backend has no setting 'foo'"),
+        (["-o", "concurrency=0"], "backend: concurrency: concurrency must be >= 1"),
+    ],
+)
+def test_a_bad_contexts_backend_is_a_usage_error_not_a_bug(tmp_path, capsys, args, said):
+    """An unknown kind was "internal error: ValueError ... this is a bug in mushroom" (exit 70)."""
+    ctx = tmp_path / "ctx"
+    code, _, err = cli(capsys, "contexts", "--lang", "en", "--limit", "2", "--context-dir", ctx, *args)
+    assert code == 2 and said in err and "internal error" not in err and not ctx.exists()

@@ -84,11 +84,14 @@ def generate_split(
     Every model call is recorded in CONTEXT_DIR/.raw/ and every answer cached in
     CONTEXT_DIR/.cache.<source>.jsonl, so a run that stopped goes on where it stopped.
     """
+    from pydantic import ValidationError
+
     from mushroom.backends.cache import build_cached
     from mushroom.backends.config import parse_backend_config
     from mushroom.backends.rawlog import RawLog, RecordingBackend
     from mushroom.data.splits import load_split
     from mushroom.retrieval.generate import generate_contexts
+    from mushroom.util.options import error_message
 
     if grade not in GRADINGS:
         raise MushroomError(f"--grade must be none, llm or embedding, not {grade!r}")
@@ -96,12 +99,18 @@ def generate_split(
     data = load_split(split, langs)
     tier_list = parse_tiers(tiers, split, data, root)
     cache = root / f".cache.{source}.jsonl"
-    if not cache.is_file():  # else the answers may all be cached and no backend is built
+    try:
         settings = parse_backend_config(backend)
+    except ValidationError as exc:  # a setting of the kind: each named, as `detect` names them
+        said = [(".".join(map(str, e["loc"])), error_message(e)) for e in exc.errors()]
+        raise MushroomError("backend: " + "; ".join(f"{k}: {m}" if k else m for k, m in said)) from None
+    except ValueError as exc:  # an unknown kind (with a suggestion), or no kind
+        raise MushroomError(f"--backend: {exc}") from None
+    if not cache.is_file():  # else the answers may all be cached and no backend is built
         settings.check_ready()
         settings.check_answers()  # contexts are written answers
     sink: list[RawLog | None] = [None]
-    engine = RecordingBackend(build_cached(backend, True, cache), lambda: sink[0])
+    engine = RecordingBackend(build_cached(settings, True, cache), lambda: sink[0])
     # a verdict neither relevant nor irrelevant keeps the context; graded tiers fall through
     falls = grade != "none" and bool(tier_list)
     run = ContextsRun(COLUMNS + ["tier rejected"] * falls + ["kept unread"] * (grade == "llm"))
