@@ -161,3 +161,21 @@ def test_score_names_the_item_of_a_bad_line_and_what_an_unlabelled_or_odd_file_i
     assert code == 1 and "items without gold labels (an unlabelled split such as test) cannot be scored" in (
         " ".join(err.split())
     )
+
+
+def test_a_file_that_marks_nothing_anywhere_is_said_by_score_and_check(tmp_path, capsys):
+    """All-empty files scored Cor 0 and checked OK in silence: a failed run looks just like that."""
+    empty = write_lines(
+        tmp_path / "p.jsonl", [{"id": r["id"], "hard_labels": [], "soft_labels": []} for r in GOLD_ROWS]
+    )
+    said = "none of its 50 predictions marks anything"
+    code, out, err = cli(capsys, "score", VAL_EN, empty)
+    assert code == 0 and said in err and out.splitlines()[-1].startswith("Cor:")
+    code, out, err = cli(capsys, "check", empty, "--items", VAL_EN)
+    assert code == 0 and said in out + err and "1 warning" in out
+    one = write_lines(
+        tmp_path / "q.jsonl",
+        [{"id": r["id"], "hard_labels": [[0, 1]] if k == 0 else []} for k, r in enumerate(GOLD_ROWS)],
+    )
+    code, out, err = cli(capsys, "score", VAL_EN, one)
+    assert code == 0 and "marks anything" not in err

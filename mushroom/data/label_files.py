@@ -42,6 +42,18 @@ class ScoringFile:
     warnings: list[str] = field(default_factory=list)
 
 
+def marks_nothing(n: int) -> str:
+    """The warning for a file of predictions none of which marks a character.
+
+    Valid, and it scores, but a run that failed and wrote its items empty, or a detector
+    that had no contexts, looks exactly like it: said rather than scored in silence.
+    """
+    return (
+        f"none of its {n} predictions marks anything (no soft or hard span): a run whose items "
+        "failed or had no contexts looks like this"
+    )
+
+
 def official_hard_from_soft(soft: list[tuple[int, int, float]]) -> list[tuple[int, int]]:
     """Hard labels the official scorer derives: prob > 0.5, spans that touch merged."""
     hard: list[list[int]] = []

@@ -14,7 +14,12 @@ from pathlib import Path
 import numpy as np
 
 from mushroom.data.jsonl import iter_json_lines
-from mushroom.data.label_files import is_json_int, labels_missing_on_some_lines, misspelled_label
+from mushroom.data.label_files import (
+    is_json_int,
+    labels_missing_on_some_lines,
+    marks_nothing,
+    misspelled_label,
+)
 from mushroom.data.records import Item
 from mushroom.errors import Problem
 from mushroom.util.words import no_prediction, plural
@@ -196,6 +201,8 @@ def check_rows(
             report.unknown_ids += 1
             continue
         _check_row(row, by_id[rid], (path, line), report)
+    if len(seen) > 1 and not any(row.get("soft_labels") or row.get("hard_labels") for _, row in rows):
+        report.warnings.append(Problem(path, None, None, marks_nothing(len(seen))))
     by_line = dict(rows)
     for line, key, have in labels_missing_on_some_lines(rows):
         row = by_line[line]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mushroom.data.label_files import ScoringFile, ScoringRecord, match_ids, read_scoring_file
+from mushroom.data.label_files import ScoringFile, ScoringRecord, marks_nothing, match_ids, read_scoring_file
 from mushroom.data.splits import lang_from_filename
 from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.evaluation.metrics import OfficialScorerCrash, item_cor, item_iou
@@ -179,6 +179,8 @@ def score_loaded(
     file_lang = lang or lang_from_filename(gold.path) or "all"
     langs = [gold.records[r].lang or file_lang for r in ids]
     warnings = gold.warnings + pred.warnings + _quirks(gold, pred, ids)
+    if len(ids) > 1 and not any(pred.records[r].soft or pred.records[r].hard for r in ids):
+        warnings.append(f"{pred.path}: {marks_nothing(len(ids))}")
     return ScoreResult(ids, langs, ious, cors, warnings=warnings, unscored=len(gold.records) - len(ids))
 
 

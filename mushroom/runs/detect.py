@@ -51,7 +51,31 @@ def items_file_data(
             f"with --items, --contexts takes JSONL files of {{id, context}}; not found: {missing}"
         )
     # a broken line stops the command before its folder exists; the index serves the run
-    return data, ContextFiles(context_files)
+    files = ContextFiles(context_files)
+    _check_some_context(files, data, items_file)
+    return data, files
+
+
+def _check_some_context(files: ContextFiles, data: dict[str, Sequence[Item]], items_file: Path) -> None:
+    """A usage error when the context files give no item any context: their ids are of other items.
+
+    The run went on with one warning and wrote every item empty: "nothing wrong" where nothing
+    was checked. The items are read until one has a context (most often the first).
+    """
+    if not files.paths:
+        return
+    ids = (item.id for items in data.values() for item in items)
+    if any(any(i in where for where in files.index) for i in ids):
+        return
+    for path, where in zip(files.paths, files.index):
+        if not where:
+            raise MushroomError(f"--contexts {path}: the file has no contexts")
+    first = next(iter(next(iter(data.values()), [])), None)
+    ours, theirs = first.id if first else "-", next(iter(files.index[0]))
+    raise MushroomError(
+        f"--contexts {', '.join(map(str, files.paths))}: none of its ids is the id of an item of "
+        f"{items_file} (items: {ours!r}, ...; contexts: {theirs!r}, ...), so no item would be checked"
+    )
 
 
 def run_detect(
