@@ -652,3 +652,23 @@ def test_no_detector_option_that_changes_answers_is_left_out_of_the_config_hash(
         assert fields & UNHASHED_KEYS <= where_it_runs, name
     chain = {"detector": "chain", "options": {"retry": True}}
     assert config_hash(chain) != config_hash({**chain, "options": {"retry": False}})
+
+
+def test_check_compare_sweep_and_report_say_a_runs_failed_items(tmp_path):
+    """Only `score` said that a run's failed items were written empty; check said OK."""
+    out = tmp_path / "dead"
+    proc = mushroom(*detect_args(out, closed_port_url(), "val", "--allow-failures"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = "5 of its items are listed as failed in its run"
+    pred = out / "predictions" / "mushroom.en-val.v2.jsonl"
+    proc = mushroom("check", str(pred), "--items", str(VAL_EN), "--partial")
+    assert proc.returncode == 0 and said in proc.stderr and "2 warnings" in proc.stdout, (
+        proc.stdout + proc.stderr
+    )
+    for args in (
+        ["compare", str(out), "--eval-dir", str(tmp_path / "ev")],
+        ["sweep", str(out), "--svg", str(tmp_path / "s.svg")],
+        ["report", str(out), "--out", str(tmp_path / "r.html")],
+    ):
+        proc = mushroom(*args)
+        assert proc.returncode == 0 and said in proc.stderr, args

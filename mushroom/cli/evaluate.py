@@ -46,6 +46,7 @@ def compare(
         score_run,
         tag_rows,
     )
+    from mushroom.evaluation.runfiles import run_failure_notes
 
     if not 0 <= baseline < len(runs):
         raise MushroomError(
@@ -67,6 +68,9 @@ def compare(
             s.name = f"{k}:{s.name}"
     for note in filter(None, (s.coverage_note() for s in scored)):
         err_console.print(esc(note), highlight=False)
+    for run in runs:
+        for note in run_failure_notes(run, split):
+            print_warning(note.removeprefix("note: "))
     for note in left_out_languages(scored):
         print_warning(note)
     rows = comparison_rows(scored, baseline)
@@ -119,12 +123,16 @@ def sweep(
     from mushroom.data.splits import workspace
     from mushroom.evaluation.compare import ascii_sweep, rows_csv, sweep_scope, sweep_svg
     from mushroom.evaluation.compare import sweep as run_sweep
+    from mushroom.evaluation.runfiles import run_failure_notes
 
     _run_folders(runs)
     path = output_file(svg, "--svg") if svg else workspace() / "eval" / f"sweep-{timestamp()}.svg"
     scope = sweep_scope(runs, split, lang)
     for note in scope.notes:
         err_console.print(esc(note), highlight=False)
+    for run in runs:
+        for note in run_failure_notes(run, split):
+            print_warning(note.removeprefix("note: "))
     rows = run_sweep(runs, split, data=scope.data)
     out_console.print(ascii_sweep(rows), highlight=False, markup=False)
     best = max(rows, key=lambda r: r["iou"])
@@ -152,6 +160,7 @@ def report(
     from mushroom.data.jsonl import atomic_write_text
     from mushroom.evaluation.compare import load_tags
     from mushroom.evaluation.report import build_report
+    from mushroom.evaluation.runfiles import run_failure_notes
 
     if not run_dir.is_dir():
         raise MushroomError(
@@ -160,6 +169,8 @@ def report(
     path = output_file(out, "--out") if out else run_dir / f"report.{split}.html"
     tag_map = load_tags(input_file(tags, "--tags")) if tags else None
     page = build_report(run_dir, split, lang, tuple(split_names(contexts)), tag_map)
+    for note in run_failure_notes(run_dir, split):
+        print_warning(note.removeprefix("note: "))
     if tag_map:
         _warn_unscored_tags(tags, tag_map, page.item_ids, "items on the page")
     atomic_write_text(path, page.html)

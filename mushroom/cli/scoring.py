@@ -208,6 +208,8 @@ def check(
     ] = False,
 ) -> None:
     """Validate a prediction file against its items; exits 1 listing every problem."""
+    from mushroom.data.predictions import load_predictions
+    from mushroom.data.runfolder import failed_items
     from mushroom.data.splits import load_items
     from mushroom.evaluation.check import check_file
 
@@ -226,7 +228,11 @@ def check(
                 "file of these predictions (language and split)?"
             )
         raise typer.Exit(1)
-    counts = f"{plural(report.n_lines, 'prediction')}, {plural(len(report.warnings), 'warning')}"
+    found = failed_items(pred, load_predictions(pred))  # a run's failed items, written empty
+    if found is not None:
+        print_warning(found.message(pred))
+    n_warnings = len(report.warnings) + (found is not None)
+    counts = f"{plural(report.n_lines, 'prediction')}, {plural(n_warnings, 'warning')}"
     if report.missing:  # --partial: say so, since such a file is no submission
         counts += f"; {len(report.missing)} of {plural(report.n_items, 'item')} not predicted (--partial)"
     out_console.print(f"{esc(pred)}: OK ({counts})", highlight=False)

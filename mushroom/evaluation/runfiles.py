@@ -94,3 +94,18 @@ def note_failed_items(paths: list[Path], note: Callable[[str], None] = print) ->
         found = failed_items(path, predictions)
         if found is not None:
             note(f"note: {found.message(path)} (scored as written)")
+
+
+def run_failure_notes(run: Path, split: str) -> list[str]:
+    """The notes `note_failed_items` gives for a run folder's prediction files of a split.
+
+    `compare`, `sweep` and `report` printed 0/0 scores of items a run failed and wrote empty
+    (`--allow-failures`) without the note that `score` gives.
+    """
+    from mushroom.data.predictions import submission_glob
+    from mushroom.data.runfolder import prediction_folder
+
+    notes: list[str] = []
+    folder = prediction_folder(run, split)
+    note_failed_items(sorted(folder.glob(submission_glob(split))), notes.append)
+    return notes
