@@ -145,3 +145,17 @@ def test_a_finished_stack_apply_folder_is_not_taken_over_by_another_run(tmp_path
         capsys, "stack", "apply", stack, f"lex={run}", "--split", "val", "--lang", "en", "--out", out
     )
     assert code == 0, err
+
+
+def test_a_member_named_after_another_detector_than_its_runs_is_refused(tmp_path, capsys):
+    """`lexical=SEMANTIC_RUN` was fitted, and semantic's score reported as lexical's."""
+    run = tmp_path / "lex"
+    code, _, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "en", "--limit", "5", "--out", run, "--quiet"
+    )
+    assert code == 0, err
+    code, _, err = cli(
+        capsys, "stack", "fit", f"semantic={run}", "--lang", "en", "--out", tmp_path / "s.json"
+    )
+    assert code == 2 and "member 'semantic': " in err and "is a run of the 'lexical' detector" in err
+    assert not (tmp_path / "s.json").exists()

@@ -106,6 +106,18 @@ def parse_members(specs: list[str]) -> list[Member]:
     names = [m.name for m in out]
     if len(set(names)) != len(names):
         raise MushroomError(f"member names must be unique, got {names}; name them with NAME=PATH")
+    from mushroom.detectors import available
+
+    known = set(available())
+    for member in out:
+        # a member named after a detector is read as that detector's run (its channels, its
+        # column in the report); `lexical=SEMANTIC_RUN` reported semantic's score as lexical's
+        made_by = member.detector() if member.name in known else None
+        if made_by is not None and made_by != member.name:
+            raise MushroomError(
+                f"member {member.name!r}: {member.path} is a run of the {made_by!r} detector; "
+                f"give a {member.name} run, or name it {made_by}={member.path}"
+            )
     return out
 
 
