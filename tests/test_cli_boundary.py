@@ -355,7 +355,7 @@ def test_option_mistakes_say_how_to_write_the_option(tmp_path, capsys):
             ["--detector", "pyes", "--backend", "openai", "--model", "m"],
             "takes its models as a list: -o 'models=[",
         ),
-        (["--detector", "llm"], "needs `responses` (--responses FILE)"),
+        (["--detector", "llm"], "needs `responses`, a JSONL file of recorded responses (--responses FILE"),
         (["--detector", "llm", "-o", "seed=none"], "for no value write -o seed=null"),
         (["--responses", tmp_path], "a folder, not a JSONL file"),
         (  # the flag used to win without a word

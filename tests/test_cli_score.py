@@ -179,3 +179,15 @@ def test_a_file_that_marks_nothing_anywhere_is_said_by_score_and_check(tmp_path,
     )
     code, out, err = cli(capsys, "score", VAL_EN, one)
     assert code == 0 and "marks anything" not in err
+
+
+def test_a_run_folder_without_the_gold_files_language_is_named_as_such(tmp_path, capsys):
+    """It said "GOLD is a file, PRED a folder: give two files", though a run folder is allowed."""
+    run = tmp_path / "de"
+    code, _, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "de", "--limit", "2", "--out", run, "--quiet"
+    )
+    assert code == 0, err
+    code, _, err = cli(capsys, "score", VAL_EN, run)
+    assert code == 2 and "no en prediction file (mushroom.en-val.v2.jsonl)" in err and "it has de" in err
+    assert "give two files" not in err

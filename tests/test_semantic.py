@@ -154,7 +154,9 @@ def test_a_language_code_mushroom_does_not_know_is_said_and_inverted_grades_refu
     assert det.options.langs == ["xx", "en"]
     it = item("Marie Curie wurde 1867 in Krakau geboren.", lang="de")
     det.detect([it], {"x": [Context(source="s", text="Marie Curie wurde 1867 in Warschau geboren.")]})
-    assert det.warnings == [det.warnings[0]] and "langs 'xx': not a language mushroom knows" in det.warnings[0]
+    assert (
+        det.warnings == [det.warnings[0]] and "langs 'xx': not a language mushroom knows" in det.warnings[0]
+    )
     assert build("semantic").warnings == []
     for level in ("word", "clause"):
         with pytest.raises(DataError, match=f"{level}_hi \\(0.1\\) must be above {level}_lo \\(0.4\\)"):

@@ -32,8 +32,10 @@ from mushroom.errors import MushroomError
 NEEDS_BASE_URL = "the openai backend needs `base_url` (--base-url), e.g. http://127.0.0.1:8000/v1"
 NEEDS_SERVED_MODEL = "the openai backend needs `model` (--model), the served model's name"
 NEEDS_RESPONSES = (
-    "the replay backend (the default of LLM detectors) needs `responses` (--responses FILE), a JSONL "
-    "file of recorded responses; or name a live backend with --backend openai|transformers|vllm"
+    "the replay backend (the default of LLM detectors) needs `responses`, a JSONL file of recorded "
+    "responses (--responses FILE, or the option backend.responses=FILE: -o llm.backend.responses=FILE "
+    "in a main job); or name a live backend (--backend openai|transformers|vllm, or the option "
+    "backend.kind=openai)"
 )
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "guided_json", "none"]

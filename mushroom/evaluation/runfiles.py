@@ -7,6 +7,7 @@ line prints those lines on stderr, so stdout stays the official two lines).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ def score_run_files(
     gold item must have a prediction, as the official scorer requires.
     """
     from mushroom.data.hf import is_saved_dataset, saved_gold
-    from mushroom.data.predictions import submission_name
+    from mushroom.data.predictions import prediction_file_lang, submission_name
     from mushroom.data.runfolder import items_files, prediction_folder, run_scope, variant_names
     from mushroom.data.splits import lang_from_filename
     from mushroom.evaluation.score import pair_paths, score_pairs
@@ -58,6 +59,11 @@ def score_run_files(
         lang = lang_from_filename(gold) if gold.is_file() else None
         if lang is not None and (pred / submission_name(lang, split)).is_file():
             pred = pred / submission_name(lang, split)  # one gold file: the run's file of its language
+        elif lang is not None and (has := sorted(filter(None, map(prediction_file_lang, os.listdir(pred))))):
+            raise MushroomError(  # it said "GOLD is a file, PRED a folder", which a run folder may be
+                f"{pred}: no {lang} prediction file ({submission_name(lang, split)}) for GOLD {gold}; "
+                f"it has {', '.join(has)}"
+            )
     pairing = pair_paths(
         gold, pred, langs, allow_missing=scope is not None and scope.langs is not None, role=role
     )
