@@ -309,3 +309,25 @@ def test_a_bad_contexts_backend_is_a_usage_error_not_a_bug(tmp_path, capsys, arg
     ctx = tmp_path / "ctx"
     code, _, err = cli(capsys, "contexts", "--lang", "en", "--limit", "2", "--context-dir", ctx, *args)
     assert code == 2 and said in err and "internal error" not in err and not ctx.exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["main-job", "--lang", "en", "--contexts", "nosuch"],
+        ["main-job", "--lang", "en", "--detector", "lexical", "--contexts", "nosuch"],
+        ["run", "RUN_TOML"],
+        ["contexts", "--lang", "en", "--prompt", "nosuch", "--context-dir", "OUT"],
+    ],
+    ids=["main-job", "main-job-one-detector", "run-config", "contexts-prompt"],
+)
+def test_an_unknown_context_source_or_prompt_leaves_no_folder(tmp_path, capsys, command):
+    """These made config.json, versions.json and val/raw/ (or .raw/) before they found the mistake."""
+    out = tmp_path / "out"
+    toml = tmp_path / "run.toml"
+    toml.write_text('name = "x"\nlangs = ["en"]\ncontexts = ["nosuch"]\n[detector]\nname = "lexical"\n')
+    args = [str(toml) if a == "RUN_TOML" else str(out) if a == "OUT" else a for a in command]
+    if command[0] != "contexts":
+        args += ["--out", str(out)]
+    code, _, err = cli(capsys, *args)
+    assert code == 2 and ("'nosuch'" in err) and not out.exists(), err

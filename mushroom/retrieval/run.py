@@ -90,12 +90,14 @@ def generate_split(
     from mushroom.backends.config import parse_backend_config
     from mushroom.backends.rawlog import RawLog, RecordingBackend
     from mushroom.data.splits import load_split
+    from mushroom.detectors.prompts import load_prompt
     from mushroom.retrieval.generate import generate_contexts
     from mushroom.util.options import error_message
 
     if grade not in GRADINGS:
         raise MushroomError(f"--grade must be none, llm or embedding, not {grade!r}")
     root = context_dir or DEFAULT_CONTEXT_DIR
+    load_prompt(prompt)  # a prompt that does not exist stops the command before any folder is made
     data = load_split(split, langs)
     tier_list = parse_tiers(tiers, split, data, root)
     cache = root / f".cache.{source}.jsonl"

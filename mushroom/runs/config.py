@@ -348,12 +348,15 @@ def execute(
     limit = limit or cfg.limit
     variants = cfg.variant_options()
     dets = [(name, build(cfg.detector.name, options)) for name, options in variants]
-    from mushroom.data.contexts import source_names
+    from mushroom.data.contexts import check_sources, source_names
 
     for _, det in dets:
         det.check_ready(source_names(cfg.contexts), out)
-    # the items are read (a language a split lacks stops the command) before the folder is made
+    # the items are read (a language a split lacks stops the command) before the folder is made,
+    # and so are the context sources: an unknown one left config.json and val/raw/ behind
     data = {split: load_split(split, cfg.langs) for split in cfg.splits}
+    for split, items in data.items():
+        check_sources(split, sorted(items), tuple(cfg.contexts))
     out = out or new_run_folder(workspace() / "runs", f"{timestamp()}-{cfg.name}")
     config = {
         "run_config": cfg.model_dump(mode="json", exclude={"limit"}),

@@ -13,7 +13,7 @@ from typing import Any
 
 from mushroom.combine.cascade import check_budget
 from mushroom.data.channels import channel_files
-from mushroom.data.contexts import DEFAULT_SOURCES, source_names
+from mushroom.data.contexts import DEFAULT_SOURCES, check_sources, source_names
 from mushroom.data.languages import VAL_LANGUAGES
 from mushroom.data.predictions import mark_all, submission_glob, submission_name
 from mushroom.data.runfolder import new_run_folder, timestamp, write_json
@@ -152,6 +152,8 @@ def run_main_stack(
         )
     test_data = load_split("test", langs)
     val_data = load_split("val", val_langs)
+    check_sources("test", sorted(test_data), sources)  # an unknown source left a folder behind
+    check_sources("val", sorted(val_data), sources)
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-stack")
     config = {
         "job": "main",
@@ -404,6 +406,9 @@ def run_main(
     det = build(detector, options)
     det.check_ready(source_names(sources), out)
     test_data = load_split("test", langs)  # bad languages stop before the run folder is made
+    check_sources("test", sorted(test_data), sources)  # and unknown context sources
+    if with_val and (val_langs := _val_langs(langs)):
+        check_sources("val", val_langs, sources)
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-{detector}")
     config = {
         "job": "main",
