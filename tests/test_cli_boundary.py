@@ -338,7 +338,14 @@ def test_help_defaults_are_not_cut_short_at_80_columns():
 
 def test_option_mistakes_say_how_to_write_the_option(tmp_path, capsys):
     out = tmp_path / "run"
+    not_calibration = tmp_path / "cal.json"
+    not_calibration.write_text('{"a": 1}')
+    pyes_models = ["-o", 'models=[{"kind": "replay", "responses": "r.jsonl"}]']
     for args, message in (
+        (  # it said "invalid value: models: Field required", naming no file
+            ["--detector", "pyes", *pyes_models, "-o", f"calibration={not_calibration}"],
+            "cal.json: field 'models': Field required",
+        ),
         (["--detector", "llm", "-o", "backend=openai"], "the openai backend needs `base_url`"),  # the kind
         (["--detector", "llm", "-o", "backend=3"], "give them as -o backend.kind=…"),
         (

@@ -38,6 +38,7 @@ from mushroom.backends.base import (
 )
 from mushroom.backends.cache import build_cached
 from mushroom.data.contexts import support_contexts
+from mushroom.data.jsonl import read_json_model
 from mushroom.data.predictions import prediction_from_vectors
 from mushroom.data.records import Context, Item
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
@@ -145,8 +146,8 @@ class PYesDetector(Detector):
         self._owns_backends = backends is None  # ones given by the caller are the caller's to close
         self.calibration: PYesCalibration | None = None
         if options.calibration:
-            path = Path(options.calibration)
-            self.calibration = PYesCalibration.model_validate_json(path.read_text(encoding="utf-8"))
+            # a wrong file named itself nowhere ("invalid value: models: Field required")
+            self.calibration = read_json_model(Path(options.calibration), PYesCalibration)
         self.unusable = 0  # pieces a model gave no usable P(yes) for
         self.warnings: list[str] = []
         # (run folder, language) -> statistics estimated on its items: one detector runs the
@@ -292,7 +293,7 @@ class PYesDetector(Detector):
             older = saved.with_name("pyes_calibration.json")
             found = saved if saved.is_file() else older if older.is_file() else None
             if found is not None:
-                self._fitted[key] = PYesCalibration.model_validate_json(found.read_text(encoding="utf-8"))
+                self._fitted[key] = read_json_model(found, PYesCalibration)
         if key not in self._fitted:
             try:
                 fitted = self._fit(
