@@ -398,3 +398,25 @@ def test_a_number_too_large_for_a_float_is_a_problem_on_its_line(tmp_path, capsy
     pred = write_lines(tmp_path / "p.jsonl", lines)
     code, _, err = cli(capsys, "score", VAL_EN, pred)
     assert code == 1 and "p.jsonl:2: invalid JSON: a number too large for a float" in err
+
+
+def test_small_mistakes_get_a_usage_error_that_names_them(tmp_path, capsys):
+    """Each of these ran on (default members, SVG in a .png, a source counted twice) or said less."""
+    out = tmp_path / "out"
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    pred = write_lines(tmp_path / "p.jsonl", [{"id": r["id"], "hard_labels": []} for r in GOLD_ROWS])
+    run = tmp_path / "run"
+    code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "2", "--out", run, "--quiet")
+    assert code == 0, err
+    for args, want, said in (
+        (["main-job", "--detector", "stak", "--out", out], 2, "(did you mean 'stack'?); one of stack,"),
+        (["main-job", "--members", "", "--out", out], 2, "--members is empty"),
+        (["detect", "--contexts", "tavily-5,tavily-5", "--out", out], 2, "tavily-5 named twice"),
+        (["sweep", run, "--svg", tmp_path / "s.png"], 2, "give a file name ending in .svg"),
+        (["check", pred, "--items", empty], 1, "empty.jsonl: no items"),
+        (["contexts", "--source", "../x", "--context-dir", out], 2, "--source: a context source '../x'"),
+    ):
+        code, _, err = cli(capsys, *args)
+        assert code == want and said in " ".join(err.split()), (args, err)
+        assert not out.exists() and not (tmp_path / "s.png").exists()

@@ -60,9 +60,13 @@ def contexts_cmd(
     Every model call is recorded in CONTEXT_DIR/.raw/ (replayable with --backend replay
     --responses FILE); items whose call failed are retried by the next run.
     """
-    from mushroom.errors import RunFailed, retry_advice
+    from mushroom.errors import MushroomError, RunFailed, retry_advice
     from mushroom.retrieval.run import generate_split
+    from mushroom.util.names import name_problem
 
+    problem = name_problem(source)
+    if problem is not None:  # a flag's value: a usage error (2), not a data file's (1)
+        raise MushroomError(f"--source: a context source {problem}")
     cfg: dict[str, Any] = {"kind": backend, "model": model, "base_url": base_url, "responses": responses}
     cfg = {k: v for k, v in cfg.items() if v is not None}
     cfg.update(parse_options(option or []))

@@ -9,12 +9,14 @@ import typer
 
 from mushroom.cli.boundary import FLAG, input_file, print_warning
 from mushroom.cli.common import DEFAULT_CONTEXTS, AllowFailures, Contexts, Langs, Quiet, lang_codes, reporter
-from mushroom.errors import MushroomError
+from mushroom.errors import MushroomError, did_you_mean
 from mushroom.util.options import merge_options, nest_options, parse_float_list, parse_options, split_names
 
 
 def detect(
-    split: Annotated[str | None, typer.Option("--split", help="val (the default) or test")] = None,
+    split: Annotated[
+        str | None, typer.Option("--split", help="val (the default), test, train or test-labeled")
+    ] = None,
     detector: Annotated[
         str | None,
         typer.Option("--detector", help="detector name (default: lexical, or llm with --backend/--model)"),
@@ -284,9 +286,18 @@ def main_job(
                 "--llm-budget chooses the items the stack's model-backed members see; it does not go "
                 "with one detector"
             )
-    if detector == "stack":
-        from mushroom.detectors import available
+    from mushroom.detectors import available
 
+    if detector != "stack" and detector not in available():  # 'stak' was told of every detector but stack
+        choices = ["stack", *available()]
+        raise MushroomError(
+            f"unknown --detector {detector!r}{did_you_mean(detector, choices)}; one of {', '.join(choices)}"
+        )
+    if detector == "stack":
+        if members is not None and not members.strip():  # it ran the default members, unsaid
+            raise MushroomError(
+                f"--members is empty: name the stack's members, e.g. {','.join(DEFAULT_MEMBERS)}"
+            )
         names = tuple(split_names(members, list(available()), "detector")) if members else DEFAULT_MEMBERS
         if len(set(names)) != len(names) or not names:
             raise MushroomError(f"--members {members}: name each detector once")

@@ -126,6 +126,8 @@ def sweep(
     from mushroom.evaluation.runfiles import run_failure_notes
 
     _run_folders(runs)
+    if svg is not None and svg.suffix.lower() != ".svg":  # an SVG in a .png file opens as a broken image
+        raise MushroomError(f"--svg {svg}: the plot is written as SVG; give a file name ending in .svg")
     path = output_file(svg, "--svg") if svg else workspace() / "eval" / f"sweep-{timestamp()}.svg"
     scope = sweep_scope(runs, split, lang)
     for note in scope.notes:

@@ -214,7 +214,10 @@ def check(
     from mushroom.evaluation.check import check_file
 
     input_file(pred, "PRED")
-    report = check_file(pred, load_items(input_file(items, "--items")), strict=strict, partial=partial)
+    item_list = load_items(input_file(items, "--items"))
+    if not item_list:  # every prediction was "not among the items", one line each
+        raise DataError.single(items, None, None, "no items: give the items file the predictions are for")
+    report = check_file(pred, item_list, strict=strict, partial=partial)
     for problem in report.warnings:
         print_warning(str(problem))
     for problem in report.errors:
