@@ -672,3 +672,13 @@ def test_check_compare_sweep_and_report_say_a_runs_failed_items(tmp_path):
     ):
         proc = mushroom(*args)
         assert proc.returncode == 0 and said in proc.stderr, args
+
+
+def test_a_damaged_line_of_failures_jsonl_is_named_not_skipped(tmp_path):
+    """It was skipped in silence, and with it perhaps the one failed item a score should note."""
+    from mushroom.data.runfolder import run_failures
+    from mushroom.errors import DataError
+
+    (tmp_path / "failures.jsonl").write_text('{"id": "a", "error": "x"}\n{"id": "b", "err\n')
+    with pytest.raises(DataError, match=r"failures.jsonl:2: invalid JSON"):
+        run_failures(tmp_path / "mushroom.en-val.v2.jsonl")

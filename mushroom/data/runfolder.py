@@ -325,8 +325,13 @@ def _listed_ids(failures: Path) -> set[str]:
 
     if not failures.is_file():
         return set()
-    rows = iter_json_lines(failures, [])
-    return {str(row["id"]) for _, row in rows if isinstance(row, dict) and "id" in row}
+    problems: list = []
+    ids = {str(row["id"]) for _, row in iter_json_lines(failures, problems) if "id" in row}
+    if problems:  # written whole by its run: a bad line is damage, and may hide a failed item
+        from mushroom.errors import DataError
+
+        raise DataError(problems)
+    return ids
 
 
 @dataclass
