@@ -171,3 +171,20 @@ def test_a_quoted_boolean_and_a_budget_left_without_a_model_are_named(tmp_path, 
     flat = " ".join(err.split())
     assert code == 2 and f"{path}: llm_budget = 0.3 limits the model-backed members" in flat
     assert "--llm-budget 1 to send every item" in flat
+
+
+def test_a_yaml_syntax_error_is_one_problem_with_its_line():
+    """PyYAML's own text is six lines with carets and '<unicode string>'."""
+    pytest.importorskip("yaml")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bad.yaml"
+        path.write_text("job: main\nmembers: [lexical\n", encoding="utf-8")
+        with pytest.raises(DataError) as caught:
+            read_config_file(path)
+    (problem,) = caught.value.problems
+    assert (
+        problem.line == 3
+        and problem.message == "cannot parse: expected ',' or ']', but got '<stream end>' (column 1)"
+    )

@@ -175,8 +175,14 @@ def read_config_file(path: Path) -> dict[str, Any]:
                 ) from None
             try:
                 data = yaml.safe_load(text)
-            except yaml.YAMLError as exc:
-                raise ValueError(str(exc)) from exc
+            except yaml.YAMLError as exc:  # its own text is six lines with carets: line and what, once
+                mark = getattr(exc, "problem_mark", None)
+                what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+                where = f" (column {mark.column + 1})" if mark is not None else ""
+                line = mark.line + 1 if mark is not None else None
+                raise DataError(
+                    [Problem(str(path), line, None, f"cannot parse: {what}{where}")], exit_code=2
+                ) from None
         else:
             data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, ValueError) as exc:
