@@ -249,6 +249,13 @@ def test_a_run_over_an_items_file_says_how_to_score_it(tmp_path, capsys):
     assert f"mushroom score ITEMS.jsonl {run / 'predictions' / 'mushroom.en-items.jsonl'}" in flat
     code, out, err = cli(capsys, "score", items, run)  # the run folder itself, against its items
     assert code == 0 and "IoU: " in out, err
+    # an items file named like an official one (a language in its name): its run is scored too
+    named = write_lines(tmp_path / "mushroom.en-val.v2.jsonl", GOLD_ROWS[:3])
+    run = tmp_path / "named"
+    code, _, err = cli(capsys, "detect", "--items", named, "--contexts", "", "--out", run, "--quiet")
+    assert code == 0, err
+    code, out, err = cli(capsys, "score", named, run)
+    assert code == 0 and "IoU: " in out, err
 
 
 def test_a_misspelt_key_of_a_run_config_names_the_key_it_may_be(tmp_path, capsys):

@@ -59,7 +59,11 @@ def score_run_files(
         lang = lang_from_filename(gold) if gold.is_file() else None
         if lang is not None and (pred / submission_name(lang, split)).is_file():
             pred = pred / submission_name(lang, split)  # one gold file: the run's file of its language
-        elif lang is not None and (has := sorted(filter(None, map(prediction_file_lang, os.listdir(pred))))):
+        elif (
+            lang is not None
+            and pred.is_dir()  # a `detect --items` run's one file was taken above
+            and (has := sorted(filter(None, map(prediction_file_lang, os.listdir(pred)))))
+        ):
             raise MushroomError(  # it said "GOLD is a file, PRED a folder", which a run folder may be
                 f"{pred}: no {lang} prediction file ({submission_name(lang, split)}) for GOLD {gold}; "
                 f"it has {', '.join(has)}"
