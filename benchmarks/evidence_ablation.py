@@ -35,6 +35,9 @@ that answers it more than the details around it); see `question_columns`.
 `run`: the longest verbatim stretch around each character found in a context (Chinese is
 matched by bigrams, which common ones pass anywhere); see `run_columns`.
 
+`relative`: where a character's evidence stands among its own item's (Cor ranks characters
+within an item; the stack's columns are absolute); see `relative_columns`.
+
 Measured (issue 33, point 2; `--work` shared, mean over languages, baseline IoU 0.5730 Cor
 0.5984 over draws 0,1,2), neither goes into the default:
 - `--evidence translated --seeds 0`, all four columns: IoU -0.0011 [-0.0117, +0.0093],
@@ -91,6 +94,7 @@ COLUMNS = {
     "conflict": ("cf_slot", "cf_number"),
     "question": ("q_sentence_overlap", "q_distance"),
     "run": ("run_length",),
+    "relative": ("rel_rank", "rel_z", "rel_of_max"),
 }
 _RUN_CAP = 30  # characters: `run_length` is 1 at and beyond
 _Q_REACH = 20  # content words: `q_distance` is 1 this far from any question word and beyond
@@ -247,9 +251,30 @@ def run_columns(item: Item, contexts: list) -> dict[str, np.ndarray]:
     return {"run_length": np.minimum(best, _RUN_CAP) / _RUN_CAP * alnum}
 
 
+def relative_columns(mean: np.ndarray) -> dict[str, np.ndarray]:
+    """Where each character's evidence stands among its own item's characters.
+
+    Cor is Spearman within an item, so only the order of an item's characters counts, while
+    the stack's columns are absolute (a word's evidence, not how it compares with its
+    neighbours'). On the members' mean probability: `rel_rank` (its percentile in the item),
+    `rel_z` (z-score in the item, clipped at 4 and scaled to [-1, 1]), `rel_of_max` (share of
+    the item's highest).
+    """
+    n = len(mean)
+    if not n:
+        return {name: np.zeros(0) for name in COLUMNS["relative"]}
+    ranks = np.argsort(np.argsort(mean, kind="stable"), kind="stable")  # ties keep text order
+    z = (mean - mean.mean()) / (mean.std() + 1e-6)
+    return {
+        "rel_rank": ranks / max(n - 1, 1),
+        "rel_z": np.clip(z, -4.0, 4.0) / 4.0,
+        "rel_of_max": mean / (mean.max() + 1e-6),
+    }
+
+
 def extra_columns(
     stack_data: StackData,
-    own_col: int,
+    columns: list[str],
     kinds: list[str],
     wanted: list[str],
     own: dict[str, dict[str, list]],
@@ -259,8 +284,10 @@ def extra_columns(
     """The `wanted` columns of each item (characters x columns), in the order of its items.
 
     `own` and `translated` hold the default and the translated contexts by language and
-    item id; `own_col` is the lexical member's `unsupported` column in the stack's features.
+    item id; `columns` names the stack's features (`feature_names`), where the lexical
+    member's `unsupported` channel and the members' mean probability are looked up.
     """
+    own_col, mean_col = columns.index("lexical.unsupported"), columns.index("mean_prob")
     extra = []
     for item, feats in zip(stack_data.items, stack_data.features):
         ctxs = own[item.lang].get(item.id, [])
@@ -277,6 +304,8 @@ def extra_columns(
             cols |= question_columns(item, lexical)
         if "run" in kinds:
             cols |= run_columns(item, ctxs)
+        if "relative" in kinds:
+            cols |= relative_columns(feats[:, mean_col])
         extra.append(
             np.stack([cols[c] for c in wanted], axis=1) if len(feats) else np.zeros((0, len(wanted)))
         )
@@ -298,7 +327,7 @@ def main() -> None:
     val = val_members(args.members, args.work, "evidence-ablation-")
     data, names = val.data, val.names
     full, channels = val.stack_data()
-    own_col = feature_names(names, channels, sorted(data)).index("lexical.unsupported")
+    columns = feature_names(names, channels, sorted(data))
     every = [c for kind in kinds for c in COLUMNS[kind]]
     wanted = every if args.columns == "all" else args.columns.split(",")
     lexical = LexicalDetector(LexicalOptions(channels=False))
@@ -306,7 +335,7 @@ def main() -> None:
     translated = (
         {lang: load_contexts("val", lang, TRANSLATED).by_id for lang in data} if "translated" in kinds else {}
     )
-    extra = extra_columns(full, own_col, kinds, wanted, own, translated, lexical)
+    extra = extra_columns(full, columns, kinds, wanted, own, translated, lexical)
     print(f"evidence {', '.join(kinds)}; columns {', '.join(wanted)}")
     added = StackData(full.items, [np.hstack([f, e]) for f, e in zip(full.features, extra)])
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -83,11 +83,11 @@ def main() -> None:
         )
         fitted = {m.name: by_lang for m, by_lang in zip(members, found)}
         test, _, _ = load_stack_data(members, "val", {held: data[held]}, channels, langs, fitted)
-        own_col = feature_names(names, channels, langs).index("lexical.unsupported")
+        columns = feature_names(names, channels, langs)
 
         plus = []
         for d in (train, test):
-            extra = extra_columns(d, own_col, kinds, wanted, own, translated, lexical)
+            extra = extra_columns(d, columns, kinds, wanted, own, translated, lexical)
             plus.append(StackData(d.items, [np.hstack([f, e]) for f, e in zip(d.features, extra)]))
         without = held_out_scores(train, test, channels, names)
         with_ = held_out_scores(plus[0], plus[1], channels, names)

@@ -159,8 +159,9 @@ def test_a_language_code_mushroom_does_not_know_is_said_and_inverted_grades_refu
     )
     assert build("semantic").warnings == []
     for level in ("word", "clause"):
-        with pytest.raises(DataError, match=f"{level}_hi \\(0.1\\) must be above {level}_lo \\(0.4\\)"):
+        with pytest.raises(DataError, match=f"{level}_hi \\(0.1\\) is below {level}_lo \\(0.4\\): swapped"):
             build("semantic", {f"{level}_hi": 0.1, f"{level}_lo": 0.4})
+        build("semantic", {f"{level}_hi": 0.6, f"{level}_lo": 0.6})  # equal: a hard step, allowed
 
 
 def test_encoder_outputs_are_cached_on_disk_and_reused(tmp_path, capfd):

@@ -88,12 +88,13 @@ class SemanticOptions(DetectorOptions):
         return None if value is None else [code.strip().lower() for code in value]
 
     @model_validator(mode="after")
-    def _hi_above_lo(self) -> SemanticOptions:
-        # inverted, every similarity graded "unsupported" or "supported" alike, in silence
+    def _hi_not_below_lo(self) -> SemanticOptions:
+        # Equal is a hard step at that similarity (`_grade`); below, the grade steps at `hi`
+        # and `lo` plays no part, which no one asks for on purpose: a swapped pair.
         for level in ("word", "clause"):
             hi, lo = getattr(self, f"{level}_hi"), getattr(self, f"{level}_lo")
-            if not hi > lo:
-                raise ValueError(f"{level}_hi ({hi}) must be above {level}_lo ({lo})")
+            if hi < lo:
+                raise ValueError(f"{level}_hi ({hi}) is below {level}_lo ({lo}): swapped?")
         return self
 
 
