@@ -178,3 +178,9 @@ def test_every_language_code_an_item_may_have_is_read_back_from_its_file_name(la
 
     assert prediction_file_lang(submission_name(lang, split)) == lang
     assert prediction_file_lang(submission_name(lang, split) + ".bak") is None
+
+
+def test_a_context_source_named_twice_is_refused_on_every_path():
+    """Only the --contexts flag checked it: a config's or a library caller's counted twice."""
+    with pytest.raises(MushroomError, match="context source tavily-5 named twice"):
+        load_contexts("val", "en", ("tavily-5", "tavily-5?"))

@@ -42,20 +42,10 @@ Langs = Annotated[
 
 # The default is named in the help with spaces: as one long token, the help table cut it
 # short with an ellipsis on an 80-column terminal.
-def context_sources(value: str) -> str:
-    """--contexts as given, once each source is named once: a repeated one counted twice in the vote."""
-    names = split_names(value, what="context source")
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise typer.BadParameter(f"{', '.join(twice)} named twice: give each context source once")
-    return value
-
-
 Contexts = Annotated[
     str,
     typer.Option(
         "--contexts",
-        callback=context_sources,
         show_default=False,
         help="context sources, comma-separated [default: " + ", ".join(DEFAULT_SOURCES) + "]",
     ),

@@ -38,10 +38,19 @@ FACT_CHECK_PREFIX = "qa_"
 
 
 def source_names(sources: tuple[str, ...] | list[str], files: list[Path] | None = None) -> list[str]:
-    """The names contexts carry as `Context.source`: a source without its `?`, a file's stem."""
-    if files is not None:
-        return [path.stem for path in files]
-    return [named.removesuffix(OPTIONAL) for named in sources]
+    """The names contexts carry as `Context.source`: a source without its `?`, a file's stem.
+
+    Raises:
+        MushroomError: a source (or file) is named twice; its contexts would count twice in
+            every vote over sources.
+    """
+    names = (
+        [path.stem for path in files] if files is not None else [n.removesuffix(OPTIONAL) for n in sources]
+    )
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise MushroomError(f"context source {', '.join(twice)} named twice: give each context source once")
+    return names
 
 
 def is_fact_check(source: str) -> bool:
@@ -214,6 +223,7 @@ def load_contexts(
         context_dir: the contexts folder (default: the project's contexts/).
         allow_missing_source: skip a source with no file instead of failing.
     """
+    source_names(sources)  # a source named twice is refused
     result = ContextSet()
     for named in sources:
         source = named.removesuffix(OPTIONAL)
