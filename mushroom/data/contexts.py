@@ -200,6 +200,7 @@ def source_path(
 
 def check_sources(split: str, langs: list[str], sources: tuple[str, ...] | list[str]) -> None:
     """Raises what `load_contexts` would for any of the languages, before a run starts."""
+    source_names(sources)  # a source named twice is refused
     for lang in langs:
         for named in sources:
             source_path(split, lang, named, sources)
