@@ -117,9 +117,9 @@ def generate_split(
     falls = grade != "none" and bool(tier_list)
     run = ContextsRun(COLUMNS + ["tier rejected"] * falls + ["kept unread"] * (grade == "llm"))
     hint = (
-        f"contexts are appended to {root}/{split}.<lang>.{source}.jsonl as they are made, and every "
-        f"answer to {cache} (neither exists before the first); run the same command again to go on "
-        "(answers received are not asked again)"
+        f"a language's contexts are appended to {root}/{split}.<lang>.{source}.jsonl once all its "
+        f"answers are in, and every answer to {cache} as it comes (neither file exists before the "
+        "first); run the same command again to go on (answers received are not asked again)"
     )
     with interrupt_hint(hint):
         for code, items in data.items():
