@@ -212,6 +212,8 @@ def test_keys_are_read_in_any_case_and_a_single_object_under_the_list_key_counts
         ('{"wrong_spans": ["silver"]}', [(25, 31)], 0),  # its one list, read as a repair
         ('{"answer": "silver"}', [], 1),  # no list, no span key: not "nothing wrong"
         ('{"good": ["x"], "bad": ["silver"]}', [], 1),  # which list is meant cannot be told
+        ('{"supported_spans": ["silver"]}', [], 1),  # the opposite of wrong spans: not read as them
+        ('{"Hallucinated": ["silver"]}', [(25, 31)], 0),
         ("{}", [], 0),  # an empty object says nothing is wrong
     ],
 )

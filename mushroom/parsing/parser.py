@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 _LIST_KEYS = ("incorrect_spans", "hallucinated_spans", "hallucinations", "spans", "errors", "incorrect")
 _TEXT_KEYS = ("text", "span", "substring", "incorrect_span", "phrase")
+# an unknown key whose list is read as the wrong spans must say they are wrong
+_WRONG_WORDS = ("incorrect", "wrong", "halluc", "error", "false", "unsupported", "fabricat", "inaccura")
 _PROB_KEYS = ("probability", "prob", "confidence", "score")
 _NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:[.,]\d*)?|[.,]\d+)(?:[eE][+-]?\d+)?)\s*([%\u066a\uff05]?)\s*")
 _TRUE = frozenset({"true", "yes", "supported", "correct", "1"})
@@ -157,8 +159,9 @@ def _entries(value: Any) -> tuple[list[Any], int, list[str]]:
 
     An object with none of the known keys is not "no spans": a server that ignores the schema
     writes `{"wrong_spans": [...]}` or `{"answer": "..."}`. Its one list is read as the spans
-    (a repair, counted); with no list, or several, it is invalid, so the reply counts as
-    unparseable. An empty object says nothing is wrong.
+    (a repair, counted) when its key says they are wrong (`_WRONG_WORDS`): under
+    `supported_spans` or `correct` the same list means the opposite. Otherwise it is invalid,
+    so the reply counts as unparseable. An empty object says nothing is wrong.
     """
     if isinstance(value, list):
         return value, 0, []
@@ -177,9 +180,9 @@ def _entries(value: Any) -> tuple[list[Any], int, list[str]]:
             return [], 1, []
     if any(k in keyed for k in _TEXT_KEYS) or not keyed:
         return ([value] if keyed else []), 0, []
-    lists = [v for v in keyed.values() if isinstance(v, list)]
-    if len(lists) == 1:
-        return lists[0], 0, ["other_list_key"]
+    lists = [(k, v) for k, v in keyed.items() if isinstance(v, list)]
+    if len(lists) == 1 and any(word in lists[0][0] for word in _WRONG_WORDS):
+        return lists[0][1], 0, ["other_list_key"]
     return [], 1, []
 
 
