@@ -209,7 +209,7 @@ def check(
 ) -> None:
     """Validate a prediction file against its items; exits 1 listing every problem."""
     from mushroom.data.predictions import load_predictions
-    from mushroom.data.runfolder import failed_items
+    from mushroom.data.runfolder import FailureCheck
     from mushroom.data.splits import load_items
     from mushroom.evaluation.check import check_file
 
@@ -231,7 +231,9 @@ def check(
                 "file of these predictions (language and split)?"
             )
         raise typer.Exit(1)
-    found = failed_items(pred, load_predictions(pred))  # a run's failed items, written empty
+    failures = FailureCheck(pred)  # a run's failed items, written empty; a plain file is not read again
+    has_record = failures.ledger is not None or failures.where is not None
+    found = failures.check(load_predictions(pred)) if has_record else None
     if found is not None:
         print_warning(found.message(pred))
     n_warnings = len(report.warnings) + (found is not None)

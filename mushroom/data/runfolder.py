@@ -224,7 +224,9 @@ def prediction_folder(path: Path, split: str) -> Path:
     scope = run_scope(path)
     ran_on = scope.config.get("split") if scope is not None and scope.folder == path else None
     if isinstance(ran_on, str) and ran_on != split:  # a `detect` run names its one split
-        hint += f"; this run is of the {ran_on} split, not {split}"
+        hint += (
+            f"; this run is of the {ran_on} split, not {split} (--split {ran_on}, where the command takes it)"
+        )
     elif scope is not None and scope.folder == path and (failed := _listed_ids(path / "failures.jsonl")):
         from mushroom.util.words import plural
 

@@ -92,7 +92,7 @@ def generate_split(
     from mushroom.data.splits import load_split
     from mushroom.detectors.prompts import load_prompt
     from mushroom.retrieval.generate import generate_contexts
-    from mushroom.util.options import error_message
+    from mushroom.util.options import validation_message
 
     if grade not in GRADINGS:
         raise MushroomError(f"--grade must be none, llm or embedding, not {grade!r}")
@@ -104,8 +104,7 @@ def generate_split(
     try:
         settings = parse_backend_config(backend)
     except ValidationError as exc:  # a setting of the kind: each named, as `detect` names them
-        said = [(".".join(map(str, e["loc"])), error_message(e)) for e in exc.errors()]
-        raise MushroomError("backend: " + "; ".join(f"{k}: {m}" if k else m for k, m in said)) from None
+        raise MushroomError(validation_message(exc, "backend: ").replace("\n", "; ")) from None
     except ValueError as exc:  # an unknown kind (with a suggestion), or no kind
         raise MushroomError(f"--backend: {exc}") from None
     if not cache.is_file():  # else the answers may all be cached and no backend is built

@@ -53,6 +53,7 @@ from mushroom.detectors.base import Detector, ItemResult
 from mushroom.errors import DataError, Interrupted, MushroomError, RunFailed, error_text, retry_advice
 from mushroom.evaluation.submission import write_zip
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
+from mushroom.util.files import file_blocks
 from mushroom.util.names import safe_name
 from mushroom.util.words import plural
 
@@ -166,9 +167,8 @@ def fingerprint(inputs: list[Path], extra: dict[str, Any]) -> str:
         if not path.is_file():
             digest.update(b"<missing>")
             continue
-        with path.open("rb") as handle:  # a member's predictions can be a corpus: a block at a time
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        for block in file_blocks(path):
+            digest.update(block)
     return digest.hexdigest()[:16]
 
 

@@ -119,7 +119,10 @@ def validation_message(exc: ValidationError, source: str = "") -> str:
     """A pydantic error as lines naming each field, the problem and the value given."""
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(part) for part in err["loc"]) or "(value)"
+        if not err["loc"]:  # a check of the whole record: its input is every setting, not one value
+            lines.append(f"{source}{error_message(err)}")
+            continue
+        loc = ".".join(str(part) for part in err["loc"])
         given = "" if err.get("type") == "missing" else f" (got {_short(err.get('input'))})"
         if err.get("type") == "extra_forbidden":
             lines.append(f"{source}{loc}: unknown name{given}")

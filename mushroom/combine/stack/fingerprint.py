@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mushroom.data.records import Item
+from mushroom.util.files import file_blocks
 
 if TYPE_CHECKING:
     from mushroom.combine.stack.fit import StackConfig
@@ -39,9 +40,8 @@ def _file_digest(path: Path) -> str:
     if not path.exists():
         return "missing"
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    for block in file_blocks(path):
+        digest.update(block)
     return digest.hexdigest()
 
 
