@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-from mushroom.util.names import name_problem
+from mushroom.util.names import valid_name
 
 # strict: a JSON number only ("0.5" as a string or true would otherwise be coerced silently)
 Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False, strict=True)]
@@ -56,10 +56,7 @@ class Item(BaseModel):
     @classmethod
     def _lang_is_a_name(cls, value: str) -> str:
         # a language code names the run's files (mushroom.<lang>-items.jsonl, raw/<lang>...)
-        problem = name_problem(value)
-        if problem is not None:
-            raise ValueError(f"a language code {problem}")
-        return value
+        return valid_name(value, "a language code")
 
     @field_validator("model_output_tokens", mode="before")
     @classmethod

@@ -26,7 +26,7 @@ from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.splits import load_split, workspace
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
-from mushroom.util.names import name_problem
+from mushroom.util.names import valid_name
 from mushroom.util.options import error_message, merge_options
 
 if TYPE_CHECKING:
@@ -55,10 +55,7 @@ class Variant(BaseModel):
     def _a_folder_name(cls, value: str) -> str:
         # the variant's folder inside the run's: "." and ".." were accepted, and ".." wrote
         # its val/ and test/ beside the run folder
-        problem = name_problem(value)
-        if problem is not None:
-            raise ValueError(f"a variant name {problem}")
-        return value
+        return valid_name(value, "a variant name")
 
 
 class RunConfig(BaseModel):

@@ -39,6 +39,18 @@ def name_problem(value: object) -> str | None:
     return None
 
 
+def valid_name(value: str, what: str) -> str:
+    """`value` when it can be part of a file name; else ValueError, as a pydantic validator raises.
+
+    For fields of records read from files (an item's language, a run config's variant):
+    pydantic names the field and the line.
+    """
+    problem = name_problem(value)
+    if problem is not None:
+        raise ValueError(f"{what} {problem}")
+    return value
+
+
 def safe_name(value: object, what: str) -> str:
     """`value` when it can be part of a file name; else UnsafeName saying what it was."""
     problem = name_problem(value)
