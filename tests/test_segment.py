@@ -61,3 +61,12 @@ def test_pieces_are_exact_ordered_disjoint_and_trimmed(text):
         assert all(index[i] == k for k, p in enumerate(pieces) for i in range(p.start, p.end))
         covered = {i for p in pieces for i in range(p.start, p.end)}
         assert all(text[i].isspace() for i in range(len(text)) if i not in covered)
+
+
+def test_the_word_before_a_dot_is_found_however_long_it_is():
+    """The search before a dot looks in a growing window: a word longer than it is still whole."""
+    long_initials = "A." * 80  # 160 characters of one "word": an abbreviation-like run
+    text = f"Born in {long_initials} and raised. Then more."
+    assert [p.text for p in sentences(text)] == [f"Born in {long_initials} and raised.", "Then more."]
+    plain = "x" * 5000
+    assert [p.text for p in sentences(f"{plain}. Next one.")] == [f"{plain}.", "Next one."]

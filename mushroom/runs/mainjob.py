@@ -297,7 +297,14 @@ def _submit_and_score(
     reporter.table(Table(title, kind="systems", data=comparison))
     if getattr(model, "gate", None):
         reporter.message(model.gate_summary())
-    for warning in stack_behind(comparison, members):
+    advice = "`--detector {best}` runs it alone"
+    if set(val_data) < set(VAL_LANGUAGES):  # --lang fitted it on a few languages' 50 items each
+        n = sum(len(items) for items in val_data.values())
+        advice += (
+            f"; or run without --lang: the stack is then fitted on every val language, not only "
+            f"{', '.join(sorted(val_data))} ({n} items), and the test files are written for all 14"
+        )
+    for warning in stack_behind(comparison, members, advice):
         service.warn(warning)
     baseline_files = {lang: out / "val" / "mark-all" / p.name for lang, p in val_files.items()}
     rows = service.score(
