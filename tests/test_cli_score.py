@@ -191,3 +191,25 @@ def test_a_run_folder_without_the_gold_files_language_is_named_as_such(tmp_path,
     code, _, err = cli(capsys, "score", VAL_EN, run)
     assert code == 2 and "no en prediction file (mushroom.en-val.v2.jsonl)" in err and "it has de" in err
     assert "give two files" not in err
+
+
+def test_an_empty_answer_is_said_by_score_and_check_and_its_cor_is_nan_as_officially(tmp_path, capsys):
+    """Cor was a silent NaN, with numpy's RuntimeWarnings; the official scorer's is NaN too."""
+    rows = [
+        dict(GOLD_ROWS[0]),
+        {**GOLD_ROWS[1], "model_output_text": "", "soft_labels": [], "hard_labels": []},
+    ]
+    gold = write_lines(tmp_path / "mushroom.en-val.v2.jsonl", rows)
+    pred = write_lines(
+        tmp_path / "p.jsonl",
+        [{"id": r["id"], "hard_labels": [[0, 1]] if k == 0 else []} for k, r in enumerate(rows)],
+    )
+    said = f"1 item with an empty answer (first: {rows[1]['id']})"
+    code, out, err = cli(capsys, "score", gold, pred)
+    assert code == 0 and said in err and out.splitlines()[-1] == "Cor: nan" and "RuntimeWarning" not in err
+    assert official_scores(gold, pred)[1] != official_scores(gold, pred)[1]  # NaN there too
+    code, out, err = cli(capsys, "check", pred, "--items", gold)
+    assert code == 0 and said in out + err
+    stray = write_lines(tmp_path / "q.jsonl", [{"id": "nobody", "hard_labels": []}])
+    code, _, err = cli(capsys, "check", stray, "--items", gold)
+    assert code == 1 and "not among the items" in err  # an unknown id is an error, not a crash

@@ -203,6 +203,13 @@ def check_rows(
         _check_row(row, by_id[rid], (path, line), report)
     if len(seen) > 1 and not any(row.get("soft_labels") or row.get("hard_labels") for _, row in rows):
         report.warnings.append(Problem(path, None, None, marks_nothing(len(seen))))
+    empty = [rid for rid in seen if rid in by_id and not by_id[rid].model_output_text]
+    if empty:
+        message = (
+            f"{plural(len(empty), 'item')} with an empty answer (first: {empty[0]}): the official scorer "
+            "gives each Cor NaN, and so the mean Cor is NaN"
+        )
+        report.warnings.append(Problem(path, None, None, message))
     by_line = dict(rows)
     for line, key, have in labels_missing_on_some_lines(rows):
         row = by_line[line]

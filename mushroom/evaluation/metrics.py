@@ -118,7 +118,14 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def vector_cor(ref_vec: np.ndarray, pred_vec: np.ndarray) -> float:
-    """Official correlation of two per-character vectors."""
+    """Official correlation of two per-character vectors.
+
+    An empty answer gives NaN, as scipy's `spearmanr` of two empty lists does in the official
+    scorer (so the mean over items is NaN too); said here without numpy's warnings, and by
+    `score` in words.
+    """
+    if not len(ref_vec):
+        return float("nan")
     n_ref = _n_distinct_rounded(ref_vec)
     n_pred = _n_distinct_rounded(pred_vec)
     if n_ref == 1 or n_pred == 1:

@@ -181,6 +181,12 @@ def score_loaded(
     warnings = gold.warnings + pred.warnings + _quirks(gold, pred, ids)
     if len(ids) > 1 and not any(pred.records[r].soft or pred.records[r].hard for r in ids):
         warnings.append(f"{pred.path}: {marks_nothing(len(ids))}")
+    empty = [r for r in ids if not gold.records[r].text_len]
+    if empty:
+        warnings.append(
+            f"{gold.path}: {plural(len(empty), 'item')} with an empty answer (first: {empty[0]}): the "
+            "official scorer gives each Cor NaN, and so the mean Cor is NaN"
+        )
     return ScoreResult(ids, langs, ious, cors, warnings=warnings, unscored=len(gold.records) - len(ids))
 
 
