@@ -163,15 +163,17 @@ REPLAY_MISS = "no recorded response"
 """How a replay backend's error for a request its file has no answer to begins."""
 
 
-def retry_advice(errors: list[str]) -> str:
+def retry_advice(errors: list[str], folder: str = "") -> str:
     """What to do about failed items: a re-run retries them, unless only a replay file lacked them.
 
     A replay answers from its file, so running the same command again fails the same items
     the same way; those need recorded answers or a run limited to the items recorded.
+    `folder` ("--out DIR") is named in the advice: a command given no folder makes a new one
+    each time, and would start over instead of retrying.
     """
     if errors and all(REPLAY_MISS in e for e in errors):
         return (
             "The replay file has no answer for them, so a re-run would fail them again: record their "
-            "answers with a live --backend, or run only the items it recorded (e.g. --limit)"
+            "answers with a live backend, or run only the items it recorded"
         )
-    return "Run the same command again to retry only them"
+    return f"Run the same command again{f' with {folder}' if folder else ''} to retry only them"

@@ -778,6 +778,11 @@ class RunService:
             self.warn(warning)
         return out
 
+    @property
+    def same_folder(self) -> str:
+        """`--out DIR` for advice to run again: without it a command makes a new folder, and starts over."""
+        return f"{self.folder_flag} {self.out}"
+
     def warn(self, warning: str) -> None:
         if warning not in self.warnings:
             self.warnings.append(warning)
@@ -847,7 +852,7 @@ class RunService:
             raise Interrupted(
                 f"interrupted during {detector.name}, language {lang!r}: {plural(done, 'finished item')} "
                 f"(over all of the run's splits and members) saved in {self.out}; run the same command "
-                "again to resume where it stopped"
+                f"again with {self.same_folder} to resume where it stopped"
             ) from None
         finally:
             detector.raw_log = None
@@ -1006,9 +1011,10 @@ class RunService:
             self.reporter.table(Table(title, columns=["items", "error", "for example"], rows=rows))
             where = self.out / "failures.jsonl"
             if not self.allow_failures:
+                advice = retry_advice([f.error for f in self.failures], self.same_folder)
                 raise RunFailed(
                     f"{plural(len(self.failures), 'item')} failed (listed in {where}); "
-                    f"no submission was written. {retry_advice([f.error for f in self.failures])}, "
+                    f"no submission was written. {advice}, "
                     "or add --allow-failures to write files with those items left empty"
                 )
             done = self.failed_items_note or "they are left as empty predictions in the files"
