@@ -33,9 +33,9 @@ NEEDS_BASE_URL = "the openai backend needs `base_url` (--base-url), e.g. http://
 NEEDS_SERVED_MODEL = "the openai backend needs `model` (--model), the served model's name"
 NEEDS_RESPONSES = (
     "the replay backend (the default of LLM detectors) needs `responses`, a JSONL file of recorded "
-    "responses (--responses FILE, or the option backend.responses=FILE: -o llm.backend.responses=FILE "
-    "in a main job); or name a live backend (--backend openai|transformers|vllm, or the option "
-    "backend.kind=openai)"
+    "responses (--responses FILE, or -o backend.responses=FILE; for a stack's member, "
+    "-o llm.backend.responses=FILE); or name a live backend (--backend openai|transformers|vllm, "
+    "or -o backend.kind=openai)"
 )
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "guided_json", "none"]
