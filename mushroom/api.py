@@ -249,6 +249,7 @@ def _detect(
     """
     import warnings
 
+    from mushroom.data.contexts import support_contexts
     from mushroom.data.languages import LANGUAGES
     from mushroom.runs.service import unusable_warnings
 
@@ -269,11 +270,13 @@ def _detect(
         )
     key = (method, _options_key(options))
     detector = _detector(*key)
-    bare = sum(1 for it in rows if not contexts.get(it.id))
+    # an empty or blank text, or fact-checks alone, supports nothing: as good as no context
+    bare = sum(1 for it in rows if not support_contexts(contexts.get(it.id, [])))
     if bare and detector.needs_contexts:
         warnings.warn(
-            f"{bare} of {len(rows)} items have no contexts: {method} checks answers against contexts "
-            "and has nothing to check these against",
+            f"{bare} of {len(rows)} items have no contexts that can support an answer (none, empty ones, "
+            f"or fact-checks alone): {method} checks answers against contexts and has nothing to check "
+            "these against",
             RuntimeWarning,
             stacklevel=3,
         )

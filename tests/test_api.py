@@ -39,8 +39,11 @@ def test_malformed_items_are_type_errors_that_say_what_an_item_is():
 
 
 def test_what_the_command_line_warns_of_is_warned_of_here_too():
-    with pytest.warns(RuntimeWarning, match="1 of 1 items have no contexts: lexical checks"):
+    with pytest.warns(RuntimeWarning, match="1 of 1 items have no contexts that can support an answer"):
         assert mushroom.detect(ANSWER).hard_labels == []
+    for blank in ("", "   "):  # an empty text supports nothing either: it was taken in silence
+        with pytest.warns(RuntimeWarning, match="1 of 1 items have no contexts that can support"):
+            mushroom.detect(ANSWER, blank)
     with pytest.warns(RuntimeWarning, match="language 'xx' is not one mushroom knows"):
         mushroom.detect(ANSWER, CONTEXT, lang="xx")
     with warnings.catch_warnings():

@@ -42,7 +42,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mushroom.backends.base import warnings_to
-from mushroom.data.contexts import DEFAULT_SOURCES, ContextSet, load_contexts, support_contexts
+from mushroom.data.contexts import DEFAULT_SOURCES, ContextSet, fact_checks, load_contexts, support_contexts
 from mushroom.data.itemstream import ContextFiles
 from mushroom.data.jsonl import JsonlWriter, write_jsonl
 from mushroom.data.predictions import mark_all, submission_name
@@ -451,7 +451,7 @@ class _ContextTally:
             if not support_contexts(ctx.by_id.get(i, [])):
                 self.first_bare = self.first_bare or i
                 self.bare += 1
-                self.checks_only += bool(ctx.by_id.get(i))
+                self.checks_only += bool(fact_checks(ctx.by_id.get(i, [])))  # not an empty text
 
     def warning(self, split: str, lang: str, n_items: int, sources: Iterable[str]) -> str:
         return (
