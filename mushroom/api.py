@@ -59,6 +59,8 @@ def _options_key(options: dict[str, Any]) -> str:
 _DETECTORS: dict[tuple[str, str], Any] = {}  # (method, options) -> built detector, kept between calls
 _KEEP = 8
 _ITEM_KEYS = frozenset({"answer", "model_output_text", "contexts", "question", "model_input", "lang", "id"})
+# other words for a key, which no close match finds: {"language": "de"} ran as English
+_SYNONYMS = {"language": "lang", "ctx": "contexts", "prompt": "question"}
 
 
 def _forget(key: tuple[str, str]) -> None:
@@ -117,7 +119,8 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
     # A misspelt "context" was ignored, and the item checked against nothing; the other keys of
     # a record from the data files (annotations, soft_labels, ...) are left alone.
     for key in sorted(set(entry) - _ITEM_KEYS - set(Item.model_fields)):
-        if isinstance(key, str) and (near := close_match(key, sorted(_ITEM_KEYS), cutoff=0.8)):
+        near = _SYNONYMS.get(key) if isinstance(key, str) else None
+        if isinstance(key, str) and (near := near or close_match(key, sorted(_ITEM_KEYS), cutoff=0.8)):
             raise TypeError(
                 f"item {k}: unknown key {key!r} (did you mean {near!r}?); an item has "
                 f"{', '.join(sorted(_ITEM_KEYS))}"

@@ -24,6 +24,10 @@ def test_malformed_items_are_type_errors_that_say_what_an_item_is():
             "did you mean 'contexts'",
         ),
         (lambda: mushroom.detect_batch([{"answer": ANSWER, "id": ""}]), "id must be a non-empty string"),
+        (  # it ran as English, the language key ignored
+            lambda: mushroom.detect_batch([{"answer": ANSWER, "language": "de"}]),
+            "unknown key 'language' \\(did you mean 'lang'\\?\\)",
+        ),
         (lambda: mushroom.detect(ANSWER, CONTEXT, question=["Italy"]), "question must be a string"),
         (lambda: mushroom.detect(ANSWER, CONTEXT, lang=None), "lang must be a language code"),
         (lambda: mushroom.detect(ANSWER, CONTEXT, method=None), "method must be a detector name"),
