@@ -674,6 +674,9 @@ def test_check_compare_sweep_and_report_say_a_runs_failed_items(tmp_path):
     ):
         proc = mushroom(*args)
         assert proc.returncode == 0 and said in proc.stderr, args
+    # the page marks each failed item where it shows "predicted hard spans: none"
+    page = (tmp_path / "r.html").read_text()
+    assert page.count("<b>failed in its run</b>") == 5 and "this empty prediction is not the method" in page
 
 
 def test_a_damaged_line_of_failures_jsonl_is_named_not_skipped(tmp_path):

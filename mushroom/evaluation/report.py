@@ -25,7 +25,7 @@ from mushroom.data.contexts import DEFAULT_SOURCES, load_contexts
 from mushroom.data.jsonl import iter_json_lines
 from mushroom.data.predictions import load_predictions, prediction_vectors, submission_name
 from mushroom.data.records import Item, Prediction
-from mushroom.data.runfolder import prediction_folder
+from mushroom.data.runfolder import failed_items, prediction_folder
 from mushroom.data.spans import hard_to_mask
 from mushroom.data.splits import load_split
 from mushroom.errors import MushroomError, Problem
@@ -175,6 +175,7 @@ def _item_html(
     raw: list[str],
     tag: str | None,
     unchecked: list[dict] | None = None,
+    failed_in: Path | None = None,
 ) -> tuple[str, float]:
     n = len(item.model_output_text)
     soft, mask = prediction_vectors(pred, n) if pred else (np.zeros(n), np.zeros(n, dtype=bool))
@@ -210,13 +211,19 @@ def _item_html(
         f"{html.escape(e['reason'] if isinstance(e.get('reason'), str) else 'no reason given')}</div>"
         for e in unchecked or []
     )
+    failed_html = (  # --allow-failures wrote it empty: said where a reader sees "none"
+        f'<div class="meta"><b>failed in its run</b> (listed in {html.escape(str(failed_in))}): '
+        "this empty prediction is not the method's</div>"
+        if failed_in is not None
+        else ""
+    )
     body = (
         f'<div class="item" id="{html.escape(item.id)}" data-lang="{item.lang}" '
         f'data-iou="{iou if labelled else 1.0:.6f}" data-tag="{html.escape(tag or "none")}">'
         f'<div class="meta">{html.escape(item.id)} · {item.lang} · <span class="scores">{scores}</span>{tag_html}</div>'
         f"<p><b>Q:</b> {html.escape(item.model_input)}</p>"
         f'<div class="answer">{highlighted_answer(item.model_output_text, gold_mask, soft, reasons)}</div>'
-        f'<div class="meta">predicted hard spans: {hard or "none"}</div>{unchecked_html}'
+        f'<div class="meta">predicted hard spans: {hard or "none"}</div>{unchecked_html}{failed_html}'
         f"{ctx_html}{raw_html}</div>"
     )
     return body, iou
@@ -262,6 +269,7 @@ def build_report(
         if not path.exists():
             continue
         preds = load_predictions(path, {item.id: len(item.model_output_text) for item in items})
+        failed = failed_items(path, preds)
         ctx = load_contexts(split, lang, sources, item_ids=[i.id for i in items]).by_id
         raw = _raw_outputs(folder, lang, raw_problems)
         unchecked = _unverifiable(folder, lang, raw_problems)
@@ -278,6 +286,7 @@ def build_report(
                 raw.get(item.id, []),
                 tags.get(item.id),
                 unchecked.get(item.id),
+                failed.where if failed is not None and item.id in failed.failed else None,
             )
             blocks.append(block)
             ious.append(iou)
