@@ -239,7 +239,8 @@ def _check_call(items: Any, method: Any, name: str) -> None:
         raise TypeError(f"method must be a detector name such as 'lexical', not {method!r}")
     if isinstance(items, dict | str) or not isinstance(items, Iterable) or hasattr(items, "columns"):
         hint = " (for a DataFrame: df.to_dict('records'))" if hasattr(items, "columns") else ""
-        raise TypeError(f"{name} takes a list of items (dicts), not a {type(items).__name__}{hint}")
+        what = "an iterable" if name == "detect_stream" else "a list"
+        raise TypeError(f"{name} takes {what} of items (dicts), not a {type(items).__name__}{hint}")
 
 
 def _detect(
@@ -262,8 +263,11 @@ def _detect(
         item, ctx = _item(k, entry, lang)
         rows.append(item)
         contexts[item.id] = ctx
-    if len({it.id for it in rows}) != len(rows):
-        raise ValueError("items need distinct ids")
+    seen_ids: set[str] = set()
+    for it in rows:
+        if it.id in seen_ids:
+            raise ValueError(f"items need distinct ids: {it.id!r} is given twice")
+        seen_ids.add(it.id)
     for code in sorted({it.lang for it in rows} - set(LANGUAGES)):
         warnings.warn(
             f"language {code!r} is not one mushroom knows ({', '.join(LANGUAGES)}): no stopword list, "
@@ -326,7 +330,11 @@ def _detect(
         first = next(iter(errors))
         raise RunFailed(
             f"{method}: {len(errors)} of {len(rows)} items failed (first: {first}: {errors[first]}); "
-            "the others are in the exception's `predictions` (id -> Prediction)",
+            + (
+                "the others are in the exception's `predictions` (id -> Prediction)"
+                if found
+                else "none was predicted"
+            ),
             predictions={i: with_text(p) for i, p in found.items()},
             errors=errors,
         )

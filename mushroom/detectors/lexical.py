@@ -147,7 +147,10 @@ _EVIDENCE_SIZE = 4096
 
 
 class LexicalDetector(VectorDetector):
-    """Lexical grounding against the contexts; see the module docstring."""
+    """Lexical grounding: which words of the answer the contexts support.
+
+    How, and why so, is in the module docstring.
+    """
 
     name = "lexical"
     needs_contexts = True

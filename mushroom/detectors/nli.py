@@ -76,7 +76,10 @@ _VERDICTS = ("supported", "unverifiable", "contradicted")
 
 
 class NLIDetector(VectorDetector):
-    """Sentence/clause NLI against chunked contexts; see the module docstring."""
+    """Sentence/clause NLI against chunked contexts.
+
+    How, and why so, is in the module docstring.
+    """
 
     name = "nli"
     needs_contexts = True

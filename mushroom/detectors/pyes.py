@@ -132,7 +132,10 @@ def collapsed_models(calibration: PYesCalibration) -> list[str]:
 
 
 class PYesDetector(Detector):
-    """Multi-model yes/no verification of answer pieces; see the module docstring."""
+    """Multi-model yes/no verification of answer pieces.
+
+    How, and why so, is in the module docstring.
+    """
 
     name = "pyes"
     needs_contexts = True

@@ -129,6 +129,7 @@ class SemanticDetector(VectorDetector):
         # cost the main job several seconds for nothing.
         self.lexical = LexicalDetector(options.lexical.model_copy(update={"channels": False}))
         self._encoder = encoder
+        self._owns_encoder = encoder is None  # one given by the caller is the caller's to close
         self._multilingual = multilingual_encoder
         self.warnings: list[str] = []
 
@@ -203,6 +204,12 @@ class SemanticDetector(VectorDetector):
             opts = self.options
             self._encoder = Encoder(opts.model, opts.device, opts.batch_size, opts.max_length)
         return self._encoder
+
+    def close(self) -> None:
+        """Closes the encoder it loaded (its cache file); one given to it is left to the caller."""
+        if self._encoder is not None and self._owns_encoder:
+            self._encoder.close()
+            self._encoder = None
 
     def uses_encoder(self, lang: str) -> bool:
         return self.options.langs is None or lang in self.options.langs

@@ -197,7 +197,8 @@ class Encoder:
             self._ready(module)
         self.batch_size = batch_size
         self.max_length = max_length
-        if cache is None and module is None:
+        self._owns_cache = cache is None and module is None  # one given by the caller is theirs to close
+        if self._owns_cache:
             cache = VectorCache(cache_file(model_identity(model)))
         self.cache: VectorCache | None = cache if isinstance(cache, VectorCache) else None
         self.encoded = 0  # texts actually run through the model (cache misses)
@@ -208,6 +209,12 @@ class Encoder:
     def _ready(self, module) -> None:
         module.to(self.device)
         module.eval()
+
+    def close(self) -> None:
+        """Closes the cache file it opened (a ResourceWarning once the detector was dropped)."""
+        if self.cache is not None and self._owns_cache:
+            self.cache.close()
+            self.cache = None
 
     @property
     def tokenizer(self):
