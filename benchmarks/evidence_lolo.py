@@ -39,6 +39,7 @@ from mushroom.data.contexts import load_contexts  # noqa: E402
 from mushroom.data.predictions import prediction_from_vectors  # noqa: E402
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions  # noqa: E402
 from mushroom.evaluation.score import score_predictions  # noqa: E402
+from mushroom.util.options import split_names  # noqa: E402
 
 
 def held_out_scores(train: StackData, held: StackData, channels, names: list[str]) -> tuple[float, float]:
@@ -66,7 +67,7 @@ def main() -> None:
     parser.add_argument("--work", default=None, help="member runs (reused when present)")
     parser.add_argument("--evidence", required=True, help=f"comma list of kinds: {', '.join(COLUMNS)}")
     args = parser.parse_args()
-    kinds = args.evidence.split(",")
+    kinds = split_names(args.evidence, list(COLUMNS), "evidence kind")  # a typo was a KeyError
     wanted = [c for kind in kinds for c in COLUMNS[kind]]
     val = val_members(args.members, args.work, "evidence-lolo-")
     data, names, members = val.data, val.names, val.members
