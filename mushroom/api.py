@@ -120,6 +120,8 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
     # a record from the data files (annotations, soft_labels, ...) are left alone.
     for key in sorted(set(entry) - _ITEM_KEYS - set(Item.model_fields)):
         near = _SYNONYMS.get(key) if isinstance(key, str) else None
+        if near is not None and (near in entry or (near == "question" and "model_input" in entry)):
+            near = None  # the key it would mean is given too: a column of some other use
         if isinstance(key, str) and (near := near or close_match(key, sorted(_ITEM_KEYS), cutoff=0.8)):
             raise TypeError(
                 f"item {k}: unknown key {key!r} (did you mean {near!r}?); an item has "
