@@ -245,6 +245,12 @@ def test_a_run_over_an_items_file_says_how_to_score_it(tmp_path, capsys):
     assert code == 0, err
     code, _, err = cli(capsys, "report", run, "--out", tmp_path / "r.html")
     flat = " ".join(err.split())
+    assert code == 2 and f"mushroom report {run} --items ITEMS.jsonl" in flat  # it said to score it
+    code, _, err = cli(capsys, "report", run, "--items", items, "--out", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert code == 0 and all(f'id="{row["id"]}"' in page for row in GOLD_ROWS[:3]), err
+    code, _, err = cli(capsys, "sweep", run, "--svg", tmp_path / "s.svg")
+    flat = " ".join(err.split())
     assert code == 2 and "made with --items, so it has no val files" in flat
     assert f"mushroom score ITEMS.jsonl {run / 'predictions' / 'mushroom.en-items.jsonl'}" in flat
     code, out, err = cli(capsys, "score", items, run)  # the run folder itself, against its items

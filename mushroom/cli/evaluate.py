@@ -157,9 +157,14 @@ def report(
     out: Annotated[
         Path | None, typer.Option("--out", help="HTML file (default: RUN_DIR/report.<split>.html)")
     ] = None,
+    items: Annotated[
+        Path | None,
+        typer.Option("--items", help="a `detect --items` run's items file (--contexts: its context files)"),
+    ] = None,
 ) -> None:
     """Write one self-contained HTML page: answers with gold and predicted spans, scores, contexts."""
     from mushroom.data.jsonl import atomic_write_text
+    from mushroom.data.runfolder import items_files
     from mushroom.evaluation.compare import load_tags
     from mushroom.evaluation.report import build_report
     from mushroom.evaluation.runfiles import run_failure_notes
@@ -168,9 +173,27 @@ def report(
         raise MushroomError(
             f"RUN_DIR {run_dir}: {'no such folder' if not run_dir.exists() else 'is not a folder'}"
         )
+    by_lang, context_files = None, None
+    if items is not None:  # a run over a file of the user's: its items and context files
+        from mushroom.data.splits import load_items
+
+        if not items_files(run_dir):
+            raise MushroomError(f"--items: {run_dir} is not a `detect --items` run (it has no items files)")
+        by_lang = {}
+        for item in load_items(input_file(items, "--items")):
+            if lang is None or item.lang in lang:
+                by_lang.setdefault(item.lang, []).append(item)
+        split = "items"
+        named = split_names(contexts) if contexts != DEFAULT_CONTEXTS else []
+        context_files = [input_file(Path(name), "--contexts") for name in named]
+    elif items_files(run_dir):  # it said to score the run, which is no answer to "show it"
+        raise MushroomError(
+            f"{run_dir} was made with --items: give its items file, "
+            f"mushroom report {run_dir} --items ITEMS.jsonl [--contexts CTX.jsonl]"
+        )
     path = output_file(out, "--out") if out else run_dir / f"report.{split}.html"
     tag_map = load_tags(input_file(tags, "--tags")) if tags else None
-    page = build_report(run_dir, split, lang, tuple(split_names(contexts)), tag_map)
+    page = build_report(run_dir, split, lang, tuple(split_names(contexts)), tag_map, by_lang, context_files)
     for note in run_failure_notes(run_dir, split):
         print_warning(note.removeprefix("note: "))
     if tag_map:

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from mushroom.data.contexts import DEFAULT_SOURCES, load_contexts
+from mushroom.data.itemstream import ContextFiles
 from mushroom.data.jsonl import iter_json_lines
 from mushroom.data.predictions import load_predictions, prediction_vectors, submission_name
 from mushroom.data.records import Item, Prediction
@@ -252,14 +253,18 @@ def build_report(
     langs: list[str] | None = None,
     sources: tuple[str, ...] = DEFAULT_SOURCES,
     tags: dict[str, str] | None = None,
+    items: dict[str, list[Item]] | None = None,
+    context_files: list[Path] | None = None,
 ) -> ReportPage:
     """The HTML page for a run's predictions on a split, with the ids of the items it shows.
 
     The ids let the caller name tags for items that are not on the page (another language,
-    another split) instead of counting them in the page's error-type table.
+    another split) instead of counting them in the page's error-type table. A `detect --items`
+    run is shown with `items` (its items file's, by language; `split` is then "items") and
+    its context files, if any, in place of named sources.
     """
     folder = prediction_folder(run_dir, split)
-    data = load_split(split, langs)
+    data = items if items is not None else load_split(split, langs)
     tags = tags or {}
     blocks, summary, shown = [], [], []
     raw_problems: list[Problem] = []
@@ -270,7 +275,11 @@ def build_report(
             continue
         preds = load_predictions(path, {item.id: len(item.model_output_text) for item in items})
         failed = failed_items(path, preds)
-        ctx = load_contexts(split, lang, sources, item_ids=[i.id for i in items]).by_id
+        ids = [i.id for i in items]
+        if split == "items":  # a user's items: their context files, or none
+            ctx = ContextFiles(context_files).load(ids).by_id if context_files else {}
+        else:
+            ctx = load_contexts(split, lang, sources, item_ids=ids).by_id
         raw = _raw_outputs(folder, lang, raw_problems)
         unchecked = _unverifiable(folder, lang, raw_problems)
         any_unchecked = any_unchecked or bool(unchecked)
