@@ -268,7 +268,6 @@ def test_the_model_backed_detectors_are_those_with_backend_settings():
     """`calls_model` comes from the options: a plugin that holds backend settings is costly too."""
     from mushroom.backends.config import BackendSettings
     from mushroom.detectors import DETECTORS, Detector, DetectorOptions, build, calls_model
-    from mushroom.runs.cascade import model_backed
 
     assert {name for name in DETECTORS.builtins if calls_model(name)} == {"llm", "chain", "pyes"}
     assert not calls_model(None) and not calls_model("no-such-detector")
@@ -289,6 +288,6 @@ def test_the_model_backed_detectors_are_those_with_backend_settings():
     assert Served.calls_model and not SaysSo.calls_model
 
     backend = {"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:1/v1"}
-    assert not model_backed(build("lexical"))
-    assert model_backed(build("llm", {"backend": backend}))
-    assert model_backed(build("pyes", {"models": [backend]}))  # a list of backends, one per model
+    assert not build("lexical").calls_model
+    assert build("llm", {"backend": backend}).calls_model
+    assert build("pyes", {"models": [backend]}).calls_model  # a list of backends, one per model

@@ -70,7 +70,7 @@ def compare(
         err_console.print(esc(note), highlight=False)
     for run in runs:
         for note in run_failure_notes(run, split):
-            print_warning(note.removeprefix("note: "))
+            print_warning(note)
     for note in left_out_languages(scored):
         print_warning(note)
     rows = comparison_rows(scored, baseline)
@@ -134,7 +134,7 @@ def sweep(
         err_console.print(esc(note), highlight=False)
     for run in runs:
         for note in run_failure_notes(run, split):
-            print_warning(note.removeprefix("note: "))
+            print_warning(note)
     rows = run_sweep(runs, split, data=scope.data)
     out_console.print(ascii_sweep(rows), highlight=False, markup=False)
     best = max(rows, key=lambda r: r["iou"])
@@ -195,7 +195,7 @@ def report(
     tag_map = load_tags(input_file(tags, "--tags")) if tags else None
     page = build_report(run_dir, split, lang, tuple(split_names(contexts)), tag_map, by_lang, context_files)
     for note in run_failure_notes(run_dir, split):
-        print_warning(note.removeprefix("note: "))
+        print_warning(note)
     if tag_map:
         _warn_unscored_tags(tags, tag_map, page.item_ids, "items on the page")
     atomic_write_text(path, page.html)

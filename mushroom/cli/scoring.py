@@ -232,8 +232,7 @@ def check(
             )
         raise typer.Exit(1)
     failures = FailureCheck(pred)  # a run's failed items, written empty; a plain file is not read again
-    has_record = failures.ledger is not None or failures.where is not None
-    found = failures.check(load_predictions(pred)) if has_record else None
+    found = failures.check(load_predictions(pred)) if failures.has_record else None
     if found is not None:
         print_warning(found.message(pred))
     n_warnings = len(report.warnings) + (found is not None)

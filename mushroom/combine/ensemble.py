@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from mushroom.data.predictions import SoftMode, prediction_vectors, vote
+from mushroom.data.predictions import SoftMode, prediction_langs, prediction_vectors, vote
 from mushroom.data.records import Item, Prediction
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.words import listed, plural
@@ -158,7 +158,7 @@ def run_inputs(paths: list[Path], lang: str | None, split: str | None) -> list[P
         if not file.is_file():
             raise MushroomError(
                 f"{path}: no {split_} file of language {code!r} ({file}); it holds "
-                f"{', '.join(_langs(folder, split_))}"
+                f"{', '.join(prediction_langs(folder, split_))}"
             )
         out.append(file)
     return out
@@ -203,15 +203,8 @@ def _only_split(path: Path) -> tuple[str, Path]:
     )
 
 
-def _langs(folder: Path, split: str) -> list[str]:
-    """The language codes of a folder's prediction files of a split."""
-    from mushroom.data.predictions import prediction_file_lang, submission_glob
-
-    return sorted(filter(None, (prediction_file_lang(p.name) for p in folder.glob(submission_glob(split)))))
-
-
 def _only_lang(folder: Path, split: str) -> str:
-    codes = _langs(folder, split)
+    codes = prediction_langs(folder, split)
     if len(codes) != 1:
         example = f", e.g. --lang {codes[0]}" if codes else ""
         raise MushroomError(

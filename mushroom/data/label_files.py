@@ -54,6 +54,18 @@ def marks_nothing(n: int) -> str:
     )
 
 
+def empty_answers(ids: list[str]) -> str:
+    """The warning for items with an empty answer: the official scorer's Cor of each is NaN.
+
+    scipy's `spearmanr` of two empty lists is NaN, so the file's mean Cor is NaN too; kept,
+    as the official number, and said.
+    """
+    return (
+        f"{plural(len(ids), 'item')} with an empty answer (first: {ids[0]}): the official scorer "
+        "gives each Cor NaN, and so the mean Cor is NaN"
+    )
+
+
 def official_hard_from_soft(soft: list[tuple[int, int, float]]) -> list[tuple[int, int]]:
     """Hard labels the official scorer derives: prob > 0.5, spans that touch merged."""
     hard: list[list[int]] = []

@@ -213,6 +213,11 @@ def _file_name(lang: str, split: str) -> str:
 _PREDICTION_FILE = re.compile(r"mushroom\.([a-z0-9][a-z0-9._-]*?)-(?:tst\.v1|val\.v2|items)\.jsonl")
 
 
+def prediction_langs(folder: Path, split: str) -> list[str]:
+    """The language codes of a folder's prediction files of a split."""
+    return sorted(filter(None, (prediction_file_lang(p.name) for p in folder.glob(submission_glob(split)))))
+
+
 def prediction_file_lang(name: str) -> str | None:
     """The language of a file name `submission_name` makes (items files too); None otherwise."""
     match = _PREDICTION_FILE.fullmatch(name)

@@ -389,6 +389,14 @@ class FailureCheck:
         self.ledger = ledger_state(path.parent, lang) if lang is not None and not self.skip else None
         self.where, self.listed = (None, set()) if self.skip or self.ledger else run_failures(path)
 
+    @property
+    def has_record(self) -> bool:
+        """Whether its run keeps a record of failures for this file (a ledger, a failures.jsonl).
+
+        Without one nothing can be found, and a caller need not read the file to ask.
+        """
+        return self.ledger is not None or self.where is not None
+
     def check(self, predictions: Mapping[str, Prediction]) -> FailedItems | None:
         """What `failed_items` says of these predictions of the file."""
         if self.skip:

@@ -15,6 +15,7 @@ import numpy as np
 
 from mushroom.data.jsonl import iter_json_lines
 from mushroom.data.label_files import (
+    empty_answers,
     is_json_int,
     labels_missing_on_some_lines,
     marks_nothing,
@@ -205,11 +206,7 @@ def check_rows(
         report.warnings.append(Problem(path, None, None, marks_nothing(len(seen))))
     empty = [rid for rid in seen if rid in by_id and not by_id[rid].model_output_text]
     if empty:
-        message = (
-            f"{plural(len(empty), 'item')} with an empty answer (first: {empty[0]}): the official scorer "
-            "gives each Cor NaN, and so the mean Cor is NaN"
-        )
-        report.warnings.append(Problem(path, None, None, message))
+        report.warnings.append(Problem(path, None, None, empty_answers(empty)))
     by_line = dict(rows)
     for line, key, have in labels_missing_on_some_lines(rows):
         row = by_line[line]

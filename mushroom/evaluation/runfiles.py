@@ -7,7 +7,6 @@ line prints those lines on stderr, so stdout stays the official two lines).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,7 +33,7 @@ def score_run_files(
     gold item must have a prediction, as the official scorer requires.
     """
     from mushroom.data.hf import is_saved_dataset, saved_gold
-    from mushroom.data.predictions import prediction_file_lang, submission_name
+    from mushroom.data.predictions import prediction_langs, submission_name
     from mushroom.data.runfolder import items_files, prediction_folder, run_scope, variant_names
     from mushroom.data.splits import lang_from_filename
     from mushroom.evaluation.score import pair_paths, score_pairs
@@ -62,7 +61,7 @@ def score_run_files(
         elif (
             lang is not None
             and pred.is_dir()  # a `detect --items` run's one file was taken above
-            and (has := sorted(filter(None, map(prediction_file_lang, os.listdir(pred)))))
+            and (has := prediction_langs(pred, split))
         ):
             raise MushroomError(  # it said "GOLD is a file, PRED a folder", which a run folder may be
                 f"{pred}: no {lang} prediction file ({submission_name(lang, split)}) for GOLD {gold}; "
@@ -93,21 +92,32 @@ def note_failed_items(paths: list[Path], note: Callable[[str], None] = print) ->
     detector that found nothing; `ensemble` and `stack` refuse such files, and a score of
     one should not pass for the method's.
     """
-    from mushroom.data.predictions import load_predictions
-    from mushroom.data.runfolder import failed_items
+    for message in failed_item_messages(paths):
+        note(f"note: {message}")
 
+
+def failed_item_messages(paths: list[Path]) -> list[str]:
+    """One line per file that holds items its run failed; a file its run keeps no record for is not read."""
+    from mushroom.data.predictions import load_predictions
+    from mushroom.data.runfolder import FailureCheck
+
+    messages = []
     for path in paths:
+        failures = FailureCheck(path)
+        if not failures.has_record:
+            continue
         try:
             predictions = load_predictions(path)
         except MushroomError:  # spans the official scorer takes as they are: scored, and warned about
             continue
-        found = failed_items(path, predictions)
+        found = failures.check(predictions)
         if found is not None:
-            note(f"note: {found.message(path)} (scored as written)")
+            messages.append(f"{found.message(path)} (scored as written)")
+    return messages
 
 
 def run_failure_notes(run: Path, split: str) -> list[str]:
-    """The notes `note_failed_items` gives for a run folder's prediction files of a split.
+    """`failed_item_messages` of a run folder's prediction files of a split.
 
     `compare`, `sweep` and `report` printed 0/0 scores of items a run failed and wrote empty
     (`--allow-failures`) without the note that `score` gives.
@@ -115,7 +125,4 @@ def run_failure_notes(run: Path, split: str) -> list[str]:
     from mushroom.data.predictions import submission_glob
     from mushroom.data.runfolder import prediction_folder
 
-    notes: list[str] = []
-    folder = prediction_folder(run, split)
-    note_failed_items(sorted(folder.glob(submission_glob(split))), notes.append)
-    return notes
+    return failed_item_messages(sorted(prediction_folder(run, split).glob(submission_glob(split))))

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
-from mushroom.data.label_files import ScoringFile, ScoringRecord, marks_nothing, match_ids, read_scoring_file
+from mushroom.data.label_files import (
+    ScoringFile,
+    ScoringRecord,
+    empty_answers,
+    marks_nothing,
+    match_ids,
+    read_scoring_file,
+)
 from mushroom.data.splits import lang_from_filename
 from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.evaluation.metrics import OfficialScorerCrash, item_cor, item_iou
@@ -183,10 +190,7 @@ def score_loaded(
         warnings.append(f"{pred.path}: {marks_nothing(len(ids))}")
     empty = [r for r in ids if not gold.records[r].text_len]
     if empty:
-        warnings.append(
-            f"{gold.path}: {plural(len(empty), 'item')} with an empty answer (first: {empty[0]}): the "
-            "official scorer gives each Cor NaN, and so the mean Cor is NaN"
-        )
+        warnings.append(f"{gold.path}: {empty_answers(empty)}")
     return ScoreResult(ids, langs, ious, cors, warnings=warnings, unscored=len(gold.records) - len(ids))
 
 

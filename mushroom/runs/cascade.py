@@ -48,11 +48,6 @@ from mushroom.evaluation.submission import write_predictions
 from mushroom.runs.service import RunService
 
 
-def model_backed(detector: Detector) -> bool:
-    """Whether a detector calls models through a backend (llm, chain, pyes): the costly kind."""
-    return bool(detector.calls_model)
-
-
 @dataclass
 class CascadeOutcome:
     """What the cascade leaves for the main job to write, score and summarise."""
@@ -76,6 +71,12 @@ def _spend(out: Path, costly: list[str]) -> dict[str, Spend]:
     """Each item's model calls in the folder's raw records, every run and budget."""
     files = [p for name in costly for p in (out / "members" / name).glob("**/raw/*.raw.jsonl")]
     return spend_by_item(files)
+
+
+def _without(data: dict[str, list[Item]], failed: set[str], at_least: int) -> dict[str, list[Item]]:
+    """Each language's items but the failed ones; a language left with fewer than `at_least` is dropped."""
+    kept = {lang: [it for it in items if it.id not in failed] for lang, items in data.items()}
+    return {lang: items for lang, items in kept.items() if len(items) >= at_least}
 
 
 # Below this many val items a language's member stack is fitted on, its choices are noise.
@@ -165,10 +166,8 @@ def run_cascade(
             for r in records
         ]
         write_jsonl(out / "cascade.jsonl", records)
-    val_fit = {lang: [it for it in items if it.id not in failed] for lang, items in val_sent.items()}
-    val_fit = {lang: items for lang, items in val_fit.items() if len(items) >= MIN_VAL_SENT}
-    test_ok = {lang: [it for it in items if it.id not in failed] for lang, items in test_sent.items()}
-    test_ok = {lang: items for lang, items in test_ok.items() if items}
+    val_fit = _without(val_sent, failed, MIN_VAL_SENT)
+    test_ok = _without(test_sent, failed, 1)
 
     t0 = time.perf_counter()
     members = [Member(name, out / "members" / name, allow_failures=True) for name in dets]

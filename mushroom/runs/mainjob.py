@@ -21,7 +21,6 @@ from mushroom.data.splits import load_split, workspace
 from mushroom.detectors import Detector, build
 from mushroom.errors import MissingExtra, MushroomError
 from mushroom.evaluation.submission import write_predictions
-from mushroom.runs.cascade import model_backed
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.runs.service import RunService, fingerprint
 from mushroom.util.interrupts import interrupt_hint
@@ -127,7 +126,7 @@ def run_main_stack(
         check_budget(llm_budget)
     dets, skipped = _loadable_members(members, options, sources, out, skip_unavailable)
     members = tuple(dets)
-    costly = [name for name, det in dets.items() if model_backed(det)] if cascade else []
+    costly = [name for name, det in dets.items() if det.calls_model] if cascade else []
     if cascade and not costly:
         # `budget_from`: the config file that set it, so the message does not name a flag not given
         raise MushroomError(
