@@ -68,13 +68,20 @@ def test_stack_apply_names_a_json_file_that_is_no_stack(tmp_path, capsys):
     assert "Field required" not in err and not (tmp_path / "o").exists()
 
 
-def test_stack_apply_with_the_wrong_members_leaves_no_run_folder(tmp_path, capsys):
+def _english_stack(tmp_path, capsys):
+    """A lexical run on English val, and a stack fitted on it as member `lex`: (run, stack.json)."""
     run = tmp_path / "run"
     code, _, err = cli(capsys, "detect", "--split", "val", "--lang", "en", "--out", run, "--quiet")
     assert code == 0, err
-    stack, out = tmp_path / "stack.json", tmp_path / "o"
+    stack = tmp_path / "stack.json"
     code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", stack)
     assert code == 0, err
+    return run, stack
+
+
+def test_stack_apply_with_the_wrong_members_leaves_no_run_folder(tmp_path, capsys):
+    run, stack = _english_stack(tmp_path, capsys)
+    out = tmp_path / "o"
     for members, message in (
         ([f"other={run}"], "fitted on members ['lex']; got ['other']"),
         ([f"lex={tmp_path / 'nowhere'}"], "no val prediction files"),
@@ -124,12 +131,8 @@ def test_an_ensemble_never_overwrites_its_input_and_names_a_file_with_other_item
 
 def test_a_finished_stack_apply_folder_is_not_taken_over_by_another_run(tmp_path, capsys):
     """It has no item ledger: it was taken for a run that never started, and overwritten."""
-    run = tmp_path / "run"
-    code, _, err = cli(capsys, "detect", "--split", "val", "--lang", "en", "--out", run, "--quiet")
-    assert code == 0, err
-    stack, out = tmp_path / "stack.json", tmp_path / "applied"
-    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", stack)
-    assert code == 0, err
+    run, stack = _english_stack(tmp_path, capsys)
+    out = tmp_path / "applied"
     code, _, err = cli(
         capsys, "stack", "apply", stack, f"lex={run}", "--split", "val", "--lang", "en", "--out", out
     )
