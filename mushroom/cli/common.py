@@ -6,7 +6,7 @@ from typing import Annotated, get_args
 
 import typer
 
-from mushroom.cli.boundary import FLAG, out_console
+from mushroom.cli.boundary import FLAG, err_console, out_console
 from mushroom.cli.tables import RichReporter
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.records import ErrorType
@@ -27,8 +27,8 @@ def lang_codes(values: list[str] | None) -> list[str] | None:
 
 
 def reporter() -> RichReporter:
-    """The run reporter of a command: rich tables and bars on stdout, as every run prints them."""
-    return RichReporter(out_console)
+    """The run reporter of a command: rich tables and bars on stdout, warnings on stderr."""
+    return RichReporter(out_console, err_console)
 
 
 TAGS_HELP = "error-type tags JSONL {id, error_type}; error_type is one of " + ", ".join(get_args(ErrorType))

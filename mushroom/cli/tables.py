@@ -198,16 +198,22 @@ def progress_bar(quiet: bool = False, console: Console | None = None) -> Progres
 
 
 class RichReporter:
-    """The run reporter of the command line: rich tables, yellow warnings, progress bars."""
+    """The run reporter of the command line: rich tables, yellow warnings, progress bars.
 
-    def __init__(self, console: Console | None = None):
+    Warnings go to `err_console` (stderr), as `check` and `score` print theirs, so that a run's
+    tables can be piped or saved without its warnings mixed in, and warnings are not lost
+    when stdout goes to a file.
+    """
+
+    def __init__(self, console: Console | None = None, err_console: Console | None = None):
         self.console = console or Console()
+        self.err_console = err_console or Console(stderr=True)
 
     def message(self, text: str, lead: str = "") -> None:
         self.console.print(f"[yellow]{escape(lead)}[/yellow] {escape(text)}" if lead else escape(text))
 
     def warning(self, text: str) -> None:
-        self.console.print(f"[yellow]warning:[/yellow] {escape(text)}")
+        self.err_console.print(f"[yellow]warning:[/yellow] {escape(text)}")
 
     def table(self, table: TableData) -> None:
         self.console.print(render(table))

@@ -72,10 +72,14 @@ class _NoBar:
 
 
 class PlainReporter:
-    """Plain lines on a stream (stdout by default), tables as tab-separated rows, no progress bar."""
+    """Plain lines on a stream (stdout by default), tables as tab-separated rows, no progress bar.
 
-    def __init__(self, stream: TextIO | None = None):
+    Warnings go to `err_stream` (stderr by default), as the command line prints them.
+    """
+
+    def __init__(self, stream: TextIO | None = None, err_stream: TextIO | None = None):
         self.stream = stream
+        self.err_stream = err_stream
 
     def _print(self, text: str) -> None:
         print(text, file=self.stream or sys.stdout)
@@ -84,7 +88,7 @@ class PlainReporter:
         self._print(f"{lead} {text}" if lead else text)
 
     def warning(self, text: str) -> None:
-        self._print(f"warning: {text}")
+        print(f"warning: {text}", file=self.err_stream or sys.stderr)
 
     def table(self, table: Table) -> None:
         self._print(table.title)
