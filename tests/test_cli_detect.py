@@ -344,3 +344,21 @@ def test_an_unknown_context_source_or_prompt_leaves_no_folder(tmp_path, capsys, 
         args += ["--out", str(out)]
     code, _, err = cli(capsys, *args)
     assert code == 2 and ("'nosuch'" in err) and not out.exists(), err
+
+
+def test_a_run_folder_inside_another_run_is_refused(tmp_path, capsys):
+    """`--out RUN/predictions/x` wrote a run among another run's prediction files."""
+    run = limited_run(tmp_path, capsys)
+    for inner in (run / "predictions" / "again", run / "new"):
+        code, out, err = cli(capsys, "detect", "--lang", "en", "--limit", "1", "--out", inner, "--quiet")
+        assert code != 0 and f"is inside the run folder {run.resolve()}" in " ".join(err.split()), out + err
+        assert not inner.exists()
+    # the run's own folder resumes, and a folder beside it is free
+    code, _, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "en", "--limit", "5", "--out", run, "--quiet"
+    )
+    assert code == 0, err
+    code, _, err = cli(
+        capsys, "detect", "--lang", "en", "--limit", "1", "--out", tmp_path / "beside", "--quiet"
+    )
+    assert code == 0, err

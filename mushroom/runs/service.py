@@ -127,6 +127,22 @@ RUN_FILES = frozenset(
 )
 
 
+def enclosing_run(folder: Path) -> Path | None:
+    """The run folder that `folder` lies inside, if any: a parent whose config.json has a config hash.
+
+    Only a run's own config.json counts (a user's project folder may hold a config.json of
+    its own), and the folder itself does not: resuming a run is its whole point.
+    """
+    for parent in Path(folder).resolve().parents:
+        try:
+            data = json.loads((parent / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "config_hash" in data and "config" in data:
+            return parent
+    return None
+
+
 def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
     """Each setting that differs between two configs: `options.threshold: 0.25 -> 0.3`.
 
@@ -496,6 +512,13 @@ class RunService:
         self._lock_key: Path | None = None
         if self.out.exists() and not self.out.is_dir():
             raise MushroomError(f"{self.folder_flag} {self.out} is a file; give a folder for the run")
+        outer = enclosing_run(self.out)
+        if outer is not None:
+            raise MushroomError(
+                f"{self.folder_flag} {self.out} is inside the run folder {outer}; its files would be "
+                "mixed with that run's (read as its predictions, zipped with its submission). "
+                "Choose a folder outside it"
+            )
         self.stages = self.read_json(self.out / "stages.json") or {}
         try:
             self.resumed = self._open()
