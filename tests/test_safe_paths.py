@@ -116,3 +116,18 @@ def test_every_writer_of_a_language_s_file_refuses_a_name_that_is_not_one(tmp_pa
             build()
         assert caught.value.exit_code == 1
     assert safe_name("en", "language code") == "en" and safe_name("pt-BR", "x") == "pt-BR"
+
+
+def test_names_given_on_the_command_line_or_in_a_run_config_never_leave_their_folder(tmp_path, capsys):
+    """`compare --name ../../escape` wrote its tables two folders above --eval-dir."""
+    from cli_helpers import limited_run
+
+    run = limited_run(tmp_path, capsys)
+    eval_dir = tmp_path / "deep" / "er" / "eval"
+    code, _, err = cli(capsys, "compare", run, "--name", "../../escape", "--eval-dir", eval_dir)
+    assert code == 2 and "cannot name a file" in err, err
+    assert not (tmp_path / "deep" / "escape.md").exists() and not eval_dir.exists()
+    config = tmp_path / "run.toml"
+    config.write_text('name = "../x"\n[detector]\nname = "lexical"\n', encoding="utf-8")
+    code, _, err = cli(capsys, "run", config, "--out", tmp_path / "r")
+    assert code == 2 and "field 'name': a run name '../x' cannot name a file" in err, err

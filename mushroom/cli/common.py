@@ -26,6 +26,16 @@ def lang_codes(values: list[str] | None) -> list[str] | None:
     return codes
 
 
+def file_stem(value: str | None) -> str | None:
+    """An option that names a file (`compare --name`): refused when it could leave its folder."""
+    from mushroom.util.names import name_problem
+
+    problem = None if value is None else name_problem(value)
+    if problem is not None:
+        raise typer.BadParameter(problem)
+    return value
+
+
 def reporter() -> RichReporter:
     """The run reporter of a command: rich tables and bars on stdout, warnings on stderr."""
     return RichReporter(out_console, err_console)

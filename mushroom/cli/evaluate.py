@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from mushroom.cli.boundary import err_console, esc, input_file, out_console, output_file, print_warning
-from mushroom.cli.common import DEFAULT_CONTEXTS, TAGS_HELP, Contexts, Langs
+from mushroom.cli.common import DEFAULT_CONTEXTS, TAGS_HELP, Contexts, Langs, file_stem
 from mushroom.cli.tables import paired_table
 from mushroom.errors import MushroomError
 from mushroom.util.options import split_names
@@ -27,7 +27,9 @@ def compare(
     split: Annotated[str, typer.Option("--split", help="labelled split")] = "val",
     baseline: Annotated[int, typer.Option("--baseline", help="index of the baseline run (0: first)")] = 0,
     tags: Annotated[Path | None, typer.Option("--tags", help=TAGS_HELP)] = None,
-    name: Annotated[str | None, typer.Option("--name", help="file name stem in eval/")] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", callback=file_stem, help="file name stem in eval/")
+    ] = None,
     eval_dir: Annotated[
         Path | None, typer.Option("--eval-dir", help="where to write (default: eval/)")
     ] = None,

@@ -66,6 +66,13 @@ class RunConfig(BaseModel):
     name: str
     description: str = ""
     splits: list[str] = Field(default_factory=lambda: ["val"])
+
+    @field_validator("name")
+    @classmethod
+    def _a_file_name(cls, value: str) -> str:
+        # it names the default run folder and the variants' comparison files in eval/
+        return valid_name(value, "a run name")
+
     langs: list[str] | None = None
     limit: int | None = Field(None, ge=1, description="only the first N items of each language")
     contexts: list[str] = Field(default_factory=lambda: list(DEFAULT_SOURCES))
