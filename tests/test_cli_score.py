@@ -48,6 +48,7 @@ def test_score_warns_about_what_the_official_scorer_accepts_silently(tmp_path, c
     ]
     rows[0]["soft_labels"] = [{"start": 10, "end": 5, "prob": 0.7}, {"start": 20, "end": 30, "prob": 1.5}]
     rows[1]["hard_labels"] = [[8, 3]]
+    rows[2]["soft_labels"] = [{"start": 0, "end": 9, "prob": 0.9}, {"start": 4, "end": 12, "prob": 0.2}]
     pred = write_lines(tmp_path / "p.jsonl", rows)
     code, out, err = cli(capsys, "score", VAL_EN, pred)
     assert code == 0
@@ -55,6 +56,9 @@ def test_score_warns_about_what_the_official_scorer_accepts_silently(tmp_path, c
     assert out == f"IoU: {iou:.8f}\nCor: {cor:.8f}\n"  # the official numbers, unchanged
     assert "2 reversed spans" in err and "p.jsonl:1: id 'val-en-1': soft_labels.0 [10, 5)" in err
     assert "1 probability outside [0, 1] (ranked as given)" in err and "soft_labels.1.prob 1.5" in err
+    said = " ".join(err.split())
+    assert "1 soft span overlapping an earlier one (the later span's probability counts" in said
+    assert f"p.jsonl:3: id {GOLD_ROWS[2]['id']!r}: soft_labels.1 [4, 12)" in said
 
 
 def test_folder_scoring_needs_every_language_or_langs(tmp_path, capsys):

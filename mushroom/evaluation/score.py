@@ -114,6 +114,23 @@ REVERSED = Quirk("reversed span", "reversed spans", "scored as empty")
 OUT_OF_RANGE = Quirk("probability outside [0, 1]", "probabilities outside [0, 1]", "ranked as given")
 NEGATIVE = Quirk("negative span start", "negative span starts", "index from the end")
 OUTSIDE = Quirk("hard span outside the answer", "hard spans outside the answer", "counted in the IoU union")
+OVERLAP = Quirk(
+    "soft span overlapping an earlier one",
+    "soft spans overlapping earlier ones",
+    "the later span's probability counts where they overlap",
+)
+
+
+def _overlapping(spans: list[tuple[int, int, float]]) -> list[int]:
+    """Indices of non-empty spans that overlap a span listed before them (sorted, n log n)."""
+    order = sorted((start, end, i) for i, (start, end, _) in enumerate(spans) if start < end)
+    found, reach, owner = set(), None, -1  # the furthest end so far, and its span
+    for start, end, i in order:
+        if reach is not None and start < reach:
+            found.add(max(i, owner))
+        if reach is None or end > reach:
+            reach, owner = end, i
+    return sorted(found)
 
 
 def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
@@ -130,7 +147,8 @@ def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
 
     for rid in ids:
         rec, n = pred.records[rid], gold.records[rid].text_len or 0
-        for i, (start, end, prob) in enumerate([] if rec.soft_derived else rec.soft):
+        soft = [] if rec.soft_derived else rec.soft
+        for i, (start, end, prob) in enumerate(soft):
             if start > end:
                 note(REVERSED, rec, f"soft_labels.{i}", f"[{start}, {end})")
             if not 0.0 <= prob <= 1.0:
@@ -139,6 +157,8 @@ def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
                 )  # as written: the scorer's ujson reading adds digits
             if start < 0:
                 note(NEGATIVE, rec, f"soft_labels.{i}", f"[{start}, {end})")
+        for i in _overlapping(soft):
+            note(OVERLAP, rec, f"soft_labels.{i}", f"[{soft[i][0]}, {soft[i][1]})")
         for i, (start, end) in enumerate(rec.hard):
             if start > end:
                 note(REVERSED, rec, f"hard_labels.{i}", f"[{start}, {end})")
