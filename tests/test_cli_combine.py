@@ -162,3 +162,23 @@ def test_a_member_named_after_another_detector_than_its_runs_is_refused(tmp_path
     )
     assert code == 2 and "member 'semantic': " in err and "is a run of the 'lexical' detector" in err
     assert not (tmp_path / "s.json").exists()
+
+
+def test_stack_fit_and_apply_refuse_a_member_span_past_the_answer(tmp_path, capsys):
+    """`ensemble` refused a hard label past the answer's end; `stack` fitted and applied it."""
+    import json
+
+    run, stack = _english_stack(tmp_path, capsys)
+    pred = run / "predictions" / "mushroom.en-val.v2.jsonl"
+    rows = [json.loads(line) for line in pred.read_text().splitlines()]
+    n = len(GOLD_ROWS[1]["model_output_text"])
+    rows[1]["hard_labels"] = [[n - 2, n + 10]]
+    write_lines(pred, rows)
+    said = f"mushroom.en-val.v2.jsonl:2: id '{GOLD_ROWS[1]['id']}': field 'hard_labels.0': span [{n - 2}, {n + 10})"
+    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", tmp_path / "s2.json")
+    assert code == 1 and said in " ".join(err.split()), err
+    out = tmp_path / "applied"
+    code, _, err = cli(
+        capsys, "stack", "apply", stack, f"lex={run}", "--split", "val", "--lang", "en", "--out", out
+    )
+    assert code == 1 and f"id '{GOLD_ROWS[1]['id']}': field 'hard_labels.0'" in err, err

@@ -19,8 +19,8 @@ from mushroom.errors import DataError, Problem
 from mushroom.util.names import safe_name
 
 
-def _span_problems(
-    pred: Prediction, length: int | None, where: tuple[str, int], field_prefix: str = ""
+def span_problems(
+    pred: Prediction, length: int | None, where: tuple[str, int | None], field_prefix: str = ""
 ) -> list[Problem]:
     """Reversed, empty, negative spans, and (when the text length is known) spans past its end."""
     path, line = where
@@ -42,20 +42,23 @@ def _span_problems(
     return problems
 
 
-def load_predictions(path: str | Path, lengths: Mapping[str, int] | None = None) -> dict[str, Prediction]:
+def load_predictions(
+    path: str | Path, lengths: Mapping[str, int] | None = None, other_ids: bool = False
+) -> dict[str, Prediction]:
     """Id -> prediction; a file without hard (soft) labels gets them derived as officially.
 
     Unknown keys (in records and in spans) are ignored, as the official scorer ignores them.
     Every span is checked: reversed, empty or negative spans are errors, and so are spans past
     the end of the answer when `lengths` (item id -> text length) is given; so are ids that
-    are not among those items. Nothing is clipped or dropped.
+    are not among those items, unless `other_ids` (a stack applied to some of a file's
+    items). Nothing is clipped or dropped.
     """
     path = Path(path)
     problems: list[Problem] = []
     out: dict[str, Prediction] = {}
     first_line: dict[str, int] = {}
     for line, row in iter_json_lines(path, problems):
-        pred = _row_prediction(row, path, line, lengths, problems)
+        pred = _row_prediction(row, path, line, lengths, problems, other_ids)
         if pred is None:
             continue
         if pred.id in out:
@@ -100,7 +103,12 @@ def iter_predictions(path: str | Path) -> Iterator[Prediction]:
 
 
 def _row_prediction(
-    row: dict, path: Path, line: int, lengths: Mapping[str, int] | None, problems: list[Problem]
+    row: dict,
+    path: Path,
+    line: int,
+    lengths: Mapping[str, int] | None,
+    problems: list[Problem],
+    other_ids: bool = False,
 ) -> Prediction | None:
     """One line's prediction, its missing labels derived as officially; None (and problems) if bad.
 
@@ -121,10 +129,10 @@ def _row_prediction(
     length = None
     if lengths is not None:
         length = lengths.get(pred.id)
-        if length is None:
+        if length is None and not other_ids:
             problems.append(Problem(str(path), line, "id", f"id {pred.id!r} is not among the items"))
             return None
-    span_errors = _span_problems(pred, length, (str(path), line))
+    span_errors = span_problems(pred, length, (str(path), line))
     if span_errors:
         problems.extend(span_errors)
         return None

@@ -71,7 +71,9 @@ class Member:
         """Predictions and channels of one language; every item must be predicted."""
         path, chan_path = self.files(split, lang)
         self.check_file(path, lang)
-        preds = load_predictions(path)
+        lengths = {it.id: len(it.model_output_text) for it in items}
+        # spans past an answer's end are refused here, as `ensemble` refuses them
+        preds = load_predictions(path, lengths, other_ids=True)
         found = (
             None
             if self.allow_failures
@@ -90,7 +92,6 @@ class Member:
             )
             # a member short of items is a bad input file (exit 1), as in `score`
             raise DataError.single(path, None, None, f"{no_prediction(missing, total=len(items))}{hint}")
-        lengths = {it.id: len(it.model_output_text) for it in items}
         channels = read_channels(chan_path, lengths) if chan_path.exists() else {}
         return preds, channels
 
