@@ -107,6 +107,15 @@ def _contexts(value: str | Sequence[str] | None, k: int = 0) -> list[Context]:
     return [Context(source=f"context{k}", text=str(text)) for k, text in enumerate(value)]
 
 
+def _language(code: str) -> str:
+    """A code in lower case; a regional tag of a language mushroom knows ("en-US") is that language."""
+    from mushroom.data.languages import LANGUAGES
+
+    code = code.lower()
+    base = code.replace("_", "-").split("-")[0]
+    return base if base != code and base in LANGUAGES else code
+
+
 def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
     """One input of `detect_batch` as an Item and its contexts; a malformed one is a TypeError."""
     if isinstance(entry, Item):
@@ -129,16 +138,20 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
             )
     answer = entry.get("answer", entry.get("model_output_text"))
     if not isinstance(answer, str):
-        raise TypeError(f"item {k}: needs an 'answer' string")
+        keys = ", ".join(map(repr, list(entry)[:8])) or "none"
+        raise TypeError(f"item {k}: needs an 'answer' string (its keys: {keys})")
+    if "answer" in entry and entry.get("model_output_text", answer) != answer:
+        raise ValueError(f"item {k}: 'answer' and 'model_output_text' differ; give one of them")
     item_lang = entry.get("lang", lang)
     if not isinstance(item_lang, str) or not item_lang:
         raise TypeError(f"item {k}: lang must be a language code such as 'en', not {item_lang!r}")
+    item_lang = _language(item_lang)
     item_id = entry.get("id", f"item-{k}")
     if isinstance(item_id, bool) or not isinstance(item_id, str | numbers.Integral) or item_id == "":
         raise TypeError(f"item {k}: id must be a non-empty string or an integer, not {item_id!r}")
     item = Item(
         id=str(item_id),
-        lang=item_lang.lower(),
+        lang=item_lang,
         model_input=_text(entry.get("question", entry.get("model_input")), "question", k),
         model_output_text=answer,
         # a record of the data files keeps the answering model's tokens and logits
@@ -211,6 +224,7 @@ def detect_stream(
     _check_call(items, method, "detect_stream")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, not {chunk_size!r}")
+    _detector(method, _options_key(options))  # a wrong method or option is said now, not at next()
     return _stream(iter(items), method, lang, chunk_size, options)
 
 
@@ -277,6 +291,15 @@ def _detect(
             RuntimeWarning,
             stacklevel=3,
         )
+    weights = options.get("source_weights")
+    if isinstance(weights, dict):  # the CLI checks them against its sources; here they are context0, ...
+        names = {c.source for ctx in contexts.values() for c in ctx}
+        unknown = sorted(set(weights) - names, key=str)
+        if unknown:
+            raise ValueError(
+                f"source_weights: {unknown[0]!r} names no context of these items; contexts are "
+                "named context0, context1, ... in the order each item gives them"
+            )
     key = (method, _options_key(options))
     detector = _detector(*key)
     # an empty or blank text, or fact-checks alone, supports nothing: as good as no context

@@ -210,3 +210,27 @@ def test_a_detector_dropped_from_the_kept_few_closes_its_connections(monkeypatch
         for k in range(api._KEEP):  # eight other detectors push the first one out
             mushroom.detect(ANSWER, CONTEXT, method="lexical", threshold=0.1 + k / 100)
     assert closed == [server.url]
+
+
+def test_mistakes_a_notebook_user_makes_are_said_at_the_call():
+    """Each of these was silent, or came only at a stream's first next()."""
+    with pytest.raises(mushroom.MushroomError, match="unknown detector 'nope'"):
+        mushroom.detect_stream([{"answer": ANSWER}], method="nope")
+    with pytest.raises(mushroom.MushroomError, match="threshhold"):
+        mushroom.detect_stream([{"answer": ANSWER}], threshhold=0.3)
+    with pytest.raises(ValueError, match="source_weights: 'wiki' names no context"):
+        mushroom.detect(ANSWER, CONTEXT, source_weights={"wiki": 2.0})
+    with pytest.raises(ValueError, match="'answer' and 'model_output_text' differ"):
+        mushroom.detect_batch([{"answer": ANSWER, "model_output_text": CONTEXT}])
+    with pytest.raises(TypeError, match="needs an 'answer' string \\(its keys: 'text'\\)"):
+        mushroom.detect_batch([{"text": ANSWER}])
+    # a regional tag is its language: German stopwords, not a warning about 'de-at'
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        regional = mushroom.detect_batch(
+            [{"answer": "Die Stadt liegt in Bayern.", "contexts": "Sie liegt in Tirol.", "lang": "de-AT"}]
+        )
+    plain = mushroom.detect_batch(
+        [{"answer": "Die Stadt liegt in Bayern.", "contexts": "Sie liegt in Tirol.", "lang": "de"}]
+    )
+    assert regional[0].hard_labels == plain[0].hard_labels and plain[0].hard_labels
