@@ -264,3 +264,25 @@ def test_runs_sharing_no_language_are_refused_not_compared_as_nan(tmp_path, caps
         comparison_rows(runs)
     code, _, err = cli(capsys, "compare", tmp_path / "en", tmp_path / "de", "--eval-dir", tmp_path / "ev")
     assert code == 2 and "nothing to compare" in err and not (tmp_path / "ev").exists()
+
+
+def test_sweep_finds_the_languages_of_loose_files_and_sweeps_a_full_run_with_a_limited_one(
+    two_runs, tmp_path, capsys
+):
+    from cli_helpers import cli
+
+    lo, _ = two_runs
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    shutil.copy(prediction_folder(lo, "val") / submission_name("en", "val"), loose)
+    code, out, err = cli(capsys, "sweep", loose, "--svg", tmp_path / "a.svg")
+    assert code == 0 and "best IoU" in out, err  # it looked for an Arabic file first
+    code, _, err = cli(capsys, "sweep", lo, loose, "--svg", tmp_path / "b.svg")
+    assert code == 0 and "sweeping en: not every run has it" in " ".join(err.split()), err
+    code, _, err = cli(capsys, "sweep", lo, "--lang", "de", "--svg", tmp_path / "c.svg")
+    assert code == 2 and "has no val predictions for de" in err and "it has: en, it" in err, err
+    five = tmp_path / "five"
+    code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "5", "--out", five, "--quiet")
+    assert code == 0, err
+    code, out, err = cli(capsys, "sweep", lo, five, "--svg", tmp_path / "d.svg")
+    assert code == 0 and "is not among the items" not in err and "swept 5 of 50 gold items" in err, err

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from mushroom.data.jsonl import load_records
-from mushroom.data.predictions import load_predictions, prediction_vectors, submission_name
+from mushroom.data.predictions import load_predictions, prediction_langs, prediction_vectors, submission_name
 from mushroom.data.records import ErrorType, Item
 from mushroom.data.runfolder import RunScope, prediction_folder, run_scope
 from mushroom.data.spans import hard_to_mask, soft_to_vector
@@ -231,24 +231,41 @@ class SweepScope:
 def sweep_scope(runs: list[Path], split: str = "val", langs: list[str] | None = None) -> SweepScope:
     """The runs' languages (unless `langs` are given) and, for runs made with --limit, their items.
 
-    A run made with `--lang en` has no file for the other languages, and one made with
-    `--limit 5` no prediction for the other items; their config.json says so. Runs without
-    a config (plain folders of files) cover every item, so a missing one stays an error.
+    Without `langs`, the languages every run has a file for are swept, and the others
+    named: a run made with `--lang en`, or a folder of loose files, has no file for the
+    other languages. A run made with `--limit 5` has no prediction for the other items; its
+    config.json says so. Runs without a config (plain folders of files) cover every item of
+    their languages, so a missing one stays an error.
     """
     scopes = [s for s in (run_scope(r) for r in runs) if s is not None]
     notes = []
     if langs is None:
-        limited = [s for s in scopes if s.langs]
-        if limited:
-            langs = sorted(set.intersection(*(set(s.langs or ()) for s in limited)))
-            if not langs:
-                raise MushroomError(
-                    "the runs share no language: "
-                    + "; ".join(s.made_with() for s in limited)
-                    + "; give --lang"
-                )
-            notes.append(f"sweeping {', '.join(langs)}: " + "; ".join(s.made_with() for s in limited))
+        # the languages every run has a file for (a run made with --lang has only those)
+        found = [set(prediction_langs(prediction_folder(r, split), split)) for r in runs]
+        langs = sorted(set.intersection(*found)) if found else []
+        limited = [s.made_with() for s in scopes if s.langs]
+        if not langs:
+            raise MushroomError(
+                f"the runs share no language with {split} prediction files: "
+                + "; ".join(f"{r}: {', '.join(sorted(f)) or 'none'}" for r, f in zip(runs, found))
+                + ("; " + "; ".join(limited) if limited else "")
+                + "; give --lang"
+            )
+        left = sorted(set.union(*found) - set(langs))
+        if left or limited:
+            why = [f"not every run has {', '.join(left)}"] if left else []
+            notes.append(f"sweeping {', '.join(langs)}: " + "; ".join(why + limited))
     data = load_split(split, langs)
+    for run in runs:  # a language asked for with --lang that a run lacks
+        folder = prediction_folder(run, split)
+        lacking = [lang for lang in data if not (folder / submission_name(lang, split)).is_file()]
+        if lacking:
+            scope = run_scope(run)
+            made = f" ({scope.made_with()})" if scope is not None and scope.langs else ""
+            has = ", ".join(prediction_langs(folder, split)) or "none"
+            raise MushroomError(
+                f"{run} has no {split} predictions for {', '.join(lacking)}{made}; it has: {has}"
+            )
     partial = [s for s in scopes if s.partial]
     if partial:
         total = sum(len(items) for items in data.values())
@@ -288,7 +305,8 @@ def sweep(
     for lang, items in data.items():
         lengths = {item.id: len(item.model_output_text) for item in items}
         files = [prediction_folder(r, split) / submission_name(lang, split) for r in runs]
-        preds = [load_predictions(f, lengths) for f in files]
+        # a run's other items are left out (a full run swept with one made with --limit)
+        preds = [load_predictions(f, lengths, other_ids=True) for f in files]
         for file, pred in zip(files, preds):
             missing = [item.id for item in items if item.id not in pred]
             if missing:
