@@ -137,6 +137,10 @@ def test_a_finished_stack_apply_folder_is_not_taken_over_by_another_run(tmp_path
         capsys, "stack", "apply", stack, f"lex={run}", "--split", "val", "--lang", "en", "--out", out
     )
     assert code == 0, err
+    # the stack was fitted on these very items: said beside its scores (the title said it only
+    # for a stack whose `fitted_on` was the bare split name, which `stack fit` never writes)
+    said = " ".join(err.split())
+    assert "the scores below are in-sample for en" in said and "cross-validated scores: en IoU 0." in said
     written = (out / "mushroom.en-val.v2.jsonl").read_text()
     code, _, err = cli(
         capsys, "detect", "--split", "val", "--lang", "en", "--limit", "3", "--out", out, "--quiet"

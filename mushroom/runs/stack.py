@@ -9,6 +9,7 @@ and its files written as it goes, so an items file of a million answers is never
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,15 +85,32 @@ def apply_stack_run(
         zipped = service.submit(list(files.values()), out / "submission.zip")
         summary["zip"] = zipped.name if zipped else None
     if split == "val":
-        fitted_on = getattr(model, "fitted_on", None) or "val"
-        title = f"stack on {split}" + (
-            " (IN-SAMPLE: fitted on these items; see `stack fit` for CV)" if fitted_on == split else ""
-        )
+        same = in_sample(model, split, list(data))
+        title = f"stack on {split}" + (" (IN-SAMPLE: fitted on these items)" if same else "")
+        if same:
+            cv = "; ".join(
+                f"{lang} IoU {model.cv[lang]['iou']:.4f} Cor {model.cv[lang]['cor']:.4f}"
+                for lang in same
+                if lang in model.cv
+            )
+            service.warn(
+                f"the scores below are in-sample for {', '.join(same)}: the stack was fitted on these "
+                f"items, so they are optimistic; its cross-validated scores: {cv or 'see stack fit'}"
+            )
         service.score(split, files, out, title)
     if split == "items" and all(getattr(its, "labelled", False) for its in data.values()):
         service.score(split, files, out, f"stack on {items_file}", items=dict(data))  # type: ignore[arg-type]
     service.finish(summary)
     return out
+
+
+def in_sample(model: StackModel, split: str, langs: list[str]) -> list[str]:
+    """The languages of `langs` whose `split` items the stack was fitted on (`fitted_on`)."""
+    fitted_split, _, fitted = (model.fitted_on or "val").partition(":")
+    if fitted_split.strip() != split:
+        return []
+    named = set(re.findall(r"([a-z][a-z0-9_.-]*) \(\d+\)", fitted))
+    return [lang for lang in langs if not named or lang in named]
 
 
 def _items_file_data(items_file: Path, langs: list[str] | None) -> Mapping[str, Iterable[Item]]:
