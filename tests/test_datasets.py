@@ -91,6 +91,18 @@ def test_detect_and_score_take_a_saved_dataset_folder(tmp_path, capsys):
         capsys, "detect", "--items", gold, "--contexts", ctx, "--detector", "lexical", "--out", out, "--quiet"
     )
     assert code == 0, err
+    # check, ensemble and report take the folder as --items too ("is a folder; give a file")
+    pred = out / "predictions" / "mushroom.it-items.jsonl"
+    code, shown, err = cli(capsys, "check", pred, "--items", it_gold)
+    assert code == 0, err
+    code, shown, err = cli(
+        capsys, "ensemble", pred, pred, "--items", it_gold, "--out", tmp_path / "ens.jsonl"
+    )
+    assert code == 0 and (tmp_path / "ens.jsonl").is_file(), err
+    code, shown, err = cli(
+        capsys, "report", out, "--items", gold, "--contexts", ctx, "--out", tmp_path / "r.html"
+    )
+    assert code == 0 and (tmp_path / "r.html").is_file(), err
 
 
 def test_a_bad_saved_dataset_is_named_with_its_row_and_field(tmp_path, capsys):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from mushroom.cli.boundary import err_console, esc, input_file, out_console, output_file, print_warning
-from mushroom.cli.common import Langs, reporter
+from mushroom.cli.common import Langs, items_option, load_items_option, reporter
 from mushroom.cli.tables import systems_table
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.words import plural
@@ -55,7 +55,6 @@ def ensemble(
     from mushroom.combine.ensemble import run_inputs, vote_files
     from mushroom.data.predictions import SoftMode
     from mushroom.data.runfolder import run_scope
-    from mushroom.data.splits import load_items
 
     try:
         mode = SoftMode(soft)
@@ -76,7 +75,7 @@ def ensemble(
     _check_inputs(preds, bool(lang or split))
     preds = run_inputs(preds, lang, split)
     _check_out(out, preds)
-    item_list = load_items(input_file(items, "--items")) if items else None
+    item_list = load_items_option(items) if items else None
     combined = vote_files(preds, out, item_list, threshold, mode)
     what = f"{plural(len(combined), 'prediction')} from {plural(len(preds), 'run')}"
     out_console.print(f"wrote {what} to {esc(out)}", highlight=False)
@@ -223,8 +222,5 @@ def stack_apply(
     if items_file is not None and split != "test":
         raise MushroomError(f"--items {items_file} replaces --split {split}: give one of them")
     if items_file is not None:
-        from mushroom.data.hf import is_saved_dataset
-
-        if not is_saved_dataset(items_file):  # a JSONL file, or a folder of Dataset.save_to_disk
-            input_file(items_file, "--items")
+        items_option(items_file)  # a JSONL file, or a folder of Dataset.save_to_disk
     apply_stack_run(model, parse_members(members), out, split, lang, reporter(), items_file)

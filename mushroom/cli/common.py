@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, get_args
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, get_args
 
 import typer
 
@@ -11,6 +12,9 @@ from mushroom.cli.tables import RichReporter
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.records import ErrorType
 from mushroom.util.options import split_names
+
+if TYPE_CHECKING:
+    from mushroom.data.records import Item
 
 DEFAULT_CONTEXTS = ",".join(DEFAULT_SOURCES)
 
@@ -24,6 +28,24 @@ def lang_codes(values: list[str] | None) -> list[str] | None:
     if not codes:  # `--lang "$EMPTY"` must not turn into "every language"
         raise typer.BadParameter("no language given (e.g. --lang en or --lang en,de)")
     return codes
+
+
+def items_option(path: Path, option: str = "--items") -> Path:
+    """An items file, or a folder of `Dataset.save_to_disk`, given as `option`; a usage error else."""
+    from mushroom.cli.boundary import input_file
+    from mushroom.data.hf import is_saved_dataset
+
+    return path if is_saved_dataset(path) else input_file(path, option)
+
+
+def load_items_option(path: Path, option: str = "--items") -> list[Item]:
+    """The items of an `items_option`, every problem named by line (or row) and field."""
+    from mushroom.data.hf import is_saved_dataset, items_from_dataset, load_saved
+    from mushroom.data.splits import load_items
+
+    if is_saved_dataset(items_option(path, option)):
+        return items_from_dataset(load_saved(path), str(path))
+    return load_items(path)
 
 
 def file_stem(value: str | None) -> str | None:

@@ -7,8 +7,17 @@ from typing import Annotated, Any
 
 import typer
 
-from mushroom.cli.boundary import FLAG, input_file, print_warning
-from mushroom.cli.common import DEFAULT_CONTEXTS, AllowFailures, Contexts, Langs, Quiet, lang_codes, reporter
+from mushroom.cli.boundary import FLAG, print_warning
+from mushroom.cli.common import (
+    DEFAULT_CONTEXTS,
+    AllowFailures,
+    Contexts,
+    Langs,
+    Quiet,
+    items_option,
+    lang_codes,
+    reporter,
+)
 from mushroom.errors import MushroomError, did_you_mean
 from mushroom.util.options import merge_options, nest_options, parse_float_list, parse_options, split_names
 
@@ -75,10 +84,7 @@ def detect(
         if split is not None:
             raise MushroomError(f"--items {items_file} replaces --split {split}: give one of them")
         split = "items"
-        from mushroom.data.hf import is_saved_dataset
-
-        if not is_saved_dataset(items_file):  # a JSONL file, or a folder of Dataset.save_to_disk
-            input_file(items_file, "--items")
+        items_option(items_file)  # a JSONL file, or a folder of Dataset.save_to_disk
         data, context_files = items_file_data(
             items_file, lang, sources, contexts == DEFAULT_CONTEXTS, warn=print_warning
         )

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from mushroom.cli.boundary import err_console, esc, input_file, out_console, output_file, print_warning
-from mushroom.cli.common import DEFAULT_CONTEXTS, TAGS_HELP, Contexts, Langs, file_stem
+from mushroom.cli.common import DEFAULT_CONTEXTS, TAGS_HELP, Contexts, Langs, file_stem, load_items_option
 from mushroom.cli.tables import paired_table
 from mushroom.errors import MushroomError
 from mushroom.util.options import split_names
@@ -177,12 +177,10 @@ def report(
         )
     by_lang, context_files = None, None
     if items is not None:  # a run over a file of the user's: its items and context files
-        from mushroom.data.splits import load_items
-
         if not items_files(run_dir):
             raise MushroomError(f"--items: {run_dir} is not a `detect --items` run (it has no items files)")
         by_lang = {}
-        for item in load_items(input_file(items, "--items")):
+        for item in load_items_option(items):
             if lang is None or item.lang in lang:
                 by_lang.setdefault(item.lang, []).append(item)
         split = "items"

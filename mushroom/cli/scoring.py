@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from mushroom.cli.boundary import FLAG, err_console, esc, input_file, out_console, output_file, print_warning
+from mushroom.cli.common import load_items_option
 from mushroom.cli.tables import score_table
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.options import split_names
@@ -210,11 +211,10 @@ def check(
     """Validate a prediction file against its items; exits 1 listing every problem."""
     from mushroom.data.predictions import load_predictions
     from mushroom.data.runfolder import FailureCheck
-    from mushroom.data.splits import load_items
     from mushroom.evaluation.check import check_file
 
     input_file(pred, "PRED")
-    item_list = load_items(input_file(items, "--items"))
+    item_list = load_items_option(items)
     if not item_list:  # every prediction was "not among the items", one line each
         raise DataError.single(items, None, None, "no items: give the items file the predictions are for")
     report = check_file(pred, item_list, strict=strict, partial=partial)
