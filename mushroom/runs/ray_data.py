@@ -31,12 +31,12 @@ keep the CPU stack's prediction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mushroom.combine.cascade import Cut, check_budget, cut, prediction_uncertainty
 from mushroom.combine.stack.features import StackData, item_features
@@ -147,11 +147,40 @@ class RayStack(BaseModel):
             )
 
 
-def item_row(item: Item, contexts: list[Context]) -> dict[str, Any]:
-    """One row of the items dataset: the item's fields and its contexts as {source, text}."""
+def item_row(
+    item: Item | Mapping[str, Any], contexts: Sequence[Context | Mapping[str, Any] | str] = ()
+) -> dict[str, Any]:
+    """One row of the items dataset: the item's fields and its contexts as {source, text}.
+
+    Takes what a user has at hand: an `Item` or a row of the official JSONL files, and
+    contexts as `Context` records, {source, text} dicts or plain strings (named context0,
+    context1, ... as in the Python API). A row that is no item is a MushroomError naming
+    its field, here on the driver rather than inside a Ray worker.
+    """
+    if not isinstance(item, Item):
+        try:
+            item = Item.model_validate({k: v for k, v in dict(item).items() if k in Item.model_fields})
+        except ValidationError as exc:
+            where = ", ".join(".".join(map(str, e["loc"])) + ": " + e["msg"] for e in exc.errors()[:3])
+            raise MushroomError(f"item_row: not an item ({where})") from None
     row = {k: v for k, v in item.model_dump(mode="json", include=set(_ITEM_COLUMNS)).items() if v is not None}
-    row["contexts"] = [c.model_dump() for c in contexts]
+    if isinstance(contexts, str | Mapping):  # one context given bare
+        contexts = [contexts]
+    row["contexts"] = [_context(k, c).model_dump() for k, c in enumerate(contexts)]
     return row
+
+
+def _context(k: int, value: Context | Mapping[str, Any] | str) -> Context:
+    if isinstance(value, Context):
+        return value
+    if isinstance(value, str):
+        return Context(source=f"context{k}", text=value)
+    try:
+        return Context.model_validate(dict(value))
+    except (ValidationError, TypeError, ValueError):
+        raise MushroomError(
+            f"item_row: context {k} is no {{source, text}} dict or string: {value!r:.80}"
+        ) from None
 
 
 def items_dataset(rows: Iterable[dict[str, Any]]) -> ray.data.Dataset:
