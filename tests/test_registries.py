@@ -134,6 +134,9 @@ def test_a_context_layout_of_ones_own_is_found_by_name(tmp_path, monkeypatch):
     ctx = load_contexts("val", "en", ("wiki",), context_dir=tmp_path)
     assert [c.text for c in ctx.by_id["a"]] == ["Paris is in France."]
     with pytest.raises(
-        MushroomError, match=r"no context file for source 'wik' \(val, en\); did you mean 'wiki'"
+        MushroomError, match=r"no context file for source 'wik' \(val, en\) in .*; did you mean 'wiki'"
     ):
         load_contexts("val", "en", ("wik",), context_dir=tmp_path)
+    # a folder with nothing for the split says where it looked and what to do instead
+    with pytest.raises(MushroomError, match=r"\(train, en\) in .*; it has none for train en: give your own"):
+        load_contexts("train", "en", ("wiki",), context_dir=tmp_path)

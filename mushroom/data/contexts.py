@@ -193,9 +193,14 @@ def source_path(
     from mushroom.util.words import suggest
 
     have = available_sources(split, lang, context_dir)
-    raise MissingSource(
-        f"no context file for source {source!r} ({split}, {lang})" + suggest(source, have, "available")
+    root = context_dir or DEFAULT_CONTEXT_DIR
+    hint = (
+        suggest(source, have, "available")
+        if have
+        else f"; it has none for {split} {lang}: give your own with "
+        "`--items ITEMS.jsonl --contexts FILE.jsonl`, or make them with `mushroom contexts`"
     )
+    raise MissingSource(f"no context file for source {source!r} ({split}, {lang}) in {root}{hint}")
 
 
 def check_sources(split: str, langs: list[str], sources: tuple[str, ...] | list[str]) -> None:
