@@ -9,7 +9,8 @@ and ranks every val item by its uncertainty (`mushroom.combine.cascade`). For ea
 member, the member stack is fitted by cross-validation on those items, and the rest keep
 the CPU stack's out-of-fold prediction: what `main-job --llm-budget` does on val. The
 numbers are out of fold at every budget; the paired 95% interval is of (budget - 100%),
-item by item.
+item by item, each item weighted as the mean over languages weighs it (`lang_weighted`).
+The "items" column counts the items sent, "calls" the model calls they took.
 
 Costly members:
 - SIMULATED members, built here from the gold labels. They are not detectors and their
@@ -160,6 +161,7 @@ class Curve:
     def __init__(self, label: str, spend: Callable[[set[str]], Spend], simulated: bool):
         self.label, self.spend, self.simulated = label, spend, simulated
         self.points: dict[float, tuple[np.ndarray, np.ndarray, Spend]] = {}
+        self.sent: dict[float, int] = {}  # items sent at each budget
 
 
 def curve(
@@ -188,6 +190,7 @@ def curve(
         order = {i: k for k, i in enumerate(scores.ids)}
         pick = [order[it.id] for it in items]
         out.points[budget] = (scores.iou[pick], scores.cor[pick], spend(sent_ids))
+        out.sent[budget] = len(sent_ids) if budget < 1.0 else len(items)
     return out
 
 
@@ -196,23 +199,38 @@ def lang_mean(values: np.ndarray, items: list[Item]) -> float:
     return mean_over_langs(values, np.array([it.lang for it in items]))
 
 
+def lang_weighted(values: np.ndarray, items: list[Item]) -> np.ndarray:
+    """Per-item values scaled so that their plain mean is the mean over languages.
+
+    The IoU column is the mean of each language's mean; a paired difference over items
+    weighs a language by its items instead, and with 50 English items against 20 of each
+    other language the two disagreed in sign. Scaled, the paired mean is the difference of
+    the columns; its interval resamples items.
+    """
+    langs = np.array([it.lang for it in items])
+    codes, counts = np.unique(langs, return_counts=True)
+    size = dict(zip(codes, counts))
+    return values * np.array([len(items) / (len(codes) * size[lang]) for lang in langs])
+
+
 def print_curve(c: Curve, items: list[Item]) -> None:
     tag = "SIMULATED " if c.simulated else ""
     print(f"\n{tag}{c.label}")
     print(
-        f"{'budget':>7} {'sent':>5} {'IoU':>7} {'d IoU vs 100% [95% CI]':>28} {'Cor':>7} {'d Cor vs 100% [95% CI]':>28} "
-        f"{'calls':>6} {'tokens':>9}"
+        f"{'budget':>7} {'items':>5} {'IoU':>7} {'d IoU vs 100% [95% CI]':>28} {'Cor':>7} "
+        f"{'d Cor vs 100% [95% CI]':>28} {'calls':>6} {'cached':>6} {'tokens':>9}"
     )
     iou_all, cor_all, spend_all = c.points[1.0]
     for budget, (iou, cor, spend) in c.points.items():
-        di, dc = paired_test(iou, iou_all), paired_test(cor, cor_all)
-        sent = spend.calls if c.simulated else spend.calls + spend.cached
+        di = paired_test(lang_weighted(iou, items), lang_weighted(iou_all, items))
+        dc = paired_test(lang_weighted(cor, items), lang_weighted(cor_all, items))
         share = 100 * spend.calls / spend_all.calls if spend_all.calls else float("nan")
         print(
-            f"{budget:>6.0%} {sent:>5} {lang_mean(iou, items):>7.4f} "
+            f"{budget:>6.0%} {c.sent[budget]:>5} {lang_mean(iou, items):>7.4f} "
             f"{di.mean_diff:>+9.4f} [{di.ci_low:+.4f}, {di.ci_high:+.4f}] {lang_mean(cor, items):>7.4f} "
             f"{dc.mean_diff:>+9.4f} [{dc.ci_low:+.4f}, {dc.ci_high:+.4f}] "
-            f"{spend.calls:>6} {('-' if c.simulated else spend.tokens):>9}  ({share:.0f}% of the calls)"
+            f"{spend.calls:>6} {spend.cached:>6} {('-' if c.simulated else spend.tokens):>9}"
+            f"  ({share:.0f}% of the calls)"
         )
 
 
