@@ -78,6 +78,12 @@ def test_run_sh_runs_the_main_job(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (out / "mushroom.it-tst.v1.jsonl").is_file() and (out / "submission.zip").is_file()
     assert "stack on val" in proc.stdout
+    # how many test answers the empty rule emptied is said, and kept for a re-run that reuses the stage
+    emptied = json.loads((out / "stages.json").read_text())["stack-apply"]["emptied"]
+    rows = [json.loads(line) for line in (out / "mushroom.it-tst.v1.jsonl").read_text().splitlines()]
+    assert set(emptied) == {"it"} and emptied["it"] <= sum(1 for r in rows if not r["hard_labels"])
+    said = f"the empty rule emptied the hard labels of {emptied['it']} of {len(rows)} test answers"
+    assert said in " ".join(proc.stdout.split())
 
 
 def test_a_member_that_beats_the_stack_out_of_fold_is_warned_about():

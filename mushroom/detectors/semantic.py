@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
@@ -42,6 +42,9 @@ from mushroom.text.segment import clauses, sentences
 from mushroom.text.stopwords import stopwords
 from mushroom.text.tokenize import tokenize
 from mushroom.util.words import plural
+
+if TYPE_CHECKING:
+    from mushroom.models.embedding import TokenVectors
 
 
 class SemanticOptions(DetectorOptions):
@@ -73,6 +76,11 @@ class SemanticOptions(DetectorOptions):
         "sentences",
         description="context word vectors from each context sentence encoded alone (the pass that "
         "also gives the clause level its sentence vectors) or from whole contexts in windows",
+    )
+    answer_pool: Literal["whole", "sentences"] = Field(
+        "whole",
+        description="answer word vectors from the whole answer (in windows) or from each answer sentence "
+        "encoded alone, as the contexts' are with word_pool=sentences",
     )
     lexical: LexicalOptions = Field(default_factory=LexicalOptions, description="options of the lexical part")
     multilingual: bool = Field(
@@ -257,7 +265,7 @@ class SemanticDetector(VectorDetector):
         """Fills `word` with each content word's grade: its best match among context tokens."""
         enc, opts = self.encoder, self.options
         answer = item.model_output_text
-        ans_tokens = enc.token_vectors([answer])[0]
+        ans_tokens = self._answer_tokens(answer)
         if opts.word_pool == "sentences":
             support = enc.sentence_token_vectors(sents)
         else:
@@ -272,6 +280,21 @@ class SemanticDetector(VectorDetector):
             hit = (ans_tokens.offsets[:, 0] < tok.end) & (ans_tokens.offsets[:, 1] > tok.start)
             if hit.any():
                 word[tok.start : tok.end] = _grade(best[hit].mean(), opts.word_hi, opts.word_lo)
+
+    def _answer_tokens(self, answer: str) -> TokenVectors:
+        """The answer's word-piece vectors, with offsets into the answer."""
+        if self.options.answer_pool == "whole":
+            return self.encoder.token_vectors([answer])[0]
+        from mushroom.models.embedding import TokenVectors
+
+        pieces = sentences(answer)
+        if not pieces:
+            return self.encoder.token_vectors([answer])[0]
+        parts = self.encoder.sentence_token_vectors([p.text for p in pieces])
+        return TokenVectors(
+            offsets=np.concatenate([tv.offsets + p.start for p, tv in zip(pieces, parts)]),
+            vectors=np.concatenate([tv.vectors for tv in parts]),
+        )
 
     def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
         """Scores items a chunk at a time, each chunk's encoder work first (`prefetch`)."""
@@ -310,7 +333,10 @@ class SemanticDetector(VectorDetector):
                 continue
             sents = _support_sentences(texts, item)
             if opts.clause_weight < 1.0:
-                tokens.append(item.model_output_text)
+                if opts.answer_pool == "whole":
+                    tokens.append(item.model_output_text)
+                else:
+                    sentence_tokens += [p.text for p in sentences(item.model_output_text)]
                 if opts.word_pool == "sentences":
                     sentence_tokens += sents
                 else:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mushroom.combine.cascade import check_budget
 from mushroom.data.channels import channel_files
@@ -25,6 +26,9 @@ from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.runs.service import RunService, fingerprint
 from mushroom.util.interrupts import interrupt_hint
 from mushroom.util.words import plural
+
+if TYPE_CHECKING:
+    from mushroom.combine.stack.stream import StackChunk
 
 DEFAULT_MEMBERS = ("lexical", "semantic")
 
@@ -255,20 +259,36 @@ def run_main_stack(
         from mushroom.combine.stack.stream import iter_apply_stack
         from mushroom.runs.stack import write_stack_files
 
-        write_stack_files(
-            iter_apply_stack(model, member_list, "test", test_data, warn=service.warn), out, "test"
-        )
+        emptied: dict[str, int] = {}
+        chunks = iter_apply_stack(model, member_list, "test", test_data, warn=service.warn)
+        write_stack_files(_count_emptied(chunks, emptied), out, "test")
         service.record_stage(
             "stack-apply",
             time.perf_counter() - t0,
             reused=False,
             fingerprint=fingerprint(test_inputs, apply_settings),
+            emptied=emptied,
+        )
+    emptied = service.stages.get("stack-apply", {}).get("emptied")
+    if getattr(model, "empty_rule", None) is not None and emptied is not None:
+        total = sum(len(items) for items in test_data.values())
+        where = ", ".join(f"{lang} {n}" for lang, n in sorted(emptied.items()) if n)
+        reporter.message(
+            f"the empty rule emptied the hard labels of {sum(emptied.values())} of {total} test answers"
+            + (f" ({where})" if where else "")
         )
     title = "val: each detector, their vote and the stack (5-fold CV by item)"
     _submit_and_score(
         service, reporter, out, files, val_files, val_data, comparison, members, model, title, skipped
     )
     return out
+
+
+def _count_emptied(chunks: Iterable[StackChunk], counts: dict[str, int]) -> Iterator[StackChunk]:
+    """The chunks, passed on; `counts` gets each language's items the empty rule emptied."""
+    for chunk in chunks:
+        counts[chunk.lang] = counts.get(chunk.lang, 0) + len(chunk.emptied)
+        yield chunk
 
 
 def _submit_and_score(

@@ -550,11 +550,14 @@ def applicable_channels(model: StackModel, members: list[Member]) -> tuple[list[
     return members, channels
 
 
-def stack_predictions(model: StackModel, stack_data: StackData) -> list[Prediction]:
+def stack_predictions(
+    model: StackModel, stack_data: StackData, emptied: list[str] | None = None
+) -> list[Prediction]:
     """The fitted model's prediction of each item of `stack_data`, in its order.
 
     Each item's prediction depends on its own features alone, so a corpus cut into chunks
-    gets, chunk by chunk, the predictions it gets whole.
+    gets, chunk by chunk, the predictions it gets whole. The ids of items the empty rule
+    emptied are added to `emptied` when it is given (the main job reports how many).
     """
     channels = [model.channels[m] for m in model.members]
     hard_cols = {m: c + 1 for m, c in zip(model.members, member_columns(channels))}
@@ -573,5 +576,7 @@ def stack_predictions(model: StackModel, stack_data: StackData) -> list[Predicti
             hard = feats[:, hard_cols[source]] > 0.5
         if model.empty_rule is not None and model.empty_rule.empties(len(item.model_output_text), raw):
             hard = np.zeros(len(item.model_output_text), dtype=bool)
+            if emptied is not None:
+                emptied.append(item.id)
         out.append(prediction_from_vectors(item.id, p, hard))
     return out

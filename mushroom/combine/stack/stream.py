@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +50,7 @@ class StackChunk:
     lang: str
     items: list[Item]
     predictions: list[Prediction]
+    emptied: list[str] = field(default_factory=list)  # ids whose hard labels the empty rule emptied
 
 
 class _Predictions:
@@ -190,5 +191,7 @@ def iter_apply_stack(
                 item_features(item, [ev[j] for ev in evidence], channels, model.languages)
                 for j, item in enumerate(batch)
             ]
-            yield StackChunk(lang, batch, stack_predictions(model, StackData(batch, feats)))
+            emptied: list[str] = []
+            preds = stack_predictions(model, StackData(batch, feats), emptied)
+            yield StackChunk(lang, batch, preds, emptied)
         del streams[lang]  # its files' handles and read-ahead go with it
