@@ -254,8 +254,8 @@ def _soft_vector(pred, n):
 
 @pytest.mark.parametrize(
     "options",
-    [{}, {"clause_weight": 1.0}, {"word_pool": "windows"}, {"langs": None}],
-    ids=["default", "clauses", "windows", "all-languages"],
+    [{}, {"clause_weight": 1.0}, {"word_pool": "windows"}, {"langs": None}, {"answer_pool": "sentences"}],
+    ids=["default", "clauses", "windows", "all-languages", "answer-sentences"],
 )
 def test_prefetch_encodes_what_the_items_need_once_and_changes_no_output(tmp_path, monkeypatch, options):
     """Items are scored after their chunk's texts went through the encoder in full batches."""
@@ -356,3 +356,15 @@ def test_prefetch_progress_ends_at_its_total_when_the_sentence_token_pass_did_th
     assert enc._on_encoded is None  # later item-by-item encoding tells nobody
     enc.encode(["Berlin is in Germany."])
     assert len(reports) == len(set(reports)) and reports[-1] == (3, 3)
+
+
+def test_an_answer_copied_from_its_context_is_flagged_nowhere_with_answer_sentences(encoder):
+    """The whole answer's word vectors differ from its sentences' alone, so a copy was flagged."""
+    from mushroom.data.splits import load_split
+
+    item = load_split("val", ["en"])["en"][7]  # the default flags '23', '5' and 'specific' in it
+    ctx = {item.id: [Context(source="c", text=item.model_output_text)]}
+    det = build("semantic", {"answer_pool": "sentences"})
+    det._encoder = encoder
+    [pred] = det.detect([item], ctx)
+    assert pred.hard_labels == []
