@@ -33,7 +33,14 @@ def test_ensemble_threshold_and_unknown_ids(tmp_path, capsys):
     code, _, err = cli(capsys, "ensemble", pred, "--out", tmp_path / "o.jsonl", "--threshold", "1.5")
     assert code == 2 and "--threshold" in err
     code, _, err = cli(capsys, "ensemble", pred, "--out", tmp_path / "o.jsonl")
-    assert code == 2 and "pass --items" in err
+    assert code == 2 and "pass --items" in err and "id 'mine-1' is not" in err
+    # a shipped file with one id it does not hold names that id
+    rows = [{"id": r["id"], "hard_labels": []} for r in GOLD_ROWS] + [
+        {"id": "val-en-9999", "hard_labels": []}
+    ]
+    pred = write_lines(tmp_path / "q.jsonl", rows)
+    code, _, err = cli(capsys, "ensemble", pred, pred, "--out", tmp_path / "o.jsonl")
+    assert code == 2 and "id 'val-en-9999' is not" in err, err
 
 
 @pytest.mark.parametrize(

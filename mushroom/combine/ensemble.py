@@ -113,11 +113,12 @@ def text_lengths(items: list[Item]) -> dict[str, int]:
 _SHIPPED_ID = re.compile(r"^(val|tst)-([a-z]{2})-\d+$")
 
 
-def shipped_lengths(ids: list[str]) -> dict[str, int] | None:
-    """Answer lengths of ids from the shipped val/test splits (`val-en-1`, `tst-de-7`), else None.
+def shipped_lengths(ids: list[str]) -> tuple[dict[str, int] | None, str | None]:
+    """Answer lengths of ids from the shipped val/test splits (`val-en-1`, `tst-de-7`).
 
     Lets `ensemble` check spans without `--items` for the official data, where the ids say
-    which file holds the item.
+    which file holds the item. Returns (lengths, None), or (None, the first id the shipped
+    files do not hold), so that the refusal can name it.
     """
     from mushroom.data.splits import load_split
 
@@ -125,17 +126,18 @@ def shipped_lengths(ids: list[str]) -> dict[str, int] | None:
     for rid in ids:
         match = _SHIPPED_ID.match(rid)
         if match is None:
-            return None
+            return None, rid
         split = "val" if match.group(1) == "val" else "test"
         wanted.setdefault((split, match.group(2)), []).append(rid)
     lengths: dict[str, int] = {}
-    for split, lang in wanted:
+    for (split, lang), some in wanted.items():
         try:
             items = load_split(split, [lang])[lang]
         except MushroomError:
-            return None
+            return None, some[0]
         lengths.update(text_lengths(items))
-    return lengths if all(rid in lengths for rid in ids) else None
+    stray = next((rid for rid in ids if rid not in lengths), None)
+    return (lengths, None) if stray is None else (None, stray)
 
 
 def run_inputs(paths: list[Path], lang: str | None, split: str | None) -> list[Path]:
@@ -245,11 +247,11 @@ def vote_files(
     if items is not None:
         lengths = text_lengths(items)
     else:
-        found = shipped_lengths(sorted(ids_of[0]))
+        found, stray = shipped_lengths(sorted(ids_of[0]))
         if found is None:
             raise MushroomError(
-                f"{preds[0]}: the ids are not all from the shipped val/test files, so the answers' lengths "
-                "are unknown; pass --items FILE (the items the predictions are for)"
+                f"{preds[0]}: the ids are not all from the shipped val/test files (id {stray!r} is not), "
+                "so the answers' lengths are unknown; pass --items FILE (the items the predictions are for)"
             )
         lengths = found
     runs = [load_predictions(p, lengths) for p in preds]
