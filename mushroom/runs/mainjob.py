@@ -259,15 +259,15 @@ def run_main_stack(
         from mushroom.combine.stack.stream import iter_apply_stack
         from mushroom.runs.stack import write_stack_files
 
-        emptied: dict[str, int] = {}
+        counts: dict[str, int] = {}
         chunks = iter_apply_stack(model, member_list, "test", test_data, warn=service.warn)
-        write_stack_files(_count_emptied(chunks, emptied), out, "test")
+        write_stack_files(_count_emptied(chunks, counts), out, "test")
         service.record_stage(
             "stack-apply",
             time.perf_counter() - t0,
             reused=False,
             fingerprint=fingerprint(test_inputs, apply_settings),
-            emptied=emptied,
+            emptied=counts,
         )
     emptied = service.stages.get("stack-apply", {}).get("emptied")
     if getattr(model, "empty_rule", None) is not None and emptied is not None:
