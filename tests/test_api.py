@@ -234,3 +234,12 @@ def test_mistakes_a_notebook_user_makes_are_said_at_the_call():
         [{"answer": "Die Stadt liegt in Bayern.", "contexts": "Sie liegt in Tirol.", "lang": "de"}]
     )
     assert regional[0].hard_labels == plain[0].hard_labels and plain[0].hard_labels
+
+
+def test_true_or_nan_for_a_number_option_is_refused_not_read_as_one():
+    """`threshold=True` was read as 1 and flagged nothing; NaN was said to be above 1."""
+    with pytest.raises(mushroom.MushroomError, match="threshold: give a number, not true"):
+        mushroom.detect(ANSWER, CONTEXT, threshold=True)
+    with pytest.raises(mushroom.MushroomError, match="threshold.*finite number"):
+        mushroom.detect(ANSWER, CONTEXT, threshold=float("nan"))
+    assert mushroom.detect(ANSWER, CONTEXT, channels=False).hard_labels  # a true/false option still takes one

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mushroom.data.records import Context, Item, Prediction, SoftSpan
 from mushroom.errors import DataError, MushroomError, RunFailed, error_text
@@ -47,9 +47,30 @@ from mushroom.util.words import plural
 
 
 class DetectorOptions(BaseModel):
-    """Base for detector options: unknown keys are an error, not silently ignored."""
+    """Base for detector options: unknown keys are an error, not silently ignored.
 
-    model_config = ConfigDict(extra="forbid")
+    So are NaN and infinity, and true/false where a number is wanted: pydantic reads `True`
+    as 1 (`threshold=True` flagged nothing), and NaN failed with "should be less than or
+    equal to 1", which names the wrong mistake.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_truth_values_for_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                if isinstance(value, bool) and field is not None and _numeric(field.annotation):
+                    raise ValueError(f"{key}: give a number, not {str(value).lower()}")
+        return data
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether an option's type takes numbers and not true/false (`float`, `int | None`, ...)."""
+    args = get_args(annotation) or (annotation,)
+    return bool not in args and any(a in (int, float) for a in args)
 
 
 class ItemResult(BaseModel):
