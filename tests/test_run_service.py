@@ -656,6 +656,20 @@ def test_no_detector_option_that_changes_answers_is_left_out_of_the_config_hash(
     assert config_hash(chain) != config_hash({**chain, "options": {"retry": False}})
 
 
+def test_an_option_added_later_keeps_older_folders_resumable_at_its_default():
+    """Every semantic and main-job folder was refused once `answer_pool` appeared in their configs."""
+    from mushroom.detectors import build
+    from mushroom.runs.service import LATER_DEFAULTS, config_hash
+
+    semantic = build("semantic", {}).describe()
+    options = semantic["options"]
+    older = {k: v for k, v in options.items() if k not in LATER_DEFAULTS}
+    assert options["answer_pool"] == LATER_DEFAULTS["answer_pool"]
+    assert config_hash(semantic) == config_hash({**semantic, "options": older})
+    other = {**options, "answer_pool": "sentences"}  # another value changes the answers
+    assert config_hash({**semantic, "options": other}) != config_hash(semantic)
+
+
 def test_check_compare_sweep_and_report_say_a_runs_failed_items(tmp_path):
     """Only `score` said that a run's failed items were written empty; check said OK."""
     out = tmp_path / "dead"

@@ -78,10 +78,19 @@ TRANSPORT_KEYS = frozenset(
 # items it adds, so it is kept out of the hash too.
 UNHASHED_KEYS = TRANSPORT_KEYS | {"llm_budget"}
 
+# Options added after run folders existed, at the default that gives the answers those folders
+# hold: left out of the hash at that value, so the folders still resume (every semantic and
+# main-job folder was refused once `answer_pool` appeared in their configs).
+LATER_DEFAULTS: dict[str, Any] = {"answer_pool": "whole"}
+
 
 def _strip_transport(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _strip_transport(v) for k, v in value.items() if k not in UNHASHED_KEYS}
+        return {
+            k: _strip_transport(v)
+            for k, v in value.items()
+            if k not in UNHASHED_KEYS and not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])
+        }
     if isinstance(value, list):
         return [_strip_transport(v) for v in value]
     return value
