@@ -701,3 +701,23 @@ def test_a_damaged_line_of_failures_jsonl_is_named_not_skipped(tmp_path):
     (tmp_path / "failures.jsonl").write_text('{"id": "a", "error": "x"}\n{"id": "b", "err\n')
     with pytest.raises(DataError, match=r"failures.jsonl:2: invalid JSON"):
         run_failures(tmp_path / "mushroom.en-val.v2.jsonl")
+
+
+def test_warnings_go_to_stderr_unless_the_caller_gave_its_own_log(capsys):
+    """A script's log (llm_quality's runs.log) lost its warnings once they went to stderr."""
+    import io
+
+    from rich.console import Console
+
+    from mushroom.cli.tables import RichReporter
+    from mushroom.runs.reporter import PlainReporter
+
+    PlainReporter().warning("to stderr")
+    RichReporter(Console(file=io.StringIO()), Console(stderr=True)).warning("rich to stderr")
+    out, err = capsys.readouterr()
+    assert "to stderr" in err and "rich to stderr" in err and out == ""
+    plain, rich = io.StringIO(), io.StringIO()
+    PlainReporter(plain).warning("kept")
+    RichReporter(Console(file=rich)).warning("kept too")
+    assert "warning: kept" in plain.getvalue() and "kept too" in rich.getvalue()
+    assert capsys.readouterr() == ("", "")

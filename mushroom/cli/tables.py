@@ -200,14 +200,15 @@ def progress_bar(quiet: bool = False, console: Console | None = None) -> Progres
 class RichReporter:
     """The run reporter of the command line: rich tables, yellow warnings, progress bars.
 
-    Warnings go to `err_console` (stderr), as `check` and `score` print theirs, so that a run's
-    tables can be piped or saved without its warnings mixed in, and warnings are not lost
-    when stdout goes to a file.
+    The command line gives it an `err_console` (stderr) for warnings, as `check` and `score`
+    print theirs, so that a run's tables can be piped or saved without its warnings mixed in,
+    and warnings are not lost when stdout goes to a file. Given only a `console` (a log
+    file), it writes warnings there too.
     """
 
     def __init__(self, console: Console | None = None, err_console: Console | None = None):
         self.console = console or Console()
-        self.err_console = err_console or Console(stderr=True)
+        self.err_console = err_console or (console if console is not None else Console(stderr=True))
 
     def message(self, text: str, lead: str = "") -> None:
         self.console.print(f"[yellow]{escape(lead)}[/yellow] {escape(text)}" if lead else escape(text))

@@ -74,12 +74,13 @@ class _NoBar:
 class PlainReporter:
     """Plain lines on a stream (stdout by default), tables as tab-separated rows, no progress bar.
 
-    Warnings go to `err_stream` (stderr by default), as the command line prints them.
+    Warnings go to `err_stream`: by default stderr, as the command line prints them, or
+    `stream` when one is given (a script's log keeps its warnings).
     """
 
     def __init__(self, stream: TextIO | None = None, err_stream: TextIO | None = None):
         self.stream = stream
-        self.err_stream = err_stream
+        self.err_stream = err_stream if err_stream is not None else stream
 
     def _print(self, text: str) -> None:
         print(text, file=self.stream or sys.stdout)
