@@ -4,6 +4,8 @@ import json
 
 from cli_helpers import GOLD_ROWS, VAL_DIR, cli, leaderboard_style, limited_run
 from conftest import ROOT, VAL_EN, write_lines
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from official_oracle import official_scores
 
 
@@ -217,3 +219,18 @@ def test_an_empty_answer_is_said_by_score_and_check_and_its_cor_is_nan_as_offici
     stray = write_lines(tmp_path / "q.jsonl", [{"id": "nobody", "hard_labels": []}])
     code, _, err = cli(capsys, "check", stray, "--items", gold)
     assert code == 1 and "not among the items" in err  # an unknown id is an error, not a crash
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(-2, 8)), max_size=10))
+def test_every_soft_span_overlapping_an_earlier_one_is_counted(pairs):
+    """The first sweep compared each span with the one reaching furthest, and missed some."""
+    from mushroom.evaluation.score import _overlapping
+
+    spans = [(start, start + width, 0.5) for start, width in pairs]
+    earlier = [
+        i
+        for i, (s, e, _) in enumerate(spans)
+        if s < e and any(s2 < e2 and s2 < e and s < e2 for s2, e2, _ in spans[:i])
+    ]
+    assert _overlapping(spans) == earlier

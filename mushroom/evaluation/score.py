@@ -122,14 +122,21 @@ OVERLAP = Quirk(
 
 
 def _overlapping(spans: list[tuple[int, int, float]]) -> list[int]:
-    """Indices of non-empty spans that overlap a span listed before them (sorted, n log n)."""
-    order = sorted((start, end, i) for i, (start, end, _) in enumerate(spans) if start < end)
-    found, reach, owner = set(), None, -1  # the furthest end so far, and its span
-    for start, end, i in order:
-        if reach is not None and start < reach:
-            found.add(max(i, owner))
-        if reach is None or end > reach:
-            reach, owner = end, i
+    """Indices of non-empty spans that overlap a span listed before them.
+
+    A sweep by start: the spans still open when one starts are the ones it overlaps, so the
+    time is that of the sort plus one step per overlapping pair (a file of one span per
+    character has none).
+    """
+    import heapq
+
+    found: set[int] = set()
+    open_spans: list[tuple[int, int]] = []  # (end, index), the earliest end first
+    for start, end, i in sorted((s, e, i) for i, (s, e, _) in enumerate(spans) if s < e):
+        while open_spans and open_spans[0][0] <= start:
+            heapq.heappop(open_spans)
+        found.update(max(i, j) for _, j in open_spans)
+        heapq.heappush(open_spans, (end, i))
     return sorted(found)
 
 
