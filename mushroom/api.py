@@ -292,13 +292,15 @@ def _detect(
             stacklevel=3,
         )
     weights = options.get("source_weights")
-    if isinstance(weights, dict):  # the CLI checks them against its sources; here they are context0, ...
-        names = {c.source for ctx in contexts.values() for c in ctx}
+    names = {c.source for ctx in contexts.values() for c in ctx}
+    if isinstance(weights, dict) and names:  # the CLI refuses them; here a chunk sees some items only
         unknown = sorted(set(weights) - names, key=str)
         if unknown:
-            raise ValueError(
-                f"source_weights: {unknown[0]!r} names no context of these items; contexts are "
-                "named context0, context1, ... in the order each item gives them"
+            warnings.warn(
+                f"source_weights: {unknown[0]!r} names no context of these items, so its weight is "
+                "unused; contexts are named context0, context1, ... in the order each item gives them",
+                RuntimeWarning,
+                stacklevel=3,
             )
     key = (method, _options_key(options))
     detector = _detector(*key)

@@ -218,8 +218,14 @@ def test_mistakes_a_notebook_user_makes_are_said_at_the_call():
         mushroom.detect_stream([{"answer": ANSWER}], method="nope")
     with pytest.raises(mushroom.MushroomError, match="threshhold"):
         mushroom.detect_stream([{"answer": ANSWER}], threshhold=0.3)
-    with pytest.raises(ValueError, match="source_weights: 'wiki' names no context"):
+    with pytest.warns(RuntimeWarning, match="source_weights: 'wiki' names no context of these items"):
         mushroom.detect(ANSWER, CONTEXT, source_weights={"wiki": 2.0})
+    # a stream's chunk that lacks a second context is no mistake: the next chunk has one
+    rows = [{"answer": ANSWER, "contexts": [CONTEXT]}, {"answer": ANSWER, "contexts": [CONTEXT, CONTEXT]}]
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        preds = list(mushroom.detect_stream(rows, chunk_size=1, source_weights={"context1": 2.0}))
+    assert len(preds) == 2 and len([w for w in said if "source_weights" in str(w.message)]) == 1
     with pytest.raises(ValueError, match="'answer' and 'model_output_text' differ"):
         mushroom.detect_batch([{"answer": ANSWER, "model_output_text": CONTEXT}])
     with pytest.raises(TypeError, match="needs an 'answer' string \\(its keys: 'text'\\)"):
