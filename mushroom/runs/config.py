@@ -67,17 +67,24 @@ class RunConfig(BaseModel):
     description: str = ""
     splits: list[str] = Field(default_factory=lambda: ["val"])
 
-    @field_validator("name")
-    @classmethod
-    def _a_file_name(cls, value: str) -> str:
-        # it names the default run folder and the variants' comparison files in eval/
-        return valid_name(value, "a run name")
-
     langs: list[str] | None = None
     limit: int | None = Field(None, ge=1, description="only the first N items of each language")
     contexts: list[str] = Field(default_factory=lambda: list(DEFAULT_SOURCES))
     detector: DetectorSection
     variants: list[Variant] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _part_of_a_file_name(cls, value: str) -> str:
+        # It ends the default run folder's name and the variants' comparison files in eval/,
+        # after a time stamp: any text stays in its folder there but a path separator or a
+        # control character ("my lexical run" is fine; "../x" wrote beside eval/).
+        fits = value.strip() and len(value.encode()) <= 150 and value.isprintable()
+        if not fits or "/" in value or "\\" in value:
+            raise ValueError(
+                f"a run name {value[:60]!r} must be printable text of at most 150 bytes, without '/' or '\\'"
+            )
+        return value
 
     @field_validator("variants")
     @classmethod
