@@ -14,32 +14,27 @@ from pydantic import ValidationError
 from mushroom.data.jsonl import iter_json_lines, validation_problems
 from mushroom.data.label_files import official_hard_from_soft
 from mushroom.data.records import Item, Prediction, SoftSpan
-from mushroom.data.spans import check_finite, hard_to_mask, mask_to_hard, soft_to_vector, vector_to_soft
+from mushroom.data.spans import (
+    check_finite,
+    hard_to_mask,
+    mask_to_hard,
+    soft_to_vector,
+    span_problems,
+    vector_to_soft,
+)
 from mushroom.errors import DataError, Problem
 from mushroom.util.names import safe_name
 
 
-def span_problems(
+def prediction_span_problems(
     pred: Prediction, length: int | None, where: tuple[str, int | None], field_prefix: str = ""
 ) -> list[Problem]:
-    """Reversed, empty, negative spans, and (when the text length is known) spans past its end."""
+    """`spans.span_problems` of a prediction, as Problems naming its file, line and id."""
     path, line = where
-    bound = "len(text)" if length is None else str(length)
-    problems = []
-    spans = [(f"soft_labels.{i}", s.start, s.end) for i, s in enumerate(pred.soft_labels)]
-    spans += [(f"hard_labels.{i}", s, e) for i, (s, e) in enumerate(pred.hard_labels)]
-    for name, start, end in spans:
-        if start < 0 or start >= end or (length is not None and end > length):
-            problems.append(
-                Problem(
-                    path,
-                    line,
-                    f"{field_prefix}{name}",
-                    f"span [{start}, {end}) must satisfy 0 <= start < end <= {bound}",
-                    item_id=pred.id,
-                )
-            )
-    return problems
+    return [
+        Problem(path, line, f"{field_prefix}{name}", message, item_id=pred.id)
+        for name, message in span_problems(length, pred.soft_labels, pred.hard_labels)
+    ]
 
 
 def load_predictions(
@@ -132,7 +127,7 @@ def _row_prediction(
         if length is None and not other_ids:
             problems.append(Problem(str(path), line, "id", f"id {pred.id!r} is not among the items"))
             return None
-    span_errors = span_problems(pred, length, (str(path), line))
+    span_errors = prediction_span_problems(pred, length, (str(path), line))
     if span_errors:
         problems.extend(span_errors)
         return None

@@ -104,26 +104,18 @@ def merge_hard(hard: Iterable[Sequence[int]]) -> HardSpans:
 
 
 def span_problems(
-    length: int, soft: Sequence[SoftSpan] | None, hard: Sequence[Sequence[int]] | None
+    length: int | None, soft: Sequence[SoftSpan] | None, hard: Sequence[Sequence[int]] | None
 ) -> list[tuple[str, str]]:
-    """(field, message) for every span that is reversed, empty or outside the text."""
-    problems: list[tuple[str, str]] = []
-    for i, span in enumerate(soft or []):
-        if not 0 <= span.start < span.end <= length:
-            problems.append(
-                (
-                    f"soft_labels.{i}",
-                    f"span [{span.start}, {span.end}) must satisfy 0 <= start < end <= {length}"
-                    " (the answer's length)",
-                )
-            )
-    for i, span in enumerate(hard or []):
-        start, end = span
-        if not 0 <= start < end <= length:
-            problems.append(
-                (
-                    f"hard_labels.{i}",
-                    f"span [{start}, {end}) must satisfy 0 <= start < end <= {length} (the answer's length)",
-                )
-            )
-    return problems
+    """(field, message) for every span that is reversed, empty, negative or past the text.
+
+    With `length` None (a prediction file read without its items), only the end of the
+    text cannot be checked.
+    """
+    bound = "len(text)" if length is None else f"{length} (the answer's length)"
+    spans = [(f"soft_labels.{i}", span.start, span.end) for i, span in enumerate(soft or [])]
+    spans += [(f"hard_labels.{i}", span[0], span[1]) for i, span in enumerate(hard or [])]
+    return [
+        (name, f"span [{start}, {end}) must satisfy 0 <= start < end <= {bound}")
+        for name, start, end in spans
+        if not (0 <= start < end and (length is None or end <= length))
+    ]

@@ -29,7 +29,7 @@ from mushroom.combine.stack.fit import applicable_channels, stack_predictions
 from mushroom.combine.stack.members import Member, MemberEvidence
 from mushroom.combine.stack.model import StackModel
 from mushroom.data.channels import iter_channel_records
-from mushroom.data.predictions import iter_predictions, span_problems
+from mushroom.data.predictions import iter_predictions, prediction_span_problems
 from mushroom.data.records import ChannelRecord, Item, Prediction
 from mushroom.data.runfolder import FailureCheck, run_scope
 from mushroom.data.spans import soft_to_vector
@@ -138,7 +138,11 @@ class _MemberStream:
             raise DataError.single(self.path, None, None, f"{no_prediction(missing, total=len(ids))}{hint}")
         # spans past an answer's end are refused, as `ensemble` and `Member.load` refuse them
         where = (str(self.path), None)
-        wrong = [p for it in items for p in span_problems(preds[it.id], len(it.model_output_text), where)]
+        wrong = [
+            p
+            for it in items
+            for p in prediction_span_problems(preds[it.id], len(it.model_output_text), where)
+        ]
         if wrong:
             raise DataError(wrong)
         chans = self.channels.take(ids)
