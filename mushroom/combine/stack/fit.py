@@ -556,8 +556,8 @@ def stack_predictions(
     """The fitted model's prediction of each item of `stack_data`, in its order.
 
     Each item's prediction depends on its own features alone, so a corpus cut into chunks
-    gets, chunk by chunk, the predictions it gets whole. The ids of items the empty rule
-    emptied are added to `emptied` when it is given (the main job reports how many).
+    gets, chunk by chunk, the predictions it gets whole. The ids of items whose hard labels
+    the empty rule emptied are added to `emptied` when it is given (the main job reports how many).
     """
     channels = [model.channels[m] for m in model.members]
     hard_cols = {m: c + 1 for m, c in zip(model.members, member_columns(channels))}
@@ -575,8 +575,8 @@ def stack_predictions(
         else:
             hard = feats[:, hard_cols[source]] > 0.5
         if model.empty_rule is not None and model.empty_rule.empties(len(item.model_output_text), raw):
-            hard = np.zeros(len(item.model_output_text), dtype=bool)
-            if emptied is not None:
+            if emptied is not None and hard.any():  # an item that marked nothing was not emptied
                 emptied.append(item.id)
+            hard = np.zeros(len(item.model_output_text), dtype=bool)
         out.append(prediction_from_vectors(item.id, p, hard))
     return out
