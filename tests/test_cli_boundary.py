@@ -420,3 +420,20 @@ def test_small_mistakes_get_a_usage_error_that_names_them(tmp_path, capsys):
         code, _, err = cli(capsys, *args)
         assert code == want and said in " ".join(err.split()), (args, err)
         assert not out.exists() and not (tmp_path / "s.png").exists()
+
+
+def test_ctrl_c_while_the_command_line_is_imported_is_one_line_and_130():
+    """At 0.3 s into `mushroom contexts` or `models pull`, a Ctrl-C printed a traceback."""
+    code = (
+        "import sys\n"
+        "class Stop:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'mushroom.cli.app':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Stop())\n"
+        "from mushroom.__main__ import main\n"
+        "main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == "interrupted while starting: nothing was done\n"
