@@ -24,7 +24,7 @@ from mushroom.backends.base import (
     OnScore,
     backend_warnings,
 )
-from mushroom.data.jsonl import append_jsonl
+from mushroom.data.jsonl import append_jsonl, mend_cut_line
 
 
 def request_key(backend_kind: str, model: str, request: GenerationRequest | LoglikelihoodRequest) -> str:
@@ -37,6 +37,11 @@ def request_key(backend_kind: str, model: str, request: GenerationRequest | Logl
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def _blank(generation: Generation) -> bool:
+    """Whether every text of an answer is empty or white space."""
+    return not any(text.strip() for text in generation.texts)
+
+
 class ResponseCache:
     """Key -> Generation, backed by an append-only JSONL file."""
 
@@ -47,10 +52,7 @@ class ResponseCache:
         self.corrupt_lines = 0
         self._lock = threading.Lock()
         if self.path.exists():
-            with self.path.open("rb+") as raw:
-                raw.seek(0, 2)
-                if raw.tell() and (raw.seek(-1, 2), raw.read(1))[1] != b"\n":
-                    raw.write(b"\n")  # a kill cut the last line: new entries start afresh
+            mend_cut_line(self.path)  # a kill cut the last line: new entries start afresh
             with self.path.open(encoding="utf-8") as handle:
                 for line in handle:
                     try:
@@ -64,11 +66,14 @@ class ResponseCache:
                         self.corrupt_lines += 1
 
     def get(self, key: str) -> Generation | None:
-        return self.entries.get(key)
+        hit = self.entries.get(key)
+        return None if hit is not None and _blank(hit) else hit  # kept by an older version
 
     def put(self, key: str, generation: Generation) -> None:
-        if generation.error is not None:
-            return  # errors are retried next time, never cached
+        if generation.error is not None or _blank(generation):
+            # Errors are retried next time, never cached; so are empty answers (a `content:
+            # null` reply), which a re-run is advised to retry and would otherwise read back.
+            return
         with self._lock:  # backends call back from worker threads
             known = self.entries.get(key)
             if known is not None and len(known.texts) >= len(generation.texts):

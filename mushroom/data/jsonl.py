@@ -293,6 +293,27 @@ class JsonlWriter:
         self.tmp.unlink(missing_ok=True)
 
 
+def mend_cut_line(path: str | Path, drop: bool = False) -> None:
+    """Ends a last line that a kill cut mid-write, so that lines appended later start afresh.
+
+    With `drop`, the cut line is removed instead: for files that other commands read
+    strictly (a generated context source), where a broken line would stop them.
+    """
+    path = Path(path)
+    if not path.exists():
+        return
+    with path.open("rb+") as raw:
+        size = raw.seek(0, 2)
+        if not size or (raw.seek(-1, 2), raw.read(1))[1] == b"\n":
+            return
+        if not drop:
+            raw.write(b"\n")
+            return
+        raw.seek(0)
+        data = raw.read()
+        raw.truncate(data.rfind(b"\n") + 1)
+
+
 def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
     """Appends one row and flushes it to disk: used by stages that must resume after a kill."""
     path = Path(path)

@@ -44,7 +44,7 @@ from pydantic import ValidationError
 from mushroom.backends.base import warnings_to
 from mushroom.data.contexts import DEFAULT_SOURCES, ContextSet, fact_checks, load_contexts, support_contexts
 from mushroom.data.itemstream import ContextFiles
-from mushroom.data.jsonl import JsonlWriter, write_jsonl
+from mushroom.data.jsonl import JsonlWriter, mend_cut_line, write_jsonl
 from mushroom.data.predictions import mark_all, submission_name
 from mushroom.data.records import ChannelRecord, Item, Prediction
 from mushroom.data.runfolder import timestamp, versions, write_json
@@ -219,10 +219,7 @@ class Ledger:
         self._size = 0
         self._channels: Any = None
         if path.exists():
-            with path.open("rb+") as raw:
-                raw.seek(0, 2)
-                if raw.tell() and (raw.seek(-1, 2), raw.read(1))[1] != b"\n":
-                    raw.write(b"\n")  # a kill cut the last line: later lines start afresh
+            mend_cut_line(path)  # a kill cut the last line: later lines start afresh
             for offset, result in self._lines():
                 if result is None:
                     self.unreadable += 1  # that item is simply done again
