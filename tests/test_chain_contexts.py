@@ -312,7 +312,12 @@ def test_context_stage_llm_grading_over_loopback(tmp_path):
         backend = build_backend_for(server.url)
         st = generate_contexts("test", "en", items, backend, source="g", grading="llm", context_dir=tmp_path)
     assert (st.generated, st.dropped, st.kept) == (1, 1, 0)
-    assert not (tmp_path / "test.en.g.jsonl").exists()
+    # the source is there and empty: a detector reads it as "no usable context" (it refused
+    # a source with no file, so a split where every context was dropped could not be run)
+    from mushroom.data.contexts import load_contexts
+
+    assert (tmp_path / "test.en.g.jsonl").read_text() == ""
+    assert load_contexts("test", "en", ("g",), context_dir=tmp_path).by_id.get("q1", []) == []
 
 
 def build_backend_for(url):
@@ -626,3 +631,41 @@ def test_a_new_min_similarity_judges_again_what_an_old_cut_dropped(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "val.en.gen.jsonl").read_text().splitlines()]
     assert [(r["id"], r["tier"]) for r in rows] == [("a", "retrieved")]
     del ctx
+    # a stricter cut again cannot take back what the source file holds: refused, not ignored
+    from mushroom.errors import MushroomError
+
+    with pytest.raises(MushroomError, match="1 contexts were kept under a lower --min-similarity than 0.99"):
+        run(0.99, Scripted({}))
+
+
+def test_a_contexts_rerun_asks_again_for_an_empty_answer_checks_the_model_and_drops_a_cut_line(
+    tmp_path, capsys
+):
+    """An empty answer was cached, so the advised re-run never asked again; a mistyped --model
+    was checked only in a folder without a cache; a line cut by a kill was glued to the next."""
+    from cli_helpers import cli
+
+    from mushroom.data.contexts import load_contexts
+
+    ctx = tmp_path / "ctx"
+
+    def contexts(url, limit=2, model="m"):
+        return cli(
+            capsys, "contexts", "--lang", "en", "--limit", str(limit), "--backend", "openai",
+            "--base-url", url, "--model", model, "--context-dir", ctx, "-o", "max_retries=0",
+        )  # fmt: skip
+
+    with FakeServer({}, "") as empty:
+        code, _, err = contexts(empty.url)
+    assert code == 3 and "empty context" in err, err
+    with FakeServer({}, "Some background on the question.") as good:
+        code, _, err = contexts(good.url)
+        assert code == 0 and len(good.calls) == 2, err  # both asked again, not read from the cache
+        code, _, err = contexts(good.url, model="mm")
+        assert code == 2 and "serves only 'm', not 'mm'" in err, err
+        source = ctx / "val.en.llm.jsonl"
+        with source.open("a", encoding="utf-8") as handle:
+            handle.write('{"id": "val-en-99", "context": "cut by a ki')
+        code, _, err = contexts(good.url, limit=3)
+        assert code == 0, err
+    assert len(load_contexts("val", "en", ("llm",), context_dir=ctx).by_id) == 3

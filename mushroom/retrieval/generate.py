@@ -30,10 +30,11 @@ from typing import Literal
 
 from mushroom.backends.base import Backend, GenerationRequest
 from mushroom.data.contexts import DEFAULT_CONTEXT_DIR, GRADES_SUFFIX, load_contexts, support_contexts
-from mushroom.data.jsonl import append_jsonl, iter_json_lines
+from mushroom.data.jsonl import append_jsonl, iter_json_lines, mend_cut_line
 from mushroom.data.languages import language_name
 from mushroom.data.records import Item
 from mushroom.detectors.prompts import load_prompt
+from mushroom.errors import MushroomError
 from mushroom.parsing.reasoning import strip_reasoning
 from mushroom.util.names import safe_name
 from mushroom.util.registry import Part, Registry
@@ -80,6 +81,27 @@ def _done_ids(path: Path, grading: Grading | None = None, cut: float | None = No
         and (grading is None or (row.get("grading") == grading and "tier" not in row))
         and (cut is None or row.get("min_similarity", cut) == cut)
     }
+
+
+def _kept_below(out_path: Path, grades_path: Path, cut: float) -> int:
+    """Contexts in the source file whose embedding grade is below `cut` (a stricter re-run).
+
+    Each kept context is matched to its grade by item and tier (a generated one has none).
+    """
+    if not (out_path.exists() and grades_path.exists()):
+        return 0
+    similarity: dict[tuple[str, str | None], float] = {}
+    for _, row in iter_json_lines(grades_path, []):
+        if isinstance(row, dict) and row.get("grading") == "embedding" and "id" in row:
+            value = row.get("similarity")
+            if isinstance(value, int | float):
+                similarity[(str(row["id"]), row.get("tier"))] = float(value)
+    kept = [
+        (str(row["id"]), row.get("tier"))
+        for _, row in iter_json_lines(out_path, [])
+        if isinstance(row, dict) and "id" in row
+    ]
+    return sum(1 for key in kept if similarity.get(key, cut) < cut)
 
 
 def _copied_from_tiers(path: Path) -> set[str]:
@@ -227,6 +249,16 @@ def generate_contexts(
     stats = ContextStats(items=len(items))
     covered: set[str] = set()
     cut = min_similarity if grading == "embedding" else None
+    if cut is not None and (kept := _kept_below(out_path, grades_path, cut)):
+        raise MushroomError(
+            f"{grades_path}: {kept} contexts were kept under a lower --min-similarity than {cut} "
+            f"and are in {out_path.name} already, which only grows; give another --source (or "
+            "--context-dir) to grade afresh at this cut, or the cut this folder was made with"
+        )
+    # a record a kill cut is dropped: that item is generated again, and detectors, which
+    # read the source strictly, never meet half a line (appended to, it became invalid JSON)
+    mend_cut_line(out_path, drop=True)
+    mend_cut_line(grades_path, drop=True)
     done = _done_ids(out_path) | _done_ids(grades_path, grading, cut)
     if tiers and grading != "none":  # graded tiers fall through (see the module docstring)
         copied = _copied_from_tiers(out_path)
@@ -248,6 +280,7 @@ def generate_contexts(
         else:
             todo.append(item)
     if not todo:
+        _source_file(out_path, grades_path)
         return stats
     template = load_prompt(prompt)
     requests = []
@@ -298,7 +331,18 @@ def generate_contexts(
             stats.unreadable_verdicts += verdict.get("readable") is False
         else:
             stats.dropped += 1
+    _source_file(out_path, grades_path)
     return stats
+
+
+def _source_file(out_path: Path, grades_path: Path) -> None:
+    """An empty source file where every item graded so far has no usable context.
+
+    A detector then reads it and counts `context.none`, instead of refusing a source that
+    has no file.
+    """
+    if grades_path.exists() and not out_path.exists():
+        out_path.touch()
 
 
 def grade_none(

@@ -21,6 +21,7 @@ from mushroom.data.records import Item
 from mushroom.errors import MushroomError
 from mushroom.util.interrupts import interrupt_hint
 from mushroom.util.names import safe_name
+from mushroom.util.words import suggest
 
 GRADINGS = ("none", "llm", "embedding")
 COLUMNS = ["lang", "items", "from tiers", "done before", "generated", "failed", "kept", "dropped"]
@@ -40,7 +41,9 @@ class ContextsRun:
     """`lang: id: error` of each context that could not be generated."""
 
 
-def parse_tiers(tiers: str, split: str, data: dict[str, list[Item]], root: Path) -> tuple[str, ...]:
+def parse_tiers(
+    tiers: str, split: str, data: dict[str, list[Item]], root: Path, source: str = "llm"
+) -> tuple[str, ...]:
     """The tier sources of `--tiers`, each with a file for some language (`?`-optional ones aside).
 
     A fact-check source covers no item (it repeats the answer to correct it), so it is refused.
@@ -54,11 +57,13 @@ def parse_tiers(tiers: str, split: str, data: dict[str, list[Item]], root: Path)
             )
         if tier.endswith(OPTIONAL):
             continue  # used where it has a file
+        if tier == source:
+            raise MushroomError(f"--tiers: {tier!r} is the source being generated (--source), not a tier")
         if not any(context_file(split, code, tier, root) for code in data):
             have = sorted({s for code in data for s in available_sources(split, code, root)})
-            listed = ", ".join(have) or "none"
             raise MushroomError(
-                f"--tiers: no context files for source {tier!r} ({split}); available: {listed}"
+                f"--tiers: no context files for source {tier!r} ({split}) in {root} (--context-dir)"
+                + suggest(tier, have, "available")
             )
     return tier_list
 
@@ -95,11 +100,11 @@ def generate_split(
     from mushroom.util.options import validation_message
 
     if grade not in GRADINGS:
-        raise MushroomError(f"--grade must be none, llm or embedding, not {grade!r}")
+        raise MushroomError(f"--grade {grade!r} is no grading" + suggest(grade, list(GRADINGS), "gradings"))
     root = context_dir or DEFAULT_CONTEXT_DIR
     load_prompt(prompt)  # a prompt that does not exist stops the command before any folder is made
     data = load_split(split, langs)
-    tier_list = parse_tiers(tiers, split, data, root)
+    tier_list = parse_tiers(tiers, split, data, root, source)
     cache = root / f".cache.{source}.jsonl"
     try:
         settings = parse_backend_config(backend)
@@ -107,9 +112,10 @@ def generate_split(
         raise MushroomError(validation_message(exc, "backend: ").replace("\n", "; ")) from None
     except ValueError as exc:  # an unknown kind (with a suggestion), or no kind
         raise MushroomError(f"--backend: {exc}") from None
-    if not cache.is_file():  # else the answers may all be cached and no backend is built
-        settings.check_ready()
-        settings.check_answers()  # contexts are written answers
+    # Checked with a cache too: a mistyped --model ran on a folder with one, recording the
+    # wrong name (a server that cannot be reached passes, so cached answers still serve).
+    settings.check_ready()
+    settings.check_answers()  # contexts are written answers
     sink: list[RawLog | None] = [None]
     engine = RecordingBackend(build_cached(settings, True, cache), lambda: sink[0])
     # a verdict neither relevant nor irrelevant keeps the context; graded tiers fall through
