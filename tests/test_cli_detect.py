@@ -154,6 +154,13 @@ def test_a_model_the_server_does_not_serve_stops_before_a_folder(tmp_path, capsy
             err.split()
         )
         assert not out.exists()
+        # a URL without /v1 made every request 404, counted as failed items
+        bare = server.url.removesuffix("/v1")
+        code, _, err = cli(
+            capsys, *base[:-1], bare, "--model", "m", "--lang", "en", "--limit", "1", "--out", out
+        )
+        assert code == 2 and f"--base-url {bare} is not the server's API, {bare}/v1 is" in err, err
+        assert not out.exists()
         code, _, err = cli(
             capsys, *base, "--model", "m", "--lang", "en", "--limit", "1", "--out", out, "--quiet"
         )

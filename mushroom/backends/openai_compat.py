@@ -237,9 +237,18 @@ def check_served_model(config: OpenAIConfig) -> None:
     do not list): the backend warns then. A server that cannot be reached or lists nothing
     passes: the run counts its failed requests as it would without this check.
     """
-    url = f"{str(config.base_url).rstrip('/')}/models"
+    base = str(config.base_url).rstrip("/")
     try:
-        response = httpx.get(url, headers=auth_headers(config), timeout=config.connect_timeout_s)
+        response = httpx.get(f"{base}/models", headers=auth_headers(config), timeout=config.connect_timeout_s)
+        if response.status_code == 404 and not base.endswith("/v1"):
+            # `--base-url http://host:8000` without /v1: every request would 404 and fail
+            again = httpx.get(
+                f"{base}/v1/models", headers=auth_headers(config), timeout=config.connect_timeout_s
+            )
+            if again.status_code == 200:
+                raise MushroomError(
+                    f"--base-url {base} is not the server's API, {base}/v1 is: give that URL"
+                )
         ids = served_models(response.json()) if response.status_code == 200 else []
     except (httpx.HTTPError, ValueError):
         return
