@@ -246,9 +246,7 @@ def check_served_model(config: OpenAIConfig) -> None:
                 f"{base}/v1/models", headers=auth_headers(config), timeout=config.connect_timeout_s
             )
             if again.status_code == 200:
-                raise MushroomError(
-                    f"--base-url {base} is not the server's API, {base}/v1 is: give that URL"
-                )
+                raise MushroomError(f"--base-url {base} is not the server's API, {base}/v1 is: give that URL")
         ids = served_models(response.json()) if response.status_code == 200 else []
     except (httpx.HTTPError, ValueError):
         return
