@@ -311,7 +311,10 @@ def test_context_stage_llm_grading_over_loopback(tmp_path):
     with FakeServer(script) as server:
         backend = build_backend_for(server.url)
         st = generate_contexts("test", "en", items, backend, source="g", grading="llm", context_dir=tmp_path)
-    assert (st.generated, st.dropped, st.kept) == (1, 1, 0)
+    assert (st.generated, st.dropped, st.kept, st.without_context) == (1, 1, 0, 1)
+    # a re-run asks nothing, and still says the item has no usable context
+    again = generate_contexts("test", "en", items, backend, source="g", grading="llm", context_dir=tmp_path)
+    assert (again.already_generated, again.without_context) == (1, 1)
     # the source is there and empty: a detector reads it as "no usable context" (it refused
     # a source with no file, so a split where every context was dropped could not be run)
     from mushroom.data.contexts import load_contexts

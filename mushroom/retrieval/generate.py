@@ -59,6 +59,9 @@ class ContextStats:
     """LLM gradings that said neither relevant nor irrelevant (the context, tier or generated, is kept)."""
     truncated: int = 0
     """Of `generated`: contexts cut off at max_tokens (finish_reason "length"; kept, and warned of)."""
+    without_context: int = 0
+    """Items left with no usable context so far, this run's and earlier runs' (a re-run shows
+    them as "done before" too)."""
     errors: list[str] = field(default_factory=list)
 
 
@@ -280,7 +283,7 @@ def generate_contexts(
         else:
             todo.append(item)
     if not todo:
-        _source_file(out_path, grades_path)
+        _source_file(out_path, grades_path, items, stats)
         return stats
     template = load_prompt(prompt)
     requests = []
@@ -331,18 +334,27 @@ def generate_contexts(
             stats.unreadable_verdicts += verdict.get("readable") is False
         else:
             stats.dropped += 1
-    _source_file(out_path, grades_path)
+    _source_file(out_path, grades_path, items, stats)
     return stats
 
 
-def _source_file(out_path: Path, grades_path: Path) -> None:
-    """An empty source file where every item graded so far has no usable context.
+def _source_file(out_path: Path, grades_path: Path, items: list[Item], stats: ContextStats) -> None:
+    """Counts the items without a usable context; an empty source file where all are.
 
-    A detector then reads it and counts `context.none`, instead of refusing a source that
-    has no file.
+    A detector then reads the file and counts `context.none`, instead of refusing a source
+    that has no file.
     """
-    if grades_path.exists() and not out_path.exists():
+    if not grades_path.exists():
+        return
+    if not out_path.exists():
         out_path.touch()
+    has = _done_ids(out_path)
+    unusable = {
+        str(row["id"])
+        for _, row in iter_json_lines(grades_path, [])
+        if isinstance(row, dict) and row.get("no_usable_context") and "id" in row
+    }
+    stats.without_context = sum(1 for it in items if it.id in unusable and it.id not in has)
 
 
 def grade_none(

@@ -120,7 +120,13 @@ def generate_split(
     engine = RecordingBackend(build_cached(settings, True, cache), lambda: sink[0])
     # a verdict neither relevant nor irrelevant keeps the context; graded tiers fall through
     falls = grade != "none" and bool(tier_list)
-    run = ContextsRun(COLUMNS + ["tier rejected"] * falls + ["kept unread"] * (grade == "llm"))
+    graded = grade != "none"
+    run = ContextsRun(
+        COLUMNS
+        + ["tier rejections"] * falls
+        + ["kept unread"] * (grade == "llm")
+        + ["no usable context"] * graded
+    )
     hint = (
         f"a language's contexts are appended to {root}/{split}.<lang>.{source}.jsonl once all its "
         f"answers are in, and every answer to {cache} as it comes (neither file exists before the "
@@ -148,6 +154,7 @@ def generate_split(
             counts = [st.items, st.covered_by_tiers, st.already_generated, st.generated]
             counts += [st.failed, st.kept, st.dropped] + [st.tier_rejected] * falls
             counts += [st.unreadable_verdicts] * (grade == "llm")
+            counts += [st.without_context] * graded
             run.unread += st.unreadable_verdicts
             run.truncated += st.truncated
             run.rows.append([code, *counts])
