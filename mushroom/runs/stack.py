@@ -9,7 +9,6 @@ and its files written as it goes, so an items file of a million answers is never
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,12 +104,14 @@ def apply_stack_run(
 
 
 def in_sample(model: StackModel, split: str, langs: list[str]) -> list[str]:
-    """The languages of `langs` whose `split` items the stack was fitted on (`fitted_on`)."""
-    fitted_split, _, fitted = (model.fitted_on or "val").partition(":")
-    if fitted_split.strip() != split:
+    """The languages of `langs` whose `split` items the stack was fitted on.
+
+    `fitted_on` names the split ("val: en (50)"); the fitted languages are the model's
+    language columns.
+    """
+    if (model.fitted_on or "val").partition(":")[0].strip() != split:
         return []
-    named = set(re.findall(r"([a-z][a-z0-9_.-]*) \(\d+\)", fitted))
-    return [lang for lang in langs if not named or lang in named]
+    return [lang for lang in langs if not model.languages or lang in model.languages]
 
 
 def _items_file_data(items_file: Path, langs: list[str] | None) -> Mapping[str, Iterable[Item]]:
