@@ -184,3 +184,18 @@ def test_a_context_source_named_twice_is_refused_on_every_path():
     """Only the --contexts flag checked it: a config's or a library caller's counted twice."""
     with pytest.raises(MushroomError, match="context source tavily-5 named twice"):
         load_contexts("val", "en", ("tavily-5", "tavily-5?"))
+
+
+@pytest.mark.parametrize("tail", [b"", b"cut", b"y" * 150_000])
+@pytest.mark.parametrize("head", [b"", b"a\n", b"x" * 200_000 + b"\n"])
+def test_a_cut_last_line_is_dropped_or_ended_whatever_its_length(tmp_path, head, tail):
+    """A generated source can hold a corpus: its cut line is found by reading back from the end."""
+    from mushroom.data.jsonl import mend_cut_line
+
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(head + tail)
+    mend_cut_line(path, drop=True)
+    assert path.read_bytes() == head
+    path.write_bytes(head + tail)
+    mend_cut_line(path)
+    assert path.read_bytes() == head + (tail + b"\n" if tail else b"")

@@ -40,12 +40,13 @@ def items_option(path: Path, option: str = "--items") -> Path:
 
 def load_items_option(path: Path, option: str = "--items") -> list[Item]:
     """The items of an `items_option`, every problem named by line (or row) and field."""
+    from mushroom.cli.boundary import input_file
     from mushroom.data.hf import is_saved_dataset, items_from_dataset, load_saved
     from mushroom.data.splits import load_items
 
-    if is_saved_dataset(items_option(path, option)):
+    if is_saved_dataset(path):
         return items_from_dataset(load_saved(path), str(path))
-    return load_items(path)
+    return load_items(input_file(path, option))
 
 
 def file_stem(value: str | None) -> str | None:

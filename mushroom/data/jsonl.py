@@ -309,9 +309,17 @@ def mend_cut_line(path: str | Path, drop: bool = False) -> None:
         if not drop:
             raw.write(b"\n")
             return
-        raw.seek(0)
-        data = raw.read()
-        raw.truncate(data.rfind(b"\n") + 1)
+        # back to the last newline, a block at a time: the file can hold a corpus
+        end = size
+        while end > 0:
+            start = max(0, end - 65536)
+            raw.seek(start)
+            cut = raw.read(end - start).rfind(b"\n")
+            if cut >= 0:
+                raw.truncate(start + cut + 1)
+                return
+            end = start
+        raw.truncate(0)
 
 
 def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
