@@ -254,6 +254,9 @@ def test_items_without_context_are_warned_about_and_a_wrong_replay_file_is_named
     items = load_split("val", ["en"])["en"][:3]
     write_lines(tmp_path / "items.jsonl", [it.model_dump(mode="json") for it in items])
     write_lines(tmp_path / "ctx.jsonl", [{"id": items[0].id, "context": items[0].model_input}])
+    # `mushroom contexts` graded every context of one bare item irrelevant: the warning says so
+    grade = {"id": items[1].id, "grading": "embedding", "relevant": False, "no_usable_context": True}
+    write_lines(tmp_path / "ctx.grades.jsonl", [grade, {"id": items[2].id, "relevant": True}])
     out = tmp_path / "own"
     proc = mushroom(
         "detect",
@@ -270,6 +273,8 @@ def test_items_without_context_are_warned_about_and_a_wrong_replay_file_is_named
     assert (
         any("no context for 2 of 3 items" in w for w in summary["warnings"]) and "no context" in proc.stderr
     )
+    assert "1 of them had every context graded irrelevant" in proc.stderr
+    assert "ctx.grades.jsonl" in " ".join(summary["warnings"])
     proc = mushroom("detect", "--items", str(tmp_path / "items.jsonl"), "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "give the contexts as files" in proc.stderr
     # a contexts file given as recorded responses: an input error naming the file, not 3 failed items

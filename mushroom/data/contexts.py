@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mushroom.data.jsonl import load_records
+from mushroom.data.jsonl import iter_json_lines, load_records
 from mushroom.data.records import Context, ContextRecord
 from mushroom.data.splits import IN_CHECKOUT, PROJECT_ROOT, SPLIT_TAGS
 from mushroom.errors import MushroomError
@@ -61,6 +61,28 @@ def is_fact_check(source: str) -> bool:
 def support_contexts(contexts: list[Context]) -> list[Context]:
     """The contexts that may support an answer: non-empty and not fact-checks."""
     return [c for c in contexts if c.text.strip() and not is_fact_check(c.source)]
+
+
+def grades_file(source_file: Path) -> Path:
+    """The grades `mushroom contexts` keeps beside a source file it wrote."""
+    return source_file.with_name(f"{source_file.name.removesuffix('.jsonl')}{GRADES_SUFFIX}.jsonl")
+
+
+def graded_unusable(source_file: Path) -> set[str]:
+    """Ids that a grading left with no usable context, from the grades beside `source_file`.
+
+    Read by `mushroom contexts` (to count them) and by a run that finds those items bare (to
+    say why): an item missing from a source looks alike whether nothing was asked or every
+    context for it was graded irrelevant, and the fix differs.
+    """
+    path = grades_file(source_file)
+    if not path.is_file():
+        return set()
+    return {
+        str(row["id"])
+        for _, row in iter_json_lines(path, [])
+        if isinstance(row, dict) and row.get("no_usable_context") and "id" in row
+    }
 
 
 def fact_checks(contexts: list[Context]) -> list[Context]:

@@ -29,7 +29,13 @@ from pathlib import Path
 from typing import Literal
 
 from mushroom.backends.base import Backend, GenerationRequest
-from mushroom.data.contexts import DEFAULT_CONTEXT_DIR, GRADES_SUFFIX, load_contexts, support_contexts
+from mushroom.data.contexts import (
+    DEFAULT_CONTEXT_DIR,
+    graded_unusable,
+    grades_file,
+    load_contexts,
+    support_contexts,
+)
 from mushroom.data.jsonl import append_jsonl, iter_json_lines, mend_cut_line
 from mushroom.data.languages import language_name
 from mushroom.data.records import Item
@@ -248,7 +254,7 @@ def generate_contexts(
     root.mkdir(parents=True, exist_ok=True)
     stem = f"{split}.{safe_name(lang, 'language code')}.{safe_name(source, 'context source')}"
     out_path = root / f"{stem}.jsonl"
-    grades_path = root / f"{stem}{GRADES_SUFFIX}.jsonl"
+    grades_path = grades_file(out_path)
     stats = ContextStats(items=len(items))
     covered: set[str] = set()
     cut = min_similarity if grading == "embedding" else None
@@ -349,11 +355,7 @@ def _source_file(out_path: Path, grades_path: Path, items: list[Item], stats: Co
     if not out_path.exists():
         out_path.touch()
     has = _done_ids(out_path)
-    unusable = {
-        str(row["id"])
-        for _, row in iter_json_lines(grades_path, [])
-        if isinstance(row, dict) and row.get("no_usable_context") and "id" in row
-    }
+    unusable = graded_unusable(out_path)
     stats.without_context = sum(1 for it in items if it.id in unusable and it.id not in has)
 
 

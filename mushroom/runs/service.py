@@ -42,7 +42,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from mushroom.backends.base import warnings_to
-from mushroom.data.contexts import DEFAULT_SOURCES, ContextSet, fact_checks, load_contexts, support_contexts
+from mushroom.data.contexts import (
+    DEFAULT_SOURCES,
+    ContextSet,
+    fact_checks,
+    graded_unusable,
+    grades_file,
+    load_contexts,
+    support_contexts,
+)
 from mushroom.data.itemstream import ContextFiles
 from mushroom.data.jsonl import JsonlWriter, mend_cut_line, write_jsonl
 from mushroom.data.predictions import mark_all, submission_name
@@ -462,11 +470,16 @@ class _ContextTally:
     bare: int = 0  # items without a supporting context
     first_bare: str = ""
     checks_only: int = 0  # ... of which have fact-check contexts only
+    graded_out: int = 0  # ... of which `mushroom contexts` graded every context irrelevant
     worked: bool = False  # some item of the language was run (not all reused)
+    _unusable: dict[str, set[str]] = field(default_factory=dict)  # source file -> graded-out ids
 
     def add(self, ctx: ContextSet, ids: list[str], worked: bool) -> None:
         self.worked = self.worked or worked
         self.files.update(ctx.files)
+        for path in ctx.files.values():
+            if path not in self._unusable:
+                self._unusable[path] = graded_unusable(Path(path))
         for source, n in ctx.missing.items():
             self.missing[source] = self.missing.get(source, 0) + n
         for i in ids:
@@ -474,8 +487,10 @@ class _ContextTally:
                 self.first_bare = self.first_bare or i
                 self.bare += 1
                 self.checks_only += bool(fact_checks(ctx.by_id.get(i, [])))  # not an empty text
+                self.graded_out += any(i in out for out in self._unusable.values())
 
     def warning(self, split: str, lang: str, n_items: int, sources: Iterable[str]) -> str:
+        grades = ", ".join(str(grades_file(Path(p))) for p, out in self._unusable.items() if out)
         return (
             f"{split}/{lang}: no context for {self.bare} of {plural(n_items, 'item')} from "
             f"{', '.join(map(str, self.files or sources)) or 'any source'} (e.g. {self.first_bare}); "
@@ -483,6 +498,12 @@ class _ContextTally:
             + (
                 f" ({self.checks_only} of them have only fact-check contexts, qa_*, which support nothing)"
                 if self.checks_only
+                else ""
+            )
+            + (
+                f"; {self.graded_out} of them had every context graded irrelevant by `mushroom "
+                f"contexts` (see {grades})"
+                if self.graded_out
                 else ""
             )
         )
