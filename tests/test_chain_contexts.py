@@ -672,3 +672,38 @@ def test_a_contexts_rerun_asks_again_for_an_empty_answer_checks_the_model_and_dr
         code, _, err = contexts(good.url, limit=3)
         assert code == 0, err
     assert len(load_contexts("val", "en", ("llm",), context_dir=ctx).by_id) == 3
+
+
+def test_the_contexts_table_splits_its_columns_at_80_columns_instead_of_cutting_headers():
+    """Eleven counts do not fit 80 columns: rich cut "done before" to "bef…", a count no one
+    could name. The table is printed in parts, each with the language column."""
+    import io
+
+    from rich.console import Console
+
+    from mushroom.cli.tables import fitted_tables
+    from mushroom.retrieval.run import COLUMNS
+    from mushroom.runs.reporter import Table
+
+    columns = [*COLUMNS, "tier rejections", "kept unread", "no usable context"]
+    rows = [
+        ["en", 154, 20, 0, 134, 0, 120, 14, 5, 0, 14],
+        ["all", 1932, 200, 0, 1732, 0, 1600, 132, 50, 0, 132],
+    ]
+    out = io.StringIO()
+    console = Console(file=out, width=80)
+    parts = fitted_tables(Table("contexts: val, source 'gen'", columns=columns, rows=rows), console)
+    for part in parts:
+        console.print(part)
+    text = out.getvalue()
+    assert len(parts) > 1 and "…" not in text and max(map(len, text.splitlines())) <= 80
+    headers = " ".join(
+        " ".join(line.strip("┃ ").split()) for line in text.splitlines() if line.startswith("┃")
+    )
+    for column in columns:  # a header rich wrapped over lines is still whole in its words
+        assert all(word in headers.split() for word in column.split()), column
+    assert text.count("1932") == 1 and sum(line.split()[1:2] == ["all"] for line in text.splitlines()) == len(
+        parts
+    )
+    wide = io.StringIO()
+    assert len(fitted_tables(Table("t", columns=columns, rows=rows), Console(file=wide, width=140))) == 1

@@ -9,7 +9,7 @@ import typer
 
 from mushroom.cli.boundary import FLAG, err_console, esc, out_console
 from mushroom.cli.common import Langs
-from mushroom.cli.tables import plain_table
+from mushroom.cli.tables import fitted_tables
 from mushroom.data.contexts import DEFAULT_CONTEXT_DIR, GRADES_SUFFIX
 from mushroom.runs.reporter import Table as TableData
 from mushroom.util.options import parse_options
@@ -76,7 +76,8 @@ def contexts_cmd(
     )
     title = f"contexts: {split}, source {source!r}"
     table = TableData(title, columns=run.columns, rows=run.rows)
-    out_console.print(plain_table(table, title_justify="center", justify="right"))
+    for part in fitted_tables(table, out_console, title_justify="center", justify="right"):
+        out_console.print(part)
     if run.unread:
         err_console.print(
             f"[yellow]warning:[/yellow] {plural(run.unread, 'grading verdict')} said neither relevant nor "

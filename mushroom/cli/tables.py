@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -128,6 +129,37 @@ def plain_table(spec: TableData, title_justify: str = "left", justify: str | Non
     return table
 
 
+def fitted_tables(
+    spec: TableData, console: Console, title_justify: str = "left", justify: str | None = None
+) -> list[Table]:
+    """A plain table as one or more tables no wider than the console, its first column in each.
+
+    rich fits a table too wide for the terminal by cutting words ("befo…"), and a header cut
+    so is a count no one can name. Split by columns instead, each part keeping the row names.
+    """
+
+    def part(cols: list[int], title: str) -> Table:
+        rows = [list(r.values()) if isinstance(r, dict) else list(r) for r in spec.rows]
+        sub = TableData(
+            title, columns=[spec.columns[k] for k in cols], rows=[[r[k] for k in cols] for r in rows]
+        )
+        return plain_table(sub, title_justify, justify)
+
+    def fits(cols: list[int]) -> bool:
+        wide = console.options.update_width(10_000)  # Measurement.get clamps to the width given
+        return Measurement.get(console, wide, part(cols, "")).minimum <= console.width
+
+    everything = list(range(len(spec.columns)))
+    if len(everything) < 3 or fits(everything):
+        return [plain_table(spec, title_justify, justify)]
+    parts: list[list[int]] = [[0]]
+    for k in everything[1:]:
+        if len(parts[-1]) > 1 and not fits([*parts[-1], k]):
+            parts.append([0])
+        parts[-1].append(k)
+    return [part(cols, spec.title if n == 0 else "") for n, cols in enumerate(parts)]
+
+
 def render(spec: TableData) -> Table:
     """The rich table for a reported table, by its kind."""
     if spec.kind == "scores":
@@ -217,7 +249,8 @@ class RichReporter:
         self.err_console.print(f"[yellow]warning:[/yellow] {escape(text)}")
 
     def table(self, table: TableData) -> None:
-        self.console.print(render(table))
+        for part in fitted_tables(table, self.console) if table.kind == "plain" else [render(table)]:
+            self.console.print(part)
 
     @contextmanager
     def progress(self, disable: bool = False) -> Iterator[Progress]:
