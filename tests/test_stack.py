@@ -220,7 +220,17 @@ def test_a_member_with_channels_in_some_languages_applies_to_any_set_of_them(tmp
     for langs in ({"fi": fi}, {"de": data["de"], "fi": fi}):
         told = []
         assert len(apply_stack(model, members, "test", langs, warn=told.append)["fi"]) == 5
-        assert len(told) == 1 and "member 'lex' has no evidence channels for fi" in told[0]
+        assert len(told) == 1 and "member 'lex' has no channels hint for fi, which the stack" in told[0]
+    # a stack fitted on English alone applies to German, whose run of sem lacks the English
+    # encoder's channel by design: said, not refused (no re-run could give it)
+    en_only = fit_stack(members, {"en": data["en"]}, folds=4).model
+    told = []
+    assert len(apply_stack(en_only, members, "test", {"de": data["de"]}, warn=told.append)["de"]) == 40
+    assert told == [
+        f"{tmp_path / 'sem'}: member 'sem' has no channels hint for de, which the stack "
+        "was not fitted on; it was fitted with them on en, and sees zeros there (a stack fitted on such "
+        "languages too learns what their absence means)"
+    ]
     # a run without any channel file (channels off, an older version) is refused
     hidden = tmp_path / "hidden"
     (tmp_path / "lex" / "raw").rename(hidden)
@@ -235,6 +245,42 @@ def test_a_member_with_channels_in_some_languages_applies_to_any_set_of_them(tmp
         MushroomError, match=r"member 'sem', channels hint, which this run of it lacks \(language en\)"
     ):
         apply_stack(model, members, "test", {"en": data["en"], "de": data["de"]})
+
+
+def test_a_run_whose_channel_carries_no_evidence_where_the_fit_had_some_is_said(tmp_path):
+    """The lexical member writes its fact-check channels as zeros when no qa_* context was read:
+    a corpus run without that file gave worse English predictions, and no word of it."""
+    from mushroom.combine.stack.stream import iter_apply_stack
+
+    rng = np.random.default_rng(5)
+    items = make_items(40, rng)
+    write_member(tmp_path / "lex", items, gold_vec, "val", channel=gold_vec)
+    zeros = lambda it: np.zeros(len(it.model_output_text))  # noqa: E731
+    write_member(tmp_path / "bare", items, gold_vec, "test", channel=zeros)
+    members = parse_members([f"lex={tmp_path / 'lex'}"])
+    model = fit_stack(members, {"en": items}, folds=4).model
+    assert model.channel_use["lex"]["en"]["hint"] == pytest.approx(
+        np.mean([bool(it.hard_labels) for it in items])
+    )
+    told: list[str] = []
+    bare = parse_members([f"lex={tmp_path / 'bare'}"])
+    apply_stack(model, bare, "test", {"en": items}, warn=told.append)
+    assert told == [
+        "member 'lex': channel hint is 0 on all 40 en items, where "
+        f"{min(model.channel_use['lex']['en']['hint'], 1):.0%} or more of the en items the stack was fitted "
+        "on had evidence in them: this run lacks evidence the fit had (a context source it read then?), "
+        "and its predictions there are made without it"
+    ]
+    streamed: list[str] = []
+    for _ in iter_apply_stack(model, bare, "test", {"en": items}, warn=streamed.append, chunk_items=7):
+        pass
+    assert streamed == told
+    # the same channel with evidence on some items, or too few items to tell, says nothing
+    write_member(tmp_path / "lex", items, gold_vec, "test")  # its channel file is val's, same ids
+    quiet: list[str] = []
+    apply_stack(model, members, "test", {"en": items}, warn=quiet.append)
+    apply_stack(model, bare, "test", {"en": items[:19]}, warn=quiet.append)
+    assert quiet == []
 
 
 @pytest.mark.parametrize("kind", ["logistic", "trees"])

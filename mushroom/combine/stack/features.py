@@ -240,13 +240,34 @@ def check_channels(
             owed = {"": set(wanted)}
             gaps = {"": set(wanted) - {c for names in have.values() for c in names}}
         gaps = {lang: names for lang, names in gaps.items() if names}
+        # A language the stack was not fitted on is owed what the member wrote in every fitted
+        # one, but a member may write a channel in some languages only by design (the semantic
+        # member's English encoder): a stack fitted on English alone owes German its English
+        # channels, which no run can give. Its features there are zeros, as said.
+        writes_channels = bool(channel_files(member.folder(split) / "raw"))
+        unseen = sorted(
+            lang
+            for lang in gaps
+            if lang
+            and writes_channels  # a run with channels off altogether is refused below
+            and fitted_channels
+            and lang not in fitted_channels.get(member.name, {lang: []})
+        )
+        if unseen and warn is not None:
+            lacking = sorted({c for lang in unseen for c in gaps[lang]})
+            warn(
+                f"{member.folder(split)}: member {member.name!r} has no channels {', '.join(lacking)} "
+                f"for {', '.join(unseen)}, which the stack was not fitted on; it was fitted with them on "
+                f"{', '.join(sorted(fitted_channels[member.name]))}, and sees zeros there (a stack fitted "
+                "on such languages too learns what their absence means)"
+            )
+        gaps = {lang: names for lang, names in gaps.items() if lang not in unseen}
         # A language with none of its channels from a run that writes channels (it has a
         # channel file of some language): the member wrote them for no item there (no item
         # had contexts, say), and its features are zeros, as they were for such items when
         # the stack was fitted. A run with no channel file at all (channels off, an older
         # version) is refused below.
         empty = sorted(lang for lang in gaps if lang and not have[lang])
-        writes_channels = bool(channel_files(member.folder(split) / "raw"))
         if empty and writes_channels:
             if warn is not None:
                 warn(

@@ -26,6 +26,7 @@ from mushroom.combine.stack.fingerprint import stack_fingerprint
 from mushroom.combine.stack.folds import item_folds, split_indices
 from mushroom.combine.stack.members import Member
 from mushroom.combine.stack.model import ModelKind, Scorer, StackModel, fit_items
+from mushroom.combine.stack.usage import ChannelUse
 from mushroom.data.predictions import prediction_from_vectors
 from mushroom.data.records import Item, Prediction
 from mushroom.data.spans import hard_to_mask, soft_to_vector
@@ -219,6 +220,9 @@ def fit_stack(
         stack_data, channels, found = load_stack_data(chosen, split, data, None, languages)
         fit = fit_stack_data(stack_data, channels, [m.name for m in chosen], folds, l2, config, model)
         fit.model.channels_by_lang = {m.name: by_lang for m, by_lang in zip(chosen, found)}
+        use = ChannelUse([m.name for m in chosen], channels)
+        use.add(stack_data.items, stack_data.features)
+        fit.model.channel_use = use.shares()
         fit.model.member_detectors = {m.name: d for m in chosen if (d := m.detector()) is not None}
         return fit
 
@@ -507,6 +511,11 @@ def apply_stack(
     stack_data, _, _ = load_stack_data(
         members, split, data, channels, model.languages, model.channels_by_lang, warn
     )
+    if warn is not None:
+        use = ChannelUse([m.name for m in members], channels)
+        use.add(stack_data.items, stack_data.features)
+        for note in use.lost(model.channel_use):
+            warn(note)
     out: dict[str, list[Prediction]] = {}
     for pred, item in zip(stack_predictions(model, stack_data), stack_data.items):
         out.setdefault(item.lang, []).append(pred)

@@ -83,6 +83,12 @@ class StackModel(BaseModel):
         description="member -> language -> channel names its files held when fitted (empty in "
         "stacks saved before: their runs are checked over all languages together)",
     )
+    channel_use: dict[str, dict[str, dict[str, float]]] = Field(
+        default_factory=dict,
+        description="member -> language -> channel -> share of the fitted items where it is non-zero "
+        "(a run applied with none of a channel the fit saw on most items is said; empty in stacks "
+        "saved before)",
+    )
     member_detectors: dict[str, str] = Field(
         default_factory=dict,
         description="member -> the detector its run was made with, where its run folder says so "

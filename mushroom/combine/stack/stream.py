@@ -28,6 +28,7 @@ from mushroom.combine.stack.features import StackData, check_channels, item_feat
 from mushroom.combine.stack.fit import applicable_channels, stack_predictions
 from mushroom.combine.stack.members import Member, MemberEvidence
 from mushroom.combine.stack.model import StackModel
+from mushroom.combine.stack.usage import ChannelUse
 from mushroom.data.channels import iter_channel_records
 from mushroom.data.predictions import iter_predictions, prediction_span_problems
 from mushroom.data.records import ChannelRecord, Item, Prediction
@@ -189,13 +190,17 @@ def iter_apply_stack(
     check_channels(members, split, channels, found, model.channels_by_lang, warn)
     for lang, items in data.items():
         iterator = iter(items)
+        use = ChannelUse([m.name for m in members], channels)
         while batch := list(itertools.islice(iterator, size)):
             evidence = [s.evidence(batch) for s in streams[lang]]
             feats = [
                 item_features(item, [ev[j] for ev in evidence], channels, model.languages)
                 for j, item in enumerate(batch)
             ]
+            use.add(batch, feats)
             emptied: list[str] = []
             preds = stack_predictions(model, StackData(batch, feats), emptied)
             yield StackChunk(lang, batch, preds, emptied)
         del streams[lang]  # its files' handles and read-ahead go with it
+        for note in use.lost(model.channel_use) if warn is not None else []:
+            warn(note)
