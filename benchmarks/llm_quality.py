@@ -347,7 +347,14 @@ def main() -> None:
     if getattr(args, "mismatch", False):
         print("error: the replayed counters differ from the recorded run's (see above)", file=sys.stderr)
         sys.exit(1)
-    if getattr(args, "failed", ""):
+    if getattr(args, "failed", "") and args.replay:  # the record's own: a replay reproduced it
+        print(
+            f"note: items failed in the record ({args.failed}). Their predictions are empty, so the "
+            "scores above are not quite the model's; a live run with a larger --max-tokens would "
+            "redo them.",
+            file=sys.stderr,
+        )
+    elif getattr(args, "failed", ""):
         print(
             f"error: items failed ({args.failed}). Their predictions are empty, so the scores above are "
             "not the model's. Fix the cause and run the same command again: it retries only the failed items.",

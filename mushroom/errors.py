@@ -160,6 +160,10 @@ def did_you_mean(name: str, names: Iterable[str]) -> str:
 
 
 REPLAY_MISS = "no recorded response"
+CUT_OFF = "the reply was cut off at max_tokens"
+"""In the error of an item whose reply stopped at its budget before it said anything."""
+TOO_LONG = "longer than the server's context"
+"""In the error of a request the server refused for its length: the same request fails again."""
 """How a replay backend's error for a request its file has no answer to begins."""
 
 
@@ -176,4 +180,22 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
             "The replay file has no answer for them, so a re-run would fail them again: record their "
             "answers with a live backend, or run only the items it recorded"
         )
-    return f"Run the same command again{f' with {folder}' if folder else ''} to retry only them"
+    cut = sum(CUT_OFF in e for e in errors)
+    if errors and cut == len(errors):
+        return (
+            "Each reply was cut off at max_tokens before it named a span, and a re-run reads the same "
+            "replies from the cache: raise max_tokens (-o max_tokens=N) and run in a new folder"
+        )
+    long = sum(TOO_LONG in e for e in errors)
+    context = (
+        "raise the server's context length (llama.cpp --n_ctx, vLLM --max-model-len) or lower "
+        "max_tokens, then run the same command again" + (f" with {folder}" if folder else "")
+    )
+    if errors and long == len(errors):
+        return f"The server refused them as {TOO_LONG}, so a re-run as it is fails them again: {context}"
+    again = f"Run the same command again{f' with {folder}' if folder else ''} to retry only them"
+    if long:
+        again += f"; {long} of them were {TOO_LONG}, which a re-run fails again unless you {context}"
+    if cut:
+        again += f"; for {cut} of them {CUT_OFF}, which a re-run reads from the cache again (raise it)"
+    return again

@@ -430,7 +430,7 @@ def test_replay_keeps_the_recorded_usage_so_a_cut_off_reply_counts_as_cut_off(tm
     a, a2, b, c = backend.generate([_req(k, "", 0.0) for k in ("a", "a", "b", "c")])
     assert a.usage == a2.usage == {"completion_tokens": 20} and b.usage == c.usage == {}  # a text's share
     items = load_split("val", ["en"])["en"][:1]
-    cut = '{"incorrect_spans": [{"text": "' + items[0].model_output_text[:5]
+    cut = '{"incorrect_spans": [{"text": "' + items[0].model_output_text[:18] + '"}, {"text": "sil'
     lines = [{"id": items[0].id, "texts": [cut], "usage": {"completion_tokens": 64}}]
     det = build("llm", {"backend": {"kind": "replay", "responses": str(write_lines(tmp_path / "c.jsonl", lines))},
                         "max_tokens": 64, "cache": False})  # fmt: skip

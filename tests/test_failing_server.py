@@ -100,3 +100,28 @@ def test_a_busy_server_is_waited_for_and_never_trips_it(tmp_path, capsys):
         code, _, err = _detect(capsys, server, out, 8)
     assert code == 0, err
     assert not (out / "failures.jsonl").exists() or not (out / "failures.jsonl").read_text().strip()
+
+
+def test_prompts_too_long_for_the_server_do_not_trip_it_and_the_advice_says_a_rerun_will_not_help(
+    tmp_path, capsys
+):
+    """llama.cpp answers HTTP 400 to a prompt past its context: one request's fault. Three such
+    items first tripped the breaker, the items that fit were not sent, and the advice to run
+    again gave the same result every time."""
+    too_long = (
+        '{"error": {"code": 400, "message": "the request exceeds the available context size, '
+        'maximum context length is 1536 tokens", "type": "invalid_request_error"}}'
+    )
+    out = tmp_path / "run"
+    script = {"": [("status", 400, too_long)] * 4 + [("ok", OK)] * 20}
+    with FakeServer(script) as server:
+        code, shown, err = _detect(capsys, server, out, 8)
+        sent = len(server.calls)
+    assert code == 3, err
+    assert sent == 8  # each sent once: a 400 is final, and no item goes unsent
+    failures = _failures(out)
+    assert len(failures) == 4 and not any(f["error"].startswith("not sent") for f in failures)
+    assert all("longer than the server's context" in f["error"] for f in failures)
+    said = " ".join((shown + err).split())
+    assert "a re-run as it is fails them again" in said and "--n_ctx" in said, said
+    assert "to retry only them" not in said

@@ -51,27 +51,44 @@ def test_the_openai_reply_parser_reads_each_choices_finish_reason():
 
 
 @pytest.mark.parametrize("send_usage", [True, False], ids=["with-usage", "without-usage"])
-def test_a_language_of_cut_off_replies_is_counted_and_warned_of(tmp_path, capsys, send_usage):
+def test_a_reply_cut_off_before_it_named_anything_fails_its_item(tmp_path, capsys, send_usage):
+    """An empty prediction from a reply cut off at max_tokens read as "nothing wrong"."""
     out = tmp_path / "run"
     with FakeServer({"": [("cut", CUT)]}, send_usage=send_usage) as server:
         code, shown, err = cli(capsys, *llm_args(openai_backend(server.url), out))
-    assert code == 0, err
+    said = " ".join((shown + err).split())
+    assert code == 3, err
+    failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert len(failures) == 3 and all("cut off at max_tokens (" in f["error"] for f in failures)
+    assert "a re-run reads the same replies from the cache: raise max_tokens" in said, said
+    assert "to retry only them" not in said
     stats = json.loads((out / "predictions" / "stats.json").read_text())["all"]
     assert stats["llm.requests"] == 3 and stats["llm.truncated"] == 3, stats
+    assert stats["llm.cut_before_any_span"] == 3
     summary = json.loads((out / "summary.json").read_text())
     warned = [w for w in summary["warnings"] if "cut off" in w]
     assert warned and "max_tokens" in warned[0], summary["warnings"]
-    assert "cut off" in " ".join((shown + err).split())  # in the terminal too
     raw = [
         RawRecord.model_validate_json(line) for line in (out / "predictions" / "raw" / "en.raw.jsonl").open()
     ]
     assert raw and all(r.finish_reasons == ["length"] for r in raw)
-    # replayed from its raw records, the run counts the same cut-off replies with no server
+    # replayed from its raw records, the run fails the same items with no server
     replayed = tmp_path / "replayed"
     replay = ["--backend", "replay", "--responses", out / "predictions" / "raw" / "en.raw.jsonl"]
     code, _, err = cli(capsys, *llm_args(replay, replayed))
-    assert code == 0, err
+    assert code == 3 and "cut off at max_tokens" in err, err
     assert json.loads((replayed / "predictions" / "stats.json").read_text())["all"]["llm.truncated"] == 3
+
+
+def test_a_reply_cut_off_after_a_span_keeps_it_and_is_warned_of(tmp_path, capsys):
+    out = tmp_path / "run"
+    cut = '{"incorrect_spans": [{"text": "Petra van Stoveren"}, {"text": "silv'
+    with FakeServer({"": [("cut", cut)]}) as server:
+        code, shown, err = cli(capsys, *llm_args(openai_backend(server.url), out, limit=1))
+    assert code == 0, err
+    (pred,) = [json.loads(line) for line in (out / "predictions" / "mushroom.en-val.v2.jsonl").open()]
+    assert pred["hard_labels"] == [[0, 18]]
+    assert "cut off" in " ".join((shown + err).split())
 
 
 def test_a_generated_context_cut_off_at_max_tokens_is_counted_and_warned_of(tmp_path, capsys):

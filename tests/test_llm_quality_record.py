@@ -60,7 +60,7 @@ def test_replaying_english_gives_the_live_counters(tmp_path):
     assert got == m["systems"]["llm"]["counters"]["en"]
     # every request is accounted for by the parser: read, repaired or counted as unreadable
     assert got["llm.requests"] == 3 * len(items)
-    assert got.get("items.failed", 0) == 0
+    assert got.get("items.failed", 0) == 0  # every English item had a reply that was not cut off
 
 
 def test_the_pyes_row_names_its_model_and_replays_english_to_the_live_counters(tmp_path):
@@ -101,6 +101,8 @@ def test_the_benchmark_replays_with_no_model(tmp_path):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # one German item's three replies were all cut off at max_tokens: said, not hidden
+    assert "note: items failed in the record (llm: 1, the first with: the reply was cut off" in proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert "replayed counters equal the live run's: yes" in proc.stdout
     assert (

@@ -65,7 +65,7 @@ def test_batched_generation_greedy_sampled_and_logprobs():
     assert again[0].texts == out[0].texts  # greedy is deterministic
 
 
-def test_llm_detector_with_garbage_model_predicts_nothing_and_counts_it(monkeypatch):
+def test_llm_detector_with_garbage_model_fails_its_cut_off_replies_and_counts_them(monkeypatch):
     model, tokenizer = tiny_model_and_tokenizer()
     import mushroom.backends as backends
 
@@ -83,7 +83,9 @@ def test_llm_detector_with_garbage_model_predicts_nothing_and_counts_it(monkeypa
     results = []
     with pytest.warns(RuntimeWarning, match="cannot read this tokenizer"):  # word-level: no decoder
         det.run(items, {}, results.append)
-    assert [r.prediction.hard_labels for r in results] == [[], [], []]
+    # 16 tokens of noise, cut off: not "nothing wrong" but a failed item that says why
+    assert [r.status for r in results] == ["failed"] * 3
+    assert all("cut off at max_tokens (16) before it named any span" in r.error for r in results)
     assert sum(r.stats["llm.requests"] for r in results) == 3
     assert sum(r.stats["llm.unparseable"] for r in results) == 3
     assert any("cannot read this tokenizer" in w for w in det.warnings)  # reaches the run's summary

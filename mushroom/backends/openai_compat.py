@@ -68,7 +68,7 @@ from mushroom.backends.base import (
 from mushroom.backends.config import OpenAIConfig
 from mushroom.backends.openai_schema import read_completion
 from mushroom.backends.registry import register_backend
-from mushroom.errors import MushroomError
+from mushroom.errors import TOO_LONG, MushroomError
 from mushroom.util.words import plural
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -96,6 +96,15 @@ _ONE_CHOICE = re.compile(r"one completion choice|\bn\b.{0,40}(not supported|must
 # A body that blames the structured-output form; `auto` then tries the next form.
 _FORMAT = re.compile(
     r"response_format|json_schema|json_object|guided|grammar|schema|structured", re.IGNORECASE
+)
+
+# A refusal of the request's length (llama.cpp, vLLM, OpenAI, TGI): one request's fault, not the
+# server's, so it never trips the circuit breaker, and a re-run fails it again.
+_TOO_LONG_BODY = re.compile(
+    r"maximum context length|context length|context window|context_length_exceeded|exceeds? the "
+    r"(available )?context|too many tokens|prompt is too long|input is too long|"
+    r"tokens \+ `?max_new_tokens`? must be",
+    re.IGNORECASE,
 )
 
 T = TypeVar("T")
@@ -584,7 +593,7 @@ class OpenAIBackend(Backend):
         """Tells the circuit breaker how a request ended (a busy server's give-up is neither)."""
         if error is None:
             self.breaker.success()
-        elif not _busy(error):
+        elif not _busy(error) and TOO_LONG not in error:  # the server answered; the request was long
             self.breaker.failure(error)
 
     def _request(self, req: GenerationRequest) -> Generation:
@@ -618,6 +627,8 @@ class OpenAIBackend(Backend):
                 form = self._form
                 continue
             hint = ""
+            if status in (400, 413, 422) and _TOO_LONG_BODY.search(text):
+                return Generation(error=f"HTTP {status}, the prompt is {TOO_LONG}: {text[:300]}")
             if status == 404 and not self.base_url.endswith("/v1"):  # most often the missing /v1
                 where = f"{self.base_url}/chat/completions"
                 hint = f" ({where} not found: OpenAI-compatible servers serve under /v1)"

@@ -31,6 +31,7 @@ from mushroom.data.predictions import SoftMode, vote
 from mushroom.data.records import Context, Item
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
+from mushroom.errors import CUT_OFF
 from mushroom.parsing.parser import SpanList, parse_response
 
 
@@ -160,7 +161,12 @@ class LLMDetector(Detector):
         return out
 
     def _item_result(self, item: Item, gens: list[Generation]) -> ItemResult:
-        """Parses an item's responses and votes them; failed when any call failed."""
+        """Parses an item's responses and votes them.
+
+        Failed when any call failed, or when every reply was cut off at max_tokens before it
+        named a span: such a reply is no vote for "nothing wrong", and one among others is left
+        out of the vote.
+        """
         opts = self.options
         n = len(item.model_output_text)
         stats: Counter[str] = Counter()
@@ -168,16 +174,32 @@ class LLMDetector(Detector):
         errors = [g.error for g in gens if g.error is not None]
         stats["llm.backend_errors"] += len(errors)
         masks, softs, parsed = [], [], []
+        cut_off: list[str] = []  # replies cut off before they named anything
         for j, gen in enumerate(gens):
             if gen.error is not None:
                 continue
             if gen.structured_output == BROKEN_GRAMMAR:
                 stats["llm.broken_grammar"] += 1  # finished unconstrained after its grammar failed
-            if gen.used_budget(opts.max_tokens):
+            budget_used = gen.used_budget(opts.max_tokens)
+            if budget_used:
                 stats["llm.truncated"] += 1
             for sample, text in enumerate(gen.texts):
                 result = parse_response(item.model_output_text, text, opts.default_probability)
                 stats.update({f"llm.{k}": v for k, v in result.counts().items()})
+                reasons = gen.finish_reasons
+                cut = reasons[sample] == "length" if sample < len(reasons) else bool(budget_used)
+                if cut and not result.spans and (not result.parsed or "truncated" in result.repairs):
+                    # the reply stopped before saying anything: no vote for "nothing wrong"; with
+                    # no other reply to go by, the item failed
+                    stats["llm.cut_before_any_span"] += 1
+                    cut_off.append(
+                        f"{CUT_OFF} ({opts.max_tokens}) before it named any span: raise max_tokens"
+                    )
+                    parsed.append(
+                        {"temperature": opts.temperatures[j], "sample": sample, "parsed": result.parsed,
+                         "spans": [], "lost": result.lost, "cut_off": True}
+                    )  # fmt: skip
+                    continue
                 soft = np.zeros(n)
                 mask = np.zeros(n, dtype=bool)
                 for span in result.spans:
@@ -195,6 +217,8 @@ class LLMDetector(Detector):
                         "lost": result.lost,
                     }
                 )
+        if cut_off and not masks:
+            errors += cut_off
         if errors:  # retried on the next run; the calls that worked come from the cache then
             return ItemResult.failed(item.id, errors[0], dict(stats), {"responses": parsed})
         pred = vote(item.id, softs, masks, opts.threshold, SoftMode(opts.soft))

@@ -393,14 +393,15 @@ UNUSABLE_SHARE = 0.5
 
 
 def unusable_warnings(where: str, stats: dict[str, int], in_run: bool = True) -> list[str]:
-    """Warnings for counters saying that most model output of a language was unusable or cut off.
+    """Warnings for counters saying that most model output of a language was unusable, or some cut off.
 
     Outside a run (`in_run` False: the Python API) the advice names no run folder.
     """
     out = []
     for bad, total, what in _UNUSABLE:
         n, of = stats.get(bad, 0), stats.get(total, 0)
-        if of and n / of >= UNUSABLE_SHARE:
+        # a cut-off reply is said however few: each lost what the model had left to say
+        if of and n and (n / of >= UNUSABLE_SHARE or bad in _MEANING):
             meaning = _MEANING.get(bad) or _FALL_BACK + (_RAW_HINT if in_run else "")
             out.append(f"{where}: {n} of {of} {what}{meaning}")
     return out
