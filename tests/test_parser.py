@@ -70,12 +70,11 @@ def test_repeated_texts_take_successive_occurrences():
 
 
 def test_percentages_are_scaled_and_invalid_entries_counted():
-    # 7 is in (1, 100]: a percentage (0.07) by the one scale rule, as "7" always was; it used
-    # to be clamped to 1.0 as a number while the string "7" gave 0.07.
-    claims, invalid = coerce_claims(
-        {"incorrect_spans": [{"text": "a", "probability": 7}, {"text": ""}, 3, {"x": 1}]}
-    )
-    assert [c.probability for c in claims] == [0.07] and invalid == 3
+    # 70 is in [10, 100]: a percentage (0.7) by the one scale rule, as "70" is; 7 is ambiguous
+    # (a 1-10 scale?), so the span keeps the default probability and the fallback is counted
+    entries = [{"text": "a", "probability": 70}, {"text": "b", "probability": 7}, {"text": ""}, 3, {"x": 1}]
+    claims, invalid = coerce_claims({"incorrect_spans": entries})
+    assert [c.probability for c in claims] == [0.7, 1.0] and invalid == 3
 
 
 @pytest.mark.parametrize(
@@ -123,8 +122,8 @@ def test_extract_json_reports_repairs():
         ("1", 1.0),
         (80, 0.8),
         ("80", 0.8),
-        (1.5, 0.015),
-        ("1.5", 0.015),
+        (10, 0.1),
+        ("1.5%", 0.015),
         (100, 1.0),
         ("80%", 0.8),
         ("1%", 0.01),
@@ -144,6 +143,7 @@ def test_one_probability_scale_for_numbers_and_strings(value, expected):
 @pytest.mark.parametrize(
     "value",
     [-0.1, "-0.1", 100.5, "101", "150%", 10**400, "1e400", float("nan"), float("inf"), "NaN", "Infinity"]
+    + [1.5, "1.9", 5, 9.99]  # above 1 and below 10: a 1-10 scale, an overshoot or a percentage
     + [True, False, None, [0.5], {"p": 0.5}, "high", "", "0.5.5", "½"],
 )
 def test_invalid_probabilities_fall_back_to_the_default_and_are_counted(value):
