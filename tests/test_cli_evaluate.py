@@ -119,3 +119,32 @@ def test_a_limited_run_is_scored_compared_and_swept_on_what_it_covers(tmp_path, 
     # a stack is fitted on every item: the member's --limit is named as the reason
     code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", tmp_path / "s.json")
     assert code == 1 and "was made with --limit 5 --lang en, and a stack needs every item" in err
+
+
+def test_a_stack_applied_to_the_split_it_was_fitted_on_is_called_in_sample_wherever_it_is_scored(
+    tmp_path, capsys
+):
+    """`stack apply --split val` warned once; compare then showed its in-sample gain beside
+    cross-validated runs as if alike."""
+    stack = tmp_path / "stack-val"
+    (stack / "predictions").mkdir(parents=True)
+    write_lines(stack / "predictions" / "mushroom.en-val.v2.jsonl", GOLD_ROWS)
+    config = {
+        "job": "stack-apply",
+        "split": "val",
+        "stack": {"fitted_on": "val: en (50)", "languages": ["en"]},
+    }
+    (stack / "config.json").write_text(json.dumps({"config": config, "config_hash": "0"}))
+    other = tmp_path / "other"
+    other.mkdir()
+    write_lines(other / "mushroom.en-val.v2.jsonl", GOLD_ROWS)
+    said = "stack-val: a stack applied to the val items it was fitted on (en): its scores there are in-sample"
+    code, _, err = cli(capsys, "compare", other, stack, "--eval-dir", tmp_path / "e")
+    assert code == 0 and said in " ".join(err.split()), err
+    code, _, err = cli(capsys, "score", VAL_EN, stack)
+    assert code == 0 and said in " ".join(err.split()), err
+    # fitted on val, applied to test: nothing to say; nor of a run that is no stack's
+    config["split"] = "test"
+    (stack / "config.json").write_text(json.dumps({"config": config, "config_hash": "0"}))
+    code, _, err = cli(capsys, "compare", other, stack, "--eval-dir", tmp_path / "e")
+    assert code == 0 and "in-sample" not in err, err

@@ -48,7 +48,7 @@ def compare(
         score_run,
         tag_rows,
     )
-    from mushroom.evaluation.runfiles import run_failure_notes
+    from mushroom.evaluation.runfiles import run_notes
 
     if not 0 <= baseline < len(runs):
         raise MushroomError(
@@ -71,7 +71,7 @@ def compare(
     for note in filter(None, (s.coverage_note() for s in scored)):
         err_console.print(esc(note), highlight=False)
     for run in runs:
-        for note in run_failure_notes(run, split):
+        for note in run_notes(run, split):
             print_warning(note)
     for note in left_out_languages(scored):
         print_warning(note)
@@ -125,7 +125,7 @@ def sweep(
     from mushroom.data.splits import workspace
     from mushroom.evaluation.compare import ascii_sweep, rows_csv, sweep_scope, sweep_svg
     from mushroom.evaluation.compare import sweep as run_sweep
-    from mushroom.evaluation.runfiles import run_failure_notes
+    from mushroom.evaluation.runfiles import run_notes
 
     _run_folders(runs)
     if svg is not None and svg.suffix.lower() != ".svg":  # an SVG in a .png file opens as a broken image
@@ -135,7 +135,7 @@ def sweep(
     for note in scope.notes:
         err_console.print(esc(note), highlight=False)
     for run in runs:
-        for note in run_failure_notes(run, split):
+        for note in run_notes(run, split):
             print_warning(note)
     rows = run_sweep(runs, split, data=scope.data)
     out_console.print(ascii_sweep(rows), highlight=False, markup=False)
@@ -169,7 +169,7 @@ def report(
     from mushroom.data.runfolder import items_files
     from mushroom.evaluation.compare import load_tags
     from mushroom.evaluation.report import build_report
-    from mushroom.evaluation.runfiles import run_failure_notes
+    from mushroom.evaluation.runfiles import run_notes
 
     if not run_dir.is_dir():
         raise MushroomError(
@@ -194,7 +194,7 @@ def report(
     path = output_file(out, "--out") if out else run_dir / f"report.{split}.html"
     tag_map = load_tags(input_file(tags, "--tags")) if tags else None
     page = build_report(run_dir, split, lang, tuple(split_names(contexts)), tag_map, by_lang, context_files)
-    for note in run_failure_notes(run_dir, split):
+    for note in run_notes(run_dir, split):
         print_warning(note)
     if tag_map:
         _warn_unscored_tags(tags, tag_map, page.item_ids, "items on the page")

@@ -41,6 +41,8 @@ def score_run_files(
     if is_saved_dataset(gold):  # a folder of Dataset.save_to_disk: as official per-language files
         gold = saved_gold(gold)
     scope = run_scope(pred)
+    gold_test = any(gold.glob("*-tst*.jsonl")) if gold.is_dir() else "-tst" in gold.name
+    in_sample = in_sample_note(pred, "test" if gold_test else "val")
     if pred.is_dir():
         # A run folder (or a variant's folder of a run config), as compare, sweep and report
         # take it: its files of the gold's split. A plain folder of files is taken as it is.
@@ -73,6 +75,8 @@ def score_run_files(
     if show_pairing:
         for line in pairing.summary():
             note(line)
+    if in_sample is not None:
+        note(f"warning: {in_sample}")
     result = score_pairs(pairing.pairs, partial=partial or (scope is not None and scope.partial))
     if scope is not None and scope.partial and result.unscored:
         note(scope.note(len(result.ids), result.n_gold))
@@ -126,3 +130,33 @@ def run_failure_notes(run: Path, split: str) -> list[str]:
     from mushroom.data.runfolder import prediction_folder
 
     return failed_item_messages(sorted(prediction_folder(run, split).glob(submission_glob(split))))
+
+
+def in_sample_note(run: Path, split: str) -> str | None:
+    """What to say of a `stack apply` run on the split its stack was fitted on: in-sample scores.
+
+    `stack apply` warns of it when it runs; `compare`, `sweep`, `score` and `report` read the
+    folder later, and printed its scores beside cross-validated ones as if they were alike.
+    """
+    from mushroom.data.runfolder import run_scope
+
+    scope = run_scope(run)
+    if scope is None or scope.config.get("job") != "stack-apply" or scope.config.get("split") != split:
+        return None
+    stack = scope.config.get("stack")
+    if not isinstance(stack, dict):
+        return None
+    fitted_split = str(stack.get("fitted_on") or "val").partition(":")[0].strip()
+    langs = stack.get("languages")
+    if fitted_split != split or not isinstance(langs, list):
+        return None
+    return (
+        f"{scope.folder}: a stack applied to the {split} items it was fitted on "
+        f"({', '.join(map(str, langs))}): its scores there are in-sample (optimistic), not out of "
+        "fold; the stack's cross-validated scores are `cv` in its stack.json"
+    )
+
+
+def run_notes(run: Path, split: str) -> list[str]:
+    """`run_failure_notes` and the `in_sample_note` of a run folder."""
+    return run_failure_notes(run, split) + [n for n in [in_sample_note(run, split)] if n]
