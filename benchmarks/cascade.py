@@ -61,12 +61,18 @@ from mushroom.combine.cascade import (
     spend_by_item,
 )
 from mushroom.combine.stack import Member, fit_stack
-from mushroom.data.predictions import load_predictions, prediction_from_vectors, submission_name
+from mushroom.data.predictions import (
+    load_predictions,
+    prediction_from_vectors,
+    submission_glob,
+    submission_name,
+)
 from mushroom.data.records import Item, Prediction
 from mushroom.data.runfolder import prediction_folder
 from mushroom.data.spans import hard_to_mask, soft_to_vector
 from mushroom.data.splits import load_split
 from mushroom.errors import MushroomError
+from mushroom.evaluation.runfiles import failed_item_messages
 from mushroom.evaluation.score import score_predictions
 from mushroom.evaluation.stats import paired_test
 from mushroom.util.options import split_names
@@ -365,8 +371,13 @@ def replayed_items(folder: Path, data: dict[str, list[Item]]) -> dict[str, list[
 
 def replay_member(folder: Path, data: dict[str, list[Item]]) -> tuple[Member, Callable[[set[str]], Spend]]:
     """The recorded member and its spend per set of items (from raw records, else a call per item)."""
-    member = Member("replayed", folder)
     preds = prediction_folder(folder, "val")
+    # a recorded run's failed items (written empty by --allow-failures) are its own: said, and
+    # read as the run wrote them, as the run's own benchmark scores them
+    failed = failed_item_messages(sorted(preds.glob(submission_glob("val"))))
+    for message in failed:
+        print(f"note: {message}; the recorded member is read with them empty")
+    member = Member("replayed", folder, allow_failures=bool(failed))
     missing = [lang for lang in data if not (preds / submission_name(lang, "val")).is_file()]
     if missing:
         raise SystemExit(f"--replay {folder}: no val file for {', '.join(missing)} in {preds}; give --langs")

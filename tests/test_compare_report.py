@@ -286,3 +286,28 @@ def test_sweep_finds_the_languages_of_loose_files_and_sweeps_a_full_run_with_a_l
     assert code == 0, err
     code, out, err = cli(capsys, "sweep", lo, five, "--svg", tmp_path / "d.svg")
     assert code == 0 and "is not among the items" not in err and "swept 5 of 50 gold items" in err, err
+
+
+def test_report_marks_cut_off_replies_and_shows_the_runs_warnings(tmp_path):
+    """A run whose replies were cut off showed only "predicted hard spans: none", which reads
+    as a method that found nothing."""
+    import json
+
+    from mushroom.data.splits import load_split
+
+    run = tmp_path / "r"
+    res = runner.invoke(
+        app, ["detect", "--split", "val", "--lang", "en", "--limit", "1", "--out", str(run), "--quiet"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "the run's warnings" not in build_report(run, "val", ["en"]).html
+    item = load_split("val", ["en"])["en"][0]
+    raw = prediction_folder(run, "val") / "raw" / "en.raw.jsonl"
+    row = {"id": item.id, "texts": ['{"incorrect_spans": [', "{}"], "finish_reasons": ["length", "stop"]}
+    raw.write_text(json.dumps(row) + "\n")
+    summary = json.loads((run / "summary.json").read_text())
+    summary["warnings"] = ["llm:val en: 1 of 1 LLM responses <were> cut off"]
+    (run / "summary.json").write_text(json.dumps(summary))
+    page = build_report(run, "val", ["en"]).html
+    assert "[sample 1 of 2] [cut off at max_tokens] " in page and "[sample 2 of 2] {}" in page
+    assert "the run's warnings (1)" in page and "1 of 1 LLM responses &lt;were&gt; cut off" in page

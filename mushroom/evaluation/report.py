@@ -159,8 +159,11 @@ def _raw_outputs(folder: Path, lang: str, problems: list[Problem] | None = None)
             if isinstance(row, dict) and "id" in row:
                 texts = row.get("texts") if isinstance(row.get("texts"), list) else None
                 if texts:  # every sample, apart; the prompt sent (`messages`) is not an output
+                    reasons = row.get("finish_reasons") if isinstance(row.get("finish_reasons"), list) else []
                     for k, t in enumerate(texts):
                         label = f"[sample {k + 1} of {len(texts)}] " if len(texts) > 1 else ""
+                        if k < len(reasons) and reasons[k] == "length":  # read as it was: cut off
+                            label += "[cut off at max_tokens] "
                         out.setdefault(str(row["id"]), []).append(label + str(t))
                     continue
                 shown = {k: v for k, v in row.items() if k != "messages"}
@@ -228,6 +231,21 @@ def _item_html(
         f"{ctx_html}{raw_html}</div>"
     )
     return body, iou
+
+
+def _warnings_html(run_dir: Path) -> str:
+    """The run's own warnings (summary.json): cut-off replies, unreadable ones, failed items.
+
+    Without them a page of empty predictions read as a method that found nothing.
+    """
+    try:
+        warnings = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("warnings")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if not isinstance(warnings, list) or not warnings:
+        return ""
+    shown = "".join(f"<li>{html.escape(str(w))}</li>" for w in warnings[:20])
+    return f"<details open><summary>the run's warnings ({len(warnings)})</summary><ul>{shown}</ul></details>"
 
 
 def _problems_html(problems: list[Problem]) -> str:
@@ -342,7 +360,7 @@ def build_report(
 <h2>Scores</h2><table id="summary"><tr><th>lang</th><th>items</th><th>mean IoU</th></tr>{rows}</table>
 {"<h2>Error types</h2><table id='tags'><tr><th>type</th><th>items</th></tr>" + tag_table + "</table>" if tag_counts else ""}
 <details><summary>run config</summary><pre>{config}</pre></details>
-{_problems_html(raw_problems)}
+{_warnings_html(run_dir)}{_problems_html(raw_problems)}
 <h2>Items</h2>
 <p>language <select id="f-lang"><option value="all">all</option>{lang_options}</select>
 error type <select id="f-tag"><option value="all">all</option><option value="none">untagged</option>{tag_options}</select>
