@@ -224,6 +224,24 @@ def test_an_item_the_model_failed_on_keeps_the_cpu_stacks_prediction(tmp_path, c
     assert any(val_final[i] != val_base[i] for i in val_base if i not in failed)
     comparison = json.loads((out / "val" / "comparison.json").read_text())
     assert "member stack, items sent (CV)" in comparison
+    assert summary["cascade"]["sent_this_run"] == 60
+
+
+def test_items_a_tripped_circuit_breaker_never_sent_are_not_counted_as_sent(tmp_path, capsys):
+    out = tmp_path / "job"
+    flags = '{"incorrect_spans": ["il"]}'
+    # test's 45 items answered, then every request fails: 10 in a row trip it, 5 go unsent
+    script = {"": [("ok", flags)] * 45 + [("status", 500, "boom")] * 40}
+    with FakeServer(script, default_text=flags) as server:
+        code, said, err = cli(
+            capsys, *_job(out, 0.3), "--allow-failures", "-o", f"llm.backend.base_url={server.url}",
+            "-o", "llm.backend.max_retries=0",
+        )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["cascade"]["val"]["failed"] == 15
+    assert summary["cascade"]["sent_this_run"] == 45 + 10
+    assert "(55 sent by this run)" in " ".join((said + err).split())
 
 
 def test_the_budget_needs_a_model_backed_member_and_a_share_above_0(tmp_path, capsys):

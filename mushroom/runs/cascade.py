@@ -143,6 +143,7 @@ def run_cascade(
     service.record_stage("cascade-base-stack", time.perf_counter() - t0, reused=False)
     val_sent, test_sent = chosen_items(val_data, records, "val"), chosen_items(test_data, records, "test")
     sent_now = 0
+    unsent_before = sum(f.error.startswith("not sent") for f in service.failures)
     for name in costly:
         det = dets[name]
         test = service.detect_split(det, "test", out / "members" / name, langs, sources, data=test_sent)
@@ -150,6 +151,8 @@ def run_cascade(
             det, "val", out / "members" / name / "val", val_langs, sources, data=val_sent
         )
         sent_now += test.done_now + val.done_now
+    # items a tripped circuit breaker (or a dead URL) failed without a request were not sent
+    sent_now -= sum(f.error.startswith("not sent") for f in service.failures) - unsent_before
     stop_on_failures()
 
     # Under --allow-failures, an item a model-backed member failed on keeps the CPU stack's
