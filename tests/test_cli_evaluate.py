@@ -96,6 +96,15 @@ def test_a_limited_run_is_scored_compared_and_swept_on_what_it_covers(tmp_path, 
     code, out, err = cli(capsys, "compare", run, run, "--eval-dir", tmp_path / "eval")
     assert code == 0, err
     assert "0:run: " + note in err and "1:run: " + note in err
+    # beside a run of every item (here the gold itself): compared on the 5 both predicted
+    full = tmp_path / "full"
+    full.mkdir()
+    write_lines(full / "mushroom.en-val.v2.jsonl", GOLD_ROWS)
+    code, out, err = cli(capsys, "compare", full, run, "--eval-dir", tmp_path / "eval")
+    assert code == 0, err
+    assert f"compared on the 5 items every run predicted, of 50: the run in {run} was made with" in err
+    row = next(line for line in out.splitlines() if line.startswith("│ run ") and " en " in line)
+    assert "│ 5 │" in row and "-" in row.split("│")[6]  # 5 items, a loss against gold
     code, out, err = cli(capsys, "sweep", run, "--svg", tmp_path / "s.svg")
     assert code == 0, err
     assert f"sweeping en: the run in {run} was made with" in err and "swept 5 of 50 gold items" in err

@@ -40,6 +40,7 @@ def compare(
     from mushroom.data.splits import workspace
     from mushroom.evaluation.compare import (
         COLUMNS,
+        common_items,
         comparison_rows,
         left_out_languages,
         load_tags,
@@ -75,6 +76,8 @@ def compare(
             print_warning(note)
     for note in left_out_languages(scored):
         print_warning(note)
+    for note in common_items(scored):
+        err_console.print(esc(note), highlight=False)
     rows = comparison_rows(scored, baseline)
     out_console.print(
         paired_table(f"{split}: runs against baseline {scored[baseline].name} (paired, items)", rows)

@@ -77,6 +77,36 @@ def score_run(path: Path, split: str = "val", name: str | None = None) -> RunSco
     return RunScores(name or path.name, path, result, scope)
 
 
+def common_items(runs: list[RunScores]) -> list[str]:
+    """Cuts every run to the items all of them predicted when one was made with `--limit`.
+
+    Paired tests need the same items: a limited run beside a full one was refused as "not the
+    same items", though the docs promised it compared on the items it predicted. Returns the
+    note that says so (nothing when no run is limited).
+    """
+    limited = [r for r in runs if r.scope is not None and r.scope.partial]
+    if not limited:
+        return []
+    common = set.intersection(*(set(r.result.ids) for r in runs))
+    if not common:
+        raise MushroomError("the runs have no predicted item in common; compare runs made on the same items")
+    shared = sorted(set.intersection(*(set(r.result.langs) for r in runs)))
+    most = max(len(r.result.of_langs(shared).ids) for r in runs)
+    for run in runs:
+        keep = [k for k, i in enumerate(run.result.ids) if i in common]
+        cut = run.result.subset(keep)
+        cut.warnings, cut.unscored = (
+            run.result.warnings,
+            run.result.unscored + len(run.result.ids) - len(keep),
+        )
+        run.result = cut
+    if len(common) == most:
+        return []
+    return [
+        f"compared on the {len(common)} items every run predicted, of {most}: {limited[0].scope.made_with()}"  # type: ignore[union-attr]
+    ]
+
+
 def left_out_languages(runs: list[RunScores]) -> list[str]:
     """One note per run with languages the comparison drops because another run lacks them.
 
