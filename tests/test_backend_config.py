@@ -216,3 +216,18 @@ def test_a_variant_name_that_is_not_a_folder_name_is_refused(tmp_path, name):
     )
     with pytest.raises(DataError, match=r"variants\.0\.name.*cannot name a file"):
         load_run_config(path)
+
+
+def test_a_run_configs_unknown_language_or_split_names_the_file_and_field(tmp_path):
+    """They stopped the run with a message that named neither, as a main-job config names them."""
+    from mushroom.runs.config import load_run_config
+
+    path = tmp_path / "run.toml"
+    path.write_text('name = "x"\nlangs = ["EN", "xx"]\nsplits = ["vall"]\n[detector]\nname = "lexical"\n')
+    with pytest.raises(DataError) as err:
+        load_run_config(path)
+    said = str(err.value)
+    assert f"{path}: field 'langs.1': unknown language 'xx'" in said
+    assert f"{path}: field 'splits.0': unknown split 'vall' (did you mean 'val'?)" in said
+    path.write_text('name = "x"\nlangs = ["EN"]\n[detector]\nname = "lexical"\n')
+    assert load_run_config(path).langs == ["en"]

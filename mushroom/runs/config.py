@@ -243,6 +243,23 @@ def load_run_config(path: Path) -> RunConfig:
         cls = detector_class(cfg.detector.name)
     except MushroomError as exc:
         raise DataError([Problem(str(path), None, "detector.name", str(exc))], exit_code=2) from None
+    from mushroom.data.splits import SPLIT_DIRS
+
+    problems = _lang_problems(path, cfg.langs) + [
+        Problem(
+            str(path),
+            None,
+            f"splits.{k}",
+            f"unknown split {split!r}{did_you_mean(split, list(SPLIT_DIRS))}; "
+            f"one of {', '.join(sorted(SPLIT_DIRS))}",
+        )
+        for k, split in enumerate(cfg.splits)
+        if split not in SPLIT_DIRS
+    ]
+    if problems:
+        raise DataError(problems, exit_code=2)
+    if cfg.langs is not None:
+        cfg.langs = [lang.lower() for lang in cfg.langs]
     checks = [("detector.options", cfg.detector.options)]
     checks += [(f"variants.{n}.options", o) for n, o in cfg.variant_options() if n]
     for where, options in checks:
@@ -292,7 +309,6 @@ def load_main_job_config(path: Path) -> MainJobConfig:
     member's and holds that detector's options (checked by the detector's own model, so a
     misspelt option names the close one), and every language is a Mu-SHROOM one.
     """
-    from mushroom.data.languages import LANGUAGES
     from mushroom.detectors import detector_class
 
     data = read_config_file(path)
@@ -329,22 +345,29 @@ def load_main_job_config(path: Path) -> MainJobConfig:
                 classes[name].Options.model_validate(options)
             except ValidationError as exc:
                 problems += [_option_problem(path, f"options.{name}", classes[name], e) for e in exc.errors()]
-    for k, lang in enumerate(cfg.langs or []):
-        if lang.lower() not in LANGUAGES:
-            problems.append(
-                Problem(
-                    str(path),
-                    None,
-                    f"langs.{k}",
-                    f"unknown language {lang!r}{did_you_mean(lang.lower(), LANGUAGES)}; "
-                    f"one of {', '.join(LANGUAGES)}",
-                )
-            )
+    problems += _lang_problems(path, cfg.langs)
     if problems:
         raise DataError(problems, exit_code=2)
     if cfg.langs is not None:
         cfg.langs = [lang.lower() for lang in cfg.langs]  # files say "EN", as --lang takes it
     return cfg
+
+
+def _lang_problems(path: Path, langs: list[str] | None) -> list[Problem]:
+    """An unknown language in a config's `langs`, named with the file and its place in the list."""
+    from mushroom.data.languages import LANGUAGES
+
+    known = ", ".join(LANGUAGES)
+    return [
+        Problem(
+            str(path),
+            None,
+            f"langs.{k}",
+            f"unknown language {lang!r}{did_you_mean(lang.lower(), LANGUAGES)}; one of {known}",
+        )
+        for k, lang in enumerate(langs or [])
+        if lang.lower() not in LANGUAGES
+    ]
 
 
 def execute(
