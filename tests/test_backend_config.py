@@ -231,3 +231,13 @@ def test_a_run_configs_unknown_language_or_split_names_the_file_and_field(tmp_pa
     assert f"{path}: field 'splits.0': unknown split 'vall' (did you mean 'val'?)" in said
     path.write_text('name = "x"\nlangs = ["EN"]\n[detector]\nname = "lexical"\n')
     assert load_run_config(path).langs == ["en"]
+
+
+def test_a_value_no_branch_of_a_union_takes_is_one_problem_at_the_field_the_user_wrote():
+    """`-o backend.concurrency=abc` named `backend.concurrency.int` and `...literal['auto']`."""
+    options = {"backend": {"kind": "openai", "base_url": "http://x/v1", "model": "m", "concurrency": "abc"}}
+    with pytest.raises(DataError) as err:
+        build("llm", options)
+    (problem,) = err.value.problems
+    assert problem.field == "backend.concurrency"
+    assert "a valid integer" in problem.message and "or input should be 'auto'" in problem.message

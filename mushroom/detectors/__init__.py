@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, VectorDetector
 from mushroom.errors import DataError, MushroomError, Problem, did_you_mean
-from mushroom.util.options import error_message, value_hint
+from mushroom.util.options import error_message, field_errors, value_hint
 from mushroom.util.registry import Part, Registry
 
 __all__ = [
@@ -149,7 +149,7 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
     except ValidationError as exc:
         valid = ", ".join(cls.Options.model_fields)
         problems = []
-        for err in exc.errors():
+        for err in field_errors(exc.errors()):
             where = ".".join(map(str, err["loc"]))
             msg = error_message(err) + value_hint(err)
             if err["type"] == "extra_forbidden":

@@ -27,7 +27,7 @@ from mushroom.data.splits import load_split, workspace
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util.names import valid_name
-from mushroom.util.options import error_message, merge_options
+from mushroom.util.options import error_message, field_errors, merge_options
 
 if TYPE_CHECKING:
     from mushroom.runs.service import SplitOutput
@@ -212,7 +212,7 @@ def _invalid(
     return DataError(
         [
             Problem(str(path), None, ".".join(map(str, e["loc"])), _config_message(e, table_of(e["loc"])))
-            for e in exc.errors()
+            for e in field_errors(exc.errors())
         ],
         exit_code=2,
     )
@@ -266,7 +266,7 @@ def load_run_config(path: Path) -> RunConfig:
         try:
             cls.Options.model_validate(options)
         except ValidationError as exc:
-            errors = exc.errors()
+            errors = field_errors(exc.errors())
             if where == "detector.options" and cfg.variants:
                 errors = [e for e in errors if e["type"] != "missing"]  # a variant may supply it
             if errors:
@@ -344,7 +344,10 @@ def load_main_job_config(path: Path) -> MainJobConfig:
             try:
                 classes[name].Options.model_validate(options)
             except ValidationError as exc:
-                problems += [_option_problem(path, f"options.{name}", classes[name], e) for e in exc.errors()]
+                problems += [
+                    _option_problem(path, f"options.{name}", classes[name], e)
+                    for e in field_errors(exc.errors())
+                ]
     problems += _lang_problems(path, cfg.langs)
     if problems:
         raise DataError(problems, exit_code=2)

@@ -7,6 +7,7 @@ options here, so a misspelt name gets the same suggestion wherever it was given.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +21,34 @@ from mushroom.util.words import suggest
 def error_message(err: Any) -> str:
     """A pydantic error's message without the "Value error, " pydantic puts before our own."""
     return str(err["msg"]).removeprefix("Value error, ")
+
+
+# the tag pydantic puts last in an error's place for one branch of a union ("int",
+# "literal['auto']", "list[float]", a model's name): the user wrote no such key
+_BRANCH = re.compile(r"^(int|float|str|bool|none|bytes|literal\[.*\]|(list|dict|tuple|set)\[.*\]|[A-Z]\w*)$")
+
+
+def field_errors(errors: list[Any]) -> list[dict[str, Any]]:
+    """Pydantic's errors with those of one union's branches merged into one per field.
+
+    `-o backend.concurrency=abc` gave two problems named `backend.concurrency.int` and
+    `backend.concurrency.literal['auto']`: places the user cannot write. They become one,
+    at `backend.concurrency`, saying what each branch wanted.
+    """
+    out: list[dict[str, Any]] = []
+    merged: dict[tuple, dict[str, Any]] = {}
+    for err in errors:
+        loc = tuple(err.get("loc", ()))
+        if len(loc) < 2 or not isinstance(loc[-1], str) or not _BRANCH.match(loc[-1]):
+            out.append(dict(err))
+            continue
+        key = loc[:-1]
+        if key in merged:
+            merged[key]["msg"] += f", or {error_message(err)[0].lower()}{error_message(err)[1:]}"
+            continue
+        merged[key] = {**err, "loc": key, "msg": error_message(err)}
+        out.append(merged[key])
+    return out
 
 
 def check_name(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, Any], what: str) -> str:
@@ -118,7 +147,7 @@ def check_option_names(
 def validation_message(exc: ValidationError, source: str = "") -> str:
     """A pydantic error as lines naming each field, the problem and the value given."""
     lines = []
-    for err in exc.errors():
+    for err in field_errors(exc.errors()):
         if not err["loc"]:  # a check of the whole record: its input is every setting, not one value
             lines.append(f"{source}{error_message(err)}")
             continue
