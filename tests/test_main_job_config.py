@@ -72,6 +72,10 @@ def test_a_bad_config_names_the_file_and_the_field(tmp_path):
     assert kind.startswith("options.llm.backend")
     [other] = _problems(path, GOOD + "\n[options.semantic]\nmax_length = 64\n")
     assert other == "options.semantic: 'semantic' is not a member; members: lexical, llm"
+    # a misspelt member is named; its options are not "did you mean" the misspelling
+    typo, options = _problems(path, GOOD.replace('"lexical", "llm"', '"lexical", "lm"'))
+    assert typo.startswith("members.1: unknown detector 'lm' (did you mean 'llm'?)")
+    assert options == "options.llm: 'llm' is not a member; members: lexical, lm"
     [lang] = _problems(path, GOOD.replace('"IT"', '"xx"'))
     assert lang.startswith("langs.0: unknown language 'xx'")
     [job] = _problems(path, GOOD.replace('job = "main"', ""))

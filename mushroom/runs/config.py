@@ -336,7 +336,7 @@ def load_main_job_config(path: Path) -> MainJobConfig:
                     str(path),
                     None,
                     f"options.{name}",
-                    f"{name!r} is not a member{did_you_mean(name, cfg.members)}; "
+                    f"{name!r} is not a member{did_you_mean(name, list(classes))}; "
                     f"members: {', '.join(cfg.members)}",
                 )
             )
