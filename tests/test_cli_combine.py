@@ -73,6 +73,13 @@ def test_stack_apply_names_a_json_file_that_is_no_stack(tmp_path, capsys):
     assert code == 1
     assert f"{config}: not a stack.json (fit one with `mushroom stack fit`)" in err
     assert "Field required" not in err and not (tmp_path / "o").exists()
+    # a predictions file (JSON Lines) or an empty file is not JSON at all: named the same way
+    pred = run / "predictions" / "mushroom.en-val.v2.jsonl"
+    (tmp_path / "empty.json").write_text("")
+    for path, what in ((pred, "not one JSON value"), (tmp_path / "empty.json", "an empty file")):
+        args = ["stack", "apply", path, f"lexical={run}", "--out", tmp_path / "o", "--split", "val"]
+        code, _, err = cli(capsys, *args)
+        assert code == 1 and f"{path}: not a stack.json ({what}: invalid JSON" in " ".join(err.split()), err
 
 
 def _english_stack(tmp_path, capsys):

@@ -185,7 +185,14 @@ def _load_stack(path: Path) -> StackModel:
     from mushroom.combine.stack import StackModel
     from mushroom.data.jsonl import read_json_model, validation_problems
 
-    raw = read_json_model(path, RootModel[Any]).root
+    try:
+        raw = read_json_model(path, RootModel[Any]).root
+    except DataError as exc:  # a predictions file (JSON Lines), an empty file: not JSON at all
+        what = "an empty file" if path.is_file() and not path.stat().st_size else "not one JSON value"
+        found = f"{exc.problems[0].message}" if exc.problems else ""
+        raise DataError.single(
+            path, None, None, f"not a stack.json ({what}: {found}); fit one with `mushroom stack fit`"
+        ) from None
     required = {name for name, info in StackModel.model_fields.items() if info.is_required()}
     if not isinstance(raw, dict) or not required <= raw.keys():
         raise DataError.single(path, None, None, "not a stack.json (fit one with `mushroom stack fit`)")
