@@ -262,6 +262,10 @@ def test_a_run_over_an_items_file_says_how_to_score_it(tmp_path, capsys):
     assert f"mushroom score ITEMS.jsonl {run / 'predictions' / 'mushroom.en-items.jsonl'}" in flat
     code, out, err = cli(capsys, "score", items, run)  # the run folder itself, against its items
     assert code == 0 and "IoU: " in out, err
+    # as a stack's member, it is read with --items (it said to score it, which fits no stack)
+    code, _, err = cli(capsys, "stack", "fit", f"lexical={run}", "--out", tmp_path / "s.json")
+    flat = " ".join(err.split())
+    assert code == 2 and "`stack apply --items ITEMS.jsonl` reads such runs" in flat, err
     # an items file named like an official one (a language in its name): its run is scored too
     named = write_lines(tmp_path / "mushroom.en-val.v2.jsonl", GOLD_ROWS[:3])
     run = tmp_path / "named"

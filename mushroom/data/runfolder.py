@@ -195,8 +195,11 @@ def variant_names(path: Path, split: str) -> list[str]:
     )
 
 
-def prediction_folder(path: Path, split: str) -> Path:
+def prediction_folder(path: Path, split: str, items_advice: str | None = None) -> Path:
     """The folder holding a run's prediction files for a split.
+
+    `items_advice` says what to do with a `detect --items` run instead (a stack member's run
+    wants `--items`; the default advice is to score it against its items file).
 
     Main-job runs keep test files at the top and val files in val/; `mushroom detect` runs
     keep them in predictions/; a plain folder of prediction files works too.
@@ -211,10 +214,8 @@ def prediction_folder(path: Path, split: str) -> Path:
             return folder
     own = items_files(path) if split != "items" else []
     if own:  # a run over a file of the user's: no gold split to read it against
-        raise MushroomError(
-            f"{path}: made with --items, so it has no {split} files; score it against its items file, "
-            f"e.g. mushroom score ITEMS.jsonl {own[0]}"
-        )
+        advice = items_advice or f"score it against its items file, e.g. mushroom score ITEMS.jsonl {own[0]}"
+        raise MushroomError(f"{path}: made with --items, so it has no {split} files; {advice}")
     variants = variant_names(path, split)
     hint = (
         f"; it holds the variants {', '.join(variants)}: give one, e.g. {path / variants[0]}"

@@ -29,7 +29,11 @@ class Member:
 
     def folder(self, split: str) -> Path:
         """The folder with this split's prediction files (main-job, detect and plain layouts)."""
-        return prediction_folder(self.path, split)
+        return prediction_folder(
+            self.path,
+            split,
+            "`stack apply --items ITEMS.jsonl` reads such runs; `stack fit` takes runs of a labelled split",
+        )
 
     def files(self, split: str, lang: str) -> tuple[Path, Path]:
         """(prediction file, channel file) of one language; the channel file may not exist.
