@@ -85,12 +85,12 @@ def common_items(runs: list[RunScores]) -> list[str]:
     note that says so (nothing when no run is limited).
     """
     limited = [r for r in runs if r.scope is not None and r.scope.partial]
-    if not limited:
+    shared = sorted(set.intersection(*(set(r.result.langs) for r in runs)))
+    if not limited or not shared:  # no language in common: `comparison_rows` says so
         return []
     common = set.intersection(*(set(r.result.ids) for r in runs))
     if not common:
         raise MushroomError("the runs have no predicted item in common; compare runs made on the same items")
-    shared = sorted(set.intersection(*(set(r.result.langs) for r in runs)))
     most = max(len(r.result.of_langs(shared).ids) for r in runs)
     for run in runs:
         keep = [k for k, i in enumerate(run.result.ids) if i in common]
