@@ -49,6 +49,7 @@ from mushroom.combine.stack import Member, fit_stack
 from mushroom.data.predictions import load_predictions
 from mushroom.data.splits import load_split
 from mushroom.detectors import build
+from mushroom.errors import retry_advice
 from mushroom.evaluation.score import score_predictions
 from mushroom.evaluation.stats import bootstrap_ci, paired_test
 from mushroom.models.serve import LlamaServer
@@ -350,14 +351,13 @@ def main() -> None:
     if getattr(args, "failed", "") and args.replay:  # the record's own: a replay reproduced it
         print(
             f"note: items failed in the record ({args.failed}). Their predictions are empty, so the "
-            "scores above are not quite the model's; a live run with a larger --max-tokens would "
-            "redo them.",
+            "scores above are not quite the model's.",
             file=sys.stderr,
         )
     elif getattr(args, "failed", ""):
         print(
             f"error: items failed ({args.failed}). Their predictions are empty, so the scores above are "
-            "not the model's. Fix the cause and run the same command again: it retries only the failed items.",
+            f"not the model's. {retry_advice(args.failed_errors)}.",
             file=sys.stderr,
         )
         sys.exit(1)
@@ -591,6 +591,9 @@ def run() -> argparse.Namespace:
 
     # Failed items are left empty and scored as such: the numbers above would look like a
     # result. They are shown, then the script says so and exits non-zero.
+    args.failed_errors = [
+        results[name]["first_error"] for name in systems if results[name]["stats"].get("items.failed", 0)
+    ]
     args.failed = "; ".join(
         f"{name}: {n}, the first with: {results[name]['first_error']}"
         for name in systems

@@ -160,18 +160,20 @@ def did_you_mean(name: str, names: Iterable[str]) -> str:
 
 
 REPLAY_MISS = "no recorded response"
+"""How a replay backend's error for a request its file has no answer to begins."""
 CUT_OFF = "the reply was cut off at max_tokens"
-"""In the error of an item whose reply stopped at its budget before it said anything."""
+"""In the error of an item whose every reply stopped at its budget before it named a span."""
 TOO_LONG = "longer than the server's context"
 """In the error of a request the server refused for its length: the same request fails again."""
-"""How a replay backend's error for a request its file has no answer to begins."""
 
 
 def retry_advice(errors: list[str], folder: str = "") -> str:
-    """What to do about failed items: a re-run retries them, unless only a replay file lacked them.
+    """What to do about failed items: a re-run retries them, except where it cannot help.
 
     A replay answers from its file, so running the same command again fails the same items
-    the same way; those need recorded answers or a run limited to the items recorded.
+    the same way; those need recorded answers or a run limited to the items recorded. A
+    reply cut off at max_tokens comes back from the response cache as it was, and a prompt
+    too long for the server is refused again: both need a setting changed first.
     `folder` ("--out DIR") is named in the advice: a command given no folder makes a new one
     each time, and would start over instead of retrying.
     """
@@ -188,8 +190,10 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
         )
     long = sum(TOO_LONG in e for e in errors)
     context = (
-        "raise the server's context length (llama.cpp --n_ctx, vLLM --max-model-len) or lower "
-        "max_tokens, then run the same command again" + (f" with {folder}" if folder else "")
+        "raise the server's context length (llama-server -c, llama_cpp.server --n_ctx, vLLM "
+        "--max-model-len), then run the same command again"
+        + (f" with {folder}" if folder else "")
+        + "; or lower max_tokens, in a new folder"
     )
     if errors and long == len(errors):
         return f"The server refused them as {TOO_LONG}, so a re-run as it is fails them again: {context}"

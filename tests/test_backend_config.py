@@ -241,3 +241,24 @@ def test_a_value_no_branch_of_a_union_takes_is_one_problem_at_the_field_the_user
     (problem,) = err.value.problems
     assert problem.field == "backend.concurrency"
     assert "a valid integer" in problem.message and "or input should be 'auto'" in problem.message
+
+
+def test_union_branches_are_merged_only_where_a_union_has_them():
+    from typing import Annotated, Literal
+
+    from pydantic import BaseModel, Field, ValidationError
+
+    from mushroom.util.options import field_errors
+
+    class Settings(BaseModel):
+        workers: Annotated[int, Field(ge=1)] | Literal["auto"]
+        weights: dict[str, float] = {}
+
+    with pytest.raises(ValidationError) as err:
+        Settings(workers=0, weights={"int": "x"})
+    found = {".".join(map(str, e["loc"])): e["msg"] for e in field_errors(err.value.errors())}
+    # a constrained branch merges too; a dict key that looks like a branch's tag stays a key
+    assert set(found) == {"workers", "weights.int"}
+    assert (
+        "greater than or equal to 1" in found["workers"] and "or input should be 'auto'" in found["workers"]
+    )

@@ -152,6 +152,12 @@ def test_a_stack_applied_to_the_split_it_was_fitted_on_is_called_in_sample_where
     assert code == 0 and said in " ".join(err.split()), err
     code, _, err = cli(capsys, "score", VAL_EN, stack)
     assert code == 0 and said in " ".join(err.split()), err
+    # applied to a language it was not fitted on: out of sample, so nothing to say
+    config["stack"]["languages"] = ["de"]
+    (stack / "config.json").write_text(json.dumps({"config": config, "config_hash": "0"}))
+    code, _, err = cli(capsys, "compare", other, stack, "--eval-dir", tmp_path / "e")
+    assert code == 0 and "in-sample" not in err, err
+    config["stack"]["languages"] = ["en"]
     # fitted on val, applied to test: nothing to say; nor of a run that is no stack's
     config["split"] = "test"
     (stack / "config.json").write_text(json.dumps({"config": config, "config_hash": "0"}))

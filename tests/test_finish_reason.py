@@ -118,3 +118,30 @@ def test_a_generated_context_cut_off_at_max_tokens_is_counted_and_warned_of(tmp_
     assert code == 0, err
     said = " ".join(err.split())
     assert "2 generated contexts stopped at --max-tokens 32" in said and "raise --max-tokens" in said
+
+
+def test_a_cut_off_reply_is_left_out_of_the_vote_and_fails_the_item_only_when_none_is_left():
+    """With three temperatures, a cut reply used to vote "nothing wrong" beside the others."""
+    from mushroom.data.splits import load_split
+    from mushroom.detectors import build
+
+    item = load_split("val", ["en"])["en"][0]  # "Petra van Stoveren won a silver medal ..."
+    det = build("llm", {"backend": {"kind": "replay", "responses": "-"}, "temperatures": [0.1, 0.2, 0.3]})
+    good = Generation(
+        texts=['{"incorrect_spans": [{"text": "Petra van Stoveren"}]}'], finish_reasons=["stop"]
+    )
+    cut = Generation(texts=['{"incorrect_spans": [{"text": "Petra'], finish_reasons=["length"])
+    empty = Generation(texts=['{"incorrect_spans": []}'], finish_reasons=["stop"])
+    # one good reply and two cut: the good one alone votes, so its span is kept
+    result = det._item_result(item, [good, cut, cut])
+    assert result.status == "ok" and result.prediction.hard_labels == [(0, 18)]
+    assert result.stats["llm.cut_before_any_span"] == 2
+    assert [r.get("cut_off", False) for r in result.detail["responses"]] == [False, True, True]
+    # one good and one empty: one vote of two is no majority, as before
+    assert det._item_result(item, [good, cut, empty]).prediction.hard_labels == []
+    # every reply cut: the item failed, saying why
+    failed = det._item_result(item, [cut, cut, cut])
+    assert failed.status == "failed" and "cut off at max_tokens" in failed.error
+    # no finish reason, but the whole budget used by the count: cut off too
+    counted = Generation(texts=['{"incorrect_spans": [{"text": "Pe'], usage={"completion_tokens": 1024})
+    assert det._item_result(item, [good, counted, counted]).stats["llm.cut_before_any_span"] == 2

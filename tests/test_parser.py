@@ -122,7 +122,7 @@ def test_extract_json_reports_repairs():
         ("1", 1.0),
         (80, 0.8),
         ("80", 0.8),
-        (10, 0.1),
+        (10.5, 0.105),
         ("1.5%", 0.015),
         (100, 1.0),
         ("80%", 0.8),
@@ -143,7 +143,7 @@ def test_one_probability_scale_for_numbers_and_strings(value, expected):
 @pytest.mark.parametrize(
     "value",
     [-0.1, "-0.1", 100.5, "101", "150%", 10**400, "1e400", float("nan"), float("inf"), "NaN", "Infinity"]
-    + [1.5, "1.9", 5, 9.99]  # above 1 and below 10: a 1-10 scale, an overshoot or a percentage
+    + [1.5, "1.9", 5, 9.99, 10, "10"]  # above 1, up to 10: a 1-10 scale, an overshoot or a percentage
     + [True, False, None, [0.5], {"p": 0.5}, "high", "", "0.5.5", "½"],
 )
 def test_invalid_probabilities_fall_back_to_the_default_and_are_counted(value):

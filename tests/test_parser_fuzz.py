@@ -20,7 +20,7 @@ from mushroom.data.splits import load_split
 from mushroom.parsing.json_repair import MAX_DEPTH, extract_json
 from mushroom.parsing.locate import METHODS
 from mushroom.parsing.parser import (
-    AMBIGUOUS_BELOW,
+    AMBIGUOUS_UP_TO,
     COUNT_KEYS,
     coerce_bool,
     coerce_claims,
@@ -302,7 +302,7 @@ def test_any_span_texts_in_any_answer(answer, spans):
 @given(st.floats(0, 100))
 def test_probability_rule_is_the_same_for_numbers_and_strings(x):
     assert coerce_probability(f"{x!r}%") == pytest.approx(x / 100)
-    if 1 < x < AMBIGUOUS_BELOW:  # a 1-10 scale, an overshoot or a percentage: invalid
+    if 1 < x <= AMBIGUOUS_UP_TO:  # a 1-10 scale, an overshoot or a percentage: invalid
         assert coerce_probability(x) is None and coerce_probability(repr(x)) is None
         return
     expected = x if x <= 1 else x / 100

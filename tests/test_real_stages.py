@@ -59,7 +59,7 @@ def backend_options(kind, server=None):
 
 
 STAGE_OPTIONS = {
-    "llm": ["-o", "max_tokens=48", "-o", "prompt=single_zero_shot", "-o", "max_context_chars=1500"],
+    "llm": ["-o", "max_tokens=160", "-o", "prompt=single_zero_shot", "-o", "max_context_chars=1500"],
     "chain": ["-o", "max_tokens=64", "-o", "max_context_chars=1500"],
     "pyes": ["-o", "max_context_chars=1500"],
 }

@@ -85,7 +85,9 @@ def test_llm_detector_with_garbage_model_fails_its_cut_off_replies_and_counts_th
         det.run(items, {}, results.append)
     # 16 tokens of noise, cut off: not "nothing wrong" but a failed item that says why
     assert [r.status for r in results] == ["failed"] * 3
-    assert all("cut off at max_tokens (16) before it named any span" in r.error for r in results)
+    assert all(
+        "cut off at max_tokens (16) before it named a span found in the answer" in r.error for r in results
+    )
     assert sum(r.stats["llm.requests"] for r in results) == 3
     assert sum(r.stats["llm.unparseable"] for r in results) == 3
     assert any("cannot read this tokenizer" in w for w in det.warnings)  # reaches the run's summary

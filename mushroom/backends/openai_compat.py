@@ -620,6 +620,8 @@ class OpenAIBackend(Backend):
                             self.form_confirmed = True
                     gen.structured_output = form
                 return gen
+            if status in (400, 413, 422) and _TOO_LONG_BODY.search(text):  # no form change fixes it
+                return Generation(error=f"HTTP {status}, the prompt is {TOO_LONG}: {text[:300]}")
             if auto and form != "none" and not self.form_confirmed and is_format_rejection(status, text):
                 form = self._fall_back(form)
                 continue
@@ -627,8 +629,6 @@ class OpenAIBackend(Backend):
                 form = self._form
                 continue
             hint = ""
-            if status in (400, 413, 422) and _TOO_LONG_BODY.search(text):
-                return Generation(error=f"HTTP {status}, the prompt is {TOO_LONG}: {text[:300]}")
             if status == 404 and not self.base_url.endswith("/v1"):  # most often the missing /v1
                 where = f"{self.base_url}/chat/completions"
                 hint = f" ({where} not found: OpenAI-compatible servers serve under /v1)"

@@ -187,18 +187,27 @@ class LLMDetector(Detector):
                 result = parse_response(item.model_output_text, text, opts.default_probability)
                 stats.update({f"llm.{k}": v for k, v in result.counts().items()})
                 reasons = gen.finish_reasons
-                cut = reasons[sample] == "length" if sample < len(reasons) else bool(budget_used)
-                if cut and not result.spans and (not result.parsed or "truncated" in result.repairs):
-                    # the reply stopped before saying anything: no vote for "nothing wrong"; with
-                    # no other reply to go by, the item failed
+                said = reasons[sample] if sample < len(reasons) else None
+                cut = said == "length" if said is not None else bool(budget_used)
+                dropped = cut and not result.spans and (not result.parsed or "truncated" in result.repairs)
+                parsed.append(
+                    {
+                        "temperature": opts.temperatures[j],
+                        "sample": sample,
+                        "parsed": result.parsed,
+                        "spans": [[s.start, s.end, s.prob, s.method] for s in result.spans],
+                        "lost": result.lost,
+                        **({"cut_off": True} if dropped else {}),
+                    }
+                )
+                if dropped:
+                    # the reply stopped before it placed a span: no vote for "nothing wrong";
+                    # with no other reply to go by, the item failed
                     stats["llm.cut_before_any_span"] += 1
                     cut_off.append(
-                        f"{CUT_OFF} ({opts.max_tokens}) before it named any span: raise max_tokens"
+                        f"{CUT_OFF} ({opts.max_tokens}) before it named a span found in the answer: "
+                        "raise max_tokens"
                     )
-                    parsed.append(
-                        {"temperature": opts.temperatures[j], "sample": sample, "parsed": result.parsed,
-                         "spans": [], "lost": result.lost, "cut_off": True}
-                    )  # fmt: skip
                     continue
                 soft = np.zeros(n)
                 mask = np.zeros(n, dtype=bool)
@@ -208,15 +217,6 @@ class LLMDetector(Detector):
                         mask[span.start : span.end] = True
                 masks.append(mask)
                 softs.append(soft)
-                parsed.append(
-                    {
-                        "temperature": opts.temperatures[j],
-                        "sample": sample,
-                        "parsed": result.parsed,
-                        "spans": [[s.start, s.end, s.prob, s.method] for s in result.spans],
-                        "lost": result.lost,
-                    }
-                )
         if cut_off and not masks:
             errors += cut_off
         if errors:  # retried on the next run; the calls that worked come from the cache then

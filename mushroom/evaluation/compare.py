@@ -102,9 +102,8 @@ def common_items(runs: list[RunScores]) -> list[str]:
         run.result = cut
     if len(common) == most:
         return []
-    return [
-        f"compared on the {len(common)} items every run predicted, of {most}: {limited[0].scope.made_with()}"  # type: ignore[union-attr]
-    ]
+    made = "; ".join(r.scope.made_with() for r in limited if r.scope is not None)
+    return [f"compared on the {len(common)} items every run predicted, of {most}: {made}"]
 
 
 def left_out_languages(runs: list[RunScores]) -> list[str]:

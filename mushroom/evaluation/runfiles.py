@@ -138,21 +138,26 @@ def in_sample_note(run: Path, split: str) -> str | None:
     `stack apply` warns of it when it runs; `compare`, `sweep`, `score` and `report` read the
     folder later, and printed its scores beside cross-validated ones as if they were alike.
     """
-    from mushroom.data.runfolder import run_scope
+    from mushroom.combine.stack.model import in_sample_languages
+    from mushroom.data.predictions import prediction_langs
+    from mushroom.data.runfolder import prediction_folder, run_scope
 
     scope = run_scope(run)
     if scope is None or scope.config.get("job") != "stack-apply" or scope.config.get("split") != split:
         return None
     stack = scope.config.get("stack")
-    if not isinstance(stack, dict):
+    if not isinstance(stack, dict) or not isinstance(stack.get("languages"), list):
         return None
-    fitted_split = str(stack.get("fitted_on") or "val").partition(":")[0].strip()
-    langs = stack.get("languages")
-    if fitted_split != split or not isinstance(langs, list):
+    try:
+        ran_on = prediction_langs(prediction_folder(run, split), split)
+    except MushroomError:
+        return None
+    same = in_sample_languages(str(stack.get("fitted_on") or ""), list(stack["languages"]), split, ran_on)
+    if not same:
         return None
     return (
         f"{scope.folder}: a stack applied to the {split} items it was fitted on "
-        f"({', '.join(map(str, langs))}): its scores there are in-sample (optimistic), not out of "
+        f"({', '.join(same)}): its scores there are in-sample (optimistic), not out of "
         "fold; the stack's cross-validated scores are `cv` in its stack.json"
     )
 

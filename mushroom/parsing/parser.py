@@ -6,10 +6,10 @@ could not use (`ParseResult.counts`).
 
 Probability scale, one rule for JSON numbers and numeric strings alike (`coerce_probability`):
 - a value in [0, 1] is a probability: 0.8 and "0.8" -> 0.8, 1 -> 1.0;
-- a value in [10, 100] is a percentage: 80 and "80" -> 0.8;
-- a value in (1, 10) is ambiguous, so invalid (below): a 1-10 scale ("5"), a probability a
-  small model overshot (SmolLM2 wrote 1.9 for a span gold marks), or a tiny percentage;
-  read as a percentage, such a span fell below any threshold in silence;
+- a value in (10, 100] is a percentage: 80 and "80" -> 0.8;
+- a value in (1, 10] is ambiguous, so invalid (below): a 1-10 scale ("5", "10"), a
+  probability a small model overshot (SmolLM2 wrote 1.9 for a span gold marks), or a tiny
+  percentage; read as a percentage, such a span fell below any threshold in silence;
 - a string with a percent sign is a percentage whatever its size: "80%" -> 0.8, "1%" -> 0.01;
 - a decimal comma is read as a point ("0,8" -> 0.8); digits of any script count;
 - anything else is invalid: negative, above 100 (or above 100%), NaN, infinity, a boolean,
@@ -49,7 +49,7 @@ _TEXT_KEYS = ("text", "span", "substring", "incorrect_span", "phrase")
 _WRONG_WORDS = ("incorrect", "wrong", "halluc", "error", "false", "unsupported", "fabricat", "inaccura")
 _PROB_KEYS = ("probability", "prob", "confidence", "score")
 _NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:[.,]\d*)?|[.,]\d+)(?:[eE][+-]?\d+)?)\s*([%\u066a\uff05]?)\s*")
-AMBIGUOUS_BELOW = 10.0  # numbers above 1 and below this, without a percent sign, are no probability
+AMBIGUOUS_UP_TO = 10.0  # numbers above 1 and up to this, without a percent sign, are no probability
 _TRUE = frozenset({"true", "yes", "supported", "correct", "1"})
 _FALSE = frozenset({"false", "no", "unsupported", "not supported", "incorrect", "0"})
 
@@ -79,7 +79,7 @@ def coerce_probability(value: Any) -> float | None:
         number = value
     if not math.isfinite(number) or number < 0 or number > 100:
         return None
-    if not percent and 1 < number < AMBIGUOUS_BELOW:
+    if not percent and 1 < number <= AMBIGUOUS_UP_TO:
         return None
     return number / 100 if percent or number > 1 else number
 
@@ -116,7 +116,7 @@ class SpanClaim(BaseModel):
 
     text: str = Field(min_length=1)
     # bounded in the schema a constrained backend decodes with: SmolLM2 wrote 1.9 and 5.67,
-    # which the percentage rule below reads as 1.9% and 5.67%
+    # which the scale rule below finds ambiguous (the span keeps the default, counted)
     probability: float = Field(1.0, ge=0.0, le=1.0)
     reason: str | None = None
 
@@ -125,7 +125,7 @@ class SpanClaim(BaseModel):
     def _number(cls, value: Any) -> float:
         """Applies the module's one scale rule (`coerce_probability`) to numbers and strings.
 
-        [0, 1] is a probability, (1, 100] or a "%" sign a percentage; anything else is
+        [0, 1] is a probability, (10, 100] or a "%" sign a percentage; anything else is
         rejected here. `read_claims` checks first and substitutes the default probability
         (counting it) so that a bad probability never drops the span.
         """

@@ -104,14 +104,10 @@ def apply_stack_run(
 
 
 def in_sample(model: StackModel, split: str, langs: list[str]) -> list[str]:
-    """The languages of `langs` whose `split` items the stack was fitted on.
+    """The languages of `langs` whose `split` items the stack was fitted on."""
+    from mushroom.combine.stack.model import in_sample_languages
 
-    `fitted_on` names the split ("val: en (50)"); the fitted languages are the model's
-    language columns.
-    """
-    if (model.fitted_on or "val").partition(":")[0].strip() != split:
-        return []
-    return [lang for lang in langs if not model.languages or lang in model.languages]
+    return in_sample_languages(model.fitted_on, model.languages, split, langs)
 
 
 def _items_file_data(items_file: Path, langs: list[str] | None) -> Mapping[str, Iterable[Item]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,8 +25,11 @@ def error_message(err: Any) -> str:
 
 
 # the tag pydantic puts last in an error's place for one branch of a union ("int",
-# "literal['auto']", "list[float]", a model's name): the user wrote no such key
-_BRANCH = re.compile(r"^(int|float|str|bool|none|bytes|literal\[.*\]|(list|dict|tuple|set)\[.*\]|[A-Z]\w*)$")
+# "literal['auto']", "constrained-int", "function-after[...]"): the user wrote no such key
+_BRANCH = re.compile(
+    r"^(int|float|str|bool|none|bytes|constrained-\w+|(literal|list|dict|tuple|set|function-\w+|"
+    r"is-instance|lax-or-strict|json-or-python|tagged-union|union)\[.*\])$"
+)
 
 
 def field_errors(errors: list[Any]) -> list[dict[str, Any]]:
@@ -35,19 +39,27 @@ def field_errors(errors: list[Any]) -> list[dict[str, Any]]:
     `backend.concurrency.literal['auto']`: places the user cannot write. They become one,
     at `backend.concurrency`, saying what each branch wanted.
     """
+
+    def branch_of(err: Any) -> tuple | None:
+        loc = tuple(err.get("loc", ()))
+        tagged = len(loc) >= 2 and isinstance(loc[-1], str) and _BRANCH.match(loc[-1])
+        return loc[:-1] if tagged else None
+
+    # only two or more under one field are a union's branches: one alone may be a key the
+    # user wrote (a dict key "int")
+    per_field = Counter(key for err in errors if (key := branch_of(err)) is not None)
     out: list[dict[str, Any]] = []
     merged: dict[tuple, dict[str, Any]] = {}
     for err in errors:
-        loc = tuple(err.get("loc", ()))
-        if len(loc) < 2 or not isinstance(loc[-1], str) or not _BRANCH.match(loc[-1]):
+        key = branch_of(err)
+        if key is None or per_field[key] < 2:
             out.append(dict(err))
-            continue
-        key = loc[:-1]
-        if key in merged:
-            merged[key]["msg"] += f", or {error_message(err)[0].lower()}{error_message(err)[1:]}"
-            continue
-        merged[key] = {**err, "loc": key, "msg": error_message(err)}
-        out.append(merged[key])
+        elif key in merged:
+            text = error_message(err)
+            merged[key]["msg"] += f", or {text[:1].lower()}{text[1:]}"
+        else:
+            merged[key] = {**err, "loc": key, "msg": error_message(err)}
+            out.append(merged[key])
     return out
 
 

@@ -243,7 +243,9 @@ def check_channels(
         # A language the stack was not fitted on is owed what the member wrote in every fitted
         # one, but a member may write a channel in some languages only by design (the semantic
         # member's English encoder): a stack fitted on English alone owes German its English
-        # channels, which no run can give. Its features there are zeros, as said.
+        # channels, which no run can give. Its features there are zeros, as said. (A run of an
+        # older version that lacks a newer channel is said, not refused, there too: the stack
+        # cannot tell the two apart in a language it has no record of.)
         writes_channels = bool(channel_files(member.folder(split) / "raw"))
         unseen = sorted(
             lang
