@@ -130,6 +130,18 @@ class RunScope:
         return f"{what} {scored} of {total} gold items: {self.made_with()}"
 
 
+def in_sample_languages(fitted_on: str, languages: list[str], split: str, langs: list[str]) -> list[str]:
+    """The languages of `langs` whose `split` items a stack was fitted on.
+
+    `fitted_on` names the split ("val: en (50)"; empty in old stacks, which were fitted on
+    val); `languages` are the stack's language columns (empty: every language). Read from a
+    saved model by `stack apply`, and from a run folder's config by `score` and `compare`.
+    """
+    if (fitted_on or "val").partition(":")[0].strip() != split:
+        return []
+    return [lang for lang in langs if not languages or lang in languages]
+
+
 RUN_CONFIG_DEPTH = 3  # a prediction file in <run>/<variant>/val/ is three folders below config.json
 
 

@@ -138,9 +138,8 @@ def in_sample_note(run: Path, split: str) -> str | None:
     `stack apply` warns of it when it runs; `compare`, `sweep`, `score` and `report` read the
     folder later, and printed its scores beside cross-validated ones as if they were alike.
     """
-    from mushroom.combine.stack.model import in_sample_languages
     from mushroom.data.predictions import prediction_langs
-    from mushroom.data.runfolder import prediction_folder, run_scope
+    from mushroom.data.runfolder import in_sample_languages, prediction_folder, run_scope
 
     scope = run_scope(run)
     if scope is None or scope.config.get("job") != "stack-apply" or scope.config.get("split") != split:

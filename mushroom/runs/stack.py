@@ -105,7 +105,7 @@ def apply_stack_run(
 
 def in_sample(model: StackModel, split: str, langs: list[str]) -> list[str]:
     """The languages of `langs` whose `split` items the stack was fitted on."""
-    from mushroom.combine.stack.model import in_sample_languages
+    from mushroom.data.runfolder import in_sample_languages
 
     return in_sample_languages(model.fitted_on, model.languages, split, langs)
 

@@ -160,18 +160,6 @@ class StackModel(BaseModel):
         return f"hard labels from {self.hard_from} by default" + (f" ({langs})" if langs else "") + rule
 
 
-def in_sample_languages(fitted_on: str, languages: list[str], split: str, langs: list[str]) -> list[str]:
-    """The languages of `langs` whose `split` items a stack was fitted on.
-
-    `fitted_on` names the split ("val: en (50)"; empty in old stacks, which were fitted on
-    val); `languages` are the stack's language columns (empty: every language). Read from a
-    saved model by `stack apply`, and from a run folder's config by `score` and `compare`.
-    """
-    if (fitted_on or "val").partition(":")[0].strip() != split:
-        return []
-    return [lang for lang in langs if not languages or lang in languages]
-
-
 def fit_items(
     data: StackData,
     idx: list[int],
