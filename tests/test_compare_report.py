@@ -311,3 +311,17 @@ def test_report_marks_cut_off_replies_and_shows_the_runs_warnings(tmp_path):
     page = build_report(run, "val", ["en"]).html
     assert "[sample 1 of 2] [cut off at max_tokens] " in page and "[sample 2 of 2] {}" in page
     assert "the run's warnings (1)" in page and "1 of 1 LLM responses &lt;were&gt; cut off" in page
+    # no finish reason (a replay file without them): the token count against the budget says it
+    row = {
+        "id": item.id,
+        "texts": ['{"incorrect_spans": ['],
+        "usage": {"completion_tokens": 64},
+        "max_tokens": 64,
+    }
+    raw.write_text(json.dumps(row) + "\n")
+    assert "[cut off at max_tokens] " in build_report(run, "val", ["en"]).html
+    row["usage"] = {"completion_tokens": 12}
+    raw.write_text(json.dumps(row) + "\n")
+    assert "[cut off at max_tokens]" not in build_report(run, "val", ["en"]).html
+    # a folder below the run (its predictions/) shows the run's warnings too
+    assert "the run's warnings (1)" in build_report(run / "predictions", "val", ["en"]).html

@@ -159,10 +159,10 @@ def _raw_outputs(folder: Path, lang: str, problems: list[Problem] | None = None)
             if isinstance(row, dict) and "id" in row:
                 texts = row.get("texts") if isinstance(row.get("texts"), list) else None
                 if texts:  # every sample, apart; the prompt sent (`messages`) is not an output
-                    reasons = row.get("finish_reasons") if isinstance(row.get("finish_reasons"), list) else []
+                    cut = _cut_samples(row, len(texts))
                     for k, t in enumerate(texts):
                         label = f"[sample {k + 1} of {len(texts)}] " if len(texts) > 1 else ""
-                        if k < len(reasons) and reasons[k] == "length":  # read as it was: cut off
+                        if cut[k]:  # read as it was: cut off
                             label += "[cut off at max_tokens] "
                         out.setdefault(str(row["id"]), []).append(label + str(t))
                     continue
@@ -170,6 +170,26 @@ def _raw_outputs(folder: Path, lang: str, problems: list[Problem] | None = None)
                 text = row.get("response") or row.get("error") or json.dumps(shown, ensure_ascii=False)[:2000]
                 out.setdefault(str(row["id"]), []).append(str(text))
     return out
+
+
+def _cut_samples(row: dict, n: int) -> list[bool]:
+    """Which of a raw record's texts were cut off at max_tokens, by the rule the detectors use.
+
+    The engine's finish reason first; without one, the token count against the budget
+    (`Generation.used_budget`), for every text of the record alike.
+    """
+    reasons = row.get("finish_reasons") if isinstance(row.get("finish_reasons"), list) else []
+    if len(reasons) == n and all(isinstance(r, str) for r in reasons):
+        return [r == "length" for r in reasons]
+    usage = row.get("usage") if isinstance(row.get("usage"), dict) else {}
+    budget = row.get("max_tokens")
+    tokens = usage.get("completion_tokens")
+    if not isinstance(budget, int) or not isinstance(tokens, int) or isinstance(tokens, bool):
+        return [False] * n
+    from mushroom.backends.base import Generation
+
+    texts = [""] * n
+    return [bool(Generation(texts=texts, usage={"completion_tokens": tokens}).used_budget(budget))] * n
 
 
 def _item_html(
@@ -238,8 +258,14 @@ def _warnings_html(run_dir: Path) -> str:
 
     Without them a page of empty predictions read as a method that found nothing.
     """
+    summary = run_dir / "summary.json"
+    if not summary.is_file():  # a variant's or a main job's member folder: the run's own
+        from mushroom.data.runfolder import run_scope
+
+        scope = run_scope(run_dir)
+        summary = scope.folder / "summary.json" if scope is not None else summary
     try:
-        warnings = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("warnings")
+        warnings = json.loads(summary.read_text(encoding="utf-8")).get("warnings")
     except (OSError, ValueError, AttributeError):
         return ""
     if not isinstance(warnings, list) or not warnings:
