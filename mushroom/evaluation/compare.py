@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -94,12 +94,8 @@ def common_items(runs: list[RunScores]) -> list[str]:
     most = max(len(r.result.of_langs(shared).ids) for r in runs)
     for run in runs:
         keep = [k for k, i in enumerate(run.result.ids) if i in common]
-        cut = run.result.subset(keep)
-        cut.warnings, cut.unscored = (
-            run.result.warnings,
-            run.result.unscored + len(run.result.ids) - len(keep),
-        )
-        run.result = cut
+        unscored = run.result.unscored + len(run.result.ids) - len(keep)
+        run.result = replace(run.result.subset(keep), warnings=run.result.warnings, unscored=unscored)
     if len(common) == most:
         return []
     made = "; ".join(r.scope.made_with() for r in limited if r.scope is not None)

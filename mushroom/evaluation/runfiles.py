@@ -41,13 +41,12 @@ def score_run_files(
     if is_saved_dataset(gold):  # a folder of Dataset.save_to_disk: as official per-language files
         gold = saved_gold(gold)
     scope = run_scope(pred)
-    gold_test = any(gold.glob("*-tst*.jsonl")) if gold.is_dir() else "-tst" in gold.name
-    in_sample = in_sample_note(pred, "test" if gold_test else "val")
+    test = any(gold.glob("*-tst*.jsonl")) if gold.is_dir() else "-tst" in gold.name
+    split = "test" if test else "val"
+    in_sample = in_sample_note(pred, split)
     if pred.is_dir():
         # A run folder (or a variant's folder of a run config), as compare, sweep and report
         # take it: its files of the gold's split. A plain folder of files is taken as it is.
-        test = any(gold.glob("*-tst*.jsonl")) if gold.is_dir() else "-tst" in gold.name
-        split = "test" if test else "val"
         own = items_files(pred)
         if gold.is_file() and len(own) == 1:  # a `detect --items` run, scored against its items
             pred = own[0]

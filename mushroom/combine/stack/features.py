@@ -233,8 +233,9 @@ def check_channels(
     # older version, or the lexical detector with channels=false) would give all-zero
     # features and silently worse labels.
     for member, wanted, have in zip(members, channels, found):
-        if fitted_channels and member.name in fitted_channels:
-            owed = {lang: expected_channels(fitted_channels[member.name], lang) for lang in have}
+        fitted = fitted_channels.get(member.name) if fitted_channels else None
+        if fitted is not None:
+            owed = {lang: expected_channels(fitted, lang) for lang in have}
             gaps = {lang: owed[lang] - set(have[lang]) for lang in have}
         else:
             owed = {"": set(wanted)}
@@ -247,20 +248,14 @@ def check_channels(
         # older version that lacks a newer channel is said, not refused, there too: the stack
         # cannot tell the two apart in a language it has no record of.)
         writes_channels = bool(channel_files(member.folder(split) / "raw"))
-        unseen = sorted(
-            lang
-            for lang in gaps
-            if lang
-            and writes_channels  # a run with channels off altogether is refused below
-            and fitted_channels
-            and lang not in fitted_channels.get(member.name, {lang: []})
-        )
+        # (a run with channels off altogether is refused below)
+        unseen = sorted(lang for lang in gaps if lang and writes_channels and lang not in (fitted or {}))
         if unseen and warn is not None:
             lacking = sorted({c for lang in unseen for c in gaps[lang]})
             warn(
                 f"{member.folder(split)}: member {member.name!r} has no channels {', '.join(lacking)} "
                 f"for {', '.join(unseen)}, which the stack was not fitted on; it was fitted with them on "
-                f"{', '.join(sorted(fitted_channels[member.name]))}, and sees zeros there (a stack fitted "
+                f"{', '.join(sorted(fitted or {}))}, and sees zeros there (a stack fitted "
                 "on such languages too learns what their absence means)"
             )
         gaps = {lang: names for lang, names in gaps.items() if lang not in unseen}

@@ -62,13 +62,11 @@ class ChannelUse:
         notes = []
         for member, chans in zip(self.members, self.channels):
             for lang, n in sorted(self.items.items()):
+                if n < MIN_ITEMS:
+                    continue
                 was = fitted.get(member, {}).get(lang, {})
                 counts = self.used.get(lang, Counter())
-                gone = [
-                    c
-                    for c in chans
-                    if n >= MIN_ITEMS and was.get(c, 0.0) >= MIN_SHARE and not counts[(member, c)]
-                ]
+                gone = [c for c in chans if was.get(c, 0.0) >= MIN_SHARE and not counts[(member, c)]]
                 if not gone:
                     continue
                 low = min(was[c] for c in gone)
