@@ -182,6 +182,9 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     assert code == 0, err
     assert not back.calls
     assert "40 items llm answered in an earlier run of this folder are not sent at budget 0.3" in said + err
+    # the member's counters are of the items this budget sends, not of every answer recorded
+    assert json.loads((out / "members" / "llm" / "stats.json").read_text())["all"]["items.ok"] == 45
+    assert json.loads((out / "members" / "llm" / "val" / "stats.json").read_text())["all"]["items.ok"] == 15
 
     # without a budget every item goes to the model: only those never sent are, and the
     # cascade's records, no longer this run's, go

@@ -302,12 +302,6 @@ class Ledger:
     def ok(self, item_id: str) -> bool:
         return item_id in self.last and item_id not in self.failed
 
-    def results(self) -> Iterator[ItemResult]:
-        """Each item's last outcome, in file order, read from the file."""
-        for _, result in self._lines(set(self.last.values())):
-            if result is not None:
-                yield result
-
     def read(self, ids: Iterable[str]) -> Iterator[ItemResult | None]:
         """The last outcome of each of `ids`, in their order (None for an id without one)."""
         if self._out is not None:
@@ -755,6 +749,7 @@ class RunService:
         sized = all(isinstance(v, Sized) for v in data.values())
         total = sum(len(v) for v in data.values()) if sized else None  # type: ignore[arg-type]
         ledgers: dict[str, Ledger] = {}
+        run_ids: dict[str, list[str]] = {}
         n_items = 0
         chunk = _chunk_size(detector)
         # One stage per detector and folder: variants (or members) running the same detector on
@@ -814,8 +809,9 @@ class RunService:
                     if seen.bare:
                         self.warn(seen.warning(split, lang, len(ids), sources))
                 self._write_language(detector, split, lang, ids, ledger, folder, out)
+                run_ids[lang] = ids
                 n_items += len(ids)
-        item_seconds = self._write_stats(folder, ledgers, out, stage)
+        item_seconds = self._write_stats(folder, ledgers, run_ids, out, stage)
         # A stage resumed after a kill was computed over several runs: the ledger's per-item
         # times add up all of it, where this run's wall time covers only the last part.
         self.record_stage(
@@ -944,13 +940,26 @@ class RunService:
         if channel_file(folder / "raw", lang).exists():  # the store holds them all: the old form goes
             legacy_channel_file(folder / "raw", lang).unlink(missing_ok=True)
 
-    def _write_stats(self, folder: Path, ledgers: dict[str, Ledger], out: SplitOutput, stage: str) -> float:
-        """Writes stats.json from the ledgers, read once; returns the items' summed seconds."""
+    def _write_stats(
+        self,
+        folder: Path,
+        ledgers: dict[str, Ledger],
+        run_ids: dict[str, list[str]],
+        out: SplitOutput,
+        stage: str,
+    ) -> float:
+        """Writes stats.json from the ledgers, read once; returns the items' summed seconds.
+
+        Only this run's items count: a ledger also holds items an earlier run of the folder
+        computed (a larger --llm-budget or --limit), which this run's predictions leave out,
+        and their cut-off or unusable replies would be warned of as this run's.
+        """
         per_lang: dict[str, dict[str, int]] = {}
         everything: Counter[str] = Counter()
         seconds = 0.0
         for lang, ld in ledgers.items():
-            per_lang[lang], spent = _sum_stats(ld.results())
+            results = (r for r in ld.read(run_ids[lang]) if r is not None)
+            per_lang[lang], spent = _sum_stats(results)
             everything.update(per_lang[lang])
             seconds += spent
         out.stats = {**per_lang, "all": dict(sorted(everything.items()))}
