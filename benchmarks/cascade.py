@@ -29,7 +29,8 @@ Costly members:
 
 A table then says how much of the gain of sending every item the items each ranking sends
 hold, and each ranking's rank correlation with the CPU stack's real error: the cascade's,
-trees fitted on val to predict that error, random, and two oracles. The last line is
+trees fitted on val to predict that error, random, two oracles, and the real error
+blurred by noise (the rank correlation a ranking needs to hold a given share). The last line is
 `cascade: budget B keeps IoU X (all: Y) with Z% of the model calls`, B the smallest budget
 whose mean IoU is within 0.01 of sending every item to the simulated strong member (the
 near-oracle's line comes before it).
@@ -245,6 +246,9 @@ RANDOM_DRAWS = 200
 RANDOM = f"random (mean of {RANDOM_DRAWS} draws)"
 LEARNED = "learned: trees on the output, OOF"
 KNOWS_ERROR = "CPU stack error (oracle: knows its IoU)"
+# the real error plus gaussian noise of these sizes: the rank correlation a ranking needs
+BLUR, BLUR_DRAWS = (0.1, 0.2, 0.4), 50
+BLURRED = "CPU stack error + noise sd"
 
 
 def learned_error(
@@ -324,6 +328,14 @@ def print_rankings(
             shares.append(gain[sent].sum() / gain.sum())
         return shares
 
+    def show(name: str, shares: list[float], rho: float) -> None:
+        print(
+            f"{name:>40} "
+            + " ".join(f"{v:>5.2f}" for v in shares)
+            + ("  -" if rho != rho else f"  {rho:>+.2f}")
+        )
+        held[name] = shares
+
     for name, score in rankings.items():
         if name == RANDOM:  # one draw is luck: the mean of many
             shares = list(np.mean([held_by(score) for _ in range(RANDOM_DRAWS)], axis=0))
@@ -331,12 +343,16 @@ def print_rankings(
         else:
             shares = held_by(score)
             rho = spearmanr([score(it) for it in items], cpu_error)[0]
-        print(
-            f"{name:>40} "
-            + " ".join(f"{v:>5.2f}" for v in shares)
-            + ("  -" if rho != rho else f"  {rho:>+.2f}")
-        )
-        held[name] = shares
+        show(name, shares, rho)
+    # how good a ranking must be: the real error blurred by noise, each level the mean of draws
+    noise = np.random.default_rng(seed)
+    for sd in BLUR:
+        draws, rhos = [], []
+        for _ in range(BLUR_DRAWS):
+            blurred = cpu_error + noise.normal(0.0, sd, cpu_error.size)
+            draws.append(held_by(lambda it, b=blurred: float(b[by_id[it.id]])))
+            rhos.append(spearmanr(blurred, cpu_error)[0])
+        show(f"{BLURRED} {sd}", list(np.mean(draws, axis=0)), float(np.mean(rhos)))
     return held
 
 
