@@ -130,6 +130,17 @@ def test_a_limited_run_is_scored_compared_and_swept_on_what_it_covers(tmp_path, 
     assert code == 1 and "was made with --limit 5 --lang en, and a stack needs every item" in err
 
 
+def test_a_stack_fitted_on_the_labelled_test_split_is_in_sample_on_test():
+    """`test-labeled` holds the `test` items with their labels: a stack fitted on it and
+    applied to `test` was said to be out of sample, the split names differing."""
+    from mushroom.data.runfolder import in_sample_languages
+
+    assert in_sample_languages("test-labeled: en (154)", ["en"], "test", ["en", "de"]) == ["en"]
+    assert in_sample_languages("test: en (154)", ["en"], "test-labeled", ["en"]) == ["en"]
+    assert in_sample_languages("test-labeled: en (154)", ["en"], "val", ["en"]) == []
+    assert in_sample_languages("", [], "val", ["en"]) == ["en"]  # an old stack: fitted on val
+
+
 def test_a_stack_applied_to_the_split_it_was_fitted_on_is_called_in_sample_wherever_it_is_scored(
     tmp_path, capsys
 ):

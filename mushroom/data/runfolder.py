@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mushroom.data.jsonl import atomic_write_text
-from mushroom.data.splits import PROJECT_ROOT
+from mushroom.data.splits import PROJECT_ROOT, same_items
 from mushroom.util.names import safe_name
 from mushroom.version import __version__
 
@@ -134,10 +134,11 @@ def in_sample_languages(fitted_on: str, languages: list[str], split: str, langs:
     """The languages of `langs` whose `split` items a stack was fitted on.
 
     `fitted_on` names the split ("val: en (50)"; empty in old stacks, which were fitted on
-    val); `languages` are the stack's language columns (empty: every language). Read from a
-    saved model by `stack apply`, and from a run folder's config by `score` and `compare`.
+    val). A stack fitted on `test-labeled` was fitted on the `test` items. `languages` are
+    the stack's language columns (empty: every language). Read from a saved model by
+    `stack apply`, and from a run folder's config by `score` and `compare`.
     """
-    if (fitted_on or "val").partition(":")[0].strip() != split:
+    if not same_items((fitted_on or "val").partition(":")[0].strip(), split):
         return []
     return [lang for lang in langs if not languages or lang in languages]
 

@@ -42,6 +42,13 @@ SPLIT_DIRS = {
     "train": "train-unlabeled",
 }
 SPLIT_TAGS = {"val": "val", "test": "tst", "test-labeled": "tst", "train": "train"}
+
+
+def same_items(split: str, other: str) -> bool:
+    """Whether two split names hold the same items: `test-labeled` is `test` with its labels."""
+    return SPLIT_TAGS.get(split, split) == SPLIT_TAGS.get(other, other)
+
+
 _FILE_RE = re.compile(r"^mushroom\.([a-z]{2})-(val|tst|train)[^/]*\.jsonl$")
 
 

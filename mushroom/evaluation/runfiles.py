@@ -139,9 +139,12 @@ def in_sample_note(run: Path, split: str) -> str | None:
     """
     from mushroom.data.predictions import prediction_langs
     from mushroom.data.runfolder import in_sample_languages, prediction_folder, run_scope
+    from mushroom.data.splits import same_items
 
     scope = run_scope(run)
-    if scope is None or scope.config.get("job") != "stack-apply" or scope.config.get("split") != split:
+    if scope is None or scope.config.get("job") != "stack-apply":
+        return None
+    if not same_items(str(scope.config.get("split")), split):
         return None
     stack = scope.config.get("stack")
     if not isinstance(stack, dict) or not isinstance(stack.get("languages"), list):
