@@ -143,6 +143,21 @@ def in_sample_languages(fitted_on: str, languages: list[str], split: str, langs:
     return [lang for lang in langs if not languages or lang in languages]
 
 
+def run_config_file(path: Path) -> dict[str, Any] | None:
+    """A run's saved config.json (a `config` table and its `config_hash`); None for any other.
+
+    A user's folder may hold a config.json of its own: it is no run's, and neither is a file
+    that cannot be read or parsed.
+    """
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(saved, dict) and isinstance(saved.get("config"), dict) and "config_hash" in saved:
+        return saved
+    return None
+
+
 RUN_CONFIG_DEPTH = 3  # a prediction file in <run>/<variant>/val/ is three folders below config.json
 
 
@@ -165,13 +180,10 @@ def run_scope(path: Path) -> RunScope | None:
         cfg_path = candidate / "config.json"
         if not cfg_path.is_file():
             continue
-        try:
-            saved = json.loads(cfg_path.read_text(encoding="utf-8"))
-        except (ValueError, OSError):
-            return None
-        config = saved.get("config") if isinstance(saved, dict) else None
-        if not isinstance(config, dict) or "config_hash" not in saved:
+        saved = run_config_file(cfg_path)
+        if saved is None:
             return None  # some other config.json: not a run folder
+        config = saved["config"]
         if candidate not in candidates and config.get("job") != "main":
             return None
         limit = config.get("limit")

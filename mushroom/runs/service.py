@@ -55,7 +55,7 @@ from mushroom.data.itemstream import ContextFiles
 from mushroom.data.jsonl import JsonlWriter, mend_cut_line, write_jsonl
 from mushroom.data.predictions import mark_all, submission_name
 from mushroom.data.records import ChannelRecord, Item, Prediction
-from mushroom.data.runfolder import timestamp, versions, write_json
+from mushroom.data.runfolder import run_config_file, timestamp, versions, write_json
 from mushroom.data.splits import load_split
 from mushroom.detectors.base import Detector, ItemResult
 from mushroom.errors import DataError, Interrupted, MushroomError, RunFailed, error_text, retry_advice
@@ -151,11 +151,7 @@ def enclosing_run(folder: Path) -> Path | None:
     its own), and the folder itself does not: resuming a run is its whole point.
     """
     for parent in Path(folder).resolve().parents:
-        try:
-            data = json.loads((parent / "config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and "config_hash" in data and "config" in data:
+        if run_config_file(parent / "config.json") is not None:
             return parent
     return None
 
