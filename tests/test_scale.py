@@ -139,6 +139,60 @@ def test_a_run_stopped_mid_chunk_resumes_with_only_the_unfinished_items(tmp_path
     assert len(gzip.decompress(store.read_bytes()).splitlines()) == N  # readable by any gzip reader
 
 
+class _InterruptedOnce:
+    """A file whose next write is cut by Ctrl-C: the bytes never reach it."""
+
+    def __init__(self, raw):
+        self.raw, self.armed = raw, True
+
+    def write(self, data):
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+        return self.raw.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
+
+
+def test_a_record_cut_by_ctrl_c_leaves_the_store_readable_and_resumable(tmp_path):
+    """Ctrl-C inside a write, then the close on the way out, wrote a gzip trailer whose
+    checksum did not match the stream: every later run failed on "incorrect data check"."""
+    from mushroom.data.channels import ChannelWriter, iter_channel_records
+
+    store = tmp_path / "raw" / "channels.en.jsonl.gz"
+    record = lambda k: ChannelRecord(id=f"s-{k}", channels={"c": [{"start": 0, "end": 3, "prob": 0.5}]})  # noqa: E731
+    out = ChannelWriter(store)
+    out.add(record(0))
+    out._raw = _InterruptedOnce(out._raw)
+    with pytest.raises(KeyboardInterrupt):
+        out.add(record(1))
+    out.close()  # as the run's `finally` closes it
+    assert [r.id for r in iter_channel_records(store)] == ["s-0"]
+    with ChannelWriter(store) as again:  # the resumed run mends the cut and appends
+        again.add(record(1))
+    assert [r.id for r in iter_channel_records(store)] == ["s-0", "s-1"]
+    assert len(gzip.decompress(store.read_bytes()).splitlines()) == 2  # any gzip reader agrees
+
+
+def test_a_damaged_store_is_named_with_what_to_remove(tmp_path):
+    from mushroom.data.channels import ChannelWriter, iter_channel_records
+    from mushroom.errors import DataError
+
+    store = tmp_path / "predictions" / "raw" / "channels.en.jsonl.gz"
+    with ChannelWriter(store) as out:
+        out.add(ChannelRecord(id="s-0", channels={"c": [{"start": 0, "end": 3, "prob": 0.5}]}))
+    data = bytearray(store.read_bytes())
+    data[-8] ^= 0xFF  # the trailer's checksum
+    store.write_bytes(bytes(data))
+    for read in (lambda: list(iter_channel_records(store)), lambda: ChannelWriter(store)):
+        with pytest.raises(DataError) as err:
+            read()
+        said = str(err.value)
+        assert str(store) in said and "damaged" in said
+        assert str(tmp_path / "predictions" / "items" / "en.jsonl") in said
+
+
 def test_the_channel_store_reads_back_equal_to_the_plain_file_runs_wrote_before(tmp_path):
     items = [Item.model_validate(r) for r in rows()]
     _, folder = run(tmp_path, "new", items)

@@ -84,7 +84,10 @@ def _gz_members(path: Path) -> Iterator[tuple[bytes, bool]]:
     with path.open("rb") as raw:
         while data := raw.read(1 << 20):
             while data:
-                out = dec.decompress(data)
+                try:
+                    out = dec.decompress(data)
+                except zlib.error as exc:
+                    raise DataError([Problem(str(path), None, None, _damaged(path, exc))]) from None
                 if dec.eof:  # a member ended; a resumed run may have appended another after it
                     data = dec.unused_data
                     dec = zlib.decompressobj(wbits=31)
@@ -92,6 +95,19 @@ def _gz_members(path: Path) -> Iterator[tuple[bytes, bool]]:
                 else:
                     data = b""
                     yield out, False
+
+
+def _damaged(path: Path, exc: zlib.error) -> str:
+    """What to do with a channel store whose stream cannot be read (not a kill's clean cut)."""
+    name = path.name.split(".")
+    what = f"it and {path.parent.parent / 'items' / f'{name[1]}.jsonl'} (that language's finished items)"
+    if len(name) < 3 or name[0] != "channels" or path.parent.name != "raw":
+        what = "it and the finished items whose evidence it held"
+    return (
+        f"its gzip stream is damaged ({exc}), so the evidence of the items it holds is lost; "
+        f"remove {what}, then run again to compute them anew (a model's replies come back "
+        "from the run's cache)"
+    )
 
 
 def _gz_lines(path: Path) -> Iterator[bytes]:
@@ -146,7 +162,12 @@ class ChannelWriter:
     """Appends channel records to a `.jsonl.gz` file, each flushed as it is written.
 
     A file cut by a kill (no gzip trailer) is rewritten from its whole lines before anything
-    is appended, since a new gzip member after a cut one could not be read.
+    is appended, since a new gzip member after a cut one could not be read. One appending
+    run is one gzip member, written with zlib's own gzip framing, so its trailer's checksum
+    is zlib's count of what went into the stream. A record whose writing was interrupted
+    (Ctrl-C lands between two Python statements) leaves the member without a trailer, cut as
+    a kill cuts it: a trailer written then would not match the stream, and the file could not
+    be read again.
     """
 
     def __init__(self, path: Path):
@@ -159,16 +180,24 @@ class ChannelWriter:
                     mended.write(line + b"\n")
             os.replace(tmp, path)
         self._raw = path.open("ab")
-        self._gz = gzip.GzipFile(fileobj=self._raw, mode="ab", compresslevel=GZ_LEVEL, mtime=0)
+        self._zip = zlib.compressobj(GZ_LEVEL, zlib.DEFLATED, 31)  # 31: gzip header and trailer
+        self._torn = False
 
     def add(self, record: ChannelRecord) -> None:
         line = json.dumps(record.model_dump(mode="json"), ensure_ascii=False) + "\n"
-        self._gz.write(line.encode("utf-8"))
-        self._gz.flush(zlib.Z_SYNC_FLUSH)
+        self._torn = True  # until the line is on disk whole
+        self._raw.write(self._zip.compress(line.encode("utf-8")) + self._zip.flush(zlib.Z_SYNC_FLUSH))
+        self._raw.flush()
+        self._torn = False
 
     def close(self) -> None:
-        self._gz.close()
-        self._raw.close()
+        if self._raw.closed:
+            return
+        try:
+            if not self._torn:
+                self._raw.write(self._zip.flush())  # the member's end: checksum and length
+        finally:
+            self._raw.close()
 
     def __enter__(self) -> ChannelWriter:
         return self
