@@ -113,3 +113,17 @@ def test_a_key_missing_on_some_lines_is_an_error(tmp_path, item_rows):
         tmp_path / "h.jsonl", [{"id": "t-1", "hard_labels": [[13, 17]]}, {"id": "t-2", "hard_labels": []}]
     )
     assert check_file(only_hard, _items(tmp_path, item_rows)).ok  # the same key missing everywhere is fine
+
+
+def test_a_soft_span_with_a_misspelt_key_names_it(tmp_path, item_rows):
+    """"must be an object with start, end, prob" left the user to find which key was wrong."""
+    pred = write_lines(
+        tmp_path / "p.jsonl",
+        [
+            {"id": "t-1", "soft_labels": [{"strt": 13, "end": 17, "prob": 0.8}], "hard_labels": []},
+            {"id": "t-2", "soft_labels": [[0, 3, 0.5]], "hard_labels": []},
+        ],
+    )
+    said = [str(p) for p in check_file(pred, _items(tmp_path, item_rows)).errors]
+    assert any("soft_labels.0" in p and "(no start; 'strt' for 'start'?)" in p for p in said), said
+    assert any("t-2" in p and "(got list)" in p for p in said), said

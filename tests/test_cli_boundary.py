@@ -190,6 +190,17 @@ def test_unknown_context_source_suggests_a_close_match():
         load_contexts("val", "en", ("perplexty-sonar-pro",))
 
 
+def test_the_long_form_of_a_short_name_is_matched(capsys):
+    """"validation" is far from "val" by difflib's ratio: no suggestion came."""
+    from mushroom.util.words import close_match
+
+    assert close_match("validation", ["test", "test-labeled", "train", "val"]) == "val"
+    assert close_match("English", ["de", "en", "es"]) == "en"
+    assert close_match("t", ["test", "train"]) is None  # too short to start just one
+    code, _, err = cli(capsys, "detect", "--split", "validation", "--detector", "lexical")
+    assert code == 2 and "unknown split 'validation'; did you mean 'val'?" in err, err
+
+
 @pytest.mark.parametrize(
     ("content", "needle"),
     [

@@ -103,6 +103,13 @@ def test_items_in_a_language_mushroom_does_not_know_are_warned_about(tmp_path, c
     )
     assert code == 0, err
     assert "2 items in language 'xx', which mushroom does not know" in " ".join(err.split())
+    # a language's name where its code belongs says the code
+    rows = [{**r, "lang": "English"} for r in GOLD_ROWS[:2]]
+    write_lines(items, rows)
+    code, _, err = cli(
+        capsys, "detect", "--items", items, "--contexts", ctx, "--out", tmp_path / "r2", "--quiet"
+    )
+    assert code == 0 and "2 items in language 'english' (English is 'en'), which" in " ".join(err.split())
 
 
 def test_default_run_folders_of_the_same_second_are_kept_apart(tmp_path):

@@ -234,3 +234,17 @@ def test_every_soft_span_overlapping_an_earlier_one_is_counted(pairs):
         if s < e and any(s2 < e2 and s2 < e and s < e2 for s2, e2, _ in spans[:i])
     ]
     assert _overlapping(spans) == earlier
+
+
+def test_a_file_of_another_language_or_an_empty_one_is_not_sent_to_partial(tmp_path, capsys):
+    """Both said "no prediction for N gold ids (score --partial ...)", and --partial could
+    not help: the one shares no id with the gold, the other holds none."""
+    other = write_lines(tmp_path / "de.jsonl", [{**r, "id": f"val-de-{k}"} for k, r in enumerate(GOLD_ROWS)])
+    empty = write_lines(tmp_path / "empty.jsonl", [])
+    for partial in ([], ["--partial"]):
+        code, _, err = cli(capsys, "score", VAL_EN, other, *partial)
+        said = " ".join(err.split())
+        assert code == 1 and f"none of its {len(GOLD_ROWS)} ids is in the gold file" in said, said
+        assert "are the two files of the same language and split?" in said and "--partial" not in said
+        code, _, err = cli(capsys, "score", VAL_EN, empty, *partial)
+        assert code == 1 and "the file holds no prediction" in err and "--partial" not in err, err

@@ -88,6 +88,12 @@ def test_unknown_context_source_names_the_available_ones():
     [
         (lambda rows: rows.__setitem__(1, "{not json"), 2, None, "invalid JSON"),
         (lambda rows: rows[0].pop("model_output_text"), 1, "model_output_text", "Field required"),
+        (
+            lambda rows: rows[0].update(model_output_txt=rows[0].pop("model_output_text")),
+            1,
+            "model_output_text",
+            "Field required; the line has 'model_output_txt': misspelt?",
+        ),
         (lambda rows: rows[0]["hard_labels"].append([5, 99]), 1, "hard_labels.1", "0 <= start < end <= 18"),
         (lambda rows: rows[0]["hard_labels"].append([9, 4]), 1, "hard_labels.1", "0 <= start < end"),
         (

@@ -119,7 +119,7 @@ def _score_or_hint(gold: Path, pred: Path, langs: list[str] | None, **kwargs: An
     try:
         result = score_run_files(gold, pred, langs, note=_note, **kwargs)
     except DataError as exc:
-        raise _with_partial_hint(exc) from None
+        raise (exc if kwargs.get("partial") else _with_partial_hint(exc)) from None
     for warning in result.warnings:
         print_warning(warning)
     return result

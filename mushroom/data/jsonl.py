@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.util.options import error_message
+from mushroom.util.words import close_match
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -170,6 +171,13 @@ def validation_problems(path: Path, lineno: int | None, exc: ValidationError) ->
 
 def _with_input(err: Any) -> str:
     value = err.get("input")
+    if err.get("type") == "missing" and isinstance(value, dict) and err.get("loc"):
+        # a misspelt key leaves its field missing: the line's key is named, not just the gap
+        name = str(err["loc"][-1])
+        keys = [k for k in value if isinstance(k, str) and k != name]
+        near = close_match(name, keys, cutoff=0.85)
+        if near is not None:
+            return f"{error_message(err)}; the line has {near!r}: misspelt?"
     if err.get("type") == "missing" or isinstance(value, (dict, list)):
         return error_message(err)
     shown = repr(value)

@@ -249,6 +249,22 @@ def match_ids(gold: ScoringFile, pred: ScoringFile, partial: bool = False) -> li
     """
     missing = [] if partial else sorted(set(gold.records) - set(pred.records))
     extra = sorted(set(pred.records) - set(gold.records))
+    if gold.records and not pred.records:
+        raise DataError([Problem(str(pred.path), None, "id", "the file holds no prediction")])
+    if pred.records and len(extra) == len(pred.records):
+        # not one id in common: a file of another language or split, which --partial cannot mend
+        raise DataError(
+            [
+                Problem(
+                    str(pred.path),
+                    None,
+                    "id",
+                    f"none of its {plural(len(extra), 'id')} is in the gold file {gold.path} "
+                    f"(its first {extra[0]!r}, the gold's {min(gold.records)!r}): are the two files "
+                    "of the same language and split?",
+                )
+            ]
+        )
     problems = []
     if missing:
         problems.append(
@@ -268,8 +284,6 @@ def match_ids(gold: ScoringFile, pred: ScoringFile, partial: bool = False) -> li
                 f"{plural(len(extra), 'id')} not in the gold file: {listed(extra)}",
             )
         )
-    if partial and not extra and not set(gold.records) & set(pred.records):
-        problems.append(Problem(str(pred.path), None, "id", "no prediction for any gold id"))
     if problems:
         raise DataError(problems)
     return sorted(set(gold.records) & set(pred.records)) if partial else sorted(gold.records)

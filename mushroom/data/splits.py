@@ -14,6 +14,7 @@ from mushroom.data.jsonl import load_records
 from mushroom.data.records import Item
 from mushroom.data.spans import span_problems
 from mushroom.errors import MushroomError
+from mushroom.util.words import suggest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # From a checkout, the repository's data/ is the default; an installed package has none, so
@@ -55,7 +56,7 @@ _FILE_RE = re.compile(r"^mushroom\.([a-z]{2})-(val|tst|train)[^/]*\.jsonl$")
 def split_files(split: str, data_dir: Path | None = None) -> dict[str, Path]:
     """Language code -> file for a split, found by the official naming pattern."""
     if split not in SPLIT_DIRS:
-        raise MushroomError(f"unknown split {split!r}; choose one of {sorted(SPLIT_DIRS)}")
+        raise MushroomError(f"unknown split {split!r}{suggest(split, list(SPLIT_DIRS), 'choose one of')}")
     folder = (data_dir or DEFAULT_DATA_DIR) / SPLIT_DIRS[split]
     if not folder.is_dir():
         if split == "test-labeled":  # a known split that is not shipped: say so

@@ -23,7 +23,7 @@ from mushroom.data.label_files import (
 )
 from mushroom.data.records import Item
 from mushroom.errors import Problem
-from mushroom.util.words import no_prediction, plural
+from mushroom.util.words import close_match, no_prediction, plural
 
 
 @dataclass
@@ -79,6 +79,19 @@ def check_row(row: dict, item: Item, path: str, line: int) -> list[Problem]:
     return report.errors
 
 
+def _missing_keys(span: object) -> str:
+    """What a soft span lacks, and a key of its that looks like it misspelt (`strt` for start)."""
+    if not isinstance(span, dict):
+        return f" (got {type(span).__name__})"
+    missing = sorted(SPAN_KEYS - span.keys())
+    said = f" (no {', '.join(missing)}"
+    others = [k for k in span if isinstance(k, str) and k not in SPAN_KEYS]
+    near = [(k, m) for m in missing if (k := close_match(m, others, cutoff=0.6)) is not None]
+    if near:
+        said += "; " + ", ".join(f"{k!r} for {m!r}?" for k, m in near)
+    return said + ")"
+
+
 def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckReport) -> None:
     path, line = where
     n = len(item.model_output_text)
@@ -100,7 +113,7 @@ def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckRepor
     for i, span in enumerate(soft):
         name = f"soft_labels.{i}"
         if not isinstance(span, dict) or not SPAN_KEYS <= span.keys():
-            err(name, "must be an object with start, end, prob")
+            err(name, "must be an object with start, end, prob" + _missing_keys(span))
             good_soft = False
             continue
         start, end, prob = span["start"], span["end"], span["prob"]

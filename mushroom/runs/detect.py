@@ -13,7 +13,7 @@ from typing import Any
 from mushroom.data.itemstream import ContextFiles
 from mushroom.data.records import Item
 from mushroom.detectors.base import Detector
-from mushroom.errors import MushroomError
+from mushroom.errors import MushroomError, did_you_mean
 from mushroom.runs.reporter import PlainReporter, Reporter
 from mushroom.util.words import plural
 
@@ -35,9 +35,12 @@ def items_file_data(
 
     # checked whole, then read a chunk at a time by the run (an index of lines, not the items)
     data: dict[str, Sequence[Item]] = read_items_file(items_file)  # type: ignore[assignment]
+    by_name = {name.lower(): known for known, name in LANGUAGES.items()}
     for code in sorted(set(data) - set(LANGUAGES)):
+        named = by_name.get(code)  # "lang": "English", where the files give "en"
+        hint = f" ({LANGUAGES[named]} is {named!r})" if named else did_you_mean(code, LANGUAGES)
         warn(
-            f"{items_file}: {plural(len(data[code]), 'item')} in language {code!r}, which mushroom "
+            f"{items_file}: {plural(len(data[code]), 'item')} in language {code!r}{hint}, which mushroom "
             f"does not know ({', '.join(LANGUAGES)}): no stopword list, calibration or word "
             "splitting of its own is used for them"
         )

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mushroom.backends.config import NEEDS_RESPONSES
 from mushroom.combine.cascade import check_budget
 from mushroom.data.channels import channel_files
 from mushroom.data.contexts import DEFAULT_SOURCES, check_sources, source_names
@@ -62,6 +63,13 @@ def _loadable_members(
         except MushroomError as exc:
             if "backend" not in str(exc):
                 raise
+            if NEEDS_RESPONSES in str(exc):  # it names detect's flags, which main-job has not
+                raise MushroomError(
+                    f"member {name!r} needs a backend: by default it replays recorded responses, and "
+                    f"none were given. For a server: -o {name}.backend.kind=openai "
+                    f"-o {name}.backend.base_url=URL -o {name}.backend.model=M; to replay a run's "
+                    f"records: -o {name}.backend.responses=FILE"
+                ) from None
             # the backend's own message names detect's flags (--base-url, --responses)
             raise MushroomError(
                 f"{exc}; in main-job a member's backend is set with -o {name}.backend.KEY=VALUE, e.g. "

@@ -10,11 +10,25 @@ from typing import Any
 
 
 def close_match(name: str, names: Iterable[str], cutoff: float = 0.6) -> str | None:
-    """The one of `names` closest to a misspelt `name` (difflib's ratio >= `cutoff`), or None."""
+    """The one of `names` closest to a misspelt `name` (difflib's ratio >= `cutoff`), or None.
+
+    A name that starts with just one of them, or the start of just one, is matched too: the
+    long form of a short name ("validation" for "val", "english" for "en") is far from it by
+    difflib's ratio.
+    """
     import difflib
 
-    match = difflib.get_close_matches(name, list(names), n=1, cutoff=cutoff)
-    return match[0] if match else None
+    names = list(names)
+    match = difflib.get_close_matches(name, names, n=1, cutoff=cutoff)
+    if match:
+        return match[0]
+    key = name.lower()
+    starts = [
+        n
+        for n in names
+        if min(len(n), len(key)) >= 2 and (key.startswith(n.lower()) or n.lower().startswith(key))
+    ]
+    return starts[0] if len(starts) == 1 else None
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
