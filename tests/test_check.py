@@ -116,7 +116,7 @@ def test_a_key_missing_on_some_lines_is_an_error(tmp_path, item_rows):
 
 
 def test_a_soft_span_with_a_misspelt_key_names_it(tmp_path, item_rows):
-    """"must be an object with start, end, prob" left the user to find which key was wrong."""
+    """ "must be an object with start, end, prob" left the user to find which key was wrong."""
     pred = write_lines(
         tmp_path / "p.jsonl",
         [

@@ -191,7 +191,7 @@ def test_unknown_context_source_suggests_a_close_match():
 
 
 def test_the_long_form_of_a_short_name_is_matched(capsys):
-    """"validation" is far from "val" by difflib's ratio: no suggestion came."""
+    """ "validation" is far from "val" by difflib's ratio: no suggestion came."""
     from mushroom.util.words import close_match
 
     assert close_match("validation", ["test", "test-labeled", "train", "val"]) == "val"

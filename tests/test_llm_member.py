@@ -65,7 +65,9 @@ def test_a_member_without_its_backend_is_told_main_jobs_own_spelling(tmp_path, c
     assert code != 0 and "-o llm.backend.base_url=URL" in err and "base_url" in err
     assert not (tmp_path / "a").exists()
     # no backend at all: the default replay's message named detect's --responses and --backend
-    code, _, err = cli(capsys, "main-job", "--members", "lexical,llm", "--lang", "en", "--out", tmp_path / "b")
+    code, _, err = cli(
+        capsys, "main-job", "--members", "lexical,llm", "--lang", "en", "--out", tmp_path / "b"
+    )
     said = " ".join(err.split())
     assert code == 2 and "member 'llm' needs a backend" in said, said
     assert "-o llm.backend.responses=FILE" in said and "--responses" not in said and "--backend" not in said
