@@ -170,6 +170,13 @@ def test_failures_naming_their_item_are_grouped_as_one_error(tmp_path):
     # the same command would fail them again, so it is not what the error advises
     advice = " ".join(proc.stderr.split())
     assert "a re-run would fail them again" in advice and "Run the same command again" not in advice
+    # one item alone: its table row names it, not the group's '<id>'
+    one = tmp_path / "one"
+    item_file.write_text(items[0].model_dump_json() + "\n")
+    proc = mushroom("detect", "--items", str(item_file), "--contexts", str(ctx), "--backend", "replay",
+                    "--responses", str(responses), "--out", str(one))  # fmt: skip
+    assert proc.returncode == 3 and "no recorded response for '0'" in proc.stdout, proc.stdout
+    assert "'<id>'" not in proc.stdout
 
 
 def test_a_server_failing_some_items_then_a_healthy_one_retries_only_those(tmp_path):

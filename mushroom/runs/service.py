@@ -1063,7 +1063,8 @@ class RunService:
             rows = []
             for error, n in groups.most_common(10):
                 example = next(f for key, f in keyed if key == error)
-                rows.append([n, error[:200], f"{example.split}/{example.lang}/{example.id}"])
+                shown = example.error if n == 1 else error  # '<id>' stands for each item's own
+                rows.append([n, shown[:200], f"{example.split}/{example.lang}/{example.id}"])
             self.reporter.table(Table(title, columns=["items", "error", "for example"], rows=rows))
             where = self.out / "failures.jsonl"
             if not self.allow_failures:
