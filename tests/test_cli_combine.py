@@ -93,6 +93,15 @@ def _english_stack(tmp_path, capsys):
     return run, stack
 
 
+def test_stack_fit_never_writes_into_a_member_run(tmp_path, capsys):
+    """`stack fit --out MEMBER/predictions/mushroom.en-val.v2.jsonl` replaced its predictions."""
+    run, _ = _english_stack(tmp_path, capsys)
+    pred = run / "predictions" / "mushroom.en-val.v2.jsonl"
+    before = pred.read_bytes()
+    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", pred)
+    assert code == 2 and "is inside the run folder" in err and pred.read_bytes() == before, err
+
+
 def test_stack_apply_with_the_wrong_members_leaves_no_run_folder(tmp_path, capsys):
     run, stack = _english_stack(tmp_path, capsys)
     out = tmp_path / "o"

@@ -97,6 +97,20 @@ def test_a_report_with_no_prediction_file_for_its_languages_is_refused(two_runs,
     assert not out.exists()
 
 
+def test_a_report_never_overwrites_a_file_of_the_run_it_shows(two_runs, tmp_path):
+    """`report --out RUN/predictions/mushroom.en-val.v2.jsonl` wrote HTML over the predictions."""
+    lo, _ = two_runs
+    pred = lo / "predictions" / "mushroom.en-val.v2.jsonl"
+    before = pred.read_bytes()
+    for target in (pred, lo / "config.json", lo / "predictions" / "items" / "en.jsonl"):
+        res = runner.invoke(app, ["report", str(lo), "--out", str(target)])
+        assert res.exit_code != 0 and "is inside the run folder" in str(res.exception), res.output
+    assert pred.read_bytes() == before
+    # an .html page there is a report's own place
+    res = runner.invoke(app, ["report", str(lo), "--out", str(lo / "mine.html")])
+    assert res.exit_code == 0 and (lo / "mine.html").is_file(), res.output
+
+
 def test_bad_tag_file_names_line_and_field(tmp_path):
     bad = write_lines(
         tmp_path / "t.jsonl",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from mushroom.cli.boundary import err_console, esc, input_file, out_console, output_file, print_warning
-from mushroom.cli.common import Langs, items_option, load_items_option, reporter
+from mushroom.cli.common import Langs, items_option, load_items_option, refuse_out_in_runs, reporter
 from mushroom.cli.tables import systems_table
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.words import plural
@@ -159,9 +159,11 @@ def stack_fit(
     from mushroom.data.splits import load_split, require_labelled
 
     check_model_kind(model, "--model")
+    parsed = parse_members(members)
+    refuse_out_in_runs(out, [m.path for m in parsed], "the stack")
     data = load_split(split, lang)
     require_labelled(data, split, "fitting a stack")
-    fit = fit_stack(parse_members(members), data, split, folds, l2, model=model)
+    fit = fit_stack(parsed, data, split, folds, l2, model=model)
     write_json(out, fit.model.model_dump(mode="json"))
     out_console.print(systems_table(f"stack on {split} ({folds}-fold CV by item)", fit.comparison))
     given = fit.model.fitted_members or fit.model.members

@@ -11,6 +11,7 @@ from mushroom.cli.boundary import FLAG, err_console, out_console
 from mushroom.cli.tables import RichReporter
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.records import ErrorType
+from mushroom.errors import MushroomError
 from mushroom.util.options import split_names
 
 if TYPE_CHECKING:
@@ -83,3 +84,25 @@ Contexts = Annotated[
         help="context sources, comma-separated [default: " + ", ".join(DEFAULT_SOURCES) + "]",
     ),
 ]
+
+
+def refuse_out_in_runs(out: Path, runs: list[Path], what: str, keep_suffix: str | None = None) -> None:
+    """Refuses an --out inside a run folder a command reads: it would overwrite the run's files.
+
+    A report or a stack written over a prediction file, a ledger or config.json broke the run
+    for every later command. `keep_suffix` is the one kind of file a command may write there
+    (a report's `.html`, which is its default place), so long as it overwrites nothing else.
+    """
+    from mushroom.data.runfolder import run_scope
+
+    target = out.resolve()
+    for run in runs:
+        scope = run_scope(run.resolve())
+        folder = scope.folder.resolve() if scope is not None else run.resolve()
+        if not target.is_relative_to(folder) or (keep_suffix is not None and target.suffix == keep_suffix):
+            continue
+        raise MushroomError(
+            f"--out {out} is inside the run folder {folder}: {what} would overwrite or sit among the "
+            "run's own files; write it elsewhere"
+            + (f" (or give a {keep_suffix} file)" if keep_suffix else "")
+        )

@@ -8,7 +8,15 @@ from typing import Annotated
 import typer
 
 from mushroom.cli.boundary import err_console, esc, input_file, out_console, output_file, print_warning
-from mushroom.cli.common import DEFAULT_CONTEXTS, TAGS_HELP, Contexts, Langs, file_stem, load_items_option
+from mushroom.cli.common import (
+    DEFAULT_CONTEXTS,
+    TAGS_HELP,
+    Contexts,
+    Langs,
+    file_stem,
+    load_items_option,
+    refuse_out_in_runs,
+)
 from mushroom.cli.tables import paired_table
 from mushroom.errors import MushroomError
 from mushroom.util.options import split_names
@@ -194,6 +202,8 @@ def report(
             f"{run_dir} was made with --items: give its items file, "
             f"mushroom report {run_dir} --items ITEMS.jsonl [--contexts CTX.jsonl]"
         )
+    if out is not None:
+        refuse_out_in_runs(out, [run_dir], "the report", keep_suffix=".html")
     path = output_file(out, "--out") if out else run_dir / f"report.{split}.html"
     tag_map = load_tags(input_file(tags, "--tags")) if tags else None
     page = build_report(run_dir, split, lang, tuple(split_names(contexts)), tag_map, by_lang, context_files)
