@@ -256,6 +256,22 @@ def test_report_shows_unverifiable_claims_in_a_third_colour_with_the_reason(tmp_
     assert "unverifiable: the context neither supports nor contradicts it" in page  # the legend
 
 
+def test_a_report_shows_the_contexts_its_run_read(tmp_path):
+    """The page showed the default sources for a run made with others: an item the detector
+    saw with no context looked as if it had one."""
+    run = tmp_path / "r"
+    args = ["detect", "--split", "val", "--lang", "en", "--limit", "2", "--contexts", "deepseek-r1"]
+    res = runner.invoke(app, [*args, "--out", str(run), "--quiet"])
+    assert res.exit_code == 0, res.output
+    page = tmp_path / "p.html"
+    assert runner.invoke(app, ["report", str(run), "--out", str(page)]).exit_code == 0
+    assert "deepseek-r1" in page.read_text() and "perplexity-sonar-pro" not in page.read_text()
+    # asked for, another source is shown
+    args = ["report", str(run), "--out", str(page), "--contexts", "perplexity-sonar-pro"]
+    assert runner.invoke(app, args).exit_code == 0
+    assert "perplexity-sonar-pro" in page.read_text()
+
+
 def html_escape(text):
     import html
 

@@ -177,7 +177,7 @@ def report(
 ) -> None:
     """Write one self-contained HTML page: answers with gold and predicted spans, scores, contexts."""
     from mushroom.data.jsonl import atomic_write_text
-    from mushroom.data.runfolder import items_files
+    from mushroom.data.runfolder import items_files, run_sources
     from mushroom.evaluation.compare import load_tags
     from mushroom.evaluation.report import build_report
     from mushroom.evaluation.runfiles import run_notes
@@ -186,7 +186,7 @@ def report(
         raise MushroomError(
             f"RUN_DIR {run_dir}: {'no such folder' if not run_dir.exists() else 'is not a folder'}"
         )
-    by_lang, context_files = None, None
+    by_lang, context_files, from_run = None, None, False
     if items is not None:  # a run over a file of the user's: its items and context files
         if not items_files(run_dir):
             raise MushroomError(f"--items: {run_dir} is not a `detect --items` run (it has no items files)")
@@ -202,11 +202,23 @@ def report(
             f"{run_dir} was made with --items: give its items file, "
             f"mushroom report {run_dir} --items ITEMS.jsonl [--contexts CTX.jsonl]"
         )
+    elif contexts == DEFAULT_CONTEXTS and (used := run_sources(run_dir)):  # not given: the run's own
+        contexts, from_run = ",".join(used), True
     if out is not None:
         refuse_out_in_runs(out, [run_dir], "the report", keep_suffix=".html")
     path = output_file(out, "--out") if out else run_dir / f"report.{split}.html"
     tag_map = load_tags(input_file(tags, "--tags")) if tags else None
-    page = build_report(run_dir, split, lang, tuple(split_names(contexts)), tag_map, by_lang, context_files)
+    try:
+        page = build_report(
+            run_dir, split, lang, tuple(split_names(contexts)), tag_map, by_lang, context_files
+        )
+    except MushroomError as exc:
+        if not from_run or "no context file" not in str(exc):
+            raise
+        raise MushroomError(
+            f"{exc}; the report shows the contexts the run read (--contexts {contexts}): set "
+            "MUSHROOM_CONTEXT_DIR as the run had it, or give --contexts to show other sources"
+        ) from None
     for note in run_notes(run_dir, split):
         print_warning(note)
     if tag_map:

@@ -199,6 +199,23 @@ def run_scope(path: Path) -> RunScope | None:
     return None
 
 
+def run_sources(path: Path) -> list[str] | None:
+    """The context sources the run a folder belongs to read (None when it says none).
+
+    A report shows an item's contexts: the run's own, not the default sources, or an item the
+    detector saw with no context would look as if it had one.
+    """
+    scope = run_scope(path)
+    if scope is None:
+        return None
+    sources = scope.config.get("sources")
+    if sources is None and isinstance(scope.config.get("run_config"), dict):
+        sources = scope.config["run_config"].get("contexts")
+    if isinstance(sources, list) and sources and all(isinstance(s, str) for s in sources):
+        return list(sources)
+    return None
+
+
 def items_files(path: Path) -> list[Path]:
     """The prediction files of a `detect --items` run folder (none for other runs)."""
     from mushroom.data.predictions import submission_glob
