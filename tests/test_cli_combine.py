@@ -102,6 +102,22 @@ def test_stack_fit_never_writes_into_a_member_run(tmp_path, capsys):
     assert code == 2 and "is inside the run folder" in err and pred.read_bytes() == before, err
 
 
+def test_a_member_run_made_with_other_settings_than_the_fitted_one_is_warned_of(tmp_path, capsys):
+    """A stack applied to a run made with another threshold gave other answers, silently."""
+    run, stack = _english_stack(tmp_path, capsys)
+    other = tmp_path / "other"
+    args = ["detect", "--split", "val", "--lang", "en", "--quiet", "-o", "threshold=0.6"]
+    code, _, err = cli(capsys, *args, "-o", "calibration=null", "--out", other)
+    assert code == 0, err
+    apply = ["stack", "apply", stack, "--split", "val", "--lang", "en"]
+    code, _, err = cli(capsys, *apply, f"lex={other}", "--out", tmp_path / "a")
+    said = " ".join(err.split())
+    assert code == 0 and "member 'lex': " in said and "was made with other settings" in said, said
+    assert "options.threshold: 0.25 -> 0.6" in said and 'options.calibration: "default" -> null' in said
+    code, _, err = cli(capsys, *apply, f"lex={run}", "--out", tmp_path / "b")
+    assert code == 0 and "other settings" not in err, err
+
+
 def test_stack_apply_with_the_wrong_members_leaves_no_run_folder(tmp_path, capsys):
     run, stack = _english_stack(tmp_path, capsys)
     out = tmp_path / "o"

@@ -22,6 +22,29 @@ if TYPE_CHECKING:
     from mushroom.data.records import Item
 
 
+def settings_changes(model: StackModel, members: list[Member]) -> list[str]:
+    """A warning per member whose run was made with other settings than the run it was fitted on."""
+    from mushroom.runs.service import MAX_CHANGES_SHOWN, config_changes
+
+    said = []
+    for member in members:
+        fitted, given = model.member_settings.get(member.name), member.settings()
+        if fitted is None or given is None:
+            continue
+        changes = config_changes(fitted, given)
+        if changes:
+            shown = "; ".join(changes[:MAX_CHANGES_SHOWN])
+            more = (
+                f" (and {len(changes) - MAX_CHANGES_SHOWN} more)" if len(changes) > MAX_CHANGES_SHOWN else ""
+            )
+            said.append(
+                f"member {member.name!r}: {member.path} was made with other settings than the run the "
+                f"stack was fitted on (fitted -> given: {shown}{more}); the stack weighs its evidence "
+                "as the fitted run made it: make the run with the fitted settings, or fit the stack again"
+            )
+    return said
+
+
 def apply_stack_run(
     model: StackModel,
     members: list[Member],
@@ -69,7 +92,7 @@ def apply_stack_run(
         data = load_split(split, langs)
     # Members are read and checked before the run folder exists: wrong or missing members
     # leave none (the generator opens and checks every member file on its first step).
-    told: list[str] = []
+    told: list[str] = settings_changes(model, members)
     chunks = iter_apply_stack(model, members, split, data, warn=told.append)
     first = next(chunks, None)
     service = RunService(out, config, reporter, quiet=True)

@@ -224,6 +224,7 @@ def fit_stack(
         use.add(stack_data.items, stack_data.features)
         fit.model.channel_use = use.shares()
         fit.model.member_detectors = {m.name: d for m in chosen if (d := m.detector()) is not None}
+        fit.model.member_settings = {m.name: s for m in chosen if (s := m.settings()) is not None}
         return fit
 
     fit = fit_on(members)
@@ -241,6 +242,7 @@ def fit_stack(
     if len(kept) < len(members):
         fit.model.fitted_members = [m.name for m in members]
         fit.model.member_detectors = {m.name: d for m in members if (d := m.detector()) is not None}
+        fit.model.member_settings = {m.name: s for m in members if (s := m.settings()) is not None}
     fit.model.fitted_on = f"{split}: " + ", ".join(f"{lang} ({len(v)})" for lang, v in data.items())
     fit.model.fingerprint = stack_fingerprint(members, data, split, folds, l2, config, model)
     return fit

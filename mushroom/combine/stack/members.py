@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +59,25 @@ class Member:
             return name if isinstance(name, str) else None
         if config.get("job") == "main" and self.path.parent.name == "members":
             return self.path.name  # a main job's member folder is named after its detector
+        return None
+
+    def settings(self) -> dict[str, Any] | None:
+        """The detector options and context sources of this member's run; None where it does not say.
+
+        A stack weighs a member's evidence as the fitted run's settings made it: applied to a
+        run made with another threshold or calibration, it is given other numbers than it
+        learned from, with nothing to say so.
+        """
+        scope = run_scope(self.path)
+        if scope is None:
+            return None
+        config = scope.config
+        if isinstance(config.get("detector"), str) and isinstance(config.get("options"), dict):
+            return {"options": config["options"], "sources": config.get("sources")}
+        if config.get("job") == "main" and self.path.parent.name == "members":
+            for member in config.get("members") or []:
+                if isinstance(member, dict) and member.get("detector") == self.path.name:
+                    return {"options": member.get("options"), "sources": config.get("sources")}
         return None
 
     def check_file(self, path: Path, lang: str) -> None:

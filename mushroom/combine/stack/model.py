@@ -94,6 +94,12 @@ class StackModel(BaseModel):
         description="member -> the detector its run was made with, where its run folder says so "
         "(a run of another detector given for a member is refused when the stack is applied)",
     )
+    member_settings: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="member -> its run's detector options and context sources, where its run folder "
+        "says so (a run made otherwise is warned of when the stack is applied; empty in stacks "
+        "saved before)",
+    )
     languages: list[str] = Field(description="languages with a one-hot feature")
     features: list[str]
     scorer: Scorer | None = Field(None, description="the fitted model (None in stacks saved before trees)")
