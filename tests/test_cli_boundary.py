@@ -427,6 +427,8 @@ def test_small_mistakes_get_a_usage_error_that_names_them(tmp_path, capsys):
         (["sweep", run, "--svg", tmp_path / "s.png"], 2, "give a file name ending in .svg"),
         (["check", pred, "--items", empty], 1, "empty.jsonl: no items"),
         (["contexts", "--source", "../x", "--context-dir", out], 2, "--source: a context source '../x'"),
+        # a generated source named as a released one would be read in its place
+        (["contexts", "--source", "deepseek-r1", "--limit", "1"], 2, "a released source of that name is in"),
     ):
         code, _, err = cli(capsys, *args)
         assert code == want and said in " ".join(err.split()), (args, err)
@@ -448,3 +450,24 @@ def test_ctrl_c_while_the_command_line_is_imported_is_one_line_and_130():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr == "interrupted while starting: nothing was done\n"
+
+
+def test_the_english_embedding_grader_is_said_for_other_languages(tmp_path, capsys):
+    """It graded Hindi and Chinese contexts irrelevant almost all, with no word of why."""
+    replies = write_lines(tmp_path / "r.jsonl", [])
+    args = [
+        "contexts",
+        "--split",
+        "val",
+        "--grade",
+        "embedding",
+        "--backend",
+        "replay",
+        "--responses",
+        replies,
+    ]
+    args += ["--limit", "1", "--context-dir", tmp_path / "ctx", "--source", "gen"]
+    _, _, err = cli(capsys, *args, "--lang", "hi")
+    assert "all-MiniLM-L6-v2, an English encoder" in " ".join(err.split()), err
+    _, _, err = cli(capsys, *args, "--lang", "en")
+    assert "English encoder" not in err

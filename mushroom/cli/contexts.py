@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mushroom.cli.boundary import FLAG, err_console, esc, out_console
+from mushroom.cli.boundary import FLAG, err_console, esc, out_console, print_warning
 from mushroom.cli.common import Langs
 from mushroom.cli.tables import fitted_tables
 from mushroom.data.contexts import DEFAULT_CONTEXT_DIR, GRADES_SUFFIX
@@ -60,6 +60,7 @@ def contexts_cmd(
     Every model call is recorded in CONTEXT_DIR/.raw/ (replayable with --backend replay
     --responses FILE); items whose call failed are retried by the next run.
     """
+    from mushroom.data.contexts import shadowed_source
     from mushroom.errors import MushroomError, RunFailed, retry_advice
     from mushroom.retrieval.run import generate_split
     from mushroom.util.names import name_problem
@@ -71,6 +72,20 @@ def contexts_cmd(
     cfg = {k: v for k, v in cfg.items() if v is not None}
     cfg.update(parse_options(option or []))
     root = context_dir or DEFAULT_CONTEXT_DIR
+    taken = shadowed_source(source, root)
+    if taken is not None:
+        raise MushroomError(
+            f"--source {source}: a released source of that name is in {taken}; a generated file of "
+            f"that name would be read in its place by every run that names it: give another name "
+            f"(e.g. --source gen-{source})"
+        )
+    if grade == "embedding" and (lang is None or set(lang) - {"en"}):
+        print_warning(
+            "--grade embedding grades with all-MiniLM-L6-v2, an English encoder: in other languages "
+            "its similarities are low and good contexts may be graded irrelevant; it measures "
+            "likeness to the question, so a context that repeats the question passes too. "
+            "--grade llm reads every language"
+        )
     run = generate_split(
         split, lang, cfg, source, tiers, prompt, topic, grade, min_similarity, max_tokens, limit, root
     )

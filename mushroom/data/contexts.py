@@ -177,6 +177,22 @@ def _exists_anywhere(source: str, context_dir: Path | None = None) -> bool:
     return any(source in layout.sources(root, None, None) for layout in _layouts())
 
 
+def shadowed_source(source: str, context_dir: Path | None = None) -> Path | None:
+    """Where `source` already lives in a layout read after mushroom's own files, or None.
+
+    A generated source of that name (`contexts --source deepseek-r1`) would be read in place
+    of the release's, by every run that names the source, with nothing to say so.
+    """
+    root = context_dir or DEFAULT_CONTEXT_DIR
+    for name in LAYOUTS.ordered():
+        if name == "own":
+            continue
+        layout = LAYOUTS.load(name)
+        if source in layout.sources(root, None, None):
+            return root / name if (root / name).is_dir() else root
+    return None
+
+
 @dataclass
 class ContextSet:
     """Contexts of one split and language, by item id, with what was missing."""
