@@ -217,7 +217,7 @@ def test_compare_names_the_languages_it_leaves_out(tmp_path, capsys):
         assert code == 0, err
     code, out, err = cli("compare", tmp_path / "two", tmp_path / "one", "--eval-dir", tmp_path / "eval")
     assert code == 0, err
-    assert "two: de left out, since not every run has them; compared on en" in " ".join(err.split())
+    assert "two: de left out, since one lacks them; compared on en" in " ".join(err.split())
     assert "one:" not in err
 
 
@@ -355,3 +355,28 @@ def test_report_marks_cut_off_replies_and_shows_the_runs_warnings(tmp_path):
     assert "[cut off at max_tokens]" not in build_report(run, "val", ["en"]).html
     # a folder below the run (its predictions/) shows the run's warnings too
     assert "the run's warnings (1)" in build_report(run / "predictions", "val", ["en"]).html
+
+
+def test_a_run_stopped_before_it_finished_is_said_by_compare_sweep_and_report(tmp_path, capsys):
+    """A run stopped in English was shown on the languages it had finished, as a whole run."""
+    from mushroom.cli.app import app as cli_app
+    from mushroom.cli.boundary import run_cli
+
+    def cli(*args):
+        code = run_cli(cli_app, [str(a) for a in args])
+        return code, " ".join(capsys.readouterr().err.split())
+
+    for name in ("done", "stopped"):
+        code, err = cli("detect", "--lang", "en,de", "--out", tmp_path / name, "--quiet")
+        assert code == 0, err
+    (tmp_path / "stopped" / "summary.json").unlink()  # as a Ctrl-C leaves it
+    said = "has no summary.json: its run was stopped before it finished, or is still running"
+    for args in (
+        ("compare", tmp_path / "done", tmp_path / "stopped", "--eval-dir", tmp_path / "e"),
+        ("sweep", tmp_path / "stopped", "--svg", tmp_path / "s.svg"),
+        ("report", tmp_path / "stopped", "--out", tmp_path / "r.html"),
+    ):
+        code, err = cli(*args)
+        assert code == 0 and said in err and "languages it finished (de, en)" in err, (args, err)
+    code, err = cli("report", tmp_path / "done", "--out", tmp_path / "d.html")
+    assert code == 0 and "summary.json" not in err, err

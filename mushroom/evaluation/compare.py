@@ -113,8 +113,10 @@ def left_out_languages(runs: list[RunScores]) -> list[str]:
     for run in runs:
         extra = sorted(set(run.result.langs) - common)
         if extra:
+            lacking = [r.name for r in runs if not set(extra) <= set(r.result.langs)]
             notes.append(
-                f"{run.name}: {', '.join(extra)} left out, since not every run has them; compared on "
+                f"{run.name}: {', '.join(extra)} left out, since {', '.join(lacking)} "
+                f"{'lacks' if len(lacking) == 1 else 'lack'} them; compared on "
                 f"{', '.join(sorted(common)) or 'nothing'}"
             )
     return notes

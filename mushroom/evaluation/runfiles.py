@@ -163,6 +163,37 @@ def in_sample_note(run: Path, split: str) -> str | None:
     )
 
 
+# The jobs whose runs end by writing summary.json (with `mushroom run`'s, known by `run_config`).
+COMMAND_JOBS = frozenset({"detect", "main", "stack-apply"})
+
+
+def unfinished_note(run: Path, split: str) -> str | None:
+    """What to say of a run folder with no summary.json: a run stopped (or still running).
+
+    Its prediction files are of the languages it finished, and `compare`, `sweep` and
+    `report` read them as the whole run: a run stopped in English showed two languages as
+    if it had been made on those alone.
+    """
+    from mushroom.data.predictions import prediction_langs
+    from mushroom.data.runfolder import prediction_folder, run_scope
+
+    scope = run_scope(run)
+    if scope is None or (scope.folder / "summary.json").is_file():
+        return None
+    if scope.config.get("job") not in COMMAND_JOBS and "run_config" not in scope.config:
+        return None  # a benchmark's member folder: it writes no summary
+    try:
+        done = prediction_langs(prediction_folder(run, split), split)
+    except MushroomError:
+        done = []
+    return (
+        f"{scope.folder} has no summary.json: its run was stopped before it finished, or is still "
+        f"running; its {split} files are of the languages it finished ({', '.join(done) or 'none'}): "
+        "run its command again to finish it"
+    )
+
+
 def run_notes(run: Path, split: str) -> list[str]:
-    """`run_failure_notes` and the `in_sample_note` of a run folder."""
-    return run_failure_notes(run, split) + [n for n in [in_sample_note(run, split)] if n]
+    """`run_failure_notes`, the `in_sample_note` and the `unfinished_note` of a run folder."""
+    notes = [in_sample_note(run, split), unfinished_note(run, split)]
+    return run_failure_notes(run, split) + [n for n in notes if n]
