@@ -155,7 +155,7 @@ def load_failure(what: str, name: str, exc: BaseException) -> str:
 
 def did_you_mean(name: str, names: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for an unknown name with a close match, else ''."""
-    match = close_match(name, names)
+    match = close_match(name, names, prefix=True)
     return f" (did you mean {match!r}?)" if match else ""
 
 

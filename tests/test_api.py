@@ -35,6 +35,9 @@ def test_malformed_items_are_type_errors_that_say_what_an_item_is():
     for call, message in cases:
         with pytest.raises(TypeError, match=message):
             call()
+    # keys of a record's own that only start like an item key are left alone, as before
+    extra = {"answer": ANSWER, "contexts": CONTEXT, "answer_tokens": [1, 2], "identifier": "x1"}
+    assert len(mushroom.detect_batch([extra])) == 1
     # None is "no question", not the question "None"
     assert (
         mushroom.detect(ANSWER, CONTEXT, question=None).hard_labels

@@ -194,9 +194,11 @@ def test_the_long_form_of_a_short_name_is_matched(capsys):
     """ "validation" is far from "val" by difflib's ratio: no suggestion came."""
     from mushroom.util.words import close_match
 
-    assert close_match("validation", ["test", "test-labeled", "train", "val"]) == "val"
-    assert close_match("English", ["de", "en", "es"]) == "en"
-    assert close_match("t", ["test", "train"]) is None  # too short to start just one
+    assert close_match("validation", ["test", "test-labeled", "train", "val"], prefix=True) == "val"
+    assert close_match("validation", ["test", "val"]) is None  # a hint's rule only
+    assert close_match("estonian", ["en", "es", "et"], prefix=True) is None  # 'es' is too short to say
+    assert close_match("tes", ["test", "val"], prefix=True) == "test"
+    assert close_match("te", ["test", "val"], prefix=True, cutoff=0.9) is None  # too short to start one
     code, _, err = cli(capsys, "detect", "--split", "validation", "--detector", "lexical")
     assert code == 2 and "unknown split 'validation'; did you mean 'val'?" in err, err
 

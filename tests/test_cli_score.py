@@ -248,3 +248,6 @@ def test_a_file_of_another_language_or_an_empty_one_is_not_sent_to_partial(tmp_p
         assert "are the two files of the same language and split?" in said and "--partial" not in said
         code, _, err = cli(capsys, "score", VAL_EN, empty, *partial)
         assert code == 1 and "the file holds no prediction" in err and "--partial" not in err, err
+    # an empty gold file against predictions: said, not an internal error
+    code, _, err = cli(capsys, "score", empty, other)
+    assert code == 1 and "not in the gold file" in err, err

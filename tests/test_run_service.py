@@ -735,3 +735,38 @@ def test_warnings_go_to_stderr_unless_the_caller_gave_its_own_log(capsys):
     RichReporter(Console(file=rich)).warning("kept too")
     assert "warning: kept" in plain.getvalue() and "kept too" in rich.getvalue()
     assert capsys.readouterr() == ("", "")
+
+
+def test_each_failed_item_says_which_variants_files_it_is_missing_from(tmp_path):
+    """Two variants failing the same items wrote the same lines twice to failures.jsonl."""
+    config = tmp_path / "variants.toml"
+    config.write_text(
+        f"""
+name = "v"
+splits = ["val"]
+langs = ["en"]
+limit = 2
+[detector]
+name = "llm"
+[detector.options.backend]
+kind = "openai"
+model = "m"
+base_url = "{closed_port_url()}"
+max_retries = 0
+[[variants]]
+name = "zero"
+options = {{ prompt = "single_zero_shot" }}
+[[variants]]
+name = "few"
+options = {{ prompt = "single_few_shot_plain" }}
+"""
+    )
+    out = tmp_path / "run"
+    proc = mushroom("run", str(config), "--out", str(out), "--eval-dir", str(tmp_path / "e"), "--quiet")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    rows = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    by_folder = {}
+    for row in rows:
+        by_folder.setdefault(row["folder"], set()).add(row["id"])
+    assert len(by_folder) == 2 and all(len(ids) == 2 for ids in by_folder.values()), rows
+    assert all(folder.split("/")[0] in ("zero", "few") for folder in by_folder), by_folder

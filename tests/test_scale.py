@@ -140,15 +140,15 @@ def test_a_run_stopped_mid_chunk_resumes_with_only_the_unfinished_items(tmp_path
 
 
 class _InterruptedOnce:
-    """A file whose next write is cut by Ctrl-C: the bytes never reach it."""
+    """A file whose next write is cut by Ctrl-C (or fails): the bytes never reach it."""
 
-    def __init__(self, raw):
-        self.raw, self.armed = raw, True
+    def __init__(self, raw, error: BaseException | None = None):
+        self.raw, self.armed, self.error = raw, True, error or KeyboardInterrupt()
 
     def write(self, data):
         if self.armed:
             self.armed = False
-            raise KeyboardInterrupt
+            raise self.error
         return self.raw.write(data)
 
     def __getattr__(self, name):
@@ -173,6 +173,25 @@ def test_a_record_cut_by_ctrl_c_leaves_the_store_readable_and_resumable(tmp_path
         again.add(record(1))
     assert [r.id for r in iter_channel_records(store)] == ["s-0", "s-1"]
     assert len(gzip.decompress(store.read_bytes()).splitlines()) == 2  # any gzip reader agrees
+
+
+def test_a_store_whose_write_failed_takes_no_more_records(tmp_path):
+    """A full disk mid-record, then more records: the stream after the lost bytes could not
+    be decoded, and its trailer would not match."""
+    from mushroom.data.channels import ChannelWriter, iter_channel_records
+    from mushroom.errors import MushroomError
+
+    store = tmp_path / "raw" / "channels.en.jsonl.gz"
+    record = lambda k: ChannelRecord(id=f"s-{k}", channels={"c": [{"start": 0, "end": 3, "prob": 0.5}]})  # noqa: E731
+    out = ChannelWriter(store)
+    out.add(record(0))
+    out._raw = _InterruptedOnce(out._raw, OSError(28, "No space left on device"))
+    with pytest.raises(OSError):
+        out.add(record(1))
+    with pytest.raises(MushroomError, match="an earlier write to it failed"):
+        out.add(record(2))
+    out.close()
+    assert [r.id for r in iter_channel_records(store)] == ["s-0"]
 
 
 def test_a_damaged_store_is_named_with_what_to_remove(tmp_path):

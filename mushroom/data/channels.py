@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from mushroom.data.jsonl import load_records, validation_problems, write_jsonl
 from mushroom.data.records import ChannelRecord
 from mushroom.data.spans import soft_to_vector, vector_to_soft
-from mushroom.errors import DataError, Problem
+from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.util.names import safe_name
 
 Channels = dict[str, dict[str, np.ndarray]]  # item id -> channel name -> vector
@@ -99,9 +99,9 @@ def _gz_members(path: Path) -> Iterator[tuple[bytes, bool]]:
 
 def _damaged(path: Path, exc: zlib.error) -> str:
     """What to do with a channel store whose stream cannot be read (not a kill's clean cut)."""
-    name = path.name.split(".")
-    what = f"it and {path.parent.parent / 'items' / f'{name[1]}.jsonl'} (that language's finished items)"
-    if len(name) < 3 or name[0] != "channels" or path.parent.name != "raw":
+    lang = path.name.removeprefix("channels.").removesuffix(".jsonl.gz")
+    what = f"it and {path.parent.parent / 'items' / f'{lang}.jsonl'} (that language's finished items)"
+    if path.name != f"channels.{lang}.jsonl.gz" or path.parent.name != "raw":
         what = "it and the finished items whose evidence it held"
     return (
         f"its gzip stream is damaged ({exc}), so the evidence of the items it holds is lost; "
@@ -184,6 +184,11 @@ class ChannelWriter:
         self._torn = False
 
     def add(self, record: ChannelRecord) -> None:
+        if self._torn:  # the stream after a lost write would not decode: nothing more goes in
+            raise MushroomError(
+                f"{self.path}: an earlier write to it failed, so no more can be added; the run stops "
+                "here: run it again to resume (the cut record is dropped, its item done again)"
+            )
         line = json.dumps(record.model_dump(mode="json"), ensure_ascii=False) + "\n"
         self._torn = True  # until the line is on disk whole
         self._raw.write(self._zip.compress(line.encode("utf-8")) + self._zip.flush(zlib.Z_SYNC_FLUSH))

@@ -175,7 +175,7 @@ def _with_input(err: Any) -> str:
         # a misspelt key leaves its field missing: the line's key is named, not just the gap
         name = str(err["loc"][-1])
         keys = [k for k in value if isinstance(k, str) and k != name]
-        near = close_match(name, keys, cutoff=0.85)
+        near = close_match(name, keys, cutoff=0.85, prefix=True)
         if near is not None:
             return f"{error_message(err)}; the line has {near!r}: misspelt?"
     if err.get("type") == "missing" or isinstance(value, (dict, list)):

@@ -325,6 +325,7 @@ class Failure:
     id: str
     error: str
     detector: str
+    folder: str = ""  # where its files are in the run: a variant's or member's failures apart
 
     def row(self) -> dict[str, str]:
         return {
@@ -332,6 +333,7 @@ class Failure:
             "lang": self.lang,
             "id": self.id,
             "detector": self.detector,
+            **({"folder": self.folder} if self.folder else {}),
             "error": self.error,
         }
 
@@ -908,8 +910,9 @@ class RunService:
         from mushroom.data.channels import channel_file, legacy_channel_file
 
         path = folder / submission_name(lang, split)
+        where = folder.relative_to(self.out).as_posix() if folder.is_relative_to(self.out) else str(folder)
         failed = [
-            Failure(split, lang, item_id, ledger.error(item_id) or "no result", detector.name)
+            Failure(split, lang, item_id, ledger.error(item_id) or "no result", detector.name, where)
             for item_id in ids
             if not ledger.ok(item_id)
         ]

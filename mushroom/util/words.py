@@ -9,25 +9,26 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 
-def close_match(name: str, names: Iterable[str], cutoff: float = 0.6) -> str | None:
+def close_match(name: str, names: Iterable[str], cutoff: float = 0.6, prefix: bool = False) -> str | None:
     """The one of `names` closest to a misspelt `name` (difflib's ratio >= `cutoff`), or None.
 
-    A name that starts with just one of them, or the start of just one, is matched too: the
-    long form of a short name ("validation" for "val", "english" for "en") is far from it by
-    difflib's ratio.
+    With `prefix`, a name that starts with just one of them, or the start of just one, is
+    matched too, both 3 characters or more: the long form of a short name ("validation" for
+    "val") is far from it by difflib's ratio. Only for a hint: a caller that refuses a name
+    on a close match (an unknown key that looks misspelt) keeps to the ratio.
     """
     import difflib
 
     names = list(names)
     match = difflib.get_close_matches(name, names, n=1, cutoff=cutoff)
-    if match:
-        return match[0]
+    if match or not prefix:
+        return match[0] if match else None
     key = name.lower()
-    starts = [
-        n
-        for n in names
-        if min(len(n), len(key)) >= 2 and (key.startswith(n.lower()) or n.lower().startswith(key))
-    ]
+
+    def starts_or_begins(n: str) -> bool:
+        return min(len(n), len(key)) >= 3 and (key.startswith(n.lower()) or n.lower().startswith(key))
+
+    starts = [n for n in names if starts_or_begins(n)]
     return starts[0] if len(starts) == 1 else None
 
 
@@ -69,6 +70,6 @@ def suggest(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, Any],
     names the list where "valid" would not read well ("available", "its settings are").
     """
     names = sorted(choices)
-    close = close_match(name, names)
+    close = close_match(name, names, prefix=True)
     hint = f"; did you mean {close!r}?" if close else ";"
     return f"{hint} {label}: {', '.join(names) if names else '(none)'}"
