@@ -425,6 +425,7 @@ def test_small_mistakes_get_a_usage_error_that_names_them(tmp_path, capsys):
     for args, want, said in (
         (["main-job", "--detector", "stak", "--out", out], 2, "(did you mean 'stack'?); one of stack,"),
         (["main-job", "--members", "", "--out", out], 2, "--members is empty"),
+        (["stack", "fit", run, "--model", "tree", "--out", out], 2, "--model 'tree' (did you mean 'trees'?)"),
         (["detect", "--contexts", "tavily-5,tavily-5", "--out", out], 2, "tavily-5 named twice"),
         (["sweep", run, "--svg", tmp_path / "s.png"], 2, "give a file name ending in .svg"),
         (["check", pred, "--items", empty], 1, "empty.jsonl: no items"),

@@ -218,6 +218,8 @@ def test_compare_names_the_languages_it_leaves_out(tmp_path, capsys):
     code, out, err = cli("compare", tmp_path / "two", tmp_path / "one", "--eval-dir", tmp_path / "eval")
     assert code == 0, err
     assert "two: de left out, since one lacks them; compared on en" in " ".join(err.split())
+    code, _, err = cli("compare", tmp_path / "one", tmp_path / "one", "--eval-dir", tmp_path / "eval")
+    assert code == 0 and "is given twice" in err and "compared with itself" in err, err
     assert "one:" not in err
 
 

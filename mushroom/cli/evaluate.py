@@ -65,6 +65,11 @@ def compare(
             f"give an index from 0 to {len(runs) - 1}"
         )
     _run_folders(runs)
+    seen: dict[Path, Path] = {}
+    for run in runs:  # a slip, or a baseline compared with itself: the numbers would say nothing
+        if run.resolve() in seen:
+            print_warning(f"{run} is given twice (also as {seen[run.resolve()]}): it is compared with itself")
+        seen.setdefault(run.resolve(), run)
     folder = eval_dir or workspace() / "eval"
     if folder.exists() and not folder.is_dir():
         raise MushroomError(f"--eval-dir {folder}: is a file, not a folder")

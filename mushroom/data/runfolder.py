@@ -270,7 +270,12 @@ def prediction_folder(path: Path, split: str, items_advice: str | None = None) -
         hint += (
             f"; this run is of the {ran_on} split, not {split} (--split {ran_on}, where the command takes it)"
         )
-    elif scope is not None and scope.folder == path and (failed := _listed_ids(path / "failures.jsonl")):
+    elif (
+        not variants
+        and scope is not None
+        and scope.folder == path
+        and (failed := _listed_ids(path / "failures.jsonl"))
+    ):
         from mushroom.util.words import plural
 
         # a language with failed items gets no file unless --allow-failures

@@ -19,7 +19,7 @@ from mushroom.combine.stack.empty import EmptyRule
 from mushroom.combine.stack.features import StackData
 from mushroom.combine.stack.logistic import design, fit_logistic, predict
 from mushroom.combine.stack.trees import TreeScorer, TreeSettings, fit_trees
-from mushroom.errors import MushroomError
+from mushroom.errors import MushroomError, did_you_mean
 
 ModelKind = Literal["blend", "trees", "logistic"]
 MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
@@ -28,7 +28,10 @@ MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
 def check_model_kind(kind: str, where: str = "stack model") -> ModelKind:
     """`kind` if it names a model kind; otherwise an error listing the kinds."""
     if kind not in MODEL_KINDS:
-        raise MushroomError(f"{where} {kind!r}: choose {', '.join(MODEL_KINDS[:-1])} or {MODEL_KINDS[-1]}")
+        raise MushroomError(
+            f"{where} {kind!r}{did_you_mean(kind, MODEL_KINDS)}: choose {', '.join(MODEL_KINDS[:-1])} "
+            f"or {MODEL_KINDS[-1]}"
+        )
     return kind  # type: ignore[return-value]
 
 
