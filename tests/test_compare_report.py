@@ -382,3 +382,28 @@ def test_a_run_stopped_before_it_finished_is_said_by_compare_sweep_and_report(tm
         assert code == 0 and said in err and "languages it finished (de, en)" in err, (args, err)
     code, err = cli("report", tmp_path / "done", "--out", tmp_path / "d.html")
     assert code == 0 and "summary.json" not in err, err
+
+
+def test_a_request_asked_again_is_one_raw_output_in_the_report(tmp_path):
+    """A failed call retried by a re-run showed as one more sample of the detector's."""
+    import json
+
+    from mushroom.data.splits import load_split
+
+    run = tmp_path / "r"
+    res = runner.invoke(
+        app, ["detect", "--split", "val", "--lang", "en", "--limit", "1", "--out", str(run), "--quiet"]
+    )
+    assert res.exit_code == 0, res.output
+    item = load_split("val", ["en"])["en"][0]
+    raw = prediction_folder(run, "val") / "raw" / "en.raw.jsonl"
+    records = [
+        {"id": item.id, "key": "k-t0", "error": "HTTP 500"},
+        {"id": item.id, "key": "k-t1", "texts": ["second temperature"]},
+        {"id": item.id, "key": "k-t0", "texts": ["first temperature, asked again"]},
+    ]
+    raw.write_text("".join(json.dumps(r) + "\n" for r in records))
+    page = build_report(run, "val", ["en"]).html
+    assert page.count("raw model output ") == 2, page
+    assert "[asked 2 times: the last reply] first temperature, asked again" in page
+    assert "HTTP 500" not in page and "second temperature" in page

@@ -149,26 +149,36 @@ def _reasons(n: int, entries: list[dict]) -> list[str | None]:
 def _raw_outputs(folder: Path, lang: str, problems: list[Problem] | None = None) -> dict[str, list[str]]:
     """Raw model outputs per item id, from the run's raw/ files (LLM detectors keep them).
 
-    Unreadable lines (a run killed mid-write) do not stop the report; they are collected in
-    `problems` and the page says how many there were.
+    A request asked again (a failed call retried by a re-run) is shown once, by its last
+    record, and labelled with how often it was asked: each record shown as an output of its
+    own read as more samples than the detector drew. Unreadable lines (a run killed
+    mid-write) do not stop the report; they are collected in `problems` and the page says
+    how many there were.
     """
-    out: dict[str, list[str]] = {}
+    rows: dict[str, dict[str, tuple[dict, int]]] = {}  # item -> request key -> (last record, times)
     problems = [] if problems is None else problems
     for path in sorted((folder / "raw").glob(f"{lang}.*.jsonl")):
-        for _, row in iter_json_lines(path, problems):
+        for lineno, row in iter_json_lines(path, problems):
             if isinstance(row, dict) and "id" in row:
-                texts = row.get("texts") if isinstance(row.get("texts"), list) else None
-                if texts:  # every sample, apart; the prompt sent (`messages`) is not an output
-                    cut = _cut_samples(row, len(texts))
-                    for k, t in enumerate(texts):
-                        label = f"[sample {k + 1} of {len(texts)}] " if len(texts) > 1 else ""
-                        if cut[k]:  # read as it was: cut off
-                            label += "[cut off at max_tokens] "
-                        out.setdefault(str(row["id"]), []).append(label + str(t))
-                    continue
-                shown = {k: v for k, v in row.items() if k != "messages"}
-                text = row.get("response") or row.get("error") or json.dumps(shown, ensure_ascii=False)[:2000]
-                out.setdefault(str(row["id"]), []).append(str(text))
+                key = str(row.get("key") or f"{path.name}:{lineno}")
+                calls = rows.setdefault(str(row["id"]), {})
+                calls[key] = (row, calls[key][1] + 1 if key in calls else 1)
+    out: dict[str, list[str]] = {}
+    for item_id, calls in rows.items():
+        for row, times in calls.values():
+            asked = f"[asked {times} times: the last reply] " if times > 1 else ""
+            texts = row.get("texts") if isinstance(row.get("texts"), list) else None
+            if texts:  # every sample, apart; the prompt sent (`messages`) is not an output
+                cut = _cut_samples(row, len(texts))
+                for k, t in enumerate(texts):
+                    label = asked + (f"[sample {k + 1} of {len(texts)}] " if len(texts) > 1 else "")
+                    if cut[k]:  # read as it was: cut off
+                        label += "[cut off at max_tokens] "
+                    out.setdefault(item_id, []).append(label + str(t))
+                continue
+            shown = {k: v for k, v in row.items() if k != "messages"}
+            text = row.get("response") or row.get("error") or json.dumps(shown, ensure_ascii=False)[:2000]
+            out.setdefault(item_id, []).append(asked + str(text))
     return out
 
 
