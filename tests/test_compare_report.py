@@ -357,6 +357,12 @@ def test_report_marks_cut_off_replies_and_shows_the_runs_warnings(tmp_path):
     assert "[cut off at max_tokens]" not in build_report(run, "val", ["en"]).html
     # a folder below the run (its predictions/) shows the run's warnings too
     assert "the run's warnings (1)" in build_report(run / "predictions", "val", ["en"]).html
+    # another folder's warning (a variant's, "llm:other/val") is not this folder's
+    summary["warnings"].append("llm:other/val en: 2 of 2 LLM responses were unparseable")
+    (run / "summary.json").write_text(json.dumps(summary))
+    page = build_report(run / "predictions", "val", ["en"]).html
+    assert "the run's warnings of predictions (1)" in page and "2 of 2 LLM" not in page
+    assert "the run's warnings (2)" in build_report(run, "val", ["en"]).html  # the run's own page: all
 
 
 def test_a_run_stopped_before_it_finished_is_said_by_compare_sweep_and_report(tmp_path, capsys):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
@@ -268,20 +269,37 @@ def _warnings_html(run_dir: Path) -> str:
 
     Without them a page of empty predictions read as a method that found nothing.
     """
-    summary = run_dir / "summary.json"
+    summary, below = run_dir / "summary.json", ""
     if not summary.is_file():  # a variant's or a main job's member folder: the run's own
         from mushroom.data.runfolder import run_scope
 
         scope = run_scope(run_dir)
-        summary = scope.folder / "summary.json" if scope is not None else summary
+        if scope is not None:
+            summary = scope.folder / "summary.json"
+            if run_dir.resolve().is_relative_to(scope.folder.resolve()):
+                below = run_dir.resolve().relative_to(scope.folder.resolve()).as_posix()
     try:
         warnings = json.loads(summary.read_text(encoding="utf-8")).get("warnings")
     except (OSError, ValueError, AttributeError):
         return ""
     if not isinstance(warnings, list) or not warnings:
         return ""
-    shown = "".join(f"<li>{html.escape(str(w))}</li>" for w in warnings[:20])
-    return f"<details open><summary>the run's warnings ({len(warnings)})</summary><ul>{shown}</ul></details>"
+    # a stage's warning names its folder ("llm:vote3/val en: ..."): another variant's is not this one's
+    mine = [str(w) for w in warnings if not below or _of_folder(str(w), below)]
+    if not mine:
+        return ""
+    shown = "".join(f"<li>{html.escape(w)}</li>" for w in mine[:20])
+    of = f" of {below}" if len(mine) < len(warnings) else ""
+    return f"<details open><summary>the run's warnings{of} ({len(mine)})</summary><ul>{shown}</ul></details>"
+
+
+_STAGE_FOLDER = re.compile(r"^[\w.-]+:([\w.-]+/[\w./-]+) ")
+
+
+def _of_folder(warning: str, folder: str) -> bool:
+    """Whether a run's warning concerns `folder` (a variant's, a member's) or the whole run."""
+    match = _STAGE_FOLDER.match(warning)
+    return match is None or match.group(1) == folder or match.group(1).startswith(folder + "/")
 
 
 def _problems_html(problems: list[Problem]) -> str:
