@@ -112,6 +112,31 @@ def test_main_job_refuses_a_bad_config_before_it_makes_a_folder(tmp_path, capsys
     assert not any((tmp_path / name).exists() for name in "abc")
 
 
+def test_the_files_contexts_are_checked_with_their_key_and_a_flag_wins_over_them(tmp_path, capsys):
+    """--contexts on the command line never won over the file's: the flag was read as not given
+    (typer's own click), and the file's sources ran."""
+    path = _write(
+        tmp_path / "job.toml", 'job = "main"\nmembers = ["lexical"]\nlangs = ["it"]\ncontexts = ["tavily5"]\n'
+    )
+    code, _, err = cli(capsys, "main-job", "--config", path, "--out", tmp_path / "a")
+    said = " ".join(err.split())
+    assert code == 2 and f"{path}: field 'contexts.0': no context file for source 'tavily5'" in said, said
+    assert "available: deepseek-r1" in said and not (tmp_path / "a").exists()
+    out = tmp_path / "b"
+    code, _, err = cli(
+        capsys, "main-job", "--config", path, "--contexts", "deepseek-r1", "--out", out, "--quiet"
+    )
+    assert code == 0, err
+    assert json.loads((out / "config.json").read_text())["config"]["sources"] == ["deepseek-r1"]
+    # a run config's too
+    run = _write(
+        tmp_path / "run.toml",
+        'name = "x"\nlangs = ["it"]\ncontexts = ["tavily5"]\n[detector]\nname = "lexical"\n',
+    )
+    with pytest.raises(DataError, match="field 'contexts.0': no context file for source 'tavily5'"):
+        load_run_config(run)
+
+
 def _sent(out: Path) -> set[tuple[str, str]]:
     rows = [json.loads(line) for line in (out / "cascade.jsonl").read_text().splitlines()]
     return {(r["split"], r["id"]) for r in rows if r["sent"]}

@@ -257,12 +257,14 @@ def main_job(
             raise MushroomError(
                 f"--config {config} sets up the stack; it does not go with --detector {detector}"
             )
-        from mushroom.runs.config import load_main_job_config
+        from mushroom.runs.config import check_config_sources, load_main_job_config
 
         cfg = load_main_job_config(config)
         # a flag on the command line wins over the file; what it leaves out comes from the file
         members = members if members is not None else ",".join(cfg.members)
         lang = lang if lang is not None else cfg.langs
+        if not _given(ctx, "contexts"):  # the file's: a missing one is named with its key
+            check_config_sources(config, ["val", "test"], lang, cfg.contexts)
         contexts = contexts if _given(ctx, "contexts") else ",".join(cfg.contexts)
         if llm_budget is None and cfg.llm_budget is not None:
             llm_budget, budget_from = cfg.llm_budget, str(config)
@@ -343,9 +345,9 @@ def main_job(
 
 def _given(ctx: typer.Context, name: str) -> bool:
     """Whether a parameter was set on the command line (or its environment), not left at its default."""
-    from click.core import ParameterSource
-
-    return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    # by name: typer 0.29 carries a click of its own, whose enum is not click's
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
 def run_config(

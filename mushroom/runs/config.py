@@ -271,7 +271,33 @@ def load_run_config(path: Path) -> RunConfig:
                 errors = [e for e in errors if e["type"] != "missing"]  # a variant may supply it
             if errors:
                 raise DataError([_option_problem(path, where, cls, e) for e in errors], exit_code=2) from exc
+    problems = _source_problems(path, cfg.splits, cfg.langs, cfg.contexts)
+    if problems:
+        raise DataError(problems, exit_code=2)
     return cfg
+
+
+def _source_problems(
+    path: Path, splits: list[str], langs: list[str] | None, sources: list[str]
+) -> list[Problem]:
+    """A context source of the config that has no file for one of its splits and languages.
+
+    Said with the file and the key (`contexts.0`), as the config's other mistakes are; the
+    run would stop on it too, naming only the source.
+    """
+    from mushroom.data.contexts import source_path
+    from mushroom.data.splits import split_files
+
+    problems = []
+    for k, named in enumerate(sources):
+        for split in splits:
+            try:
+                for lang in langs if langs is not None else sorted(split_files(split)):
+                    source_path(split, lang, named, sources)
+            except MushroomError as exc:
+                problems.append(Problem(str(path), None, f"contexts.{k}", str(exc)))
+                break
+    return problems
 
 
 def _run_config_table(loc: tuple) -> type[BaseModel] | None:
@@ -354,6 +380,17 @@ def load_main_job_config(path: Path) -> MainJobConfig:
     if cfg.langs is not None:
         cfg.langs = [lang.lower() for lang in cfg.langs]  # files say "EN", as --lang takes it
     return cfg
+
+
+def check_config_sources(path: Path, splits: list[str], langs: list[str] | None, sources: list[str]) -> None:
+    """A DataError naming the file and `contexts.N` for a source of a config that has no file.
+
+    The main job calls it once the command line's flags are merged (a `--contexts` or
+    `--lang` given there wins over the file's).
+    """
+    problems = _source_problems(path, splits, langs, sources)
+    if problems:
+        raise DataError(problems, exit_code=2)
 
 
 def _lang_problems(path: Path, langs: list[str] | None) -> list[Problem]:
