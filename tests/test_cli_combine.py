@@ -93,6 +93,36 @@ def _english_stack(tmp_path, capsys):
     return run, stack
 
 
+def test_stack_fit_says_when_two_members_are_one_run(tmp_path, capsys):
+    run, _ = _english_stack(tmp_path, capsys)
+    code, _, err = cli(
+        capsys, "stack", "fit", f"a={run}", f"b={run}", "--lang", "en", "--out", tmp_path / "s.json"
+    )
+    assert code == 0 and "members 'a' and 'b' are the same run" in " ".join(err.split()), err
+
+
+def test_a_stack_applied_to_a_language_it_was_not_fitted_on_says_so(tmp_path, capsys):
+    _, stack = _english_stack(tmp_path, capsys)
+    german = tmp_path / "de"
+    code, _, err = cli(capsys, "detect", "--split", "val", "--lang", "de", "--out", german, "--quiet")
+    assert code == 0, err
+    args = [
+        "stack",
+        "apply",
+        stack,
+        f"lex={german}",
+        "--split",
+        "val",
+        "--lang",
+        "de",
+        "--out",
+        tmp_path / "a",
+    ]
+    code, out, err = cli(capsys, *args)
+    said = " ".join(out.split())
+    assert code == 0 and "de: the stack was not fitted on it (fitted on en)" in said, out + err
+
+
 def test_stack_fit_never_writes_into_a_member_run(tmp_path, capsys):
     """`stack fit --out MEMBER/predictions/mushroom.en-val.v2.jsonl` replaced its predictions."""
     run, _ = _english_stack(tmp_path, capsys)

@@ -161,6 +161,11 @@ def stack_fit(
     check_model_kind(model, "--model")
     parsed = parse_members(members)
     refuse_out_in_runs(out, [m.path for m in parsed], "the stack")
+    seen: dict[Path, str] = {}
+    for m in parsed:  # one run twice is one member's evidence counted twice, under two names
+        if m.path.resolve() in seen:
+            print_warning(f"members {seen[m.path.resolve()]!r} and {m.name!r} are the same run ({m.path})")
+        seen.setdefault(m.path.resolve(), m.name)
     data = load_split(split, lang)
     require_labelled(data, split, "fitting a stack")
     fit = fit_stack(parsed, data, split, folds, l2, model=model)

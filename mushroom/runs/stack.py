@@ -102,6 +102,15 @@ def apply_stack_run(
     for warning in told:  # what later chunks said (a warning is kept once)
         service.warn(warning)
     reporter.message(f"wrote {plural(len(files), 'prediction file')} to {out}")
+    fitted = [lang for lang in model.cv if lang != "mean"] or model.languages
+    unseen = sorted(set(data) - set(fitted)) if fitted else []
+    if unseen:
+        reporter.message(
+            f"{', '.join(unseen)}: the stack was not fitted on {'it' if len(unseen) == 1 else 'them'} "
+            f"(fitted on {', '.join(sorted(fitted))}): the pooled threshold and no language feature "
+            "apply there, and its cross-validated scores do not speak for them",
+            lead="note:",
+        )
     summary: dict[str, Any] = {"files": [p.name for p in files.values()]}
     if split == "test":
         zipped = service.submit(list(files.values()), out / "submission.zip")
