@@ -217,3 +217,22 @@ def test_a_yaml_syntax_error_is_one_problem_with_its_line():
         problem.line == 3
         and problem.message == "cannot parse: expected ',' or ']', but got '<stream end>' (column 1)"
     )
+
+
+def test_a_run_config_names_all_its_mistakes_at_once(tmp_path):
+    """A typo'd detector hid the languages' errors, and a bad variant the next one's."""
+    bad = 'name = "x"\nsplits = ["val", "vall"]\nlangs = ["en", "xx"]\n[detector]\nname = "lexcal"\n'
+    with pytest.raises(DataError) as err:
+        load_run_config(_write(tmp_path / "a.toml", bad))
+    assert [p.field for p in err.value.problems] == ["detector.name", "langs.1", "splits.1"]
+    variants = (
+        'name = "x"\nlangs = ["en"]\n[detector]\nname = "lexical"\n'
+        '[[variants]]\nname = "a"\noptions = { threshold = 2 }\n'
+        '[[variants]]\nname = "b"\noptions = { thresold = 0.3 }\n'
+    )
+    with pytest.raises(DataError) as err:
+        load_run_config(_write(tmp_path / "b.toml", variants))
+    assert {p.field for p in err.value.problems} == {
+        "variants.a.options.threshold",
+        "variants.b.options.thresold",
+    }

@@ -237,14 +237,11 @@ def load_run_config(path: Path) -> RunConfig:
         cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
         raise _invalid(path, exc, _run_config_table) from exc
+    from mushroom.data.splits import SPLIT_DIRS
     from mushroom.detectors import detector_class
 
-    try:
-        cls = detector_class(cfg.detector.name)
-    except MushroomError as exc:
-        raise DataError([Problem(str(path), None, "detector.name", str(exc))], exit_code=2) from None
-    from mushroom.data.splits import SPLIT_DIRS
-
+    # every mistake of the file at once: a typo'd detector hid the languages' and each bad
+    # variant the next one's
     problems = _lang_problems(path, cfg.langs) + [
         Problem(
             str(path),
@@ -256,10 +253,11 @@ def load_run_config(path: Path) -> RunConfig:
         for k, split in enumerate(cfg.splits)
         if split not in SPLIT_DIRS
     ]
-    if problems:
-        raise DataError(problems, exit_code=2)
-    if cfg.langs is not None:
-        cfg.langs = [lang.lower() for lang in cfg.langs]
+    try:
+        cls = detector_class(cfg.detector.name)
+    except MushroomError as exc:
+        problems.insert(0, Problem(str(path), None, "detector.name", str(exc)))
+        raise DataError(problems, exit_code=2) from None
     checks = [("detector.options", cfg.detector.options)]
     checks += [(f"variants.{n}.options", o) for n, o in cfg.variant_options() if n]
     for where, options in checks:
@@ -269,8 +267,11 @@ def load_run_config(path: Path) -> RunConfig:
             errors = field_errors(exc.errors())
             if where == "detector.options" and cfg.variants:
                 errors = [e for e in errors if e["type"] != "missing"]  # a variant may supply it
-            if errors:
-                raise DataError([_option_problem(path, where, cls, e) for e in errors], exit_code=2) from exc
+            problems += [_option_problem(path, where, cls, e) for e in errors]
+    if problems:
+        raise DataError(problems, exit_code=2)
+    if cfg.langs is not None:
+        cfg.langs = [lang.lower() for lang in cfg.langs]
     problems = _source_problems(path, cfg.splits, cfg.langs, cfg.contexts)
     if problems:
         raise DataError(problems, exit_code=2)
