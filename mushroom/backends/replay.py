@@ -304,6 +304,7 @@ class ReplayBackend(Backend):
                     f"{self.config.responses} also holds answers at temperature "
                     f"{','.join(f'{t:g}' for t in sorted(have - temps))}, which this run does not ask for "
                     f"(e.g. {pool_name[1]!r}): --temperatures {','.join(f'{t:g}' for t in sorted(have))} "
+                    f"(in a config, temperatures = [{', '.join(f'{t:g}' for t in sorted(have))}]) "
                     "replays them all"
                 )
                 return
