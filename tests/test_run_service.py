@@ -206,6 +206,29 @@ def test_a_server_failing_some_items_then_a_healthy_one_retries_only_those(tmp_p
     assert sum(1 for r in raw if r.get("error")) == 2 and sum(1 for r in raw if r.get("texts")) >= 5
 
 
+def variants_toml(url: str, limit: int, few: str = "", backend: str = "") -> str:
+    """A run config of the llm detector with a zero-shot and a few-shot variant."""
+    return f"""
+name = "v"
+splits = ["val"]
+langs = ["en"]
+limit = {limit}
+[detector]
+name = "llm"
+[detector.options.backend]
+kind = "openai"
+model = "m"
+base_url = "{url}"
+{backend}
+[[variants]]
+name = "zero"
+options = {{ prompt = "single_zero_shot" }}
+[[variants]]
+name = "few"
+options = {{ prompt = "single_few_shot_plain"{few} }}
+"""
+
+
 def test_prompt_variants_run_on_the_same_items_and_are_compared(tmp_path):
     items = load_split("val", ["en"])["en"][:4]
     gold_span = items[0].model_output_text[slice(*items[0].hard_labels[0])]
@@ -214,26 +237,7 @@ def test_prompt_variants_run_on_the_same_items_and_are_compared(tmp_path):
         {"## Examples": [("ok", json.dumps({"incorrect_spans": [{"text": gold_span}]}))]}, SPANS
     ) as srv:
         config = tmp_path / "variants.toml"
-        config.write_text(
-            f"""
-name = "v"
-splits = ["val"]
-langs = ["en"]
-limit = 4
-[detector]
-name = "llm"
-[detector.options.backend]
-kind = "openai"
-model = "m"
-base_url = "{srv.url}"
-[[variants]]
-name = "zero"
-options = {{ prompt = "single_zero_shot" }}
-[[variants]]
-name = "few"
-options = {{ prompt = "single_few_shot_plain", temperatures = [0.0, 0.1] }}
-"""
-        )
+        config.write_text(variants_toml(srv.url, 4, ", temperatures = [0.0, 0.1]"))
         args = [
             "run",
             str(config),
@@ -740,27 +744,7 @@ def test_warnings_go_to_stderr_unless_the_caller_gave_its_own_log(capsys):
 def test_each_failed_item_says_which_variants_files_it_is_missing_from(tmp_path):
     """Two variants failing the same items wrote the same lines twice to failures.jsonl."""
     config = tmp_path / "variants.toml"
-    config.write_text(
-        f"""
-name = "v"
-splits = ["val"]
-langs = ["en"]
-limit = 2
-[detector]
-name = "llm"
-[detector.options.backend]
-kind = "openai"
-model = "m"
-base_url = "{closed_port_url()}"
-max_retries = 0
-[[variants]]
-name = "zero"
-options = {{ prompt = "single_zero_shot" }}
-[[variants]]
-name = "few"
-options = {{ prompt = "single_few_shot_plain" }}
-"""
-    )
+    config.write_text(variants_toml(closed_port_url(), 2, backend="max_retries = 0"))
     out = tmp_path / "run"
     proc = mushroom("run", str(config), "--out", str(out), "--eval-dir", str(tmp_path / "e"), "--quiet")
     assert proc.returncode == 3, proc.stdout + proc.stderr
