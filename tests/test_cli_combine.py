@@ -93,6 +93,34 @@ def _english_stack(tmp_path, capsys):
     return run, stack
 
 
+def test_where_a_runs_files_are_and_an_option_its_version_lacked_are_no_other_settings(tmp_path):
+    """A replay's responses file differs between a val and a test run, an items run's sources are
+    its files, and an older run lacks options added since: none of it is another setting."""
+    import json
+
+    from mushroom.combine.stack import Member, StackModel
+    from mushroom.runs.stack import settings_changes
+
+    def run(name, options, **extra):
+        folder = tmp_path / name
+        folder.mkdir()
+        config = {"job": "detect", "detector": "llm", "options": options, "sources": ["deepseek-r1"], **extra}
+        (folder / "config.json").write_text(json.dumps({"config": config, "config_hash": "x"}))
+        return Member("m", folder)
+
+    fitted = run("val", {"backend": {"kind": "replay", "responses": "val.jsonl"}, "prompt": "a"})
+    model = StackModel.model_construct(member_settings={"m": fitted.settings()})
+    same = run("test", {"backend": {"kind": "replay", "responses": "test.jsonl"}, "prompt": "a", "new": 1})
+    assert settings_changes(model, [same]) == []
+    items = run(
+        "items", {"backend": {"kind": "replay", "responses": "x.jsonl"}, "prompt": "a"}, items="i.jsonl"
+    )
+    assert settings_changes(model, [items]) == []
+    other = run("other", {"backend": {"kind": "replay", "responses": "x.jsonl"}, "prompt": "b"})
+    [said] = settings_changes(model, [other])
+    assert 'options.prompt: "a" -> "b"' in said
+
+
 def test_stack_fit_says_when_two_members_are_one_run(tmp_path, capsys):
     run, _ = _english_stack(tmp_path, capsys)
     code, _, err = cli(
@@ -130,6 +158,18 @@ def test_stack_fit_never_writes_into_a_member_run(tmp_path, capsys):
     before = pred.read_bytes()
     code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", pred)
     assert code == 2 and "is inside the run folder" in err and pred.read_bytes() == before, err
+    # a folder of loose prediction files: a stack.json beside them is fine, over one is not
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / pred.name).write_bytes(before)
+    code, _, err = cli(capsys, "stack", "fit", f"lex={plain}", "--lang", "en", "--out", plain / "stack.json")
+    assert code == 0, err
+    code, _, err = cli(capsys, "stack", "fit", f"lex={plain}", "--lang", "en", "--out", plain / pred.name)
+    assert (
+        code == 2
+        and "is a prediction file of the input" in err
+        and (plain / pred.name).read_bytes() == before
+    )
 
 
 def test_a_member_run_made_with_other_settings_than_the_fitted_one_is_warned_of(tmp_path, capsys):

@@ -272,6 +272,12 @@ def test_a_report_shows_the_contexts_its_run_read(tmp_path):
     args = ["report", str(run), "--out", str(page), "--contexts", "perplexity-sonar-pro"]
     assert runner.invoke(app, args).exit_code == 0
     assert "perplexity-sonar-pro" in page.read_text()
+    # a run that read no context at all shows none
+    bare = tmp_path / "bare"
+    args = ["detect", "--split", "val", "--lang", "en", "--limit", "1", "--contexts", ""]
+    assert runner.invoke(app, [*args, "--out", str(bare), "--quiet"]).exit_code == 0
+    assert runner.invoke(app, ["report", str(bare), "--out", str(page)]).exit_code == 0
+    assert "no context" in page.read_text() and "deepseek-r1" not in page.read_text()
 
 
 def html_escape(text):
@@ -403,10 +409,11 @@ def test_a_request_asked_again_is_one_raw_output_in_the_report(tmp_path):
     assert res.exit_code == 0, res.output
     item = load_split("val", ["en"])["en"][0]
     raw = prediction_folder(run, "val") / "raw" / "en.raw.jsonl"
+    # keyed as the llm detector keys them: the item's id, every temperature alike
     records = [
-        {"id": item.id, "key": "k-t0", "error": "HTTP 500"},
-        {"id": item.id, "key": "k-t1", "texts": ["second temperature"]},
-        {"id": item.id, "key": "k-t0", "texts": ["first temperature, asked again"]},
+        {"id": item.id, "key": item.id, "temperature": 0.0, "error": "HTTP 500"},
+        {"id": item.id, "key": item.id, "temperature": 0.7, "texts": ["second temperature"]},
+        {"id": item.id, "key": item.id, "temperature": 0.0, "texts": ["first temperature, asked again"]},
     ]
     raw.write_text("".join(json.dumps(r) + "\n" for r in records))
     page = build_report(run, "val", ["en"]).html

@@ -128,6 +128,10 @@ def test_the_files_contexts_are_checked_with_their_key_and_a_flag_wins_over_them
     )
     assert code == 0, err
     assert json.loads((out / "config.json").read_text())["config"]["sources"] == ["deepseek-r1"]
+    # a test-only language (ca) is not looked for in val, where the main job does not run it
+    from mushroom.runs.config import check_config_sources
+
+    check_config_sources(path, ["val", "test"], ["en", "ca"], ["perplexity-sonar-pro", "deepseek-r1"])
     # a run config's too
     run = _write(
         tmp_path / "run.toml",

@@ -754,3 +754,17 @@ def test_each_failed_item_says_which_variants_files_it_is_missing_from(tmp_path)
         by_folder.setdefault(row["folder"], set()).add(row["id"])
     assert len(by_folder) == 2 and all(len(ids) == 2 for ids in by_folder.values()), rows
     assert all(folder.split("/")[0] in ("zero", "few") for folder in by_folder), by_folder
+
+
+def test_a_resumed_run_has_no_summary_until_it_finishes_again(tmp_path):
+    """A finished run resumed and then stopped kept its old summary: it read as finished."""
+    from mushroom.runs.service import RunService
+
+    out = tmp_path / "run"
+    proc = mushroom("detect", "--lang", "en", "--limit", "2", "--out", str(out), "--quiet")
+    assert proc.returncode == 0 and (out / "summary.json").is_file(), proc.stderr
+    saved = json.loads((out / "config.json").read_text())["config"]
+    service = RunService(out, saved, quiet=True)  # as the same command starts again
+    assert service.resumed and not (out / "summary.json").exists()
+    service.finish({})
+    assert (out / "summary.json").is_file()

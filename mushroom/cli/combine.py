@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from mushroom.cli.boundary import err_console, esc, input_file, out_console, output_file, print_warning
-from mushroom.cli.common import Langs, items_option, load_items_option, refuse_out_in_runs, reporter
+from mushroom.cli.common import (
+    Langs,
+    given_twice,
+    items_option,
+    load_items_option,
+    refuse_out_in_runs,
+    reporter,
+)
 from mushroom.cli.tables import systems_table
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.words import plural
@@ -103,11 +110,8 @@ def _check_out(out: Path, preds: list[Path]) -> None:
     """--out is none of the inputs nor a file of their runs; an input given twice is said."""
     if out.resolve() in {p.resolve() for p in preds}:
         raise MushroomError(f"--out {out} is one of the inputs; write the vote to another file")
-    seen: dict[Path, Path] = {}
-    for path in preds:
-        if path.resolve() in seen:  # a way to weigh a run double, or a slip: said either way
-            print_warning(f"{path} is given twice (also as {seen[path.resolve()]}): it votes twice")
-        seen[path.resolve()] = path
+    for later, first in given_twice(preds):
+        print_warning(f"{preds[later]} is given twice (also as {preds[first]}): it votes twice")
     for path in preds:
         _refuse_out_beside(out, path)
 
@@ -161,11 +165,8 @@ def stack_fit(
     check_model_kind(model, "--model")
     parsed = parse_members(members)
     refuse_out_in_runs(out, [m.path for m in parsed], "the stack")
-    seen: dict[Path, str] = {}
-    for m in parsed:  # one run twice is one member's evidence counted twice, under two names
-        if m.path.resolve() in seen:
-            print_warning(f"members {seen[m.path.resolve()]!r} and {m.name!r} are the same run ({m.path})")
-        seen.setdefault(m.path.resolve(), m.name)
+    for later, first in given_twice([m.path for m in parsed]):  # one run's evidence, twice
+        print_warning(f"members {parsed[first].name!r} and {parsed[later].name!r} are the same run")
     data = load_split(split, lang)
     require_labelled(data, split, "fitting a stack")
     fit = fit_stack(parsed, data, split, folds, l2, model=model)

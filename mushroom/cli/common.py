@@ -91,18 +91,42 @@ def refuse_out_in_runs(out: Path, runs: list[Path], what: str, keep_suffix: str 
 
     A report or a stack written over a prediction file, a ledger or config.json broke the run
     for every later command. `keep_suffix` is the one kind of file a command may write there
-    (a report's `.html`, which is its default place), so long as it overwrites nothing else.
+    (a report's `.html`, its default place). A folder of prediction files that is no run
+    keeps only its prediction files from being written over.
     """
+    from mushroom.data.predictions import prediction_file_lang
     from mushroom.data.runfolder import run_scope
 
     target = out.resolve()
     for run in runs:
         scope = run_scope(run.resolve())
-        folder = scope.folder.resolve() if scope is not None else run.resolve()
-        if not target.is_relative_to(folder) or (keep_suffix is not None and target.suffix == keep_suffix):
+        if scope is None:  # loose files: only one of them may not be overwritten
+            folder = run.resolve() if run.is_dir() else run.resolve().parent
+            if target.parent == folder and prediction_file_lang(target.name) is not None:
+                raise MushroomError(f"--out {out} is a prediction file of the input {run}; write elsewhere")
+            continue
+        folder = scope.folder.resolve()
+        allowed = keep_suffix is not None and target.suffix.lower() == keep_suffix
+        if not target.is_relative_to(folder) or allowed:
             continue
         raise MushroomError(
             f"--out {out} is inside the run folder {folder}: {what} would overwrite or sit among the "
             "run's own files; write it elsewhere"
             + (f" (or give a {keep_suffix} file)" if keep_suffix else "")
         )
+
+
+def given_twice(paths: list[Path]) -> list[tuple[int, int]]:
+    """(later, first) index pairs of paths that name the same file or folder.
+
+    A run given twice votes, fits or compares twice: a slip, or a way to weigh it double;
+    the commands that take several runs say so either way.
+    """
+    first: dict[Path, int] = {}
+    pairs = []
+    for k, path in enumerate(paths):
+        key = path.resolve()
+        if key in first:
+            pairs.append((k, first[key]))
+        first.setdefault(key, k)
+    return pairs

@@ -14,6 +14,7 @@ from mushroom.cli.common import (
     Contexts,
     Langs,
     file_stem,
+    given_twice,
     load_items_option,
     refuse_out_in_runs,
 )
@@ -65,11 +66,8 @@ def compare(
             f"give an index from 0 to {len(runs) - 1}"
         )
     _run_folders(runs)
-    seen: dict[Path, Path] = {}
-    for run in runs:  # a slip, or a baseline compared with itself: the numbers would say nothing
-        if run.resolve() in seen:
-            print_warning(f"{run} is given twice (also as {seen[run.resolve()]}): it is compared with itself")
-        seen.setdefault(run.resolve(), run)
+    for later, first in given_twice(runs):
+        print_warning(f"{runs[later]} is given twice (also as {runs[first]}): it is compared with itself")
     folder = eval_dir or workspace() / "eval"
     if folder.exists() and not folder.is_dir():
         raise MushroomError(f"--eval-dir {folder}: is a file, not a folder")
@@ -207,7 +205,7 @@ def report(
             f"{run_dir} was made with --items: give its items file, "
             f"mushroom report {run_dir} --items ITEMS.jsonl [--contexts CTX.jsonl]"
         )
-    elif contexts == DEFAULT_CONTEXTS and (used := run_sources(run_dir)):  # not given: the run's own
+    elif contexts == DEFAULT_CONTEXTS and (used := run_sources(run_dir)) is not None:  # the run's own
         contexts, from_run = ",".join(used), True
     if out is not None:
         refuse_out_in_runs(out, [run_dir], "the report", keep_suffix=".html")

@@ -211,8 +211,8 @@ def run_sources(path: Path) -> list[str] | None:
     sources = scope.config.get("sources")
     if sources is None and isinstance(scope.config.get("run_config"), dict):
         sources = scope.config["run_config"].get("contexts")
-    if isinstance(sources, list) and sources and all(isinstance(s, str) for s in sources):
-        return list(sources)
+    if isinstance(sources, list) and all(isinstance(s, str) for s in sources):
+        return list(sources)  # [] for a run made with --contexts '': it read none
     return None
 
 

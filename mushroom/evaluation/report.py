@@ -156,12 +156,15 @@ def _raw_outputs(folder: Path, lang: str, problems: list[Problem] | None = None)
     mid-write) do not stop the report; they are collected in `problems` and the page says
     how many there were.
     """
-    rows: dict[str, dict[str, tuple[dict, int]]] = {}  # item -> request key -> (last record, times)
+    rows: dict[str, dict[str, tuple[dict, int]]] = {}  # item -> request -> (last record, times)
     problems = [] if problems is None else problems
     for path in sorted((folder / "raw").glob(f"{lang}.*.jsonl")):
         for lineno, row in iter_json_lines(path, problems):
             if isinstance(row, dict) and "id" in row:
-                key = str(row.get("key") or f"{path.name}:{lineno}")
+                # a request is its key with its sampling: the llm detector keys every temperature
+                # of an item alike, pyes every model
+                parts = ("key", "stage", "model", "temperature", "n", "call", "continuation")
+                key = json.dumps([row.get(k) for k in parts]) if row.get("key") else f"{path.name}:{lineno}"
                 calls = rows.setdefault(str(row["id"]), {})
                 calls[key] = (row, calls[key][1] + 1 if key in calls else 1)
     out: dict[str, list[str]] = {}

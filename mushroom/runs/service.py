@@ -181,9 +181,20 @@ def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
     return [f"{key or '(config)'}: {_shown(old)} -> {_shown(new)}"]
 
 
+NOT_SET = "(not set)"
+
+
+def listed_changes(changes: list[str], sep: str) -> str:
+    """The first MAX_CHANGES_SHOWN of `config_changes`, each after `sep`, and how many more."""
+    hidden = len(changes) - MAX_CHANGES_SHOWN
+    return "".join(f"{sep}{c}" for c in changes[:MAX_CHANGES_SHOWN]) + (
+        f"{sep}... and {hidden} more" if hidden > 0 else ""
+    )
+
+
 def _shown(value: Any) -> str:
     if value is ABSENT:
-        return "(not set)"
+        return NOT_SET
     text = json.dumps(value, ensure_ascii=False, sort_keys=True)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -333,7 +344,7 @@ class Failure:
             "lang": self.lang,
             "id": self.id,
             "detector": self.detector,
-            **({"folder": self.folder} if self.folder else {}),
+            **({"folder": self.folder} if self.folder not in ("", ".") else {}),
             "error": self.error,
         }
 
@@ -545,6 +556,9 @@ class RunService:
         except BaseException:  # a refused folder is not kept locked by this process
             self.release()
             raise
+        # the summary of an earlier pass is not this one's: a run stopped before its end has
+        # none, which compare, sweep and report read as "not finished"
+        (self.out / "summary.json").unlink(missing_ok=True)
         if self.resumed:
             self.reporter.message(f"the run in {self.out}", lead="resuming")
 
@@ -657,13 +671,10 @@ class RunService:
                 changes = config_changes(existing.get("config", {}), self.config) or [
                     "(no setting differs: the folder's config hash was computed by another mushroom version)"
                 ]
-                shown = "".join(f"\n  {c}" for c in changes[:MAX_CHANGES_SHOWN])
-                more = len(changes) - MAX_CHANGES_SHOWN
-                tail = f"\n  ... and {more} more" if more > 0 else ""
+                differs = listed_changes(changes, "\n  ")
                 raise MushroomError(
                     f"{self.out} holds a run with another config; choose another {self.folder_flag} "
-                    "folder, or run again with its settings. "
-                    f"What differs (folder -> this command):{shown}{tail}"
+                    f"folder, or run again with its settings. What differs (folder -> this command):{differs}"
                 )
             self.reporter.message(
                 f"{self.out} held a run that stopped before its first item; "

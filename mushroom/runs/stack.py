@@ -24,23 +24,21 @@ if TYPE_CHECKING:
 
 def settings_changes(model: StackModel, members: list[Member]) -> list[str]:
     """A warning per member whose run was made with other settings than the run it was fitted on."""
-    from mushroom.runs.service import MAX_CHANGES_SHOWN, config_changes
+    from mushroom.runs.service import NOT_SET, config_changes, listed_changes
 
     said = []
     for member in members:
         fitted, given = model.member_settings.get(member.name), member.settings()
         if fitted is None or given is None:
             continue
-        changes = config_changes(fitted, given)
+        # an option one of the two runs' versions did not have says nothing of its value
+        changes = [c for c in config_changes(fitted, given) if NOT_SET not in c]
         if changes:
-            shown = "; ".join(changes[:MAX_CHANGES_SHOWN])
-            more = (
-                f" (and {len(changes) - MAX_CHANGES_SHOWN} more)" if len(changes) > MAX_CHANGES_SHOWN else ""
-            )
             said.append(
                 f"member {member.name!r}: {member.path} was made with other settings than the run the "
-                f"stack was fitted on (fitted -> given: {shown}{more}); the stack weighs its evidence "
-                "as the fitted run made it: make the run with the fitted settings, or fit the stack again"
+                f"stack was fitted on (fitted -> given:{listed_changes(changes, ' ')}); the stack weighs "
+                "its evidence as the fitted run made it: make the run with the fitted settings, or fit "
+                "the stack again"
             )
     return said
 

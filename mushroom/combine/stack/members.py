@@ -18,6 +18,16 @@ from mushroom.util.words import no_prediction
 MemberEvidence = tuple[Prediction, dict[str, np.ndarray]]  # one item's prediction and channels
 
 
+# options that say where a run's files are, not how its evidence is made
+PATH_OPTIONS = frozenset({"responses", "cache_path"})
+
+
+def _without_paths(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_paths(v) for k, v in value.items() if k not in PATH_OPTIONS}
+    return value
+
+
 @dataclass
 class Member:
     """One detector run: where its prediction files are, per split."""
@@ -66,19 +76,32 @@ class Member:
 
         A stack weighs a member's evidence as the fitted run's settings made it: applied to a
         run made with another threshold or calibration, it is given other numbers than it
-        learned from, with nothing to say so.
+        learned from, with nothing to say so. Left out: where a run's files are (a replay's
+        `responses`, a `cache_path`), which differ between a val and a test run, and the
+        sources of a `detect --items` run, which are files of its own.
         """
         scope = run_scope(self.path)
         if scope is None:
             return None
         config = scope.config
-        if isinstance(config.get("detector"), str) and isinstance(config.get("options"), dict):
-            return {"options": config["options"], "sources": config.get("sources")}
-        if config.get("job") == "main" and self.path.parent.name == "members":
+        options, sources = None, config.get("sources")
+        if isinstance(config.get("detector"), str):  # detect, main-job with one detector
+            options = config.get("options")
+        elif config.get("job") == "main" and self.path.parent.name == "members":
             for member in config.get("members") or []:
                 if isinstance(member, dict) and member.get("detector") == self.path.name:
-                    return {"options": member.get("options"), "sources": config.get("sources")}
-        return None
+                    options = member.get("options")
+        elif isinstance(config.get("run_config"), dict):  # a run config's variant
+            sources = config["run_config"].get("contexts")
+            for variant in config.get("variants") or []:
+                if isinstance(variant, dict) and variant.get("name") in (self.path.name, ""):
+                    options = variant.get("options")
+        if not isinstance(options, dict):
+            return None
+        settings: dict[str, Any] = {"options": _without_paths(options)}
+        if config.get("items") is None and isinstance(sources, list):
+            settings["sources"] = sources
+        return settings
 
     def check_file(self, path: Path, lang: str) -> None:
         """A MushroomError if the language's prediction file is missing, with the likely reason."""
