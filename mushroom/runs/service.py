@@ -564,6 +564,10 @@ class RunService:
 
     # -- the folder -------------------------------------------------------------------------
 
+    def where(self, folder: Path) -> str:
+        """A folder of the run as a path inside it ("vote3/val"), or whole when it is outside."""
+        return folder.relative_to(self.out).as_posix() if folder.is_relative_to(self.out) else str(folder)
+
     def read_json(self, path: Path) -> Any:
         """A JSON file of the folder; None if it is missing, an error naming it if unreadable."""
         try:
@@ -763,7 +767,7 @@ class RunService:
         chunk = _chunk_size(detector)
         # One stage per detector and folder: variants (or members) running the same detector on
         # the same split keep their own times.
-        rel = folder.relative_to(self.out).as_posix() if folder.is_relative_to(self.out) else str(folder)
+        rel = self.where(folder)
         stage = f"{detector.name}:{split}" if rel in (".", split, "predictions") else f"{detector.name}:{rel}"
         t0 = time.perf_counter()
         with self.reporter.progress(self.quiet) as bar, warnings_to(self.warn):
@@ -921,7 +925,7 @@ class RunService:
         from mushroom.data.channels import channel_file, legacy_channel_file
 
         path = folder / submission_name(lang, split)
-        where = folder.relative_to(self.out).as_posix() if folder.is_relative_to(self.out) else str(folder)
+        where = self.where(folder)
         failed = [
             Failure(split, lang, item_id, ledger.error(item_id) or "no result", detector.name, where)
             for item_id in ids
