@@ -112,36 +112,7 @@ def _check_out(out: Path, preds: list[Path]) -> None:
         raise MushroomError(f"--out {out} is one of the inputs; write the vote to another file")
     for later, first in given_twice(preds):
         print_warning(f"{preds[later]} is given twice (also as {preds[first]}): it votes twice")
-    for path in preds:
-        _refuse_out_beside(out, path)
-
-
-def _refuse_out_beside(out: Path, pred: Path) -> None:
-    """Refuses an --out that would become a file of the input `pred` comes from.
-
-    Inside a run's folder any file may be read back as the run's (a submission name in val/,
-    a variant, a member); beside a loose prediction file, only a file named as prediction
-    files are would be taken for one more.
-    """
-    from mushroom.data.predictions import prediction_file_lang
-    from mushroom.data.runfolder import run_scope
-
-    target = out.resolve()
-    scope = run_scope(pred.resolve())
-    if scope is not None and target.is_relative_to(scope.folder):
-        raise MushroomError(
-            f"--out {out} is inside the run folder {scope.folder} of an input: the vote would become "
-            "one of that run's files; write it outside the runs it combines"
-        )
-    if (
-        scope is None
-        and target.parent == pred.resolve().parent
-        and prediction_file_lang(target.name) is not None
-    ):
-        raise MushroomError(
-            f"--out {out} is named as a prediction file beside the input {pred}: the vote would be read "
-            "as one of that folder's runs; give it another name or folder"
-        )
+    refuse_out_in_runs(out, preds, "the vote")
 
 
 @stack_app.command("fit")

@@ -90,9 +90,10 @@ def refuse_out_in_runs(out: Path, runs: list[Path], what: str, keep_suffix: str 
     """Refuses an --out inside a run folder a command reads: it would overwrite the run's files.
 
     A report or a stack written over a prediction file, a ledger or config.json broke the run
-    for every later command. `keep_suffix` is the one kind of file a command may write there
-    (a report's `.html`, its default place). A folder of prediction files that is no run
-    keeps only its prediction files from being written over.
+    for every later command, and any file there may be read back as the run's (a submission
+    name in val/, a variant, a member). `keep_suffix` is the one kind of file a command may
+    write there (a report's `.html`, its default place). Beside loose prediction files, only
+    a file named as prediction files are would be taken for one more.
     """
     from mushroom.data.predictions import prediction_file_lang
     from mushroom.data.runfolder import run_scope
@@ -103,15 +104,18 @@ def refuse_out_in_runs(out: Path, runs: list[Path], what: str, keep_suffix: str 
         if scope is None:  # loose files: only one of them may not be overwritten
             folder = run.resolve() if run.is_dir() else run.resolve().parent
             if target.parent == folder and prediction_file_lang(target.name) is not None:
-                raise MushroomError(f"--out {out} is a prediction file of the input {run}; write elsewhere")
+                raise MushroomError(
+                    f"--out {out} is named as a prediction file beside the input {run}: {what} would be "
+                    "read as one of that folder's runs; give it another name or folder"
+                )
             continue
         folder = scope.folder.resolve()
         allowed = keep_suffix is not None and target.suffix.lower() == keep_suffix
         if not target.is_relative_to(folder) or allowed:
             continue
         raise MushroomError(
-            f"--out {out} is inside the run folder {folder}: {what} would overwrite or sit among the "
-            "run's own files; write it elsewhere"
+            f"--out {out} is inside the run folder {folder} of an input: {what} would overwrite or "
+            "become one of that run's files; write it outside the runs it reads"
             + (f" (or give a {keep_suffix} file)" if keep_suffix else "")
         )
 
