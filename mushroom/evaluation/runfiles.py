@@ -137,8 +137,7 @@ def in_sample_note(run: Path, split: str) -> str | None:
     `stack apply` warns of it when it runs; `compare`, `sweep`, `score` and `report` read the
     folder later, and printed its scores beside cross-validated ones as if they were alike.
     """
-    from mushroom.data.predictions import prediction_langs
-    from mushroom.data.runfolder import in_sample_languages, prediction_folder, run_scope
+    from mushroom.data.runfolder import in_sample_languages, run_scope
     from mushroom.data.splits import same_items
 
     scope = run_scope(run)
@@ -149,10 +148,7 @@ def in_sample_note(run: Path, split: str) -> str | None:
     stack = scope.config.get("stack")
     if not isinstance(stack, dict) or not isinstance(stack.get("languages"), list):
         return None
-    try:
-        ran_on = prediction_langs(prediction_folder(run, split), split)
-    except MushroomError:
-        return None
+    ran_on = _written_langs(run, split)
     same = in_sample_languages(str(stack.get("fitted_on") or ""), list(stack["languages"]), split, ran_on)
     if not same:
         return None
@@ -174,23 +170,30 @@ def unfinished_note(run: Path, split: str) -> str | None:
     `report` read them as the whole run: a run stopped in English showed two languages as
     if it had been made on those alone.
     """
-    from mushroom.data.predictions import prediction_langs
-    from mushroom.data.runfolder import prediction_folder, run_scope
+    from mushroom.data.runfolder import run_scope
 
     scope = run_scope(run)
     if scope is None or (scope.folder / "summary.json").is_file():
         return None
     if scope.config.get("job") not in COMMAND_JOBS and "run_config" not in scope.config:
         return None  # a benchmark's member folder: it writes no summary
-    try:
-        done = prediction_langs(prediction_folder(run, split), split)
-    except MushroomError:
-        done = []
+    done = _written_langs(run, split)
     return (
         f"{scope.folder} has no summary.json: its run was stopped before it finished, or is still "
         f"running; its {split} files are of the languages it finished ({', '.join(done) or 'none'}): "
         "run its command again to finish it"
     )
+
+
+def _written_langs(run: Path, split: str) -> list[str]:
+    """The languages of a run folder's prediction files of a split (none when it has no such files)."""
+    from mushroom.data.predictions import prediction_langs
+    from mushroom.data.runfolder import prediction_folder
+
+    try:
+        return prediction_langs(prediction_folder(run, split), split)
+    except MushroomError:
+        return []
 
 
 def run_notes(run: Path, split: str) -> list[str]:

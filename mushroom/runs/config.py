@@ -290,11 +290,13 @@ def _source_problems(
     from mushroom.data.splits import split_files
 
     problems = []
+    has: dict[str, list[str]] = {}  # a split's languages, read once: val lacks the test-only ones
     for k, named in enumerate(sources):
         for split in splits:
             try:
-                has = sorted(split_files(split))  # val has 10 languages: a test-only one is not run on it
-                for lang in [x for x in langs if x in has] if langs is not None else has:
+                if split not in has:
+                    has[split] = sorted(split_files(split))
+                for lang in [x for x in langs if x in has[split]] if langs is not None else has[split]:
                     source_path(split, lang, named, sources)
             except MushroomError as exc:
                 problems.append(Problem(str(path), None, f"contexts.{k}", str(exc)))

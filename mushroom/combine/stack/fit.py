@@ -223,8 +223,6 @@ def fit_stack(
         use = ChannelUse([m.name for m in chosen], channels)
         use.add(stack_data.items, stack_data.features)
         fit.model.channel_use = use.shares()
-        fit.model.member_detectors = {m.name: d for m in chosen if (d := m.detector()) is not None}
-        fit.model.member_settings = {m.name: s for m in chosen if (s := m.settings()) is not None}
         return fit
 
     fit = fit_on(members)
@@ -241,8 +239,9 @@ def fit_stack(
         fit.model.gate = decisions
     if len(kept) < len(members):
         fit.model.fitted_members = [m.name for m in members]
-        fit.model.member_detectors = {m.name: d for m in members if (d := m.detector()) is not None}
-        fit.model.member_settings = {m.name: s for m in members if (s := m.settings()) is not None}
+    # read once, of every member given (a member left out is still applied with, and checked)
+    fit.model.member_detectors = {m.name: d for m in members if (d := m.detector()) is not None}
+    fit.model.member_settings = {m.name: s for m in members if (s := m.settings()) is not None}
     fit.model.fitted_on = f"{split}: " + ", ".join(f"{lang} ({len(v)})" for lang, v in data.items())
     fit.model.fingerprint = stack_fingerprint(members, data, split, folds, l2, config, model)
     return fit
