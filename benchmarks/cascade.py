@@ -29,7 +29,8 @@ Costly members:
 
 A table then says how much of the gain of sending every item the items each ranking sends
 hold, and each ranking's rank correlation with the CPU stack's real error: the cascade's,
-trees fitted on val to predict that error, random, two oracles, and the real error
+trees fitted on val to predict that error (from the stack's output, then also from the
+members' outputs, the answering model's logits and the text), random, two oracles, and the real error
 blurred by noise (the rank correlation a ranking needs to hold a given share). The last line is
 `cascade: budget B keeps IoU X (all: Y) with Z% of the model calls`, B the smallest budget
 whose mean IoU is within 0.01 of sending every item to the simulated strong member (the
@@ -245,6 +246,7 @@ OURS = "expected loss (the cascade's)"
 RANDOM_DRAWS = 200
 RANDOM = f"random (mean of {RANDOM_DRAWS} draws)"
 LEARNED = "learned: trees on the output, OOF"
+LEARNED_MORE = "learned: + members, logits, text, OOF"
 KNOWS_ERROR = "CPU stack error (oracle: knows its IoU)"
 # the real error plus gaussian noise of these sizes: the rank correlation a ranking needs
 BLUR, BLUR_DRAWS = (0.1, 0.2, 0.4), 50
@@ -252,7 +254,11 @@ BLURRED = "CPU stack error + noise sd"
 
 
 def learned_error(
-    items: list[Item], preds: dict[str, Prediction], cpu_error: np.ndarray, seed: int
+    items: list[Item],
+    preds: dict[str, Prediction],
+    cpu_error: np.ndarray,
+    seed: int,
+    members: list[dict[str, Prediction]] | None = None,
 ) -> np.ndarray:
     """The CPU stack's error on each item as boosted trees predict it, out of fold (5 folds).
 
@@ -260,7 +266,11 @@ def learned_error(
     stack's IoU loss from what the stack outputs (its expected loss, doubt, largest and mean
     probability, share and count of marked spans, answer length, language), then asked on
     items they were not fitted on. If the stack's own expected loss ranks as well, the
-    fitted model buys nothing.
+    fitted model buys nothing. With `members` (each CPU member's own predictions), the trees
+    also read what else is cheap before any model call: each member's mean and largest
+    probability, how much the members disagree, the answering model's token logits (mean,
+    lowest, 10th percentile, spread), and the text (words, digits, capitalised words, the
+    question's length and the share of the answer's words it holds).
     """
     from sklearn.ensemble import GradientBoostingRegressor
     from sklearn.model_selection import KFold
@@ -278,6 +288,8 @@ def learned_error(
             float(v.mean()) if n else 0.0,
         ]
         out += [float(h.mean()) if n else 0.0, float(len(pred.hard_labels)), float(np.log1p(n))]
+        if members is not None:
+            out += _cheap_evidence(it, members)
         rows.append(out + [float(it.lang == lang) for lang in langs])
     x, y = np.array(rows), cpu_error
     guess = np.zeros(len(items))
@@ -287,8 +299,39 @@ def learned_error(
     return guess
 
 
+def _cheap_evidence(it: Item, members: list[dict[str, Prediction]]) -> list[float]:
+    """What learned_error reads beyond the stack's output (see its docstring)."""
+    text, n = it.model_output_text, len(it.model_output_text)
+    probs = [soft_to_vector(m[it.id].soft_labels, n) for m in members]
+    marks = [hard_to_mask(m[it.id].hard_labels, n) for m in members]
+    out = [float(v.mean()) if n else 0.0 for v in probs] + [float(v.max(initial=0)) for v in probs]
+    if len(members) > 1 and n:
+        out += [
+            float(np.std(probs, axis=0).mean()),
+            float(np.any(marks, axis=0).mean() - np.all(marks, axis=0).mean()),
+        ]
+    elif len(members) > 1:
+        out += [0.0, 0.0]
+    logits = np.array(it.model_output_logits or [0.0], dtype=float)
+    out += [float(logits.mean()), float(logits.min()), float(np.percentile(logits, 10)), float(logits.std())]
+    words = re.findall(r"\w+", text)
+    asked = {w.lower() for w in re.findall(r"\w+", it.model_input)}
+    out += [
+        float(len(words)),
+        sum(c.isdigit() for c in text) / max(n, 1),
+        sum(w[:1].isupper() for w in words) / max(len(words), 1),
+        float(len(it.model_input)),
+        len(asked & {w.lower() for w in words}) / max(len({w.lower() for w in words}), 1),
+    ]
+    return out
+
+
 def print_rankings(
-    c: Curve, data: dict[str, list[Item]], base_oof: dict[str, list[Prediction]], seed: int
+    c: Curve,
+    data: dict[str, list[Item]],
+    base_oof: dict[str, list[Prediction]],
+    members: list[dict[str, Prediction]],
+    seed: int,
 ) -> dict[str, list[float]]:
     """The share of sending everything's gain that each ranking's chosen items hold (no refits).
 
@@ -308,10 +351,12 @@ def print_rankings(
 
     cpu_error = 1.0 - c.points[0.0][0]
     learned = learned_error(items, preds, cpu_error, seed)
+    learned_more = learned_error(items, preds, cpu_error, seed, members)
     rankings = {
         OURS: lambda it: prediction_uncertainty(it, preds[it.id]),
         "doubt: mean 2 min(p, 1-p)": doubt,
         LEARNED: lambda it: learned[by_id[it.id]],
+        LEARNED_MORE: lambda it: learned_more[by_id[it.id]],
         RANDOM: lambda it: rnd.random(),
         KNOWS_ERROR: lambda it: float(cpu_error[by_id[it.id]]),
         "oracle (knows each gain)": lambda it: float(gain[by_id[it.id]]),
@@ -354,6 +399,14 @@ def print_rankings(
             rhos.append(spearmanr(blurred, cpu_error)[0])
         show(f"{BLURRED} {sd}", list(np.mean(draws, axis=0)), float(np.mean(rhos)))
     return held
+
+
+def member_predictions(member: Member, data: dict[str, list[Item]]) -> dict[str, Prediction]:
+    """A CPU member's own val predictions, by item id."""
+    preds: dict[str, Prediction] = {}
+    for lang in data:
+        preds.update(load_predictions(member.files("val", lang)[0]))
+    return preds
 
 
 def replayed_items(folder: Path, data: dict[str, list[Item]]) -> dict[str, list[Item]]:
@@ -531,7 +584,8 @@ def main() -> None:
         )
     for c in curves:
         print_curve(c, items)
-    held = {c.label: print_rankings(c, data, base.oof, args.seed) for c in (curves[0], curves[2])}
+    own_preds = [member_predictions(m, data) for m in cheap]
+    held = {c.label: print_rankings(c, data, base.oof, own_preds, args.seed) for c in (curves[0], curves[2])}
     print(
         "\nthe cascade line is the simulated strong member's (the first table); the near-oracle's before it"
     )
