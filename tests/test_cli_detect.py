@@ -380,3 +380,41 @@ def test_a_run_folder_inside_another_run_is_refused(tmp_path, capsys):
         capsys, "detect", "--lang", "en", "--limit", "1", "--out", tmp_path / "beside", "--quiet"
     )
     assert code == 0, err
+
+
+def test_a_rerun_on_an_edited_items_or_contexts_file_computes_the_edited_items_again(tmp_path, capsys):
+    # The folder kept the items file's path only: an edited answer resumed past, and its old
+    # spans (past the end of the new, shorter text) went into the submission file.
+    rows = [
+        {"id": "a", "lang": "en", "model_input": "Where was Marie Curie born?",
+         "model_output_text": "Marie Curie was born in Warsaw in 1867."},
+        {"id": "b", "lang": "en", "model_input": "Capital of France?",
+         "model_output_text": "The capital of France is Paris."},
+    ]  # fmt: skip
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    ctx = write_lines(
+        tmp_path / "ctx.jsonl",
+        [{"id": "a", "context": "Marie Curie was born in Paris."}, {"id": "b", "context": "Paris is French."}],
+    )
+    run = tmp_path / "run"
+    args = ["detect", "--items", items, "--contexts", ctx, "--detector", "lexical", "--out", run, "--quiet"]
+    code, _, err = cli(capsys, *args)
+    file = run / "predictions" / "mushroom.en-items.jsonl"
+    first = [json.loads(line) for line in file.read_text().splitlines()]
+    assert code == 0 and first[0]["hard_labels"], err  # Warsaw and 1867 are not in the context
+    rows[0]["model_output_text"] = "Short."
+    write_lines(items, rows)
+    code, _, err = cli(capsys, *args)
+    flat = " ".join(err.split())
+    assert code == 0 and "items/en: 1 item had changed since this folder's earlier run" in flat, err
+    again = [json.loads(line) for line in file.read_text().splitlines()]
+    assert all(end <= len("Short.") for _, end in again[0]["hard_labels"]) and again[1] == first[1]
+    code, _, err = cli(capsys, "check", file, "--items", items)
+    assert code == 0, err
+    # the context alone changed: computed again too, and the claim it now supports is not marked
+    write_lines(ctx, [{"id": "a", "context": "Short."}, {"id": "b", "context": "Paris is French."}])
+    code, _, err = cli(capsys, *args)
+    assert code == 0 and "1 item had changed" in " ".join(err.split()), err
+    # nothing changed: resumed with no word of it
+    code, _, err = cli(capsys, *args)
+    assert code == 0 and "had changed" not in err, err

@@ -85,6 +85,11 @@ class ItemResult(BaseModel):
     channels: dict[str, list[SoftSpan]] = Field(default_factory=dict)
     stats: dict[str, int] = Field(default_factory=dict)
     detail: dict[str, Any] = Field(default_factory=dict)
+    input_digest: str | None = Field(
+        None,
+        description="a hash of what the item was run on (answer, question, tokens, logits, contexts): "
+        "a re-run of the folder computes again an item whose inputs changed since",
+    )
     seconds: float | None = Field(
         None,
         description="wall time since the previous item finished (the first of a language: since its "

@@ -54,7 +54,7 @@ from mushroom.data.contexts import (
 from mushroom.data.itemstream import ContextFiles
 from mushroom.data.jsonl import JsonlWriter, mend_cut_line, write_jsonl
 from mushroom.data.predictions import mark_all, submission_name
-from mushroom.data.records import ChannelRecord, Item, Prediction
+from mushroom.data.records import ChannelRecord, Context, Item, Prediction
 from mushroom.data.runfolder import run_config_file, timestamp, versions, write_json
 from mushroom.data.splits import load_split
 from mushroom.detectors.base import Detector, ItemResult
@@ -212,6 +212,25 @@ def fingerprint(inputs: list[Path], extra: dict[str, Any]) -> str:
     return digest.hexdigest()[:16]
 
 
+def item_digest(item: Item, contexts: Iterable[Context]) -> str:
+    """A short hash of what a detector reads of an item: its answer, question, tokens, logits, contexts.
+
+    Kept on the item's ledger line, so that a re-run of the folder on an edited items or
+    contexts file computes the edited items again instead of resuming past them with
+    predictions of another text (whose spans may not even fit the new answer). The gold
+    labels are left out: they do not change a prediction.
+    """
+    blob = {
+        "lang": item.lang,
+        "input": item.model_input,
+        "output": item.model_output_text,
+        "tokens": item.model_output_tokens,
+        "logits": item.model_output_logits,
+        "contexts": [[c.source, c.text] for c in contexts],
+    }
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class Ledger:
     """One language's item outcomes: an append-only JSONL file, the last line per id wins.
 
@@ -308,6 +327,19 @@ class Ledger:
 
     def ok(self, item_id: str) -> bool:
         return item_id in self.last and item_id not in self.failed
+
+    def changed(self, digests: dict[str, str]) -> set[str]:
+        """The ids done here whose inputs have changed since (`digests`: id -> item_digest now).
+
+        Read from the file, not held: a run over a million items keeps no digest in memory.
+        A line of a run before digests were kept has none, and is taken as unchanged.
+        """
+        done = [i for i in digests if self.ok(i)]
+        return {
+            i
+            for i, res in zip(done, self.read(done))
+            if res is not None and res.input_digest not in (None, digests[i])
+        }
 
     def read(self, ids: Iterable[str]) -> Iterator[ItemResult | None]:
         """The last outcome of each of `ids`, in their order (None for an id without one)."""
@@ -779,6 +811,7 @@ class RunService:
                 )
                 ledgers[lang] = ledger
                 ids: list[str] = []  # what the end of the run needs of each item: its id
+                changed = 0  # items done by an earlier run whose inputs have changed since
                 seen = _ContextTally()
                 lang_contexts = None  # a split's contexts of this language, read once
                 baseline = (
@@ -790,7 +823,17 @@ class RunService:
                     iterator = iter(items)
                     while batch := list(itertools.islice(iterator, chunk)):
                         ids.extend(it.id for it in batch)
-                        todo = [it for it in batch if not ledger.ok(it.id)]
+                        batch_ids = [it.id for it in batch]
+                        if context_files is not None:
+                            ctx = context_files.load(batch_ids)
+                        else:
+                            if lang_contexts is None:
+                                lang_contexts = load_contexts(split, lang, sources)
+                            ctx = _contexts_of(lang_contexts, batch_ids)
+                        digests = {it.id: item_digest(it, ctx.by_id.get(it.id, [])) for it in batch}
+                        edited = ledger.changed(digests)
+                        changed += len(edited)
+                        todo = [it for it in batch if not ledger.ok(it.id) or it.id in edited]
                         if total is not None and len(todo) < len(batch):
                             # items finished by an earlier run leave the bar's count rather than
                             # fill it: its rate and time left are of the items this run computes
@@ -799,24 +842,24 @@ class RunService:
                         out.reused += len(batch) - len(todo)
                         if baseline is not None:
                             baseline.write(p.submission_dict() for p in mark_all(batch))
-                        batch_ids = [it.id for it in batch]
-                        if context_files is not None:
-                            ctx = context_files.load(batch_ids)
-                        else:
-                            if lang_contexts is None:
-                                lang_contexts = load_contexts(split, lang, sources)
-                            ctx = _contexts_of(lang_contexts, batch_ids)
                         seen.add(ctx, batch_ids, bool(todo))
                         if todo:
-                            self._run_items(detector, lang, todo, ctx.by_id, ledger, bar, task, folder, split)
+                            self._run_items(
+                                detector, lang, todo, ctx.by_id, ledger, bar, task, folder, split, digests
+                            )
                             out.done_now += len(todo)
-                        del batch, todo, ctx
+                        del batch, todo, ctx, digests
                     if baseline is not None:
                         baseline.commit()
                 finally:
                     if baseline is not None:
                         baseline.discard()
                     ledger.close()
+                if changed:
+                    self.warn(
+                        f"{split}/{lang}: {plural(changed, 'item')} had changed since this folder's earlier "
+                        f"run (answer, question, tokens, logits or context): computed again"
+                    )
                 if seen.worked:
                     out.contexts_missing[lang] = seen.missing
                     if seen.bare:
@@ -848,7 +891,9 @@ class RunService:
             self.warnings.append(warning)
             self.reporter.warning(warning)
 
-    def _run_items(self, detector, lang, todo, contexts, ledger, bar, task, folder, split="") -> None:
+    def _run_items(
+        self, detector, lang, todo, contexts, ledger, bar, task, folder, split="", digests=None
+    ) -> None:
         from mushroom.backends.rawlog import RawLog, raw_file
         from mushroom.evaluation.check import check_row
 
@@ -887,6 +932,7 @@ class RunService:
                     raise DataError(problems)
             now = time.perf_counter()
             result.seconds = round(now - last[0], 4)
+            result.input_digest = (digests or {}).get(result.id)
             last[0] = now
             ledger.add(result)
             emitted.add(result.id)
