@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import Field
 
 from mushroom.data import records
+from mushroom.data.languages import language_code
 from mushroom.data.records import Context, Item
 from mushroom.errors import MushroomError, RunFailed
 from mushroom.util.words import close_match
@@ -107,15 +108,6 @@ def _contexts(value: str | Sequence[str] | None, k: int = 0) -> list[Context]:
     return [Context(source=f"context{k}", text=str(text)) for k, text in enumerate(value)]
 
 
-def _language(code: str) -> str:
-    """A code in lower case; a regional tag of a language mushroom knows ("en-US") is that language."""
-    from mushroom.data.languages import LANGUAGES
-
-    code = code.lower()
-    base = code.replace("_", "-").split("-")[0]
-    return base if base != code and base in LANGUAGES else code
-
-
 def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
     """One input of `detect_batch` as an Item and its contexts; a malformed one is a TypeError."""
     if isinstance(entry, Item):
@@ -145,7 +137,7 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
     item_lang = entry.get("lang", lang)
     if not isinstance(item_lang, str) or not item_lang:
         raise TypeError(f"item {k}: lang must be a language code such as 'en', not {item_lang!r}")
-    item_lang = _language(item_lang)
+    item_lang = language_code(item_lang)
     item_id = entry.get("id", f"item-{k}")
     if isinstance(item_id, bool) or not isinstance(item_id, str | numbers.Integral) or item_id == "":
         raise TypeError(f"item {k}: id must be a non-empty string or an integer, not {item_id!r}")

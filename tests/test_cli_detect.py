@@ -110,6 +110,15 @@ def test_items_in_a_language_mushroom_does_not_know_are_warned_about(tmp_path, c
         capsys, "detect", "--items", items, "--contexts", ctx, "--out", tmp_path / "r2", "--quiet"
     )
     assert code == 0 and "2 items in language 'english' (English is 'en'), which" in " ".join(err.split())
+    # a regional tag of a language it knows is that language, in the file as in --lang and the API
+    rows = [{**GOLD_ROWS[0], "lang": "EN-us"}, {**GOLD_ROWS[1], "lang": "en_GB"}]
+    write_lines(items, rows)
+    run = tmp_path / "r3"
+    code, _, err = cli(
+        capsys, "detect", "--items", items, "--contexts", ctx, "--lang", "en-US", "--out", run, "--quiet"
+    )
+    assert code == 0 and "does not know" not in err, err
+    assert [p.name for p in (run / "predictions").glob("mushroom.*.jsonl")] == ["mushroom.en-items.jsonl"]
 
 
 def test_default_run_folders_of_the_same_second_are_kept_apart(tmp_path):

@@ -10,6 +10,7 @@ import typer
 from mushroom.cli.boundary import FLAG, err_console, out_console
 from mushroom.cli.tables import RichReporter
 from mushroom.data.contexts import DEFAULT_SOURCES
+from mushroom.data.languages import language_code
 from mushroom.data.records import ErrorType
 from mushroom.errors import MushroomError
 from mushroom.util.options import split_names
@@ -25,7 +26,7 @@ def lang_codes(values: list[str] | None) -> list[str] | None:
     if not values:
         return None
     # files say "EN"
-    codes = [code.lower() for value in values for code in split_names(value, what="language")]
+    codes = [language_code(code) for value in values for code in split_names(value, what="language")]
     if not codes:  # `--lang "$EMPTY"` must not turn into "every language"
         raise typer.BadParameter("no language given (e.g. --lang en or --lang en,de)")
     return codes

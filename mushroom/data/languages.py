@@ -23,6 +23,17 @@ VAL_LANGUAGES = ("ar", "de", "en", "es", "fi", "fr", "hi", "it", "sv", "zh")
 TEST_LANGUAGES = tuple(LANGUAGES)
 
 
+def language_code(code: str) -> str:
+    """A code in lower case; a regional tag of a language mushroom knows ("en-US", "zh_Hans") is it.
+
+    One rule for items files, --lang and the Python API: "zh-Hans" in a file was a language of
+    its own, whose answers got no Chinese word splitting and were marked whole.
+    """
+    code = code.strip().lower()
+    base = code.replace("_", "-").split("-")[0]
+    return base if base != code and base in LANGUAGES else code
+
+
 def language_name(code: str) -> str:
     """English name of a language code, or the code itself when unknown."""
     return LANGUAGES.get(code.lower(), code)

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
+from mushroom.data.languages import language_code
 from mushroom.util.names import valid_name
 
 # strict: a JSON number only ("0.5" as a string or true would otherwise be coerced silently)
@@ -78,8 +79,8 @@ class Item(BaseModel):
     @field_validator("lang")
     @classmethod
     def _lower_lang(cls, value: str) -> str:
-        # Official files say "EN" in val/test but "zh" in train: normalise once here.
-        return value.strip().lower()
+        # Official files say "EN" in val/test but "zh" in train, other files "en-US": normalised once here.
+        return language_code(value)
 
     @property
     def text(self) -> str:
