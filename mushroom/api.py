@@ -105,7 +105,25 @@ def _contexts(value: str | Sequence[str] | None, k: int = 0) -> list[Context]:
     if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
         kind = type(value).__name__ if not isinstance(value, Sequence) else "a list of other things"
         raise TypeError(f"item {k}: contexts must be a string or a list of strings, not {kind}")
-    return [Context(source=f"context{k}", text=str(text)) for k, text in enumerate(value)]
+    return [
+        _valid(k, Context, f"contexts[{j}]", source=f"context{j}", text=text) for j, text in enumerate(value)
+    ]
+
+
+def _valid(k: int, record: type[Item] | type[Context], where: str | None = None, **fields: Any) -> Any:
+    """A record of item `k`'s fields; a value no such record can hold is a ValueError with its place.
+
+    A lone surrogate in the text or a language code that could name a path came out as
+    pydantic's own error, with no item number.
+    """
+    from pydantic import ValidationError
+
+    try:
+        return record(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = where or ".".join(str(x) for x in first["loc"])
+        raise ValueError(f"item {k}: {field}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
 def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
@@ -141,7 +159,10 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
     item_id = entry.get("id", f"item-{k}")
     if isinstance(item_id, bool) or not isinstance(item_id, str | numbers.Integral) or item_id == "":
         raise TypeError(f"item {k}: id must be a non-empty string or an integer, not {item_id!r}")
-    item = Item(
+    item = _valid(
+        k,
+        Item,
+        None,
         id=str(item_id),
         lang=item_lang,
         model_input=_text(entry.get("question", entry.get("model_input")), "question", k),

@@ -35,6 +35,20 @@ def test_malformed_items_are_type_errors_that_say_what_an_item_is():
     for call, message in cases:
         with pytest.raises(TypeError, match=message):
             call()
+    # a value no item can hold is a ValueError with its place, not pydantic's own error
+    for call, message in (
+        (
+            lambda: mushroom.detect("Marie \ud83d Curie.", CONTEXT),
+            "item 0: model_output_text: character 6 is",
+        ),
+        (lambda: mushroom.detect(ANSWER, [CONTEXT, "x\udc00"]), "item 0: contexts\\[1\\]: character 1 is"),
+        (
+            lambda: mushroom.detect_batch([{"answer": ANSWER, "lang": "../x"}]),
+            "item 0: lang: a language code",
+        ),
+    ):
+        with pytest.raises(ValueError, match=message):
+            call()
     # keys of a record's own that only start like an item key are left alone, as before
     extra = {"answer": ANSWER, "contexts": CONTEXT, "answer_tokens": [1, 2], "identifier": "x1"}
     assert len(mushroom.detect_batch([extra])) == 1

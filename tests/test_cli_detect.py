@@ -403,7 +403,10 @@ def test_a_rerun_on_an_edited_items_or_contexts_file_computes_the_edited_items_a
     items = write_lines(tmp_path / "items.jsonl", rows)
     ctx = write_lines(
         tmp_path / "ctx.jsonl",
-        [{"id": "a", "context": "Marie Curie was born in Paris."}, {"id": "b", "context": "Paris is French."}],
+        [
+            {"id": "a", "context": "Marie Curie was born in Paris."},
+            {"id": "b", "context": "Paris is French."},
+        ],
     )
     run = tmp_path / "run"
     args = ["detect", "--items", items, "--contexts", ctx, "--detector", "lexical", "--out", run, "--quiet"]
@@ -427,3 +430,28 @@ def test_a_rerun_on_an_edited_items_or_contexts_file_computes_the_edited_items_a
     # nothing changed: resumed with no word of it
     code, _, err = cli(capsys, *args)
     assert code == 0 and "had changed" not in err, err
+
+
+def test_a_lone_surrogate_in_an_items_or_contexts_file_is_named_at_load(tmp_path, capsys):
+    # JSON lets "\ud800" stand alone; the semantic encoder then failed the item on every retry,
+    # while each failure said to run again.
+    items = write_lines(
+        tmp_path / "items.jsonl",
+        ['{"id": "a", "lang": "en", "model_input": "Who?", "model_output_text": "Marie \\ud800 Curie."}'],
+    )
+    ctx = write_lines(tmp_path / "ctx.jsonl", ['{"id": "a", "context": "Marie \\udfff Curie."}'])
+    out = tmp_path / "run"
+    code, _, err = cli(
+        capsys, "detect", "--items", items, "--contexts", ctx, "--detector", "semantic", "--out", out
+    )
+    flat = " ".join(err.split())
+    assert code == 1 and not out.exists(), err
+    assert "items.jsonl:1: field 'model_output_text': character 6 is a lone surrogate (\\ud800)" in flat
+    write_lines(
+        items, ['{"id": "a", "lang": "en", "model_input": "Who?", "model_output_text": "Marie Curie."}']
+    )
+    code, _, err = cli(
+        capsys, "detect", "--items", items, "--contexts", ctx, "--detector", "semantic", "--out", out
+    )
+    flat = " ".join(err.split())
+    assert code == 1 and "ctx.jsonl:1: field 'context': character 6 is a lone surrogate" in flat, err

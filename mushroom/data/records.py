@@ -6,12 +6,31 @@ so a record can be written back and scored by the official scorer unchanged.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from mushroom.data.languages import language_code
 from mushroom.util.names import valid_name
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _whole_text(value: str) -> str:
+    # JSON lets "\ud800" stand alone, but it is half a character: no encoder or model can read
+    # it (a semantic run failed such an item on every retry). Said at load, with its place.
+    found = None if value.isascii() else _LONE_SURROGATE.search(value)
+    if found is not None:
+        raise ValueError(
+            f"character {found.start()} is a lone surrogate (\\u{ord(found.group()):04x}): half of a "
+            "character, which no encoder can write (a broken \\u escape?)"
+        )
+    return value
+
+
+# An answer, question or context: a string of whole characters
+Text = Annotated[str, AfterValidator(_whole_text)]
 
 # strict: a JSON number only ("0.5" as a string or true would otherwise be coerced silently)
 Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False, strict=True)]
@@ -41,8 +60,8 @@ class Item(BaseModel):
 
     id: str = Field(min_length=1)
     lang: str
-    model_input: str
-    model_output_text: str
+    model_input: Text
+    model_output_text: Text
     model_id: str | None = None
     soft_labels: list[SoftSpan] | None = None
     hard_labels: list[HardSpan] | None = None
@@ -115,14 +134,14 @@ class ContextRecord(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     id: str = Field(min_length=1)
-    context: str
+    context: Text
 
 
 class Context(BaseModel):
     """A context attached to an item, with the source it came from."""
 
     source: str
-    text: str
+    text: Text
 
 
 SplitName = Literal["val", "test", "train"]
