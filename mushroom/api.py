@@ -15,6 +15,7 @@ than returning an empty prediction.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import numbers
 from collections.abc import Iterable, Iterator, Sequence
@@ -62,6 +63,13 @@ _KEEP = 8
 _ITEM_KEYS = frozenset({"answer", "model_output_text", "contexts", "question", "model_input", "lang", "id"})
 # other words for a key, which no close match finds: {"language": "de"} ran as English
 _SYNONYMS = {"language": "lang", "ctx": "contexts", "prompt": "question"}
+
+
+@atexit.register
+def _close_all() -> None:
+    """Closes the kept detectors at exit: a semantic one's cache file was left to the collector."""
+    while _DETECTORS:
+        _DETECTORS.popitem()[1].close()
 
 
 def _forget(key: tuple[str, str]) -> None:

@@ -455,3 +455,19 @@ def test_a_lone_surrogate_in_an_items_or_contexts_file_is_named_at_load(tmp_path
     )
     flat = " ".join(err.split())
     assert code == 1 and "ctx.jsonl:1: field 'context': character 6 is a lone surrogate" in flat, err
+
+
+def test_each_language_file_of_a_mixed_items_file_checks_against_its_own_items(tmp_path, capsys):
+    rows = [{**GOLD_ROWS[0], "lang": "en"}, {**GOLD_ROWS[1], "lang": "de"}, {**GOLD_ROWS[2], "lang": "qq"}]
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    ctx = write_lines(tmp_path / "ctx.jsonl", [{"id": r["id"], "context": r["model_input"]} for r in rows])
+    run = tmp_path / "run"
+    code, _, err = cli(
+        capsys, "detect", "--items", items, "--contexts", ctx, "--lang", "en,de", "--out", run, "--quiet"
+    )
+    assert code == 0 and "'qq'" not in err, err  # a language left out is not warned about
+    for lang in ("en", "de"):
+        code, out, err = cli(
+            capsys, "check", run / "predictions" / f"mushroom.{lang}-items.jsonl", "--items", items
+        )
+        assert code == 0 and f"against the {lang!r} items of {items}" in " ".join(out.split()), err

@@ -209,7 +209,7 @@ def check(
     ] = False,
 ) -> None:
     """Validate a prediction file against its items; exits 1 listing every problem."""
-    from mushroom.data.predictions import load_predictions
+    from mushroom.data.predictions import load_predictions, prediction_file_lang
     from mushroom.data.runfolder import FailureCheck
     from mushroom.evaluation.check import check_file
 
@@ -217,6 +217,12 @@ def check(
     item_list = load_items_option(items)
     if not item_list:  # every prediction was "not among the items", one line each
         raise DataError.single(items, None, None, "no items: give the items file the predictions are for")
+    # `detect --items` writes a file per language of the items file: each is checked against
+    # its own language's items, or every other language's items read as "not predicted"
+    lang, langs = prediction_file_lang(pred.name), {it.lang for it in item_list}
+    one_lang = lang if len(langs) > 1 and lang in langs else None
+    if one_lang is not None:
+        item_list = [it for it in item_list if it.lang == one_lang]
     report = check_file(pred, item_list, strict=strict, partial=partial)
     for problem in report.warnings:
         print_warning(str(problem))
@@ -239,4 +245,6 @@ def check(
     counts = f"{plural(report.n_lines, 'prediction')}, {plural(n_warnings, 'warning')}"
     if report.missing:  # --partial: say so, since such a file is no submission
         counts += f"; {len(report.missing)} of {plural(report.n_items, 'item')} not predicted (--partial)"
+    if one_lang is not None:
+        counts += f"; against the {one_lang!r} items of {items}, the file's language"
     out_console.print(f"{esc(pred)}: OK ({counts})", highlight=False)

@@ -35,6 +35,7 @@ def items_file_data(
 
     # checked whole, then read a chunk at a time by the run (an index of lines, not the items)
     data: dict[str, Sequence[Item]] = read_items_file(items_file)  # type: ignore[assignment]
+    data = keep_langs(data, langs, items_file)  # type: ignore[arg-type]
     by_name = {name.lower(): known for known, name in LANGUAGES.items()}
     for code in sorted(set(data) - set(LANGUAGES)):
         named = by_name.get(code)  # "lang": "English", where the files give "en"
@@ -44,7 +45,6 @@ def items_file_data(
             f"does not know ({', '.join(LANGUAGES)}): no stopword list, calibration or word "
             "splitting of its own is used for them"
         )
-    data = keep_langs(data, langs, items_file)  # type: ignore[arg-type]
     if default_contexts:
         raise MushroomError("with --items, give the contexts as files: --contexts CTX.jsonl[,MORE.jsonl]")
     context_files = [Path(s) for s in sources]
