@@ -471,3 +471,20 @@ def test_each_language_file_of_a_mixed_items_file_checks_against_its_own_items(t
             capsys, "check", run / "predictions" / f"mushroom.{lang}-items.jsonl", "--items", items
         )
         assert code == 0 and f"against the {lang!r} items of {items}" in " ".join(out.split()), err
+
+
+def test_a_resumed_run_keeps_the_warnings_of_its_files_in_its_summary(tmp_path, capsys):
+    # A re-run that reused every item said none of them, and its summary.json listed none.
+    rows = [{**GOLD_ROWS[0], "lang": "en"}, {**GOLD_ROWS[1], "lang": "en"}, {**GOLD_ROWS[2], "lang": "qq"}]
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    ctx = write_lines(tmp_path / "ctx.jsonl", [{"id": rows[0]["id"], "context": rows[0]["model_input"]}])
+    run = tmp_path / "run"
+    said = []
+    for _ in range(2):
+        code, _, err = cli(capsys, "detect", "--items", items, "--contexts", ctx, "--out", run, "--quiet")
+        assert code == 0, err
+        said.append(json.loads((run / "summary.json").read_text())["warnings"])
+    assert said[0] == said[1] and len(said[0]) == 3
+    assert any("in language 'qq'" in w for w in said[0]) and any(
+        "no context for 1 of 2" in w for w in said[0]
+    )

@@ -80,13 +80,19 @@ def detect(
     det = build(detector, options)
     sources = tuple(split_names(contexts))
     data = context_files = None
+    said: list[str] = []  # what the items file's check warned of, for the run's summary.json
+
+    def warn(warning: str) -> None:
+        print_warning(warning)
+        said.append(warning)
+
     if items_file is not None:
         if split is not None:
             raise MushroomError(f"--items {items_file} replaces --split {split}: give one of them")
         split = "items"
         items_option(items_file)  # a JSONL file, or a folder of Dataset.save_to_disk
         data, context_files = items_file_data(
-            items_file, lang, sources, contexts == DEFAULT_CONTEXTS, warn=print_warning
+            items_file, lang, sources, contexts == DEFAULT_CONTEXTS, warn=warn
         )
     run_detect(
         det,
@@ -102,6 +108,7 @@ def detect(
         allow_failures,
         reporter(),
         name=detector,
+        said=said,
     )
 
 

@@ -95,6 +95,7 @@ def run_detect(
     allow_failures: bool = False,
     reporter: Reporter | None = None,
     name: str | None = None,
+    said: Sequence[str] = (),
 ) -> Path:
     """Runs `det` (registered as `name`) over a split, or the items of `items_file` in `data`.
 
@@ -102,6 +103,9 @@ def run_detect(
 
     Without `data`, the split's items are read and its context sources checked first, so a
     wrong language or source leaves no folder behind.
+
+    `said` are warnings printed before the folder existed (an items file's unknown language),
+    kept in its summary.json with the run's own.
 
     Returns:
         The run folder: predictions/ with the files, items/ and raw/, scores when labelled.
@@ -129,6 +133,7 @@ def run_detect(
         "limit": limit,
     }
     service = RunService(out, config, reporter, quiet, allow_failures)
+    service.warnings.extend(w for w in said if w not in service.warnings)
     result = service.detect_split(
         det, split, out / "predictions", langs, sources, data=data, limit=limit, context_files=context_files
     )

@@ -507,11 +507,9 @@ class _ContextTally:
     first_bare: str = ""
     checks_only: int = 0  # ... of which have fact-check contexts only
     graded_out: int = 0  # ... of which `mushroom contexts` graded every context irrelevant
-    worked: bool = False  # some item of the language was run (not all reused)
     _unusable: dict[str, set[str]] = field(default_factory=dict)  # source file -> graded-out ids
 
-    def add(self, ctx: ContextSet, ids: list[str], worked: bool) -> None:
-        self.worked = self.worked or worked
+    def add(self, ctx: ContextSet, ids: list[str]) -> None:
         self.files.update(ctx.files)
         for path in ctx.files.values():
             if path not in self._unusable:
@@ -842,7 +840,7 @@ class RunService:
                         out.reused += len(batch) - len(todo)
                         if baseline is not None:
                             baseline.write(p.submission_dict() for p in mark_all(batch))
-                        seen.add(ctx, batch_ids, bool(todo))
+                        seen.add(ctx, batch_ids)
                         if todo:
                             self._run_items(
                                 detector, lang, todo, ctx.by_id, ledger, bar, task, folder, split, digests
@@ -860,10 +858,11 @@ class RunService:
                         f"{split}/{lang}: {plural(changed, 'item')} had changed since this folder's earlier "
                         f"run (answer, question, tokens, logits or context): computed again"
                     )
-                if seen.worked:
-                    out.contexts_missing[lang] = seen.missing
-                    if seen.bare:
-                        self.warn(seen.warning(split, lang, len(ids), sources))
+                # said again by a resumed run: it describes the files, and summary.json keeps
+                # only this run's warnings
+                out.contexts_missing[lang] = seen.missing
+                if seen.bare:
+                    self.warn(seen.warning(split, lang, len(ids), sources))
                 self._write_language(detector, split, lang, ids, ledger, folder, out)
                 run_ids[lang] = ids
                 n_items += len(ids)
