@@ -231,7 +231,16 @@ def test_an_ensemble_never_overwrites_its_input_and_names_a_file_with_other_item
     pa, pb = (r / "predictions" / "mushroom.en-val.v2.jsonl" for r in (a, b))
     before = pa.read_bytes()
     code, _, err = cli(capsys, "ensemble", pa, pb, "--out", pa)
-    assert code == 2 and "is one of the inputs" in err and pa.read_bytes() == before
+    assert code == 2 and "is an input of this command" in err and pa.read_bytes() == before
+    # nor the --items file, nor an official data file (each was replaced by the vote, exit 0)
+    items = tmp_path / "items.jsonl"
+    items.write_bytes(VAL_EN.read_bytes())
+    for out, said in (
+        (items, "is an input of this command"),
+        (VAL_EN, "the folder of the official data files"),
+    ):
+        code, _, err = cli(capsys, "ensemble", pa, pb, "--items", items, "--out", out)
+        assert code == 2 and said in " ".join(err.split()) and out.read_bytes() == VAL_EN.read_bytes(), err
     short = tmp_path / "short.jsonl"
     short.write_text("".join(pb.read_text().splitlines(keepends=True)[:3]))
     code, _, err = cli(capsys, "ensemble", pa, short, "--out", tmp_path / "e.jsonl")

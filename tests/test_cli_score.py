@@ -248,6 +248,46 @@ def test_a_file_of_another_language_or_an_empty_one_is_not_sent_to_partial(tmp_p
         assert "are the two files of the same language and split?" in said and "--partial" not in said
         code, _, err = cli(capsys, "score", VAL_EN, empty, *partial)
         assert code == 1 and "the file holds no prediction" in err and "--partial" not in err, err
-    # an empty gold file against predictions: said, not an internal error
-    code, _, err = cli(capsys, "score", empty, other)
-    assert code == 1 and "not in the gold file" in err, err
+    # an empty gold file: said as such, against predictions or against itself (IoU nan, exit 0)
+    for pred in (other, empty):
+        code, _, err = cli(capsys, "score", empty, pred)
+        assert code == 1 and f"{empty}: no items: the gold file is empty" in " ".join(err.split()), err
+
+
+def test_score_writes_over_none_of_its_inputs_and_counts_a_language_once(tmp_path, capsys):
+    gold = write_lines(tmp_path / "gold.jsonl", GOLD_ROWS[:3])
+    pred = write_lines(
+        tmp_path / "pred.jsonl",
+        [{"id": r["id"], "soft_labels": [], "hard_labels": []} for r in GOLD_ROWS[:3]],
+    )
+    before = gold.read_bytes()
+    for option in ("--output", "--json"):  # each replaced the gold file with scores, exit 0
+        code, _, err = cli(capsys, "score", gold, pred, option, gold)
+        assert code == 2 and "is an input of this command" in err and gold.read_bytes() == before, err
+    # `--langs en,en,de` weighed English twice in the mean over languages
+    run = limited_run(tmp_path, capsys)
+    code, once, _ = cli(capsys, "score", VAL_DIR, run, "--langs", "en")
+    code2, twice, err = cli(capsys, "score", VAL_DIR, run, "--langs", "en,EN")
+    assert code == code2 == 0 and once.splitlines()[-2:] == twice.splitlines()[-2:], err
+
+
+def test_a_bad_gold_span_is_named_in_the_gold_file_and_nan_is_null_in_json(tmp_path, capsys):
+    row = {**GOLD_ROWS[0], "soft_labels": [{"start": 0, "end": 10_000, "prob": 1.0}]}
+    gold = write_lines(tmp_path / "gold.jsonl", [row])
+    pred = write_lines(tmp_path / "pred.jsonl", [{"id": row["id"], "soft_labels": [], "hard_labels": []}])
+    code, _, err = cli(capsys, "score", gold, pred)
+    assert code == 1 and f"{gold}:1: id {row['id']!r}: field 'soft_labels': soft span [0, 10000)" in err, err
+    empty = {**GOLD_ROWS[0], "model_output_text": "", "soft_labels": [], "hard_labels": []}
+    gold = write_lines(tmp_path / "gold.jsonl", [empty])
+    code, out, err = cli(capsys, "score", gold, pred, "--json", "-")
+    assert code == 0 and json.loads(out)["cor"] is None, err  # NaN is no JSON
+
+
+def test_a_run_whose_config_json_is_damaged_is_named_not_read_as_loose_files(tmp_path, capsys):
+    run = limited_run(tmp_path, capsys)
+    (run / "config.json").write_text("{bad")
+    for args in (("score", VAL_DIR, run), ("compare", run), ("sweep", run)):
+        code, _, err = cli(capsys, *args)
+        assert code == 1 and f"{run / 'config.json'}: this run's config cannot be read" in " ".join(
+            err.split()
+        ), err

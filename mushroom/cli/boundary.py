@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Iterable
 from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,10 +89,34 @@ def input_file(path: Path, option: str) -> Path:
     return path
 
 
-def output_file(path: Path, option: str) -> Path:
-    """A path to write as `option`: not a folder, and its folder creatable."""
+def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> Path:
+    """A path to write as `option`: not a folder, its folder creatable, and none of the command's data.
+
+    `score --output GOLD` replaced the gold file with two lines of scores, and `ensemble --out`
+    could write over its --items file or an official val file, each exiting 0. So the path may
+    not be one of `inputs`, nor a file already inside an input folder, nor lie in the data
+    folder of the official files.
+    """
+    from mushroom.data.splits import DEFAULT_DATA_DIR
+
     if path.is_dir():
         raise MushroomError(f"{option} {path}: is a folder; give a file name to write")
+    target = path.resolve()
+    for given in inputs:
+        if given is None:
+            continue
+        source = given.resolve()
+        if target == source or (path.exists() and source.is_dir() and target.is_relative_to(source)):
+            where = "is" if target == source else "is a file inside"
+            raise MushroomError(
+                f"{option} {path} {where} an input of this command ({given}); write it elsewhere"
+            )
+    data = DEFAULT_DATA_DIR.resolve()
+    if target.is_relative_to(data):
+        raise MushroomError(
+            f"{option} {path} is inside {DEFAULT_DATA_DIR}, the folder of the official data files; "
+            "write it elsewhere"
+        )
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent

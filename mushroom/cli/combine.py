@@ -67,7 +67,7 @@ def ensemble(
         mode = SoftMode(soft)
     except ValueError:
         raise MushroomError(f"--soft must be 'vote' or 'mean', got {soft!r}") from None
-    output_file(out, "--out")
+    output_file(out, "--out", (*preds, items))
     split = split.lower() if split is not None else None
     if split not in (None, "val", "test"):
         raise MushroomError(
@@ -107,9 +107,7 @@ def _check_inputs(preds: list[Path], picks: bool) -> None:
 
 
 def _check_out(out: Path, preds: list[Path]) -> None:
-    """--out is none of the inputs nor a file of their runs; an input given twice is said."""
-    if out.resolve() in {p.resolve() for p in preds}:
-        raise MushroomError(f"--out {out} is one of the inputs; write the vote to another file")
+    """--out is no file of the inputs' runs (output_file refused the inputs); an input given twice is said."""
     for later, first in given_twice(preds):
         print_warning(f"{preds[later]} is given twice (also as {preds[first]}): it votes twice")
     refuse_out_in_runs(out, preds, "the vote")

@@ -144,7 +144,7 @@ def sweep(
     _run_folders(runs)
     if svg is not None and svg.suffix.lower() != ".svg":  # an SVG in a .png file opens as a broken image
         raise MushroomError(f"--svg {svg}: the plot is written as SVG; give a file name ending in .svg")
-    path = output_file(svg, "--svg") if svg else workspace() / "eval" / f"sweep-{timestamp()}.svg"
+    path = output_file(svg, "--svg", runs) if svg else workspace() / "eval" / f"sweep-{timestamp()}.svg"
     scope = sweep_scope(runs, split, lang)
     for note in scope.notes:
         err_console.print(esc(note), highlight=False)

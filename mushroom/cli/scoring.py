@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from mushroom.cli.boundary import FLAG, err_console, esc, input_file, out_console, output_file, print_warning
-from mushroom.cli.common import load_items_option
+from mushroom.cli.common import lang_codes, load_items_option
 from mushroom.cli.tables import score_table
 from mushroom.errors import DataError, MushroomError
-from mushroom.util.options import split_names
 from mushroom.util.words import plural
 
 if TYPE_CHECKING:
@@ -68,10 +67,10 @@ def score(
     # With --json -, stdout carries the JSON document only; everything else goes to stderr.
     console = err_console if json_only else out_console
     if output is not None:
-        output_file(output, "--output")
+        output_file(output, "--output", (gold, pred, compare))
     if json_out is not None and not json_only:
-        output_file(Path(json_out), "--json")
-    lang_list = split_names(langs) if langs is not None else None
+        output_file(Path(json_out), "--json", (gold, pred, compare))
+    lang_list = lang_codes([langs]) if langs is not None else None
     result = _score_or_hint(gold, pred, lang_list, show_pairing=gold.is_dir(), partial=partial)
     if per_lang:
         _print_per_lang(console, result)
@@ -89,7 +88,7 @@ def score(
             markup=False,
         )
     if json_out is not None:
-        text = json.dumps(_json_payload(result), indent=2, ensure_ascii=False)
+        text = json.dumps(_no_nan(_json_payload(result)), indent=2, ensure_ascii=False, allow_nan=False)
         if json_only:
             print(text)
         else:
@@ -110,6 +109,17 @@ def _json_payload(result: ScoreResult) -> dict[str, Any]:
         "per_lang": {k: v.to_dict() for k, v in result.by_lang().items()},
         "warnings": result.warnings,
     }
+
+
+def _no_nan(value: Any) -> Any:
+    """NaN (an empty answer's Cor) as null: `NaN` is no JSON, and strict readers refuse the file."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_no_nan(v) for v in value]
+    return value
 
 
 def _score_or_hint(gold: Path, pred: Path, langs: list[str] | None, **kwargs: Any) -> ScoreResult:
@@ -188,6 +198,9 @@ def _with_partial_hint(exc: DataError) -> DataError:
     return DataError(problems, exit_code=exc.exit_code)
 
 
+MAX_ERRORS_SHOWN = 100
+
+
 def check(
     pred: Annotated[Path, typer.Argument(help="prediction JSONL file")],
     items: Annotated[Path, typer.Option("--items", help="the items file the predictions are for")],
@@ -226,8 +239,14 @@ def check(
     report = check_file(pred, item_list, strict=strict, partial=partial)
     for problem in report.warnings:
         print_warning(str(problem))
-    for problem in report.errors:
+    for problem in report.errors[:MAX_ERRORS_SHOWN]:
         err_console.print(f"[red]error:[/red] {esc(problem)}", highlight=False, soft_wrap=True)
+    if len(report.errors) > MAX_ERRORS_SHOWN:  # a file of 500,000 bad spans printed them all
+        err_console.print(
+            f"... and {len(report.errors) - MAX_ERRORS_SHOWN} more errors (the first {MAX_ERRORS_SHOWN} "
+            "are shown)",
+            highlight=False,
+        )
     if report.errors:
         err_console.print(f"{esc(pred)}: {esc(report.summary())}", highlight=False)
         strangers = report.unknown_ids

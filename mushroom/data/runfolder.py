@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mushroom.data.jsonl import atomic_write_text
 from mushroom.data.splits import PROJECT_ROOT, same_items
+from mushroom.errors import DataError
 from mushroom.util.names import safe_name
 from mushroom.version import __version__
 
@@ -158,6 +159,30 @@ def run_config_file(path: Path) -> dict[str, Any] | None:
     return None
 
 
+# files the run service writes beside config.json, which no user's own folder is likely to hold
+_RUN_MARKS = ("versions.json", "stages.json")
+
+
+def _refuse_damaged_config(folder: Path, cfg_path: Path) -> None:
+    """Raises for a run folder's config.json that no longer parses.
+
+    Read as "not a run", the folder lost its scope without a word: a `--lang en` run was
+    scored as missing nine languages, and a whole run's scores came out with no note at all.
+    """
+    if not any((folder / mark).is_file() for mark in _RUN_MARKS):
+        return  # a user's own config.json: not a run's
+    try:
+        json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DataError.single(
+            cfg_path,
+            None,
+            None,
+            f"this run's config cannot be read ({exc}); it says which languages and items the run "
+            "covers: restore it, or copy the prediction files out of the run folder",
+        ) from None
+
+
 RUN_CONFIG_DEPTH = 3  # a prediction file in <run>/<variant>/val/ is three folders below config.json
 
 
@@ -182,6 +207,7 @@ def run_scope(path: Path) -> RunScope | None:
             continue
         saved = run_config_file(cfg_path)
         if saved is None:
+            _refuse_damaged_config(candidate, cfg_path)
             return None  # some other config.json: not a run folder
         config = saved["config"]
         if candidate not in candidates and config.get("job") != "main":

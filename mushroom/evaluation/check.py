@@ -121,12 +121,13 @@ def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckRepor
             err(name, "start and end must be integers")
             good_soft = False
             continue
-        if not 0 <= start < end <= n:
+        fits = 0 <= start < end <= n
+        if not fits:
             err(name, f"span [{start}, {end}) must satisfy 0 <= start < end <= {n}")
-            good_soft = False
-            continue
         if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not 0.0 <= prob <= 1.0:
-            err(f"{name}.prob", f"probability {prob!r} is not a number in [0, 1]")
+            err(f"{name}.prob", f"probability {prob!r} is not a number in [0, 1]")  # said with bad ends too
+            fits = False
+        if not fits:
             good_soft = False
             continue
         if covered[start:end].any():

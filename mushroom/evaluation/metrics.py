@@ -88,6 +88,11 @@ def _intersection_size(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> in
     return total
 
 
+def soft_fits(soft: Sequence[SoftTriple], length: int) -> bool:
+    """Whether the official loop can write every soft span (char_vector raises if not)."""
+    return all(start >= end or (-length <= start and end <= length) for start, end, _ in soft)
+
+
 def char_vector(soft: Sequence[SoftTriple], length: int) -> np.ndarray:
     """Per-character probabilities exactly as the official loop writes them."""
     vec = np.zeros(length, dtype=float)
