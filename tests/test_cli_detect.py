@@ -446,7 +446,9 @@ def test_a_lone_surrogate_in_an_items_or_contexts_file_is_named_at_load(tmp_path
     )
     flat = " ".join(err.split())
     assert code == 1 and not out.exists(), err
-    assert "items.jsonl:1: field 'model_output_text': character 6 is a lone surrogate (\\ud800)" in flat
+    assert (
+        "items.jsonl:1: id 'a': field 'model_output_text': character 6 is a lone surrogate (\\ud800)" in flat
+    )
     write_lines(
         items, ['{"id": "a", "lang": "en", "model_input": "Who?", "model_output_text": "Marie Curie."}']
     )
@@ -454,7 +456,7 @@ def test_a_lone_surrogate_in_an_items_or_contexts_file_is_named_at_load(tmp_path
         capsys, "detect", "--items", items, "--contexts", ctx, "--detector", "semantic", "--out", out
     )
     flat = " ".join(err.split())
-    assert code == 1 and "ctx.jsonl:1: field 'context': character 6 is a lone surrogate" in flat, err
+    assert code == 1 and "ctx.jsonl:1: id 'a': field 'context': character 6 is a lone surrogate" in flat, err
 
 
 def test_each_language_file_of_a_mixed_items_file_checks_against_its_own_items(tmp_path, capsys):

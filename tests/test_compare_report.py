@@ -116,7 +116,7 @@ def test_bad_tag_file_names_line_and_field(tmp_path):
         tmp_path / "t.jsonl",
         [{"id": "a", "error_type": "incorrect-context"}, {"id": "b", "error_type": "typo"}],
     )
-    with pytest.raises(DataError, match=r"t.jsonl:2: field 'error_type'"):
+    with pytest.raises(DataError, match=r"t.jsonl:2: id 'b': field 'error_type'"):
         load_tags(bad)
 
 

@@ -162,10 +162,25 @@ def _not_jsonl(data: bytes) -> str | None:
     return None
 
 
-def validation_problems(path: Path, lineno: int | None, exc: ValidationError) -> list[Problem]:
-    """Turns a pydantic error into one problem per failing field, with the value it got."""
+def validation_problems(
+    path: Path, lineno: int | None, exc: ValidationError, row: Any = None
+) -> list[Problem]:
+    """Turns a pydantic error into one problem per failing field, with the value it got.
+
+    With the line's `row`, a readable id is named too (`FILE:LINE: id 'ID': field ...`), as
+    `check` names it: a line number alone is hard to find in a file of long answers.
+    """
+    rid = row.get("id") if isinstance(row, dict) else None
+    rid = rid if isinstance(rid, str) and rid else None
     return [
-        Problem(str(path), lineno, _field_path(err["loc"]) or None, _with_input(err)) for err in exc.errors()
+        Problem(
+            str(path),
+            lineno,
+            _field_path(err["loc"]) or None,
+            _with_input(err),
+            item_id=rid if err["loc"][:1] != ("id",) else None,
+        )
+        for err in exc.errors()
     ]
 
 
@@ -212,7 +227,7 @@ def load_records(
         try:
             record = model.model_validate(obj)
         except ValidationError as exc:
-            problems.extend(validation_problems(path, lineno, exc))
+            problems.extend(validation_problems(path, lineno, exc, obj))
             continue
         rid = getattr(record, "id", None)
         if extra_check is not None:

@@ -119,7 +119,7 @@ def _row_prediction(
     try:
         pred = Prediction.model_validate(row)
     except ValidationError as exc:
-        problems.extend(validation_problems(path, line, exc))
+        problems.extend(validation_problems(path, line, exc, row))
         return None
     length = None
     if lengths is not None:
