@@ -304,3 +304,16 @@ def test_stack_fit_and_apply_refuse_a_member_span_past_the_answer(tmp_path, caps
         capsys, "stack", "apply", stack, f"lex={run}", "--split", "val", "--lang", "en", "--out", out
     )
     assert code == 1 and f"id '{GOLD_ROWS[1]['id']}': field 'hard_labels.0'" in err, err
+
+
+def test_an_input_lacking_items_of_the_items_file_is_named_not_the_output(tmp_path, capsys):
+    items = write_lines(tmp_path / "items.jsonl", GOLD_ROWS[:2])
+    short = write_lines(
+        tmp_path / "p.jsonl", [{"id": GOLD_ROWS[0]["id"], "soft_labels": [], "hard_labels": []}]
+    )
+    out = tmp_path / "vote.jsonl"
+    code, _, err = cli(capsys, "ensemble", short, "--items", items, "--out", out, "--threshold", "0.5")
+    said = " ".join(err.split())
+    assert (
+        code == 1 and f"{short}: field 'id': no prediction for 1 of the 2 items" in said and not out.exists()
+    ), err

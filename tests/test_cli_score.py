@@ -291,3 +291,12 @@ def test_a_run_whose_config_json_is_damaged_is_named_not_read_as_loose_files(tmp
         assert code == 1 and f"{run / 'config.json'}: this run's config cannot be read" in " ".join(
             err.split()
         ), err
+
+
+def test_the_paired_difference_is_in_the_json_too(tmp_path, capsys):
+    run = limited_run(tmp_path, capsys)
+    other = limited_run(tmp_path, capsys, "other", "--option", "threshold=0.5")
+    code, out, err = cli(capsys, "score", VAL_DIR, run, "--compare", other, "--langs", "en", "--json", "-")
+    paired = json.loads(out)["paired_vs_compare"]
+    assert code == 0 and paired["compare"] == str(other) and paired["iou"]["n"] == 5, err
+    assert set(paired["cor"]) == {"mean_diff", "ci_low", "ci_high", "p_value", "n"}

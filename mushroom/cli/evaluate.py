@@ -142,6 +142,8 @@ def sweep(
     from mushroom.evaluation.runfiles import run_notes
 
     _run_folders(runs)
+    for later, first in given_twice(runs):  # the sweep averages the runs: one given twice weighs double
+        print_warning(f"{runs[later]} is given twice (also as {runs[first]}): its probabilities count twice")
     if svg is not None and svg.suffix.lower() != ".svg":  # an SVG in a .png file opens as a broken image
         raise MushroomError(f"--svg {svg}: the plot is written as SVG; give a file name ending in .svg")
     path = output_file(svg, "--svg", runs) if svg else workspace() / "eval" / f"sweep-{timestamp()}.svg"

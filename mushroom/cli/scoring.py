@@ -76,9 +76,10 @@ def score(
         _print_per_lang(console, result)
     if per_item:
         _print_per_item(console, result)
+    paired: dict[str, Any] | None = None
     if compare is not None:
         other = _score_or_hint(gold, compare, lang_list, role="--compare", partial=partial)
-        _print_paired(console, result, other, compare)
+        paired = _print_paired(console, result, other, compare)
     if ci:
         intervals = result.ci()
         console.print(
@@ -88,7 +89,8 @@ def score(
             markup=False,
         )
     if json_out is not None:
-        text = json.dumps(_no_nan(_json_payload(result)), indent=2, ensure_ascii=False, allow_nan=False)
+        payload = _json_payload(result) | ({"paired_vs_compare": paired} if paired is not None else {})
+        text = json.dumps(_no_nan(payload), indent=2, ensure_ascii=False, allow_nan=False)
         if json_only:
             print(text)
         else:
@@ -166,8 +168,10 @@ def _print_per_item(console: Console, result: ScoreResult) -> None:
     console.print(table)
 
 
-def _print_paired(console: Console, result: ScoreResult, other: ScoreResult, compare: Path) -> None:
-    """The paired difference PRED - COMPARE of both metrics, over the same items."""
+def _print_paired(console: Console, result: ScoreResult, other: ScoreResult, compare: Path) -> dict[str, Any]:
+    """The paired difference PRED - COMPARE of both metrics, over the same items; returned for --json."""
+    from dataclasses import asdict
+
     from mushroom.evaluation.stats import paired_test
 
     if other.ids != result.ids:
@@ -175,14 +179,17 @@ def _print_paired(console: Console, result: ScoreResult, other: ScoreResult, com
             f"PRED and --compare {compare} cover different items ({len(result.ids)} and "
             f"{len(other.ids)} scored); compare runs made on the same items (same --limit and --lang)"
         )
+    found: dict[str, Any] = {"compare": str(compare)}
     for name, a, b in (("IoU", result.iou, other.iou), ("Cor", result.cor, other.cor)):
         res = paired_test(a, b)
+        found[name.lower()] = asdict(res)
         console.print(
             f"paired {name}: PRED - COMPARE = {res.mean_diff:+.4f} "
             f"95% CI [{res.ci_low:+.4f}, {res.ci_high:+.4f}], p = {res.p_value:.4f} (n = {res.n})",
             highlight=False,
             markup=False,
         )
+    return found
 
 
 def _with_partial_hint(exc: DataError) -> DataError:

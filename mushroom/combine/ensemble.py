@@ -245,6 +245,19 @@ def vote_files(
             )
     refuse_failed(preds, loaded)
     if items is not None:
+        # said of the input that lacks them: the check of the vote named --out, a file never written
+        wanted = [it.id for it in items]
+        for path, ids in zip(preds, ids_of):
+            lacking = [i for i in wanted if i not in ids]
+            if lacking:
+                shown = ", ".join(map(repr, lacking[:3])) + (", ..." if len(lacking) > 3 else "")
+                raise DataError.single(
+                    path,
+                    None,
+                    "id",
+                    f"no prediction for {len(lacking)} of the {len(wanted)} items of the --items file "
+                    f"({shown}); an ensemble votes over files of the same items",
+                )
         lengths = text_lengths(items)
     else:
         found, stray = shipped_lengths(sorted(ids_of[0]))

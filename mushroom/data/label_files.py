@@ -166,6 +166,8 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
                 ),
             )
         )
+        if unlabelled:  # said alone: the train split's lines have no ids, one more problem each
+            raise DataError(problems)
     records: dict[str, ScoringRecord] = {}
     first_line: dict[str, int] = {}
     for lineno, row in rows:
@@ -194,7 +196,8 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
         if is_gold:
             text = row.get("model_output_text")
             if not isinstance(text, str):
-                problems.append(Problem(str(path), lineno, "model_output_text", "missing in gold file"))
+                said = "missing in gold file" if text is None else f"not a string (got {type(text).__name__})"
+                problems.append(Problem(str(path), lineno, "model_output_text", said, item_id=rid))
                 continue
             text_len = len(text)
         lang = row.get("lang")
@@ -222,7 +225,11 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             parts.append(f"{one} without hard_labels or soft_labels while others have them (derived)")
         if neither:
             one = plural(len(neither), "line")
-            parts.append(f"{one} with neither, scored as predicting no span (line {neither[0]})")
+            parts.append(
+                f"{one} with neither, scored as "
+                + ("marking no span" if is_gold else "predicting no span")
+                + f" (line {neither[0]})"
+            )
         warnings.append(f"{path}: {'; '.join(parts)}{hint}; the official scorer fails on such a file")
     if is_gold and rows and not any("model_output_text" in row for _, row in rows):
         # no line is a gold line: most likely the two files were given the other way round
@@ -279,7 +286,7 @@ def match_ids(gold: ScoringFile, pred: ScoringFile, partial: bool = False) -> li
         problems.append(
             Problem(
                 str(pred.path),
-                None,
+                min(pred.records[r].line for r in extra),  # the first stranger in the file, to find it by
                 "id",
                 f"{plural(len(extra), 'id')} not in the gold file: {listed(extra)}",
             )

@@ -20,7 +20,7 @@ from mushroom.data.records import ErrorType, Item
 from mushroom.data.runfolder import RunScope, prediction_folder, run_scope
 from mushroom.data.spans import hard_to_mask, soft_to_vector
 from mushroom.data.splits import load_split, require_labelled, split_files
-from mushroom.errors import MushroomError
+from mushroom.errors import DataError, MushroomError
 from mushroom.evaluation.metrics import mask_iou, vector_cor
 from mushroom.evaluation.score import ScoreResult, score_paths
 from mushroom.evaluation.stats import paired_test
@@ -337,7 +337,8 @@ def sweep(
         for file, pred in zip(files, preds):
             missing = [item.id for item in items if item.id not in pred]
             if missing:
-                raise MushroomError(f"{file}: {no_prediction(missing, total=len(items))}")
+                # an invalid input file: exit 1 in the checker's form, as compare and score say it
+                raise DataError.single(file, None, "id", no_prediction(missing, total=len(items)))
         lang_iou = {t: [] for t in thresholds}
         lang_cor = {t: [] for t in thresholds}
         for item in items:

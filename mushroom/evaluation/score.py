@@ -341,6 +341,9 @@ def pair_paths(
         extra = sorted(set(preds) - set(golds))
         left_out = sorted(x for x in preds if x in golds and x not in wanted)
         return Pairing(pairs, missing, extra, unnamed, left_out)
+    for name, path in (("GOLD", gold), (role, pred)):
+        if not (path.is_file() or path.is_dir()):  # /dev/null, a pipe: "GOLD is a file, PRED a file"
+            raise MushroomError(f"{name} {path}: not a regular file or folder")
     kinds = (
         f"GOLD is a {'folder' if gold.is_dir() else 'file'}, {role} a {'folder' if pred.is_dir() else 'file'}"
     )
