@@ -156,6 +156,9 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
             )
     answer = entry.get("answer", entry.get("model_output_text"))
     if not isinstance(answer, str):
+        given = next((key for key in ("answer", "model_output_text") if key in entry), None)
+        if given is not None:  # `detect(None)`: the key is there, its value is not text
+            raise TypeError(f"item {k}: {given} must be a string, not {type(answer).__name__}")
         keys = ", ".join(map(repr, list(entry)[:8])) or "none"
         raise TypeError(f"item {k}: needs an 'answer' string (its keys: {keys})")
     if "answer" in entry and entry.get("model_output_text", answer) != answer:

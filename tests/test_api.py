@@ -247,6 +247,8 @@ def test_mistakes_a_notebook_user_makes_are_said_at_the_call():
         mushroom.detect_batch([{"answer": ANSWER, "model_output_text": CONTEXT}])
     with pytest.raises(TypeError, match="needs an 'answer' string \\(its keys: 'text'\\)"):
         mushroom.detect_batch([{"text": ANSWER}])
+    with pytest.raises(TypeError, match="item 0: answer must be a string, not NoneType"):
+        mushroom.detect(None)  # it said "needs an 'answer' string (its keys: 'id', 'answer', ...)"
     # a regional tag is its language: German stopwords, not a warning about 'de-at'
     with warnings.catch_warnings():
         warnings.simplefilter("error")
