@@ -69,7 +69,10 @@ _SYNONYMS = {"language": "lang", "ctx": "contexts", "prompt": "question"}
 def _close_all() -> None:
     """Closes the kept detectors at exit: a semantic one's cache file was left to the collector."""
     while _DETECTORS:
-        _DETECTORS.popitem()[1].close()
+        try:
+            _DETECTORS.popitem()[1].close()
+        except Exception:  # noqa: BLE001 - at exit, one that fails to close must not keep the rest open
+            continue
 
 
 def _forget(key: tuple[str, str]) -> None:

@@ -473,6 +473,11 @@ def test_each_language_file_of_a_mixed_items_file_checks_against_its_own_items(t
             capsys, "check", run / "predictions" / f"mushroom.{lang}-items.jsonl", "--items", items
         )
         assert code == 0 and f"against the {lang!r} items of {items}" in " ".join(out.split()), err
+    # an ensemble of such files reads the mixed items file the same way (it said they lacked items)
+    file = run / "predictions" / "mushroom.de-items.jsonl"
+    vote = tmp_path / "v.jsonl"
+    code, _, err = cli(capsys, "ensemble", file, file, "--items", items, "--out", vote, "--threshold", "0.5")
+    assert code == 0 and len(vote.read_text().splitlines()) == 1, err
 
 
 def test_a_resumed_run_keeps_the_warnings_of_its_files_in_its_summary(tmp_path, capsys):
@@ -490,3 +495,18 @@ def test_a_resumed_run_keeps_the_warnings_of_its_files_in_its_summary(tmp_path, 
     assert any("in language 'qq'" in w for w in said[0]) and any(
         "no context for 1 of 2" in w for w in said[0]
     )
+
+
+def test_a_rerun_on_items_that_lost_a_language_removes_its_stale_file(tmp_path, capsys):
+    rows = [{**GOLD_ROWS[0], "lang": "en"}, {**GOLD_ROWS[1], "lang": "de"}]
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    ctx = write_lines(tmp_path / "ctx.jsonl", [{"id": r["id"], "context": r["model_input"]} for r in rows])
+    run = tmp_path / "run"
+    args = ["detect", "--items", items, "--contexts", ctx, "--out", run, "--quiet"]
+    assert cli(capsys, *args)[0] == 0
+    write_lines(items, rows[:1])  # `score ITEMS RUN` then found the old German file beside the new one
+    code, _, err = cli(capsys, *args)
+    assert code == 0 and "the items have no language 'de' now" in " ".join(err.split()), err
+    assert [p.name for p in (run / "predictions").glob("mushroom.*.jsonl")] == ["mushroom.en-items.jsonl"]
+    code, out, err = cli(capsys, "score", items, run)
+    assert code == 0 and "IoU: " in out, err

@@ -265,10 +265,27 @@ def test_score_writes_over_none_of_its_inputs_and_counts_a_language_once(tmp_pat
         code, _, err = cli(capsys, "score", gold, pred, option, gold)
         assert code == 2 and "is an input of this command" in err and gold.read_bytes() == before, err
     # `--langs en,en,de` weighed English twice in the mean over languages
-    run = limited_run(tmp_path, capsys)
-    code, once, _ = cli(capsys, "score", VAL_DIR, run, "--langs", "en")
-    code2, twice, err = cli(capsys, "score", VAL_DIR, run, "--langs", "en,EN")
+    run = tmp_path / "two"
+    code, _, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "en,de", "--limit", "5", "--out", run, "--quiet"
+    )
+    assert code == 0, err
+    code, once, _ = cli(capsys, "score", VAL_DIR, run, "--langs", "en,de")
+    code2, twice, err = cli(capsys, "score", VAL_DIR, run, "--langs", "en,EN,de")
     assert code == code2 == 0 and once.splitlines()[-2:] == twice.splitlines()[-2:], err
+    # any other name inside an input folder may be written, and written again
+    for _ in range(2):
+        code, _, err = cli(capsys, "score", VAL_DIR, run, "--json", run / "scores-mine.json")
+        assert code == 0, err
+    code, _, err = cli(
+        capsys,
+        "score",
+        VAL_DIR,
+        run / "predictions",
+        "--json",
+        run / "predictions" / "mushroom.fr-val.v2.jsonl",
+    )
+    assert code == 2 and "is named as the files read from an input" in err, err
 
 
 def test_a_bad_gold_span_is_named_in_the_gold_file_and_nan_is_null_in_json(tmp_path, capsys):

@@ -94,9 +94,11 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
 
     `score --output GOLD` replaced the gold file with two lines of scores, and `ensemble --out`
     could write over its --items file or an official val file, each exiting 0. So the path may
-    not be one of `inputs`, nor a file already inside an input folder, nor lie in the data
-    folder of the official files.
+    not be one of `inputs`, nor be named as the per-language files an input folder is read
+    for (`mushroom.en-val.v2.jsonl`), nor lie in the data folder of the official files. Other
+    names inside an input folder are fine (`score RUN --json RUN/scores.json`), every time.
     """
+    from mushroom.data.predictions import prediction_file_lang
     from mushroom.data.splits import DEFAULT_DATA_DIR
 
     if path.is_dir():
@@ -106,8 +108,9 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
         if given is None:
             continue
         source = given.resolve()
-        if target == source or (path.exists() and source.is_dir() and target.is_relative_to(source)):
-            where = "is" if target == source else "is a file inside"
+        read_there = source.is_dir() and target.parent == source and prediction_file_lang(target.name)
+        if target == source or read_there:
+            where = "is" if target == source else "is named as the files read from"
             raise MushroomError(
                 f"{option} {path} {where} an input of this command ({given}); write it elsewhere"
             )

@@ -17,6 +17,7 @@ from mushroom.cli.common import (
     reporter,
 )
 from mushroom.cli.tables import systems_table
+from mushroom.data.languages import language_code
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.words import plural
 
@@ -74,7 +75,7 @@ def ensemble(
             f"--split {split!r}: run folders hold val or test files; give --split val or test"
         )
     if lang is not None:
-        lang = lang.strip().lower()
+        lang = language_code(lang)
         if not lang or "," in lang:
             raise MushroomError(
                 f"--lang {lang!r}: an ensemble votes over one language; give one code, e.g. --lang en"

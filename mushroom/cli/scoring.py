@@ -229,7 +229,7 @@ def check(
     ] = False,
 ) -> None:
     """Validate a prediction file against its items; exits 1 listing every problem."""
-    from mushroom.data.predictions import load_predictions, prediction_file_lang
+    from mushroom.data.predictions import items_of_file, load_predictions
     from mushroom.data.runfolder import FailureCheck
     from mushroom.evaluation.check import check_file
 
@@ -237,12 +237,7 @@ def check(
     item_list = load_items_option(items)
     if not item_list:  # every prediction was "not among the items", one line each
         raise DataError.single(items, None, None, "no items: give the items file the predictions are for")
-    # `detect --items` writes a file per language of the items file: each is checked against
-    # its own language's items, or every other language's items read as "not predicted"
-    lang, langs = prediction_file_lang(pred.name), {it.lang for it in item_list}
-    one_lang = lang if len(langs) > 1 and lang in langs else None
-    if one_lang is not None:
-        item_list = [it for it in item_list if it.lang == one_lang]
+    item_list, one_lang = items_of_file(item_list, pred)
     report = check_file(pred, item_list, strict=strict, partial=partial)
     for problem in report.warnings:
         print_warning(str(problem))

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from mushroom.data.predictions import SoftMode, prediction_langs, prediction_vectors, vote
+from mushroom.data.predictions import SoftMode, items_of_file, prediction_langs, prediction_vectors, vote
 from mushroom.data.records import Item, Prediction
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.words import listed, plural
@@ -245,6 +245,7 @@ def vote_files(
             )
     refuse_failed(preds, loaded)
     if items is not None:
+        items, _ = items_of_file(items, preds[0])  # a mixed items file: the inputs' language
         # said of the input that lacks them: the check of the vote named --out, a file never written
         wanted = [it.id for it in items]
         for path, ids in zip(preds, ids_of):

@@ -16,6 +16,7 @@ from typing import Any
 
 from mushroom.data.jsonl import iter_json_lines
 from mushroom.data.jsonnum import ujson_float
+from mushroom.data.languages import language_code
 from mushroom.errors import DataError, Problem
 from mushroom.util.words import close_match, listed, no_prediction, plural
 
@@ -206,7 +207,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             soft=soft,
             hard=hard,
             text_len=text_len,
-            lang=lang.lower() if isinstance(lang, str) else None,
+            lang=language_code(lang) if isinstance(lang, str) else None,
             line=lineno,
             soft_derived=soft_derived,
         )

@@ -225,3 +225,15 @@ def prediction_file_lang(name: str) -> str | None:
     """The language of a file name `submission_name` makes (items files too); None otherwise."""
     match = _PREDICTION_FILE.fullmatch(name)
     return match.group(1) if match else None
+
+
+def items_of_file(items: list[Item], path: Path) -> tuple[list[Item], str | None]:
+    """The items a prediction file is for, and the language they were cut to (None if not cut).
+
+    `detect --items` writes a file per language of a mixed items file: each is for its own
+    language's items, or every other language's items read as "not predicted".
+    """
+    lang, langs = prediction_file_lang(path.name), {it.lang for it in items}
+    if len(langs) > 1 and lang in langs:
+        return [it for it in items if it.lang == lang], lang
+    return items, None

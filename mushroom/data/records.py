@@ -24,7 +24,7 @@ def _whole_text(value: str) -> str:
     if found is not None:
         raise ValueError(
             f"character {found.start()} is a lone surrogate (\\u{ord(found.group()):04x}): half of a "
-            "character, which no encoder can write (a broken \\u escape?)"
+            "character (a broken \\u escape?), which UTF-8, tokenizers and models refuse"
         )
     return value
 

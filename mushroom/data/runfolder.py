@@ -173,14 +173,16 @@ def _refuse_damaged_config(folder: Path, cfg_path: Path) -> None:
         return  # a user's own config.json: not a run's
     try:
         json.loads(cfg_path.read_text(encoding="utf-8"))
+        why = "it holds no run's config (a `config` table and its `config_hash`)"
     except (OSError, ValueError) as exc:
-        raise DataError.single(
-            cfg_path,
-            None,
-            None,
-            f"this run's config cannot be read ({exc}); it says which languages and items the run "
-            "covers: restore it, or copy the prediction files out of the run folder",
-        ) from None
+        why = f"this run's config cannot be read ({exc})"
+    raise DataError.single(
+        cfg_path,
+        None,
+        None,
+        f"{why}; it says which languages and items the run covers: restore it, or copy the "
+        "prediction files out of the run folder",
+    )
 
 
 RUN_CONFIG_DEPTH = 3  # a prediction file in <run>/<variant>/val/ is three folders below config.json

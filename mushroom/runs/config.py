@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from mushroom.data.contexts import DEFAULT_SOURCES
+from mushroom.data.languages import language_code
 from mushroom.data.splits import load_split, workspace
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
@@ -271,7 +272,7 @@ def load_run_config(path: Path) -> RunConfig:
     if problems:
         raise DataError(problems, exit_code=2)
     if cfg.langs is not None:
-        cfg.langs = [lang.lower() for lang in cfg.langs]
+        cfg.langs = [language_code(lang) for lang in cfg.langs]  # as --lang takes it
     problems = _source_problems(path, cfg.splits, cfg.langs, cfg.contexts)
     if problems:
         raise DataError(problems, exit_code=2)
@@ -382,7 +383,7 @@ def load_main_job_config(path: Path) -> MainJobConfig:
     if problems:
         raise DataError(problems, exit_code=2)
     if cfg.langs is not None:
-        cfg.langs = [lang.lower() for lang in cfg.langs]  # files say "EN", as --lang takes it
+        cfg.langs = [language_code(lang) for lang in cfg.langs]  # files say "EN", as --lang takes it
     return cfg
 
 
@@ -410,7 +411,7 @@ def _lang_problems(path: Path, langs: list[str] | None) -> list[Problem]:
             f"unknown language {lang!r}{did_you_mean(lang.lower(), LANGUAGES)}; one of {known}",
         )
         for k, lang in enumerate(langs or [])
-        if lang.lower() not in LANGUAGES
+        if language_code(lang) not in LANGUAGES
     ]
 
 

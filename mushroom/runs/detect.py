@@ -137,6 +137,8 @@ def run_detect(
     result = service.detect_split(
         det, split, out / "predictions", langs, sources, data=data, limit=limit, context_files=context_files
     )
+    if items_file is not None:
+        _drop_stale_files(out / "predictions", set(data), service.warn)
     if result.files:
         reporter.message(f"predictions in {out / 'predictions'}")
     else:  # every language has failed items: no file (the failures are listed below)
@@ -154,6 +156,20 @@ def run_detect(
         summary["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
     service.finish(summary)
     return out
+
+
+def _drop_stale_files(folder: Path, langs: set[str], warn: Callable[[str], None]) -> None:
+    """Removes an items run's prediction files of languages its items no longer have.
+
+    Left there, `score ITEMS RUN` found two files and named the stale one: an items file
+    edited to drop a language, or a regional tag ("zh-Hans") now read as its language.
+    """
+    from mushroom.data.predictions import prediction_langs, submission_name
+
+    for lang in sorted(set(prediction_langs(folder, "items")) - langs):
+        stale = folder / submission_name(lang, "items")
+        stale.unlink(missing_ok=True)
+        warn(f"removed {stale}: the items have no language {lang!r} now (edited, or a regional tag)")
 
 
 def _all_labelled(items: Sequence[Item]) -> bool:

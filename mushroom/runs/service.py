@@ -231,6 +231,9 @@ def item_digest(item: Item, contexts: Iterable[Context]) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
+_DIGEST_KEY = b'"input_digest":"'  # as model_dump_json writes the ledger line (no spaces)
+
+
 class Ledger:
     """One language's item outcomes: an append-only JSONL file, the last line per id wins.
 
@@ -332,14 +335,27 @@ class Ledger:
         """The ids done here whose inputs have changed since (`digests`: id -> item_digest now).
 
         Read from the file, not held: a run over a million items keeps no digest in memory.
-        A line of a run before digests were kept has none, and is taken as unchanged.
+        Only the key is looked for in each line, not the line parsed (a model-backed item's
+        detail can be long). A line of a run before digests were kept has none, and is taken
+        as unchanged.
         """
         done = [i for i in digests if self.ok(i)]
-        return {
-            i
-            for i, res in zip(done, self.read(done))
-            if res is not None and res.input_digest not in (None, digests[i])
-        }
+        if not done:
+            return set()
+        if self._out is not None:
+            self._out.flush()
+        found = set()
+        with self.path.open("rb") as handle:
+            for item_id in done:
+                handle.seek(self.last[item_id])
+                line = handle.readline()
+                # the last key of the line: a key of that name inside `detail` comes before it
+                at = line.rfind(_DIGEST_KEY)
+                if at >= 0:
+                    start = at + len(_DIGEST_KEY)
+                    if line[start : start + 16].decode("ascii", "replace") != digests[item_id]:
+                        found.add(item_id)
+        return found
 
     def read(self, ids: Iterable[str]) -> Iterator[ItemResult | None]:
         """The last outcome of each of `ids`, in their order (None for an id without one)."""
