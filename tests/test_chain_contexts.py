@@ -69,13 +69,15 @@ class Scripted(Backend):
         return out
 
 
-def run_chain(script, item=ITEM, ctx=CTX, **opts):
-    """(the item's counters, its prediction, the backend); the item must come out ok."""
+def run_chain(script, item=ITEM, ctx=CTX, status="ok", **opts):
+    """(the item's counters, its prediction or error, the backend); the item must come out `status`."""
     backend = Scripted(script)
     det = ChainDetector(ChainOptions(cache=False, **opts), backend)
     results = []
     det.run([item], ctx, results.append)
-    assert len(results) == 1 and results[0].status == "ok", results
+    assert len(results) == 1 and results[0].status == status, results
+    if status == "failed":
+        return Counter(results[0].stats), results[0].error, backend
     stats = Counter(results[0].stats)
     for stage in ("decompose", "verify", "decompose.retry", "verify.retry"):
         outcomes = ("ok", "invalid_json", "wrong_shape", "cut_empty", "backend_errors")
@@ -140,8 +142,12 @@ def test_a_reply_cut_off_into_an_empty_list_is_retried_and_counted_not_read_as_n
     """SmolLM2 repeats itself until max_tokens; the repair parser closes that into {"claims": []}."""
     from mushroom.runs.service import unusable_warnings
 
-    s, pred, backend = run_chain({"v-1#decompose": [LOOPING], "v-1#decompose#retry": [LOOPING]})
-    assert pred.hard_labels == [] and len(backend.seen) == 2
+    s, error, backend = run_chain(
+        {"v-1#decompose": [LOOPING], "v-1#decompose#retry": [LOOPING]}, status="failed"
+    )
+    # no claims read as "nothing wrong" wrote an empty prediction, exit 0: the item fails
+    assert error == "every decompose reply was cut off at max_tokens (1024): raise max_tokens"
+    assert len(backend.seen) == 2
     assert (s["decompose.truncated"], s["decompose.retry.truncated"], s["chain.truncated"]) == (1, 1, 2)
     assert s["decompose.cut_empty"] == s["decompose.retry.cut_empty"] == 1
     assert s["chain.decomposition_failures"] == 1 and s["chain.requests"] == 2
@@ -154,7 +160,9 @@ def test_a_reply_cut_off_into_an_empty_list_is_retried_and_counted_not_read_as_n
     s, pred, _ = run_chain({"v-1#decompose": [('{"claims": []', 30)]}, max_tokens=64)
     assert pred.hard_labels == [] and s["chain.truncated"] == 0 and s["decompose.ok"] == 1
     s, _, _ = run_chain(
-        {"v-1#decompose": [(LOOPING, 64)], "v-1#decompose#retry": [(LOOPING, 64)]}, max_tokens=64
+        {"v-1#decompose": [(LOOPING, 64)], "v-1#decompose#retry": [(LOOPING, 64)]},
+        max_tokens=64,
+        status="failed",
     )
     assert (
         s["chain.truncated"] == 2 and s["decompose.cut_empty"] == 1 and s["chain.decomposition_failures"] == 1

@@ -350,6 +350,17 @@ class ChainDetector(Detector):
                 "verdicts": item_verdicts,
             }
             error = dec_err[k] or v_err
+            # every reply of a stage cut off at max_tokens: no claims read as "nothing wrong"
+            # (exit 0, an empty prediction); the item fails, as the llm detector's does
+            for stage, lacking, counter in (
+                ("decompose", claims[k] is None, "chain.decomposition_failures"),
+                ("verify", bool(claims[k]) and item_verdicts is None, "chain.verify_failures"),
+            ):
+                if error is None and lacking and st[f"{stage}.cut_empty"]:
+                    st[counter] += 1
+                    error = (
+                        f"every {stage} reply was cut off at max_tokens ({opts.max_tokens}): raise max_tokens"
+                    )
             if error is not None:
                 emit(ItemResult.failed(item.id, error, dict(st), detail))
                 continue
