@@ -219,3 +219,52 @@ class FakeServer:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class HungServer:
+    """A server that takes every connection and never answers: a wedged HTTP front.
+
+    `accepted` counts connections; `cut` those the client closed (a read that ends at once).
+    """
+
+    def __init__(self):
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        self.accepted = 0
+        self.cut = 0
+        self.conns = []
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.accepted += 1
+                self.conns.append(conn)
+            threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
+
+    def _hold(self, conn):
+        try:
+            while conn.recv(65536):  # read the request, answer nothing, until the client hangs up
+                pass
+        except OSError:
+            pass
+        with self.lock:
+            self.cut += 1
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()

@@ -65,7 +65,11 @@ class Scripted(Backend):
             if isinstance(step, tuple):  # (text, completion tokens the server counted)
                 out.append(Generation(texts=[step[0]], usage={"completion_tokens": step[1]}))
             else:
-                out.append(Generation(texts=[step]) if step else Generation(error=f"nothing for {req.key}"))
+                out.append(
+                    Generation(texts=[step])
+                    if step is not None
+                    else Generation(error=f"nothing for {req.key}")
+                )
         return out
 
 
@@ -80,7 +84,7 @@ def run_chain(script, item=ITEM, ctx=CTX, status="ok", **opts):
         return Counter(results[0].stats), results[0].error, backend
     stats = Counter(results[0].stats)
     for stage in ("decompose", "verify", "decompose.retry", "verify.retry"):
-        outcomes = ("ok", "invalid_json", "wrong_shape", "cut_empty", "backend_errors")
+        outcomes = ("ok", "invalid_json", "wrong_shape", "empty", "cut_empty", "backend_errors")
         parts = sum(stats[f"{stage}.{k}"] for k in outcomes)
         assert stats[f"{stage}.requests"] == parts, stage
     return stats, results[0].prediction, backend
@@ -715,3 +719,19 @@ def test_the_contexts_table_splits_its_columns_at_80_columns_instead_of_cutting_
     )
     wide = io.StringIO()
     assert len(fitted_tables(Table("t", columns=columns, rows=rows), Console(file=wide, width=140))) == 1
+
+
+def test_an_empty_decompose_reply_is_retried_and_fails_the_item_when_the_retry_is_empty_too():
+    """An empty reply decomposed into nothing: an empty prediction, exit 0."""
+    s, error, backend = run_chain({"v-1#decompose": [""], "v-1#decompose#retry": [""]}, status="failed")
+    assert error == "every decompose reply was empty: a re-run asks again"
+    assert s["decompose.empty"] == s["decompose.retry.empty"] == 1 and len(backend.seen) == 2
+    assert "the reply was empty" in backend.seen[1].messages[-1].content
+    # the retry that answers is used
+    s, pred, _ = run_chain(
+        {"v-1#decompose": [""], "v-1#decompose#retry": [DECOMPOSE], "v-1#verify": [VERIFY]}
+    )
+    assert [list(h) for h in pred.hard_labels] == [[32, 38]] and s["decompose.empty"] == 1
+    # an empty reply, then one that says something unusable: the model's answer, counted, not a failure
+    s, pred, _ = run_chain({"v-1#decompose": [""], "v-1#decompose#retry": ["no idea"]})
+    assert pred.hard_labels == [] and s["chain.decomposition_failures"] == 1

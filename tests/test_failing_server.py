@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 
+import pytest
 from cli_helpers import cli, llm_args, openai_backend
-from fake_openai_server import FakeServer
+from fake_openai_server import FakeServer, HungServer
 
 from mushroom.backends.openai_compat import BREAKER_COLD, BREAKER_WARM
 
@@ -21,9 +23,10 @@ OK = '{"incorrect_spans": []}'
 OOM = '{"error": {"message": "CUDA out of memory. Tried to allocate 2.00 GiB"}}'
 
 
-def _detect(capsys, server, out, limit=12):
+def _detect(capsys, server, out, limit=12, *options):
     # one retry a request: the breaker counts requests, not attempts
-    return cli(capsys, *llm_args(openai_backend(server.url), out, limit), "-o", "backend.max_retries=1")
+    flags = [arg for option in ("backend.max_retries=1", *options) for arg in ("-o", option)]
+    return cli(capsys, *llm_args(openai_backend(server.url), out, limit), *flags)
 
 
 def _failures(out):
@@ -125,3 +128,99 @@ def test_prompts_too_long_for_the_server_do_not_trip_it_and_the_advice_says_a_re
     said = " ".join((shown + err).split())
     assert "a re-run as it is fails them again" in said and "--n_ctx" in said, said
     assert "to retry only them" not in said
+
+
+QUOTA = (
+    '{"error": {"message": "You exceeded your current quota, please check your plan and billing details.", '
+    '"type": "insufficient_quota", "code": "insufficient_quota"}}'
+)
+
+
+def test_an_account_out_of_quota_is_not_waited_for_and_stops_the_run(tmp_path, capsys):
+    """OpenAI answers 429 insufficient_quota: no wait cures it. Taken as "busy", every item
+    spent its retries on it (~8 s each) and the run never stopped."""
+    out = tmp_path / "run"
+    with FakeServer({"": [("status", 429, QUOTA)]}) as server:
+        code, shown, err = _detect(capsys, server, out)
+        sent = len(server.calls)
+    assert code == 3, err
+    assert sent == BREAKER_COLD  # each sent once, not retried; the rest not sent
+    failures = _failures(out)
+    unsent = [f["error"] for f in failures if f["error"].startswith("not sent")]
+    assert len(failures) == 12 and len(unsent) == 12 - BREAKER_COLD
+    assert "HTTP 429" in unsent[0] and "exceeded your current quota" in unsent[0]
+
+
+def test_a_server_too_slow_for_the_timeout_stops_at_its_first_timeout_and_says_to_raise_it(tmp_path, capsys):
+    """Each timeout costs timeout_s (600 s): three before the breaker tripped were half an hour."""
+    out = tmp_path / "run"
+    with FakeServer({"": [("sleep", 2.0)]}) as server:
+        code, shown, err = _detect(capsys, server, out, 6, "backend.timeout_s=0.5")
+        sent = len(server.calls)
+    assert code == 3, err
+    assert sent == 1
+    errors = [f["error"] for f in _failures(out)]
+    assert sum(e.startswith("timeout after 0.5 s") and "not resent" in e for e in errors) == 1
+    unsent = [e for e in errors if e.startswith("not sent")]
+    assert len(unsent) == 5 and "a higher -o backend.timeout_s" in unsent[0]
+
+
+def test_a_server_that_answers_nothing_is_called_hung_after_one_timeout(tmp_path, capsys):
+    out = tmp_path / "run"
+    with HungServer() as server:
+        code, shown, err = _detect(
+            capsys,
+            server,
+            out,
+            6,
+            "backend.timeout_s=1",
+            "backend.connect_timeout_s=0.5",
+            "backend.concurrency=1",
+        )
+    assert code == 3, err
+    errors = [f["error"] for f in _failures(out)]
+    assert sum("the server is hung" in e for e in errors) == 1, errors
+    unsent = [e for e in errors if e.startswith("not sent")]
+    assert len(unsent) == 5 and "no status check (GET /health) within 0.5 s: it is hung" in unsent[0]
+    assert "hung" in " ".join((shown + err).split())  # said in the failure table
+
+
+def test_ctrl_c_cuts_the_requests_in_flight_and_records_none_of_them():
+    """Ctrl-C waited, with nothing said, for each request in flight to end (up to timeout_s),
+    then recorded their items as failed while the run said what was saved."""
+    import signal
+
+    from mushroom.backends import build_backend
+    from mushroom.backends.base import BackendConfig, GenerationRequest, Message
+
+    requests = [
+        GenerationRequest(key=str(k), messages=[Message(role="user", content=f"item {k}")]) for k in range(4)
+    ]
+    seen = []
+    with HungServer() as server:
+        backend = build_backend(
+            BackendConfig(
+                kind="openai",
+                model="m",
+                base_url=server.url,
+                timeout_s=120.0,
+                connect_timeout_s=0.3,
+                concurrency=2,
+            )
+        )
+        # a real SIGINT at the main thread, as Ctrl-C sends (interrupt_main wakes no blocked wait)
+        main = threading.main_thread().ident
+        timer = threading.Timer(1.5, signal.pthread_kill, (main, signal.SIGINT))
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                backend.generate(requests, on_result=lambda i, gen: seen.append(gen))
+        finally:
+            timer.cancel()
+        workers = [t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor")]
+        for worker in workers:
+            worker.join(20)  # the requests' own timeout is 120 s
+        assert not any(w.is_alive() for w in workers)
+        assert seen == []  # nothing recorded: the items are redone on resume
+        assert server.cut >= 2
+        backend.close()

@@ -145,3 +145,45 @@ def test_a_cut_off_reply_is_left_out_of_the_vote_and_fails_the_item_only_when_no
     # no finish reason, but the whole budget used by the count: cut off too
     counted = Generation(texts=['{"incorrect_spans": [{"text": "Pe'], usage={"completion_tokens": 1024})
     assert det._item_result(item, [good, counted, counted]).stats["llm.cut_before_any_span"] == 2
+
+
+@pytest.mark.parametrize("content", ["", None], ids=["empty", "null"])
+def test_an_empty_reply_fails_its_item_and_a_rerun_asks_again(tmp_path, capsys, content):
+    """A server's `content: null` (or a model that stopped at once) was parsed as "no spans":
+    an empty prediction, exit 0, as if the model had checked the answer."""
+    out = tmp_path / "run"
+    with FakeServer({"": [("ok", content)]}) as server:
+        code, shown, err = cli(capsys, *llm_args(openai_backend(server.url), out))
+    assert code == 3, err
+    failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert [f["error"] for f in failures] == ["the model's reply was empty (finish_reason: stop)"] * 3
+    assert "to retry only them" in " ".join((shown + err).split())
+    stats = json.loads((out / "predictions" / "stats.json").read_text())["all"]
+    assert stats["llm.empty_replies"] == 3 and stats.get("llm.responses", 0) == 0, stats
+    # empty replies are not cached: the same command asks again, and a server that answers ends it
+    with FakeServer({}) as server:
+        code, _, err = cli(capsys, *llm_args(openai_backend(server.url), out))
+        asked = len(server.calls)
+    assert code == 0, err
+    assert asked == 3
+
+
+def test_an_empty_reply_among_others_is_no_vote_and_one_cut_off_empty_counts_as_cut():
+    from mushroom.data.splits import load_split
+    from mushroom.detectors import build
+
+    item = load_split("val", ["en"])["en"][0]  # "Petra van Stoveren won a silver medal ..."
+    det = build("llm", {"backend": {"kind": "replay", "responses": "-"}, "temperatures": [0.1, 0.2]})
+    good = Generation(
+        texts=['{"incorrect_spans": [{"text": "Petra van Stoveren"}]}'], finish_reasons=["stop"]
+    )
+    blank = Generation(texts=["  "], finish_reasons=["stop"])
+    result = det._item_result(item, [good, blank])  # one vote of one: its span is kept
+    assert result.status == "ok" and result.prediction.hard_labels == [(0, 18)]
+    assert result.stats["llm.empty_replies"] == 1
+    assert result.detail["responses"][1] == {"temperature": 0.2, "sample": 0, "empty": True}
+    failed = det._item_result(item, [blank, blank])
+    assert failed.status == "failed" and failed.error == "the model's reply was empty (finish_reason: stop)"
+    # empty because it hit max_tokens (a reasoning model's content is null then): cut off
+    cut = det._item_result(item, [Generation(texts=[""], finish_reasons=["length"])] * 2)
+    assert cut.status == "failed" and "cut off at max_tokens" in cut.error

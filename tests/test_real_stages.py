@@ -75,7 +75,7 @@ def assert_accounting(name: str, stats: dict[str, int]) -> None:
         for stage in ("decompose", "verify", "decompose.retry", "verify.retry"):
             parts = sum(
                 stats.get(f"{stage}.{k}", 0)
-                for k in ("ok", "invalid_json", "wrong_shape", "cut_empty", "backend_errors")
+                for k in ("ok", "invalid_json", "wrong_shape", "empty", "cut_empty", "backend_errors")
             )
             assert stats.get(f"{stage}.requests", 0) == parts, (stage, stats)
         assert stats["decompose.requests"] == N, stats

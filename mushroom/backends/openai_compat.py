@@ -68,8 +68,9 @@ from mushroom.backends.base import (
 from mushroom.backends.config import OpenAIConfig
 from mushroom.backends.openai_schema import read_completion
 from mushroom.backends.registry import register_backend
+from mushroom.backends.sockets import install as install_sockets
 from mushroom.errors import TOO_LONG, MushroomError
-from mushroom.util.words import plural
+from mushroom.util.words import one_line, plural
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 FALLBACK = ("json_schema", "json_object", "none")
@@ -82,6 +83,12 @@ UNREACHABLE_IN_ROW = 3  # once a server has answered: requests that found none, 
 # request 1 time in 64). After requests have worked, 10 in a row: a server that died mid-run.
 BREAKER_COLD = 3
 BREAKER_WARM = 10
+# Read timeouts trip it sooner: each costs `timeout_s` (600 s), so three of them on a one-slot
+# server that hangs were half an hour before the run stopped. One when none has worked (a
+# model that slow would take timeout_s an item), two in a row after some have.
+TIMEOUTS_COLD = 1
+TIMEOUTS_WARM = 2
+TIMED_OUT = "timeout after"  # how a read timeout's message starts (after "gave up after ...: ")
 RETRY_WAIT_CAP_S = 30.0  # the longest wait between two attempts
 RETRY_AFTER_CAP_S = 60.0  # the longest Retry-After honoured
 LATE_TOP_K = 50  # top log-probabilities asked for when a server's echoed rows are one token late
@@ -90,6 +97,11 @@ _INVALID = re.compile(
     r"validation|invalid|not supported|unsupported|unrecognized|not implemented|extra (inputs|fields)"
     r"|must be|is not one of|unexpected keyword|response_format|json_schema|one completion choice",
     re.IGNORECASE,
+)
+# A 429 that no wait cures: the account is out of quota or credit (OpenAI's insufficient_quota).
+# Retried as "busy", every item spent its retries on it (~8 s each) and the run never stopped.
+_QUOTA = re.compile(
+    r"insufficient_quota|exceeded your (current )?quota|billing|credit balance|out of credits", re.IGNORECASE
 )
 # llama.cpp's llama-server refuses n > 1 (HTTP 500, "Only one completion choice is allowed")
 _ONE_CHOICE = re.compile(r"one completion choice|\bn\b.{0,40}(not supported|must be 1)", re.IGNORECASE)
@@ -129,19 +141,22 @@ class CircuitBreaker:
     A vLLM out of memory or a proxy with a dead upstream answers HTTP 500 to everything:
     retried per request, item after item, such a run took hours to end in "every item
     failed". Counted here are requests that ended in a server error (after their retries):
-    5xx, a 4xx other than 408 and 429, a body that is not a completion, a timeout. A busy
+    5xx, a 4xx other than 408 and 429, a 429 that says the account is out of quota, a body
+    that is not a completion, a timeout (which trips it sooner, see TIMEOUTS_COLD). A busy
     server (408, 429) is not broken and never trips it. Once tripped, it stays so for the
     backend's life: the rest of the run fails unsent with one reason, and the same command
-    run again (a new backend) sends them all.
+    run again (a new backend) sends them all. `on_open` is called once it trips, to cut the
+    requests still waiting on the server.
     """
 
-    def __init__(self, url: str, enabled: bool = True):
+    def __init__(self, url: str, enabled: bool = True, on_open: Callable[[], object] | None = None):
         self.url = url
         self.enabled = enabled
+        self.on_open = on_open
         self._lock = threading.Lock()
         self._worked = False
         self._in_row = 0
-        self._last = ""
+        self._timeouts_in_row = 0
         self._open: str | None = None
 
     def blocked(self) -> str | None:
@@ -150,39 +165,58 @@ class CircuitBreaker:
 
     def success(self) -> None:
         with self._lock:
-            self._worked, self._in_row = True, 0
+            self._worked, self._in_row, self._timeouts_in_row = True, 0, 0
 
     def failure(self, message: str) -> None:
         """Counts a request that ended in a server error; trips after enough of them."""
         if not self.enabled or message.startswith("not sent"):
             return
+        timed_out = TIMED_OUT in message
         with self._lock:
             self._in_row += 1
-            self._last = message
+            self._timeouts_in_row = self._timeouts_in_row + 1 if timed_out else 0
             limit = BREAKER_WARM if self._worked else BREAKER_COLD
-            if self._open is None and self._in_row >= limit:
-                first = "" if self._worked else " (none worked)"
-                self._open = (
-                    f"not sent: the server at {self.url} failed the last {self._in_row} requests{first} "
-                    f"with {_short(message)}; the same command retries it"
-                )
+            timeouts = TIMEOUTS_WARM if self._worked else TIMEOUTS_COLD
+            if self._open is not None or (self._in_row < limit and self._timeouts_in_row < timeouts):
+                return
+            first = "" if self._worked else " (none worked)"
+            n = self._timeouts_in_row if self._timeouts_in_row >= timeouts else self._in_row
+            slow = "; a model this slow needs a higher -o backend.timeout_s" if timed_out else ""
+            self._open = (
+                f"not sent: the server at {self.url} failed the last {plural(n, 'request')}{first} "
+                f"with {one_line(message)}{slow}; the same command retries it"
+            )
+        self._opened()
 
+    def trip(self, reason: str) -> None:
+        """Stops sending at once, for a reason found otherwise (a server that answers nothing)."""
+        if not self.enabled:
+            return
+        with self._lock:
+            if self._open is not None:
+                return
+            self._open = f"not sent: {reason}; the same command retries it"
+        self._opened()
 
-def _short(message: str, limit: int = 200) -> str:
-    """An error message on one line, at most `limit` characters."""
-    text = " ".join(message.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    def _opened(self) -> None:
+        if self.on_open is not None:
+            self.on_open()
 
 
 def _busy(message: str) -> bool:
-    """A give-up on 408 or 429: the server is busy, not broken."""
-    return bool(re.search(r"HTTP (408|429)\b", message))
+    """A give-up on 408 or 429: the server is busy, not broken (an account out of quota is neither)."""
+    return bool(re.search(r"HTTP (408|429)\b", message)) and not _QUOTA.search(message)
 
 
 def _detail(exc: Exception) -> str:
     """`: [Errno 111] Connection refused`, or nothing when the exception says nothing."""
     text = str(exc).strip()
     return f": {text}" if text else ""
+
+
+def is_final(status: int, body: str) -> bool:
+    """True when sending the request again cannot help: it is invalid, or the account is out of quota."""
+    return is_validation_error(status, body) or (status == 429 and bool(_QUOTA.search(body)))
 
 
 def is_validation_error(status: int, body: str) -> bool:
@@ -299,11 +333,16 @@ class OpenAIBackend(Backend):
         headers = {"Content-Type": "application/json", **auth_headers(config)}
         self.base_url = str(config.base_url).rstrip("/")
         self.server_root = re.sub(r"/v1$", "", self.base_url)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        transport = httpx.HTTPTransport(limits=limits)
+        # the sockets of requests in flight, cut on Ctrl-C and when the breaker trips (sockets.py)
+        self._sockets = install_sockets(transport)
+        self._stop = threading.Event()  # set while a Ctrl-C (or a failed item) ends a batch
         self.client = httpx.Client(
             base_url=self.base_url,
             headers=headers,
             timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s, pool=None),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            transport=transport,
         )
         self.retries_made = 0
         # (message, when) of a request that gave up on connection errors while no server has
@@ -313,7 +352,7 @@ class OpenAIBackend(Backend):
         # test run ~9 s, hours in all); then they are sent again, in case it is back. A short
         # outage (a restart) fails only the requests made during it.
         self._unreachable: tuple[str, float] | None = None
-        self.breaker = CircuitBreaker(self.base_url, config.circuit_breaker)
+        self.breaker = CircuitBreaker(self.base_url, config.circuit_breaker, on_open=self._cut_in_flight)
         self._reached = False
         self._unreachable_in_row = 0
         self._lock = threading.Lock()
@@ -402,39 +441,73 @@ class OpenAIBackend(Backend):
                     pass
         return wait_random_exponential(multiplier=0.5, max=RETRY_WAIT_CAP_S)(state)
 
+    def _cut_in_flight(self) -> None:
+        """Ends the reads of the requests in flight: their items fail (or stop) now, not at their timeout."""
+        if self._sockets is not None:
+            self._sockets.abort()
+
+    def _answers(self) -> bool:
+        """Whether the server's HTTP front answers at all (any status) within the connect timeout.
+
+        Asked after a read timeout: a server that answers this is alive and the model slow
+        (llama-cpp-python answers an unknown path while its model is busy); one that does not
+        is hung, and every further request would wait out its own timeout.
+        """
+        try:
+            self.client.get(f"{self.server_root}/health", timeout=self.config.connect_timeout_s)
+        except httpx.HTTPError:
+            return False
+        return True
+
     def _count_retry(self, _state: RetryCallState) -> None:
         with self._lock:
             self.retries_made += 1
 
     def _attempt(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        """One POST: a response to judge, or _Transient / _Final.
+        """One POST: a response to judge, or _Transient / _Final."""
+        if self._stop.is_set():
+            raise _Final("not sent: the run was interrupted")
+        blocked = self.breaker.blocked()
+        if blocked is not None:  # tripped while this request waited to be sent again
+            raise _Final(blocked)
+        try:
+            response = self.client.post(path, json=body)
+        except httpx.HTTPError as exc:
+            if self._stop.is_set():  # cut by a Ctrl-C
+                raise _Final("not sent: the run was interrupted") from exc
+            blocked = self.breaker.blocked()
+            if blocked is not None:  # cut when the breaker tripped
+                raise _Final(blocked) from exc
+            raise self._network_failure(exc, f"{self.base_url}{path}") from exc
+        self._reached = True
+        if response.status_code in RETRY_STATUS and not is_final(response.status_code, response.text):
+            raise _Transient(f"HTTP {response.status_code}: {response.text[:200]}", response)
+        return response
+
+    def _network_failure(self, exc: httpx.HTTPError, url: str) -> _Transient | _Final:
+        """What a request that got no HTTP answer ends in: sent again, or not.
 
         Network errors name the URL: "connection refused" alone does not tell a user which of
         their servers (or which port of a restarted one) the run was talking to.
         """
-        url = f"{self.base_url}{path}"
-        try:
-            response = self.client.post(path, json=body)
-        except httpx.ReadTimeout as exc:
+        kind = f"{type(exc).__name__}{_detail(exc)} ({url})"
+        if isinstance(exc, httpx.ReadTimeout):
             self._reached = True  # connected: a server is there
-            message = f"timeout after {self.config.timeout_s} s waiting for {url}"
+            message = f"{TIMED_OUT} {self.config.timeout_s} s waiting for {url}"
+            if not self._answers():
+                self.breaker.trip(
+                    f"the server at {self.base_url} answered no request within {self.config.timeout_s} s "
+                    f"and no status check (GET /health) within {self.config.connect_timeout_s} s: it is hung"
+                )
+                return _Final(f"{message}, and it answers nothing else either: the server is hung")
             if self.config.retry_timeouts:
-                raise _Transient(message) from exc
-            raise _Final(f"{message}; not resent, the server may still be working on it") from exc
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise _Transient(
-                f"connection error: {type(exc).__name__}{_detail(exc)} ({url})", unreachable=True
-            ) from exc
-        except httpx.RemoteProtocolError as exc:
-            raise _Transient(f"connection error: {type(exc).__name__}{_detail(exc)} ({url})") from exc
-        except httpx.TransportError as exc:
-            raise _Final(f"transport error: {type(exc).__name__}{_detail(exc)} ({url})") from exc
-        self._reached = True
-        if response.status_code in RETRY_STATUS and not is_validation_error(
-            response.status_code, response.text
-        ):
-            raise _Transient(f"HTTP {response.status_code}: {response.text[:200]}", response)
-        return response
+                return _Transient(message)
+            return _Final(f"{message}; not resent, the server may still be working on it")
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            return _Transient(f"connection error: {kind}", unreachable=True)
+        if isinstance(exc, httpx.RemoteProtocolError):
+            return _Transient(f"connection error: {kind}")
+        return _Final(f"transport error: {kind}")
 
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response | str:
         """The final response (any status) after retries, or an error message."""
@@ -449,6 +522,7 @@ class OpenAIBackend(Backend):
             # a request's retries end within retry_budget_s, however many attempts are left
             stop=stop_after_attempt(attempts) | stop_after_delay(self.config.retry_budget_s),
             wait=self._wait,
+            sleep=self._stop.wait,  # a Ctrl-C ends the wait between attempts too
             retry=retry_if_exception_type(_Transient),
             before_sleep=self._count_retry,
             reraise=True,
@@ -635,10 +709,24 @@ class OpenAIBackend(Backend):
             return Generation(error=f"HTTP {status}: {text[:300]}{hint}")
 
     def _map(self, work: Callable[[int], T], n: int) -> None:
+        """Runs `work` over 0..n-1 with `concurrency` requests in flight.
+
+        On Ctrl-C (or an item's exception) the requests in flight are cut and their results
+        dropped: leaving the pool's block waited for each of them, up to `timeout_s`, with
+        nothing said, and then recorded their items as if the run had gone on.
+        """
         if n == 0:
             return
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, n)) as pool:
+        self._stop.clear()
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, n))
+        try:
             list(pool.map(work, range(n)))
+        except BaseException:
+            self._stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            self._cut_in_flight()
+            raise
+        pool.shutdown()
 
     def generate(
         self, requests: list[GenerationRequest], on_result: OnResult | None = None
@@ -649,6 +737,8 @@ class OpenAIBackend(Backend):
 
         def work(i: int) -> None:
             gen = self._one(requests[i])
+            if self._stop.is_set():  # interrupted: not recorded, the item is redone on resume
+                return
             results[i] = gen
             if on_result:
                 on_result(i, gen)
@@ -813,6 +903,8 @@ class OpenAIBackend(Backend):
 
         def work(i: int) -> None:
             score = self._score(requests[i])
+            if self._stop.is_set():  # interrupted: not recorded, the item is redone on resume
+                return
             self._judged(score.error)
             results[i] = score
             if on_result:

@@ -19,9 +19,11 @@ A stage whose output is unusable (no JSON, wrong shape) is retried once, with th
 previous output and the error shown to it; what is still unusable after that is the model's
 answer (counted per stage: `decompose.invalid_json`, `verify.wrong_shape`, ...). A failed
 model call fails the item (retried on the next run), never an empty prediction. Per stage,
-`requests == ok + invalid_json + wrong_shape + cut_empty + backend_errors`, where `cut_empty`
-is a reply cut off at max_tokens before its first entry (retried, then unusable; cut-off
-replies are counted as `chain.truncated`). Same backends, cache and raw records as `llm`.
+`requests == ok + invalid_json + wrong_shape + empty + cut_empty + backend_errors`, where
+`cut_empty` is a reply cut off at max_tokens before its first entry (retried, then unusable;
+cut-off replies are counted as `chain.truncated`) and `empty` a reply with no text. An item
+whose every reply of a stage was empty or cut off fails. Same backends, cache and raw
+records as `llm`.
 """
 
 from __future__ import annotations
@@ -140,6 +142,16 @@ def _verdicts(value) -> list[dict] | None:
 
 NO_CONTEXT = "no usable context"
 """The reason given for every claim of an item that had no context to check it against."""
+
+
+def _unread(st: Counter, stage: str, max_tokens: int) -> str | None:
+    """Why no reply of an item's stage (its retry included) could be read, when each was empty or cut off."""
+    replies = [stage, f"{stage}.retry"] if st[f"{stage}.retries"] else [stage]
+    if not all(st[f"{r}.empty"] or st[f"{r}.cut_empty"] for r in replies):
+        return None  # a reply said something: unusable, counted, not a failure
+    if any(st[f"{r}.cut_empty"] for r in replies):
+        return f"every {stage} reply was cut off at max_tokens ({max_tokens}): raise max_tokens"
+    return f"every {stage} reply was empty: a re-run asks again"
 
 
 def _has_context(contexts: list[Context]) -> bool:
@@ -270,6 +282,10 @@ class ChainDetector(Detector):
             return None, gen.error or "no output", ""
         text = gen.texts[0]
         st["chain.response_chars"] += len(text)
+        cut = gen.used_budget(self.options.max_tokens)
+        if not text.strip() and not cut:  # a server's `content: null`, a model that stopped at once
+            st[f"{stage}.empty"] += 1
+            return None, "the reply was empty", text
         value, repairs = extract_json(text)
         # A reply cut off at max_tokens (a small model repeating itself) is closed by the
         # repair parser, often into an empty list: read as "no claims" or "no verdicts", the
@@ -277,7 +293,6 @@ class ChainDetector(Detector):
         # survived, so it is retried and then counted among the stage's failures.
         # The server's token count says so; without one (a replay file, a scripted backend) a
         # reply whose JSON the parser had to close is taken as cut off.
-        cut = gen.used_budget(self.options.max_tokens)
         if cut is None:
             cut = "truncated" in repairs
         if cut:
@@ -350,17 +365,17 @@ class ChainDetector(Detector):
                 "verdicts": item_verdicts,
             }
             error = dec_err[k] or v_err
-            # every reply of a stage cut off at max_tokens: no claims read as "nothing wrong"
-            # (exit 0, an empty prediction); the item fails, as the llm detector's does
+            # every reply of a stage empty, or cut off at max_tokens: no claims read as
+            # "nothing wrong" (exit 0, an empty prediction); the item fails, as the llm
+            # detector's does
             for stage, lacking, counter in (
                 ("decompose", claims[k] is None, "chain.decomposition_failures"),
                 ("verify", bool(claims[k]) and item_verdicts is None, "chain.verify_failures"),
             ):
-                if error is None and lacking and st[f"{stage}.cut_empty"]:
+                why = _unread(st, stage, opts.max_tokens) if error is None and lacking else None
+                if why is not None:
                     st[counter] += 1
-                    error = (
-                        f"every {stage} reply was cut off at max_tokens ({opts.max_tokens}): raise max_tokens"
-                    )
+                    error = why
             if error is not None:
                 emit(ItemResult.failed(item.id, error, dict(st), detail))
                 continue

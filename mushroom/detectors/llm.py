@@ -164,8 +164,9 @@ class LLMDetector(Detector):
         """Parses an item's responses and votes them.
 
         Failed when any call failed, or when every reply was cut off at max_tokens before it
-        named a span: such a reply is no vote for "nothing wrong", and one among others is left
-        out of the vote.
+        named a span, or was empty (a server's `content: null`, a model that stopped at once):
+        such a reply is no vote for "nothing wrong", and one among others is left out of the
+        vote. Empty replies are not cached, so a re-run asks again.
         """
         opts = self.options
         n = len(item.model_output_text)
@@ -174,7 +175,7 @@ class LLMDetector(Detector):
         errors = [g.error for g in gens if g.error is not None]
         stats["llm.backend_errors"] += len(errors)
         masks, softs, parsed = [], [], []
-        cut_off: list[str] = []  # replies cut off before they named anything
+        unread: list[str] = []  # replies empty, or cut off before they named anything
         for j, gen in enumerate(gens):
             if gen.error is not None:
                 continue
@@ -184,11 +185,16 @@ class LLMDetector(Detector):
             if budget_used:
                 stats["llm.truncated"] += 1
             for sample, text in enumerate(gen.texts):
-                result = parse_response(item.model_output_text, text, opts.default_probability)
-                stats.update({f"llm.{k}": v for k, v in result.counts().items()})
                 reasons = gen.finish_reasons
                 said = reasons[sample] if sample < len(reasons) else None
                 cut = said == "length" if said is not None else bool(budget_used)
+                if not text.strip() and not cut:  # an empty reply cut off is counted as cut off below
+                    stats["llm.empty_replies"] += 1
+                    parsed.append({"temperature": opts.temperatures[j], "sample": sample, "empty": True})
+                    unread.append(f"the model's reply was empty (finish_reason: {said or 'not given'})")
+                    continue
+                result = parse_response(item.model_output_text, text, opts.default_probability)
+                stats.update({f"llm.{k}": v for k, v in result.counts().items()})
                 dropped = cut and not result.spans and (not result.parsed or "truncated" in result.repairs)
                 parsed.append(
                     {
@@ -204,7 +210,7 @@ class LLMDetector(Detector):
                     # the reply stopped before it placed a span: no vote for "nothing wrong";
                     # with no other reply to go by, the item failed
                     stats["llm.cut_before_any_span"] += 1
-                    cut_off.append(
+                    unread.append(
                         f"{CUT_OFF} ({opts.max_tokens}) before it named a span found in the answer: "
                         "raise max_tokens"
                     )
@@ -217,8 +223,8 @@ class LLMDetector(Detector):
                         mask[span.start : span.end] = True
                 masks.append(mask)
                 softs.append(soft)
-        if cut_off and not masks:
-            errors += cut_off
+        if unread and not masks:
+            errors += unread
         if errors:  # retried on the next run; the calls that worked come from the cache then
             return ItemResult.failed(item.id, errors[0], dict(stats), {"responses": parsed})
         pred = vote(item.id, softs, masks, opts.threshold, SoftMode(opts.soft))

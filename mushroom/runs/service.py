@@ -63,7 +63,7 @@ from mushroom.evaluation.submission import write_zip
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util.files import file_blocks
 from mushroom.util.names import safe_name
-from mushroom.util.words import plural
+from mushroom.util.words import one_line, plural
 
 # Settings that change how answers are fetched, not what they are: a re-run may change
 # them (a restarted server on another port, more concurrency) and still resume.
@@ -1143,7 +1143,7 @@ class RunService:
             for error, n in groups.most_common(10):
                 example = next(f for key, f in keyed if key == error)
                 shown = example.error if n == 1 else error  # '<id>' stands for each item's own
-                rows.append([n, shown[:200], f"{example.split}/{example.lang}/{example.id}"])
+                rows.append([n, one_line(shown), f"{example.split}/{example.lang}/{example.id}"])
             self.reporter.table(Table(title, columns=["items", "error", "for example"], rows=rows))
             where = self.out / "failures.jsonl"
             if not self.allow_failures:

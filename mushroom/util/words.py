@@ -73,3 +73,20 @@ def suggest(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, Any],
     close = close_match(name, names, prefix=True)
     hint = f"; did you mean {close!r}?" if close else ";"
     return f"{hint} {label}: {', '.join(names) if names else '(none)'}"
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """`text` on one line, at most `limit` characters, cut at a word's end with "...".
+
+    A server's error body (a JSON object over several lines, a 429's long advice) printed as
+    it came broke the failure table's rows, and cutting it at a fixed width left half a word.
+    A single word longer than half the limit (a URL) is cut where it must be.
+    """
+    flat = " ".join(str(text).split())
+    if len(flat) <= limit:
+        return flat
+    head = flat[: limit - 3]
+    space = head.rfind(" ")
+    if space >= limit // 2:
+        head = head[:space]
+    return head.rstrip(" ,;:") + "..."
