@@ -163,6 +163,10 @@ REPLAY_MISS = "no recorded response"
 """How a replay backend's error for a request its file has no answer to begins."""
 CUT_OFF = "the reply was cut off at max_tokens"
 """In the error of an item whose every reply stopped at its budget before it named a span."""
+NOT_SENT = "not sent"
+"""How the error of a request never sent begins (a tripped circuit breaker, a dead URL, a Ctrl-C).
+
+Such a request cost nothing: it is no model call in a cascade's spend, and no item "sent"."""
 TOO_LONG = "longer than the server's context"
 """In the error of a request the server refused for its length: the same request fails again."""
 

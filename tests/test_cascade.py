@@ -9,6 +9,7 @@ import pytest
 from cli_helpers import cli, llm_member_options
 from fake_openai_server import FakeServer
 
+from mushroom.backends.openai_compat import BREAKER_COLD
 from mushroom.combine.cascade import (
     budget_count,
     check_budget,
@@ -94,6 +95,7 @@ def test_spend_counts_calls_and_tokens_per_item_without_cache_hits(tmp_path):
         {"id": "x", "key": "k2", "usage": {"total_tokens": 7}},
         {"id": "y", "key": "k3", "cached": True, "usage": {"prompt_tokens": 10}},
         {"id": "z", "key": "k4", "error": "connection refused"},
+        {"id": "w", "key": "k5", "error": "not sent: the server at http://h/v1 failed the last 3 requests"},
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     spend = spend_by_item([path])
@@ -102,6 +104,8 @@ def test_spend_counts_calls_and_tokens_per_item_without_cache_hits(tmp_path):
     # a call that failed is a call made, not an answer
     assert spend["z"].calls == 1 and spend["z"].failed == 1
     assert spend["x"].answered and spend["y"].answered and not spend["z"].answered
+    # a request a tripped circuit breaker never sent is no call
+    assert spend["w"].calls == spend["w"].failed == 0 and spend["w"].unsent == 1 and not spend["w"].answered
     path.write_text("not json\n")
     with pytest.raises(MushroomError, match="it.raw.jsonl:1: not a raw record"):
         spend_by_item([path])
@@ -312,3 +316,37 @@ def test_the_model_backed_detectors_are_those_with_backend_settings():
     assert not build("lexical").calls_model
     assert build("llm", {"backend": backend}).calls_model
     assert build("pyes", {"models": [backend]}).calls_model  # a list of backends, one per model
+
+
+@pytest.mark.slow
+def test_a_cascade_stopped_by_failed_items_says_so_in_its_records_and_summary(tmp_path, capsys):
+    """Stopped on failures, cascade.jsonl said `"failed": false` of the failed items, summary.json
+    had no `cascade`, and the val scores of an earlier invocation were left beside."""
+    out = tmp_path / "job"
+    flags = '{"incorrect_spans": ["il"]}'
+    with FakeServer({}, default_text=flags) as server:
+        code, _, err = cli(capsys, *_job(out, 0.3), "-o", f"llm.backend.base_url={server.url}")
+    assert code == 0, err
+    assert (out / "val" / "scores.json").exists()
+    # a wider budget sends 40 more items, and the server refuses them: 3 refused, 37 never sent
+    with FakeServer({"": [("status", 400)]}) as server:
+        code, _, err = cli(capsys, *_job(out, 0.5), "-o", f"llm.backend.base_url={server.url}")
+        asked = len(server.calls)
+    assert code == 3, err
+    assert asked == BREAKER_COLD
+    summary = json.loads((out / "summary.json").read_text())
+    cascade = summary["cascade"]
+    assert summary["items_failed"] == 40
+    assert cascade["val"]["failed"] + cascade["test"]["failed"] == 40 and cascade["budget"] == 0.5
+    assert cascade["sent_this_run"] == BREAKER_COLD
+    assert (
+        cascade["model_calls_failed"] == BREAKER_COLD and cascade["model_calls_not_sent"] == 40 - BREAKER_COLD
+    )
+    rows = [json.loads(line) for line in (out / "cascade.jsonl").read_text().splitlines()]
+    failed = {r["id"] for r in rows if r["failed"]}
+    listed = {json.loads(line)["id"] for line in (out / "failures.jsonl").read_text().splitlines()}
+    assert len(failed) == 40 and failed == listed
+    assert all(r["reason"].endswith("llm failed on it: the run stopped") for r in rows if r["failed"])
+    # no score of the earlier invocation is left beside the files it no longer has
+    assert not (out / "val" / "scores.json").exists() and not (out / "val" / "comparison.json").exists()
+    assert not list((out / "val").glob("mushroom.*.jsonl")) and not (out / "submission.zip").exists()

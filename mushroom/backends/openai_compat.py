@@ -69,7 +69,7 @@ from mushroom.backends.config import OpenAIConfig
 from mushroom.backends.openai_schema import read_completion
 from mushroom.backends.registry import register_backend
 from mushroom.backends.sockets import install as install_sockets
-from mushroom.errors import TOO_LONG, MushroomError
+from mushroom.errors import NOT_SENT, TOO_LONG, MushroomError
 from mushroom.util.words import one_line, plural
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -169,7 +169,7 @@ class CircuitBreaker:
 
     def failure(self, message: str) -> None:
         """Counts a request that ended in a server error; trips after enough of them."""
-        if not self.enabled or message.startswith("not sent"):
+        if not self.enabled or message.startswith(NOT_SENT):
             return
         timed_out = TIMED_OUT in message
         with self._lock:
@@ -183,7 +183,7 @@ class CircuitBreaker:
             n = self._timeouts_in_row if self._timeouts_in_row >= timeouts else self._in_row
             slow = "; a model this slow needs a higher -o backend.timeout_s" if timed_out else ""
             self._open = (
-                f"not sent: the server at {self.url} failed the last {plural(n, 'request')}{first} "
+                f"{NOT_SENT}: the server at {self.url} failed the last {plural(n, 'request')}{first} "
                 f"with {one_line(message)}{slow}; the same command retries it"
             )
         self._opened()
@@ -195,7 +195,7 @@ class CircuitBreaker:
         with self._lock:
             if self._open is not None:
                 return
-            self._open = f"not sent: {reason}; the same command retries it"
+            self._open = f"{NOT_SENT}: {reason}; the same command retries it"
         self._opened()
 
     def _opened(self) -> None:
@@ -466,7 +466,7 @@ class OpenAIBackend(Backend):
     def _attempt(self, path: str, body: dict[str, Any]) -> httpx.Response:
         """One POST: a response to judge, or _Transient / _Final."""
         if self._stop.is_set():
-            raise _Final("not sent: the run was interrupted")
+            raise _Final(f"{NOT_SENT}: the run was interrupted")
         blocked = self.breaker.blocked()
         if blocked is not None:  # tripped while this request waited to be sent again
             raise _Final(blocked)
@@ -474,7 +474,7 @@ class OpenAIBackend(Backend):
             response = self.client.post(path, json=body)
         except httpx.HTTPError as exc:
             if self._stop.is_set():  # cut by a Ctrl-C
-                raise _Final("not sent: the run was interrupted") from exc
+                raise _Final(f"{NOT_SENT}: the run was interrupted") from exc
             blocked = self.breaker.blocked()
             if blocked is not None:  # cut when the breaker tripped
                 raise _Final(blocked) from exc
@@ -517,7 +517,7 @@ class OpenAIBackend(Backend):
             return blocked
         unreachable = self._unreachable
         if unreachable is not None and time.monotonic() - unreachable[1] < UNREACHABLE_PAUSE_S:
-            return f"not sent: an earlier request {unreachable[0]}; the same command retries it"
+            return f"{NOT_SENT}: an earlier request {unreachable[0]}; the same command retries it"
         retrying = Retrying(
             # a request's retries end within retry_budget_s, however many attempts are left
             stop=stop_after_attempt(attempts) | stop_after_delay(self.config.retry_budget_s),

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mushroom.data.records import Item, Prediction
 from mushroom.data.spans import hard_to_mask, soft_to_vector
-from mushroom.errors import MushroomError
+from mushroom.errors import NOT_SENT, MushroomError
 
 # The member stack is fitted by cross-validation on the val items sent: two per language at least.
 MIN_VAL_SENT = 2
@@ -250,6 +250,7 @@ class Spend(BaseModel):
     cached: int = Field(0, description="calls answered from the response cache")
     tokens: int = Field(0, description="prompt + completion tokens, as the server reported them")
     failed: int = Field(0, description="calls that ended in an error (counted in calls too)")
+    unsent: int = Field(0, description="requests never sent (a tripped circuit breaker): not calls")
 
     def add(self, other: Spend) -> Spend:
         """The sum of two spends."""
@@ -258,6 +259,7 @@ class Spend(BaseModel):
             cached=self.cached + other.cached,
             tokens=self.tokens + other.tokens,
             failed=self.failed + other.failed,
+            unsent=self.unsent + other.unsent,
         )
 
     @property
@@ -288,7 +290,12 @@ def spend_by_item(raw_files: list[Path]) -> dict[str, Spend]:
                     "total_tokens", usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
                 )
                 failed = int(rec.error is not None)
-                one = Spend(cached=1) if rec.cached else Spend(calls=1, tokens=tokens, failed=failed)
+                if rec.error is not None and rec.error.startswith(NOT_SENT):
+                    one = Spend(unsent=1)
+                elif rec.cached:
+                    one = Spend(cached=1)
+                else:
+                    one = Spend(calls=1, tokens=tokens, failed=failed)
                 key = rec.id or ""
                 out[key] = out.get(key, Spend()).add(one)
     return out

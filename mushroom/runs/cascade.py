@@ -43,7 +43,7 @@ from mushroom.data.predictions import submission_name
 from mushroom.data.records import Item, Prediction
 from mushroom.data.runfolder import write_json
 from mushroom.detectors import Detector
-from mushroom.errors import MushroomError
+from mushroom.errors import NOT_SENT, MushroomError
 from mushroom.evaluation.submission import write_predictions
 from mushroom.runs.service import RunService
 
@@ -71,6 +71,40 @@ def _spend(out: Path, costly: list[str]) -> dict[str, Spend]:
     """Each item's model calls in the folder's raw records, every run and budget."""
     files = [p for name in costly for p in (out / "members" / name).glob("**/raw/*.raw.jsonl")]
     return spend_by_item(files)
+
+
+def _summary(
+    records: list[CascadeRecord], by_item: dict[str, Spend], costly: list[str], budget: float, sent_now: int
+) -> dict[str, Any]:
+    """summary.json's `cascade`: where the items went and what the model calls cost."""
+
+    def counts(split: str) -> dict[str, int]:
+        rows = [r for r in records if r.split == split]
+        return {
+            "sent": sum(r.sent for r in rows),
+            "kept": sum(not r.sent for r in rows),
+            "failed": sum(r.failed for r in rows),
+        }
+
+    spend = Spend()
+    for one in by_item.values():
+        spend = spend.add(one)
+    return {
+        "cascade": {
+            "budget": budget,
+            "model_backed": costly,
+            "val": counts("val"),
+            "test": counts("test"),
+            "sent_this_run": sent_now,
+            # from the members' raw records: every call this folder's runs made, all budgets
+            "model_calls_recorded": spend.calls,
+            "model_calls_cached": spend.cached,
+            "model_tokens_recorded": spend.tokens,
+            "model_calls_failed": spend.failed,
+            "model_calls_not_sent": spend.unsent,
+            "records": "cascade.jsonl",
+        }
+    }
 
 
 def _without(data: dict[str, list[Item]], failed: set[str], at_least: int) -> dict[str, list[Item]]:
@@ -117,12 +151,12 @@ def run_cascade(
     val_langs: list[str],
     sources: tuple[str, ...],
     budget: float,
-    stop_on_failures: Callable[[], None],
+    stop_on_failures: Callable[[dict[str, Any]], None],
 ) -> CascadeOutcome:
     """Steps 2 to 6 of the module docstring; the CPU members have run on every item.
 
     `stop_on_failures` is the main job's check after detection (it clears stale files and
-    raises RunFailed when items failed and failures are not allowed).
+    raises RunFailed, with the summary given, when items failed and failures are not allowed).
     """
     cheap = [name for name in dets if name not in costly]
     if not cheap:  # the main job refuses this before it makes a folder
@@ -143,7 +177,7 @@ def run_cascade(
     service.record_stage("cascade-base-stack", time.perf_counter() - t0, reused=False)
     val_sent, test_sent = chosen_items(val_data, records, "val"), chosen_items(test_data, records, "test")
     sent_now = 0
-    unsent_before = sum(f.error.startswith("not sent") for f in service.failures)
+    unsent_before = sum(f.error.startswith(NOT_SENT) for f in service.failures)
     for name in costly:
         det = dets[name]
         test = service.detect_split(det, "test", out / "members" / name, langs, sources, data=test_sent)
@@ -152,16 +186,17 @@ def run_cascade(
         )
         sent_now += test.done_now + val.done_now
     # items a tripped circuit breaker (or a dead URL) failed without a request were not sent
-    sent_now -= sum(f.error.startswith("not sent") for f in service.failures) - unsent_before
-    stop_on_failures()
+    sent_now -= sum(f.error.startswith(NOT_SENT) for f in service.failures) - unsent_before
 
-    # Under --allow-failures, an item a model-backed member failed on keeps the CPU stack's
-    # prediction: its member evidence is missing, not "nothing wrong", so it is neither fitted
-    # on nor given the member stack's output.
+    # An item a model-backed member failed on is marked so in the records, whether the run
+    # stops here or goes on under --allow-failures; then it keeps the CPU stack's prediction:
+    # its member evidence is missing, not "nothing wrong", so it is neither fitted on nor
+    # given the member stack's output.
     costly_detectors = {dets[name].name for name in costly}
     failed = {f.id for f in service.failures if f.detector in costly_detectors}
     if failed:
-        note = f"{', '.join(costly)} failed on it: keeps the CPU stack's prediction"
+        how = "keeps the CPU stack's prediction" if service.allow_failures else "the run stopped"
+        note = f"{', '.join(costly)} failed on it: {how}"
         records = [
             r.model_copy(update={"failed": True, "reason": f"{r.reason}; {note}"})
             if r.sent and r.id in failed
@@ -169,6 +204,9 @@ def run_cascade(
             for r in records
         ]
         write_jsonl(out / "cascade.jsonl", records)
+    by_item = _spend(out, costly)
+    summary = _summary(records, by_item, costly, budget, sent_now)
+    stop_on_failures(summary)
     val_fit = _without(val_sent, failed, MIN_VAL_SENT)
     test_ok = _without(test_sent, failed, 1)
 
@@ -215,18 +253,6 @@ def run_cascade(
         _warn_member_stack(service, costly, val_fit, member_scores, base_scores)
     comparison.update({name: scores for name, scores in base_fit.comparison.items() if name in cheap})
 
-    def counts(split: str) -> dict[str, int]:
-        rows = [r for r in records if r.split == split]
-        return {
-            "sent": sum(r.sent for r in rows),
-            "kept": sum(not r.sent for r in rows),
-            "failed": sum(r.failed for r in rows),
-        }
-
-    by_item = _spend(out, costly)
-    spend = Spend()
-    for one in by_item.values():
-        spend = spend.add(one)
     sent_ids = {r.id for r in records if r.sent}
     unused = sum(1 for i, one in by_item.items() if i not in sent_ids and one.answered)
     if unused:
@@ -236,19 +262,4 @@ def run_cascade(
             "members' raw records)",
             lead="note:",
         )
-    summary = {
-        "cascade": {
-            "budget": budget,
-            "model_backed": costly,
-            "val": counts("val"),
-            "test": counts("test"),
-            "sent_this_run": sent_now,
-            # from the members' raw records: every call this folder's runs made, all budgets
-            "model_calls_recorded": spend.calls,
-            "model_calls_cached": spend.cached,
-            "model_tokens_recorded": spend.tokens,
-            "model_calls_failed": spend.failed,
-            "records": "cascade.jsonl",
-        }
-    }
     return CascadeOutcome(base_fit.model, comparison, val_preds, test_preds, records, summary)

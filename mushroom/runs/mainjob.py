@@ -180,16 +180,17 @@ def run_main_stack(
     for name, reason in skipped.items():
         service.warn(f"member {name!r} left out of the stack (--skip-unavailable): {reason}")
 
-    def stop_on_failures() -> None:
+    def stop_on_failures(summary: dict[str, Any] | None = None) -> None:
         if service.failures and not allow_failures:
             # A stack needs every item: what an earlier invocation's stack wrote (perhaps under
             # --allow-failures, on members since re-run) is no longer this run's, so it goes, as a
-            # language with failed items gets no prediction file.
+            # language with failed items gets no prediction file: its files, and its val scores.
             stale = [out / "submission.zip", *out.glob(submission_glob("test"))]
             stale += (out / "val").glob(submission_glob("val"))
+            stale += [out / "val" / name for name in ("scores.json", "scores.md", "comparison.json")]
             for path in stale:
                 path.unlink(missing_ok=True)
-            service.finish({})  # raises RunFailed
+            service.finish(summary or {})  # raises RunFailed
 
     for name, det in dets.items():
         if name in costly:
