@@ -109,6 +109,12 @@ def test_a_report_never_overwrites_a_file_of_the_run_it_shows(two_runs, tmp_path
     # an .html page there is a report's own place
     res = runner.invoke(app, ["report", str(lo), "--out", str(lo / "mine.html")])
     assert res.exit_code == 0 and (lo / "mine.html").is_file(), res.output
+    # nor one of its inputs outside the run: the page replaced the tags file
+    tags = write_lines(tmp_path / "tags.jsonl", [{"id": "val-en-1", "error_type": "other"}])
+    before = tags.read_bytes()
+    res = runner.invoke(app, ["report", str(lo), "--tags", str(tags), "--out", str(tags)])
+    assert res.exit_code != 0 and "is an input of this command" in str(res.exception), res.output
+    assert tags.read_bytes() == before
 
 
 def test_bad_tag_file_names_line_and_field(tmp_path):

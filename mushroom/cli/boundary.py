@@ -95,8 +95,10 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
     `score --output GOLD` replaced the gold file with two lines of scores, and `ensemble --out`
     could write over its --items file or an official val file, each exiting 0. So the path may
     not be one of `inputs`, nor be named as the per-language files an input folder is read
-    for (`mushroom.en-val.v2.jsonl`), nor lie in the data folder of the official files. Other
-    names inside an input folder are fine (`score RUN --json RUN/scores.json`), every time.
+    for (`mushroom.en-val.v2.jsonl`) inside it or beside an input file (a later command would
+    read it as one of that folder's runs), nor lie in the data folder of the official files.
+    Other names there are fine (`score RUN --json RUN/scores.json`), every time. The files of
+    an input's run folder are `refuse_out_in_runs`'s to guard.
     """
     from mushroom.data.predictions import prediction_file_lang
     from mushroom.data.splits import DEFAULT_DATA_DIR
@@ -108,11 +110,14 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
         if given is None:
             continue
         source = given.resolve()
-        read_there = source.is_dir() and target.parent == source and prediction_file_lang(target.name)
-        if target == source or read_there:
-            where = "is" if target == source else "is named as the files read from"
+        if target == source:
+            raise MushroomError(f"{option} {path} is an input of this command ({given}); write it elsewhere")
+        folder = source if source.is_dir() else source.parent
+        if target.parent == folder and prediction_file_lang(target.name) is not None:
+            beside = "inside" if source.is_dir() else "beside"
             raise MushroomError(
-                f"{option} {path} {where} an input of this command ({given}); write it elsewhere"
+                f"{option} {path} is named as the prediction files read from the input {given}, {beside} "
+                "it: it would be read as one of that folder's runs; give it another name or folder"
             )
     data = DEFAULT_DATA_DIR.resolve()
     if target.is_relative_to(data):

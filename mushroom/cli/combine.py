@@ -134,6 +134,7 @@ def stack_fit(
 
     check_model_kind(model, "--model")
     parsed = parse_members(members)
+    output_file(out, "--out", [m.path for m in parsed])
     refuse_out_in_runs(out, [m.path for m in parsed], "the stack")
     for later, first in given_twice([m.path for m in parsed]):  # one run's evidence, twice
         print_warning(f"members {parsed[first].name!r} and {parsed[later].name!r} are the same run")

@@ -94,22 +94,15 @@ def refuse_out_in_runs(out: Path, runs: list[Path], what: str, keep_suffix: str 
     A report or a stack written over a prediction file, a ledger or config.json broke the run
     for every later command, and any file there may be read back as the run's (a submission
     name in val/, a variant, a member). `keep_suffix` is the one kind of file a command may
-    write there (a report's `.html`, its default place). Beside loose prediction files, only
-    a file named as prediction files are would be taken for one more.
+    write there (a report's `.html`, its default place). Loose prediction files are
+    `output_file`'s to guard (a file named as they are beside them), called as well.
     """
-    from mushroom.data.predictions import prediction_file_lang
     from mushroom.data.runfolder import run_scope
 
     target = out.resolve()
     for run in runs:
         scope = run_scope(run.resolve())
-        if scope is None:  # loose files: only one of them may not be overwritten
-            folder = run.resolve() if run.is_dir() else run.resolve().parent
-            if target.parent == folder and prediction_file_lang(target.name) is not None:
-                raise MushroomError(
-                    f"--out {out} is named as a prediction file beside the input {run}: {what} would be "
-                    "read as one of that folder's runs; give it another name or folder"
-                )
+        if scope is None:
             continue
         folder = scope.folder.resolve()
         allowed = keep_suffix is not None and target.suffix.lower() == keep_suffix

@@ -244,9 +244,14 @@ def source_path(
 def check_sources(split: str, langs: list[str], sources: tuple[str, ...] | list[str]) -> None:
     """Raises what `load_contexts` would for any of the languages, before a run starts."""
     source_names(sources)  # a source named twice is refused
+    for named in sources:
+        check_source(split, langs, named, sources)
+
+
+def check_source(split: str, langs: list[str], named: str, sources: tuple[str, ...] | list[str]) -> None:
+    """Raises what `load_contexts` would for one of `sources` in any of the languages."""
     for lang in langs:
-        for named in sources:
-            source_path(split, lang, named, sources)
+        source_path(split, lang, named, sources)
 
 
 def load_contexts(

@@ -287,7 +287,7 @@ def _source_problems(
     Said with the file and the key (`contexts.0`), as the config's other mistakes are; the
     run would stop on it too, naming only the source.
     """
-    from mushroom.data.contexts import source_path
+    from mushroom.data.contexts import check_source
     from mushroom.data.splits import split_files
 
     problems = []
@@ -297,8 +297,8 @@ def _source_problems(
             try:
                 if split not in has:
                     has[split] = sorted(split_files(split))
-                for lang in [x for x in langs if x in has[split]] if langs is not None else has[split]:
-                    source_path(split, lang, named, sources)
+                run_on = [x for x in langs if x in has[split]] if langs is not None else has[split]
+                check_source(split, run_on, named, sources)
             except MushroomError as exc:
                 problems.append(Problem(str(path), None, f"contexts.{k}", str(exc)))
                 break
