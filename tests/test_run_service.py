@@ -768,3 +768,23 @@ def test_a_resumed_run_has_no_summary_until_it_finishes_again(tmp_path):
     assert service.resumed and not (out / "summary.json").exists()
     service.finish({})
     assert (out / "summary.json").is_file()
+
+
+def test_a_ledger_line_that_cannot_be_read_is_said_and_a_line_cut_by_a_kill_is_dropped(tmp_path, capsys):
+    """An unreadable ledger line (another version's, or damaged) made its item run again in silence."""
+    from cli_helpers import cli
+
+    run = tmp_path / "run"
+    args = ("detect", "--split", "val", "--lang", "en", "--limit", "3", "--out", run, "--quiet")
+    code, _, err = cli(capsys, *args)
+    assert code == 0, err
+    ledger = run / "predictions" / "items" / "en.jsonl"
+    first = json.loads(ledger.read_text().splitlines()[0])
+    with ledger.open("a") as handle:
+        handle.write(json.dumps({**first, "field_of_a_newer_version": 1}) + "\n")
+        handle.write('{"id": "val-en-3", "status": "o')  # a kill cut this one mid-write
+    code, _, err = cli(capsys, *args)
+    said = " ".join(err.split())
+    assert code == 0, err
+    assert "1 line of the item ledger" in said and "could not be read" in said, said
+    assert not ledger.read_text().endswith('"o') and ledger.read_text().count('"status": "o\n') == 0

@@ -256,7 +256,7 @@ class Ledger:
         self._size = 0
         self._channels: Any = None
         if path.exists():
-            mend_cut_line(path)  # a kill cut the last line: later lines start afresh
+            mend_cut_line(path, drop=True)  # a kill cut the last line: its item is done again
             for offset, result in self._lines():
                 if result is None:
                     self.unreadable += 1  # that item is simply done again
@@ -824,6 +824,12 @@ class RunService:
                     channel_file(folder / "raw", lang),
                 )
                 ledgers[lang] = ledger
+                if ledger.unreadable:  # its items are done again: said, not silent
+                    self.warn(
+                        f"{split}/{lang}: {plural(ledger.unreadable, 'line')} of the item ledger "
+                        f"{ledger.path} could not be read (damaged, or written by another version of "
+                        "mushroom): their items are computed again"
+                    )
                 ids: list[str] = []  # what the end of the run needs of each item: its id
                 changed = 0  # items done by an earlier run whose inputs have changed since
                 seen = _ContextTally()
