@@ -223,4 +223,8 @@ def test_ctrl_c_cuts_the_requests_in_flight_and_records_none_of_them():
         assert not any(w.is_alive() for w in workers)
         assert seen == []  # nothing recorded: the items are redone on resume
         assert server.cut >= 2
-        backend.close()
+    # the same backend (the Python API keeps it) sends the next batch as before
+    with FakeServer({}) as good:
+        backend.client.base_url = good.url
+        assert [g.texts for g in backend.generate(requests[:2])] == [[OK], [OK]]
+    backend.close()

@@ -338,6 +338,7 @@ class OpenAIBackend(Backend):
         # the sockets of requests in flight, cut on Ctrl-C and when the breaker trips (sockets.py)
         self._sockets = install_sockets(transport)
         self._stop = threading.Event()  # set while a Ctrl-C (or a failed item) ends a batch
+        self._cut_pool: ThreadPoolExecutor | None = None  # the pool of a batch so ended
         self.client = httpx.Client(
             base_url=self.base_url,
             headers=headers,
@@ -717,6 +718,11 @@ class OpenAIBackend(Backend):
         """
         if n == 0:
             return
+        if self._cut_pool is not None:
+            # the threads of a batch cut short end at once (their reads were cut, their waits
+            # woken); waited for, so that none sees the stop cleared and sends its request
+            self._cut_pool.shutdown(wait=True)
+            self._cut_pool = None
         self._stop.clear()
         pool = ThreadPoolExecutor(max_workers=min(self.concurrency, n))
         try:
@@ -725,6 +731,7 @@ class OpenAIBackend(Backend):
             self._stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
             self._cut_in_flight()
+            self._cut_pool = pool
             raise
         pool.shutdown()
 
