@@ -193,6 +193,7 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
             "replies from the cache: raise max_tokens (-o max_tokens=N) and run in a new folder"
         )
     long = sum(TOO_LONG in e for e in errors)
+    slow = sum("-o backend.timeout_s" in e for e in errors)
     context = (
         "raise the server's context length (llama-server -c, llama_cpp.server --n_ctx, vLLM "
         "--max-model-len), then run the same command again"
@@ -206,4 +207,9 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
         again += f"; {long} of them were {TOO_LONG}, which a re-run fails again unless you {context}"
     if cut:
         again += f"; for {cut} of them {CUT_OFF}, which a re-run reads from the cache again (raise it)"
+    if slow:
+        again += (
+            f"; for {slow} of them the server answered too slowly or not at all: raise -o backend.timeout_s "
+            "first if the model is that slow"
+        )
     return again

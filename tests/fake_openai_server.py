@@ -15,6 +15,7 @@ Options that imitate real servers:
 - `ignore_n`: one choice whatever `n` asks, as llama-cpp-python's server answers;
   `refuse_n`: HTTP 500 for n > 1, as llama.cpp's llama-server answers.
 - `models`: the ids `GET /v1/models` lists (default: one, "m").
+- `health_delay`: seconds `GET /health` takes to answer (404): a server whose front hangs too.
 - `/v1/completions` with `echo` returns prompt log-probabilities over a word/punctuation
   tokenization (`token_logprob` gives a token's value, default -1.0); with
   `prompt_logprobs=False` it answers HTTP 500 as llama-cpp-python without `--logits_all`;
@@ -58,7 +59,9 @@ class FakeServer:
         models: tuple[str, ...] = ("m",),
         send_usage: bool = True,
         retry_after: str | None = "0",
+        health_delay: float = 0.0,
     ):
+        self.health_delay = health_delay
         self.script = script
         self.send_usage = send_usage
         self.retry_after = retry_after  # sent with scripted error statuses; None: no header (real 500s)
@@ -104,6 +107,8 @@ class FakeServer:
             def do_GET(self):
                 with server.lock:
                     server.gets.append(self.path)
+                if self.path == "/health" and server.health_delay:
+                    time.sleep(server.health_delay)
                 if self.path == "/props" and server.slots is not None:
                     return self._send(200, json.dumps({"total_slots": server.slots}))
                 if self.path == "/v1/models":

@@ -29,6 +29,7 @@ from pydantic import (
 
 from mushroom.errors import MushroomError
 
+DAY_S = 86400.0  # the longest timeout taken
 NEEDS_BASE_URL = "the openai backend needs `base_url` (--base-url), e.g. http://127.0.0.1:8000/v1"
 NEEDS_SERVED_MODEL = "the openai backend needs `model` (--model), the served model's name"
 NEEDS_RESPONSES = (
@@ -124,11 +125,14 @@ class OpenAIConfig(BackendSettings):
     concurrency: int | Literal["auto"] = Field(
         "auto", description="requests in flight; auto: the server's slots, 32 for vLLM, else 1"
     )
-    timeout_s: float = Field(600.0, gt=0, description="read timeout per request (CPU servers are slow)")
-    connect_timeout_s: float = Field(10.0, gt=0)
+    # at most a day: an infinite timeout passed the check and failed every request (OverflowError)
+    timeout_s: float = Field(
+        600.0, gt=0, le=DAY_S, description="read timeout per request (CPU servers are slow)"
+    )
+    connect_timeout_s: float = Field(10.0, gt=0, le=DAY_S)
     max_retries: int = Field(5, ge=0, description="for 429, 5xx (not validation errors), lost connections")
     retry_budget_s: float = Field(
-        90.0, gt=0, description="one request's retries end within this time (waits capped at 30 s)"
+        90.0, gt=0, le=DAY_S, description="one request's retries end within this time (waits capped at 30 s)"
     )
     circuit_breaker: bool = Field(
         True,
@@ -173,8 +177,19 @@ class OpenAIConfig(BackendSettings):
     def _http_url(cls, value: str | None) -> str | None:
         if not value:  # unset: the backend says it needs one
             return None
+        import httpx
+
+        example = "e.g. http://127.0.0.1:8000/v1"
         if not value.startswith(("http://", "https://")):
-            raise ValueError(f"{value!r} is not an http(s) URL; e.g. http://127.0.0.1:8000/v1")
+            raise ValueError(f"{value!r} is not an http(s) URL; {example}")
+        try:
+            url = httpx.URL(value)
+        except httpx.InvalidURL as exc:  # a port that is no number, a bad host
+            raise ValueError(f"{value!r} is not a valid URL ({exc}); {example}") from None
+        if not url.host:
+            raise ValueError(f"{value!r} names no host; {example}")
+        if url.port is not None and not 0 < url.port < 65536:
+            raise ValueError(f"{value!r}: port {url.port} is not between 1 and 65535; {example}")
         return value
 
     @field_validator("concurrency")

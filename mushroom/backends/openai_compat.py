@@ -89,6 +89,7 @@ BREAKER_WARM = 10
 TIMEOUTS_COLD = 1
 TIMEOUTS_WARM = 2
 TIMED_OUT = "timeout after"  # how a read timeout's message starts (after "gave up after ...: ")
+SLOWER = "higher -o backend.timeout_s"  # the advice of a timeout's message, which retry_advice reads
 RETRY_WAIT_CAP_S = 30.0  # the longest wait between two attempts
 RETRY_AFTER_CAP_S = 60.0  # the longest Retry-After honoured
 LATE_TOP_K = 50  # top log-probabilities asked for when a server's echoed rows are one token late
@@ -149,8 +150,15 @@ class CircuitBreaker:
     requests still waiting on the server.
     """
 
-    def __init__(self, url: str, enabled: bool = True, on_open: Callable[[], object] | None = None):
+    def __init__(
+        self,
+        url: str,
+        enabled: bool = True,
+        on_open: Callable[[], object] | None = None,
+        timeout_s: float | None = None,
+    ):
         self.url = url
+        self.timeout_s = timeout_s
         self.enabled = enabled
         self.on_open = on_open
         self._lock = threading.Lock()
@@ -180,12 +188,19 @@ class CircuitBreaker:
             if self._open is not None or (self._in_row < limit and self._timeouts_in_row < timeouts):
                 return
             first = "" if self._worked else " (none worked)"
-            n = self._timeouts_in_row if self._timeouts_in_row >= timeouts else self._in_row
-            slow = "; a model this slow needs a higher -o backend.timeout_s" if timed_out else ""
-            self._open = (
-                f"{NOT_SENT}: the server at {self.url} failed the last {plural(n, 'request')}{first} "
-                f"with {one_line(message)}{slow}; the same command retries it"
-            )
+            if self._timeouts_in_row >= timeouts:
+                within = f" within {self.timeout_s} s" if self.timeout_s else ""
+                n = self._timeouts_in_row
+                none = "no request" if n == 1 else f"none of the last {n} requests"
+                self._open = (
+                    f"{NOT_SENT}: the server at {self.url} answered {none}{within}{first if n > 1 else ''}; "
+                    f"a slower model needs a {SLOWER}; the same command retries it"
+                )
+            else:
+                self._open = (
+                    f"{NOT_SENT}: the server at {self.url} failed the last {plural(self._in_row, 'request')}"
+                    f"{first} with {one_line(message)}; the same command retries it"
+                )
         self._opened()
 
     def trip(self, reason: str) -> None:
@@ -278,7 +293,8 @@ def check_served_model(config: OpenAIConfig) -> None:
     answered. A server that lists several models is left to answer for itself (one that
     routes by name refuses a name it does not serve; Ollama and routers accept names they
     do not list): the backend warns then. A server that cannot be reached or lists nothing
-    passes: the run counts its failed requests as it would without this check.
+    passes: the run counts its failed requests as it would without this check. One that takes
+    the connection and answers nothing is hung: each request would wait out its timeout.
     """
     base = str(config.base_url).rstrip("/")
     try:
@@ -291,6 +307,8 @@ def check_served_model(config: OpenAIConfig) -> None:
             if again.status_code == 200:
                 raise MushroomError(f"--base-url {base} is not the server's API, {base}/v1 is: give that URL")
         ids = served_models(response.json()) if response.status_code == 200 else []
+    except httpx.ReadTimeout:
+        raise MushroomError(hung_message(base, "GET /models", config.connect_timeout_s)) from None
     except (httpx.HTTPError, ValueError):
         return
     if len(ids) == 1 and not is_served(config.model, ids):
@@ -299,6 +317,14 @@ def check_served_model(config: OpenAIConfig) -> None:
             "with it under the wrong name; give that as --model (or name the model when starting the server: "
             "--model_alias NAME for llama-cpp-python, --alias NAME for llama-server)"
         )
+
+
+def hung_message(url: str, asked: str, seconds: float) -> str:
+    """Why a server that took the connection and answered nothing is taken as hung, and what to do."""
+    return (
+        f"the server at {url} took the connection but answered no {asked} within {seconds} s: it is hung; "
+        "restart it (or raise -o backend.connect_timeout_s if it is only slow)"
+    )
 
 
 def _numeric_tops(rows: Any) -> list[dict[str, float] | None]:
@@ -353,7 +379,9 @@ class OpenAIBackend(Backend):
         # test run ~9 s, hours in all); then they are sent again, in case it is back. A short
         # outage (a restart) fails only the requests made during it.
         self._unreachable: tuple[str, float] | None = None
-        self.breaker = CircuitBreaker(self.base_url, config.circuit_breaker, on_open=self._cut_in_flight)
+        self.breaker = CircuitBreaker(
+            self.base_url, config.circuit_breaker, on_open=self._cut_in_flight, timeout_s=config.timeout_s
+        )
         self._reached = False
         self._unreachable_in_row = 0
         self._lock = threading.Lock()
@@ -385,8 +413,15 @@ class OpenAIBackend(Backend):
             return self._concurrency
 
     def _get_json(self, url: str) -> Any:
+        """A GET's JSON answer, or None; a server that answers it nothing is hung (the breaker trips)."""
+        if self.breaker.blocked() is not None:
+            return None
         try:
             response = self.client.get(url, timeout=self.config.connect_timeout_s)
+        except httpx.ReadTimeout:
+            path = url.removeprefix(self.server_root)
+            self.breaker.trip(hung_message(self.base_url, f"GET {path}", self.config.connect_timeout_s))
+            return None
         except httpx.HTTPError:
             return None
         if response.status_code != 200:
@@ -503,7 +538,7 @@ class OpenAIBackend(Backend):
                 return _Final(f"{message}, and it answers nothing else either: the server is hung")
             if self.config.retry_timeouts:
                 return _Transient(message)
-            return _Final(f"{message}; not resent, the server may still be working on it")
+            return _Final(f"{message} (a slower model needs a {SLOWER}); not resent")
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
             return _Transient(f"connection error: {kind}", unreachable=True)
         if isinstance(exc, httpx.RemoteProtocolError):

@@ -1149,7 +1149,7 @@ class RunService:
             for error, n in groups.most_common(10):
                 example = next(f for key, f in keyed if key == error)
                 shown = example.error if n == 1 else error  # '<id>' stands for each item's own
-                rows.append([n, one_line(shown), f"{example.split}/{example.lang}/{example.id}"])
+                rows.append([n, one_line(shown, 240), f"{example.split}/{example.lang}/{example.id}"])
             self.reporter.table(Table(title, columns=["items", "error", "for example"], rows=rows))
             where = self.out / "failures.jsonl"
             if not self.allow_failures:
