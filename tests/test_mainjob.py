@@ -52,7 +52,7 @@ def test_main_job_on_a_slice_writes_checked_files_scores_and_resumes(tmp_path):
     (out / "mushroom.zh-tst.v1.jsonl").unlink()
     run_main(out=out, langs=["en", "zh", "eu"], quiet=True, reporter=console)
     after = ledger.read_text().splitlines()
-    assert len(after) == len(lines) + 1  # the 5 lost items again, after the cut line (kept, unreadable)
+    assert len(after) == len(lines)  # the 5 lost items again; the cut line was dropped
     for lang in ("en", "zh"):
         assert (out / f"mushroom.{lang}-tst.v1.jsonl").read_bytes() == before[lang]
     summary = json.loads((out / "summary.json").read_text())
