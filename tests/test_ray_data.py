@@ -196,3 +196,26 @@ def test_the_cascade_on_ray_data_sends_the_items_and_makes_the_predictions_of_th
     moved = cascade.with_options("llm", {"backend": {"base_url": "http://gpu-node:8000/v1"}})
     backend = moved.member.members[1].options["backend"]
     assert backend["base_url"] == "http://gpu-node:8000/v1" and backend["model"] == "m"
+
+
+def test_a_member_that_cannot_run_is_named_before_any_ray_worker_starts():
+    """A missing URL stopped each actor as it was built, inside an error of Ray's own."""
+    from mushroom.combine.stack import StackModel
+    from mushroom.runs.ray_data import MemberSpec, RayStack, stack_on_ray
+
+    fields = {
+        name: info.get_default(call_default_factory=True)
+        for name, info in StackModel.model_fields.items()
+        if not info.is_required()
+    }
+    fields.update(members=["lo", "llm"], member_detectors={"lo": "lexical", "llm": "llm"})
+    model = StackModel.model_construct(**{**fields, "scorer": object()})
+    no_url = {"backend": {"kind": "openai", "model": "m"}}
+    spec = RayStack.of(
+        model,
+        [MemberSpec(name="lo", detector="lexical"), MemberSpec(name="llm", detector="llm", options=no_url)],
+    )
+    with pytest.raises(
+        MushroomError, match=r"member 'llm': llm option backend: the openai backend needs `base_url`"
+    ):
+        stack_on_ray(None, spec)  # refused before the dataset is touched

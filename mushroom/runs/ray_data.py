@@ -146,6 +146,20 @@ class RayStack(BaseModel):
                 "the stack was saved by an older version; fit it again with `mushroom stack fit`"
             )
 
+    def check_members(self) -> None:
+        """Each member's settings, checked here before any Ray worker starts.
+
+        A missing URL or model file stopped each actor as it was built, as an error inside
+        Ray's own; here it is the one-line error the main job gives.
+        """
+        from mushroom.detectors import build
+
+        for member in self.members:
+            try:
+                build(member.detector, member.options).check_ready()
+            except MushroomError as exc:
+                raise MushroomError(f"member {member.name!r}: {exc}") from None
+
 
 def item_row(
     item: Item | Mapping[str, Any], contexts: Sequence[Context | Mapping[str, Any] | str] = ()
@@ -311,6 +325,8 @@ def stack_on_ray(
         Ray writes (a shared file system, object storage); `.iter_rows()` streams it back.
     """
     require_ray()
+    spec.check()
+    spec.check_members()
     return dataset.map_batches(
         StackBatches,
         fn_constructor_kwargs={"spec": spec.model_dump(mode="json")},
@@ -557,6 +573,7 @@ def cascade_on_ray(
     """
     require_ray()
     cascade.check()
+    cascade.member.check_members()  # the CPU stack's members are among them
     scored = dataset.map_batches(
         UncertaintyBatches,
         fn_constructor_kwargs={"spec": cascade.base.model_dump(mode="json")},
