@@ -163,6 +163,8 @@ REPLAY_MISS = "no recorded response"
 """How a replay backend's error for a request its file has no answer to begins."""
 CUT_OFF = "the reply was cut off at max_tokens"
 """In the error of an item whose every reply stopped at its budget before it named a span."""
+SLOWER = "higher -o backend.timeout_s"
+"""In the error of a request the server did not answer in time; `retry_advice` reads it."""
 NOT_SENT = "not sent"
 """How the error of a request never sent begins (a tripped circuit breaker, a dead URL, a Ctrl-C).
 
@@ -193,7 +195,7 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
             "replies from the cache: raise max_tokens (-o max_tokens=N) and run in a new folder"
         )
     long = sum(TOO_LONG in e for e in errors)
-    slow = sum("-o backend.timeout_s" in e for e in errors)
+    slow = sum(SLOWER in e for e in errors)
     context = (
         "raise the server's context length (llama-server -c, llama_cpp.server --n_ctx, vLLM "
         "--max-model-len), then run the same command again"

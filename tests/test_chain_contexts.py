@@ -735,3 +735,13 @@ def test_an_empty_decompose_reply_is_retried_and_fails_the_item_when_the_retry_i
     # an empty reply, then one that says something unusable: the model's answer, counted, not a failure
     s, pred, _ = run_chain({"v-1#decompose": [""], "v-1#decompose#retry": ["no idea"]})
     assert pred.hard_labels == [] and s["chain.decomposition_failures"] == 1
+
+
+def test_an_empty_reply_cut_off_at_max_tokens_fails_the_item_as_cut_off():
+    """A reasoning model's content is null when it used max_tokens: read as invalid JSON, the
+    item became "nothing wrong"."""
+    s, error, _ = run_chain(
+        {"v-1#decompose": [("", 100000)], "v-1#decompose#retry": [("", 100000)]}, status="failed"
+    )
+    assert error == "every decompose reply was cut off at max_tokens (1024): raise max_tokens"
+    assert s["decompose.cut_empty"] == s["decompose.retry.cut_empty"] == 1 and s["chain.truncated"] == 2

@@ -167,7 +167,7 @@ def test_stack_fit_never_writes_into_a_member_run(tmp_path, capsys):
     code, _, err = cli(capsys, "stack", "fit", f"lex={plain}", "--lang", "en", "--out", plain / pred.name)
     assert (
         code == 2
-        and "is named as the prediction files read from the input" in err
+        and "is named as the prediction files read from the input folder" in err
         and (plain / pred.name).read_bytes() == before
     )
 

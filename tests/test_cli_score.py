@@ -285,10 +285,12 @@ def test_score_writes_over_none_of_its_inputs_and_counts_a_language_once(tmp_pat
         "--json",
         run / "predictions" / "mushroom.fr-val.v2.jsonl",
     )
-    assert code == 2 and "is named as the prediction files read from the input" in err, err
+    assert code == 2 and "is named as the prediction files read from the input folder" in err, err
     # beside a loose prediction file too: a later command would read it as one of that folder's runs
     code, _, err = cli(capsys, "score", gold, pred, "--json", tmp_path / "mushroom.de-val.v2.jsonl")
-    assert code == 2 and "beside it" in err and not (tmp_path / "mushroom.de-val.v2.jsonl").exists(), err
+    said = " ".join(err.split())
+    assert code == 2 and "named as a prediction file, beside the input" in said, err
+    assert not (tmp_path / "mushroom.de-val.v2.jsonl").exists()
 
 
 def test_a_bad_gold_span_is_named_in_the_gold_file_and_nan_is_null_in_json(tmp_path, capsys):

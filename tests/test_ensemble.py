@@ -144,7 +144,9 @@ def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows
     code, output = run(
         *folders, "--lang", "en", "--split", "val", to=tmp_path / "plain" / submission_name("de", "val")
     )
-    assert code == 2 and "is named as the prediction files read from the input" in " ".join(output.split())
+    assert code == 2 and "is named as the prediction files read from the input folder" in " ".join(
+        output.split()
+    )
     code, output = run(*folders, "--lang", "en,de", "--split", "val")
     assert code == 2 and "give one code" in output
     code, output = run(tmp_path / "detect", tmp_path / "nowhere")

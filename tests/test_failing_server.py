@@ -251,3 +251,121 @@ def test_ctrl_c_cuts_the_requests_in_flight_and_records_none_of_them():
         backend.client.base_url = good.url
         assert [g.texts for g in backend.generate(requests[:2])] == [[OK], [OK]]
     backend.close()
+
+
+RATE_LIMIT = (
+    '{"error": {"message": "Rate limit reached for gpt-4o on requests per min (RPM): Limit 3, Used 3. '
+    'Visit https://platform.openai.com/account/billing to add a payment method.", "type": "requests", '
+    '"code": "rate_limit_exceeded"}}'
+)
+
+
+def test_a_passing_rate_limit_that_mentions_billing_is_waited_for_not_taken_as_out_of_quota():
+    from mushroom.backends import build_backend
+    from mushroom.backends.base import BackendConfig, GenerationRequest, Message
+
+    with FakeServer({"A": [("status", 429, RATE_LIMIT), ("ok", OK)]}) as server:
+        backend = build_backend(BackendConfig(kind="openai", model="m", base_url=server.url, max_retries=2))
+        out = backend.generate([GenerationRequest(key="a", messages=[Message(role="user", content="A")])])
+        backend.close()
+    assert out[0].texts == [OK] and server.counts["A"] == 2
+
+
+def test_a_tripped_breaker_cuts_the_requests_in_flight_and_wakes_those_waiting_to_retry():
+    """Cut requests were sent, so they are not "not sent"; one waiting out a Retry-After kept
+    the batch running until its wait was over."""
+    from mushroom.backends import build_backend
+    from mushroom.backends.base import BackendConfig, GenerationRequest, Message
+
+    script = {
+        "slow": [("sleep", 30.0)],  # in flight when the breaker trips
+        "busy": [("status", 429, '{"error": "busy"}'), ("ok", OK)],  # then waits 60 s to retry
+        "bad": [("status", 400, '{"error": "no"}')],  # three of them trip it
+    }
+    keys = ["slow", "busy", "bad", "bad", "bad"]
+    requests = [
+        GenerationRequest(key=str(k), messages=[Message(role="user", content=key)])
+        for k, key in enumerate(keys)
+    ]
+    out = []
+    with FakeServer(script, retry_after="60") as server:
+        backend = build_backend(
+            BackendConfig(kind="openai", model="m", base_url=server.url, concurrency=5, max_retries=3)
+        )
+        worker = threading.Thread(target=lambda: out.extend(backend.generate(requests)))
+        worker.start()
+        worker.join(25)  # the slow request would take 30 s, the retry 60 s
+        assert not worker.is_alive()
+        backend.close()
+    slow, busy = out[0].error, out[1].error
+    assert slow.startswith("cut in flight: the server at") and "failed the last 3 requests" in slow, slow
+    assert busy.startswith("stopped after 1 attempt: the server at"), busy
+    assert server.counts["busy"] == 1
+    assert all(g.error.startswith("HTTP 400") for g in out[2:])
+
+
+def test_a_socket_opened_while_requests_are_being_cut_is_cut_too():
+    """A request still connecting when Ctrl-C came kept its socket, and waited out its timeout."""
+    import socket
+
+    from mushroom.backends.sockets import OpenSockets
+
+    kept = OpenSockets()
+    early, early_peer = socket.socketpair()
+    kept.add(early)
+    assert kept.abort() == 1 and early.recv(1) == b""  # shut down: the read ends at once
+    late, late_peer = socket.socketpair()
+    kept.add(late)  # connected after the cut began
+    assert late.recv(1) == b""
+    kept.resume()
+    fresh, fresh_peer = socket.socketpair()
+    kept.add(fresh)
+    fresh_peer.sendall(b"x")
+    assert fresh.recv(1) == b"x"  # left open once the batch is over
+    for s in (early, early_peer, late, late_peer, fresh, fresh_peer):
+        s.close()
+
+
+def test_requests_go_through_the_proxy_of_the_environment(monkeypatch):
+    """Cutting requests in flight needs the client's pools; building it with its own transport
+    turned off HTTP(S)_PROXY."""
+    from mushroom.backends import build_backend
+    from mushroom.backends.base import BackendConfig, GenerationRequest, Message
+
+    with FakeServer({}) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url.removesuffix("/v1"))
+        for name in ("NO_PROXY", "no_proxy", "http_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        backend = build_backend(
+            BackendConfig(kind="openai", model="m", base_url="http://model.invalid/v1", concurrency=1)
+        )
+        backend.generate([GenerationRequest(key="a", messages=[Message(role="user", content="A")])])
+        backend.close()
+    # a proxy is asked for the absolute URL
+    assert [c["path"] for c in proxy.calls] == ["http://model.invalid/v1/chat/completions"]
+
+
+def test_once_the_breaker_tripped_scoring_asks_the_server_nothing_more():
+    """Each item's chat-template request waited connect_timeout_s on a hung server."""
+    from mushroom.backends import build_backend
+    from mushroom.backends.base import BackendConfig, LoglikelihoodRequest, Message
+
+    with HungServer() as server:
+        backend = build_backend(
+            BackendConfig(kind="openai", model="m", base_url=server.url, concurrency=2, connect_timeout_s=5.0)
+        )
+        backend.breaker.trip("the server at it is hung")
+        backend._model_checked = True  # the GET /models a first batch makes would be answered by nothing
+        requests = [
+            LoglikelihoodRequest(
+                key=str(k), messages=[Message(role="user", content="q")], continuation=" Yes"
+            )
+            for k in range(4)
+        ]
+        scores = backend.loglikelihood(requests)
+        backend.close()
+        asked = server.accepted
+    assert [s.error for s in scores] == [
+        "not sent: the server at it is hung; the same command retries it"
+    ] * 4
+    assert asked == 0

@@ -177,19 +177,20 @@ class OpenAIConfig(BackendSettings):
     def _http_url(cls, value: str | None) -> str | None:
         if not value:  # unset: the backend says it needs one
             return None
-        import httpx
+        from urllib.parse import urlsplit  # not httpx: validating a config imports no extra
 
         example = "e.g. http://127.0.0.1:8000/v1"
         if not value.startswith(("http://", "https://")):
             raise ValueError(f"{value!r} is not an http(s) URL; {example}")
         try:
-            url = httpx.URL(value)
-        except httpx.InvalidURL as exc:  # a port that is no number, a bad host
+            url = urlsplit(value)
+            port = url.port  # raises for a port that is no number, or out of range
+        except ValueError as exc:
             raise ValueError(f"{value!r} is not a valid URL ({exc}); {example}") from None
-        if not url.host:
+        if not url.hostname:
             raise ValueError(f"{value!r} names no host; {example}")
-        if url.port is not None and not 0 < url.port < 65536:
-            raise ValueError(f"{value!r}: port {url.port} is not between 1 and 65535; {example}")
+        if port == 0:
+            raise ValueError(f"{value!r}: port 0 is no port; {example}")
         return value
 
     @field_validator("concurrency")

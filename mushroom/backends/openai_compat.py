@@ -69,7 +69,7 @@ from mushroom.backends.config import OpenAIConfig
 from mushroom.backends.openai_schema import read_completion
 from mushroom.backends.registry import register_backend
 from mushroom.backends.sockets import install as install_sockets
-from mushroom.errors import NOT_SENT, TOO_LONG, MushroomError
+from mushroom.errors import NOT_SENT, SLOWER, TOO_LONG, MushroomError
 from mushroom.util.words import one_line, plural
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -89,7 +89,6 @@ BREAKER_WARM = 10
 TIMEOUTS_COLD = 1
 TIMEOUTS_WARM = 2
 TIMED_OUT = "timeout after"  # how a read timeout's message starts (after "gave up after ...: ")
-SLOWER = "higher -o backend.timeout_s"  # the advice of a timeout's message, which retry_advice reads
 RETRY_WAIT_CAP_S = 30.0  # the longest wait between two attempts
 RETRY_AFTER_CAP_S = 60.0  # the longest Retry-After honoured
 LATE_TOP_K = 50  # top log-probabilities asked for when a server's echoed rows are one token late
@@ -101,9 +100,9 @@ _INVALID = re.compile(
 )
 # A 429 that no wait cures: the account is out of quota or credit (OpenAI's insufficient_quota).
 # Retried as "busy", every item spent its retries on it (~8 s each) and the run never stopped.
-_QUOTA = re.compile(
-    r"insufficient_quota|exceeded your (current )?quota|billing|credit balance|out of credits", re.IGNORECASE
-)
+# (Not "billing": OpenAI's passing per-minute 429 points to the billing page too.)
+_QUOTA = re.compile(r"insufficient_quota|exceeded your current quota", re.IGNORECASE)
+OUT_OF_QUOTA = "(out of quota)"  # in the error of such a 429: judged once, on the whole body
 # llama.cpp's llama-server refuses n > 1 (HTTP 500, "Only one completion choice is allowed")
 _ONE_CHOICE = re.compile(r"one completion choice|\bn\b.{0,40}(not supported|must be 1)", re.IGNORECASE)
 # A body that blames the structured-output form; `auto` then tries the next form.
@@ -193,7 +192,7 @@ class CircuitBreaker:
                 n = self._timeouts_in_row
                 none = "no request" if n == 1 else f"none of the last {n} requests"
                 self._open = (
-                    f"{NOT_SENT}: the server at {self.url} answered {none}{within}{first if n > 1 else ''}; "
+                    f"{NOT_SENT}: the server at {self.url} answered {none}{within}; "
                     f"a slower model needs a {SLOWER}; the same command retries it"
                 )
             else:
@@ -220,7 +219,7 @@ class CircuitBreaker:
 
 def _busy(message: str) -> bool:
     """A give-up on 408 or 429: the server is busy, not broken (an account out of quota is neither)."""
-    return bool(re.search(r"HTTP (408|429)\b", message)) and not _QUOTA.search(message)
+    return bool(re.search(r"HTTP (408|429)\b", message)) and OUT_OF_QUOTA not in message
 
 
 def _detail(exc: Exception) -> str:
@@ -359,18 +358,18 @@ class OpenAIBackend(Backend):
         headers = {"Content-Type": "application/json", **auth_headers(config)}
         self.base_url = str(config.base_url).rstrip("/")
         self.server_root = re.sub(r"/v1$", "", self.base_url)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        transport = httpx.HTTPTransport(limits=limits)
-        # the sockets of requests in flight, cut on Ctrl-C and when the breaker trips (sockets.py)
-        self._sockets = install_sockets(transport)
-        self._stop = threading.Event()  # set while a Ctrl-C (or a failed item) ends a batch
-        self._cut_pool: ThreadPoolExecutor | None = None  # the pool of a batch so ended
         self.client = httpx.Client(
             base_url=self.base_url,
             headers=headers,
             timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s, pool=None),
-            transport=transport,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
         )
+        # the sockets of requests in flight (proxies' too), cut on Ctrl-C and when the breaker trips
+        self._sockets = install_sockets(self.client)
+        self._stop = threading.Event()  # set when a Ctrl-C (or a failed item) ends a batch: drop results
+        self._wake = threading.Event()  # set then, and when the breaker trips: end waits between attempts
+        self._record = threading.Lock()  # "not stopped, so record the result" is one step
+        self._cut_pool: ThreadPoolExecutor | None = None  # the pool of a batch so ended
         self.retries_made = 0
         # (message, when) of a request that gave up on connection errors while no server has
         # answered at the URL in this run, or the UNREACHABLE_IN_ROW-th such request in a row
@@ -478,7 +477,8 @@ class OpenAIBackend(Backend):
         return wait_random_exponential(multiplier=0.5, max=RETRY_WAIT_CAP_S)(state)
 
     def _cut_in_flight(self) -> None:
-        """Ends the reads of the requests in flight: their items fail (or stop) now, not at their timeout."""
+        """Ends the requests in flight and their waits: their items end now, not at their timeout."""
+        self._wake.set()
         if self._sockets is not None:
             self._sockets.abort()
 
@@ -509,11 +509,11 @@ class OpenAIBackend(Backend):
         try:
             response = self.client.post(path, json=body)
         except httpx.HTTPError as exc:
-            if self._stop.is_set():  # cut by a Ctrl-C
-                raise _Final(f"{NOT_SENT}: the run was interrupted") from exc
+            if self._stop.is_set():  # cut by a Ctrl-C (the result is dropped)
+                raise _Final("cut in flight: the run was interrupted") from exc
             blocked = self.breaker.blocked()
-            if blocked is not None:  # cut when the breaker tripped
-                raise _Final(blocked) from exc
+            if blocked is not None:  # cut when the breaker tripped: it was sent
+                raise _Final(f"cut in flight: {blocked.removeprefix(NOT_SENT + ': ')}") from exc
             raise self._network_failure(exc, f"{self.base_url}{path}") from exc
         self._reached = True
         if response.status_code in RETRY_STATUS and not is_final(response.status_code, response.text):
@@ -558,7 +558,7 @@ class OpenAIBackend(Backend):
             # a request's retries end within retry_budget_s, however many attempts are left
             stop=stop_after_attempt(attempts) | stop_after_delay(self.config.retry_budget_s),
             wait=self._wait,
-            sleep=self._stop.wait,  # a Ctrl-C ends the wait between attempts too
+            sleep=self._wake.wait,  # a Ctrl-C or a tripped breaker ends the wait between attempts
             retry=retry_if_exception_type(_Transient),
             before_sleep=self._count_retry,
             reraise=True,
@@ -575,6 +575,9 @@ class OpenAIBackend(Backend):
                         self._unreachable = (message, time.monotonic())
             return message
         except _Final as exc:
+            sent = retrying.statistics.get("attempt_number", 1) - 1
+            if str(exc).startswith(NOT_SENT) and sent:  # stopped before a retry: it was sent
+                return f"stopped after {plural(sent, 'attempt')}: {str(exc).removeprefix(NOT_SENT + ': ')}"
             return str(exc)
         self._unreachable, self._unreachable_in_row = None, 0  # the server answers (again)
         return response
@@ -739,6 +742,8 @@ class OpenAIBackend(Backend):
                 form = self._form
                 continue
             hint = ""
+            if status == 429 and _QUOTA.search(text):
+                return Generation(error=f"HTTP 429 {OUT_OF_QUOTA}: {text[:300]}")
             if status == 404 and not self.base_url.endswith("/v1"):  # most often the missing /v1
                 where = f"{self.base_url}/chat/completions"
                 hint = f" ({where} not found: OpenAI-compatible servers serve under /v1)"
@@ -759,11 +764,16 @@ class OpenAIBackend(Backend):
             self._cut_pool.shutdown(wait=True)
             self._cut_pool = None
         self._stop.clear()
+        if self.breaker.blocked() is None:  # a tripped breaker's cut holds for the backend's life
+            self._wake.clear()
+            if self._sockets is not None:
+                self._sockets.resume()
         pool = ThreadPoolExecutor(max_workers=min(self.concurrency, n))
         try:
             list(pool.map(work, range(n)))
         except BaseException:
-            self._stop.set()
+            with self._record:  # no result is recorded from now on
+                self._stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
             self._cut_in_flight()
             self._cut_pool = pool
@@ -779,11 +789,12 @@ class OpenAIBackend(Backend):
 
         def work(i: int) -> None:
             gen = self._one(requests[i])
-            if self._stop.is_set():  # interrupted: not recorded, the item is redone on resume
-                return
-            results[i] = gen
-            if on_result:
-                on_result(i, gen)
+            with self._record:
+                if self._stop.is_set():  # interrupted: not recorded, the item is redone on resume
+                    return
+                results[i] = gen
+                if on_result:
+                    on_result(i, gen)
 
         self._map(work, len(requests))
         return [r if r is not None else Generation(error="no result") for r in results]
@@ -809,12 +820,18 @@ class OpenAIBackend(Backend):
 
     def _server_template(self, messages: list[Message]) -> str | None:
         """llama.cpp's `/apply-template`: the model's own chat template applied by the server."""
+        if self.breaker.blocked() is not None:
+            return None
         try:
             response = self.client.post(
                 f"{self.server_root}/apply-template",
                 json={"messages": [m.model_dump() for m in messages]},
                 timeout=self.config.connect_timeout_s,
             )
+        except httpx.ReadTimeout:
+            message = hung_message(self.base_url, "POST /apply-template", self.config.connect_timeout_s)
+            self.breaker.trip(message)
+            return None
         except httpx.HTTPError:
             return None
         if response.status_code != 200:
@@ -902,6 +919,11 @@ class OpenAIBackend(Backend):
         return Loglikelihood(logprob=total, is_greedy=greedy)
 
     def _score(self, req: LoglikelihoodRequest) -> Loglikelihood:
+        blocked = self.breaker.blocked()
+        if blocked is not None:  # before the template request too: it would wait on a hung server
+            return Loglikelihood(error=blocked)
+        if self._stop.is_set():
+            return Loglikelihood(error=f"{NOT_SENT}: the run was interrupted")
         prompt = self._render(req.messages)
         full = prompt + req.continuation
         while True:
@@ -945,15 +967,19 @@ class OpenAIBackend(Backend):
 
         def work(i: int) -> None:
             score = self._score(requests[i])
-            if self._stop.is_set():  # interrupted: not recorded, the item is redone on resume
-                return
-            self._judged(score.error)
-            results[i] = score
-            if on_result:
-                on_result(i, score)
+            with self._record:
+                if self._stop.is_set():  # interrupted: not recorded, the item is redone on resume
+                    return
+                self._judged(score.error)
+                results[i] = score
+                if on_result:
+                    on_result(i, score)
 
         self._map(work, len(requests))
         return [r if r is not None else Loglikelihood(error="no result") for r in results]
 
     def close(self) -> None:
+        if self._cut_pool is not None:
+            self._cut_pool.shutdown(wait=False, cancel_futures=True)
+            self._cut_pool = None
         self.client.close()

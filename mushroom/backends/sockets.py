@@ -7,14 +7,14 @@ process could not exit before they ended (a thread pool's workers are joined at 
 Here every connection's socket is kept (weakly) and `abort()` shuts them down, which wakes
 the reads with a closed connection.
 
-httpx takes no network backend, so the one of its connection pool is wrapped; where an
-httpx release moves that attribute, `install` returns None and requests are waited for,
-as before, instead of failing.
+httpx takes no network backend, so the one of each connection pool of a client (its own,
+and those of the proxies it mounts from the environment) is wrapped; where an httpx release
+moves those attributes, `install` returns None and requests are waited for, as before,
+instead of failing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import ssl
 import threading
@@ -50,46 +50,78 @@ class _Stream(httpcore.NetworkStream):
         return self._inner.get_extra_info(info)
 
 
-class OpenSockets(httpcore.NetworkBackend):
-    """A network backend that remembers the sockets it opened, to shut them down at once."""
+class _Backend(httpcore.NetworkBackend):
+    """One pool's network backend, its sockets kept in the client's `OpenSockets`."""
 
-    def __init__(self, inner: httpcore.NetworkBackend):
+    def __init__(self, inner: httpcore.NetworkBackend, kept: OpenSockets):
         self._inner = inner
-        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
-        self._lock = threading.Lock()
-
-    def add(self, sock: Any) -> None:
-        if isinstance(sock, socket.socket):
-            with self._lock:
-                self._sockets.add(sock)
+        self._kept = kept
 
     def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
-        return _Stream(self._inner.connect_tcp(*args, **kwargs), self)
+        return _Stream(self._inner.connect_tcp(*args, **kwargs), self._kept)
 
     def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
-        return _Stream(self._inner.connect_unix_socket(*args, **kwargs), self)
+        return _Stream(self._inner.connect_unix_socket(*args, **kwargs), self._kept)
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)
 
-    def abort(self) -> int:
-        """Shuts down every open socket; the reads waiting on them end. Returns how many."""
+
+class OpenSockets:
+    """The sockets a client opened, to shut them down at once.
+
+    After `abort()`, a socket opened by a request that was still connecting is shut down as
+    soon as it is added (it would otherwise wait out its read timeout), until `resume()`.
+    """
+
+    def __init__(self) -> None:
+        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._cutting = False
+
+    def add(self, sock: Any) -> None:
+        if not isinstance(sock, socket.socket):
+            return
         with self._lock:
+            self._sockets.add(sock)
+            cutting = self._cutting
+        if cutting:
+            _shut(sock)
+
+    def abort(self) -> int:
+        """Shuts down every open socket, and those opened from now until `resume`. Returns how many."""
+        with self._lock:
+            self._cutting = True
             open_now = list(self._sockets)
-        cut = 0
-        for sock in open_now:
-            with contextlib.suppress(OSError, ValueError):  # closed meanwhile
-                sock.shutdown(socket.SHUT_RDWR)
-                cut += 1
-        return cut
+        return sum(_shut(sock) for sock in open_now)
+
+    def resume(self) -> None:
+        """Sockets opened from now on are left open."""
+        with self._lock:
+            self._cutting = False
 
 
-def install(transport: Any) -> OpenSockets | None:
-    """Wraps the network backend of an `httpx.HTTPTransport`'s pool; None where it has none."""
-    pool = getattr(transport, "_pool", None)
-    inner = getattr(pool, "_network_backend", None)
-    if not isinstance(inner, httpcore.NetworkBackend):
+def _shut(sock: socket.socket) -> bool:
+    """Shuts a socket down for reading and writing; False when it was closed already.
+
+    `socket.socket.shutdown` itself: a TLS socket's own method drops its SSL object, and a
+    worker reading it then gets a ValueError that httpx does not wrap.
+    """
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def install(client: Any) -> OpenSockets | None:
+    """Keeps the sockets of every connection pool of an `httpx.Client`; None where it has none."""
+    transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
+    pools = [getattr(t, "_pool", None) for t in transports if t is not None]
+    backends = [getattr(p, "_network_backend", None) for p in pools]
+    if not pools or not all(isinstance(b, httpcore.NetworkBackend) for b in backends):
         return None
-    kept = OpenSockets(inner)
-    pool._network_backend = kept  # type: ignore[union-attr]
+    kept = OpenSockets()
+    for pool, backend in zip(pools, backends):
+        pool._network_backend = _Backend(backend, kept)  # type: ignore[union-attr]
     return kept

@@ -114,10 +114,14 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
             raise MushroomError(f"{option} {path} is an input of this command ({given}); write it elsewhere")
         folder = source if source.is_dir() else source.parent
         if target.parent == folder and prediction_file_lang(target.name) is not None:
-            beside = "inside" if source.is_dir() else "beside"
+            where = (
+                f"the prediction files read from the input folder {given}"
+                if source.is_dir()
+                else f"a prediction file, beside the input {given}"
+            )
             raise MushroomError(
-                f"{option} {path} is named as the prediction files read from the input {given}, {beside} "
-                "it: it would be read as one of that folder's runs; give it another name or folder"
+                f"{option} {path} is named as {where}: it would be read as one of that folder's runs; "
+                "give it another name or folder"
             )
     data = DEFAULT_DATA_DIR.resolve()
     if target.is_relative_to(data):

@@ -144,6 +144,11 @@ NO_CONTEXT = "no usable context"
 """The reason given for every claim of an item that had no context to check it against."""
 
 
+def _broke_off(max_tokens: int) -> str:
+    """Why a reply cut off at max_tokens before its first entry is unusable (shown to the model on retry)."""
+    return f"the reply broke off (max_tokens is {max_tokens}) before any entry"
+
+
 def _unread(st: Counter, stage: str, max_tokens: int) -> str | None:
     """Why no reply of an item's stage (its retry included) could be read, when each was empty or cut off."""
     replies = [stage, f"{stage}.retry"] if st[f"{stage}.retries"] else [stage]
@@ -283,7 +288,16 @@ class ChainDetector(Detector):
         text = gen.texts[0]
         st["chain.response_chars"] += len(text)
         cut = gen.used_budget(self.options.max_tokens)
-        if not text.strip() and not cut:  # a server's `content: null`, a model that stopped at once
+        if not text.strip():  # a server's `content: null`, a model that stopped at once
+            if cut:  # nothing before max_tokens (a reasoning model's content is null then)
+                st[f"{stage}.truncated"] += 1
+                st["chain.truncated"] += 1
+                st[f"{stage}.cut_empty"] += 1
+                return (
+                    None,
+                    _broke_off(self.options.max_tokens),
+                    text,
+                )
             st[f"{stage}.empty"] += 1
             return None, "the reply was empty", text
         value, repairs = extract_json(text)
@@ -309,7 +323,7 @@ class ChainDetector(Detector):
             st[f"{stage}.cut_empty"] += 1
             return (
                 None,
-                f"the reply broke off (max_tokens is {self.options.max_tokens}) before any entry",
+                _broke_off(self.options.max_tokens),
                 text,
             )
         st[f"{stage}.ok"] += 1
