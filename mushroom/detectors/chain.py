@@ -288,44 +288,35 @@ class ChainDetector(Detector):
         text = gen.texts[0]
         st["chain.response_chars"] += len(text)
         cut = gen.used_budget(self.options.max_tokens)
-        if not text.strip():  # a server's `content: null`, a model that stopped at once
-            if cut:  # nothing before max_tokens (a reasoning model's content is null then)
-                st[f"{stage}.truncated"] += 1
-                st["chain.truncated"] += 1
-                st[f"{stage}.cut_empty"] += 1
-                return (
-                    None,
-                    _broke_off(self.options.max_tokens),
-                    text,
-                )
+        empty = not text.strip()
+        if empty and not cut:  # a server's `content: null`, a model that stopped at once
             st[f"{stage}.empty"] += 1
             return None, "the reply was empty", text
-        value, repairs = extract_json(text)
         # A reply cut off at max_tokens (a small model repeating itself) is closed by the
         # repair parser, often into an empty list: read as "no claims" or "no verdicts", the
         # item became a quiet "nothing wrong". It is counted, and unusable when nothing in it
-        # survived, so it is retried and then counted among the stage's failures.
+        # survived, so it is retried and then counted among the stage's failures. So is an
+        # empty reply cut off (a reasoning model's content is null when it used max_tokens).
         # The server's token count says so; without one (a replay file, a scripted backend) a
         # reply whose JSON the parser had to close is taken as cut off.
+        value, repairs = extract_json(text)
         if cut is None:
             cut = "truncated" in repairs
         if cut:
             st[f"{stage}.truncated"] += 1
             st["chain.truncated"] += 1
-        if value is None:
-            st[f"{stage}.invalid_json"] += 1
-            return None, "invalid JSON: no JSON object found", text
-        checked = check(value)
-        if checked is None:
-            st[f"{stage}.wrong_shape"] += 1
-            return None, "the JSON does not have the fields asked for", text
-        if cut and not checked:
+        checked = None
+        if not empty:
+            if value is None:
+                st[f"{stage}.invalid_json"] += 1
+                return None, "invalid JSON: no JSON object found", text
+            checked = check(value)
+            if checked is None:
+                st[f"{stage}.wrong_shape"] += 1
+                return None, "the JSON does not have the fields asked for", text
+        if empty or (cut and not checked):
             st[f"{stage}.cut_empty"] += 1
-            return (
-                None,
-                _broke_off(self.options.max_tokens),
-                text,
-            )
+            return None, _broke_off(self.options.max_tokens), text
         st[f"{stage}.ok"] += 1
         return checked, None, text
 
