@@ -157,7 +157,7 @@ def test_stack_fit_never_writes_into_a_member_run(tmp_path, capsys):
     pred = run / "predictions" / "mushroom.en-val.v2.jsonl"
     before = pred.read_bytes()
     code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", pred)
-    assert code == 2 and "is inside the run folder" in err and pred.read_bytes() == before, err
+    assert code == 2 and "read from the input folder" in err and pred.read_bytes() == before, err
     # a folder of loose prediction files: a stack.json beside them is fine, over one is not
     plain = tmp_path / "plain"
     plain.mkdir()

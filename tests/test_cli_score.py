@@ -291,6 +291,23 @@ def test_score_writes_over_none_of_its_inputs_and_counts_a_language_once(tmp_pat
     said = " ".join(err.split())
     assert code == 2 and "named as a prediction file, beside the input" in said, err
     assert not (tmp_path / "mushroom.de-val.v2.jsonl").exists()
+    # nor a file the run of an input keeps, nor a prediction file in the folder a run is read from
+    config = (run / "config.json").read_bytes()
+    pred_file = run / "predictions" / "mushroom.en-val.v2.jsonl"
+    for target, read, said in (
+        (run / "config.json", pred_file, "would replace a file the run"),
+        (run / "predictions" / "mushroom.fr-val.v2.jsonl", run, "read from the input folder"),
+    ):
+        code, _, err = cli(capsys, "score", VAL_DIR, read, "--json", target)
+        assert code == 2 and said in " ".join(err.split()), err
+    assert (run / "config.json").read_bytes() == config
+    assert not (run / "predictions" / "mushroom.fr-val.v2.jsonl").exists()
+    # a loose folder read through its val/ folder too
+    loose = tmp_path / "loose"
+    (loose / "val").mkdir(parents=True)
+    (loose / "val" / pred_file.name).write_bytes(pred_file.read_bytes())
+    code, _, err = cli(capsys, "score", VAL_DIR, loose, "--json", loose / "val" / "mushroom.fr-val.v2.jsonl")
+    assert code == 2 and "read from the input folder" in " ".join(err.split()), err
 
 
 def test_a_bad_gold_span_is_named_in_the_gold_file_and_nan_is_null_in_json(tmp_path, capsys):

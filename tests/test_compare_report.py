@@ -426,3 +426,26 @@ def test_a_request_asked_again_is_one_raw_output_in_the_report(tmp_path):
     assert page.count("raw model output ") == 2, page
     assert "[asked 2 times: the last reply] first temperature, asked again" in page
     assert "HTTP 500" not in page and "second temperature" in page
+
+
+def test_compare_writes_over_none_of_its_inputs_the_runs_files_or_the_official_data(two_runs, tmp_path):
+    """compare overwrote its --tags file, a run's scores.md, and wrote into the official data folder."""
+    from mushroom.data.splits import DEFAULT_DATA_DIR
+
+    lo, hi = two_runs
+    tags = write_lines(tmp_path / "x.tags.csv", [{"id": "val-en-1", "error_type": "other"}])
+    before = tags.read_bytes()
+    official = DEFAULT_DATA_DIR / "val"
+    for extra, said in (
+        (["--tags", tags, "--eval-dir", tmp_path, "--name", "x"], "is an input of this command"),
+        (["--eval-dir", official, "--name", "c"], "the folder of the official data files"),
+        (["--eval-dir", lo, "--name", "scores"], "would replace a file the run"),
+        (["--eval-dir", lo / "predictions", "--name", "c"], "would replace a file the run"),
+    ):
+        res = runner.invoke(app, ["compare", str(lo), str(hi), *map(str, extra)])
+        assert res.exit_code != 0 and said in str(res.exception), (extra, res.output, res.exception)
+    assert tags.read_bytes() == before and not list(official.glob("c.*"))
+    res = runner.invoke(
+        app, ["compare", str(lo), str(hi), "--eval-dir", str(tmp_path / "eval"), "--name", "c"]
+    )
+    assert res.exit_code == 0 and (tmp_path / "eval" / "c.md").is_file(), res.output

@@ -95,13 +95,17 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
     `score --output GOLD` replaced the gold file with two lines of scores, and `ensemble --out`
     could write over its --items file or an official val file, each exiting 0. So the path may
     not be one of `inputs`, nor be named as the per-language files an input folder is read
-    for (`mushroom.en-val.v2.jsonl`) inside it or beside an input file (a later command would
-    read it as one of that folder's runs), nor lie in the data folder of the official files.
-    Other names there are fine (`score RUN --json RUN/scores.json`), every time. The files of
-    an input's run folder are `refuse_out_in_runs`'s to guard.
+    for (`mushroom.en-val.v2.jsonl`) anywhere inside it (a run is read through its
+    `predictions/` or `val/`) or beside an input file (a later command would read it as one of
+    that folder's runs), nor replace a file the run of an input keeps (its config, ledgers,
+    scores), nor lie in the data folder of the official files. Other names there are fine
+    (`score RUN --json RUN/scores-mine.json`), every time. Commands that write nothing into
+    an input's run folder say so with `refuse_out_in_runs` as well.
     """
     from mushroom.data.predictions import prediction_file_lang
+    from mushroom.data.runfolder import run_scope
     from mushroom.data.splits import DEFAULT_DATA_DIR
+    from mushroom.runs.service import RUN_FILES
 
     if path.is_dir():
         raise MushroomError(f"{option} {path}: is a folder; give a file name to write")
@@ -113,7 +117,8 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
         if target == source:
             raise MushroomError(f"{option} {path} is an input of this command ({given}); write it elsewhere")
         folder = source if source.is_dir() else source.parent
-        if target.parent == folder and prediction_file_lang(target.name) is not None:
+        named = prediction_file_lang(target.name) is not None
+        if named and (target.is_relative_to(source) if source.is_dir() else target.parent == folder):
             where = (
                 f"the prediction files read from the input folder {given}"
                 if source.is_dir()
@@ -122,6 +127,13 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
             raise MushroomError(
                 f"{option} {path} is named as {where}: it would be read as one of that folder's runs; "
                 "give it another name or folder"
+            )
+        scope = run_scope(source) if source.exists() else None
+        run = scope.folder.resolve() if scope is not None else None
+        if run is not None and target.is_relative_to(run) and target.relative_to(run).parts[0] in RUN_FILES:
+            raise MushroomError(
+                f"{option} {path} would replace a file the run {scope.folder} keeps (its config, ledgers, "
+                "scores or predictions), an input of this command; write it elsewhere"
             )
     data = DEFAULT_DATA_DIR.resolve()
     if target.is_relative_to(data):

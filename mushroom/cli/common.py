@@ -88,7 +88,9 @@ Contexts = Annotated[
 ]
 
 
-def refuse_out_in_runs(out: Path, runs: list[Path], what: str, keep_suffix: str | None = None) -> None:
+def refuse_out_in_runs(
+    out: Path, runs: list[Path], what: str, keep_suffix: str | None = None, option: str = "--out"
+) -> None:
     """Refuses an --out inside a run folder a command reads: it would overwrite the run's files.
 
     A report or a stack written over a prediction file, a ledger or config.json broke the run
@@ -109,7 +111,7 @@ def refuse_out_in_runs(out: Path, runs: list[Path], what: str, keep_suffix: str 
         if not target.is_relative_to(folder) or allowed:
             continue
         raise MushroomError(
-            f"--out {out} is inside the run folder {folder} of an input: {what} would overwrite or "
+            f"{option} {out} is inside the run folder {folder} of an input: {what} would overwrite or "
             "become one of that run's files; write it outside the runs it reads"
             + (f" (or give a {keep_suffix} file)" if keep_suffix else "")
         )

@@ -72,6 +72,12 @@ def compare(
     if folder.exists() and not folder.is_dir():
         raise MushroomError(f"--eval-dir {folder}: is a file, not a folder")
     tag_map = load_tags(input_file(tags, "--tags")) if tags is not None else None
+    stem = name or f"compare-{timestamp()}"
+    written = [folder / f"{stem}.md", folder / f"{stem}.csv"]
+    written += [folder / f"{stem}.tags.csv"] if tag_map is not None else []
+    for path in written:  # none may replace an input, a run's file, or an official one
+        output_file(path, "--eval-dir", (*runs, tags))
+        refuse_out_in_runs(path, runs, "the comparison", option="--eval-dir")
     scored = [score_run(r, split) for r in runs]
     for run in scored:
         for warning in run.result.warnings:
@@ -94,7 +100,6 @@ def compare(
         paired_table(f"{split}: runs against baseline {scored[baseline].name} (paired, items)", rows)
     )
     folder.mkdir(parents=True, exist_ok=True)
-    stem = name or f"compare-{timestamp()}"
     md = rows_markdown(rows, COLUMNS)
     csv_text = rows_csv(rows, COLUMNS)
     if tag_map is not None:

@@ -828,7 +828,7 @@ class RunService:
                     self.warn(
                         f"{split}/{lang}: {plural(ledger.unreadable, 'line')} of the item ledger "
                         f"{ledger.path} could not be read (damaged, or written by another version of "
-                        "mushroom): their items are computed again"
+                        "mushroom): an item with no other readable line there is computed again"
                     )
                 ids: list[str] = []  # what the end of the run needs of each item: its id
                 changed = 0  # items done by an earlier run whose inputs have changed since
