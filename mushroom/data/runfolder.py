@@ -435,8 +435,9 @@ class FailedItems:
                 "run stopped before rewriting the file"
             )
         return (
-            f"{path}: {'; '.join(parts)}; their predictions are not the run's (--allow-failures writes a "
-            "failed item empty): run that run's command again to complete them"
+            f"{path}: {'; '.join(parts)}; their predictions lack what failed (--allow-failures writes "
+            "such an item empty, or, in a cascade, with the CPU stack's prediction): run that run's "
+            "command again to complete them"
         )
 
 
