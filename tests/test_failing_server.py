@@ -369,3 +369,20 @@ def test_once_the_breaker_tripped_scoring_asks_the_server_nothing_more():
         "not sent: the server at it is hung; the same command retries it"
     ] * 4
     assert asked == 0
+
+
+def test_an_out_of_quota_answer_to_a_scoring_request_counts_for_the_breaker_too():
+    """Only the chat path marked it: a P(Yes) run against an empty account was never stopped."""
+    from mushroom.backends import build_backend
+    from mushroom.backends.base import BackendConfig
+    from mushroom.backends.openai_compat import http_error
+
+    def judged(body: str) -> str | None:
+        backend = build_backend(BackendConfig(kind="openai", model="m", base_url="http://127.0.0.1:9/v1"))
+        for _ in range(BREAKER_COLD):
+            backend._judged(f"the server cannot score prompts ({http_error(429, body)})")
+        backend.close()
+        return backend.breaker.blocked()
+
+    assert "exceeded your current quota" in judged(QUOTA)
+    assert judged(RATE_LIMIT) is None  # a passing rate limit is waited for, never counted

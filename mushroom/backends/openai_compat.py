@@ -217,6 +217,12 @@ class CircuitBreaker:
             self.on_open()
 
 
+def http_error(status: int, text: str) -> str:
+    """`HTTP 500: body`; a 429 that says the account is out of quota is marked so for `_busy`."""
+    quota = f" {OUT_OF_QUOTA}" if status == 429 and _QUOTA.search(text) else ""
+    return f"HTTP {status}{quota}: {text[:300]}"
+
+
 def _busy(message: str) -> bool:
     """A give-up on 408 or 429: the server is busy, not broken (an account out of quota is neither)."""
     return bool(re.search(r"HTTP (408|429)\b", message)) and OUT_OF_QUOTA not in message
@@ -368,7 +374,7 @@ class OpenAIBackend(Backend):
         self._sockets = install_sockets(self.client)
         self._stop = threading.Event()  # set when a Ctrl-C (or a failed item) ends a batch: drop results
         self._wake = threading.Event()  # set then, and when the breaker trips: end waits between attempts
-        self._record = threading.Lock()  # "not stopped, so record the result" is one step
+        self._record = threading.Lock()  # held to record a result, and to set `_stop`
         self._cut_pool: ThreadPoolExecutor | None = None  # the pool of a batch so ended
         self.retries_made = 0
         # (message, when) of a request that gave up on connection errors while no server has
@@ -411,19 +417,27 @@ class OpenAIBackend(Backend):
                 self._concurrency, self.concurrency_source = self._detect_concurrency()
             return self._concurrency
 
-    def _get_json(self, url: str) -> Any:
-        """A GET's JSON answer, or None; a server that answers it nothing is hung (the breaker trips)."""
+    def _quick(self, method: str, url: str, **kwargs: Any) -> httpx.Response | None:
+        """A setup request (models, slots, a chat template), given the connect timeout to answer.
+
+        None when it failed, or the breaker has tripped; a server that takes the connection
+        and answers nothing is hung, and the breaker trips (each further request would wait).
+        """
         if self.breaker.blocked() is not None:
             return None
         try:
-            response = self.client.get(url, timeout=self.config.connect_timeout_s)
+            return self.client.request(method, url, timeout=self.config.connect_timeout_s, **kwargs)
         except httpx.ReadTimeout:
-            path = url.removeprefix(self.server_root)
-            self.breaker.trip(hung_message(self.base_url, f"GET {path}", self.config.connect_timeout_s))
-            return None
+            asked = f"{method} {url.removeprefix(self.server_root)}"
+            self.breaker.trip(hung_message(self.base_url, asked, self.config.connect_timeout_s))
         except httpx.HTTPError:
-            return None
-        if response.status_code != 200:
+            pass
+        return None
+
+    def _get_json(self, url: str) -> Any:
+        """A GET's JSON answer, or None."""
+        response = self._quick("GET", url)
+        if response is None or response.status_code != 200:
             return None
         try:
             return response.json()
@@ -742,15 +756,13 @@ class OpenAIBackend(Backend):
                 form = self._form
                 continue
             hint = ""
-            if status == 429 and _QUOTA.search(text):
-                return Generation(error=f"HTTP 429 {OUT_OF_QUOTA}: {text[:300]}")
             if status == 404 and not self.base_url.endswith("/v1"):  # most often the missing /v1
                 where = f"{self.base_url}/chat/completions"
                 hint = f" ({where} not found: OpenAI-compatible servers serve under /v1)"
-            return Generation(error=f"HTTP {status}: {text[:300]}{hint}")
+            return Generation(error=http_error(status, text) + hint)
 
-    def _map(self, work: Callable[[int], T], n: int) -> None:
-        """Runs `work` over 0..n-1 with `concurrency` requests in flight.
+    def _map(self, call: Callable[[int], T], record: Callable[[int, T], None], n: int) -> None:
+        """Runs `call` over 0..n-1 with `concurrency` requests in flight, `record`ing each result.
 
         On Ctrl-C (or an item's exception) the requests in flight are cut and their results
         dropped: leaving the pool's block waited for each of them, up to `timeout_s`, with
@@ -768,6 +780,13 @@ class OpenAIBackend(Backend):
             self._wake.clear()
             if self._sockets is not None:
                 self._sockets.resume()
+
+        def work(i: int) -> None:
+            result = call(i)
+            with self._record:  # "not stopped, so record it" as one step
+                if not self._stop.is_set():  # interrupted: not recorded, the item is redone on resume
+                    record(i, result)
+
         pool = ThreadPoolExecutor(max_workers=min(self.concurrency, n))
         try:
             list(pool.map(work, range(n)))
@@ -787,16 +806,12 @@ class OpenAIBackend(Backend):
             self._check_served_model()
         results: list[Generation | None] = [None] * len(requests)
 
-        def work(i: int) -> None:
-            gen = self._one(requests[i])
-            with self._record:
-                if self._stop.is_set():  # interrupted: not recorded, the item is redone on resume
-                    return
-                results[i] = gen
-                if on_result:
-                    on_result(i, gen)
+        def record(i: int, gen: Generation) -> None:
+            results[i] = gen
+            if on_result:
+                on_result(i, gen)
 
-        self._map(work, len(requests))
+        self._map(lambda i: self._one(requests[i]), record, len(requests))
         return [r if r is not None else Generation(error="no result") for r in results]
 
     # ----------------------------------------------------------------- log-likelihood
@@ -820,21 +835,9 @@ class OpenAIBackend(Backend):
 
     def _server_template(self, messages: list[Message]) -> str | None:
         """llama.cpp's `/apply-template`: the model's own chat template applied by the server."""
-        if self.breaker.blocked() is not None:
-            return None
-        try:
-            response = self.client.post(
-                f"{self.server_root}/apply-template",
-                json={"messages": [m.model_dump() for m in messages]},
-                timeout=self.config.connect_timeout_s,
-            )
-        except httpx.ReadTimeout:
-            message = hung_message(self.base_url, "POST /apply-template", self.config.connect_timeout_s)
-            self.breaker.trip(message)
-            return None
-        except httpx.HTTPError:
-            return None
-        if response.status_code != 200:
+        body = {"messages": [m.model_dump() for m in messages]}
+        response = self._quick("POST", f"{self.server_root}/apply-template", json=body)
+        if response is None or response.status_code != 200:
             return None
         try:
             prompt = response.json().get("prompt")
@@ -941,7 +944,7 @@ class OpenAIBackend(Backend):
                 return Loglikelihood(error=result)
             if result.status_code != 200:
                 return Loglikelihood(
-                    error=f"the server cannot score prompts (HTTP {result.status_code}: {result.text[:300]})"
+                    error=f"the server cannot score prompts ({http_error(result.status_code, result.text)})"
                 )
             try:
                 data = result.json()
@@ -965,17 +968,13 @@ class OpenAIBackend(Backend):
             self._check_served_model()
         results: list[Loglikelihood | None] = [None] * len(requests)
 
-        def work(i: int) -> None:
-            score = self._score(requests[i])
-            with self._record:
-                if self._stop.is_set():  # interrupted: not recorded, the item is redone on resume
-                    return
-                self._judged(score.error)
-                results[i] = score
-                if on_result:
-                    on_result(i, score)
+        def record(i: int, score: Loglikelihood) -> None:
+            self._judged(score.error)
+            results[i] = score
+            if on_result:
+                on_result(i, score)
 
-        self._map(work, len(requests))
+        self._map(lambda i: self._score(requests[i]), record, len(requests))
         return [r if r is not None else Loglikelihood(error="no result") for r in results]
 
     def close(self) -> None:
