@@ -116,9 +116,8 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
         source = given.resolve()
         if target == source:
             raise MushroomError(f"{option} {path} is an input of this command ({given}); write it elsewhere")
-        folder = source if source.is_dir() else source.parent
         named = prediction_file_lang(target.name) is not None
-        if named and (target.is_relative_to(source) if source.is_dir() else target.parent == folder):
+        if named and (target.is_relative_to(source) if source.is_dir() else target.parent == source.parent):
             where = (
                 f"the prediction files read from the input folder {given}"
                 if source.is_dir()
