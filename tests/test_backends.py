@@ -673,3 +673,39 @@ def test_a_replay_file_rewritten_in_place_is_read_again(tmp_path):
     assert load_replay_file(path) is first  # the same content is validated once
     path.write_text('{"id": "a", "response": "y"}\n')
     assert [r.response for r in load_replay_file(path)] == ["y"]
+
+
+@pytest.mark.parametrize("name", ["llm", "chain", "pyes"])
+def test_a_detectors_answers_are_cached_in_the_split_it_ran_on_and_read_back_from_there(tmp_path, name):
+    """One detector runs on test, then val; its backend is built once. The val answers went to
+    the test folder's cache, and a re-run where test had nothing to do looked in val's: the
+    failed items it retried (a reply cut off at max_tokens, said to come from the cache) went
+    to the server again."""
+    from mushroom.backends.base import GenerationRequest
+    from mushroom.detectors import build
+
+    def detector(url):
+        backend = {"kind": "openai", "model": "m", "base_url": url, "max_retries": 0}
+        det = build(name, {"models": [backend]} if name == "pyes" else {"backend": backend})
+        return det, (lambda: det.backends[0]) if name == "pyes" else (lambda: det.backend)
+
+    def ask(text):
+        return [GenerationRequest(key=text, item_id=text, messages=[{"role": "user", "content": text}])]
+
+    test, val = tmp_path / "test" / "raw", tmp_path / "val" / "raw"
+    test.mkdir(parents=True)
+    val.mkdir(parents=True)
+    cache = {"llm": "responses.cache.jsonl", "chain": "chain.cache.jsonl", "pyes": "pyes.model0.cache.jsonl"}
+    with FakeServer({}, default_text="an answer") as server:
+        det, backend = detector(server.url)
+        det.workdir = test
+        assert backend().generate(ask("a test item"))[0].texts == ["an answer"]
+        det.workdir = val
+        backend().generate(ask("a val item"))
+        assert len(server.calls) == 2
+        assert "a test item" not in (val / cache[name]).read_text()
+        assert "a val item" not in (test / cache[name]).read_text()
+        again, backend = detector(server.url)  # a re-run whose first split is val
+        again.workdir = val
+        assert backend().generate(ask("a val item"))[0].cached
+        assert len(server.calls) == 2

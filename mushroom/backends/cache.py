@@ -100,9 +100,20 @@ class CachedBackend(Backend):
 
     The wrapped backend may be given as a factory: it is then built on the first miss, so a
     run answered wholly from the cache never loads a model or opens a connection.
+
+    The cache may be given as a function of no arguments that says where it is, asked at each
+    batch: a detector's cache lives in the raw folder of the split it is running on, and one
+    detector runs on test, then on val. Fixed when the backend was built, the cache was the
+    first split's, so the val answers went to the test folder's cache, and a re-run in which
+    test had nothing left to do looked for them in val's, and sent them again.
     """
 
-    def __init__(self, inner: Backend | Callable[[], Backend], cache: ResponseCache, config=None):
+    def __init__(
+        self,
+        inner: Backend | Callable[[], Backend],
+        cache: ResponseCache | Callable[[], Path],
+        config=None,
+    ):
         if isinstance(inner, Backend):
             self._inner: Backend | None = inner
             self._factory = None
@@ -114,7 +125,9 @@ class CachedBackend(Backend):
             self.kind = config.kind
             self._model = config.model
         super().__init__(config)
-        self.cache = cache
+        self._where = None if isinstance(cache, ResponseCache) else cache
+        self._caches: dict[Path, ResponseCache] = {}
+        self._cache = cache if isinstance(cache, ResponseCache) else None
         self.hits = 0
         self.misses = 0
 
@@ -122,6 +135,17 @@ class CachedBackend(Backend):
     def warnings(self) -> list[str]:
         """The inner backend's warnings; none while every answer came from the cache (never built)."""
         return backend_warnings(self._inner)
+
+    @property
+    def cache(self) -> ResponseCache:
+        """The cache of this batch: where the given function says, each file read once."""
+        if self._where is not None:
+            path = Path(self._where())
+            if path not in self._caches:
+                self._caches[path] = ResponseCache(path)
+            self._cache = self._caches[path]
+        assert self._cache is not None
+        return self._cache
 
     @property
     def inner(self) -> Backend:
@@ -138,9 +162,10 @@ class CachedBackend(Backend):
     ) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
         keys = [request_key(self.kind, self._model, r) for r in requests]
+        cache = self.cache  # one file for the whole batch
         missing: dict[str, list[int]] = {}  # identical requests in one batch are sent once
         for i, key in enumerate(keys):
-            hit = self.cache.get(key)
+            hit = cache.get(key)
             if hit is not None and not hit.error and len(hit.texts) < requests[i].n:
                 hit = None  # kept from a server that ignored n: asked again for all n samples
             if hit is not None:
@@ -156,7 +181,7 @@ class CachedBackend(Backend):
 
             def store(j: int, generation: Generation) -> None:
                 key = unique[j]
-                self.cache.put(key, generation)
+                cache.put(key, generation)
                 for i in missing[key]:
                     results[i] = generation
                     if on_result:
@@ -173,9 +198,10 @@ class CachedBackend(Backend):
     ) -> list[Loglikelihood]:
         results: list[Loglikelihood | None] = [None] * len(requests)
         keys = [request_key(self.kind, self._model, r) for r in requests]
+        cache = self.cache  # one file for the whole batch
         missing: list[int] = []
         for i, key in enumerate(keys):
-            hit = self.cache.get_score(key)
+            hit = cache.get_score(key)
             if hit is None:
                 missing.append(i)
                 continue
@@ -188,7 +214,7 @@ class CachedBackend(Backend):
 
             def store(j: int, score: Loglikelihood) -> None:
                 i = missing[j]
-                self.cache.put_score(keys[i], score)
+                cache.put_score(keys[i], score)
                 results[i] = score
                 if on_result:
                     on_result(i, score)
@@ -204,11 +230,12 @@ class CachedBackend(Backend):
             self._inner.close()
 
 
-def build_cached(config, enabled: bool, path: Path | None) -> Backend:
+def build_cached(config, enabled: bool, path: Path | Callable[[], Path] | None) -> Backend:
     """Builds the backend for `config`, behind a disk cache at `path` unless disabled.
 
     Replayed responses are already on disk, so a replay backend is never cached; no `path`
-    (a detector outside a run, see `Detector.cache_file`) is no cache either.
+    (a detector outside a run, see `Detector.cache_file`) is no cache either. A function for
+    `path` is asked where the cache is at each batch (see `CachedBackend`).
     """
     from mushroom.backends import build_backend
     from mushroom.backends.config import parse_backend_config
@@ -216,4 +243,5 @@ def build_cached(config, enabled: bool, path: Path | None) -> Backend:
     cfg = parse_backend_config(config)
     if not enabled or path is None or cfg.kind == "replay":
         return build_backend(cfg)
-    return CachedBackend(lambda: build_backend(cfg), ResponseCache(path), cfg)
+    cache = path if callable(path) else ResponseCache(path)
+    return CachedBackend(lambda: build_backend(cfg), cache, cfg)

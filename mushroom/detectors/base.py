@@ -274,14 +274,18 @@ class Detector(ABC):
                     where = f"{field}[{k}]" if settings is value else field
                     raise MushroomError(f"{self.name} option {where}: {exc}") from None
 
-    def cache_file(self, name: str) -> Path | None:
-        """Where a response cache lives: in the run folder; outside a run (the Python API), none.
+    def cache_place(self, name: str) -> Callable[[], Path] | None:
+        """Where the response cache `name` lives at each batch: the run's raw folder; none outside a run.
 
         Outside a run it went to the current folder, where it outlived the session and answered
         a later call from another server that serves a model of the same name. A cache there is
-        asked for with a detector's `cache_path`.
+        asked for with a detector's `cache_path`. A function, not a path: the run service points
+        `workdir` at each split's raw folder in turn, and a backend is built once, on the first.
         """
-        return self.workdir / name if self.workdir is not None else None
+        first = self.workdir
+        if first is None:
+            return None
+        return lambda: (self.workdir or first) / name
 
     def describe(self) -> dict[str, Any]:
         """Name and options, recorded in every run's config."""

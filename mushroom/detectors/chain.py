@@ -200,7 +200,7 @@ class ChainDetector(Detector):
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            path = self.cache_file("chain.cache.jsonl")
+            path = self.cache_place("chain.cache.jsonl")
             self._backend = self.recording(build_cached(self.options.backend, self.options.cache, path))
         return self._backend
 

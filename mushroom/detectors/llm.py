@@ -115,7 +115,7 @@ class LLMDetector(Detector):
             path = (
                 Path(self.options.cache_path).expanduser()
                 if self.options.cache_path
-                else self.cache_file("responses.cache.jsonl")
+                else self.cache_place("responses.cache.jsonl")
             )
             self._backend = self.recording(build_cached(self.options.backend, self.options.cache, path))
         return self._backend

@@ -173,7 +173,7 @@ class PYesDetector(Detector):
         if self._backends is None:
             self._backends = [
                 self.recording(
-                    build_cached(cfg, self.options.cache, self.cache_file(f"pyes.model{k}.cache.jsonl"))
+                    build_cached(cfg, self.options.cache, self.cache_place(f"pyes.model{k}.cache.jsonl"))
                 )
                 for k, cfg in enumerate(self.options.models)
             ]
