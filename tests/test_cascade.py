@@ -350,3 +350,106 @@ def test_a_cascade_stopped_by_failed_items_says_so_in_its_records_and_summary(tm
     # no score of the earlier invocation is left beside the files it no longer has
     assert not (out / "val" / "scores.json").exists() and not (out / "val" / "comparison.json").exists()
     assert not list((out / "val").glob("mushroom.*.jsonl")) and not (out / "submission.zip").exists()
+
+
+def _digests(path) -> dict[str, str]:
+    """A member's ledger: each item's input digest (its text and the contexts it read)."""
+    return {
+        json.loads(line)["id"]: json.loads(line)["input_digest"] for line in path.read_text().splitlines()
+    }
+
+
+@pytest.mark.slow
+def test_contexts_are_generated_for_the_items_a_cascade_plans_to_send_and_read_by_its_model_alone(
+    tmp_path, capsys, monkeypatch
+):
+    """Context generation costs a model call per item as the llm member does: a plan made
+    before any call says which items, `contexts --cascade` writes contexts for those alone,
+    and only the model-backed member reads them (the CPU members' output chose the items)."""
+    import mushroom.data.contexts as contexts_module
+
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "ucsc").symlink_to(contexts_module.DEFAULT_CONTEXT_DIR / "ucsc")
+    monkeypatch.setattr(contexts_module, "DEFAULT_CONTEXT_DIR", ctx)
+    out = tmp_path / "job"
+    job = [*_job(out, 0.3), "--member-contexts", "deepseek-r1,gen"]
+
+    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as server:
+        code, said, err = cli(capsys, *job, "--plan-only", "-o", f"llm.backend.base_url={server.url}")
+        assert code == 0, err
+        assert not server.calls  # nothing sent, though the generated source does not exist yet
+    assert "60 items would go to llm (60 not answered before); nothing was sent" in said + err
+    plan = [json.loads(line) for line in (out / "cascade-plan.jsonl").read_text().splitlines()]
+    planned = {(r["split"], r["id"]) for r in plan if r["sent"]}
+    assert len(planned) == 15 + 45
+    assert not (out / "cascade.jsonl").exists() and not (out / "summary.json").exists()
+    assert not list(out.glob("mushroom.*.jsonl"))
+
+    # before the source exists, the run itself refuses it, naming the flag
+    code, _, err = cli(capsys, *job, "-o", "llm.backend.base_url=http://127.0.0.1:9/v1")
+    assert code == 2 and "--member-contexts: no context file for source 'gen'" in err, err
+
+    with FakeServer({}, default_text="BACKGROUND-MARK about the question.") as writer:
+        for split in ("val", "test"):
+            code, _, err = cli(
+                capsys, "contexts", "--split", split, "--lang", "it", "--cascade", out / "cascade-plan.jsonl",
+                "--backend", "openai", "--base-url", writer.url, "--model", "m", "--source", "gen",
+                "--context-dir", ctx,
+            )  # fmt: skip
+            assert code == 0, err
+        assert len(writer.calls) == 15 + 45
+    written = {
+        (split, json.loads(line)["id"])
+        for split in ("val", "test")
+        for line in (ctx / f"{split}.it.gen.jsonl").read_text().splitlines()
+    }
+    assert written == planned
+
+    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as server:
+        code, _, err = cli(capsys, *job, "-o", f"llm.backend.base_url={server.url}")
+        prompts = [json.dumps(call["body"]["messages"]) for call in server.calls]
+    assert code == 0, err
+    assert _sent(out) == planned  # the same choice as the plan's
+    assert len(prompts) == 60 and all("BACKGROUND-MARK" in p for p in prompts)
+    # the CPU member read the same contexts as in the plan, without the generated source
+    plan_digests = _digests(out / "members" / "lexical" / "items" / "it.jsonl")
+    fresh = tmp_path / "fresh"
+    code, _, err = cli(
+        capsys, *[str(fresh) if a == out else a for a in _job(out, 0.3)], "--plan-only", "-o",
+        "llm.backend.base_url=http://127.0.0.1:9/v1",
+    )  # fmt: skip
+    assert code == 0, err
+    assert _digests(fresh / "members" / "lexical" / "items" / "it.jsonl") == plan_digests
+
+
+def test_a_plan_and_the_member_contexts_are_refused_where_they_mean_nothing(tmp_path, capsys):
+    out = tmp_path / "job"
+    everything = [a for a in _job(out, 1.0) if a not in ("--llm-budget", 1.0)]
+    code, _, err = cli(capsys, *everything, "--plan-only")
+    assert code == 2 and "--plan-only writes the items a cascade would send" in err, err
+    code, _, err = cli(capsys, "main-job", "--detector", "lexical", "--plan-only", "--out", out)
+    assert code == 2 and "--plan-only plans the stack's cascade" in err, err
+    code, _, err = cli(
+        capsys, "main-job", "--members", "lexical", "--lang", "it", "--member-contexts", "deepseek-r1",
+        "--out", out,
+    )  # fmt: skip
+    assert code == 2 and "none is among lexical" in err, err
+    assert not out.exists()
+    code, _, err = cli(capsys, "contexts", "--split", "test", "--cascade", tmp_path / "nosuch.jsonl")
+    assert code == 2 and "--cascade: no such file" in err, err
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text('{"id": "val-it-1", "lang": "it", "split": "val", "uncertainty": 2, "rank": 1}\n')
+    code, _, err = cli(capsys, "contexts", "--split", "val", "--cascade", plan)
+    assert code != 0 and "plan.jsonl:1" in err and "uncertainty" in err, err
+    row = {"id": "val-it-1", "lang": "it", "split": "val", "uncertainty": 0.5, "rank": 1, "of": 50}
+    plan.write_text(json.dumps({**row, "sent": True, "reason": "r"}) + "\n")
+    code, _, err = cli(capsys, "contexts", "--split", "test", "--cascade", plan)
+    assert code == 2 and "has no test items (it has val): give --split val" in err, err
+    code, _, err = cli(capsys, "contexts", "--split", "val", "--lang", "de", "--cascade", plan)
+    assert code == 2 and "the plan has no items of de; it covers it" in err, err
+    plan.write_text(json.dumps({**row, "id": "val-it-999", "sent": True, "reason": "r"}) + "\n")
+    code, _, err = cli(capsys, "contexts", "--split", "val", "--cascade", plan)
+    assert (
+        code == 2 and "the plan sends 1 item in it that this split does not have (e.g. val-it-999)" in err
+    ), err

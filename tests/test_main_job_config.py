@@ -58,7 +58,7 @@ def test_a_bad_config_names_the_file_and_the_field(tmp_path):
     assert load_main_job_config(_write(path, GOOD)).langs == ["it"]
     assert _problems(path, GOOD.replace("llm_budget = 0.3", "llm_budgt = 0.3")) == [
         "llm_budgt: unknown key (did you mean 'llm_budget'?); valid: job, description, members, options, "
-        "langs, contexts, llm_budget, allow_failures, skip_unavailable"
+        "langs, contexts, member_contexts, llm_budget, allow_failures, skip_unavailable"
     ]
     [budget] = _problems(path, GOOD.replace("0.3", "1.5"))
     assert (
@@ -240,3 +240,18 @@ def test_a_run_config_names_all_its_mistakes_at_once(tmp_path):
         "variants.a.options.threshold",
         "variants.b.options.thresold",
     }
+
+
+def test_the_files_member_contexts_are_checked_with_their_key_unless_the_job_only_plans(tmp_path, capsys):
+    """A source generated for the items a plan sends does not exist when the plan is made."""
+    text = GOOD.replace("llm_budget = 0.3", 'llm_budget = 0.3\nmember_contexts = ["gen"]')
+    path = _write(tmp_path / "job.toml", text)
+    code, _, err = cli(capsys, "main-job", "--config", path, "--out", tmp_path / "a")
+    said = " ".join(err.split())
+    assert code == 2 and f"{path}: field 'member_contexts.0': no context file for source 'gen'" in said
+    assert not (tmp_path / "a").exists()
+    out = tmp_path / "b"
+    code, _, err = cli(capsys, "main-job", "--config", path, "--plan-only", "--out", out, "--quiet")
+    assert code == 0, err
+    assert json.loads((out / "config.json").read_text())["config"]["member_sources"] == ["gen"]
+    assert (out / "cascade-plan.jsonl").is_file()

@@ -50,6 +50,14 @@ def contexts_cmd(
         int | None, typer.Option("--limit", min=1, help="only the first N items per language")
     ] = None,
     context_dir: Annotated[Path | None, typer.Option("--context-dir", help="default: contexts/")] = None,
+    cascade: Annotated[
+        Path | None,
+        typer.Option(
+            "--cascade",
+            help="only the items a cascade sends: its cascade-plan.jsonl (main-job --plan-only) or "
+            "cascade.jsonl",
+        ),
+    ] = None,
 ) -> None:
     """Generate background contexts with an LLM for items no tier source covers (resumable).
 
@@ -59,6 +67,9 @@ def contexts_cmd(
 
     Every model call is recorded in CONTEXT_DIR/.raw/ (replayable with --backend replay
     --responses FILE); items whose call failed are retried by the next run.
+
+    With --cascade, only the items a cascade sends to its model-backed members get a context:
+    main-job --plan-only writes them, and --member-contexts gives the source to those members.
     """
     from mushroom.data.contexts import shadowed_source
     from mushroom.errors import MushroomError, RunFailed, retry_advice
@@ -86,10 +97,17 @@ def contexts_cmd(
             "likeness to the question, so a context that repeats the question passes too. "
             "--grade llm reads every language"
         )
+    only = None
+    if cascade is not None:
+        from mushroom.combine.cascade import planned_ids
+
+        only = planned_ids(cascade, split)
     run = generate_split(
-        split, lang, cfg, source, tiers, prompt, topic, grade, min_similarity, max_tokens, limit, root
+        split, lang, cfg, source, tiers, prompt, topic, grade, min_similarity, max_tokens, limit, root, only
     )
     title = f"contexts: {split}, source {source!r}"
+    if only is not None:
+        title += ", the items the cascade sends"
     table = TableData(title, columns=run.columns, rows=run.rows)
     for part in fitted_tables(table, out_console, title_justify="center", justify="right"):
         out_console.print(part)

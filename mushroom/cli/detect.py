@@ -241,6 +241,23 @@ def main_job(
             "the rest keep the CPU stack's prediction (default: all)",
         ),
     ] = None,
+    member_contexts: Annotated[
+        str | None,
+        typer.Option(
+            "--member-contexts",
+            help="stack: the context sources the model-backed members read, comma-separated, e.g. a "
+            "source `mushroom contexts` generated for the items a cascade sends (default: --contexts)",
+        ),
+    ] = None,
+    plan_only: Annotated[
+        bool,
+        typer.Option(
+            "--plan-only",
+            metavar=FLAG,
+            help="with --llm-budget: run the CPU members, write the items the cascade would send to "
+            "cascade-plan.jsonl, and stop before any model call",
+        ),
+    ] = False,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -273,6 +290,10 @@ def main_job(
         if not _given(ctx, "contexts"):  # the file's: a missing one is named with its key
             check_config_sources(config, ["val", "test"], lang, cfg.contexts)
         contexts = contexts if _given(ctx, "contexts") else ",".join(cfg.contexts)
+        if member_contexts is None and cfg.member_contexts is not None:
+            if not plan_only:  # a plan is made before they are generated
+                check_config_sources(config, ["val", "test"], lang, cfg.member_contexts, "member_contexts")
+            member_contexts = ",".join(cfg.member_contexts)
         if llm_budget is None and cfg.llm_budget is not None:
             llm_budget, budget_from = cfg.llm_budget, str(config)
         allow_failures = allow_failures or cfg.allow_failures
@@ -281,6 +302,20 @@ def main_job(
         # options of members that --members leaves out have nothing to set
         file_options = {name: opts for name, opts in cfg.options.items() if name in chosen}
     sources = tuple(split_names(contexts))
+    member_sources = None
+    if member_contexts is not None:
+        if detector != "stack":
+            raise MushroomError(
+                "--member-contexts names the contexts of the stack's model-backed members; give the "
+                "contexts of one detector with --contexts"
+            )
+        member_sources = tuple(split_names(member_contexts))
+        if not member_sources:
+            raise MushroomError("--member-contexts is empty: name context sources, e.g. deepseek-r1,llm")
+    if plan_only and detector != "stack":
+        raise MushroomError(
+            "--plan-only plans the stack's cascade (--llm-budget); it does not go with one detector"
+        )
     if detector == "stack" and no_val:
         raise MushroomError(
             "--no-val: the stack (the default --detector) is fitted on val, so it always runs val; "
@@ -335,6 +370,8 @@ def main_job(
             skip_unavailable=skip_unavailable,
             llm_budget=1.0 if llm_budget is None else llm_budget,
             budget_from=budget_from,
+            member_sources=member_sources,
+            plan_only=plan_only,
         )
         return
     run_main(

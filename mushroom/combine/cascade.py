@@ -229,6 +229,40 @@ def chosen_items(
     return {lang: [it for it in items if it.id in sent] for lang, items in data.items()}
 
 
+def planned_ids(path: Path, split: str) -> dict[str, set[str]]:
+    """The ids a cascade's records send, per language, for one split.
+
+    Read from a run's cascade.jsonl or cascade-plan.jsonl (`main-job --plan-only`), so that
+    contexts are generated for those items alone. Each line is checked as a `CascadeRecord`;
+    an error names the file, the line and the field.
+    """
+    from mushroom.data.jsonl import load_records
+
+    if path.is_dir():
+        raise MushroomError(
+            f"--cascade {path} is a folder; give its cascade-plan.jsonl (from main-job --plan-only) "
+            "or cascade.jsonl"
+        )
+    if not path.is_file():
+        raise MushroomError(f"--cascade: no such file: {path}")
+    records = load_records(path, CascadeRecord)
+    splits = sorted({r.split for r in records})
+    if split not in splits:
+        raise MushroomError(
+            f"--cascade {path} has no {split} items (it has {', '.join(splits) or 'none'}): give --split "
+            + " or --split ".join(splits)
+            if splits
+            else f"--cascade {path} is empty: it holds no cascade's records"
+        )
+    sent: dict[str, set[str]] = {}
+    for r in records:
+        if r.split == split:
+            sent.setdefault(r.lang, set())
+            if r.sent:
+                sent[r.lang].add(r.id)
+    return sent
+
+
 def merge_predictions(
     data: dict[str, list[Item]], base: dict[str, list[Prediction]], member: dict[str, list[Prediction]]
 ) -> dict[str, list[Prediction]]:

@@ -21,7 +21,7 @@ from mushroom.data.records import Item
 from mushroom.errors import MushroomError
 from mushroom.util.interrupts import interrupt_hint
 from mushroom.util.names import safe_name
-from mushroom.util.words import suggest
+from mushroom.util.words import plural, suggest
 
 GRADINGS = ("none", "llm", "embedding")
 COLUMNS = ["lang", "items", "from tiers", "done before", "generated", "failed", "kept", "dropped"]
@@ -68,6 +68,32 @@ def parse_tiers(
     return tier_list
 
 
+def _only(data: dict[str, list[Item]], only: dict[str, set[str]], asked: bool) -> dict[str, list[Item]]:
+    """The items of `data` that `only` names, in their split's order; unknown ids are refused.
+
+    A language the plan does not cover is refused when `--lang` asked for it (`asked`), and
+    left out otherwise: the plan was made for some languages.
+    """
+    missing = [lang for lang in data if lang not in only]
+    if asked and missing:
+        raise MushroomError(
+            f"--cascade: the plan has no items of {', '.join(missing)}; it covers {', '.join(sorted(only))}"
+        )
+    kept = {lang: [it for it in items if it.id in only[lang]] for lang, items in data.items() if lang in only}
+    for lang, ids in only.items():
+        if lang not in data:
+            if not asked:
+                raise MushroomError(f"--cascade: the plan's language {lang!r} is no language of this split")
+            continue
+        unknown = sorted(ids - {it.id for it in kept[lang]})
+        if unknown:
+            raise MushroomError(
+                f"--cascade: the plan sends {plural(len(unknown), 'item')} in {lang} that this split does "
+                f"not have (e.g. {unknown[0]}): the plan was made on other data"
+            )
+    return kept
+
+
 def generate_split(
     split: str,
     langs: list[str] | None,
@@ -81,8 +107,12 @@ def generate_split(
     max_tokens: int = 512,
     limit: int | None = None,
     context_dir: Path | None = None,
+    only: dict[str, set[str]] | None = None,
 ) -> ContextsRun:
     """Generates contexts for the items of a split's languages that no tier covers (resumable).
+
+    `only` (language -> ids), when given, limits the run to those items and languages: those a
+    cascade sends to its model-backed members (`mushroom.combine.cascade.planned_ids`).
 
     With a `grade`, tier contexts are graded too and fall through (`mushroom.retrieval.generate`).
 
@@ -104,6 +134,8 @@ def generate_split(
     root = context_dir or DEFAULT_CONTEXT_DIR
     load_prompt(prompt)  # a prompt that does not exist stops the command before any folder is made
     data = load_split(split, langs)
+    if only is not None:
+        data = _only(data, only, langs is not None)
     tier_list = parse_tiers(tiers, split, data, root, source)
     cache = root / f".cache.{source}.jsonl"
     try:

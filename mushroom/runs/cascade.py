@@ -36,7 +36,7 @@ from mushroom.combine.cascade import (
     plan_split,
     spend_by_item,
 )
-from mushroom.combine.stack import Member, StackModel, apply_stack, fit_stack
+from mushroom.combine.stack import Member, StackFit, StackModel, apply_stack, fit_stack
 from mushroom.combine.stack.fit import by_lang_scores
 from mushroom.data.jsonl import write_jsonl
 from mushroom.data.predictions import submission_name
@@ -45,6 +45,7 @@ from mushroom.data.runfolder import write_json
 from mushroom.detectors import Detector
 from mushroom.errors import NOT_SENT, MushroomError
 from mushroom.evaluation.submission import write_predictions
+from mushroom.runs.reporter import Table
 from mushroom.runs.service import RunService
 
 
@@ -140,6 +141,83 @@ def _warn_member_stack(
         )
 
 
+@dataclass
+class _Plan:
+    """Steps 2 and 3: the base stack, fitted and applied, and where each item goes."""
+
+    fit: StackFit
+    test: dict[str, list[Prediction]]
+    records: list[CascadeRecord]
+
+
+def _plan(
+    service: RunService,
+    dets: dict[str, Detector],
+    costly: list[str],
+    out: Path,
+    test_data: dict[str, list[Item]],
+    val_data: dict[str, list[Item]],
+    budget: float,
+) -> _Plan:
+    cheap = [name for name in dets if name not in costly]
+    if not cheap:  # the main job refuses this before it makes a folder
+        raise MushroomError(f"the cascade needs a CPU member; every member ({', '.join(dets)}) calls a model")
+    base_members = [Member(name, out / "members" / name, allow_failures=True) for name in cheap]
+    base_fit = fit_stack(base_members, val_data, "val")
+    base_test = apply_stack(base_fit.model, base_members, "test", test_data, warn=service.warn)
+    records = plan_split("val", val_data, base_fit.oof, budget, MIN_VAL_SENT)
+    records += plan_split("test", test_data, base_test, budget, 0)
+    return _Plan(base_fit, base_test, records)
+
+
+PLAN_FILE = "cascade-plan.jsonl"
+
+
+def plan_only_report(
+    service: RunService,
+    dets: dict[str, Detector],
+    costly: list[str],
+    out: Path,
+    test_data: dict[str, list[Item]],
+    val_data: dict[str, list[Item]],
+    budget: float,
+) -> list[CascadeRecord]:
+    """Steps 2 and 3 alone: the choice, written to cascade-plan.jsonl, and what it would send.
+
+    Nothing else in the folder changes: its predictions, stack.json and cascade.jsonl are those
+    of the last run that went on to the end. So a plan at another budget costs no finished run
+    its submission. The items are those the same command without --plan-only sends, since the
+    choice reads only the CPU members' output.
+    """
+    plan = _plan(service, dets, costly, out, test_data, val_data, budget)
+    write_jsonl(out / PLAN_FILE, plan.records)
+    answered = {i for i, one in _spend(out, costly).items() if one.answered}
+    rows = []
+    for split, data in (("val", val_data), ("test", test_data)):
+        for lang in data:
+            mine = [r for r in plan.records if r.split == split and r.lang == lang]
+            sent = [r for r in mine if r.sent]
+            rows.append([split, lang, len(mine), len(sent), sum(r.id in answered for r in sent)])
+    service.reporter.table(
+        Table(
+            f"the cascade's plan at budget {budget:g}: the items {', '.join(costly)} would see",
+            columns=["split", "lang", "items", "to send", "answered before"],
+            rows=rows,
+        )
+    )
+    to_send = sum(row[3] for row in rows)
+    new = to_send - sum(row[4] for row in rows)
+    service.reporter.message(
+        f"{to_send} items would go to {', '.join(costly)} ({new} not answered before); nothing was sent. "
+        f"The choice is in {out / PLAN_FILE}: `mushroom contexts --cascade {out / PLAN_FILE} --split val` "
+        "(and `--split test`) generates contexts for those items alone; then run this command without "
+        "--plan-only, with --member-contexts naming the generated source",
+        lead="plan:",
+    )
+    service.release()
+    return plan.records
+
+
 def run_cascade(
     service: RunService,
     dets: dict[str, Detector],
@@ -149,30 +227,24 @@ def run_cascade(
     val_data: dict[str, list[Item]],
     langs: list[str] | None,
     val_langs: list[str],
-    sources: tuple[str, ...],
+    member_sources: tuple[str, ...],
     budget: float,
     stop_on_failures: Callable[[dict[str, Any]], None],
 ) -> CascadeOutcome:
     """Steps 2 to 6 of the module docstring; the CPU members have run on every item.
 
-    `stop_on_failures` is the main job's check after detection (it clears stale files and
-    raises RunFailed, with the summary given, when items failed and failures are not allowed).
+    `member_sources` are the contexts the model-backed members read. `stop_on_failures` is the
+    main job's check after detection (it clears stale files and raises RunFailed, with the
+    summary given, when items failed and failures are not allowed).
     """
-    cheap = [name for name in dets if name not in costly]
-    if not cheap:  # the main job refuses this before it makes a folder
-        raise MushroomError(f"the cascade needs a CPU member; every member ({', '.join(dets)}) calls a model")
     for stage in ("stack-fit", "stack-apply"):  # their stack.json and test files are overwritten here
         service.forget_stage(stage)
     t0 = time.perf_counter()
-    base_members = [Member(name, out / "members" / name, allow_failures=True) for name in cheap]
-    base_fit = fit_stack(base_members, val_data, "val")
-    base_test = apply_stack(base_fit.model, base_members, "test", test_data, warn=service.warn)
+    plan = _plan(service, dets, costly, out, test_data, val_data, budget)
+    base_fit, base_test, records = plan.fit, plan.test, plan.records
     write_json(out / "stack.json", base_fit.model.model_dump(mode="json"))
     _write_split(out / "cascade" / "base" / "val", "val", base_fit.oof, val_data)
     _write_split(out / "cascade" / "base", "test", base_test, test_data)
-
-    records = plan_split("val", val_data, base_fit.oof, budget, MIN_VAL_SENT)
-    records += plan_split("test", test_data, base_test, budget, 0)
     write_jsonl(out / "cascade.jsonl", records)
     service.record_stage("cascade-base-stack", time.perf_counter() - t0, reused=False)
     val_sent, test_sent = chosen_items(val_data, records, "val"), chosen_items(test_data, records, "test")
@@ -180,9 +252,11 @@ def run_cascade(
     unsent_before = sum(f.error.startswith(NOT_SENT) for f in service.failures)
     for name in costly:
         det = dets[name]
-        test = service.detect_split(det, "test", out / "members" / name, langs, sources, data=test_sent)
+        test = service.detect_split(
+            det, "test", out / "members" / name, langs, member_sources, data=test_sent
+        )
         val = service.detect_split(
-            det, "val", out / "members" / name / "val", val_langs, sources, data=val_sent
+            det, "val", out / "members" / name / "val", val_langs, member_sources, data=val_sent
         )
         sent_now += test.done_now + val.done_now
     # items a tripped circuit breaker (or a dead URL) failed without a request were not sent
@@ -251,6 +325,7 @@ def run_cascade(
         comparison["member stack, items sent (CV)"] = member_scores
         comparison["CPU stack, items sent (CV)"] = base_scores
         _warn_member_stack(service, costly, val_fit, member_scores, base_scores)
+    cheap = [name for name in dets if name not in costly]
     comparison.update({name: scores for name, scores in base_fit.comparison.items() if name in cheap})
 
     sent_ids = {r.id for r in records if r.sent}

@@ -127,6 +127,9 @@ class MainJobConfig(BaseModel):
     options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="member -> its options")
     langs: list[str] | None = Field(None, min_length=1, description="languages (default: all 14)")
     contexts: list[str] = Field(default_factory=lambda: list(DEFAULT_SOURCES))
+    member_contexts: list[str] | None = Field(
+        None, min_length=1, description="the contexts the model-backed members read (default: contexts)"
+    )
     llm_budget: float | None = Field(
         None, description="share of each language's items the model-backed members see (default: all)"
     )
@@ -280,7 +283,7 @@ def load_run_config(path: Path) -> RunConfig:
 
 
 def _source_problems(
-    path: Path, splits: list[str], langs: list[str] | None, sources: list[str]
+    path: Path, splits: list[str], langs: list[str] | None, sources: list[str], key: str = "contexts"
 ) -> list[Problem]:
     """A context source of the config that has no file for a language of a split it runs on.
 
@@ -300,7 +303,7 @@ def _source_problems(
                 run_on = [x for x in langs if x in has[split]] if langs is not None else has[split]
                 check_source(split, run_on, named, sources)
             except MushroomError as exc:
-                problems.append(Problem(str(path), None, f"contexts.{k}", str(exc)))
+                problems.append(Problem(str(path), None, f"{key}.{k}", str(exc)))
                 break
     return problems
 
@@ -387,13 +390,15 @@ def load_main_job_config(path: Path) -> MainJobConfig:
     return cfg
 
 
-def check_config_sources(path: Path, splits: list[str], langs: list[str] | None, sources: list[str]) -> None:
-    """A DataError naming the file and `contexts.N` for a source of a config that has no file.
+def check_config_sources(
+    path: Path, splits: list[str], langs: list[str] | None, sources: list[str], key: str = "contexts"
+) -> None:
+    """A DataError naming the file and `contexts.N` (`key`.N) for a source of a config that has no file.
 
     The main job calls it once the command line's flags are merged (a `--contexts` or
     `--lang` given there wins over the file's).
     """
-    problems = _source_problems(path, splits, langs, sources)
+    problems = _source_problems(path, splits, langs, sources, key)
     if problems:
         raise DataError(problems, exit_code=2)
 

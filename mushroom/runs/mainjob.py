@@ -44,6 +44,7 @@ def _loadable_members(
     sources: tuple[str, ...],
     out: Path | None,
     skip_unavailable: bool,
+    member_sources: tuple[str, ...] | None = None,
 ) -> tuple[dict[str, Detector], dict[str, str]]:
     """The members built and checked, and (with `skip_unavailable`) those left out and why.
 
@@ -56,7 +57,8 @@ def _loadable_members(
     for name in members:
         try:
             det = build(name, options.get(name))
-            det.check_ready(source_names(sources), out)
+            reads = member_sources if member_sources is not None and det.calls_model else sources
+            det.check_ready(source_names(reads), out)
         except MissingExtra as exc:
             missing[name] = exc
             continue
@@ -87,6 +89,17 @@ def _loadable_members(
     return dets, {name: str(exc) for name, exc in missing.items()}
 
 
+def _check_member_sources(
+    test_data: dict[str, list], val_data: dict[str, list], member_sources: tuple[str, ...]
+) -> None:
+    """`check_sources` for --member-contexts, its errors naming the flag."""
+    try:
+        check_sources("test", sorted(test_data), member_sources)
+        check_sources("val", sorted(val_data), member_sources)
+    except MushroomError as exc:
+        raise type(exc)(f"--member-contexts: {exc}") from None
+
+
 def run_main_stack(
     out: Path | None = None,
     members: tuple[str, ...] = DEFAULT_MEMBERS,
@@ -99,6 +112,8 @@ def run_main_stack(
     skip_unavailable: bool = False,
     llm_budget: float = 1.0,
     budget_from: str | None = None,
+    member_sources: tuple[str, ...] | None = None,
+    plan_only: bool = False,
 ) -> Path:
     """Runs each member detector on test and val, fits the stack on val, applies it to test.
 
@@ -115,6 +130,13 @@ def run_main_stack(
     With `llm_budget` below 1 the job is a cascade (`mushroom.runs.cascade`): the
     model-backed members run only on that share of each language's items, those the CPU
     stack is least sure of; the folder then also holds cascade.jsonl and cascade/.
+    `plan_only` stops such a job once it has chosen the items, before any model call: it
+    writes the choice to cascade-plan.jsonl, so that contexts can be generated for those
+    items alone (`mushroom contexts --cascade`), and touches no prediction file.
+
+    `member_sources` are the context sources the model-backed members read (default:
+    `sources`): a source generated for the items a cascade sends is theirs, and the CPU
+    members, whose output chose those items, keep reading `sources`.
     """
     from mushroom.combine.stack import (
         Member,
@@ -136,9 +158,20 @@ def run_main_stack(
     cascade = llm_budget != 1.0
     if cascade:
         check_budget(llm_budget)
-    dets, skipped = _loadable_members(members, options, sources, out, skip_unavailable)
+    if plan_only and not cascade:
+        raise MushroomError(
+            "--plan-only writes the items a cascade would send to its model-backed members: give "
+            "--llm-budget below 1 with it"
+        )
+    dets, skipped = _loadable_members(members, options, sources, out, skip_unavailable, member_sources)
     members = tuple(dets)
-    costly = [name for name, det in dets.items() if det.calls_model] if cascade else []
+    model_backed = [name for name, det in dets.items() if det.calls_model]
+    if member_sources is not None and not model_backed:
+        raise MushroomError(
+            f"--member-contexts names the contexts of the model-backed members (llm, chain, pyes); "
+            f"none is among {', '.join(members)}: give the contexts of every member with --contexts"
+        )
+    costly = model_backed if cascade else []
     if cascade and not costly:
         # `budget_from`: the config file that set it, so the message does not name a flag not given
         raise MushroomError(
@@ -165,6 +198,8 @@ def run_main_stack(
     val_data = load_split("val", val_langs)
     check_sources("test", sorted(test_data), sources)  # an unknown source left a folder behind
     check_sources("val", sorted(val_data), sources)
+    if member_sources is not None and not plan_only:  # a plan is made before they are generated
+        _check_member_sources(test_data, val_data, member_sources)
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-stack")
     config = {
         "job": "main",
@@ -173,6 +208,8 @@ def run_main_stack(
         "sources": list(sources),
         "langs": langs,
     }
+    if member_sources is not None:  # only when given: the folders made before it still resume
+        config["member_sources"] = list(member_sources)
     if cascade:
         # kept out of the config's hash (see service.UNHASHED_KEYS): another budget resumes the folder
         config["llm_budget"] = llm_budget
@@ -192,11 +229,13 @@ def run_main_stack(
                 path.unlink(missing_ok=True)
             service.finish(summary or {})  # raises RunFailed
 
+    reads = member_sources if member_sources is not None else sources
     for name, det in dets.items():
         if name in costly:
             continue  # the cascade sends them the items it chooses
-        service.detect_split(det, "test", out / "members" / name, langs, sources, data=test_data)
-        service.detect_split(det, "val", out / "members" / name / "val", val_langs, sources, data=val_data)
+        own = reads if name in model_backed else sources
+        service.detect_split(det, "test", out / "members" / name, langs, own, data=test_data)
+        service.detect_split(det, "val", out / "members" / name / "val", val_langs, own, data=val_data)
     stop_on_failures()
     if cascade:
         return _finish_cascade(
@@ -209,13 +248,15 @@ def run_main_stack(
             val_data,
             langs,
             val_langs,
-            sources,
+            reads,
             llm_budget,
             skipped,
             stop_on_failures,
+            plan_only,
         )
     # A cascade's records in this folder (an earlier run with --llm-budget) are not this run's.
     (out / "cascade.jsonl").unlink(missing_ok=True)
+    (out / "cascade-plan.jsonl").unlink(missing_ok=True)
     shutil.rmtree(out / "cascade", ignore_errors=True)
     # The job knows this invocation's failures itself (it stopped above unless --allow-failures).
     member_list = [Member(name, out / "members" / name, allow_failures=True) for name in members]
@@ -369,10 +410,14 @@ def _finish_cascade(
     budget: float,
     skipped: dict[str, str],
     stop_on_failures: Any,
+    plan_only: bool = False,
 ) -> Path:
     """The stack job as a cascade (`mushroom.runs.cascade`): written, zipped and scored like the stack."""
-    from mushroom.runs.cascade import run_cascade
+    from mushroom.runs.cascade import plan_only_report, run_cascade
 
+    if plan_only:
+        plan_only_report(service, dets, costly, out, test_data, val_data, budget)
+        return out
     result = run_cascade(
         service, dets, costly, out, test_data, val_data, langs, val_langs, sources, budget, stop_on_failures
     )

@@ -140,7 +140,8 @@ MAX_CHANGES_SHOWN = 10
 # config.json was lost) is no folder of the user's own files.
 RUN_FILES = frozenset(
     "config.json versions.json stages.json summary.json failures.jsonl scores.json scores.md "
-    "submission.zip stack.json items predictions raw val members responses.cache.jsonl".split()
+    "submission.zip stack.json items predictions raw val members responses.cache.jsonl cascade cascade.jsonl "
+    "cascade-plan.jsonl".split()
 )
 
 
