@@ -379,7 +379,9 @@ def test_contexts_are_generated_for_the_items_a_cascade_plans_to_send_and_read_b
         code, said, err = cli(capsys, *job, "--plan-only", "-o", f"llm.backend.base_url={server.url}")
         assert code == 0, err
         assert not server.calls  # nothing sent, though the generated source does not exist yet
-    assert "60 items would go to llm (60 not answered before); nothing was sent" in said + err
+    told = " ".join((said + err).split())
+    assert "60 items would go to llm (60 not answered before); nothing was sent" in told
+    assert "--source gen` (and `--split test`)" in told and "again without --plan-only" in told
     plan = [json.loads(line) for line in (out / "cascade-plan.jsonl").read_text().splitlines()]
     planned = {(r["split"], r["id"]) for r in plan if r["sent"]}
     assert len(planned) == 15 + 45

@@ -181,8 +181,12 @@ def plan_only_report(
     test_data: dict[str, list[Item]],
     val_data: dict[str, list[Item]],
     budget: float,
+    own_sources: tuple[str, ...] = (),
 ) -> list[CascadeRecord]:
     """Steps 2 and 3 alone: the choice, written to cascade-plan.jsonl, and what it would send.
+
+    `own_sources` are the context sources only the model-backed members read (--member-contexts):
+    the next step says to generate them.
 
     Nothing else in the folder changes: its predictions, stack.json and cascade.jsonl are those
     of the last run that went on to the end. So a plan at another budget costs no finished run
@@ -207,11 +211,16 @@ def plan_only_report(
     )
     to_send = sum(row[3] for row in rows)
     new = to_send - sum(row[4] for row in rows)
+    source = f" --source {own_sources[0]}" if len(own_sources) == 1 else ""
+    then = (
+        "then run this command again without --plan-only"
+        if own_sources
+        else "then run this command without --plan-only, with --member-contexts naming the generated source"
+    )
     service.reporter.message(
         f"{to_send} items would go to {', '.join(costly)} ({new} not answered before); nothing was sent. "
-        f"The choice is in {out / PLAN_FILE}: `mushroom contexts --cascade {out / PLAN_FILE} --split val` "
-        "(and `--split test`) generates contexts for those items alone; then run this command without "
-        "--plan-only, with --member-contexts naming the generated source",
+        f"The choice is in {out / PLAN_FILE}: `mushroom contexts --cascade {out / PLAN_FILE} --split val"
+        f"{source}` (and `--split test`) generates contexts for those items alone; {then}",
         lead="plan:",
     )
     service.release()

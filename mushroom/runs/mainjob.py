@@ -253,6 +253,7 @@ def run_main_stack(
             skipped,
             stop_on_failures,
             plan_only,
+            tuple(name for name in reads if name not in sources),
         )
     # A cascade's records in this folder (an earlier run with --llm-budget) are not this run's.
     (out / "cascade.jsonl").unlink(missing_ok=True)
@@ -411,12 +412,13 @@ def _finish_cascade(
     skipped: dict[str, str],
     stop_on_failures: Any,
     plan_only: bool = False,
+    own_sources: tuple[str, ...] = (),
 ) -> Path:
     """The stack job as a cascade (`mushroom.runs.cascade`): written, zipped and scored like the stack."""
     from mushroom.runs.cascade import plan_only_report, run_cascade
 
     if plan_only:
-        plan_only_report(service, dets, costly, out, test_data, val_data, budget)
+        plan_only_report(service, dets, costly, out, test_data, val_data, budget, own_sources)
         return out
     result = run_cascade(
         service, dets, costly, out, test_data, val_data, langs, val_langs, sources, budget, stop_on_failures
