@@ -150,39 +150,37 @@ class _Plan:
     records: list[CascadeRecord]
 
 
-def _plan(
-    service: RunService,
-    dets: dict[str, Detector],
-    costly: list[str],
-    out: Path,
-    test_data: dict[str, list[Item]],
-    val_data: dict[str, list[Item]],
-    budget: float,
-) -> _Plan:
-    cheap = [name for name in dets if name not in costly]
+@dataclass
+class CascadeJob:
+    """What a cascade works on: the run, its members (`costly` the model-backed ones), the items."""
+
+    service: RunService
+    dets: dict[str, Detector]
+    costly: list[str]
+    out: Path
+    test_data: dict[str, list[Item]]
+    val_data: dict[str, list[Item]]
+    budget: float
+
+
+def _plan(job: CascadeJob) -> _Plan:
+    cheap = [name for name in job.dets if name not in job.costly]
     if not cheap:  # the main job refuses this before it makes a folder
-        raise MushroomError(f"the cascade needs a CPU member; every member ({', '.join(dets)}) calls a model")
-    base_members = [Member(name, out / "members" / name, allow_failures=True) for name in cheap]
-    base_fit = fit_stack(base_members, val_data, "val")
-    base_test = apply_stack(base_fit.model, base_members, "test", test_data, warn=service.warn)
-    records = plan_split("val", val_data, base_fit.oof, budget, MIN_VAL_SENT)
-    records += plan_split("test", test_data, base_test, budget, 0)
+        raise MushroomError(
+            f"the cascade needs a CPU member; every member ({', '.join(job.dets)}) calls a model"
+        )
+    base_members = [Member(name, job.out / "members" / name, allow_failures=True) for name in cheap]
+    base_fit = fit_stack(base_members, job.val_data, "val")
+    base_test = apply_stack(base_fit.model, base_members, "test", job.test_data, warn=job.service.warn)
+    records = plan_split("val", job.val_data, base_fit.oof, job.budget, MIN_VAL_SENT)
+    records += plan_split("test", job.test_data, base_test, job.budget, 0)
     return _Plan(base_fit, base_test, records)
 
 
 PLAN_FILE = "cascade-plan.jsonl"
 
 
-def plan_only_report(
-    service: RunService,
-    dets: dict[str, Detector],
-    costly: list[str],
-    out: Path,
-    test_data: dict[str, list[Item]],
-    val_data: dict[str, list[Item]],
-    budget: float,
-    own_sources: tuple[str, ...] = (),
-) -> list[CascadeRecord]:
+def plan_only_report(job: CascadeJob, own_sources: tuple[str, ...] = ()) -> list[CascadeRecord]:
     """Steps 2 and 3 alone: the choice, written to cascade-plan.jsonl, and what it would send.
 
     `own_sources` are the context sources only the model-backed members read (--member-contexts):
@@ -193,11 +191,12 @@ def plan_only_report(
     its submission. The items are those the same command without --plan-only sends, since the
     choice reads only the CPU members' output.
     """
-    plan = _plan(service, dets, costly, out, test_data, val_data, budget)
+    service, costly, out, budget = job.service, job.costly, job.out, job.budget
+    plan = _plan(job)
     write_jsonl(out / PLAN_FILE, plan.records)
     answered = {i for i, one in _spend(out, costly).items() if one.answered}
     rows = []
-    for split, data in (("val", val_data), ("test", test_data)):
+    for split, data in (("val", job.val_data), ("test", job.test_data)):
         for lang in data:
             mine = [r for r in plan.records if r.split == split and r.lang == lang]
             sent = [r for r in mine if r.sent]
@@ -249,7 +248,7 @@ def run_cascade(
     for stage in ("stack-fit", "stack-apply"):  # their stack.json and test files are overwritten here
         service.forget_stage(stage)
     t0 = time.perf_counter()
-    plan = _plan(service, dets, costly, out, test_data, val_data, budget)
+    plan = _plan(CascadeJob(service, dets, costly, out, test_data, val_data, budget))
     base_fit, base_test, records = plan.fit, plan.test, plan.records
     write_json(out / "stack.json", base_fit.model.model_dump(mode="json"))
     _write_split(out / "cascade" / "base" / "val", "val", base_fit.oof, val_data)

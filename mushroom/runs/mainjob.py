@@ -415,10 +415,10 @@ def _finish_cascade(
     own_sources: tuple[str, ...] = (),
 ) -> Path:
     """The stack job as a cascade (`mushroom.runs.cascade`): written, zipped and scored like the stack."""
-    from mushroom.runs.cascade import plan_only_report, run_cascade
+    from mushroom.runs.cascade import CascadeJob, plan_only_report, run_cascade
 
     if plan_only:
-        plan_only_report(service, dets, costly, out, test_data, val_data, budget, own_sources)
+        plan_only_report(CascadeJob(service, dets, costly, out, test_data, val_data, budget), own_sources)
         return out
     result = run_cascade(
         service, dets, costly, out, test_data, val_data, langs, val_langs, sources, budget, stop_on_failures
