@@ -381,7 +381,8 @@ def test_contexts_are_generated_for_the_items_a_cascade_plans_to_send_and_read_b
         assert not server.calls  # nothing sent, though the generated source does not exist yet
     told = " ".join((said + err).split())
     assert "60 items would go to llm (60 not answered before); nothing was sent" in told
-    assert "--source gen` (and `--split test`)" in told and "again without --plan-only" in told
+    assert "--split val --source gen`" in told and "--split test --source gen`" in told
+    assert "then run this command again without --plan-only" in told
     plan = [json.loads(line) for line in (out / "cascade-plan.jsonl").read_text().splitlines()]
     planned = {(r["split"], r["id"]) for r in plan if r["sent"]}
     assert len(planned) == 15 + 45
@@ -424,6 +425,20 @@ def test_contexts_are_generated_for_the_items_a_cascade_plans_to_send_and_read_b
     assert code == 0, err
     assert _digests(fresh / "members" / "lexical" / "items" / "it.jsonl") == plan_digests
 
+    # a plan at a wider budget leaves the finished run's record as it was
+    record = {name: (out / name).read_bytes() for name in ("summary.json", "config.json", "cascade.jsonl")}
+    wider = [a if a != 0.3 else 0.5 for a in job]
+    code, _, err = cli(capsys, *wider, "--plan-only", "-o", "llm.backend.base_url=http://127.0.0.1:9/v1")
+    assert code == 0, err
+    assert {name: (out / name).read_bytes() for name in record} == record
+    # its items run without their generated context only with a warning that says so
+    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as server:
+        code, said, err = cli(capsys, *wider, "-o", f"llm.backend.base_url={server.url}")
+    assert code == 0, err
+    told = " ".join((said + err).split())
+    assert "context source 'gen' has no context for 10 val, 30 test items sent" in told, told
+    assert "--source gen` with --split val and --split test generates them first" in told
+
 
 def test_a_plan_and_the_member_contexts_are_refused_where_they_mean_nothing(tmp_path, capsys):
     out = tmp_path / "job"
@@ -453,5 +468,12 @@ def test_a_plan_and_the_member_contexts_are_refused_where_they_mean_nothing(tmp_
     plan.write_text(json.dumps({**row, "id": "val-it-999", "sent": True, "reason": "r"}) + "\n")
     code, _, err = cli(capsys, "contexts", "--split", "val", "--cascade", plan)
     assert (
-        code == 2 and "the plan sends 1 item in it that this split does not have (e.g. val-it-999)" in err
+        code == 1 and "the plan sends 1 item in it that this split does not have (e.g. val-it-999)" in err
     ), err
+    assert str(plan) in err
+    plan.write_text("")
+    code, _, err = cli(capsys, "contexts", "--split", "val", "--cascade", plan)
+    assert code == 1 and "empty: it holds no cascade's records" in err, err
+    for given, said in ((",", "',' has an empty context source"), ("a,a", "context source a named twice")):
+        code, _, err = cli(capsys, *_job(out, 0.3), "--member-contexts", given, "--plan-only")
+        assert code == 2 and f"--member-contexts: {said}" in err, err

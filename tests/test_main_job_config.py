@@ -248,10 +248,20 @@ def test_the_files_member_contexts_are_checked_with_their_key_unless_the_job_onl
     path = _write(tmp_path / "job.toml", text)
     code, _, err = cli(capsys, "main-job", "--config", path, "--out", tmp_path / "a")
     said = " ".join(err.split())
-    assert code == 2 and f"{path}: field 'member_contexts.0': no context file for source 'gen'" in said
+    assert code == 2 and f"{path}: member_contexts: no context file for source 'gen'" in said, said
     assert not (tmp_path / "a").exists()
     out = tmp_path / "b"
     code, _, err = cli(capsys, "main-job", "--config", path, "--plan-only", "--out", out, "--quiet")
     assert code == 0, err
     assert json.loads((out / "config.json").read_text())["config"]["member_sources"] == ["gen"]
     assert (out / "cascade-plan.jsonl").is_file()
+    # with no model-backed member, that is what is said, not the missing source
+    lexical = _write(
+        tmp_path / "lexical.toml",
+        'job = "main"\nmembers = ["lexical"]\nlangs = ["it"]\nmember_contexts = ["deepseek-r1", "gne"]\n',
+    )
+    code, _, err = cli(capsys, "main-job", "--config", lexical, "--out", tmp_path / "c")
+    said = " ".join(err.split())
+    assert (
+        code == 2 and f"{lexical}: member_contexts names the contexts of the model-backed members" in said
+    ), said

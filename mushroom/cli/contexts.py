@@ -103,7 +103,20 @@ def contexts_cmd(
 
         only = planned_ids(cascade, split)
     run = generate_split(
-        split, lang, cfg, source, tiers, prompt, topic, grade, min_similarity, max_tokens, limit, root, only
+        split,
+        lang,
+        cfg,
+        source,
+        tiers,
+        prompt,
+        topic,
+        grade,
+        min_similarity,
+        max_tokens,
+        limit,
+        root,
+        only,
+        cascade,
     )
     title = f"contexts: {split}, source {source!r}"
     if only is not None:

@@ -276,6 +276,7 @@ def main_job(
     options = parse_options(option or [])
     file_options: dict[str, dict[str, Any]] = {}
     budget_from = None  # the config file, when it set the budget
+    member_from = "--member-contexts"  # what set the members' contexts, for messages
     if config is not None:
         if detector != "stack":
             raise MushroomError(
@@ -291,9 +292,7 @@ def main_job(
             check_config_sources(config, ["val", "test"], lang, cfg.contexts)
         contexts = contexts if _given(ctx, "contexts") else ",".join(cfg.contexts)
         if member_contexts is None and cfg.member_contexts is not None:
-            if not plan_only:  # a plan is made before they are generated
-                check_config_sources(config, ["val", "test"], lang, cfg.member_contexts, "member_contexts")
-            member_contexts = ",".join(cfg.member_contexts)
+            member_contexts, member_from = ",".join(cfg.member_contexts), f"{config}: member_contexts"
         if llm_budget is None and cfg.llm_budget is not None:
             llm_budget, budget_from = cfg.llm_budget, str(config)
         allow_failures = allow_failures or cfg.allow_failures
@@ -309,9 +308,15 @@ def main_job(
                 "--member-contexts names the contexts of the stack's model-backed members; give the "
                 "contexts of one detector with --contexts"
             )
-        member_sources = tuple(split_names(member_contexts))
+        from mushroom.data.contexts import source_names
+
+        try:
+            member_sources = tuple(split_names(member_contexts, what="context source"))
+            source_names(member_sources)  # one named twice is refused
+        except MushroomError as exc:
+            raise MushroomError(f"{member_from}: {exc}") from None
         if not member_sources:
-            raise MushroomError("--member-contexts is empty: name context sources, e.g. deepseek-r1,llm")
+            raise MushroomError(f"{member_from} is empty: name context sources, e.g. deepseek-r1,llm")
     if plan_only and detector != "stack":
         raise MushroomError(
             "--plan-only plans the stack's cascade (--llm-budget); it does not go with one detector"
@@ -371,6 +376,7 @@ def main_job(
             llm_budget=1.0 if llm_budget is None else llm_budget,
             budget_from=budget_from,
             member_sources=member_sources,
+            member_from=member_from,
             plan_only=plan_only,
         )
         return

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mushroom.data.records import Item, Prediction
 from mushroom.data.spans import hard_to_mask, soft_to_vector
-from mushroom.errors import NOT_SENT, MushroomError
+from mushroom.errors import NOT_SENT, DataError, MushroomError, Problem
 
 # The member stack is fitted by cross-validation on the val items sent: two per language at least.
 MIN_VAL_SENT = 2
@@ -246,13 +246,13 @@ def planned_ids(path: Path, split: str) -> dict[str, set[str]]:
     if not path.is_file():
         raise MushroomError(f"--cascade: no such file: {path}")
     records = load_records(path, CascadeRecord)
+    if not records:
+        raise DataError([Problem(str(path), None, None, "empty: it holds no cascade's records")])
     splits = sorted({r.split for r in records})
     if split not in splits:
         raise MushroomError(
-            f"--cascade {path} has no {split} items (it has {', '.join(splits) or 'none'}): give --split "
+            f"--cascade {path} has no {split} items (it has {', '.join(splits)}): give --split "
             + " or --split ".join(splits)
-            if splits
-            else f"--cascade {path} is empty: it holds no cascade's records"
         )
     sent: dict[str, set[str]] = {}
     for r in records:

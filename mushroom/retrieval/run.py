@@ -18,7 +18,7 @@ from mushroom.data.contexts import (
     is_fact_check,
 )
 from mushroom.data.records import Item
-from mushroom.errors import MushroomError
+from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.util.interrupts import interrupt_hint
 from mushroom.util.names import safe_name
 from mushroom.util.words import plural, suggest
@@ -68,12 +68,16 @@ def parse_tiers(
     return tier_list
 
 
-def _only(data: dict[str, list[Item]], only: dict[str, set[str]], asked: bool) -> dict[str, list[Item]]:
+def _only(
+    data: dict[str, list[Item]], only: dict[str, set[str]], asked: bool, plan: Path | None
+) -> dict[str, list[Item]]:
     """The items of `data` that `only` names, in their split's order; unknown ids are refused.
 
     A language the plan does not cover is refused when `--lang` asked for it (`asked`), and
-    left out otherwise: the plan was made for some languages.
+    left out otherwise: the plan was made for some languages. `plan` is the file `only` was
+    read from, named in the errors: its ids or languages not in this split are a data error.
     """
+    where = str(plan) if plan is not None else "--cascade"
     missing = [lang for lang in data if lang not in only]
     if asked and missing:
         raise MushroomError(
@@ -83,14 +87,15 @@ def _only(data: dict[str, list[Item]], only: dict[str, set[str]], asked: bool) -
     for lang, ids in only.items():
         if lang not in data:
             if not asked:
-                raise MushroomError(f"--cascade: the plan's language {lang!r} is no language of this split")
+                raise DataError([Problem(where, None, "lang", f"{lang!r} is no language of this split")])
             continue
         unknown = sorted(ids - {it.id for it in kept[lang]})
         if unknown:
-            raise MushroomError(
-                f"--cascade: the plan sends {plural(len(unknown), 'item')} in {lang} that this split does "
-                f"not have (e.g. {unknown[0]}): the plan was made on other data"
+            message = (
+                f"the plan sends {plural(len(unknown), 'item')} in {lang} that this split does not have "
+                f"(e.g. {unknown[0]}): it was made on other data"
             )
+            raise DataError([Problem(where, None, "id", message)])
     return kept
 
 
@@ -108,6 +113,7 @@ def generate_split(
     limit: int | None = None,
     context_dir: Path | None = None,
     only: dict[str, set[str]] | None = None,
+    only_from: Path | None = None,
 ) -> ContextsRun:
     """Generates contexts for the items of a split's languages that no tier covers (resumable).
 
@@ -135,7 +141,7 @@ def generate_split(
     load_prompt(prompt)  # a prompt that does not exist stops the command before any folder is made
     data = load_split(split, langs)
     if only is not None:
-        data = _only(data, only, langs is not None)
+        data = _only(data, only, langs is not None, only_from)
     tier_list = parse_tiers(tiers, split, data, root, source)
     cache = root / f".cache.{source}.jsonl"
     try:

@@ -38,6 +38,7 @@ from mushroom.combine.cascade import (
 )
 from mushroom.combine.stack import Member, StackFit, StackModel, apply_stack, fit_stack
 from mushroom.combine.stack.fit import by_lang_scores
+from mushroom.data.contexts import context_file, graded_unusable, load_contexts
 from mushroom.data.jsonl import write_jsonl
 from mushroom.data.predictions import submission_name
 from mushroom.data.records import Item, Prediction
@@ -180,11 +181,11 @@ def _plan(job: CascadeJob) -> _Plan:
 PLAN_FILE = "cascade-plan.jsonl"
 
 
-def plan_only_report(job: CascadeJob, own_sources: tuple[str, ...] = ()) -> list[CascadeRecord]:
+def plan_only_report(job: CascadeJob, own_sources: tuple[str, ...] | None = None) -> list[CascadeRecord]:
     """Steps 2 and 3 alone: the choice, written to cascade-plan.jsonl, and what it would send.
 
-    `own_sources` are the context sources only the model-backed members read (--member-contexts):
-    the next step says to generate them.
+    `own_sources` are the context sources only the model-backed members read (--member-contexts,
+    None when not given): the next step says to generate them.
 
     Nothing else in the folder changes: its predictions, stack.json and cascade.jsonl are those
     of the last run that went on to the end. So a plan at another budget costs no finished run
@@ -210,20 +211,64 @@ def plan_only_report(job: CascadeJob, own_sources: tuple[str, ...] = ()) -> list
     )
     to_send = sum(row[3] for row in rows)
     new = to_send - sum(row[4] for row in rows)
-    source = f" --source {own_sources[0]}" if len(own_sources) == 1 else ""
-    then = (
-        "then run this command again without --plan-only"
-        if own_sources
-        else "then run this command without --plan-only, with --member-contexts naming the generated source"
-    )
+    plan_file = out / PLAN_FILE
+    if own_sources is None:
+        step = (
+            "the model-backed members read --contexts. For contexts generated for these items alone, "
+            "make the plan with --member-contexts naming their sources, the generated one too (in a new "
+            "--out: it is part of the folder's config); then `mushroom contexts --cascade PLAN --source NAME`"
+        )
+    elif not own_sources:
+        step = (
+            "the CPU members read every source of --member-contexts too: run this command again "
+            "without --plan-only"
+        )
+    else:
+        commands = " and ".join(
+            f"`mushroom contexts --cascade {plan_file} --split {split} --source {name}`"
+            for name in own_sources
+            for split in ("val", "test")
+        )
+        step = (
+            f"generate contexts for those items alone with {commands}; then run this command again "
+            "without --plan-only"
+        )
     service.reporter.message(
         f"{to_send} items would go to {', '.join(costly)} ({new} not answered before); nothing was sent. "
-        f"The choice is in {out / PLAN_FILE}: `mushroom contexts --cascade {out / PLAN_FILE} --split val"
-        f"{source}` (and `--split test`) generates contexts for those items alone; {then}",
+        f"The choice is in {plan_file}: {step}",
         lead="plan:",
     )
     service.release()
     return plan.records
+
+
+def _warn_ungenerated(
+    service: RunService, out: Path, sent: dict[str, dict[str, list[Item]]], own_sources: tuple[str, ...]
+) -> None:
+    """Says which items sent lack a context in a source only the model-backed members read.
+
+    Those sources are generated for the items a plan sends; a wider budget sends items no
+    plan named, which went to the model with the other sources' contexts alone, unsaid.
+    An item graded "no usable context" has none on purpose and is not counted.
+    """
+    for name in own_sources:
+        lacking: dict[str, int] = {}
+        for split, data in sent.items():
+            for lang, items in data.items():
+                path = context_file(split, lang, name)
+                have = set(load_contexts(split, lang, (name,)).by_id) if path is not None else set()
+                skip = graded_unusable(path) if path is not None else set()
+                n = sum(1 for it in items if it.id not in have and it.id not in skip)
+                if n:
+                    lacking[split] = lacking.get(split, 0) + n
+        if lacking:
+            where = ", ".join(f"{n} {split}" for split, n in lacking.items())
+            splits = " and ".join(f"--split {split}" for split in lacking)
+            service.warn(
+                f"context source {name!r} has no context for {where} items sent: they go to the model "
+                f"with the other sources' alone; `mushroom contexts --cascade {out / 'cascade.jsonl'} "
+                f"--source {name}` with {splits} generates them first"
+            )
 
 
 def run_cascade(
@@ -238,10 +283,12 @@ def run_cascade(
     member_sources: tuple[str, ...],
     budget: float,
     stop_on_failures: Callable[[dict[str, Any]], None],
+    own_sources: tuple[str, ...] = (),
 ) -> CascadeOutcome:
     """Steps 2 to 6 of the module docstring; the CPU members have run on every item.
 
-    `member_sources` are the contexts the model-backed members read. `stop_on_failures` is the
+    `member_sources` are the contexts the model-backed members read, `own_sources` those of them
+    the CPU members do not read (generated for the items sent). `stop_on_failures` is the
     main job's check after detection (it clears stale files and raises RunFailed, with the
     summary given, when items failed and failures are not allowed).
     """
@@ -256,6 +303,7 @@ def run_cascade(
     write_jsonl(out / "cascade.jsonl", records)
     service.record_stage("cascade-base-stack", time.perf_counter() - t0, reused=False)
     val_sent, test_sent = chosen_items(val_data, records, "val"), chosen_items(test_data, records, "test")
+    _warn_ungenerated(service, out, {"val": val_sent, "test": test_sent}, own_sources)
     sent_now = 0
     unsent_before = sum(f.error.startswith(NOT_SENT) for f in service.failures)
     for name in costly:

@@ -90,14 +90,14 @@ def _loadable_members(
 
 
 def _check_member_sources(
-    test_data: dict[str, list], val_data: dict[str, list], member_sources: tuple[str, ...]
+    test_data: dict[str, list], val_data: dict[str, list], member_sources: tuple[str, ...], named: str
 ) -> None:
-    """`check_sources` for --member-contexts, its errors naming the flag."""
+    """`check_sources` for --member-contexts, its errors naming the flag (or the config's key)."""
     try:
         check_sources("test", sorted(test_data), member_sources)
         check_sources("val", sorted(val_data), member_sources)
     except MushroomError as exc:
-        raise type(exc)(f"--member-contexts: {exc}") from None
+        raise type(exc)(f"{named}: {exc}") from None
 
 
 def run_main_stack(
@@ -114,6 +114,7 @@ def run_main_stack(
     budget_from: str | None = None,
     member_sources: tuple[str, ...] | None = None,
     plan_only: bool = False,
+    member_from: str = "--member-contexts",
 ) -> Path:
     """Runs each member detector on test and val, fits the stack on val, applies it to test.
 
@@ -136,7 +137,8 @@ def run_main_stack(
 
     `member_sources` are the context sources the model-backed members read (default:
     `sources`): a source generated for the items a cascade sends is theirs, and the CPU
-    members, whose output chose those items, keep reading `sources`.
+    members, whose output chose those items, keep reading `sources`. `member_from` names
+    what set them in messages (the flag, or a config file's key).
     """
     from mushroom.combine.stack import (
         Member,
@@ -168,7 +170,7 @@ def run_main_stack(
     model_backed = [name for name, det in dets.items() if det.calls_model]
     if member_sources is not None and not model_backed:
         raise MushroomError(
-            f"--member-contexts names the contexts of the model-backed members (llm, chain, pyes); "
+            f"{member_from} names the contexts of the model-backed members (llm, chain, pyes); "
             f"none is among {', '.join(members)}: give the contexts of every member with --contexts"
         )
     costly = model_backed if cascade else []
@@ -199,7 +201,7 @@ def run_main_stack(
     check_sources("test", sorted(test_data), sources)  # an unknown source left a folder behind
     check_sources("val", sorted(val_data), sources)
     if member_sources is not None and not plan_only:  # a plan is made before they are generated
-        _check_member_sources(test_data, val_data, member_sources)
+        _check_member_sources(test_data, val_data, member_sources, member_from)
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-stack")
     config = {
         "job": "main",
@@ -213,7 +215,7 @@ def run_main_stack(
     if cascade:
         # kept out of the config's hash (see service.UNHASHED_KEYS): another budget resumes the folder
         config["llm_budget"] = llm_budget
-    service = RunService(out, config, reporter, quiet, allow_failures)
+    service = RunService(out, config, reporter, quiet, allow_failures, side_pass=plan_only)
     for name, reason in skipped.items():
         service.warn(f"member {name!r} left out of the stack (--skip-unavailable): {reason}")
 
@@ -253,7 +255,7 @@ def run_main_stack(
             skipped,
             stop_on_failures,
             plan_only,
-            tuple(name for name in reads if name not in sources),
+            None if member_sources is None else tuple(n.removesuffix("?") for n in reads if n not in sources),
         )
     # A cascade's records in this folder (an earlier run with --llm-budget) are not this run's.
     (out / "cascade.jsonl").unlink(missing_ok=True)
@@ -412,7 +414,7 @@ def _finish_cascade(
     skipped: dict[str, str],
     stop_on_failures: Any,
     plan_only: bool = False,
-    own_sources: tuple[str, ...] = (),
+    own_sources: tuple[str, ...] | None = None,
 ) -> Path:
     """The stack job as a cascade (`mushroom.runs.cascade`): written, zipped and scored like the stack."""
     from mushroom.runs.cascade import CascadeJob, plan_only_report, run_cascade
@@ -421,7 +423,18 @@ def _finish_cascade(
         plan_only_report(CascadeJob(service, dets, costly, out, test_data, val_data, budget), own_sources)
         return out
     result = run_cascade(
-        service, dets, costly, out, test_data, val_data, langs, val_langs, sources, budget, stop_on_failures
+        service,
+        dets,
+        costly,
+        out,
+        test_data,
+        val_data,
+        langs,
+        val_langs,
+        sources,
+        budget,
+        stop_on_failures,
+        own_sources or (),
     )
     val_files = {lang: out / "val" / submission_name(lang, "val") for lang in val_data}
     for lang, items in val_data.items():

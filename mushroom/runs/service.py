@@ -574,8 +574,14 @@ class RunService:
         quiet: bool = False,
         allow_failures: bool = False,
         folder_flag: str = "--out",
+        side_pass: bool = False,
     ):
+        # `side_pass`: a pass that ends before the run's end (main-job --plan-only) leaves the
+        # record of a finished run as it was: its summary.json, and its config.json unless the
+        # folder is new. A plan at another budget made the finished run read as stopped, its
+        # config naming the plan's budget beside another's submission.
         self.out = Path(out)
+        self.side_pass = side_pass
         # the option that named the folder, for messages that advise another (a script's --work)
         self.folder_flag = folder_flag
         self.config = config
@@ -605,7 +611,8 @@ class RunService:
             raise
         # the summary of an earlier pass is not this one's: a run stopped before its end has
         # none, which compare, sweep and report read as "not finished"
-        (self.out / "summary.json").unlink(missing_ok=True)
+        if not side_pass:
+            (self.out / "summary.json").unlink(missing_ok=True)
         if self.resumed:
             self.reporter.message(f"the run in {self.out}", lead="resuming")
 
@@ -715,7 +722,7 @@ class RunService:
         existing = self.read_json(cfg_path)
         if existing is not None:
             if existing.get("config_hash") == wanted["config_hash"]:
-                if existing.get("config") != self.config:  # transport settings changed
+                if existing.get("config") != self.config and not self.side_pass:  # transport settings
                     write_json(cfg_path, wanted)
                 return True
             if self.has_results():
