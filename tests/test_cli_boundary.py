@@ -474,3 +474,31 @@ def test_the_english_embedding_grader_is_said_for_other_languages(tmp_path, caps
     assert "all-MiniLM-L6-v2, an English encoder" in " ".join(err.split()), err
     _, _, err = cli(capsys, *args, "--lang", "en")
     assert "English encoder" not in err
+
+
+@pytest.mark.parametrize("command", [["detect", "--split", "val", "--lang", "en", "--limit", "2"], ["score"]])
+def test_a_reader_that_stops_reading_ends_no_command(tmp_path, command):
+    """`mushroom detect | head -1`: rich's answer to the closed pipe was SystemExit(1), so the
+    run stopped at its next line of output, its summary unwritten, with not a word."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    out = tmp_path / "run"
+    if command == ["score"]:
+        preds = tmp_path / "p.jsonl"
+        write_lines(preds, [{"id": r["id"], "hard_labels": [], "soft_labels": []} for r in GOLD_ROWS])
+        gold = tmp_path / "g.jsonl"
+        write_lines(gold, GOLD_ROWS)
+        args = ["score", gold, preds]
+    else:
+        args = [*command, "--out", out]
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "mushroom", *map(str, args)], stdout=write, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT, timeout=300,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert res.returncode == 0, res.stderr
+    assert "the output's reader stopped reading" in res.stderr and "Traceback" not in res.stderr
+    if command != ["score"]:
+        assert json.loads((out / "summary.json").read_text())["items_failed"] == 0

