@@ -510,3 +510,20 @@ def test_a_rerun_on_items_that_lost_a_language_removes_its_stale_file(tmp_path, 
     assert [p.name for p in (run / "predictions").glob("mushroom.*.jsonl")] == ["mushroom.en-items.jsonl"]
     code, out, err = cli(capsys, "score", items, run)
     assert code == 0 and "IoU: " in out, err
+
+
+def test_contexts_for_ids_no_item_has_are_warned_of_but_not_those_of_another_language(tmp_path, capsys):
+    """A context file made for another version of the items gave some items their contexts and
+    left the rest unread, unsaid."""
+    rows = [GOLD_ROWS[0], GOLD_ROWS[1], {**GOLD_ROWS[2], "lang": "de"}]
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    contexts = [{"id": r["id"], "context": r["model_input"]} for r in rows]
+    ctx = write_lines(tmp_path / "ctx.jsonl", [*contexts, {"id": "renumbered-7", "context": "x"}])
+    args = ["detect", "--items", items, "--contexts", ctx, "--lang", "en", "--quiet"]
+    code, _, err = cli(capsys, *args, "--out", tmp_path / "a")
+    said = " ".join(err.split())
+    assert code == 0 and "1 of its 4 contexts are for ids no item of" in said, said
+    assert "(e.g. 'renumbered-7'); they are not read" in said
+    write_lines(ctx, contexts)  # the German item's context is no stray, though --lang leaves it out
+    code, _, err = cli(capsys, *args, "--out", tmp_path / "b")
+    assert code == 0 and "no item of" not in err, err

@@ -34,8 +34,8 @@ def items_file_data(
     from mushroom.data.languages import LANGUAGES
 
     # checked whole, then read a chunk at a time by the run (an index of lines, not the items)
-    data: dict[str, Sequence[Item]] = read_items_file(items_file)  # type: ignore[assignment]
-    data = keep_langs(data, langs, items_file)  # type: ignore[arg-type]
+    every: dict[str, Sequence[Item]] = read_items_file(items_file)  # type: ignore[assignment]
+    data = keep_langs(every, langs, items_file)  # type: ignore[arg-type]
     by_name = {name.lower(): known for known, name in LANGUAGES.items()}
     for code in sorted(set(data) - set(LANGUAGES)):
         named = by_name.get(code)  # "lang": "English", where the files give "en"
@@ -56,7 +56,34 @@ def items_file_data(
     # a broken line stops the command before its folder exists; the index serves the run
     files = ContextFiles(context_files)
     _check_some_context(files, data, items_file)
+    _warn_stray_contexts(files, every, items_file, warn)
     return data, files
+
+
+def _warn_stray_contexts(
+    files: ContextFiles, data: dict[str, Sequence[Item]], items_file: Path, warn: Callable[[str], None]
+) -> None:
+    """Warns of a context file's ids that no item of the items file has (of any language).
+
+    A context file built for another version of the items (ids renumbered, items dropped)
+    gave some items their contexts and left the rest unread, unsaid: the run's "no context
+    for N items" counts the items, not the contexts that match none. Only the ids matched are
+    held, not the items'.
+    """
+    matched: list[set[str]] = [set() for _ in files.paths]
+    for items in data.values():
+        for item in items:
+            for k, where in enumerate(files.index):
+                if item.id in where:
+                    matched[k].add(item.id)
+    for path, where, hit in zip(files.paths, files.index, matched):
+        stray = len(where) - len(hit)
+        if stray:
+            example = next(i for i in where if i not in hit)
+            warn(
+                f"--contexts {path}: {stray} of its {len(where)} contexts are for ids no item of "
+                f"{items_file} has (e.g. {example!r}); they are not read: a context file of other items?"
+            )
 
 
 def _check_some_context(files: ContextFiles, data: dict[str, Sequence[Item]], items_file: Path) -> None:
