@@ -272,16 +272,10 @@ def _warn_ungenerated(
 
 
 def run_cascade(
-    service: RunService,
-    dets: dict[str, Detector],
-    costly: list[str],
-    out: Path,
-    test_data: dict[str, list[Item]],
-    val_data: dict[str, list[Item]],
+    job: CascadeJob,
     langs: list[str] | None,
     val_langs: list[str],
     member_sources: tuple[str, ...],
-    budget: float,
     stop_on_failures: Callable[[dict[str, Any]], None],
     own_sources: tuple[str, ...] = (),
 ) -> CascadeOutcome:
@@ -292,10 +286,12 @@ def run_cascade(
     main job's check after detection (it clears stale files and raises RunFailed, with the
     summary given, when items failed and failures are not allowed).
     """
+    service, dets, costly, out, budget = job.service, job.dets, job.costly, job.out, job.budget
+    test_data, val_data = job.test_data, job.val_data
     for stage in ("stack-fit", "stack-apply"):  # their stack.json and test files are overwritten here
         service.forget_stage(stage)
     t0 = time.perf_counter()
-    plan = _plan(CascadeJob(service, dets, costly, out, test_data, val_data, budget))
+    plan = _plan(job)
     base_fit, base_test, records = plan.fit, plan.test, plan.records
     write_json(out / "stack.json", base_fit.model.model_dump(mode="json"))
     _write_split(out / "cascade" / "base" / "val", "val", base_fit.oof, val_data)

@@ -30,6 +30,7 @@ from mushroom.util.words import plural
 
 if TYPE_CHECKING:
     from mushroom.combine.stack.stream import StackChunk
+    from mushroom.runs.cascade import CascadeJob
 
 DEFAULT_MEMBERS = ("lexical", "semantic")
 
@@ -240,22 +241,15 @@ def run_main_stack(
         service.detect_split(det, "val", out / "members" / name / "val", val_langs, own, data=val_data)
     stop_on_failures()
     if cascade:
+        from mushroom.runs.cascade import CascadeJob
+
+        job = CascadeJob(service, dets, costly, out, test_data, val_data, llm_budget)
+        # the sources only the model-backed members read: generated for the items sent
+        own = None
+        if member_sources is not None:
+            own = tuple(name.removesuffix("?") for name in reads if name not in sources)
         return _finish_cascade(
-            service,
-            reporter,
-            dets,
-            costly,
-            out,
-            test_data,
-            val_data,
-            langs,
-            val_langs,
-            reads,
-            llm_budget,
-            skipped,
-            stop_on_failures,
-            plan_only,
-            None if member_sources is None else tuple(n.removesuffix("?") for n in reads if n not in sources),
+            job, reporter, langs, val_langs, reads, skipped, stop_on_failures, plan_only, own
         )
     # A cascade's records in this folder (an earlier run with --llm-budget) are not this run's.
     (out / "cascade.jsonl").unlink(missing_ok=True)
@@ -400,42 +394,25 @@ def _submit_and_score(
 
 
 def _finish_cascade(
-    service: RunService,
+    job: CascadeJob,
     reporter: Reporter,
-    dets: dict[str, Detector],
-    costly: list[str],
-    out: Path,
-    test_data: dict[str, list],
-    val_data: dict[str, list],
     langs: list[str] | None,
     val_langs: list[str],
-    sources: tuple[str, ...],
-    budget: float,
+    member_sources: tuple[str, ...],
     skipped: dict[str, str],
     stop_on_failures: Any,
     plan_only: bool = False,
     own_sources: tuple[str, ...] | None = None,
 ) -> Path:
     """The stack job as a cascade (`mushroom.runs.cascade`): written, zipped and scored like the stack."""
-    from mushroom.runs.cascade import CascadeJob, plan_only_report, run_cascade
+    from mushroom.runs.cascade import plan_only_report, run_cascade
 
     if plan_only:
-        plan_only_report(CascadeJob(service, dets, costly, out, test_data, val_data, budget), own_sources)
-        return out
-    result = run_cascade(
-        service,
-        dets,
-        costly,
-        out,
-        test_data,
-        val_data,
-        langs,
-        val_langs,
-        sources,
-        budget,
-        stop_on_failures,
-        own_sources or (),
-    )
+        plan_only_report(job, own_sources)
+        return job.out
+    result = run_cascade(job, langs, val_langs, member_sources, stop_on_failures, own_sources or ())
+    service, dets, costly, out, budget = job.service, job.dets, job.costly, job.out, job.budget
+    test_data, val_data = job.test_data, job.val_data
     val_files = {lang: out / "val" / submission_name(lang, "val") for lang in val_data}
     for lang, items in val_data.items():
         write_predictions(val_files[lang], result.val[lang], items)
