@@ -265,3 +265,24 @@ def test_the_files_member_contexts_are_checked_with_their_key_unless_the_job_onl
     assert (
         code == 2 and f"{lexical}: member_contexts names the contexts of the model-backed members" in said
     ), said
+
+
+def test_a_quoted_yes_no_option_of_a_detector_is_named_in_both_kinds_of_config(tmp_path):
+    """`channels = "no"` was read as False by pydantic, in silence, where `allow_failures = "no"`
+    at the top of the file was refused."""
+    quoted = GOOD.replace("temperatures = [0.1]", 'temperatures = [0.1]\nstructured_output = "false"')
+    assert _problems(tmp_path / "job.toml", quoted) == [
+        "options.llm.structured_output: 'false' is text in quotes; a yes/no option is written true or "
+        "false, without quotes"
+    ]
+    run = _write(
+        tmp_path / "run.toml",
+        'name = "x"\nlangs = ["en"]\n[detector]\nname = "lexical"\n[detector.options]\nchannels = "no"\n',
+    )
+    with pytest.raises(DataError, match="field 'detector.options.channels': 'no' is text in quotes"):
+        load_run_config(run)
+    _write(
+        run,
+        'name = "x"\nlangs = ["en"]\n[detector]\nname = "lexical"\n[detector.options]\nchannels = false\n',
+    )
+    assert load_run_config(run).detector.options == {"channels": False}

@@ -265,13 +265,10 @@ def load_run_config(path: Path) -> RunConfig:
     checks = [("detector.options", cfg.detector.options)]
     checks += [(f"variants.{n}.options", o) for n, o in cfg.variant_options() if n]
     for where, options in checks:
-        try:
-            cls.Options.model_validate(options)
-        except ValidationError as exc:
-            errors = field_errors(exc.errors())
-            if where == "detector.options" and cfg.variants:
-                errors = [e for e in errors if e["type"] != "missing"]  # a variant may supply it
-            problems += [_option_problem(path, where, cls, e) for e in errors]
+        # a variant may supply an option the detector's table leaves out
+        problems += _option_problems(
+            path, where, cls, options, where == "detector.options" and bool(cfg.variants)
+        )
     if problems:
         raise DataError(problems, exit_code=2)
     if cfg.langs is not None:
@@ -336,6 +333,37 @@ def _option_problem(path: Path, where: str, cls, err: dict) -> Problem:
     return Problem(str(path), None, ".".join([where, *map(str, err["loc"])]), msg)
 
 
+def _option_problems(
+    path: Path, where: str, cls, options: dict[str, Any], skip_missing: bool = False
+) -> list[Problem]:
+    """Every problem of a detector's options table in a config file, each with its key.
+
+    A yes/no option written in quotes (`channels = "no"`) is one: pydantic reads the text "no"
+    or "false" as False, so the file ran with a setting its author may not have meant; the
+    top-level ones (`allow_failures`) are refused for the same reason.
+    """
+    problems = []
+    try:
+        cls.Options.model_validate(options)
+    except ValidationError as exc:
+        errors = field_errors(exc.errors())
+        if skip_missing:
+            errors = [e for e in errors if e["type"] != "missing"]
+        problems += [_option_problem(path, where, cls, e) for e in errors]
+    for name, info in cls.Options.model_fields.items():
+        if info.annotation in (bool, bool | None) and isinstance(options.get(name), str):
+            said = options[name]
+            problems.append(
+                Problem(
+                    str(path),
+                    None,
+                    f"{where}.{name}",
+                    f"{said!r} is text in quotes; a yes/no option is written true or false, without quotes",
+                )
+            )
+    return problems
+
+
 def load_main_job_config(path: Path) -> MainJobConfig:
     """Reads and validates a main-job config; errors name the file and the key.
 
@@ -375,13 +403,7 @@ def load_main_job_config(path: Path) -> MainJobConfig:
                 )
             )
         elif name in classes:
-            try:
-                classes[name].Options.model_validate(options)
-            except ValidationError as exc:
-                problems += [
-                    _option_problem(path, f"options.{name}", classes[name], e)
-                    for e in field_errors(exc.errors())
-                ]
+            problems += _option_problems(path, f"options.{name}", classes[name], options)
     problems += _lang_problems(path, cfg.langs)
     if problems:
         raise DataError(problems, exit_code=2)
