@@ -315,5 +315,8 @@ def test_an_input_lacking_items_of_the_items_file_is_named_not_the_output(tmp_pa
     code, _, err = cli(capsys, "ensemble", short, "--items", items, "--out", out, "--threshold", "0.5")
     said = " ".join(err.split())
     assert (
-        code == 1 and f"{short}: field 'id': no prediction for 1 of the 2 items" in said and not out.exists()
+        code == 1
+        and f"{short}: field 'id': no prediction for 1 of 2 items: '{GOLD_ROWS[1]['id']}' (the items of --items)"
+        in said
+        and not out.exists()
     ), err

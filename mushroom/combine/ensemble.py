@@ -14,7 +14,7 @@ from pathlib import Path
 from mushroom.data.predictions import SoftMode, items_of_file, prediction_langs, prediction_vectors, vote
 from mushroom.data.records import Item, Prediction
 from mushroom.errors import DataError, MushroomError
-from mushroom.util.words import listed, plural
+from mushroom.util.words import listed, no_prediction, plural
 
 
 def ensemble_item(
@@ -251,13 +251,9 @@ def vote_files(
         for path, ids in zip(preds, ids_of):
             lacking = [i for i in wanted if i not in ids]
             if lacking:
-                shown = ", ".join(map(repr, lacking[:3])) + (", ..." if len(lacking) > 3 else "")
+                said = f"{no_prediction(lacking, total=len(wanted))} (the items of --items)"
                 raise DataError.single(
-                    path,
-                    None,
-                    "id",
-                    f"no prediction for {len(lacking)} of the {len(wanted)} items of the --items file "
-                    f"({shown}); an ensemble votes over files of the same items",
+                    path, None, "id", f"{said}; an ensemble votes over files of the same items"
                 )
         lengths = text_lengths(items)
     else:
