@@ -745,3 +745,40 @@ def test_an_empty_reply_cut_off_at_max_tokens_fails_the_item_as_cut_off():
     )
     assert error == "every decompose reply was cut off at max_tokens (1024): raise max_tokens"
     assert s["decompose.cut_empty"] == s["decompose.retry.cut_empty"] == 1 and s["chain.truncated"] == 2
+
+
+def test_a_context_lost_after_its_grade_was_written_is_generated_again_from_the_cache(tmp_path, capsys):
+    """The grade is written before the context: a kill between the two lines, or a source file
+    deleted to generate again, left items "done before" with no context, never asked again."""
+    from cli_helpers import cli
+
+    from mushroom.data.contexts import load_contexts
+
+    ctx = tmp_path / "ctx"
+    args = [
+        "contexts",
+        "--lang",
+        "en",
+        "--limit",
+        "2",
+        "--backend",
+        "openai",
+        "--model",
+        "m",
+        "--context-dir",
+        ctx,
+    ]
+    with FakeServer({}, "Some background on the question.") as server:
+        code, _, err = cli(capsys, *args, "--base-url", server.url)
+        assert code == 0 and len(server.calls) == 2, err
+        source = ctx / "val.en.llm.jsonl"
+        first, second = source.read_text().splitlines()
+        source.write_text(first + "\n" + second[:20])  # a kill cut the second context's line
+        code, out, err = cli(capsys, *args, "--base-url", server.url)
+        assert code == 0, err
+        assert len(load_contexts("val", "en", ("llm",), context_dir=ctx).by_id) == 2
+        source.unlink()  # deleted, to be written again
+        code, out, err = cli(capsys, *args, "--base-url", server.url)
+        assert code == 0, err
+        assert len(load_contexts("val", "en", ("llm",), context_dir=ctx).by_id) == 2
+        assert len(server.calls) == 2  # both times from the response cache

@@ -72,7 +72,12 @@ class ContextStats:
 
 
 def _done_ids(path: Path, grading: Grading | None = None, cut: float | None = None) -> set[str]:
-    """Ids already in an output file, or in a grades file graded as `grading` (the resume point).
+    """Ids already in an output file, or dropped in a grades file graded as `grading` (the resume point).
+
+    A grade that kept its context counts only with the context in the source file: the grade
+    is written first, so a kill between the two lines, or a source file deleted to generate
+    again, left items "done before" with no context, never asked for again. (Asked again, the
+    answer comes from the response cache.)
 
     A context dropped by one grading is generated and graded again under another: run with
     `--grade none` after an embedding grade dropped it, a user expects it kept. So is one
@@ -87,7 +92,10 @@ def _done_ids(path: Path, grading: Grading | None = None, cut: float | None = No
         if isinstance(row, dict)
         and "id" in row
         # in a grades file, a tier's grade leaves the item to the next tier or to generation
-        and (grading is None or (row.get("grading") == grading and "tier" not in row))
+        and (
+            grading is None
+            or (row.get("grading") == grading and "tier" not in row and row.get("relevant") is False)
+        )
         and (cut is None or row.get("min_similarity", cut) == cut)
     }
 
