@@ -782,3 +782,31 @@ def test_a_context_lost_after_its_grade_was_written_is_generated_again_from_the_
         assert code == 0, err
         assert len(load_contexts("val", "en", ("llm",), context_dir=ctx).by_id) == 2
         assert len(server.calls) == 2  # both times from the response cache
+
+
+def test_a_source_name_read_as_something_else_and_a_tier_named_twice_are_refused(tmp_path, capsys):
+    from cli_helpers import cli
+
+    ctx = tmp_path / "ctx"
+    base = [
+        "contexts",
+        "--lang",
+        "en",
+        "--limit",
+        "1",
+        "--backend",
+        "openai",
+        "--model",
+        "m",
+        "--context-dir",
+        ctx,
+    ]
+    base += ["--base-url", "http://127.0.0.1:9/v1"]
+    for source, said in (("e3.grades", "the grades of another source"), ("qa_mine", "a fact-check source")):
+        code, _, err = cli(capsys, *base, "--source", source)
+        assert code == 2 and f"--source {source}: a name like that is read as {said}" in err, err
+    code, _, err = cli(capsys, *base, "--tiers", "deepseek-r1,deepseek-r1", "--grade", "embedding")
+    assert code == 2 and "--tiers: context source deepseek-r1 named twice" in err, err
+    code, _, err = cli(capsys, *base, "--tiers", "gen?", "--source", "gen")
+    assert code == 2 and "'gen?' is the source being generated (--source), not a tier" in err, err
+    assert not (ctx / ".raw").exists()

@@ -49,16 +49,22 @@ def parse_tiers(
     A fact-check source covers no item (it repeats the answer to correct it), so it is refused.
     """
     tier_list = tuple(t.strip() for t in tiers.split(",") if t.strip())
+    from mushroom.data.contexts import source_names
+
+    try:
+        source_names(tier_list)  # one named twice was graded, and counted, twice
+    except MushroomError as exc:
+        raise MushroomError(f"--tiers: {exc}") from None
     for tier in tier_list:
         if is_fact_check(tier):
             raise MushroomError(
                 f"--tiers: {tier!r} is a fact-check source (it repeats the answer to correct it); "
                 "it covers no item, so it cannot be a tier"
             )
+        if tier.removesuffix(OPTIONAL) == source:
+            raise MushroomError(f"--tiers: {tier!r} is the source being generated (--source), not a tier")
         if tier.endswith(OPTIONAL):
             continue  # used where it has a file
-        if tier == source:
-            raise MushroomError(f"--tiers: {tier!r} is the source being generated (--source), not a tier")
         if not any(context_file(split, code, tier, root) for code in data):
             have = sorted({s for code in data for s in available_sources(split, code, root)})
             raise MushroomError(
