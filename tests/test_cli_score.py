@@ -339,3 +339,24 @@ def test_the_paired_difference_is_in_the_json_too(tmp_path, capsys):
     paired = json.loads(out)["paired_vs_compare"]
     assert code == 0 and paired["compare"] == str(other) and paired["iou"]["n"] == 5, err
     assert set(paired["cor"]) == {"mean_diff", "ci_low", "ci_high", "p_value", "n"}
+
+
+def test_a_variant_runs_ledgers_and_scores_are_not_written_over(tmp_path, capsys):
+    """A variant run keeps its files in <run>/<variant>/val/: only the first part of the path
+    was looked at, so `--json RUN/a/val/items/en.jsonl` replaced a ledger, exit 0."""
+    config = write_lines(tmp_path / "x.toml", [])
+    config.write_text(
+        'name = "vr"\nlangs = ["en"]\nlimit = 2\n[detector]\nname = "lexical"\n'
+        '[[variants]]\nname = "a"\noptions = { threshold = 0.3 }\n'
+        '[[variants]]\nname = "b"\noptions = { threshold = 0.4 }\n'
+    )
+    run = tmp_path / "run"
+    code, _, err = cli(capsys, "run", config, "--out", run, "--quiet")
+    assert code == 0, err
+    for target in (run / "a" / "val" / "items" / "en.jsonl", run / "b" / "val" / "scores.json"):
+        kept = target.read_bytes()
+        code, _, err = cli(capsys, "score", VAL_EN, run / "a" / "val", "--json", target)
+        assert code == 2 and "would replace a file the run" in " ".join(err.split()), err
+        assert target.read_bytes() == kept
+    code, _, err = cli(capsys, "score", VAL_EN, run / "a" / "val", "--json", run / "a" / "mine.json")
+    assert code == 0 and (run / "a" / "mine.json").is_file(), err

@@ -166,7 +166,8 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
             )
         scope = run_scope(source) if source.exists() else None
         run = scope.folder.resolve() if scope is not None else None
-        if run is not None and target.is_relative_to(run) and target.relative_to(run).parts[0] in RUN_FILES:
+        # at any depth: a variant run keeps its ledgers and scores in <run>/<variant>/val/
+        if run is not None and target.is_relative_to(run) and RUN_FILES & set(target.relative_to(run).parts):
             raise MushroomError(
                 f"{option} {path} would replace a file the run {scope.folder} keeps (its config, ledgers, "
                 "scores or predictions), an input of this command; write it elsewhere"
