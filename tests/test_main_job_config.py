@@ -286,3 +286,12 @@ def test_a_quoted_yes_no_option_of_a_detector_is_named_in_both_kinds_of_config(t
         'name = "x"\nlangs = ["en"]\n[detector]\nname = "lexical"\n[detector.options]\nchannels = false\n',
     )
     assert load_run_config(run).detector.options == {"channels": False}
+
+
+def test_a_negative_temperature_is_named_in_the_config_not_failed_at_every_request(tmp_path):
+    """It passed the options, and every item then failed at its request (exit 3), with advice
+    to run again that failed again."""
+    bad = GOOD.replace("temperatures = [0.1]", "temperatures = [0.1, -1.0]")
+    assert _problems(tmp_path / "job.toml", bad) == [
+        "options.llm.temperatures.1: Input should be greater than or equal to 0"
+    ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
@@ -40,7 +40,8 @@ class LLMOptions(DetectorOptions):
 
     backend: BackendConfig = Field(default_factory=lambda: BackendConfig(kind="replay"))
     prompt: str = Field("single_few_shot", description="prompt file in prompts/ (or a path)")
-    temperatures: list[float] = Field(default_factory=lambda: [0.0], min_length=1)
+    # each >= 0, as a request takes it: a -1.0 passed here and failed every item at its request
+    temperatures: list[Annotated[float, Field(ge=0.0)]] = Field(default_factory=lambda: [0.0], min_length=1)
     samples: int = Field(1, ge=1, description="samples per temperature")
     max_tokens: int = Field(1024, ge=16)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
