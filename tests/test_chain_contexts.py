@@ -747,6 +747,11 @@ def test_an_empty_reply_cut_off_at_max_tokens_fails_the_item_as_cut_off():
     assert s["decompose.cut_empty"] == s["decompose.retry.cut_empty"] == 1 and s["chain.truncated"] == 2
 
 
+def _generate(ctx, limit: int) -> list:
+    """`mushroom contexts` on the first English val items, into `ctx`, from an OpenAI-style server."""
+    return ["contexts", "--lang", "en", "--limit", str(limit), "--backend", "openai", "--model", "m", "--context-dir", ctx]  # fmt: skip
+
+
 def test_a_context_lost_after_its_grade_was_written_is_generated_again_from_the_cache(tmp_path, capsys):
     """The grade is written before the context: a kill between the two lines, or a source file
     deleted to generate again, left items "done before" with no context, never asked again."""
@@ -755,19 +760,7 @@ def test_a_context_lost_after_its_grade_was_written_is_generated_again_from_the_
     from mushroom.data.contexts import load_contexts
 
     ctx = tmp_path / "ctx"
-    args = [
-        "contexts",
-        "--lang",
-        "en",
-        "--limit",
-        "2",
-        "--backend",
-        "openai",
-        "--model",
-        "m",
-        "--context-dir",
-        ctx,
-    ]
+    args = _generate(ctx, 2)
     with FakeServer({}, "Some background on the question.") as server:
         code, _, err = cli(capsys, *args, "--base-url", server.url)
         assert code == 0 and len(server.calls) == 2, err
@@ -788,19 +781,7 @@ def test_a_source_name_read_as_something_else_and_a_tier_named_twice_are_refused
     from cli_helpers import cli
 
     ctx = tmp_path / "ctx"
-    base = [
-        "contexts",
-        "--lang",
-        "en",
-        "--limit",
-        "1",
-        "--backend",
-        "openai",
-        "--model",
-        "m",
-        "--context-dir",
-        ctx,
-    ]
+    base = _generate(ctx, 1)
     base += ["--base-url", "http://127.0.0.1:9/v1"]
     for source, said in (("e3.grades", "the grades of another source"), ("qa_mine", "a fact-check source")):
         code, _, err = cli(capsys, *base, "--source", source)
