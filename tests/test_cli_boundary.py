@@ -502,3 +502,10 @@ def test_a_reader_that_stops_reading_ends_no_command(tmp_path, command):
     assert "the output's reader stopped reading" in res.stderr and "Traceback" not in res.stderr
     if command != ["score"]:
         assert json.loads((out / "summary.json").read_text())["items_failed"] == 0
+
+
+def test_a_run_label_with_colons_is_printed_as_it_is_not_as_an_emoji(capsys):
+    from mushroom.cli.boundary import print_warning
+
+    print_warning("0:a: ar, de left out")
+    assert "0:a: ar, de left out" in " ".join(capsys.readouterr().err.split())

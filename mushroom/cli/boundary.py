@@ -69,8 +69,10 @@ def echo(text: str) -> None:
         _drop_output(sys.stdout, "stdout")
 
 
-out_console = PipeConsole(soft_wrap=True)  # messages are never broken into lines; tables still fit
-err_console = PipeConsole(stderr=True, soft_wrap=True)
+# Messages are never broken into lines (tables still fit), and `:name:` is no emoji code: a
+# run labelled "0:a:" was printed as "0🅰".
+out_console = PipeConsole(soft_wrap=True, emoji=False)
+err_console = PipeConsole(stderr=True, soft_wrap=True, emoji=False)
 
 EXIT_OK = 0
 EXIT_INVALID_INPUT = 1
