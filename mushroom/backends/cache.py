@@ -234,7 +234,7 @@ def build_cached(config, enabled: bool, path: Path | Callable[[], Path] | None) 
     """Builds the backend for `config`, behind a disk cache at `path` unless disabled.
 
     Replayed responses are already on disk, so a replay backend is never cached; no `path`
-    (a detector outside a run, see `Detector.cache_file`) is no cache either. A function for
+    (a detector outside a run, see `Detector.cache_place`) is no cache either. A function for
     `path` is asked where the cache is at each batch (see `CachedBackend`).
     """
     from mushroom.backends import build_backend
