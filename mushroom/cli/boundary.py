@@ -65,8 +65,7 @@ def echo(text: str) -> None:
     try:
         print(text, flush=True)
     except BrokenPipeError:
-        out_console.quiet = True
-        _drop_output(sys.stdout, "stdout")
+        out_console.on_broken_pipe()  # the same stdout, so the same end of its output
 
 
 # Messages are never broken into lines (tables still fit), and `:name:` is no emoji code: a

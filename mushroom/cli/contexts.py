@@ -10,7 +10,7 @@ import typer
 from mushroom.cli.boundary import FLAG, err_console, esc, out_console, print_warning
 from mushroom.cli.common import Langs
 from mushroom.cli.tables import fitted_tables
-from mushroom.data.contexts import DEFAULT_CONTEXT_DIR, FACT_CHECK_PREFIX, GRADES_SUFFIX
+from mushroom.data.contexts import DEFAULT_CONTEXT_DIR, GRADES_SUFFIX, is_fact_check
 from mushroom.runs.reporter import Table as TableData
 from mushroom.util.options import parse_options
 from mushroom.util.words import plural
@@ -79,7 +79,7 @@ def contexts_cmd(
     problem = name_problem(source)
     if problem is not None:  # a flag's value: a usage error (2), not a data file's (1)
         raise MushroomError(f"--source: a context source {problem}")
-    if source.endswith(GRADES_SUFFIX) or source.startswith(FACT_CHECK_PREFIX):
+    if source.endswith(GRADES_SUFFIX) or is_fact_check(source):
         # `x.grades` is the file of x's grades; a `qa_` source is read as a fact-check, supporting nothing
         what = "the grades of another source" if source.endswith(GRADES_SUFFIX) else "a fact-check source"
         raise MushroomError(

@@ -236,9 +236,9 @@ def run_main_stack(
     for name, det in dets.items():
         if name in costly:
             continue  # the cascade sends them the items it chooses
-        own = reads if name in model_backed else sources
-        service.detect_split(det, "test", out / "members" / name, langs, own, data=test_data)
-        service.detect_split(det, "val", out / "members" / name / "val", val_langs, own, data=val_data)
+        its = reads if name in model_backed else sources
+        service.detect_split(det, "test", out / "members" / name, langs, its, data=test_data)
+        service.detect_split(det, "val", out / "members" / name / "val", val_langs, its, data=val_data)
     stop_on_failures()
     if cascade:
         from mushroom.runs.cascade import CascadeJob
