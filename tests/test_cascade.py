@@ -477,3 +477,39 @@ def test_a_plan_and_the_member_contexts_are_refused_where_they_mean_nothing(tmp_
     for given, said in ((",", "',' has an empty context source"), ("a,a", "context source a named twice")):
         code, _, err = cli(capsys, *_job(out, 0.3), "--member-contexts", given, "--plan-only")
         assert code == 2 and f"--member-contexts: {said}" in err, err
+
+
+@pytest.mark.slow
+def test_a_plan_stopped_by_a_failed_cpu_member_leaves_the_finished_run_as_it_was(
+    tmp_path, capsys, monkeypatch
+):
+    """A plan is a side pass: its CPU member failing on an item removed the finished run's
+    submission and wrote a failed summary over its own."""
+    from mushroom.detectors.lexical import LexicalDetector
+
+    real = LexicalDetector.item_vector
+
+    def fails_on_one(self, item, contexts):
+        if item.id == "tst-it-3":
+            raise ValueError("broken item")
+        return real(self, item, contexts)
+
+    monkeypatch.setattr(LexicalDetector, "item_vector", fails_on_one)
+    out = tmp_path / "job"
+    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as server:
+        code, _, err = cli(
+            capsys, *_job(out, 0.1), "--allow-failures", "-o", f"llm.backend.base_url={server.url}"
+        )
+    assert code == 0, err
+    kept = ["submission.zip", "summary.json", "config.json", "failures.jsonl", "cascade.jsonl"]
+    kept += [p.relative_to(out).as_posix() for p in [*out.glob("mushroom.*.jsonl"), *out.glob("val/*")]]
+    record = {name: (out / name).read_bytes() for name in kept if (out / name).is_file()}
+    assert "submission.zip" in record and "val/scores.json" in record
+
+    code, said, err = cli(
+        capsys, *_job(out, 0.3), "--plan-only", "-o", "llm.backend.base_url=http://127.0.0.1:9/v1"
+    )
+    told = " ".join((said + err).split())
+    assert code == 3 and "broken item" in told and "no plan was made" in told, told
+    assert {name: (out / name).read_bytes() for name in record if (out / name).is_file()} == record
+    assert not (out / "cascade-plan.jsonl").exists()

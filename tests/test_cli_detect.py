@@ -391,6 +391,20 @@ def test_a_run_folder_inside_another_run_is_refused(tmp_path, capsys):
     assert code == 0, err
 
 
+def test_a_folder_that_holds_runs_is_refused_as_a_run_folder(tmp_path, capsys):
+    """`--out runs/` wrote a run's files among the runs it holds: its predictions were then read
+    as one more run of that folder by compare and sweep, and its config locked the folder."""
+    limited_run(tmp_path / "runs", capsys)
+    parent = tmp_path / "runs"
+    before = sorted(p.name for p in parent.iterdir())
+    code, out, err = cli(capsys, "detect", "--lang", "en", "--limit", "1", "--out", parent, "--quiet")
+    told = " ".join(err.split())
+    assert code == 2 and f"--out {parent} holds the run run" in told and "a folder of its own" in told, (
+        out + err
+    )
+    assert sorted(p.name for p in parent.iterdir()) == before
+
+
 def test_a_rerun_on_an_edited_items_or_contexts_file_computes_the_edited_items_again(tmp_path, capsys):
     # The folder kept the items file's path only: an edited answer resumed past, and its old
     # spans (past the end of the new, shorter text) went into the submission file.

@@ -221,7 +221,7 @@ def run_main_stack(
         service.warn(f"member {name!r} left out of the stack (--skip-unavailable): {reason}")
 
     def stop_on_failures(summary: dict[str, Any] | None = None) -> None:
-        if service.failures and not allow_failures:
+        if service.failures and not allow_failures and not plan_only:
             # A stack needs every item: what an earlier invocation's stack wrote (perhaps under
             # --allow-failures, on members since re-run) is no longer this run's, so it goes, as a
             # language with failed items gets no prediction file: its files, and its val scores.
@@ -231,6 +231,8 @@ def run_main_stack(
             for path in stale:
                 path.unlink(missing_ok=True)
             service.finish(summary or {})  # raises RunFailed
+        elif service.failures and not allow_failures:  # a plan: the finished run's files stay
+            service.finish({})  # raises RunFailed
 
     reads = member_sources if member_sources is not None else sources
     for name, det in dets.items():

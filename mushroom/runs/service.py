@@ -157,6 +157,16 @@ def enclosing_run(folder: Path) -> Path | None:
     return None
 
 
+def held_runs(folder: Path) -> list[str]:
+    """The run folders directly inside `folder`, when it is no run itself (`--out runs/`)."""
+    folder = Path(folder)
+    if not folder.is_dir() or run_config_file(folder / "config.json") is not None:
+        return []
+    return sorted(
+        p.name for p in folder.iterdir() if p.is_dir() and run_config_file(p / "config.json") is not None
+    )
+
+
 def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
     """Each setting that differs between two configs: `options.threshold: 0.25 -> 0.3`.
 
@@ -602,6 +612,14 @@ class RunService:
                 f"{self.folder_flag} {self.out} is inside the run folder {outer}; its files would be "
                 "mixed with that run's (read as its predictions, zipped with its submission). "
                 "Choose a folder outside it"
+            )
+        held = held_runs(self.out)
+        if held:
+            raise MushroomError(
+                f"{self.folder_flag} {self.out} holds the run{'s' if len(held) > 1 else ''} "
+                f"{', '.join(held[:3])}{', ...' if len(held) > 3 else ''}: this run's files would be mixed "
+                f"with them (read as one more run of that folder). Give a folder of its own, such as "
+                f"{self.out / 'new-run'}"
             )
         self.stages = self.read_json(self.out / "stages.json") or {}
         try:
@@ -1148,8 +1166,9 @@ class RunService:
             "stages": self.stages,
             "seconds": round(time.perf_counter() - self.started, 2),
         }
-        write_jsonl(self.out / "failures.jsonl", [f.row() for f in self.failures])
-        write_json(self.out / "summary.json", summary)
+        if not self.side_pass:  # a plan's failures are reported; the finished run's record stays
+            write_jsonl(self.out / "failures.jsonl", [f.row() for f in self.failures])
+            write_json(self.out / "summary.json", summary)
         self.release()
         if self.failures:
             title = f"{plural(len(self.failures), 'failed item')}, by error"
@@ -1160,6 +1179,13 @@ class RunService:
                 rows.append([n, one_line(shown, 240), f"{example.split}/{example.lang}/{example.id}"])
             self.reporter.table(Table(title, columns=["items", "error", "for example"], rows=rows))
             where = self.out / "failures.jsonl"
+            if not self.allow_failures and self.side_pass:
+                advice = retry_advice([f.error for f in self.failures], self.same_folder)
+                raise RunFailed(
+                    f"{plural(len(self.failures), 'item')} failed (above); no plan was made, and the "
+                    f"folder's predictions and summary are as they were. {advice}, or add "
+                    "--allow-failures to plan with those items read as empty"
+                )
             if not self.allow_failures:
                 advice = retry_advice([f.error for f in self.failures], self.same_folder)
                 raise RunFailed(
