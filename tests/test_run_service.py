@@ -788,3 +788,30 @@ def test_a_ledger_line_that_cannot_be_read_is_said_and_a_line_cut_by_a_kill_is_d
     assert code == 0, err
     assert "1 line of the item ledger" in said and "could not be read" in said, said
     assert not ledger.read_text().endswith('"o') and ledger.read_text().count('"status": "o\n') == 0
+
+
+def test_a_wrong_eval_dir_is_refused_before_the_run_starts(tmp_path, capsys):
+    """`run --eval-dir` was read only after every variant had run: a file there failed the run
+    at its end, and a folder in the official data got the comparison."""
+    from cli_helpers import cli
+
+    from mushroom.data.splits import DEFAULT_DATA_DIR
+
+    config = tmp_path / "variants.toml"
+    config.write_text(variants_toml("http://127.0.0.1:9/v1", 2))
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    out = tmp_path / "run"
+    cases = [
+        (DEFAULT_DATA_DIR / "mine", "the folder of the official data files"),
+        (a_file, "is a file, not a folder"),
+    ]
+    for eval_dir, message in cases:
+        code, _, err = cli(capsys, "run", config, "--out", out, "--eval-dir", eval_dir, "--quiet")
+        assert code == 2 and message in " ".join(err.split()), err
+        assert not out.exists() and not (DEFAULT_DATA_DIR / "mine").exists()
+    single = tmp_path / "single.toml"
+    single.write_text(variants_toml("http://127.0.0.1:9/v1", 2).split("[[variants]]")[0])
+    code, _, err = cli(capsys, "run", single, "--out", out, "--eval-dir", tmp_path / "e", "--quiet")
+    assert code == 2 and "has no variants to compare" in " ".join(err.split()), err
+    assert not out.exists()

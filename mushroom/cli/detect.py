@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mushroom.cli.boundary import FLAG, print_warning
+from mushroom.cli.boundary import FLAG, output_file, print_warning
 from mushroom.cli.common import (
     DEFAULT_CONTEXTS,
     AllowFailures,
@@ -400,6 +400,18 @@ def _given(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
+def _check_eval_dir(eval_dir: Path, config: Path, cfg: Any) -> None:
+    """`run --eval-dir`: a folder the variants' comparison can go to, in a config that makes one."""
+    if len(cfg.variant_options()) < 2 or "val" not in cfg.splits:
+        raise MushroomError(
+            f"--eval-dir: {config} has no variants to compare on val, so nothing would be written there; "
+            "leave it out"
+        )
+    if eval_dir.exists() and not eval_dir.is_dir():
+        raise MushroomError(f"--eval-dir {eval_dir}: is a file, not a folder")
+    output_file(eval_dir / f"variants-{cfg.name}.md", "--eval-dir")
+
+
 def run_config(
     config: Annotated[Path, typer.Argument(help="a run config (TOML or YAML) from configs/")],
     out: Annotated[
@@ -419,6 +431,8 @@ def run_config(
     from mushroom.runs.config import execute, load_run_config
 
     cfg = load_run_config(config)
+    if eval_dir is not None:  # checked now: it was read only after every variant had run
+        _check_eval_dir(eval_dir, config, cfg)
     execute(
         cfg,
         out,
