@@ -686,6 +686,35 @@ def test_a_contexts_rerun_asks_again_for_an_empty_answer_checks_the_model_and_dr
     assert len(load_contexts("val", "en", ("llm",), context_dir=ctx).by_id) == 3
 
 
+def test_a_broken_line_inside_a_generated_source_or_its_grades_stops_the_contexts_command(tmp_path, capsys):
+    """A broken middle line was skipped unsaid: `contexts` exited 0 and regenerated the item
+    beside it, and every detector reading the source then stopped on that line."""
+    from cli_helpers import cli
+
+    ctx = tmp_path / "ctx"
+
+    def contexts(url, *extra):
+        return cli(
+            capsys, "contexts", "--lang", "en", "--limit", "3", "--backend", "openai", "--base-url", url,
+            "--model", "m", "--context-dir", ctx, *extra,
+        )  # fmt: skip
+
+    with FakeServer({}, "Some background on the question.") as good:
+        code, _, err = contexts(good.url, "--grade", "llm")
+        assert code == 0, err
+        for name in ("val.en.llm.jsonl", "val.en.llm.grades.jsonl"):
+            path = ctx / name
+            kept = path.read_text()
+            lines = kept.splitlines(keepends=True)
+            path.write_text(lines[0] + '{"id": "val-en-2", "cont\n' + "".join(lines[2:]))
+            calls = len(good.calls)
+            code, _, err = contexts(good.url, "--grade", "llm")
+            told = " ".join(err.split())
+            assert code == 1 and f"{path}:2" in told and "invalid JSON" in told, err
+            assert len(good.calls) == calls  # nothing asked again
+            path.write_text(kept)
+
+
 def test_the_contexts_table_splits_its_columns_at_80_columns_instead_of_cutting_headers():
     """Eleven counts do not fit 80 columns: rich cut "done before" to "bef…", a count no one
     could name. The table is printed in parts, each with the language column."""

@@ -24,7 +24,7 @@ source (tier grades with their `"tier"`), so a stopped run grades nothing twice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -40,7 +40,7 @@ from mushroom.data.jsonl import append_jsonl, iter_json_lines, mend_cut_line
 from mushroom.data.languages import language_name
 from mushroom.data.records import Item
 from mushroom.detectors.prompts import load_prompt
-from mushroom.errors import MushroomError
+from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.parsing.reasoning import strip_reasoning
 from mushroom.util.names import safe_name
 from mushroom.util.registry import Part, Registry
@@ -98,6 +98,23 @@ def _done_ids(path: Path, grading: Grading | None = None, cut: float | None = No
         )
         and (cut is None or row.get("min_similarity", cut) == cut)
     }
+
+
+def _refuse_broken_lines(*paths: Path) -> None:
+    """Stops on a broken line inside a source or grades file, before any call.
+
+    Such a line was skipped: its item was generated again beside it, `contexts` exited 0, and
+    every detector reading the source then stopped on it. (A last line a kill cut is dropped
+    by `mend_cut_line` first: that is the one break a run makes itself.)
+    """
+    problems: list[Problem] = []
+    for path in paths:
+        if path.exists():
+            for _ in iter_json_lines(path, problems):
+                pass
+    if problems:
+        advice = "delete or mend the line, then run again (an item whose line is gone is generated again)"
+        raise DataError([replace(p, message=f"{p.message}; {advice}") for p in problems])
 
 
 def _kept_below(out_path: Path, grades_path: Path, cut: float) -> int:
@@ -276,6 +293,7 @@ def generate_contexts(
     # read the source strictly, never meet half a line (appended to, it became invalid JSON)
     mend_cut_line(out_path, drop=True)
     mend_cut_line(grades_path, drop=True)
+    _refuse_broken_lines(out_path, grades_path)
     done = _done_ids(out_path) | _done_ids(grades_path, grading, cut)
     if tiers and grading != "none":  # graded tiers fall through (see the module docstring)
         copied = _copied_from_tiers(out_path)
