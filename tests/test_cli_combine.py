@@ -212,7 +212,7 @@ def test_an_unlabelled_split_is_not_swept_or_fitted_on(tmp_path, capsys):
     assert (
         code == 2
         and "needs gold labels" in err
-        and "split 'test' has items without them: en (" in err
+        and "split 'test' has none (1902 items)" in err
         and "IoU" not in out
     )
     assert not (tmp_path / "s.svg").exists()

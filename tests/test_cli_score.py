@@ -360,3 +360,55 @@ def test_a_variant_runs_ledgers_and_scores_are_not_written_over(tmp_path, capsys
         assert target.read_bytes() == kept
     code, _, err = cli(capsys, "score", VAL_EN, run / "a" / "val", "--json", run / "a" / "mine.json")
     assert code == 0 and (run / "a" / "mine.json").is_file(), err
+
+
+def test_score_names_what_to_give_when_the_folder_the_output_or_the_split_is_wrong(tmp_path, capsys):
+    """A folder of no prediction files read "GOLD is a file, PRED a folder: give two files";
+    `--output -` wrote a file named "-"; a test run against val gold advised a --split score lacks."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = cli(capsys, "score", VAL_EN, empty)
+    told = " ".join(err.split())
+    assert code == 2 and f"PRED {empty} is a folder with no prediction file for GOLD {VAL_EN.name}" in told, (
+        err
+    )
+    assert f"or GOLD's folder {VAL_EN.parent}" in told
+
+    sub = tmp_path / "mushroom.en-val.v2.jsonl"
+    sub.write_text(VAL_EN.read_text())
+    code, out, err = cli(capsys, "score", VAL_EN, sub, "--output", "-")
+    assert code == 2 and "--output -: the two lines are printed on stdout already" in err, err
+    assert not (ROOT / "-").exists() and not (tmp_path / "-").exists()
+
+    run = tmp_path / "test-run"
+    code, _, err = cli(
+        capsys, "detect", "--split", "test", "--lang", "en", "--limit", "2", "--out", run, "--quiet"
+    )
+    assert code == 0, err
+    code, _, err = cli(capsys, "score", VAL_EN, run)
+    told = " ".join(err.split())
+    assert (
+        code == 2 and "this run is of the test split, not val: score it against the test split's gold" in told
+    )
+    assert "--split" not in told, err
+    code, _, err = cli(capsys, "compare", run, "--split", "val", "--eval-dir", tmp_path / "e")
+    assert code == 2 and "this run is of the test split, not val: give --split test" in " ".join(
+        err.split()
+    ), err
+
+
+def test_compare_and_sweep_refuse_an_unlabelled_or_unknown_split_before_reading_the_runs(tmp_path, capsys):
+    """`compare --split test` blamed the shipped test file (exit 1, "1 problem in input"), and
+    `--split tst` was read as the run's lack of tst files."""
+    run = limited_run(tmp_path, capsys)
+    for command in (
+        ["compare", run, "--eval-dir", tmp_path / "e"],
+        ["sweep", run, "--svg", tmp_path / "s.svg"],
+    ):
+        code, _, err = cli(capsys, *command, "--split", "test")
+        told = " ".join(err.split())
+        assert code == 2 and "needs gold labels, and split 'test' has none (1902 items)" in told, err
+        assert "problem in input" not in told
+        code, _, err = cli(capsys, *command, "--split", "tst")
+        assert code == 2 and "unknown split 'tst'; did you mean 'test'?" in err, err
+    assert not (tmp_path / "e").exists() and not (tmp_path / "s.svg").exists()

@@ -46,7 +46,7 @@ def compare(
     """Compare runs: IoU/Cor with 95% CIs per language, paired difference and p-value vs a baseline."""
     from mushroom.data.jsonl import atomic_write_text
     from mushroom.data.runfolder import timestamp
-    from mushroom.data.splits import workspace
+    from mushroom.data.splits import require_some_labels, workspace
     from mushroom.evaluation.compare import (
         COLUMNS,
         common_items,
@@ -66,6 +66,8 @@ def compare(
             f"give an index from 0 to {len(runs) - 1}"
         )
     _run_folders(runs)
+    # an unlabelled split was blamed on the shipped file, with exit 1 ("problem in input")
+    require_some_labels(split, None, "comparing runs")
     for later, first in given_twice(runs):
         print_warning(f"{runs[later]} is given twice (also as {runs[first]}): it is compared with itself")
     folder = eval_dir or workspace() / "eval"
@@ -141,12 +143,13 @@ def sweep(
     """IoU and Cor against the hard-label threshold, printed and plotted (SVG)."""
     from mushroom.data.jsonl import atomic_write_text
     from mushroom.data.runfolder import timestamp
-    from mushroom.data.splits import workspace
+    from mushroom.data.splits import require_some_labels, workspace
     from mushroom.evaluation.compare import ascii_sweep, rows_csv, sweep_scope, sweep_svg
     from mushroom.evaluation.compare import sweep as run_sweep
     from mushroom.evaluation.runfiles import run_notes
 
     _run_folders(runs)
+    require_some_labels(split, lang, "a threshold sweep")  # before the runs are read
     for later, first in given_twice(runs):  # the sweep averages the runs: one given twice weighs double
         print_warning(f"{runs[later]} is given twice (also as {runs[first]}): its probabilities count twice")
     if svg is not None and svg.suffix.lower() != ".svg":  # an SVG in a .png file opens as a broken image

@@ -265,11 +265,14 @@ def variant_names(path: Path, split: str) -> list[str]:
     )
 
 
-def prediction_folder(path: Path, split: str, items_advice: str | None = None) -> Path:
+def prediction_folder(
+    path: Path, split: str, items_advice: str | None = None, split_flag: bool = True
+) -> Path:
     """The folder holding a run's prediction files for a split.
 
     `items_advice` says what to do with a `detect --items` run instead (a stack member's run
-    wants `--items`; the default advice is to score it against its items file).
+    wants `--items`; the default advice is to score it against its items file). Without
+    `split_flag` the command has no --split: the gold given chose the split (`score`).
 
     Main-job runs keep test files at the top and val files in val/; `mushroom detect` runs
     keep them in predictions/; a plain folder of prediction files works too.
@@ -295,8 +298,8 @@ def prediction_folder(path: Path, split: str, items_advice: str | None = None) -
     scope = run_scope(path)
     ran_on = scope.config.get("split") if scope is not None and scope.folder == path else None
     if isinstance(ran_on, str) and ran_on != split:  # a `detect` run names its one split
-        hint += (
-            f"; this run is of the {ran_on} split, not {split} (--split {ran_on}, where the command takes it)"
+        hint += f"; this run is of the {ran_on} split, not {split}" + (
+            f": give --split {ran_on}" if split_flag else f": score it against the {ran_on} split's gold"
         )
     elif (
         not variants

@@ -124,6 +124,18 @@ def load_split(
     return {lang: load_items(files[lang], prefix(lang)) for lang in wanted}
 
 
+def require_some_labels(split: str, langs: list[str] | None, what: str) -> None:
+    """Raises for an unknown split, or one with no gold labels at all (the shipped test split).
+
+    Checked before a command reads its runs: compare blamed the shipped test file, exit 1 as
+    if it were broken, and a split name like 'tst' was read as a run's lack of files. A split
+    labelled in some languages only is left to `require_labelled` on the languages scored.
+    """
+    data = load_split(split, langs)
+    if not any(item.is_labelled for items in data.values() for item in items):
+        require_labelled(data, split, what)
+
+
 def require_labelled(data: dict[str, list[Item]], split: str, what: str) -> None:
     """Raises unless every item carries gold labels.
 
@@ -132,9 +144,17 @@ def require_labelled(data: dict[str, list[Item]], split: str, what: str) -> None
     """
     bare = {lang: sum(not it.is_labelled for it in items) for lang, items in data.items()}
     bare = {lang: n for lang, n in bare.items() if n}
-    if bare:
-        counts = ", ".join(f"{lang} ({n} of {len(data[lang])})" for lang, n in sorted(bare.items()))
+    if not bare:
+        return
+    advice = "use a labelled split (--split val)"
+    if split == "test":
+        advice += ", or test-labeled with the test split's labels in its folder"
+    total = sum(len(items) for items in data.values())
+    if sum(bare.values()) == total:  # fourteen languages' "(150 of 150)" said less than this
         raise MushroomError(
-            f"{what} needs gold labels, and split {split!r} has items without them: {counts}; "
-            "use a labelled split (--split val)"
+            f"{what} needs gold labels, and split {split!r} has none ({total} items); {advice}"
         )
+    counts = ", ".join(f"{lang} ({n} of {len(data[lang])})" for lang, n in sorted(bare.items()))
+    raise MushroomError(
+        f"{what} needs gold labels, and split {split!r} has items without them: {counts}; {advice}"
+    )

@@ -52,7 +52,7 @@ def score_run_files(
             pred = own[0]
         else:
             try:
-                pred = prediction_folder(pred, split)
+                pred = prediction_folder(pred, split, split_flag=False)
             except MushroomError:
                 if (scope is not None and pred == scope.folder) or variant_names(pred, split):
                     raise

@@ -344,6 +344,12 @@ def pair_paths(
     for name, path in (("GOLD", gold), (role, pred)):
         if not (path.is_file() or path.is_dir()):  # /dev/null, a pipe: "GOLD is a file, PRED a file"
             raise MushroomError(f"{name} {path}: not a regular file or folder")
+    if gold.is_file() and pred.is_dir():  # a folder with a file of GOLD's language was taken before
+        raise MushroomError(
+            f"{role} {pred} is a folder with no prediction file for GOLD {gold.name} "
+            "(named like mushroom.en-val.v2.jsonl): give the prediction file itself, or GOLD's folder "
+            f"{gold.parent} to score every language the two folders share"
+        )
     kinds = (
         f"GOLD is a {'folder' if gold.is_dir() else 'file'}, {role} a {'folder' if pred.is_dir() else 'file'}"
     )
