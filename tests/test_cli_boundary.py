@@ -504,6 +504,21 @@ def test_a_reader_that_stops_reading_ends_no_command(tmp_path, command):
         assert json.loads((out / "summary.json").read_text())["items_failed"] == 0
 
 
+@pytest.mark.parametrize("args", [["--help"], ["score", "--help"]])
+def test_help_read_by_a_reader_that_stops_exits_0(args):
+    """`mushroom --help | head -1` exited 1: typer's own help console ends a closed pipe as rich does."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "mushroom", *args], stdout=write, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+
+
 def test_a_run_label_with_colons_is_printed_as_it_is_not_as_an_emoji(capsys):
     from mushroom.cli.boundary import print_warning
 

@@ -269,6 +269,11 @@ def _run(app: typer.Typer, args: list[str]) -> int:
             print_error(str(exc))
         return int(getattr(exc, "exit_code", EXIT_USAGE) or EXIT_USAGE)
     except SystemExit as exc:
+        if isinstance(exc.__context__, BrokenPipeError):
+            # typer's own console (--help) ends a closed pipe with SystemExit(1), as rich does:
+            # `mushroom --help | head -1` printed what head wanted, and exited 1. rich has sent
+            # the rest to /dev/null already; help is all such a command does, so no note.
+            return EXIT_OK
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException as exc:  # noqa: BLE001 - this is the boundary
         code, message = exit_code_for(exc)
