@@ -295,3 +295,23 @@ def test_a_negative_temperature_is_named_in_the_config_not_failed_at_every_reque
     assert _problems(tmp_path / "job.toml", bad) == [
         "options.llm.temperatures.1: Input should be greater than or equal to 0"
     ]
+
+
+def test_a_prompt_that_finds_no_file_is_named_with_its_key_and_the_close_name(tmp_path):
+    """A mistyped prompt stopped the run with "prompt 'x' not found", naming neither the file
+    nor the key, nor the name meant."""
+    typo = GOOD.replace("temperatures = [0.1]", 'temperatures = [0.1]\nprompt = "single_zero_shoot"')
+    [problem] = _problems(tmp_path / "job.toml", typo)
+    assert problem.startswith(
+        "options.llm.prompt: prompt 'single_zero_shoot' not found (did you mean 'single_zero_shot'?)"
+    )
+    run = _write(
+        tmp_path / "run.toml",
+        'name = "x"\nlangs = ["en"]\n[detector]\nname = "chain"\n[detector.options]\nverify_prompt = "verfy"\n'
+        '[[variants]]\nname = "a"\noptions = {}\n[[variants]]\nname = "b"\noptions = { decompose_prompt = "no" }\n',
+    )
+    with pytest.raises(DataError) as info:
+        load_run_config(run)
+    fields = [p.field for p in info.value.problems]
+    assert fields == ["detector.options.verify_prompt", "variants.b.options.decompose_prompt"], fields
+    assert "did you mean 'verify'?" in str(info.value)

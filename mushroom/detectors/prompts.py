@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mushroom.backends.base import Message
-from mushroom.errors import MushroomError
+from mushroom.errors import MushroomError, did_you_mean
 from mushroom.util.names import name_problem
 
 # Package data, so a wheel install finds the prompts wherever it is run from.
@@ -67,6 +67,14 @@ def prompt_names() -> list[str]:
     return sorted(found - {"README"})
 
 
+def prompt_missing(name_or_path: str) -> str:
+    """What to say of a prompt name or path that finds no file: the close name, and the others."""
+    names = prompt_names()
+    return (
+        f"prompt {name_or_path!r} not found{did_you_mean(name_or_path, names)}; available: {', '.join(names)}"
+    )
+
+
 def find_prompt(name_or_path: str) -> Path | None:
     """The file a prompt name or path means; None when there is none.
 
@@ -92,7 +100,7 @@ def load_prompt(name_or_path: str) -> PromptTemplate:
     """A template by name (the user's `prompts/NAME.md`, else the shipped one) or by path."""
     path = find_prompt(name_or_path)
     if path is None:
-        raise MushroomError(f"prompt {name_or_path!r} not found; available: {', '.join(prompt_names())}")
+        raise MushroomError(prompt_missing(name_or_path))
     text = path.read_text(encoding="utf-8")
     parts = _SECTION.split(text)
     sections = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}

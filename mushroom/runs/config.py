@@ -269,6 +269,17 @@ def load_run_config(path: Path) -> RunConfig:
         problems += _option_problems(
             path, where, cls, options, where == "detector.options" and bool(cfg.variants)
         )
+    # a variant's options are the table's with its own on top: the table's mistake is said once
+    base = {(p.field.removeprefix("detector.options."), p.message) for p in problems if p.field}
+    problems = [
+        p
+        for p in problems
+        if not (
+            p.field
+            and p.field.startswith("variants.")
+            and (p.field.split(".options.", 1)[-1], p.message) in base
+        )
+    ]
     if problems:
         raise DataError(problems, exit_code=2)
     if cfg.langs is not None:
@@ -350,6 +361,12 @@ def _option_problems(
         if skip_missing:
             errors = [e for e in errors if e["type"] != "missing"]
         problems += [_option_problem(path, where, cls, e) for e in errors]
+    from mushroom.detectors.prompts import find_prompt, prompt_missing
+
+    for name, value in options.items():  # a prompt that finds no file stopped the run unplaced
+        if (name == "prompt" or name.endswith("_prompt")) and name in cls.Options.model_fields:
+            if isinstance(value, str) and find_prompt(value) is None:
+                problems.append(Problem(str(path), None, f"{where}.{name}", prompt_missing(value)))
     for name, info in cls.Options.model_fields.items():
         if info.annotation in (bool, bool | None) and isinstance(options.get(name), str):
             said = options[name]
