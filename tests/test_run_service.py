@@ -815,3 +815,27 @@ def test_a_wrong_eval_dir_is_refused_before_the_run_starts(tmp_path, capsys):
     code, _, err = cli(capsys, "run", single, "--out", out, "--eval-dir", tmp_path / "e", "--quiet")
     assert code == 2 and "has no variants to compare" in " ".join(err.split()), err
     assert not out.exists()
+
+
+def test_a_config_whose_description_alone_changed_resumes_its_folder(tmp_path, capsys):
+    """Editing a run config's description refused its folder as a run with another config;
+    so did a folder hashed by an older mushroom, whose settings were all the same."""
+    from cli_helpers import cli
+
+    config = tmp_path / "d.toml"
+    text = 'name = "d"\nsplits = ["val"]\nlangs = ["en"]\nlimit = 2\ndescription = "first"\n[detector]\nname = "lexical"\n'
+    config.write_text(text)
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
+    assert code == 0, err
+    config.write_text(text.replace("first", "second words"))
+    code, said, err = cli(capsys, "run", config, "--out", out)
+    assert code == 0 and "resuming" in said + err, err
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["config"]["run_config"]["description"] == "second words"
+    (out / "config.json").write_text(json.dumps({**saved, "config_hash": "0" * 16}))
+    code, said, err = cli(capsys, "run", config, "--out", out)
+    assert code == 0 and "resuming" in said + err, err
+    config.write_text(text + "[detector.options]\nthreshold = 0.9\n")
+    code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
+    assert code == 2 and "holds a run with another config" in err and "threshold" in err, err

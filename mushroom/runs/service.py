@@ -84,7 +84,8 @@ TRANSPORT_KEYS = frozenset(
 # Settings that choose which items a model answers, not what it answers: the cascade's budget
 # (`mushroom.runs.cascade`). A re-run with a larger one resumes the folder and sends only the
 # items it adds, so it is kept out of the hash too.
-UNHASHED_KEYS = TRANSPORT_KEYS | {"llm_budget"}
+# A config's `description` is words for people: editing it refused the folder as another run.
+UNHASHED_KEYS = TRANSPORT_KEYS | {"llm_budget", "description"}
 
 # Options added after run folders existed, at the default that gives the answers those folders
 # hold: left out of the hash at that value, so the folders still resume (every semantic and
@@ -739,13 +740,20 @@ class RunService:
         wanted = {"config": self.config, "config_hash": config_hash(self.config)}
         existing = self.read_json(cfg_path)
         if existing is not None:
-            if existing.get("config_hash") == wanted["config_hash"]:
-                if existing.get("config") != self.config and not self.side_pass:  # transport settings
+            # a folder hashed with a key since left out of the hash (`description`) has no
+            # setting that differs: it is this run's
+            same = existing.get("config_hash") == wanted["config_hash"] or (
+                isinstance(existing.get("config"), dict)
+                and not config_changes(existing["config"], self.config)
+            )
+            if same:
+                if existing != wanted and not self.side_pass:  # transport settings, or an older hash
                     write_json(cfg_path, wanted)
                 return True
             if self.has_results():
+                # none is empty: a folder whose settings are all this run's is taken above
                 changes = config_changes(existing.get("config", {}), self.config) or [
-                    "(no setting differs: the folder's config hash was computed by another mushroom version)"
+                    "(config.json: no config)"
                 ]
                 differs = listed_changes(changes, "\n  ")
                 raise MushroomError(
