@@ -649,7 +649,10 @@ def test_a_new_min_similarity_judges_again_what_an_old_cut_dropped(tmp_path):
     # a stricter cut again cannot take back what the source file holds: refused, not ignored
     from mushroom.errors import MushroomError
 
-    with pytest.raises(MushroomError, match="1 contexts were kept under a lower --min-similarity than 0.99"):
+    with pytest.raises(
+        MushroomError,
+        match="1 context was kept under a lower --min-similarity than 0.99 and is in val.en.gen.jsonl",
+    ):
         run(0.99, Scripted({}))
 
 
@@ -713,6 +716,32 @@ def test_a_broken_line_inside_a_generated_source_or_its_grades_stops_the_context
             assert code == 1 and f"{path}:2" in told and "invalid JSON" in told, err
             assert len(good.calls) == calls  # nothing asked again
             path.write_text(kept)
+
+
+def test_the_contexts_command_names_grading_failures_and_the_files_of_unread_verdicts(tmp_path, capsys):
+    """A grading call that failed was told as a context that "could not be generated", and
+    unread verdicts pointed at `val.<lang>.llm.grades.jsonl`, a file of no name."""
+    from cli_helpers import cli
+
+    ctx = tmp_path / "ctx"
+    args = ["contexts", "--lang", "en,de", "--limit", "2", "--backend", "openai", "--model", "m",
+            "--context-dir", ctx, "--grade", "llm", "-o", "max_retries=0"]  # fmt: skip
+    with FakeServer({"Is the background text": [("ok", "Perhaps.")]}, "Background on it.") as server:
+        code, said, err = cli(capsys, *args, "--base-url", server.url)
+    told = " ".join(err.split())
+    files = f"{ctx / 'val.en.llm.grades.jsonl'}, {ctx / 'val.de.llm.grades.jsonl'}"
+    assert (
+        code == 0
+        and f"4 grading verdicts said neither relevant nor irrelevant; those contexts were kept (verdicts in {files})"
+        in told
+    ), err
+    assert "<lang>" not in told
+    with FakeServer({"Is the background text": [("status", 400)]}, "Background on it.") as server:
+        code, said, err = cli(capsys, *args[:4], "3", *args[5:], "--base-url", server.url)
+    told = " ".join(err.split())
+    assert code == 3 and "2 contexts could not be graded" in told and "could not be generated" not in told, (
+        err
+    )
 
 
 def test_the_contexts_table_splits_its_columns_at_80_columns_instead_of_cutting_headers():

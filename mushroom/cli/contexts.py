@@ -73,6 +73,7 @@ def contexts_cmd(
     """
     from mushroom.data.contexts import shadowed_source
     from mushroom.errors import MushroomError, RunFailed, retry_advice
+    from mushroom.retrieval.generate import GRADING_FAILED
     from mushroom.retrieval.run import generate_split
     from mushroom.util.names import name_problem
 
@@ -133,8 +134,7 @@ def contexts_cmd(
     if run.unread:
         err_console.print(
             f"[yellow]warning:[/yellow] {plural(run.unread, 'grading verdict')} said neither relevant nor "
-            f"irrelevant; those contexts were kept (verdicts in "
-            f"{esc(root)}/{split}.<lang>.{esc(source)}{GRADES_SUFFIX}.jsonl)"
+            f"irrelevant; those contexts were kept (verdicts in {esc(', '.join(map(str, run.unread_files)))})"
         )
     if run.truncated:
         err_console.print(
@@ -145,4 +145,9 @@ def contexts_cmd(
         for err in run.failed[:5]:
             err_console.print(f"[yellow]failed[/yellow] {esc(err)}")
         advice = retry_advice([err.split(": ", 2)[-1] for err in run.failed])  # "lang: id: error"
-        raise RunFailed(f"{plural(len(run.failed), 'context')} could not be generated. {advice}")
+        graded = sum(GRADING_FAILED in err for err in run.failed)  # generated, then not graded
+        what = [plural(len(run.failed) - graded, "context") + " could not be generated"] * (
+            graded < len(run.failed)
+        )
+        what += [plural(graded, "context") + " could not be graded"] * bool(graded)
+        raise RunFailed(f"{' and '.join(what)}. {advice}")

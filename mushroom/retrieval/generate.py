@@ -44,6 +44,7 @@ from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.parsing.reasoning import strip_reasoning
 from mushroom.util.names import safe_name
 from mushroom.util.registry import Part, Registry
+from mushroom.util.words import plural
 
 Grading = Literal["none", "llm", "embedding"]
 
@@ -69,6 +70,10 @@ class ContextStats:
     """Items left with no usable context so far, this run's and earlier runs' (a re-run shows
     them as "done before" too)."""
     errors: list[str] = field(default_factory=list)
+
+
+GRADING_FAILED = "grading failed"
+"""In the error of a context generated but not graded (`mushroom contexts` counts them apart)."""
 
 
 def _done_ids(path: Path, grading: Grading | None = None, cut: float | None = None) -> set[str]:
@@ -285,8 +290,9 @@ def generate_contexts(
     cut = min_similarity if grading == "embedding" else None
     if cut is not None and (kept := _kept_below(out_path, grades_path, cut)):
         raise MushroomError(
-            f"{grades_path}: {kept} contexts were kept under a lower --min-similarity than {cut} "
-            f"and are in {out_path.name} already, which only grows; give another --source (or "
+            f"{grades_path}: {plural(kept, 'context')} {'was' if kept == 1 else 'were'} kept under a "
+            f"lower --min-similarity than {cut} and {'is' if kept == 1 else 'are'} in {out_path.name} "
+            "already, which only grows; give another --source (or "
             "--context-dir) to grade afresh at this cut, or the cut this folder was made with"
         )
     # a record a kill cut is dropped: that item is generated again, and detectors, which
@@ -356,7 +362,7 @@ def generate_contexts(
         if verdict["relevant"] is None:  # counted as failed, not generated: the columns add up
             stats.generated -= 1
             stats.failed += 1
-            stats.errors.append(f"{item.id}: grading failed: {verdict['error']}")
+            stats.errors.append(f"{item.id}: {GRADING_FAILED}: {verdict['error']}")
             continue
         unusable = {} if verdict["relevant"] else {"no_usable_context": True}
         append_jsonl(grades_path, {"id": item.id, "grading": grading, **verdict, **unusable})

@@ -15,6 +15,7 @@ from mushroom.data.contexts import (
     OPTIONAL,
     available_sources,
     context_file,
+    grades_file,
     is_fact_check,
 )
 from mushroom.data.records import Item
@@ -35,6 +36,8 @@ class ContextsRun:
     rows: list[list[Any]] = field(default_factory=list)
     unread: int = 0
     """LLM gradings that said neither relevant nor irrelevant (those contexts were kept)."""
+    unread_files: list[Path] = field(default_factory=list)
+    """The grades files that hold those verdicts, one per language that has some."""
     truncated: int = 0
     """Generated contexts cut off at max_tokens (kept as they are)."""
     failed: list[str] = field(default_factory=list)
@@ -200,6 +203,8 @@ def generate_split(
             counts += [st.unreadable_verdicts] * (grade == "llm")
             counts += [st.without_context] * graded
             run.unread += st.unreadable_verdicts
+            if st.unreadable_verdicts:
+                run.unread_files.append(grades_file(root / f"{stem}.jsonl"))
             run.truncated += st.truncated
             run.rows.append([code, *counts])
             run.failed += [f"{code}: {err}" for err in st.errors]

@@ -48,6 +48,7 @@ from mushroom.errors import NOT_SENT, MushroomError
 from mushroom.evaluation.submission import write_predictions
 from mushroom.runs.reporter import Table
 from mushroom.runs.service import RunService
+from mushroom.util.words import plural
 
 
 @dataclass
@@ -234,7 +235,8 @@ def plan_only_report(job: CascadeJob, own_sources: tuple[str, ...] | None = None
             "without --plan-only"
         )
     service.reporter.message(
-        f"{to_send} items would go to {', '.join(costly)} ({new} not answered before); nothing was sent. "
+        f"{plural(to_send, 'item')} would go to {', '.join(costly)} ({new} not answered before); "
+        "nothing was sent. "
         f"The choice is in {plan_file}: {step}",
         lead="plan:",
     )
@@ -384,8 +386,9 @@ def run_cascade(
     unused = sum(1 for i, one in by_item.items() if i not in sent_ids and one.answered)
     if unused:
         service.reporter.message(
-            f"{unused} items {', '.join(costly)} answered in an earlier run of this folder are not sent "
-            f"at budget {budget:g}: they keep the CPU stack's prediction (their answers stay in the "
+            f"{plural(unused, 'item')} {', '.join(costly)} answered in an earlier run of this folder "
+            f"{'is' if unused == 1 else 'are'} not sent at budget {budget:g}: they keep the CPU stack's "
+            "prediction (their answers stay in the "
             "members' raw records)",
             lead="note:",
         )
