@@ -405,6 +405,35 @@ def test_a_folder_that_holds_runs_is_refused_as_a_run_folder(tmp_path, capsys):
     assert sorted(p.name for p in parent.iterdir()) == before
 
 
+def test_a_run_never_replaces_a_users_files_nor_writes_into_the_official_data(tmp_path, capsys):
+    """A main job on a folder of the user's own replaced its submission file, exit 0, after a
+    note that named only notes.txt; a run's --out inside data/ replaced the official test items."""
+    from mushroom.data.splits import DEFAULT_DATA_DIR
+
+    mine = tmp_path / "mysubs"
+    mine.mkdir()
+    (mine / "mushroom.en-tst.v1.jsonl").write_text("my earlier submission")
+    (mine / "notes.txt").write_text("notes")
+    code, _, err = cli(capsys, "main-job", "--detector", "lexical", "--lang", "en", "--out", mine, "--quiet")
+    told = " ".join(err.split())
+    assert code == 2 and "this run would replace 'mushroom.en-tst.v1.jsonl'" in told, err
+    assert (mine / "mushroom.en-tst.v1.jsonl").read_text() == "my earlier submission"
+    assert sorted(p.name for p in mine.iterdir()) == ["mushroom.en-tst.v1.jsonl", "notes.txt"]
+    for inside in (DEFAULT_DATA_DIR / "test-unlabeled", DEFAULT_DATA_DIR / "new-run"):
+        before = sorted(p.name for p in DEFAULT_DATA_DIR.rglob("*"))
+        code, _, err = cli(
+            capsys, "detect", "--split", "test", "--lang", "en", "--limit", "1", "--out", inside
+        )
+        assert code == 2 and "the folder of the official data files" in err, err
+        assert sorted(p.name for p in DEFAULT_DATA_DIR.rglob("*")) == before
+    code, _, err = cli(
+        capsys, "contexts", "--lang", "en", "--limit", "1", "--backend", "openai", "--model", "m",
+        "--base-url", "http://127.0.0.1:9/v1", "--context-dir", DEFAULT_DATA_DIR,
+    )  # fmt: skip
+    assert code == 2 and "--context-dir" in err and "the folder of the official data files" in err, err
+    assert sorted(p.name for p in DEFAULT_DATA_DIR.rglob("*")) == before
+
+
 def test_a_rerun_on_an_edited_items_or_contexts_file_computes_the_edited_items_again(tmp_path, capsys):
     # The folder kept the items file's path only: an edited answer resumed past, and its old
     # spans (past the end of the new, shorter text) went into the submission file.

@@ -160,7 +160,7 @@ def run_config_file(path: Path) -> dict[str, Any] | None:
 
 
 # files the run service writes beside config.json, which no user's own folder is likely to hold
-_RUN_MARKS = ("versions.json", "stages.json")
+RUN_MARKS = ("versions.json", "stages.json")
 
 
 def _refuse_damaged_config(folder: Path, cfg_path: Path) -> None:
@@ -169,7 +169,7 @@ def _refuse_damaged_config(folder: Path, cfg_path: Path) -> None:
     Read as "not a run", the folder lost its scope without a word: a `--lang en` run was
     scored as missing nine languages, and a whole run's scores came out with no note at all.
     """
-    if not any((folder / mark).is_file() for mark in _RUN_MARKS):
+    if not any((folder / mark).is_file() for mark in RUN_MARKS):
         return  # a user's own config.json: not a run's
     try:
         json.loads(cfg_path.read_text(encoding="utf-8"))

@@ -53,9 +53,9 @@ from mushroom.data.contexts import (
 )
 from mushroom.data.itemstream import ContextFiles
 from mushroom.data.jsonl import JsonlWriter, mend_cut_line, write_jsonl
-from mushroom.data.predictions import mark_all, submission_name
+from mushroom.data.predictions import mark_all, prediction_file_lang, submission_name
 from mushroom.data.records import ChannelRecord, Context, Item, Prediction
-from mushroom.data.runfolder import run_config_file, timestamp, versions, write_json
+from mushroom.data.runfolder import RUN_MARKS, run_config_file, timestamp, versions, write_json
 from mushroom.data.splits import load_split
 from mushroom.detectors.base import Detector, ItemResult
 from mushroom.errors import DataError, Interrupted, MushroomError, RunFailed, error_text, retry_advice
@@ -63,7 +63,7 @@ from mushroom.evaluation.submission import write_zip
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util.files import file_blocks
 from mushroom.util.names import safe_name
-from mushroom.util.words import one_line, plural
+from mushroom.util.words import listed, one_line, plural
 
 # Settings that change how answers are fetched, not what they are: a re-run may change
 # them (a restarted server on another port, more concurrency) and still resume.
@@ -614,6 +614,14 @@ class RunService:
                 "mixed with that run's (read as its predictions, zipped with its submission). "
                 "Choose a folder outside it"
             )
+        from mushroom.data.splits import DEFAULT_DATA_DIR
+
+        if self.out.resolve().is_relative_to(DEFAULT_DATA_DIR.resolve()):
+            # a run written over test-unlabeled/ replaced the official items with predictions
+            raise MushroomError(
+                f"{self.folder_flag} {self.out} is inside {DEFAULT_DATA_DIR}, the folder of the official "
+                "data files; choose a folder outside it"
+            )
         held = held_runs(self.out)
         if held:
             raise MushroomError(
@@ -723,11 +731,18 @@ class RunService:
         if self.out.is_dir() and not cfg_path.exists():
             # A folder of the user's own files silently became a run folder. Said, not refused:
             # a shell's `> OUT/log.txt` or a stack.json beside `stack apply`'s --out is there first.
-            others = sorted(
-                p.name
-                for p in self.out.iterdir()
-                if not p.name.startswith((".", "mushroom.")) and p.name not in RUN_FILES
-            )
+            names = sorted(p.name for p in self.out.iterdir())
+            # A run's folder that lost its config.json keeps its marks (versions.json): the run
+            # starts again there. A folder without them holds the user's own files, and a run's
+            # file names among them (a submission) would be replaced: refused, not noted.
+            if not any(mark in names for mark in RUN_MARKS):
+                clash = [n for n in names if n in RUN_FILES or prediction_file_lang(n) is not None]
+                if clash:
+                    raise MushroomError(
+                        f"{self.folder_flag} {self.out} holds files and no run, and this run would replace "
+                        f"{listed(clash, 3)}; choose an empty or new folder, or move them first"
+                    )
+            others = [n for n in names if not n.startswith((".", "mushroom.")) and n not in RUN_FILES]
             if others:
                 self.reporter.message(
                     f"{self.out} holds files and no run "
