@@ -412,3 +412,25 @@ def test_compare_and_sweep_refuse_an_unlabelled_or_unknown_split_before_reading_
         code, _, err = cli(capsys, *command, "--split", "tst")
         assert code == 2 and "unknown split 'tst'; did you mean 'test'?" in err, err
     assert not (tmp_path / "e").exists() and not (tmp_path / "s.svg").exists()
+
+
+def test_no_output_replaces_a_file_of_a_run_that_is_not_an_input(tmp_path, capsys):
+    """Only the inputs' runs were guarded: an ensemble written over another run's prediction
+    file changed that run's score, and `score --json OTHER_RUN/config.json` broke its resume."""
+    run = limited_run(tmp_path, capsys)
+    pred = tmp_path / "p.jsonl"
+    pred.write_text((run / "predictions" / "mushroom.en-val.v2.jsonl").read_text())
+    kept = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    cases = [
+        ["ensemble", pred, pred, "--out", run / "predictions" / "mushroom.en-val.v2.jsonl"],
+        ["score", VAL_EN, pred, "--json", run / "config.json"],
+        ["score", VAL_EN, pred, "--output", run / "mushroom.en-tst.v1.jsonl"],
+    ]
+    for args in cases:
+        code, _, err = cli(capsys, *args)
+        assert code == 2 and f"would replace a file the run {run.resolve()} keeps" in " ".join(err.split()), (
+            err
+        )
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == kept
+    code, _, err = cli(capsys, "score", VAL_EN, pred, "--partial", "--json", run / "mine.json")
+    assert code == 0, err  # another name beside a run's files is fine

@@ -141,9 +141,8 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
     an input's run folder say so with `refuse_out_in_runs` as well.
     """
     from mushroom.data.predictions import prediction_file_lang
-    from mushroom.data.runfolder import run_scope
     from mushroom.data.splits import DEFAULT_DATA_DIR
-    from mushroom.runs.service import RUN_FILES
+    from mushroom.runs.service import RUN_FILES, parent_run
 
     if path.is_dir():
         raise MushroomError(f"{option} {path}: is a folder; give a file name to write")
@@ -165,13 +164,17 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
                 f"{option} {path} is named as {where}: it would be read as one of that folder's runs; "
                 "give it another name or folder"
             )
-        scope = run_scope(source) if source.exists() else None
-        run = scope.folder.resolve() if scope is not None else None
-        # at any depth: a variant run keeps its ledgers and scores in <run>/<variant>/val/
-        if run is not None and target.is_relative_to(run) and RUN_FILES & set(target.relative_to(run).parts):
+    # Any run's files, an input's or not, at any depth (a variant run keeps its ledgers and
+    # scores in <run>/<variant>/val/): `ensemble --out OTHER_RUN/predictions/mushroom.en-val.v2.jsonl`
+    # replaced a file whose run then scored another number, and `score --json RUN/config.json`
+    # left that run unresumable.
+    near = parent_run(target.parent)
+    if near is not None:
+        rel = target.relative_to(near)
+        if RUN_FILES & set(rel.parts) or prediction_file_lang(target.name) is not None:
             raise MushroomError(
-                f"{option} {path} would replace a file the run {scope.folder} keeps (its config, ledgers, "
-                "scores or predictions), an input of this command; write it elsewhere"
+                f"{option} {path} would replace a file the run {near} keeps (its config, ledgers, "
+                "scores or predictions); write it elsewhere"
             )
     data = DEFAULT_DATA_DIR.resolve()
     if target.is_relative_to(data):

@@ -146,6 +146,12 @@ RUN_FILES = frozenset(
 )
 
 
+def parent_run(folder: Path) -> Path | None:
+    """The run folder that `folder` is, or lies inside at any depth; None outside every run."""
+    folder = Path(folder).resolve()
+    return folder if run_config_file(folder / "config.json") is not None else enclosing_run(folder)
+
+
 def enclosing_run(folder: Path) -> Path | None:
     """The run folder that `folder` lies inside, if any: a parent whose config.json has a config hash.
 
