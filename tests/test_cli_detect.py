@@ -570,3 +570,26 @@ def test_contexts_for_ids_no_item_has_are_warned_of_but_not_those_of_another_lan
     write_lines(ctx, contexts)  # the German item's context is no stray, though --lang leaves it out
     code, _, err = cli(capsys, *args, "--out", tmp_path / "b")
     assert code == 0 and "no item of" not in err, err
+
+
+def test_a_named_context_source_of_other_items_is_warned_of(tmp_path, capsys, monkeypatch):
+    """A source file of another language's ids gave no item a context while the default source
+    covered them all: the scores moved (0.3947 -> 0.3827 IoU in an audit) with no word."""
+    import mushroom.data.contexts as contexts_module
+
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    ucsc = contexts_module.DEFAULT_CONTEXT_DIR / "ucsc"
+    (ctx / "ucsc").symlink_to(ucsc)
+    (ctx / "val.en.mine.jsonl").write_text((ucsc / "de-val.v2_perplexity-sonar-pro.jsonl").read_text())
+    monkeypatch.setattr(contexts_module, "DEFAULT_CONTEXT_DIR", ctx)
+    args = ["detect", "--split", "val", "--lang", "en", "--limit", "3", "--quiet"]
+    code, _, err = cli(capsys, *args, "--contexts", "deepseek-r1,mine", "--out", tmp_path / "a")
+    told = " ".join(err.split())
+    assert (
+        code == 0
+        and "val/en: context source 'mine'" in told
+        and "has a context for none of the 3 items" in told
+    )
+    code, _, err = cli(capsys, *args, "--contexts", "deepseek-r1", "--out", tmp_path / "b")
+    assert code == 0 and "has a context for none" not in err
