@@ -524,3 +524,14 @@ def test_a_run_label_with_colons_is_printed_as_it_is_not_as_an_emoji(capsys):
 
     print_warning("0:a: ar, de left out")
     assert "0:a: ar, de left out" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_loop_of_symbolic_links_is_a_usage_error_not_a_bug(tmp_path, capsys):
+    """Path.resolve() raises RuntimeError on a loop: exit 70, "this is a bug in mushroom"."""
+    (tmp_path / "loop2").symlink_to("loop1")
+    (tmp_path / "loop1").symlink_to("loop2")
+    loop = tmp_path / "loop1"
+    for args in (["score", VAL_EN, loop], ["detect", "--lang", "en", "--limit", "1", "--out", loop]):
+        code, _, err = cli(capsys, *args)
+        assert code == 2 and f"{loop}: a loop of symbolic links" in " ".join(err.split()), err
+        assert "bug" not in err

@@ -220,6 +220,10 @@ def exit_code_for(exc: BaseException) -> tuple[int, str | None]:
         return EXIT_USAGE, "invalid value:\n" + validation_message(exc, "  ")
     if isinstance(exc, OSError):
         return EXIT_USAGE, _os_message(exc)
+    if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from "):
+        # Path.resolve() on a loop of links (Python 3.11-3.12; 3.13 raises OSError ELOOP)
+        where = str(exc).removeprefix("Symlink loop from ").strip("'")
+        return EXIT_USAGE, f"{where}: a loop of symbolic links, which leads to no file or folder"
     if isinstance(exc, UnicodeDecodeError):
         return EXIT_INVALID_INPUT, f"a file is not valid UTF-8: {exc.reason}"
     if isinstance(exc, ImportError):  # an optional package imported where no check named it first
