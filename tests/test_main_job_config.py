@@ -315,3 +315,28 @@ def test_a_prompt_that_finds_no_file_is_named_with_its_key_and_the_close_name(tm
     fields = [p.field for p in info.value.problems]
     assert fields == ["detector.options.verify_prompt", "variants.b.options.decompose_prompt"], fields
     assert "did you mean 'verify'?" in str(info.value)
+
+
+def test_empty_repeated_or_yes_no_values_where_a_list_or_number_belongs_are_named(tmp_path):
+    """`splits = []` ran nothing and exited 0; `splits = ["val", "val"]` ran val twice;
+    `limit = true` ran one item; `llm_budget = true` sent every item."""
+    head = 'name = "c"\n'
+    tail = '[detector]\nname = "lexical"\n'
+    cases = {
+        "splits = []": "field 'splits': List should have at least 1 item",
+        'splits = ["val", "val"]': "field 'splits': a split is named twice: val",
+        "limit = true": "field 'limit': Input should be a valid integer",
+        "langs = []": "field 'langs': List should have at least 1 item",
+    }
+    run = tmp_path / "run.toml"
+    for line, said in cases.items():
+        _write(run, head + line + "\n" + tail)
+        with pytest.raises(DataError) as info:
+            load_run_config(run)
+        assert said in str(info.value), (line, str(info.value))
+    _write(run, head + "limit = 2\n" + tail)
+    assert load_run_config(run).limit == 2
+    budget = GOOD.replace("llm_budget = 0.3", "llm_budget = true")
+    assert _problems(tmp_path / "job.toml", budget) == [
+        "llm_budget: a share of the items from 0 to 1 (0.3), not true or false"
+    ]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
 
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.languages import language_code
@@ -66,10 +66,11 @@ class RunConfig(BaseModel):
 
     name: str
     description: str = ""
-    splits: list[str] = Field(default_factory=lambda: ["val"])
+    # `splits = []` ran nothing and exited 0; `limit = true` ran one item
+    splits: list[str] = Field(default_factory=lambda: ["val"], min_length=1)
 
-    langs: list[str] | None = None
-    limit: int | None = Field(None, ge=1, description="only the first N items of each language")
+    langs: list[str] | None = Field(None, min_length=1)
+    limit: StrictInt | None = Field(None, ge=1, description="only the first N items of each language")
     contexts: list[str] = Field(default_factory=lambda: list(DEFAULT_SOURCES))
     detector: DetectorSection
     variants: list[Variant] = Field(default_factory=list)
@@ -85,6 +86,14 @@ class RunConfig(BaseModel):
             raise ValueError(
                 f"a run name {value[:60]!r} must be printable text of at most 150 bytes, without '/' or '\\'"
             )
+        return value
+
+    @field_validator("splits")
+    @classmethod
+    def _once_each(cls, value: list[str]) -> list[str]:
+        twice = sorted({split for split in value if value.count(split) > 1})
+        if twice:  # it ran twice and printed its table twice
+            raise ValueError(f"a split is named twice: {', '.join(twice)}")
         return value
 
     @field_validator("variants")
@@ -136,6 +145,13 @@ class MainJobConfig(BaseModel):
     # strict: a file's "no" or "false" in quotes is a mistake to name, not a silent False
     allow_failures: StrictBool = False
     skip_unavailable: StrictBool = False
+
+    @field_validator("llm_budget", mode="before")
+    @classmethod
+    def _no_truth_value(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # `llm_budget = true` was read as 1.0: every item sent
+            raise ValueError("a share of the items from 0 to 1 (0.3), not true or false")
+        return value
 
     @field_validator("llm_budget")
     @classmethod
