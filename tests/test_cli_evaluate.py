@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cli_helpers import GOLD_ROWS, VAL_DIR, cli, limited_run
@@ -174,3 +175,11 @@ def test_a_stack_applied_to_the_split_it_was_fitted_on_is_called_in_sample_where
     (stack / "config.json").write_text(json.dumps({"config": config, "config_hash": "0"}))
     code, _, err = cli(capsys, "compare", other, stack, "--eval-dir", tmp_path / "e")
     assert code == 0 and "in-sample" not in err, err
+
+
+def test_compare_refuses_an_eval_dir_named_dash(tmp_path, capsys):
+    """`compare RUN --eval-dir -` made a folder named '-' and wrote the tables into it."""
+    run = limited_run(tmp_path, capsys)
+    code, _, err = cli(capsys, "compare", run, "--eval-dir", "-")
+    assert code == 2 and "--eval-dir -: this writes files, not to stdout" in " ".join(err.split()), err
+    assert not Path("-").exists()

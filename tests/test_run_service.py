@@ -5,6 +5,7 @@ import json
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, VAL_EN
@@ -802,14 +803,20 @@ def test_a_wrong_eval_dir_is_refused_before_the_run_starts(tmp_path, capsys):
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
     out = tmp_path / "run"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"config": {"job": "detect"}, "config_hash": "x"}))
     cases = [
         (DEFAULT_DATA_DIR / "mine", "the folder of the official data files"),
         (a_file, "is a file, not a folder"),
+        (Path("-"), "--eval-dir -: this writes files, not to stdout"),
+        (other / "val", f"is inside the run folder {other.resolve()}"),
+        (out / "eval", f"is inside the run folder {out}"),
     ]
     for eval_dir, message in cases:
         code, _, err = cli(capsys, "run", config, "--out", out, "--eval-dir", eval_dir, "--quiet")
         assert code == 2 and message in " ".join(err.split()), err
-        assert not out.exists() and not (DEFAULT_DATA_DIR / "mine").exists()
+        assert not out.exists() and not (DEFAULT_DATA_DIR / "mine").exists() and not Path("-").exists()
     single = tmp_path / "single.toml"
     single.write_text(variants_toml("http://127.0.0.1:9/v1", 2).split("[[variants]]")[0])
     code, _, err = cli(capsys, "run", single, "--out", out, "--eval-dir", tmp_path / "e", "--quiet")

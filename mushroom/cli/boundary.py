@@ -144,6 +144,11 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
     from mushroom.data.splits import DEFAULT_DATA_DIR
     from mushroom.runs.service import RUN_FILES, parent_run
 
+    if str(path) == "-" or path.parts[:1] == ("-",):  # a file, or a folder, named "-" was made
+        raise MushroomError(
+            f"{option} -: this writes files, not to stdout (what it prints is on stdout already); "
+            "give a file or folder name"
+        )
     if path.is_dir():
         raise MushroomError(f"{option} {path}: is a folder; give a file name to write")
     target = path.resolve()

@@ -400,8 +400,10 @@ def _given(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
-def _check_eval_dir(eval_dir: Path, config: Path, cfg: Any) -> None:
+def _check_eval_dir(eval_dir: Path, config: Path, cfg: Any, out: Path | None) -> None:
     """`run --eval-dir`: a folder the variants' comparison can go to, in a config that makes one."""
+    from mushroom.runs.service import parent_run
+
     if len(cfg.variant_options()) < 2 or "val" not in cfg.splits:
         raise MushroomError(
             f"--eval-dir: {config} has no variants to compare on val, so nothing would be written there; "
@@ -409,6 +411,15 @@ def _check_eval_dir(eval_dir: Path, config: Path, cfg: Any) -> None:
         )
     if eval_dir.exists() and not eval_dir.is_dir():
         raise MushroomError(f"--eval-dir {eval_dir}: is a file, not a folder")
+    if out is not None and eval_dir.resolve().is_relative_to(out.resolve()):
+        run: Path | None = out
+    else:
+        run = parent_run(eval_dir) if str(eval_dir) != "-" else None
+    if run is not None:
+        raise MushroomError(
+            f"--eval-dir {eval_dir} is inside the run folder {run}: the comparison would be mixed with "
+            "that run's files; give a folder outside every run (default: eval/)"
+        )
     output_file(eval_dir / f"variants-{cfg.name}.md", "--eval-dir")
 
 
@@ -432,7 +443,7 @@ def run_config(
 
     cfg = load_run_config(config)
     if eval_dir is not None:  # checked now: it was read only after every variant had run
-        _check_eval_dir(eval_dir, config, cfg)
+        _check_eval_dir(eval_dir, config, cfg, out)
     execute(
         cfg,
         out,
