@@ -327,8 +327,9 @@ def check_served_model(config: OpenAIConfig) -> None:
 def hung_message(url: str, asked: str, seconds: float) -> str:
     """Why a server that took the connection and answered nothing is taken as hung, and what to do."""
     return (
-        f"the server at {url} took the connection but answered no {asked} within {seconds} s: it is hung; "
-        "restart it (or raise -o backend.connect_timeout_s if it is only slow)"
+        f"the server at {url} took the connection but answered no {asked} within {seconds} s: it is hung, "
+        "or busy with another client's requests (llama.cpp's server answers one at a time); if nothing "
+        "else uses it, restart it (or raise -o backend.connect_timeout_s if it is only slow)"
     )
 
 
@@ -547,7 +548,8 @@ class OpenAIBackend(Backend):
             if not self._answers():
                 self.breaker.trip(
                     f"the server at {self.base_url} answered no request within {self.config.timeout_s} s "
-                    f"and no status check (GET /health) within {self.config.connect_timeout_s} s: it is hung"
+                    f"and no status check (GET /health) within {self.config.connect_timeout_s} s: "
+                    "it is hung, or busy with another client's requests"
                 )
                 return _Final(f"{message}, and it answers nothing else either: the server is hung")
             if self.config.retry_timeouts:
