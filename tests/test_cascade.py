@@ -513,3 +513,21 @@ def test_a_plan_stopped_by_a_failed_cpu_member_leaves_the_finished_run_as_it_was
     assert code == 3 and "broken item" in told and "no plan was made" in told, told
     assert {name: (out / name).read_bytes() for name in record if (out / name).is_file()} == record
     assert not (out / "cascade-plan.jsonl").exists()
+
+
+def test_a_plan_warns_of_a_member_source_whose_name_is_close_to_an_existing_one(tmp_path, capsys):
+    """`--member-contexts perplexity-sonar-pr --plan-only` planned, and advised generating, the
+    misspelt source; only the run without --plan-only said "did you mean"."""
+    out = tmp_path / "job"
+    job = [*_job(out, 0.3), "--member-contexts", "perplexity-sonar-pr", "--plan-only"]
+    code, said, err = cli(capsys, *job, "-o", "llm.backend.base_url=http://127.0.0.1:9/v1")
+    told = " ".join((said + err).split())
+    assert (
+        code == 0
+        and "no context file has the source 'perplexity-sonar-pr' yet (did you mean 'perplexity-sonar-pro'?)"
+        in told
+    ), told
+    job[job.index("perplexity-sonar-pr")] = "deepseek-r1,gen"
+    job[job.index(out)] = tmp_path / "other"
+    code, said, err = cli(capsys, *job, "-o", "llm.backend.base_url=http://127.0.0.1:9/v1")
+    assert code == 0 and "did you mean" not in said + err

@@ -309,9 +309,9 @@ def test_context_stage_generates_only_missing_items_grades_and_resumes(tmp_path)
     assert available_sources("val", "en", tmp_path) == ["gen", "retrieved"]
     # nor is the contexts command's response cache, `.cache.<source>.jsonl`
     (tmp_path / ".cache.other.jsonl").write_text("")
-    from mushroom.data.contexts import _exists_anywhere
+    from mushroom.data.contexts import exists_anywhere
 
-    assert not _exists_anywhere("other", tmp_path) and _exists_anywhere("gen", tmp_path)
+    assert not exists_anywhere("other", tmp_path) and exists_anywhere("gen", tmp_path)
 
 
 def test_context_stage_llm_grading_over_loopback(tmp_path):

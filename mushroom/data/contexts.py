@@ -171,7 +171,7 @@ def available_sources(split: str, lang: str, context_dir: Path | None = None) ->
     return sorted(set().union(*(layout.sources(root, split, lang) for layout in _layouts())))
 
 
-def _exists_anywhere(source: str, context_dir: Path | None = None) -> bool:
+def exists_anywhere(source: str, context_dir: Path | None = None) -> bool:
     """Whether any split or language has a file for `source` (a misspelled optional source has none)."""
     root = context_dir or DEFAULT_CONTEXT_DIR
     return any(source in layout.sources(root, None, None) for layout in _layouts())
@@ -226,7 +226,7 @@ def source_path(
         return path
     # An optional source is skipped where it has no file, unless no split or language has
     # one (a typo); the default ones are skipped anyway, for contexts folders of one's own.
-    if named.endswith(OPTIONAL) and (named in DEFAULT_SOURCES or _exists_anywhere(source, context_dir)):
+    if named.endswith(OPTIONAL) and (named in DEFAULT_SOURCES or exists_anywhere(source, context_dir)):
         return None
     from mushroom.util.words import suggest
 

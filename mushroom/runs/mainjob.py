@@ -101,6 +101,33 @@ def _check_member_sources(
         raise type(exc)(f"{named}: {exc}") from None
 
 
+def _close_to_existing(
+    test_data: dict[str, list], val_data: dict[str, list], member_sources: tuple[str, ...], named: str
+) -> list[str]:
+    """A plan's member sources that no file has yet, but whose name is close to one that exists.
+
+    A plan takes a source with no file as one to generate; `perplexity-sonar-pr` was planned,
+    and its generation advised, where the run itself then said "did you mean".
+    """
+    from mushroom.data.contexts import OPTIONAL, available_sources, exists_anywhere
+    from mushroom.errors import did_you_mean
+
+    have = sorted(
+        {s for split, data in (("test", test_data), ("val", val_data)) for lang in data
+         for s in available_sources(split, lang)}
+    )  # fmt: skip
+    said = []
+    for name in member_sources:
+        source = name.removesuffix(OPTIONAL)
+        close = did_you_mean(source, have) if not exists_anywhere(source) else ""
+        if close:
+            said.append(
+                f"{named}: no context file has the source {source!r} yet{close}; the plan takes it as a "
+                "source to generate under that name"
+            )
+    return said
+
+
 def run_main_stack(
     out: Path | None = None,
     members: tuple[str, ...] = DEFAULT_MEMBERS,
@@ -203,6 +230,9 @@ def run_main_stack(
     check_sources("val", sorted(val_data), sources)
     if member_sources is not None and not plan_only:  # a plan is made before they are generated
         _check_member_sources(test_data, val_data, member_sources, member_from)
+    elif member_sources is not None:  # ... but a typo would be generated under its misspelt name
+        for warning in _close_to_existing(test_data, val_data, member_sources, member_from):
+            reporter.message(warning, lead="warning:")
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-stack")
     config = {
         "job": "main",
