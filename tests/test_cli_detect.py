@@ -593,3 +593,24 @@ def test_a_named_context_source_of_other_items_is_warned_of(tmp_path, capsys, mo
     )
     code, _, err = cli(capsys, *args, "--contexts", "deepseek-r1", "--out", tmp_path / "b")
     assert code == 0 and "has a context for none" not in err
+
+
+def test_a_config_json_that_is_no_runs_is_kept_and_named(tmp_path, capsys):
+    """A project's own config.json in --out was replaced by the run's (when no item had
+    finished), or compared with it as a run's: every setting "(not set) -> ..."."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    for text in ('{"my": "project"}', "[1, 2]"):
+        (proj / "config.json").write_text(text)
+        code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "1", "--out", proj, "--quiet")
+        told = " ".join(err.split())
+        assert (
+            code == 2
+            and "config.json is no run's config" in told
+            and "holds a config of something else" in told
+        )
+        assert (proj / "config.json").read_text() == text and "(not set)" not in told
+    run = limited_run(tmp_path, capsys)
+    (run / "config.json").write_text('{"x": 1}')
+    code, _, err = cli(capsys, "detect", "--split", "val", "--lang", "en", "--limit", "5", "--out", run)
+    assert code == 2 and "this run folder's config was damaged; restore it" in " ".join(err.split()), err

@@ -760,6 +760,20 @@ class RunService:
         self._lock()
         wanted = {"config": self.config, "config_hash": config_hash(self.config)}
         existing = self.read_json(cfg_path)
+        if existing is not None and run_config_file(cfg_path) is None:
+            # a project's own config.json was replaced by the run's (or compared with it as a
+            # run's, every setting "(not set) -> ..."); a run's own that lost its shape is damaged
+            damaged = any((self.out / mark).is_file() for mark in RUN_MARKS)
+            raise MushroomError(
+                f"{cfg_path} is no run's config (a `config` table and its `config_hash`): "
+                + (
+                    "this run folder's config was damaged; restore it, or choose another "
+                    if damaged
+                    else "the folder holds a config of something else, which the run would replace; "
+                    "choose another "
+                )
+                + f"{self.folder_flag} folder"
+            )
         if existing is not None:
             # a folder hashed with a key since left out of the hash (`description`) has no
             # setting that differs: it is this run's
@@ -940,9 +954,10 @@ class RunService:
                 out.contexts_missing[lang] = seen.missing
                 if seen.bare:
                     self.warn(seen.warning(split, lang, len(ids), sources))
-                for source, path in seen.files.items():
-                    # a named source whose file is of other items gave none a context, unsaid
-                    # while another source covered them: the scores moved with no word
+                for source, path in seen.files.items() if context_files is None else ():
+                    # a named source whose file is of other items gave none a context, unsaid while
+                    # another source covered them: the scores moved with no word (--items context
+                    # files are checked by `detect` itself)
                     if ids and seen.missing.get(source) == len(ids):
                         self.warn(
                             f"{split}/{lang}: context source {source!r} ({path}) has a context for none of "
