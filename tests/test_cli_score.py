@@ -139,6 +139,11 @@ def test_check_against_the_wrong_items_file_says_so_once(capsys):
     code, _, err = cli(capsys, "check", VAL_EN, "--items", de_items)
     flat = " ".join(err.split())
     assert code == 1 and "50 of 50 ids are not among the items of" in flat and "(language and split)?" in flat
+    # the diagnosis first, then five of its fifty lines: they buried it, one line each
+    assert err.index("(language and split)?") < err.index("is not among the items\n")
+    assert (
+        err.count("' is not among the items\n") == 5 and "... and 45 more lines whose id is not among" in flat
+    )
 
 
 def test_score_of_one_gold_file_against_a_run_folder_takes_the_runs_file_of_its_language(tmp_path, capsys):

@@ -220,6 +220,7 @@ def _with_partial_hint(exc: DataError) -> DataError:
 
 
 MAX_ERRORS_SHOWN = 100
+STRAY_SHOWN = 5  # lines whose id is not among the items, shown when most are (a wrong items file)
 
 
 def check(
@@ -245,7 +246,7 @@ def check(
     """Validate a prediction file against its items; exits 1 listing every problem."""
     from mushroom.data.predictions import items_of_file, load_predictions
     from mushroom.data.runfolder import FailureCheck
-    from mushroom.evaluation.check import check_file
+    from mushroom.evaluation.check import UNKNOWN_ID, check_file
 
     input_file(pred, "PRED")
     item_list = load_items_option(items)
@@ -255,22 +256,30 @@ def check(
     report = check_file(pred, item_list, strict=strict, partial=partial)
     for problem in report.warnings:
         print_warning(str(problem))
-    for problem in report.errors[:MAX_ERRORS_SHOWN]:
+    errors = report.errors
+    strangers = report.unknown_ids
+    if errors and strangers and strangers >= report.n_lines / 2:
+        # the diagnosis first, and a few of its lines: fifty "not among the items" lines came
+        # before the one that said why
+        print_warning(
+            f"{strangers} of {report.n_lines} ids are not among the items of {items}: is it the items "
+            "file of these predictions (language and split)?"
+        )
+        stray = [p for p in errors if UNKNOWN_ID in p.message]
+        if len(stray) > STRAY_SHOWN:
+            more = f"... and {len(stray) - STRAY_SHOWN} more lines whose id is not among the items"
+            hidden = {id(p) for p in stray[STRAY_SHOWN:]}  # by identity: a corpus has many
+            errors = [p for p in errors if id(p) not in hidden]
+            errors.insert(errors.index(stray[STRAY_SHOWN - 1]) + 1, more)
+    for problem in errors[:MAX_ERRORS_SHOWN]:
         err_console.print(f"[red]error:[/red] {esc(problem)}", highlight=False, soft_wrap=True)
-    if len(report.errors) > MAX_ERRORS_SHOWN:  # a file of 500,000 bad spans printed them all
+    if len(errors) > MAX_ERRORS_SHOWN:  # a file of 500,000 bad spans printed them all
         err_console.print(
-            f"... and {len(report.errors) - MAX_ERRORS_SHOWN} more errors (the first {MAX_ERRORS_SHOWN} "
-            "are shown)",
+            f"... and {len(errors) - MAX_ERRORS_SHOWN} more errors (the first {MAX_ERRORS_SHOWN} are shown)",
             highlight=False,
         )
     if report.errors:
         err_console.print(f"{esc(pred)}: {esc(report.summary())}", highlight=False)
-        strangers = report.unknown_ids
-        if strangers and strangers >= report.n_lines / 2:
-            print_warning(
-                f"{strangers} of {report.n_lines} ids are not among the items of {items}: is it the items "
-                "file of these predictions (language and split)?"
-            )
         raise typer.Exit(1)
     failures = FailureCheck(pred)  # a run's failed items, written empty; a plain file is not read again
     found = failures.check(load_predictions(pred)) if failures.has_record else None

@@ -25,6 +25,9 @@ from mushroom.data.records import Item
 from mushroom.errors import Problem
 from mushroom.util.words import close_match, no_prediction, plural
 
+UNKNOWN_ID = "is not among the items"
+"""How the error of a prediction line whose id no item has ends (`check` counts them apart)."""
+
 
 @dataclass
 class CheckReport:
@@ -212,7 +215,7 @@ def check_rows(
             continue
         seen[rid] = line
         if rid not in by_id:
-            report.errors.append(Problem(path, line, "id", f"id {rid!r} is not among the items"))
+            report.errors.append(Problem(path, line, "id", f"id {rid!r} {UNKNOWN_ID}"))
             report.unknown_ids += 1
             continue
         _check_row(row, by_id[rid], (path, line), report)
