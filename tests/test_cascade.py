@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from cli_helpers import cli, llm_member_options
+from cli_helpers import VAL_DIR, cli, llm_member_options
 from fake_openai_server import FakeServer
 
 from mushroom.backends.openai_compat import BREAKER_COLD
@@ -153,6 +153,13 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     assert summary["val"] == {"sent": 15, "kept": 35, "failed": 0}
     assert summary["test"] == {"sent": 45, "kept": 105, "failed": 0}
     assert summary["model_calls_recorded"] == 60 and summary["budget"] == 0.3
+    # the model-backed member's own folder is scored and compared on the items it was sent; it
+    # was refused as invalid input, "no prediction for 35 gold ids"
+    member = out / "members" / "llm"
+    code, _, err = cli(capsys, "score", VAL_DIR, member)
+    assert code == 0 and "scored 15 of 50 gold items" in err and "--llm-budget 0.3, a cascade" in err, err
+    code, _, err = cli(capsys, "compare", member, "--eval-dir", tmp_path / "e")
+    assert code == 0, err
     # an item not sent keeps the CPU stack's test prediction, written beside it for comparing
     final = _lines(out / "mushroom.it-tst.v1.jsonl")
     base = _lines(out / "cascade" / "base" / "mushroom.it-tst.v1.jsonl")

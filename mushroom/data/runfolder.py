@@ -106,13 +106,16 @@ class RunScope:
     folder: Path
     limit: int | None = None
     langs: tuple[str, ...] | None = None
+    # a main job's member read through the job's config, when the job was a cascade: a
+    # model-backed member predicted only the items its budget sent
+    budget: float | None = None
     # the run's whole config (config.json's "config"), for what else a caller needs of it
     config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def partial(self) -> bool:
         """Only some items of each language were predicted."""
-        return self.limit is not None
+        return self.limit is not None or self.budget is not None
 
     def made_with(self) -> str:
         """`the run in runs/x was made with --limit 5 --lang en`."""
@@ -121,6 +124,9 @@ class RunScope:
             for part in (
                 f"--limit {self.limit}" if self.limit is not None else "",
                 f"--lang {','.join(self.langs)}" if self.langs else "",
+                f"--llm-budget {self.budget:g}, a cascade: a model-backed member saw only the items it sent"
+                if self.budget is not None
+                else "",
             )
             if part
         )
@@ -218,11 +224,18 @@ def run_scope(path: Path) -> RunScope | None:
         langs = config.get("langs")
         if langs is None and isinstance(config.get("run_config"), dict):
             langs = config["run_config"].get("langs")
+        inside = (
+            resolved.relative_to(candidate.resolve()).parts
+            if resolved.is_relative_to(candidate.resolve())
+            else ()
+        )
+        budget = config.get("llm_budget") if inside[:1] == ("members",) else None
         return RunScope(
             folder=candidate,
             limit=limit if isinstance(limit, int) else None,
             langs=tuple(langs) if isinstance(langs, list) and langs else None,
             config=config,
+            budget=float(budget) if isinstance(budget, int | float) and 0 <= budget < 1 else None,
         )
     return None
 
