@@ -846,3 +846,19 @@ def test_a_config_whose_description_alone_changed_resumes_its_folder(tmp_path, c
     config.write_text(text + "[detector.options]\nthreshold = 0.9\n")
     code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
     assert code == 2 and "holds a run with another config" in err and "threshold" in err, err
+
+
+def test_a_run_configs_option_is_listed_once_among_what_differs():
+    """Editing `threshold` listed it twice: as written, and as `variants[0].options.threshold`."""
+    from mushroom.runs.service import config_changes, listed_changes
+
+    def config(threshold, default):
+        return {
+            "run_config": {"detector": {"name": "lexical", "options": {"threshold": threshold}}},
+            "variants": [{"name": "", "options": {"threshold": threshold, "min_prefix": default}}],
+        }
+
+    changes = config_changes(config(0.3, 4), config(0.5, 5))
+    assert listed_changes(changes, "\n") == (
+        "\nrun_config.detector.options.threshold: 0.3 -> 0.5\nvariants[0].options.min_prefix: 4 -> 5"
+    )

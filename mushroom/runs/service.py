@@ -30,6 +30,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -203,7 +204,18 @@ NOT_SET = "(not set)"
 
 
 def listed_changes(changes: list[str], sep: str) -> str:
-    """The first MAX_CHANGES_SHOWN of `config_changes`, each after `sep`, and how many more."""
+    """The first MAX_CHANGES_SHOWN of `config_changes`, each after `sep`, and how many more.
+
+    A run config's option is kept twice, as written (`run_config.detector.options.threshold`)
+    and as the detector took it (`variants[0].options.threshold`): the second is left out
+    where it says what the first says.
+    """
+    written = {c.split(".options.", 1)[-1] for c in changes if c.startswith("run_config.detector.options.")}
+    changes = [
+        c
+        for c in changes
+        if not (re.match(r"variants\[\d+\]\.options\.", c) and c.split(".options.", 1)[-1] in written)
+    ]
     hidden = len(changes) - MAX_CHANGES_SHOWN
     return "".join(f"{sep}{c}" for c in changes[:MAX_CHANGES_SHOWN]) + (
         f"{sep}... and {hidden} more" if hidden > 0 else ""
