@@ -75,7 +75,14 @@ def test_folder_scoring_needs_every_language_or_langs(tmp_path, capsys):
     assert "not scored, no gold file: xx" in err and "notes.jsonl" in err
     (tmp_path / "mushroom.en-val.old.jsonl").write_bytes(VAL_EN.read_bytes())
     code, _, err = cli(capsys, "score", VAL_DIR, tmp_path, "--langs", "en")
-    assert code == 2 and "two files for language 'en'" in err
+    assert code == 2 and "2 files for language 'en'" in err
+    (tmp_path / "mushroom.en-val.v3.jsonl").write_bytes(VAL_EN.read_bytes())
+    code, _, err = cli(capsys, "score", VAL_DIR, tmp_path, "--langs", "en")
+    said = " ".join(err.split())
+    assert (
+        code == 2
+        and "3 files for language 'en': mushroom.en-val.old.jsonl, mushroom.en-val.v2.jsonl and" in said
+    )
 
 
 def test_score_json_dash_prints_only_json(capsys):

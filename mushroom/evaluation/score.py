@@ -268,20 +268,22 @@ class Pairing:
 
 
 def _files_by_lang(folder: Path) -> tuple[dict[str, Path], list[Path]]:
-    found: dict[str, Path] = {}
+    by_lang: dict[str, list[Path]] = {}
     unnamed: list[Path] = []
     for path in sorted(folder.glob("*.jsonl")):
         lang = lang_from_filename(path)
         if lang is None:
             unnamed.append(path)
             continue
-        if lang in found:
+        by_lang.setdefault(lang, []).append(path)
+    for lang, paths in by_lang.items():
+        if len(paths) > 1:  # each named: a third was left out of "two files"
+            names = ", ".join(p.name for p in paths[:-1]) + f" and {paths[-1].name}"
             raise MushroomError(
-                f"{folder}: two files for language {lang!r}: {found[lang].name} and {path.name}; "
-                "keep one (or move one to another folder)"
+                f"{folder}: {len(paths)} files for language {lang!r}: {names}; "
+                "keep one (or move the others to another folder)"
             )
-        found[lang] = path
-    return found, unnamed
+    return {lang: paths[0] for lang, paths in by_lang.items()}, unnamed
 
 
 def pair_paths(
