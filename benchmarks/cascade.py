@@ -30,7 +30,8 @@ Costly members:
 A table then says how much of the gain of sending every item the items each ranking sends
 hold, and each ranking's rank correlation with the CPU stack's real error: the cascade's,
 trees fitted on val to predict that error (from the stack's output, then also from the
-members' outputs, the answering model's logits and the text), random, two oracles, and the real error
+members' outputs, the answering model's logits and the text), the cascade's with the items
+chosen across languages instead of within each, random, two oracles, and the real error
 blurred by noise (the rank correlation a ranking needs to hold a given share). The last line is
 `cascade: budget B keeps IoU X (all: Y) with Z% of the model calls`, B the smallest budget
 whose mean IoU is within 0.01 of sending every item to the simulated strong member (the
@@ -243,6 +244,7 @@ def print_curve(c: Curve, items: list[Item]) -> None:
 
 
 OURS = "expected loss (the cascade's)"
+ACROSS = "expected loss, chosen across languages"
 RANDOM_DRAWS = 200
 RANDOM = f"random (mean of {RANDOM_DRAWS} draws)"
 LEARNED = "learned: trees on the output, OOF"
@@ -389,6 +391,11 @@ def print_rankings(
             shares = held_by(score)
             rho = spearmanr([score(it) for it in items], cpu_error)[0]
         show(name, shares, rho)
+    # the same expected loss, with the items chosen across languages instead of within each
+    loss = np.array([prediction_uncertainty(it, preds[it.id]) for it in items])
+    order = np.argsort(-loss, kind="stable")
+    across = [gain[order[: int(np.ceil(b * len(items)))]].sum() / gain.sum() for b in BUDGETS[1:-1]]
+    show(ACROSS, across, spearmanr(loss, cpu_error)[0])
     # how good a ranking must be: the real error blurred by noise, each level the mean of draws
     noise = np.random.default_rng(seed)
     for sd in BLUR:
