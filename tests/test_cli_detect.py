@@ -586,13 +586,17 @@ def test_a_named_context_source_of_other_items_is_warned_of(tmp_path, capsys, mo
     args = ["detect", "--split", "val", "--lang", "en", "--limit", "3", "--quiet"]
     code, _, err = cli(capsys, *args, "--contexts", "deepseek-r1,mine", "--out", tmp_path / "a")
     told = " ".join(err.split())
-    assert (
-        code == 0
-        and "val/en: context source 'mine'" in told
-        and "has a context for none of the 3 items" in told
-    )
+    assert code == 0 and "val/en: context source 'mine'" in told, err
+    assert "has 50 contexts, and none is for an item of val/en (e.g. 'val-de-1')" in told
     code, _, err = cli(capsys, *args, "--contexts", "deepseek-r1", "--out", tmp_path / "b")
-    assert code == 0 and "has a context for none" not in err
+    assert code == 0 and "are not read" not in err
+    # one foreign id among the file's own, in a run limited to 3 items: that one alone is named
+    rows = (ucsc / "en-val.v2_perplexity-sonar-pro.jsonl").read_text().splitlines()
+    rows[-1] = rows[-1].replace('"val-en-', '"val-xx-')
+    (ctx / "val.en.mine.jsonl").write_text("\n".join(rows) + "\n")
+    code, _, err = cli(capsys, *args, "--contexts", "deepseek-r1,mine", "--out", tmp_path / "c")
+    told = " ".join(err.split())
+    assert code == 0 and "has 50 contexts, and 1 is not for an item of val/en (e.g. 'val-xx-" in told, err
 
 
 def test_a_config_json_that_is_no_runs_is_kept_and_named(tmp_path, capsys):

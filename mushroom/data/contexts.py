@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mushroom.data.jsonl import iter_json_lines, load_records
-from mushroom.data.records import Context, ContextRecord
+from mushroom.data.records import Context, ContextRecord, Item
 from mushroom.data.splits import IN_CHECKOUT, PROJECT_ROOT, SPLIT_TAGS
 from mushroom.errors import MushroomError
 from mushroom.util.registry import Part, Registry
+from mushroom.util.words import plural
 
 _HERE = PROJECT_ROOT / "contexts" if IN_CHECKOUT else Path.cwd() / "contexts"
 DEFAULT_CONTEXT_DIR = Path(os.environ.get("MUSHROOM_CONTEXT_DIR") or _HERE)
@@ -246,6 +248,41 @@ def check_sources(split: str, langs: list[str], sources: tuple[str, ...] | list[
     source_names(sources)  # a source named twice is refused
     for named in sources:
         check_source(split, langs, named, sources)
+
+
+def stray_contexts(
+    split: str, data: Mapping[str, Iterable[Item]], sources: tuple[str, ...] | list[str]
+) -> list[str]:
+    """Warnings for named sources whose files hold contexts for ids no item of the split has.
+
+    A file of another language or split, or of another version of the items, gave some items
+    (or none) their contexts while the others read another source's: the scores moved, unsaid.
+    `data` is the whole split of each language: the ids of items a run leaves out (--limit, a
+    cascade) are the file's own.
+    """
+    said = []
+    for lang, items in data.items():
+        ids = {item.id for item in items}
+        for named in sources:
+            source = named.removesuffix(OPTIONAL)
+            path = context_file(split, lang, source)
+            if path is None:
+                continue
+            theirs = [r.id for r in load_records(path, ContextRecord)]
+            stray = [i for i in theirs if i not in ids]
+            if stray:
+                what = (
+                    "none is"
+                    if len(stray) == len(theirs)
+                    else f"{len(stray)} {'is' if len(stray) == 1 else 'are'} not"
+                )
+                said.append(
+                    f"{split}/{lang}: context source {source!r} ({path}) has "
+                    f"{plural(len(theirs), 'context')}, and {what} for an item of {split}/{lang} "
+                    f"(e.g. {stray[0]!r}); those are not read: a file of another split, language or "
+                    "version of the items?"
+                )
+    return said
 
 
 def check_source(split: str, langs: list[str], named: str, sources: tuple[str, ...] | list[str]) -> None:

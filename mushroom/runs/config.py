@@ -493,15 +493,17 @@ def execute(
     limit = limit or cfg.limit
     variants = cfg.variant_options()
     dets = [(name, build(cfg.detector.name, options)) for name, options in variants]
-    from mushroom.data.contexts import check_sources, source_names
+    from mushroom.data.contexts import check_sources, source_names, stray_contexts
 
     for _, det in dets:
         det.check_ready(source_names(cfg.contexts), out)
     # the items are read (a language a split lacks stops the command) before the folder is made,
     # and so are the context sources: an unknown one left config.json and val/raw/ behind
     data = {split: load_split(split, cfg.langs) for split in cfg.splits}
+    stray = []
     for split, items in data.items():
         check_sources(split, sorted(items), tuple(cfg.contexts))
+        stray += stray_contexts(split, items, cfg.contexts)
     out = out or new_run_folder(workspace() / "runs", f"{timestamp()}-{cfg.name}")
     config = {
         "run_config": cfg.model_dump(mode="json", exclude={"limit"}),
@@ -509,6 +511,8 @@ def execute(
         "variants": [{"name": n, **d.describe()} for n, d in dets],
     }
     service = RunService(out, config, reporter, quiet, allow_failures)
+    for warning in stray:
+        service.warn(warning)
     shared_cache = out / "responses.cache.jsonl"
     summary: dict[str, Any] = {"splits": {}}
     val_results: list[tuple[str, SplitOutput]] = []

@@ -137,17 +137,19 @@ def run_detect(
     Returns:
         The run folder: predictions/ with the files, items/ and raw/, scores when labelled.
     """
-    from mushroom.data.contexts import check_sources, source_names
+    from mushroom.data.contexts import check_sources, source_names, stray_contexts
     from mushroom.data.runfolder import new_run_folder, timestamp
     from mushroom.data.splits import load_split, workspace
     from mushroom.runs.service import RunService
 
     reporter = reporter or PlainReporter()
     name = name or det.name
+    stray: list[str] = []  # an items file's own context files are checked by `detect`
     if data is None:
         # Read before the run folder exists: a wrong --lang or --contexts leaves no folder.
         data = load_split(split, langs)
         check_sources(split, sorted(data), sources)
+        stray = stray_contexts(split, data, sources)
     det.check_ready(source_names(sources, context_files.paths if context_files else None), out)
     out = out or new_run_folder(workspace() / "runs", f"{timestamp()}-{name}-{split}")
     config = {
@@ -160,6 +162,8 @@ def run_detect(
         "limit": limit,
     }
     service = RunService(out, config, reporter, quiet, allow_failures)
+    for warning in stray:
+        service.warn(warning)
     service.warnings.extend(w for w in said if w not in service.warnings)
     result = service.detect_split(
         det, split, out / "predictions", langs, sources, data=data, limit=limit, context_files=context_files

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from mushroom.backends.config import NEEDS_RESPONSES
 from mushroom.combine.cascade import check_budget
 from mushroom.data.channels import channel_files
-from mushroom.data.contexts import DEFAULT_SOURCES, check_sources, source_names
+from mushroom.data.contexts import DEFAULT_SOURCES, check_sources, source_names, stray_contexts
 from mushroom.data.languages import VAL_LANGUAGES
 from mushroom.data.predictions import mark_all, submission_glob, submission_name
 from mushroom.data.runfolder import new_run_folder, timestamp, write_json
@@ -228,6 +228,7 @@ def run_main_stack(
     val_data = load_split("val", val_langs)
     check_sources("test", sorted(test_data), sources)  # an unknown source left a folder behind
     check_sources("val", sorted(val_data), sources)
+    stray = stray_contexts("test", test_data, sources) + stray_contexts("val", val_data, sources)
     if member_sources is not None and not plan_only:  # a plan is made before they are generated
         _check_member_sources(test_data, val_data, member_sources, member_from)
     elif member_sources is not None:  # ... but a typo would be generated under its misspelt name
@@ -247,6 +248,8 @@ def run_main_stack(
         # kept out of the config's hash (see service.UNHASHED_KEYS): another budget resumes the folder
         config["llm_budget"] = llm_budget
     service = RunService(out, config, reporter, quiet, allow_failures, side_pass=plan_only)
+    for warning in stray:
+        service.warn(warning)
     for name, reason in skipped.items():
         service.warn(f"member {name!r} left out of the stack (--skip-unavailable): {reason}")
 
@@ -511,6 +514,7 @@ def run_main(
     det.check_ready(source_names(sources), out)
     test_data = load_split("test", langs)  # bad languages stop before the run folder is made
     check_sources("test", sorted(test_data), sources)  # and unknown context sources
+    stray = stray_contexts("test", test_data, sources)
     if with_val and (val_langs := _val_langs(langs)):
         check_sources("val", val_langs, sources)
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-{detector}")
@@ -522,6 +526,8 @@ def run_main(
         "with_val": with_val,
     }
     service = RunService(out, config, reporter, quiet, allow_failures)
+    for warning in stray:
+        service.warn(warning)
     test = service.detect_split(det, "test", out, langs, sources, data=test_data)
     zip_path = service.submit(list(test.files.values()), out / "submission.zip")
     if zip_path is not None:

@@ -966,16 +966,6 @@ class RunService:
                 out.contexts_missing[lang] = seen.missing
                 if seen.bare:
                     self.warn(seen.warning(split, lang, len(ids), sources))
-                for source, path in seen.files.items() if context_files is None else ():
-                    # a named source whose file is of other items gave none a context, unsaid while
-                    # another source covered them: the scores moved with no word (--items context
-                    # files are checked by `detect` itself)
-                    if ids and seen.missing.get(source) == len(ids):
-                        self.warn(
-                            f"{split}/{lang}: context source {source!r} ({path}) has a context for none of "
-                            f"the {plural(len(ids), 'item')}: its ids are of other items (another split "
-                            "or language?), so it adds nothing"
-                        )
                 self._write_language(detector, split, lang, ids, ledger, folder, out)
                 run_ids[lang] = ids
                 n_items += len(ids)
