@@ -248,6 +248,7 @@ def test_a_ledger_of_the_old_form_carries_its_channels_into_the_store_on_resume(
     folder = tmp_path / "old" / "predictions"
     (folder / "items").mkdir(parents=True)
     (folder / "items" / "en.jsonl").write_text("".join(lines), encoding="utf-8")
+    (tmp_path / "old" / "versions.json").write_text("{}")  # as every run's folder has (a run's mark)
     det = Vowels()
     run(tmp_path, "old", items, det)
     assert det.seen == [f"s-{k}" for k in range(6, N)]
