@@ -862,3 +862,31 @@ def test_a_run_configs_option_is_listed_once_among_what_differs():
     assert listed_changes(changes, "\n") == (
         "\nrun_config.detector.options.threshold: 0.3 -> 0.5\nvariants[0].options.min_prefix: 4 -> 5"
     )
+
+
+def test_a_ctrl_c_between_a_runs_stages_says_where_its_finished_work_is(tmp_path, capsys, monkeypatch):
+    """A Ctrl-C during the variants' comparison, after every variant had run, said only
+    "interrupted": nothing told the user that a re-run would reuse all of it."""
+    from cli_helpers import cli
+
+    import mushroom.runs.config as run_config
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_config, "compare_variants", interrupted)
+    config = tmp_path / "v.toml"
+    config.write_text(
+        'name = "v"\nlangs = ["en"]\nlimit = 2\n[detector]\nname = "lexical"\n'
+        '[[variants]]\nname = "a"\noptions = {}\n[[variants]]\nname = "b"\noptions = { threshold = 0.5 }\n'
+    )
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
+    told = " ".join(err.split())
+    assert (
+        code == 130 and f"what finished is kept in {out}; run the same command again with --out {out}" in told
+    )
+    # the hint ends with its command: a later interrupt elsewhere is not told of this folder
+    from mushroom.util.interrupts import current_hint
+
+    assert current_hint() is None

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from mushroom.errors import MushroomError
-from mushroom.util.interrupts import current_hint, interrupt_message
+from mushroom.util.interrupts import clear_fallback_hints, current_hint, interrupt_message
 from mushroom.util.options import validation_message
 
 if TYPE_CHECKING:
@@ -256,6 +256,7 @@ def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
                 markup=False,
             )
         _closed.clear()
+        clear_fallback_hints()
 
 
 def _run(app: typer.Typer, args: list[str]) -> int:
@@ -269,7 +270,7 @@ def _run(app: typer.Typer, args: list[str]) -> int:
         with warnings_to(print_warning):
             result = command(args=args, standalone_mode=False, prog_name="mushroom")
         if result == EXIT_INTERRUPTED:  # typer turns a bare Ctrl-C into a silent 130
-            err_console.print(f"[yellow]{esc(interrupt_message(None))}[/yellow]", highlight=False)
+            err_console.print(f"[yellow]{esc(interrupt_message(current_hint()))}[/yellow]", highlight=False)
         return result if isinstance(result, int) else EXIT_OK
     except typer.Exit as exc:
         return exc.exit_code

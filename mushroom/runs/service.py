@@ -63,6 +63,7 @@ from mushroom.errors import DataError, Interrupted, MushroomError, RunFailed, er
 from mushroom.evaluation.submission import write_zip
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util.files import file_blocks
+from mushroom.util.interrupts import fallback_hint
 from mushroom.util.names import safe_name
 from mushroom.util.words import listed, one_line, plural
 
@@ -660,6 +661,12 @@ class RunService:
             (self.out / "summary.json").unlink(missing_ok=True)
         if self.resumed:
             self.reporter.message(f"the run in {self.out}", lead="resuming")
+        self._withdraw_hint = fallback_hint(
+            lambda: (
+                f"what finished is kept in {self.out}; run the same command again with "
+                f"{self.same_folder} to go on (finished work is not done again)"
+            )
+        )
 
     # -- the folder -------------------------------------------------------------------------
 
@@ -737,6 +744,7 @@ class RunService:
 
     def release(self) -> None:
         """Frees this service's hold on the folder's lock (the end of a process frees it too)."""
+        getattr(self, "_withdraw_hint", lambda: None)()
         key, self._lock_key = self._lock_key, None
         if key is None or key not in _HELD:
             return

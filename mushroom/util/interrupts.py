@@ -40,6 +40,30 @@ def interrupt_message(hint: str | Callable[[], str] | None) -> str:
     return f"interrupted; {hint}" if hint else "interrupted"
 
 
+_fallback: list[str | Callable[[], str]] = []  # hints of what is open (a run's folder), newest last
+
+
+def fallback_hint(hint: str | Callable[[], str]) -> Callable[[], None]:
+    """A hint for a Ctrl-C outside every `interrupt_hint` block while something is open.
+
+    A run's folder is open from its start to its end, and a Ctrl-C between its stages (reading
+    the items, the final scoring, a comparison of variants) said only "interrupted". Returns
+    the call that withdraws it (a second call does nothing).
+    """
+    _fallback.append(hint)
+
+    def withdraw() -> None:
+        if hint in _fallback:
+            _fallback.remove(hint)
+
+    return withdraw
+
+
+def clear_fallback_hints() -> None:
+    """Withdraws every fallback hint: a command's end (a run that stopped on an error keeps one)."""
+    _fallback.clear()
+
+
 def current_hint() -> str | Callable[[], str] | None:
-    """The hint of the innermost `interrupt_hint` block (the boundary reads it for a bare Ctrl-C)."""
-    return _interrupt_hint.get()
+    """The hint of the innermost `interrupt_hint` block, else of what is open (for a bare Ctrl-C)."""
+    return _interrupt_hint.get() or (_fallback[-1] if _fallback else None)
