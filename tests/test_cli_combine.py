@@ -320,3 +320,26 @@ def test_an_input_lacking_items_of_the_items_file_is_named_not_the_output(tmp_pa
         in said
         and not out.exists()
     ), err
+
+
+def test_stack_apply_writes_beside_its_stack_json_but_not_over_a_users_prediction_file(tmp_path, capsys):
+    """The refusal of a folder whose files a run would replace took a stack.json beside
+    `stack apply`'s --out (which it never writes) for one."""
+    run, stack = _english_stack(tmp_path, capsys)
+    out = tmp_path / "applied"
+    out.mkdir()
+    (out / "stack.json").write_bytes(stack.read_bytes())
+    apply = ["stack", "apply", out / "stack.json", f"lex={run}", "--split", "val", "--lang", "en"]
+    code, _, err = cli(capsys, *apply, "--out", out)
+    assert code == 0, err
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "mushroom.en-val.v2.jsonl").write_text("my own")
+    code, _, err = cli(capsys, *apply, "--out", mine)
+    assert code == 2 and "this run would replace 'mushroom.en-val.v2.jsonl'" in " ".join(err.split()), err
+    assert (mine / "mushroom.en-val.v2.jsonl").read_text() == "my own"
+    # detect writes its files into predictions/: the same file at the top is no clash
+    code, _, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "en", "--limit", "1", "--out", mine, "--quiet"
+    )
+    assert code == 0 and (mine / "mushroom.en-val.v2.jsonl").read_text() == "my own", err

@@ -148,6 +148,10 @@ RUN_FILES = frozenset(
 )
 
 
+# the files every run writes at the top of its folder (config.json is checked on its own)
+TOP_FILES = frozenset("versions.json stages.json summary.json failures.jsonl submission.zip".split())
+
+
 def parent_run(folder: Path) -> Path | None:
     """The run folder that `folder` is, or lies inside at any depth; None outside every run."""
     folder = Path(folder).resolve()
@@ -670,6 +674,15 @@ class RunService:
 
     # -- the folder -------------------------------------------------------------------------
 
+    @property
+    def _top_predictions(self) -> bool:
+        """Whether this run writes prediction files at its top.
+
+        The main job and `stack apply` do; `detect` writes into predictions/, and a run
+        config into val/ and test/.
+        """
+        return self.config.get("job") in ("main", "stack-apply")
+
     def where(self, folder: Path) -> str:
         """A folder of the run as a path inside it ("vote3/val"), or whole when it is outside."""
         return folder.relative_to(self.out).as_posix() if folder.is_relative_to(self.out) else str(folder)
@@ -757,12 +770,16 @@ class RunService:
         if self.out.is_dir() and not cfg_path.exists():
             # A folder of the user's own files silently became a run folder. Said, not refused:
             # a shell's `> OUT/log.txt` or a stack.json beside `stack apply`'s --out is there first.
+            # (Unless the run would replace one of them, below.)
             names = sorted(p.name for p in self.out.iterdir())
             # A run's folder that lost its config.json keeps its marks (versions.json): the run
-            # starts again there. A folder without them holds the user's own files, and a run's
-            # file names among them (a submission) would be replaced: refused, not noted.
+            # starts again there. A folder without them holds the user's own files, and the files
+            # this run writes at its top (a main job's submission) would replace theirs: refused,
+            # not noted. Folders and a stack.json beside `stack apply`'s --out are left alone.
             if not any(mark in names for mark in RUN_MARKS):
-                clash = [n for n in names if n in RUN_FILES or prediction_file_lang(n) is not None]
+                clash = [
+                    n for n in names if n in TOP_FILES or (self._top_predictions and prediction_file_lang(n))
+                ]
                 if clash:
                     raise MushroomError(
                         f"{self.folder_flag} {self.out} holds files and no run, and this run would replace "
@@ -1090,7 +1107,10 @@ class RunService:
         out.failures.extend(failed)
         self.failures.extend(failed)
         if failed and not self.allow_failures:
-            path.unlink(missing_ok=True)  # never leave a complete-looking file from an older pass
+            # never leave a complete-looking file from an older pass; a plan (a side pass) stops
+            # here and leaves the finished run's file, an input of its stack, as it was
+            if not self.side_pass:
+                path.unlink(missing_ok=True)
             return
         # Written from the ledger as a stream, in the items' order; failed items (allowed) empty.
         writer = JsonlWriter(path)
