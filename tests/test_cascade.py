@@ -160,6 +160,9 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     assert code == 0 and "scored 15 of 50 gold items" in err and "--llm-budget 0.3, a cascade" in err, err
     code, _, err = cli(capsys, "compare", member, "--eval-dir", tmp_path / "e")
     assert code == 0, err
+    # the CPU member saw every item: no such note
+    code, _, err = cli(capsys, "score", VAL_DIR, out / "members" / "lexical")
+    assert code == 0 and "--llm-budget" not in err and "scored 50 of 50" not in err, err
     # an item not sent keeps the CPU stack's test prediction, written beside it for comparing
     final = _lines(out / "mushroom.it-tst.v1.jsonl")
     base = _lines(out / "cascade" / "base" / "mushroom.it-tst.v1.jsonl")

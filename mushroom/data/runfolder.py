@@ -191,6 +191,24 @@ def _refuse_damaged_config(folder: Path, cfg_path: Path) -> None:
     )
 
 
+def _model_backed_member(config: dict[str, Any], inside: tuple[str, ...]) -> bool:
+    """Whether `inside` (a path within a main job's folder) is a member that calls a model.
+
+    A cascade sends those members only the items it chooses; its CPU members see every item.
+    Such a member's options carry its backend settings.
+    """
+    if inside[:1] != ("members",) or len(inside) < 2:
+        return False
+    members = config.get("members")
+    return any(
+        isinstance(m, dict)
+        and m.get("detector") == inside[1]
+        and isinstance(m.get("options"), dict)
+        and isinstance(m["options"].get("backend"), dict)
+        for m in (members if isinstance(members, list) else [])
+    )
+
+
 RUN_CONFIG_DEPTH = 3  # a prediction file in <run>/<variant>/val/ is three folders below config.json
 
 
@@ -229,7 +247,7 @@ def run_scope(path: Path) -> RunScope | None:
             if resolved.is_relative_to(candidate.resolve())
             else ()
         )
-        budget = config.get("llm_budget") if inside[:1] == ("members",) else None
+        budget = config.get("llm_budget") if _model_backed_member(config, inside) else None
         return RunScope(
             folder=candidate,
             limit=limit if isinstance(limit, int) else None,
