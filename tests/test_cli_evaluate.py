@@ -177,9 +177,10 @@ def test_a_stack_applied_to_the_split_it_was_fitted_on_is_called_in_sample_where
     assert code == 0 and "in-sample" not in err, err
 
 
-def test_compare_refuses_an_eval_dir_named_dash(tmp_path, capsys):
+def test_compare_refuses_an_eval_dir_named_dash(tmp_path, capsys, monkeypatch):
     """`compare RUN --eval-dir -` made a folder named '-' and wrote the tables into it."""
     run = limited_run(tmp_path, capsys)
+    monkeypatch.chdir(tmp_path)  # '-' is looked for where the command runs
     code, _, err = cli(capsys, "compare", run, "--eval-dir", "-")
     assert code == 2 and "--eval-dir -: this writes files, not to stdout" in " ".join(err.split()), err
     assert not Path("-").exists()

@@ -141,7 +141,7 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
     an input's run folder say so with `refuse_out_in_runs` as well.
     """
     from mushroom.data.predictions import prediction_file_lang
-    from mushroom.data.splits import DEFAULT_DATA_DIR
+    from mushroom.data.splits import DEFAULT_DATA_DIR, in_data_dir
     from mushroom.runs.service import RUN_FILES, parent_run
 
     if str(path) == "-" or path.parts[:1] == ("-",):  # a file, or a folder, named "-" was made
@@ -181,8 +181,7 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
                 f"{option} {path} would replace a file the run {near} keeps (its config, ledgers, "
                 "scores or predictions); write it elsewhere"
             )
-    data = DEFAULT_DATA_DIR.resolve()
-    if target.is_relative_to(data):
+    if in_data_dir(target):
         raise MushroomError(
             f"{option} {path} is inside {DEFAULT_DATA_DIR}, the folder of the official data files; "
             "write it elsewhere"
@@ -282,7 +281,7 @@ def _run(app: typer.Typer, args: list[str]) -> int:
             print_error(str(exc))
         return int(getattr(exc, "exit_code", EXIT_USAGE) or EXIT_USAGE)
     except SystemExit as exc:
-        if isinstance(exc.__context__, BrokenPipeError):
+        if exc.code == 1 and isinstance(exc.__context__, BrokenPipeError):
             # typer's own console (--help) ends a closed pipe with SystemExit(1), as rich does:
             # `mushroom --help | head -1` printed what head wanted, and exited 1. rich has sent
             # the rest to /dev/null already; help is all such a command does, so no note.

@@ -400,26 +400,12 @@ def _given(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
-def _check_eval_dir(eval_dir: Path, config: Path, cfg: Any, out: Path | None) -> None:
-    """`run --eval-dir`: a folder the variants' comparison can go to, in a config that makes one."""
-    from mushroom.runs.service import parent_run
-
+def _check_eval_dir(eval_dir: Path, config: Path, cfg: Any) -> None:
+    """`run --eval-dir`: a folder the variants' comparison can go to, checked before the run."""
     if len(cfg.variant_options()) < 2 or "val" not in cfg.splits:
-        raise MushroomError(
-            f"--eval-dir: {config} has no variants to compare on val, so nothing would be written there; "
-            "leave it out"
-        )
-    if eval_dir.exists() and not eval_dir.is_dir():
-        raise MushroomError(f"--eval-dir {eval_dir}: is a file, not a folder")
-    if out is not None and eval_dir.resolve().is_relative_to(out.resolve()):
-        run: Path | None = out
-    else:
-        run = parent_run(eval_dir) if str(eval_dir) != "-" else None
-    if run is not None:
-        raise MushroomError(
-            f"--eval-dir {eval_dir} is inside the run folder {run}: the comparison would be mixed with "
-            "that run's files; give a folder outside every run (default: eval/)"
-        )
+        print_warning(f"--eval-dir: {config} has no variants to compare on val; nothing is written there")
+        return
+    # a file, '-', the official data, or a run's own files (its val/, predictions/) are refused
     output_file(eval_dir / f"variants-{cfg.name}.md", "--eval-dir")
 
 
@@ -443,7 +429,7 @@ def run_config(
 
     cfg = load_run_config(config)
     if eval_dir is not None:  # checked now: it was read only after every variant had run
-        _check_eval_dir(eval_dir, config, cfg, out)
+        _check_eval_dir(eval_dir, config, cfg)
     execute(
         cfg,
         out,

@@ -75,11 +75,6 @@ def score(
     json_only = json_out == "-"
     # With --json -, stdout carries the JSON document only; everything else goes to stderr.
     console = err_console if json_only else out_console
-    if output is not None and str(output) == "-":  # a file named "-" was written
-        raise MushroomError(
-            "--output -: the two lines are printed on stdout already (with --json -, on stderr); "
-            "leave --output out, or give a file"
-        )
     if output is not None:
         output_file(output, "--output", (gold, pred, compare))
     if json_out is not None and not json_only:

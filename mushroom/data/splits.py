@@ -45,6 +45,11 @@ SPLIT_DIRS = {
 SPLIT_TAGS = {"val": "val", "test": "tst", "test-labeled": "tst", "train": "train"}
 
 
+def in_data_dir(path: Path) -> bool:
+    """Whether a path lies in the folder of the official data files, where nothing is written."""
+    return Path(path).resolve().is_relative_to(DEFAULT_DATA_DIR.resolve())
+
+
 def same_items(split: str, other: str) -> bool:
     """Whether two split names hold the same items: `test-labeled` is `test` with its labels."""
     return SPLIT_TAGS.get(split, split) == SPLIT_TAGS.get(other, other)

@@ -147,13 +147,6 @@ def generate_split(
     if grade not in GRADINGS:
         raise MushroomError(f"--grade {grade!r} is no grading" + suggest(grade, list(GRADINGS), "gradings"))
     root = context_dir or DEFAULT_CONTEXT_DIR
-    from mushroom.data.splits import DEFAULT_DATA_DIR
-
-    if root.resolve().is_relative_to(DEFAULT_DATA_DIR.resolve()):
-        raise MushroomError(
-            f"--context-dir {root} is inside {DEFAULT_DATA_DIR}, the folder of the official data files; "
-            "choose a folder outside it"
-        )
     load_prompt(prompt)  # a prompt that does not exist stops the command before any folder is made
     data = load_split(split, langs)
     if only is not None:

@@ -637,9 +637,9 @@ class RunService:
                 "mixed with that run's (read as its predictions, zipped with its submission). "
                 "Choose a folder outside it"
             )
-        from mushroom.data.splits import DEFAULT_DATA_DIR
+        from mushroom.data.splits import DEFAULT_DATA_DIR, in_data_dir
 
-        if self.out.resolve().is_relative_to(DEFAULT_DATA_DIR.resolve()):
+        if in_data_dir(self.out):
             # a run written over test-unlabeled/ replaced the official items with predictions
             raise MushroomError(
                 f"{self.folder_flag} {self.out} is inside {DEFAULT_DATA_DIR}, the folder of the official "
@@ -823,10 +823,8 @@ class RunService:
                     write_json(cfg_path, wanted)
                 return True
             if self.has_results():
-                # none is empty: a folder whose settings are all this run's is taken above
-                changes = config_changes(existing.get("config", {}), self.config) or [
-                    "(config.json: no config)"
-                ]
+                # never empty: a folder whose settings are all this run's is taken above
+                changes = config_changes(existing["config"], self.config)
                 differs = listed_changes(changes, "\n  ")
                 raise MushroomError(
                     f"{self.out} holds a run with another config; choose another {self.folder_flag} "
