@@ -392,10 +392,10 @@ def print_rankings(
             rho = spearmanr([score(it) for it in items], cpu_error)[0]
         show(name, shares, rho)
     # the same expected loss, with the items chosen across languages instead of within each
-    loss = np.array([prediction_uncertainty(it, preds[it.id]) for it in items])
-    order = np.argsort(-loss, kind="stable")
-    across = [gain[order[: int(np.ceil(b * len(items)))]].sum() / gain.sum() for b in BUDGETS[1:-1]]
-    show(ACROSS, across, spearmanr(loss, cpu_error)[0])
+    # (chosen by `select`, as the cascade chooses: its count and its ties)
+    loss = {it.id: prediction_uncertainty(it, preds[it.id]) for it in items}
+    across = [gain[[by_id[i] for i in select(loss, b)]].sum() / gain.sum() for b in BUDGETS[1:-1]]
+    show(ACROSS, across, spearmanr([loss[it.id] for it in items], cpu_error)[0])
     # how good a ranking must be: the real error blurred by noise, each level the mean of draws
     noise = np.random.default_rng(seed)
     for sd in BLUR:
