@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from cli_helpers import GOLD_ROWS, VAL_DIR, cli, leaderboard_style, limited_run
 from conftest import ROOT, VAL_EN, write_lines
 from hypothesis import given, settings
@@ -446,3 +447,37 @@ def test_no_output_replaces_a_file_of_a_run_that_is_not_an_input(tmp_path, capsy
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == kept
     code, _, err = cli(capsys, "score", VAL_EN, pred, "--partial", "--json", run / "mine.json")
     assert code == 0, err  # another name beside a run's files is fine
+
+
+def test_an_items_file_with_one_kind_of_gold_label_scores_alike_in_detect_and_score(tmp_path, capsys):
+    """`detect` scored hard-only gold Cor 0.0 and soft-only gold IoU 0.0, where `score` (which
+    fills the missing kind as the official scorer reads it) said 1.0 for the same predictions."""
+    from mushroom.data.records import Item
+
+    text = "Marie Curie was born in 1867 in Berlin."
+    hard = Item(id="a", lang="en", model_input="q", model_output_text=text, hard_labels=[[32, 38]])
+    assert [(s.start, s.end, s.prob) for s in hard.soft_labels] == [(32, 38, 1.0)]
+    soft = [{"start": 32, "end": 38, "prob": 0.8}, {"start": 0, "end": 5, "prob": 0.4}]
+    assert Item(id="a", lang="en", model_input="q", model_output_text=text, soft_labels=soft).hard_labels == [
+        (32, 38)
+    ]
+    for name, labels in (("hard", {"hard_labels": [[32, 38]]}), ("soft", {"soft_labels": soft})):
+        items = write_lines(
+            tmp_path / f"{name}.jsonl",
+            [{"id": "a", "lang": "en", "model_input": "q", "model_output_text": text, **labels}],
+        )
+        pred = write_lines(
+            tmp_path / f"{name}-pred.jsonl",
+            [{"id": "a", "hard_labels": [[32, 38]], "soft_labels": [{"start": 32, "end": 38, "prob": 0.9}]}],
+        )
+        code, out, err = cli(capsys, "score", items, pred, "--json", "-")
+        assert code == 0, err
+        from_score = json.loads(out)
+        from mushroom.data.predictions import load_predictions
+        from mushroom.data.splits import load_items
+        from mushroom.evaluation.score import score_predictions
+
+        ours = score_predictions(load_items(items), list(load_predictions(pred).values()))
+        assert (float(ours.iou[0]), float(ours.cor[0])) == pytest.approx(
+            (from_score["iou"], from_score["cor"])
+        ), name

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from mushroom.data.languages import language_code
 from mushroom.util.names import valid_name
@@ -100,6 +100,20 @@ class Item(BaseModel):
     def _lower_lang(cls, value: str) -> str:
         # Official files say "EN" in val/test but "zh" in train, other files "en-US": normalised once here.
         return language_code(value)
+
+    @model_validator(mode="after")
+    def _both_label_kinds(self) -> Item:
+        # An item with one kind of gold label gets the other as the scorer reads it
+        # (`read_scoring_file`): hard labels from soft ones above 0.5, soft ones at 1.0 over
+        # the hard spans. Left None, `detect` scored such a file Cor 0 (or IoU 0) where
+        # `score` said 1.0.
+        if self.hard_labels is None and self.soft_labels is not None:
+            from mushroom.data.label_files import official_hard_from_soft
+
+            self.hard_labels = official_hard_from_soft([(s.start, s.end, s.prob) for s in self.soft_labels])
+        elif self.soft_labels is None and self.hard_labels is not None:
+            self.soft_labels = [SoftSpan(start=s, end=e, prob=1.0) for s, e in self.hard_labels]
+        return self
 
     @property
     def text(self) -> str:
