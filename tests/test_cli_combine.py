@@ -1,5 +1,7 @@
 """`ensemble` and `stack` against broken inputs: they never write what they did not read."""
 
+import json
+
 import pytest
 from cli_helpers import GOLD_ROWS, cli, limited_run
 from conftest import VAL_EN, write_lines
@@ -343,3 +345,33 @@ def test_stack_apply_writes_beside_its_stack_json_but_not_over_a_users_predictio
         capsys, "detect", "--split", "val", "--lang", "en", "--limit", "1", "--out", mine, "--quiet"
     )
     assert code == 0 and (mine / "mushroom.en-val.v2.jsonl").read_text() == "my own", err
+
+
+def test_no_output_replaces_the_items_or_contexts_file_an_input_run_was_made_from(
+    tmp_path, capsys, monkeypatch
+):
+    """`ensemble RUN RUN --out ctx.jsonl` and `report ... --contexts ctx.jsonl --out ctx.jsonl`
+    wrote over the contexts file the run was made from, exit 0."""
+    from conftest import VAL_EN
+
+    monkeypatch.chdir(tmp_path)  # the run records its files' paths as given
+    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:2]]
+    write_lines(tmp_path / "items.jsonl", rows)
+    write_lines(tmp_path / "ctx.jsonl", [{"id": r["id"], "context": "Some background."} for r in rows])
+    code, _, err = cli(
+        capsys, "detect", "--items", "items.jsonl", "--contexts", "ctx.jsonl", "--out", "run", "--quiet"
+    )
+    assert code == 0, err
+    before = (tmp_path / "ctx.jsonl").read_bytes()
+    pred = "run/predictions/mushroom.en-items.jsonl"
+    for args in (
+        ["ensemble", "run", "run", "--out", "ctx.jsonl"],
+        ["ensemble", pred, pred, "--items", "items.jsonl", "--out", "ctx.jsonl"],
+        ["report", "run", "--items", "items.jsonl", "--contexts", "ctx.jsonl", "--out", "ctx.jsonl"],
+    ):
+        code, _, err = cli(capsys, *args)
+        assert code == 2 and "ctx.jsonl" in err and ("was made from" in err or "is an input" in err), (
+            args,
+            err,
+        )
+    assert (tmp_path / "ctx.jsonl").read_bytes() == before

@@ -219,7 +219,8 @@ def report(
         contexts, from_run = ",".join(used), True
     if out is not None:
         refuse_out_in_runs(out, [run_dir], "the report", keep_suffix=".html")
-    path = output_file(out, "--out", (run_dir, tags, items)) if out else run_dir / f"report.{split}.html"
+    inputs = (run_dir, tags, items, *(context_files or []))  # its contexts file was written over
+    path = output_file(out, "--out", inputs) if out else run_dir / f"report.{split}.html"
     tag_map = load_tags(input_file(tags, "--tags")) if tags else None
     try:
         page = build_report(
