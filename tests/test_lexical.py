@@ -261,3 +261,25 @@ def test_a_fact_check_is_read_for_its_corrections_and_never_counted_as_support()
     assert det.channels["x"]["check_verdict"][0] == 0.0
     det.detect([item], {"x": ctx[:1]})
     assert not any(det.channels["x"][name].any() for name in ("checked", "check_negated", "check_verdict"))
+
+
+def test_japanese_and_korean_words_have_no_frequency_without_mecab(monkeypatch):
+    """wordfreq reads ja and ko through MeCab, which mushroom does not install: a `ja` item failed
+    with "No module named 'MeCab'" (exit 3), and every re-run failed it again."""
+    import importlib.util
+
+    from mushroom.text import frequency
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "MeCab" else real(name, *a)
+    )
+    frequency.has_frequencies.cache_clear()
+    frequency.zipf.cache_clear()
+    try:
+        assert not frequency.has_frequencies("ja") and not frequency.has_frequencies("ko")
+        assert frequency.zipf("ベルリン", "ja") == 0.0
+        assert frequency.has_frequencies("en")
+    finally:
+        frequency.has_frequencies.cache_clear()
+        frequency.zipf.cache_clear()

@@ -15,6 +15,9 @@ from __future__ import annotations
 from functools import lru_cache
 
 _NO_LIST = frozenset({"eu", "zh"})
+# wordfreq reads Japanese and Korean words through MeCab, a package mushroom does not install:
+# a `ja` item failed with "No module named 'MeCab'", and a re-run failed it again
+_NEEDS_MECAB = frozenset({"ja", "ko"})
 ZIPF_MAX = 8.0  # wordfreq's scale tops out near 8 ("the" in English is 7.7)
 
 
@@ -23,6 +26,11 @@ def has_frequencies(lang: str) -> bool:
     """Whether `lang` has a word list of its own (wordfreq answers others with a neighbour's)."""
     if lang in _NO_LIST:
         return False
+    if lang in _NEEDS_MECAB:
+        import importlib.util
+
+        if importlib.util.find_spec("MeCab") is None:
+            return False
     from wordfreq import available_languages
 
     return lang in available_languages()
