@@ -64,7 +64,7 @@ class ChainOptions(DetectorOptions):
     verify_prompt: str = Field("verify", description="prompt file for stage 2")
     temperature: float = Field(0.0, ge=0.0)
     max_tokens: int = Field(1024, ge=16)
-    max_context_chars: int = Field(12000, ge=0)
+    max_context_chars: int = Field(12000, ge=100)  # 0 sent " [...]" for every context
     retry: bool = Field(True, description="retry a failed stage once with the error shown")
     fallback_probability: float = Field(0.5, ge=0.0, le=1.0, description="false claim, no placeable span")
     # 0.4: on val, 0.43 of the answer characters' gold probability mass is hallucinated (the

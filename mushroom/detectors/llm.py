@@ -50,7 +50,7 @@ class LLMOptions(DetectorOptions):
     run_threshold: float = Field(0.5, ge=0.0, le=1.0, description="a run marks a span when prob >= this")
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label when the vote share > this")
     soft: Literal["vote", "mean"] = Field("vote", description="soft label: vote share or mean probability")
-    max_context_chars: int = Field(12000, ge=0, description="contexts are cut to this many characters")
+    max_context_chars: int = Field(12000, ge=100, description="contexts are cut to this many characters")
     default_probability: float = Field(1.0, ge=0.0, le=1.0, description="for spans given without one")
     cache: bool = Field(
         True, description="cache responses on disk (in the run folder; from Python only with cache_path)"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from mushroom.backends.base import (
     Backend,
@@ -87,6 +87,31 @@ class PYesOptions(DetectorOptions):
     )
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label: No-side probability above this")
     cache: bool = Field(True, description="cache responses in the run folder (none from Python)")
+
+    # Each of these made every piece 0.5, with no hard label, no counter and no warning.
+    @field_validator("labels")
+    @classmethod
+    def _two_answers(cls, value: tuple[str, str]) -> tuple[str, str]:
+        if not all(label.strip() for label in value) or value[0] == value[1]:
+            raise ValueError(f"needs two different, non-empty answers (yes, no), got {list(value)}")
+        return value
+
+    @field_validator("yes_words", "no_words")
+    @classmethod
+    def _some_words(cls, value: list[str]) -> list[str]:
+        words = [w.strip().lower() for w in value if w.strip()]  # tokens are compared so
+        if not words:
+            raise ValueError("needs at least one word")
+        return words
+
+    @model_validator(mode="after")
+    def _words_apart(self) -> PYesOptions:
+        both = sorted(set(self.yes_words) & set(self.no_words))
+        if both:
+            raise ValueError(
+                f"yes_words and no_words share {', '.join(map(repr, both))}: a word means one answer"
+            )
+        return self
 
 
 def p_yes(generation: Generation, yes_words: list[str], no_words: list[str]) -> float | None:

@@ -1,0 +1,36 @@
+"""Detector options that would run without a word and predict nothing useful are refused."""
+
+import pytest
+from pydantic import ValidationError
+
+from mushroom.detectors import detector_class
+from mushroom.detectors.pyes import PYesOptions
+
+BACKEND = {"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1"}
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"labels": ["Yes", "Yes"]}, "two different, non-empty answers"),
+        ({"labels": ["Yes", " "]}, "two different, non-empty answers"),
+        ({"yes_words": []}, "needs at least one word"),
+        ({"yes_words": ["No"]}, "yes_words and no_words share 'no'"),
+    ],
+)
+def test_pyes_options_that_make_every_piece_one_half_are_refused(options, said):
+    """Each ran with every piece at 0.5, no hard label, no counter and no warning."""
+    with pytest.raises(ValidationError, match=said):
+        PYesOptions.model_validate({"models": [BACKEND], **options})
+
+
+def test_pyes_words_are_compared_as_the_first_token_is():
+    """The first token is lower-cased and stripped before the lookup: a capital word matched nothing."""
+    assert PYesOptions.model_validate({"models": [BACKEND], "yes_words": ["Yes "]}).yes_words == ["yes"]
+
+
+@pytest.mark.parametrize("detector", ["llm", "chain"])
+def test_a_context_cut_to_nothing_is_refused(detector):
+    """max_context_chars = 0 sent every prompt " [...]" for its contexts, exit 0."""
+    with pytest.raises(ValidationError, match="greater than or equal to 100"):
+        detector_class(detector).Options.model_validate({"backend": BACKEND, "max_context_chars": 0})
