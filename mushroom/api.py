@@ -62,7 +62,18 @@ _DETECTORS: dict[tuple[str, str], Any] = {}  # (method, options) -> built detect
 _KEEP = 8
 _ITEM_KEYS = frozenset({"answer", "model_output_text", "contexts", "question", "model_input", "lang", "id"})
 # other words for a key, which no close match finds: {"language": "de"} ran as English
-_SYNONYMS = {"language": "lang", "ctx": "contexts", "prompt": "question"}
+_SYNONYMS = {
+    "language": "lang",
+    "ctx": "contexts",
+    "prompt": "question",
+    # other datasets' words for the same columns: each was ignored, the item checked against nothing
+    "query": "question",
+    "documents": "contexts",
+    "passages": "contexts",
+    "evidence": "contexts",
+    "references": "contexts",
+    "response": "answer",
+}
 
 
 @atexit.register
@@ -149,9 +160,13 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
     # A misspelt "context" was ignored, and the item checked against nothing; the other keys of
     # a record from the data files (annotations, soft_labels, ...) are left alone.
     for key in sorted(set(entry) - _ITEM_KEYS - set(Item.model_fields)):
-        near = _SYNONYMS.get(key) if isinstance(key, str) else None
+        # "Lang" or "ID" (a case apart) ran as English with an id of its own, unsaid
+        folded = key.lower() if isinstance(key, str) else None
+        near = (folded if folded in _ITEM_KEYS else _SYNONYMS.get(folded)) if folded else None
         if near is not None and (near in entry or (near == "question" and "model_input" in entry)):
             near = None  # the key it would mean is given too: a column of some other use
+        if near is not None and near == "answer" and "model_output_text" in entry:
+            near = None
         if isinstance(key, str) and (near := near or close_match(key, sorted(_ITEM_KEYS), cutoff=0.8)):
             raise TypeError(
                 f"item {k}: unknown key {key!r} (did you mean {near!r}?); an item has "
@@ -166,11 +181,12 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
         raise TypeError(f"item {k}: needs an 'answer' string (its keys: {keys})")
     if "answer" in entry and entry.get("model_output_text", answer) != answer:
         raise ValueError(f"item {k}: 'answer' and 'model_output_text' differ; give one of them")
-    item_lang = entry.get("lang", lang)
+    # a datasets row has every column, None where a record lacked it: missing, as documented
+    item_lang = lang if entry.get("lang") is None else entry["lang"]
     if not isinstance(item_lang, str) or not item_lang:
         raise TypeError(f"item {k}: lang must be a language code such as 'en', not {item_lang!r}")
     item_lang = language_code(item_lang)
-    item_id = entry.get("id", f"item-{k}")
+    item_id = f"item-{k}" if entry.get("id") is None else entry["id"]
     if isinstance(item_id, bool) or not isinstance(item_id, str | numbers.Integral) or item_id == "":
         raise TypeError(f"item {k}: id must be a non-empty string or an integer, not {item_id!r}")
     item = _valid(

@@ -268,3 +268,21 @@ def test_true_or_nan_for_a_number_option_is_refused_not_read_as_one():
     with pytest.raises(mushroom.MushroomError, match="threshold.*finite number"):
         mushroom.detect(ANSWER, CONTEXT, threshold=float("nan"))
     assert mushroom.detect(ANSWER, CONTEXT, channels=False).hard_labels  # a true/false option still takes one
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [("Lang", "lang"), ("LANG", "lang"), ("ID", "id"), ("query", "question"), ("passages", "contexts")],
+)
+def test_a_key_in_another_case_or_another_datasets_word_is_named(key, meant):
+    """ "Lang" ran the item as English and "query" asked nothing: keys a case apart, or another
+    dataset's word for a column, were ignored without a word."""
+    with pytest.raises(TypeError, match=f"unknown key '{key}' \\(did you mean '{meant}'\\?\\)"):
+        mushroom.detect_batch([{"answer": ANSWER, key: "de"}])
+
+
+def test_a_datasets_row_with_none_for_lang_or_id_takes_the_defaults():
+    """A datasets row has every column, None where its record lacked one: refused as a TypeError,
+    though the keys are optional."""
+    [pred] = mushroom.detect_batch([{"answer": ANSWER, "contexts": [CONTEXT], "lang": None, "id": None}])
+    assert pred.id == "item-0" and pred.hard_labels  # run, as English: "Italy" is not in the context
