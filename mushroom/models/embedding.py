@@ -106,6 +106,33 @@ class TokenVectors:
     vectors: np.ndarray  # (n, dim), L2-normalised
 
 
+def folder_window_limit(path: str) -> int | None:
+    """`_window_limit` read from a model folder's JSON files, without loading the model."""
+    import json
+
+    folder = Path(path)
+    for name, key in (
+        ("tokenizer_config.json", "model_max_length"),
+        ("config.json", "max_position_embeddings"),
+    ):
+        try:
+            value = json.loads((folder / name).read_text(encoding="utf-8")).get(key)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, int) and 0 < value < 100_000:
+            return value
+    return None
+
+
+def _window_limit(tokenizer: object, module: object) -> int | None:
+    """The most tokens the encoder reads at once: its tokenizer's limit, else its positions."""
+    limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(limit, int) and 0 < limit < 100_000:  # "no limit" is a huge number there
+        return limit
+    positions = getattr(getattr(module, "config", None), "max_position_embeddings", None)
+    return positions if isinstance(positions, int) and positions > 0 else None
+
+
 def _pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> np.ndarray:
     """Sentence vectors: the mean of the token vectors over the attention mask, L2-normalised.
 
@@ -244,6 +271,14 @@ class Encoder:
         self._tokenizer = self._tokenizer or tokenizer
         self._model = module
         self._ready(module)
+        most = _window_limit(self._tokenizer, module)
+        if most is not None and self.max_length > most:
+            # every text longer than the model's positions failed its item, one by one
+            self._load_error = (
+                f"semantic option max_length {self.max_length} is more than the {most} tokens the encoder "
+                f"{self.name} can read at once; give -o max_length={most} or less"
+            )
+            raise MushroomError(self._load_error)
 
     def _namespace(self, kind: str) -> str:
         return f"{model_identity(self.name)}|max_length={self.max_length}|{kind}"
