@@ -139,3 +139,20 @@ def test_a_saved_gold_dataset_with_official_upper_case_codes_is_scored(tmp_path,
     code, shown, err = cli(capsys, "score", gold, preds)
     assert code == 0, err
     assert shown.splitlines()[-2].startswith("IoU:")
+
+
+def test_a_saved_dataset_dict_names_its_splits(tmp_path, capsys):
+    """`load_dataset(...).save_to_disk(...)` writes a DatasetDict: it was taken for a plain folder,
+    "is a folder; give a file" and "GOLD is a folder, PRED a file", with no word of its splits."""
+    saved = tmp_path / "dd"
+    rows = datasets.Dataset.from_list(_rows("it"))
+    datasets.DatasetDict({"train": rows, "test": rows}).save_to_disk(str(saved))
+    pred = tmp_path / "p.jsonl"
+    pred.write_text("".join(json.dumps({"id": r["id"], "hard_labels": []}) + "\n" for r in _rows("it")))
+    for args in (["detect", "--items", saved, "--out", tmp_path / "run"], ["score", saved, pred]):
+        code, _, err = cli(capsys, *args)
+        told = " ".join(err.split())
+        assert code == 2 and "holds several splits (train, test); give one split's folder" in told, (
+            args,
+            err,
+        )

@@ -37,7 +37,13 @@ def datasets_module() -> Any:
 
 
 def is_saved_dataset(path: Path) -> bool:
-    """Whether `path` is a folder written by `Dataset.save_to_disk` (not a folder of JSONL files)."""
+    """Whether `path` is a folder written by `save_to_disk` (not a folder of JSONL files).
+
+    A `DatasetDict`'s folder counts too, so that `load_saved` names its splits: it was taken
+    for a plain folder ("is a folder; give a file", "GOLD is a folder, PRED a file").
+    """
+    if path.is_dir() and (path / "dataset_dict.json").is_file():
+        return True
     return path.is_dir() and all((path / name).is_file() for name in SAVED_MARKERS)
 
 
