@@ -620,3 +620,26 @@ def test_a_config_json_that_is_no_runs_is_kept_and_named(tmp_path, capsys):
     (run / "config.json").write_text('{"x": 1}')
     code, _, err = cli(capsys, "detect", "--split", "val", "--lang", "en", "--limit", "5", "--out", run)
     assert code == 2 and "this run folder's config was damaged; restore it" in " ".join(err.split()), err
+
+
+def test_items_context_files_that_share_a_name_are_a_folder_or_none_are_named(tmp_path, capsys):
+    """Two files named ctx.jsonl were "context source ctx named twice"; a folder was "not
+    found: ['it']"; `--contexts ""` ran every item with no context after one warning."""
+    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:2]]
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        write_lines(
+            tmp_path / folder / "ctx.jsonl", [{"id": r["id"], "context": "Background."} for r in rows]
+        )
+    a, b = tmp_path / "a" / "ctx.jsonl", tmp_path / "b" / "ctx.jsonl"
+    cases = [
+        (f"{a},{b}", "share the name 'ctx', which their contexts carry as their source"),
+        (f"{a},{a}", f"context file {a} is given twice"),
+        (str(tmp_path / "a"), f"{tmp_path / 'a'} is a folder: name its files"),
+        ("", "--contexts is empty"),
+    ]
+    for given, said in cases:
+        out = tmp_path / "run"
+        code, _, err = cli(capsys, "detect", "--items", items, "--contexts", given, "--out", out, "--quiet")
+        assert code == 2 and said in " ".join(err.split()) and not out.exists(), (given, err)

@@ -50,6 +50,15 @@ def source_names(sources: tuple[str, ...] | list[str], files: list[Path] | None 
         [path.stem for path in files] if files is not None else [n.removesuffix(OPTIONAL) for n in sources]
     )
     twice = sorted({n for n in names if names.count(n) > 1})
+    if twice and files is not None:
+        # two files, one name: a context carries its file's stem, so their votes would be one
+        same = [str(path) for path in files if path.stem in twice]
+        raise MushroomError(
+            f"context files {', '.join(same)} share the name {twice[0]!r}, which their contexts carry "
+            "as their source; rename one (or give one of them) to keep them apart"
+            if len({Path(p).resolve() for p in same}) > 1
+            else f"context file {same[0]} is given twice: give each context file once"
+        )
     if twice:
         raise MushroomError(f"context source {', '.join(twice)} named twice: give each context source once")
     return names

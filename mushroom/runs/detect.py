@@ -48,10 +48,20 @@ def items_file_data(
     if default_contexts:
         raise MushroomError("with --items, give the contexts as files: --contexts CTX.jsonl[,MORE.jsonl]")
     context_files = [Path(s) for s in sources]
+    if not context_files:  # `--contexts ""` ran every item with no context, after one warning
+        raise MushroomError(
+            "--contexts is empty: with --items, give the contexts as files: --contexts CTX.jsonl"
+        )
+    folders = [str(p) for p in context_files if p.is_dir()]
+    if folders:
+        raise MushroomError(
+            f"with --items, --contexts takes JSONL files of {{id, context}}; {', '.join(folders)} is a "
+            "folder: name its files"
+        )
     missing = [str(p) for p in context_files if not p.is_file()]
     if missing:
         raise MushroomError(
-            f"with --items, --contexts takes JSONL files of {{id, context}}; not found: {missing}"
+            f"with --items, --contexts takes JSONL files of {{id, context}}; not found: {', '.join(missing)}"
         )
     # a broken line stops the command before its folder exists; the index serves the run
     files = ContextFiles(context_files)
