@@ -624,7 +624,7 @@ def test_a_config_json_that_is_no_runs_is_kept_and_named(tmp_path, capsys):
 
 def test_items_context_files_that_share_a_name_are_a_folder_or_none_are_named(tmp_path, capsys):
     """Two files named ctx.jsonl were "context source ctx named twice"; a folder was "not
-    found: ['it']"; `--contexts ""` ran every item with no context after one warning."""
+    found: ['it']". (`--contexts ""` runs with no contexts, on purpose.)"""
     rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:2]]
     items = write_lines(tmp_path / "items.jsonl", rows)
     for folder in ("a", "b"):
@@ -637,7 +637,6 @@ def test_items_context_files_that_share_a_name_are_a_folder_or_none_are_named(tm
         (f"{a},{b}", "share the name 'ctx', which their contexts carry as their source"),
         (f"{a},{a}", f"context file {a} is given twice"),
         (str(tmp_path / "a"), f"{tmp_path / 'a'} is a folder: name its files"),
-        ("", "--contexts is empty"),
     ]
     for given, said in cases:
         out = tmp_path / "run"

@@ -48,10 +48,6 @@ def items_file_data(
     if default_contexts:
         raise MushroomError("with --items, give the contexts as files: --contexts CTX.jsonl[,MORE.jsonl]")
     context_files = [Path(s) for s in sources]
-    if not context_files:  # `--contexts ""` ran every item with no context, after one warning
-        raise MushroomError(
-            "--contexts is empty: with --items, give the contexts as files: --contexts CTX.jsonl"
-        )
     folders = [str(p) for p in context_files if p.is_dir()]
     if folders:
         raise MushroomError(
