@@ -286,3 +286,17 @@ def test_a_datasets_row_with_none_for_lang_or_id_takes_the_defaults():
     though the keys are optional."""
     [pred] = mushroom.detect_batch([{"answer": ANSWER, "contexts": [CONTEXT], "lang": None, "id": None}])
     assert pred.id == "item-0" and pred.hard_labels  # run, as English: "Italy" is not in the context
+
+
+@pytest.mark.parametrize("method", ["llm", "chain"])
+def test_an_empty_answer_costs_no_model_call(method):
+    """It sent a request per temperature (a chain, its stages) for an answer with no character
+    a span could mark, and warned "claimed spans were not found"."""
+    with FakeServer({}, default_text='{"incorrect_spans": []}') as server:
+        preds = mushroom.detect_batch(
+            [{"answer": "  ", "contexts": [CONTEXT]}, {"answer": "", "contexts": [CONTEXT]}],
+            method=method,
+            backend=llm_backend(server.url),
+        )
+        assert not server.calls
+    assert [(p.hard_labels, p.soft_labels) for p in preds] == [([], []), ([], [])]

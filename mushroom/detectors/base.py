@@ -129,6 +129,22 @@ class ItemResult(BaseModel):
 Emit = Callable[[ItemResult], None]
 
 
+def skip_blank_answers(items: list[Item], emit: Emit, counter: str) -> list[Item]:
+    """Emits an empty prediction for each answer with no text, and returns the other items.
+
+    An empty answer has no character a span could mark: its model call (one per temperature,
+    or a chain's three stages) cost a request for nothing, and warned "claimed spans were not
+    found". Each is counted under `counter`.
+    """
+    rest = []
+    for item in items:
+        if item.model_output_text.strip():
+            rest.append(item)
+        else:
+            emit(ItemResult.ok(Prediction(id=item.id), stats={counter: 1}))
+    return rest
+
+
 def options_hold_backend(options: type[BaseModel]) -> bool:
     """Whether an options class has a field of backend settings, alone, optional or in a list."""
     from mushroom.backends.config import BackendSettings

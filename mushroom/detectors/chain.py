@@ -47,7 +47,7 @@ from mushroom.backends.cache import build_cached
 from mushroom.data.languages import language_name
 from mushroom.data.predictions import prediction_from_vectors
 from mushroom.data.records import Context, Item
-from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
+from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, skip_blank_answers
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.prompts import load_prompt
 from mushroom.parsing.json_repair import extract_json
@@ -321,6 +321,9 @@ class ChainDetector(Detector):
         return checked, None, text
 
     def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
+        items = skip_blank_answers(items, emit, "chain.blank_answers")
+        if not items:
+            return
         opts = self.options
         stats = [Counter({"chain.items": 1}) for _ in items]
         # Stage 1: decompose.

@@ -29,7 +29,7 @@ from mushroom.backends.cache import build_cached
 from mushroom.data.languages import language_name
 from mushroom.data.predictions import SoftMode, vote
 from mushroom.data.records import Context, Item
-from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
+from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, skip_blank_answers
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
 from mushroom.errors import CUT_OFF
 from mushroom.parsing.parser import SpanList, parse_response
@@ -232,6 +232,9 @@ class LLMDetector(Detector):
         return ItemResult.ok(pred, stats=dict(stats), detail={"responses": parsed})
 
     def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
+        items = skip_blank_answers(items, emit, "llm.blank_answers")
+        if not items:
+            return
         requests = self.requests(items, contexts)
         per_item = len(self.options.temperatures)
         gens: list[Generation | None] = [None] * len(requests)
