@@ -375,3 +375,19 @@ def test_no_output_replaces_the_items_or_contexts_file_an_input_run_was_made_fro
             err,
         )
     assert (tmp_path / "ctx.jsonl").read_bytes() == before
+
+
+def test_an_ensemble_takes_detect_items_run_folders(tmp_path, capsys, monkeypatch):
+    """Their folders were "no val or test prediction files"; only their files were taken."""
+    monkeypatch.chdir(tmp_path)
+    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:3]]
+    write_lines(tmp_path / "items.jsonl", rows)
+    for name, threshold in (("a", "0.3"), ("b", "0.6")):
+        code, _, err = cli(
+            capsys, "detect", "--items", "items.jsonl", "--contexts", "", "--out", name, "-o",
+            f"threshold={threshold}", "--quiet",
+        )  # fmt: skip
+        assert code == 0, err
+    code, _, err = cli(capsys, "ensemble", "a", "b", "--items", "items.jsonl", "--out", "vote.jsonl")
+    assert code == 0, err
+    assert len((tmp_path / "vote.jsonl").read_text().splitlines()) == 3

@@ -182,7 +182,7 @@ def refuse_failed(files: list[Path], predictions: list[Mapping[str, Prediction]]
 
 def _only_split(path: Path) -> tuple[str, Path]:
     """(split, its prediction folder) of a run folder holding files of one split only."""
-    from mushroom.data.runfolder import prediction_folder, variant_names
+    from mushroom.data.runfolder import items_files, prediction_folder, variant_names
 
     found = []
     for split in ("val", "test"):
@@ -198,6 +198,8 @@ def _only_split(path: Path) -> tuple[str, Path]:
             f"{path}: it holds the variants {', '.join(variants)} of a run config: give one, "
             f"e.g. {path / variants[0]}"
         )
+    if not found and items_files(path):  # a `detect --items` run: its own files
+        return "items", path / "predictions"
     if not found:
         raise MushroomError(f"{path}: no val or test prediction files (a run folder, or a folder of them)")
     raise MushroomError(
