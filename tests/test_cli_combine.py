@@ -391,3 +391,22 @@ def test_an_ensemble_takes_detect_items_run_folders(tmp_path, capsys, monkeypatc
     code, _, err = cli(capsys, "ensemble", "a", "b", "--items", "items.jsonl", "--out", "vote.jsonl")
     assert code == 0, err
     assert len((tmp_path / "vote.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_stack_applied_to_an_items_file_is_scored_and_reported_as_its_folder(tmp_path, capsys):
+    """`report` said it was "not a `detect --items` run", and `score` that it was of the test
+    split (its config said so): only its file could be read."""
+    _, stack = _english_stack(tmp_path, capsys)
+    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:4]]
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    member = tmp_path / "member"
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", member, "--quiet")
+    assert code == 0, err
+    applied = tmp_path / "applied"
+    code, _, err = cli(capsys, "stack", "apply", stack, f"lex={member}", "--items", items, "--out", applied)
+    assert code == 0, err
+    assert json.loads((applied / "config.json").read_text())["config"]["split"] == "items"
+    code, out, err = cli(capsys, "score", items, applied)
+    assert code == 0 and out.splitlines()[-2].startswith("IoU:"), err
+    code, _, err = cli(capsys, "report", applied, "--items", items, "--out", tmp_path / "r.html")
+    assert code == 0 and (tmp_path / "r.html").is_file(), err

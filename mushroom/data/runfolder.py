@@ -276,10 +276,16 @@ def run_sources(path: Path) -> list[str] | None:
 
 
 def items_files(path: Path) -> list[Path]:
-    """The prediction files of a `detect --items` run folder (none for other runs)."""
+    """The prediction files of a run over an items file (none for other runs).
+
+    `detect --items` keeps them in predictions/, `stack apply --items` at its top: that
+    folder was "not a `detect --items` run" to `report`, and of the test split to `score`.
+    """
     from mushroom.data.predictions import submission_glob
 
-    return sorted((path / "predictions").glob(submission_glob("items")))
+    return sorted(
+        [*(path / "predictions").glob(submission_glob("items")), *path.glob(submission_glob("items"))]
+    )
 
 
 def variant_names(path: Path, split: str) -> list[str]:

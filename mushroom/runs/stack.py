@@ -74,6 +74,8 @@ def apply_stack_run(
     from mushroom.runs.service import RunService
 
     reporter = reporter or PlainReporter()
+    if items_file is not None:  # its config said the split it was not (score then advised test gold)
+        split = "items"
     config = {
         "job": "stack-apply",
         "stack": model.model_dump(mode="json"),
