@@ -71,7 +71,6 @@ _SYNONYMS = {
     "documents": "contexts",
     "passages": "contexts",
     "evidence": "contexts",
-    "references": "contexts",
     "response": "answer",
 }
 

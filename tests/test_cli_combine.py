@@ -410,3 +410,16 @@ def test_a_stack_applied_to_an_items_file_is_scored_and_reported_as_its_folder(t
     assert code == 0 and out.splitlines()[-2].startswith("IoU:"), err
     code, _, err = cli(capsys, "report", applied, "--items", items, "--out", tmp_path / "r.html")
     assert code == 0 and (tmp_path / "r.html").is_file(), err
+    # a folder made before its split was named "items" (its config said "test") resumes
+    from mushroom.runs.service import config_hash
+
+    saved = json.loads((applied / "config.json").read_text())
+    older = {**saved["config"], "split": "test"}
+    (applied / "config.json").write_text(json.dumps({"config": older, "config_hash": config_hash(older)}))
+    code, _, err = cli(capsys, "stack", "apply", stack, f"lex={member}", "--items", items, "--out", applied)
+    assert code == 0, err
+    # and voted with a detect --items run, each folder as it is
+    code, _, err = cli(
+        capsys, "ensemble", applied, member, "--items", items, "--out", tmp_path / "vote.jsonl"
+    )
+    assert code == 0 and len((tmp_path / "vote.jsonl").read_text().splitlines()) == 4, err

@@ -156,3 +156,18 @@ def test_a_saved_dataset_dict_names_its_splits(tmp_path, capsys):
             args,
             err,
         )
+
+
+def test_saved_gold_with_one_kind_of_label_is_scored_as_its_jsonl_would_be(tmp_path, capsys):
+    """A dataset writes None where a record lacked soft_labels: `score` refused the gold as
+    "soft_labels: must be a list" (naming a temporary file), where `detect --items` read it."""
+    rows = _rows("it", 3)
+    for row in rows[1:]:
+        row["soft_labels"] = None  # the first keeps its soft labels: the column is a list column
+    gold = tmp_path / "gold"
+    datasets.Dataset.from_list(rows).save_to_disk(str(gold))
+    pred = tmp_path / "p.jsonl"
+    ids = [r["id"] for r in rows]
+    pred.write_text("".join(json.dumps({"id": i, "hard_labels": []}) + "\n" for i in ids))
+    code, out, err = cli(capsys, "score", gold, pred)
+    assert code == 0 and out.splitlines()[-2].startswith("IoU:"), err

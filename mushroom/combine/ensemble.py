@@ -198,8 +198,8 @@ def _only_split(path: Path) -> tuple[str, Path]:
             f"{path}: it holds the variants {', '.join(variants)} of a run config: give one, "
             f"e.g. {path / variants[0]}"
         )
-    if not found and items_files(path):  # a `detect --items` run: its own files
-        return "items", path / "predictions"
+    if not found and items_files(path):  # a run over an items file (detect, stack apply)
+        return "items", prediction_folder(path, "items")
     if not found:
         raise MushroomError(f"{path}: no val or test prediction files (a run folder, or a folder of them)")
     raise MushroomError(

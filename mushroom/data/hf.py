@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from mushroom.data.label_files import LABEL_KEYS
 from mushroom.data.records import Item, Prediction
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem
 from mushroom.util.names import safe_name
@@ -111,7 +112,9 @@ def saved_gold(path: Path, split: str = "val") -> Path:
     by_lang: dict[str, list[dict[str, Any]]] = {}
     with items_path.open(encoding="utf-8") as handle:
         for line in handle:
-            row = json.loads(line)
+            # a dataset has every column, None where a record lacked it: a label kind it lacks
+            # is absent to the scorer (which reads the other kind for it), not "must be a list"
+            row = {k: v for k, v in json.loads(line).items() if not (k in LABEL_KEYS and v is None)}
             # the code as items read it ("EN" in official val files is "en"): the scorer names
             # a gold file's language from its file name, in lower case
             lang = Item.model_validate(row).lang

@@ -43,6 +43,24 @@ def settings_changes(model: StackModel, members: list[Member]) -> list[str]:
     return said
 
 
+def _items_split_of_older_folder(out: Path) -> None:
+    """Names the split "items" in a `stack apply --items` folder made before it was so named.
+
+    Such a folder's config said the default split ("test"); this run's says "items", and the
+    folder was refused as another run's, with advice to run again with settings no flag gives.
+    """
+    from mushroom.data.runfolder import run_config_file, write_json
+
+    saved = run_config_file(out / "config.json")
+    config = saved["config"] if saved is not None else {}
+    if (
+        config.get("job") == "stack-apply"
+        and config.get("items") is not None
+        and config.get("split") != "items"
+    ):
+        write_json(out / "config.json", {**saved, "config": {**config, "split": "items"}})
+
+
 def apply_stack_run(
     model: StackModel,
     members: list[Member],
@@ -95,6 +113,8 @@ def apply_stack_run(
     told: list[str] = settings_changes(model, members)
     chunks = iter_apply_stack(model, members, split, data, warn=told.append)
     first = next(chunks, None)
+    if items_file is not None and out is not None:
+        _items_split_of_older_folder(out)
     service = RunService(out, config, reporter, quiet=True)
     for warning in told:  # reported, and kept in the run's summary
         service.warn(warning)
