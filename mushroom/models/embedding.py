@@ -106,31 +106,35 @@ class TokenVectors:
     vectors: np.ndarray  # (n, dim), L2-normalised
 
 
-def folder_window_limit(path: str) -> int | None:
-    """`_window_limit` read from a model folder's JSON files, without loading the model."""
-    import json
-
-    folder = Path(path)
-    for name, key in (
-        ("tokenizer_config.json", "model_max_length"),
-        ("config.json", "max_position_embeddings"),
-    ):
-        try:
-            value = json.loads((folder / name).read_text(encoding="utf-8")).get(key)
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(value, int) and 0 < value < 100_000:
+def _limit(model_max_length: object, positions: object) -> int | None:
+    """The most tokens an encoder reads at once: its tokenizer's limit, else its positions."""
+    for value in (model_max_length, positions):
+        if isinstance(value, int) and 0 < value < 100_000:  # "no limit" is a huge number there
             return value
     return None
 
 
+def folder_window_limit(path: str) -> int | None:
+    """`_limit` read from a model folder's JSON files, without loading the model."""
+    import json
+
+    def read(name: str, key: str) -> object:
+        try:
+            return json.loads((Path(path) / name).read_text(encoding="utf-8")).get(key)
+        except (OSError, ValueError, AttributeError):
+            return None
+
+    return _limit(
+        read("tokenizer_config.json", "model_max_length"), read("config.json", "max_position_embeddings")
+    )
+
+
 def _window_limit(tokenizer: object, module: object) -> int | None:
-    """The most tokens the encoder reads at once: its tokenizer's limit, else its positions."""
-    limit = getattr(tokenizer, "model_max_length", None)
-    if isinstance(limit, int) and 0 < limit < 100_000:  # "no limit" is a huge number there
-        return limit
-    positions = getattr(getattr(module, "config", None), "max_position_embeddings", None)
-    return positions if isinstance(positions, int) and positions > 0 else None
+    """`_limit` of a loaded tokenizer and model."""
+    config = getattr(module, "config", None)
+    return _limit(
+        getattr(tokenizer, "model_max_length", None), getattr(config, "max_position_embeddings", None)
+    )
 
 
 def _pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from mushroom.backends.config import NEEDS_RESPONSES
 from mushroom.combine.cascade import check_budget
 from mushroom.data.channels import channel_files
-from mushroom.data.contexts import DEFAULT_SOURCES, check_sources, source_names, stray_contexts
+from mushroom.data.contexts import DEFAULT_SOURCES, OPTIONAL, check_sources, source_names, stray_contexts
 from mushroom.data.languages import VAL_LANGUAGES
 from mushroom.data.predictions import mark_all, submission_glob, submission_name
 from mushroom.data.runfolder import new_run_folder, timestamp, write_json
@@ -109,7 +109,7 @@ def _close_to_existing(
     A plan takes a source with no file as one to generate; `perplexity-sonar-pr` was planned,
     and its generation advised, where the run itself then said "did you mean".
     """
-    from mushroom.data.contexts import OPTIONAL, available_sources, exists_anywhere
+    from mushroom.data.contexts import available_sources, exists_anywhere
     from mushroom.errors import did_you_mean
 
     have = sorted(
@@ -282,7 +282,7 @@ def run_main_stack(
         # the sources only the model-backed members read: generated for the items sent
         own = None
         if member_sources is not None:
-            own = tuple(name.removesuffix("?") for name in reads if name not in sources)
+            own = tuple(name.removesuffix(OPTIONAL) for name in reads if name not in sources)
         return _finish_cascade(
             job, reporter, langs, val_langs, reads, skipped, stop_on_failures, plan_only, own
         )

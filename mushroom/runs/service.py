@@ -34,7 +34,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,8 +148,9 @@ RUN_FILES = frozenset(
 )
 
 
-# the files every run writes at the top of its folder (config.json is checked on its own)
-TOP_FILES = frozenset("versions.json stages.json summary.json failures.jsonl submission.zip".split())
+# the files every run writes at the top of its folder (config.json is checked on its own, and
+# a folder with versions.json or stages.json is a run's, RUN_MARKS)
+TOP_FILES = frozenset("summary.json failures.jsonl submission.zip".split())
 
 
 def parent_run(folder: Path) -> Path | None:
@@ -628,6 +629,7 @@ class RunService:
         self.warnings: list[str] = []
         self.started = time.perf_counter()
         self._lock_key: Path | None = None
+        self._withdraw_hint: Callable[[], None] = lambda: None  # set once the folder is open
         if self.out.exists() and not self.out.is_dir():
             raise MushroomError(f"{self.folder_flag} {self.out} is a file; give a folder for the run")
         outer = enclosing_run(self.out)
@@ -757,7 +759,7 @@ class RunService:
 
     def release(self) -> None:
         """Frees this service's hold on the folder's lock (the end of a process frees it too)."""
-        getattr(self, "_withdraw_hint", lambda: None)()
+        self._withdraw_hint()
         key, self._lock_key = self._lock_key, None
         if key is None or key not in _HELD:
             return
