@@ -377,6 +377,29 @@ def test_no_output_replaces_the_items_or_contexts_file_an_input_run_was_made_fro
     assert (tmp_path / "ctx.jsonl").read_bytes() == before
 
 
+def test_the_items_file_a_run_was_made_from_is_kept_from_another_folder(tmp_path, capsys, monkeypatch):
+    """The run records `--items items.jsonl` as given; from another folder that name was read
+    against the new working folder, and `ensemble work/run ... --out work/items.jsonl` replaced it."""
+    from conftest import VAL_EN
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:2]]
+    write_lines(work / "items.jsonl", rows)
+    write_lines(work / "ctx.jsonl", [{"id": r["id"], "context": "Some background."} for r in rows])
+    code, _, err = cli(
+        capsys, "detect", "--items", "items.jsonl", "--contexts", "ctx.jsonl", "--out", "run", "--quiet"
+    )
+    assert code == 0, err
+    monkeypatch.chdir(tmp_path)
+    before = {name: (work / name).read_bytes() for name in ("items.jsonl", "ctx.jsonl")}
+    for name in before:
+        code, _, err = cli(capsys, "ensemble", "work/run", "work/run", "--out", f"work/{name}")
+        assert code == 2 and "was made from" in err, (name, err)
+    assert {name: (work / name).read_bytes() for name in before} == before
+
+
 def test_an_ensemble_takes_detect_items_run_folders(tmp_path, capsys, monkeypatch):
     """Their folders were "no val or test prediction files"; only their files were taken."""
     monkeypatch.chdir(tmp_path)

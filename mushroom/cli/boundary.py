@@ -141,7 +141,7 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
     an input's run folder say so with `refuse_out_in_runs` as well.
     """
     from mushroom.data.predictions import prediction_file_lang
-    from mushroom.data.runfolder import run_scope
+    from mushroom.data.runfolder import made_from_files, run_scope
     from mushroom.data.splits import DEFAULT_DATA_DIR, in_data_dir
     from mushroom.runs.service import RUN_FILES, parent_run
 
@@ -174,11 +174,8 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
     # written over its contexts file replaced what the run's numbers rest on
     for given in inputs:
         scope = run_scope(given) if given is not None and given.exists() else None
-        config = scope.config if scope is not None else {}
-        sources = config.get("sources")
-        made_from = [config.get("items"), *(sources if isinstance(sources, list) else [])]
-        for name in made_from:
-            if isinstance(name, str) and name and Path(name).is_file() and Path(name).resolve() == target:
+        for name in made_from_files(scope.config) if scope is not None else []:
+            if name.is_file() and name.resolve() == target:
                 raise MushroomError(
                     f"{option} {path} is a file the run {scope.folder} was made from (its items or "
                     "contexts); write it elsewhere"

@@ -10,7 +10,7 @@ import json
 import platform
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -207,6 +207,38 @@ def _model_backed_member(config: dict[str, Any], inside: tuple[str, ...]) -> boo
         and isinstance(m["options"].get("backend"), dict)
         for m in (members if isinstance(members, list) else [])
     )
+
+
+def made_from(items_file: Path | None, context_files: Iterable[Path] = ()) -> dict[str, Any]:
+    """The config's record of the files a run read, as absolute paths (kept out of its hash).
+
+    The config keeps `--items items.jsonl` as given, which says nothing once the user is in
+    another folder: a later command's `--out work/items.jsonl` was not seen to be that file.
+    """
+    if items_file is None:
+        return {}
+    return {
+        "made_from": {
+            "items": str(Path(items_file).resolve()),
+            "contexts": [str(Path(p).resolve()) for p in context_files],
+        }
+    }
+
+
+def made_from_files(config: Mapping[str, Any]) -> list[Path]:
+    """The items and context files a run's config says it read; absolute where it kept them so.
+
+    A run made before `made_from` was kept has only the names as given: they are read against
+    the working folder, which is right when the user is where the run was made.
+    """
+    kept = config.get("made_from")
+    if isinstance(kept, dict):
+        contexts = kept.get("contexts")
+        names = [kept.get("items"), *(contexts if isinstance(contexts, list) else [])]
+    else:
+        sources = config.get("sources")
+        names = [config.get("items"), *(sources if isinstance(sources, list) else [])]
+    return [Path(n) for n in names if isinstance(n, str) and n]
 
 
 RUN_CONFIG_DEPTH = 3  # a prediction file in <run>/<variant>/val/ is three folders below config.json

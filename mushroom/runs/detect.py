@@ -144,7 +144,7 @@ def run_detect(
         The run folder: predictions/ with the files, items/ and raw/, scores when labelled.
     """
     from mushroom.data.contexts import check_sources, source_names, stray_contexts
-    from mushroom.data.runfolder import new_run_folder, timestamp
+    from mushroom.data.runfolder import made_from, new_run_folder, timestamp
     from mushroom.data.splits import load_split, workspace
     from mushroom.runs.service import RunService
 
@@ -166,6 +166,7 @@ def run_detect(
         "items": str(items_file) if items_file else None,
         "langs": langs,
         "limit": limit,
+        **made_from(items_file, context_files.paths if context_files else ()),
     }
     service = RunService(out, config, reporter, quiet, allow_failures)
     for warning in stray:

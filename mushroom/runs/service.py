@@ -87,7 +87,7 @@ TRANSPORT_KEYS = frozenset(
 # (`mushroom.runs.cascade`). A re-run with a larger one resumes the folder and sends only the
 # items it adds, so it is kept out of the hash too.
 # A config's `description` is words for people: editing it refused the folder as another run.
-UNHASHED_KEYS = TRANSPORT_KEYS | {"llm_budget", "description"}
+UNHASHED_KEYS = TRANSPORT_KEYS | {"llm_budget", "description", "made_from"}
 
 # Options added after run folders existed, at the default that gives the answers those folders
 # hold: left out of the hash at that value, so the folders still resume (every semantic and

@@ -88,6 +88,7 @@ def apply_stack_run(
         The run folder.
     """
     from mushroom.combine.stack.stream import iter_apply_stack
+    from mushroom.data.runfolder import made_from
     from mushroom.data.splits import load_split
     from mushroom.runs.service import RunService
 
@@ -101,6 +102,7 @@ def apply_stack_run(
         "split": split,
         "langs": langs,
         **({"items": str(items_file)} if items_file is not None else {}),
+        **made_from(items_file),
     }
     data: Mapping[str, Iterable[Item]]
     if items_file is not None:
