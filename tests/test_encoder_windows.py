@@ -64,3 +64,20 @@ def test_windows_cover_a_long_text_to_its_end_and_overlap_by_the_stride():
 def test_a_window_no_wider_than_the_stride_is_an_error():
     with pytest.raises(MushroomError, match="raise max_length"):
         tiny_encoder(max_length=10)._windows("paris is big . " * 5, stride=8)
+
+
+def test_a_roberta_style_encoder_reads_two_positions_fewer_than_it_has(tmp_path):
+    """RoBERTa and XLM-R number positions from the padding id + 1: of their 514 positions, 512
+    are a text's. With no tokenizer limit, 514 was taken, and a 513-token window failed."""
+    import json
+
+    from mushroom.models.embedding import folder_window_limit
+
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({}))
+    for model_type, pad, expected in (("xlm-roberta", 1, 512), ("roberta", 1, 512), ("bert", 0, 514)):
+        config = {"model_type": model_type, "max_position_embeddings": 514, "pad_token_id": pad}
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        assert folder_window_limit(str(tmp_path)) == expected, model_type
+    # a tokenizer's own limit is the limit
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 256}))
+    assert folder_window_limit(str(tmp_path)) == 256

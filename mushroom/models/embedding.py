@@ -106,8 +106,34 @@ class TokenVectors:
     vectors: np.ndarray  # (n, dim), L2-normalised
 
 
-def _limit(model_max_length: object, positions: object) -> int | None:
-    """The most tokens an encoder reads at once: its tokenizer's limit, else its positions."""
+# Encoders that number a text's positions from the padding id + 1 (RoBERTa's way): of their
+# `max_position_embeddings` (514), the first padding id + 1 are never a text's.
+PADDING_OFFSET_TYPES = frozenset(
+    {
+        "roberta",
+        "xlm-roberta",
+        "xlm-roberta-xl",
+        "camembert",
+        "roberta-prelayernorm",
+        "data2vec-text",
+        "xmod",
+        "ibert",
+        "longformer",
+        "mpnet",
+    }
+)
+
+
+def _limit(
+    model_max_length: object, positions: object, model_type: object = None, pad_id: object = None
+) -> int | None:
+    """The most tokens an encoder reads at once: its tokenizer's limit, else its positions.
+
+    A RoBERTa-style encoder's positions start after the padding id, so 514 positions hold 512
+    tokens: a window of 513 failed where the tokenizer kept no limit of its own.
+    """
+    if isinstance(positions, int) and model_type in PADDING_OFFSET_TYPES and isinstance(pad_id, int):
+        positions -= pad_id + 1
     for value in (model_max_length, positions):
         if isinstance(value, int) and 0 < value < 100_000:  # "no limit" is a huge number there
             return value
@@ -125,7 +151,10 @@ def folder_window_limit(path: str) -> int | None:
             return None
 
     return _limit(
-        read("tokenizer_config.json", "model_max_length"), read("config.json", "max_position_embeddings")
+        read("tokenizer_config.json", "model_max_length"),
+        read("config.json", "max_position_embeddings"),
+        read("config.json", "model_type"),
+        read("config.json", "pad_token_id"),
     )
 
 
@@ -133,7 +162,10 @@ def _window_limit(tokenizer: object, module: object) -> int | None:
     """`_limit` of a loaded tokenizer and model."""
     config = getattr(module, "config", None)
     return _limit(
-        getattr(tokenizer, "model_max_length", None), getattr(config, "max_position_embeddings", None)
+        getattr(tokenizer, "model_max_length", None),
+        getattr(config, "max_position_embeddings", None),
+        getattr(config, "model_type", None),
+        getattr(config, "pad_token_id", None),
     )
 
 
