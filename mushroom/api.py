@@ -73,6 +73,8 @@ _SYNONYMS = {
     "evidence": "contexts",
     "response": "answer",
 }
+# the same, for the API calls' own arguments
+_ARGUMENT_SYNONYMS = {"detector": "method", "context": "contexts", "references": "contexts"}
 
 
 @atexit.register
@@ -225,7 +227,7 @@ def detect_batch(
     Warns (RuntimeWarning) where the command line would: items without contexts, a language
     mushroom does not know, most model output unusable; a failed model call raises RunFailed.
     """
-    _check_call(items, method, "detect_batch")
+    _check_call(items, method, "detect_batch", options, ("items", "method", "lang"))
     return _detect(items, method, lang, options)
 
 
@@ -263,7 +265,7 @@ def detect_stream(
             earlier chunks' predictions were already yielded, later chunks are not read.
         ValueError: an id seen in an earlier chunk again (ids are kept, not items).
     """
-    _check_call(items, method, "detect_stream")
+    _check_call(items, method, "detect_stream", options, ("items", "method", "lang", "chunk_size"))
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, not {chunk_size!r}")
     _detector(method, _options_key(options))  # a wrong method or option is said now, not at next()
@@ -291,7 +293,9 @@ def _stream(
         yield from preds
 
 
-def _check_call(items: Any, method: Any, name: str) -> None:
+def _check_call(
+    items: Any, method: Any, name: str, options: dict[str, Any], arguments: tuple[str, ...]
+) -> None:
     """A TypeError for arguments no call could use (a DataFrame, a single item, a method that is no name)."""
     if not isinstance(method, str):
         raise TypeError(f"method must be a detector name such as 'lexical', not {method!r}")
@@ -299,6 +303,33 @@ def _check_call(items: Any, method: Any, name: str) -> None:
         hint = " (for a DataFrame: df.to_dict('records'))" if hasattr(items, "columns") else ""
         what = "an iterable" if name == "detect_stream" else "a list"
         raise TypeError(f"{name} takes {what} of items (dicts), not a {type(items).__name__}{hint}")
+    _check_argument_names(options, method, name, arguments)
+
+
+def _check_argument_names(
+    options: dict[str, Any], method: str, name: str, arguments: tuple[str, ...]
+) -> None:
+    """A TypeError for an option that is one of the call's own arguments under another name.
+
+    `detect(answer, context=...)` went to the detector as an option, and the error listed the
+    lexical options, none of which was meant. A detector's own option of that name (the llm
+    detector's `prompt`) is an option.
+    """
+    from mushroom.detectors import detector_class
+    from mushroom.errors import MushroomError
+
+    try:
+        takes = set(detector_class(method).Options.model_fields)
+    except MushroomError:  # an unknown method is said by the detector's build
+        return
+    for key in options:
+        if key in takes:
+            continue
+        folded = key.lower()
+        meant = folded if folded in arguments else _SYNONYMS.get(folded, _ARGUMENT_SYNONYMS.get(folded))
+        meant = meant if meant in arguments else close_match(folded, list(arguments), cutoff=0.8)
+        if meant is not None:
+            raise TypeError(f"{name}() got an unexpected keyword argument {key!r} (did you mean {meant}=?)")
 
 
 def _detect(
@@ -433,5 +464,5 @@ def detect(
         The Prediction: `.hard_labels`, `.soft_labels`, `.probs`, `.spans`.
     """
     item = {"id": "item", "answer": answer, "contexts": contexts, "question": question, "lang": lang}
-    _check_call([item], method, "detect")
+    _check_call([item], method, "detect", options, ("answer", "contexts", "question", "method", "lang"))
     return _detect([item], method, lang, options)[0]

@@ -300,3 +300,25 @@ def test_an_empty_answer_costs_no_model_call(method):
         )
         assert not server.calls
     assert [(p.hard_labels, p.soft_labels) for p in preds] == [([], []), ([], [])]
+
+
+@pytest.mark.parametrize(
+    ("call", "key", "meant"),
+    [
+        (mushroom.detect, "context", "contexts"),
+        (mushroom.detect, "language", "lang"),
+        (mushroom.detect, "detector", "method"),
+        (mushroom.detect_batch, "Lang", "lang"),
+    ],
+)
+def test_an_argument_under_another_name_is_named_not_called_an_unknown_option(call, key, meant):
+    """`detect(answer, context=...)` said "detector lexical: field 'context': unknown option" and
+    listed the lexical options, none of which the user meant."""
+    first = ANSWER if call is mushroom.detect else [{"answer": ANSWER}]
+    with pytest.raises(
+        TypeError, match=f"unexpected keyword argument '{key}' \\(did you mean {meant}=\\?\\)"
+    ):
+        call(first, **{key: "x"})
+    # an option of the detector of that name is an option: the llm detector's prompt
+    with pytest.raises(mushroom.MushroomError, match="prompt 'nope' not found"):
+        mushroom.detect(ANSWER, contexts=CONTEXT, method="llm", prompt="nope")
