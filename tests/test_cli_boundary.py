@@ -428,6 +428,12 @@ def test_small_mistakes_get_a_usage_error_that_names_them(tmp_path, capsys):
         (["stack", "fit", run, "--model", "tree", "--out", out], 2, "--model 'tree' (did you mean 'trees'?)"),
         (["detect", "--contexts", "tavily-5,tavily-5", "--out", out], 2, "tavily-5 named twice"),
         (["sweep", run, "--svg", tmp_path / "s.png"], 2, "give a file name ending in .svg"),
+        # the detector named as a word, as in `mushroom detectors`' list
+        (
+            ["detect", "semantic", "--out", out],
+            2,
+            "(semantic); the detector is an option: --detector semantic",
+        ),
         (["check", pred, "--items", empty], 1, "empty.jsonl: no items"),
         (["contexts", "--source", "../x", "--context-dir", out], 2, "--source: a context source '../x'"),
         # a generated source named as a released one would be read in its place

@@ -285,6 +285,7 @@ def _run(app: typer.Typer, args: list[str]) -> int:
     except typer.Exit as exc:
         return exc.exit_code
     except typer.TyperException as exc:  # typer's click: bad option, missing argument, bad value
+        _hint_detector_word(exc)
         show = getattr(exc, "show", None)
         if show is not None:
             show()
@@ -316,6 +317,20 @@ def _run(app: typer.Typer, args: list[str]) -> int:
         else:
             print_error(message)
         return code
+
+
+def _hint_detector_word(exc: Exception) -> None:
+    """`mushroom detect semantic`: the detector given as a word, refused as an extra argument."""
+    ctx, message = getattr(exc, "ctx", None), getattr(exc, "message", None)
+    command = getattr(getattr(ctx, "command", None), "name", None)
+    if command != "detect" or not isinstance(message, str) or not message.startswith("Got unexpected extra"):
+        return
+    from mushroom.detectors import available
+
+    given = message[message.rfind("(") + 1 : message.rfind(")")].split()  # click names them there
+    words = [w for w in given if w in available()]
+    if words:
+        exc.message = f"{message}; the detector is an option: --detector {words[0]}"  # type: ignore[attr-defined]
 
 
 FLAG = ""
