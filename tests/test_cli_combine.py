@@ -347,21 +347,26 @@ def test_stack_apply_writes_beside_its_stack_json_but_not_over_a_users_predictio
     assert code == 0 and (mine / "mushroom.en-val.v2.jsonl").read_text() == "my own", err
 
 
+def _items_run(folder, capsys):
+    """`detect --items items.jsonl --contexts ctx.jsonl --out run`, run in `folder` (the working one)."""
+    from conftest import VAL_EN
+
+    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:2]]
+    write_lines(folder / "items.jsonl", rows)
+    write_lines(folder / "ctx.jsonl", [{"id": r["id"], "context": "Some background."} for r in rows])
+    code, _, err = cli(
+        capsys, "detect", "--items", "items.jsonl", "--contexts", "ctx.jsonl", "--out", "run", "--quiet"
+    )
+    assert code == 0, err
+
+
 def test_no_output_replaces_the_items_or_contexts_file_an_input_run_was_made_from(
     tmp_path, capsys, monkeypatch
 ):
     """`ensemble RUN RUN --out ctx.jsonl` and `report ... --contexts ctx.jsonl --out ctx.jsonl`
     wrote over the contexts file the run was made from, exit 0."""
-    from conftest import VAL_EN
-
     monkeypatch.chdir(tmp_path)  # the run records its files' paths as given
-    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:2]]
-    write_lines(tmp_path / "items.jsonl", rows)
-    write_lines(tmp_path / "ctx.jsonl", [{"id": r["id"], "context": "Some background."} for r in rows])
-    code, _, err = cli(
-        capsys, "detect", "--items", "items.jsonl", "--contexts", "ctx.jsonl", "--out", "run", "--quiet"
-    )
-    assert code == 0, err
+    _items_run(tmp_path, capsys)
     before = (tmp_path / "ctx.jsonl").read_bytes()
     pred = "run/predictions/mushroom.en-items.jsonl"
     for args in (
@@ -380,18 +385,10 @@ def test_no_output_replaces_the_items_or_contexts_file_an_input_run_was_made_fro
 def test_the_items_file_a_run_was_made_from_is_kept_from_another_folder(tmp_path, capsys, monkeypatch):
     """The run records `--items items.jsonl` as given; from another folder that name was read
     against the new working folder, and `ensemble work/run ... --out work/items.jsonl` replaced it."""
-    from conftest import VAL_EN
-
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:2]]
-    write_lines(work / "items.jsonl", rows)
-    write_lines(work / "ctx.jsonl", [{"id": r["id"], "context": "Some background."} for r in rows])
-    code, _, err = cli(
-        capsys, "detect", "--items", "items.jsonl", "--contexts", "ctx.jsonl", "--out", "run", "--quiet"
-    )
-    assert code == 0, err
+    _items_run(work, capsys)
     monkeypatch.chdir(tmp_path)
     before = {name: (work / name).read_bytes() for name in ("items.jsonl", "ctx.jsonl")}
     for name in before:
