@@ -1,6 +1,7 @@
 """`detect`, `main-job`, `run` and `contexts`: a mistake found before the run leaves no run folder."""
 
 import json
+from pathlib import Path
 
 import pytest
 from cli_helpers import GOLD_ROWS, VAL_DIR, cli, limited_run
@@ -642,3 +643,38 @@ def test_items_context_files_that_share_a_name_are_a_folder_or_none_are_named(tm
         out = tmp_path / "run"
         code, _, err = cli(capsys, "detect", "--items", items, "--contexts", given, "--out", out, "--quiet")
         assert code == 2 and said in " ".join(err.split()) and not out.exists(), (given, err)
+
+
+def test_a_folder_that_holds_the_project_its_data_or_later_runs_is_no_run_folder(
+    tmp_path, capsys, monkeypatch
+):
+    """`detect --out .` in the checkout (or `--out /`) made it a run folder: every later run,
+    `./run.sh` too, was then refused as "inside the run folder", and nothing said what to remove."""
+    import mushroom.data.contexts as contexts
+    import mushroom.data.splits as splits
+    from mushroom.runs.service import protected_folder
+
+    proj = tmp_path / "proj"
+    monkeypatch.setattr(splits, "workspace", lambda: proj)
+    (proj / "contexts").mkdir(parents=True)
+    with monkeypatch.context() as patched:
+        patched.setattr(contexts, "DEFAULT_CONTEXT_DIR", proj / "contexts")
+        for folder in (proj, proj / "contexts", Path("/"), Path.home(), splits.DEFAULT_DATA_DIR.parent):
+            assert protected_folder(folder) is not None, folder
+        for folder in (proj / "runs" / "mine", tmp_path / "elsewhere"):
+            assert protected_folder(folder) is None, folder
+    code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "1", "--out", proj, "--quiet")
+    assert code == 2 and "give the run a folder of its own" in " ".join(err.split()), err
+    assert sorted(p.name for p in proj.iterdir()) == ["contexts"]
+    # `--out -` is a folder named "-", as the exit-codes page says no command writes
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "1", "--out", "-", "--quiet")
+    assert code == 2 and "--out -" in err and not (tmp_path / "-").exists(), err
+
+
+def test_a_run_inside_a_run_folder_says_which_files_made_it_one(tmp_path, capsys):
+    """The refusal said only "inside the run folder X": a folder made a run's by a slip stayed so."""
+    run = limited_run(tmp_path, capsys)
+    code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "1", "--out", run / "x", "--quiet")
+    told = " ".join(err.split())
+    assert code == 2 and "its run files (config.json, " in told and "remove them" in told, err

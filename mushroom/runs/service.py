@@ -171,6 +171,32 @@ def enclosing_run(folder: Path) -> Path | None:
     return None
 
 
+def protected_folder(folder: Path) -> str | None:
+    """Why `folder` may not be a run folder: it holds the project, its data, or where later runs go.
+
+    `detect --out .` in the checkout (or `--out /`) made a run folder of it, and every later
+    run, `./run.sh` too, was refused as "inside the run folder". A folder that holds the data
+    or contexts a run reads, the package, the default folder of runs, the home folder or the
+    file system's root is refused; None where the folder is free.
+    """
+    import mushroom
+    from mushroom.data import contexts, splits
+
+    target = Path(folder).resolve()
+    if target == Path(target.anchor) or target == Path.home().resolve():
+        return "the file system's root" if target == Path(target.anchor) else "the home folder"
+    kept = {
+        "the official data": splits.DEFAULT_DATA_DIR,
+        "the context files": contexts.DEFAULT_CONTEXT_DIR,
+        "the mushroom package": Path(mushroom.__file__).parent,
+        "where runs go by default (runs/, submissions/, eval/)": splits.workspace(),
+    }
+    for what, path in kept.items():
+        if path.resolve().is_relative_to(target):
+            return f"the folder that holds {what} ({path})"
+    return None
+
+
 def held_runs(folder: Path) -> list[str]:
     """The run folders directly inside `folder`, when it is no run itself (`--out runs/`)."""
     folder = Path(folder)
@@ -632,12 +658,25 @@ class RunService:
         self._withdraw_hint: Callable[[], None] = lambda: None  # set once the folder is open
         if self.out.exists() and not self.out.is_dir():
             raise MushroomError(f"{self.folder_flag} {self.out} is a file; give a folder for the run")
+        if self.out.name == "-":
+            raise MushroomError(
+                f"{self.folder_flag} -: a run writes a folder, not to stdout (what it prints is on stdout "
+                "already); give a folder name"
+            )
         outer = enclosing_run(self.out)
         if outer is not None:
+            marks = sorted(n for n in RUN_FILES if (outer / n).exists())
             raise MushroomError(
                 f"{self.folder_flag} {self.out} is inside the run folder {outer}; its files would be "
                 "mixed with that run's (read as its predictions, zipped with its submission). "
-                "Choose a folder outside it"
+                f"Choose a folder outside it. If {outer} was made a run folder by a slip, its run files "
+                f"({', '.join(marks)}) are what made it one: remove them"
+            )
+        protected = protected_folder(self.out)
+        if protected is not None:
+            raise MushroomError(
+                f"{self.folder_flag} {self.out} is {protected}: as a run folder, every later run inside "
+                f"it would be refused; give the run a folder of its own, such as {self.out / 'new-run'}"
             )
         from mushroom.data.splits import DEFAULT_DATA_DIR, in_data_dir
 
