@@ -428,6 +428,18 @@ def test_small_mistakes_get_a_usage_error_that_names_them(tmp_path, capsys):
         (["stack", "fit", run, "--model", "tree", "--out", out], 2, "--model 'tree' (did you mean 'trees'?)"),
         (["detect", "--contexts", "tavily-5,tavily-5", "--out", out], 2, "tavily-5 named twice"),
         (["sweep", run, "--svg", tmp_path / "s.png"], 2, "give a file name ending in .svg"),
+        # an option of one value given twice: the last one won, unsaid
+        (
+            ["detect", "--split", "val", "--split", "test", "--out", out],
+            2,
+            "--split is given twice (val, test)",
+        ),
+        (
+            ["detect", "--detector", "lexical", "--detector=semantic", "--out", out],
+            2,
+            "--detector is given twice",
+        ),
+        (["score", pred, pred, "--json", out / "a", "--json", out / "b"], 2, "--json is given twice"),
         # the detector named as a word, as in `mushroom detectors`' list
         (
             ["detect", "semantic", "--out", out],

@@ -277,6 +277,7 @@ def _run(app: typer.Typer, args: list[str]) -> int:
     try:
         command = typer.main.get_command(app)
         _flag_help(command)
+        _refuse_repeated_options(command, args)
         with warnings_to(print_warning):
             result = command(args=args, standalone_mode=False, prog_name="mushroom")
         if result == EXIT_INTERRUPTED:  # typer turns a bare Ctrl-C into a silent 130
@@ -317,6 +318,46 @@ def _run(app: typer.Typer, args: list[str]) -> int:
         else:
             print_error(message)
         return code
+
+
+def _refuse_repeated_options(command: Any, args: list[str]) -> None:
+    """A usage error for an option of one value given twice: click keeps the last, unsaid.
+
+    `detect --split val --split test` ran test, and `score --json A --json B` wrote B alone,
+    while `-o KEY=...` twice and `--contexts x,x` were refused. Options that take many values
+    (`-o`, `--lang`) and flags are left alone.
+    """
+    rest = list(args)
+    while hasattr(command, "commands"):  # a group: its subcommand is its first plain word
+        word = next((a for a in rest if not a.startswith("-")), None)
+        if word is None or word not in command.commands:
+            return  # click says what is wrong
+        rest = rest[rest.index(word) + 1 :]
+        command = command.commands[word]
+    single = {
+        name: param
+        for param in getattr(command, "params", [])
+        if getattr(param, "param_type_name", "") == "option"
+        and not getattr(param, "multiple", False)
+        and not getattr(param, "is_flag", False)
+        and not getattr(param, "count", False)
+        for name in param.opts
+    }
+    seen: dict[str, list[str]] = {}
+    k = 0
+    while k < len(rest) and rest[k] != "--":
+        name, _, value = rest[k].partition("=")
+        param = single.get(name)
+        if param is not None:
+            if not value and k + 1 < len(rest):
+                k += 1
+                value = rest[k]
+            seen.setdefault(max(param.opts, key=len), []).append(value)
+        k += 1
+    for name, values in seen.items():
+        if len(values) > 1:
+            times = "twice" if len(values) == 2 else f"{len(values)} times"
+            raise MushroomError(f"{name} is given {times} ({', '.join(values)}): give it once")
 
 
 def _hint_detector_word(exc: Exception) -> None:
