@@ -443,3 +443,41 @@ def test_a_stack_applied_to_an_items_file_is_scored_and_reported_as_its_folder(t
         capsys, "ensemble", applied, member, "--items", items, "--out", tmp_path / "vote.jsonl"
     )
     assert code == 0 and len((tmp_path / "vote.jsonl").read_text().splitlines()) == 4, err
+
+
+def test_an_answer_edited_since_a_run_is_refused_not_read_with_that_runs_spans(tmp_path, capsys):
+    """`stack apply`, `ensemble` and `report` of a `detect --items` run, given the items file
+    after an answer was edited, exited 0 with the old answer's spans on the new words."""
+    _, stack = _english_stack(tmp_path, capsys)
+    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:4]]
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    member = tmp_path / "member"
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", member, "--quiet")
+    assert code == 0, err
+    edited = dict(rows[1], model_output_text=rows[1]["model_output_text"][::-1])  # same length
+    write_lines(items, [rows[0], edited, *rows[2:]])
+    pred = member / "predictions" / "mushroom.en-items.jsonl"
+    for args in (
+        ["stack", "apply", stack, f"lex={member}", "--items", items, "--out", tmp_path / "applied"],
+        ["ensemble", member, member, "--items", items, "--out", tmp_path / "vote.jsonl"],
+        ["ensemble", pred, "--items", items, "--out", tmp_path / "vote.jsonl"],
+        ["report", member, "--items", items, "--out", tmp_path / "r.html"],
+    ):
+        code, _, err = cli(capsys, *args)
+        told = " ".join(err.split())
+        assert (
+            code == 1
+            and f"the answer of 1 of its items ({rows[1]['id']!r}) is not the one its run computed it on"
+            in told
+        ), (
+            args,
+            err,
+        )
+    assert not any((tmp_path / n).exists() for n in ("applied", "vote.jsonl", "r.html"))
+    # the run's own command computes the edited item again; then all is well
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", member, "--quiet")
+    assert code == 0, err
+    code, _, err = cli(
+        capsys, "stack", "apply", stack, f"lex={member}", "--items", items, "--out", tmp_path / "applied"
+    )
+    assert code == 0, err

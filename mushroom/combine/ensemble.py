@@ -257,6 +257,10 @@ def vote_files(
                 raise DataError.single(
                     path, None, "id", f"{said}; an ensemble votes over files of the same items"
                 )
+        from mushroom.data.runfolder import FailureCheck
+
+        for path in preds:  # spans of an answer edited since would mark other words
+            FailureCheck(path).refuse_changed_answers(items, path)
         lengths = text_lengths(items)
     else:
         found, stray = shipped_lengths(sorted(ids_of[0]))

@@ -406,6 +406,52 @@ def new_run_folder(parent: Path, name: str) -> Path:
     raise FileExistsError(f"{parent}: no free folder name like {name}")
 
 
+def answer_digest(text: str) -> str:
+    """A short hash of an answer, kept on its ledger line: which text the item's spans are of."""
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _hash64(text: str) -> int:
+    import hashlib
+
+    return int.from_bytes(
+        hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little"
+    )
+
+
+class AnswerIndex:
+    """The answer each id of a ledger was last computed on, as 8-byte hashes in sorted arrays.
+
+    `stack apply`, `ensemble` and `report` of a run, given its items file after an answer was
+    edited, put the old answer's spans on the new words, exit 0. 16 bytes an item, so the
+    ledger of a million items is not held as a dict.
+    """
+
+    def __init__(self, ids: Iterable[int], answers: Iterable[int]):
+        import numpy as np
+
+        in_order = np.fromiter(ids, dtype=np.uint64)
+        digests = np.fromiter(answers, dtype=np.uint64)
+        # the last line of an id wins: the first of each id in the reversed arrays
+        keys, first = np.unique(in_order[::-1], return_index=True)
+        self.keys, self.answers = keys, digests[::-1][first]
+
+    def changed(self, items: Iterable[Any]) -> list[str]:
+        """The ids of `items` whose answer is not the one the ledger's last line was computed on."""
+        import numpy as np
+
+        out = []
+        for item in items:
+            key = np.uint64(_hash64(item.id))
+            at = int(np.searchsorted(self.keys, key))
+            if at < len(self.keys) and self.keys[at] == key:
+                if self.answers[at] != np.uint64(int(answer_digest(item.model_output_text), 16)):
+                    out.append(item.id)
+        return out
+
+
 @dataclass
 class LedgerState:
     """What the item ledger beside a folder's prediction files says of one language."""
@@ -413,6 +459,7 @@ class LedgerState:
     path: Path
     failed: set[str]  # ids whose last outcome is "failed"
     marked: set[str]  # ids whose last outcome is "ok" with some span marked
+    answers: AnswerIndex | None = None  # None for a ledger written before answers were kept
 
 
 def ledger_state(folder: Path, lang: str) -> LedgerState | None:
@@ -429,14 +476,25 @@ def ledger_state(folder: Path, lang: str) -> LedgerState | None:
     if not path.is_file():
         return None
     # per id, only its last line's verdict: a ledger of a million items is not held whole
+    from array import array
+
     failed: set[str] = set()
     marked: set[str] = set()
+    ids, answers = array("Q"), array("Q")
     for _, row in iter_json_lines(path, []):
         if not isinstance(row, dict) or "id" not in row:
             continue
         item_id = str(row["id"])
         failed.discard(item_id)
         marked.discard(item_id)
+        digest = row.get("answer_digest")
+        if isinstance(digest, str) and len(digest) == 16:
+            try:
+                answers.append(int(digest, 16))
+            except ValueError:
+                pass
+            else:
+                ids.append(_hash64(item_id))
         pred = row.get("prediction")
         if row.get("status") == "failed":
             failed.add(item_id)
@@ -446,7 +504,7 @@ def ledger_state(folder: Path, lang: str) -> LedgerState | None:
             and (pred.get("soft_labels") or pred.get("hard_labels"))
         ):
             marked.add(item_id)
-    return LedgerState(path, failed, marked)
+    return LedgerState(path, failed, marked, AnswerIndex(ids, answers) if ids else None)
 
 
 def run_failures(path: Path) -> tuple[Path | None, set[str]]:
@@ -545,6 +603,26 @@ class FailureCheck:
         Without one nothing can be found, and a caller need not read the file to ask.
         """
         return self.ledger is not None or self.where is not None
+
+    def refuse_changed_answers(self, items: Iterable[Any], path: Path, who: str = "") -> None:
+        """Refuses the file where its run computed some of `items` on another answer.
+
+        Its spans are of the old text: read with the new one, they mark other words, or run
+        past its end. A run made before its ledger kept answers is not checked.
+        """
+        answers = None if self.ledger is None else self.ledger.answers
+        changed = answers.changed(items) if answers is not None else []
+        if changed:
+            shown = ", ".join(map(repr, changed[:3])) + (", ..." if len(changed) > 3 else "")
+            raise DataError.single(
+                path,
+                None,
+                None,
+                f"{who}the answer of {len(changed)} of its items ({shown}) is not the one its run "
+                f"computed it on (its item ledger {self.ledger.path}): the items file was edited since "
+                "that run, or is another one. Run that run's command again on these items: it "
+                "computes the changed items again",
+            )
 
     def check(self, predictions: Mapping[str, Prediction]) -> FailedItems | None:
         """What `failed_items` says of these predictions of the file."""

@@ -90,6 +90,11 @@ class ItemResult(BaseModel):
         description="a hash of what the item was run on (answer, question, tokens, logits, contexts): "
         "a re-run of the folder computes again an item whose inputs changed since",
     )
+    answer_digest: str | None = Field(
+        None,
+        description="a hash of the answer the prediction's spans are of: a stack, vote or report "
+        "given an items file whose answer has changed since refuses the item",
+    )
     seconds: float | None = Field(
         None,
         description="wall time since the previous item finished (the first of a language: since its "

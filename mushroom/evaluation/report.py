@@ -27,7 +27,7 @@ from mushroom.data.itemstream import ContextFiles
 from mushroom.data.jsonl import iter_json_lines
 from mushroom.data.predictions import load_predictions, prediction_vectors, submission_name
 from mushroom.data.records import Item, Prediction
-from mushroom.data.runfolder import failed_items, prediction_folder
+from mushroom.data.runfolder import FailureCheck, prediction_folder
 from mushroom.data.spans import hard_to_mask
 from mushroom.data.splits import load_split
 from mushroom.errors import MushroomError, Problem
@@ -348,8 +348,10 @@ def build_report(
         path = folder / submission_name(lang, split)
         if not path.exists():
             continue
+        check = FailureCheck(path)  # an edited answer is said before its spans are found too long
+        check.refuse_changed_answers(items, path)
         preds = load_predictions(path, {item.id: len(item.model_output_text) for item in items})
-        failed = failed_items(path, preds)
+        failed = check.check(preds)
         ids = [i.id for i in items]
         if split == "items":  # a user's items: their context files, or none
             ctx = ContextFiles(context_files).load(ids).by_id if context_files else {}

@@ -56,7 +56,7 @@ from mushroom.data.itemstream import ContextFiles
 from mushroom.data.jsonl import JsonlWriter, mend_cut_line, write_jsonl
 from mushroom.data.predictions import mark_all, prediction_file_lang, submission_name
 from mushroom.data.records import ChannelRecord, Context, Item, Prediction
-from mushroom.data.runfolder import RUN_MARKS, run_config_file, timestamp, versions, write_json
+from mushroom.data.runfolder import RUN_MARKS, answer_digest, run_config_file, timestamp, versions, write_json
 from mushroom.data.splits import load_split
 from mushroom.detectors.base import Detector, ItemResult
 from mushroom.errors import DataError, Interrupted, MushroomError, RunFailed, error_text, retry_advice
@@ -1099,6 +1099,7 @@ class RunService:
             now = time.perf_counter()
             result.seconds = round(now - last[0], 4)
             result.input_digest = (digests or {}).get(result.id)
+            result.answer_digest = answer_digest(expected[result.id].model_output_text)
             last[0] = now
             ledger.add(result)
             emitted.add(result.id)

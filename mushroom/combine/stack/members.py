@@ -11,7 +11,7 @@ import numpy as np
 from mushroom.data.channels import channel_file, find_channel_file, read_channels
 from mushroom.data.predictions import load_predictions, submission_name
 from mushroom.data.records import Item, Prediction
-from mushroom.data.runfolder import failed_items, prediction_folder, run_scope
+from mushroom.data.runfolder import FailureCheck, prediction_folder, run_scope
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.words import no_prediction
 
@@ -120,11 +120,13 @@ class Member:
         self.check_file(path, lang)
         lengths = {it.id: len(it.model_output_text) for it in items}
         # spans past an answer's end are refused here, as `ensemble` refuses them
+        check = FailureCheck(path)  # an edited answer is said before its spans are found too long
+        check.refuse_changed_answers(items, path, f"member {self.name!r}: ")
         preds = load_predictions(path, lengths, other_ids=True)
         found = (
             None
             if self.allow_failures
-            else failed_items(path, {it.id: preds[it.id] for it in items if it.id in preds})
+            else check.check({it.id: preds[it.id] for it in items if it.id in preds})
         )
         if found is not None:
             # written empty by --allow-failures: the stack would learn them as "nothing flagged"

@@ -118,7 +118,8 @@ class _MemberStream:
         self.member = member
         self.path, chan_path = member.files(split, lang)
         member.check_file(self.path, lang)
-        self.failures = None if member.allow_failures else FailureCheck(self.path)
+        self.check = FailureCheck(self.path)
+        self.failures = None if member.allow_failures else self.check
         self.predictions = _Predictions(self.path)
         self.channels = _Channels(chan_path if chan_path.exists() else None)
 
@@ -128,6 +129,7 @@ class _MemberStream:
         preds = self.predictions.take(ids)
         if self.failures is not None and (found := self.failures.check(preds)) is not None:
             raise MushroomError(f"member {self.member.name!r}: {found.message(self.path)}")
+        self.check.refuse_changed_answers(items, self.path, f"member {self.member.name!r}: ")
         missing = [i for i in ids if i not in preds]
         if missing:
             scope = run_scope(self.path)
