@@ -276,7 +276,7 @@ def test_a_run_over_an_items_file_says_how_to_score_it(tmp_path, capsys):
     code, _, err = cli(capsys, "sweep", run, "--svg", tmp_path / "s.svg")
     flat = " ".join(err.split())
     assert code == 2 and "made with --items, so it has no val files" in flat
-    assert f"mushroom score ITEMS.jsonl {run / 'predictions' / 'mushroom.en-items.jsonl'}" in flat
+    assert f"mushroom score ITEMS.jsonl {run})" in flat and "sweep and report take --items" in flat
     code, out, err = cli(capsys, "score", items, run)  # the run folder itself, against its items
     assert code == 0 and "IoU: " in out, err
     # as a stack's member, it is read with --items (it said to score it, which fits no stack)

@@ -481,3 +481,34 @@ def test_an_items_file_with_one_kind_of_gold_label_scores_alike_in_detect_and_sc
         assert (float(ours.iou[0]), float(ours.cor[0])) == pytest.approx(
             (from_score["iou"], from_score["cor"])
         ), name
+
+
+def test_a_detect_items_run_of_several_languages_is_scored_against_its_items_file(tmp_path, capsys):
+    """`score ITEMS.jsonl RUN` refused a run with a file per language, and its advice (score one
+    of its files) then failed for the other languages' ids: no way but joining files by hand."""
+    rows = []
+    for lang in ("en", "de"):
+        gold = VAL_DIR / f"mushroom.{lang}-val.v2.extra.jsonl"
+        rows += [json.loads(line) for line in gold.read_text().splitlines()[:3]]
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    run = tmp_path / "run"
+    code, out, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", run, "--quiet")
+    assert code == 0, err
+    detect_iou = json.loads((run / "scores.json").read_text())
+    code, out, err = cli(capsys, "score", items, run, "--json", tmp_path / "s.json")
+    assert code == 0 and out.splitlines()[-2].startswith("IoU:"), err
+    scored = json.loads((tmp_path / "s.json").read_text())
+    assert sorted(scored["per_lang"]) == ["de", "en"] and len(scored["items"]) == 6, scored
+    assert scored["per_lang"]["de"]["iou"] == pytest.approx(detect_iou["de"]["iou"]), detect_iou
+    # compare and sweep read such runs against their items file too
+    other = tmp_path / "other"
+    code, _, err = cli(
+        capsys, "detect", "--items", items, "--contexts", "", "--out", other, "--quiet", "-o", "threshold=0.5"
+    )
+    assert code == 0, err
+    code, _, err = cli(capsys, "compare", run, other)
+    assert code == 2 and "compare, sweep and report take --items" in " ".join(err.split()), err
+    code, out, err = cli(capsys, "compare", run, other, "--items", items, "--eval-dir", tmp_path / "eval")
+    assert code == 0 and "│ all " in out, err
+    code, out, err = cli(capsys, "sweep", run, "--items", items, "--lang", "de", "--svg", tmp_path / "s.svg")
+    assert code == 0 and "best IoU" in out and (tmp_path / "s.svg").is_file(), err

@@ -42,6 +42,7 @@ def compare(
     eval_dir: Annotated[
         Path | None, typer.Option("--eval-dir", help="where to write (default: eval/)")
     ] = None,
+    items: Annotated[Path | None, typer.Option("--items", help=ITEMS_RUNS_HELP)] = None,
 ) -> None:
     """Compare runs: IoU/Cor with 95% CIs per language, paired difference and p-value vs a baseline."""
     from mushroom.data.jsonl import atomic_write_text
@@ -66,8 +67,10 @@ def compare(
             f"give an index from 0 to {len(runs) - 1}"
         )
     _run_folders(runs)
-    # an unlabelled split was blamed on the shipped file, with exit 1 ("problem in input")
-    require_some_labels(split, None, "comparing runs")
+    if items is not None:
+        split = _items_instead_of_split(items, split, runs, "comparing runs")
+    else:  # an unlabelled split was blamed on the shipped file, with exit 1 ("problem in input")
+        require_some_labels(split, None, "comparing runs")
     for later, first in given_twice(runs):
         print_warning(f"{runs[later]} is given twice (also as {runs[first]}): it is compared with itself")
     folder = eval_dir or workspace() / "eval"
@@ -78,9 +81,9 @@ def compare(
     written = [folder / f"{stem}.md", folder / f"{stem}.csv"]
     written += [folder / f"{stem}.tags.csv"] if tag_map is not None else []
     for path in written:  # none may replace an input, a run's file, or an official one
-        output_file(path, "--eval-dir", (*runs, tags))
+        output_file(path, "--eval-dir", (*runs, tags, items))
         refuse_out_in_runs(path, runs, "the comparison", option="--eval-dir")
-    scored = [score_run(r, split) for r in runs]
+    scored = [score_run(r, split, items=items) for r in runs]
     for run in scored:
         for warning in run.result.warnings:
             print_warning(warning)
@@ -116,6 +119,25 @@ def compare(
     out_console.print(f"wrote {esc(folder / stem)}.md and .csv", highlight=False)
 
 
+ITEMS_RUNS_HELP = "the labelled items file the runs were made on (`detect --items`), instead of --split"
+
+
+def _items_instead_of_split(items: Path, split: str, runs: list[Path], what: str) -> str:
+    """The split "items": runs of `detect --items` read against their labelled items file."""
+    from mushroom.data.runfolder import items_files
+
+    if split != "val":
+        raise MushroomError(f"--items {items} replaces --split {split}: give one of them")
+    input_file(items, "--items")
+    for run in runs:
+        if not items_files(run):
+            raise MushroomError(
+                f"--items: {run} is not a run of an items file (`detect --items`); {what} "
+                "of split runs takes --split"
+            )
+    return "items"
+
+
 def _warn_unscored_tags(path: Path | None, tag_map: dict[str, str], ids: list[str], what: str) -> None:
     """Tags for other items are left out of the counts; named, as an id may be mistyped."""
     from mushroom.evaluation.compare import unscored_tags
@@ -139,6 +161,7 @@ def sweep(
             help="write the plot here, and its numbers beside it as .csv (default: eval/sweep-<time>.svg)",
         ),
     ] = None,
+    items: Annotated[Path | None, typer.Option("--items", help=ITEMS_RUNS_HELP)] = None,
 ) -> None:
     """IoU and Cor against the hard-label threshold, printed and plotted (SVG)."""
     from mushroom.data.jsonl import atomic_write_text
@@ -149,19 +172,33 @@ def sweep(
     from mushroom.evaluation.runfiles import run_notes
 
     _run_folders(runs)
-    require_some_labels(split, lang, "a threshold sweep")  # before the runs are read
+    if items is not None:
+        split = _items_instead_of_split(items, split, runs, "a threshold sweep")
+    else:
+        require_some_labels(split, lang, "a threshold sweep")  # before the runs are read
     for later, first in given_twice(runs):  # the sweep averages the runs: one given twice weighs double
         print_warning(f"{runs[later]} is given twice (also as {runs[first]}): its probabilities count twice")
     if svg is not None and svg.suffix.lower() != ".svg":  # an SVG in a .png file opens as a broken image
         raise MushroomError(f"--svg {svg}: the plot is written as SVG; give a file name ending in .svg")
-    path = output_file(svg, "--svg", runs) if svg else workspace() / "eval" / f"sweep-{timestamp()}.svg"
-    scope = sweep_scope(runs, split, lang)
-    for note in scope.notes:
-        err_console.print(esc(note), highlight=False)
+    path = (
+        output_file(svg, "--svg", [*runs, items])
+        if svg
+        else workspace() / "eval" / f"sweep-{timestamp()}.svg"
+    )
+    if items is not None:
+        data: dict[str, list] = {}
+        for item in load_items_option(items):
+            if lang is None or item.lang in lang:
+                data.setdefault(item.lang, []).append(item)
+    else:
+        scope = sweep_scope(runs, split, lang)
+        for note in scope.notes:
+            err_console.print(esc(note), highlight=False)
+        data = scope.data
     for run in runs:
         for note in run_notes(run, split):
             print_warning(note)
-    rows = run_sweep(runs, split, data=scope.data)
+    rows = run_sweep(runs, split, data=data)
     out_console.print(ascii_sweep(rows), highlight=False, markup=False)
     best = max(rows, key=lambda r: r["iou"])
     out_console.print(f"best IoU {best['iou']:.4f} at threshold {best['threshold']:.2f}", highlight=False)

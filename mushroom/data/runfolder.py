@@ -356,7 +356,10 @@ def prediction_folder(
             return folder
     own = items_files(path) if split != "items" else []
     if own:  # a run over a file of the user's: no gold split to read it against
-        advice = items_advice or f"score it against its items file, e.g. mushroom score ITEMS.jsonl {own[0]}"
+        advice = items_advice or (
+            f"score it against its items file (mushroom score ITEMS.jsonl {path}); compare, sweep "
+            "and report take --items ITEMS.jsonl"
+        )
         raise MushroomError(f"{path}: made with --items, so it has no {split} files; {advice}")
     variants = variant_names(path, split)
     hint = (

@@ -63,12 +63,19 @@ class RunScores:
         return f"{self.name}: {self.scope.note(len(self.result.ids), self.result.n_gold)}"
 
 
-def score_run(path: Path, split: str = "val", name: str | None = None) -> RunScores:
-    """Scores a run folder's prediction files of a split against gold, per item.
+def score_run(
+    path: Path, split: str = "val", name: str | None = None, items: Path | None = None
+) -> RunScores:
+    """Scores a run folder's prediction files of a split (or of a labelled `items` file) against gold.
 
     Languages without a file are left out (the comparison keeps those every run has); a run
     made with `--limit` (its config.json says) is scored on the items it predicted.
     """
+    if items is not None:  # `detect --items` runs, against the file they were made on
+        from mushroom.evaluation.runfiles import score_run_files
+
+        found = score_run_files(items, path, None, note=lambda _: None, partial=True)
+        return RunScores(name or path.name, path, found, run_scope(path))
     folder = prediction_folder(path, split)
     gold_dir = next(iter(split_files(split).values())).parent
     scope = run_scope(path)

@@ -48,6 +48,8 @@ def score_run_files(
         # A run folder (or a variant's folder of a run config), as compare, sweep and report
         # take it: its files of the gold's split. A plain folder of files is taken as it is.
         own = items_files(pred)
+        if gold.is_file() and len(own) > 1:  # a file per language of one items file
+            return _score_items_run(gold, own, langs, partial or (scope is not None and scope.partial), note)
         if gold.is_file() and len(own) == 1:  # a `detect --items` run, scored against its items
             pred = own[0]
         else:
@@ -85,6 +87,41 @@ def score_run_files(
             "the others have no prediction"
         )
     note_failed_items([path for _, _, path in pairing.pairs], note)
+    return result
+
+
+def _score_items_run(
+    gold: Path, files: list[Path], langs: list[str] | None, partial: bool, note: Callable[[str], None]
+) -> ScoreResult:
+    """An items file against the run's file of each of its languages, read as one file.
+
+    `detect --items` writes a file per language of a file that mixes them; scored one file
+    at a time, each lacked the other languages' ids.
+    """
+    from mushroom.data.label_files import ScoringFile, read_scoring_file
+    from mushroom.data.predictions import prediction_file_lang
+    from mushroom.errors import DataError
+    from mushroom.evaluation.score import score_loaded
+
+    wanted = [(prediction_file_lang(p.name), p) for p in files]
+    wanted = [(lang, p) for lang, p in wanted if langs is None or lang in langs]
+    if not wanted:
+        raise MushroomError(f"--langs {','.join(langs or [])}: the run has no file of these languages")
+    truth = read_scoring_file(gold, True)
+    if langs is not None:
+        truth.records = {k: r for k, r in truth.records.items() if r.lang in langs}
+    merged = ScoringFile(path=files[0].parent, records={})
+    for _, path in wanted:
+        loaded = read_scoring_file(path, False)
+        twice = next((i for i in loaded.records if i in merged.records), None)
+        if twice is not None:
+            raise DataError.single(path, None, "id", f"id {twice!r} is in another language's file too")
+        merged.records.update(loaded.records)
+        merged.warnings += loaded.warnings
+    result = score_loaded(truth, merged, partial=partial)
+    if result.unscored:
+        note(f"scored {len(result.ids)} of {result.n_gold} gold items: the others have no prediction")
+    note_failed_items([p for _, p in wanted], note)
     return result
 
 
