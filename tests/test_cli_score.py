@@ -42,7 +42,11 @@ def test_bom_and_crlf_are_read_with_the_same_numbers(tmp_path, capsys):
     assert code == 0 and odd_out == plain_out
     iou, cor = official_scores(VAL_EN, plain)
     assert plain_out == f"IoU: {iou:.8f}\nCor: {cor:.8f}\n"
-    assert cli(capsys, "check", odd, "--items", gold_bom)[0] == 0
+    # the official reader takes CRLF, not a BOM: an upload must have none
+    crlf = tmp_path / "crlf.jsonl"
+    crlf.write_bytes(plain.read_bytes().replace(b"\n", b"\r\n"))
+    assert cli(capsys, "check", crlf, "--items", gold_bom)[0] == 0
+    assert cli(capsys, "check", odd, "--items", gold_bom)[0] == 1
 
 
 def test_score_warns_about_what_the_official_scorer_accepts_silently(tmp_path, capsys):
@@ -512,3 +516,28 @@ def test_a_detect_items_run_of_several_languages_is_scored_against_its_items_fil
     assert code == 0 and "│ all " in out, err
     code, out, err = cli(capsys, "sweep", run, "--items", items, "--lang", "de", "--svg", tmp_path / "s.svg")
     assert code == 0 and "best IoU" in out and (tmp_path / "s.svg").is_file(), err
+
+
+def test_files_the_official_scorer_cannot_read_are_said_not_passed(tmp_path, capsys):
+    """A prediction file saved with a UTF-8 BOM passed `check` and scored, and the official
+    reader refuses it at upload; a gold file without soft_labels scored in silence, where the
+    official scorer stops with a KeyError."""
+    pred = tmp_path / "p.jsonl"
+    write_lines(pred, [{"id": r["id"], "hard_labels": r["hard_labels"]} for r in GOLD_ROWS])
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + pred.read_bytes())
+    gold = write_lines(tmp_path / "gold.jsonl", GOLD_ROWS)
+    with pytest.raises(ValueError):
+        official_scores(gold, bom)
+    code, out, err = cli(capsys, "check", bom, "--items", gold)
+    assert code == 1 and "starts with a UTF-8 byte order mark" in " ".join(err.split()), out + err
+    code, out, err = cli(capsys, "score", gold, bom)
+    assert code == 0 and "starts with a UTF-8 byte order mark" in " ".join(err.split()), err
+    no_soft = write_lines(
+        tmp_path / "nosoft.jsonl", [{k: v for k, v in r.items() if k != "soft_labels"} for r in GOLD_ROWS]
+    )
+    with pytest.raises(KeyError):
+        official_scores(no_soft, pred)
+    code, out, err = cli(capsys, "score", no_soft, pred)
+    told = " ".join(err.split())
+    assert code == 0 and "no line has soft_labels: the official scorer fails on such a gold file" in told, err

@@ -66,7 +66,8 @@ def iter_json_lines(
     """Yields (line number, object) for each non-blank line; bad lines become problems.
 
     Read as the official tools read (pandas' `read_json(lines=True)`): lines end at LF, a
-    CRLF's CR is JSON whitespace, a UTF-8 BOM at the start is skipped. Each line is decoded on
+    CRLF's CR is JSON whitespace. A UTF-8 BOM at the start is skipped, where pandas stops
+    (`starts_with_bom` lets `check` and `score` say so). Each line is decoded on
     its own, so a bad byte is reported on its own line. The file is read a line at a time (a
     run's item ledger can hold a corpus), except one that starts like a single JSON document,
     which is read whole to say so.
@@ -140,6 +141,20 @@ def _json_lines(
 
 
 _BOM = b"\xef\xbb\xbf"
+
+OFFICIAL_BOM = (
+    "starts with a UTF-8 byte order mark (BOM), which the official scorer's reader "
+    "(pandas.read_json) refuses; save it as UTF-8 without a BOM"
+)
+
+
+def starts_with_bom(path: Path) -> bool:
+    """Whether a file begins with a UTF-8 BOM: mushroom reads past it, the official scorer does not."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(3) == _BOM
+    except OSError:
+        return False
 
 
 def _not_jsonl(data: bytes) -> str | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mushroom.data.jsonl import iter_json_lines
+from mushroom.data.jsonl import OFFICIAL_BOM, iter_json_lines, starts_with_bom
 from mushroom.data.jsonnum import ujson_float
 from mushroom.data.languages import language_code
 from mushroom.errors import DataError, Problem
@@ -232,6 +232,14 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
                 + f" (line {neither[0]})"
             )
         warnings.append(f"{path}: {'; '.join(parts)}{hint}; the official scorer fails on such a file")
+    if is_gold and rows and has_hard != has_soft:  # it takes both columns of a gold file
+        lacking, other = ("soft_labels", "hard") if has_hard else ("hard_labels", "soft")
+        warnings.append(
+            f"{path}: no line has {lacking}: the official scorer fails on such a gold file; scored with "
+            f"them derived from the {other} labels"
+        )
+    if starts_with_bom(path):
+        warnings.append(f"{path}: {OFFICIAL_BOM}")
     if is_gold and rows and not any("model_output_text" in row for _, row in rows):
         # no line is a gold line: most likely the two files were given the other way round
         problems = [p for p in problems if p.field != "model_output_text"] + [

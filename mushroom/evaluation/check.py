@@ -247,7 +247,11 @@ def check_file(
     path: str | Path, items: list[Item], strict: bool = False, partial: bool = False
 ) -> CheckReport:
     """Checks a prediction JSONL file; unreadable lines are errors too."""
+    from mushroom.data.jsonl import OFFICIAL_BOM, starts_with_bom
+
     problems: list[Problem] = []
+    if starts_with_bom(Path(path)):  # an upload the official scorer cannot read
+        problems.append(Problem(str(path), 1, None, f"the file {OFFICIAL_BOM}"))
     rows = list(iter_json_lines(Path(path), problems))
     report = check_rows(rows, items, str(path), strict, partial)
     report.n_lines += len({p.line for p in problems if p.line is not None})  # unreadable lines were read too
