@@ -18,7 +18,7 @@ if "MUSHROOM_TEST_CACHE" not in os.environ:
     import shutil
     import tempfile
 
-    from mushroom.models.zoo import cache_root
+    from mushroom.util.cachedir import cache_root
 
     _cache = Path(tempfile.mkdtemp(prefix="mushroom-test-cache-"))
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)

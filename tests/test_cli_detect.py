@@ -678,3 +678,19 @@ def test_a_run_inside_a_run_folder_says_which_files_made_it_one(tmp_path, capsys
     code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "1", "--out", run / "x", "--quiet")
     told = " ".join(err.split())
     assert code == 2 and "its run files (config.json, " in told and "remove them" in told, err
+
+
+def test_an_unusable_cache_folder_stops_the_run_before_its_folder_naming_the_setting(
+    tmp_path, capsys, monkeypatch
+):
+    """A MUSHROOM_CACHE_DIR that is a file failed every semantic item, exit 3, with advice to
+    run again, which failed the same way."""
+    blocked = tmp_path / "cache-file"
+    blocked.write_text("")
+    monkeypatch.setenv("MUSHROOM_CACHE_DIR", str(blocked))
+    out = tmp_path / "run"
+    code, _, err = cli(
+        capsys, "detect", "--detector", "semantic", "--lang", "en", "--limit", "2", "--out", out, "--quiet"
+    )
+    told = " ".join(err.split())
+    assert code == 2 and "it comes from MUSHROOM_CACHE_DIR" in told and not out.exists(), err

@@ -5,12 +5,12 @@ import numpy as np
 from mushroom.models.vector_cache import (
     VectorCache,
     cache_file,
-    cache_root,
     cached_vectors,
     lookup,
     missing_texts,
     text_key,
 )
+from mushroom.util.cachedir import cache_root
 
 
 def test_results_come_back_after_reopening_and_a_cut_record_is_dropped(tmp_path):

@@ -151,6 +151,9 @@ class SemanticDetector(VectorDetector):
         """
         super().check_ready(sources, out)
         self.lexical.check_ready(sources, out)
+        from mushroom.util.cachedir import cache_folder
+
+        cache_folder("vectors")  # an unusable cache failed every item, one by one
         if out is not None and out.exists():
             return
         opts = self.options

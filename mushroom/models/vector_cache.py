@@ -26,19 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
+from mushroom.util.cachedir import cache_folder
+
 _MAGIC = b"MVC1"
 _HEAD = struct.Struct("<4s32sI")
 _TAIL = struct.Struct("<I")
 _PAYLOAD_HEAD = struct.Struct("<IIB")
-
-
-def cache_root() -> Path:
-    """`MUSHROOM_CACHE_DIR`, else `$XDG_CACHE_HOME/mushroom`, else `~/.cache/mushroom`."""
-    explicit = os.environ.get("MUSHROOM_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mushroom"
 
 
 def text_key(namespace: str, text: str) -> bytes:
@@ -209,4 +202,4 @@ def cache_file(model_id: str) -> Path:
     """The log file of one model under the cache root (a readable, filesystem-safe name)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id).strip("_")[:80] or "model"
     digest = hashlib.sha256(model_id.encode()).hexdigest()[:10]
-    return cache_root() / "vectors" / f"{safe}-{digest}.bin"
+    return cache_folder("vectors") / f"{safe}-{digest}.bin"

@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from mushroom.errors import MushroomError
+from mushroom.util.cachedir import cache_root
 from mushroom.util.registry import Part, Registry
 from mushroom.util.words import close_match
 
@@ -153,14 +154,6 @@ class ResolvedModel(BaseModel):
     def file(self) -> Path | None:
         """The model file itself (a GGUF), for engines that take one path (llama.cpp)."""
         return Path(self.source) / self.gguf_file if self.gguf_file else None
-
-
-def cache_root() -> Path:
-    """`$MUSHROOM_CACHE_DIR`, else `$XDG_CACHE_HOME/mushroom`, else `~/.cache/mushroom`."""
-    if env := os.environ.get("MUSHROOM_CACHE_DIR"):
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "mushroom"
 
 
 def entry(name: str) -> ModelEntry:

@@ -179,7 +179,6 @@ def protected_folder(folder: Path) -> str | None:
     or contexts a run reads, the package, the default folder of runs, the home folder or the
     file system's root is refused; None where the folder is free.
     """
-    import mushroom
     from mushroom.data import contexts, splits
 
     target = Path(folder).resolve()
@@ -188,7 +187,7 @@ def protected_folder(folder: Path) -> str | None:
     kept = {
         "the official data": splits.DEFAULT_DATA_DIR,
         "the context files": contexts.DEFAULT_CONTEXT_DIR,
-        "the mushroom package": Path(mushroom.__file__).parent,
+        "the mushroom package": Path(__file__).resolve().parents[1],
         "where runs go by default (runs/, submissions/, eval/)": splits.workspace(),
     }
     for what, path in kept.items():

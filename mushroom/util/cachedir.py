@@ -1,0 +1,41 @@
+"""Where mushroom keeps what it downloads and computes once: models and encoder vectors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mushroom.errors import MushroomError
+
+
+def cache_root() -> Path:
+    """`$MUSHROOM_CACHE_DIR`, else `$XDG_CACHE_HOME/mushroom`, else `~/.cache/mushroom`."""
+    if env := os.environ.get("MUSHROOM_CACHE_DIR"):
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "mushroom"
+
+
+def cache_folder(name: str) -> Path:
+    """The cache's folder `name`, made if need be; a usage error naming the setting when it cannot be.
+
+    A `MUSHROOM_CACHE_DIR` that is a file (or a folder one may not write) failed every item
+    of a semantic run, one by one, with advice to run again, which failed the same way.
+    """
+    folder = cache_root() / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        setting = (
+            "MUSHROOM_CACHE_DIR"
+            if os.environ.get("MUSHROOM_CACHE_DIR")
+            else ("XDG_CACHE_HOME" if os.environ.get("XDG_CACHE_HOME") else "the home folder's .cache")
+        )
+        raise MushroomError(
+            f"the cache folder {folder} cannot be used ({exc.strerror or exc}): it comes from {setting}; "
+            "set MUSHROOM_CACHE_DIR to a folder you can write"
+        ) from None
+    return folder
