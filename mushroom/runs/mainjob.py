@@ -65,7 +65,7 @@ def _loadable_members(
             continue
         except MushroomError as exc:
             if "backend" not in str(exc):
-                raise
+                raise _member_options(exc, name) from None
             if NEEDS_RESPONSES in str(exc):  # it names detect's flags, which main-job has not
                 raise MushroomError(
                     f"member {name!r} needs a backend: by default it replays recorded responses, and "
@@ -88,6 +88,19 @@ def _loadable_members(
             message += f"; or add --skip-unavailable to fit the stack on {', '.join(dets)}{alone}"
         raise MissingExtra(exc.what, exc.package, exc.extra, message=message)
     return dets, {name: str(exc) for name, exc in missing.items()}
+
+
+def _member_options(exc: MushroomError, name: str) -> MushroomError:
+    """The error with each `-o KEY=` it advises written as main-job takes it: `-o NAME.KEY=`.
+
+    `main-job -o semantic.max_length=10000000` advised `-o max_length=512`, which main-job
+    then refused as no member's option.
+    """
+    import re
+
+    if type(exc) is not MushroomError:  # a file's problems name no flag
+        return exc
+    return MushroomError(re.sub(r"(?<![\w.])-o (?=[a-z_]+[=.])", f"-o {name}.", str(exc)))
 
 
 def _check_member_sources(
