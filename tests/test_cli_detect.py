@@ -694,3 +694,14 @@ def test_an_unusable_cache_folder_stops_the_run_before_its_folder_naming_the_set
     )
     told = " ".join(err.split())
     assert code == 2 and "it comes from MUSHROOM_CACHE_DIR" in told and not out.exists(), err
+
+
+def test_a_partly_labelled_items_file_says_why_it_is_not_scored(tmp_path, capsys):
+    """One labelled item of two: no table and no word, exit 0."""
+    rows = [GOLD_ROWS[0], {k: v for k, v in GOLD_ROWS[1].items() if k not in ("soft_labels", "hard_labels")}]
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    code, out, err = cli(
+        capsys, "detect", "--items", items, "--contexts", "", "--out", tmp_path / "run", "--quiet"
+    )
+    said = " ".join((out + err).split())
+    assert code == 0 and "not scored: 1 of the 2 items" in said and "have gold labels" in said, out + err

@@ -55,10 +55,11 @@ def _read_at(handle, offset: int) -> dict:
 class LangItems:
     """One language's items of an `ItemsFile`, read from disk each time they are iterated."""
 
-    def __init__(self, path: Path, offsets: array, labelled: bool = False):
+    def __init__(self, path: Path, offsets: array, labelled: bool = False, n_labelled: int = 0):
         self.path = path
         self.offsets = offsets
         self.labelled = labelled  # every item has gold labels (then the run scores them)
+        self.n_labelled = n_labelled  # how many have: some and not all is said, not scored
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -78,6 +79,7 @@ class ItemsFile:
         self.path = Path(path)
         self.offsets: dict[str, array] = {}
         self.labelled: dict[str, bool] = {}  # language -> every item has gold labels (then it is scored)
+        self.n_labelled: dict[str, int] = {}
         seen: set[str] = set()
         bad = False
         with self.path.open("rb") as head:
@@ -95,6 +97,7 @@ class ItemsFile:
             seen.add(item.id)
             self.offsets.setdefault(item.lang, array("q")).append(offset)
             self.labelled[item.lang] = self.labelled.get(item.lang, True) and item.is_labelled
+            self.n_labelled[item.lang] = self.n_labelled.get(item.lang, 0) + item.is_labelled
         if bad:  # one reader decides what is wrong, and says all of it
             load_items(self.path)
             raise DataError([Problem(str(self.path), None, None, "not a JSON Lines file of items")])
@@ -103,7 +106,7 @@ class ItemsFile:
         """Each language's items (the given ones, in file order of their first item), read lazily."""
         wanted = set(langs) if langs is not None else None
         return {
-            lang: LangItems(self.path, offs, self.labelled[lang])
+            lang: LangItems(self.path, offs, self.labelled[lang], self.n_labelled[lang])
             for lang, offs in self.offsets.items()
             if wanted is None or lang in wanted
         }

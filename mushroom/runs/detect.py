@@ -184,6 +184,15 @@ def run_detect(
     service.report_stats(f"{name} on {split}: counts (stats.json)", result.stats["all"])
     summary: dict[str, Any] = {"stats": result.stats["all"]}
     labelled = split == "val" or (items_file is not None and all(_all_labelled(its) for its in data.values()))
+    if items_file is not None and not labelled:
+        some = sum(_labelled_count(its) for its in data.values())
+        if some:  # a run of items some of which have labels was left unscored without a word
+            reporter.message(
+                f"not scored: {some} of the {sum(len(its) for its in data.values())} items of {items_file} "
+                "have gold labels, and a run is scored when all do (give the labelled ones a file of "
+                "their own to score them)",
+                lead="note:",
+            )
     rows = []
     if labelled:  # own items, or part of a split, are scored against the items' own labels
         own = items_file is not None or limit is not None
@@ -208,6 +217,12 @@ def _drop_stale_files(folder: Path, langs: set[str], warn: Callable[[str], None]
         stale = folder / submission_name(lang, "items")
         stale.unlink(missing_ok=True)
         warn(f"removed {stale}: the items have no language {lang!r} now (edited, or a regional tag)")
+
+
+def _labelled_count(items: Sequence[Item]) -> int:
+    """How many items have gold labels; an items file's index counted them as it read the file."""
+    known = getattr(items, "n_labelled", None)
+    return known if isinstance(known, int) else sum(1 for it in items if it.is_labelled)
 
 
 def _all_labelled(items: Sequence[Item]) -> bool:
