@@ -12,7 +12,7 @@ from mushroom.data.contexts import load_contexts
 from mushroom.data.records import Context, Item
 from mushroom.detectors import build
 from mushroom.detectors.chain import ChainDetector, ChainOptions
-from mushroom.errors import RunFailed
+from mushroom.errors import CUT_OFF, RunFailed
 from mushroom.evaluation.score import score_predictions
 from mushroom.retrieval.generate import generate_contexts
 
@@ -150,7 +150,7 @@ def test_a_reply_cut_off_into_an_empty_list_is_retried_and_counted_not_read_as_n
         {"v-1#decompose": [LOOPING], "v-1#decompose#retry": [LOOPING]}, status="failed"
     )
     # no claims read as "nothing wrong" wrote an empty prediction, exit 0: the item fails
-    assert error == "every decompose reply was cut off at max_tokens (1024): raise max_tokens"
+    assert error == f"every decompose reply was cut off: {CUT_OFF} (1024); raise max_tokens"
     assert len(backend.seen) == 2
     assert (s["decompose.truncated"], s["decompose.retry.truncated"], s["chain.truncated"]) == (1, 1, 2)
     assert s["decompose.cut_empty"] == s["decompose.retry.cut_empty"] == 1
@@ -801,7 +801,7 @@ def test_an_empty_reply_cut_off_at_max_tokens_fails_the_item_as_cut_off():
     s, error, _ = run_chain(
         {"v-1#decompose": [("", 100000)], "v-1#decompose#retry": [("", 100000)]}, status="failed"
     )
-    assert error == "every decompose reply was cut off at max_tokens (1024): raise max_tokens"
+    assert error == f"every decompose reply was cut off: {CUT_OFF} (1024); raise max_tokens"
     assert s["decompose.cut_empty"] == s["decompose.retry.cut_empty"] == 1 and s["chain.truncated"] == 2
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+from collections import Counter
 
 import pytest
 from cli_helpers import cli, llm_args, openai_backend
@@ -387,3 +388,45 @@ def test_an_out_of_quota_answer_to_a_scoring_request_counts_for_the_breaker_too(
 
     assert "exceeded your current quota" in judged(QUOTA)
     assert judged(RATE_LIMIT) is None  # a passing rate limit is waited for, never counted
+
+
+def test_a_hung_server_stops_contexts_with_advice_in_its_own_option_form(tmp_path, capsys):
+    """`contexts` advised `-o backend.connect_timeout_s`, which it refuses: its -o sets the backend."""
+    with HungServer() as server:
+        code, _, err = cli(
+            capsys,
+            "contexts",
+            "--split",
+            "val",
+            "--lang",
+            "en",
+            "--limit",
+            "1",
+            "--backend",
+            "openai",
+            "--model",
+            "m",
+            "--base-url",
+            server.url,
+            "-o",
+            "connect_timeout_s=0.5",
+            "--context-dir",
+            tmp_path / "ctx",
+        )
+    said = " ".join(err.split())
+    assert code == 2 and "raise -o connect_timeout_s" in said and "backend.connect" not in said, err
+
+
+def test_the_advice_for_cut_off_replies_names_the_options_as_the_command_takes_them(tmp_path):
+    """chain's cut-off items were told a re-run retries them (it reads the same replies), and the
+    main job's advice named `-o max_tokens=N`, which it refuses for a member."""
+    from mushroom.detectors.chain import _unread
+    from mushroom.errors import retry_advice
+    from mushroom.runs.service import Failure, RunService
+
+    chain_error = _unread(Counter({"decompose.cut_empty": 1}), "decompose", 1024)
+    assert "run in a new folder" in retry_advice([chain_error])
+    service = RunService(tmp_path / "run", {"job": "main", "members": ["llm"]}, quiet=True)
+    service.failures = [Failure("test", "en", "tst-en-1", chain_error, "llm")]
+    assert "-o llm.max_tokens=N" in service._retry_advice()
+    service.release()

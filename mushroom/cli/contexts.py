@@ -109,22 +109,28 @@ def contexts_cmd(
         from mushroom.combine.cascade import planned_ids
 
         only = planned_ids(cascade, split)
-    run = generate_split(
-        split,
-        lang,
-        cfg,
-        source,
-        tiers,
-        prompt,
-        topic,
-        grade,
-        min_similarity,
-        max_tokens,
-        limit,
-        root,
-        only,
-        cascade,
-    )
+    try:
+        run = generate_split(
+            split,
+            lang,
+            cfg,
+            source,
+            tiers,
+            prompt,
+            topic,
+            grade,
+            min_similarity,
+            max_tokens,
+            limit,
+            root,
+            only,
+            cascade,
+        )
+    except MushroomError as exc:
+        if type(exc) is not MushroomError or "-o backend." not in str(exc):
+            raise
+        # a backend's advice names detect's form; here -o sets the backend itself
+        raise MushroomError(str(exc).replace("-o backend.", "-o ")) from None
     title = f"contexts: {split}, source {source!r}"
     if only is not None:
         title += ", the items the cascade sends"
@@ -145,6 +151,7 @@ def contexts_cmd(
         for err in run.failed[:5]:
             err_console.print(f"[yellow]failed[/yellow] {esc(err)}")
         advice = retry_advice([err.split(": ", 2)[-1] for err in run.failed])  # "lang: id: error"
+        advice = advice.replace("-o backend.", "-o ")  # here -o sets the backend itself
         graded = sum(GRADING_FAILED in err for err in run.failed)  # generated, then not graded
         what = [plural(len(run.failed) - graded, "context") + " could not be generated"] * (
             graded < len(run.failed)

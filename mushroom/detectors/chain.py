@@ -50,6 +50,7 @@ from mushroom.data.records import Context, Item
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, skip_blank_answers
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.prompts import load_prompt
+from mushroom.errors import CUT_OFF
 from mushroom.parsing.json_repair import extract_json
 from mushroom.parsing.locate import SpanLocator
 from mushroom.parsing.parser import read_claims
@@ -155,7 +156,8 @@ def _unread(st: Counter, stage: str, max_tokens: int) -> str | None:
     if not all(st[f"{r}.empty"] or st[f"{r}.cut_empty"] for r in replies):
         return None  # a reply said something: unusable, counted, not a failure
     if any(st[f"{r}.cut_empty"] for r in replies):
-        return f"every {stage} reply was cut off at max_tokens ({max_tokens}): raise max_tokens"
+        # CUT_OFF in the error: the advice says a re-run reads the same replies from the cache
+        return f"every {stage} reply was cut off: {CUT_OFF} ({max_tokens}); raise max_tokens"
     return f"every {stage} reply was empty: a re-run asks again"
 
 

@@ -96,11 +96,11 @@ def _member_options(exc: MushroomError, name: str) -> MushroomError:
     `main-job -o semantic.max_length=10000000` advised `-o max_length=512`, which main-job
     then refused as no member's option.
     """
-    import re
+    from mushroom.util.options import member_flags
 
     if type(exc) is not MushroomError:  # a file's problems name no flag
         return exc
-    return MushroomError(re.sub(r"(?<![\w.])-o (?=[a-z_]+[=.])", f"-o {name}.", str(exc)))
+    return MushroomError(member_flags(str(exc), name))
 
 
 def _check_member_sources(

@@ -1056,6 +1056,16 @@ class RunService:
             self.warnings.append(warning)
             self.reporter.warning(warning)
 
+    def _retry_advice(self) -> str:
+        """`retry_advice` for the failures; a main job's names the member's options as it takes them."""
+        from mushroom.util.options import member_flags
+
+        advice = retry_advice([f.error for f in self.failures], self.same_folder)
+        members = {f.detector for f in self.failures}
+        if self.config.get("job") == "main" and len(members) == 1:
+            advice = member_flags(advice, members.pop())
+        return advice
+
     def _run_items(
         self, detector, lang, todo, contexts, ledger, bar, task, folder, split="", digests=None
     ) -> None:
@@ -1302,14 +1312,14 @@ class RunService:
             self.reporter.table(Table(title, columns=["items", "error", "for example"], rows=rows))
             where = self.out / "failures.jsonl"
             if not self.allow_failures and self.side_pass:
-                advice = retry_advice([f.error for f in self.failures], self.same_folder)
+                advice = self._retry_advice()
                 raise RunFailed(
                     f"{plural(len(self.failures), 'item')} failed (above); no plan was made, and the "
                     f"folder's predictions and summary are as they were. {advice}, or add "
                     "--allow-failures to plan with those items read as empty"
                 )
             if not self.allow_failures:
-                advice = retry_advice([f.error for f in self.failures], self.same_folder)
+                advice = self._retry_advice()
                 raise RunFailed(
                     f"{plural(len(self.failures), 'item')} failed (listed in {where}); "
                     f"no submission was written. {advice}, "

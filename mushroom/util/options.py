@@ -70,6 +70,15 @@ def check_name(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, An
     return name
 
 
+def member_flags(text: str, member: str) -> str:
+    """Advice's `-o KEY=VALUE` written as a main job takes it of a member: `-o MEMBER.KEY=VALUE`.
+
+    A detector's own advice (`raise max_tokens (-o max_tokens=N)`) was refused by the main
+    job, which takes a member's options with its name before them.
+    """
+    return re.sub(r"(?<![\w.])-o (?=[a-z_]+[=.])", f"-o {member}.", text)
+
+
 def nest_options(options: dict[str, Any]) -> dict[str, Any]:
     """`backend.max_retries=0` -> {"backend": {"max_retries": 0}}: options of nested settings."""
     out: dict[str, Any] = {}
