@@ -169,6 +169,8 @@ NOT_SENT = "not sent"
 """How the error of a request never sent begins (a tripped circuit breaker, a dead URL, a Ctrl-C).
 
 Such a request cost nothing: it is no model call in a cascade's spend, and no item "sent"."""
+UNREADABLE = "the model's reply could not be read as spans"
+"""In the error of an item whose every reply was prose where the prompt asks for spans."""
 TOO_LONG = "longer than the server's context"
 """In the error of a request the server refused for its length: the same request fails again."""
 
@@ -194,6 +196,12 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
             "Each reply was cut off at max_tokens before it named a span, and a re-run reads the same "
             "replies from the cache: raise max_tokens (-o max_tokens=N) and run in a new folder"
         )
+    unread = sum(UNREADABLE in e for e in errors)
+    if errors and unread == len(errors):
+        return (
+            "The model answered them in no form the parser reads, and a re-run reads the same replies "
+            "from the cache: try another prompt or model, in a new folder"
+        )
     long = sum(TOO_LONG in e for e in errors)
     slow = sum(SLOWER in e for e in errors)
     context = (
@@ -209,6 +217,8 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
         again += f"; {long} of them were {TOO_LONG}, which a re-run fails again unless you {context}"
     if cut:
         again += f"; for {cut} of them {CUT_OFF}, which a re-run reads from the cache again (raise it)"
+    if unread:
+        again += f"; for {unread} of them {UNREADABLE}, which a re-run reads from the cache again"
     if slow:
         again += (
             f"; for {slow} of them the server answered too slowly or not at all: raise -o backend.timeout_s "

@@ -70,11 +70,11 @@ def test_what_the_command_line_warns_of_is_warned_of_here_too():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         mushroom.detect(ANSWER, CONTEXT)  # nothing to say
-    # unusable model output: an empty prediction, but said
+    # unusable model output: no "nothing wrong", a failed item, and said
     with FakeServer({}, default_text="lorem ipsum") as server:
         with pytest.warns(RuntimeWarning, match="1 of 1 LLM responses were unparseable"):
-            pred = mushroom.detect(ANSWER, CONTEXT, method="llm", backend=llm_backend(server.url))
-    assert pred.hard_labels == []
+            with pytest.raises(mushroom.RunFailed, match="could not be read as spans"):
+                mushroom.detect(ANSWER, CONTEXT, method="llm", backend=llm_backend(server.url))
 
 
 def test_no_response_cache_is_left_behind_and_a_second_server_is_asked(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from mushroom.data.contexts import load_contexts
 from mushroom.data.records import Context, Item
 from mushroom.detectors import build
 from mushroom.detectors.chain import ChainDetector, ChainOptions
-from mushroom.errors import CUT_OFF, RunFailed
+from mushroom.errors import CUT_OFF, UNREADABLE, RunFailed
 from mushroom.evaluation.score import score_predictions
 from mushroom.retrieval.generate import generate_contexts
 
@@ -178,12 +178,12 @@ def test_a_reply_cut_off_into_an_empty_list_is_retried_and_counted_not_read_as_n
     assert [list(h) for h in pred.hard_labels] == [[32, 38]] and s["chain.decomposition_failures"] == 0
 
 
-def test_malformed_answers_are_counted_and_predict_nothing():
-    # decomposition fails twice: nothing verified, nothing predicted
-    det, pred, _ = run_chain({"v-1#decompose": ["not json"], "v-1#decompose#retry": ["{still not"]})
-    assert (
-        pred.hard_labels == [] and det["chain.decomposition_failures"] == 1 and det["decompose.retries"] == 1
+def test_malformed_answers_are_counted_and_fail_or_fall_back():
+    # decomposition unreadable twice: nothing to verify, and no "nothing wrong" either
+    det, error, _ = run_chain(
+        {"v-1#decompose": ["not json"], "v-1#decompose#retry": ["{still not"]}, status="failed"
     )
+    assert UNREADABLE in error and det["chain.decomposition_failures"] == 1 and det["decompose.retries"] == 1
     # a claim quoted wrongly, a span that is not in the answer -> fallback to the claim's substring
     bad_dec = json.dumps(
         {
@@ -790,9 +790,9 @@ def test_an_empty_decompose_reply_is_retried_and_fails_the_item_when_the_retry_i
         {"v-1#decompose": [""], "v-1#decompose#retry": [DECOMPOSE], "v-1#verify": [VERIFY]}
     )
     assert [list(h) for h in pred.hard_labels] == [[32, 38]] and s["decompose.empty"] == 1
-    # an empty reply, then one that says something unusable: the model's answer, counted, not a failure
-    s, pred, _ = run_chain({"v-1#decompose": [""], "v-1#decompose#retry": ["no idea"]})
-    assert pred.hard_labels == [] and s["chain.decomposition_failures"] == 1
+    # an empty reply, then prose: no claims to read, so no "nothing wrong" either; the item fails
+    s, error, _ = run_chain({"v-1#decompose": [""], "v-1#decompose#retry": ["no idea"]}, status="failed")
+    assert UNREADABLE in error and s["chain.decomposition_failures"] == 1
 
 
 def test_an_empty_reply_cut_off_at_max_tokens_fails_the_item_as_cut_off():

@@ -440,6 +440,7 @@ def test_small_mistakes_get_a_usage_error_that_names_them(tmp_path, capsys):
             "--detector is given twice",
         ),
         (["score", pred, pred, "--json", out / "a", "--json", out / "b"], 2, "--json is given twice"),
+        (["run", "--config", "configs/variants.toml"], 2, "takes the config file as its argument"),
         # a member's advice names the member, as main-job takes its options
         (
             ["main-job", "-o", "semantic.max_length=100000", "--lang", "en", "--out", out],

@@ -50,6 +50,11 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
         (["--lang", "en", "--contexts", "perplexty"], "no context file for source 'perplexty'"),
         (["--items", VAL_EN, "--split", "test"], "replaces --split test"),
         (["--backend", "openai", "--base-url", "notaurl", "--model", "m"], "is not an http(s) URL"),
+        # the client adds the endpoint: it asked for .../chat/completions/chat/completions, after a folder
+        (
+            ["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1/chat/completions", "--model", "m"],
+            "names an endpoint; give the server's base URL: http://127.0.0.1:9/v1",
+        ),
         # backends are built when the first item needs one; what they would fail on is seen first
         (["--backend", "openai", "--model", "m"], "the openai backend needs `base_url`"),
         (["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1"], "needs `model` (--model)"),
@@ -705,3 +710,14 @@ def test_a_partly_labelled_items_file_says_why_it_is_not_scored(tmp_path, capsys
     )
     said = " ".join((out + err).split())
     assert code == 0 and "not scored: 1 of the 2 items" in said and "have gold labels" in said, out + err
+
+
+def test_a_run_whose_table_shows_cor_nan_says_why(tmp_path, capsys):
+    """An items file with an empty answer showed `Cor nan` in the run's table, unexplained."""
+    rows = [dict(GOLD_ROWS[0], model_output_text="", soft_labels=[], hard_labels=[]), *GOLD_ROWS[1:3]]
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    code, out, err = cli(
+        capsys, "detect", "--items", items, "--contexts", "", "--out", tmp_path / "run", "--quiet"
+    )
+    said = " ".join(err.split())
+    assert code == 0 and "nan" in out and "with an empty answer" in said and "Cor NaN" in said, out + err

@@ -75,14 +75,22 @@ def test_a_failed_rerun_leaves_no_scores_of_the_pass_before(tmp_path):
     assert not (out / "scores.json").exists() and not (out / "scores.md").exists()
 
 
-def test_a_model_answering_only_garbage_is_warned_about(tmp_path):
+def test_a_model_answering_only_garbage_fails_its_items_and_is_warned_about(tmp_path):
+    """Prose for every item wrote a submission of empty predictions, exit 0: "nothing wrong"
+    where nothing was read. Its items fail; --allow-failures writes them empty, listed."""
     out = tmp_path / "run"
     with FakeServer({}, "I am sorry, I cannot help with that.") as server:
         proc = mushroom(*detect_args(out, server.url))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    warning = "llm:val en: 5 of 5 LLM responses were unparseable"
-    assert warning in " ".join(proc.stderr.split()) and "warning" not in proc.stdout
-    assert any(w.startswith(warning) for w in json.loads((out / "summary.json").read_text())["warnings"])
+        said = " ".join(proc.stderr.split())
+        assert proc.returncode == 3 and "5 items failed" in said, proc.stdout + proc.stderr
+        errors = [json.loads(line)["error"] for line in (out / "failures.jsonl").read_text().splitlines()]
+        assert all("could not be read as spans (it begins 'I am sorry" in e for e in errors), errors
+        assert "try another prompt or model, in a new folder" in said
+        warning = "llm:val en: 5 of 5 LLM responses were unparseable"
+        assert warning in said and "warning" not in proc.stdout
+        assert any(w.startswith(warning) for w in json.loads((out / "summary.json").read_text())["warnings"])
+        proc = mushroom(*detect_args(out, server.url), "--allow-failures")
+    assert proc.returncode == 0 and len((out / "failures.jsonl").read_text().splitlines()) == 5, proc.stderr
 
 
 def test_claims_that_are_not_in_the_answer_are_warned_about():
@@ -755,6 +763,19 @@ def test_each_failed_item_says_which_variants_files_it_is_missing_from(tmp_path)
         by_folder.setdefault(row["folder"], set()).add(row["id"])
     assert len(by_folder) == 2 and all(len(ids) == 2 for ids in by_folder.values()), rows
     assert all(folder.split("/")[0] in ("zero", "few") for folder in by_folder), by_folder
+    # with --allow-failures the run ends, and says why the variants are not compared
+    proc = mushroom(
+        "run",
+        str(config),
+        "--out",
+        str(out),
+        "--eval-dir",
+        str(tmp_path / "e"),
+        "--quiet",
+        "--allow-failures",
+    )
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 0 and "the variants are not compared: 4 items failed" in said, said
 
 
 def test_a_resumed_run_has_no_summary_until_it_finishes_again(tmp_path):

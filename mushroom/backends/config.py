@@ -191,6 +191,14 @@ class OpenAIConfig(BackendSettings):
             raise ValueError(f"{value!r} names no host; {example}")
         if port == 0:
             raise ValueError(f"{value!r}: port 0 is no port; {example}")
+        endpoint = next(
+            (e for e in ("/chat/completions", "/completions") if url.path.rstrip("/").endswith(e)), None
+        )
+        if (
+            endpoint is not None
+        ):  # the client adds the endpoint: it asked for .../chat/completions/chat/completions
+            base = value.rstrip("/")[: -len(endpoint)]
+            raise ValueError(f"{value!r} names an endpoint; give the server's base URL: {base}")
         return value
 
     @field_validator("concurrency")

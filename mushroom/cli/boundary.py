@@ -286,7 +286,7 @@ def _run(app: typer.Typer, args: list[str]) -> int:
     except typer.Exit as exc:
         return exc.exit_code
     except typer.TyperException as exc:  # typer's click: bad option, missing argument, bad value
-        _hint_detector_word(exc)
+        _usage_hint(exc)
         show = getattr(exc, "show", None)
         if show is not None:
             show()
@@ -360,10 +360,19 @@ def _refuse_repeated_options(command: Any, args: list[str]) -> None:
             raise MushroomError(f"{name} is given {times} ({', '.join(values)}): give it once")
 
 
-def _hint_detector_word(exc: Exception) -> None:
-    """`mushroom detect semantic`: the detector given as a word, refused as an extra argument."""
+def _usage_hint(exc: Exception) -> None:
+    """`mushroom detect semantic`: the detector given as a word, refused as an extra argument.
+
+    Also `mushroom run --config X`, as main-job takes a config: run takes it as its argument.
+    """
     ctx, message = getattr(exc, "ctx", None), getattr(exc, "message", None)
     command = getattr(getattr(ctx, "command", None), "name", None)
+    if command == "run" and isinstance(message, str) and message.startswith("No such option: --config"):
+        # main-job takes --config; run takes its config as its argument
+        exc.message = (
+            f"{message}; `mushroom run` takes the config file as its argument: mushroom run CONFIG.toml"  # type: ignore[attr-defined]
+        )
+        return
     if command != "detect" or not isinstance(message, str) or not message.startswith("Got unexpected extra"):
         return
     from mushroom.detectors import available

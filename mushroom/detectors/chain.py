@@ -50,7 +50,7 @@ from mushroom.data.records import Context, Item
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, skip_blank_answers
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.prompts import load_prompt
-from mushroom.errors import CUT_OFF
+from mushroom.errors import CUT_OFF, UNREADABLE
 from mushroom.parsing.json_repair import extract_json
 from mushroom.parsing.locate import SpanLocator
 from mushroom.parsing.parser import read_claims
@@ -150,11 +150,18 @@ def _broke_off(max_tokens: int) -> str:
     return f"the reply broke off (max_tokens is {max_tokens}) before any entry"
 
 
-def _unread(st: Counter, stage: str, max_tokens: int) -> str | None:
-    """Why no reply of an item's stage (its retry included) could be read, when each was empty or cut off."""
+def _unread(st: Counter, stage: str, max_tokens: int) -> str:
+    """Why no reply of an item's stage (its retry included) could be read: empty, cut off, or prose.
+
+    Each is a failed item, not "nothing wrong": a model that never answers in form (prose
+    where the prompt asks for claims) made a submission of empty predictions, exit 0.
+    """
     replies = [stage, f"{stage}.retry"] if st[f"{stage}.retries"] else [stage]
     if not all(st[f"{r}.empty"] or st[f"{r}.cut_empty"] for r in replies):
-        return None  # a reply said something: unusable, counted, not a failure
+        return (
+            f"every {stage} reply: {UNREADABLE} (raw/ has them): a re-run reads the same replies from "
+            "the cache; try another prompt or model"
+        )
     if any(st[f"{r}.cut_empty"] for r in replies):
         # CUT_OFF in the error: the advice says a re-run reads the same replies from the cache
         return f"every {stage} reply was cut off: {CUT_OFF} ({max_tokens}); raise max_tokens"
@@ -375,12 +382,13 @@ class ChainDetector(Detector):
                 "verdicts": item_verdicts,
             }
             error = dec_err[k] or v_err
-            # every reply of a stage empty, or cut off at max_tokens: no claims read as
-            # "nothing wrong" (exit 0, an empty prediction); the item fails, as the llm
+            # every reply of a stage empty, cut off at max_tokens or unreadable: no claims read
+            # as "nothing wrong" (exit 0, an empty prediction); the item fails, as the llm
             # detector's does
             for stage, lacking, counter in (
                 ("decompose", claims[k] is None, "chain.decomposition_failures"),
-                ("verify", bool(claims[k]) and item_verdicts is None, "chain.verify_failures"),
+                # an item with no usable context is not sent to verify: its claims are unverifiable
+                ("verify", bool(claims[k]) and usable[k] and item_verdicts is None, "chain.verify_failures"),
             ):
                 why = _unread(st, stage, opts.max_tokens) if error is None and lacking else None
                 if why is not None:
@@ -395,10 +403,6 @@ class ChainDetector(Detector):
                     {"claim": n + 1, "verdict": "not_in_context", "reason": NO_CONTEXT}
                     for n in range(len(claims[k] or []))
                 ]
-            if claims[k] is None:
-                st["chain.decomposition_failures"] += 1
-            elif claims[k] and item_verdicts is None:
-                st["chain.verify_failures"] += 1
             vec, unverifiable, unchecked = self._paint(item, claims[k] or [], item_verdicts or [], st)
             detail["unverifiable"] = unchecked
             pred = prediction_from_vectors(item.id, vec, vec > opts.threshold)

@@ -31,7 +31,7 @@ from mushroom.data.predictions import SoftMode, vote
 from mushroom.data.records import Context, Item
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, skip_blank_answers
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
-from mushroom.errors import CUT_OFF
+from mushroom.errors import CUT_OFF, UNREADABLE
 from mushroom.parsing.parser import SpanList, parse_response
 
 
@@ -214,6 +214,15 @@ class LLMDetector(Detector):
                     unread.append(
                         f"{CUT_OFF} ({opts.max_tokens}) before it named a span found in the answer: "
                         "raise max_tokens"
+                    )
+                    continue
+                if not result.parsed:
+                    # prose where the prompt asks for spans ("I'm sorry, I can't help"): no vote
+                    # for "nothing wrong"; a model that never answers in form fails its items
+                    shown = " ".join(text.split())[:60]
+                    unread.append(
+                        f"{UNREADABLE} (it begins {shown!r}): a re-run reads the same reply from the "
+                        "cache; try another prompt or model"
                     )
                     continue
                 soft = np.zeros(n)

@@ -29,6 +29,7 @@ from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util.names import valid_name
 from mushroom.util.options import error_message, field_errors, merge_options
+from mushroom.util.words import plural
 
 if TYPE_CHECKING:
     from mushroom.runs.service import SplitOutput
@@ -542,6 +543,13 @@ def execute(
                     entry["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
     if len(dets) > 1 and "val" in cfg.splits and not service.failures:
         summary["comparison"] = compare_variants(val_results, cfg.name, reporter, eval_dir, limit is not None)
+    elif len(dets) > 1 and "val" in cfg.splits:  # --allow-failures: the table was left out unsaid
+        reporter.message(
+            f"the variants are not compared: {plural(len(service.failures), 'item')} failed (listed below), "
+            "and a comparison with failed items left empty would weigh the failures, not the variants; "
+            "run the same command again to retry them",
+            lead="note:",
+        )
     service.finish(summary)
     return out
 

@@ -501,6 +501,16 @@ _UNUSABLE = (
 )
 _CUT = " (the repair parser closed what it could): raise max_tokens, or the model is repeating itself"
 _MEANING = {"llm.truncated": _CUT, "chain.truncated": _CUT}
+# replies no reading could use: no vote for "nothing wrong", so an item with nothing else failed
+_UNREAD = (
+    '; such a reply is no vote for "nothing wrong": an item with no other reply failed. Check the '
+    "model, prompt and server"
+)
+_NOT_READ = {
+    "llm.unparseable": _UNREAD,
+    "chain.decomposition_failures": _UNREAD,
+    "chain.verify_failures": _UNREAD,
+}
 UNUSABLE_SHARE = 0.5
 
 
@@ -514,7 +524,7 @@ def unusable_warnings(where: str, stats: dict[str, int], in_run: bool = True) ->
         n, of = stats.get(bad, 0), stats.get(total, 0)
         # a cut-off reply is said however few: each lost what the model had left to say
         if of and n and (n / of >= UNUSABLE_SHARE or bad in _MEANING):
-            meaning = _MEANING.get(bad) or _FALL_BACK + (_RAW_HINT if in_run else "")
+            meaning = _MEANING.get(bad) or _NOT_READ.get(bad, _FALL_BACK) + (_RAW_HINT if in_run else "")
             out.append(f"{where}: {n} of {of} {what}{meaning}")
     return out
 
@@ -1240,6 +1250,10 @@ class RunService:
             return score_file(split, lang, path, items[lang] if items is not None else None)
 
         results = {lang: one(lang, path) for lang, path in files.items()}
+        for result in results.values():  # an empty answer's Cor is NaN: the table showed it unsaid
+            for warning in result.warnings:
+                if "empty answer" in warning:
+                    self.warn(warning)
         baselines = None
         if baseline_files is not None:
             baselines = {lang: one(lang, path) for lang, path in baseline_files.items()}
