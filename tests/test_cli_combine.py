@@ -413,15 +413,22 @@ def test_an_ensemble_takes_detect_items_run_folders(tmp_path, capsys, monkeypatc
     assert len((tmp_path / "vote.jsonl").read_text().splitlines()) == 3
 
 
-def test_a_stack_applied_to_an_items_file_is_scored_and_reported_as_its_folder(tmp_path, capsys):
-    """`report` said it was "not a `detect --items` run", and `score` that it was of the test
-    split (its config said so): only its file could be read."""
+def _stack_and_items_member(tmp_path, capsys):
+    """A stack fitted on English val, and a lexical `detect --items` run of 4 of its items:
+    (stack.json, the items' rows, items.jsonl, the run's folder)."""
     _, stack = _english_stack(tmp_path, capsys)
     rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:4]]
     items = write_lines(tmp_path / "items.jsonl", rows)
     member = tmp_path / "member"
     code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", member, "--quiet")
     assert code == 0, err
+    return stack, rows, items, member
+
+
+def test_a_stack_applied_to_an_items_file_is_scored_and_reported_as_its_folder(tmp_path, capsys):
+    """`report` said it was "not a `detect --items` run", and `score` that it was of the test
+    split (its config said so): only its file could be read."""
+    stack, rows, items, member = _stack_and_items_member(tmp_path, capsys)
     applied = tmp_path / "applied"
     code, _, err = cli(capsys, "stack", "apply", stack, f"lex={member}", "--items", items, "--out", applied)
     assert code == 0, err
@@ -448,12 +455,7 @@ def test_a_stack_applied_to_an_items_file_is_scored_and_reported_as_its_folder(t
 def test_an_answer_edited_since_a_run_is_refused_not_read_with_that_runs_spans(tmp_path, capsys):
     """`stack apply`, `ensemble` and `report` of a `detect --items` run, given the items file
     after an answer was edited, exited 0 with the old answer's spans on the new words."""
-    _, stack = _english_stack(tmp_path, capsys)
-    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:4]]
-    items = write_lines(tmp_path / "items.jsonl", rows)
-    member = tmp_path / "member"
-    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", member, "--quiet")
-    assert code == 0, err
+    stack, rows, items, member = _stack_and_items_member(tmp_path, capsys)
     edited = dict(rows[1], model_output_text=rows[1]["model_output_text"][::-1])  # same length
     write_lines(items, [rows[0], edited, *rows[2:]])
     pred = member / "predictions" / "mushroom.en-items.jsonl"

@@ -393,26 +393,8 @@ def test_an_out_of_quota_answer_to_a_scoring_request_counts_for_the_breaker_too(
 def test_a_hung_server_stops_contexts_with_advice_in_its_own_option_form(tmp_path, capsys):
     """`contexts` advised `-o backend.connect_timeout_s`, which it refuses: its -o sets the backend."""
     with HungServer() as server:
-        code, _, err = cli(
-            capsys,
-            "contexts",
-            "--split",
-            "val",
-            "--lang",
-            "en",
-            "--limit",
-            "1",
-            "--backend",
-            "openai",
-            "--model",
-            "m",
-            "--base-url",
-            server.url,
-            "-o",
-            "connect_timeout_s=0.5",
-            "--context-dir",
-            tmp_path / "ctx",
-        )
+        args = ["contexts", "--split", "val", "--lang", "en", "--limit", "1", "--backend", "openai", "--model", "m", "--base-url", server.url, "-o", "connect_timeout_s=0.5", "--context-dir", tmp_path / "ctx"]  # fmt: skip
+        code, _, err = cli(capsys, *args)
     said = " ".join(err.split())
     assert code == 2 and "raise -o connect_timeout_s" in said and "backend.connect" not in said, err
 
