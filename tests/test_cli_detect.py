@@ -272,9 +272,17 @@ def test_a_run_over_an_items_file_says_how_to_score_it(tmp_path, capsys):
     run = tmp_path / "run"
     code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", run, "--quiet")
     assert code == 0, err
+    # the items file the run recorded is read, where it still is
+    code, _, err = cli(capsys, "report", run, "--out", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert code == 0 and "reading it" in err and all(f'id="{row["id"]}"' in page for row in GOLD_ROWS[:3]), (
+        err
+    )
+    items.rename(tmp_path / "moved.jsonl")
     code, _, err = cli(capsys, "report", run, "--out", tmp_path / "r.html")
     flat = " ".join(err.split())
     assert code == 2 and f"mushroom report {run} --items ITEMS.jsonl" in flat  # it said to score it
+    (tmp_path / "moved.jsonl").rename(items)
     code, _, err = cli(capsys, "report", run, "--items", items, "--out", tmp_path / "r.html")
     page = (tmp_path / "r.html").read_text()
     assert code == 0 and all(f'id="{row["id"]}"' in page for row in GOLD_ROWS[:3]), err

@@ -119,6 +119,31 @@ def compare(
     out_console.print(f"wrote {esc(folder / stem)}.md and .csv", highlight=False)
 
 
+def _recorded_items(run_dir: Path, contexts: str) -> tuple[Path | None, str]:
+    """The items and context files a `detect --items` run recorded, where they still exist.
+
+    Its config keeps them (`made_from`): a report had to be given them again. --contexts, when
+    given, wins. (None, contexts) where the run kept none, or they are gone; said when taken.
+    """
+    from mushroom.data.runfolder import run_scope
+
+    scope = run_scope(run_dir)
+    kept = scope.config.get("made_from") if scope is not None else None
+    if not isinstance(kept, dict) or not isinstance(kept.get("items"), str):
+        return None, contexts
+    items = Path(kept["items"])
+    files = [Path(p) for p in kept.get("contexts") or [] if isinstance(p, str)]
+    if not items.is_file() or not all(p.is_file() for p in files):
+        return None, contexts
+    if contexts == DEFAULT_CONTEXTS:
+        contexts = ",".join(map(str, files))
+    err_console.print(
+        esc(f"note: {run_dir} was made with --items {items}: reading it (and its context files) from there"),
+        highlight=False,
+    )
+    return items, contexts
+
+
 ITEMS_RUNS_HELP = "the labelled items file the runs were made on (`detect --items`), instead of --split"
 
 
@@ -237,6 +262,8 @@ def report(
             f"RUN_DIR {run_dir}: {'no such folder' if not run_dir.exists() else 'is not a folder'}"
         )
     by_lang, context_files, from_run = None, None, False
+    if items is None and items_files(run_dir):
+        items, contexts = _recorded_items(run_dir, contexts)
     if items is not None:  # a run over a file of the user's: its items and context files
         if not items_files(run_dir):
             raise MushroomError(f"--items: {run_dir} is not a `detect --items` run (it has no items files)")
