@@ -683,9 +683,12 @@ class RunService:
             )
         protected = protected_folder(self.out)
         if protected is not None:
+            from mushroom.data.splits import workspace
+
             raise MushroomError(
                 f"{self.folder_flag} {self.out} is {protected}: as a run folder, every later run inside "
-                f"it would be refused; give the run a folder of its own, such as {self.out / 'new-run'}"
+                "it would be refused; give the run a folder of its own, such as "
+                f"{workspace() / 'runs' / 'NAME'}"
             )
         from mushroom.data.splits import DEFAULT_DATA_DIR, in_data_dir
 
