@@ -225,7 +225,8 @@ def detect_batch(
         One Prediction per item, in order.
 
     Warns (RuntimeWarning) where the command line would: items without contexts, a language
-    mushroom does not know, most model output unusable; a failed model call raises RunFailed.
+    mushroom does not know, most model output unusable. A failed model call raises RunFailed,
+    as does an item whose every reply was cut off, empty or unreadable.
     """
     _check_call(items, method, "detect_batch", options, ("items", "method", "lang"))
     return _detect(items, method, lang, options)

@@ -169,7 +169,7 @@ NOT_SENT = "not sent"
 """How the error of a request never sent begins (a tripped circuit breaker, a dead URL, a Ctrl-C).
 
 Such a request cost nothing: it is no model call in a cascade's spend, and no item "sent"."""
-UNREADABLE = "the model's reply could not be read as spans"
+UNREADABLE = "the model's reply could not be read"
 """In the error of an item whose every reply was prose where the prompt asks for spans."""
 TOO_LONG = "longer than the server's context"
 """In the error of a request the server refused for its length: the same request fails again."""

@@ -464,6 +464,9 @@ def test_an_answer_edited_since_a_run_is_refused_not_read_with_that_runs_spans(t
         ["ensemble", member, member, "--items", items, "--out", tmp_path / "vote.jsonl"],
         ["ensemble", pred, "--items", items, "--out", tmp_path / "vote.jsonl"],
         ["report", member, "--items", items, "--out", tmp_path / "r.html"],
+        ["score", items, member],
+        ["compare", member, member, "--items", items, "--eval-dir", tmp_path / "eval"],
+        ["sweep", member, "--items", items, "--svg", tmp_path / "s.svg"],
     ):
         code, _, err = cli(capsys, *args)
         told = " ".join(err.split())
@@ -475,7 +478,7 @@ def test_an_answer_edited_since_a_run_is_refused_not_read_with_that_runs_spans(t
             args,
             err,
         )
-    assert not any((tmp_path / n).exists() for n in ("applied", "vote.jsonl", "r.html"))
+    assert not any((tmp_path / n).exists() for n in ("applied", "vote.jsonl", "r.html", "eval", "s.svg"))
     # the run's own command computes the edited item again; then all is well
     code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", member, "--quiet")
     assert code == 0, err

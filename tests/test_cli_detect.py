@@ -69,6 +69,10 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
         assert code == 2 and message in " ".join(err.split()), (args, err)
         assert not out.exists(), args
     assert not (tmp_path / "typo").exists()
+    # the query goes too: the suggestion was the URL cut short by the endpoint's length
+    args = ["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1/chat/completions?v=1", "--model", "m"]
+    code, _, err = cli(capsys, "detect", *args, "--out", out, "--quiet")
+    assert code == 2 and err.rstrip().endswith("give the server's base URL: http://127.0.0.1:9/v1"), err
     code, _, err = cli(capsys, "main-job", "--no-val", "--out", out)
     assert code == 2 and "--no-val" in err and not out.exists()
     code, _, err = cli(capsys, "main-job", "--detector", "llm", "-o", "backend.kind=replay", "--out", out)
@@ -672,7 +676,15 @@ def test_a_folder_that_holds_the_project_its_data_or_later_runs_is_no_run_folder
     (proj / "contexts").mkdir(parents=True)
     with monkeypatch.context() as patched:
         patched.setattr(contexts, "DEFAULT_CONTEXT_DIR", proj / "contexts")
-        for folder in (proj, proj / "contexts", Path("/"), Path.home(), splits.DEFAULT_DATA_DIR.parent):
+        for folder in (
+            proj,
+            proj / "contexts",
+            proj / "runs",
+            proj / "eval",
+            Path("/"),
+            Path.home(),
+            splits.DEFAULT_DATA_DIR.parent,
+        ):
             assert protected_folder(folder) is not None, folder
         for folder in (proj / "runs" / "mine", tmp_path / "elsewhere"):
             assert protected_folder(folder) is None, folder
@@ -690,7 +702,7 @@ def test_a_run_inside_a_run_folder_says_which_files_made_it_one(tmp_path, capsys
     run = limited_run(tmp_path, capsys)
     code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "1", "--out", run / "x", "--quiet")
     told = " ".join(err.split())
-    assert code == 2 and "its run files (config.json, " in told and "remove them" in told, err
+    assert code == 2 and "its run's config.json is what makes it one" in told, err
 
 
 def test_an_unusable_cache_folder_stops_the_run_before_its_folder_naming_the_setting(

@@ -530,7 +530,9 @@ def test_files_the_official_scorer_cannot_read_are_said_not_passed(tmp_path, cap
     with pytest.raises(ValueError):
         official_scores(gold, bom)
     code, out, err = cli(capsys, "check", bom, "--items", gold)
-    assert code == 1 and "starts with a UTF-8 byte order mark" in " ".join(err.split()), out + err
+    told = " ".join(err.split())
+    assert code == 1 and "starts with a UTF-8 byte order mark" in told, out + err
+    assert f"of {len(GOLD_ROWS) + 1} read" not in told, err  # the mark is no line of its own
     code, out, err = cli(capsys, "score", gold, bom)
     assert code == 0 and "starts with a UTF-8 byte order mark" in " ".join(err.split()), err
     no_soft = write_lines(

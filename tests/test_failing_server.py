@@ -411,4 +411,9 @@ def test_the_advice_for_cut_off_replies_names_the_options_as_the_command_takes_t
     service = RunService(tmp_path / "run", {"job": "main", "members": ["llm"]}, quiet=True)
     service.failures = [Failure("test", "en", "tst-en-1", chain_error, "llm")]
     assert "-o llm.max_tokens=N" in service._retry_advice()
+    service.failures.append(Failure("test", "en", "tst-en-2", chain_error, "chain"))
+    assert (
+        "-o MEMBER.max_tokens=N" in service._retry_advice()
+        and "(MEMBER: chain, llm)" in service._retry_advice()
+    )
     service.release()

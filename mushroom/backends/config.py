@@ -197,7 +197,7 @@ class OpenAIConfig(BackendSettings):
         if (
             endpoint is not None
         ):  # the client adds the endpoint: it asked for .../chat/completions/chat/completions
-            base = value.rstrip("/")[: -len(endpoint)]
+            base = url._replace(path=url.path.rstrip("/")[: -len(endpoint)], query="", fragment="").geturl()
             raise ValueError(f"{value!r} names an endpoint; give the server's base URL: {base}")
         return value
 

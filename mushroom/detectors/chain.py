@@ -158,9 +158,10 @@ def _unread(st: Counter, stage: str, max_tokens: int) -> str:
     """
     replies = [stage, f"{stage}.retry"] if st[f"{stage}.retries"] else [stage]
     if not all(st[f"{r}.empty"] or st[f"{r}.cut_empty"] for r in replies):
+        entries = "claims" if stage == "decompose" else "verdicts"
         return (
-            f"every {stage} reply: {UNREADABLE} (raw/ has them): a re-run reads the same replies from "
-            "the cache; try another prompt or model"
+            f"every {stage} reply: {UNREADABLE} as {entries}: a re-run reads the same replies from the "
+            "cache; try another prompt or model"
         )
     if any(st[f"{r}.cut_empty"] for r in replies):
         # CUT_OFF in the error: the advice says a re-run reads the same replies from the cache

@@ -221,8 +221,8 @@ class LLMDetector(Detector):
                     # for "nothing wrong"; a model that never answers in form fails its items
                     shown = " ".join(text.split())[:60]
                     unread.append(
-                        f"{UNREADABLE} (it begins {shown!r}): a re-run reads the same reply from the "
-                        "cache; try another prompt or model"
+                        f"{UNREADABLE} as spans (it begins {shown!r}): a re-run reads the same reply "
+                        "from the cache; try another prompt or model"
                     )
                     continue
                 soft = np.zeros(n)

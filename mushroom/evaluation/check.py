@@ -251,7 +251,7 @@ def check_file(
 
     problems: list[Problem] = []
     if starts_with_bom(Path(path)):  # an upload the official scorer cannot read
-        problems.append(Problem(str(path), 1, None, f"the file {OFFICIAL_BOM}"))
+        problems.append(Problem(str(path), None, None, f"the file {OFFICIAL_BOM}"))  # no line of its own
     rows = list(iter_json_lines(Path(path), problems))
     report = check_rows(rows, items, str(path), strict, partial)
     report.n_lines += len({p.line for p in problems if p.line is not None})  # unreadable lines were read too

@@ -74,8 +74,11 @@ def score_run(
     if items is not None:  # `detect --items` runs, against the file they were made on
         from mushroom.evaluation.runfiles import score_run_files
 
-        found = score_run_files(items, path, None, note=lambda _: None, partial=True)
-        return RunScores(name or path.name, path, found, run_scope(path))
+        scope = run_scope(path)  # a run made with --limit is scored on its items, said by coverage_note
+        found = score_run_files(
+            items, path, None, note=lambda _: None, partial=scope is not None and scope.partial
+        )
+        return RunScores(name or path.name, path, found, scope)
     folder = prediction_folder(path, split)
     gold_dir = next(iter(split_files(split).values())).parent
     scope = run_scope(path)

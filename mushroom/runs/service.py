@@ -184,15 +184,22 @@ def protected_folder(folder: Path) -> str | None:
     target = Path(folder).resolve()
     if target == Path(target.anchor) or target == Path.home().resolve():
         return "the file system's root" if target == Path(target.anchor) else "the home folder"
+    ws = splits.workspace()
     kept = {
         "the official data": splits.DEFAULT_DATA_DIR,
         "the context files": contexts.DEFAULT_CONTEXT_DIR,
         "the mushroom package": Path(__file__).resolve().parents[1],
-        "where runs go by default (runs/, submissions/, eval/)": splits.workspace(),
+        "where runs go by default (runs/, submissions/, eval/)": ws,
+        # the default folders themselves: `--out runs` made every later default run "inside" it
+        "later runs by default": ws / "runs",
+        "later submissions by default": ws / "submissions",
+        "later comparisons and sweeps by default": ws / "eval",
     }
     for what, path in kept.items():
         if path.resolve().is_relative_to(target):
-            return f"the folder that holds {what} ({path})"
+            return (
+                f"{'the folder of' if path.resolve() == target else 'the folder that holds'} {what} ({path})"
+            )
     return None
 
 
@@ -674,12 +681,11 @@ class RunService:
             )
         outer = enclosing_run(self.out)
         if outer is not None:
-            marks = sorted(n for n in RUN_FILES if (outer / n).exists())
             raise MushroomError(
                 f"{self.folder_flag} {self.out} is inside the run folder {outer}; its files would be "
                 "mixed with that run's (read as its predictions, zipped with its submission). "
-                f"Choose a folder outside it. If {outer} was made a run folder by a slip, its run files "
-                f"({', '.join(marks)}) are what made it one: remove them"
+                f"Choose a folder outside it. If {outer} was made a run folder by a slip, its run's "
+                f"config.json is what makes it one: move that away (with the run's other files)"
             )
         protected = protected_folder(self.out)
         if protected is not None:
@@ -1074,9 +1080,11 @@ class RunService:
         from mushroom.util.options import member_flags
 
         advice = retry_advice([f.error for f in self.failures], self.same_folder)
-        members = {f.detector for f in self.failures}
-        if self.config.get("job") == "main" and len(members) == 1:
-            advice = member_flags(advice, members.pop())
+        members = sorted({f.detector for f in self.failures})
+        if self.config.get("job") == "main":
+            advice = member_flags(advice, members[0] if len(members) == 1 else "MEMBER")
+            if len(members) > 1:
+                advice += f" (MEMBER: {', '.join(members)})"
         return advice
 
     def _run_items(
