@@ -250,10 +250,11 @@ def check_file(
     from mushroom.data.jsonl import OFFICIAL_BOM, starts_with_bom
 
     problems: list[Problem] = []
-    if starts_with_bom(Path(path)):  # an upload the official scorer cannot read
-        problems.append(Problem(str(path), None, None, f"the file {OFFICIAL_BOM}"))  # no line of its own
+    # an upload the official scorer cannot read; said on line 1, where the mark is, and not
+    # counted as one more line read
+    bom = [Problem(str(path), 1, None, f"the file {OFFICIAL_BOM}")] if starts_with_bom(Path(path)) else []
     rows = list(iter_json_lines(Path(path), problems))
     report = check_rows(rows, items, str(path), strict, partial)
     report.n_lines += len({p.line for p in problems if p.line is not None})  # unreadable lines were read too
-    report.errors = problems + report.errors
+    report.errors = bom + problems + report.errors
     return report
