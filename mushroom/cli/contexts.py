@@ -129,8 +129,7 @@ def contexts_cmd(
     except MushroomError as exc:
         if type(exc) is not MushroomError or "-o backend." not in str(exc):
             raise
-        # a backend's advice names detect's form; here -o sets the backend itself
-        raise MushroomError(str(exc).replace("-o backend.", "-o ")) from None
+        raise MushroomError(_own_form(str(exc))) from None
     title = f"contexts: {split}, source {source!r}"
     if only is not None:
         title += ", the items the cascade sends"
@@ -150,11 +149,15 @@ def contexts_cmd(
     if run.failed:
         for err in run.failed[:5]:
             err_console.print(f"[yellow]failed[/yellow] {esc(err)}")
-        advice = retry_advice([err.split(": ", 2)[-1] for err in run.failed])  # "lang: id: error"
-        advice = advice.replace("-o backend.", "-o ")  # here -o sets the backend itself
+        advice = _own_form(retry_advice([err.split(": ", 2)[-1] for err in run.failed]))  # "lang: id: error"
         graded = sum(GRADING_FAILED in err for err in run.failed)  # generated, then not graded
         what = [plural(len(run.failed) - graded, "context") + " could not be generated"] * (
             graded < len(run.failed)
         )
         what += [plural(graded, "context") + " could not be graded"] * bool(graded)
         raise RunFailed(f"{' and '.join(what)}. {advice}")
+
+
+def _own_form(advice: str) -> str:
+    """A backend's advice in this command's form: its `-o` sets the backend, not `backend.KEY`."""
+    return advice.replace("-o backend.", "-o ")

@@ -211,18 +211,15 @@ def sweep(
         else workspace() / "eval" / f"sweep-{timestamp()}.svg"
     )
     if items is not None:
-        from mushroom.data.predictions import submission_name
-        from mushroom.data.runfolder import FailureCheck, prediction_folder
+        from mushroom.data.runfolder import FailureCheck, items_files, refuse_edited_answers
 
         data: dict[str, list] = {}
         for item in load_items_option(items):
             if lang is None or item.lang in lang:
                 data.setdefault(item.lang, []).append(item)
-        for run in runs:  # spans of an answer edited since would be swept against the new one
-            for code, its in data.items():
-                file = prediction_folder(run, "items") / submission_name(code, "items")
-                if file.is_file():
-                    FailureCheck(file).refuse_changed_answers(its, file)
+        # spans of an answer edited since would be swept against the new one
+        checks = [FailureCheck(file) for run in runs for file in items_files(run)]
+        refuse_edited_answers(checks, [it for its in data.values() for it in its])
     else:
         scope = sweep_scope(runs, split, lang)
         for note in scope.notes:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mushroom.data.predictions import SoftMode, items_of_file, prediction_langs, prediction_vectors, vote
 from mushroom.data.records import Item, Prediction
+from mushroom.data.runfolder import FailureCheck, refuse_edited_answers
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.words import listed, no_prediction, plural
 
@@ -166,18 +167,16 @@ def run_inputs(paths: list[Path], lang: str | None, split: str | None) -> list[P
     return out
 
 
-def refuse_failed(files: list[Path], predictions: list[Mapping[str, Prediction]]) -> None:
+def refuse_failed(checks: list[FailureCheck], predictions: list[Mapping[str, Prediction]]) -> None:
     """Refuses an input whose run lists failed items among the ones it predicts.
 
     `--allow-failures` wrote those items empty, and in a vote an empty run is a run that saw
     nothing wrong: two empty runs outvote the one that marked the answer.
     """
-    from mushroom.data.runfolder import failed_items
-
-    for path, preds in zip(files, predictions):
-        found = failed_items(path, preds)
+    for check, preds in zip(checks, predictions):
+        found = check.check(preds)
         if found is not None:
-            raise MushroomError(found.message(path))
+            raise MushroomError(found.message(check.path))
 
 
 def _only_split(path: Path) -> tuple[str, Path]:
@@ -245,7 +244,8 @@ def vote_files(
                 f"{path} has no item in common with {preds[0]}: an ensemble votes over runs of the same "
                 "items (files of other languages or splits?)"
             )
-    refuse_failed(preds, loaded)
+    checks = [FailureCheck(p) for p in preds]  # each run's ledger read once, for both checks
+    refuse_failed(checks, loaded)
     if items is not None:
         items, _ = items_of_file(items, preds[0])  # a mixed items file: the inputs' language
         # said of the input that lacks them: the check of the vote named --out, a file never written
@@ -257,10 +257,7 @@ def vote_files(
                 raise DataError.single(
                     path, None, "id", f"{said}; an ensemble votes over files of the same items"
                 )
-        from mushroom.data.runfolder import FailureCheck
-
-        for path in preds:  # spans of an answer edited since would mark other words
-            FailureCheck(path).refuse_changed_answers(items, path)
+        refuse_edited_answers(checks, items)  # spans of an answer edited since would mark other words
         lengths = text_lengths(items)
     else:
         found, stray = shipped_lengths(sorted(ids_of[0]))

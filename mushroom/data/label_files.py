@@ -55,6 +55,10 @@ def marks_nothing(n: int) -> str:
     )
 
 
+EMPTY_ANSWER = "with an empty answer"
+"""In the warning of `empty_answers`, which a run's table of scores repeats."""
+
+
 def empty_answers(ids: list[str]) -> str:
     """The warning for items with an empty answer: the official scorer's Cor of each is NaN.
 
@@ -62,7 +66,7 @@ def empty_answers(ids: list[str]) -> str:
     as the official number, and said.
     """
     return (
-        f"{plural(len(ids), 'item')} with an empty answer (first: {ids[0]}): the official scorer "
+        f"{plural(len(ids), 'item')} {EMPTY_ANSWER} (first: {ids[0]}): the official scorer "
         "gives each Cor NaN, and so the mean Cor is NaN"
     )
 

@@ -10,7 +10,7 @@ import json
 import platform
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -574,6 +574,21 @@ class FailedItems:
         )
 
 
+def refuse_edited_answers(
+    checks: Iterable[FailureCheck], items: Sequence[Any] | Callable[[], Sequence[Any]]
+) -> None:
+    """`refuse_changed_answers` for each file whose run kept the answers it computed on.
+
+    `items` may be a loader: it is called only where some run kept them, so scoring an older
+    run reads no items file twice.
+    """
+    kept = [c for c in checks if c.ledger is not None and c.ledger.answers is not None]
+    if kept:
+        read = items() if callable(items) else items
+        for check in kept:
+            check.refuse_changed_answers(read)
+
+
 def failed_items(path: Path, predictions: Mapping[str, Prediction]) -> FailedItems | None:
     """The items of a prediction file that failed in its run or that the file lags behind.
 
@@ -593,6 +608,7 @@ class FailureCheck:
     def __init__(self, path: Path):
         from mushroom.data.predictions import prediction_file_lang
 
+        self.path = path  # as given, for messages
         path = path.resolve()  # "../x" from inside a run, or a link into one, is not of that run
         self.skip = path.parent.name == "mark-all"
         lang = prediction_file_lang(path.name)
@@ -607,7 +623,7 @@ class FailureCheck:
         """
         return self.ledger is not None or self.where is not None
 
-    def refuse_changed_answers(self, items: Iterable[Any], path: Path, who: str = "") -> None:
+    def refuse_changed_answers(self, items: Iterable[Any], who: str = "") -> None:
         """Refuses the file where its run computed some of `items` on another answer.
 
         Its spans are of the old text: read with the new one, they mark other words, or run
@@ -618,7 +634,7 @@ class FailureCheck:
         if changed:
             shown = ", ".join(map(repr, changed[:3])) + (", ..." if len(changed) > 3 else "")
             raise DataError.single(
-                path,
+                self.path,
                 None,
                 None,
                 f"{who}the answer of {len(changed)} of its items ({shown}) is not the one its run "

@@ -349,7 +349,7 @@ def build_report(
         if not path.exists():
             continue
         check = FailureCheck(path)  # an edited answer is said before its spans are found too long
-        check.refuse_changed_answers(items, path)
+        check.refuse_changed_answers(items)
         preds = load_predictions(path, {item.id: len(item.model_output_text) for item in items})
         failed = check.check(preds)
         ids = [i.id for i in items]

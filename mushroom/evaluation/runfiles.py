@@ -52,7 +52,7 @@ def score_run_files(
             return _score_items_run(gold, own, langs, partial or (scope is not None and scope.partial), note)
         if gold.is_file() and len(own) == 1:  # a `detect --items` run, scored against its items
             pred = own[0]
-            refuse_edited_answers(gold, own)
+            _refuse_edited(gold, own)
         else:
             try:
                 pred = prediction_folder(pred, split, split_flag=False)
@@ -91,21 +91,15 @@ def score_run_files(
     return result
 
 
-def refuse_edited_answers(items_file: Path, files: list[Path]) -> None:
-    """Refuses prediction files whose run computed an item of `items_file` on another answer.
+def _refuse_edited(items_file: Path, files: list[Path]) -> None:
+    """`refuse_edited_answers` of prediction files against the items file they are scored on.
 
     Spans of the old answer, scored against the new gold, score words they never marked.
-    The items are read only where a file's run kept the answers it computed on.
     """
-    from mushroom.data.runfolder import FailureCheck
+    from mushroom.data.runfolder import FailureCheck, refuse_edited_answers
     from mushroom.data.splits import load_items
 
-    checks = [(FailureCheck(p), p) for p in files]
-    checks = [(c, p) for c, p in checks if c.ledger is not None and c.ledger.answers is not None]
-    if checks:
-        items = load_items(items_file)
-        for check, path in checks:
-            check.refuse_changed_answers(items, path)
+    refuse_edited_answers([FailureCheck(p) for p in files], lambda: load_items(items_file))
 
 
 def _score_items_run(
@@ -125,7 +119,7 @@ def _score_items_run(
     wanted = [(lang, p) for lang, p in wanted if langs is None or lang in langs]
     if not wanted:
         raise MushroomError(f"--langs {','.join(langs or [])}: the run has no file of these languages")
-    refuse_edited_answers(gold, [p for _, p in wanted])
+    _refuse_edited(gold, [p for _, p in wanted])
     truth = read_scoring_file(gold, True)
     if langs is not None:
         truth.records = {k: r for k, r in truth.records.items() if r.lang in langs}

@@ -54,6 +54,7 @@ from mushroom.data.contexts import (
 )
 from mushroom.data.itemstream import ContextFiles
 from mushroom.data.jsonl import JsonlWriter, mend_cut_line, write_jsonl
+from mushroom.data.label_files import EMPTY_ANSWER
 from mushroom.data.predictions import mark_all, prediction_file_lang, submission_name
 from mushroom.data.records import ChannelRecord, Context, Item, Prediction
 from mushroom.data.runfolder import RUN_MARKS, answer_digest, run_config_file, timestamp, versions, write_json
@@ -1263,7 +1264,7 @@ class RunService:
         results = {lang: one(lang, path) for lang, path in files.items()}
         for result in results.values():  # an empty answer's Cor is NaN: the table showed it unsaid
             for warning in result.warnings:
-                if "empty answer" in warning:
+                if EMPTY_ANSWER in warning:
                     self.warn(warning)
         baselines = None
         if baseline_files is not None:

@@ -104,18 +104,15 @@ def apply_stack_run(
         **({"items": str(items_file)} if items_file is not None else {}),
         **made_from(items_file),
     }
-    data: Mapping[str, Iterable[Item]]
-    if items_file is not None:
-        split = "items"
-        data = _items_file_data(items_file, langs)
-    else:
-        data = load_split(split, langs)
+    data: Mapping[str, Iterable[Item]] = (
+        _items_file_data(items_file, langs) if items_file is not None else load_split(split, langs)
+    )
     # Members are read and checked before the run folder exists: wrong or missing members
     # leave none (the generator opens and checks every member file on its first step).
     told: list[str] = settings_changes(model, members)
     chunks = iter_apply_stack(model, members, split, data, warn=told.append)
     first = next(chunks, None)
-    if items_file is not None and out is not None:
+    if items_file is not None:
         _items_split_of_older_folder(out)
     service = RunService(out, config, reporter, quiet=True)
     for warning in told:  # reported, and kept in the run's summary

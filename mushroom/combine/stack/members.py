@@ -121,7 +121,7 @@ class Member:
         lengths = {it.id: len(it.model_output_text) for it in items}
         # spans past an answer's end are refused here, as `ensemble` refuses them
         check = FailureCheck(path)  # an edited answer is said before its spans are found too long
-        check.refuse_changed_answers(items, path, f"member {self.name!r}: ")
+        check.refuse_changed_answers(items, f"member {self.name!r}: ")
         preds = load_predictions(path, lengths, other_ids=True)
         found = (
             None

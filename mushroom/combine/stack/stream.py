@@ -129,7 +129,7 @@ class _MemberStream:
         preds = self.predictions.take(ids)
         if self.failures is not None and (found := self.failures.check(preds)) is not None:
             raise MushroomError(f"member {self.member.name!r}: {found.message(self.path)}")
-        self.check.refuse_changed_answers(items, self.path, f"member {self.member.name!r}: ")
+        self.check.refuse_changed_answers(items, f"member {self.member.name!r}: ")
         missing = [i for i in ids if i not in preds]
         if missing:
             scope = run_scope(self.path)
