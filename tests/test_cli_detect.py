@@ -7,6 +7,8 @@ import pytest
 from cli_helpers import GOLD_ROWS, VAL_DIR, cli, limited_run
 from conftest import VAL_EN, write_lines
 
+from mushroom.errors import MushroomError
+
 
 def test_a_run_folder_with_another_config_names_what_differs(tmp_path, capsys):
     run = limited_run(tmp_path, capsys)
@@ -163,6 +165,17 @@ def test_options_that_would_do_nothing_or_repeat_a_vote_are_refused(tmp_path, ca
     code, _, err = cli(capsys, "detect", *args, "--temperatures", "0.1,0.1")
     assert code == 2 and "temperature 0.1 is given twice" in err and "samples" in err
     assert "Value error" not in err and not out.exists()
+    # above 2 an OpenAI-style server refuses every request, and the others sample noise
+    code, _, err = cli(capsys, "detect", *args, "--temperatures", "0.1,5")
+    assert (
+        code == 2 and "--temperatures: '5' must be a finite number in [0, 2]" in err and not out.exists()
+    ), err
+    from mushroom.detectors import build
+
+    for options in ({"temperatures": [5.0]}, {"temperature": 2.5}):
+        detector = "llm" if "temperatures" in options else "chain"
+        with pytest.raises(MushroomError, match="less than or equal to 2"):
+            build(detector, options)
     code, _, err = cli(capsys, "detect", "-o", "source_weights.deepseek-r1=2", "--lang", "en", "--limit", "2",
                        "--out", out, "--quiet")  # fmt: skip
     assert code == 0, err

@@ -48,6 +48,9 @@ def test_a_server_failing_every_request_is_left_after_three_and_a_rerun_sends_th
     reason = unsent[0]["error"]
     assert server.url in reason and "failed the last 3 requests" in reason and "HTTP 500" in reason
     assert "CUDA out of memory" in reason and "the same command retries it" in reason
+    # the counters count the requests sent, not those the breaker kept back
+    counters = json.loads((out / "summary.json").read_text())["stats"]
+    assert (counters["llm.requests"], counters["llm.not_sent"]) == (BREAKER_COLD, 12 - BREAKER_COLD), counters
     # the reason is said once, grouped, not once per item
     said = shown + err
     assert said.count("CUDA out of memory") <= 3, said
@@ -58,6 +61,24 @@ def test_a_server_failing_every_request_is_left_after_three_and_a_rerun_sends_th
         resent = len(back.calls)
     assert code == 0, err
     assert resent == 12
+
+
+@pytest.mark.parametrize("detector, stage", [("chain", "decompose"), ("pyes", "pyes")])
+def test_requests_a_tripped_breaker_kept_back_are_not_counted_as_sent(tmp_path, capsys, detector, stage):
+    out = tmp_path / "run"
+    with FakeServer({"": [("status", 500, OOM)]}) as server:
+        if detector == "pyes":
+            model = {"kind": "openai", "base_url": server.url, "model": "m", "max_retries": 1}
+            backend = ["-o", f"models=[{json.dumps(model)}]", "-o", "scoring=top_logprobs"]  # chat requests
+        else:
+            backend = [*openai_backend(server.url), "-o", "backend.max_retries=1"]
+        args = ["detect", "--lang", "en", "--limit", "12", "--detector", detector, "--out", out]
+        code, _, err = cli(capsys, *args, *backend)
+        sent = len(server.calls)
+    assert code == 3, err
+    counters = json.loads((out / "summary.json").read_text())["stats"]
+    assert counters[f"{stage}.requests"] == sent // 2 == BREAKER_COLD, (sent, counters)
+    assert counters[f"{stage}.not_sent"] > 0 and counters[f"{stage}.backend_errors"] == BREAKER_COLD, counters
 
 
 def test_a_server_that_dies_mid_run_stops_the_run_after_ten_failures_in_a_row(tmp_path, capsys):

@@ -38,6 +38,11 @@ class Message(BaseModel):
     content: str
 
 
+# The OpenAI API refuses a temperature above 2 (every request would fail), and the servers
+# that accept one sample noise there: no span detector asks for it.
+MAX_TEMPERATURE = 2.0
+
+
 class GenerationRequest(BaseModel):
     """What to generate for one prompt; `key` is the caller's label (e.g. the item id)."""
 
@@ -47,7 +52,7 @@ class GenerationRequest(BaseModel):
     messages: list[Message]
     item_id: str | None = Field(None, description="the item this request serves (raw records, accounting)")
     stage: str = Field("", description="the detector stage that sent it, e.g. 'llm', 'decompose'")
-    temperature: float = Field(0.0, ge=0.0)
+    temperature: float = Field(0.0, ge=0.0, le=MAX_TEMPERATURE)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(1024, ge=1)
     seed: int | None = None

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from mushroom.backends.base import MAX_TEMPERATURE
 from mushroom.cli.boundary import FLAG, output_file, print_warning
 from mushroom.cli.common import (
     DEFAULT_CONTEXTS,
@@ -150,7 +151,9 @@ def _detector_options(
     if prompt:
         options["prompt"] = prompt
     if temperatures:
-        options["temperatures"] = parse_float_list(temperatures, "--temperatures", low=0.0)
+        options["temperatures"] = parse_float_list(
+            temperatures, "--temperatures", low=0.0, high=MAX_TEMPERATURE
+        )
     return options
 
 

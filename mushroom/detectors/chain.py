@@ -19,7 +19,8 @@ A stage whose output is unusable (no JSON, wrong shape) is retried once, with th
 previous output and the error shown to it; what is still unusable after that is the model's
 answer (counted per stage: `decompose.invalid_json`, `verify.wrong_shape`, ...). A failed
 model call fails the item (retried on the next run), never an empty prediction. Per stage,
-`requests == ok + invalid_json + wrong_shape + empty + cut_empty + backend_errors`, where
+`requests == ok + invalid_json + wrong_shape + empty + cut_empty + backend_errors` (a request
+a tripped circuit breaker kept back is none of them: `not_sent`), where
 `cut_empty` is a reply cut off at max_tokens before its first entry (retried, then unusable;
 cut-off replies are counted as `chain.truncated`) and `empty` a reply with no text. An item
 whose every reply of a stage was empty or cut off fails. Same backends, cache and raw
@@ -36,6 +37,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from mushroom.backends.base import (
+    MAX_TEMPERATURE,
     Backend,
     BackendConfig,
     Generation,
@@ -50,7 +52,7 @@ from mushroom.data.records import Context, Item
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, skip_blank_answers
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.prompts import load_prompt
-from mushroom.errors import CUT_OFF, UNREADABLE
+from mushroom.errors import CUT_OFF, NOT_SENT, UNREADABLE
 from mushroom.parsing.json_repair import extract_json
 from mushroom.parsing.locate import SpanLocator
 from mushroom.parsing.parser import read_claims
@@ -63,7 +65,7 @@ class ChainOptions(DetectorOptions):
     backend: BackendConfig = Field(default_factory=lambda: BackendConfig(kind="replay"))
     decompose_prompt: str = Field("decompose", description="prompt file for stage 1")
     verify_prompt: str = Field("verify", description="prompt file for stage 2")
-    temperature: float = Field(0.0, ge=0.0)
+    temperature: float = Field(0.0, ge=0.0, le=MAX_TEMPERATURE)
     max_tokens: int = Field(1024, ge=16)
     max_context_chars: int = Field(12000, ge=100)  # 0 sent " [...]" for every context
     retry: bool = Field(True, description="retry a failed stage once with the error shown")
@@ -226,8 +228,6 @@ class ChainDetector(Detector):
         return backend_warnings(self._backend)
 
     def _request(self, item: Item, stage: str, messages: list[Message], st: Counter) -> GenerationRequest:
-        st[f"{stage}.requests"] += 1
-        st["chain.requests"] += 1
         st["chain.prompt_chars"] += sum(len(m.content) for m in messages)
         return GenerationRequest(
             key=f"{item.id}#{stage.replace('.', '#')}",
@@ -292,6 +292,12 @@ class ChainDetector(Detector):
     def _parse(
         self, stage: str, gen: Generation, check, st: Counter
     ) -> tuple[object | None, str | None, str]:
+        if gen.error is not None and gen.error.startswith(NOT_SENT):
+            # kept back by a tripped breaker: it cost nothing, so it is no request
+            st[f"{stage}.not_sent"] += 1
+            return None, gen.error, ""
+        st[f"{stage}.requests"] += 1
+        st["chain.requests"] += 1
         if gen.error is not None or not gen.texts:
             st[f"{stage}.backend_errors"] += 1
             return None, gen.error or "no output", ""

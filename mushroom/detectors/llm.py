@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from mushroom.backends.base import (
     BROKEN_GRAMMAR,
+    MAX_TEMPERATURE,
     Backend,
     BackendConfig,
     Generation,
@@ -31,7 +32,7 @@ from mushroom.data.predictions import SoftMode, vote
 from mushroom.data.records import Context, Item
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, skip_blank_answers
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
-from mushroom.errors import CUT_OFF, UNREADABLE
+from mushroom.errors import CUT_OFF, NOT_SENT, UNREADABLE
 from mushroom.parsing.parser import SpanList, parse_response
 
 
@@ -41,7 +42,9 @@ class LLMOptions(DetectorOptions):
     backend: BackendConfig = Field(default_factory=lambda: BackendConfig(kind="replay"))
     prompt: str = Field("single_few_shot", description="prompt file in prompts/ (or a path)")
     # each >= 0, as a request takes it: a -1.0 passed here and failed every item at its request
-    temperatures: list[Annotated[float, Field(ge=0.0)]] = Field(default_factory=lambda: [0.0], min_length=1)
+    temperatures: list[Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE)]] = Field(
+        default_factory=lambda: [0.0], min_length=1
+    )
     samples: int = Field(1, ge=1, description="samples per temperature")
     max_tokens: int = Field(1024, ge=16)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -172,9 +175,14 @@ class LLMDetector(Detector):
         opts = self.options
         n = len(item.model_output_text)
         stats: Counter[str] = Counter()
-        stats["llm.requests"] += len(gens)
         errors = [g.error for g in gens if g.error is not None]
-        stats["llm.backend_errors"] += len(errors)
+        # a request the breaker kept back cost nothing: "requests" are those the model answered
+        # or failed, so that a share of them (cut off, unparseable) means what it says
+        unsent = sum(e.startswith(NOT_SENT) for e in errors)
+        stats["llm.requests"] += len(gens) - unsent
+        if unsent:
+            stats["llm.not_sent"] += unsent
+        stats["llm.backend_errors"] += len(errors) - unsent
         masks, softs, parsed = [], [], []
         unread: list[str] = []  # replies empty, or cut off before they named anything
         for j, gen in enumerate(gens):

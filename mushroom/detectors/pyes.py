@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from pathlib import Path
 from typing import Literal
 
@@ -45,7 +44,7 @@ from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
 from mushroom.detectors.prompts import load_prompt
-from mushroom.errors import MushroomError
+from mushroom.errors import NOT_SENT, MushroomError
 from mushroom.util.words import plural
 
 
@@ -228,11 +227,11 @@ class PYesDetector(Detector):
 
     def raw_scores(
         self, items: list[Item], contexts: dict[str, list[Context]]
-    ) -> tuple[list, np.ndarray, list[str | None]]:
-        """Pieces per item, P(yes) per (piece, model) in item order, first error per piece.
+    ) -> tuple[list, np.ndarray, list[str | None], np.ndarray]:
+        """Pieces per item, P(yes) per (piece, model), first error and unsent requests per piece.
 
         NaN marks a piece a model gave no usable score for; an error is None when every call
-        for that piece worked.
+        for that piece worked. Unsent requests are those a tripped circuit breaker kept back.
         """
         pieces = [answer_pieces(it.model_output_text, self.options.unit) for it in items]
         prompts = []
@@ -246,12 +245,14 @@ class PYesDetector(Detector):
                 )
         scores = np.full((len(prompts), len(self.options.models)), np.nan)
         errors: list[str | None] = [None] * len(prompts)
+        unsent = np.zeros(len(prompts), dtype=int)  # requests the breaker kept back: no cost, no "request"
         reqs = [r for item, k, msgs in prompts for r in self._requests(msgs, item, k)]
         for m, backend in enumerate(self.backends):
             if self.options.scoring == "top_logprobs":
                 for r, gen in enumerate(backend.generate(reqs)):
                     if gen.error is not None:
                         errors[r] = errors[r] or gen.error
+                        unsent[r] += gen.error.startswith(NOT_SENT)
                         continue
                     value = p_yes(gen, self.options.yes_words, self.options.no_words)
                     if value is None:
@@ -265,6 +266,7 @@ class PYesDetector(Detector):
                 bad = yes.error or no.error
                 if bad is not None:
                     errors[r] = errors[r] or bad
+                    unsent[r] += sum((x.error or "").startswith(NOT_SENT) for x in (yes, no))
                 elif (
                     yes.logprob is None
                     or no.logprob is None
@@ -275,13 +277,13 @@ class PYesDetector(Detector):
                     top = max(yes.logprob, no.logprob)
                     a, b = math.exp(yes.logprob - top), math.exp(no.logprob - top)
                     scores[r, m] = a / (a + b)
-        return pieces, scores, errors
+        return pieces, scores, errors, unsent
 
     def calibrate(
         self, items: list[Item], contexts: dict[str, list[Context]], fitted_on: str = ""
     ) -> PYesCalibration:
         """Estimates each model's P(yes) mean and std on these items and keeps it."""
-        _, scores, _ = self.raw_scores(items, contexts)
+        _, scores, _, _ = self.raw_scores(items, contexts)
         self.calibration = self._fit(scores, fitted_on)
         return self.calibration
 
@@ -296,11 +298,34 @@ class PYesDetector(Detector):
             )
         return calibration
 
+    @staticmethod
+    def _counts(
+        pieces: int, per_piece: int, scores: np.ndarray, errors: list[str | None], unsent: np.ndarray
+    ) -> dict[str, int]:
+        """An item's counters; a request a tripped breaker kept back cost nothing: no request."""
+        st = {
+            "pyes.pieces": pieces,
+            "pyes.requests": pieces * per_piece - int(unsent.sum()),
+            # answered, but with no score to read (a failed call is counted below instead)
+            "pyes.unusable": int(sum(np.isnan(row).sum() for row, e in zip(scores, errors) if e is None)),
+        }
+        if unsent.any():
+            st["pyes.not_sent"] = int(unsent.sum())
+        failed = sum(e is not None and not e.startswith(NOT_SENT) for e in errors)
+        if failed:
+            st["pyes.backend_errors"] = failed
+        return st
+
     def _calibration_path(self, lang: str) -> Path | None:
         return self.workdir / f"pyes_calibration.{lang}.json" if self.workdir is not None else None
 
     def _language_calibration(
-        self, items: list[Item], scores: np.ndarray, errors: list[str | None], emit: Emit
+        self,
+        items: list[Item],
+        scores: np.ndarray,
+        errors: list[str | None],
+        emit: Emit,
+        counts: list[dict[str, int]],
     ) -> PYesCalibration | None:
         """The statistics for these items: given, kept from an earlier batch or run, or estimated.
 
@@ -329,8 +354,8 @@ class PYesDetector(Detector):
                 )
             except MushroomError as exc:
                 reason = next((e for e in errors if e is not None), None) or str(exc)
-                for item in items:
-                    emit(ItemResult.failed(item.id, reason, {"pyes.calibration_failures": 1}, {}))
+                for item, st in zip(items, counts):
+                    emit(ItemResult.failed(item.id, reason, {**st, "pyes.calibration_failures": 1}, {}))
                 return None
             if saved is not None:
                 saved.parent.mkdir(parents=True, exist_ok=True)
@@ -341,12 +366,16 @@ class PYesDetector(Detector):
         return self._fitted[key]
 
     def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
-        pieces, scores, errors = self.raw_scores(items, contexts)
+        pieces, scores, errors, unsent = self.raw_scores(items, contexts)
         keys = [self.model_key(c, k) for k, c in enumerate(self.options.models)]
         ends = np.cumsum([len(p) for p in pieces])
         rows = [slice(int(end) - len(p), int(end)) for end, p in zip(ends, pieces)]
         z = np.full_like(scores, np.nan)
         usable = set()
+        per_piece = len(keys) * (1 if self.options.scoring == "top_logprobs" else 2)
+        counts = [
+            self._counts(len(p), per_piece, scores[sl], errors[sl], unsent[sl]) for p, sl in zip(pieces, rows)
+        ]
         for lang in dict.fromkeys(it.lang for it in items):  # each language its own statistics
             ks = [k for k, it in enumerate(items) if it.lang == lang]
             picked = np.concatenate([np.arange(rows[k].start, rows[k].stop) for k in ks]).astype(int)
@@ -355,7 +384,7 @@ class PYesDetector(Detector):
                 continue
             lang_errors = [errors[r] for r in picked]
             calibration = self._language_calibration(
-                [items[k] for k in ks], scores[picked], lang_errors, emit
+                [items[k] for k in ks], scores[picked], lang_errors, emit, [counts[k] for k in ks]
             )
             if calibration is None:  # its items were emitted as failed
                 continue
@@ -372,15 +401,7 @@ class PYesDetector(Detector):
             if k not in usable:
                 continue
             sl = rows[k]
-            st = Counter(
-                {
-                    "pyes.pieces": len(item_pieces),
-                    "pyes.requests": len(item_pieces)
-                    * len(keys)
-                    * (1 if self.options.scoring == "top_logprobs" else 2),
-                    "pyes.unusable": int(np.isnan(scores[sl]).sum()),
-                }
-            )
+            st = counts[k]
             piece_errors = [e for e in errors[sl] if e is not None]
             detail = {
                 "pieces": [
@@ -389,7 +410,6 @@ class PYesDetector(Detector):
                 ]
             }
             if piece_errors:
-                st["pyes.backend_errors"] += len(piece_errors)
                 emit(ItemResult.failed(item.id, piece_errors[0], dict(st), detail))
                 continue
             z_item = z[sl]
