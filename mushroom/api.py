@@ -27,7 +27,7 @@ from mushroom.data import records
 from mushroom.data.languages import language_code
 from mushroom.data.records import Context, Item
 from mushroom.errors import MushroomError, RunFailed
-from mushroom.util.words import close_match
+from mushroom.util.words import close_match, swapped_letters
 
 
 class Prediction(records.Prediction):
@@ -149,6 +149,20 @@ def _valid(k: int, record: type[Item] | type[Context], where: str | None = None,
         raise ValueError(f"item {k}: {field}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
+def _misspelt_key(key: str) -> str | None:
+    """The item key `key` looks a misspelling of: of the key, or of a synonym of it, or swapped letters.
+
+    "langauge" (near "language") and "lnag" (difflib's ratio 0.75 to "lang") were taken as
+    keys of the record's own, and the item ran as English.
+    """
+    folded = key.lower()
+    words = {**{name: name for name in _ITEM_KEYS}, **_SYNONYMS}
+    near = close_match(folded, sorted(words), cutoff=0.8)
+    if near is None:
+        near = next((w for w in sorted(words) if swapped_letters(folded, w)), None)
+    return words[near] if near is not None else None
+
+
 def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
     """One input of `detect_batch` as an Item and its contexts; a malformed one is a TypeError."""
     if isinstance(entry, Item):
@@ -168,7 +182,7 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
             near = None  # the key it would mean is given too: a column of some other use
         if near is not None and near == "answer" and "model_output_text" in entry:
             near = None
-        if isinstance(key, str) and (near := near or close_match(key, sorted(_ITEM_KEYS), cutoff=0.8)):
+        if isinstance(key, str) and (near := near or _misspelt_key(key)):
             raise TypeError(
                 f"item {k}: unknown key {key!r} (did you mean {near!r}?); an item has "
                 f"{', '.join(sorted(_ITEM_KEYS))}"

@@ -28,6 +28,14 @@ def test_malformed_items_are_type_errors_that_say_what_an_item_is():
             lambda: mushroom.detect_batch([{"answer": ANSWER, "language": "de"}]),
             "unknown key 'language' \\(did you mean 'lang'\\?\\)",
         ),
+        # misspelt, the key ran as English too: near a synonym, or its letters swapped
+        *[
+            (
+                lambda key=key: mushroom.detect_batch([{"answer": ANSWER, key: "de"}]),
+                f"unknown key '{key}' \\(did you mean 'lang'\\?\\)",
+            )
+            for key in ("langauge", "languge", "lnag", "lagn")
+        ],
         (lambda: mushroom.detect(ANSWER, CONTEXT, question=["Italy"]), "question must be a string"),
         (lambda: mushroom.detect(ANSWER, CONTEXT, lang=None), "lang must be a language code"),
         (lambda: mushroom.detect(ANSWER, CONTEXT, method=None), "method must be a detector name"),

@@ -32,6 +32,18 @@ def close_match(name: str, names: Iterable[str], cutoff: float = 0.6, prefix: bo
     return starts[0] if len(starts) == 1 else None
 
 
+def swapped_letters(a: str, b: str) -> bool:
+    """Whether `a` is `b` with two neighbouring letters swapped ("lnag" for "lang").
+
+    difflib's ratio scores such a slip low on a short word (0.75 for four letters), below the
+    cutoff at which a misspelt key is refused.
+    """
+    if len(a) != len(b) or a == b:
+        return False
+    diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    return len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+
+
 def plural(n: int, word: str, many: str | None = None) -> str:
     """A count with its noun in agreement: `1 item`, `2 items`, `0 items`.
 
