@@ -66,6 +66,18 @@ def test_score_warns_about_what_the_official_scorer_accepts_silently(tmp_path, c
     said = " ".join(err.split())
     assert "1 soft span overlapping an earlier one (the later span's probability counts" in said
     assert f"p.jsonl:3: id {GOLD_ROWS[2]['id']!r}: soft_labels.1 [4, 12)" in said
+    # a gold file made by hand (the `--items` workflow) is said the same of: it moved both numbers
+    gold = [dict(r) for r in GOLD_ROWS]
+    gold[0]["soft_labels"] = [{"start": 0, "end": 5, "prob": 1.5}]
+    gold[1]["hard_labels"] = [[0, 999]]
+    bad_gold = write_lines(tmp_path / "mushroom.en-val.v2.jsonl", gold)
+    code, out, err = cli(capsys, "score", bad_gold, VAL_EN)
+    iou, cor = official_scores(bad_gold, VAL_EN)
+    assert code == 0 and out == f"IoU: {iou:.8f}\nCor: {cor:.8f}\n"
+    said = " ".join(err.split())
+    assert f"{bad_gold}: 1 probability outside [0, 1]" in said and "soft_labels.0.prob 1.5" in said, said
+    n = len(GOLD_ROWS[1]["model_output_text"])
+    assert f"1 hard span outside the answer" in said and f"hard_labels.0 [0, 999) in an answer of {n}" in said
 
 
 def test_folder_scoring_needs_every_language_or_langs(tmp_path, capsys):

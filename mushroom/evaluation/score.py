@@ -151,15 +151,22 @@ def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
 
     Reversed or empty spans count as empty, hard spans past the answer still count in the
     union, probabilities outside [0, 1] are ranked as they are. The scores keep the official
-    values; these are warnings, one per kind with the first few places.
+    values; these are warnings, one per kind and file with the first few places. The gold
+    file is read as the predictions are: a gold file made by hand (`detect --items` labels)
+    moves the numbers as much.
     """
+    return _file_quirks(gold, gold, ids) + _file_quirks(pred, gold, ids)
+
+
+def _file_quirks(scored: ScoringFile, gold: ScoringFile, ids: list[str]) -> list[str]:
+    """`_quirks` of one file's records, each answer's length from the gold file."""
     found: dict[Quirk, list[str]] = {}
 
     def note(kind: Quirk, rec: ScoringRecord, field_name: str, detail: str) -> None:
-        found.setdefault(kind, []).append(f"{pred.path}:{rec.line}: id {rec.id!r}: {field_name} {detail}")
+        found.setdefault(kind, []).append(f"{scored.path}:{rec.line}: id {rec.id!r}: {field_name} {detail}")
 
     for rid in ids:
-        rec, n = pred.records[rid], gold.records[rid].text_len or 0
+        rec, n = scored.records[rid], gold.records[rid].text_len or 0
         soft = [] if rec.soft_derived else rec.soft
         for i, (start, end, prob) in enumerate(soft):
             if start > end:
@@ -183,7 +190,7 @@ def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
         more = f" and {len(places) - 3} more" if len(places) > 3 else ""
         what = plural(len(places), kind.one, kind.many)
         out.append(
-            f"{pred.path}: {what} ({kind.effect}); the official scorer accepts this silently: "
+            f"{scored.path}: {what} ({kind.effect}); the official scorer accepts this silently: "
             + "; ".join(places[:3])
             + more
         )
