@@ -223,6 +223,44 @@ def test_a_yaml_syntax_error_is_one_problem_with_its_line():
     )
 
 
+def test_yaml_and_json_configs_say_what_toml_would(tmp_path):
+    """A key given twice kept its last value in YAML (TOML refuses it); YAML 1.1's yes/no/on/off
+    became booleans, so `langs: [no]` said "not a valid string" of something never written; a
+    JSON file was parsed as TOML ("Invalid statement at line 1, column 1")."""
+    pytest.importorskip("yaml")
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("name: y\nlangs: [en]\nlimit: 2\nlimit: 3\ndetector:\n  name: lexical\n")
+    with pytest.raises(DataError) as caught:
+        load_run_config(twice)
+    (problem,) = caught.value.problems
+    assert problem.line == 4 and "key 'limit' is given twice (first on line 3)" in problem.message
+    nested = tmp_path / "nested.yaml"
+    nested.write_text(
+        "name: y\ndetector:\n  name: lexical\n  options:\n    threshold: 0.3\n    threshold: 0.9\n"
+    )
+    with pytest.raises(DataError, match="key 'threshold' is given twice"):
+        load_run_config(nested)
+    # only true and false are yes/no (YAML 1.2): what was written is shown
+    norway = tmp_path / "norway.yaml"
+    norway.write_text("name: y\nlangs: [no]\ndetector:\n  name: lexical\n  options:\n    threshold: yes\n")
+    with pytest.raises(DataError) as caught:
+        load_run_config(norway)
+    said = " ".join(p.message for p in caught.value.problems)
+    assert "'no'" in said and "'yes'" in said and "true" not in said.replace("true or false", ""), said
+    assert read_config_file(_write(tmp_path / "b.yaml", "a: true\nb: False\n")) == {"a": True, "b": False}
+    # JSON: read as JSON (it is YAML's too), a key twice refused as in the others
+    data = {"name": "j", "langs": ["en"], "limit": 2, "detector": {"name": "lexical"}}
+    assert load_run_config(_write(tmp_path / "ok.json", json.dumps(data))).limit == 2
+    with pytest.raises(DataError, match="key 'limit' is given twice"):
+        read_config_file(_write(tmp_path / "twice.json", '{"limit": 2, "limit": 3}'))
+    with pytest.raises(DataError) as caught:
+        read_config_file(_write(tmp_path / "bad.json", '{"limit": 2,}'))
+    assert caught.value.problems[0].line == 1 and "cannot parse" in caught.value.problems[0].message
+    # a file of another suffix is read as TOML, and says so when it is not
+    with pytest.raises(DataError, match=r"read as TOML \(configs are \.toml, \.yaml or \.json\)"):
+        read_config_file(_write(tmp_path / "cfg.txt", '{"limit": 2}'))
+
+
 def test_a_run_config_names_all_its_mistakes_at_once(tmp_path):
     """A typo'd detector hid the languages' errors, and a bad variant the next one's."""
     bad = 'name = "x"\nsplits = ["val", "vall"]\nlangs = ["en", "xx"]\n[detector]\nname = "lexcal"\n'
@@ -293,7 +331,7 @@ def test_a_negative_temperature_is_named_in_the_config_not_failed_at_every_reque
     to run again that failed again."""
     bad = GOOD.replace("temperatures = [0.1]", "temperatures = [0.1, -1.0]")
     assert _problems(tmp_path / "job.toml", bad) == [
-        "options.llm.temperatures.1: Input should be greater than or equal to 0"
+        "options.llm.temperatures.1: Input should be greater than or equal to 0 (got -1.0)"
     ]
 
 

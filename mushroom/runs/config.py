@@ -28,7 +28,7 @@ from mushroom.data.splits import load_split, workspace
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util.names import valid_name
-from mushroom.util.options import error_message, field_errors, merge_options
+from mushroom.util.options import error_message, field_errors, given_value, merge_options
 from mushroom.util.words import plural
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
                     message="YAML configs need PyYAML: pip install 'mushroom[yaml]' (or use TOML)",
                 ) from None
             try:
-                data = yaml.safe_load(text)
+                data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 (a SafeLoader)
             except yaml.YAMLError as exc:  # its own text is six lines with carets: line and what, once
                 mark = getattr(exc, "problem_mark", None)
                 what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -215,15 +215,79 @@ def read_config_file(path: Path) -> dict[str, Any]:
                 raise DataError(
                     [Problem(str(path), line, None, f"cannot parse: {what}{where}")], exit_code=2
                 ) from None
+        elif path.suffix == ".json":
+            data = _read_json_config(path, text)
         else:
             data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, ValueError) as exc:
-        raise DataError([Problem(str(path), None, None, f"cannot parse: {exc}")], exit_code=2) from exc
+        # a JSON file named .txt, or none: its "Invalid statement" said nothing of the format
+        form = "" if path.suffix == ".toml" else " (read as TOML (configs are .toml, .yaml or .json))"
+        raise DataError([Problem(str(path), None, None, f"cannot parse{form}: {exc}")], exit_code=2) from exc
     if not isinstance(data, dict):
         raise DataError(
             [Problem(str(path), None, None, "expected a table of settings at the top level")], exit_code=2
         )
     return data
+
+
+def _yaml_loader() -> type:
+    """PyYAML's SafeLoader, read as YAML 1.2 reads booleans, refusing a key given twice.
+
+    YAML 1.1 reads unquoted yes/no/on/off as booleans: `langs: [no]` (Norwegian) became False
+    and its error showed no "no". A key given twice kept its last value, where TOML refuses
+    the file.
+    """
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            first: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    seen = first.get(key)
+                except TypeError:  # a list as a key: the constructor says what is wrong
+                    continue
+                if seen is not None and key != "<<":
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"key {key!r} is given twice (first on line {seen + 1})",
+                        key_node.start_mark,
+                    )
+                first.setdefault(key, key_node.start_mark.line)
+            return super().construct_mapping(node, deep)
+
+    bool_tag = "tag:yaml.org,2002:bool"
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag != bool_tag]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(
+        bool_tag, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    )
+    return Loader
+
+
+def _read_json_config(path: Path, text: str) -> Any:
+    """A JSON config; a key given twice is refused (json keeps the last), as TOML and YAML do."""
+    import json
+
+    def refuse_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise DataError([Problem(str(path), None, key, f"key {key!r} is given twice")], exit_code=2)
+            out[key] = value
+        return out
+
+    try:
+        return json.loads(text, object_pairs_hook=refuse_twice)
+    except json.JSONDecodeError as exc:
+        problem = Problem(str(path), exc.lineno, None, f"cannot parse: {exc.msg} (column {exc.colno})")
+        raise DataError([problem], exit_code=2) from None
 
 
 def _invalid(
@@ -343,7 +407,7 @@ def _run_config_table(loc: tuple) -> type[BaseModel] | None:
 def _config_message(err: dict, table: type[BaseModel] | None) -> str:
     """A config error's message; an unknown key names the close one it may be a typo of."""
     if err["type"] != "extra_forbidden":
-        return error_message(err)
+        return error_message(err) + given_value(err)
     loc = err["loc"]
     names = list(table.model_fields) if table is not None else []
     return (
@@ -353,7 +417,7 @@ def _config_message(err: dict, table: type[BaseModel] | None) -> str:
 
 def _option_problem(path: Path, where: str, cls, err: dict) -> Problem:
     """A detector option error in a config, with a close match for a misspelt name."""
-    msg = error_message(err)
+    msg = error_message(err) + given_value(err)
     if err["type"] == "extra_forbidden":
         names = list(cls.Options.model_fields)
         msg = "unknown option" + did_you_mean(str(err["loc"][-1]), names)

@@ -173,7 +173,7 @@ def validation_message(exc: ValidationError, source: str = "") -> str:
             lines.append(f"{source}{error_message(err)}")
             continue
         loc = ".".join(str(part) for part in err["loc"])
-        given = "" if err.get("type") == "missing" else f" (got {_short(err.get('input'))})"
+        given = "" if err.get("type") == "missing" else f" (got {_short(err.get('input'))})"  # even a dict
         if err.get("type") == "extra_forbidden":
             lines.append(f"{source}{loc}: unknown name{given}")
         else:
@@ -211,6 +211,18 @@ def _json_or_text(part: str) -> Any:
     except ValueError:
         return part.strip("'\"")
     return value if isinstance(value, int | float | str) else part
+
+
+def given_value(err: Mapping[str, Any]) -> str:
+    """` (got 'yes')`: the value a pydantic error is about, short; none for a missing key or a table.
+
+    A config's `threshold: yes` said "Input should be a valid number" of nothing the user saw.
+    Our own validators' messages (`value_error`) say what they need of the value themselves.
+    """
+    value = err.get("input")
+    if err.get("type") in ("missing", "extra_forbidden", "value_error") or isinstance(value, (dict, list)):
+        return ""
+    return f" (got {_short(value)})"
 
 
 def _short(value: Any) -> str:
