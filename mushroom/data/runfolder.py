@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mushroom.data.jsonl import atomic_write_text
 from mushroom.data.splits import PROJECT_ROOT, same_items
-from mushroom.errors import DataError
+from mushroom.errors import DataError, MushroomError
 from mushroom.util.names import safe_name
 from mushroom.version import __version__
 
@@ -334,6 +334,21 @@ def variant_names(path: Path, split: str) -> list[str]:
     )
 
 
+def _unlabelled_note(ran_on: str, split: str) -> str:
+    """For a run of a split without gold labels: the other way out, for commands that need them.
+
+    compare, sweep and stack fit said "give --split test" of a test run, and then that test
+    has no labels: advice that went round in a circle.
+    """
+    from mushroom.data.splits import require_some_labels
+
+    try:
+        require_some_labels(ran_on, None, "")
+    except MushroomError:
+        return f", or, where the command needs gold labels ({ran_on} has none), a run of {split}"
+    return ""
+
+
 def prediction_folder(
     path: Path, split: str, items_advice: str | None = None, split_flag: bool = True
 ) -> Path:
@@ -347,7 +362,6 @@ def prediction_folder(
     keep them in predictions/; a plain folder of prediction files works too.
     """
     from mushroom.data.predictions import submission_glob
-    from mushroom.errors import MushroomError
 
     candidates = [path / split] if split in ("val", "test") else []  # `run` keeps val/ and test/
     candidates += [path / "predictions", path]
@@ -371,7 +385,9 @@ def prediction_folder(
     ran_on = scope.config.get("split") if scope is not None and scope.folder == path else None
     if isinstance(ran_on, str) and ran_on != split:  # a `detect` run names its one split
         hint += f"; this run is of the {ran_on} split, not {split}" + (
-            f": give --split {ran_on}" if split_flag else f": score it against the {ran_on} split's gold"
+            f": give --split {ran_on}{_unlabelled_note(ran_on, split)}"
+            if split_flag
+            else f": score it against the {ran_on} split's gold"
         )
     elif (
         not variants
