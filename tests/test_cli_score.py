@@ -77,7 +77,16 @@ def test_score_warns_about_what_the_official_scorer_accepts_silently(tmp_path, c
     said = " ".join(err.split())
     assert f"{bad_gold}: 1 probability outside [0, 1]" in said and "soft_labels.0.prob 1.5" in said, said
     n = len(GOLD_ROWS[1]["model_output_text"])
-    assert f"1 hard span outside the answer" in said and f"hard_labels.0 [0, 999) in an answer of {n}" in said
+    assert "1 hard span outside the answer" in said and f"hard_labels.0 [0, 999) in an answer of {n}" in said
+
+
+def test_numeric_ids_as_in_the_official_sample_file_get_one_line_saying_how_to_fix_them(capsys):
+    """The task's sample_set.v1.json numbers its ids: eight "not a string" lines, and no way out."""
+    sample = ROOT / "data" / "mushroom" / "sample" / "sample_set.v1.json"
+    code, _, err = cli(capsys, "score", sample, sample)
+    said = " ".join(err.split())
+    assert code == 1 and "ids are numbers (8 lines, e.g. line 1: 1)" in said, said
+    assert "write them as strings" in said and said.count("not a string") == 0, said
 
 
 def test_folder_scoring_needs_every_language_or_langs(tmp_path, capsys):
