@@ -180,6 +180,8 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
     records: dict[str, ScoringRecord] = {}
     first_line: dict[str, int] = {}
     numbered = [(n, row["id"]) for n, row in rows if _is_number(row.get("id"))]
+    if len(numbered) < len(rows):  # a stray number among text ids is a line's own mistake
+        numbered = []
     if numbered:
         # The task's own sample_set.v1.json numbers its ids: one line for all, with the way out
         n, rid = numbered[0]
@@ -198,7 +200,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
         )
     for lineno, row in rows:
         rid = row.get("id")
-        if _is_number(rid):
+        if numbered and _is_number(rid):
             continue
         if not isinstance(rid, str) or not rid:
             got = "missing" if rid is None else f"not a string (got {type(rid).__name__} {rid!r})"
