@@ -29,7 +29,8 @@ stack_app = typer.Typer(help="A learned combination of detector runs (fit on val
 
 def ensemble(
     preds: Annotated[
-        list[Path], typer.Argument(help="prediction files or run folders of the runs to combine")
+        list[Path],
+        typer.Argument(metavar="PREDS", help="prediction files or run folders of the runs to combine"),
     ],
     out: Annotated[Path, typer.Option("--out", help="output prediction file")],
     threshold: Annotated[
@@ -116,7 +117,9 @@ def _check_out(out: Path, preds: list[Path]) -> None:
 
 @stack_app.command("fit")
 def stack_fit(
-    members: Annotated[list[str], typer.Argument(help="member runs: NAME=RUN_DIR or RUN_DIR")],
+    members: Annotated[
+        list[str], typer.Argument(metavar="MEMBERS", help="member runs: NAME=RUN_DIR or RUN_DIR")
+    ],
     out: Annotated[Path, typer.Option("--out", help="where to save the fitted stack (JSON)")],
     split: Annotated[str, typer.Option("--split", help="labelled split to fit on")] = "val",
     lang: Langs = None,
@@ -184,7 +187,9 @@ def _load_stack(path: Path) -> StackModel:
 @stack_app.command("apply")
 def stack_apply(
     model_path: Annotated[Path, typer.Argument(metavar="STACK", help="a stack saved by `stack fit`")],
-    members: Annotated[list[str], typer.Argument(help="member runs, same names and order as when fitted")],
+    members: Annotated[
+        list[str], typer.Argument(metavar="MEMBERS", help="member runs, same names and order as when fitted")
+    ],
     out: Annotated[Path, typer.Option("--out", help="run folder for the prediction files")],
     split: Annotated[str, typer.Option("--split", help="split to predict")] = "test",
     lang: Langs = None,

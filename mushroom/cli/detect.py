@@ -413,7 +413,9 @@ def _check_eval_dir(eval_dir: Path, config: Path, cfg: Any) -> None:
 
 
 def run_config(
-    config: Annotated[Path, typer.Argument(help="a run config (TOML, YAML or JSON) from configs/")],
+    config: Annotated[
+        Path, typer.Argument(metavar="CONFIG", help="a run config (TOML, YAML or JSON) from configs/")
+    ],
     out: Annotated[
         Path | None,
         typer.Option("--out", help="run folder (default: a new one in runs/, named by time and config name)"),

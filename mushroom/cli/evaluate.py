@@ -32,7 +32,9 @@ def _run_folders(runs: list[Path]) -> None:
 
 
 def compare(
-    runs: Annotated[list[Path], typer.Argument(help="run folders (or folders of prediction files)")],
+    runs: Annotated[
+        list[Path], typer.Argument(metavar="RUNS", help="run folders (or folders of prediction files)")
+    ],
     split: Annotated[str, typer.Option("--split", help="labelled split")] = "val",
     baseline: Annotated[int, typer.Option("--baseline", help="index of the baseline run (0: first)")] = 0,
     tags: Annotated[Path | None, typer.Option("--tags", help=TAGS_HELP)] = None,
@@ -176,7 +178,9 @@ def _warn_unscored_tags(path: Path | None, tag_map: dict[str, str], ids: list[st
 
 
 def sweep(
-    runs: Annotated[list[Path], typer.Argument(help="one run, or several (their mean probability)")],
+    runs: Annotated[
+        list[Path], typer.Argument(metavar="RUNS", help="one run, or several (their mean probability)")
+    ],
     split: Annotated[str, typer.Option("--split", help="labelled split")] = "val",
     lang: Langs = None,
     svg: Annotated[
@@ -242,7 +246,7 @@ def sweep(
 
 
 def report(
-    run_dir: Annotated[Path, typer.Argument(help="a run folder")],
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="a run folder")],
     split: Annotated[str, typer.Option("--split", help="split whose predictions to show")] = "val",
     lang: Langs = None,
     contexts: Contexts = DEFAULT_CONTEXTS,

@@ -21,7 +21,9 @@ _err = PipeConsole(stderr=True)
 
 @models_app.command("pull")
 def pull(
-    name: Annotated[str, typer.Argument(help=f"model name: {', '.join(sorted(zoo.REGISTRY))}")],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help=f"model name: {', '.join(sorted(zoo.REGISTRY))}")
+    ],
     force: Annotated[
         bool, typer.Option("--force", metavar=FLAG, help="fetch again even when a verified copy is cached")
     ] = False,

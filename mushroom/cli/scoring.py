@@ -30,8 +30,12 @@ if TYPE_CHECKING:
 
 
 def score(
-    gold: Annotated[Path, typer.Argument(help="gold file, or a folder of per-language gold files")],
-    pred: Annotated[Path, typer.Argument(help="prediction file, or a folder matched by language")],
+    gold: Annotated[
+        Path, typer.Argument(metavar="GOLD", help="gold file, or a folder of per-language gold files")
+    ],
+    pred: Annotated[
+        Path, typer.Argument(metavar="PRED", help="prediction file, or a folder matched by language")
+    ],
     per_lang: Annotated[
         bool, typer.Option("--per-lang", metavar=FLAG, help="table per language with 95% CIs")
     ] = False,
@@ -219,7 +223,7 @@ STRAY_SHOWN = 5  # lines whose id is not among the items, shown when most are (a
 
 
 def check(
-    pred: Annotated[Path, typer.Argument(help="prediction JSONL file")],
+    pred: Annotated[Path, typer.Argument(metavar="PRED", help="prediction JSONL file")],
     items: Annotated[Path, typer.Option("--items", help="the items file the predictions are for")],
     strict: Annotated[
         bool,
