@@ -332,8 +332,15 @@ def stack_on_ray(
         fn_constructor_kwargs={"spec": spec.model_dump(mode="json")},
         batch_size=batch_size,
         batch_format="pyarrow",
-        concurrency=concurrency,
+        compute=_actors(concurrency),
     )
+
+
+def _actors(n: int):
+    """A pool of n actors: Ray's `compute`, for which `concurrency=` is deprecated since Ray 2.51."""
+    import ray.data
+
+    return ray.data.ActorPoolStrategy(size=n)
 
 
 class RayCascade(BaseModel):
@@ -579,7 +586,7 @@ def cascade_on_ray(
         fn_constructor_kwargs={"spec": cascade.base.model_dump(mode="json")},
         batch_size=batch_size,
         batch_format="pyarrow",
-        concurrency=concurrency,
+        compute=_actors(concurrency),
     ).materialize()
     found = (
         scored.select_columns(["lang", "id", "uncertainty"])
@@ -596,7 +603,7 @@ def cascade_on_ray(
         },
         batch_size=member_batch_size or batch_size,
         batch_format="pyarrow",
-        concurrency=member_concurrency or concurrency,
+        compute=_actors(member_concurrency or concurrency),
     )
     return CascadeOnRay(predictions=predictions, cuts=dict(sorted(cuts.items())))
 
