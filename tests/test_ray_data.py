@@ -219,3 +219,18 @@ def test_a_member_that_cannot_run_is_named_before_any_ray_worker_starts():
         MushroomError, match=r"member 'llm': llm option backend: the openai backend needs `base_url`"
     ):
         stack_on_ray(None, spec)  # refused before the dataset is touched
+
+
+def test_a_row_or_member_that_is_none_says_what_it_is_on_the_driver(tmp_path):
+    """Python's own errors came out: "dictionary update sequence element #0 has length 1", and a
+    folder that does not exist was called "not a run folder"."""
+    from mushroom.runs.ray_data import MemberSpec, item_row
+
+    item = {"id": "a", "lang": "EN", "model_input": "q", "model_output_text": "Paris"}
+    with pytest.raises(MushroomError, match="item_row: an item is an Item or a dict of its fields, not str"):
+        item_row("abc", [])
+    with pytest.raises(MushroomError, match="item_row: contexts are a list .* not int"):
+        item_row(item, 3)
+    assert item_row(item, None)["contexts"] == []  # a datasets row without contexts holds None
+    with pytest.raises(MushroomError, match="nosuch: no such folder"):
+        MemberSpec.from_run("lex", tmp_path / "nosuch")

@@ -86,6 +86,10 @@ class MemberSpec(BaseModel):
         """The member a `detect` run folder was made with (its detector and options)."""
         from mushroom.data.runfolder import run_scope
 
+        if not Path(path).is_dir():
+            raise MushroomError(
+                f"member {name!r}: {path}: no such folder (give a `mushroom detect` run folder)"
+            )
         scope = run_scope(Path(path))
         config = scope.config if scope is not None else {}
         if not isinstance(config.get("detector"), str):
@@ -162,7 +166,7 @@ class RayStack(BaseModel):
 
 
 def item_row(
-    item: Item | Mapping[str, Any], contexts: Sequence[Context | Mapping[str, Any] | str] = ()
+    item: Item | Mapping[str, Any], contexts: Sequence[Context | Mapping[str, Any] | str] | None = ()
 ) -> dict[str, Any]:
     """One row of the items dataset: the item's fields and its contexts as {source, text}.
 
@@ -171,6 +175,10 @@ def item_row(
     context1, ... as in the Python API). A row that is no item is a MushroomError naming
     its field, here on the driver rather than inside a Ray worker.
     """
+    if not isinstance(item, Item | Mapping):
+        raise MushroomError(
+            f"item_row: an item is an Item or a dict of its fields, not {type(item).__name__}"
+        )
     if not isinstance(item, Item):
         try:
             item = Item.model_validate({k: v for k, v in dict(item).items() if k in Item.model_fields})
@@ -178,8 +186,15 @@ def item_row(
             where = ", ".join(".".join(map(str, e["loc"])) + ": " + e["msg"] for e in exc.errors()[:3])
             raise MushroomError(f"item_row: not an item ({where})") from None
     row = {k: v for k, v in item.model_dump(mode="json", include=set(_ITEM_COLUMNS)).items() if v is not None}
-    if isinstance(contexts, str | Mapping):  # one context given bare
+    if contexts is None:  # a datasets row with no contexts holds None
+        contexts = []
+    if isinstance(contexts, str | Mapping | Context):  # one context given bare
         contexts = [contexts]
+    if not isinstance(contexts, Sequence):
+        raise MushroomError(
+            "item_row: contexts are a list of Context records, {source, text} dicts or strings, "
+            f"not {type(contexts).__name__}"
+        )
     row["contexts"] = [_context(k, c).model_dump() for k, c in enumerate(contexts)]
     return row
 
