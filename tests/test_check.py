@@ -127,3 +127,28 @@ def test_a_soft_span_with_a_misspelt_key_names_it(tmp_path, item_rows):
     said = [str(p) for p in check_file(pred, _items(tmp_path, item_rows)).errors]
     assert any("soft_labels.0" in p and "(no start; 'strt' for 'start'?)" in p for p in said), said
     assert any("t-2" in p and "(got list)" in p for p in said), said
+
+
+def test_a_line_carrying_another_answer_text_is_warned_of(tmp_path, item_rows):
+    """Its spans were placed on another text (another file, an edited answer): check said OK."""
+    rows = [
+        {"id": "t-1", "model_output_text": "not the answer", "hard_labels": [[0, 3]]},
+        {"id": "t-2", "model_output_text": item_rows[1]["model_output_text"], "hard_labels": []},
+    ]
+    report = check_file(write_lines(tmp_path / "p.jsonl", rows), _items(tmp_path, item_rows))
+    assert report.ok  # the official scorer reads only the spans
+    (warning,) = report.warnings
+    assert (warning.line, warning.field, warning.item_id) == (1, "model_output_text", "t-1")
+    assert "differs from the item's answer" in warning.message
+
+
+def test_a_file_of_items_given_for_predictions_and_the_other_way_round_says_so(tmp_path, capsys, item_rows):
+    """150 lines of "Field required", where score says "is this the gold file?"."""
+    from cli_helpers import cli
+
+    items = write_lines(tmp_path / "items.jsonl", item_rows)
+    pred = write_lines(tmp_path / "p.jsonl", [{"id": r["id"], "hard_labels": []} for r in item_rows])
+    code, _, err = cli(capsys, "check", items, "--items", pred)
+    said = " ".join(err.split())
+    assert code == 1 and "--items looks like a prediction file (no line has model_output_text)" in said, said
+    assert "mushroom check PRED --items ITEMS" in said and said.count("Field required") == 0, said

@@ -248,7 +248,20 @@ def check(
     from mushroom.evaluation.check import UNKNOWN_ID, check_file
 
     input_file(pred, "PRED")
-    item_list = load_items_option(items)
+    try:
+        item_list = load_items_option(items)
+    except DataError as exc:
+        # the two files swapped: one "Field required" line per field of every item
+        answers = [p for p in exc.problems if p.field == "model_output_text" and "required" in p.message]
+        if answers and len(answers) == len({p.line for p in exc.problems if p.line is not None}):
+            raise DataError.single(
+                items,
+                None,
+                None,
+                "--items looks like a prediction file (no line has model_output_text): give the items "
+                "file the predictions are for, mushroom check PRED --items ITEMS",
+            ) from None
+        raise
     if not item_list:  # every prediction was "not among the items", one line each
         raise DataError.single(items, None, None, "no items: give the items file the predictions are for")
     item_list, one_lang = items_of_file(item_list, pred)

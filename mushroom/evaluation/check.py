@@ -95,6 +95,12 @@ def _missing_keys(span: object) -> str:
     return said + ")"
 
 
+def _first_difference(a: str, b: str) -> str:
+    """Where two texts part: `from character 12` or their lengths."""
+    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"from character {at}; {len(a)} characters against {len(b)}"
+
+
 def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckReport) -> None:
     path, line = where
     n = len(item.model_output_text)
@@ -105,6 +111,19 @@ def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckRepor
     if "soft_labels" not in row and "hard_labels" not in row:
         err("soft_labels", "neither soft_labels nor hard_labels given")
         return
+    text = row.get("model_output_text")
+    if isinstance(text, str) and text != item.model_output_text:
+        # the scorer reads only the spans, but they were placed on another text
+        report.warnings.append(
+            Problem(
+                path,
+                line,
+                "model_output_text",
+                f"differs from the item's answer ({_first_difference(text, item.model_output_text)}): "
+                "spans of another file, or of an answer edited since?",
+                item_id=item.id,
+            )
+        )
     soft = row.get("soft_labels", [])
     hard = row.get("hard_labels", [])
     probs = np.zeros(n)
