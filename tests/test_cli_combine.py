@@ -397,6 +397,19 @@ def test_the_items_file_a_run_was_made_from_is_kept_from_another_folder(tmp_path
     assert {name: (work / name).read_bytes() for name in before} == before
 
 
+def test_a_report_of_a_run_whose_contexts_file_is_gone_names_that_file(tmp_path, capsys, monkeypatch):
+    """It asked for the items file, which was there; given it, the page had no contexts, unsaid."""
+    monkeypatch.chdir(tmp_path)
+    _items_run(tmp_path, capsys)
+    (tmp_path / "ctx.jsonl").unlink()
+    code, _, err = cli(capsys, "report", "run", "--out", "r.html")
+    said = " ".join(err.split())
+    assert code == 2 and f"its context file {tmp_path / 'ctx.jsonl'} is gone" in said, said
+    assert "--contexts CTX.jsonl" in said and "give its items file" not in said, said
+    code, _, err = cli(capsys, "report", "run", "--items", "items.jsonl", "--out", "r.html")
+    assert code == 0 and "the run read the contexts of" in " ".join(err.split()), err
+
+
 def test_an_ensemble_takes_detect_items_run_folders(tmp_path, capsys, monkeypatch):
     """Their folders were "no val or test prediction files"; only their files were taken."""
     monkeypatch.chdir(tmp_path)

@@ -121,22 +121,32 @@ def compare(
     out_console.print(f"wrote {esc(folder / stem)}.md and .csv", highlight=False)
 
 
+def _made_from(run_dir: Path) -> tuple[Path | None, list[Path]]:
+    """The items file and context files a `detect --items` run recorded (`made_from`), as kept."""
+    from mushroom.data.runfolder import run_scope
+
+    scope = run_scope(run_dir)
+    kept = scope.config.get("made_from") if scope is not None else None
+    if not isinstance(kept, dict) or not isinstance(kept.get("items"), str):
+        return None, []
+    return Path(kept["items"]), [Path(p) for p in kept.get("contexts") or [] if isinstance(p, str)]
+
+
 def _recorded_items(run_dir: Path, contexts: str) -> tuple[Path | None, str]:
     """The items and context files a `detect --items` run recorded, where they still exist.
 
     Its config keeps them (`made_from`): a report had to be given them again. --contexts, when
     given, wins. (None, contexts) where the run kept none, or they are gone; said when taken.
     """
-    from mushroom.data.runfolder import run_scope
-
-    scope = run_scope(run_dir)
-    kept = scope.config.get("made_from") if scope is not None else None
-    if not isinstance(kept, dict) or not isinstance(kept.get("items"), str):
+    items, files = _made_from(run_dir)
+    if items is None or not items.is_file():
         return None, contexts
-    items = Path(kept["items"])
-    files = [Path(p) for p in kept.get("contexts") or [] if isinstance(p, str)]
-    if not items.is_file() or not all(p.is_file() for p in files):
-        return None, contexts
+    gone = [str(p) for p in files if not p.is_file()]
+    if gone and contexts == DEFAULT_CONTEXTS:  # it asked for the items file, which was there
+        raise MushroomError(
+            f"{run_dir}: its context file {', '.join(gone)} is gone: give the contexts again, "
+            f"mushroom report {run_dir} --contexts CTX.jsonl (or --contexts '' for a page without them)"
+        )
     if contexts == DEFAULT_CONTEXTS:
         contexts = ",".join(map(str, files))
     err_console.print(
@@ -281,6 +291,14 @@ def report(
             if lang is None or item.lang in lang:
                 by_lang.setdefault(item.lang, []).append(item)
         split = "items"
+        gone = [str(p) for p in _made_from(run_dir)[1] if not p.is_file()]
+        if gone and contexts == DEFAULT_CONTEXTS:
+            err_console.print(
+                esc(
+                    f"note: the run read the contexts of {', '.join(gone)}, which is gone: the page shows none"
+                ),
+                highlight=False,
+            )
         named = split_names(contexts) if contexts != DEFAULT_CONTEXTS else []
         context_files = [input_file(Path(name), "--contexts") for name in named]
     elif items_files(run_dir):  # it said to score the run, which is no answer to "show it"
