@@ -294,9 +294,7 @@ def report(
         gone = [str(p) for p in _made_from(run_dir)[1] if not p.is_file()]
         if gone and contexts == DEFAULT_CONTEXTS:
             err_console.print(
-                esc(
-                    f"note: the run read the contexts of {', '.join(gone)}, which is gone: the page shows none"
-                ),
+                esc(f"note: the run read the contexts of {', '.join(gone)}, now gone: the page shows none"),
                 highlight=False,
             )
         named = split_names(contexts) if contexts != DEFAULT_CONTEXTS else []
