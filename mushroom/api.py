@@ -21,7 +21,7 @@ import numbers
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from mushroom.data import records
 from mushroom.data.languages import language_code
@@ -38,7 +38,22 @@ class Prediction(records.Prediction):
     part of a hallucination.
     """
 
+    model_config = ConfigDict(validate_assignment=True)
+
     text: str = Field("", exclude=True)
+
+    @model_validator(mode="after")
+    def _inside_text(self) -> Prediction:
+        # exported, it took spans past its text or reversed (and an edit of them), and wrote
+        # files `check` refuses; without a text there is nothing to check them against
+        if "text" in self.model_fields_set:
+            n = len(self.text)
+            spans = [(f"soft_labels.{i}", s.start, s.end) for i, s in enumerate(self.soft_labels)]
+            spans += [(f"hard_labels.{i}", s, e) for i, (s, e) in enumerate(self.hard_labels)]
+            for where, start, end in spans:
+                if not 0 <= start < end <= n:
+                    raise ValueError(f"{where}: [{start}, {end}) is not inside the text ({n} characters)")
+        return self
 
     @property
     def probs(self) -> list[float]:

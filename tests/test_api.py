@@ -330,3 +330,21 @@ def test_an_argument_under_another_name_is_named_not_called_an_unknown_option(ca
     # an option of the detector of that name is an option: the llm detector's prompt
     with pytest.raises(mushroom.MushroomError, match="prompt 'nope' not found"):
         mushroom.detect(ANSWER, contexts=CONTEXT, method="llm", prompt="nope")
+
+
+def test_a_prediction_keeps_its_spans_inside_its_text():
+    """`Prediction` is exported: spans past its text, or reversed, made files `check` refuses."""
+    from pydantic import ValidationError
+
+    with pytest.raises(
+        ValidationError, match=r"soft_labels.0: \[0, 99\) is not inside the text \(3 characters\)"
+    ):
+        mushroom.Prediction(id="a", text="abc", soft_labels=[{"start": 0, "end": 99, "prob": 0.7}])
+    with pytest.raises(ValidationError, match=r"hard_labels.0: \[2, 1\) is not inside the text"):
+        mushroom.Prediction(id="a", text="abc", hard_labels=[(2, 1)])
+    pred = mushroom.detect(ANSWER, CONTEXT)
+    with pytest.raises(ValidationError, match="is not inside the text"):
+        pred.hard_labels = [(0, 999)]
+    pred.hard_labels = [(0, 3)]  # an edit that fits is kept
+    assert pred.spans == [(0, 3, ANSWER[:3])]
+    assert mushroom.Prediction(id="b", hard_labels=[(5, 9)]).hard_labels == [(5, 9)]  # no text: not checked
