@@ -348,3 +348,13 @@ def test_a_prediction_keeps_its_spans_inside_its_text():
     pred.hard_labels = [(0, 3)]  # an edit that fits is kept
     assert pred.spans == [(0, 3, ANSWER[:3])]
     assert mushroom.Prediction(id="b", hard_labels=[(5, 9)]).hard_labels == [(5, 9)]  # no text: not checked
+
+
+def test_contexts_may_be_named_as_the_ray_rows_name_them():
+    """`{"source", "text"}` dicts were refused as "a list of other things", which `item_row` takes."""
+    named = mushroom.detect(ANSWER, [{"source": "wiki", "text": CONTEXT}])
+    assert named.hard_labels == mushroom.detect(ANSWER, CONTEXT).hard_labels
+    with pytest.raises(TypeError, match=r"item 0: contexts\[1\] is a int; a context is a string"):
+        mushroom.detect(ANSWER, [CONTEXT, 3])
+    with pytest.raises(TypeError, match=r"contexts\[0\] is a dict without 'text'"):
+        mushroom.detect(ANSWER, [{"source": "wiki", "context": CONTEXT}])
