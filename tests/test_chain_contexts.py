@@ -849,3 +849,17 @@ def test_a_source_name_read_as_something_else_and_a_tier_named_twice_are_refused
     code, _, err = cli(capsys, *base, "--tiers", "gen?", "--source", "gen")
     assert code == 2 and "'gen?' is the source being generated (--source), not a tier" in err, err
     assert not (ctx / ".raw").exists()
+
+
+def test_a_min_similarity_without_embedding_grading_is_refused(tmp_path, capsys):
+    """It was taken and did nothing: the contexts were graded by the llm, or not at all."""
+    from cli_helpers import cli
+
+    for grade in ("none", "llm"):
+        code, _, err = cli(
+            capsys, "contexts", "--lang", "en", "--limit", "1", "--backend", "openai", "--base-url",
+            "http://127.0.0.1:9/v1", "--model", "m", "--context-dir", tmp_path, "--grade", grade,
+            "--min-similarity", "0.5",
+        )  # fmt: skip
+        said = " ".join(err.split())
+        assert code == 2 and "--min-similarity is the cut of --grade embedding" in said, said

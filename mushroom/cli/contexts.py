@@ -42,9 +42,14 @@ def contexts_cmd(
         ),
     ] = "none",
     min_similarity: Annotated[
-        float,
-        typer.Option("--min-similarity", min=-1.0, max=1.0, help="embedding grading cut (a cosine, -1 to 1)"),
-    ] = 0.3,
+        float | None,
+        typer.Option(
+            "--min-similarity",
+            min=-1.0,
+            max=1.0,
+            help="embedding grading cut (a cosine, -1 to 1) [default: 0.3]",
+        ),
+    ] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=16, help="length limit of a context")] = 512,
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="only the first N items per language")
@@ -73,7 +78,7 @@ def contexts_cmd(
     """
     from mushroom.data.contexts import shadowed_source
     from mushroom.errors import MushroomError, RunFailed, retry_advice
-    from mushroom.retrieval.generate import GRADING_FAILED
+    from mushroom.retrieval.generate import DEFAULT_MIN_SIMILARITY, GRADING_FAILED
     from mushroom.retrieval.run import generate_split
     from mushroom.util.names import name_problem
 
@@ -97,6 +102,13 @@ def contexts_cmd(
             f"that name would be read in its place by every run that names it: give another name "
             f"(e.g. --source gen-{source})"
         )
+    if min_similarity is not None and grade != "embedding":  # taken, and it did nothing
+        raise MushroomError(
+            f"--min-similarity is the cut of --grade embedding; this command grades with --grade {grade}: "
+            "give --grade embedding with it, or leave it out"
+        )
+    if min_similarity is None:
+        min_similarity = DEFAULT_MIN_SIMILARITY
     if grade == "embedding" and (lang is None or set(lang) - {"en"}):
         print_warning(
             "--grade embedding grades with all-MiniLM-L6-v2, an English encoder: in other languages "

@@ -73,6 +73,8 @@ class ContextStats:
 
 
 GRADING_FAILED = "grading failed"
+# The cosine to the question below which an embedding grader calls a context irrelevant
+DEFAULT_MIN_SIMILARITY = 0.3
 """In the error of a context generated but not graded (`mushroom contexts` counts them apart)."""
 
 
@@ -253,7 +255,7 @@ def generate_contexts(
     with_topic: bool = False,
     grading: Grading = "none",
     grader: Backend | None = None,
-    min_similarity: float = 0.3,
+    min_similarity: float = DEFAULT_MIN_SIMILARITY,
     context_dir: Path | None = None,
     max_tokens: int = 512,
     encoder: object | None = None,
@@ -402,7 +404,7 @@ def grade_embedding(
     ids: list[str],
     questions: dict[str, str],
     texts: dict[str, str],
-    min_similarity: float = 0.3,
+    min_similarity: float = DEFAULT_MIN_SIMILARITY,
     encoder: object | None = None,
     **_: object,
 ) -> dict[str, dict]:

@@ -20,6 +20,7 @@ from mushroom.data.contexts import (
 )
 from mushroom.data.records import Item
 from mushroom.errors import DataError, MushroomError, Problem
+from mushroom.retrieval.generate import DEFAULT_MIN_SIMILARITY
 from mushroom.util.interrupts import interrupt_hint
 from mushroom.util.names import safe_name
 from mushroom.util.words import plural, suggest
@@ -117,7 +118,7 @@ def generate_split(
     prompt: str = "context_generation",
     topic: bool = False,
     grade: str = "none",
-    min_similarity: float = 0.3,
+    min_similarity: float = DEFAULT_MIN_SIMILARITY,
     max_tokens: int = 512,
     limit: int | None = None,
     context_dir: Path | None = None,
