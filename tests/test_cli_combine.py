@@ -6,6 +6,8 @@ import pytest
 from cli_helpers import GOLD_ROWS, cli, limited_run
 from conftest import VAL_EN, write_lines
 
+from mushroom.errors import MushroomError
+
 
 @pytest.mark.parametrize(
     ("span", "field"),
@@ -499,3 +501,18 @@ def test_an_answer_edited_since_a_run_is_refused_not_read_with_that_runs_spans(t
         capsys, "stack", "apply", stack, f"lex={member}", "--items", items, "--out", tmp_path / "applied"
     )
     assert code == 0, err
+
+
+def test_a_member_name_must_be_one_a_table_and_a_file_can_hold(tmp_path):
+    """`=RUN` fitted a stack with a member named '' (an empty column header, then `stack apply
+    =RUN`), and 'a|b=RUN' broke the Markdown tables."""
+    from mushroom.combine.stack.members import parse_members
+
+    for spec in ("=runs/x", "a|b=runs/x", "a/b=runs/x", ".."):
+        with pytest.raises(MushroomError, match="member name"):
+            parse_members([spec])
+    (tmp_path / "lex-1").mkdir()
+    assert [m.name for m in parse_members([str(tmp_path / "lex-1"), f"sem_2={tmp_path}"])] == [
+        "lex-1",
+        "sem_2",
+    ]

@@ -147,11 +147,18 @@ class Member:
 
 def parse_members(specs: list[str]) -> list[Member]:
     """`NAME=PATH` or `PATH` (named after the folder) -> members; names must be unique."""
+    from mushroom.util.names import name_problem
+
     out = []
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep:
             path, name = spec, Path(spec).name
+        # a name heads a table's column and is written in stack.json: '' made an empty header
+        # (and `stack apply =RUN`), 'a|b' broke the Markdown tables
+        problem = name_problem(name) if (sep or not name or name in (".", "..")) else None
+        if problem is not None:
+            raise MushroomError(f"member name in {spec!r}: {problem}; name it with NAME=PATH")
         out.append(Member(name, Path(path)))
     names = [m.name for m in out]
     if len(set(names)) != len(names):
