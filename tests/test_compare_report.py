@@ -449,3 +449,13 @@ def test_compare_writes_over_none_of_its_inputs_the_runs_files_or_the_official_d
         app, ["compare", str(lo), str(hi), "--eval-dir", str(tmp_path / "eval"), "--name", "c"]
     )
     assert res.exit_code == 0 and (tmp_path / "eval" / "c.md").is_file(), res.output
+
+
+def test_a_markdown_table_keeps_its_columns_whatever_a_run_is_named():
+    """A run folder named 'we|ird' gave its row one column too many."""
+    from mushroom.evaluation.compare import rows_markdown
+
+    table = rows_markdown([{"run": "we|ird\nname", "IoU": 0.5}])
+    head, rule, row = table.splitlines()
+    assert row == "| we\\|ird name | 0.5000 |"
+    assert row.replace("\\|", "").count("|") == head.count("|") == 3

@@ -239,9 +239,14 @@ def rows_csv(rows: list[dict], columns: list[str] | None = None) -> str:
 def rows_markdown(rows: list[dict], columns: list[str] | None = None) -> str:
     """A Markdown table of rows."""
     columns = columns or list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_fmt(row.get(c)) for c in columns) + " |" for row in rows]
+    lines = ["| " + " | ".join(map(_cell, columns)) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(_fmt(row.get(c))) for c in columns) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """A Markdown table cell: a `|` or a line break in a run's name split its row."""
+    return " ".join(text.split("\n")).replace("|", "\\|")
 
 
 def _fmt(value) -> str:
