@@ -754,3 +754,15 @@ def test_a_run_whose_table_shows_cor_nan_says_why(tmp_path, capsys):
     )
     said = " ".join(err.split())
     assert code == 0 and "nan" in out and "with an empty answer" in said and "Cor NaN" in said, out + err
+
+
+def test_an_items_run_s_score_warnings_name_its_file(tmp_path, capsys):
+    """ "warning: <items>: 1 item with an empty answer": no file was named."""
+    rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:2]]
+    rows[1] = {**rows[1], "model_output_text": "", "soft_labels": [], "hard_labels": []}
+    items = write_lines(tmp_path / "items.jsonl", rows)
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", out, "--quiet")
+    said = " ".join(err.split())
+    assert code == 0 and "<items>" not in said, err
+    assert f"the items of {out / 'predictions'}" in said and "1 item with an empty answer" in said, said

@@ -28,7 +28,7 @@ def lang_codes(values: list[str] | None) -> list[str] | None:
     # files say "EN"
     codes = [language_code(code) for value in values for code in split_names(value, what="language")]
     if not codes:  # `--lang "$EMPTY"` must not turn into "every language"
-        raise typer.BadParameter("no language given (e.g. --lang en or --lang en,de)")
+        raise typer.BadParameter("no language given (e.g. en, or en,de)")
     # `--langs en,en,de` scored English twice in the mean over languages, without a word
     return list(dict.fromkeys(codes))
 

@@ -388,14 +388,16 @@ def score_paths(
     return score_pairs(pair_paths(Path(gold), Path(pred), langs, allow_missing).pairs, partial)
 
 
-def score_predictions(items: list, predictions: list) -> ScoreResult:
+def score_predictions(items: list, predictions: list, written: Path | None = None) -> ScoreResult:
     """Scores in-memory predictions against labelled items (for tuning loops).
 
     Files written by mushroom and scored with `score_files` give the official numbers; this
     skips the round trip through JSON, whose number parsing can change ties in the last bit.
+    `written` is the file the predictions were read from, named in the warnings (a warning of
+    "<items>" named no file).
     """
     gold = ScoringFile(
-        path=Path("<items>"),
+        path=Path(f"the items of {written}") if written is not None else Path("<items>"),
         records={
             it.id: ScoringRecord(
                 id=it.id,
@@ -408,7 +410,7 @@ def score_predictions(items: list, predictions: list) -> ScoreResult:
         },
     )
     pred = ScoringFile(
-        path=Path("<predictions>"),
+        path=written or Path("<predictions>"),
         records={
             p.id: ScoringRecord(
                 id=p.id,

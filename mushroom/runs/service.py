@@ -127,7 +127,7 @@ def score_file(split: str, lang: str, path: Path, items: Iterable[Item] | None =
         from mushroom.data.splits import split_files
 
         return score_files(split_files(split)[lang], path)
-    return score_predictions(items, _written_predictions(path))
+    return score_predictions(items, _written_predictions(path), path)
 
 
 def _written_predictions(path: Path) -> Iterator[Prediction]:
