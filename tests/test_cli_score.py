@@ -566,3 +566,12 @@ def test_files_the_official_scorer_cannot_read_are_said_not_passed(tmp_path, cap
     code, out, err = cli(capsys, "score", no_soft, pred)
     told = " ".join(err.split())
     assert code == 0 and "no line has soft_labels: the official scorer fails on such a gold file" in told, err
+
+
+def test_a_file_of_bare_cr_line_ends_says_so(tmp_path, capsys):
+    """Old Mac line endings made one line: "Extra data at column 260", and no why."""
+    old_mac = tmp_path / "p.jsonl"
+    old_mac.write_bytes(VAL_EN.read_bytes().replace(b"\n", b"\r"))
+    code, _, err = cli(capsys, "score", VAL_EN, old_mac)
+    said = " ".join(err.split())
+    assert code == 1 and "lines end in a bare CR (\\r); JSONL lines end in \\n" in said, said

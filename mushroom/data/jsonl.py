@@ -115,13 +115,16 @@ def _json_lines(
         try:
             obj = json.loads(line, parse_float=parse_float, parse_constant=_reject_constant)
         except json.JSONDecodeError as exc:
+            # lines ended by a bare CR (old Mac files) are one line here: "Extra data" said nothing
+            bare_cr = exc.msg.startswith("Extra data") and line[exc.pos - 1 : exc.pos] == "\r"
             problems.append(
                 # json's "Unterminated string starting at" already ends with "at"
                 Problem(
                     str(path),
                     lineno,
                     None,
-                    f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}",
+                    f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"
+                    + (": lines end in a bare CR (\\r); JSONL lines end in \\n" if bare_cr else ""),
                 )
             )
             continue
