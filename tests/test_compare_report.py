@@ -109,6 +109,10 @@ def test_a_report_never_overwrites_a_file_of_the_run_it_shows(two_runs, tmp_path
     # an .html page there is a report's own place
     res = runner.invoke(app, ["report", str(lo), "--out", str(lo / "mine.html")])
     assert res.exit_code == 0 and (lo / "mine.html").is_file(), res.output
+    # a page is written as one: in r.txt it opened as text
+    res = runner.invoke(app, ["report", str(lo), "--out", str(tmp_path / "r.txt")])
+    assert res.exit_code != 0 and "give a file name ending in .html" in str(res.exception), res.output
+    assert not (tmp_path / "r.txt").exists()
     # nor one of its inputs outside the run: the page replaced the tags file
     tags = write_lines(tmp_path / "tags.jsonl", [{"id": "val-en-1", "error_type": "other"}])
     before = tags.read_bytes()
