@@ -447,6 +447,9 @@ def test_a_stack_applied_to_an_items_file_is_scored_and_reported_as_its_folder(t
     applied = tmp_path / "applied"
     code, _, err = cli(capsys, "stack", "apply", stack, f"lex={member}", "--items", items, "--out", applied)
     assert code == 0, err
+    # val items under another file's name are still the items it was fitted on: --split val said so
+    said = " ".join(err.split())
+    assert "4 of the en items are val items the stack was fitted on" in said and "in-sample" in said, said
     assert json.loads((applied / "config.json").read_text())["config"]["split"] == "items"
     code, out, err = cli(capsys, "score", items, applied)
     assert code == 0 and out.splitlines()[-2].startswith("IoU:"), err

@@ -149,9 +149,42 @@ def apply_stack_run(
             )
         service.score(split, files, out, title)
     if split == "items" and all(getattr(its, "labelled", False) for its in data.values()):
-        service.score(split, files, out, f"stack on {items_file}", items=dict(data))  # type: ignore[arg-type]
+        fitted_items = _fitted_items_among(model, data)
+        if fitted_items:
+            service.warn(
+                f"{fitted_items}: their scores below are in-sample (optimistic), as `stack apply "
+                "--split val` says; the stack's cross-validated scores are `cv` in its stack.json"
+            )
+        title = f"stack on {items_file}" + (" (IN-SAMPLE in part)" if fitted_items else "")
+        service.score(split, files, out, title, items=dict(data))  # type: ignore[arg-type]
     service.finish(summary)
     return out
+
+
+def _fitted_items_among(model: StackModel, data: Mapping[str, Iterable[Item]]) -> str | None:
+    """Which items of an items file the stack was fitted on (same id and answer), said per language.
+
+    A copy of the val items in a file of one's own was scored with no word of it, where
+    `--split val` warns that those scores are in-sample.
+    """
+    from mushroom.data.runfolder import in_sample_languages
+    from mushroom.data.splits import load_split
+    from mushroom.errors import MushroomError
+
+    split = (model.fitted_on or "val").partition(":")[0].strip()
+    said = []
+    for lang, items in data.items():
+        if not in_sample_languages(model.fitted_on, model.languages, split, [lang]):
+            continue
+        try:
+            (fitted,) = load_split(split, [lang]).values()
+        except MushroomError:  # a language the split lacks, or a split not here
+            continue
+        answers = {it.id: it.model_output_text for it in fitted}
+        n = sum(answers.get(it.id) == it.model_output_text for it in items)
+        if n:
+            said.append(f"{n} of the {lang} items are {split} items the stack was fitted on")
+    return "; ".join(said) or None
 
 
 def in_sample(model: StackModel, split: str, langs: list[str]) -> list[str]:
