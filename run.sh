@@ -9,6 +9,6 @@ here="$(cd "$(dirname "$0")" && pwd)"
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 cmd=(python3 -P -m mushroom)  # -P: not a mushroom/ in the folder it is run from
 case "${1:-}" in
-  *.toml|*.yaml|*.yml) exec "${cmd[@]}" run "$@" ;;
+  *.toml|*.yaml|*.yml|*.json) exec "${cmd[@]}" run "$@" ;;
   *) exec "${cmd[@]}" main-job "$@" ;;
 esac

@@ -188,18 +188,27 @@ def _valid(k: int, record: type[Item] | type[Context], where: str | None = None,
         raise ValueError(f"item {k}: {field}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
-def _misspelt_key(key: str) -> str | None:
-    """The item key `key` looks a misspelling of: of the key, or of a synonym of it, or swapped letters.
+def _misspelt_key(key: str, entry: dict) -> str | None:
+    """The item key `key` looks a misspelling of, when that key is not given too.
 
     "langauge" (near "language") and "lnag" (difflib's ratio 0.75 to "lang") were taken as
-    keys of the record's own, and the item ran as English.
+    keys of the record's own, and the item ran as English. Only "language" among the
+    synonyms is matched loosely: near the others are a dataset's own columns ("prompt_id",
+    "passage"). A key near one that the item gives is a column of another use ("languages").
     """
     folded = key.lower()
-    words = {**{name: name for name in _ITEM_KEYS}, **_SYNONYMS}
-    near = close_match(folded, sorted(words), cutoff=0.8)
+    near = close_match(folded, sorted(_ITEM_KEYS), cutoff=0.8)
+    if near is None and close_match(folded, ["language"], cutoff=0.8):
+        near = "lang"
     if near is None:
-        near = next((w for w in sorted(words) if swapped_letters(folded, w)), None)
-    return words[near] if near is not None else None
+        near = next((w for w in sorted(_ITEM_KEYS) if swapped_letters(folded, w)), None)
+    return None if near is None or _given(near, entry) else near
+
+
+def _given(key: str, entry: dict) -> bool:
+    """Whether an item gives `key`, under its name or its record name (answer: model_output_text)."""
+    also = {"answer": "model_output_text", "model_output_text": "answer", "question": "model_input"}
+    return key in entry or also.get(key, key) in entry or (key == "model_input" and "question" in entry)
 
 
 def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
@@ -217,11 +226,9 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
         # "Lang" or "ID" (a case apart) ran as English with an id of its own, unsaid
         folded = key.lower() if isinstance(key, str) else None
         near = (folded if folded in _ITEM_KEYS else _SYNONYMS.get(folded)) if folded else None
-        if near is not None and (near in entry or (near == "question" and "model_input" in entry)):
+        if near is not None and _given(near, entry):
             near = None  # the key it would mean is given too: a column of some other use
-        if near is not None and near == "answer" and "model_output_text" in entry:
-            near = None
-        if isinstance(key, str) and (near := near or _misspelt_key(key)):
+        if isinstance(key, str) and (near := near or _misspelt_key(key, entry)):
             raise TypeError(
                 f"item {k}: unknown key {key!r} (did you mean {near!r}?); an item has "
                 f"{', '.join(sorted(_ITEM_KEYS))}"

@@ -60,6 +60,9 @@ def test_malformed_items_are_type_errors_that_say_what_an_item_is():
     # keys of a record's own that only start like an item key are left alone, as before
     extra = {"answer": ANSWER, "contexts": CONTEXT, "answer_tokens": [1, 2], "identifier": "x1"}
     assert len(mushroom.detect_batch([extra])) == 1
+    # nor a dataset's columns near a synonym ("prompt", "passages"), or near a key given too
+    columns = {"prompt_id": 3, "response_id": 4, "evidence_id": 5, "passage": "p", "languages": ["en"]}
+    assert len(mushroom.detect_batch([{**extra, "lang": "en", **columns}])) == 1
     # None is "no question", not the question "None"
     assert (
         mushroom.detect(ANSWER, CONTEXT, question=None).hard_labels

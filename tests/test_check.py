@@ -152,3 +152,9 @@ def test_a_file_of_items_given_for_predictions_and_the_other_way_round_says_so(t
     said = " ".join(err.split())
     assert code == 1 and "--items looks like a prediction file (no line has model_output_text)" in said, said
     assert "mushroom check PRED --items ITEMS" in said and said.count("Field required") == 0, said
+    # an items file with one line lacking its answer is that line's mistake, named as before
+    rows = [dict(r) for r in item_rows]
+    del rows[1]["model_output_text"]
+    code, _, err = cli(capsys, "check", pred, "--items", write_lines(tmp_path / "one_bad.jsonl", rows))
+    said = " ".join(err.split())
+    assert code == 1 and "one_bad.jsonl:2: id 't-2': field 'model_output_text': Field required" in said, said

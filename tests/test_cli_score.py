@@ -80,13 +80,23 @@ def test_score_warns_about_what_the_official_scorer_accepts_silently(tmp_path, c
     assert "1 hard span outside the answer" in said and f"hard_labels.0 [0, 999) in an answer of {n}" in said
 
 
-def test_numeric_ids_as_in_the_official_sample_file_get_one_line_saying_how_to_fix_them(capsys):
+def test_numeric_ids_as_in_the_official_sample_file_get_one_line_saying_how_to_fix_them(tmp_path, capsys):
     """The task's sample_set.v1.json numbers its ids: eight "not a string" lines, and no way out."""
-    sample = ROOT / "data" / "mushroom" / "sample" / "sample_set.v1.json"
+    sample = tmp_path / "sample_set.v1.json"  # a copy: the fix writes beside it
+    sample.write_bytes((ROOT / "data" / "mushroom" / "sample" / "sample_set.v1.json").read_bytes())
     code, _, err = cli(capsys, "score", sample, sample)
     said = " ".join(err.split())
     assert code == 1 and "ids are numbers (8 lines, e.g. line 1: 1)" in said, said
     assert "write them as strings" in said and said.count("not a string") == 0, said
+    # the command it gives runs as printed, from any folder, and its output scores
+    import shlex
+    import subprocess
+
+    command = err[err.index("python3 -c") :].split("\n")[0].strip()
+    assert subprocess.run(command, shell=True, cwd=tmp_path).returncode == 0, command
+    fixed = shlex.split(command)[-1]
+    code, out, err = cli(capsys, "score", fixed, fixed)
+    assert code == 0 and out.endswith("Cor: 1.00000000\n"), err
 
 
 def test_folder_scoring_needs_every_language_or_langs(tmp_path, capsys):

@@ -240,6 +240,17 @@ def test_yaml_and_json_configs_say_what_toml_would(tmp_path):
     )
     with pytest.raises(DataError, match="key 'threshold' is given twice"):
         load_run_config(nested)
+    # a merge key (`<<: *base`) is no key given twice; a key it brings may be set again
+    merged = tmp_path / "merged.yaml"
+    merged.write_text(
+        "base: &base\n  name: lexical\n  options: {threshold: 0.3}\n"
+        "name: y\nlangs: [en]\ndetector:\n  <<: *base\n  options: {threshold: 0.5}\n"
+    )
+    assert read_config_file(merged)["detector"] == {"name": "lexical", "options": {"threshold": 0.5}}
+    # a value YAML cannot read is not said to be TOML's
+    with pytest.raises(DataError) as caught:
+        read_config_file(_write(tmp_path / "date.yaml", "x: 2024-13-45\n"))
+    assert "TOML" not in caught.value.problems[0].message, caught.value.problems[0].message
     # only true and false are yes/no (YAML 1.2): what was written is shown
     norway = tmp_path / "norway.yaml"
     norway.write_text("name: y\nlangs: [no]\ndetector:\n  name: lexical\n  options:\n    threshold: yes\n")

@@ -218,6 +218,12 @@ def _with_partial_hint(exc: DataError) -> DataError:
     return DataError(problems, exit_code=exc.exit_code)
 
 
+def _lines_with_text(path: Path) -> int:
+    """How many lines of a file are not blank, read as bytes (a corpus is not held)."""
+    with open(path, "rb") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
 MAX_ERRORS_SHOWN = 100
 STRAY_SHOWN = 5  # lines whose id is not among the items, shown when most are (a wrong items file)
 
@@ -252,8 +258,8 @@ def check(
         item_list = load_items_option(items)
     except DataError as exc:
         # the two files swapped: one "Field required" line per field of every item
-        answers = [p for p in exc.problems if p.field == "model_output_text" and "required" in p.message]
-        if answers and len(answers) == len({p.line for p in exc.problems if p.line is not None}):
+        answers = {p.line for p in exc.problems if p.field == "model_output_text" and "required" in p.message}
+        if answers and items.is_file() and len(answers) == _lines_with_text(items):
             raise DataError.single(
                 items,
                 None,

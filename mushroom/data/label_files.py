@@ -185,9 +185,13 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
     if numbered:
         # The task's own sample_set.v1.json numbers its ids: one line for all, with the way out
         n, rid = numbered[0]
+        import shlex
+
+        fixed = path.with_name(f"{path.stem}.str-ids.jsonl")
         fix = (
             "python3 -c \"import json,sys; [print(json.dumps({**r, 'id': str(r['id'])}, ensure_ascii=False)) "
-            f'for r in map(json.loads, open(sys.argv[1]))]" {path.name} > fixed.jsonl'
+            'for r in map(json.loads, open(sys.argv[1]))]" '
+            f"{shlex.quote(str(path))} > {shlex.quote(str(fixed))}"
         )
         problems.append(
             Problem(

@@ -1,4 +1,4 @@
-"""Run configs (TOML or YAML files in configs/): validated, unknown keys rejected.
+"""Run configs (TOML, YAML or JSON files in configs/): validated, unknown keys rejected.
 
 A config names one detector with its options, the splits and languages, and optionally a
 list of `variants`: each is a set of option overrides (a prompt file, temperatures, ...)
@@ -175,10 +175,10 @@ class MainJobConfig(BaseModel):
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    """A config file's top-level table (TOML, or YAML with PyYAML); errors name the file."""
+    """A config file's top-level table (TOML, YAML with PyYAML, or JSON); errors name the file."""
     if path.is_dir():
         raise MushroomError(
-            f"config {path} is a folder; give a TOML or YAML file (e.g. configs/variants.toml)"
+            f"config {path} is a folder; give a TOML, YAML or JSON file (e.g. configs/variants.toml)"
         )
     if not path.is_file():
         from mushroom.data.splits import IN_CHECKOUT, PROJECT_ROOT
@@ -221,7 +221,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
             data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, ValueError) as exc:
         # a JSON file named .txt, or none: its "Invalid statement" said nothing of the format
-        form = "" if path.suffix == ".toml" else " (read as TOML (configs are .toml, .yaml or .json))"
+        read_as_toml = path.suffix not in (".toml", ".yaml", ".yml", ".json")
+        form = " (read as TOML (configs are .toml, .yaml or .json))" if read_as_toml else ""
         raise DataError([Problem(str(path), None, None, f"cannot parse{form}: {exc}")], exit_code=2) from exc
     if not isinstance(data, dict):
         raise DataError(
@@ -242,15 +243,17 @@ def _yaml_loader() -> type:
     import yaml
 
     class Loader(yaml.SafeLoader):
-        def construct_mapping(self, node, deep=False):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             first: dict[Any, int] = {}
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: merged below, may repeat
+                    continue
                 key = self.construct_object(key_node, deep=deep)
                 try:
                     seen = first.get(key)
                 except TypeError:  # a list as a key: the constructor says what is wrong
                     continue
-                if seen is not None and key != "<<":
+                if seen is not None:
                     raise yaml.constructor.ConstructorError(
                         None,
                         None,
@@ -279,7 +282,7 @@ def _read_json_config(path: Path, text: str) -> Any:
         out: dict[str, Any] = {}
         for key, value in pairs:
             if key in out:
-                raise DataError([Problem(str(path), None, key, f"key {key!r} is given twice")], exit_code=2)
+                raise DataError([Problem(str(path), None, None, f"key {key!r} is given twice")], exit_code=2)
             out[key] = value
         return out
 
