@@ -81,6 +81,23 @@ def test_requests_a_tripped_breaker_kept_back_are_not_counted_as_sent(tmp_path, 
     assert counters[f"{stage}.not_sent"] > 0 and counters[f"{stage}.backend_errors"] == BREAKER_COLD, counters
 
 
+def test_pyes_counts_each_model_s_requests_apart(tmp_path, capsys):
+    """Only a piece's first error was counted: a model's failed request behind another's unsent
+    one was neither a request nor an error."""
+    out = tmp_path / "run"
+    with FakeServer({"": [("status", 500, OOM)]}) as one, FakeServer({"": [("status", 500, OOM)]}) as two:
+        models = [{"kind": "openai", "base_url": s.url, "model": "m", "max_retries": 1} for s in (one, two)]
+        code, _, err = cli(
+            capsys, "detect", "--lang", "en", "--limit", "12", "--detector", "pyes", "--out", out,
+            "-o", f"models={json.dumps(models)}", "-o", "scoring=top_logprobs",
+        )  # fmt: skip
+    assert code == 3, err
+    counters = json.loads((out / "summary.json").read_text())["stats"]
+    sent = 2 * BREAKER_COLD  # each model's breaker trips after its own three
+    assert (counters["pyes.requests"], counters["pyes.backend_errors"]) == (sent, sent), counters
+    assert counters["pyes.requests"] + counters["pyes.not_sent"] == 2 * counters["pyes.pieces"], counters
+
+
 def test_a_server_that_dies_mid_run_stops_the_run_after_ten_failures_in_a_row(tmp_path, capsys):
     out = tmp_path / "run"
     script = {"": [("ok", OK)] * 5 + [("status", 502, "Bad Gateway")]}

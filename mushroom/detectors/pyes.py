@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -155,6 +156,55 @@ def collapsed_models(calibration: PYesCalibration) -> list[str]:
     return [name for name, st in calibration.models.items() if st.std <= MIN_STD]
 
 
+@dataclass
+class RawScores:
+    """P(yes) per (piece, model) of a batch, and what became of each piece's requests.
+
+    NaN marks a piece a model gave no usable score for; `errors` holds a piece's first
+    error (None when every call for it worked). A request a tripped circuit breaker kept
+    back cost nothing: it is counted apart from those sent that failed.
+    """
+
+    pieces: list[list]
+    scores: np.ndarray
+    errors: list[str | None]
+    not_sent: np.ndarray  # per piece
+    sent_failed: np.ndarray  # per piece
+    errored: np.ndarray  # per (piece, model): a call failed, so its NaN is no unusable answer
+
+    @classmethod
+    def empty(cls, pieces: list[list], models: int) -> RawScores:
+        n = sum(len(p) for p in pieces)
+        return cls(
+            pieces,
+            np.full((n, models), np.nan),
+            [None] * n,
+            np.zeros(n, dtype=int),
+            np.zeros(n, dtype=int),
+            np.zeros((n, models), dtype=bool),
+        )
+
+    def failed(self, row: int, model: int, errors: list[str]) -> None:
+        self.errored[row, model] = True
+        unsent = sum(e.startswith(NOT_SENT) for e in errors)
+        self.not_sent[row] += unsent
+        self.sent_failed[row] += len(errors) - unsent
+
+    def counts(self, rows: slice, requests: int) -> dict[str, int]:
+        """The counters of one item (its pieces' rows), `requests` the calls its pieces needed."""
+        not_sent, failed = int(self.not_sent[rows].sum()), int(self.sent_failed[rows].sum())
+        st = {
+            "pyes.pieces": rows.stop - rows.start,
+            "pyes.requests": requests - not_sent,
+            "pyes.unusable": int((np.isnan(self.scores[rows]) & ~self.errored[rows]).sum()),
+        }
+        if not_sent:
+            st["pyes.not_sent"] = not_sent
+        if failed:
+            st["pyes.backend_errors"] = failed
+        return st
+
+
 class PYesDetector(Detector):
     """Multi-model yes/no verification of answer pieces.
 
@@ -225,14 +275,8 @@ class PYesDetector(Detector):
             for label in self.options.labels
         ]
 
-    def raw_scores(
-        self, items: list[Item], contexts: dict[str, list[Context]]
-    ) -> tuple[list, np.ndarray, list[str | None], np.ndarray]:
-        """Pieces per item, P(yes) per (piece, model), first error and unsent requests per piece.
-
-        NaN marks a piece a model gave no usable score for; an error is None when every call
-        for that piece worked. Unsent requests are those a tripped circuit breaker kept back.
-        """
+    def raw_scores(self, items: list[Item], contexts: dict[str, list[Context]]) -> RawScores:
+        """Each item's pieces, their P(yes) per model, and what became of their requests."""
         pieces = [answer_pieces(it.model_output_text, self.options.unit) for it in items]
         prompts = []
         for item, item_pieces in zip(items, pieces):
@@ -243,16 +287,15 @@ class PYesDetector(Detector):
                 prompts.append(
                     (item, k, self.prompt.render(context=ctx, question=item.model_input, piece=piece.text))
                 )
-        scores = np.full((len(prompts), len(self.options.models)), np.nan)
-        errors: list[str | None] = [None] * len(prompts)
-        unsent = np.zeros(len(prompts), dtype=int)  # requests the breaker kept back: no cost, no "request"
+        raw = RawScores.empty(pieces, len(self.options.models))
+        scores, errors = raw.scores, raw.errors
         reqs = [r for item, k, msgs in prompts for r in self._requests(msgs, item, k)]
         for m, backend in enumerate(self.backends):
             if self.options.scoring == "top_logprobs":
                 for r, gen in enumerate(backend.generate(reqs)):
                     if gen.error is not None:
                         errors[r] = errors[r] or gen.error
-                        unsent[r] += gen.error.startswith(NOT_SENT)
+                        raw.failed(r, m, [gen.error])
                         continue
                     value = p_yes(gen, self.options.yes_words, self.options.no_words)
                     if value is None:
@@ -266,7 +309,7 @@ class PYesDetector(Detector):
                 bad = yes.error or no.error
                 if bad is not None:
                     errors[r] = errors[r] or bad
-                    unsent[r] += sum((x.error or "").startswith(NOT_SENT) for x in (yes, no))
+                    raw.failed(r, m, [x.error for x in (yes, no) if x.error is not None])
                 elif (
                     yes.logprob is None
                     or no.logprob is None
@@ -277,13 +320,13 @@ class PYesDetector(Detector):
                     top = max(yes.logprob, no.logprob)
                     a, b = math.exp(yes.logprob - top), math.exp(no.logprob - top)
                     scores[r, m] = a / (a + b)
-        return pieces, scores, errors, unsent
+        return raw
 
     def calibrate(
         self, items: list[Item], contexts: dict[str, list[Context]], fitted_on: str = ""
     ) -> PYesCalibration:
         """Estimates each model's P(yes) mean and std on these items and keeps it."""
-        _, scores, _, _ = self.raw_scores(items, contexts)
+        scores = self.raw_scores(items, contexts).scores
         self.calibration = self._fit(scores, fitted_on)
         return self.calibration
 
@@ -297,24 +340,6 @@ class PYesDetector(Detector):
                 "collapsed and its votes carry no information"
             )
         return calibration
-
-    @staticmethod
-    def _counts(
-        pieces: int, per_piece: int, scores: np.ndarray, errors: list[str | None], unsent: np.ndarray
-    ) -> dict[str, int]:
-        """An item's counters; a request a tripped breaker kept back cost nothing: no request."""
-        st = {
-            "pyes.pieces": pieces,
-            "pyes.requests": pieces * per_piece - int(unsent.sum()),
-            # answered, but with no score to read (a failed call is counted below instead)
-            "pyes.unusable": int(sum(np.isnan(row).sum() for row, e in zip(scores, errors) if e is None)),
-        }
-        if unsent.any():
-            st["pyes.not_sent"] = int(unsent.sum())
-        failed = sum(e is not None and not e.startswith(NOT_SENT) for e in errors)
-        if failed:
-            st["pyes.backend_errors"] = failed
-        return st
 
     def _calibration_path(self, lang: str) -> Path | None:
         return self.workdir / f"pyes_calibration.{lang}.json" if self.workdir is not None else None
@@ -366,16 +391,15 @@ class PYesDetector(Detector):
         return self._fitted[key]
 
     def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
-        pieces, scores, errors, unsent = self.raw_scores(items, contexts)
+        raw = self.raw_scores(items, contexts)
+        pieces, scores, errors = raw.pieces, raw.scores, raw.errors
         keys = [self.model_key(c, k) for k, c in enumerate(self.options.models)]
         ends = np.cumsum([len(p) for p in pieces])
         rows = [slice(int(end) - len(p), int(end)) for end, p in zip(ends, pieces)]
         z = np.full_like(scores, np.nan)
         usable = set()
         per_piece = len(keys) * (1 if self.options.scoring == "top_logprobs" else 2)
-        counts = [
-            self._counts(len(p), per_piece, scores[sl], errors[sl], unsent[sl]) for p, sl in zip(pieces, rows)
-        ]
+        counts = [raw.counts(sl, len(p) * per_piece) for p, sl in zip(pieces, rows)]
         for lang in dict.fromkeys(it.lang for it in items):  # each language its own statistics
             ks = [k for k, it in enumerate(items) if it.lang == lang]
             picked = np.concatenate([np.arange(rows[k].start, rows[k].stop) for k in ks]).astype(int)
