@@ -18,7 +18,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import numbers
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from pydantic import ConfigDict, Field, model_validator
@@ -135,41 +135,20 @@ def _text(value: Any, what: str, k: int) -> str:
     return value
 
 
-def _contexts(value: str | Sequence[str | Mapping[str, Any] | Context] | None, k: int = 0) -> list[Context]:
-    """An item's contexts: strings (named context0, context1, ...), {source, text} dicts or records.
+def _contexts(value: Any, k: int = 0) -> list[Context]:
+    """An item's contexts, in the forms `records.given_contexts` takes; a bad one names its item.
 
-    The dicts are what a Ray row holds (`item_row`), and a source's name is what the lexical
-    detector's `source_weights` and the fact-check reading go by.
+    A named source is what the lexical detector's `source_weights` and the fact-check
+    reading go by.
     """
-    if value is None:
-        return []
-    if isinstance(value, str | Mapping | Context):
-        value = [value]
-    if not isinstance(value, Sequence):
-        raise TypeError(
-            f"item {k}: contexts must be a string or a list of strings, not {type(value).__name__}"
-        )
-    out = []
-    for j, entry in enumerate(value):
-        where = f"contexts[{j}]"
-        if isinstance(entry, Context):
-            out.append(entry)
-            continue
-        if isinstance(entry, Mapping):
-            if "text" not in entry:
-                raise TypeError(
-                    f"item {k}: {where} is a dict without 'text' (its keys: {', '.join(map(str, entry))})"
-                )
-            source, text = entry.get("source") or f"context{j}", entry["text"]
-        elif isinstance(entry, str):
-            source, text = f"context{j}", entry
-        else:
-            raise TypeError(
-                f"item {k}: {where} is a {type(entry).__name__}; a context is a string or a "
-                "{source, text} dict"
-            )
-        out.append(_valid(k, Context, where, source=source, text=text))
-    return out
+    try:
+        given = records.given_contexts(value)
+    except TypeError as exc:
+        raise TypeError(f"item {k}: {exc}") from None
+    return [
+        _valid(k, Context, f"contexts[{j}]", source=source, text=text)
+        for j, (source, text) in enumerate(given)
+    ]
 
 
 def _valid(k: int, record: type[Item] | type[Context], where: str | None = None, **fields: Any) -> Any:

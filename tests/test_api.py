@@ -357,7 +357,16 @@ def test_contexts_may_be_named_as_the_ray_rows_name_them():
     """`{"source", "text"}` dicts were refused as "a list of other things", which `item_row` takes."""
     named = mushroom.detect(ANSWER, [{"source": "wiki", "text": CONTEXT}])
     assert named.hard_labels == mushroom.detect(ANSWER, CONTEXT).hard_labels
-    with pytest.raises(TypeError, match=r"item 0: contexts\[1\] is a int; a context is a string"):
+    # the source is kept: a weight for it names a context of the item, one for context0 does not
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mushroom.detect(ANSWER, [{"source": "wiki", "text": CONTEXT}], source_weights={"wiki": 2.0})
+    with pytest.warns(RuntimeWarning, match="context0"):
+        mushroom.detect(ANSWER, [{"source": "wiki", "text": CONTEXT}], source_weights={"context0": 2.0})
+    assert (
+        mushroom.detect(ANSWER, [{"text": CONTEXT}]).hard_labels == named.hard_labels
+    )  # no source: context0
+    with pytest.raises(TypeError, match=r"item 0: contexts\[1\] is of type int; a context is a string"):
         mushroom.detect(ANSWER, [CONTEXT, 3])
     with pytest.raises(TypeError, match=r"contexts\[0\] is a dict without 'text'"):
         mushroom.detect(ANSWER, [{"source": "wiki", "context": CONTEXT}])

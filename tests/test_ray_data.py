@@ -229,8 +229,19 @@ def test_a_row_or_member_that_is_none_says_what_it_is_on_the_driver(tmp_path):
     item = {"id": "a", "lang": "EN", "model_input": "q", "model_output_text": "Paris"}
     with pytest.raises(MushroomError, match="item_row: an item is an Item or a dict of its fields, not str"):
         item_row("abc", [])
-    with pytest.raises(MushroomError, match="item_row: contexts are a list .* not int"):
+    with pytest.raises(MushroomError, match="item_row: contexts are a string, .* not int"):
         item_row(item, 3)
     assert item_row(item, None)["contexts"] == []  # a datasets row without contexts holds None
     with pytest.raises(MushroomError, match="nosuch: no such folder"):
         MemberSpec.from_run("lex", tmp_path / "nosuch")
+
+
+def test_a_ray_row_takes_the_contexts_the_python_api_takes():
+    """item_row refused a {"text": ...} dict without a source, which the API took."""
+    from mushroom.runs.ray_data import item_row
+
+    item = {"id": "a", "lang": "en", "model_input": "q", "model_output_text": "Paris"}
+    row = item_row(item, ["one", {"text": "two"}, {"source": "wiki", "text": "three"}])
+    assert [c["source"] for c in row["contexts"]] == ["context0", "context1", "wiki"]
+    with pytest.raises(MushroomError, match=r"item_row: contexts\[0\] is a dict without 'text'"):
+        item_row(item, [{"source": "wiki"}])

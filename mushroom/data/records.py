@@ -7,6 +7,7 @@ so a record can be written back and scored by the official scorer unchanged.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
@@ -156,6 +157,40 @@ class Context(BaseModel):
 
     source: str
     text: Text
+
+
+def given_contexts(value: object) -> list[tuple[str, object]]:
+    """(source, text) of each context as a caller gives them, not yet validated.
+
+    One context or a list of them: strings (named context0, context1, ... by place),
+    `{source, text}` dicts (the source may be left out) or `Context` records. The Python API
+    and the Ray rows take the same forms. A TypeError says what an entry is when it is none.
+    """
+    if value is None:
+        return []
+    if isinstance(value, str | Mapping | Context):
+        value = [value]
+    if not isinstance(value, Sequence):
+        raise TypeError(
+            f"contexts are a string, a {{source, text}} dict or a list of them, not {type(value).__name__}"
+        )
+    out: list[tuple[str, object]] = []
+    for j, entry in enumerate(value):
+        if isinstance(entry, Context):
+            out.append((entry.source, entry.text))
+        elif isinstance(entry, str):
+            out.append((f"context{j}", entry))
+        elif isinstance(entry, Mapping):
+            if "text" not in entry:
+                keys = ", ".join(map(str, entry)) or "none"
+                raise TypeError(f"contexts[{j}] is a dict without 'text' (its keys: {keys})")
+            out.append((entry.get("source") or f"context{j}", entry["text"]))
+        else:
+            raise TypeError(
+                f"contexts[{j}] is of type {type(entry).__name__}; a context is a string or a "
+                "{source, text} dict"
+            )
+    return out
 
 
 SplitName = Literal["val", "test", "train"]

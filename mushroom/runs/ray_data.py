@@ -43,7 +43,7 @@ from mushroom.combine.stack.features import StackData, item_features
 from mushroom.combine.stack.fit import stack_predictions
 from mushroom.combine.stack.members import MemberEvidence
 from mushroom.combine.stack.model import StackModel
-from mushroom.data.records import Context, Item, Prediction
+from mushroom.data.records import Context, Item, Prediction, given_contexts
 from mushroom.data.spans import soft_to_vector
 from mushroom.errors import MissingExtra, MushroomError
 from mushroom.util.options import merge_options
@@ -186,30 +186,19 @@ def item_row(
             where = ", ".join(".".join(map(str, e["loc"])) + ": " + e["msg"] for e in exc.errors()[:3])
             raise MushroomError(f"item_row: not an item ({where})") from None
     row = {k: v for k, v in item.model_dump(mode="json", include=set(_ITEM_COLUMNS)).items() if v is not None}
-    if contexts is None:  # a datasets row with no contexts holds None
-        contexts = []
-    if isinstance(contexts, str | Mapping | Context):  # one context given bare
-        contexts = [contexts]
-    if not isinstance(contexts, Sequence):
-        raise MushroomError(
-            "item_row: contexts are a list of Context records, {source, text} dicts or strings, "
-            f"not {type(contexts).__name__}"
-        )
-    row["contexts"] = [_context(k, c).model_dump() for k, c in enumerate(contexts)]
+    try:  # None: a datasets row with no contexts
+        given = given_contexts(contexts)
+    except TypeError as exc:
+        raise MushroomError(f"item_row: {exc}") from None
+    row["contexts"] = [_context(k, source, text).model_dump() for k, (source, text) in enumerate(given)]
     return row
 
 
-def _context(k: int, value: Context | Mapping[str, Any] | str) -> Context:
-    if isinstance(value, Context):
-        return value
-    if isinstance(value, str):
-        return Context(source=f"context{k}", text=value)
+def _context(k: int, source: str, text: object) -> Context:
     try:
-        return Context.model_validate(dict(value))
-    except (ValidationError, TypeError, ValueError):
-        raise MushroomError(
-            f"item_row: context {k} is no {{source, text}} dict or string: {value!r:.80}"
-        ) from None
+        return Context(source=source, text=text)
+    except ValidationError as exc:
+        raise MushroomError(f"item_row: contexts[{k}]: {exc.errors()[0]['msg']} ({text!r:.60})") from None
 
 
 def items_dataset(rows: Iterable[dict[str, Any]]) -> ray.data.Dataset:
