@@ -132,14 +132,16 @@ def test_a_soft_span_with_a_misspelt_key_names_it(tmp_path, item_rows):
 def test_a_line_carrying_another_answer_text_is_warned_of(tmp_path, item_rows):
     """Its spans were placed on another text (another file, an edited answer): check said OK."""
     rows = [
-        {"id": "t-1", "model_output_text": "not the answer", "hard_labels": [[0, 3]]},
-        {"id": "t-2", "model_output_text": item_rows[1]["model_output_text"], "hard_labels": []},
+        {"id": r["id"], "model_output_text": r["model_output_text"], "hard_labels": []} for r in item_rows
     ]
+    rows[0]["model_output_text"], rows[0]["hard_labels"] = "not the answer", [[0, 3]]
+    rows[-1]["model_output_text"] = "nor this"
     report = check_file(write_lines(tmp_path / "p.jsonl", rows), _items(tmp_path, item_rows))
     assert report.ok  # the official scorer reads only the spans
-    (warning,) = report.warnings
+    (warning,) = report.warnings  # one for the file, however many lines: the first is named
     assert (warning.line, warning.field, warning.item_id) == (1, "model_output_text", "t-1")
-    assert "differs from the item's answer" in warning.message
+    assert "differs from the item's answer (from character 0;" in warning.message
+    assert "on 2 lines" in warning.message
 
 
 def test_a_file_of_items_given_for_predictions_and_the_other_way_round_says_so(tmp_path, capsys, item_rows):

@@ -39,6 +39,8 @@ class CheckReport:
     n_items: int = 0
     missing: list[str] = field(default_factory=list)
     unknown_ids: int = 0  # lines whose id is not among the items (the wrong items file, often)
+    # (line, id, where they part) of lines whose model_output_text is not their item's answer
+    other_texts: list[tuple[int, str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -113,17 +115,9 @@ def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckRepor
         return
     text = row.get("model_output_text")
     if isinstance(text, str) and text != item.model_output_text:
-        # the scorer reads only the spans, but they were placed on another text
-        report.warnings.append(
-            Problem(
-                path,
-                line,
-                "model_output_text",
-                f"differs from the item's answer ({_first_difference(text, item.model_output_text)}): "
-                "spans of another file, or of an answer edited since?",
-                item_id=item.id,
-            )
-        )
+        # the scorer reads only the spans, but they were placed on another text; said once
+        # for the file (`check_rows`), with the first place
+        report.other_texts.append((line, item.id, _first_difference(text, item.model_output_text)))
     soft = row.get("soft_labels", [])
     hard = row.get("hard_labels", [])
     probs = np.zeros(n)
@@ -238,6 +232,18 @@ def check_rows(
             report.unknown_ids += 1
             continue
         _check_row(row, by_id[rid], (path, line), report)
+    if report.other_texts:
+        line, item_id, where = report.other_texts[0]
+        report.warnings.append(
+            Problem(
+                path,
+                line,
+                "model_output_text",
+                f"differs from the item's answer ({where}) on {plural(len(report.other_texts), 'line')}: "
+                "spans of another file, or of answers edited since?",
+                item_id=item_id,
+            )
+        )
     if len(seen) > 1 and not any(row.get("soft_labels") or row.get("hard_labels") for _, row in rows):
         report.warnings.append(Problem(path, None, None, marks_nothing(len(seen))))
     empty = [rid for rid in seen if rid in by_id and not by_id[rid].model_output_text]
