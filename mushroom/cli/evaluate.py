@@ -132,6 +132,22 @@ def _made_from(run_dir: Path) -> tuple[Path | None, list[Path]]:
     return Path(kept["items"]), [Path(p) for p in kept.get("contexts") or [] if isinstance(p, str)]
 
 
+def _kept_contexts(run_dir: Path) -> str:
+    """The context files an `--items` run read, as --contexts takes them; a gone one is said.
+
+    Given --items alone, the page showed no contexts, those files there or not.
+    """
+    kept = _made_from(run_dir)[1]
+    gone = [str(p) for p in kept if not p.is_file()]
+    if gone:
+        err_console.print(
+            esc(f"note: the run read the contexts of {', '.join(gone)}, now gone: the page shows none"),
+            highlight=False,
+        )
+        return ""
+    return ",".join(map(str, kept))
+
+
 def _recorded_items(run_dir: Path, contexts: str) -> tuple[Path | None, str]:
     """The items and context files a `detect --items` run recorded, where they still exist.
 
@@ -291,12 +307,8 @@ def report(
             if lang is None or item.lang in lang:
                 by_lang.setdefault(item.lang, []).append(item)
         split = "items"
-        gone = [str(p) for p in _made_from(run_dir)[1] if not p.is_file()]
-        if gone and contexts == DEFAULT_CONTEXTS:
-            err_console.print(
-                esc(f"note: the run read the contexts of {', '.join(gone)}, now gone: the page shows none"),
-                highlight=False,
-            )
+        if contexts == DEFAULT_CONTEXTS:  # --items given, --contexts not: those the run read
+            contexts = _kept_contexts(run_dir)
         named = split_names(contexts) if contexts != DEFAULT_CONTEXTS else []
         context_files = [input_file(Path(name), "--contexts") for name in named]
     elif items_files(run_dir):  # it said to score the run, which is no answer to "show it"
