@@ -514,8 +514,11 @@ def test_a_member_name_must_be_one_a_table_and_a_file_can_hold(tmp_path):
     =RUN`), and 'a|b=RUN' broke the Markdown tables."""
     from mushroom.combine.stack.members import parse_members
 
-    for spec in ("=runs/x", "a|b=runs/x", "a/b=runs/x", ".."):
-        with pytest.raises(MushroomError, match="member name"):
+    for spec in ("=runs/x", "a|b=runs/x", "a/b=runs/x"):
+        with pytest.raises(MushroomError, match="member name .*; give another NAME"):
+            parse_members([spec])
+    for spec in ("..", "runs/we|ird"):  # named after the folder
+        with pytest.raises(MushroomError, match="the name is the folder's: name it with NAME=PATH"):
             parse_members([spec])
     (tmp_path / "lex-1").mkdir()
     assert [m.name for m in parse_members([str(tmp_path / "lex-1"), f"sem_2={tmp_path}"])] == [

@@ -156,9 +156,10 @@ def parse_members(specs: list[str]) -> list[Member]:
             path, name = spec, Path(spec).name
         # a name heads a table's column and is written in stack.json: '' made an empty header
         # (and `stack apply =RUN`), 'a|b' broke the Markdown tables
-        problem = name_problem(name) if (sep or not name or name in (".", "..")) else None
+        problem = name_problem(name)
         if problem is not None:
-            raise MushroomError(f"member name in {spec!r}: {problem}; name it with NAME=PATH")
+            how = "give another NAME" if sep else "the name is the folder's: name it with NAME=PATH"
+            raise MushroomError(f"member name in {spec!r}: {problem}; {how}")
         out.append(Member(name, Path(path)))
     names = [m.name for m in out]
     if len(set(names)) != len(names):
