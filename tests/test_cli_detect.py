@@ -765,4 +765,4 @@ def test_an_items_run_s_score_warnings_name_its_file(tmp_path, capsys):
     code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", out, "--quiet")
     said = " ".join(err.split())
     assert code == 0 and "<items>" not in said, err
-    assert f"the items of {out / 'predictions'}" in said and "1 item with an empty answer" in said, said
+    assert f"{out / 'predictions'}" in said and "1 item with an empty answer" in said, said

@@ -10,7 +10,7 @@ import typer
 from mushroom.cli.boundary import FLAG, err_console, esc, out_console, print_warning
 from mushroom.cli.common import Langs
 from mushroom.cli.tables import fitted_tables
-from mushroom.data.contexts import DEFAULT_CONTEXT_DIR, GRADES_SUFFIX, is_fact_check
+from mushroom.data.contexts import DEFAULT_CONTEXT_DIR, DEFAULT_MIN_SIMILARITY, GRADES_SUFFIX, is_fact_check
 from mushroom.runs.reporter import Table as TableData
 from mushroom.util.options import parse_options
 from mushroom.util.words import plural
@@ -47,7 +47,7 @@ def contexts_cmd(
             "--min-similarity",
             min=-1.0,
             max=1.0,
-            help="embedding grading cut (a cosine, -1 to 1) [default: 0.3]",
+            help=f"--grade embedding cut (a cosine) [default: {DEFAULT_MIN_SIMILARITY}]",
         ),
     ] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=16, help="length limit of a context")] = 512,
@@ -78,7 +78,7 @@ def contexts_cmd(
     """
     from mushroom.data.contexts import shadowed_source
     from mushroom.errors import MushroomError, RunFailed, retry_advice
-    from mushroom.retrieval.generate import DEFAULT_MIN_SIMILARITY, GRADING_FAILED
+    from mushroom.retrieval.generate import GRADING_FAILED
     from mushroom.retrieval.run import generate_split
     from mushroom.util.names import name_problem
 

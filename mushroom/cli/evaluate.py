@@ -322,7 +322,7 @@ def report(
         refuse_out_in_runs(out, [run_dir], "the report", keep_suffix=".html")
     inputs = (run_dir, tags, items, *(context_files or []))  # its contexts file was written over
     path = output_file(out, "--out", inputs) if out else run_dir / f"report.{split}.html"
-    if path.suffix.lower() not in (".html", ".htm"):  # as --svg: a page in r.txt opens as text
+    if path.suffix.lower() != ".html":  # as --svg: a page in r.txt opens as text
         raise MushroomError(f"--out {out}: the report is an HTML page; give a file name ending in .html")
     tag_map = load_tags(input_file(tags, "--tags")) if tags else None
     try:

@@ -155,7 +155,10 @@ def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
     file is read as the predictions are: a gold file made by hand (`detect --items` labels)
     moves the numbers as much.
     """
-    return _file_quirks(gold, gold, ids) + _file_quirks(pred, gold, ids)
+    said_of_gold = _file_quirks(gold, gold, ids)
+    if pred.path == gold.path:  # `score F F`: each said once
+        return said_of_gold
+    return said_of_gold + _file_quirks(pred, gold, ids)
 
 
 def _file_quirks(scored: ScoringFile, gold: ScoringFile, ids: list[str]) -> list[str]:
@@ -393,11 +396,11 @@ def score_predictions(items: list, predictions: list, written: Path | None = Non
 
     Files written by mushroom and scored with `score_files` give the official numbers; this
     skips the round trip through JSON, whose number parsing can change ties in the last bit.
-    `written` is the file the predictions were read from, named in the warnings (a warning of
-    "<items>" named no file).
+    `written` is the file the predictions were read from, named in the warnings of either
+    side (a warning of "<items>" named no file).
     """
     gold = ScoringFile(
-        path=Path(f"the items of {written}") if written is not None else Path("<items>"),
+        path=written or Path("<items>"),
         records={
             it.id: ScoringRecord(
                 id=it.id,

@@ -31,6 +31,7 @@ from typing import Literal
 from mushroom.backends.base import Backend, GenerationRequest
 from mushroom.data.contexts import (
     DEFAULT_CONTEXT_DIR,
+    DEFAULT_MIN_SIMILARITY,
     graded_unusable,
     grades_file,
     load_contexts,
@@ -73,8 +74,6 @@ class ContextStats:
 
 
 GRADING_FAILED = "grading failed"
-# The cosine to the question below which an embedding grader calls a context irrelevant
-DEFAULT_MIN_SIMILARITY = 0.3
 """In the error of a context generated but not graded (`mushroom contexts` counts them apart)."""
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from mushroom.data.contexts import (
     DEFAULT_CONTEXT_DIR,
+    DEFAULT_MIN_SIMILARITY,
     OPTIONAL,
     available_sources,
     context_file,
@@ -20,7 +21,6 @@ from mushroom.data.contexts import (
 )
 from mushroom.data.records import Item
 from mushroom.errors import DataError, MushroomError, Problem
-from mushroom.retrieval.generate import DEFAULT_MIN_SIMILARITY
 from mushroom.util.interrupts import interrupt_hint
 from mushroom.util.names import safe_name
 from mushroom.util.words import plural, suggest

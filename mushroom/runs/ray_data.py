@@ -340,7 +340,7 @@ def stack_on_ray(
     )
 
 
-def _actors(n: int):
+def _actors(n: int) -> ray.data.ActorPoolStrategy:
     """A pool of n actors: Ray's `compute`, for which `concurrency=` is deprecated since Ray 2.51."""
     import ray.data
 
