@@ -35,7 +35,9 @@ class Prediction(records.Prediction):
 
     `soft_labels` and `hard_labels` are in the official submission format (Python string
     indices, end exclusive); `probs[i]` is the probability that character `i` of `text` is
-    part of a hallucination.
+    part of a hallucination. With a `text`, each span must lie inside it (`0 <= start < end
+    <= len(text)`), when made and when a list of spans is assigned; a list edited in place
+    is not checked again.
     """
 
     model_config = ConfigDict(validate_assignment=True)
