@@ -10,6 +10,7 @@ Numbers are parsed like pandas' ujson (see jsonnum), so ties and ranks match exa
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -185,8 +186,6 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
     if numbered:
         # The task's own sample_set.v1.json numbers its ids: one line for all, with the way out
         n, rid = numbered[0]
-        import shlex
-
         fixed = path.with_name(f"{path.stem}.str-ids.jsonl")
         fix = (
             "python3 -c \"import json,sys; [print(json.dumps({**r, 'id': str(r['id'])}, ensure_ascii=False)) "
