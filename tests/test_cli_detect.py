@@ -166,6 +166,8 @@ def test_options_that_would_do_nothing_or_repeat_a_vote_are_refused(tmp_path, ca
     assert code == 2 and "temperature 0.1 is given twice" in err and "samples" in err
     assert "Value error" not in err and not out.exists()
     # above 2 an OpenAI-style server refuses every request, and the others sample noise
+    code, _, err = cli(capsys, "detect", *args, "--temperatures", "")
+    assert code == 2 and "--temperatures '': an empty value in the list" in err and not out.exists(), err
     code, _, err = cli(capsys, "detect", *args, "--temperatures", "0.1,5")
     assert (
         code == 2 and "--temperatures: '5' must be a finite number in [0, 2]" in err and not out.exists()

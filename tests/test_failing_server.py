@@ -75,10 +75,17 @@ def test_requests_a_tripped_breaker_kept_back_are_not_counted_as_sent(tmp_path, 
         args = ["detect", "--lang", "en", "--limit", "12", "--detector", detector, "--out", out]
         code, _, err = cli(capsys, *args, *backend)
         sent = len(server.calls)
+        # each request is tried twice: half the characters the server received
+        prompt_chars = sum(len(m["content"]) for c in server.calls for m in c["body"]["messages"]) // 2
     assert code == 3, err
     counters = json.loads((out / "summary.json").read_text())["stats"]
     assert counters[f"{stage}.requests"] == sent // 2 == BREAKER_COLD, (sent, counters)
     assert counters[f"{stage}.not_sent"] > 0 and counters[f"{stage}.backend_errors"] == BREAKER_COLD, counters
+    # an item none of whose requests left says so: pyes gave every item the first one's reason
+    if detector == "chain":  # the prompts of requests never sent cost nothing either
+        assert counters["chain.prompt_chars"] == prompt_chars, counters
+    unsent = [f for f in _failures(out) if f["error"].startswith("not sent")]
+    assert len(unsent) >= 12 - BREAKER_COLD, _failures(out)  # 3 requests reach at most 3 items
 
 
 def test_pyes_counts_each_model_s_requests_apart(tmp_path, capsys):

@@ -187,3 +187,28 @@ def test_an_empty_reply_among_others_is_no_vote_and_one_cut_off_empty_counts_as_
     # empty because it hit max_tokens (a reasoning model's content is null then): cut off
     cut = det._item_result(item, [Generation(texts=[""], finish_reasons=["length"])] * 2)
     assert cut.status == "failed" and "cut off at max_tokens" in cut.error
+
+
+OOM = '{"error": {"message": "CUDA out of memory"}}'
+PROSE = "I'm sorry, I cannot help with that."
+SPAN = '{"incorrect_spans": [{"text": "Petra van Stoveren"}, {"text": "silv'
+
+
+@pytest.mark.parametrize(
+    "reply, samples, said",
+    [
+        (("cut", SPAN), 1, "2 of 2 LLM responses used their whole max_tokens budget"),
+        (("ok", PROSE), 1, "2 of 2 LLM responses were unparseable"),
+        (("cut", SPAN), 3, "6 of 6 LLM responses used their whole max_tokens budget"),
+    ],
+)
+def test_the_share_of_bad_replies_is_of_the_replies_received(tmp_path, capsys, reply, samples, said):
+    """It was of the requests: failed ones counted as replies ("2 of 5"), a sample as none
+    ("2 of 2" of six replies), and two prose replies of two, among failures, warned of nothing."""
+    out = tmp_path / "run"
+    with FakeServer({"": [reply, reply, ("status", 500, OOM)]}) as server:
+        args = [*llm_args(openai_backend(server.url), out, limit=5), "-o", "backend.max_retries=0"]
+        args += ["-o", "backend.concurrency=1", "-o", f"samples={samples}", "--allow-failures"]
+        code, shown, err = cli(capsys, *args)
+    assert code == 0, err
+    assert said in " ".join((shown + err).split()), shown + err

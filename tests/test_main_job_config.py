@@ -321,15 +321,21 @@ def test_a_quoted_yes_no_option_of_a_detector_is_named_in_both_kinds_of_config(t
     at the top of the file was refused."""
     quoted = GOOD.replace("temperatures = [0.1]", 'temperatures = [0.1]\nstructured_output = "false"')
     assert _problems(tmp_path / "job.toml", quoted) == [
-        "options.llm.structured_output: 'false' is text in quotes; a yes/no option is written true or "
-        "false, without quotes"
+        "options.llm.structured_output: 'false' is text, not yes/no: write true or false (no quotes; "
+        "YAML reads a bare no or off as text too)"
     ]
     run = _write(
         tmp_path / "run.toml",
         'name = "x"\nlangs = ["en"]\n[detector]\nname = "lexical"\n[detector.options]\nchannels = "no"\n',
     )
-    with pytest.raises(DataError, match="field 'detector.options.channels': 'no' is text in quotes"):
+    with pytest.raises(DataError, match="field 'detector.options.channels': 'no' is text, not yes/no"):
         load_run_config(run)
+    # a backend's yes/no settings too: `circuit_breaker = "no"` turned the breaker off, in silence
+    breaker = GOOD.replace('model = "m"', 'model = "m"\ncircuit_breaker = "no"')
+    (said,) = _problems(tmp_path / "job.toml", breaker)
+    assert said.startswith(
+        "options.llm.backend.circuit_breaker: Input should be a valid boolean (got 'no')"
+    ), said
     _write(
         run,
         'name = "x"\nlangs = ["en"]\n[detector]\nname = "lexical"\n[detector.options]\nchannels = false\n',

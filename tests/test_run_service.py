@@ -103,9 +103,9 @@ def test_claims_that_are_not_in_the_answer_are_warned_about():
     assert unusable_warnings("x", {"llm.claims": 10, "llm.lost": 4, "chain.claims": 2}) == []
     (warning,) = unusable_warnings("x", {"chain.spans": 2, "chain.spans_not_located": 2})
     assert "2 of 2 wrong spans were not found" in warning
-    (warning,) = unusable_warnings("x", {"llm.requests": 3, "llm.truncated": 2})
+    (warning,) = unusable_warnings("x", {"llm.replies": 3, "llm.truncated": 2})
     assert "2 of 3 LLM responses used their whole max_tokens budget" in warning
-    (warning,) = unusable_warnings("x", {"llm.requests": 30, "llm.truncated": 1})  # said however few
+    (warning,) = unusable_warnings("x", {"llm.replies": 30, "llm.truncated": 1})  # said however few
     assert "1 of 30 LLM responses" in warning
 
 

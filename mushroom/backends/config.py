@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializeAsAny,
+    StrictBool,
     field_validator,
     model_validator,
 )
@@ -134,12 +135,14 @@ class OpenAIConfig(BackendSettings):
     retry_budget_s: float = Field(
         90.0, gt=0, le=DAY_S, description="one request's retries end within this time (waits capped at 30 s)"
     )
-    circuit_breaker: bool = Field(
+    # strict, as a detector's yes/no options in a config: "no" in quotes (or YAML's bare no,
+    # text in YAML 1.2) is a slip to name, not a False read in silence
+    circuit_breaker: StrictBool = Field(
         True,
         description="stop sending after 3 failed requests while none has worked, or 10 failed in a row "
         "after some did; the rest fail unsent and a re-run retries them",
     )
-    retry_timeouts: bool = Field(
+    retry_timeouts: StrictBool = Field(
         False, description="resend after a read timeout (off: the server may still be running it)"
     )
     structured_output: StructuredOutput = Field(
@@ -266,7 +269,7 @@ class TransformersConfig(WeightsConfig):
     device: str | None = Field(None, description="cpu, cuda, ... (default: cuda if available)")
     dtype: str | None = Field(None, description="torch dtype name")
     batch_size: int = Field(8, ge=1, description="prompts per forward batch")
-    structured_output: bool = Field(True, description="constrain decoding to the request's JSON schema")
+    structured_output: StrictBool = Field(True, description="constrain decoding to the request's JSON schema")
     extra: dict[str, Any] = Field(default_factory=dict, description="passed to from_pretrained as is")
 
 
@@ -276,7 +279,7 @@ class VLLMConfig(WeightsConfig):
     kind: Literal["vllm"] = "vllm"
     libraries: ClassVar[tuple[str, ...]] = ("vllm",)
     dtype: str | None = Field(None, description="torch dtype name")
-    structured_output: bool = Field(True, description="guided JSON decoding with the request's schema")
+    structured_output: StrictBool = Field(True, description="guided JSON decoding with the request's schema")
     extra: dict[str, Any] = Field(default_factory=dict, description="passed to vllm.LLM as is")
 
 

@@ -150,7 +150,7 @@ def _detector_options(
             raise MushroomError(f"--{key} and -o {key}=… both given; give it once")
     if prompt:
         options["prompt"] = prompt
-    if temperatures:
+    if temperatures is not None:  # `--temperatures=` (empty) ran at 0.0, unsaid
         options["temperatures"] = parse_float_list(
             temperatures, "--temperatures", low=0.0, high=MAX_TEMPERATURE
         )

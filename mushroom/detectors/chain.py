@@ -227,8 +227,7 @@ class ChainDetector(Detector):
         """The backend's warnings (unconstrained or broken JSON decoding), for the run's summary."""
         return backend_warnings(self._backend)
 
-    def _request(self, item: Item, stage: str, messages: list[Message], st: Counter) -> GenerationRequest:
-        st["chain.prompt_chars"] += sum(len(m.content) for m in messages)
+    def _request(self, item: Item, stage: str, messages: list[Message]) -> GenerationRequest:
         return GenerationRequest(
             key=f"{item.id}#{stage.replace('.', '#')}",
             item_id=item.id,
@@ -255,15 +254,14 @@ class ChainDetector(Detector):
             Parsed values (None: unusable), raw outputs per item, and the backend error per
             item (None when every call of the stage worked).
         """
-        gens = self.backend.generate(
-            [self._request(it, stage, m, st) for it, m, st in zip(items, messages, stats)]
-        )
+        requests = [self._request(it, stage, m) for it, m in zip(items, messages)]
+        gens = self.backend.generate(requests)
         values: list[object | None] = []
         raws: list[list[str]] = []
         errors: list[str | None] = []
         retry_idx, retry_req = [], []
         for k, gen in enumerate(gens):
-            value, error, text = self._parse(stage, gen, check, stats[k])
+            value, error, text = self._parse(stage, gen, check, stats[k], requests[k])
             values.append(value)
             raws.append([text])
             errors.append(gen.error or (None if gen.texts else "no output"))
@@ -279,10 +277,10 @@ class ChainDetector(Detector):
                     ),
                 ]
                 retry_idx.append(k)
-                retry_req.append(self._request(items[k], f"{stage}.retry", follow, stats[k]))
+                retry_req.append(self._request(items[k], f"{stage}.retry", follow))
         if retry_req:
-            for k, gen in zip(retry_idx, self.backend.generate(retry_req)):
-                value, _, text = self._parse(f"{stage}.retry", gen, check, stats[k])
+            for k, req, gen in zip(retry_idx, retry_req, self.backend.generate(retry_req)):
+                value, _, text = self._parse(f"{stage}.retry", gen, check, stats[k], req)
                 values[k] = value
                 raws[k].append(text)
                 if gen.error is not None or not gen.texts:
@@ -290,7 +288,7 @@ class ChainDetector(Detector):
         return values, raws, errors
 
     def _parse(
-        self, stage: str, gen: Generation, check, st: Counter
+        self, stage: str, gen: Generation, check, st: Counter, request: GenerationRequest
     ) -> tuple[object | None, str | None, str]:
         if gen.error is not None and gen.error.startswith(NOT_SENT):
             # kept back by a tripped breaker: it cost nothing, so it is no request
@@ -298,10 +296,12 @@ class ChainDetector(Detector):
             return None, gen.error, ""
         st[f"{stage}.requests"] += 1
         st["chain.requests"] += 1
+        st["chain.prompt_chars"] += sum(len(m.content) for m in request.messages)
         if gen.error is not None or not gen.texts:
             st[f"{stage}.backend_errors"] += 1
             return None, gen.error or "no output", ""
         text = gen.texts[0]
+        st["chain.replies"] += 1  # what a share of cut-off replies is of
         st["chain.response_chars"] += len(text)
         cut = gen.used_budget(self.options.max_tokens)
         empty = not text.strip()

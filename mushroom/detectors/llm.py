@@ -191,12 +191,15 @@ class LLMDetector(Detector):
             if gen.structured_output == BROKEN_GRAMMAR:
                 stats["llm.broken_grammar"] += 1  # finished unconstrained after its grammar failed
             budget_used = gen.used_budget(opts.max_tokens)
-            if budget_used:
-                stats["llm.truncated"] += 1
             for sample, text in enumerate(gen.texts):
                 reasons = gen.finish_reasons
                 said = reasons[sample] if sample < len(reasons) else None
                 cut = said == "length" if said is not None else bool(budget_used)
+                # shares of bad replies are of the replies received (each sample is one; a
+                # failed request is none), not of the requests
+                stats["llm.replies"] += 1
+                if cut:
+                    stats["llm.truncated"] += 1
                 if not text.strip() and not cut:  # an empty reply cut off is counted as cut off below
                     stats["llm.empty_replies"] += 1
                     parsed.append({"temperature": opts.temperatures[j], "sample": sample, "empty": True})

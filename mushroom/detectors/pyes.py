@@ -196,6 +196,8 @@ class RawScores:
         st = {
             "pyes.pieces": rows.stop - rows.start,
             "pyes.requests": requests - not_sent,
+            # (piece, model) cells answered: what a share of unusable answers is of
+            "pyes.answers": int((~self.errored[rows]).sum()),
             "pyes.unusable": int((np.isnan(self.scores[rows]) & ~self.errored[rows]).sum()),
         }
         if not_sent:
@@ -351,14 +353,17 @@ class PYesDetector(Detector):
         errors: list[str | None],
         emit: Emit,
         counts: list[dict[str, int]],
+        own_errors: list[str | None],
     ) -> PYesCalibration | None:
         """The statistics for these items: given, kept from an earlier batch or run, or estimated.
 
         Estimated per language, on the items being detected: a model's P(yes) differs from
         language to language, and one language's statistics applied to another made a
         language's scores depend on which others were in the run. When they cannot be
-        estimated (a dead server, a model with no usable answer), every item fails with the
-        reason, so the run ends with its failures listed and a re-run retries them.
+        estimated (a dead server, a model with no usable answer), every item fails with its
+        own first error, else the language's (an item whose requests a tripped breaker kept
+        back says "not sent", as the cascade counts it), so the run ends with its failures
+        listed and a re-run retries them.
         """
         if self.calibration is not None:
             return self.calibration
@@ -379,8 +384,11 @@ class PYesDetector(Detector):
                 )
             except MushroomError as exc:
                 reason = next((e for e in errors if e is not None), None) or str(exc)
-                for item, st in zip(items, counts):
-                    emit(ItemResult.failed(item.id, reason, {**st, "pyes.calibration_failures": 1}, {}))
+                for item, st, own in zip(items, counts, own_errors):
+                    failed = ItemResult.failed(
+                        item.id, own or reason, {**st, "pyes.calibration_failures": 1}, {}
+                    )
+                    emit(failed)
                 return None
             if saved is not None:
                 saved.parent.mkdir(parents=True, exist_ok=True)
@@ -407,8 +415,9 @@ class PYesDetector(Detector):
                 usable.update(ks)
                 continue
             lang_errors = [errors[r] for r in picked]
+            own = [next((e for e in errors[rows[k]] if e is not None), None) for k in ks]
             calibration = self._language_calibration(
-                [items[k] for k in ks], scores[picked], lang_errors, emit, [counts[k] for k in ks]
+                [items[k] for k in ks], scores[picked], lang_errors, emit, [counts[k] for k in ks], own
             )
             if calibration is None:  # its items were emitted as failed
                 continue

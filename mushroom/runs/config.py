@@ -459,7 +459,8 @@ def _option_problems(
                     str(path),
                     None,
                     f"{where}.{name}",
-                    f"{said!r} is text in quotes; a yes/no option is written true or false, without quotes",
+                    f"{said!r} is text, not yes/no: write true or false (no quotes; YAML reads a bare "
+                    "no or off as text too)",
                 )
             )
     return problems

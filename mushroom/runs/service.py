@@ -492,18 +492,18 @@ _RAW_HINT = " (raw/ has every response; `--backend replay` re-parses them)"  # i
 # fails its item, which the run reports as failed (a warning that its prediction "is empty
 # or falls back" said the opposite). What each means is _FALL_BACK, or _MEANING's line:
 _UNUSABLE = (
-    ("llm.unparseable", "llm.requests", "LLM responses were unparseable"),
+    ("llm.unparseable", "llm.replies", "LLM responses were unparseable"),
     ("chain.decomposition_failures", "chain.items", "answers could not be decomposed into claims"),
     ("chain.verify_failures", "chain.items", "answers' claims could not be verified"),
-    ("pyes.unusable", "pyes.requests", "P(Yes) requests gave no usable score"),
+    ("pyes.unusable", "pyes.answers", "P(Yes) answers gave no usable score"),
     # parsed, but what the model named is not in the answer (an echoed template, a paraphrase)
     ("llm.lost", "llm.claims", "claimed spans were not found in the answer"),
     ("chain.claims_not_in_answer", "chain.claims", "decomposed claims were not found in the answer"),
     ("chain.spans_not_located", "chain.spans", "wrong spans were not found in the answer"),
-    ("llm.truncated", "llm.requests", "LLM responses used their whole max_tokens budget and were cut off"),
+    ("llm.truncated", "llm.replies", "LLM responses used their whole max_tokens budget and were cut off"),
     (
         "chain.truncated",
-        "chain.requests",
+        "chain.replies",
         "chain responses used their whole max_tokens budget and were cut off",
     ),
 )
