@@ -28,5 +28,8 @@ def test_an_official_row_and_plain_string_contexts_make_the_row_an_item_makes():
 def test_a_row_that_is_no_item_is_named_on_the_driver():
     with pytest.raises(MushroomError, match="not an item .*model_output_text: Field required"):
         item_row({"id": "x", "lang": "en", "model_input": "q"})
-    with pytest.raises(MushroomError, match="context 1 is no \\{source, text\\} dict or string: 3"):
+    with pytest.raises(
+        MushroomError,
+        match="item_row: contexts\\[1\\] is of type int; a context is a string or a \\{source, text\\} dict",
+    ):
         item_row({"id": "x", "lang": "en", "model_input": "q", "model_output_text": "a"}, ["ok", 3])
