@@ -8,7 +8,14 @@ from conftest import ROOT, write_lines
 from fake_openai_server import FakeServer
 
 from mushroom.backends import build_backend
-from mushroom.backends.base import BackendConfig, Generation, GenerationRequest, LoglikelihoodRequest, Message
+from mushroom.backends.base import (
+    BackendConfig,
+    Generation,
+    GenerationRequest,
+    LoglikelihoodRequest,
+    Message,
+    backend_warnings,
+)
 from mushroom.backends.cache import CachedBackend, ResponseCache, request_key
 from mushroom.backends.config import parse_backend_config
 from mushroom.backends.rawlog import RawLog, RawRecord
@@ -712,3 +719,20 @@ def test_a_detectors_answers_are_cached_in_the_split_it_ran_on_and_read_back_fro
         again.workdir = val
         assert backend().generate(ask("a val item"))[0].cached
         assert len(server.calls) == 2
+
+
+def test_a_replay_at_another_max_tokens_than_recorded_says_so(tmp_path):
+    """Replies cut at the recorded 200 were said to be cut "at max_tokens (1024): raise
+    max_tokens", which no replay can change."""
+    path = write_lines(
+        tmp_path / "r.jsonl",
+        [{"key": k, "texts": ["x"], "max_tokens": 200, "finish_reasons": ["length"]} for k in ("a", "b")],
+    )
+    backend = build_backend(BackendConfig(kind="replay", responses=str(path)))
+    with pytest.warns(RuntimeWarning, match="max_tokens"):  # from Python too
+        backend.generate([_req(k, "", 0.0) for k in ("a", "b")])  # max_tokens as the requests ask
+    (said,) = [w for w in backend_warnings(backend) if "max_tokens" in w]
+    assert "recorded with max_tokens 200; this run asks for 1024" in said and "-o max_tokens=200" in said
+    again = build_backend(BackendConfig(kind="replay", responses=str(path)))
+    again.generate([_req("a", "", 0.0).model_copy(update={"max_tokens": 200})])
+    assert not [w for w in backend_warnings(again) if "max_tokens" in w]

@@ -67,6 +67,7 @@ class ReplayRecord(BaseModel):
     error: str | None = None
     usage: dict[str, Any] | None = None  # as the server sent it: nested details, nulls
     finish_reasons: list[str | None] | None = None
+    max_tokens: int | None = None  # the budget the reply was made under (raw records keep it)
 
     @model_validator(mode="after")
     def _identified(self) -> ReplayRecord:
@@ -208,6 +209,7 @@ class ReplayBackend(Backend):
                 self.by_item.setdefault(rec.item, []).append(rec)
         self._used: dict[tuple, int] = {}
         self._warned_temperatures = False
+        self._warned_max_tokens = False
 
     def _lines(self, key: str, item_id: str | None, stage: str) -> tuple[tuple, list[ReplayRecord]]:
         """The lines that may answer a request, and a name for that pool."""
@@ -282,7 +284,30 @@ class ReplayBackend(Backend):
             if on_result:
                 on_result(i, gen)
         self._unasked_temperatures(requests)
+        self._other_max_tokens(requests)
         return out
+
+    def _other_max_tokens(self, requests: list[GenerationRequest]) -> None:
+        """Warns when the replies were recorded under another max_tokens than this run asks for.
+
+        A reply cut at the recorded budget was said to be cut "at max_tokens (1024): raise
+        max_tokens", a budget no replay can change; the counters then speak of the wrong one.
+        """
+        if self._warned_max_tokens:  # once per run
+            return
+        for req in requests:
+            _, lines = self._lines(req.key, req.item_id, req.stage)
+            recorded = sorted({r.max_tokens for r in lines if r.answers() and r.max_tokens is not None})
+            if recorded and req.max_tokens not in recorded:
+                self._warned_max_tokens = True
+                shown = ",".join(map(str, recorded))
+                self.warn(
+                    f"{self.config.responses} was recorded with max_tokens {shown}; this run asks for "
+                    f"{req.max_tokens} (e.g. {req.key!r}): a reply cut off is said to be cut at this "
+                    f"budget, which a replay cannot change; give -o max_tokens={recorded[0]} to read "
+                    "the replies as they were made"
+                )
+                return
 
     def _unasked_temperatures(self, requests: list[GenerationRequest]) -> None:
         """Warns when the file answers this call's items at temperatures the call did not ask for.
