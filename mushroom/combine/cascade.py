@@ -54,7 +54,10 @@ class CascadeRecord(BaseModel):
     uncertainty: float = Field(ge=0.0, le=1.0, description="1 - the IoU the stack expects of its hard labels")
     rank: int = Field(ge=1, description="1 = the most uncertain item of its split and language")
     of: int = Field(ge=1, description="items of its split and language")
-    sent: bool = Field(description="whether the model-backed member(s) ran on it")
+    sent: bool = Field(
+        description="whether the budget sends it to the model-backed member(s); written before they "
+        "run, so a stopped run's items may not have run yet (their ledgers say)"
+    )
     failed: bool = Field(
         False, description="sent, but a model-backed member failed on it: it keeps the CPU stack's prediction"
     )
