@@ -116,7 +116,7 @@ def test_a_server_that_dies_mid_run_stops_the_run_after_ten_failures_in_a_row(tm
     failures = _failures(out)
     assert len(failures) == 30 - 5
     assert sum(f["error"].startswith("not sent") for f in failures) == 30 - 5 - BREAKER_WARM
-    assert "failed the last 10 requests with" in next(
+    assert "failed the last 10 requests; the last: gave up" in next(
         f["error"] for f in failures if f["error"].startswith("not")
     )
 

@@ -196,9 +196,11 @@ class CircuitBreaker:
                     f"a slower model needs a {SLOWER}; the same command retries it"
                 )
             else:
+                # "... (none worked); the last: gave up after 6 attempts: HTTP 500 ...": it said
+                # "with gave up after", the request's outcome read as the server's answer
                 self._open = (
                     f"{NOT_SENT}: the server at {self.url} failed the last {plural(self._in_row, 'request')}"
-                    f"{first} with {one_line(message)}; the same command retries it"
+                    f"{first}; the last: {one_line(message)}; the same command retries it"
                 )
         self._opened()
 
