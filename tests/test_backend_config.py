@@ -262,3 +262,18 @@ def test_union_branches_are_merged_only_where_a_union_has_them():
     assert (
         "greater than or equal to 1" in found["workers"] and "or input should be 'auto'" in found["workers"]
     )
+
+
+def test_an_api_key_variable_that_is_not_set_stops_the_command_before_a_folder(tmp_path, monkeypatch, capsys):
+    """`-o backend.api_key_env=MY_KEY` with MY_KEY unset sent every request without a key."""
+    from cli_helpers import cli
+
+    monkeypatch.delenv("MUSHROOM_TEST_NO_KEY", raising=False)
+    out = tmp_path / "run"
+    code, _, err = cli(
+        capsys,
+        "detect", "--detector", "llm", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1",
+        "--model", "m", "-o", "backend.api_key_env=MUSHROOM_TEST_NO_KEY", "--out", out,
+    )  # fmt: skip
+    assert code == 2 and "api_key_env MUSHROOM_TEST_NO_KEY: that environment variable is not set" in err, err
+    assert not out.exists()

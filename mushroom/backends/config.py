@@ -14,6 +14,7 @@ constructed the old flat config keeps working.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -154,11 +155,20 @@ class OpenAIConfig(BackendSettings):
     extra: dict[str, Any] = Field(default_factory=dict, description="added to every request body")
 
     def check_settings(self) -> None:
-        """A server URL and the served model's name are needed for every request."""
+        """A server URL and the served model's name are needed for every request.
+
+        So is the key of an `api_key_env` given: unset, every request went without it (the
+        default, OPENAI_API_KEY, may be unset for a server that needs no key).
+        """
         if not self.base_url:
             raise MushroomError(NEEDS_BASE_URL)
         if not self.model:
             raise MushroomError(NEEDS_SERVED_MODEL)
+        if "api_key_env" in self.model_fields_set and not os.environ.get(self.api_key_env):
+            raise MushroomError(
+                f"backend.api_key_env {self.api_key_env}: that environment variable is not set; export "
+                "it, or leave api_key_env out for a server that needs no key"
+            )
 
     def check_ready(self) -> None:
         """The settings, and that a server which lists its models serves this one."""
