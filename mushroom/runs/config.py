@@ -599,8 +599,7 @@ def execute(
                 # variant and split, where main-job stops at the first (--allow-failures asks
                 # for every variant's files, failed items left empty: those are still run)
                 reporter.message(
-                    f"{label}: not run: the server at {url} stopped answering during {dead[url]} (its "
-                    "circuit breaker tripped); "
+                    f"{label}: not run: the server at {url} stopped answering in {dead[url]}; "
                     "the same command runs them",
                     lead="note:",
                 )
@@ -612,7 +611,7 @@ def execute(
                 det, split, folder, cfg.langs, tuple(cfg.contexts), data=data[split], limit=limit
             )
             if url is not None and any(f.error.startswith(NOT_SENT) for f in result.failures):
-                dead[url] = f"{cfg.name}{'/' + name if name else ''}"  # a split may trip it, the next say so
+                dead[url] = label
             service.report_stats(f"{label}: counts", result.stats.get("all", {}))
             entry = summary["splits"].setdefault(f"{name or cfg.name}/{split}", {})
             entry["items_failed"] = len(result.failures)
