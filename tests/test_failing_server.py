@@ -462,23 +462,3 @@ def test_the_advice_for_cut_off_replies_names_the_options_as_the_command_takes_t
         and "(MEMBER: chain, llm)" in service._retry_advice()
     )
     service.release()
-
-
-def test_a_run_config_s_variants_stop_at_the_first_that_tripped_the_breaker(tmp_path, capsys):
-    """Each variant built its own breaker: a dead server was tried again for every variant and
-    split (about 25 s each), where main-job stops at the first."""
-    config = tmp_path / "v.toml"
-    with FakeServer({"": [("status", 500, OOM)]}) as server:
-        config.write_text(
-            'name = "v"\nsplits = ["val", "test"]\nlangs = ["en"]\nlimit = 6\n'
-            '[detector]\nname = "llm"\n[detector.options]\ntemperatures = [0.1]\n'
-            f'[detector.options.backend]\nkind = "openai"\nbase_url = "{server.url}"\nmodel = "m"\n'
-            "max_retries = 1\n"
-            '[[variants]]\nname = "a"\n[[variants]]\nname = "b"\noptions = { temperatures = [0.2] }\n'
-        )
-        code, shown, err = cli(capsys, "run", config, "--out", tmp_path / "run", "--quiet")
-        sent = len(server.calls)
-    assert code == 3, err
-    assert sent == BREAKER_COLD * 2, sent  # variant a's val: its three requests, each tried twice
-    said = " ".join((shown + err).split())
-    assert "not run: the server at" in said and "the same command runs them" in said, said

