@@ -339,7 +339,7 @@ class Tee(io.StringIO):
 
 
 # Counters added after the shipped records were made (what shares of bad replies are of)
-NEWER_COUNTERS = frozenset({"llm.replies", "pyes.answers"})
+NEWER_COUNTERS = frozenset({"llm.replies", "chain.replies", "pyes.answers"})
 
 
 def _recorded_counters(by_lang: dict, recorded: dict | None) -> dict:

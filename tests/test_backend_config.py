@@ -277,3 +277,7 @@ def test_an_api_key_variable_that_is_not_set_stops_the_command_before_a_folder(t
     )  # fmt: skip
     assert code == 2 and "api_key_env MUSHROOM_TEST_NO_KEY: that environment variable is not set" in err, err
     assert not out.exists()
+    # a run's saved options name the default variable, set or not: they build again
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    det = build("llm", {"backend": {"kind": "openai", "base_url": "http://h/v1", "model": "m"}})
+    assert build("llm", det.describe()["options"]).backend is not None  # built, not refused

@@ -525,3 +525,6 @@ def test_a_member_name_must_be_one_a_table_and_a_file_can_hold(tmp_path):
         "lex-1",
         "sem_2",
     ]
+    # names no file could have, but a stack fitted with them is applied by them: kept
+    kept = parse_members(["llm+ctx=runs/a", "lex v2=runs/b", "runs/détection"])
+    assert [m.name for m in kept] == ["llm+ctx", "lex v2", "détection"]

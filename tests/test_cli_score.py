@@ -585,3 +585,17 @@ def test_a_file_of_bare_cr_line_ends_says_so(tmp_path, capsys):
     code, _, err = cli(capsys, "score", VAL_EN, old_mac)
     said = " ".join(err.split())
     assert code == 1 and "lines end in a bare CR (\\r); JSONL lines end in \\n" in said, said
+
+
+def test_a_run_s_own_scoring_warns_of_its_predictions_quirks(tmp_path):
+    """With the predictions' file named for both sides, the `score F F` shortcut dropped them."""
+    from mushroom.data.records import Prediction
+    from mushroom.data.splits import load_items
+    from mushroom.evaluation.score import score_predictions
+
+    items = load_items(VAL_EN)[:2]
+    spans = [{"start": 0, "end": 9, "prob": 0.9}, {"start": 4, "end": 12, "prob": 0.2}]
+    preds = [Prediction(id=it.id, soft_labels=spans) for it in items]
+    written = tmp_path / "mushroom.en-val.v2.jsonl"
+    said = " ".join(score_predictions(items, preds, written).warnings)
+    assert "2 soft spans overlapping earlier ones" in said and str(written) in said, said

@@ -44,6 +44,11 @@ NEEDS_RESPONSES = (
 StructuredOutput = Literal["auto", "json_schema", "json_object", "guided_json", "none"]
 
 
+# The variable the key is read from unless `api_key_env` names another; unset for a local
+# server that needs no key
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+
+
 class BackendSettings(BaseModel):
     """Settings every backend kind has; each kind subclasses it with a `Literal` kind."""
 
@@ -123,7 +128,7 @@ class OpenAIConfig(BackendSettings):
 
     kind: Literal["openai"] = "openai"
     base_url: str | None = Field(None, description="server URL, e.g. http://127.0.0.1:8000/v1")
-    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the key")
+    api_key_env: str = Field(DEFAULT_KEY_ENV, description="environment variable holding the key")
     concurrency: int | Literal["auto"] = Field(
         "auto", description="requests in flight; auto: the server's slots, 32 for vLLM, else 1"
     )
@@ -164,7 +169,8 @@ class OpenAIConfig(BackendSettings):
             raise MushroomError(NEEDS_BASE_URL)
         if not self.model:
             raise MushroomError(NEEDS_SERVED_MODEL)
-        if "api_key_env" in self.model_fields_set and not os.environ.get(self.api_key_env):
+        # not the default: a run's saved config names it whether it was given or not
+        if self.api_key_env != DEFAULT_KEY_ENV and not os.environ.get(self.api_key_env):
             raise MushroomError(
                 f"backend.api_key_env {self.api_key_env}: that environment variable is not set; export "
                 "it, or leave api_key_env out for a server that needs no key"

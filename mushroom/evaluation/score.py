@@ -156,7 +156,11 @@ def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
     moves the numbers as much.
     """
     said_of_gold = _file_quirks(gold, gold, ids)
-    if pred.path == gold.path:  # `score F F`: each said once
+    same = pred.path == gold.path and all(  # `score F F`: each said once
+        (pred.records[r].soft, pred.records[r].hard) == (gold.records[r].soft, gold.records[r].hard)
+        for r in ids
+    )
+    if same:
         return said_of_gold
     return said_of_gold + _file_quirks(pred, gold, ids)
 

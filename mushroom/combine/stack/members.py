@@ -145,10 +145,22 @@ class Member:
         return preds, channels
 
 
+def _member_name_problem(name: str) -> str | None:
+    """Why a member name cannot head a table's column or be written in stack.json, or None.
+
+    Looser than a file name: a stack fitted with `llm+ctx` or `lex v2` is applied by the
+    same names.
+    """
+    if name in ("", ".", ".."):
+        return f"{name!r} names no member"
+    bad = next((c for c in name if c in "|/\\" or not c.isprintable()), None)
+    if bad is not None:
+        return f"{name!r} holds {bad!r}, which breaks a table or a path"
+    return None
+
+
 def parse_members(specs: list[str]) -> list[Member]:
     """`NAME=PATH` or `PATH` (named after the folder) -> members; names must be unique."""
-    from mushroom.util.names import name_problem
-
     out = []
     for spec in specs:
         name, sep, path = spec.partition("=")
@@ -156,7 +168,7 @@ def parse_members(specs: list[str]) -> list[Member]:
             path, name = spec, Path(spec).name
         # a name heads a table's column and is written in stack.json: '' made an empty header
         # (and `stack apply =RUN`), 'a|b' broke the Markdown tables
-        problem = name_problem(name)
+        problem = _member_name_problem(name)
         if problem is not None:
             how = "give another NAME" if sep else "the name is the folder's: name it with NAME=PATH"
             raise MushroomError(f"member name in {spec!r}: {problem}; {how}")
