@@ -368,5 +368,7 @@ def test_contexts_may_be_named_as_the_ray_rows_name_them():
     )  # no source: context0
     with pytest.raises(TypeError, match=r"item 0: contexts\[1\] is of type int; a context is a string"):
         mushroom.detect(ANSWER, [CONTEXT, 3])
+    with pytest.raises(TypeError, match=r"item 0: contexts are a string, .* not bytes"):
+        mushroom.detect(ANSWER, CONTEXT.encode())  # it said "contexts[0] is of type int"
     with pytest.raises(TypeError, match=r"contexts\[0\] is a dict without 'text'"):
         mushroom.detect(ANSWER, [{"source": "wiki", "context": CONTEXT}])

@@ -170,7 +170,7 @@ def given_contexts(value: object) -> list[tuple[str, object]]:
         return []
     if isinstance(value, str | Mapping | Context):
         value = [value]
-    if not isinstance(value, Sequence):
+    if not isinstance(value, Sequence) or isinstance(value, bytes | bytearray):  # bytes read as ints
         raise TypeError(
             f"contexts are a string, a {{source, text}} dict or a list of them, not {type(value).__name__}"
         )
