@@ -7,10 +7,11 @@ line prints those lines on stderr, so stdout stays the official two lines).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mushroom.data.runfolder import FailureCheck
 from mushroom.errors import MushroomError
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ def score_run_files(
     from mushroom.data.splits import lang_from_filename
     from mushroom.evaluation.score import pair_paths, score_pairs
 
+    checked: dict[Path, FailureCheck] = {}  # ledgers read for the edit check, read once
     if is_saved_dataset(gold):  # a folder of Dataset.save_to_disk: as official per-language files
         gold = saved_gold(gold)
     scope = run_scope(pred)
@@ -52,7 +54,7 @@ def score_run_files(
             return _score_items_run(gold, own, langs, partial or (scope is not None and scope.partial), note)
         if gold.is_file() and len(own) == 1:  # a `detect --items` run, scored against its items
             pred = own[0]
-            _refuse_edited(gold, own)
+            checked = _refuse_edited(gold, own)
         else:
             try:
                 pred = prediction_folder(pred, split, split_flag=False)
@@ -87,19 +89,22 @@ def score_run_files(
             f"scored {len(result.ids)} of {result.n_gold} gold items (--partial): "
             "the others have no prediction"
         )
-    note_failed_items([path for _, _, path in pairing.pairs], note)
+    note_failed_items([path for _, _, path in pairing.pairs], note, checked)
     return result
 
 
-def _refuse_edited(items_file: Path, files: list[Path]) -> None:
+def _refuse_edited(items_file: Path, files: list[Path]) -> dict[Path, FailureCheck]:
     """`refuse_edited_answers` of prediction files against the items file they are scored on.
 
     Spans of the old answer, scored against the new gold, score words they never marked.
+    Returns the checks by file, whose ledgers `note_failed_items` then reads no second time.
     """
-    from mushroom.data.runfolder import FailureCheck, refuse_edited_answers
+    from mushroom.data.runfolder import refuse_edited_answers
     from mushroom.data.splits import load_items
 
-    refuse_edited_answers([FailureCheck(p) for p in files], lambda: load_items(items_file))
+    checks = {p: FailureCheck(p) for p in files}
+    refuse_edited_answers(checks.values(), lambda: load_items(items_file))
+    return checks
 
 
 def _score_items_run(
@@ -119,7 +124,7 @@ def _score_items_run(
     wanted = [(lang, p) for lang, p in wanted if langs is None or lang in langs]
     if not wanted:
         raise MushroomError(f"--langs {','.join(langs or [])}: the run has no file of these languages")
-    _refuse_edited(gold, [p for _, p in wanted])
+    checked = _refuse_edited(gold, [p for _, p in wanted])
     truth = read_scoring_file(gold, True)
     if langs is not None:
         truth.records = {k: r for k, r in truth.records.items() if r.lang in langs}
@@ -134,29 +139,31 @@ def _score_items_run(
     result = score_loaded(truth, merged, partial=partial)
     if result.unscored:
         note(f"scored {len(result.ids)} of {result.n_gold} gold items: the others have no prediction")
-    note_failed_items([p for _, p in wanted], note)
+    note_failed_items([p for _, p in wanted], note, checked)
     return result
 
 
-def note_failed_items(paths: list[Path], note: Callable[[str], None] = print) -> None:
+def note_failed_items(
+    paths: list[Path], note: Callable[[str], None] = print, checked: Mapping[Path, FailureCheck] | None = None
+) -> None:
     """Says (by `note`) which scored files hold items their run failed (scored as written).
 
     `--allow-failures` writes a failed item as an empty prediction, which scores like a
     detector that found nothing; `ensemble` and `stack` refuse such files, and a score of
-    one should not pass for the method's.
+    one should not pass for the method's. `checked` holds the checks already made of some
+    files (their ledgers read once).
     """
-    for message in failed_item_messages(paths):
+    for message in failed_item_messages(paths, checked):
         note(f"note: {message}")
 
 
-def failed_item_messages(paths: list[Path]) -> list[str]:
+def failed_item_messages(paths: list[Path], checked: Mapping[Path, FailureCheck] | None = None) -> list[str]:
     """One line per file that holds items its run failed; a file its run keeps no record for is not read."""
     from mushroom.data.predictions import load_predictions
-    from mushroom.data.runfolder import FailureCheck
 
     messages = []
     for path in paths:
-        failures = FailureCheck(path)
+        failures = (checked or {}).get(path) or FailureCheck(path)
         if not failures.has_record:
             continue
         try:
