@@ -185,6 +185,8 @@ class RawScores:
         )
 
     def failed(self, row: int, model: int, errors: list[str]) -> None:
+        """A model's calls for a piece failed with `errors` (the piece keeps its first error)."""
+        self.errors[row] = self.errors[row] or errors[0]
         self.errored[row, model] = True
         unsent = sum(e.startswith(NOT_SENT) for e in errors)
         self.not_sent[row] += unsent
@@ -290,13 +292,12 @@ class PYesDetector(Detector):
                     (item, k, self.prompt.render(context=ctx, question=item.model_input, piece=piece.text))
                 )
         raw = RawScores.empty(pieces, len(self.options.models))
-        scores, errors = raw.scores, raw.errors
+        scores = raw.scores
         reqs = [r for item, k, msgs in prompts for r in self._requests(msgs, item, k)]
         for m, backend in enumerate(self.backends):
             if self.options.scoring == "top_logprobs":
                 for r, gen in enumerate(backend.generate(reqs)):
                     if gen.error is not None:
-                        errors[r] = errors[r] or gen.error
                         raw.failed(r, m, [gen.error])
                         continue
                     value = p_yes(gen, self.options.yes_words, self.options.no_words)
@@ -308,9 +309,7 @@ class PYesDetector(Detector):
             results = backend.loglikelihood(reqs)
             for r in range(len(prompts)):
                 yes, no = results[2 * r], results[2 * r + 1]
-                bad = yes.error or no.error
-                if bad is not None:
-                    errors[r] = errors[r] or bad
+                if yes.error is not None or no.error is not None:
                     raw.failed(r, m, [x.error for x in (yes, no) if x.error is not None])
                 elif (
                     yes.logprob is None
