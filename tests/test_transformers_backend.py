@@ -350,6 +350,36 @@ def test_a_tokenizer_llguidance_misreads_is_refused_not_used():
 
 
 @pytest.mark.skipif(not grammar.available(), reason="llguidance not installed: pip install llguidance")
+def test_a_byte_level_decoder_wrapped_in_a_sequence_still_constrains():
+    """transformers 5.17 loads a GGUF tokenizer with its ByteLevel decoder inside a Sequence.
+
+    llguidance then read 'Ġ' as a letter, the tokenizer was refused and generation ran
+    unconstrained: on an H200 with transformers 5.17, SmolLM2 wrote prose for all of 50 items.
+    """
+    from tiny_models import byte_tokenizer
+    from tokenizers import decoders
+
+    tokenizer = byte_tokenizer()
+    tokenizer.backend_tokenizer.decoder = decoders.Sequence(
+        [decoders.ByteFallback(), decoders.Fuse(), decoders.Replace("\u2581", " "), decoders.ByteLevel()]
+    )
+    import llguidance.hf
+
+    with pytest.raises(ValueError, match="other bytes"):  # what llguidance makes of it unaided
+        grammar._check_same_bytes(tokenizer, llguidance.hf.from_tokenizer(tokenizer, n_vocab=len(tokenizer)))
+    grammar.SchemaConstrainer(tokenizer, len(tokenizer))  # no ValueError: read as byte-level
+    backend = TransformersBackend(
+        BackendConfig(kind="transformers", model="tiny-bytes", device="cpu", batch_size=4),
+        tiny_llama(len(tokenizer), 512),
+        tokenizer,
+    )
+    out = backend.generate(schema_requests())
+    for i in (0, 2, 3):
+        assert all(obeys_schema(t) for t in out[i].texts), out[i].texts
+    assert backend.constrained_requests == 3 and backend.warnings == []
+
+
+@pytest.mark.skipif(not grammar.available(), reason="llguidance not installed: pip install llguidance")
 def test_a_broken_grammar_is_marked_on_its_response_and_warned_through_the_wrappers(monkeypatch, tmp_path):
     from mushroom.backends.base import backend_warnings
     from mushroom.backends.cache import CachedBackend, ResponseCache

@@ -18,6 +18,7 @@ llguidance's torch helper (which compiles a kernel with torch.compile on first u
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -102,6 +103,31 @@ def _check_same_bytes(tokenizer: Any, ll_tokenizer: Any) -> None:
         )
 
 
+# decoders that leave a byte-level vocabulary's tokens as they are: transformers 5.17 puts them
+# before the ByteLevel decoder of a GGUF tokenizer (they act on '▁' and <0xNN> tokens only)
+_INERT_BEFORE_BYTE_LEVEL = {"ByteFallback", "Fuse", "Replace"}
+
+
+def _byte_level_unwrapped(tokenizer: Any) -> str | None:
+    """The tokenizer's JSON with a Sequence decoder that ends in ByteLevel reduced to ByteLevel.
+
+    llguidance recognises a byte-level vocabulary by its decoder; wrapped in a Sequence, it is
+    read as plain text and 'Ġ' stays a letter. None when the decoder is not of that shape.
+    """
+    backend = copy.copy(tokenizer.backend_tokenizer)
+    backend.no_padding()
+    backend.no_truncation()
+    spec = json.loads(backend.to_str())
+    decoder = spec.get("decoder") or {}
+    parts = decoder.get("decoders") or []
+    if decoder.get("type") != "Sequence" or not parts or parts[-1].get("type") != "ByteLevel":
+        return None
+    if any(p.get("type") not in _INERT_BEFORE_BYTE_LEVEL for p in parts[:-1]):
+        return None
+    spec["decoder"] = parts[-1]
+    return json.dumps(spec)
+
+
 class SchemaConstrainer:
     """Compiles schemas (cached) against one tokenizer and builds a logits processor per batch."""
 
@@ -109,7 +135,16 @@ class SchemaConstrainer:
         import llguidance.hf
 
         self._ll_tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size)
-        _check_same_bytes(tokenizer, self._ll_tokenizer)
+        try:
+            _check_same_bytes(tokenizer, self._ll_tokenizer)
+        except ValueError:
+            unwrapped = _byte_level_unwrapped(tokenizer)
+            if unwrapped is None:
+                raise
+            self._ll_tokenizer = llguidance.LLTokenizer(
+                unwrapped, n_vocab=vocab_size, eos_token=tokenizer.eos_token_id
+            )
+            _check_same_bytes(tokenizer, self._ll_tokenizer)  # still wrong: refused as before
         self._grammars: dict[str, str] = {}
         self.matcher_errors: list[str] = []
 
