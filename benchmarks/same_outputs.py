@@ -1,12 +1,17 @@
 """Are two run folders' outputs the same, byte for byte? (a refactor must not change numbers)
 
     python benchmarks/same_outputs.py RUN_A RUN_B
+    python benchmarks/same_outputs.py RUN_A RUN_B --replies
 
 Compares every prediction file, channel file and stack.json that RUN_A has (the per-item
 ledgers, raw records, timings and summaries are bookkeeping and may differ) and prints the
 count of identical files and the list of those that differ or are missing in RUN_B.
 Channel files compare by content: gzip stores (`channels.<lang>.jsonl.gz`) decompressed, and
 a plain `channels.<lang>.jsonl` of an older run against the store of a newer one.
+
+`--replies` compares the model's replies instead: the texts of each raw record (`raw/*.raw.jsonl`)
+that both runs hold, by stage and request key. It answers "does this device or version make the
+model write the same thing", also for a run that was stopped part way (only shared keys count).
 """
 
 import argparse
@@ -38,11 +43,45 @@ def counterpart(path: Path) -> Path:
     return other if other.is_file() else path
 
 
+def replies(root: Path) -> dict[tuple[str, str], list[str]]:
+    """(stage, key) -> texts of every raw record under `root` that holds a reply."""
+    from mushroom.backends.rawlog import RawRecord
+
+    found = {}
+    for path in sorted(root.rglob("*.raw.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                record = RawRecord.model_validate_json(line)
+                if record.error is None and record.texts:
+                    found[(record.stage, record.key)] = record.texts
+    return found
+
+
+def compare_replies(run_a: Path, run_b: Path) -> int:
+    a, b = replies(run_a), replies(run_b)
+    shared = sorted(set(a) & set(b))
+    differ = [k for k in shared if a[k] != b[k]]
+    print(
+        f"{len(shared) - len(differ)} of {len(shared)} shared replies identical "
+        f"({len(a)} in {run_a}, {len(b)} in {run_b})"
+    )
+    for stage, key in differ:
+        at = next((i for i, (x, y) in enumerate(zip(a[(stage, key)][0], b[(stage, key)][0])) if x != y), None)
+        print(
+            f"  differs: {stage or '-'} {key}"
+            + (f" (first text from character {at})" if at is not None else "")
+        )
+    return 0 if shared and not differ else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_a", type=Path)
     parser.add_argument("run_b", type=Path)
+    parser.add_argument("--replies", action="store_true", help="compare the model's replies in raw/")
     args = parser.parse_args()
+    if args.replies:
+        return compare_replies(args.run_a, args.run_b)
     same, differ, missing = 0, [], []
     for rel in outputs(args.run_a):
         other = counterpart(args.run_b / rel)

@@ -1,0 +1,47 @@
+"""benchmarks/same_outputs.py --replies: the check behind "CUDA writes what the CPU writes"."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from mushroom.backends.rawlog import RawLog, RawRecord
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "same_outputs.py"
+
+
+def run_with(folder: Path, replies: dict[str, str], failed: tuple[str, ...] = ()) -> Path:
+    log = RawLog(folder / "predictions" / "raw" / "en.raw.jsonl")
+    for key, text in replies.items():
+        log.write(RawRecord(id=key, key=key, stage="llm", texts=[text]))
+    for key in failed:
+        log.write(RawRecord(id=key, key=key, stage="llm", error="HTTP 500"))
+    return folder
+
+
+def compare(a: Path, b: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(a), str(b), "--replies"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_replies_compare_by_key_over_the_keys_both_runs_hold(tmp_path):
+    cpu = run_with(tmp_path / "cpu", {"a": '{"x": 1}', "b": "{}", "c": "[]"})
+    # a run stopped part way (no "c") with a failed call (no reply to compare)
+    cuda = run_with(tmp_path / "cuda", {"a": '{"x": 1}', "b": "{}"}, failed=("c",))
+    done = compare(cpu, cuda)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("2 of 2 shared replies identical (3 in ")
+
+    other = run_with(tmp_path / "other", {"a": '{"x": 2}', "b": "{}"})
+    done = compare(cpu, other)
+    assert done.returncode == 1
+    assert "1 of 2 shared replies identical" in done.stdout
+    assert "differs: llm a (first text from character 6)" in done.stdout
+
+
+def test_runs_with_no_reply_in_common_are_no_match(tmp_path):
+    done = compare(run_with(tmp_path / "a", {"a": "{}"}), run_with(tmp_path / "b", {"b": "{}"}))
+    assert done.returncode == 1 and done.stdout.startswith("0 of 0 shared replies identical")
