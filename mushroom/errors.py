@@ -169,6 +169,8 @@ NOT_SENT = "not sent"
 """How the error of a request never sent begins (a tripped circuit breaker, a dead URL, a Ctrl-C).
 
 Such a request cost nothing: it is no model call in a cascade's spend, and no item "sent"."""
+RECORDED_CUT = "record it again with a live backend and a larger max_tokens"
+"""Ends the cut-off error of a replayed item: a replay reads the recorded reply whatever max_tokens is."""
 UNREADABLE = "the model's reply could not be read"
 """In the error of an item whose every reply was prose where the prompt asks for spans."""
 TOO_LONG = "longer than the server's context"
@@ -191,6 +193,12 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
             "answers with a live backend, or run only the items it recorded"
         )
     cut = sum(CUT_OFF in e for e in errors)
+    if errors and all(RECORDED_CUT in e for e in errors):
+        return (
+            "Each recorded reply was cut off at max_tokens before it named a span, and a replay reads "
+            "them as they were: record them again with a live backend and a larger max_tokens "
+            "(-o max_tokens=N), in a new folder"
+        )
     if errors and cut == len(errors):
         return (
             "Each reply was cut off at max_tokens before it named a span, and a re-run reads the same "

@@ -151,6 +151,11 @@ def test_a_reply_cut_off_into_an_empty_list_is_retried_and_counted_not_read_as_n
     )
     # no claims read as "nothing wrong" wrote an empty prediction, exit 0: the item fails
     assert error == f"every decompose reply was cut off: {CUT_OFF} (1024); raise max_tokens"
+    # replayed, the same replies come back whatever max_tokens says: they must be recorded again
+    from mushroom.detectors.chain import _unread
+    from mushroom.errors import RECORDED_CUT
+
+    assert _unread(s, "decompose", 1024, replayed=True).endswith(f"(1024); {RECORDED_CUT}")
     assert len(backend.seen) == 2
     assert (s["decompose.truncated"], s["decompose.retry.truncated"], s["chain.truncated"]) == (1, 1, 2)
     assert s["decompose.cut_empty"] == s["decompose.retry.cut_empty"] == 1

@@ -77,6 +77,14 @@ def test_a_reply_cut_off_before_it_named_anything_fails_its_item(tmp_path, capsy
     replay = ["--backend", "replay", "--responses", out / "predictions" / "raw" / "en.raw.jsonl"]
     code, _, err = cli(capsys, *llm_args(replay, replayed))
     assert code == 3 and "cut off at max_tokens" in err, err
+    # raising max_tokens changes nothing in a replay: the recorded replies must be recorded again
+    said = " ".join(err.split())
+    assert "raise max_tokens (-o max_tokens=N)" not in said, said
+    assert "record them again with a live backend and a larger max_tokens" in said, said
+    failures = [json.loads(line) for line in (replayed / "failures.jsonl").read_text().splitlines()]
+    assert all(
+        f["error"].endswith("record it again with a live backend and a larger max_tokens") for f in failures
+    )
     assert json.loads((replayed / "predictions" / "stats.json").read_text())["all"]["llm.truncated"] == 3
 
 

@@ -52,7 +52,7 @@ from mushroom.data.records import Context, Item
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, skip_blank_answers
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.prompts import load_prompt
-from mushroom.errors import CUT_OFF, NOT_SENT, UNREADABLE
+from mushroom.errors import CUT_OFF, NOT_SENT, RECORDED_CUT, UNREADABLE
 from mushroom.parsing.json_repair import extract_json
 from mushroom.parsing.locate import SpanLocator
 from mushroom.parsing.parser import read_claims
@@ -152,7 +152,7 @@ def _broke_off(max_tokens: int) -> str:
     return f"the reply broke off (max_tokens is {max_tokens}) before any entry"
 
 
-def _unread(st: Counter, stage: str, max_tokens: int) -> str:
+def _unread(st: Counter, stage: str, max_tokens: int, replayed: bool = False) -> str:
     """Why no reply of an item's stage (its retry included) could be read: empty, cut off, or prose.
 
     Each is a failed item, not "nothing wrong": a model that never answers in form (prose
@@ -167,7 +167,8 @@ def _unread(st: Counter, stage: str, max_tokens: int) -> str:
         )
     if any(st[f"{r}.cut_empty"] for r in replies):
         # CUT_OFF in the error: the advice says a re-run reads the same replies from the cache
-        return f"every {stage} reply was cut off: {CUT_OFF} ({max_tokens}); raise max_tokens"
+        advice = RECORDED_CUT if replayed else "raise max_tokens"
+        return f"every {stage} reply was cut off: {CUT_OFF} ({max_tokens}); {advice}"
     return f"every {stage} reply was empty: a re-run asks again"
 
 
@@ -208,6 +209,10 @@ class ChainDetector(Detector):
             "verify": self.verify_prompt.sha256,
         }
         return out
+
+    def _replays(self) -> bool:
+        """Whether the replies come from a recording: raising max_tokens then changes nothing."""
+        return (self._backend.kind if self._backend is not None else self.options.backend.kind) == "replay"
 
     @property
     def backend(self) -> Backend:
@@ -397,7 +402,11 @@ class ChainDetector(Detector):
                 # an item with no usable context is not sent to verify: its claims are unverifiable
                 ("verify", bool(claims[k]) and usable[k] and item_verdicts is None, "chain.verify_failures"),
             ):
-                why = _unread(st, stage, opts.max_tokens) if error is None and lacking else None
+                why = (
+                    _unread(st, stage, opts.max_tokens, self._replays())
+                    if error is None and lacking
+                    else None
+                )
                 if why is not None:
                     st[counter] += 1
                     error = why

@@ -32,7 +32,7 @@ from mushroom.data.predictions import SoftMode, vote
 from mushroom.data.records import Context, Item
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, skip_blank_answers
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
-from mushroom.errors import CUT_OFF, NOT_SENT, UNREADABLE
+from mushroom.errors import CUT_OFF, NOT_SENT, RECORDED_CUT, UNREADABLE
 from mushroom.parsing.parser import SpanList, parse_response
 
 
@@ -112,6 +112,10 @@ class LLMDetector(Detector):
         out["prompt_name"] = self.prompt.name
         out["prompt_sha256"] = self.prompt.sha256
         return out
+
+    def _replays(self) -> bool:
+        """Whether the replies come from a recording: raising max_tokens then changes nothing."""
+        return (self._backend.kind if self._backend is not None else self.options.backend.kind) == "replay"
 
     @property
     def backend(self) -> Backend:
@@ -224,7 +228,7 @@ class LLMDetector(Detector):
                     stats["llm.cut_before_any_span"] += 1
                     unread.append(
                         f"{CUT_OFF} ({opts.max_tokens}) before it named a span found in the answer: "
-                        "raise max_tokens"
+                        + (RECORDED_CUT if self._replays() else "raise max_tokens")
                     )
                     continue
                 if not result.parsed:
