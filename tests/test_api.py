@@ -372,3 +372,23 @@ def test_contexts_may_be_named_as_the_ray_rows_name_them():
         mushroom.detect(ANSWER, CONTEXT.encode())  # it said "contexts[0] is of type int"
     with pytest.raises(TypeError, match=r"contexts\[0\] is a dict without 'text'"):
         mushroom.detect(ANSWER, [{"source": "wiki", "context": CONTEXT}])
+
+
+@pytest.mark.parametrize(
+    ("name", "needs"),
+    [
+        ("lexical", {}),
+        ("semantic", {}),
+        ("nli", {"model": "some/hub-model"}),
+        ("llm", {}),
+        ("chain", {}),
+        ("pyes", {"models": [{"kind": "replay", "responses": "-"}]}),
+    ],
+)
+def test_a_hard_label_threshold_of_1_is_refused_for_what_it_does(name, needs):
+    """Hard labels mark probabilities above the threshold: 1 marked nothing, with no word."""
+    from mushroom.detectors import build
+
+    with pytest.raises(mushroom.MushroomError, match="threshold 1 marks nothing.*e.g. 0.99"):
+        build(name, {"threshold": 1, **needs})
+    assert build(name, {"threshold": 0.99, **needs}).options.threshold == 0.99

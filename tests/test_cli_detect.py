@@ -165,6 +165,11 @@ def test_options_that_would_do_nothing_or_repeat_a_vote_are_refused(tmp_path, ca
     code, _, err = cli(capsys, "detect", *args, "--temperatures", "0.1,0.1")
     assert code == 2 and "temperature 0.1 is given twice" in err and "samples" in err
     assert "Value error" not in err and not out.exists()
+    # samples at temperature 0 are copies of one greedy answer: one vote counted N times
+    code, _, err = cli(capsys, "detect", *args, "--temperatures", "0,0.5", "-o", "samples=3")
+    said = " ".join(err.split())
+    assert code == 2 and "samples=3 at temperature 0 are 3 copies of one greedy answer" in said, err
+    assert not out.exists()
     # above 2 an OpenAI-style server refuses every request, and the others sample noise
     code, _, err = cli(capsys, "detect", *args, "--temperatures", "")
     assert code == 2 and "--temperatures '': an empty value in the list" in err and not out.exists(), err

@@ -36,14 +36,24 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from mushroom.data.records import Context, Item, Prediction, SoftSpan
 from mushroom.errors import DataError, MushroomError, RunFailed, error_text
 from mushroom.util.words import plural
+
+
+def _marks_something(value: float) -> float:
+    if value == 1.0:
+        raise ValueError("threshold 1 marks nothing (a hard label needs a value above it); give e.g. 0.99")
+    return value
+
+
+HardThreshold = Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_marks_something)]
+"""A hard-label threshold: characters whose probability (or vote share) is above it are marked."""
 
 
 class DetectorOptions(BaseModel):

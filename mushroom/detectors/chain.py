@@ -49,7 +49,14 @@ from mushroom.backends.cache import build_cached
 from mushroom.data.languages import language_name
 from mushroom.data.predictions import prediction_from_vectors
 from mushroom.data.records import Context, Item
-from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, skip_blank_answers
+from mushroom.detectors.base import (
+    Detector,
+    DetectorOptions,
+    Emit,
+    HardThreshold,
+    ItemResult,
+    skip_blank_answers,
+)
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.prompts import load_prompt
 from mushroom.errors import CUT_OFF, NOT_SENT, RECORDED_CUT, UNREADABLE
@@ -76,7 +83,7 @@ class ChainOptions(DetectorOptions):
     unverifiable_probability: float = Field(
         0.4, ge=0.0, le=1.0, description="claim the context neither supports nor contradicts"
     )
-    threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label: probability above this")
+    threshold: HardThreshold = Field(0.5, description="hard label: probability above this")
     cache: bool = Field(True, description="cache responses in the run folder (none from Python)")
     structured_output: bool = Field(True, description="send each stage's JSON schema (constrained decoding)")
 

@@ -24,7 +24,7 @@ from rapidfuzz.distance import Levenshtein
 
 from mushroom.data.contexts import is_fact_check, support_contexts
 from mushroom.data.records import Context, Item
-from mushroom.detectors.base import DetectorOptions, VectorDetector
+from mushroom.detectors.base import DetectorOptions, HardThreshold, VectorDetector
 from mushroom.detectors.lexical_calibration import Calibration, load_calibration
 from mushroom.detectors.lexical_channels import lexical_channels
 from mushroom.errors import MushroomError
@@ -37,7 +37,7 @@ _SENTENCE_BREAK = regex.compile(r"[.!?;:\n。！？；]|\s-\s")
 class LexicalOptions(DetectorOptions):
     """Options of the lexical detector (defaults tuned on val, see benchmarks/)."""
 
-    threshold: float = Field(0.25, ge=0.0, le=1.0, description="hard label: probability above this")
+    threshold: HardThreshold = Field(0.25, description="hard label: probability above this")
     min_prefix: int = Field(4, ge=2, description="shortest stem used for inflected-word matches")
     prefix_ratio: float = Field(0.75, gt=0.0, le=1.0, description="stem length as share of the word")
     use_question: bool = Field(True, description="words in the question count as supported")

@@ -30,7 +30,14 @@ from mushroom.backends.cache import build_cached
 from mushroom.data.languages import language_name
 from mushroom.data.predictions import SoftMode, vote
 from mushroom.data.records import Context, Item
-from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, skip_blank_answers
+from mushroom.detectors.base import (
+    Detector,
+    DetectorOptions,
+    Emit,
+    HardThreshold,
+    ItemResult,
+    skip_blank_answers,
+)
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
 from mushroom.errors import CUT_OFF, NOT_SENT, RECORDED_CUT, UNREADABLE
 from mushroom.parsing.parser import SpanList, parse_response
@@ -51,7 +58,7 @@ class LLMOptions(DetectorOptions):
     seed: int | None = 0
     structured_output: bool = Field(True, description="ask for the span JSON schema")
     run_threshold: float = Field(0.5, ge=0.0, le=1.0, description="a run marks a span when prob >= this")
-    threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label when the vote share > this")
+    threshold: HardThreshold = Field(0.5, description="hard label when the vote share > this")
     soft: Literal["vote", "mean"] = Field("vote", description="soft label: vote share or mean probability")
     max_context_chars: int = Field(12000, ge=100, description="contexts are cut to this many characters")
     default_probability: float = Field(1.0, ge=0.0, le=1.0, description="for spans given without one")
@@ -79,6 +86,11 @@ class LLMOptions(DetectorOptions):
             raise ValueError(
                 f"temperature {repeated[0]:g} is given twice; for more answers at one temperature "
                 "set samples (-o samples=N)"
+            )
+        if self.samples > 1 and 0.0 in self.temperatures:
+            raise ValueError(
+                f"samples={self.samples} at temperature 0 are {self.samples} copies of one greedy answer "
+                "(one vote counted that many times): give samples only temperatures above 0"
             )
         return self
 

@@ -35,7 +35,7 @@ from pydantic import Field
 
 from mushroom.data.contexts import support_contexts
 from mushroom.data.records import Context, Item
-from mushroom.detectors.base import DetectorOptions, VectorDetector
+from mushroom.detectors.base import DetectorOptions, HardThreshold, VectorDetector
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
 from mushroom.errors import MushroomError, load_failure
 from mushroom.models.devices import check_device, check_model_path
@@ -51,7 +51,7 @@ class NLIOptions(DetectorOptions):
     max_length: int | None = Field(None, ge=16, description="window in tokens (default: the model's)")
     unit: Unit = Field("sentence", description="sentence or clause")
     neutral_weight: float = Field(0.5, ge=0.0, le=1.0, description="weight of P(neutral) in the piece score")
-    threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label: probability above this")
+    threshold: HardThreshold = Field(0.5, description="hard label: probability above this")
 
 
 def label_indices(id2label: dict[Any, str]) -> dict[str, int]:

@@ -41,7 +41,7 @@ from mushroom.data.contexts import support_contexts
 from mushroom.data.jsonl import read_json_model
 from mushroom.data.predictions import prediction_from_vectors
 from mushroom.data.records import Context, Item
-from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult
+from mushroom.detectors.base import Detector, DetectorOptions, Emit, HardThreshold, ItemResult
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
 from mushroom.detectors.prompts import load_prompt
@@ -85,7 +85,7 @@ class PYesOptions(DetectorOptions):
         description="saved calibration JSON; without it the statistics are estimated per language on "
         "the items being detected (transductive) and saved with the run",
     )
-    threshold: float = Field(0.5, ge=0.0, le=1.0, description="hard label: No-side probability above this")
+    threshold: HardThreshold = Field(0.5, description="hard label: No-side probability above this")
     cache: bool = Field(True, description="cache responses in the run folder (none from Python)")
 
     # Each of these made every piece 0.5, with no hard label, no counter and no warning.

@@ -34,7 +34,7 @@ from pydantic import Field, field_validator, model_validator
 from mushroom.data.contexts import support_contexts
 from mushroom.data.languages import LANGUAGES
 from mushroom.data.records import Context, Item
-from mushroom.detectors.base import DetectorOptions, Emit, VectorDetector
+from mushroom.detectors.base import DetectorOptions, Emit, HardThreshold, VectorDetector
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
 from mushroom.errors import MushroomError, error_text
 from mushroom.models.devices import check_device, check_model_path
@@ -70,7 +70,7 @@ class SemanticOptions(DetectorOptions):
     lexical_weight: float = Field(
         0.4, ge=0.0, le=1.0, description="share of the lexical probability in the mix"
     )
-    threshold: float = Field(0.25, ge=0.0, le=1.0, description="hard label: probability above this")
+    threshold: HardThreshold = Field(0.25, description="hard label: probability above this")
     min_clause_words: int = Field(4, ge=1, description="shortest clause a sentence is cut into")
     word_pool: Literal["sentences", "windows"] = Field(
         "sentences",
