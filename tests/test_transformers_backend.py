@@ -378,6 +378,13 @@ def test_a_byte_level_decoder_wrapped_in_a_sequence_still_constrains():
         assert all(obeys_schema(t) for t in out[i].texts), out[i].texts
     assert backend.constrained_requests == 3 and backend.warnings == []
 
+    # a <0x0A> token is a newline to ByteFallback and six characters to a bare ByteLevel: the
+    # grammar would allow a raw newline inside a JSON string, so the tokenizer stays refused
+    tokenizer.add_tokens(["<0x0A>"])
+    assert tokenizer.decode(tokenizer.convert_tokens_to_ids(["<0x0A>"])) == "\n"
+    with pytest.raises(ValueError, match="other bytes"):
+        grammar.SchemaConstrainer(tokenizer, len(tokenizer))
+
 
 @pytest.mark.skipif(not grammar.available(), reason="llguidance not installed: pip install llguidance")
 def test_a_broken_grammar_is_marked_on_its_response_and_warned_through_the_wrappers(monkeypatch, tmp_path):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -103,9 +104,24 @@ def _check_same_bytes(tokenizer: Any, ll_tokenizer: Any) -> None:
         )
 
 
-# decoders that leave a byte-level vocabulary's tokens as they are: transformers 5.17 puts them
-# before the ByteLevel decoder of a GGUF tokenizer (they act on '▁' and <0xNN> tokens only)
+# decoders that transformers 5.17 puts before the ByteLevel decoder of a GGUF tokenizer; they
+# leave a byte-level vocabulary as it is when it has no <0xNN> token and no token holding the
+# replaced string (checked on the vocabulary: the probe sentence would not meet such tokens)
 _INERT_BEFORE_BYTE_LEVEL = {"ByteFallback", "Fuse", "Replace"}
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+def _inert(part: dict[str, Any], tokens: list[str]) -> bool:
+    """Whether a decoder before ByteLevel changes none of these tokens."""
+    kind = part.get("type")
+    if kind == "Fuse":
+        return True
+    if kind == "ByteFallback":
+        return not any(_BYTE_TOKEN.fullmatch(t) for t in tokens)
+    if kind == "Replace":
+        pattern = (part.get("pattern") or {}).get("String")
+        return isinstance(pattern, str) and bool(pattern) and not any(pattern in t for t in tokens)
+    return False
 
 
 def _byte_level_unwrapped(tokenizer: Any) -> str | None:
@@ -122,7 +138,8 @@ def _byte_level_unwrapped(tokenizer: Any) -> str | None:
     parts = decoder.get("decoders") or []
     if decoder.get("type") != "Sequence" or not parts or parts[-1].get("type") != "ByteLevel":
         return None
-    if any(p.get("type") not in _INERT_BEFORE_BYTE_LEVEL for p in parts[:-1]):
+    tokens = list(tokenizer.get_vocab())
+    if any(p.get("type") not in _INERT_BEFORE_BYTE_LEVEL or not _inert(p, tokens) for p in parts[:-1]):
         return None
     spec["decoder"] = parts[-1]
     return json.dumps(spec)
