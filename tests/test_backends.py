@@ -736,3 +736,24 @@ def test_a_replay_at_another_max_tokens_than_recorded_says_so(tmp_path):
     again = build_backend(BackendConfig(kind="replay", responses=str(path)))
     again.generate([_req("a", "", 0.0).model_copy(update={"max_tokens": 200})])
     assert not [w for w in backend_warnings(again) if "max_tokens" in w]
+
+
+def test_a_shared_cache_keys_on_the_backend_settings_that_change_answers(tmp_path):
+    """Prompt variants share one cache: a variant that turned structured output off, or set a
+    sampling extra, was answered with the first variant's replies."""
+    path = tmp_path / "c.jsonl"
+    req = _req("a", "same")
+    with FakeServer({}) as server:
+        CachedBackend(_openai(server.url), ResponseCache(path)).generate([req])
+        assert len(server.calls) == 1
+        for settings in ({"structured_output": "none"}, {"extra": {"top_k": 1}}):
+            out = CachedBackend(_openai(server.url, **settings), ResponseCache(path)).generate([req])
+            assert not out[0].cached, settings
+        assert len(server.calls) == 3
+        # how a request travels changes no answer: the entry is shared
+        out = CachedBackend(_openai(server.url, concurrency=3, timeout_s=5), ResponseCache(path)).generate(
+            [req]
+        )
+        assert out[0].cached and len(server.calls) == 3
+    # at the default settings the key is the one older caches hold: their entries still answer
+    assert request_key("openai", "m", req) == request_key("openai", "m", req, {})

@@ -13,6 +13,7 @@ import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mushroom.backends.base import (
     Backend,
@@ -24,16 +25,26 @@ from mushroom.backends.base import (
     OnScore,
     backend_warnings,
 )
+from mushroom.backends.config import answer_settings
 from mushroom.data.jsonl import append_jsonl, mend_cut_line
 
 
-def request_key(backend_kind: str, model: str, request: GenerationRequest | LoglikelihoodRequest) -> str:
-    """Stable hash of everything that determines a generation."""
-    blob = json.dumps(
-        {"backend": backend_kind, "model": model, "request": request.cache_payload()},
-        sort_keys=True,
-        ensure_ascii=False,
-    )
+def request_key(
+    backend_kind: str,
+    model: str,
+    request: GenerationRequest | LoglikelihoodRequest,
+    settings: dict[str, Any] | None = None,
+) -> str:
+    """Stable hash of everything that determines a generation.
+
+    `settings` are the backend's answer-changing settings away from their defaults
+    (`answer_settings`): prompt variants share one cache, and one that turned structured
+    output off was answered with another's replies. None or empty keeps the older key.
+    """
+    key: dict[str, Any] = {"backend": backend_kind, "model": model, "request": request.cache_payload()}
+    if settings:
+        key["settings"] = settings
+    blob = json.dumps(key, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
@@ -125,6 +136,7 @@ class CachedBackend(Backend):
             self.kind = config.kind
             self._model = config.model
         super().__init__(config)
+        self._settings = answer_settings(config) if config is not None else {}
         self._where = None if isinstance(cache, ResponseCache) else cache
         self._caches: dict[Path, ResponseCache] = {}
         self._cache = cache if isinstance(cache, ResponseCache) else None
@@ -161,7 +173,7 @@ class CachedBackend(Backend):
         self, requests: list[GenerationRequest], on_result: OnResult | None = None
     ) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
-        keys = [request_key(self.kind, self._model, r) for r in requests]
+        keys = [request_key(self.kind, self._model, r, self._settings) for r in requests]
         cache = self.cache  # one file for the whole batch
         missing: dict[str, list[int]] = {}  # identical requests in one batch are sent once
         for i, key in enumerate(keys):
@@ -197,7 +209,7 @@ class CachedBackend(Backend):
         self, requests: list[LoglikelihoodRequest], on_result: OnScore | None = None
     ) -> list[Loglikelihood]:
         results: list[Loglikelihood | None] = [None] * len(requests)
-        keys = [request_key(self.kind, self._model, r) for r in requests]
+        keys = [request_key(self.kind, self._model, r, self._settings) for r in requests]
         cache = self.cache  # one file for the whole batch
         missing: list[int] = []
         for i, key in enumerate(keys):

@@ -49,6 +49,39 @@ StructuredOutput = Literal["auto", "json_schema", "json_object", "guided_json", 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 
 
+TRANSPORT_KEYS = frozenset(
+    {
+        "base_url",
+        "concurrency",
+        "timeout_s",
+        "connect_timeout_s",
+        "max_retries",
+        "retry_budget_s",
+        "retry_timeouts",
+        "circuit_breaker",
+        "api_key_env",
+        "batch_size",
+        "device",
+    }
+)
+"""Settings that change how answers are fetched, not what they are.
+
+A run folder may be resumed with others (a restarted server on another port, more
+concurrency), and a response cache answers across them. The device is one of them: greedy
+SmolLM2 wrote the same 16 replies on an H200 as on the CPU.
+"""
+
+
+def answer_settings(config: BackendSettings) -> dict[str, Any]:
+    """The settings besides kind and model that change answers and differ from their defaults.
+
+    Only those set away from the default are named, so a cache written before they were keyed
+    still answers a backend at its defaults.
+    """
+    dumped = config.model_dump(mode="json", exclude_defaults=True)
+    return {k: v for k, v in dumped.items() if k not in TRANSPORT_KEYS | {"kind", "model", "responses"}}
+
+
 class BackendSettings(BaseModel):
     """Settings every backend kind has; each kind subclasses it with a `Literal` kind."""
 

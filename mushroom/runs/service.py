@@ -43,6 +43,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mushroom.backends.base import warnings_to
+from mushroom.backends.config import TRANSPORT_KEYS
 from mushroom.data.contexts import (
     DEFAULT_SOURCES,
     ContextSet,
@@ -68,25 +69,10 @@ from mushroom.util.interrupts import fallback_hint
 from mushroom.util.names import safe_name
 from mushroom.util.words import listed, one_line, plural
 
-# Settings that change how answers are fetched, not what they are: a re-run may change
-# them (a restarted server on another port, more concurrency) and still resume.
-TRANSPORT_KEYS = frozenset(
-    {
-        "base_url",
-        "concurrency",
-        "timeout_s",
-        "max_retries",
-        "retry_budget_s",
-        "circuit_breaker",
-        "api_key_env",
-        "batch_size",
-        "device",
-    }
-)
-
-# Settings that choose which items a model answers, not what it answers: the cascade's budget
-# (`mushroom.runs.cascade`). A re-run with a larger one resumes the folder and sends only the
-# items it adds, so it is kept out of the hash too.
+# Backend settings that change how answers are fetched (TRANSPORT_KEYS) may change between
+# runs of one folder. So may the settings that choose which items a model answers, not what it
+# answers: the cascade's budget (`mushroom.runs.cascade`). A re-run with a larger one resumes
+# the folder and sends only the items it adds.
 # A config's `description` is words for people: editing it refused the folder as another run.
 UNHASHED_KEYS = TRANSPORT_KEYS | {"llm_budget", "description", "made_from"}
 
