@@ -426,3 +426,28 @@ def test_a_broken_grammar_is_marked_on_its_response_and_warned_through_the_wrapp
     ]
     wrapped.generate(again)  # not cached: it breaks again, with another error
     assert backend.broken_rows == 2 and len(backend_warnings(wrapped)) == 1  # still one warning
+
+
+def test_a_seeded_sample_does_not_depend_on_the_batch_it_is_in():
+    """One random stream served a whole batch: a request's samples changed with batch_size, and
+    a resumed run (cache hits leave gaps in the batches) sampled other answers than a whole one."""
+    model, tokenizer = tiny_model_and_tokenizer()
+
+    def sample(batch_size, prompts):
+        backend = TransformersBackend(
+            BackendConfig(kind="transformers", model="tiny", device="cpu", batch_size=batch_size),
+            model,
+            tokenizer,
+        )
+        reqs = [
+            GenerationRequest(
+                key=p, messages=[Message(role="user", content=p)], max_tokens=8, temperature=1.0, n=2, seed=0
+            )
+            for p in prompts
+        ]
+        return {r.key: g.texts for r, g in zip(reqs, backend.generate(reqs))}
+
+    alone = sample(1, ["w5 w6"])
+    batched = sample(3, ["w1 w2 w3", "w5 w6", "w9"])
+    assert batched["w5 w6"] == alone["w5 w6"]
+    assert len(set(alone["w5 w6"])) == 2  # two samples, not one copied

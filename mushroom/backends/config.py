@@ -317,7 +317,11 @@ class TransformersConfig(WeightsConfig):
     libraries: ClassVar[tuple[str, ...]] = ("torch", "transformers")
     device: str | None = Field(None, description="cpu, cuda, ... (default: cuda if available)")
     dtype: str | None = Field(None, description="torch dtype name")
-    batch_size: int = Field(8, ge=1, description="prompts per forward batch")
+    batch_size: int = Field(
+        8,
+        ge=1,
+        description="prompts per forward batch (seeded sampling runs one at a time, the same in any batch)",
+    )
     structured_output: StrictBool = Field(True, description="constrain decoding to the request's JSON schema")
     extra: dict[str, Any] = Field(default_factory=dict, description="passed to from_pretrained as is")
 

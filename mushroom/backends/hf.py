@@ -317,8 +317,10 @@ class TransformersBackend(Backend):
             groups.setdefault((r.temperature, r.top_p, r.max_tokens, r.n, r.seed, r.top_logprobs), []).append(
                 i
             )
-        size = self.config.batch_size
-        for indices in groups.values():
+        for (temperature, _, _, _, seed, _), indices in groups.items():
+            # a seeded sample is drawn alone: one random stream serves a whole batch, so its
+            # answer would change with batch_size and with the cache hits of a resumed run
+            size = 1 if temperature > 0 and seed is not None else self.config.batch_size
             for k in range(0, len(indices), size):
                 chunk = indices[k : k + size]
                 for i, gen in zip(chunk, self._batch([requests[i] for i in chunk])):
