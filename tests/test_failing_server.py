@@ -462,3 +462,33 @@ def test_the_advice_for_cut_off_replies_names_the_options_as_the_command_takes_t
         and "(MEMBER: chain, llm)" in service._retry_advice()
     )
     service.release()
+
+
+def test_a_prompt_too_long_to_score_is_named_so_and_does_not_trip_the_breaker():
+    """pyes scores by /completions: a too-long prompt said "the server cannot score prompts"
+    (pointing at the server) and counted as a server failure, so three long pieces tripped the
+    breaker and every other item went unsent."""
+    import httpx
+
+    from mushroom.backends.base import LoglikelihoodRequest, Message
+    from mushroom.backends.config import OpenAIConfig
+    from mushroom.backends.openai_compat import OpenAIBackend
+
+    too_long = '{"object": "error", "message": "This model\'s maximum context length is 4096 tokens."}'
+    with FakeServer({}) as server:
+        config = OpenAIConfig(base_url=server.url, model="m", concurrency=1, loglikelihood_template="plain")
+        backend = OpenAIBackend(config)
+        real = backend.post
+        backend.post = lambda path, body: (
+            httpx.Response(400, text=too_long) if "LONG" in body.get("prompt", "") else real(path, body)
+        )
+        reqs = [
+            LoglikelihoodRequest(
+                key=f"k{i}", messages=[Message(role="user", content=text)], continuation="Yes"
+            )
+            for i, text in enumerate(["LONG"] * 4 + ["short"])
+        ]
+        scores = backend.loglikelihood(reqs)
+        backend.close()
+    assert all("longer than the server's context" in s.error for s in scores[:4]), [s.error for s in scores]
+    assert scores[4].error is None and scores[4].logprob is not None

@@ -122,6 +122,13 @@ _TOO_LONG_BODY = re.compile(
 T = TypeVar("T")
 
 
+def _too_long(status: int, text: str) -> str | None:
+    """The error for a request refused for its length, or None for any other answer."""
+    if status in (400, 413, 422) and _TOO_LONG_BODY.search(text):
+        return f"HTTP {status}, the prompt is {TOO_LONG}: {text[:300]}"
+    return None
+
+
 class _Transient(Exception):
     """An attempt that may succeed if made again; carries the response for Retry-After."""
 
@@ -751,8 +758,9 @@ class OpenAIBackend(Backend):
                             self.form_confirmed = True
                     gen.structured_output = form
                 return gen
-            if status in (400, 413, 422) and _TOO_LONG_BODY.search(text):  # no form change fixes it
-                return Generation(error=f"HTTP {status}, the prompt is {TOO_LONG}: {text[:300]}")
+            long = _too_long(status, text)
+            if long is not None:  # no form change fixes it
+                return Generation(error=long)
             if auto and form != "none" and not self.form_confirmed and is_format_rejection(status, text):
                 form = self._fall_back(form)
                 continue
@@ -947,8 +955,10 @@ class OpenAIBackend(Backend):
             if isinstance(result, str):
                 return Loglikelihood(error=result)
             if result.status_code != 200:
+                long = _too_long(result.status_code, result.text)  # the prompt's fault, not the server's
                 return Loglikelihood(
-                    error=f"the server cannot score prompts ({http_error(result.status_code, result.text)})"
+                    error=long
+                    or f"the server cannot score prompts ({http_error(result.status_code, result.text)})"
                 )
             try:
                 data = result.json()
