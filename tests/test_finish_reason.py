@@ -153,6 +153,10 @@ def test_a_cut_off_reply_is_left_out_of_the_vote_and_fails_the_item_only_when_no
     # no finish reason, but the whole budget used by the count: cut off too
     counted = Generation(texts=['{"incorrect_spans": [{"text": "Pe'], usage={"completion_tokens": 1024})
     assert det._item_result(item, [good, counted, counted]).stats["llm.cut_before_any_span"] == 2
+    # a backend that answered with neither a reply nor an error: a failure, not a crash in the vote
+    none = det._item_result(item, [Generation(texts=[])] * 3)
+    assert none.status == "failed" and "no reply and no error" in none.error
+    assert none.stats["llm.backend_errors"] == 3
 
 
 @pytest.mark.parametrize("content", ["", None], ids=["empty", "null"])

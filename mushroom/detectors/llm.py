@@ -204,6 +204,10 @@ class LLMDetector(Detector):
         for j, gen in enumerate(gens):
             if gen.error is not None:
                 continue
+            if not gen.texts:  # a third-party backend's answer with neither: no vote either way
+                errors.append("the backend returned no reply and no error; a re-run asks again")
+                stats["llm.backend_errors"] += 1
+                continue
             if gen.structured_output == BROKEN_GRAMMAR:
                 stats["llm.broken_grammar"] += 1  # finished unconstrained after its grammar failed
             budget_used = gen.used_budget(opts.max_tokens)
