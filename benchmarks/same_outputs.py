@@ -9,8 +9,8 @@ count of identical files and the list of those that differ or are missing in RUN
 Channel files compare by content: gzip stores (`channels.<lang>.jsonl.gz`) decompressed, and
 a plain `channels.<lang>.jsonl` of an older run against the store of a newer one.
 
-`--replies` compares the model's replies instead: the texts of each raw record (`raw/*.raw.jsonl`)
-that both runs hold, by stage and request key. It answers "does this device or version make the
+`--replies` compares the model's replies instead: the texts (or scores) of each raw record
+(`raw/*.raw.jsonl`) that both runs hold, by stage, request key, temperature, seed and continuation. It answers "does this device or version make the
 model write the same thing", also for a run that was stopped part way (only shared keys count).
 """
 
@@ -43,17 +43,25 @@ def counterpart(path: Path) -> Path:
     return other if other.is_file() else path
 
 
-def replies(root: Path) -> dict[tuple[str, str], list[str]]:
-    """(stage, key) -> texts of every raw record under `root` that holds a reply."""
+Call = tuple[str, str, str, str, str]
+
+
+def replies(root: Path) -> dict[Call, list[str]]:
+    """(stage, key, temperature, seed, continuation) -> texts of each raw record holding a reply.
+
+    An item's requests share its key (one per temperature, and pyes' pieces share their
+    item's): the temperature, seed and continuation tell them apart.
+    """
     from mushroom.backends.rawlog import RawRecord
 
     found = {}
     for path in sorted(root.rglob("*.raw.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
-                record = RawRecord.model_validate_json(line)
-                if record.error is None and record.texts:
-                    found[(record.stage, record.key)] = record.texts
+                r = RawRecord.model_validate_json(line)
+                if r.error is None and (r.texts or r.logprob is not None):
+                    call = (r.stage, r.key, f"{r.temperature}", f"{r.seed}", r.continuation or "")
+                    found[call] = r.texts or [f"logprob {r.logprob!r}"]
     return found
 
 
@@ -65,12 +73,12 @@ def compare_replies(run_a: Path, run_b: Path) -> int:
         f"{len(shared) - len(differ)} of {len(shared)} shared replies identical "
         f"({len(a)} in {run_a}, {len(b)} in {run_b})"
     )
-    for stage, key in differ:
-        at = next((i for i, (x, y) in enumerate(zip(a[(stage, key)][0], b[(stage, key)][0])) if x != y), None)
-        print(
-            f"  differs: {stage or '-'} {key}"
-            + (f" (first text from character {at})" if at is not None else "")
-        )
+    for call in differ:
+        stage, key, temperature = call[:3]
+        first = next((i for i, (x, y) in enumerate(zip(a[call], b[call])) if x != y), 0)
+        at = next((i for i, (x, y) in enumerate(zip(a[call][first], b[call][first])) if x != y), None)
+        where = f" (text {first + 1}, from character {at})" if at is not None else f" (text {first + 1})"
+        print(f"  differs: {stage or '-'} {key} at temperature {temperature}{where}")
     return 0 if shared and not differ else 1
 
 

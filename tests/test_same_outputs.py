@@ -39,7 +39,21 @@ def test_replies_compare_by_key_over_the_keys_both_runs_hold(tmp_path):
     done = compare(cpu, other)
     assert done.returncode == 1
     assert "1 of 2 shared replies identical" in done.stdout
-    assert "differs: llm a (first text from character 6)" in done.stdout
+    assert "differs: llm a at temperature None (text 1, from character 6)" in done.stdout
+
+
+def test_each_temperature_of_an_item_is_its_own_reply(tmp_path):
+    """An item's requests share its key: only the last temperature's reply was compared."""
+
+    def run(folder, texts):
+        log = RawLog(folder / "predictions" / "raw" / "en.raw.jsonl")
+        for t, text in zip((0.05, 0.1, 0.2), texts):
+            log.write(RawRecord(id="a", key="a", stage="llm", temperature=t, texts=[text]))
+        return folder
+
+    done = compare(run(tmp_path / "x", ["1", "2", "3"]), run(tmp_path / "y", ["9", "2", "3"]))
+    assert done.returncode == 1 and done.stdout.startswith("2 of 3 shared replies identical"), done.stdout
+    assert "differs: llm a at temperature 0.05 (text 1, from character 0)" in done.stdout
 
 
 def test_runs_with_no_reply_in_common_are_no_match(tmp_path):
