@@ -261,7 +261,22 @@ def test_device_model_and_engine_mistakes_stop_before_a_folder(tmp_path, capsys)
         (["--backend", "transformers", "--model", str(tmp_path)], "holds no config.json"),
         (["--backend", "transformers", "--model", str(tmp_path / "gone")], "gone does not exist"),
         (["--backend", "transformers", "--model", str(tmp_path / "x.txt")], "is a file, not a model folder"),
+        # a dtype torch has not, or no float, failed every item at load time, and exit 3
+        (
+            ["--backend", "transformers", "--model", "smollm2", "-o", "backend.dtype=float99"],
+            "dtype 'float99'",
+        ),
+        (["--backend", "transformers", "--model", "smollm2", "-o", "backend.dtype=int8"], "dtype 'int8'"),
+        (["--backend", "vllm", "--model", "m", "-o", "backend.dtype=cuda"], "dtype 'cuda'"),
+        (["--detector", "semantic", "-o", "device=meta"], "semantic option device 'meta': holds no data"),
     ]
+    if not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+        cases.append(
+            (
+                ["--backend", "transformers", "--model", "smollm2", "-o", "backend.device=xpu"],
+                "sees no XPU device",
+            )
+        )
     (tmp_path / "x.txt").write_text("x")
     if not torch.cuda.is_available():
         cases.append((["--detector", "semantic", "-o", "device=cuda"], "sees no CUDA device; use cpu"))
@@ -274,6 +289,19 @@ def test_device_model_and_engine_mistakes_stop_before_a_folder(tmp_path, capsys)
     for args, message in cases:
         code, _, err = cli(capsys, "detect", *args, "--lang", "en", "--limit", "1", "--out", out)
         assert code == 2 and message in " ".join(err.split()) and not out.exists(), (args, err)
+
+
+def test_a_model_that_cannot_be_loaded_stops_the_run_instead_of_failing_each_item(tmp_path, capsys):
+    """It failed every item with the library's error, exit 3 and advice to retry only them."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    out = tmp_path / "run"
+    args = ["--backend", "transformers", "--model", str(folder), "--lang", "en", "--limit", "2", "--out", out]
+    code, _, err = cli(capsys, "detect", *args, "--quiet")
+    said = " ".join(err.split())
+    assert code not in (0, 3) and "could not be loaded" in said and str(folder) in said, err
+    assert "to retry only them" not in said and not (out / "failures.jsonl").exists()
 
 
 def test_a_base_model_is_refused_for_generation_before_its_download(tmp_path, capsys):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -310,13 +311,28 @@ class WeightsConfig(BackendSettings):
             )
 
 
+DTYPES = ("auto", "bfloat16", "float16", "float32", "half", "float")
+"""The weights' dtypes both engines take: `auto` keeps the checkpoint's, half = float16, float = float32."""
+
+
+def _known_dtype(value: str | None) -> str | None:
+    if value is not None and value not in DTYPES:
+        raise ValueError(
+            f"dtype {value!r}: one of {', '.join(DTYPES)} (a quantized model is chosen by its file, not here)"
+        )
+    return value
+
+
+Dtype = Annotated[str | None, AfterValidator(_known_dtype)]
+
+
 class TransformersConfig(WeightsConfig):
     """A causal LM loaded in process with transformers."""
 
     kind: Literal["transformers"] = "transformers"
     libraries: ClassVar[tuple[str, ...]] = ("torch", "transformers")
     device: str | None = Field(None, description="cpu, cuda, ... (default: cuda if available)")
-    dtype: str | None = Field(None, description="torch dtype name")
+    dtype: Dtype = Field(None, description=f"weights dtype: {', '.join(DTYPES)} (default: the engine's)")
     batch_size: int = Field(
         8,
         ge=1,
@@ -331,7 +347,7 @@ class VLLMConfig(WeightsConfig):
 
     kind: Literal["vllm"] = "vllm"
     libraries: ClassVar[tuple[str, ...]] = ("vllm",)
-    dtype: str | None = Field(None, description="torch dtype name")
+    dtype: Dtype = Field(None, description=f"weights dtype: {', '.join(DTYPES)} (default: the engine's)")
     structured_output: StrictBool = Field(True, description="guided JSON decoding with the request's schema")
     extra: dict[str, Any] = Field(default_factory=dict, description="passed to vllm.LLM as is")
 

@@ -36,6 +36,7 @@ from mushroom.backends.base import (
     OnResult,
     OnScore,
 )
+from mushroom.errors import MushroomError, load_failure
 from mushroom.models import zoo
 from mushroom.models.zoo import ResolvedModel, resolve_model
 
@@ -121,7 +122,12 @@ class TransformersBackend(Backend):
         self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.resolved = resolve_model(config.model) if model is None or tokenizer is None else None
         if model is None or tokenizer is None:
-            loaded_model, loaded_tokenizer = self._load(config)
+            try:
+                loaded_model, loaded_tokenizer = self._load(config)
+            except MushroomError:
+                raise
+            except Exception as exc:  # it failed every item, with advice to retry only them
+                raise MushroomError(load_failure("transformers model", config.model, exc)) from exc
             model = model or loaded_model
             tokenizer = tokenizer or loaded_tokenizer
         self.tokenizer = tokenizer
@@ -150,7 +156,8 @@ class TransformersBackend(Backend):
         """
         resolved = self.resolved
         assert resolved is not None
-        dtype = {"dtype": getattr(torch, config.dtype)} if config.dtype else {}
+        named = {"half": "float16", "float": "float32"}.get(config.dtype or "", config.dtype)
+        dtype = {"dtype": named if named == "auto" else getattr(torch, named)} if named else {}
         converted = _converted_dir(resolved)
         source, load = resolved.source, ({"gguf_file": resolved.gguf_file} if resolved.gguf_file else {})
         if converted is not None and (converted / "config.json").is_file():

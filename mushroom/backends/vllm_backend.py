@@ -24,6 +24,7 @@ from mushroom.backends.base import (
 )
 from mushroom.backends.config import VLLMConfig
 from mushroom.backends.registry import register_backend
+from mushroom.errors import MushroomError, load_failure
 
 
 def _structured(schema: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +55,10 @@ class VLLMBackend(Backend):
         if config.dtype:
             kwargs["dtype"] = config.dtype
         kwargs.update(config.extra)
-        self.llm = LLM(**kwargs)
+        try:
+            self.llm = LLM(**kwargs)
+        except Exception as exc:  # out of GPU memory, a model vLLM cannot read: no item can run
+            raise MushroomError(load_failure("vLLM model", config.model, exc)) from exc
 
     def generate(
         self, requests: list[GenerationRequest], on_result: OnResult | None = None

@@ -54,3 +54,14 @@ def check_device(device: str, where: str) -> None:
         raise MushroomError(
             f"{where} {device!r}: this torch ({torch.__version__}) has no MPS device; use cpu"
         )
+    elif parsed.type == "meta":
+        raise MushroomError(f"{where} {device!r}: holds no data (shapes only); use cpu or cuda")
+    elif parsed.type not in ("cpu", "cuda", "mps"):
+        # xpu, hpu, npu, ...: torch parses them all, and failed per item where it had none
+        backend = getattr(torch, parsed.type, None)
+        available = getattr(backend, "is_available", None)
+        if not callable(available) or not available():
+            raise MushroomError(
+                f"{where} {device!r}: this torch ({torch.__version__}) sees no {parsed.type.upper()} device; "
+                "use cpu or cuda"
+            )
