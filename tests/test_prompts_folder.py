@@ -44,3 +44,56 @@ def test_the_shipped_variants_config_uses_a_prompt_from_the_prompts_folder():
     assert 'prompt = "single_zero_shot_terse"' in config
     assert load_prompt("single_zero_shot_terse").name == "single_zero_shot_terse"
     assert not (PROMPT_DIR / "single_zero_shot_terse.md").exists()  # the user's, not shipped
+
+
+def test_a_prompts_placeholders_are_checked_when_the_detector_is_built(tmp_path, capsys):
+    """A typo'd placeholder was found per item, after the run folder was made, said backwards
+    ("missing values ['anwser'], unknown values ['answer', ...]"); a prompt that left out
+    {{language}} was refused though it needs no such value."""
+    from cli_helpers import cli
+
+    replay = {"kind": "replay", "responses": "x.jsonl"}
+
+    def prompt(name, text):
+        path = tmp_path / f"{name}.md"
+        path.write_text(text, encoding="utf-8")
+        return str(path)
+
+    typo = prompt("typo", "=== user ===\n{{anwser}} {{context}}\n")
+    with pytest.raises(
+        MushroomError, match=r"\{\{anwser\}\} is no placeholder of this prompt .did you mean 'answer'"
+    ):
+        build("llm", {"prompt": typo, "backend": replay})
+    capital = prompt("capital", "=== user ===\n{{Answer}}\n")
+    with pytest.raises(MushroomError, match=r"\{\{Answer\}\} is no placeholder"):
+        build("llm", {"prompt": capital, "backend": replay})
+    blind = prompt("blind", "=== user ===\nIs this right? {{question}}\n")
+    with pytest.raises(MushroomError, match=r"has no \{\{answer\}\}: the model would never see the answer"):
+        build("llm", {"prompt": blind, "backend": replay})
+    with pytest.raises(MushroomError, match=r"has no \{\{claims\}\}"):
+        build("chain", {"verify_prompt": "decompose", "backend": replay})
+    # a prompt that leaves out what it does not need renders
+    terse = build(
+        "llm", {"prompt": prompt("terse", "=== user ===\nFind errors: {{answer}}\n"), "backend": replay}
+    )
+    assert (
+        terse.prompt.render(answer="A", question="Q", context="C", language="English")[0].content
+        == "Find errors: A"
+    )
+    # and the command stops before a folder
+    out = tmp_path / "run"
+    code, _, err = cli(
+        capsys,
+        "detect",
+        "--backend",
+        "replay",
+        "--responses",
+        typo,
+        "--prompt",
+        typo,
+        "--lang",
+        "en",
+        "--out",
+        out,
+    )
+    assert code == 2 and "{{anwser}}" in err and not out.exists(), err

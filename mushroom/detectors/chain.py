@@ -188,9 +188,8 @@ def _has_context(contexts: list[Context]) -> bool:
     return any(c.text.strip() for c in contexts)
 
 
-def _render(template, **values: str) -> list[Message]:
-    """Fills a prompt with the values it names: user prompts may leave out e.g. {{language}}."""
-    return template.render(**{k: v for k, v in values.items() if k in template.placeholders})
+DECOMPOSE_VALUES = ("question", "answer", "language")
+VERIFY_VALUES = ("context", "question", "answer", "claims", "language")
 
 
 class ChainDetector(Detector):
@@ -206,6 +205,8 @@ class ChainDetector(Detector):
         super().__init__(options)
         self.decompose_prompt = load_prompt(options.decompose_prompt)
         self.verify_prompt = load_prompt(options.verify_prompt)
+        self.decompose_prompt.check(DECOMPOSE_VALUES, required=("answer",))
+        self.verify_prompt.check(VERIFY_VALUES, required=("claims",))
         self._backend = self.recording(backend) if backend is not None else None
         self._owns_backend = backend is None  # one given by the caller is the caller's to close
 
@@ -356,8 +357,7 @@ class ChainDetector(Detector):
         stats = [Counter({"chain.items": 1}) for _ in items]
         # Stage 1: decompose.
         dec_msgs = [
-            _render(
-                self.decompose_prompt,
+            self.decompose_prompt.render(
                 question=it.model_input,
                 answer=it.model_output_text,
                 language=language_name(it.lang),
@@ -376,8 +376,7 @@ class ChainDetector(Detector):
                 for n, c in enumerate(claims[k])
             )
             ver_msgs.append(
-                _render(
-                    self.verify_prompt,
+                self.verify_prompt.render(
                     context=context_text(contexts.get(item.id, []), opts.max_context_chars),
                     question=item.model_input,
                     answer=item.model_output_text,

@@ -95,6 +95,10 @@ class LLMOptions(DetectorOptions):
         return self
 
 
+PROMPT_VALUES = ("language", "context", "question", "answer")
+"""What the detector fills its prompt with (a prompt of one's own may leave some out)."""
+
+
 def context_text(contexts: list[Context], limit: int) -> str:
     """Contexts joined (with their source names when several), cut to `limit` characters."""
     if not contexts:
@@ -117,6 +121,7 @@ class LLMDetector(Detector):
     def __init__(self, options: LLMOptions):
         super().__init__(options)
         self.prompt: PromptTemplate = load_prompt(options.prompt)
+        self.prompt.check(PROMPT_VALUES, required=("answer",))
         self._backend: Backend | None = None
 
     def describe(self) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from mushroom.util.names import name_problem
 
 # Package data, so a wheel install finds the prompts wherever it is run from.
 PROMPT_DIR = Path(__file__).resolve().parent.parent / "resources" / "prompts"
-_PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
+# any letters, so that {{Answer}} is named as no placeholder rather than sent as it is
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
 _SECTION = re.compile(r"^=== (system|user) ===\s*$", re.M)
 
 
@@ -35,14 +37,31 @@ class PromptTemplate:
     def placeholders(self) -> set[str]:
         return set(_PLACEHOLDER.findall((self.system or "") + self.user))
 
-    def render(self, **values: str) -> list[Message]:
-        """Chat messages with every placeholder filled; a missing or unused value is an error."""
-        missing = self.placeholders - values.keys()
-        unused = values.keys() - self.placeholders
-        if missing or unused:
+    def check(self, values: Iterable[str], required: Iterable[str] = ()) -> None:
+        """Raises MushroomError for a placeholder the stage has no value for, or a required one absent.
+
+        Called when a detector is built, so a typo stops the command before a run folder; a
+        template may leave out a value it does not need ({{language}}), not the one it is about.
+        """
+        known = set(values)
+        unknown = sorted(self.placeholders - known)
+        if unknown:
+            first = unknown[0]
             raise MushroomError(
-                f"prompt {self.name!r}: missing values {sorted(missing)}, unknown values {sorted(unused)}"
+                f"prompt {self.name!r}: {{{{{first}}}}} is no placeholder of this prompt"
+                f"{did_you_mean(first.lower(), known)}; its placeholders are "
+                + ", ".join(f"{{{{{k}}}}}" for k in sorted(known))
             )
+        for name in sorted(set(required) - self.placeholders):
+            raise MushroomError(
+                f"prompt {self.name!r} has no {{{{{name}}}}}: the model would never see the {name}"
+            )
+
+    def render(self, **values: str) -> list[Message]:
+        """Chat messages with every placeholder filled; values the template does not name are left out."""
+        missing = self.placeholders - values.keys()
+        if missing:
+            raise MushroomError(f"prompt {self.name!r}: no value for {sorted(missing)}")
 
         def fill(text: str) -> str:
             return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)

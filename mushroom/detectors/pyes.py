@@ -223,6 +223,7 @@ class PYesDetector(Detector):
     def __init__(self, options: PYesOptions, backends: list[Backend] | None = None):
         super().__init__(options)
         self.prompt = load_prompt(options.prompt)
+        self.prompt.check(("context", "question", "piece"), required=("piece",))
         self._backends = [self.recording(b) for b in backends] if backends is not None else None
         self._owns_backends = backends is None  # ones given by the caller are the caller's to close
         self.calibration: PYesCalibration | None = None

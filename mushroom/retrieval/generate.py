@@ -40,7 +40,7 @@ from mushroom.data.contexts import (
 from mushroom.data.jsonl import append_jsonl, iter_json_lines, mend_cut_line
 from mushroom.data.languages import language_name
 from mushroom.data.records import Item
-from mushroom.detectors.prompts import load_prompt
+from mushroom.detectors.prompts import PromptTemplate, load_prompt
 from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.parsing.reasoning import strip_reasoning
 from mushroom.util.names import safe_name
@@ -75,6 +75,13 @@ class ContextStats:
 
 GRADING_FAILED = "grading failed"
 """In the error of a context generated but not graded (`mushroom contexts` counts them apart)."""
+
+
+def generation_prompt(prompt: str) -> PromptTemplate:
+    """The context-generation prompt, its placeholders checked (run before any folder is made)."""
+    template = load_prompt(prompt)
+    template.check(("question", "language", "topic"), required=("question",))
+    return template
 
 
 def _done_ids(path: Path, grading: Grading | None = None, cut: float | None = None) -> set[str]:
@@ -324,7 +331,7 @@ def generate_contexts(
     if not todo:
         _source_file(out_path, grades_path, items, stats)
         return stats
-    template = load_prompt(prompt)
+    template = generation_prompt(prompt)
     requests = []
     for item in todo:
         topic = ""

@@ -141,14 +141,13 @@ def generate_split(
     from mushroom.backends.config import parse_backend_config
     from mushroom.backends.rawlog import RawLog, RecordingBackend
     from mushroom.data.splits import load_split
-    from mushroom.detectors.prompts import load_prompt
-    from mushroom.retrieval.generate import generate_contexts
+    from mushroom.retrieval.generate import generate_contexts, generation_prompt
     from mushroom.util.options import validation_message
 
     if grade not in GRADINGS:
         raise MushroomError(f"--grade {grade!r} is no grading" + suggest(grade, list(GRADINGS), "gradings"))
     root = context_dir or DEFAULT_CONTEXT_DIR
-    load_prompt(prompt)  # a prompt that does not exist stops the command before any folder is made
+    generation_prompt(prompt)  # a prompt that does not exist stops the command before any folder
     data = load_split(split, langs)
     if only is not None:
         data = _only(data, only, langs is not None, only_from)
