@@ -354,6 +354,15 @@ def _recorded_counters(by_lang: dict, recorded: dict | None) -> dict:
     }
 
 
+def script_advice(advice: str) -> str:
+    """`retry_advice` in this script's options: it has no -o flags, and its run folders are --work."""
+    return (
+        advice.replace("-o max_tokens=N", "--max-tokens N")
+        .replace("run in a new folder", "run with another --work folder")
+        .replace("in a new folder", "with another --work folder")
+    )
+
+
 def main() -> None:
     tee = Tee(sys.stdout)
     with contextlib.redirect_stdout(tee):
@@ -373,7 +382,7 @@ def main() -> None:
     elif getattr(args, "failed", ""):
         print(
             f"error: items failed ({args.failed}). Their predictions are empty, so the scores above are "
-            f"not the model's. {retry_advice(args.failed_errors)}.",
+            f"not the model's. {script_advice(retry_advice(args.failed_errors))}.",
             file=sys.stderr,
         )
         sys.exit(1)
@@ -662,11 +671,10 @@ def run() -> argparse.Namespace:
         manifest.update({"langs": langs, "limit": limit, "langs_spec": spec, "max_tokens": max_tokens})
         for key, value in (("model", models[systems[0]]), ("where", wheres[systems[0]])):
             manifest.setdefault(key, value)  # a record of pyes alone names its model too
-        if args.failed:  # a record whose items failed would replay as empty predictions
-            print("\nnot recorded: items failed")
-        else:
-            record(work, args.record, manifest)
-            print(f"\nrecorded the raw records and manifest in {args.record}")
+        record(work, args.record, manifest)
+        print(f"\nrecorded the raw records and manifest in {args.record}")
+        if args.failed:  # a small model's cut-off replies are routine: the replay fails them the same way
+            print(f"  with the failed items ({args.failed}): a replay fails them too, and says so")
     print()
     line = [f"llm IoU {mean('llm', 0):.4f} Cor {mean('llm', 1):.4f}"] if "llm" in scores else []
     line.append(f"stack IoU {mean('stack', 0):.4f} Cor {mean('stack', 1):.4f}")

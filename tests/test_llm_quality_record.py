@@ -125,3 +125,17 @@ def test_the_benchmark_replays_with_no_model(tmp_path):
         row = next(line for line in lines if line.startswith(f"stack+{name} - stack, IoU paired"))
         low, high = (float(v) for v in row.split("[")[1].split("]")[0].split(","))
         assert low <= 0 <= high, row
+
+
+def test_the_scripts_advice_names_its_own_options():
+    """It told a user of the script to give `-o max_tokens=N` and a new folder: detect's words."""
+    import importlib.util
+
+    from mushroom.errors import CUT_OFF, retry_advice
+
+    spec = importlib.util.spec_from_file_location("llm_quality", ROOT / "benchmarks" / "llm_quality.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    advice = script.script_advice(retry_advice([f"{CUT_OFF} (64) before it named a span: raise max_tokens"]))
+    assert "--max-tokens N" in advice and "with another --work folder" in advice, advice
+    assert "-o " not in advice and "new folder" not in advice
