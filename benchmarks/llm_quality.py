@@ -310,14 +310,23 @@ COUNTERS = [
 ]
 
 
+# The chain's own counters of what a stage's replies named and the answer did not hold: its
+# `chain.*` totals are no stage (their requests are the stages' again), so they go to the stage
+CHAIN_LOST = {"decompose": "chain.claims_not_in_answer", "verify": "chain.spans_not_located"}
+
+
 def counter_rows(name: str, stats: dict[str, int]) -> list[str]:
     """The parser's counters per stage of one system, as printed rows."""
     stages = sorted(
         {k.split(".", 1)[0] for k in stats if "." in k and not k.startswith(("items", "context"))}
     )
+    if name == "chain":
+        stages = [s for s in stages if s != "chain"]
     rows = []
     for stage in stages:
         got = {label: sum(stats.get(f"{stage}.{k}", 0) for k in keys) for label, keys in COUNTERS}
+        if name == "chain" and stage in CHAIN_LOST:
+            got["lost"] += stats.get(CHAIN_LOST[stage], 0)
         req = stats.get(f"{stage}.requests", 0)
         if not req and not any(got.values()):
             continue

@@ -127,15 +127,34 @@ def test_the_benchmark_replays_with_no_model(tmp_path):
         assert low <= 0 <= high, row
 
 
-def test_the_scripts_advice_names_its_own_options():
-    """It told a user of the script to give `-o max_tokens=N` and a new folder: detect's words."""
+def _script():
     import importlib.util
-
-    from mushroom.errors import CUT_OFF, retry_advice
 
     spec = importlib.util.spec_from_file_location("llm_quality", ROOT / "benchmarks" / "llm_quality.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_the_scripts_advice_names_its_own_options():
+    """It told a user of the script to give `-o max_tokens=N` and a new folder: detect's words."""
+    from mushroom.errors import CUT_OFF, retry_advice
+
+    script = _script()
     advice = script.script_advice(retry_advice([f"{CUT_OFF} (64) before it named a span: raise max_tokens"]))
     assert "--max-tokens N" in advice and "with another --work folder" in advice, advice
     assert "-o " not in advice and "new folder" not in advice
+
+
+def test_the_chains_counter_rows_are_its_stages_with_what_each_lost():
+    """A `chain` row counted the stages' requests again (30 of 15 + 15) with zeros, and the
+    claims and spans the answer did not hold showed nowhere."""
+    counters = json.loads((RECORD / "manifest.json").read_text())["systems"]["chain"]["counters"]["all"]
+    rows = [r.split() for r in _script().counter_rows("chain", counters)]
+    assert [r[1] for r in rows] == ["decompose", "verify"]
+    lost = {r[1]: int(r[-2]) for r in rows}
+    assert lost == {
+        "decompose": counters["chain.claims_not_in_answer"],
+        "verify": counters["chain.spans_not_located"],
+    }
+    assert sum(int(r[2]) for r in rows) == counters["chain.requests"]
