@@ -492,3 +492,17 @@ def test_a_prompt_too_long_to_score_is_named_so_and_does_not_trip_the_breaker():
         backend.close()
     assert all("longer than the server's context" in s.error for s in scores[:4]), [s.error for s in scores]
     assert scores[4].error is None and scores[4].logprob is not None
+
+
+def test_a_server_without_the_endpoint_is_asked_whether_it_is_openai_compatible(tmp_path, capsys):
+    """A URL of some other web server failed every item with 'HTTP 501: <!DOCTYPE HTML> ...'."""
+    page = "<!DOCTYPE HTML>\n<html lang='en'>\n<head><title>Error response</title></head></html>"
+    out = tmp_path / "run"
+    with FakeServer({"": [("status", 501, page)]}) as server:
+        code, shown, err = _detect(capsys, server, out, 2)
+    assert code == 3, err
+    errors = [f["error"] for f in _failures(out)]
+    assert errors[0].startswith(
+        "HTTP 501 (this server has no such endpoint: is the URL an OpenAI-compatible server's, ending in /v1?): "
+        "<!DOCTYPE HTML> <html lang='en'> <head>"
+    ), errors
