@@ -47,6 +47,17 @@ def test_the_openai_reply_parser_reads_each_choices_finish_reason():
         }
     )
     assert gen.texts == ["a", "b"] and gen.finish_reasons == ["stop", "length"]
+    # log-probabilities on the second choice only stay with the second text
+    top = {"token": "b", "logprob": -0.5, "top_logprobs": [{"token": "b", "logprob": -0.5}]}
+    gen = OpenAIBackend.parse(
+        {
+            "choices": [
+                {"index": 0, "message": {"content": "a"}},
+                {"index": 1, "message": {"content": "b"}, "logprobs": {"content": [top]}},
+            ]
+        }
+    )
+    assert gen.logprobs == [[], [{"b": -0.5}]]
     assert OpenAIBackend.parse({"choices": [{"message": {"content": "a"}}]}).finish_reasons == []
 
 

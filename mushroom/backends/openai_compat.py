@@ -658,13 +658,13 @@ class OpenAIBackend(Backend):
             texts.append((choice.message.content if choice.message else None) or "")
             reasons.append(choice.finish_reason)
             content = choice.logprobs.content if choice.logprobs else None
-            if content:
-                logprobs.append(
-                    [{t.token: t.logprob for t in (tok.top_logprobs or [tok])} for tok in content]
-                )
+            # one list per choice, empty where a choice came without: kept in step with the texts
+            logprobs.append(
+                [{t.token: t.logprob for t in (tok.top_logprobs or [tok])} for tok in content or []]
+            )
         return Generation(
             texts=texts,
-            logprobs=logprobs or None,
+            logprobs=logprobs if any(logprobs) else None,
             usage=completion.usage,
             finish_reasons=reasons if any(reasons) else [],
         )
