@@ -165,6 +165,10 @@ def test_options_that_would_do_nothing_or_repeat_a_vote_are_refused(tmp_path, ca
     code, _, err = cli(capsys, "detect", *args, "--temperatures", "0.1,0.1")
     assert code == 2 and "temperature 0.1 is given twice" in err and "samples" in err
     assert "Value error" not in err and not out.exists()
+    # `-o backend.circuit_breaker=False` said "Input should be a valid boolean" of nothing shown
+    code, _, err = cli(capsys, "detect", *args, "-o", "backend.circuit_breaker=False")
+    said = " ".join(err.split())
+    assert code == 2 and "valid boolean (got 'False'); write -o backend.circuit_breaker=false" in said, err
     # samples at temperature 0 are copies of one greedy answer: one vote counted N times
     code, _, err = cli(capsys, "detect", *args, "--temperatures", "0,0.5", "-o", "samples=3")
     said = " ".join(err.split())

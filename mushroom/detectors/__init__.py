@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, VectorDetector
 from mushroom.errors import DataError, MushroomError, Problem, did_you_mean
-from mushroom.util.options import error_message, field_errors, value_hint
+from mushroom.util.options import error_message, field_errors, given_value, value_hint
 from mushroom.util.registry import Part, Registry
 
 __all__ = [
@@ -151,7 +151,7 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
         problems = []
         for err in field_errors(exc.errors()):
             where = ".".join(map(str, err["loc"]))
-            msg = error_message(err) + value_hint(err)
+            msg = error_message(err) + given_value(err) + value_hint(err)
             if err["type"] == "extra_forbidden":
                 msg = f"unknown option{did_you_mean(str(err['loc'][-1]), list(cls.Options.model_fields))}"
                 msg += _nested_hint(cls, str(err["loc"][-1])) + f"; {name} takes: {valid}"

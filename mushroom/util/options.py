@@ -192,6 +192,8 @@ def value_hint(err: Mapping[str, Any]) -> str:
     loc = ".".join(str(part) for part in err.get("loc", ()))
     if isinstance(value, str) and value.lower() in ("none", "null") and value != "null":
         return f"; for no value write -o {loc}=null"
+    if err.get("type") == "bool_type" and isinstance(value, str) and value.lower() in ("true", "false"):
+        return f"; write -o {loc}={value.lower()}"  # values are read as JSON: False is a word there
     if err.get("type") != "list_type" or not isinstance(value, str):
         return ""
     text = value.strip()
