@@ -244,6 +244,26 @@ def test_an_item_the_model_failed_on_keeps_the_cpu_stacks_prediction(tmp_path, c
     assert summary["cascade"]["sent_this_run"] == 60
 
 
+@pytest.mark.slow
+def test_a_rerun_answered_from_the_cache_sends_no_item(tmp_path, capsys):
+    """Items whose replies were cut off fail and are run again on each re-run, answered from
+    the response cache: they were counted as sent by every run ("3 sent by this run", 0 requests)."""
+    out = tmp_path / "job"
+    flags = '{"incorrect_spans": ["il"]}'
+    script = {"": [("ok", flags)] * 55 + [("cut", '{"incorrect_spans": ["')] * 5}
+    args = [*_job(out, 0.3), "--allow-failures"]
+    with FakeServer(script, default_text=flags) as server:
+        code, _, err = cli(capsys, *args, "-o", f"llm.backend.base_url={server.url}")
+        assert code == 0, err
+        assert json.loads((out / "summary.json").read_text())["cascade"]["sent_this_run"] == 60
+        before = len(server.calls)
+        code, said, err = cli(capsys, *args, "-o", f"llm.backend.base_url={server.url}")
+        assert code == 0, err
+        assert len(server.calls) == before  # the cut replies come from the cache
+    assert json.loads((out / "summary.json").read_text())["cascade"]["sent_this_run"] == 0
+    assert "(0 sent by this run)" in " ".join((said + err).split())
+
+
 def test_items_a_tripped_circuit_breaker_never_sent_are_not_counted_as_sent(tmp_path, capsys):
     out = tmp_path / "job"
     flags = '{"incorrect_spans": ["il"]}'

@@ -305,21 +305,30 @@ class Spend(BaseModel):
         return self.calls + self.cached > self.failed
 
 
-def spend_by_item(raw_files: list[Path]) -> dict[str, Spend]:
+def raw_sizes(raw_files: list[Path]) -> dict[Path, int]:
+    """Each raw record file's size now: where the records of the calls still to come will start."""
+    return {path: path.stat().st_size for path in raw_files}
+
+
+def spend_by_item(raw_files: list[Path], since: dict[Path, int] | None = None) -> dict[str, Spend]:
     """Model calls and tokens per item id, from raw record files (`raw/<lang>.raw.jsonl`).
 
     A server that reports no usage counts 0 tokens for its calls; the calls still count.
+    With `since` (`raw_sizes` taken earlier), only the records written after it count: one
+    run's calls (raw files are appended to, never rewritten).
     """
     from mushroom.backends.rawlog import RawRecord
 
     out: dict[str, Spend] = {}
     for path in raw_files:
-        with path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
+        start, at = (since or {}).get(path, 0), 0
+        with path.open("rb") as raw:
+            for number, data in enumerate(raw, start=1):
+                at += len(data)
+                if at <= start or not data.strip():  # written before `since`, or blank
                     continue
                 try:
-                    rec = RawRecord.model_validate_json(line)
+                    rec = RawRecord.model_validate_json(data)
                 except ValueError as exc:
                     raise MushroomError(f"{path}:{number}: not a raw record ({exc})") from exc
                 usage = rec.usage

@@ -34,6 +34,7 @@ from mushroom.combine.cascade import (
     fit_folds,
     merge_predictions,
     plan_split,
+    raw_sizes,
     spend_by_item,
 )
 from mushroom.combine.stack import Member, StackFit, StackModel, apply_stack, fit_stack
@@ -44,7 +45,7 @@ from mushroom.data.predictions import submission_name
 from mushroom.data.records import Item, Prediction
 from mushroom.data.runfolder import write_json
 from mushroom.detectors import Detector
-from mushroom.errors import NOT_SENT, MushroomError
+from mushroom.errors import MushroomError
 from mushroom.evaluation.submission import write_predictions
 from mushroom.runs.reporter import Table
 from mushroom.runs.service import RunService
@@ -70,10 +71,14 @@ def _write_split(
         write_predictions(folder / submission_name(lang, split), preds[lang], items)
 
 
+def _raw_files(out: Path, costly: list[str]) -> list[Path]:
+    """The model-backed members' raw record files, test and val."""
+    return [p for name in costly for p in (out / "members" / name).glob("**/raw/*.raw.jsonl")]
+
+
 def _spend(out: Path, costly: list[str]) -> dict[str, Spend]:
     """Each item's model calls in the folder's raw records, every run and budget."""
-    files = [p for name in costly for p in (out / "members" / name).glob("**/raw/*.raw.jsonl")]
-    return spend_by_item(files)
+    return spend_by_item(_raw_files(out, costly))
 
 
 def _summary(
@@ -302,19 +307,16 @@ def run_cascade(
     service.record_stage("cascade-base-stack", time.perf_counter() - t0, reused=False)
     val_sent, test_sent = chosen_items(val_data, records, "val"), chosen_items(test_data, records, "test")
     _warn_ungenerated(service, out, {"val": val_sent, "test": test_sent}, own_sources)
-    sent_now = 0
-    unsent_before = sum(f.error.startswith(NOT_SENT) for f in service.failures)
+    before = raw_sizes(_raw_files(out, costly))
     for name in costly:
         det = dets[name]
-        test = service.detect_split(
-            det, "test", out / "members" / name, langs, member_sources, data=test_sent
-        )
-        val = service.detect_split(
+        service.detect_split(det, "test", out / "members" / name, langs, member_sources, data=test_sent)
+        service.detect_split(
             det, "val", out / "members" / name / "val", val_langs, member_sources, data=val_sent
         )
-        sent_now += test.done_now + val.done_now
-    # items a tripped circuit breaker (or a dead URL) failed without a request were not sent
-    sent_now -= sum(f.error.startswith(NOT_SENT) for f in service.failures) - unsent_before
+    # items with a call this run made: not those answered from the response cache (a failed
+    # item is run again on each re-run), nor those a tripped circuit breaker kept back
+    sent_now = sum(s.calls > 0 for s in spend_by_item(_raw_files(out, costly), since=before).values())
 
     # An item a model-backed member failed on is marked so in the records, whether the run
     # stops here or goes on under --allow-failures; then it keeps the CPU stack's prediction:
