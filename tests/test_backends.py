@@ -756,4 +756,14 @@ def test_a_shared_cache_keys_on_the_backend_settings_that_change_answers(tmp_pat
         )
         assert out[0].cached and len(server.calls) == 3
     # at the default settings the key is the one older caches hold: their entries still answer
-    assert request_key("openai", "m", req) == request_key("openai", "m", req, {})
+    from mushroom.backends.config import answer_settings, parse_backend_config
+
+    for kind in ("openai", "transformers", "vllm"):
+        assert answer_settings(parse_backend_config({"kind": kind, "model": "m"})) == {}, kind
+    # where and in how much memory an engine runs, and a dtype's other name, change no answer
+    loads = {"kind": "vllm", "model": "m", "extra": {"gpu_memory_utilization": 0.85, "max_model_len": 8192}}
+    assert answer_settings(parse_backend_config(loads)) == {}
+    half = answer_settings(parse_backend_config({"kind": "transformers", "model": "m", "dtype": "half"}))
+    assert half == answer_settings(
+        parse_backend_config({"kind": "transformers", "model": "m", "dtype": "float16"})
+    )

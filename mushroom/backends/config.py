@@ -73,14 +73,46 @@ SmolLM2 wrote the same 16 replies on an H200 as on the CPU.
 """
 
 
+# `extra` keys of an in-process engine (vllm.LLM, from_pretrained) that say where and in how
+# much memory a model runs, not what it answers: lowering gpu_memory_utilization to make vLLM
+# fit must not ask every cached request again
+LOAD_EXTRAS = frozenset(
+    {
+        "gpu_memory_utilization",
+        "max_model_len",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "swap_space",
+        "cpu_offload_gb",
+        "enforce_eager",
+        "enable_prefix_caching",
+        "disable_log_stats",
+        "download_dir",
+        "low_cpu_mem_usage",
+        "local_files_only",
+        "cache_dir",
+        "device_map",
+    }
+)
+# one name per dtype: `half` and `float16` load the same weights
+_DTYPE_NAMES = {"half": "float16", "float": "float32"}
+
+
 def answer_settings(config: BackendSettings) -> dict[str, Any]:
     """The settings besides kind and model that change answers and differ from their defaults.
 
     Only those set away from the default are named, so a cache written before they were keyed
-    still answers a backend at its defaults.
+    still answers a backend at its defaults; one written with other settings is asked again.
     """
     dumped = config.model_dump(mode="json", exclude_defaults=True)
-    return {k: v for k, v in dumped.items() if k not in TRANSPORT_KEYS | {"kind", "model", "responses"}}
+    out = {k: v for k, v in dumped.items() if k not in TRANSPORT_KEYS | {"kind", "model", "responses"}}
+    if "dtype" in out:
+        out["dtype"] = _DTYPE_NAMES.get(out["dtype"], out["dtype"])
+    if config.kind != "openai" and isinstance(out.get("extra"), dict):  # a server's extra is the request's
+        out["extra"] = {k: v for k, v in out["extra"].items() if k not in LOAD_EXTRAS}
+        if not out["extra"]:
+            del out["extra"]
+    return out
 
 
 class BackendSettings(BaseModel):
