@@ -10,7 +10,8 @@ Channel files compare by content: gzip stores (`channels.<lang>.jsonl.gz`) decom
 a plain `channels.<lang>.jsonl` of an older run against the store of a newer one.
 
 `--replies` compares the model's replies instead: the texts (or scores) of each raw record
-(`raw/*.raw.jsonl`) that both runs hold, by stage, request key, temperature, seed and continuation. It answers "does this device or version make the
+(`raw/*.raw.jsonl`) that both runs hold, by folder, model, stage, request key, temperature, seed
+and continuation. It answers "does this device or version make the
 model write the same thing", also for a run that was stopped part way (only shared keys count).
 """
 
@@ -43,38 +44,59 @@ def counterpart(path: Path) -> Path:
     return other if other.is_file() else path
 
 
-Call = tuple[str, str, str, str, str]
+Call = tuple[str, str, str, str, str, str, str]
 
 
-def replies(root: Path) -> dict[Call, list[str]]:
-    """(stage, key, temperature, seed, continuation) -> texts of each raw record holding a reply.
+def replies(root: Path) -> tuple[dict[Call, list[str]], int]:
+    """Each raw record's texts (or score) by call, and the count of lines that were no record.
 
-    An item's requests share its key (one per temperature, and pyes' pieces share their
-    item's): the temperature, seed and continuation tell them apart.
+    A call is (folder, model, stage, key, temperature, seed, continuation): an item's requests
+    share its key (one per temperature; pyes' pieces and models share their item's), and a
+    config's variants write the same keys in folders of their own. A line a kill cut off is
+    skipped and counted.
     """
+    from pydantic import ValidationError
+
     from mushroom.backends.rawlog import RawRecord
 
-    found = {}
+    found, broken = {}, 0
     for path in sorted(root.rglob("*.raw.jsonl")):
+        folder = str(path.parent.relative_to(root))
         for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
+            if not line.strip():
+                continue
+            try:
                 r = RawRecord.model_validate_json(line)
-                if r.error is None and (r.texts or r.logprob is not None):
-                    call = (r.stage, r.key, f"{r.temperature}", f"{r.seed}", r.continuation or "")
-                    found[call] = r.texts or [f"logprob {r.logprob!r}"]
-    return found
+            except ValidationError:
+                broken += 1
+                continue
+            if r.error is None and (r.texts or r.logprob is not None):
+                # the model's file name: the same model at another path on another machine is it
+                call = (
+                    folder,
+                    Path(r.model).name,
+                    r.stage,
+                    r.key,
+                    f"{r.temperature}",
+                    f"{r.seed}",
+                    r.continuation or "",
+                )
+                found[call] = r.texts or [f"logprob {r.logprob!r}"]
+    return found, broken
 
 
 def compare_replies(run_a: Path, run_b: Path) -> int:
-    a, b = replies(run_a), replies(run_b)
+    (a, broken_a), (b, broken_b) = replies(run_a), replies(run_b)
     shared = sorted(set(a) & set(b))
     differ = [k for k in shared if a[k] != b[k]]
     print(
         f"{len(shared) - len(differ)} of {len(shared)} shared replies identical "
         f"({len(a)} in {run_a}, {len(b)} in {run_b})"
     )
+    if broken_a or broken_b:
+        print(f"  skipped lines that are no raw record (cut by a kill?): {broken_a} in A, {broken_b} in B")
     for call in differ:
-        stage, key, temperature = call[:3]
+        stage, key, temperature = call[2:5]
         first = next((i for i, (x, y) in enumerate(zip(a[call], b[call])) if x != y), 0)
         at = next((i for i, (x, y) in enumerate(zip(a[call][first], b[call][first])) if x != y), None)
         where = f" (text {first + 1}, from character {at})" if at is not None else f" (text {first + 1})"

@@ -59,3 +59,27 @@ def test_each_temperature_of_an_item_is_its_own_reply(tmp_path):
 def test_runs_with_no_reply_in_common_are_no_match(tmp_path):
     done = compare(run_with(tmp_path / "a", {"a": "{}"}), run_with(tmp_path / "b", {"b": "{}"}))
     assert done.returncode == 1 and done.stdout.startswith("0 of 0 shared replies identical")
+
+
+def test_variants_and_models_are_kept_apart_and_a_cut_line_is_skipped(tmp_path):
+    """A config's variants write the same keys in folders of their own, and pyes' models share
+    their item's key: only the last one read was compared. A line a kill cut off crashed it."""
+
+    def run(folder, few, zero):
+        for variant, text in (("few-shot", few), ("zero-shot", zero)):
+            RawLog(folder / variant / "val" / "raw" / "en.raw.jsonl").write(
+                RawRecord(id="a", key="a", stage="llm", texts=[text])
+            )
+        for model, score in (("m0", -0.1), ("m1", -2.0)):
+            RawLog(folder / "pyes" / "raw" / "en.raw.jsonl").write(
+                RawRecord(id="a", key="a", stage="pyes", call="loglikelihood", model=model, logprob=score)
+            )
+        return folder
+
+    a = run(tmp_path / "a", "x", "z")
+    b = run(tmp_path / "b", "DIFFERENT", "z")
+    with (b / "zero-shot" / "val" / "raw" / "en.raw.jsonl").open("a") as cut:
+        cut.write('{"key": "a", "te')
+    done = compare(a, b)
+    assert done.returncode == 1 and done.stdout.startswith("3 of 4 shared replies identical"), done.stdout
+    assert "skipped lines that are no raw record (cut by a kill?): 0 in A, 1 in B" in done.stdout
