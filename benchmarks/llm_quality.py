@@ -367,6 +367,7 @@ def script_advice(advice: str) -> str:
     """`retry_advice` in this script's options: it has no -o flags, and its run folders are --work."""
     return (
         advice.replace("-o max_tokens=N", "--max-tokens N")
+        .replace("raise -o backend.timeout_s first if the model is that slow", "serve the model faster first")
         .replace("run in a new folder", "run with another --work folder")
         .replace("in a new folder", "with another --work folder")
     )

@@ -223,8 +223,13 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
     again = f"Run the same command again{f' with {folder}' if folder else ''} to retry only them"
     if long:
         again += f"; {long} of them were {TOO_LONG}, which a re-run fails again unless you {context}"
-    if cut:
-        again += f"; for {cut} of them {CUT_OFF}, which a re-run reads from the cache again (raise it)"
+    recorded = sum(RECORDED_CUT in e for e in errors)
+    if cut - recorded:
+        again += (
+            f"; for {cut - recorded} of them {CUT_OFF}, which a re-run reads from the cache again (raise it)"
+        )
+    if recorded:
+        again += f"; for {recorded} of them the recorded reply was cut off at max_tokens: {RECORDED_CUT}"
     if unread:
         again += f"; for {unread} of them {UNREADABLE}, which a re-run reads from the cache again"
     if slow:

@@ -37,6 +37,9 @@ def test_vote_share_and_threshold():
     assert ensemble(runs, threshold=0.3)[0].hard_labels == [(0, 6)]
     mean = ensemble(runs, soft_mode=SoftMode.mean)[0]
     assert prediction_vectors(mean, 10)[0][8] == pytest.approx(0.1, abs=1e-6)
+    # a share above 1 never happens: every hard label was empty, with no word
+    with pytest.raises(MushroomError, match="threshold 1 marks nothing"):
+        ensemble(runs, threshold=1.0)
 
 
 def test_single_run_ensemble_is_identity_on_hard_labels():

@@ -453,6 +453,10 @@ def test_the_advice_for_cut_off_replies_names_the_options_as_the_command_takes_t
 
     chain_error = _unread(Counter({"decompose.cut_empty": 1}), "decompose", 1024)
     assert "run in a new folder" in retry_advice([chain_error])
+    # a replay's cut-off reply among other failures: to be recorded again, not "raise it"
+    replayed = _unread(Counter({"decompose.cut_empty": 1}), "decompose", 1024, replayed=True)
+    mixed = retry_advice([replayed, "the model's reply could not be read as spans (it begins 'x')"])
+    assert "(raise it)" not in mixed and "record it again with a live backend" in mixed, mixed
     service = RunService(tmp_path / "run", {"job": "main", "members": ["llm"]}, quiet=True)
     service.failures = [Failure("test", "en", "tst-en-1", chain_error, "llm")]
     assert "-o llm.max_tokens=N" in service._retry_advice()

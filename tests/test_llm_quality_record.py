@@ -144,6 +144,10 @@ def test_the_scripts_advice_names_its_own_options():
     advice = script.script_advice(retry_advice([f"{CUT_OFF} (64) before it named a span: raise max_tokens"]))
     assert "--max-tokens N" in advice and "with another --work folder" in advice, advice
     assert "-o " not in advice and "new folder" not in advice
+    from mushroom.errors import SLOWER
+
+    slow = script.script_advice(retry_advice([f"timed out after 60 s: {SLOWER}", "HTTP 500"]))
+    assert "-o " not in slow, slow
 
 
 def test_the_chains_counter_rows_are_its_stages_with_what_each_lost():

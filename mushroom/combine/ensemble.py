@@ -11,7 +11,14 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from mushroom.data.predictions import SoftMode, items_of_file, prediction_langs, prediction_vectors, vote
+from mushroom.data.predictions import (
+    THRESHOLD_1,
+    SoftMode,
+    items_of_file,
+    prediction_langs,
+    prediction_vectors,
+    vote,
+)
 from mushroom.data.records import Item, Prediction
 from mushroom.data.runfolder import FailureCheck, refuse_edited_answers
 from mushroom.errors import DataError, MushroomError
@@ -70,6 +77,8 @@ def ensemble(
         raise MushroomError("ensemble needs at least one run")
     if not 0.0 <= threshold <= 1.0:
         raise MushroomError(f"the threshold must be in [0, 1], got {threshold}")
+    if threshold == 1.0:
+        raise MushroomError(THRESHOLD_1)
     names = names or [f"run {k}" for k in range(1, len(runs) + 1)]
     ids = list(runs[0])
     for name, run in zip(names[1:], runs[1:]):

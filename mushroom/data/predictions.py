@@ -178,6 +178,10 @@ class SoftMode(StrEnum):
     mean = "mean"
 
 
+THRESHOLD_1 = "threshold 1 marks nothing (a hard label needs a value above it); give e.g. 0.99"
+"""Why a hard-label threshold of 1 is refused: characters are marked where a value exceeds it."""
+
+
 def vote(
     item_id: str,
     softs: list[np.ndarray],

@@ -41,6 +41,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from mushroom.data.predictions import THRESHOLD_1
 from mushroom.data.records import Context, Item, Prediction, SoftSpan
 from mushroom.errors import DataError, MushroomError, RunFailed, error_text
 from mushroom.util.words import plural
@@ -48,12 +49,20 @@ from mushroom.util.words import plural
 
 def _marks_something(value: float) -> float:
     if value == 1.0:
-        raise ValueError("threshold 1 marks nothing (a hard label needs a value above it); give e.g. 0.99")
+        raise ValueError(THRESHOLD_1)
     return value
 
 
 HardThreshold = Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_marks_something)]
 """A hard-label threshold: characters whose probability (or vote share) is above it are marked."""
+
+
+def replays(backend: Any, config: Any) -> bool:
+    """Whether a detector's replies come from a recording: raising max_tokens then changes nothing.
+
+    The backend built (whatever the options say: a test's scripted one), else the configured kind.
+    """
+    return (backend.kind if backend is not None else config.kind) == "replay"
 
 
 class DetectorOptions(BaseModel):

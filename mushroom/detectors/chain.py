@@ -55,6 +55,7 @@ from mushroom.detectors.base import (
     Emit,
     HardThreshold,
     ItemResult,
+    replays,
     skip_blank_answers,
 )
 from mushroom.detectors.llm import context_text
@@ -217,10 +218,6 @@ class ChainDetector(Detector):
             "verify": self.verify_prompt.sha256,
         }
         return out
-
-    def _replays(self) -> bool:
-        """Whether the replies come from a recording: raising max_tokens then changes nothing."""
-        return (self._backend.kind if self._backend is not None else self.options.backend.kind) == "replay"
 
     @property
     def backend(self) -> Backend:
@@ -409,7 +406,7 @@ class ChainDetector(Detector):
                 ("verify", bool(claims[k]) and usable[k] and item_verdicts is None, "chain.verify_failures"),
             ):
                 why = (
-                    _unread(st, stage, opts.max_tokens, self._replays())
+                    _unread(st, stage, opts.max_tokens, replays(self._backend, self.options.backend))
                     if error is None and lacking
                     else None
                 )

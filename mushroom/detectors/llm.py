@@ -36,6 +36,7 @@ from mushroom.detectors.base import (
     Emit,
     HardThreshold,
     ItemResult,
+    replays,
     skip_blank_answers,
 )
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
@@ -129,10 +130,6 @@ class LLMDetector(Detector):
         out["prompt_name"] = self.prompt.name
         out["prompt_sha256"] = self.prompt.sha256
         return out
-
-    def _replays(self) -> bool:
-        """Whether the replies come from a recording: raising max_tokens then changes nothing."""
-        return (self._backend.kind if self._backend is not None else self.options.backend.kind) == "replay"
 
     @property
     def backend(self) -> Backend:
@@ -249,7 +246,11 @@ class LLMDetector(Detector):
                     stats["llm.cut_before_any_span"] += 1
                     unread.append(
                         f"{CUT_OFF} ({opts.max_tokens}) before it named a span found in the answer: "
-                        + (RECORDED_CUT if self._replays() else "raise max_tokens")
+                        + (
+                            RECORDED_CUT
+                            if replays(self._backend, self.options.backend)
+                            else "raise max_tokens"
+                        )
                     )
                     continue
                 if not result.parsed:
