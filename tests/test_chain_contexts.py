@@ -661,6 +661,27 @@ def test_a_new_min_similarity_judges_again_what_an_old_cut_dropped(tmp_path):
         run(0.99, Scripted({}))
 
 
+def test_a_grading_the_source_was_not_made_under_is_refused_not_ignored(tmp_path):
+    """A source generated with --grade none, run again with --grade embedding, exited 0 with
+    "done before 1": its contexts were never graded, and nothing said so."""
+    from mushroom.errors import MushroomError
+
+    items = [Item(id="a", lang="en", model_input="who founded rome", model_output_text="x")]
+
+    def run(grading, backend):
+        return generate_contexts(
+            "val", "en", items, backend, source="gen", grading=grading, context_dir=tmp_path,
+            encoder=FakeEncoder(),
+        )  # fmt: skip
+
+    run("none", Scripted({"a": ["Rome was founded by Romulus."]}))
+    with pytest.raises(MushroomError, match="1 context in val.en.gen.jsonl was kept under --grade none"):
+        run("embedding", Scripted({}))
+    with pytest.raises(MushroomError, match="give another --source"):
+        run("llm", Scripted({}))
+    assert run("none", Scripted({})).already_generated == 1  # the grading it was made under goes on
+
+
 def test_a_contexts_rerun_asks_again_for_an_empty_answer_checks_the_model_and_drops_a_cut_line(
     tmp_path, capsys
 ):

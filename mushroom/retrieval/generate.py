@@ -151,6 +151,28 @@ def _kept_below(out_path: Path, grades_path: Path, cut: float) -> int:
     return sum(1 for key in kept if similarity.get(key, cut) < cut)
 
 
+def _kept_under_other(out_path: Path, grades_path: Path, grading: Grading) -> dict[str, int]:
+    """Contexts in the source file kept under another grading than `grading`, counted by grading.
+
+    Each kept context is matched to its grade by item and tier; one with no grade was kept
+    ungraded ("none"). Such a context is "done before" and would never be graded.
+    """
+    if not out_path.exists():
+        return {}
+    graded: dict[tuple[str, str | None], str] = {}
+    if grades_path.exists():
+        for _, row in iter_json_lines(grades_path, []):
+            if isinstance(row, dict) and "id" in row and row.get("relevant") is not False:
+                graded[(str(row["id"]), row.get("tier"))] = str(row.get("grading", "none"))
+    counts: dict[str, int] = {}
+    for _, row in iter_json_lines(out_path, []):
+        if isinstance(row, dict) and "id" in row:
+            made = graded.get((str(row["id"]), row.get("tier")), "none")
+            if made != grading:
+                counts[made] = counts.get(made, 0) + 1
+    return counts
+
+
 def _copied_from_tiers(path: Path) -> set[str]:
     """Ids whose context in an output file was copied from a tier (a graded run's choice)."""
     if not path.exists():
@@ -308,6 +330,15 @@ def generate_contexts(
     mend_cut_line(out_path, drop=True)
     mend_cut_line(grades_path, drop=True)
     _refuse_broken_lines(out_path, grades_path)
+    others = _kept_under_other(out_path, grades_path, grading) if grading != "none" else {}
+    if others:  # --grade none after a stricter grading keeps what that kept: no refusal
+        kept = sum(others.values())
+        under = " and ".join(f"--grade {g}" for g in sorted(others))
+        raise MushroomError(
+            f"{plural(kept, 'context')} in {out_path.name} {'was' if kept == 1 else 'were'} kept under "
+            f"{under} and would never be graded with {grading} (the source only grows); give another "
+            f"--source (or --context-dir) to grade afresh, or the grading it was made with"
+        )
     done = _done_ids(out_path) | _done_ids(grades_path, grading, cut)
     if tiers and grading != "none":  # graded tiers fall through (see the module docstring)
         copied = _copied_from_tiers(out_path)
