@@ -499,6 +499,15 @@ def test_the_english_embedding_grader_is_said_for_other_languages(tmp_path, caps
     assert "all-MiniLM-L6-v2, an English encoder" in " ".join(err.split()), err
     _, _, err = cli(capsys, *args, "--lang", "en")
     assert "English encoder" not in err
+    # a cascade plan that sends English items only grades English: no warning either
+    plan = tmp_path / "plan.jsonl"
+    row = {"lang": "en", "split": "val", "uncertainty": 0.5, "rank": 1, "of": 50, "reason": "r"}
+    plan.write_text(json.dumps({**row, "id": "val-en-1", "sent": True}) + "\n")
+    _, _, err = cli(capsys, *args, "--cascade", plan)
+    assert "English encoder" not in err, err
+    plan.write_text(json.dumps({**row, "id": "val-de-1", "lang": "de", "sent": True}) + "\n")
+    _, _, err = cli(capsys, *args, "--cascade", plan)
+    assert "English encoder" in " ".join(err.split()), err
 
 
 @pytest.mark.parametrize("command", [["detect", "--split", "val", "--lang", "en", "--limit", "2"], ["score"]])

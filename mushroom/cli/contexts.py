@@ -109,18 +109,20 @@ def contexts_cmd(
         )
     if min_similarity is None:
         min_similarity = DEFAULT_MIN_SIMILARITY
-    if grade == "embedding" and (lang is None or set(lang) - {"en"}):
+    only = None
+    if cascade is not None:
+        from mushroom.combine.cascade import planned_ids
+
+        only = planned_ids(cascade, split)
+    # the languages graded: those asked for, else a cascade plan's with items sent, else all
+    graded = set(lang) if lang is not None else {k for k, ids in only.items() if ids} if only else None
+    if grade == "embedding" and (graded is None or graded - {"en"}):
         print_warning(
             "--grade embedding grades with all-MiniLM-L6-v2, an English encoder: in other languages "
             "its similarities are low and good contexts may be graded irrelevant; it measures "
             "likeness to the question, so a context that repeats the question passes too. "
             "--grade llm reads every language"
         )
-    only = None
-    if cascade is not None:
-        from mushroom.combine.cascade import planned_ids
-
-        only = planned_ids(cascade, split)
     try:
         run = generate_split(
             split,
