@@ -738,6 +738,22 @@ def test_a_replay_at_another_max_tokens_than_recorded_says_so(tmp_path):
     assert not [w for w in backend_warnings(again) if "max_tokens" in w]
 
 
+def test_a_replay_of_replies_recorded_for_another_prompt_says_so(tmp_path):
+    """A chain run replayed with another --contexts reused the verify replies made against the
+    first source's contexts, without a word: a score for a prompt never asked."""
+    asked = _req("a", "context A")
+    recorded = [{"key": "a", "texts": ["x"], "messages": [m.model_dump() for m in asked.messages]}]
+    path = write_lines(tmp_path / "r.jsonl", recorded)
+    same = build_backend(BackendConfig(kind="replay", responses=str(path)))
+    same.generate([asked])
+    assert not [w for w in backend_warnings(same) if "prompt" in w]
+    other = build_backend(BackendConfig(kind="replay", responses=str(path)))
+    with pytest.warns(RuntimeWarning, match="another prompt"):
+        assert other.generate([_req("a", "context B")])[0].texts == ["x"]  # still replayed
+    (said,) = [w for w in backend_warnings(other) if "another prompt" in w]
+    assert "'a'" in said and "--contexts" in said, said
+
+
 def test_a_shared_cache_keys_on_the_backend_settings_that_change_answers(tmp_path):
     """Prompt variants share one cache: a variant that turned structured output off, or set a
     sampling extra, was answered with the first variant's replies."""

@@ -210,6 +210,7 @@ class ReplayBackend(Backend):
         self._used: dict[tuple, int] = {}
         self._warned_temperatures = False
         self._warned_max_tokens = False
+        self._warned_prompt = False
 
     def _lines(self, key: str, item_id: str | None, stage: str) -> tuple[tuple, list[ReplayRecord]]:
         """The lines that may answer a request, and a name for that pool."""
@@ -285,7 +286,30 @@ class ReplayBackend(Backend):
                 on_result(i, gen)
         self._unasked_temperatures(requests)
         self._other_max_tokens(requests)
+        self._other_prompts(requests)
         return out
+
+    def _other_prompts(self, requests: list[GenerationRequest]) -> None:
+        """Warns when a reply was recorded for another prompt than this run sends for its key.
+
+        A raw record keeps its prompt; a chain replayed with another --contexts (or prompt file)
+        reused verify replies made against the first contexts, a score for a prompt never asked.
+        """
+        if self._warned_prompt:  # once per run
+            return
+        for req in requests:
+            _, lines = self._lines(req.key, req.item_id, req.stage)
+            sent = [m.model_dump() for m in req.messages]
+            recorded = [r.model_extra.get("messages") for r in lines if r.answers() and r.model_extra]
+            recorded = [m for m in recorded if isinstance(m, list)]
+            if recorded and sent not in recorded:
+                self._warned_prompt = True
+                self.warn(
+                    f"{self.config.responses} answers {req.key!r} (and perhaps others) to another prompt "
+                    "than this run sends: its context, prompt file or answer differ; the replies are "
+                    "replayed as they are. Give the recorded run's --contexts and prompt to replay it"
+                )
+                return
 
     def _other_max_tokens(self, requests: list[GenerationRequest]) -> None:
         """Warns when the replies were recorded under another max_tokens than this run asks for.
