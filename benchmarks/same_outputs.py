@@ -110,9 +110,15 @@ def main() -> int:
     parser.add_argument("run_b", type=Path)
     parser.add_argument("--replies", action="store_true", help="compare the model's replies in raw/")
     args = parser.parse_args()
+    for folder in (args.run_a, args.run_b):
+        if not folder.is_dir():
+            parser.error(f"{folder}: no such run folder")  # it compared nothing and said "0 different"
     if args.replies:
         return compare_replies(args.run_a, args.run_b)
     same, differ, missing = 0, [], []
+    if not outputs(args.run_a):
+        print(f"{args.run_a} holds no prediction, channel or stack file: nothing to compare")
+        return 1
     for rel in outputs(args.run_a):
         other = counterpart(args.run_b / rel)
         if not other.is_file():

@@ -83,3 +83,17 @@ def test_variants_and_models_are_kept_apart_and_a_cut_line_is_skipped(tmp_path):
     done = compare(a, b)
     assert done.returncode == 1 and done.stdout.startswith("3 of 4 shared replies identical"), done.stdout
     assert "skipped lines that are no raw record (cut by a kill?): 0 in A, 1 in B" in done.stdout
+
+
+def test_a_folder_that_is_not_there_or_holds_nothing_is_no_match(tmp_path):
+    """A mistyped RUN_A compared nothing and said '0 identical, 0 different, 0 missing', exit 0."""
+    there = run_with(tmp_path / "there", {"a": "{}"})
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / "typo"), str(there)], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "no such run folder" in done.stderr
+    (tmp_path / "empty").mkdir()
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / "empty"), str(there)], capture_output=True, text=True
+    )
+    assert done.returncode == 1 and "nothing to compare" in done.stdout
