@@ -96,11 +96,11 @@ def compare_replies(run_a: Path, run_b: Path) -> int:
     if broken_a or broken_b:
         print(f"  skipped lines that are no raw record (cut by a kill?): {broken_a} in A, {broken_b} in B")
     for call in differ:
-        stage, key, temperature = call[2:5]
+        folder, model, stage, key, temperature = call[:5]
         first = next((i for i, (x, y) in enumerate(zip(a[call], b[call])) if x != y), 0)
         at = next((i for i, (x, y) in enumerate(zip(a[call][first], b[call][first])) if x != y), None)
         where = f" (text {first + 1}, from character {at})" if at is not None else f" (text {first + 1})"
-        print(f"  differs: {stage or '-'} {key} at temperature {temperature}{where}")
+        print(f"  differs: {folder}: {model or '-'} {stage or '-'} {key} at temperature {temperature}{where}")
     return 0 if shared and not differ else 1
 
 

@@ -777,9 +777,29 @@ def test_a_shared_cache_keys_on_the_backend_settings_that_change_answers(tmp_pat
     for kind in ("openai", "transformers", "vllm"):
         assert answer_settings(parse_backend_config({"kind": kind, "model": "m"})) == {}, kind
     # where and in how much memory an engine runs, and a dtype's other name, change no answer
-    loads = {"kind": "vllm", "model": "m", "extra": {"gpu_memory_utilization": 0.85, "max_model_len": 8192}}
+    loads = {"kind": "vllm", "model": "m", "extra": {"gpu_memory_utilization": 0.85, "enforce_eager": True}}
     assert answer_settings(parse_backend_config(loads)) == {}
+    # vLLM cuts a reply where prompt and reply reach max_model_len: raising it must ask again
+    longer = {"kind": "vllm", "model": "m", "extra": {"max_model_len": 8192}}
+    assert answer_settings(parse_backend_config(longer)) == {"extra": {"max_model_len": 8192}}
     half = answer_settings(parse_backend_config({"kind": "transformers", "model": "m", "dtype": "half"}))
     assert half == answer_settings(
         parse_backend_config({"kind": "transformers", "model": "m", "dtype": "float16"})
     )
+
+
+def test_a_raw_log_opened_after_a_kill_drops_the_cut_line_and_stays_replayable(tmp_path):
+    """The next record was glued to a line a kill cut: the file no longer replayed, and the
+    cascade's count of the calls a run made stopped on it."""
+    from mushroom.backends.rawlog import RawLog, RawRecord
+    from mushroom.combine.cascade import spend_by_item
+
+    path = tmp_path / "en.raw.jsonl"
+    RawLog(path).write(RawRecord(id="a", key="a", texts=["x"]))
+    with path.open("a") as cut:
+        cut.write('{"id": "b", "key": "b", "te')
+    RawLog(path).write(RawRecord(id="c", key="c", texts=["y"]))
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["a", "c"]
+    assert set(spend_by_item([path])) == {"a", "c"}
+    replayed = build_backend(BackendConfig(kind="replay", responses=str(path))).generate([_req("c", "")])
+    assert replayed[0].texts == ["y"]

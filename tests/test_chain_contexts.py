@@ -650,6 +650,7 @@ def test_a_new_min_similarity_judges_again_what_an_old_cut_dropped(tmp_path):
     assert st.covered_by_tiers == 1
     rows = [json.loads(line) for line in (tmp_path / "val.en.gen.jsonl").read_text().splitlines()]
     assert [(r["id"], r["tier"]) for r in rows] == [("a", "retrieved")]
+    assert run(0.3, Scripted({})).covered_by_tiers == 1  # the same command again goes on
     del ctx
     # a stricter cut again cannot take back what the source file holds: refused, not ignored
     from mushroom.errors import MushroomError

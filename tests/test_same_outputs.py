@@ -39,7 +39,7 @@ def test_replies_compare_by_key_over_the_keys_both_runs_hold(tmp_path):
     done = compare(cpu, other)
     assert done.returncode == 1
     assert "1 of 2 shared replies identical" in done.stdout
-    assert "differs: llm a at temperature None (text 1, from character 6)" in done.stdout
+    assert "differs: predictions/raw: - llm a at temperature None (text 1, from character 6)" in done.stdout
 
 
 def test_each_temperature_of_an_item_is_its_own_reply(tmp_path):
@@ -53,7 +53,7 @@ def test_each_temperature_of_an_item_is_its_own_reply(tmp_path):
 
     done = compare(run(tmp_path / "x", ["1", "2", "3"]), run(tmp_path / "y", ["9", "2", "3"]))
     assert done.returncode == 1 and done.stdout.startswith("2 of 3 shared replies identical"), done.stdout
-    assert "differs: llm a at temperature 0.05 (text 1, from character 0)" in done.stdout
+    assert "differs: predictions/raw: - llm a at temperature 0.05 (text 1, from character 0)" in done.stdout
 
 
 def test_runs_with_no_reply_in_common_are_no_match(tmp_path):
@@ -83,6 +83,7 @@ def test_variants_and_models_are_kept_apart_and_a_cut_line_is_skipped(tmp_path):
     done = compare(a, b)
     assert done.returncode == 1 and done.stdout.startswith("3 of 4 shared replies identical"), done.stdout
     assert "skipped lines that are no raw record (cut by a kill?): 0 in A, 1 in B" in done.stdout
+    assert "differs: few-shot/val/raw: - llm a at temperature None" in done.stdout
 
 
 def test_a_folder_that_is_not_there_or_holds_nothing_is_no_match(tmp_path):

@@ -75,11 +75,10 @@ SmolLM2 wrote the same 16 replies on an H200 as on the CPU.
 
 # `extra` keys of an in-process engine (vllm.LLM, from_pretrained) that say where and in how
 # much memory a model runs, not what it answers: lowering gpu_memory_utilization to make vLLM
-# fit must not ask every cached request again
+# fit must not ask every cached request again (not max_model_len: vLLM cuts replies at it)
 LOAD_EXTRAS = frozenset(
     {
         "gpu_memory_utilization",
-        "max_model_len",
         "max_num_seqs",
         "max_num_batched_tokens",
         "swap_space",

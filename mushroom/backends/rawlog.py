@@ -84,12 +84,17 @@ def raw_file(raw_dir: Path, lang: str) -> Path:
 class RawLog:
     """An append-only JSONL file of RawRecords, safe to write from backend worker threads.
 
-    Each record is flushed as it is written, so a killed run keeps every call it made.
+    Each record is flushed as it is written, so a killed run keeps every call it made. A last
+    line a kill cut is dropped when the log is opened again: the next record was glued to it,
+    and the file no longer replayed (the call it was writing is asked again or read from the cache).
     """
 
     def __init__(self, path: Path):
+        from mushroom.data.jsonl import mend_cut_line
+
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        mend_cut_line(self.path, drop=True)
         self._lock = threading.Lock()
         self.written = 0
 

@@ -162,7 +162,8 @@ def _kept_under_other(out_path: Path, grades_path: Path, grading: Grading) -> di
     graded: dict[tuple[str, str | None], str] = {}
     if grades_path.exists():
         for _, row in iter_json_lines(grades_path, []):
-            if isinstance(row, dict) and "id" in row and row.get("relevant") is not False:
+            # a dropped grade too: a looser cut may keep that tier context later, writing no row
+            if isinstance(row, dict) and "id" in row:
                 graded[(str(row["id"]), row.get("tier"))] = str(row.get("grading", "none"))
     counts: dict[str, int] = {}
     for _, row in iter_json_lines(out_path, []):
