@@ -93,8 +93,8 @@ LOAD_EXTRAS = frozenset(
         "device_map",
     }
 )
-# one name per dtype: `half` and `float16` load the same weights
-_DTYPE_NAMES = {"half": "float16", "float": "float32"}
+DTYPE_NAMES = {"half": "float16", "float": "float32"}
+"""One name per dtype: `half` and `float16` load the same weights."""
 
 
 def answer_settings(config: BackendSettings) -> dict[str, Any]:
@@ -106,7 +106,7 @@ def answer_settings(config: BackendSettings) -> dict[str, Any]:
     dumped = config.model_dump(mode="json", exclude_defaults=True)
     out = {k: v for k, v in dumped.items() if k not in TRANSPORT_KEYS | {"kind", "model", "responses"}}
     if "dtype" in out:
-        out["dtype"] = _DTYPE_NAMES.get(out["dtype"], out["dtype"])
+        out["dtype"] = DTYPE_NAMES.get(out["dtype"], out["dtype"])
     if config.kind != "openai" and isinstance(out.get("extra"), dict):  # a server's extra is the request's
         out["extra"] = {k: v for k, v in out["extra"].items() if k not in LOAD_EXTRAS}
         if not out["extra"]:

@@ -36,6 +36,7 @@ from mushroom.backends.base import (
     OnResult,
     OnScore,
 )
+from mushroom.backends.config import DTYPE_NAMES
 from mushroom.errors import MushroomError, load_failure
 from mushroom.models import zoo
 from mushroom.models.zoo import ResolvedModel, resolve_model
@@ -156,7 +157,7 @@ class TransformersBackend(Backend):
         """
         resolved = self.resolved
         assert resolved is not None
-        named = {"half": "float16", "float": "float32"}.get(config.dtype or "", config.dtype)
+        named = DTYPE_NAMES.get(config.dtype or "", config.dtype)
         dtype = {"dtype": named if named == "auto" else getattr(torch, named)} if named else {}
         converted = _converted_dir(resolved)
         source, load = resolved.source, ({"gguf_file": resolved.gguf_file} if resolved.gguf_file else {})

@@ -228,12 +228,10 @@ class CircuitBreaker:
 
 def http_error(status: int, text: str) -> str:
     """`HTTP 500: body`; a 429 that says the account is out of quota is marked so for `_busy`."""
-    quota = f" {OUT_OF_QUOTA}" if status == 429 and _QUOTA.search(text) else ""
+    note = f" {OUT_OF_QUOTA}" if status == 429 and _QUOTA.search(text) else ""
     if status in (404, 405, 501):  # some other web server, or a URL that stops short of /v1
-        quota = (
-            " (this server has no such endpoint: is the URL an OpenAI-compatible server's, ending in /v1?)"
-        )
-    return f"HTTP {status}{quota}: {' '.join(text.split())[:300]}"
+        note = " (this server has no such endpoint: is the URL an OpenAI-compatible server's, ending in /v1?)"
+    return f"HTTP {status}{note}: {' '.join(text.split())[:300]}"
 
 
 def _busy(message: str) -> bool:
