@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -289,6 +290,23 @@ class ReplayBackend(Backend):
         self._other_prompts(requests)
         return out
 
+    def _first_unrecorded(
+        self,
+        requests: list[GenerationRequest],
+        asked: Callable[[GenerationRequest], Any],
+        recorded: Callable[[ReplayRecord], Any],
+    ) -> tuple[GenerationRequest, list[Any]] | None:
+        """The first request whose `asked` value none of its answering lines recorded, with theirs.
+
+        Lines that recorded nothing (None: an older file) are no evidence either way.
+        """
+        for req in requests:
+            _, lines = self._lines(req.key, req.item_id, req.stage)
+            values = [v for r in lines if r.answers() and (v := recorded(r)) is not None]
+            if values and asked(req) not in values:
+                return req, values
+        return None
+
     def _other_prompts(self, requests: list[GenerationRequest]) -> None:
         """Warns when a reply was recorded for another prompt than this run sends for its key.
 
@@ -297,19 +315,18 @@ class ReplayBackend(Backend):
         """
         if self._warned_prompt:  # once per run
             return
-        for req in requests:
-            _, lines = self._lines(req.key, req.item_id, req.stage)
-            sent = [m.model_dump() for m in req.messages]
-            recorded = [r.model_extra.get("messages") for r in lines if r.answers() and r.model_extra]
-            recorded = [m for m in recorded if isinstance(m, list)]
-            if recorded and sent not in recorded:
-                self._warned_prompt = True
-                self.warn(
-                    f"{self.config.responses} answers {req.key!r} (and perhaps others) to another prompt "
-                    "than this run sends: its context, prompt file or answer differ; the replies are "
-                    "replayed as they are. Give the recorded run's --contexts and prompt to replay it"
-                )
-                return
+        found = self._first_unrecorded(
+            requests,
+            lambda req: [m.model_dump() for m in req.messages],
+            lambda r: m if isinstance(m := (r.model_extra or {}).get("messages"), list) else None,
+        )
+        if found is not None:
+            self._warned_prompt = True
+            self.warn(
+                f"{self.config.responses} answers {found[0].key!r} (and perhaps others) to another prompt "
+                "than this run sends: its context, prompt file or answer differ; the replies are "
+                "replayed as they are. Give the recorded run's --contexts and prompt to replay it"
+            )
 
     def _other_max_tokens(self, requests: list[GenerationRequest]) -> None:
         """Warns when the replies were recorded under another max_tokens than this run asks for.
@@ -319,19 +336,18 @@ class ReplayBackend(Backend):
         """
         if self._warned_max_tokens:  # once per run
             return
-        for req in requests:
-            _, lines = self._lines(req.key, req.item_id, req.stage)
-            recorded = sorted({r.max_tokens for r in lines if r.answers() and r.max_tokens is not None})
-            if recorded and req.max_tokens not in recorded:
-                self._warned_max_tokens = True
-                shown = ",".join(map(str, recorded))
-                self.warn(
-                    f"{self.config.responses} was recorded with max_tokens {shown}; this run asks for "
-                    f"{req.max_tokens} (e.g. {req.key!r}): a reply cut off is said to be cut at this "
-                    f"budget, which a replay cannot change; give -o max_tokens={recorded[0]} to read "
-                    "the replies as they were made"
-                )
-                return
+        found = self._first_unrecorded(requests, lambda req: req.max_tokens, lambda r: r.max_tokens)
+        if found is not None:
+            req, values = found
+            recorded = sorted(set(values))
+            self._warned_max_tokens = True
+            shown = ",".join(map(str, recorded))
+            self.warn(
+                f"{self.config.responses} was recorded with max_tokens {shown}; this run asks for "
+                f"{req.max_tokens} (e.g. {req.key!r}): a reply cut off is said to be cut at this "
+                f"budget, which a replay cannot change; give -o max_tokens={recorded[0]} to read "
+                "the replies as they were made"
+            )
 
     def _unasked_temperatures(self, requests: list[GenerationRequest]) -> None:
         """Warns when the file answers this call's items at temperatures the call did not ask for.
