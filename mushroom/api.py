@@ -188,8 +188,13 @@ def _misspelt_key(key: str, entry: dict) -> str | None:
 
 def _given(key: str, entry: dict) -> bool:
     """Whether an item gives `key`, under its name or its record name (answer: model_output_text)."""
-    also = {"answer": "model_output_text", "model_output_text": "answer", "question": "model_input"}
-    return key in entry or also.get(key, key) in entry or (key == "model_input" and "question" in entry)
+    also = {
+        "answer": "model_output_text",
+        "model_output_text": "answer",
+        "question": "model_input",
+        "model_input": "question",
+    }
+    return key in entry or also.get(key, key) in entry
 
 
 def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:

@@ -306,7 +306,15 @@ class Spend(BaseModel):
 
 
 def raw_sizes(raw_files: list[Path]) -> dict[Path, int]:
-    """Each raw record file's size now: where the records of the calls still to come will start."""
+    """Each raw record file's size now: where the records of the calls still to come will start.
+
+    A last line a kill cut is dropped first, as `RawLog` drops it when it opens the file:
+    taken after, the size would lie past where the next record starts.
+    """
+    from mushroom.data.jsonl import mend_cut_line
+
+    for path in raw_files:
+        mend_cut_line(path, drop=True)
     return {path: path.stat().st_size for path in raw_files}
 
 

@@ -130,47 +130,51 @@ def _refuse_broken_lines(*paths: Path) -> None:
         raise DataError([replace(p, message=f"{p.message}; {advice}") for p in problems])
 
 
-def _kept_below(out_path: Path, grades_path: Path, cut: float) -> int:
-    """Contexts in the source file whose embedding grade is below `cut` (a stricter re-run).
+def _kept_grades(out_path: Path, grades_path: Path) -> list[list[dict]]:
+    """For each context the source file keeps, its grade rows in the order written.
 
-    Each kept context is matched to its grade by item and tier (a generated one has none).
+    A kept context is matched to its grades by item and tier (a generated one has none); a
+    dropped grade is among them too: a looser cut may keep that tier context later, writing no
+    row of its own.
     """
-    if not (out_path.exists() and grades_path.exists()):
-        return 0
-    similarity: dict[tuple[str, str | None], float] = {}
-    for _, row in iter_json_lines(grades_path, []):
-        if isinstance(row, dict) and row.get("grading") == "embedding" and "id" in row:
-            value = row.get("similarity")
-            if isinstance(value, int | float):
-                similarity[(str(row["id"]), row.get("tier"))] = float(value)
-    kept = [
-        (str(row["id"]), row.get("tier"))
+    if not out_path.exists():
+        return []
+    rows: dict[tuple[str, str | None], list[dict]] = {}
+    if grades_path.exists():
+        for _, row in iter_json_lines(grades_path, []):
+            if isinstance(row, dict) and "id" in row:
+                rows.setdefault((str(row["id"]), row.get("tier")), []).append(row)
+    return [
+        rows.get((str(row["id"]), row.get("tier")), [])
         for _, row in iter_json_lines(out_path, [])
         if isinstance(row, dict) and "id" in row
     ]
-    return sum(1 for key in kept if similarity.get(key, cut) < cut)
 
 
-def _kept_under_other(out_path: Path, grades_path: Path, grading: Grading) -> dict[str, int]:
-    """Contexts in the source file kept under another grading than `grading`, counted by grading.
+def _kept_below(kept: list[list[dict]], cut: float) -> int:
+    """Kept contexts whose (last) embedding grade is below `cut` (a stricter re-run)."""
+    below = 0
+    for grades in kept:
+        similarities = [
+            float(g["similarity"])
+            for g in grades
+            if g.get("grading") == "embedding" and isinstance(g.get("similarity"), int | float)
+        ]
+        below += bool(similarities) and similarities[-1] < cut
+    return below
 
-    Each kept context is matched to its grade by item and tier; one with no grade was kept
-    ungraded ("none"). Such a context is "done before" and would never be graded.
+
+def _kept_under_other(kept: list[list[dict]], grading: Grading) -> dict[str, int]:
+    """Kept contexts whose last grade is of another grading than `grading`, counted by grading.
+
+    One with no grade was kept ungraded ("none"). Such a context is "done before" and would
+    never be graded.
     """
-    if not out_path.exists():
-        return {}
-    graded: dict[tuple[str, str | None], str] = {}
-    if grades_path.exists():
-        for _, row in iter_json_lines(grades_path, []):
-            # a dropped grade too: a looser cut may keep that tier context later, writing no row
-            if isinstance(row, dict) and "id" in row:
-                graded[(str(row["id"]), row.get("tier"))] = str(row.get("grading", "none"))
     counts: dict[str, int] = {}
-    for _, row in iter_json_lines(out_path, []):
-        if isinstance(row, dict) and "id" in row:
-            made = graded.get((str(row["id"]), row.get("tier")), "none")
-            if made != grading:
-                counts[made] = counts.get(made, 0) + 1
+    for grades in kept:
+        made = str(grades[-1].get("grading", "none")) if grades else "none"
+        if made != grading:
+            counts[made] = counts.get(made, 0) + 1
     return counts
 
 
@@ -319,7 +323,8 @@ def generate_contexts(
     stats = ContextStats(items=len(items))
     covered: set[str] = set()
     cut = min_similarity if grading == "embedding" else None
-    if cut is not None and (kept := _kept_below(out_path, grades_path, cut)):
+    kept_grades = _kept_grades(out_path, grades_path)  # before the mending below: a cut line is skipped
+    if cut is not None and (kept := _kept_below(kept_grades, cut)):
         raise MushroomError(
             f"{grades_path}: {plural(kept, 'context')} {'was' if kept == 1 else 'were'} kept under a "
             f"lower --min-similarity than {cut} and {'is' if kept == 1 else 'are'} in {out_path.name} "
@@ -331,7 +336,7 @@ def generate_contexts(
     mend_cut_line(out_path, drop=True)
     mend_cut_line(grades_path, drop=True)
     _refuse_broken_lines(out_path, grades_path)
-    others = _kept_under_other(out_path, grades_path, grading) if grading != "none" else {}
+    others = _kept_under_other(kept_grades, grading) if grading != "none" else {}
     if others:  # --grade none after a stricter grading keeps what that kept: no refusal
         kept = sum(others.values())
         under = " and ".join(f"--grade {g}" for g in sorted(others))

@@ -40,7 +40,7 @@ from mushroom.combine.cascade import (
 from mushroom.combine.stack import Member, StackFit, StackModel, apply_stack, fit_stack
 from mushroom.combine.stack.fit import by_lang_scores
 from mushroom.data.contexts import context_file, graded_unusable, load_contexts
-from mushroom.data.jsonl import mend_cut_line, write_jsonl
+from mushroom.data.jsonl import write_jsonl
 from mushroom.data.predictions import submission_name
 from mushroom.data.records import Item, Prediction
 from mushroom.data.runfolder import write_json
@@ -307,8 +307,6 @@ def run_cascade(
     service.record_stage("cascade-base-stack", time.perf_counter() - t0, reused=False)
     val_sent, test_sent = chosen_items(val_data, records, "val"), chosen_items(test_data, records, "test")
     _warn_ungenerated(service, out, {"val": val_sent, "test": test_sent}, own_sources)
-    for path in _raw_files(out, costly):  # as RawLog will: a line a kill cut goes before the sizes are taken
-        mend_cut_line(path, drop=True)
     before = raw_sizes(_raw_files(out, costly))
     for name in costly:
         det = dets[name]
