@@ -890,3 +890,51 @@ def test_a_min_similarity_without_embedding_grading_is_refused(tmp_path, capsys)
         )  # fmt: skip
         said = " ".join(err.split())
         assert code == 2 and "--min-similarity is the cut of --grade embedding" in said, said
+
+
+def test_an_answer_decomposed_into_no_claims_is_left_unverifiable_not_nothing_wrong():
+    """A random-weight model on a GPU decomposed answers into `{"claims": []}`: each scored as a check."""
+    from mushroom.data.spans import soft_to_vector
+    from mushroom.runs.service import unusable_warnings
+
+    backend = Scripted({"v-1#decompose": ['{"claims": []}']})
+    results = []
+    ChainDetector(ChainOptions(cache=False), backend).run([ITEM], CTX, results.append)
+    (res,) = results
+    assert [r.key for r in backend.seen] == ["v-1#decompose"]  # nothing to verify
+    s = Counter(res.stats)
+    assert (s["chain.no_claims"], s["chain.claims"]) == (1, 0)
+    n = len(ANSWER)
+    assert (
+        np.allclose(soft_to_vector(res.prediction.soft_labels, n), 0.4) and res.prediction.hard_labels == []
+    )
+    assert soft_to_vector(res.channels["unverifiable"], n).min() == 1.0
+    (record,) = res.detail["unverifiable"]
+    assert (record["start"], record["end"]) == (0, n) and "no claim" in record["reason"]
+    (warning,) = unusable_warnings("chain:val en", {**s, "items.ok": 1})
+    assert "1 of 1 answers were decomposed into no claims" in warning and "unverifiable" in warning
+
+
+def test_a_claim_the_verify_reply_skips_is_left_unverifiable_not_supported():
+    from mushroom.data.spans import soft_to_vector
+
+    skips = json.dumps(
+        {
+            "verdicts": [
+                {"claim": 1, "verdict": "supported"},
+                {
+                    "claim": 2,
+                    "verdict": "contradicted",
+                    "incorrect_spans": [{"text": "Berlin", "probability": 0.9}],
+                },
+                {"claim": 3, "verdict": "maybe"},  # unreadable: claim 3 was not judged
+            ]
+        }
+    )
+    s, pred, _ = run_chain({"v-1#decompose": [DECOMPOSE], "v-1#verify": [skips]})
+    assert (s["chain.claims_unjudged"], s["chain.unreadable_verdicts"], s["chain.unverifiable"]) == (1, 1, 0)
+    vec = soft_to_vector(pred.soft_labels, len(ANSWER))
+    start = ANSWER.index("won two Nobel Prizes")
+    assert np.allclose(vec[start : start + len("won two Nobel Prizes")], 0.4)
+    assert vec[ANSWER.index("Berlin")] == pytest.approx(0.9) and vec[: ANSWER.index("born")].max() == 0
+    assert [list(h) for h in pred.hard_labels] == [[32, 38]]

@@ -153,6 +153,10 @@ def _verdicts(value) -> list[dict] | None:
 
 NO_CONTEXT = "no usable context"
 """The reason given for every claim of an item that had no context to check it against."""
+NO_CLAIMS = "the decomposition named no claim: nothing in the answer was checked"
+"""The reason given over a whole answer that the model decomposed into no claims."""
+NO_VERDICT = "the verify reply gave no readable verdict on this claim"
+"""The reason given for a claim that no readable verdict of its item named."""
 
 
 def _broke_off(max_tokens: int) -> str:
@@ -441,6 +445,16 @@ class ChainDetector(Detector):
         vec = np.zeros(len(answer))
         unverifiable = np.zeros(len(answer))
         unchecked: list[dict] = []
+        if not item_claims:
+            # An empty decomposition checked nothing: the answer is "could not check", not
+            # "nothing wrong" (blank answers never get here).
+            st["chain.no_claims"] += 1
+            unverifiable[:] = 1.0
+            vec[:] = self.options.unverifiable_probability
+            unchecked.append(
+                {"claim": None, "text": None, "start": 0, "end": len(answer), "reason": NO_CLAIMS}
+            )
+            return vec, unverifiable, unchecked
         locator = SpanLocator(answer)
         st["chain.claims"] += len(item_claims)
         claim_spans = []
@@ -452,37 +466,43 @@ class ChainDetector(Detector):
         # One locator for all wrong spans of the item: a text named twice goes to its next
         # occurrence, as in the single-prompt parser.
         span_locator = SpanLocator(answer)
+
+        def leave_unchecked(idx: int | None, reason: object) -> None:
+            cs = claim_spans[idx - 1] if idx is not None else None
+            unchecked.append(
+                {
+                    "claim": idx,
+                    "text": item_claims[idx - 1]["substring"] if idx is not None else None,
+                    "start": cs.start if cs else None,
+                    "end": cs.end if cs else None,
+                    "reason": reason if isinstance(reason, str) else None,
+                }
+            )
+            if cs is None:
+                st["chain.unverifiable_not_located"] += 1  # counted, not painted anywhere
+                return
+            unverifiable[cs.start : cs.end] = 1.0
+            prob = self.options.unverifiable_probability
+            vec[cs.start : cs.end] = np.maximum(vec[cs.start : cs.end], prob)
+
+        judged: set[int] = set()
         for v in verdicts:
             verdict = read_verdict(v)
             if verdict is None:
                 st["chain.unreadable_verdicts"] += 1  # no verdict that can be read: not a finding
-                continue
-            if verdict == "supported":
                 continue
             idx = v.get("claim")
             if isinstance(idx, int) and not 1 <= idx <= len(item_claims):
                 st["chain.unknown_claim_verdicts"] += 1  # a verdict on a claim never made
                 continue
             known = isinstance(idx, int) and 1 <= idx <= len(claim_spans)
+            if known:
+                judged.add(idx)
+            if verdict == "supported":
+                continue
             if verdict == "unverifiable":
                 st["chain.unverifiable"] += 1
-                cs = claim_spans[idx - 1] if known else None
-                reason = v.get("reason")
-                unchecked.append(
-                    {
-                        "claim": idx if known else None,
-                        "text": item_claims[idx - 1]["substring"] if known else None,
-                        "start": cs.start if cs else None,
-                        "end": cs.end if cs else None,
-                        "reason": reason if isinstance(reason, str) else None,
-                    }
-                )
-                if cs is None:
-                    st["chain.unverifiable_not_located"] += 1  # counted, not painted anywhere
-                    continue
-                unverifiable[cs.start : cs.end] = 1.0
-                prob = self.options.unverifiable_probability
-                vec[cs.start : cs.end] = np.maximum(vec[cs.start : cs.end], prob)
+                leave_unchecked(idx if known else None, v.get("reason"))
                 continue
             st["chain.false_claims"] += 1
             found = read_claims({"incorrect_spans": v.get("incorrect_spans") or []})
@@ -501,4 +521,9 @@ class ChainDetector(Detector):
                 st["chain.fallbacks"] += 1
                 cs = claim_spans[idx - 1]
                 vec[cs.start : cs.end] = np.maximum(vec[cs.start : cs.end], self.options.fallback_probability)
+        # A claim that no readable verdict names was not checked: "could not check", not "supported".
+        for idx in range(1, len(item_claims) + 1):
+            if idx not in judged:
+                st["chain.claims_unjudged"] += 1
+                leave_unchecked(idx, NO_VERDICT)
         return vec, unverifiable, unchecked

@@ -481,6 +481,9 @@ _UNUSABLE = (
     ("llm.unparseable", "llm.replies", "LLM responses were unparseable"),
     ("chain.decomposition_failures", "chain.items", "answers could not be decomposed into claims"),
     ("chain.verify_failures", "chain.items", "answers' claims could not be verified"),
+    # checked nothing, so left "could not check" (unverifiable), which is no finding either
+    ("chain.no_claims", "chain.items", "answers were decomposed into no claims"),
+    ("chain.claims_unjudged", "chain.claims", "claims got no readable verdict"),
     ("pyes.unusable", "pyes.answers", "P(Yes) answers gave no usable score"),
     # parsed, but what the model named is not in the answer (an echoed template, a paraphrase)
     ("llm.lost", "llm.claims", "claimed spans were not found in the answer"),
@@ -494,7 +497,13 @@ _UNUSABLE = (
     ),
 )
 _CUT = " (the repair parser closed what it could): raise max_tokens, or the model is repeating itself"
-_MEANING = {"llm.truncated": _CUT, "chain.truncated": _CUT}
+_UNCHECKED = ": nothing checked them, so they are left unverifiable (the chain's unverifiable_probability)"
+_MEANING = {
+    "llm.truncated": _CUT,
+    "chain.truncated": _CUT,
+    "chain.no_claims": _UNCHECKED,
+    "chain.claims_unjudged": _UNCHECKED,
+}
 # replies no reading could use: no vote for "nothing wrong", so an item with nothing else failed
 _UNREAD = (
     '; such a reply is no vote for "nothing wrong": an item with no other reply failed. Check the '
