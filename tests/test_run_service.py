@@ -812,6 +812,38 @@ def test_a_ledger_line_that_cannot_be_read_is_said_and_a_line_cut_by_a_kill_is_d
     assert not ledger.read_text().endswith('"o') and ledger.read_text().count('"status": "o\n') == 0
 
 
+def test_a_ledger_line_edited_by_hand_is_computed_again_not_written_as_it_says(tmp_path, capsys):
+    """An "ok" line without its prediction was written out as an empty one, a span past the
+    answer's end failed the run on every re-run naming the submission file (an audit)."""
+    from cli_helpers import cli
+
+    run = tmp_path / "run"
+    args = ("detect", "--split", "val", "--lang", "en", "--limit", "3", "--out", run, "--quiet")
+    code, _, err = cli(capsys, *args)
+    assert code == 0, err
+    submission = run / "predictions" / "mushroom.en-val.v2.jsonl"
+    before = submission.read_text()
+    ledger = run / "predictions" / "items" / "en.jsonl"
+    lines = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert lines[0]["prediction"]["soft_labels"] and lines[1]["prediction"]["soft_labels"], lines
+    del lines[0]["prediction"]
+    lines[1]["prediction"]["soft_labels"][0]["end"] = 9999
+    ledger.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    code, _, err = cli(capsys, *args)
+    said = " ".join(err.split())
+    assert code == 3, err  # the span past the end: named, the item failed, no submission
+    assert "1 line of the item ledger" in said and "could not be read" in said, said
+    failures = [json.loads(line) for line in (run / "failures.jsonl").read_text().splitlines()]
+    assert [f["id"] for f in failures] == [lines[1]["id"]]
+    assert "items/en.jsonl has a span past the end of the answer" in failures[0]["error"]
+    assert not submission.exists()
+
+    code, _, err = cli(capsys, *args)  # the next run computes it again
+    assert code == 0, err
+    assert submission.read_text() == before
+
+
 def test_a_wrong_eval_dir_is_refused_before_the_run_starts(tmp_path, capsys):
     """`run --eval-dir` was read only after every variant had run: a file there failed the run
     at its end, and a folder in the official data got the comparison."""

@@ -122,6 +122,16 @@ class ItemResult(BaseModel):
         "item, so per-item figures are exact only summed",
     )
 
+    @model_validator(mode="after")
+    def _ok_holds_its_prediction(self) -> ItemResult:
+        # A ledger line edited to "ok" with no prediction was written out as an empty one,
+        # a "nothing wrong" nobody computed; unreadable, the line's item is computed again.
+        if self.status == "ok" and self.prediction is None:
+            raise ValueError("an ok result holds its prediction")
+        if self.prediction is not None and self.prediction.id != self.id:
+            raise ValueError(f"the prediction is of {self.prediction.id!r}, not {self.id!r}")
+        return self
+
     @classmethod
     def ok(
         cls,

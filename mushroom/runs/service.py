@@ -33,6 +33,7 @@ import os
 import re
 import threading
 import time
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from contextlib import nullcontext
@@ -532,6 +533,24 @@ def unusable_warnings(where: str, stats: dict[str, int], in_run: bool = True) ->
     return out
 
 
+_PAST_END = (
+    "its result in {path} has a span past the end of the answer (a line edited by hand, or of "
+    "another answer): a re-run of the folder computes it again"
+)
+
+
+def _reaches_past(prediction: Prediction, length: int) -> bool:
+    """Whether a ledger prediction has a span past its answer's end.
+
+    The item's inputs are checked by digest; its prediction was not: such a span went into
+    the submission, which then failed its own check on every re-run, naming the file the
+    run had just written.
+    """
+    return any(s.end > length for s in prediction.soft_labels) or any(
+        h[1] > length for h in prediction.hard_labels
+    )
+
+
 def _sum_stats(results: Iterable[ItemResult]) -> tuple[dict[str, int], float]:
     """(summed counters, summed item seconds) of results, read once."""
     total: Counter[str] = Counter()
@@ -990,6 +1009,7 @@ class RunService:
                         "mushroom): an item with no other readable line there is computed again"
                     )
                 ids: list[str] = []  # what the end of the run needs of each item: its id
+                lengths = array("q")  # and its answer's length (8 bytes an item, not the item)
                 changed = 0  # items done by an earlier run whose inputs have changed since
                 seen = _ContextTally()
                 lang_contexts = None  # a split's contexts of this language, read once
@@ -1002,6 +1022,7 @@ class RunService:
                     iterator = iter(items)
                     while batch := list(itertools.islice(iterator, chunk)):
                         ids.extend(it.id for it in batch)
+                        lengths.extend(len(it.model_output_text) for it in batch)
                         batch_ids = [it.id for it in batch]
                         if context_files is not None:
                             ctx = context_files.load(batch_ids)
@@ -1044,7 +1065,7 @@ class RunService:
                 out.contexts_missing[lang] = seen.missing
                 if seen.bare:
                     self.warn(seen.warning(split, lang, len(ids), sources))
-                self._write_language(detector, split, lang, ids, ledger, folder, out)
+                self._write_language(detector, split, lang, ids, lengths, ledger, folder, out)
                 run_ids[lang] = ids
                 n_items += len(ids)
         item_seconds = self._write_stats(folder, ledgers, run_ids, out, stage)
@@ -1159,7 +1180,7 @@ class RunService:
             end_work()
 
     def _write_language(
-        self, detector, split, lang, ids: list[str], ledger: Ledger, folder, out: SplitOutput
+        self, detector, split, lang, ids: list[str], lengths: array, ledger: Ledger, folder, out: SplitOutput
     ) -> None:
         from mushroom.data.channels import channel_file, legacy_channel_file
 
@@ -1179,16 +1200,33 @@ class RunService:
                 path.unlink(missing_ok=True)
             return
         # Written from the ledger as a stream, in the items' order; failed items (allowed) empty.
+        past_end: list[str] = []
+
+        def rows() -> Iterator[dict]:
+            for i, n, res in zip(ids, lengths, ledger.read(ids)):
+                pred = res.prediction if res is not None and res.status == "ok" else None
+                if pred is not None and _reaches_past(pred, n):
+                    past_end.append(i)
+                    pred = None
+                yield (pred or Prediction(id=i)).submission_dict()
+
         writer = JsonlWriter(path)
         try:
-            writer.write(
-                (
-                    res.prediction
-                    if res is not None and res.status == "ok" and res.prediction
-                    else Prediction(id=i)
-                ).submission_dict()
-                for i, res in zip(ids, ledger.read(ids))
-            )
+            writer.write(rows())
+            if past_end:
+                # not this item's result (a line edited by hand, or another answer's): failed,
+                # so that it is named now and the next run of the folder computes it again
+                error = _PAST_END.format(path=ledger.path)
+                for item_id in past_end:
+                    ledger.add(ItemResult.failed(item_id, error))
+                ledger.close()
+                bad = [Failure(split, lang, i, error, detector.name, where) for i in past_end]
+                out.failures.extend(bad)
+                self.failures.extend(bad)
+                if not self.allow_failures:
+                    if not self.side_pass:
+                        path.unlink(missing_ok=True)
+                    return
             writer.commit()
         finally:
             writer.discard()
