@@ -97,6 +97,41 @@ def _english_stack(tmp_path, capsys):
     return run, stack
 
 
+def test_a_hand_edited_stack_json_is_named_field_by_field_not_an_internal_error(tmp_path, capsys):
+    """An audit edited stack.json: an unknown hard-label source and a cut logistic model ended
+    in "internal error" (exit 70), a threshold of 5 was taken."""
+    run, stack = _english_stack(tmp_path, capsys)
+    saved = json.loads(stack.read_text())
+    linear = saved["scorer"]["linear"] if saved["scorer"]["kind"] == "blend" else saved["scorer"]
+    tree = saved["scorer"]["trees"]["trees"][0]
+    edits = [
+        ({"hard_from": "zzz"}, "hard_from: 'zzz' is neither 'stack' nor a member (lex)"),
+        ({"hard_sources": {"en": "zzz"}}, "hard_sources.en: 'zzz' is neither"),
+        ({"threshold": 5}, "threshold"),
+        ({"thresholds": {"en": -1}}, "thresholds.en"),
+        ({"features": saved["features"][:-1]}, "its logistic model has"),
+    ]
+    for edit, needle in edits:
+        stack.write_text(json.dumps({**saved, **edit}))
+        code, _, err = cli(
+            capsys, "stack", "apply", stack, f"lex={run}", "--out", tmp_path / "o", "--split", "val"
+        )
+        said = " ".join(err.split())
+        assert code == 1 and needle in said and str(stack) in said and "internal error" not in said, (
+            edit,
+            err,
+        )
+    linear["coef"] = linear["coef"][:3]
+    tree["left"][0] = 0  # a loop back to the root
+    stack.write_text(json.dumps(saved))
+    code, _, err = cli(
+        capsys, "stack", "apply", stack, f"lex={run}", "--out", tmp_path / "o", "--split", "val"
+    )
+    said = " ".join(err.split())
+    assert code == 1 and "coef has 3 weights" in said and "node 0: its children" in said, err
+    assert not (tmp_path / "o").exists()
+
+
 def test_where_a_runs_files_are_and_an_option_its_version_lacked_are_no_other_settings(tmp_path):
     """A replay's responses file differs between a val and a test run, an items run's sources are
     its files, and an older run lacks options added since: none of it is another setting."""

@@ -19,10 +19,12 @@ from mushroom.combine.stack.empty import EmptyRule
 from mushroom.combine.stack.features import StackData
 from mushroom.combine.stack.logistic import design, fit_logistic, predict
 from mushroom.combine.stack.trees import TreeScorer, TreeSettings, fit_trees
+from mushroom.detectors.base import HardThreshold
 from mushroom.errors import MushroomError, did_you_mean
 
 ModelKind = Literal["blend", "trees", "logistic"]
 MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 def check_model_kind(kind: str, where: str = "stack model") -> ModelKind:
@@ -45,6 +47,19 @@ class LinearScorer(BaseModel):
     mean: list[float] = Field(description="feature means used for standardising")
     scale: list[float] = Field(description="feature scales used for standardising")
     l2: float = 1.0
+
+    @model_validator(mode="after")
+    def _shapes_agree(self) -> LinearScorer:
+        # a hand-edited stack.json failed at apply time as "internal error: operands could not
+        # be broadcast together"
+        if not len(self.coef) == len(self.mean) + 1 == len(self.scale) + 1:
+            raise ValueError(
+                f"coef has {len(self.coef)} weights, mean {len(self.mean)} and scale "
+                f"{len(self.scale)} values: coef holds one more (the intercept)"
+            )
+        if not all(x > 0 for x in self.scale):
+            raise ValueError("scale: every value must be above 0")
+        return self
 
     def __call__(self, feats: np.ndarray) -> np.ndarray:
         """Per-character probability of one feature matrix."""
@@ -106,10 +121,10 @@ class StackModel(BaseModel):
     languages: list[str] = Field(description="languages with a one-hot feature")
     features: list[str]
     scorer: Scorer | None = Field(None, description="the fitted model (None in stacks saved before trees)")
-    threshold: float = Field(description="hard-label threshold for languages without their own")
-    floor: float = Field(description="probability floor for languages without their own")
-    thresholds: dict[str, float] = Field(default_factory=dict, description="per-language threshold")
-    floors: dict[str, float] = Field(default_factory=dict, description="per-language floor")
+    threshold: HardThreshold = Field(description="hard-label threshold for languages without their own")
+    floor: Probability = Field(description="probability floor for languages without their own")
+    thresholds: dict[str, HardThreshold] = Field(default_factory=dict, description="per-language threshold")
+    floors: dict[str, Probability] = Field(default_factory=dict, description="per-language floor")
     hard_from: str = Field(
         "stack",
         description="for languages without their own choice: 'stack' (its own threshold) or the "
@@ -147,6 +162,28 @@ class StackModel(BaseModel):
         if isinstance(data, dict) and "coef" in data:
             data = {k: v for k, v in data.items() if k not in ("coef", "mean", "scale", "l2")}
         return data
+
+    @model_validator(mode="after")
+    def _names_and_shapes_agree(self) -> StackModel:
+        # A hand-edited stack.json failed at apply time as "internal error: KeyError" (a hard
+        # label source that is no member) or a broadcast error (a scorer of other features).
+        sources = ("stack", *self.members)
+        for field_name, value in (
+            ("hard_from", self.hard_from),
+            *((f"hard_sources.{lang}", src) for lang, src in self.hard_sources.items()),
+        ):
+            if value not in sources:
+                raise ValueError(
+                    f"{field_name}: {value!r} is neither 'stack' nor a member ({', '.join(self.members)})"
+                )
+        n = len(self.features)
+        linear = self.scorer.linear if isinstance(self.scorer, BlendScorer) else self.scorer
+        if isinstance(linear, LinearScorer) and len(linear.mean) != n:
+            raise ValueError(f"scorer: its logistic model has {len(linear.mean)} features, the stack {n}")
+        trees = self.scorer.trees if isinstance(self.scorer, BlendScorer) else self.scorer
+        if isinstance(trees, TreeScorer) and any(f >= n for t in trees.trees for f in t.feature):
+            raise ValueError(f"scorer: a tree splits on a feature past the stack's {n}")
+        return self
 
     def gate_summary(self) -> str:
         """One line saying which model-backed members the stack kept, and on what numbers."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 _BIG = float(np.finfo(float).max)
 
@@ -55,6 +55,21 @@ class Tree(BaseModel):
     missing_left: list[bool]
     leaf: list[bool]
     value: list[float]
+
+    @model_validator(mode="after")
+    def _a_tree(self) -> Tree:
+        # a hand-edited tree walked off its arrays at apply time (an internal IndexError), or
+        # round a loop for ever; sklearn numbers a child after its parent
+        sizes = {len(getattr(self, name)) for name in type(self).model_fields}
+        if len(sizes) != 1 or not self.leaf:
+            raise ValueError("a tree's node arrays must be non-empty and of one length")
+        n = len(self.leaf)
+        for k in range(n):
+            if not self.leaf[k] and not (
+                k < self.left[k] < n and k < self.right[k] < n and self.feature[k] >= 0
+            ):
+                raise ValueError(f"node {k}: its children or feature are not nodes of the tree")
+        return self
 
 
 class TreeScorer(BaseModel):
