@@ -114,7 +114,17 @@ def test_a_hand_edited_stack_json_is_named_field_by_field_not_an_internal_error(
     for edit, needle in edits:
         stack.write_text(json.dumps({**saved, **edit}))
         code, _, err = cli(
-            capsys, "stack", "apply", stack, f"lex={run}", "--out", tmp_path / "o", "--split", "val"
+            capsys,
+            "stack",
+            "apply",
+            stack,
+            f"lex={run}",
+            "--out",
+            tmp_path / "o",
+            "--split",
+            "val",
+            "--lang",
+            "en",
         )
         said = " ".join(err.split())
         assert code == 1 and needle in said and str(stack) in said and "internal error" not in said, (
@@ -125,7 +135,17 @@ def test_a_hand_edited_stack_json_is_named_field_by_field_not_an_internal_error(
     tree["left"][0] = 0  # a loop back to the root
     stack.write_text(json.dumps(saved))
     code, _, err = cli(
-        capsys, "stack", "apply", stack, f"lex={run}", "--out", tmp_path / "o", "--split", "val"
+        capsys,
+        "stack",
+        "apply",
+        stack,
+        f"lex={run}",
+        "--out",
+        tmp_path / "o",
+        "--split",
+        "val",
+        "--lang",
+        "en",
     )
     said = " ".join(err.split())
     assert code == 1 and "coef has 3 weights" in said and "node 0: its children" in said, err
