@@ -300,6 +300,16 @@ def test_an_ensemble_never_overwrites_its_input_and_names_a_file_with_other_item
     ):
         code, _, err = cli(capsys, "ensemble", pa, pb, "--items", items, "--out", out)
         assert code == 2 and said in " ".join(err.split()) and out.read_bytes() == VAL_EN.read_bytes(), err
+    # nor a copy of the data outside the data folder (an audit replaced a gold file, exit 0),
+    # whatever writes: ensemble, score --json
+    copy = tmp_path / "datacopy" / "val" / "mushroom.en-val.v2.extra.jsonl"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(VAL_EN.read_bytes())
+    for args in (("ensemble", pa, pb, "--out", copy), ("score", VAL_EN, pa, "--json", copy)):
+        code, _, err = cli(capsys, *args)
+        said = " ".join(err.split())
+        assert code == 2 and f"{copy} holds items (answers with model_output_text)" in said, err
+        assert copy.read_bytes() == VAL_EN.read_bytes()
     short = tmp_path / "short.jsonl"
     short.write_text("".join(pb.read_text().splitlines(keepends=True)[:3]))
     code, _, err = cli(capsys, "ensemble", pa, short, "--out", tmp_path / "e.jsonl")

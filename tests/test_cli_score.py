@@ -128,6 +128,13 @@ def test_score_json_dash_prints_only_json(capsys):
     assert "IoU: 1.00000000" in err
 
 
+def test_json_and_output_into_one_file_is_refused(tmp_path, capsys):
+    """Both wrote the same path: the second won and the JSON was lost, exit 0."""
+    same = tmp_path / "x.json"
+    code, _, err = cli(capsys, "score", VAL_EN, VAL_EN, "--json", same, "--output", same)
+    assert code == 2 and "is the --output file too" in err and not same.exists(), err
+
+
 def test_a_run_over_every_item_still_needs_every_item(tmp_path, capsys):
     run = tmp_path / "run"
     (run / "predictions").mkdir(parents=True)

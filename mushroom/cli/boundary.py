@@ -197,12 +197,39 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
             f"{option} {path} is inside {DEFAULT_DATA_DIR}, the folder of the official data files; "
             "write it elsewhere"
         )
+    if _holds_items(target):
+        # a copy of the data outside the configured folder: `ensemble --out` replaced its gold
+        raise MushroomError(
+            f"{option} {path} holds items (answers with model_output_text), not predictions: "
+            "writing would replace them; write it elsewhere"
+        )
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if parent.exists() and not parent.is_dir():
         raise MushroomError(f"{option} {path}: {parent} is a file, not a folder")
     return path
+
+
+def _holds_items(path: Path) -> bool:
+    """Whether an existing file's first record is an item (a data or gold file), read from its head."""
+    import json
+
+    if not path.is_file():
+        return False
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(1 << 20)
+    except OSError:
+        return False
+    for line in head.splitlines():
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return False
+            return isinstance(record, dict) and "model_output_text" in record
+    return False
 
 
 # ---- interruption ------------------------------------------------------------------------

@@ -83,6 +83,9 @@ def score(
         output_file(output, "--output", (gold, pred, compare))
     if json_out is not None and not json_only:
         output_file(Path(json_out), "--json", (gold, pred, compare))
+        if output is not None and Path(json_out).resolve() == output.resolve():
+            # the second write won, and the JSON was lost (exit 0)
+            raise MushroomError(f"--json {json_out} is the --output file too; give each its own file")
     lang_list = lang_codes([langs]) if langs is not None else None
     result = _score_or_hint(gold, pred, lang_list, show_pairing=gold.is_dir(), partial=partial)
     if per_lang:
