@@ -386,6 +386,26 @@ def test_a_run_whose_config_json_is_damaged_is_named_not_read_as_loose_files(tmp
             err.split()
         ), err
 
+    # not UTF-8: a resumed run said "a file is not valid UTF-8", naming none
+    (run / "config.json").write_bytes(b'{"config": {}}\xe9')
+    code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "5", "--out", run, "--quiet")
+    assert code == 1 and f"{run / 'config.json'}: not valid UTF-8" in " ".join(err.split()), err
+    prompt = tmp_path / "latin1.md"
+    prompt.write_bytes("Question : {{question}} \xe9t\xe9".encode("latin-1"))
+    args = (
+        "detect",
+        "--backend",
+        "replay",
+        "--responses",
+        prompt,
+        "--prompt",
+        prompt,
+        "--out",
+        tmp_path / "p",
+    )
+    code, _, err = cli(capsys, *args)
+    assert code == 1 and f"{prompt}: not valid UTF-8" in " ".join(err.split()), err
+
 
 def test_the_paired_difference_is_in_the_json_too(tmp_path, capsys):
     run = limited_run(tmp_path, capsys)

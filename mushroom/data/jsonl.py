@@ -373,6 +373,19 @@ def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
         os.fsync(out.fileno())
 
 
+def read_utf8(path: str | Path) -> str:
+    """A whole text file; one that is not UTF-8 is an error naming it.
+
+    The boundary's last resort said only "a file is not valid UTF-8", naming no file.
+    """
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError.single(
+            path, None, None, f"not valid UTF-8 (byte {exc.start + 1}): {exc.reason}"
+        ) from None
+
+
 def read_json_model(path: str | Path, model: type[M]) -> M:
     """One JSON document as a validated record; problems name the file and field."""
     path = Path(path)

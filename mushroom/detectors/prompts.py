@@ -120,7 +120,9 @@ def load_prompt(name_or_path: str) -> PromptTemplate:
     path = find_prompt(name_or_path)
     if path is None:
         raise MushroomError(prompt_missing(name_or_path))
-    text = path.read_text(encoding="utf-8")
+    from mushroom.data.jsonl import read_utf8
+
+    text = read_utf8(path)
     parts = _SECTION.split(text)
     sections = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
     if "user" not in sections:

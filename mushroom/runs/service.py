@@ -55,7 +55,7 @@ from mushroom.data.contexts import (
     support_contexts,
 )
 from mushroom.data.itemstream import ContextFiles
-from mushroom.data.jsonl import JsonlWriter, mend_cut_line, write_jsonl
+from mushroom.data.jsonl import JsonlWriter, mend_cut_line, read_utf8, write_jsonl
 from mushroom.data.label_files import EMPTY_ANSWER
 from mushroom.data.predictions import mark_all, prediction_file_lang, submission_name
 from mushroom.data.records import ChannelRecord, Context, Item, Prediction
@@ -764,7 +764,7 @@ class RunService:
     def read_json(self, path: Path) -> Any:
         """A JSON file of the folder; None if it is missing, an error naming it if unreadable."""
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return json.loads(read_utf8(path))
         except FileNotFoundError:
             return None
         except json.JSONDecodeError as exc:
