@@ -103,6 +103,14 @@ def test_detect_and_score_take_a_saved_dataset_folder(tmp_path, capsys):
         capsys, "report", out, "--items", gold, "--contexts", ctx, "--out", tmp_path / "r.html"
     )
     assert code == 0 and (tmp_path / "r.html").is_file(), err
+    # compare and sweep too, and report without --items reads the folder the run recorded
+    # (each said "is a folder; give a file", or "give its items file")
+    code, shown, err = cli(capsys, "compare", out, "--items", gold, "--eval-dir", tmp_path / "eval")
+    assert code == 0 and "it" in shown, err
+    code, shown, err = cli(capsys, "sweep", out, "--items", gold, "--svg", tmp_path / "s.svg")
+    assert code == 0 and (tmp_path / "s.svg").is_file(), err
+    code, shown, err = cli(capsys, "report", out, "--out", tmp_path / "r2.html")
+    assert code == 0 and (tmp_path / "r2.html").is_file() and f"made with --items {gold}" in err, err
 
 
 def test_a_bad_saved_dataset_is_named_with_its_row_and_field(tmp_path, capsys):

@@ -154,8 +154,11 @@ def _recorded_items(run_dir: Path, contexts: str) -> tuple[Path | None, str]:
     Its config keeps them (`made_from`): a report had to be given them again. --contexts, when
     given, wins. (None, contexts) where the run kept none, or they are gone; said when taken.
     """
+    from mushroom.data.hf import is_saved_dataset
+
     items, files = _made_from(run_dir)
-    if items is None or not items.is_file():
+    # a saved dataset folder is an items source as a file is (`detect --items` takes both)
+    if items is None or not (items.is_file() or is_saved_dataset(items)):
         return None, contexts
     gone = [str(p) for p in files if not p.is_file()]
     if gone and contexts == DEFAULT_CONTEXTS:  # it asked for the items file, which was there
@@ -177,11 +180,13 @@ ITEMS_RUNS_HELP = "the labelled items file the runs were made on (`detect --item
 
 def _items_instead_of_split(items: Path, split: str, runs: list[Path], what: str) -> str:
     """The split "items": runs of `detect --items` read against their labelled items file."""
+    from mushroom.data.hf import is_saved_dataset
     from mushroom.data.runfolder import items_files
 
     if split != "val":
         raise MushroomError(f"--items {items} replaces --split {split}: give one of them")
-    input_file(items, "--items")
+    if not is_saved_dataset(items):  # a saved dataset folder is read as a file is
+        input_file(items, "--items")
     for run in runs:
         if not items_files(run):
             raise MushroomError(

@@ -33,15 +33,18 @@ def score_run_files(
     errors. Without a run folder (files given directly) or for a run over every item, each
     gold item must have a prediction, as the official scorer requires.
     """
-    from mushroom.data.hf import is_saved_dataset, saved_gold
+    from mushroom.data.hf import is_saved_dataset, saved_gold, saved_items_file
     from mushroom.data.predictions import prediction_langs, submission_name
     from mushroom.data.runfolder import items_files, prediction_folder, run_scope, variant_names
     from mushroom.data.splits import lang_from_filename
     from mushroom.evaluation.score import pair_paths, score_pairs
 
     checked: dict[Path, FailureCheck] = {}  # ledgers read for the edit check, read once
-    if is_saved_dataset(gold):  # a folder of Dataset.save_to_disk: as official per-language files
-        gold = saved_gold(gold)
+    if is_saved_dataset(gold):
+        # a folder of Dataset.save_to_disk: for a `detect --items` run, as the items file it
+        # was made from (its files are per language of that file: a folder of official
+        # files was looked for in it as in a split run); else as official per-language files
+        gold = saved_items_file(gold) if pred.is_dir() and items_files(pred) else saved_gold(gold)
     scope = run_scope(pred)
     test = any(gold.glob("*-tst*.jsonl")) if gold.is_dir() else "-tst" in gold.name
     split = "test" if test else "val"
