@@ -626,3 +626,35 @@ def test_a_run_s_own_scoring_warns_of_its_predictions_quirks(tmp_path):
     written = tmp_path / "mushroom.en-val.v2.jsonl"
     said = " ".join(score_predictions(items, preds, written).warnings)
     assert "2 soft spans overlapping earlier ones" in said and str(written) in said, said
+
+
+def test_a_missing_gold_is_named_before_the_run_and_a_runs_failure_list_is_no_loose_file(tmp_path, capsys):
+    """A docs audit: `score my-gold RUN` with no my-gold blamed the run; scoring a run folder
+    said its own failures.jsonl was "ignored, no language in the file name"."""
+    run = limited_run(tmp_path, capsys)
+    items = write_lines(
+        tmp_path / "items.jsonl", [json.loads(x) for x in VAL_EN.read_text().splitlines()[:3]]
+    )
+    items_run = tmp_path / "items-run"
+    ctx = write_lines(
+        tmp_path / "ctx.jsonl",
+        [{"id": json.loads(x)["id"], "context": "text"} for x in VAL_EN.read_text().splitlines()[:3]],
+    )
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", ctx, "--out", items_run, "--quiet")
+    assert code == 0, err
+    code, _, err = cli(capsys, "score", tmp_path / "my-gold", items_run)
+    assert code == 2 and f"GOLD {tmp_path / 'my-gold'}: no such file or folder" in " ".join(err.split()), err
+    folder = tmp_path / "loose"
+    folder.mkdir()
+    (folder / "mushroom.en-val.v2.jsonl").write_bytes(
+        (run / "predictions" / "mushroom.en-val.v2.jsonl").read_bytes()
+    )
+    (folder / "failures.jsonl").write_text("")
+    code, _, err = cli(capsys, "score", VAL_DIR, folder, "--partial", "--langs", "en")
+    assert code == 0 and "ignored" not in err, err
+
+
+def test_a_member_written_with_a_colon_is_told_to_use_equals(tmp_path, capsys):
+    run = limited_run(tmp_path, capsys)
+    code, _, err = cli(capsys, "stack", "fit", f"lexical:{run}", "--out", tmp_path / "s.json")
+    assert code == 2 and "name a member with '=': NAME=RUN_DIR" in err, err

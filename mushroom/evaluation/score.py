@@ -281,13 +281,18 @@ class Pairing:
         return lines
 
 
+RUN_LISTS = frozenset({"failures.jsonl"})
+"""Files a run folder keeps beside its predictions that are no prediction file (not said as ignored)."""
+
+
 def _files_by_lang(folder: Path) -> tuple[dict[str, Path], list[Path]]:
     by_lang: dict[str, list[Path]] = {}
     unnamed: list[Path] = []
     for path in sorted(folder.glob("*.jsonl")):
         lang = lang_from_filename(path)
         if lang is None:
-            unnamed.append(path)
+            if path.name not in RUN_LISTS:
+                unnamed.append(path)
             continue
         by_lang.setdefault(lang, []).append(path)
     for lang, paths in by_lang.items():

@@ -165,6 +165,8 @@ def parse_members(specs: list[str]) -> list[Member]:
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep:
+            if ":" in spec and not Path(spec).exists():  # `lexical:runs/LEX` was "no val prediction files"
+                raise MushroomError(f"member {spec!r}: no such folder; name a member with '=': NAME=RUN_DIR")
             path, name = spec, Path(spec).name
         # a name heads a table's column and is written in stack.json: '' made an empty header
         # (and `stack apply =RUN`), 'a|b' broke the Markdown tables
