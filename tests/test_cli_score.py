@@ -658,3 +658,18 @@ def test_a_member_written_with_a_colon_is_told_to_use_equals(tmp_path, capsys):
     run = limited_run(tmp_path, capsys)
     code, _, err = cli(capsys, "stack", "fit", f"lexical:{run}", "--out", tmp_path / "s.json")
     assert code == 2 and "name a member with '=': NAME=RUN_DIR" in err, err
+
+
+def test_a_line_lost_from_a_limited_runs_file_is_named_not_scored_as_never_predicted(tmp_path, capsys):
+    """An audit deleted line 3 of a --limit 5 run's file: scored on 4 items with no flag."""
+    run = limited_run(tmp_path, capsys)
+    pred = run / "predictions" / "mushroom.en-val.v2.jsonl"
+    lines = pred.read_text().splitlines(keepends=True)
+    lost = json.loads(lines[2])["id"]
+    pred.write_text("".join(lines[:2] + lines[3:]))
+    code, _, err = cli(capsys, "score", VAL_DIR, run)
+    said = " ".join(err.split())
+    assert code == 0 and "no prediction for 1 item its run predicted (--limit 5" in said and lost in said, err
+    pred.write_text("".join(lines))
+    code, _, err = cli(capsys, "score", VAL_DIR, run)
+    assert code == 0 and "its run predicted" not in err, err

@@ -7,14 +7,17 @@ line prints those lines on stderr, so stdout stays the official two lines).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mushroom.data.runfolder import FailureCheck
 from mushroom.errors import MushroomError
+from mushroom.util.words import plural
 
 if TYPE_CHECKING:
+    from mushroom.data.runfolder import RunScope
     from mushroom.evaluation.score import ScoreResult
 
 
@@ -89,6 +92,14 @@ def score_run_files(
     result = score_pairs(pairing.pairs, partial=partial or (scope is not None and scope.partial))
     if scope is not None and scope.partial and result.unscored:
         note(scope.note(len(result.ids), result.n_gold))
+        lost = _lost_within_limit(pairing.pairs, set(result.ids), scope)
+        if lost:  # a line deleted from the file was scored as an item the run never predicted
+            result.warnings.append(
+                f"{pred}: no prediction for {plural(len(lost), 'item')} its run predicted "
+                f"(--limit {scope.limit} covers the first {scope.limit} of each language): "
+                f"{', '.join(lost[:5])}{', ...' if len(lost) > 5 else ''}; was its file edited? "
+                "The same command on the run folder writes it again"
+            )
     elif result.unscored:
         note(
             f"scored {len(result.ids)} of {result.n_gold} gold items (--partial): "
@@ -96,6 +107,29 @@ def score_run_files(
         )
     note_failed_items([path for _, _, path in pairing.pairs], note, checked)
     return result
+
+
+def _lost_within_limit(pairs: list[tuple[str, Path, Path]], scored: set[str], scope: RunScope) -> list[str]:
+    """Ids among the first `--limit` gold items of each scored file that the predictions lack.
+
+    A run made with `--limit N` (and no cascade budget) predicted exactly those items, in the
+    gold file's order; one missing was lost from the file, not left out by the run.
+    """
+    import json
+
+    if scope.limit is None or scope.budget is not None:
+        return []
+    lost = []
+    for _, gold, _ in pairs:
+        with gold.open(encoding="utf-8-sig") as handle:
+            for line in itertools.islice((x for x in handle if x.strip()), scope.limit):
+                try:
+                    item_id = json.loads(line).get("id")
+                except (ValueError, AttributeError):
+                    return []  # the scorer has read it already; nothing to add here
+                if isinstance(item_id, str) and item_id not in scored:
+                    lost.append(item_id)
+    return lost
 
 
 def _refuse_edited(items_file: Path, files: list[Path]) -> dict[Path, FailureCheck]:
