@@ -938,3 +938,26 @@ def test_a_claim_the_verify_reply_skips_is_left_unverifiable_not_supported():
     assert np.allclose(vec[start : start + len("won two Nobel Prizes")], 0.4)
     assert vec[ANSWER.index("Berlin")] == pytest.approx(0.9) and vec[: ANSWER.index("born")].max() == 0
     assert [list(h) for h in pred.hard_labels] == [[32, 38]]
+
+
+def test_contexts_done_before_with_other_settings_are_said_not_kept_in_silence(tmp_path, capsys):
+    """An audit re-ran `contexts` with --max-tokens 300 --topic over contexts made with 64 and
+    no topic: "done before", exit 0, no word (`detect` refuses a folder made otherwise)."""
+    from cli_helpers import cli
+
+    from mushroom.data.splits import load_split
+
+    items = load_split("val", ["it"])["it"][:2]
+    replay = write_lines(
+        tmp_path / "r.jsonl", [{"id": it.id, "response": f"Background {it.id}."} for it in items]
+    )
+    args = ["contexts", "--lang", "it", "--limit", "2", "--backend", "replay", "--responses", replay]
+    args += ["--source", "rec", "--context-dir", tmp_path]
+    code, _, err = cli(capsys, *args, "--max-tokens", "64")
+    assert code == 0 and "warning" not in err, err
+    code, _, err = cli(capsys, *args, "--max-tokens", "64")  # the same settings: nothing to say
+    assert code == 0 and "made with" not in err, err
+    code, _, err = cli(capsys, *args, "--max-tokens", "300", "--topic")
+    said = " ".join(err.split())
+    assert code == 0 and "it: 2 contexts done before in val.it.rec.jsonl were made with" in said, err
+    assert "max_tokens 64" in said and "topic False" in said and "give another --source" in said

@@ -155,6 +155,11 @@ def contexts_cmd(
             f"[yellow]warning:[/yellow] {plural(run.unread, 'grading verdict')} said neither relevant nor "
             f"irrelevant; those contexts were kept (verdicts in {esc(', '.join(map(str, run.unread_files)))})"
         )
+    for line in run.made_otherwise:
+        err_console.print(
+            f"[yellow]warning:[/yellow] {esc(line)}: kept as they are (the source only grows); give "
+            "another --source (or --context-dir) to make them with these settings"
+        )
     if run.truncated:
         err_console.print(
             f"[yellow]warning:[/yellow] {plural(run.truncated, 'generated context')} stopped at "

@@ -71,6 +71,9 @@ class ContextStats:
     """Items left with no usable context so far, this run's and earlier runs' (a re-run shows
     them as "done before" too)."""
     errors: list[str] = field(default_factory=list)
+    made_otherwise: str | None = None
+    """How the contexts done before were made, where it differs from this run's settings
+    (they are kept as they are: the source only grows)."""
 
 
 GRADING_FAILED = "grading failed"
@@ -346,6 +349,15 @@ def generate_contexts(
             f"--source (or --context-dir) to grade afresh, or the grading it was made with"
         )
     done = _done_ids(out_path) | _done_ids(grades_path, grading, cut)
+    template = generation_prompt(prompt)
+    made_with = {
+        "model": str(getattr(backend.config, "model", "") or ""),
+        "prompt": template.name,
+        "prompt_sha256": template.sha256,
+        "max_tokens": max_tokens,
+        "topic": with_topic,
+    }
+    earlier = _made_with(root / f"{stem}.made_with.json", made_with, out_path)
     if tiers and grading != "none":  # graded tiers fall through (see the module docstring)
         copied = _copied_from_tiers(out_path)
         stats.covered_by_tiers += sum(1 for it in items if it.id in copied)
@@ -365,10 +377,13 @@ def generate_contexts(
             stats.already_generated += 1
         else:
             todo.append(item)
+    if stats.already_generated and earlier != made_with:
+        stats.made_otherwise = ", ".join(
+            f"{key} {earlier.get(key)!r}" for key in made_with if earlier.get(key) != made_with[key]
+        )
     if not todo:
         _source_file(out_path, grades_path, items, stats)
         return stats
-    template = generation_prompt(prompt)
     requests = []
     for item in todo:
         topic = ""
@@ -419,6 +434,26 @@ def generate_contexts(
             stats.dropped += 1
     _source_file(out_path, grades_path, items, stats)
     return stats
+
+
+def _made_with(path: Path, settings: dict, out_path: Path) -> dict:
+    """The settings the source's generated contexts were first made with; these, for a new source.
+
+    A re-run with another --max-tokens, --topic, prompt or model kept the contexts done
+    before without a word (`detect` refuses a folder made with another config).
+    """
+    import json
+
+    if out_path.exists() and out_path.stat().st_size and path.is_file():
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            saved = None
+        if isinstance(saved, dict):
+            return saved
+    if not (out_path.exists() and out_path.stat().st_size):  # a new (or emptied) source: its settings
+        path.write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
+    return settings
 
 
 def _source_file(out_path: Path, grades_path: Path, items: list[Item], stats: ContextStats) -> None:

@@ -41,6 +41,9 @@ class ContextsRun:
     """The grades files that hold those verdicts, one per language that has some."""
     truncated: int = 0
     """Generated contexts cut off at max_tokens (kept as they are)."""
+    made_otherwise: list[str] = field(default_factory=list)
+    """`lang: N contexts ... made with ...` for each language whose contexts done before were
+    made with other settings."""
     failed: list[str] = field(default_factory=list)
     """`lang: id: error` of each context that could not be generated."""
 
@@ -206,6 +209,11 @@ def generate_split(
             if st.unreadable_verdicts:
                 run.unread_files.append(grades_file(root / f"{stem}.jsonl"))
             run.truncated += st.truncated
+            if st.made_otherwise:
+                run.made_otherwise.append(
+                    f"{code}: {plural(st.already_generated, 'context')} done before in {stem}.jsonl "
+                    f"{'was' if st.already_generated == 1 else 'were'} made with {st.made_otherwise}"
+                )
             run.rows.append([code, *counts])
             run.failed += [f"{code}: {err}" for err in st.errors]
     return run
