@@ -29,6 +29,12 @@ def test_an_empty_items_file_is_an_input_error(tmp_path, capsys):
     out = tmp_path / "run"
     code, _, err = cli(capsys, "detect", "--items", empty, "--contexts", ctx, "--out", out, "--quiet")
     assert code == 1 and f"{empty}: no items" in err and not out.exists()
+    # and an empty contexts file, as an empty items file (it said exit 2, a usage error)
+    items = write_lines(
+        tmp_path / "items.jsonl", [{"id": "a", "lang": "en", "model_input": "q", "model_output_text": "x"}]
+    )
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", empty, "--out", out, "--quiet")
+    assert code == 1 and f"{empty}: the file has no contexts" in err and not out.exists(), err
 
 
 def test_backend_shortcuts_with_a_detector_that_calls_no_llm_are_refused(tmp_path, capsys):

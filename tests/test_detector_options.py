@@ -48,3 +48,12 @@ def test_a_semantic_window_wider_than_the_encoder_is_refused_before_the_run(tmp_
     told = " ".join(err.split())
     assert code == 2 and "max_length 2000 is more than the 512 tokens the encoder" in told, err
     assert "give -o max_length=512 or less" in told and not out.exists()
+
+
+def test_an_option_given_with_its_detectors_prefix_says_to_drop_it(tmp_path, capsys):
+    """`main-job --detector lexical -o lexical.threshold=0.2` said only "field 'lexical': unknown option"."""
+    from cli_helpers import cli
+
+    code, _, err = cli(capsys, "detect", "-o", "lexical.threshold=0.2", "--out", tmp_path / "r", "--quiet")
+    said = " ".join(err.split())
+    assert code == 2 and "runs lexical alone: give its options without the prefix, -o threshold=" in said, err

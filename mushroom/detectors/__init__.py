@@ -137,6 +137,15 @@ def _nested_hint(cls: type[Detector], key: str) -> str:
     return ""
 
 
+def _prefix_hint(name: str, err: Any) -> str:
+    """`-o lexical.threshold=0.2` to one lexical detector: the option without its detector's name."""
+    given = err.get("input")
+    if str(err["loc"][0]) == name and isinstance(given, dict) and len(err["loc"]) == 1:
+        first = next(iter(given), "KEY")
+        return f" (this command runs {name} alone: give its options without the prefix, -o {first}=…)"
+    return ""
+
+
 def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) -> Detector:
     """Builds a detector from validated options; unknown or invalid keys name what is valid."""
     cls = detector_class(name)
@@ -154,7 +163,11 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
             msg = error_message(err) + given_value(err) + value_hint(err)
             if err["type"] == "extra_forbidden":
                 msg = f"unknown option{did_you_mean(str(err['loc'][-1]), list(cls.Options.model_fields))}"
-                msg += _nested_hint(cls, str(err["loc"][-1])) + f"; {name} takes: {valid}"
+                msg += (
+                    _nested_hint(cls, str(err["loc"][-1]))
+                    + _prefix_hint(name, err)
+                    + f"; {name} takes: {valid}"
+                )
             elif err["type"] == "missing":
                 msg = f"required: give it as -o {where}=VALUE"
             elif (

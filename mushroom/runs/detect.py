@@ -13,7 +13,7 @@ from typing import Any
 from mushroom.data.itemstream import ContextFiles
 from mushroom.data.records import Item
 from mushroom.detectors.base import Detector
-from mushroom.errors import MushroomError, did_you_mean
+from mushroom.errors import DataError, MushroomError, did_you_mean
 from mushroom.runs.reporter import PlainReporter, Reporter
 from mushroom.util.words import plural
 
@@ -105,7 +105,8 @@ def _check_some_context(files: ContextFiles, data: dict[str, Sequence[Item]], it
         return
     for path, where in zip(files.paths, files.index):
         if not where:
-            raise MushroomError(f"--contexts {path}: the file has no contexts")
+            # an empty file is an invalid input file (exit 1), as an empty --items file is
+            raise DataError.single(path, None, None, "the file has no contexts (--contexts)")
     first = next(iter(next(iter(data.values()), [])), None)
     ours, theirs = first.id if first else "-", next(iter(files.index[0]))
     raise MushroomError(
