@@ -54,7 +54,7 @@ def test_score_warns_about_what_the_official_scorer_accepts_silently(tmp_path, c
         {"id": r["id"], "soft_labels": r["soft_labels"], "hard_labels": r["hard_labels"]} for r in GOLD_ROWS
     ]
     rows[0]["soft_labels"] = [{"start": 10, "end": 5, "prob": 0.7}, {"start": 20, "end": 30, "prob": 1.5}]
-    rows[1]["hard_labels"] = [[8, 3]]
+    rows[1]["hard_labels"] = [[8, 3], [5, 5]]  # and an empty one, which `check` refuses
     rows[2]["soft_labels"] = [{"start": 0, "end": 9, "prob": 0.9}, {"start": 4, "end": 12, "prob": 0.2}]
     pred = write_lines(tmp_path / "p.jsonl", rows)
     code, out, err = cli(capsys, "score", VAL_EN, pred)
@@ -62,6 +62,7 @@ def test_score_warns_about_what_the_official_scorer_accepts_silently(tmp_path, c
     iou, cor = official_scores(VAL_EN, pred)
     assert out == f"IoU: {iou:.8f}\nCor: {cor:.8f}\n"  # the official numbers, unchanged
     assert "2 reversed spans" in err and "p.jsonl:1: id 'val-en-1': soft_labels.0 [10, 5)" in err
+    assert "1 empty span (marks nothing)" in err and "hard_labels.1 [5, 5)" in err
     assert "1 probability outside [0, 1] (ranked as given)" in err and "soft_labels.1.prob 1.5" in err
     said = " ".join(err.split())
     assert "1 soft span overlapping an earlier one (the later span's probability counts" in said

@@ -111,6 +111,8 @@ class Quirk:
 
 
 REVERSED = Quirk("reversed span", "reversed spans", "scored as empty")
+# `check` and `ensemble` refuse it; most often an end taken as inclusive, or a lost span
+EMPTY = Quirk("empty span", "empty spans", "marks nothing")
 OUT_OF_RANGE = Quirk("probability outside [0, 1]", "probabilities outside [0, 1]", "ranked as given")
 NEGATIVE = Quirk("negative span start", "negative span starts", "index from the end")
 OUTSIDE = Quirk("hard span outside the answer", "hard spans outside the answer", "counted in the IoU union")
@@ -178,6 +180,8 @@ def _file_quirks(scored: ScoringFile, gold: ScoringFile, ids: list[str]) -> list
         for i, (start, end, prob) in enumerate(soft):
             if start > end:
                 note(REVERSED, rec, f"soft_labels.{i}", f"[{start}, {end})")
+            elif start == end:
+                note(EMPTY, rec, f"soft_labels.{i}", f"[{start}, {end})")
             if not 0.0 <= prob <= 1.0:
                 note(
                     OUT_OF_RANGE, rec, f"soft_labels.{i}.prob", f"{prob:.15g}"
@@ -189,6 +193,8 @@ def _file_quirks(scored: ScoringFile, gold: ScoringFile, ids: list[str]) -> list
         for i, (start, end) in enumerate(rec.hard):
             if start > end:
                 note(REVERSED, rec, f"hard_labels.{i}", f"[{start}, {end})")
+            elif start == end:
+                note(EMPTY, rec, f"hard_labels.{i}", f"[{start}, {end})")
             elif start < 0 or end > n:
                 answer = plural(n, "character")
                 note(OUTSIDE, rec, f"hard_labels.{i}", f"[{start}, {end}) in an answer of {answer}")
