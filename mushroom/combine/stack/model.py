@@ -52,6 +52,8 @@ class LinearScorer(BaseModel):
     def _shapes_agree(self) -> LinearScorer:
         # a hand-edited stack.json failed at apply time as "internal error: operands could not
         # be broadcast together"
+        if not {"coef", "mean", "scale"} <= self.__dict__.keys():
+            return self  # put together with `model_construct`
         if not len(self.coef) == len(self.mean) + 1 == len(self.scale) + 1:
             raise ValueError(
                 f"coef has {len(self.coef)} weights, mean {len(self.mean)} and scale "
@@ -167,6 +169,10 @@ class StackModel(BaseModel):
     def _names_and_shapes_agree(self) -> StackModel:
         # A hand-edited stack.json failed at apply time as "internal error: KeyError" (a hard
         # label source that is no member) or a broadcast error (a scorer of other features).
+        # (pydantic runs this on an instance put together with `model_construct` too: what
+        # that left out is not checked.)
+        if not {"members", "features", "hard_from", "hard_sources", "scorer"} <= self.__dict__.keys():
+            return self
         sources = ("stack", *self.members)
         for field_name, value in (
             ("hard_from", self.hard_from),

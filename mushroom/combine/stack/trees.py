@@ -60,6 +60,8 @@ class Tree(BaseModel):
     def _a_tree(self) -> Tree:
         # a hand-edited tree walked off its arrays at apply time (an internal IndexError), or
         # round a loop for ever; sklearn numbers a child after its parent
+        if not set(type(self).model_fields) <= self.__dict__.keys():
+            return self  # put together with `model_construct`
         sizes = {len(getattr(self, name)) for name in type(self).model_fields}
         if len(sizes) != 1 or not self.leaf:
             raise ValueError("a tree's node arrays must be non-empty and of one length")
