@@ -348,7 +348,13 @@ class Tee(io.StringIO):
 
 
 # Counters added after the shipped records were made (what shares of bad replies are of)
-NEWER_COUNTERS = frozenset({"llm.replies", "chain.replies", "pyes.answers"})
+NEWER_COUNTERS = frozenset({"llm.replies", "chain.replies", "pyes.answers", "llm.lost_replies"})
+# Counters of what the reading makes of the replies, changed since the record by a decision
+# (not by the replies): since 2026-11-27 an llm reply naming only text the answer does not
+# hold is no vote, so an item with no other reply fails where it was read as "nothing
+# wrong". Every counter of the replies themselves is still compared.
+POLICY_COUNTERS = frozenset({"items.failed", "items.ok"})
+POLICY_CHANGE = "an llm reply naming only text not in the answer is no vote (2026-11-27)"
 
 
 def _recorded_counters(by_lang: dict, recorded: dict | None) -> dict:
@@ -361,6 +367,24 @@ def _recorded_counters(by_lang: dict, recorded: dict | None) -> dict:
         lang: {k: v for k, v in c.items() if k in kept or k not in NEWER_COUNTERS}
         for lang, c in by_lang.items()
     }
+
+
+def _without_policy(counters: dict | None) -> dict:
+    """Per language, the counters of the replies themselves (`POLICY_COUNTERS` left out)."""
+    return {
+        lang: {k: v for k, v in c.items() if k not in POLICY_COUNTERS} for lang, c in (counters or {}).items()
+    }
+
+
+def policy_differences(replayed: dict, recorded: dict | None) -> list[str]:
+    """`items.failed 1 -> 51` for each policy counter whose total (the "all" row) differs."""
+    out = []
+    for key in sorted(POLICY_COUNTERS):
+        old = (recorded or {}).get("all", {}).get(key, 0)
+        new = replayed.get("all", {}).get(key, 0)
+        if old != new:
+            out.append(f"{key} {old} -> {new}")
+    return out
 
 
 def script_advice(advice: str) -> str:
@@ -385,7 +409,7 @@ def main() -> None:
         sys.exit(1)
     if getattr(args, "failed", "") and args.replay:  # the record's own: a replay reproduced it
         print(
-            f"note: items failed in the record ({args.failed}). Their predictions are empty, so the "
+            f"note: items failed in the replay ({args.failed}). Their predictions are empty, so the "
             "scores above are not quite the model's.",
             file=sys.stderr,
         )
@@ -635,12 +659,23 @@ def run() -> argparse.Namespace:
         if (n := results[name]["stats"].get("items.failed", 0))
     )
     if args.replay:
+        replayed = {
+            n: _recorded_counters(results[n]["by_lang"], manifest["systems"][n].get("counters"))
+            for n in systems
+        }
         same = all(
-            _recorded_counters(results[n]["by_lang"], manifest["systems"][n].get("counters"))
-            == manifest["systems"][n].get("counters")
+            _without_policy(replayed[n]) == _without_policy(manifest["systems"][n].get("counters"))
             for n in systems
         )
-        print(f"replayed counters equal the live run's: {'yes' if same else 'NO'}")
+        moved = [
+            f"{n} {', '.join(d)}"
+            for n in systems
+            if (d := policy_differences(replayed[n], manifest["systems"][n].get("counters")))
+        ]
+        why = (
+            f" (read under a newer policy: {'; '.join(moved)}, as {POLICY_CHANGE})" if same and moved else ""
+        )
+        print(f"replayed counters equal the live run's: {'yes' if same else 'NO'}{why}")
         args.mismatch = not same
 
     def mean(name: str, k: int) -> float:

@@ -141,7 +141,7 @@ def _lines(path) -> dict[str, str]:
 def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(tmp_path, capsys):
     out = tmp_path / "job"
     # the model flags one word of every answer: its member stack differs from the CPU stack
-    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as server:
+    with FakeServer({}, default_text='{"incorrect_spans": ["a"]}') as server:
         code, _, err = cli(capsys, *_job(out, 0.3), "-o", f"llm.backend.base_url={server.url}")
         first = len(server.calls)
     assert code == 0, err
@@ -181,7 +181,7 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     ]
     assert {json.loads(line)["id"] for line in raw} == {i for _, i in sent}
 
-    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as again:
+    with FakeServer({}, default_text='{"incorrect_spans": ["a"]}') as again:
         code, _, err = cli(capsys, *_job(out, 0.5), "-o", f"llm.backend.base_url={again.url}")
         second = len(again.calls)
     assert code == 0, err
@@ -191,7 +191,7 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     assert json.loads((out / "config.json").read_text())["config"]["llm_budget"] == 0.5
 
     # a smaller budget again sends nothing new, and says which answers it leaves unused
-    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as back:
+    with FakeServer({}, default_text='{"incorrect_spans": ["a"]}') as back:
         code, said, err = cli(capsys, *_job(out, 0.3), "-o", f"llm.backend.base_url={back.url}")
     assert code == 0, err
     assert not back.calls
@@ -203,7 +203,7 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     # without a budget every item goes to the model: only those never sent are, and the
     # cascade's records, no longer this run's, go
     everything = [a for a in _job(out, 1.0) if a not in ("--llm-budget", 1.0)]
-    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as last:
+    with FakeServer({}, default_text='{"incorrect_spans": ["a"]}') as last:
         code, _, err = cli(capsys, *everything, "-o", f"llm.backend.base_url={last.url}")
         third = len(last.calls)
     assert code == 0, err
@@ -218,7 +218,7 @@ def test_an_item_the_model_failed_on_keeps_the_cpu_stacks_prediction(tmp_path, c
     the CPU stack's prediction."""
     out = tmp_path / "job"
     # test's 45 items are sent first, then val's 15: the last 5 calls are refused
-    flags = '{"incorrect_spans": ["il"]}'
+    flags = '{"incorrect_spans": ["a"]}'
     script = {"": [("ok", flags)] * 55 + [("status", 400)]}
     with FakeServer(script, default_text=flags) as server:
         code, said, err = cli(
@@ -249,7 +249,7 @@ def test_a_rerun_answered_from_the_cache_sends_no_item(tmp_path, capsys):
     """Items whose replies were cut off fail and are run again on each re-run, answered from
     the response cache: they were counted as sent by every run ("3 sent by this run", 0 requests)."""
     out = tmp_path / "job"
-    flags = '{"incorrect_spans": ["il"]}'
+    flags = '{"incorrect_spans": ["a"]}'
     script = {"": [("ok", flags)] * 55 + [("cut", '{"incorrect_spans": ["')] * 5}
     args = [*_job(out, 0.3), "--allow-failures"]
     with FakeServer(script, default_text=flags) as server:
@@ -266,7 +266,7 @@ def test_a_rerun_answered_from_the_cache_sends_no_item(tmp_path, capsys):
 
 def test_items_a_tripped_circuit_breaker_never_sent_are_not_counted_as_sent(tmp_path, capsys):
     out = tmp_path / "job"
-    flags = '{"incorrect_spans": ["il"]}'
+    flags = '{"incorrect_spans": ["a"]}'
     # test's 45 items answered, then every request fails: 10 in a row trip it, 5 go unsent
     script = {"": [("ok", flags)] * 45 + [("status", 500, "boom")] * 40}
     with FakeServer(script, default_text=flags) as server:
@@ -353,7 +353,7 @@ def test_a_cascade_stopped_by_failed_items_says_so_in_its_records_and_summary(tm
     """Stopped on failures, cascade.jsonl said `"failed": false` of the failed items, summary.json
     had no `cascade`, and the val scores of an earlier invocation were left beside."""
     out = tmp_path / "job"
-    flags = '{"incorrect_spans": ["il"]}'
+    flags = '{"incorrect_spans": ["a"]}'
     with FakeServer({}, default_text=flags) as server:
         code, _, err = cli(capsys, *_job(out, 0.3), "-o", f"llm.backend.base_url={server.url}")
     assert code == 0, err
@@ -405,7 +405,7 @@ def test_contexts_are_generated_for_the_items_a_cascade_plans_to_send_and_read_b
     out = tmp_path / "job"
     job = [*_job(out, 0.3), "--member-contexts", "deepseek-r1,gen"]
 
-    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as server:
+    with FakeServer({}, default_text='{"incorrect_spans": ["a"]}') as server:
         code, said, err = cli(capsys, *job, "--plan-only", "-o", f"llm.backend.base_url={server.url}")
         assert code == 0, err
         assert not server.calls  # nothing sent, though the generated source does not exist yet
@@ -439,7 +439,7 @@ def test_contexts_are_generated_for_the_items_a_cascade_plans_to_send_and_read_b
     }
     assert written == planned
 
-    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as server:
+    with FakeServer({}, default_text='{"incorrect_spans": ["a"]}') as server:
         code, _, err = cli(capsys, *job, "-o", f"llm.backend.base_url={server.url}")
         prompts = [json.dumps(call["body"]["messages"]) for call in server.calls]
     assert code == 0, err
@@ -462,7 +462,7 @@ def test_contexts_are_generated_for_the_items_a_cascade_plans_to_send_and_read_b
     assert code == 0, err
     assert {name: (out / name).read_bytes() for name in record} == record
     # its items run without their generated context only with a warning that says so
-    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as server:
+    with FakeServer({}, default_text='{"incorrect_spans": ["a"]}') as server:
         code, said, err = cli(capsys, *wider, "-o", f"llm.backend.base_url={server.url}")
     assert code == 0, err
     told = " ".join((said + err).split())
@@ -526,7 +526,7 @@ def test_a_plan_stopped_by_a_failed_cpu_member_leaves_the_finished_run_as_it_was
 
     monkeypatch.setattr(LexicalDetector, "item_vector", fails_on_one)
     out = tmp_path / "job"
-    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as server:
+    with FakeServer({}, default_text='{"incorrect_spans": ["a"]}') as server:
         code, _, err = cli(
             capsys, *_job(out, 0.1), "--allow-failures", "-o", f"llm.backend.base_url={server.url}"
         )

@@ -235,3 +235,28 @@ def test_the_share_of_bad_replies_is_of_the_replies_received(tmp_path, capsys, r
         code, shown, err = cli(capsys, *args)
     assert code == 0, err
     assert said in " ".join((shown + err).split()), shown + err
+
+
+def test_a_reply_naming_only_text_not_in_the_answer_is_no_vote_for_nothing_wrong():
+    """SmolLM2 echoed the prompt's examples ("1901"): every span lost, an empty prediction
+    that read as "nothing hallucinated" (a Python API audit)."""
+    from mushroom.data.splits import load_split
+    from mushroom.detectors import build
+    from mushroom.runs.service import unusable_warnings
+
+    item = load_split("val", ["en"])["en"][0]  # "Petra van Stoveren won a silver medal ..."
+    det = build("llm", {"backend": {"kind": "replay", "responses": "-"}, "temperatures": [0.1, 0.2]})
+    echoed = Generation(texts=['{"incorrect_spans": [{"text": "1901"}]}'], finish_reasons=["stop"])
+    good = Generation(
+        texts=['{"incorrect_spans": [{"text": "Petra van Stoveren"}]}'], finish_reasons=["stop"]
+    )
+    failed = det._item_result(item, [echoed, echoed])
+    assert failed.status == "failed" and "named only text that is not in the answer ('1901')" in failed.error
+    assert failed.stats["llm.lost_replies"] == 2
+    kept = det._item_result(item, [good, echoed])  # one vote of one: its span is kept
+    assert kept.status == "ok" and kept.prediction.hard_labels == [(0, 18)]
+    # a reply that names nothing at all is still "nothing wrong"
+    nothing = Generation(texts=['{"incorrect_spans": []}'], finish_reasons=["stop"])
+    assert det._item_result(item, [nothing, nothing]).status == "ok"
+    (warning,) = unusable_warnings("llm:val en", {"llm.claims": 2, "llm.lost": 2})
+    assert "a reply that named nothing in the answer is no vote" in warning

@@ -57,15 +57,20 @@ def test_replaying_english_gives_the_live_counters(tmp_path):
     service = RunService(tmp_path / "run", {"test": "replay"}, PlainReporter(io.StringIO()), quiet=True)
     out = service.detect_split(det, "val", tmp_path / "run" / "val", ["en"], data={"en": items})
     got = out.stats["en"]
-    # counters added after the record was made (what shares of bad replies are of) are not in it
+    # counters added after the record was made (what shares of bad replies are of) are not in it,
+    # and which items fail follows a newer reading (a reply naming only text not in the answer
+    # is no vote): every counter of the replies themselves is the live run's
     assert got["llm.replies"] == got["llm.requests"]  # one sample each, none failed
-    assert _without(got, NEWER) == m["systems"]["llm"]["counters"]["en"]
+    live = m["systems"]["llm"]["counters"]["en"]
+    assert _without(got, NEWER | POLICY) == _without(live, POLICY)
     # every request is accounted for by the parser: read, repaired or counted as unreadable
     assert got["llm.requests"] == 3 * len(items)
-    assert got.get("items.failed", 0) == 0  # every English item had a reply that was not cut off
+    assert live.get("items.failed", 0) == 0  # every English item had a reply that was not cut off
+    assert got["items.failed"] == 27 and got["llm.lost_replies"] >= 3 * 27  # now: echoes fail
 
 
-NEWER = {"llm.replies", "chain.replies", "pyes.answers"}
+NEWER = {"llm.replies", "chain.replies", "pyes.answers", "llm.lost_replies"}
+POLICY = {"items.failed", "items.ok"}
 
 
 def _without(counters: dict, names: set) -> dict:
@@ -112,10 +117,17 @@ def test_the_benchmark_replays_with_no_model(tmp_path):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    # one German item's three replies were all cut off at max_tokens: said, not hidden
-    assert "note: items failed in the record (llm: 1, the first with: the reply was cut off" in proc.stderr
+    # one German item's three replies were all cut off at max_tokens, and 50 items' replies
+    # named only the prompt's examples (no vote since the record was made): said, not hidden
+    assert (
+        "note: items failed in the replay (llm: 51, the first with: the reply named only text" in proc.stderr
+    )
     lines = proc.stdout.strip().splitlines()
-    assert "replayed counters equal the live run's: yes" in proc.stdout
+    # the replies read the same; which items fail is said as the newer policy's
+    assert (
+        "replayed counters equal the live run's: yes (read under a newer policy: llm items.failed 1 -> 51"
+        in proc.stdout
+    )
     assert (
         lines[-1].startswith("llm IoU ") and "; stack IoU " in lines[-1] and "; stack+llm IoU " in lines[-1]
     )

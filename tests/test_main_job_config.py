@@ -150,7 +150,7 @@ def _sent(out: Path) -> set[tuple[str, str]]:
 def test_a_config_with_a_budget_runs_the_cascade_and_flags_override_it(tmp_path, capsys):
     config = _write(tmp_path / "job.toml", GOOD)
     out = tmp_path / "job"
-    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as server:
+    with FakeServer({}, default_text='{"incorrect_spans": ["a"]}') as server:
         # the file's server is wrong: -o replaces its base_url and keeps its kind and model
         code, _, err = cli(
             capsys,
@@ -176,7 +176,7 @@ def test_a_config_with_a_budget_runs_the_cascade_and_flags_override_it(tmp_path,
     assert summary["budget"] == 0.3 and summary["val"] == {"sent": 15, "kept": 35, "failed": 0}
 
     # --llm-budget on the command line wins over the file's: the same folder, 10 + 30 more items
-    with FakeServer({}, default_text='{"incorrect_spans": ["il"]}') as again:
+    with FakeServer({}, default_text='{"incorrect_spans": ["a"]}') as again:
         code, _, err = cli(
             capsys,
             "main-job",

@@ -241,9 +241,11 @@ options = {{ prompt = "single_few_shot_plain"{few} }}
 def test_prompt_variants_run_on_the_same_items_and_are_compared(tmp_path):
     items = load_split("val", ["en"])["en"][:4]
     gold_span = items[0].model_output_text[slice(*items[0].hard_labels[0])]
-    # the few-shot prompt (it has an "## Examples" section) finds the gold span of item 0
+    # the few-shot prompt (it has an "## Examples" section) finds the gold span of item 0; the
+    # other items' prompts are answered "nothing wrong" first (a span their answers lack is no vote)
+    others = {it.model_output_text: [("ok", SPANS)] for it in items[1:]}
     with FakeServer(
-        {"## Examples": [("ok", json.dumps({"incorrect_spans": [{"text": gold_span}]}))]}, SPANS
+        {**others, "## Examples": [("ok", json.dumps({"incorrect_spans": [{"text": gold_span}]}))]}, SPANS
     ) as srv:
         config = tmp_path / "variants.toml"
         config.write_text(variants_toml(srv.url, 4, ", temperatures = [0.0, 0.1]"))

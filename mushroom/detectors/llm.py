@@ -186,7 +186,8 @@ class LLMDetector(Detector):
         """Parses an item's responses and votes them.
 
         Failed when any call failed, or when every reply was cut off at max_tokens before it
-        named a span, or was empty (a server's `content: null`, a model that stopped at once):
+        named a span, was empty (a server's `content: null`, a model that stopped at once), or
+        named only text the answer does not hold (SmolLM2 echoing the prompt's examples):
         such a reply is no vote for "nothing wrong", and one among others is left out of the
         vote. Empty replies are not cached, so a re-run asks again.
         """
@@ -260,6 +261,17 @@ class LLMDetector(Detector):
                     unread.append(
                         f"{UNREADABLE} as spans (it begins {shown!r}): a re-run reads the same reply "
                         "from the cache; try another prompt or model"
+                    )
+                    continue
+                if result.lost and not result.spans:
+                    # it said something is wrong but named only text the answer does not hold
+                    # (an echoed example, a paraphrase): no vote for "nothing wrong", which its
+                    # empty prediction read as
+                    stats["llm.lost_replies"] += 1
+                    named = ", ".join(repr(t[:40]) for t in result.lost[:2])
+                    unread.append(
+                        f"the reply named only text that is not in the answer ({named}): a re-run "
+                        "reads the same reply from the cache; try another prompt or model"
                     )
                     continue
                 soft = np.zeros(n)

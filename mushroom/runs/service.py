@@ -512,6 +512,8 @@ _UNREAD = (
 )
 _NOT_READ = {
     "llm.unparseable": _UNREAD,
+    # a reply naming only text not in the answer votes for nothing (an item with no other failed)
+    "llm.lost": _UNREAD.replace("such a reply", "a reply that named nothing in the answer"),
     "chain.decomposition_failures": _UNREAD,
     "chain.verify_failures": _UNREAD,
 }
