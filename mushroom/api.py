@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import numbers
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -75,8 +76,25 @@ def _options_key(options: dict[str, Any]) -> str:
     return json.dumps(options, sort_keys=True, default=str)
 
 
-_DETECTORS: dict[tuple[str, str], Any] = {}  # (method, options) -> built detector, kept between calls
-_KEEP = 8
+class _Kept(threading.local):
+    """Per thread, (method, options) -> built detector, kept between calls.
+
+    One dict for all threads let one thread's failed call close the detector (and its HTTP
+    connections) another thread was using, whose healthy request then failed with "Bad file
+    descriptor"; its `last_stats` were shared too. A thread makes one call at a time, so what
+    it drops or evicts is never in use.
+    """
+
+    def __init__(self) -> None:
+        self.detectors: dict[tuple[str, str], Any] = {}
+        with _ALL_LOCK:
+            _ALL.append(self.detectors)
+
+
+_ALL: list[dict[tuple[str, str], Any]] = []  # every thread's kept detectors, closed at exit
+_ALL_LOCK = threading.Lock()
+_KEPT = _Kept()
+_KEEP = 8  # per thread
 _ITEM_KEYS = frozenset({"answer", "model_output_text", "contexts", "question", "model_input", "lang", "id"})
 # other words for a key, which no close match finds: {"language": "de"} ran as English
 _SYNONYMS = {
@@ -97,16 +115,19 @@ _ARGUMENT_SYNONYMS = {"detector": "method", "context": "contexts", "references":
 @atexit.register
 def _close_all() -> None:
     """Closes the kept detectors at exit: a semantic one's cache file was left to the collector."""
-    while _DETECTORS:
-        try:
-            _DETECTORS.popitem()[1].close()
-        except Exception:  # noqa: BLE001 - at exit, one that fails to close must not keep the rest open
-            continue
+    with _ALL_LOCK:
+        kept = list(_ALL)
+    for detectors in kept:
+        while detectors:
+            try:
+                detectors.popitem()[1].close()
+            except Exception:  # noqa: BLE001 - at exit, one that fails to close must not keep the rest open
+                continue
 
 
 def _forget(key: tuple[str, str]) -> None:
     """Drops a kept detector (the next call builds it afresh), closing its connections or model."""
-    det = _DETECTORS.pop(key, None)
+    det = _KEPT.detectors.pop(key, None)
     if det is not None:
         det.close()
 
@@ -118,13 +139,14 @@ def _detector(method: str, options_json: str):
     from mushroom.detectors import build
 
     key = (method, options_json)
-    det = _DETECTORS.pop(key, None)
+    kept = _KEPT.detectors
+    det = kept.pop(key, None)
     if det is None:
         det = build(method, json.loads(options_json))
         det.check_ready()  # what the CLI checks before a run: a device, a model folder, a URL
-    _DETECTORS[key] = det  # the most recently used last: the first is dropped past _KEEP
-    while len(_DETECTORS) > _KEEP:
-        _DETECTORS.pop(next(iter(_DETECTORS))).close()  # its connections or model go with it
+    kept[key] = det  # the most recently used last: the first is dropped past _KEEP
+    while len(kept) > _KEEP:
+        kept.pop(next(iter(kept))).close()  # its connections or model go with it
     return det
 
 

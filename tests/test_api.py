@@ -1,5 +1,6 @@
 """The one-call library API as a notebook user meets it: bad input, warnings, caches, failures."""
 
+import time
 import warnings
 
 import pytest
@@ -230,7 +231,7 @@ def test_a_detector_dropped_from_the_kept_few_closes_its_connections(monkeypatch
     from mushroom import api
     from mushroom.backends.openai_compat import OpenAIBackend
 
-    monkeypatch.setattr(api, "_DETECTORS", {})
+    monkeypatch.setattr(api._KEPT, "detectors", {})
     closed = []
     monkeypatch.setattr(OpenAIBackend, "close", lambda self: closed.append(self.base_url))
     with FakeServer({}) as server:
@@ -392,3 +393,30 @@ def test_a_hard_label_threshold_of_1_is_refused_for_what_it_does(name, needs):
     with pytest.raises(mushroom.MushroomError, match="threshold 1 marks nothing.*e.g. 0.99"):
         build(name, {"threshold": 1, **needs})
     assert build(name, {"threshold": 0.99, **needs}).options.threshold == 0.99
+
+
+def test_a_call_failing_in_one_thread_leaves_another_threads_call_alone():
+    """One dict of kept detectors for all threads: a failed call closed the detector another
+    thread was using, whose healthy request failed with "Bad file descriptor" (an audit)."""
+    import threading
+
+    backend = {**llm_backend(""), "concurrency": 4}
+    results: dict[str, object] = {}
+    with FakeServer({"FAILME": [("status", 500)], "": [("sleep", 1.5)]}) as server:
+        backend["base_url"] = server.url
+
+        def call(name: str, answer: str) -> None:
+            try:
+                results[name] = mushroom.detect(answer, CONTEXT, method="llm", backend=backend)
+            except mushroom.RunFailed as exc:
+                results[name] = exc
+
+        slow = threading.Thread(target=call, args=("slow", ANSWER))
+        slow.start()
+        time.sleep(0.5)  # the slow request is in flight when the other one fails
+        failing = threading.Thread(target=call, args=("failing", "FAILME " + ANSWER))
+        failing.start()
+        failing.join()
+        slow.join()
+    assert isinstance(results["failing"], mushroom.RunFailed)
+    assert isinstance(results["slow"], mushroom.Prediction), results["slow"]
