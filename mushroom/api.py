@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from mushroom.data import records
 from mushroom.data.languages import language_code
@@ -57,6 +57,22 @@ class Prediction(records.Prediction):
                 if not 0 <= start < end <= n:
                     raise ValueError(f"{where}: [{start}, {end}) is not inside the text ({n} characters)")
         return self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # pydantic assigns before the check above runs: a refused assignment stayed in place,
+        # and the invalid spans were written out (an audit). The old value comes back.
+        if name not in type(self).model_fields:
+            super().__setattr__(name, value)
+            return
+        before = self.__dict__.get(name)
+        was_set = name in self.model_fields_set
+        try:
+            super().__setattr__(name, value)
+        except ValidationError:
+            self.__dict__[name] = before
+            if not was_set:
+                self.model_fields_set.discard(name)
+            raise
 
     @property
     def probs(self) -> list[float]:

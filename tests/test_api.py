@@ -347,8 +347,13 @@ def test_a_prediction_keeps_its_spans_inside_its_text():
     with pytest.raises(ValidationError, match=r"hard_labels.0: \[2, 1\) is not inside the text"):
         mushroom.Prediction(id="a", text="abc", hard_labels=[(2, 1)])
     pred = mushroom.detect(ANSWER, CONTEXT)
+    before = list(pred.hard_labels)
     with pytest.raises(ValidationError, match="is not inside the text"):
         pred.hard_labels = [(0, 999)]
+    with pytest.raises(ValidationError, match="is not inside the text"):
+        pred.text = "x"
+    # a refused edit leaves the prediction as it was (it stayed, and was written out)
+    assert pred.hard_labels == before and pred.text == ANSWER and "(0, 999)" not in pred.model_dump_json()
     pred.hard_labels = [(0, 3)]  # an edit that fits is kept
     assert pred.spans == [(0, 3, ANSWER[:3])]
     assert mushroom.Prediction(id="b", hard_labels=[(5, 9)]).hard_labels == [(5, 9)]  # no text: not checked
