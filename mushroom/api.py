@@ -45,6 +45,15 @@ class Prediction(records.Prediction):
 
     text: str = Field("", exclude=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_offsets(cls, data: Any) -> Any:
+        # a notebook's offsets are often numpy integers, which the strict int of a file
+        # refused ("Input should be a valid integer"); converted here, files stay strict and fast
+        if isinstance(data, dict):
+            data = {k: _plain_labels(k, v) for k, v in data.items()}
+        return data
+
     @model_validator(mode="after")
     def _inside_text(self) -> Prediction:
         # exported, it took spans past its text or reversed (and an edit of them), and wrote
@@ -67,7 +76,7 @@ class Prediction(records.Prediction):
         before = self.__dict__.get(name)
         was_set = name in self.model_fields_set
         try:
-            super().__setattr__(name, value)
+            super().__setattr__(name, _plain_labels(name, value))
         except ValidationError:
             self.__dict__[name] = before
             if not was_set:
@@ -84,6 +93,27 @@ class Prediction(records.Prediction):
     def spans(self) -> list[tuple[int, int, str]]:
         """The hard spans with their text: [(start, end, text)]."""
         return [(s, e, self.text[s:e]) for s, e in self.hard_labels]
+
+
+def _plain_int(value: Any) -> Any:
+    """A numpy integer as Python's; anything else (a bool, a float) as given, for the check to refuse."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool | int):
+        return int(value)
+    return value
+
+
+def _plain_labels(name: str, value: Any) -> Any:
+    """hard_labels or soft_labels with numpy integer offsets made Python's; other fields as given."""
+    if not isinstance(value, list | tuple):
+        return value
+    if name == "hard_labels":
+        return [tuple(_plain_int(v) for v in s) if isinstance(s, list | tuple) else s for s in value]
+    if name == "soft_labels":
+        return [
+            {**s, **{k: _plain_int(s[k]) for k in ("start", "end") if k in s}} if isinstance(s, dict) else s
+            for s in value
+        ]
+    return value
 
 
 def _options_key(options: dict[str, Any]) -> str:

@@ -425,3 +425,25 @@ def test_a_call_failing_in_one_thread_leaves_another_threads_call_alone():
         slow.join()
     assert isinstance(results["failing"], mushroom.RunFailed)
     assert isinstance(results["slow"], mushroom.Prediction), results["slow"]
+
+
+def test_numpy_contexts_and_offsets_are_taken_as_python_ones():
+    """A parquet list column comes as a numpy array, a notebook's offsets as np.int64: each was
+    refused ("not ndarray", "Input should be a valid integer")."""
+    import numpy as np
+    from pydantic import ValidationError
+
+    assert (
+        mushroom.detect(ANSWER, np.array([CONTEXT])).hard_labels
+        == mushroom.detect(ANSWER, CONTEXT).hard_labels
+    )
+    pred = mushroom.Prediction(
+        id="a",
+        hard_labels=[(np.int64(0), np.int64(3))],
+        soft_labels=[{"start": np.int32(0), "end": np.int64(3), "prob": 0.5}],
+    )
+    assert pred.hard_labels == [(0, 3)] and type(pred.hard_labels[0][0]) is int
+    pred.hard_labels = [(np.int64(1), np.int64(2))]
+    assert pred.hard_labels == [(1, 2)]
+    with pytest.raises(ValidationError):  # true is still no offset
+        mushroom.Prediction(id="a", hard_labels=[(True, 3)])

@@ -170,6 +170,8 @@ def given_contexts(value: object) -> list[tuple[str, object]]:
         return []
     if isinstance(value, str | Mapping | Context):
         value = [value]
+    if getattr(value, "ndim", None) == 1 and callable(getattr(value, "tolist", None)):
+        value = value.tolist()  # a numpy array or pandas Series: how a parquet list column comes
     if not isinstance(value, Sequence) or isinstance(value, bytes | bytearray):  # bytes read as ints
         raise TypeError(
             f"contexts are a string, a {{source, text}} dict or a list of them, not {type(value).__name__}"
