@@ -339,8 +339,14 @@ def detect_batch(
         One Prediction per item, in order.
 
     Warns (RuntimeWarning) where the command line would: items without contexts, a language
-    mushroom does not know, most model output unusable. A failed model call raises RunFailed,
-    as does an item whose every reply was cut off, empty or unreadable.
+    mushroom does not know, most model output unusable.
+
+    Raises:
+        TypeError, ValueError: an item or argument of the wrong kind, named by its place.
+        MushroomError: an unknown method or option, or a model that cannot be loaded.
+        RunFailed: some items failed (a model call, or replies cut off, empty, unreadable or
+            naming only text the answer does not hold); the others are in its `predictions`,
+            each failure in its `errors`.
     """
     _check_call(items, method, "detect_batch", options, ("items", "method", "lang"))
     return _detect(items, method, lang, options)
@@ -577,6 +583,13 @@ def detect(
 
     Returns:
         The Prediction: `.hard_labels`, `.soft_labels`, `.probs`, `.spans`.
+
+    Raises:
+        TypeError: an argument of the wrong kind or name (a list as the answer, `contxts=`).
+        ValueError: an argument that cannot be right (an id given twice).
+        MushroomError: an unknown method or option, or a model that cannot be loaded.
+        RunFailed: the model call failed, or every reply was cut off, empty, unreadable or
+            named only text the answer does not hold; never an empty Prediction in its place.
     """
     item = {"id": "item", "answer": answer, "contexts": contexts, "question": question, "lang": lang}
     _check_call([item], method, "detect", options, ("answer", "contexts", "question", "method", "lang"))
