@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from mushroom.data import records
-from mushroom.data.languages import language_code
+from mushroom.data.languages import language_code, unknown_language_hint
 from mushroom.data.records import Context, Item
 from mushroom.errors import MushroomError, RunFailed
 from mushroom.util.words import close_match, swapped_letters
@@ -480,7 +480,8 @@ def _detect(
         seen_ids.add(it.id)
     for code in sorted({it.lang for it in rows} - set(LANGUAGES)):
         warnings.warn(
-            f"language {code!r} is not one mushroom knows ({', '.join(LANGUAGES)}): no stopword list, "
+            f"language {code!r}{unknown_language_hint(code)} is not one mushroom knows "
+            f"({', '.join(LANGUAGES)}): no stopword list, "
             "calibration or word splitting of its own is used",
             RuntimeWarning,
             stacklevel=3,

@@ -271,6 +271,9 @@ def test_mistakes_a_notebook_user_makes_are_said_at_the_call():
         [{"answer": "Die Stadt liegt in Bayern.", "contexts": "Sie liegt in Tirol.", "lang": "de"}]
     )
     assert regional[0].hard_labels == plain[0].hard_labels and plain[0].hard_labels
+    # a language's English name is said with its code, as the command line says it
+    with pytest.warns(RuntimeWarning, match="language 'german' \\(German is 'de'\\) is not one"):
+        mushroom.detect("Die Stadt liegt in Bayern.", "Sie liegt in Tirol.", lang="German")
 
 
 def test_true_or_nan_for_a_number_option_is_refused_not_read_as_one():

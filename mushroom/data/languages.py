@@ -34,6 +34,14 @@ def language_code(code: str) -> str:
     return base if base != code and base in LANGUAGES else code
 
 
+def unknown_language_hint(code: str) -> str:
+    """What an unknown language code may have meant: `" (English is 'en')"` for a name, else a close code."""
+    from mushroom.errors import did_you_mean
+
+    named = {name.lower(): known for known, name in LANGUAGES.items()}.get(code.lower())
+    return f" ({LANGUAGES[named]} is {named!r})" if named else did_you_mean(code, LANGUAGES)
+
+
 def language_name(code: str) -> str:
     """English name of a language code, or the code itself when unknown."""
     return LANGUAGES.get(code.lower(), code)

@@ -13,7 +13,7 @@ from typing import Any
 from mushroom.data.itemstream import ContextFiles
 from mushroom.data.records import Item
 from mushroom.detectors.base import Detector
-from mushroom.errors import DataError, MushroomError, did_you_mean
+from mushroom.errors import DataError, MushroomError
 from mushroom.runs.reporter import PlainReporter, Reporter
 from mushroom.util.words import plural
 
@@ -31,15 +31,13 @@ def items_file_data(
     whose named sources could be found); a broken line in one stops the run before it starts.
     """
     from mushroom.data.itemstream import keep_langs, read_items_file
-    from mushroom.data.languages import LANGUAGES
+    from mushroom.data.languages import LANGUAGES, unknown_language_hint
 
     # checked whole, then read a chunk at a time by the run (an index of lines, not the items)
     every: dict[str, Sequence[Item]] = read_items_file(items_file)  # type: ignore[assignment]
     data = keep_langs(every, langs, items_file)  # type: ignore[arg-type]
-    by_name = {name.lower(): known for known, name in LANGUAGES.items()}
     for code in sorted(set(data) - set(LANGUAGES)):
-        named = by_name.get(code)  # "lang": "English", where the files give "en"
-        hint = f" ({LANGUAGES[named]} is {named!r})" if named else did_you_mean(code, LANGUAGES)
+        hint = unknown_language_hint(code)  # "lang": "English", where the files give "en"
         warn(
             f"{items_file}: {plural(len(data[code]), 'item')} in language {code!r}{hint}, which mushroom "
             f"does not know ({', '.join(LANGUAGES)}): no stopword list, calibration or word "
