@@ -946,3 +946,28 @@ def test_a_ctrl_c_between_a_runs_stages_says_where_its_finished_work_is(tmp_path
     from mushroom.util.interrupts import current_hint
 
     assert current_hint() is None
+
+
+def test_a_ctrl_c_counts_failed_items_apart_from_finished_ones(tmp_path, capsys, monkeypatch):
+    """It said "8 finished items" of a ledger holding 5 ok and 3 failed (an audit)."""
+    from cli_helpers import cli
+
+    from mushroom.detectors.base import ItemResult
+    from mushroom.detectors.lexical import LexicalDetector
+
+    calls = {"n": 0}
+    real = LexicalDetector.run
+
+    def flaky(self, items, contexts, emit):
+        calls["n"] += 1
+        if calls["n"] == 1:  # the first batch: one item fails, the rest are done
+            emit(ItemResult.failed(items[0].id, "boom"))
+            return real(self, items[1:], contexts, emit)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LexicalDetector, "run", flaky)
+    monkeypatch.setattr("mushroom.runs.service.CHUNK_ITEMS", 3)
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "6", "--out", out, "--quiet")
+    told = " ".join(err.split())
+    assert code == 130 and "2 finished items and 1 failed item, which the next run retries," in told, told

@@ -1170,11 +1170,14 @@ class RunService:
                         emit(ItemResult.failed(it.id, reason))
         except KeyboardInterrupt:
             ledger.close()
-            done = sum(len(Ledger(p)) for p in self.out.glob("**/items/*.jsonl"))
+            ledgers = [Ledger(p) for p in self.out.glob("**/items/*.jsonl")]
+            failed = sum(len(ld.failed) for ld in ledgers)
+            done = sum(len(ld) for ld in ledgers) - failed  # a failed item is not finished (an audit)
+            also = f" and {plural(failed, 'failed item')}, which the next run retries," if failed else ""
             raise Interrupted(
-                f"interrupted during {detector.name}, language {lang!r}: {plural(done, 'finished item')} "
-                f"(over all of the run's splits and members) saved in {self.out}; run the same command "
-                f"again with {self.same_folder} to resume where it stopped"
+                f"interrupted during {detector.name}, language {lang!r}: {plural(done, 'finished item')}"
+                f"{also} (over all of the run's splits and members) saved in {self.out}; run the same "
+                f"command again with {self.same_folder} to resume where it stopped"
             ) from None
         finally:
             detector.raw_log = None
