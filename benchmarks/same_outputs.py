@@ -4,7 +4,8 @@
     python benchmarks/same_outputs.py RUN_A RUN_B --replies
 
 Compares every prediction file, channel file and stack.json that RUN_A has (the per-item
-ledgers, raw records, timings and summaries are bookkeeping and may differ) and prints the
+ledgers, raw records and response caches, timings and summaries are bookkeeping and may differ;
+`--replies` compares the replies) and prints the
 count of identical files and the list of those that differ or are missing in RUN_B.
 Channel files compare by content: gzip stores (`channels.<lang>.jsonl.gz`) decompressed, and
 a plain `channels.<lang>.jsonl` of an older run against the store of a newer one.
@@ -21,6 +22,9 @@ import sys
 from pathlib import Path
 
 BOOKKEEPING = {"items", "summary.json", "stages.json", "config.json", "versions.json", "failures.jsonl"}
+# the model-call logs and response caches (`raw/<lang>.raw.jsonl`, `raw/*.cache.jsonl`): a resumed
+# run keeps its failed calls there too, so they differ by design (`--replies` compares the replies)
+RAW_LOGS = (".raw.jsonl", ".cache.jsonl")
 
 
 def outputs(root: Path) -> list[Path]:
@@ -29,7 +33,11 @@ def outputs(root: Path) -> list[Path]:
         for p in root.rglob("*")
         if p.is_file() and (p.name.endswith((".jsonl", ".jsonl.gz")) or p.name == "stack.json")
     ]
-    return sorted(p.relative_to(root) for p in files if not BOOKKEEPING & set(p.relative_to(root).parts))
+    return sorted(
+        p.relative_to(root)
+        for p in files
+        if not BOOKKEEPING & set(p.relative_to(root).parts) and not p.name.endswith(RAW_LOGS)
+    )
 
 
 def content(path: Path) -> bytes:

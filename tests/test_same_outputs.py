@@ -98,3 +98,17 @@ def test_a_folder_that_is_not_there_or_holds_nothing_is_no_match(tmp_path):
         [sys.executable, str(SCRIPT), str(tmp_path / "empty"), str(there)], capture_output=True, text=True
     )
     assert done.returncode == 1 and "nothing to compare" in done.stdout
+
+
+def test_the_file_comparison_leaves_model_call_logs_to_replies(tmp_path):
+    """A resumed run's raw log keeps its failed calls: two runs with the same predictions read as
+    "different" on their raw logs and response caches (a kill/resume audit)."""
+    a = run_with(tmp_path / "a", {"a": "{}"})
+    b = run_with(tmp_path / "b", {"a": "{}"}, failed=("a",))
+    for run in (a, b):
+        (run / "predictions" / "mushroom.en-val.v2.jsonl").write_text('{"id": "a", "hard_labels": []}\n')
+        (run / "predictions" / "raw" / "responses.cache.jsonl").write_text(run.name)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(a), str(b)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.startswith("1 identical, 0 different, 0 missing"), done.stdout
