@@ -107,17 +107,29 @@ def apply_stack_run(
     data: Mapping[str, Iterable[Item]] = (
         _items_file_data(items_file, langs) if items_file is not None else load_split(split, langs)
     )
+    kept = _finished_languages(out, config, members, split, list(data))
+    todo = {lang: items for lang, items in data.items() if lang not in kept}
+    if kept:  # a resumed folder: languages whose file was written are not done again
+        reporter.message(
+            f"{', '.join(sorted(kept))} written by an earlier run of the same command; "
+            "the other languages are done now",
+            lead="resuming:",
+        )
     # Members are read and checked before the run folder exists: wrong or missing members
     # leave none (the generator opens and checks every member file on its first step).
     told: list[str] = settings_changes(model, members)
-    chunks = iter_apply_stack(model, members, split, data, warn=told.append)
+    chunks = iter_apply_stack(model, members, split, todo, warn=told.append)
     first = next(chunks, None)
     if items_file is not None:
         _items_split_of_older_folder(out)
     service = RunService(out, config, reporter, quiet=True)
     for warning in told:  # reported, and kept in the run's summary
         service.warn(warning)
-    files = write_stack_files(itertools.chain([first] if first is not None else [], chunks), out, split)
+    files = {
+        **kept,
+        **write_stack_files(itertools.chain([first] if first is not None else [], chunks), out, split),
+    }
+    files = {lang: files[lang] for lang in sorted(files)}
     for warning in told:  # what later chunks said (a warning is kept once)
         service.warn(warning)
     reporter.message(f"wrote {plural(len(files), 'prediction file')} to {out}")
@@ -199,6 +211,38 @@ def _items_file_data(items_file: Path, langs: list[str] | None) -> Mapping[str, 
     from mushroom.data.itemstream import keep_langs, read_items_file
 
     return keep_langs(read_items_file(items_file), langs, items_file)
+
+
+def _finished_languages(
+    out: Path, config: dict, members: list[Member], split: str, langs: list[str]
+) -> dict[str, Path]:
+    """The languages an earlier run of the same config wrote into `out`, with their files.
+
+    A language's file is renamed into place only when complete, so one that exists is done;
+    a Ctrl-C said the run would go on where it stopped, and a re-run did everything again
+    (106 s against 108 s for 20,000 items). A file older than a member's file of its
+    language is done again: that member was run again since.
+    """
+    from mushroom.data.predictions import submission_name
+    from mushroom.data.runfolder import run_config_file
+    from mushroom.errors import MushroomError
+    from mushroom.runs.service import config_hash
+
+    saved = run_config_file(out / "config.json") if out.is_dir() else None
+    if saved is None or saved.get("config_hash") != config_hash(config):
+        return {}
+    done = {}
+    for lang in langs:
+        path = out / submission_name(lang, split)
+        if not path.is_file():
+            continue
+        try:
+            newest = max(m.files(split, lang)[0].stat().st_mtime for m in members)
+        except (OSError, MushroomError):
+            continue  # a member file gone: the normal path says so
+        if path.stat().st_mtime >= newest:
+            done[lang] = path
+    return done
 
 
 def write_stack_files(chunks: Iterable[StackChunk], out: Path, split: str) -> dict[str, Path]:
