@@ -66,10 +66,11 @@ def test_replaying_english_gives_the_live_counters(tmp_path):
     # every request is accounted for by the parser: read, repaired or counted as unreadable
     assert got["llm.requests"] == 3 * len(items)
     assert live.get("items.failed", 0) == 0  # every English item had a reply that was not cut off
-    assert got["items.failed"] == 27 and got["llm.lost_replies"] >= 3 * 27  # now: echoes fail
+    # now echoes fail, and each such item is counted as failing for that reason alone
+    assert got["items.failed"] == got["llm.failed_named_elsewhere"] == 27
 
 
-NEWER = {"llm.replies", "chain.replies", "pyes.answers", "llm.lost_replies"}
+NEWER = {"llm.replies", "chain.replies", "pyes.answers", "llm.lost_replies", "llm.failed_named_elsewhere"}
 POLICY = {"items.failed", "items.ok"}
 
 
@@ -174,3 +175,14 @@ def test_the_chains_counter_rows_are_its_stages_with_what_each_lost():
         "verify": counters["chain.spans_not_located"],
     }
     assert sum(int(r[2]) for r in rows) == counters["chain.requests"]
+
+
+def test_the_policy_explains_only_the_llms_items_that_failed_for_it():
+    """The check exempted items.failed for every system and cause: a chain that failed 5 more
+    items read "yes" (a review)."""
+    explains = _script().policy_explains
+    old = {"all": {"items.failed": 1, "items.ok": 89}}
+    new = {"all": {"items.failed": 51, "items.ok": 39, "llm.failed_named_elsewhere": 50}}
+    assert explains(new, old)
+    assert not explains({"all": {**new["all"], "llm.failed_named_elsewhere": 49}}, old)  # one unexplained
+    assert not explains({"all": {"items.failed": 6, "items.ok": 84}}, old)  # none of them this policy's

@@ -43,6 +43,9 @@ from mushroom.detectors.prompts import PromptTemplate, load_prompt
 from mushroom.errors import CUT_OFF, NOT_SENT, RECORDED_CUT, UNREADABLE
 from mushroom.parsing.parser import SpanList, parse_response
 
+NAMED_ELSEWHERE = "the reply named only text that is not in the answer"
+"""How the error of an item whose every reply named only text the answer does not hold begins."""
+
 
 class LLMOptions(DetectorOptions):
     """Options of the single-prompt LLM detector."""
@@ -270,8 +273,8 @@ class LLMDetector(Detector):
                     stats["llm.lost_replies"] += 1
                     named = ", ".join(repr(t[:40]) for t in result.lost[:2])
                     unread.append(
-                        f"the reply named only text that is not in the answer ({named}): a re-run "
-                        "reads the same reply from the cache; try another prompt or model"
+                        f"{NAMED_ELSEWHERE} ({named}): a re-run reads the same reply from the cache; "
+                        "try another prompt or model"
                     )
                     continue
                 soft = np.zeros(n)
@@ -283,6 +286,9 @@ class LLMDetector(Detector):
                 masks.append(mask)
                 softs.append(soft)
         if unread and not masks:
+            if stats["llm.lost_replies"] and not errors:
+                # failed only since such replies are no vote: read as votes before 2026-11-27
+                stats["llm.failed_named_elsewhere"] += 1
             errors += unread
         if errors:  # retried on the next run; the calls that worked come from the cache then
             return ItemResult.failed(item.id, errors[0], dict(stats), {"responses": parsed})
