@@ -674,3 +674,29 @@ def test_a_line_lost_from_a_limited_runs_file_is_named_not_scored_as_never_predi
     pred.write_text("".join(lines))
     code, _, err = cli(capsys, "score", VAL_DIR, run)
     assert code == 0 and "its run predicted" not in err, err
+    # a --lang run over a file of several languages took the first items of its language only
+    from mushroom.data.splits import load_split
+
+    val = load_split("val", ["en", "de"])
+    rows = [it.model_dump(exclude_none=True) for pair in zip(val["en"][:5], val["de"][:5]) for it in pair]
+    mixed = write_lines(tmp_path / "mixed.jsonl", rows)
+    ctx = write_lines(tmp_path / "ctx.jsonl", [{"id": r["id"], "context": "text"} for r in rows])
+    out = tmp_path / "mixed-run"
+    args = (
+        "detect",
+        "--items",
+        mixed,
+        "--contexts",
+        ctx,
+        "--lang",
+        "en",
+        "--limit",
+        "3",
+        "--out",
+        out,
+        "--quiet",
+    )
+    code, _, err = cli(capsys, *args)
+    assert code == 0, err
+    code, _, err = cli(capsys, "score", mixed, out)
+    assert code == 0 and "its run predicted" not in err, err

@@ -7,7 +7,6 @@ line prints those lines on stderr, so stdout stays the official two lines).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -110,23 +109,39 @@ def score_run_files(
 
 
 def _lost_within_limit(pairs: list[tuple[str, Path, Path]], scored: set[str], scope: RunScope) -> list[str]:
-    """Ids among the first `--limit` gold items of each scored file that the predictions lack.
+    """Ids among the first `--limit` gold items of each scored file's language that the predictions lack.
 
-    A run made with `--limit N` (and no cascade budget) predicted exactly those items, in the
-    gold file's order; one missing was lost from the file, not left out by the run.
+    A run made with `--limit N` (and no cascade budget) predicted exactly the first N items of
+    each language, in the gold file's order; one missing was lost from the file, not left out
+    by the run. The language is the prediction file's: an items file may hold several
+    (`detect --items mixed.jsonl --lang en --limit 3` predicted the first 3 English ones).
     """
     import json
+
+    from mushroom.data.languages import language_code
+    from mushroom.data.predictions import prediction_file_lang
 
     if scope.limit is None or scope.budget is not None:
         return []
     lost = []
-    for _, gold, _ in pairs:
+    for lang, gold, pred in pairs:
+        want = lang if lang != "all" else prediction_file_lang(pred.name)
+        if want is None:
+            continue  # a file of no known language: which items its run took cannot be told
+        taken = 0
         with gold.open(encoding="utf-8-sig") as handle:
-            for line in itertools.islice((x for x in handle if x.strip()), scope.limit):
+            for line in handle:
+                if taken == scope.limit:
+                    break
                 try:
-                    item_id = json.loads(line).get("id")
+                    row = json.loads(line) if line.strip() else None
+                    row_lang = language_code(str(row.get("lang", ""))) if row is not None else None
                 except (ValueError, AttributeError):
                     return []  # the scorer has read it already; nothing to add here
+                if row_lang != want:
+                    continue
+                taken += 1
+                item_id = row.get("id")
                 if isinstance(item_id, str) and item_id not in scored:
                     lost.append(item_id)
     return lost
