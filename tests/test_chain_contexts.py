@@ -961,3 +961,27 @@ def test_contexts_done_before_with_other_settings_are_said_not_kept_in_silence(t
     said = " ".join(err.split())
     assert code == 0 and "it: 2 contexts done before in val.it.rec.jsonl were made with" in said, err
     assert "max_tokens 64" in said and "topic False" in said and "give another --source" in said
+
+
+def test_a_claim_number_written_as_text_or_left_out_in_order_still_judges_its_claim():
+    """'"claim": "1"' (a reply without the schema) left every claim "unjudged", painted at 0.4
+    though the model had called two of them supported (a review)."""
+    from mushroom.data.spans import soft_to_vector
+
+    as_text = {
+        "verdicts": [
+            {"claim": "1", "verdict": "supported"},
+            {
+                "claim": " 2 ",
+                "verdict": "contradicted",
+                "incorrect_spans": [{"text": "Berlin", "probability": 0.9}],
+            },
+            {"claim": "3", "verdict": "supported"},
+        ]
+    }
+    in_order = {"verdicts": [{k: v for k, v in x.items() if k != "claim"} for x in as_text["verdicts"]]}
+    for reply in (as_text, in_order):
+        s, pred, _ = run_chain({"v-1#decompose": [DECOMPOSE], "v-1#verify": [json.dumps(reply)]})
+        assert s["chain.claims_unjudged"] == 0 and s["chain.false_claims"] == 1, (reply, s)
+        vec = soft_to_vector(pred.soft_labels, len(ANSWER))
+        assert [list(h) for h in pred.hard_labels] == [[32, 38]] and vec[ANSWER.index("won")] == 0

@@ -142,6 +142,17 @@ def _claims(value) -> list[dict] | None:
     return out if out or not value else None
 
 
+def _claim_number(value: object) -> int | None:
+    """A verdict's claim number: an int, or digits in a string ("1", as a model often writes it)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
 def _verdicts(value) -> list[dict] | None:
     """The verdict list of a verification, or None if the shape is wrong."""
     if isinstance(value, dict):
@@ -467,7 +478,7 @@ class ChainDetector(Detector):
         # occurrence, as in the single-prompt parser.
         span_locator = SpanLocator(answer)
 
-        def leave_unchecked(idx: int | None, reason: object) -> None:
+        def leave_unchecked(idx: int | None, reason: object, unlocated: str) -> None:
             cs = claim_spans[idx - 1] if idx is not None else None
             unchecked.append(
                 {
@@ -479,19 +490,22 @@ class ChainDetector(Detector):
                 }
             )
             if cs is None:
-                st["chain.unverifiable_not_located"] += 1  # counted, not painted anywhere
+                st[unlocated] += 1  # counted, not painted anywhere
                 return
             unverifiable[cs.start : cs.end] = 1.0
             prob = self.options.unverifiable_probability
             vec[cs.start : cs.end] = np.maximum(vec[cs.start : cs.end], prob)
 
         judged: set[int] = set()
-        for v in verdicts:
+        numbers = [_claim_number(v.get("claim")) for v in verdicts]
+        if all(n is None for n in numbers) and len(verdicts) == len(item_claims):
+            # verdicts with no claim number, one per claim: read in the claims' order
+            numbers = list(range(1, len(verdicts) + 1))
+        for v, idx in zip(verdicts, numbers):
             verdict = read_verdict(v)
             if verdict is None:
                 st["chain.unreadable_verdicts"] += 1  # no verdict that can be read: not a finding
                 continue
-            idx = v.get("claim")
             if isinstance(idx, int) and not 1 <= idx <= len(item_claims):
                 st["chain.unknown_claim_verdicts"] += 1  # a verdict on a claim never made
                 continue
@@ -502,7 +516,7 @@ class ChainDetector(Detector):
                 continue
             if verdict == "unverifiable":
                 st["chain.unverifiable"] += 1
-                leave_unchecked(idx if known else None, v.get("reason"))
+                leave_unchecked(idx if known else None, v.get("reason"), "chain.unverifiable_not_located")
                 continue
             st["chain.false_claims"] += 1
             found = read_claims({"incorrect_spans": v.get("incorrect_spans") or []})
@@ -525,5 +539,5 @@ class ChainDetector(Detector):
         for idx in range(1, len(item_claims) + 1):
             if idx not in judged:
                 st["chain.claims_unjudged"] += 1
-                leave_unchecked(idx, NO_VERDICT)
+                leave_unchecked(idx, NO_VERDICT, "chain.unjudged_not_located")
         return vec, unverifiable, unchecked
