@@ -15,10 +15,10 @@ than returning an empty prediction.
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import numbers
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -122,6 +122,24 @@ def _options_key(options: dict[str, Any]) -> str:
     return json.dumps(options, sort_keys=True, default=str)
 
 
+def _close_each(detectors: dict[tuple[str, str], Any]) -> None:
+    """Closes every detector of a dict, emptying it; one that fails to close keeps no other open."""
+    while detectors:
+        try:
+            detectors.popitem()[1].close()
+        except Exception:  # noqa: BLE001 - at exit, or as a thread ends: the others must still close
+            continue
+
+
+class _Holder:
+    """One thread's kept detectors; closed when the thread ends (its `_Kept` slot goes) or at exit."""
+
+    def __init__(self) -> None:
+        self.detectors: dict[tuple[str, str], Any] = {}
+        # a thread per request (a web server's) left each its model and connections for good
+        weakref.finalize(self, _close_each, self.detectors)
+
+
 class _Kept(threading.local):
     """Per thread, (method, options) -> built detector, kept between calls.
 
@@ -132,13 +150,9 @@ class _Kept(threading.local):
     """
 
     def __init__(self) -> None:
-        self.detectors: dict[tuple[str, str], Any] = {}
-        with _ALL_LOCK:
-            _ALL.append(self.detectors)
+        self.holder = _Holder()
 
 
-_ALL: list[dict[tuple[str, str], Any]] = []  # every thread's kept detectors, closed at exit
-_ALL_LOCK = threading.Lock()
 _KEPT = _Kept()
 _KEEP = 8  # per thread
 _ITEM_KEYS = frozenset({"answer", "model_output_text", "contexts", "question", "model_input", "lang", "id"})
@@ -158,22 +172,9 @@ _SYNONYMS = {
 _ARGUMENT_SYNONYMS = {"detector": "method", "context": "contexts", "references": "contexts"}
 
 
-@atexit.register
-def _close_all() -> None:
-    """Closes the kept detectors at exit: a semantic one's cache file was left to the collector."""
-    with _ALL_LOCK:
-        kept = list(_ALL)
-    for detectors in kept:
-        while detectors:
-            try:
-                detectors.popitem()[1].close()
-            except Exception:  # noqa: BLE001 - at exit, one that fails to close must not keep the rest open
-                continue
-
-
 def _forget(key: tuple[str, str]) -> None:
     """Drops a kept detector (the next call builds it afresh), closing its connections or model."""
-    det = _KEPT.detectors.pop(key, None)
+    det = _KEPT.holder.detectors.pop(key, None)
     if det is not None:
         det.close()
 
@@ -185,7 +186,7 @@ def _detector(method: str, options_json: str):
     from mushroom.detectors import build
 
     key = (method, options_json)
-    kept = _KEPT.detectors
+    kept = _KEPT.holder.detectors
     det = kept.pop(key, None)
     if det is None:
         det = build(method, json.loads(options_json))

@@ -231,7 +231,7 @@ def test_a_detector_dropped_from_the_kept_few_closes_its_connections(monkeypatch
     from mushroom import api
     from mushroom.backends.openai_compat import OpenAIBackend
 
-    monkeypatch.setattr(api._KEPT, "detectors", {})
+    monkeypatch.setattr(api._KEPT.holder, "detectors", {})
     closed = []
     monkeypatch.setattr(OpenAIBackend, "close", lambda self: closed.append(self.base_url))
     with FakeServer({}) as server:
@@ -450,3 +450,21 @@ def test_numpy_contexts_and_offsets_are_taken_as_python_ones():
     assert pred.hard_labels == [(1, 2)]
     with pytest.raises(ValidationError):  # true is still no offset
         mushroom.Prediction(id="a", hard_labels=[(True, 3)])
+
+
+def test_a_finished_threads_detectors_are_closed_not_kept(monkeypatch):
+    """Each thread's kept detectors stayed for the process's life: a thread per request (a web
+    server's) kept a model and connections per request (a review)."""
+    import gc
+    import threading
+
+    from mushroom.detectors.lexical import LexicalDetector
+
+    closed = []
+    monkeypatch.setattr(LexicalDetector, "close", lambda self: closed.append(self))
+    for _ in range(5):
+        t = threading.Thread(target=lambda: mushroom.detect(ANSWER, CONTEXT, threshold=0.37))
+        t.start()
+        t.join()
+    gc.collect()
+    assert len(closed) == 5
