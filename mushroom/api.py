@@ -104,6 +104,8 @@ def _plain_int(value: Any) -> Any:
 
 def _plain_labels(name: str, value: Any) -> Any:
     """hard_labels or soft_labels with numpy integer offsets made Python's; other fields as given."""
+    if name in ("hard_labels", "soft_labels") and callable(getattr(value, "tolist", None)):
+        value = value.tolist()  # a numpy array of spans: its rows as lists of Python ints
     if not isinstance(value, list | tuple):
         return value
     if name == "hard_labels":

@@ -448,6 +448,8 @@ def test_numpy_contexts_and_offsets_are_taken_as_python_ones():
     assert pred.hard_labels == [(0, 3)] and type(pred.hard_labels[0][0]) is int
     pred.hard_labels = [(np.int64(1), np.int64(2))]
     assert pred.hard_labels == [(1, 2)]
+    pred.hard_labels = np.array([[0, 2]])  # a whole array of spans too
+    assert pred.hard_labels == [(0, 2)]
     with pytest.raises(ValidationError):  # true is still no offset
         mushroom.Prediction(id="a", hard_labels=[(True, 3)])
 
