@@ -58,6 +58,9 @@ def backend_options(kind, server=None):
     return {"kind": "openai", "model": server.alias, "base_url": server.url}
 
 
+# what a failed item of a weak model's replies says (no call failed)
+MODEL_FAILURES = ("named only text that is not in the answer", "cut off", "could not be read", "was empty")
+
 STAGE_OPTIONS = {
     "llm": ["-o", "max_tokens=160", "-o", "prompt=single_zero_shot", "-o", "max_context_chars=1500"],
     "chain": ["-o", "max_tokens=64", "-o", "max_context_chars=1500"],
@@ -92,14 +95,19 @@ def test_detector_stage_with_a_real_model(tmp_path, request, smollm2, kind, name
     key = "models" if name == "pyes" else "backend"
     value = [backend] if name == "pyes" else backend
     args = ["detect", "--split", "val", "--lang", "en", "--limit", str(N), "--detector", name, "--quiet"]
-    args += ["-o", f"{key}={json.dumps(value)}", *STAGE_OPTIONS[name]]
+    # a 135M model may fail an item by its replies alone (one that names only text the answer
+    # lacks, or is cut off): written empty and listed, what is checked is that each is said
+    args += ["-o", f"{key}={json.dumps(value)}", *STAGE_OPTIONS[name], "--allow-failures"]
     out = tmp_path / "run"
     proc = mushroom(*args, "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     folder = out / "predictions"
     assert check_file(folder / "mushroom.en-val.v2.jsonl", ITEMS).ok
     stats = json.loads((folder / "stats.json").read_text())["all"]
-    assert stats["items.ok"] == N
+    assert stats.get("items.ok", 0) + stats.get("items.failed", 0) == N, stats
+    failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert len(failures) == stats.get("items.failed", 0)
+    assert all(any(why in f["error"] for why in MODEL_FAILURES) for f in failures), failures
     assert_accounting(name, stats)
     raw = [
         RawRecord.model_validate_json(line)
@@ -109,10 +117,12 @@ def test_detector_stage_with_a_real_model(tmp_path, request, smollm2, kind, name
     calls = Counter(r.stage.split(".")[0] for r in raw)
     if name == "llm":
         assert calls == {"llm": N}
-    # a re-run on the same folder sends nothing
+    # a re-run on the same folder sends nothing: a failed item is read again from the cache
     proc = mushroom(*args, "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert len((folder / "raw" / "en.raw.jsonl").read_text().splitlines()) == len(raw)
+    lines = (folder / "raw" / "en.raw.jsonl").read_text().splitlines()
+    assert all(RawRecord.model_validate_json(line).cached for line in lines[len(raw) :])
+    assert len(lines) == len(raw) or stats.get("items.failed", 0)
     # a new folder sharing the response cache: every call is answered from the cache
     if name != "pyes":
         again = tmp_path / "again"
