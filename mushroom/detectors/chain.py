@@ -506,17 +506,16 @@ class ChainDetector(Detector):
             if verdict is None:
                 st["chain.unreadable_verdicts"] += 1  # no verdict that can be read: not a finding
                 continue
-            if isinstance(idx, int) and not 1 <= idx <= len(item_claims):
+            if idx is not None and not 1 <= idx <= len(item_claims):
                 st["chain.unknown_claim_verdicts"] += 1  # a verdict on a claim never made
                 continue
-            known = isinstance(idx, int) and 1 <= idx <= len(claim_spans)
-            if known:
+            if idx is not None:  # a claim of this item (one without a number names none)
                 judged.add(idx)
             if verdict == "supported":
                 continue
             if verdict == "unverifiable":
                 st["chain.unverifiable"] += 1
-                leave_unchecked(idx if known else None, v.get("reason"), "chain.unverifiable_not_located")
+                leave_unchecked(idx, v.get("reason"), "chain.unverifiable_not_located")
                 continue
             st["chain.false_claims"] += 1
             found = read_claims({"incorrect_spans": v.get("incorrect_spans") or []})
@@ -531,7 +530,7 @@ class ChainDetector(Detector):
                     continue
                 placed += 1
                 vec[span.start : span.end] = np.maximum(vec[span.start : span.end], span.prob)
-            if not placed and known and claim_spans[idx - 1]:
+            if not placed and idx is not None and claim_spans[idx - 1]:
                 st["chain.fallbacks"] += 1
                 cs = claim_spans[idx - 1]
                 vec[cs.start : cs.end] = np.maximum(vec[cs.start : cs.end], self.options.fallback_probability)
