@@ -39,11 +39,10 @@ def score_run_files(
     from mushroom.data.predictions import prediction_langs, submission_name
     from mushroom.data.runfolder import items_files, prediction_folder, run_scope, variant_names
     from mushroom.data.splits import lang_from_filename
-    from mushroom.evaluation.score import pair_paths, score_pairs
+    from mushroom.evaluation.score import pair_paths, require_path, score_pairs
 
     checked: dict[Path, FailureCheck] = {}  # ledgers read for the edit check, read once
-    if not gold.exists():  # before the run is read: a missing GOLD was blamed on the run
-        raise MushroomError(f"GOLD {gold}: no such file or folder")
+    require_path("GOLD", gold)  # before the run is read: a missing GOLD was blamed on the run
     if is_saved_dataset(gold):
         # a folder of Dataset.save_to_disk: for a `detect --items` run, as the items file it
         # was made from (its files are per language of that file: a folder of official

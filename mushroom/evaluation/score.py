@@ -291,6 +291,12 @@ RUN_LISTS = frozenset({"failures.jsonl"})
 """Files a run folder keeps beside its predictions that are no prediction file (not said as ignored)."""
 
 
+def require_path(name: str, path: Path) -> None:
+    """Raises, naming the argument, for a GOLD or PRED path that is not there."""
+    if not path.exists():
+        raise MushroomError(f"{name} {path}: no such file or folder")
+
+
 def _files_by_lang(folder: Path) -> tuple[dict[str, Path], list[Path]]:
     by_lang: dict[str, list[Path]] = {}
     unnamed: list[Path] = []
@@ -329,8 +335,7 @@ def pair_paths(
             allowed) a language asked for has no file.
     """
     for name, path in (("GOLD", gold), (role, pred)):
-        if not path.exists():
-            raise MushroomError(f"{name} {path}: no such file or folder")
+        require_path(name, path)
     if gold.is_file() and pred.is_file():
         if langs:
             raise MushroomError(
