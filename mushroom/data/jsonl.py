@@ -373,27 +373,31 @@ def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
         os.fsync(out.fileno())
 
 
-def read_utf8(path: str | Path) -> str:
-    """A whole text file; one that is not UTF-8 is an error naming it.
-
-    The boundary's last resort said only "a file is not valid UTF-8", naming no file.
-    """
+def _decoded(path: str | Path, handle: TextIO) -> str:
+    """A text handle's whole content; bytes that are not UTF-8 are an error naming the file."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return handle.read()
     except UnicodeDecodeError as exc:
         raise DataError.single(
             path, None, None, f"not valid UTF-8 (byte {exc.start + 1}): {exc.reason}"
         ) from None
 
 
+def read_utf8(path: str | Path) -> str:
+    """A whole text file; one that is not UTF-8 is an error naming it.
+
+    The boundary's last resort said only "a file is not valid UTF-8", naming no file. A missing
+    file stays FileNotFoundError, for the caller to take as "none".
+    """
+    with Path(path).open(encoding="utf-8") as handle:
+        return _decoded(path, handle)
+
+
 def read_json_model(path: str | Path, model: type[M]) -> M:
     """One JSON document as a validated record; problems name the file and field."""
     path = Path(path)
     with open_text(path) as handle:
-        try:
-            text = handle.read()
-        except UnicodeDecodeError as exc:
-            raise DataError.single(path, None, None, f"not valid UTF-8: {exc.reason}") from None
+        text = _decoded(path, handle)
     try:
         obj = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
