@@ -262,6 +262,16 @@ def test_auto_falls_back_to_no_schema_when_every_form_is_rejected():
         assert [g.structured_output for g in out] == ["none", "none"] and out[0].texts
         kinds = [(c["body"].get("response_format") or {}).get("type") for c in server.calls]
         assert kinds == ["json_schema", "json_object", None, None]
+        # unconstrained replies parse worse: the run says so, once, with the server's reason
+        (said,) = [w for w in backend.warnings if "unconstrained" in w]
+        assert "rejected every JSON-schema form" in said and "not supported" in said
+
+
+def test_moving_from_json_schema_to_json_object_is_llama_cpps_usual_path_and_no_warning():
+    with FakeServer({}, reject_json_schema=True) as server:
+        backend = _openai(server.url, structured_output="auto")
+        out = backend.generate([_schema_req("x")])
+        assert out[0].structured_output == "json_object" and backend.warnings == []
 
 
 def test_explicit_json_schema_rejected_is_one_call_and_an_error():

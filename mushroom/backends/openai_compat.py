@@ -667,12 +667,25 @@ class OpenAIBackend(Backend):
             finish_reasons=reasons if any(reasons) else [],
         )
 
-    def _fall_back(self, rejected: str) -> str:
-        """Moves `auto` past a rejected form (once, whichever thread saw it first); the form to use."""
+    def _fall_back(self, rejected: str, why: str) -> str:
+        """Moves `auto` past a rejected form (once, whichever thread saw it first); the form to use.
+
+        The move to `none` is said as it happens: the replies are then unconstrained, and more
+        of them fail to parse, which a reader of the counters should be able to trace to the
+        server. The move to `json_object` is llama.cpp's usual path and still constrained, so
+        it is only recorded (`structured_output` in raw/).
+        """
         with self._lock:
-            if self._form == rejected and not self.form_confirmed:
+            moved = self._form == rejected and not self.form_confirmed
+            if moved:
                 self._form = FALLBACK[FALLBACK.index(rejected) + 1]
-            return self._form
+            form = self._form
+        if moved and form == "none":
+            self.warn(
+                f"the server at {self.base_url} rejected every JSON-schema form ({why}); its replies "
+                "are unconstrained, so more of them may fail to parse (see the llm.* counters)"
+            )
+        return form
 
     def _one(self, req: GenerationRequest) -> Generation:
         """One request's samples; asked for again (n = the rest) when the server sent fewer than n.
@@ -764,7 +777,7 @@ class OpenAIBackend(Backend):
             if long is not None:  # no form change fixes it
                 return Generation(error=long)
             if auto and form != "none" and not self.form_confirmed and is_format_rejection(status, text):
-                form = self._fall_back(form)
+                form = self._fall_back(form, http_error(status, text))
                 continue
             if auto and form != self._form:  # another thread moved on meanwhile
                 form = self._form
