@@ -848,7 +848,7 @@ def test_a_context_lost_after_its_grade_was_written_is_generated_again_from_the_
     args = _generate(ctx, 2)
     with FakeServer({}, "Some background on the question.") as server:
         code, _, err = cli(capsys, *args, "--base-url", server.url)
-        assert code == 0 and len(server.calls) == 2, err
+        assert code == 0 and len(server.calls) == 2 and "came from answers" not in err, err
         source = ctx / "val.en.llm.jsonl"
         first, second = source.read_text().splitlines()
         source.write_text(first + "\n" + second[:20])  # a kill cut the second context's line
@@ -860,6 +860,8 @@ def test_a_context_lost_after_its_grade_was_written_is_generated_again_from_the_
         assert code == 0, err
         assert len(load_contexts("val", "en", ("llm",), context_dir=ctx).by_id) == 2
         assert len(server.calls) == 2  # both times from the response cache
+        said = " ".join(err.split())
+        assert "2 generated contexts came from answers in the response cache" in said, said
 
 
 def test_a_source_name_read_as_something_else_and_a_tier_named_twice_are_refused(tmp_path, capsys):

@@ -150,6 +150,11 @@ def contexts_cmd(
     table = TableData(title, columns=run.columns, rows=run.rows)
     for part in fitted_tables(table, out_console, title_justify="center", justify="right"):
         out_console.print(part)
+    if run.from_cache:
+        err_console.print(
+            f"{plural(run.from_cache, 'generated context')} came from answers in the response cache "
+            f"{esc(str(run.cache))}, asked for in an earlier run (delete it to ask the model again)"
+        )
     if run.unread:
         err_console.print(
             f"[yellow]warning:[/yellow] {plural(run.unread, 'grading verdict')} said neither relevant nor "

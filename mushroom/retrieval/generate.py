@@ -67,6 +67,9 @@ class ContextStats:
     """LLM gradings that said neither relevant nor irrelevant (the context, tier or generated, is kept)."""
     truncated: int = 0
     """Of `generated`: contexts cut off at max_tokens (finish_reason "length"; kept, and warned of)."""
+    from_cache: int = 0
+    """Of `generated`: answers read from the response cache, asked for in an earlier run (a
+    source file deleted, or a run killed before it wrote them), not by this one."""
     without_context: int = 0
     """Items left with no usable context so far, this run's and earlier runs' (a re-run shows
     them as "done before" too)."""
@@ -404,6 +407,7 @@ def generate_contexts(
         )
     generations = backend.generate(requests)
     texts: dict[str, str] = {}
+    cached: set[str] = set()
     for item, gen in zip(todo, generations):
         text, thought = strip_reasoning(gen.texts[0]) if gen.texts else ("", False)
         if gen.error or not text.strip():
@@ -413,6 +417,9 @@ def generate_contexts(
             continue
         stats.generated += 1
         stats.truncated += bool(gen.used_budget(max_tokens))
+        if gen.cached:
+            stats.from_cache += 1
+            cached.add(item.id)
         texts[item.id] = text.strip()
     keep = _grade(todo, texts, grading, grader or backend, min_similarity, encoder)
     for item in todo:
@@ -421,6 +428,7 @@ def generate_contexts(
         verdict = keep[item.id]
         if verdict["relevant"] is None:  # counted as failed, not generated: the columns add up
             stats.generated -= 1
+            stats.from_cache -= item.id in cached
             stats.failed += 1
             stats.errors.append(f"{item.id}: {GRADING_FAILED}: {verdict['error']}")
             continue

@@ -41,6 +41,9 @@ class ContextsRun:
     """The grades files that hold those verdicts, one per language that has some."""
     truncated: int = 0
     """Generated contexts cut off at max_tokens (kept as they are)."""
+    from_cache: int = 0
+    """Generated contexts whose answers the response cache held (asked for in an earlier run)."""
+    cache: Path | None = None
     made_otherwise: list[str] = field(default_factory=list)
     """`lang: N contexts ... made with ...` for each language whose contexts done before were
     made with other settings."""
@@ -175,7 +178,8 @@ def generate_split(
         COLUMNS
         + ["tier rejections"] * falls
         + ["kept unread"] * (grade == "llm")
-        + ["no usable context"] * graded
+        + ["no usable context"] * graded,
+        cache=cache,
     )
     hint = (
         f"a language's contexts are appended to {root}/{split}.<lang>.{source}.jsonl once all its "
@@ -209,6 +213,7 @@ def generate_split(
             if st.unreadable_verdicts:
                 run.unread_files.append(grades_file(root / f"{stem}.jsonl"))
             run.truncated += st.truncated
+            run.from_cache += st.from_cache
             if st.made_otherwise:
                 run.made_otherwise.append(
                     f"{code}: {plural(st.already_generated, 'context')} done before in {stem}.jsonl "
