@@ -229,6 +229,7 @@ def test_a_server_that_answers_nothing_stops_the_command_before_a_run_folder(tmp
     assert code == 2 and not out.exists(), err
     assert "took the connection but answered no GET /models within 0.5 s: it is hung" in said
     assert "or busy with another client's requests" in said  # a busy llama.cpp server is no hung one
+    assert "a run you just stopped leaves its requests running there" in said  # a kill, then a re-run
 
 
 def test_a_server_that_hangs_mid_run_is_called_hung_after_one_timeout(tmp_path, capsys):

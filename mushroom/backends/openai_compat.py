@@ -339,8 +339,9 @@ def hung_message(url: str, asked: str, seconds: float) -> str:
     """Why a server that took the connection and answered nothing is taken as hung, and what to do."""
     return (
         f"the server at {url} took the connection but answered no {asked} within {seconds} s: it is hung, "
-        "or busy with another client's requests (llama.cpp's server answers one at a time); if nothing "
-        "else uses it, restart it (or raise -o backend.connect_timeout_s if it is only slow)"
+        "or busy with another client's requests (llama.cpp's server answers one at a time; a run you "
+        "just stopped leaves its requests running there until they end); if nothing else uses it, wait "
+        "or restart it (or raise -o backend.connect_timeout_s if it is only slow)"
     )
 
 
