@@ -511,3 +511,79 @@ def test_a_server_without_the_endpoint_is_asked_whether_it_is_openai_compatible(
         "HTTP 501 (this server has no such endpoint: is the URL an OpenAI-compatible server's, ending in /v1?): "
         "<!DOCTYPE HTML> <html lang='en'> <head>"
     ), errors
+
+
+def _schema_free(key):
+    from mushroom.backends.base import GenerationRequest, Message
+
+    return GenerationRequest(key=key, messages=[Message(role="user", content=f"item {key}")])
+
+
+def test_a_second_backend_to_a_server_that_failed_in_this_command_pays_one_attempt_not_the_trip():
+    """A variants config built a backend per variant, and each paid ~20 s of retries to trip."""
+    from mushroom.backends import build_backend
+    from mushroom.backends.base import BackendConfig
+    from mushroom.backends.trips import remembering_trips
+
+    def backend(url):
+        return build_backend(
+            BackendConfig(kind="openai", model="m", base_url=url, max_retries=3, timeout_s=5.0)
+        )
+
+    with (
+        FakeServer({"": [("status", 500, OOM)]}, retry_after=None, models=("m", "n")) as server,
+        remembering_trips(),
+    ):
+        first = backend(server.url).generate([_schema_free(str(i)) for i in range(6)])
+        assert len(server.calls) == BREAKER_COLD * 4 and all(g.error for g in first)
+        before = len(server.calls)
+        second = backend(server.url).generate([_schema_free(str(i)) for i in range(6)])
+        assert len(server.calls) == before + 1  # one attempt of one request, then not sent
+        assert (
+            "failed again, as every request earlier in this command" in second[-1].error
+            and "CUDA out of memory" in second[-1].error
+        )
+        other_model = build_backend(
+            BackendConfig(kind="openai", model="n", base_url=server.url, max_retries=1)
+        )
+        before = len(server.calls)
+        other_model.generate([_schema_free("x")])
+        assert len(server.calls) == before + 2  # another model on the server: its own retries
+        server.script = {}  # the server is back: the one attempt works, and the memory is dropped
+        third = backend(server.url).generate([_schema_free(str(i)) for i in range(3)])
+        assert [g.error for g in third] == [None] * 3
+        before = len(server.calls)
+        server.script = {"": [("status", 500, OOM)]}
+        server.counts.clear()
+        backend(server.url).generate([_schema_free("y")])
+        assert len(server.calls) == before + 4  # afresh: a request's own retries again
+
+
+def test_outside_a_command_every_backend_starts_afresh():
+    """A Python caller who restarts a server and calls again expects a plain try."""
+    from mushroom.backends import build_backend
+    from mushroom.backends.base import BackendConfig
+
+    with FakeServer({"": [("status", 500, OOM)]}, retry_after=None) as server:
+        for _ in range(2):
+            before = len(server.calls)
+            b = build_backend(BackendConfig(kind="openai", model="m", base_url=server.url, max_retries=1))
+            b.generate([_schema_free(str(i)) for i in range(4)])
+            assert len(server.calls) - before == BREAKER_COLD * 2
+
+
+def test_the_variants_of_a_run_config_pay_one_breaker_trip_between_them(tmp_path, capsys):
+    config = tmp_path / "variants.toml"
+    with FakeServer({"": [("status", 500, OOM)]}, retry_after=None) as server:
+        config.write_text(
+            'name = "v"\nsplits = ["val"]\nlangs = ["en"]\nlimit = 5\n\n[detector]\nname = "llm"\n\n'
+            "[detector.options]\ntemperatures = [0.1]\n\n[detector.options.backend]\n"
+            f'kind = "openai"\nbase_url = "{server.url}"\nmodel = "m"\nmax_retries = 1\n\n'
+            '[[variants]]\nname = "a"\noptions = { prompt = "single_zero_shot" }\n\n'
+            '[[variants]]\nname = "b"\noptions = { prompt = "single_few_shot" }\n'
+        )
+        code, _, err = cli(capsys, "run", config, "--out", tmp_path / "run")
+        assert code == 3, err
+        assert len(server.calls) == BREAKER_COLD * 2 + 1, err  # variant a trips it, variant b sends one
+    failures = _failures(tmp_path / "run")
+    assert sum("failed again, as every request earlier in this command" in f["error"] for f in failures) == 4

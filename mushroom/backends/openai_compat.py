@@ -69,6 +69,7 @@ from mushroom.backends.config import OpenAIConfig
 from mushroom.backends.openai_schema import read_completion
 from mushroom.backends.registry import register_backend
 from mushroom.backends.sockets import install as install_sockets
+from mushroom.backends.trips import forget_trip, remember_trip, tripped_before
 from mushroom.errors import NOT_SENT, SLOWER, TOO_LONG, MushroomError
 from mushroom.util.words import one_line, plural
 
@@ -162,8 +163,10 @@ class CircuitBreaker:
         enabled: bool = True,
         on_open: Callable[[], object] | None = None,
         timeout_s: float | None = None,
+        model: str = "",
     ):
         self.url = url
+        self.model = model
         self.timeout_s = timeout_s
         self.enabled = enabled
         self.on_open = on_open
@@ -172,6 +175,13 @@ class CircuitBreaker:
         self._in_row = 0
         self._timeouts_in_row = 0
         self._open: str | None = None
+        # tripped for another backend earlier in this command (see mushroom.backends.trips):
+        # one failure trips it, and `post` makes one attempt a request, until one works
+        self.probation = tripped_before(url, model) is not None and enabled
+
+    def on_probation(self) -> bool:
+        """Whether this server failed earlier in the command and none of this backend's requests worked."""
+        return self.probation and not self._worked
 
     def blocked(self) -> str | None:
         """The reason a request is not sent, or None."""
@@ -179,7 +189,10 @@ class CircuitBreaker:
 
     def success(self) -> None:
         with self._lock:
+            first = not self._worked
             self._worked, self._in_row, self._timeouts_in_row = True, 0, 0
+        if first:
+            forget_trip(self.url, self.model)
 
     def failure(self, message: str) -> None:
         """Counts a request that ended in a server error; trips after enough of them."""
@@ -189,7 +202,7 @@ class CircuitBreaker:
         with self._lock:
             self._in_row += 1
             self._timeouts_in_row = self._timeouts_in_row + 1 if timed_out else 0
-            limit = BREAKER_WARM if self._worked else BREAKER_COLD
+            limit = BREAKER_WARM if self._worked else 1 if self.probation else BREAKER_COLD
             timeouts = TIMEOUTS_WARM if self._worked else TIMEOUTS_COLD
             if self._open is not None or (self._in_row < limit and self._timeouts_in_row < timeouts):
                 return
@@ -205,9 +218,12 @@ class CircuitBreaker:
             else:
                 # "... (none worked); the last: gave up after 6 attempts: HTTP 500 ...": it said
                 # "with gave up after", the request's outcome read as the server's answer
+                failed = f"failed the last {plural(self._in_row, 'request')}{first}"
+                if self.probation and not self._worked:
+                    failed = "failed again, as every request earlier in this command"
                 self._open = (
-                    f"{NOT_SENT}: the server at {self.url} failed the last {plural(self._in_row, 'request')}"
-                    f"{first}; the last: {one_line(message)}; the same command retries it"
+                    f"{NOT_SENT}: the server at {self.url} {failed}; the last: {one_line(message)}; "
+                    "the same command retries it"
                 )
         self._opened()
 
@@ -222,6 +238,7 @@ class CircuitBreaker:
         self._opened()
 
     def _opened(self) -> None:
+        remember_trip(self.url, self.model, self._open or "")
         if self.on_open is not None:
             self.on_open()
 
@@ -398,7 +415,11 @@ class OpenAIBackend(Backend):
         # outage (a restart) fails only the requests made during it.
         self._unreachable: tuple[str, float] | None = None
         self.breaker = CircuitBreaker(
-            self.base_url, config.circuit_breaker, on_open=self._cut_in_flight, timeout_s=config.timeout_s
+            self.base_url,
+            config.circuit_breaker,
+            on_open=self._cut_in_flight,
+            timeout_s=config.timeout_s,
+            model=config.model,
         )
         self._reached = False
         self._unreachable_in_row = 0
@@ -575,7 +596,9 @@ class OpenAIBackend(Backend):
 
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response | str:
         """The final response (any status) after retries, or an error message."""
-        attempts = self.config.max_retries + 1
+        # on probation (the server failed every request earlier in this command), one attempt:
+        # a server still failing costs a round trip, not another ~20 s of retries
+        attempts = 1 if self.breaker.on_probation() else self.config.max_retries + 1
         blocked = self.breaker.blocked()
         if blocked is not None:
             return blocked

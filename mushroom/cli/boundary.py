@@ -300,12 +300,13 @@ def _run(app: typer.Typer, args: list[str]) -> int:
     import typer
 
     from mushroom.backends.base import warnings_to
+    from mushroom.backends.trips import remembering_trips
 
     try:
         command = typer.main.get_command(app)
         _flag_help(command)
         _refuse_repeated_options(command, args)
-        with warnings_to(print_warning):
+        with warnings_to(print_warning), remembering_trips():
             result = command(args=args, standalone_mode=False, prog_name="mushroom")
         if result == EXIT_INTERRUPTED:  # typer turns a bare Ctrl-C into a silent 130
             err_console.print(f"[yellow]{esc(interrupt_message(current_hint()))}[/yellow]", highlight=False)
