@@ -140,3 +140,18 @@ def test_a_context_layout_of_ones_own_is_found_by_name(tmp_path, monkeypatch):
     # a folder with nothing for the split says where it looked and what to do instead
     with pytest.raises(MushroomError, match=r"\(train, en\) in .*; it has none for train en: give your own"):
         load_contexts("train", "en", ("wiki",), context_dir=tmp_path)
+
+
+def test_a_detect_call_with_a_built_in_method_scans_no_installed_package(monkeypatch):
+    """Each `mushroom.detect` read every package's entry points: 4.9 ms a call instead of 1 ms."""
+    import mushroom.util.registry as registry
+
+    mushroom.detect("Paris is in Italy.", ["Paris is in France."], method="lexical")
+    scans = []
+    real = registry.metadata.entry_points
+    monkeypatch.setattr(registry.metadata, "entry_points", lambda **kw: scans.append(kw) or real(**kw))
+    pred = mushroom.detect("Berlin is in Spain.", ["Berlin is in Germany."], method="lexical")
+    assert pred.spans and scans == []
+    with pytest.raises(MushroomError, match="unknown detector 'lexicall'"):
+        mushroom.detect("Berlin is in Spain.", ["Berlin is in Germany."], method="lexicall")
+    assert scans  # a name not built in is looked for among the installed packages' too
