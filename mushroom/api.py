@@ -43,7 +43,7 @@ class Prediction(records.Prediction):
 
     model_config = ConfigDict(validate_assignment=True)
 
-    text: str = Field("", exclude=True)
+    text: str = Field("", description="the answer the spans index into")
 
     @model_validator(mode="before")
     @classmethod
@@ -83,15 +83,35 @@ class Prediction(records.Prediction):
                 self.model_fields_set.discard(name)
             raise
 
+    def _needs_text(self, what: str) -> None:
+        # made without a text, probs came back [] and spans with '' for every span: wrong
+        # answers that looked like "nothing marked"
+        if "text" not in self.model_fields_set and (self.soft_labels or self.hard_labels):
+            raise ValueError(
+                f"Prediction {self.id!r}: {what} needs the answer's text, and this one was made "
+                "without it; give text=... (the spans index into it)"
+            )
+
     @property
     def probs(self) -> list[float]:
+        """One probability per character of `text`.
+
+        Raises:
+            ValueError: the prediction has spans but was made without its text.
+        """
         from mushroom.data.spans import soft_to_vector
 
+        self._needs_text("probs")
         return [float(v) for v in soft_to_vector(self.soft_labels, len(self.text))]
 
     @property
     def spans(self) -> list[tuple[int, int, str]]:
-        """The hard spans with their text: [(start, end, text)]."""
+        """The hard spans with their text: [(start, end, text)].
+
+        Raises:
+            ValueError: the prediction has spans but was made without its text.
+        """
+        self._needs_text("spans")
         return [(s, e, self.text[s:e]) for s, e in self.hard_labels]
 
 

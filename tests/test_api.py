@@ -470,3 +470,21 @@ def test_a_finished_threads_detectors_are_closed_not_kept(monkeypatch):
         t.join()
     gc.collect()
     assert len(closed) == 5
+
+
+def test_a_prediction_keeps_its_text_through_json_and_without_one_its_probs_are_refused():
+    """Dumped, the text was dropped: read back, `probs` was [] and each span's text '' (audit)."""
+    import pickle
+
+    pred = mushroom.detect(ANSWER, CONTEXT)
+    again = mushroom.Prediction.model_validate_json(pred.model_dump_json())
+    assert again == pred and again.probs == pred.probs and again.spans == pred.spans
+    assert mushroom.Prediction(**pred.model_dump()) == pred and pickle.loads(pickle.dumps(pred)) == pred
+    assert set(pred.submission_dict()) == {"id", "soft_labels", "hard_labels"}  # the official fields
+    bare = mushroom.Prediction(
+        id="a", soft_labels=[{"start": 0, "end": 3, "prob": 0.5}], hard_labels=[(0, 3)]
+    )
+    for what in ("probs", "spans"):
+        with pytest.raises(ValueError, match=f"Prediction 'a': {what} needs the answer's text"):
+            getattr(bare, what)
+    assert mushroom.Prediction(id="e", text="").probs == []  # an empty answer has none to give
