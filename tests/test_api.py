@@ -488,3 +488,18 @@ def test_a_prediction_keeps_its_text_through_json_and_without_one_its_probs_are_
         with pytest.raises(ValueError, match=f"Prediction 'a': {what} needs the answer's text"):
             getattr(bare, what)
     assert mushroom.Prediction(id="e", text="").probs == []  # an empty answer has none to give
+
+
+def test_a_dataframes_empty_cells_are_keys_left_out():
+    """`df.to_dict("records")` writes NaN for a row's missing contexts, lang or id: refused as floats."""
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame(
+        [
+            {"answer": ANSWER, "contexts": [CONTEXT], "lang": "en", "id": "a", "question": "Where?"},
+            {"answer": "Berlin is in Spain."},
+        ]
+    )
+    first, second = mushroom.detect_batch(df.to_dict("records"))
+    assert first.id == "a" and first.spans and second.id == "item-1"
+    [pred] = mushroom.detect_batch([{"answer": ANSWER, "question": pd.NA, "lang": pd.NA}])
+    assert pred.id == "item-0"
