@@ -360,3 +360,41 @@ def test_a_fitted_stack_applied_a_chunk_at_a_time_equals_it_applied_whole(tmp_pa
     (tmp_path / "b" / "predictions" / submission_name("en", "items")).write_text("")
     with pytest.raises(DataError, match=r"no prediction for 4 of 4 items"):
         list(stack_stream.iter_apply_stack(model, members, "items", {"en": corpus}))
+
+
+@pytest.mark.parametrize("damage", ["deleted", "cut"])
+def test_a_channel_store_cut_or_deleted_is_refused_by_the_stack_and_mended_by_a_rerun(tmp_path, damage):
+    """The ledger still said "done": a stack read the items as having no evidence, exit 0, unsaid."""
+    from mushroom.combine.stack.stream import _MemberStream
+
+    items = [Item.model_validate(r) for r in rows()]
+    _, whole = run(tmp_path, "whole", items)
+    _, folder = run(tmp_path, "run", items)
+    store = channel_file(folder / "raw", "en")
+    if damage == "deleted":
+        store.unlink()
+    else:  # the first records only: a cut a kill would not make (the ledger has every item)
+        kept = [line for line in gzip.decompress(store.read_bytes()).splitlines(keepends=True)][:3]
+        store.write_bytes(gzip.compress(b"".join(kept)))
+    member = Member("vowels", tmp_path / "run")
+    for read in (
+        lambda: member.load("items", "en", items),
+        lambda: _MemberStream(member, "items", "en").evidence(items),
+    ):
+        with pytest.raises(DataError) as err:
+            read()
+        said = str(err.value)
+        assert str(store) in said and f"of {N - (0 if damage == 'deleted' else 3)} items" in said, said
+        assert "Run that run's command again on the same folder" in said
+    warned = []
+    det = Vowels()
+    svc = service.RunService(tmp_path / "run", {"detector": "vowels"}, quiet=True)
+    svc.warn = warned.append
+    try:
+        svc.detect_split(det, "items", folder, data={"en": items}, context_files=[])
+    finally:
+        svc.release()
+    assert len(det.seen) == N - (0 if damage == "deleted" else 3)  # only the items whose evidence went
+    assert any("lacks the evidence of" in w and "computed again" in w for w in warned), warned
+    assert outputs(folder)[0] == outputs(whole)[0] and same_channels(outputs(folder)[1], outputs(whole)[1])
+    member.load("items", "en", items)  # read again without complaint

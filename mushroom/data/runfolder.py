@@ -10,7 +10,7 @@ import json
 import platform
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -479,6 +479,7 @@ class LedgerState:
     failed: set[str]  # ids whose last outcome is "failed"
     marked: set[str]  # ids whose last outcome is "ok" with some span marked
     answers: AnswerIndex | None = None  # None for a ledger written before answers were kept
+    channelled: set[str] = field(default_factory=set)  # ok ids whose line says they stored channels
 
 
 def ledger_state(folder: Path, lang: str) -> LedgerState | None:
@@ -499,6 +500,7 @@ def ledger_state(folder: Path, lang: str) -> LedgerState | None:
 
     failed: set[str] = set()
     marked: set[str] = set()
+    channelled: set[str] = set()
     ids, answers = array("Q"), array("Q")
     for _, row in iter_json_lines(path, []):
         if not isinstance(row, dict) or "id" not in row:
@@ -506,6 +508,9 @@ def ledger_state(folder: Path, lang: str) -> LedgerState | None:
         item_id = str(row["id"])
         failed.discard(item_id)
         marked.discard(item_id)
+        channelled.discard(item_id)
+        if row.get("status") == "ok" and row.get("stored_channels") is True:
+            channelled.add(item_id)
         digest = row.get("answer_digest")
         if isinstance(digest, str) and len(digest) == 16:
             try:
@@ -523,7 +528,7 @@ def ledger_state(folder: Path, lang: str) -> LedgerState | None:
             and (pred.get("soft_labels") or pred.get("hard_labels"))
         ):
             marked.add(item_id)
-    return LedgerState(path, failed, marked, AnswerIndex(ids, answers) if ids else None)
+    return LedgerState(path, failed, marked, AnswerIndex(ids, answers) if ids else None, channelled)
 
 
 def run_failures(path: Path) -> tuple[Path | None, set[str]]:
@@ -657,6 +662,29 @@ class FailureCheck:
                 f"computed it on (its item ledger {self.ledger.path}): the items file was edited since "
                 "that run, or is another one. Run that run's command again on these items: it "
                 "computes the changed items again",
+            )
+
+    def refuse_lost_channels(self, ids: Iterable[str], stored: Container[str], store: Path, who: str) -> None:
+        """Refuses items whose run stored evidence channels that `store` no longer holds.
+
+        A store cut or deleted by hand read as items with no evidence: a stack fitted or
+        applied on it wrote another submission, exit 0, nothing said.
+        """
+        from mushroom.util.words import plural
+
+        if self.ledger is None or not self.ledger.channelled:
+            return
+        lost = [i for i in ids if i in self.ledger.channelled and i not in stored]
+        if lost:
+            shown = ", ".join(map(repr, lost[:3])) + (", ..." if len(lost) > 3 else "")
+            state = "is missing" if not store.exists() else "lacks them"
+            raise DataError.single(
+                store,
+                None,
+                None,
+                f"{who}the evidence channels of {plural(len(lost), 'item')} ({shown}) that its run "
+                f"stored here are gone: the file {state} (cut, damaged or deleted). Run that run's "
+                "command again on the same folder: it computes those items anew",
             )
 
     def check(self, predictions: Mapping[str, Prediction]) -> FailedItems | None:

@@ -102,6 +102,12 @@ class ItemResult(BaseModel):
     prediction: Prediction | None = None
     error: str | None = None
     channels: dict[str, list[SoftSpan]] = Field(default_factory=dict)
+    stored_channels: bool = Field(
+        False,
+        description="in the ledger: the item wrote evidence channels to its language's channel store "
+        "(they go there, not here); a store that lacks them was cut, damaged or deleted, and a "
+        "stack would read the item as having no evidence",
+    )
     stats: dict[str, int] = Field(default_factory=dict)
     detail: dict[str, Any] = Field(default_factory=dict)
     input_digest: str | None = Field(

@@ -307,18 +307,46 @@ class Ledger:
         self.failed: set[str] = set()  # ids whose last line says failed
         self.unreadable = 0
         self.inline_channels = False  # lines of a run before the channel store carry channels
+        self.lost_channels = 0  # items done whose evidence the store lacks: done again
         self._lock = threading.Lock()
         self._out: Any = None
         self._size = 0
         self._channels: Any = None
         if path.exists():
             mend_cut_line(path, drop=True)  # a kill cut the last line: its item is done again
+            channelled: set[str] = set()  # ok items whose last line says they wrote channels
             for offset, result in self._lines():
                 if result is None:
                     self.unreadable += 1  # that item is simply done again
                     continue
                 self._note(result, offset)
                 self.inline_channels = self.inline_channels or bool(result.channels)
+                if result.status == "ok" and result.stored_channels:
+                    channelled.add(result.id)
+                else:
+                    channelled.discard(result.id)
+            self._forget_lost_channels(channelled)
+
+    def _forget_lost_channels(self, channelled: set[str]) -> None:
+        """Items done whose channels the store lacks are done again.
+
+        A store cut or deleted by hand kept its ledger's "done": the stack then read those
+        items as having no evidence and wrote another submission, with nothing said.
+        """
+        from mushroom.data.channels import iter_channel_records
+
+        if not channelled or self.channel_path is None:
+            return
+        stored = (
+            {rec.id for rec in iter_channel_records(self.channel_path)}
+            if self.channel_path.exists()
+            else set()
+        )
+        lost = channelled - stored
+        for item_id in lost:
+            del self.last[item_id]
+            self.failed.discard(item_id)
+        self.lost_channels = len(lost)
 
     def _lines(self, wanted: set[int] | None = None) -> Iterator[tuple[int, ItemResult | None]]:
         """(offset, result or None if unreadable) of each line; with `wanted`, the lines starting there."""
@@ -346,6 +374,8 @@ class Ledger:
         return len(self.last)
 
     def add(self, result: ItemResult) -> None:
+        if result.channels:
+            result = result.model_copy(update={"stored_channels": True})
         line = (result.model_dump_json(exclude_defaults=True, exclude={"channels"}) + "\n").encode("utf-8")
         with self._lock:
             if result.channels:
@@ -1004,6 +1034,12 @@ class RunService:
                     channel_file(folder / "raw", lang),
                 )
                 ledgers[lang] = ledger
+                if ledger.lost_channels:  # done again: said, not silent
+                    self.warn(
+                        f"{split}/{lang}: the channel store {ledger.channel_path} lacks the evidence of "
+                        f"{plural(ledger.lost_channels, 'item')} its ledger calls done (the file was cut, "
+                        "damaged or deleted): they are computed again"
+                    )
                 if ledger.unreadable:  # its items are done again: said, not silent
                     self.warn(
                         f"{split}/{lang}: {plural(ledger.unreadable, 'line')} of the item ledger "

@@ -142,6 +142,7 @@ class Member:
             # a member short of items is a bad input file (exit 1), as in `score`
             raise DataError.single(path, None, None, f"{no_prediction(missing, total=len(items))}{hint}")
         channels = read_channels(chan_path, lengths) if chan_path.exists() else {}
+        check.refuse_lost_channels(lengths, channels, chan_path, f"member {self.name!r}: ")
         return preds, channels
 
 
