@@ -22,6 +22,25 @@ def test_a_run_folder_with_another_config_names_what_differs(tmp_path, capsys):
     assert 'options.calibration: "default" -> null' in err
 
 
+def test_a_run_folder_whose_settings_were_edited_by_hand_is_said_once(tmp_path, capsys):
+    """Its edited threshold matched the command's, so the folder was taken, with answers made at
+    the old one, and its config rewritten to claim the new one, unsaid (an audit)."""
+    run = limited_run(tmp_path, capsys)
+    args = ["detect", "--split", "val", "--lang", "en", "--limit", "5", "--out", run, "--quiet"]
+    code, _, err = cli(capsys, *args)
+    assert code == 0 and "config_hash" not in err  # an untouched folder resumes without a word
+    cfg = run / "config.json"
+    cfg.write_text(cfg.read_text().replace('"threshold": 0.25', '"threshold": 0.4'))
+    code, _, err = cli(capsys, *args, "-o", "threshold=0.4")
+    said = " ".join(err.split())
+    assert code == 0 and f"{cfg}: its config_hash is not that of its settings" in said, said
+    assert "its answers were made with other settings: use another --out" in said
+    code, _, err = cli(capsys, *args, "-o", "threshold=0.4")
+    assert code == 0 and "config_hash" not in err  # said once: the folder is this run's now
+    code, _, err = cli(capsys, *args)  # the folder now holds 0.4, as it says
+    assert code == 2 and "options.threshold: 0.4 -> 0.25" in err
+
+
 def test_an_empty_items_file_is_an_input_error(tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")

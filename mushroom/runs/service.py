@@ -925,6 +925,21 @@ class RunService:
                 and not config_changes(existing["config"], self.config)
             )
             if same:
+                stored = existing.get("config")
+                if (
+                    existing.get("config_hash") != wanted["config_hash"]
+                    and isinstance(stored, dict)
+                    and existing.get("config_hash") != config_hash(stored)
+                    and self.has_results()
+                ):
+                    # its settings no longer give its own hash: edited by hand (the answers were
+                    # made with the settings hashed), or hashed by an older mushroom, whose
+                    # hash took keys since left out; said once, as the folder is taken
+                    self.warn(
+                        f"{cfg_path}: its config_hash is not that of its settings: written by an older "
+                        "mushroom, or its settings were edited by hand. Taken as this run's; if they were "
+                        f"edited, its answers were made with other settings: use another {self.folder_flag}"
+                    )
                 if existing != wanted and not self.side_pass:  # transport settings, or an older hash
                     write_json(cfg_path, wanted)
                 return True
