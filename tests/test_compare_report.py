@@ -404,6 +404,10 @@ def test_a_run_stopped_before_it_finished_is_said_by_compare_sweep_and_report(tm
         assert code == 0 and said in err and "languages it finished (de, en)" in err, (args, err)
     code, err = cli("report", tmp_path / "done", "--out", tmp_path / "d.html")
     assert code == 0 and "summary.json" not in err, err
+    # a damaged one hid the run's own warnings from the page, unsaid
+    (tmp_path / "done" / "summary.json").write_text("garbage")
+    code, err = cli("report", tmp_path / "done", "--out", tmp_path / "d.html")
+    assert code == 0 and "summary.json cannot be read (damaged)" in err, err
 
 
 def test_a_request_asked_again_is_one_raw_output_in_the_report(tmp_path):

@@ -7,6 +7,7 @@ line prints those lines on stderr, so stdout stays the official two lines).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -283,7 +284,21 @@ def unfinished_note(run: Path, split: str) -> str | None:
     from mushroom.data.runfolder import run_scope
 
     scope = run_scope(run)
-    if scope is None or (scope.folder / "summary.json").is_file():
+    summary = scope.folder / "summary.json" if scope is not None else None
+    if summary is not None and summary.is_file():
+        try:
+            readable = isinstance(json.loads(summary.read_text(encoding="utf-8")), dict)
+        except (OSError, ValueError):
+            readable = False
+        if readable:
+            return None
+        # the page and tables went on without the run's warnings (cut-off replies, failed
+        # items), with nothing said
+        return (
+            f"{summary} cannot be read (damaged): the run's own warnings (cut-off replies, failed "
+            "items) are not shown; run its command again to write it anew"
+        )
+    if scope is None:
         return None
     if scope.config.get("job") not in COMMAND_JOBS and "run_config" not in scope.config:
         return None  # a benchmark's member folder: it writes no summary
