@@ -2,10 +2,11 @@
 
     import mushroom
     pred = mushroom.detect(answer, contexts, question="...", method="lexical")
+    result = mushroom.score(gold_rows_or_file, predictions_or_file)  # result.mean_iou, .mean_cor
 
-Importing the package is cheap on purpose: `detect`, `detect_batch`, `detect_stream` and `Prediction` load
-on first use, and heavy libraries (torch, vllm, transformers) are imported only inside the
-detectors and backends that need them.
+Importing the package is cheap on purpose: `detect`, `detect_batch`, `detect_stream`, `score`
+and `Prediction` load on first use, and heavy libraries (torch, vllm, transformers) are
+imported only inside the detectors and backends that need them.
 """
 
 from mushroom.version import __version__
@@ -18,6 +19,7 @@ __all__ = [
     "detect",
     "detect_batch",
     "detect_stream",
+    "score",
 ]
 
 
@@ -26,6 +28,10 @@ def __getattr__(name: str):
         from mushroom import api
 
         return getattr(api, name)
+    if name == "score":
+        from mushroom.scoring import score
+
+        return score
     if name in ("RunFailed", "MushroomError"):  # what `detect` raises, to catch as mushroom.RunFailed
         from mushroom import errors
 

@@ -52,10 +52,12 @@ class ScoreResult:
 
     @property
     def mean_iou(self) -> float:
+        """The mean IoU over the items: the official scorer's `IoU:` line (nan with none)."""
         return float(self.iou.mean()) if self.iou.size else float("nan")
 
     @property
     def mean_cor(self) -> float:
+        """The mean Spearman correlation over the items: the official scorer's `Cor:` line."""
         return float(self.cor.mean()) if self.cor.size else float("nan")
 
     def official_lines(self) -> str:
@@ -76,15 +78,18 @@ class ScoreResult:
         return self.subset([i for i, lang in enumerate(self.langs) if lang in langs])
 
     def by_lang(self) -> dict[str, ScoreResult]:
+        """One result per language, sorted (the leaderboard ranks per language)."""
         groups: dict[str, list[int]] = {}
         for i, lang in enumerate(self.langs):
             groups.setdefault(lang, []).append(i)
         return {lang: self.subset(idx) for lang, idx in sorted(groups.items())}
 
     def ci(self, seed: int = 0) -> dict[str, tuple[float, float]]:
+        """Bootstrap 95% intervals of both means, over items: {"iou": (lo, hi), "cor": (lo, hi)}."""
         return {"iou": bootstrap_ci(self.iou, seed=seed), "cor": bootstrap_ci(self.cor, seed=seed)}
 
     def to_dict(self, with_items: bool = False) -> dict:
+        """n, means and their intervals, JSON-ready; `with_items` adds each item's scores."""
         ci = self.ci()
         out: dict = {
             "n": len(self.ids),

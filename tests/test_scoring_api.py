@@ -1,0 +1,70 @@
+"""`mushroom.score`: the official numbers from Python, on files or on records in memory."""
+
+import json
+import warnings
+
+import pytest
+from cli_helpers import GOLD_ROWS, cli
+from conftest import VAL_EN
+from official_oracle import official_scores
+
+import mushroom
+from mushroom.errors import DataError
+
+
+def _preds():
+    return mushroom.detect_batch(
+        [{"answer": r["model_output_text"], "question": r["model_input"], "id": r["id"], "contexts": [r["model_input"]]}
+         for r in GOLD_ROWS]
+    )  # fmt: skip
+
+
+def test_records_in_memory_score_as_the_files_they_make_and_as_the_official_scorer(tmp_path, capsys):
+    preds = _preds()
+    file = tmp_path / "pred.jsonl"
+    file.write_text("".join(json.dumps(p.submission_dict()) + "\n" for p in preds))
+    iou, cor = official_scores(VAL_EN, file)
+    for gold, pred in ((GOLD_ROWS, preds), (VAL_EN, preds), (str(VAL_EN), str(file)), (GOLD_ROWS, file)):
+        result = mushroom.score(gold, pred)
+        assert (result.mean_iou, result.mean_cor) == pytest.approx((iou, cor), abs=1e-12)
+        assert len(result.ids) == len(GOLD_ROWS) and set(result.by_lang()) == {"en"}
+    code, out, _ = cli(capsys, "score", VAL_EN, file)
+    assert code == 0 and f"IoU: {iou:.8f}" in out
+    dicts = [p.submission_dict() for p in preds]  # as a submission line has them
+    assert mushroom.score(GOLD_ROWS, dicts).mean_iou == pytest.approx(iou, abs=1e-12)
+
+
+def test_what_cannot_be_scored_names_the_record_not_a_temporary_file():
+    preds = [p.submission_dict() for p in _preds()]
+    bad = [dict(p) for p in preds]
+    bad[2]["soft_labels"] = [{"start": 0, "end": 99999, "prob": 0.5}]
+    with pytest.raises(DataError) as err:
+        mushroom.score(GOLD_ROWS, bad)
+    said = str(err.value)
+    assert "predictions[2]: id" in said and "soft_labels" in said and "/tmp" not in said, said
+    with pytest.raises(DataError, match="no prediction for 40 gold ids.*partial=True scores only"):
+        mushroom.score(GOLD_ROWS, preds[:10])
+    part = mushroom.score(GOLD_ROWS, preds[:10], partial=True)
+    assert len(part.ids) == 10 and part.unscored == 40
+    with pytest.raises(DataError, match="none of its 1 id is in the gold"):
+        mushroom.score(GOLD_ROWS, [{"id": "x", "hard_labels": [[0, 3]]}])
+    unlabelled = [{k: v for k, v in r.items() if "labels" not in k} for r in GOLD_ROWS]
+    with pytest.raises(DataError, match="gold: no line has hard_labels or soft_labels"):
+        mushroom.score(unlabelled, preds)
+    with pytest.raises(TypeError, match="gold is a path, or an iterable of records"):
+        mushroom.score(5, preds)
+    with pytest.raises(TypeError, match="predictions\\[0\\] is a int"):
+        mushroom.score(GOLD_ROWS, [1, 2])
+    with pytest.raises(mushroom.MushroomError, match="no such file or folder"):
+        mushroom.score("/nope/gold.jsonl", preds)
+
+
+def test_what_the_command_warns_of_is_a_runtime_warning_and_kept_on_the_result():
+    preds = [p.submission_dict() for p in _preds()]
+    preds[1]["soft_labels"] = [{"start": 0, "end": 3, "prob": 1.5}]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = mushroom.score(GOLD_ROWS, preds)
+    said = [str(w.message) for w in caught if w.category is RuntimeWarning]
+    assert said and "outside [0, 1]" in said[0] and "predictions[1]" in said[0], said
+    assert result.warnings == said and caught[0].filename == __file__  # points at the caller's line
