@@ -422,8 +422,9 @@ def detect_stream(
         ValueError: an id seen in an earlier chunk again (ids are kept, not items).
     """
     _check_call(items, method, "detect_stream", options, ("items", "method", "lang", "chunk_size"))
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, not {chunk_size!r}")
+    chunk_size = int(chunk_size)  # a numpy integer, as offsets are taken
     _detector(method, _options_key(options))  # a wrong method or option is said now, not at next()
     return _stream(iter(items), method, lang, chunk_size, options)
 
@@ -484,8 +485,15 @@ def _check_argument_names(
         folded = key.lower()
         meant = folded if folded in arguments else _SYNONYMS.get(folded, _ARGUMENT_SYNONYMS.get(folded))
         meant = meant if meant in arguments else close_match(folded, list(arguments), cutoff=0.8)
+        if meant is None and "lang" in arguments and close_match(folded, ["language"], cutoff=0.8):
+            meant = "lang"  # "langauge": far from "lang", near its long form
         if meant is not None:
             raise TypeError(f"{name}() got an unexpected keyword argument {key!r} (did you mean {meant}=?)")
+        if key == "chunk_size" and name == "detect_batch":  # read as a detector option
+            raise TypeError(
+                "detect_batch() got an unexpected keyword argument 'chunk_size': detect_stream "
+                "takes it, and reads the items a chunk at a time"
+            )
 
 
 def _detect(
@@ -604,6 +612,7 @@ def detect(
     question: str = "",
     method: str = "lexical",
     lang: str = "en",
+    id: str | int | None = None,  # noqa: A002 (the official records' name for it)
     **options: Any,
 ) -> Prediction:
     """Detects hallucinated spans in one answer.
@@ -615,6 +624,8 @@ def detect(
         question: the question the answer replies to (its words are not flagged).
         method: a registered detector name (`lexical`, `semantic`, `llm`, ...).
         lang: the answer's language code.
+        id: the item's id, as its prediction's (default "item"): predictions of several
+            calls go into one submission file under their own ids.
         **options: detector options (see `mushroom detectors`).
 
     Returns:
@@ -627,6 +638,13 @@ def detect(
         RunFailed: the model call failed, or every reply was cut off, empty, unreadable or
             named only text the answer does not hold; never an empty Prediction in its place.
     """
-    item = {"id": "item", "answer": answer, "contexts": contexts, "question": question, "lang": lang}
-    _check_call([item], method, "detect", options, ("answer", "contexts", "question", "method", "lang"))
+    item = {
+        "id": "item" if id is None else id,
+        "answer": answer,
+        "contexts": contexts,
+        "question": question,
+        "lang": lang,
+    }
+    arguments = ("answer", "contexts", "question", "method", "lang", "id")
+    _check_call([item], method, "detect", options, arguments)
     return _detect([item], method, lang, options)[0]

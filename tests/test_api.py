@@ -503,3 +503,20 @@ def test_a_dataframes_empty_cells_are_keys_left_out():
     assert first.id == "a" and first.spans and second.id == "item-1"
     [pred] = mushroom.detect_batch([{"answer": ANSWER, "question": pd.NA, "lang": pd.NA}])
     assert pred.id == "item-0"
+
+
+def test_detect_takes_an_id_and_names_more_misspelt_arguments():
+    """Every detect() came back as id 'item', which a submission file refuses twice (an audit)."""
+    import numpy as np
+
+    pred = mushroom.detect(ANSWER, CONTEXT, id="val-en-7")
+    assert pred.id == "val-en-7" and mushroom.detect(ANSWER, CONTEXT, id=3).id == "3"
+    assert mushroom.detect(ANSWER, CONTEXT).id == "item"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'langauge' \\(did you mean lang=\\?\\)"):
+        mushroom.detect(ANSWER, CONTEXT, langauge="de")
+    with pytest.raises(TypeError, match="'chunk_size': detect_stream takes it"):
+        mushroom.detect_batch([{"answer": ANSWER}], chunk_size=2)
+    preds = list(
+        mushroom.detect_stream([{"answer": ANSWER, "contexts": CONTEXT}] * 3, chunk_size=np.int64(2))
+    )
+    assert len(preds) == 3
