@@ -267,7 +267,8 @@ def _valid(k: int, record: type[Item] | type[Context], where: str | None = None,
         return record(**fields)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = where or ".".join(str(x) for x in first["loc"])
+        loc = ".".join(str(x) for x in first["loc"])
+        field = f"{where}.{loc}" if where and loc else where or loc  # contexts[0].text, not contexts[0]
         raise ValueError(f"item {k}: {field}: {first['msg'].removeprefix('Value error, ')}") from None
 
 

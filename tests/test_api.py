@@ -50,7 +50,14 @@ def test_malformed_items_are_type_errors_that_say_what_an_item_is():
             lambda: mushroom.detect("Marie \ud83d Curie.", CONTEXT),
             "item 0: model_output_text: character 6 is",
         ),
-        (lambda: mushroom.detect(ANSWER, [CONTEXT, "x\udc00"]), "item 0: contexts\\[1\\]: character 1 is"),
+        (
+            lambda: mushroom.detect(ANSWER, [CONTEXT, "x\udc00"]),
+            "item 0: contexts\\[1\\].text: character 1 is",
+        ),
+        (  # it said "contexts[0]: Input should be a valid string", not which of its keys
+            lambda: mushroom.detect(ANSWER, {"source": 5, "text": "x"}),
+            "item 0: contexts\\[0\\].source: Input should be a valid string",
+        ),
         (
             lambda: mushroom.detect_batch([{"answer": ANSWER, "lang": "../x"}]),
             "item 0: lang: a language code",
