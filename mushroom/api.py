@@ -104,6 +104,34 @@ class Prediction(records.Prediction):
         self._needs_text("probs")
         return [float(v) for v in soft_to_vector(self.soft_labels, len(self.text))]
 
+    def _repr_html_(self) -> str | None:
+        """The answer in a notebook: red as deep as each character's probability, the hard spans underlined.
+
+        None (the plain repr) for a prediction made without its text.
+        """
+        if "text" not in self.model_fields_set:
+            return None
+        import html
+
+        from mushroom.data.spans import hard_to_mask, soft_to_vector
+        from mushroom.evaluation.report import highlighted_answer
+
+        n = len(self.text)
+        if not n:
+            return f"<div>{html.escape(self.id)}: an empty answer</div>"
+        # the hard spans travel as the report's "gold" class, underlined here
+        body = highlighted_answer(
+            self.text, hard_to_mask(self.hard_labels, n), soft_to_vector(self.soft_labels, n)
+        )
+        head = (
+            f"{html.escape(self.id)}: {len(self.hard_labels)} span(s) marked (underlined); red: probability"
+        )
+        return (
+            '<div class="mushroom-prediction"><style>.mushroom-prediction .gold'
+            "{border-bottom:2px solid #a00}</style>"
+            f'<div style="font-size:smaller;opacity:.7">{head}</div><div>{body}</div></div>'
+        )
+
     @property
     def spans(self) -> list[tuple[int, int, str]]:
         """The hard spans with their text: [(start, end, text)].

@@ -527,3 +527,11 @@ def test_detect_takes_an_id_and_names_more_misspelt_arguments():
         mushroom.detect_stream([{"answer": ANSWER, "contexts": CONTEXT}] * 3, chunk_size=np.int64(2))
     )
     assert len(preds) == 3
+
+
+def test_a_prediction_shows_its_spans_in_a_notebook():
+    pred = mushroom.detect(ANSWER + " <script>", CONTEXT, id="a&b")
+    page = pred._repr_html_()
+    assert 'class="seg gold pred"' in page and ">Italy</span>" in page  # marked, and underlined
+    assert "<script>" not in page and "&lt;" in page and "a&amp;b: 2 span(s)" in page
+    assert mushroom.Prediction(id="x")._repr_html_() is None  # no text: the plain repr
