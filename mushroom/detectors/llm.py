@@ -233,7 +233,9 @@ class LLMDetector(Detector):
                     continue
                 result = parse_response(item.model_output_text, text, opts.default_probability)
                 stats.update({f"llm.{k}": v for k, v in result.counts().items()})
-                dropped = cut and not result.spans and (not result.parsed or "truncated" in result.repairs)
+                # cut off with no span named: no vote, even after a whole `{"incorrect_spans": []}`:
+                # a reply that did not end (a model looping until max_tokens) stood by nothing
+                dropped = cut and not result.spans
                 parsed.append(
                     {
                         "temperature": opts.temperatures[j],
