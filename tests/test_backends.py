@@ -274,6 +274,13 @@ def test_moving_from_json_schema_to_json_object_is_llama_cpps_usual_path_and_no_
         assert out[0].structured_output == "json_object" and backend.warnings == []
 
 
+def test_a_bare_bad_request_to_a_schema_request_names_the_structured_output_setting():
+    """A 400 "Bad Request" names no form, so auto cannot fall back; a re-run failed the same way."""
+    with FakeServer({"item": [("status", 400, '{"error": {"message": "Bad Request"}}')]}) as server:
+        out = _openai(server.url, structured_output="auto").generate([_schema_req("a")])
+    assert out[0].error.startswith("HTTP 400") and "-o backend.structured_output=json_object" in out[0].error
+
+
 def test_explicit_json_schema_rejected_is_one_call_and_an_error():
     with FakeServer({}, reject_json_schema=True) as server:
         out = _openai(server.url, structured_output="json_schema").generate([_schema_req("a")])

@@ -810,6 +810,12 @@ class OpenAIBackend(Backend):
             if status == 404 and not self.base_url.endswith("/v1"):  # most often the missing /v1
                 where = f"{self.base_url}/chat/completions"
                 hint = f" ({where} not found: OpenAI-compatible servers serve under /v1)"
+            elif status == 400 and auto and form != "none" and not self.form_confirmed:
+                # a bare "Bad Request" names no form, so `auto` cannot tell it from another fault
+                hint = (
+                    f" (if the server does not take response_format {form}, give "
+                    "-o backend.structured_output=json_object, or none, in a new --out folder)"
+                )
             return Generation(error=http_error(status, text) + hint)
 
     def _map(self, call: Callable[[int], T], record: Callable[[int, T], None], n: int) -> None:
