@@ -615,6 +615,17 @@ def test_a_file_of_bare_cr_line_ends_says_so(tmp_path, capsys):
     assert code == 1 and "lines end in a bare CR (\\r); JSONL lines end in \\n" in said, said
 
 
+def test_a_line_that_is_no_object_is_named_in_json_words(tmp_path, capsys):
+    """It said "expected a JSON object, got NoneType" of a line that reads null."""
+    pred = tmp_path / "p.jsonl"
+    pred.write_text('null\n[1, 2]\n7\n"x"\ntrue\n')
+    code, _, err = cli(capsys, "score", VAL_EN, pred)
+    said = " ".join(err.split())
+    for line, kind in ((1, "null"), (2, "an array"), (3, "the number 7"), (4, "a string"), (5, "true")):
+        assert f"p.jsonl:{line}: expected a JSON object, got {kind}" in said, said
+    assert code == 1 and "NoneType" not in said
+
+
 def test_a_run_s_own_scoring_warns_of_its_predictions_quirks(tmp_path):
     """With the predictions' file named for both sides, the `score F F` shortcut dropped them."""
     from mushroom.data.records import Prediction

@@ -136,11 +136,24 @@ def _json_lines(
             problems.append(Problem(str(path), lineno, None, "invalid JSON: a number too large for a float"))
             continue
         if not isinstance(obj, dict):
-            problems.append(
-                Problem(str(path), lineno, None, f"expected a JSON object, got {type(obj).__name__}")
-            )
+            problems.append(Problem(str(path), lineno, None, f"expected a JSON object, got {json_kind(obj)}"))
             continue
         yield lineno, obj
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words: "got NoneType" meant nothing to a user who wrote null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
 
 
 _BOM = b"\xef\xbb\xbf"
