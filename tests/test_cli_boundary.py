@@ -569,3 +569,14 @@ def test_a_loop_of_symbolic_links_is_a_usage_error_not_a_bug(tmp_path, capsys):
         code, _, err = cli(capsys, *args)
         assert code == 2 and f"{loop}: a loop of symbolic links" in " ".join(err.split()), err
         assert "bug" not in err
+
+
+def test_a_file_that_refuses_its_atomic_replace_is_named_not_its_hidden_part_file():
+    """'.mushroom.en-val.v2.jsonl.part: permission denied' named a file the user never made."""
+    from mushroom.cli.boundary import exit_code_for
+
+    exc = PermissionError(
+        13, "Permission denied", "/r/predictions/.p.jsonl.part", None, "/r/predictions/p.jsonl"
+    )
+    assert exit_code_for(exc) == (2, "/r/predictions/p.jsonl: permission denied")
+    assert exit_code_for(PermissionError(13, "Permission denied", "/r/x"))[1] == "/r/x: permission denied"

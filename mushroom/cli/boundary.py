@@ -240,6 +240,10 @@ def _holds_items(path: Path) -> bool:
 
 def _os_message(exc: OSError) -> str:
     name = exc.filename if exc.filename is not None else ""
+    if exc.filename2 is not None and isinstance(exc, PermissionError):
+        # a file written atomically fails at its replace: the file that refused is the target,
+        # not the hidden `.NAME.part` the user never made
+        name = exc.filename2
     what = {
         IsADirectoryError: "is a folder, expected a file",
         NotADirectoryError: "a part of this path is a file, not a folder",
