@@ -443,6 +443,10 @@ def test_a_report_of_a_run_whose_contexts_file_is_gone_names_that_file(tmp_path,
     """It asked for the items file, which was there; given it, the page had no contexts, unsaid."""
     monkeypatch.chdir(tmp_path)
     _items_run(tmp_path, capsys)
+    # the files it reads are named: their paths come from the run's config.json
+    code, _, err = cli(capsys, "report", "run", "--out", "r.html")
+    said = " ".join(err.split())
+    assert code == 0 and f"and its context files {tmp_path / 'ctx.jsonl'} from there" in said, said
     # given --items alone, the page showed no contexts, though the run's file was there
     code, _, err = cli(capsys, "report", "run", "--items", "items.jsonl", "--out", "r.html")
     assert code == 0 and "Some background." in (tmp_path / "r.html").read_text(), err

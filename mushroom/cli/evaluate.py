@@ -166,10 +166,14 @@ def _recorded_items(run_dir: Path, contexts: str) -> tuple[Path | None, str]:
             f"{run_dir}: its context file {', '.join(gone)} is gone: give the contexts again, "
             f"mushroom report {run_dir} --contexts CTX.jsonl (or --contexts '' for a page without them)"
         )
+    read_too = ""
     if contexts == DEFAULT_CONTEXTS:
         contexts = ",".join(map(str, files))
+        # each named: the paths come from the run's config.json, which a folder from
+        # elsewhere may hold anything in
+        read_too = f" and its context files {', '.join(map(str, files))}" if files else ""
     err_console.print(
-        esc(f"note: {run_dir} was made with --items {items}: reading it (and its context files) from there"),
+        esc(f"note: {run_dir} was made with --items {items}: reading it{read_too} from there"),
         highlight=False,
     )
     return items, contexts
