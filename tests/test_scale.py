@@ -13,6 +13,7 @@ from mushroom.combine.stack.members import Member
 from mushroom.data.channels import (
     channel_file,
     find_channel_file,
+    iter_channel_ids,
     iter_channel_records,
     legacy_channel_file,
     read_channels,
@@ -398,3 +399,20 @@ def test_a_channel_store_cut_or_deleted_is_refused_by_the_stack_and_mended_by_a_
     assert any("lacks the evidence of" in w and "computed again" in w for w in warned), warned
     assert outputs(folder)[0] == outputs(whole)[0] and same_channels(outputs(folder)[1], outputs(whole)[1])
     member.load("items", "en", items)  # read again without complaint
+
+
+def test_a_stores_ids_read_alone_are_its_records_ids_whatever_they_hold(tmp_path):
+    """A resume reads every store's ids; parsing each record whole cost 0.2 ms a record."""
+    import json
+
+    from mushroom.data.channels import ChannelWriter
+
+    store = tmp_path / "channels.en.jsonl.gz"
+    odd = ['a"b', "c\\d", "日本-1", "e\nf", "s-0"]
+    spans = {"c": [{"start": 0, "end": 1, "prob": 0.5}]}
+    with ChannelWriter(store) as out:
+        for item_id in odd:
+            out.add(ChannelRecord(id=item_id, channels=spans))
+    hand = json.dumps({"channels": spans, "id": "by-hand"}) + "\n"  # keys in another order
+    store.write_bytes(store.read_bytes() + gzip.compress(hand.encode()))
+    assert list(iter_channel_ids(store)) == [r.id for r in iter_channel_records(store)] == [*odd, "by-hand"]

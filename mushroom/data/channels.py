@@ -147,6 +147,32 @@ def iter_channel_records(path: Path) -> Iterator[ChannelRecord]:
             raise DataError([Problem(str(path), lineno, None, f"invalid JSON: {exc}")]) from None
 
 
+_ID_HEAD = b'{"id": '
+_DECODER = json.JSONDecoder()
+
+
+def iter_channel_ids(path: Path) -> Iterator[str]:
+    """The item id of each record, without reading its channels.
+
+    A resume asks this of stores of a million items: parsing every record whole took 0.2 ms
+    each.
+    """
+    if path.suffix != ".gz":
+        yield from (rec.id for rec in iter_channel_records(path))
+        return
+    for line in _gz_lines(path):
+        if line.startswith(_ID_HEAD):  # as ChannelWriter writes it: the id first
+            try:
+                item_id, _ = _DECODER.raw_decode(line[len(_ID_HEAD) :].decode("utf-8"))
+            except ValueError:
+                item_id = None
+            if isinstance(item_id, str):
+                yield item_id
+                continue
+        if line.strip():
+            yield ChannelRecord.model_validate_json(line).id
+
+
 def read_channels(path: Path, lengths: dict[str, int]) -> Channels:
     """Channels as vectors over each item's answer (`lengths`: id -> answer length); last line wins."""
     out: Channels = {}

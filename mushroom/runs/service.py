@@ -333,15 +333,11 @@ class Ledger:
         A store cut or deleted by hand kept its ledger's "done": the stack then read those
         items as having no evidence and wrote another submission, with nothing said.
         """
-        from mushroom.data.channels import iter_channel_records
+        from mushroom.data.channels import iter_channel_ids
 
         if not channelled or self.channel_path is None:
             return
-        stored = (
-            {rec.id for rec in iter_channel_records(self.channel_path)}
-            if self.channel_path.exists()
-            else set()
-        )
+        stored = set(iter_channel_ids(self.channel_path)) if self.channel_path.exists() else set()
         lost = channelled - stored
         for item_id in lost:
             del self.last[item_id]
