@@ -4,8 +4,9 @@ Each case runs `python -m mushroom` as a user would, with the shipped retry sett
 attempts a request, backoff capped at 30 s), against a scripted OpenAI-compatible server on
 127.0.0.1 (tests/fake_openai_server.py):
 
-- always 500 (vLLM out of memory): `detect` on 50 English val items, and the main job
-  `--detector llm --lang en --no-val` on the 154 English test items;
+- always 500 (vLLM out of memory): `detect` on 50 English val items, the main job
+  `--detector llm --lang en --no-val` on the 154 English test items, and `run` of the four
+  prompt variants of configs/variants.toml on 20 items (a backend each, one breaker trip);
 - 50% flaky (each attempt fails at random with HTTP 500): `detect` on 50 items, then the
   same command again until every item is done.
 
@@ -91,6 +92,21 @@ def main() -> None:
                 failed,
             )
         )
+        # the four prompt variants of configs/variants.toml, each its own backend, one command
+        before = len(server.calls)
+        config = work / "variants.toml"
+        config.write_text(
+            (ROOT / "configs" / "variants.toml")
+            .read_text()
+            .replace('kind = "transformers"', f'kind = "openai"\nbase_url = "{server.url}"')
+            .replace('model = "smollm2"', 'model = "m"')
+            .replace('device = "cpu"\n', "")
+        )
+        out = work / "variants500"
+        code, secs = run(["run", str(config), "--out", str(out), "--limit", "20"])
+        failed = len((out / "failures.jsonl").read_text().splitlines())
+        rows.append(("always 500, run configs/variants.toml (4 variants, 20 items)", code, secs,
+                     len(server.calls) - before, failed))  # fmt: skip
     rng = random.Random(0)
     steps = [("status", 500, OOM) if rng.random() < 0.5 else ("ok", OK) for _ in range(5000)]
     with FakeServer({"": steps}, retry_after=None) as server:
@@ -111,10 +127,10 @@ def main() -> None:
         done = sum(1 for s in {r["id"]: r["status"] for r in ledger}.values() if s == "ok")
         for k, (code, secs) in enumerate(runs, 1):
             rows.append((f"50% flaky, detect {args.items} val items, run {k}", code, secs, None, None))
-    print(f"{'case':58} {'exit':>4} {'wall s':>7} {'sent':>5} {'failed':>6}")
+    print(f"{'case':62} {'exit':>4} {'wall s':>7} {'sent':>5} {'failed':>6}")
     for case, code, secs, sent, failed in rows:
         print(
-            f"{case:58} {code:>4} {secs:>7.1f} {'' if sent is None else sent:>5} "
+            f"{case:62} {code:>4} {secs:>7.1f} {'' if sent is None else sent:>5} "
             f"{'' if failed is None else failed:>6}"
         )
     print(f"flaky: {done} of {args.items} items done after {len(runs)} run(s)")

@@ -4,16 +4,18 @@ A researcher tuning in a notebook had `mushroom score` on the command line and, 
 only functions of private-looking modules, one of which took the gold items as records
 and failed on the official rows as dicts (`'dict' object has no attribute 'id'`).
 
-Records in memory are written to a temporary JSON-lines file and scored by the same reader
+Records in memory are written to temporary JSON-lines files and scored by the same reader
 as a file: numbers parsed as the official scorer parses them, hard labels derived from soft
-ones where a line has none, the same warnings. So `score(rows, preds)` equals `mushroom
+ones where a record has none, the same warnings. So `score(rows, preds)` equals `mushroom
 score` on the files those rows would make, to the last digit. Messages name the records
-as `gold[3]` or `predictions[0]`, not the temporary file.
+as `gold[3]` or `predictions[0]`, not the temporary files, and the keywords as Python
+writes them (`langs=`, `partial=True`), not the command's flags.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -28,13 +30,15 @@ if TYPE_CHECKING:
     from mushroom.evaluation.score import ScoreResult
 
 PathLike = str | os.PathLike
+# where each temporary file came from: its name in messages, and the record index of each line
+Names = dict[str, tuple[str, list[int]]]
 
 
 def score(
     gold: PathLike | Iterable[Any],
     predictions: PathLike | Iterable[Any],
     *,
-    langs: list[str] | None = None,
+    langs: str | list[str] | None = None,
     partial: bool = False,
 ) -> ScoreResult:
     """Scores predictions against gold spans exactly as the official scorer (and `mushroom score`).
@@ -45,25 +49,31 @@ def score(
             `model_output_text`, `soft_labels` and `hard_labels`; or `Item` records).
         predictions: a prediction file, a folder of per-language files, a run folder; or
             the predictions themselves (`mushroom.Prediction`s, or dicts with `id`,
-            `soft_labels`, `hard_labels` as a submission line has them).
-        langs: with two folders, the languages to score (all the gold's by default).
+            `soft_labels`, `hard_labels` as a submission line has them). Records given
+            with a gold folder are matched to its files by id.
+        langs: with a gold folder, the languages to score ("en,de" or a list; all the
+            gold's by default).
         partial: score only the gold items that have a prediction; otherwise a gold item
-            without one is an error, as the official scorer requires.
+            without one is an error, as the official scorer requires. A run folder made
+            with `--limit` is scored on its items either way (and warned of).
 
     Returns:
-        The per-item scores in the official order: `mean_iou` and `mean_cor` are the two
-        numbers the official scorer prints, `ci()` their bootstrap intervals, `by_lang()`
-        the same per language, `to_dict()` a JSON-ready summary. What `mushroom score`
+        The per-item scores in the official order: `mean_iou` and `mean_cor` average the
+        items (pooled, as the official scorer does on one file), `by_lang()` splits them,
+        `ci()` gives bootstrap intervals, `to_dict()` a summary. What `mushroom score`
         would warn of is in `warnings`, and warned of as a `RuntimeWarning`.
 
     Raises:
         MushroomError: a file or record that cannot be scored: a span past its answer, an id
             twice, an id not in the gold, a gold item with no prediction (without
-            `partial`), a path that is not there. A `DataError` lists every problem found.
-        TypeError: an argument that is neither a path nor an iterable of records.
+            `partial`), a NaN probability, a path that is not there. A `DataError` lists
+            every problem found.
+        TypeError: an argument of the wrong kind: neither a path nor an iterable of records
+            (a DataFrame itself: give `df.to_dict("records")`), a record that is no dict,
+            a value that is no JSON, or records against a prediction folder.
     """
     try:
-        return _score(gold, predictions, langs, partial)
+        return _score(gold, predictions, _langs(langs), partial)
     except DataError as exc:
         if partial or not any(p.message.startswith("no prediction for") for p in exc.problems):
             raise
@@ -78,53 +88,62 @@ def score(
         ) from None
 
 
+def _langs(langs: Any) -> list[str] | None:
+    """`langs` as a list: "en" was read as the languages "e" and "n"."""
+    if langs is None:
+        return None
+    if isinstance(langs, str):
+        return [x.strip() for x in langs.split(",") if x.strip()]
+    if isinstance(langs, Iterable) and all(isinstance(x, str) for x in langs):
+        return list(langs)
+    raise TypeError(f"langs is a language code, codes joined by commas, or a list of them, not {langs!r}")
+
+
 def _score(gold: Any, predictions: Any, langs: list[str] | None, partial: bool) -> ScoreResult:
     from mushroom.evaluation.runfiles import score_run_files
 
     gold_path, pred_path = _as_path(gold, "gold"), _as_path(predictions, "predictions")
-    if gold_path is not None and pred_path is not None:
-        notes: list[str] = []
-        result = score_run_files(gold_path, pred_path, langs, partial=partial, note=notes.append)
-        result.warnings[:0] = [n.removeprefix("warning: ") for n in notes]
-        return _warned(result)
-    if langs is not None:
-        raise TypeError(
-            "langs picks files of two folders: give gold and predictions as paths, or leave it out"
-        )
+    notes: list[str] = []
+    names: Names = {}
     with tempfile.TemporaryDirectory(prefix="mushroom-score-") as tmp:
-        names: dict[str, str] = {}
         if gold_path is None:
-            gold_path = _written(Path(tmp) / "gold.jsonl", _gold_rows(gold), "gold")
-            names[str(gold_path)] = "gold"
+            gold_path = _written(Path(tmp) / "gold.jsonl", _rows(gold, "gold"), "gold", names)
         if pred_path is None:
-            pred_path = _written(
-                Path(tmp) / "predictions.jsonl", _prediction_rows(predictions), "predictions"
-            )
-            names[str(pred_path)] = "predictions"
-        if gold_path.is_dir() or pred_path.is_dir():
-            kept = "gold" if gold_path.is_dir() else "predictions"
+            rows = _rows(predictions, "predictions")
+            if gold_path.is_dir():
+                pred_path, covered = _split_by_language(rows, gold_path, Path(tmp) / "predictions", names)
+                if partial and langs is None:  # the languages predicted, as their items are
+                    langs = covered
+            else:
+                pred_path = _written(Path(tmp) / "predictions.jsonl", rows, "predictions", names)
+        elif pred_path.is_dir() and names:
             raise TypeError(
-                f"{kept} is a folder, the other records in memory: give a file of the language "
-                "the records are of, or both as folders"
+                "predictions is a folder and gold records in memory: give gold as the file or "
+                "folder of its language(s)"
             )
+        if langs is not None and not gold_path.is_dir():
+            raise TypeError("langs picks the files of a gold folder; gold is one file (every item is scored)")
         try:
-            result = score_run_files(gold_path, pred_path, None, partial=partial, note=lambda _: None)
+            result = score_run_files(gold_path, pred_path, langs, partial=partial, note=notes.append)
         except DataError as exc:
             raise DataError([_renamed_problem(p, names) for p in exc.problems]) from None
         except MushroomError as exc:
             raise type(exc)(_renamed(str(exc), names)) from None
-        result.warnings = [_renamed(w, names) for w in result.warnings]
+        said = [n.removeprefix("warning: ") for n in notes if not (partial and "(--partial)" in n)]
+        result.warnings = [_renamed(w, names) for w in said + result.warnings]
     return _warned(result)
 
 
 def _as_path(value: Any, what: str) -> Path | None:
-    """The path given, or None for records; a lone string that names no file is refused."""
+    """The path given, or None for records; what is neither is refused."""
     if isinstance(value, os.PathLike):
         return Path(value)
     if isinstance(value, str):
         if not value.strip():
             raise MushroomError(f"{what}: an empty path")
         return Path(value)
+    if hasattr(value, "columns"):  # iterated, a DataFrame gives its column names
+        raise TypeError(f"{what} is a DataFrame: give its rows, {what}_df.to_dict('records')")
     if isinstance(value, bytes | dict) or not isinstance(value, Iterable):
         raise TypeError(
             f"{what} is a path, or an iterable of records (dicts or mushroom records), "
@@ -133,33 +152,35 @@ def _as_path(value: Any, what: str) -> Path | None:
     return None
 
 
-def _gold_rows(records: Iterable[Any]) -> list[dict]:
-    from mushroom.data.records import Item
+def _missing(value: Any) -> bool:
+    """A DataFrame's empty cell (NaN, pandas' NA): the key left out, as the detect API takes it."""
+    return (isinstance(value, float) and math.isnan(value)) or type(value).__name__ == "NAType"
+
+
+def _rows(records: Iterable[Any], what: str) -> list[dict]:
+    """Each record as the line a file would hold; a record of another kind is a TypeError."""
+    from mushroom.data.records import Item, Prediction
 
     rows = []
     for k, rec in enumerate(records):
-        if isinstance(rec, Item):
-            rows.append(rec.model_dump(mode="json", exclude_none=True))
+        if isinstance(rec, Prediction) and what == "predictions":
+            row = rec.submission_dict()
+            # a label left out is derived from the other, as in a file; submission_dict writes
+            # both, and a soft-only prediction scored IoU 0.04 instead of 0.38 (an audit)
+            row = {k: v for k, v in row.items() if k == "id" or k in rec.model_fields_set}
+        elif isinstance(rec, Item) and what == "gold":
+            row = rec.model_dump(mode="json", exclude_none=True)
         elif isinstance(rec, dict):
-            rows.append(rec)
+            row = {key: v for key, v in rec.items() if not _missing(v)}
         else:
-            raise TypeError(f"gold[{k}] is a {type(rec).__name__}; a gold record is a dict or an Item")
-    return rows
-
-
-def _prediction_rows(records: Iterable[Any]) -> list[dict]:
-    from mushroom.data.records import Prediction
-
-    rows = []
-    for k, rec in enumerate(records):
-        if isinstance(rec, Prediction):
-            rows.append(rec.submission_dict())
-        elif isinstance(rec, dict):
-            rows.append(rec)
-        else:
-            raise TypeError(
-                f"predictions[{k}] is a {type(rec).__name__}; a prediction is a dict or a mushroom.Prediction"
-            )
+            kinds = "a dict or a mushroom.Prediction" if what == "predictions" else "a dict or an Item"
+            raise TypeError(f"{what}[{k}] is a {type(rec).__name__}; a record here is {kinds}")
+        item_id = row.get("id")
+        if isinstance(item_id, int) and not isinstance(item_id, bool):
+            row["id"] = str(item_id)  # as detect_batch takes them: its predictions' ids are strings
+        rows.append(row)
+    if not rows:
+        raise MushroomError(f"{what}: no records")
     return rows
 
 
@@ -172,35 +193,120 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"a value of type {type(value).__name__} is not JSON")
 
 
-def _written(path: Path, rows: list[dict], what: str) -> Path:
-    if not rows:
-        raise MushroomError(f"{what}: no records")
-    lines = []
-    for k, row in enumerate(rows):
-        try:
-            lines.append(json.dumps(row, ensure_ascii=False, default=_plain))
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{what}[{k}]: {exc}") from None
+def _not_finite(value: Any, where: str = "") -> str | None:
+    """Where a NaN or infinite number is in a record, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    else:
+        return None
+    for key, inner in items:
+        found = _not_finite(inner, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def _line(row: dict, what: str, k: int) -> str:
+    try:
+        return json.dumps(row, ensure_ascii=False, default=_plain, allow_nan=False)
+    except ValueError:
+        where = _not_finite(row) or "?"
+        # the file reader said "invalid JSON: NaN is not a JSON number" of JSON nobody wrote
+        raise DataError(
+            [Problem(f"{what}[{k}]", None, where, "NaN or infinite: the scorer reads only numbers")]
+        ) from None
+    except TypeError as exc:
+        raise TypeError(f"{what}[{k}]: {exc}") from None
+
+
+def _written(path: Path, rows: list[dict], what: str, names: Names, index: list[int] | None = None) -> Path:
+    index = index if index is not None else list(range(len(rows)))
+    lines = [_line(row, what, k) for row, k in zip(rows, index)]
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    names[str(path)] = (what, index)
     return path
 
 
-def _renamed(text: str, names: dict[str, str]) -> str:
-    """A message about a temporary file, naming the records instead: `gold[3]` for line 4."""
-    for path, name in names.items():
-        text = re.sub(re.escape(path) + r":(\d+)", lambda m, n=name: f"{n}[{int(m.group(1)) - 1}]", text)
+def _split_by_language(rows: list[dict], gold: Path, folder: Path, names: Names) -> tuple[Path, list[str]]:
+    """Prediction records as per-language files named as the gold folder's, matched by id.
+
+    Returns the folder and the languages it has files for.
+
+    `detect_batch` over a whole split, then `score(split_folder, preds)`: the records were
+    refused, as a folder and records cannot be paired by file name.
+    """
+    from mushroom.data.jsonl import iter_json_lines
+    from mushroom.evaluation.score import files_by_lang
+
+    files, _ = files_by_lang(gold)
+    if not files:
+        raise MushroomError(f"gold {gold}: no per-language files (such as mushroom.en-val.v2.jsonl)")
+    file_of: dict[str, Path] = {}
+    lang_of = {path: lang for lang, path in files.items()}
+    for path in files.values():
+        for _, row in iter_json_lines(path, []):
+            if isinstance(row.get("id"), str):
+                file_of.setdefault(row["id"], path)
+    by_file: dict[Path, list[int]] = {}
+    stray = []
+    for k, row in enumerate(rows):
+        path = file_of.get(row.get("id")) if isinstance(row.get("id"), str) else None
+        if path is None:
+            stray.append(
+                Problem(f"predictions[{k}]", None, "id", f"{row.get('id')!r} is in no gold file of {gold}")
+            )
+        else:
+            by_file.setdefault(path, []).append(k)
+    if stray:
+        raise DataError(stray)
+    for path, index in by_file.items():
+        _written(folder / path.name, [rows[k] for k in index], "predictions", names, index)
+    names[str(folder)] = ("predictions", [])  # after its files: a message may name the folder
+    return folder, sorted(lang_of[path] for path in by_file)
+
+
+# the command's words for what the keywords say here
+_FLAGS = ((re.compile(r"--langs\b ?"), "langs="), (re.compile(r"--partial\b"), "partial=True"))
+_FLAGS += ((re.compile(r"\bGOLD\b"), "gold"), (re.compile(r"\bPRED\b"), "predictions"))
+
+
+def _renamed(text: str, names: Names, about: str | None = None) -> str:
+    """A message about temporary files in the caller's words: `predictions[3]` for its line 4.
+
+    `about` is the file a problem is of, whose lines its message may name without its path.
+    """
+    for path, (name, index) in names.items():
+        if path not in text and path != about:
+            continue
+
+        def record(m: re.Match, name: str = name, index: list[int] = index) -> str:
+            n = int(m.group(1))
+            return f"{name}[{index[n - 1]}]" if 0 < n <= len(index) else m.group(0)
+
+        text = re.sub(re.escape(path) + r":(\d+)", record, text)
+        text = re.sub(r"\bline (\d+)", record, text)  # "(first on line 4)", "(line 5)"
         text = text.replace(path, name)
+    text = re.sub(r"mushroom-score-\w+/", "", text)  # a file named after one ("gold.str-ids.jsonl")
+    for flag, keyword in _FLAGS:
+        text = flag.sub(keyword, text)
     return text
 
 
-def _renamed_problem(problem: Problem, names: dict[str, str]) -> Problem:
-    name = names.get(problem.path)
-    if name is None:
-        return Problem(
-            problem.path, problem.line, problem.field, _renamed(problem.message, names), problem.item_id
-        )
-    where = name if problem.line is None else f"{name}[{problem.line - 1}]"
-    return Problem(where, None, problem.field, _renamed(problem.message, names), problem.item_id)
+def _renamed_problem(problem: Problem, names: Names) -> Problem:
+    message = _renamed(problem.message, names, about=problem.path)
+    named = names.get(problem.path)
+    if named is None:
+        return Problem(_renamed(problem.path, names), problem.line, problem.field, message, problem.item_id)
+    name, index = named
+    where = name if problem.line is None else f"{name}[{index[problem.line - 1]}]"
+    return Problem(where, None, problem.field, message, problem.item_id)
 
 
 def _warned(result: ScoreResult) -> ScoreResult:

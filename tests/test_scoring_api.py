@@ -68,3 +68,66 @@ def test_what_the_command_warns_of_is_a_runtime_warning_and_kept_on_the_result()
     said = [str(w.message) for w in caught if w.category is RuntimeWarning]
     assert said and "outside [0, 1]" in said[0] and "predictions[1]" in said[0], said
     assert result.warnings == said and caught[0].filename == __file__  # points at the caller's line
+
+
+def test_a_prediction_with_one_kind_of_label_scores_as_the_dict_it_came_from():
+    """submission_dict wrote both keys, so the other was never derived: IoU 0.04, not 0.38."""
+    rows = [p.submission_dict() for p in _preds()]
+    for key in ("soft_labels", "hard_labels"):
+        only = [{"id": r["id"], key: r[key]} for r in rows]
+        as_dicts = mushroom.score(GOLD_ROWS, only)
+        as_preds = mushroom.score(GOLD_ROWS, [mushroom.Prediction(**d) for d in only])
+        assert (as_preds.mean_iou, as_preds.mean_cor) == (as_dicts.mean_iou, as_dicts.mean_cor), key
+
+
+def test_records_as_a_notebook_holds_them(tmp_path):
+    """Integer ids, a DataFrame's empty cells, a DataFrame itself, NaN in a probability."""
+    pd = pytest.importorskip("pandas")
+    rows = [p.submission_dict() for p in _preds()]
+    gold_int = [{**r, "id": k} for k, r in enumerate(GOLD_ROWS)]
+    pred_int = [{**r, "id": k} for k, r in enumerate(rows)]
+    assert mushroom.score(gold_int, pred_int).mean_iou == pytest.approx(
+        mushroom.score(GOLD_ROWS, rows).mean_iou
+    )
+    # a column some rows lack: NaN in the others, a key left out (derived, and warned of)
+    frame = pd.DataFrame([{"id": r["id"], "soft_labels": r["soft_labels"]} for r in rows[:25]] + rows[25:])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mixed = mushroom.score(GOLD_ROWS, frame.to_dict("records"))
+    assert len(mixed.ids) == 50 and any("derived" in str(w.message) for w in caught)
+    with pytest.raises(TypeError, match="predictions is a DataFrame: give its rows"):
+        mushroom.score(GOLD_ROWS, frame)
+    nan = [{**rows[0], "soft_labels": [{"start": 0, "end": 5, "prob": float("nan")}]}, *rows[1:]]
+    with pytest.raises(DataError, match=r"predictions\[0\]: field 'soft_labels.0.prob': NaN or infinite"):
+        mushroom.score(GOLD_ROWS, nan)
+
+
+def test_messages_name_records_and_keywords_not_lines_and_flags():
+    rows = [p.submission_dict() for p in _preds()]
+    with pytest.raises(DataError) as err:
+        mushroom.score(GOLD_ROWS, [*rows, rows[3]])
+    said = str(err.value)
+    assert "predictions[50]" in said and "predictions[3]" in said and "line" not in said, said
+    with pytest.raises(TypeError, match="langs picks the files of a gold folder"):
+        mushroom.score(VAL_EN, rows, langs=["en"])
+
+
+def test_a_gold_folder_takes_the_records_of_its_languages(tmp_path):
+    """detect_batch over a split, then score(split_folder, preds): the records were refused."""
+    from conftest import ROOT
+
+    folder = ROOT / "data" / "mushroom" / "val"
+    zh = next(folder.glob("mushroom.zh-val*.jsonl"))
+    zh_rows = [json.loads(line) for line in zh.read_text(encoding="utf-8").splitlines()]
+    both = GOLD_ROWS + zh_rows
+    preds = mushroom.detect_batch(
+        [{"answer": r["model_output_text"], "id": r["id"], "lang": r["lang"].lower(), "contexts": [r["model_input"]]}
+         for r in both]
+    )  # fmt: skip
+    result = mushroom.score(folder, preds, langs="en,zh")
+    assert set(result.by_lang()) == {"en", "zh"} and len(result.ids) == len(both)
+    assert result.mean_iou == pytest.approx(mushroom.score(both, preds).mean_iou, abs=1e-12)
+    with pytest.raises(mushroom.MushroomError, match="no prediction file for .* langs="):
+        mushroom.score(folder, preds)  # the other languages have none
+    with pytest.raises(DataError, match=r"predictions\[0\]: field 'id': 'nope' is in no gold file"):
+        mushroom.score(folder, [{"id": "nope", "hard_labels": []}], langs="en")

@@ -33,6 +33,14 @@ class ScoreResult:
     warnings: list[str] = field(default_factory=list)
     unscored: int = 0  # gold items left out because the run did not predict them (partial scoring)
 
+    def __repr__(self) -> str:
+        # the default listed every id and score: thousands of lines in a notebook
+        langs = ",".join(sorted(set(self.langs)))
+        return (
+            f"ScoreResult(n={len(self.ids)}, iou={self.mean_iou:.4f}, cor={self.mean_cor:.4f}, "
+            f"langs={langs}, unscored={self.unscored}, warnings={len(self.warnings)})"
+        )
+
     @property
     def n_gold(self) -> int:
         """Gold items of the files scored: those scored plus those a partial run left out."""
@@ -89,7 +97,7 @@ class ScoreResult:
         return {"iou": bootstrap_ci(self.iou, seed=seed), "cor": bootstrap_ci(self.cor, seed=seed)}
 
     def to_dict(self, with_items: bool = False) -> dict:
-        """n, means and their intervals, JSON-ready; `with_items` adds each item's scores."""
+        """n, means and intervals as plain numbers (nan where undefined); `with_items` adds each item's."""
         ci = self.ci()
         out: dict = {
             "n": len(self.ids),
@@ -302,7 +310,12 @@ def require_path(name: str, path: Path) -> None:
         raise MushroomError(f"{name} {path}: no such file or folder")
 
 
-def _files_by_lang(folder: Path) -> tuple[dict[str, Path], list[Path]]:
+def files_by_lang(folder: Path) -> tuple[dict[str, Path], list[Path]]:
+    """A folder's per-language files by language, and its .jsonl files named for none.
+
+    Raises:
+        MushroomError: two files of one language (which one is meant cannot be told).
+    """
     by_lang: dict[str, list[Path]] = {}
     unnamed: list[Path] = []
     for path in sorted(folder.glob("*.jsonl")):
@@ -349,8 +362,8 @@ def pair_paths(
             )
         return Pairing([(lang_from_filename(gold) or "all", gold, pred)])
     if gold.is_dir() and pred.is_dir():
-        golds, _ = _files_by_lang(gold)
-        preds, unnamed = _files_by_lang(pred)
+        golds, _ = files_by_lang(gold)
+        preds, unnamed = files_by_lang(pred)
         if not golds:
             raise MushroomError(f"GOLD {gold}: no per-language files (such as mushroom.en-val.v2.jsonl)")
         wanted = sorted(golds) if langs is None else [x.lower() for x in langs]
