@@ -1,5 +1,6 @@
 """The one-call library API as a notebook user meets it: bad input, warnings, caches, failures."""
 
+import json
 import time
 import warnings
 
@@ -495,6 +496,8 @@ def test_a_prediction_keeps_its_text_through_json_and_without_one_its_probs_are_
         with pytest.raises(ValueError, match=f"Prediction 'a': {what} needs the answer's text"):
             getattr(bare, what)
     assert mushroom.Prediction(id="e", text="").probs == []  # an empty answer has none to give
+    line = json.dumps({**pred.submission_dict(), "model_output_text": pred.text})  # as many submissions have
+    assert mushroom.Prediction.model_validate_json(line).probs == pred.probs
 
 
 def test_a_dataframes_empty_cells_are_keys_left_out():
