@@ -18,6 +18,7 @@ import pytest
 from cli_helpers import cli, llm_args, openai_backend
 from fake_openai_server import FakeServer, HungServer
 
+import mushroom.errors as mushroom_errors
 from mushroom.backends.openai_compat import BREAKER_COLD, BREAKER_WARM
 
 OK = '{"incorrect_spans": []}'
@@ -587,3 +588,30 @@ def test_the_variants_of_a_run_config_pay_one_breaker_trip_between_them(tmp_path
         assert len(server.calls) == BREAKER_COLD * 2 + 1, err  # variant a trips it, variant b sends one
     failures = _failures(tmp_path / "run")
     assert sum("failed again, as every request earlier in this command" in f["error"] for f in failures) == 4
+
+
+def test_the_failure_table_says_how_many_it_left_out_and_names_a_members_options(tmp_path):
+    """Ten rows were shown and the rest cut unsaid (errors quoting each reply are a group each);
+    the main job's rows named `-o backend.timeout_s`, which it refuses for a member."""
+    from mushroom.runs.reporter import PlainReporter
+    from mushroom.runs.service import Failure, RunService
+
+    tables = []
+    reporter = PlainReporter()
+    reporter.table = tables.append
+    service = RunService(tmp_path / "run", {"job": "main", "members": ["llm"]}, quiet=True, reporter=reporter)
+    service.failures = [
+        Failure("test", "en", "tst-en-99", "a slower model needs a higher -o backend.timeout_s", "llm")
+    ]
+    service.failures += [
+        Failure("test", "en", f"tst-en-{k}", f"the model's reply could not be read (it begins 'x{k}')", "llm")
+        for k in range(13)
+    ]
+    with pytest.raises(mushroom_errors.RunFailed) as err:
+        service.finish({})
+    (table,) = tables
+    assert sum(row[0] for row in table.rows) == 14 and len(table.rows) == 11
+    assert table.rows[-1][1].startswith("... 4 other errors, each in ")
+    shown = " ".join(str(row[1]) for row in table.rows)
+    assert "-o llm.backend.timeout_s" in shown and "-o backend." not in shown
+    assert "those items are left empty" in str(err.value)

@@ -68,7 +68,9 @@ def reporter() -> RichReporter:
 
 
 TAGS_HELP = "error-type tags JSONL {id, error_type}; error_type is one of " + ", ".join(get_args(ErrorType))
-ALLOW_FAILURES_HELP = "write files even when items failed (they are left empty and listed)"
+ALLOW_FAILURES_HELP = (
+    "write files even when items failed (listed; left empty, or in a cascade the CPU stack's prediction)"
+)
 AllowFailures = Annotated[bool, typer.Option("--allow-failures", metavar=FLAG, help=ALLOW_FAILURES_HELP)]
 Quiet = Annotated[bool, typer.Option("--quiet", metavar=FLAG, help="no progress bar")]
 Langs = Annotated[

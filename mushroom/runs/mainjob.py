@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 DEFAULT_MEMBERS = ("lexical", "semantic")
 
 
+CASCADE_FAILED_NOTE = "where a model-backed member failed, it keeps the CPU stack's prediction"
+
+
 def _val_langs(langs: list[str] | None) -> list[str]:
     return [lang for lang in (langs or VAL_LANGUAGES) if lang in VAL_LANGUAGES]
 
@@ -261,6 +264,8 @@ def run_main_stack(
         # kept out of the config's hash (see service.UNHASHED_KEYS): another budget resumes the folder
         config["llm_budget"] = llm_budget
     service = RunService(out, config, reporter, quiet, allow_failures, side_pass=plan_only)
+    if cascade:  # what --allow-failures gives, in the advice of a run that stops on failures too
+        service.failed_items_note = CASCADE_FAILED_NOTE
     for warning in stray:
         service.warn(warning)
     for name, reason in skipped.items():
@@ -485,8 +490,6 @@ def _finish_cascade(
         f"{out / 'cascade.jsonl'})",
         lead="cascade:",
     )
-    if failed:
-        service.failed_items_note = "where a model-backed member failed, it keeps the CPU stack's prediction"
     members = tuple(name for name in dets if name not in costly)
     _submit_and_score(
         service,

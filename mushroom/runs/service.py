@@ -1416,12 +1416,21 @@ class RunService:
         if self.failures:
             title = f"{plural(len(self.failures), 'failed item')}, by error"
             rows = []
-            for error, n in groups.most_common(10):
+            where = self.out / "failures.jsonl"
+            shown_groups = groups.most_common(10)
+            for error, n in shown_groups:
                 example = next(f for key, f in keyed if key == error)
                 shown = example.error if n == 1 else error  # '<id>' stands for each item's own
+                if self.config.get("job") == "main":  # "-o backend.timeout_s", which it refuses
+                    from mushroom.util.options import member_flags
+
+                    shown = member_flags(shown, example.detector)
                 rows.append([n, one_line(shown, 240), f"{example.split}/{example.lang}/{example.id}"])
+            rest = len(self.failures) - sum(n for _, n in shown_groups)
+            if rest:  # errors quoting each reply are a group each: the rest were cut unsaid
+                more = len(groups) - len(shown_groups)
+                rows.append([rest, f"... {plural(more, 'other error')}, each in {where}", ""])
             self.reporter.table(Table(title, columns=["items", "error", "for example"], rows=rows))
-            where = self.out / "failures.jsonl"
             if not self.allow_failures and self.side_pass:
                 advice = self._retry_advice()
                 raise RunFailed(
@@ -1431,10 +1440,12 @@ class RunService:
                 )
             if not self.allow_failures:
                 advice = self._retry_advice()
+                # a cascade keeps the CPU stack's prediction where a member failed: "left empty" was wrong
+                gives = self.failed_items_note or "those items are left empty"
                 raise RunFailed(
-                    f"{plural(len(self.failures), 'item')} failed (listed in {where}); "
-                    f"no submission was written. {advice}, "
-                    "or add --allow-failures to write files with those items left empty"
+                    f"{plural(len(self.failures), 'item')} failed (listed in {where}); the files that "
+                    f"would hold them (and any submission) were not written. {advice}, or add "
+                    f"--allow-failures to write them anyway ({gives})"
                 )
             done = self.failed_items_note or "they are left as empty predictions in the files"
             self.reporter.message(
