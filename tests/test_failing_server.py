@@ -539,9 +539,9 @@ def test_a_second_backend_to_a_server_that_failed_in_this_command_pays_one_attem
         assert len(server.calls) == BREAKER_COLD * 4 and all(g.error for g in first)
         before = len(server.calls)
         second = backend(server.url).generate([_schema_free(str(i)) for i in range(6)])
-        assert len(server.calls) == before + 1  # one attempt of one request, then not sent
+        assert len(server.calls) == before + 2  # one attempt of two requests, then not sent
         assert (
-            "failed again, as every request earlier in this command" in second[-1].error
+            "failed 2 requests again, as it did earlier in this command" in second[-1].error
             and "CUDA out of memory" in second[-1].error
         )
         other_model = build_backend(
@@ -585,9 +585,27 @@ def test_the_variants_of_a_run_config_pay_one_breaker_trip_between_them(tmp_path
         )
         code, _, err = cli(capsys, "run", config, "--out", tmp_path / "run")
         assert code == 3, err
-        assert len(server.calls) == BREAKER_COLD * 2 + 1, err  # variant a trips it, variant b sends one
+        assert len(server.calls) == BREAKER_COLD * 2 + 2, err  # variant a trips it, variant b sends two
     failures = _failures(tmp_path / "run")
-    assert sum("failed again, as every request earlier in this command" in f["error"] for f in failures) == 4
+    assert sum("again, as it did earlier in this command" in f["error"] for f in failures) == 3
+
+
+def test_a_backend_on_probation_is_not_stopped_by_a_refusal_of_n_or_one_requests_own_fault():
+    """llama.cpp refuses n > 1 and is asked again with n = 1; on probation that refusal, counted
+    as a failure, stopped a backend to a healthy server before its first real request."""
+    from mushroom.backends import build_backend
+    from mushroom.backends.base import BackendConfig, GenerationRequest, Message
+    from mushroom.backends.trips import remember_trip, remembering_trips
+
+    def req(key, n=1):
+        return GenerationRequest(key=key, messages=[Message(role="user", content=f"item {key}")], n=n)
+
+    with FakeServer({"bad": [("status", 400, '{"error": "filtered"}')]}, refuse_n=True) as server:
+        with remembering_trips():
+            remember_trip(server.url, "m", "earlier")
+            b = build_backend(BackendConfig(kind="openai", model="m", base_url=server.url, max_retries=1))
+            out = b.generate([req("bad"), req("a", n=3), req("b")])
+        assert out[0].error and [len(g.texts) for g in out[1:]] == [3, 1], [g.error for g in out]
 
 
 def test_the_failure_table_says_how_many_it_left_out_and_names_a_members_options(tmp_path):

@@ -84,6 +84,10 @@ UNREACHABLE_IN_ROW = 3  # once a server has answered: requests that found none, 
 # request 1 time in 64). After requests have worked, 10 in a row: a server that died mid-run.
 BREAKER_COLD = 3
 BREAKER_WARM = 10
+# On probation (the server failed earlier in the command; see mushroom.backends.trips): two
+# failed requests of one attempt each, not one, so that one request's own fault (a content
+# filter's 400) does not stop a backend to a server that has come back.
+BREAKER_PROBATION = 2
 # Read timeouts trip it sooner: each costs `timeout_s` (600 s), so three of them on a one-slot
 # server that hangs were half an hour before the run stopped. One when none has worked (a
 # model that slow would take timeout_s an item), two in a row after some have.
@@ -176,7 +180,7 @@ class CircuitBreaker:
         self._timeouts_in_row = 0
         self._open: str | None = None
         # tripped for another backend earlier in this command (see mushroom.backends.trips):
-        # one failure trips it, and `post` makes one attempt a request, until one works
+        # BREAKER_PROBATION failures trip it, and `post` makes one attempt a request, until one works
         self.probation = tripped_before(url, model) is not None and enabled
 
     def on_probation(self) -> bool:
@@ -202,7 +206,7 @@ class CircuitBreaker:
         with self._lock:
             self._in_row += 1
             self._timeouts_in_row = self._timeouts_in_row + 1 if timed_out else 0
-            limit = BREAKER_WARM if self._worked else 1 if self.probation else BREAKER_COLD
+            limit = BREAKER_WARM if self._worked else BREAKER_PROBATION if self.probation else BREAKER_COLD
             timeouts = TIMEOUTS_WARM if self._worked else TIMEOUTS_COLD
             if self._open is not None or (self._in_row < limit and self._timeouts_in_row < timeouts):
                 return
@@ -220,7 +224,9 @@ class CircuitBreaker:
                 # "with gave up after", the request's outcome read as the server's answer
                 failed = f"failed the last {plural(self._in_row, 'request')}{first}"
                 if self.probation and not self._worked:
-                    failed = "failed again, as every request earlier in this command"
+                    failed = (
+                        f"failed {plural(self._in_row, 'request')} again, as it did earlier in this command"
+                    )
                 self._open = (
                     f"{NOT_SENT}: the server at {self.url} {failed}; the last: {one_line(message)}; "
                     "the same command retries it"
@@ -767,10 +773,14 @@ class OpenAIBackend(Backend):
         )
 
     def _judged(self, error: str | None) -> None:
-        """Tells the circuit breaker how a request ended (a busy server's give-up is neither)."""
+        """Tells the circuit breaker how a request ended (a busy server's give-up is neither).
+
+        A refusal of n > 1 is no server fault either: `_one` asks again with n = 1 (counted,
+        it tripped a backend on probation before its first real request was sent).
+        """
         if error is None:
             self.breaker.success()
-        elif not _busy(error) and TOO_LONG not in error:  # the server answered; the request was long
+        elif not _busy(error) and TOO_LONG not in error and not _ONE_CHOICE.search(error):
             self.breaker.failure(error)
 
     def _request(self, req: GenerationRequest) -> Generation:

@@ -4,10 +4,10 @@ Kept so that the next backend to the same server does not pay the whole trip aga
 
 A variants config, or a main job with several model-backed members, builds one backend per
 variant or member. Against a server that fails every request, each paid its own breaker:
-about 20 s of retries apiece, 83 s for the four variants of `configs/variants.toml`. A
-backend built for a server remembered here starts on probation instead: one attempt per
-request, and the first failure trips it. A server that has come back answers that attempt,
-and the memory of it is dropped.
+about 20 s of retries apiece, 108 s for the four variants of `configs/variants.toml` on 20
+items. A backend built for a server remembered here starts on probation instead: one
+attempt per request, and two failed requests with none that worked trip it. A server that
+has come back answers that attempt, and the memory of it is dropped.
 
 The memory lasts one CLI command (`remembering_trips`, entered by the CLI's error boundary);
 outside one, nothing is remembered and every backend starts afresh, as a Python caller's
