@@ -95,6 +95,12 @@ def _strip_transport(value: Any) -> Any:
     return value
 
 
+# Which keys `config_hash` leaves out, as a number kept beside the hash: a folder of this
+# scheme whose settings no longer give its hash was edited by hand; one of an older scheme
+# (UNHASHED_KEYS and LATER_DEFAULTS have grown) may just have been hashed otherwise.
+HASH_SCHEME = 2
+
+
 def config_hash(config: dict[str, Any]) -> str:
     """Stable short hash of what determines a run's answers."""
     blob = json.dumps(_strip_transport(config), sort_keys=True, ensure_ascii=False).encode()
@@ -897,7 +903,7 @@ class RunService:
                 )
         self.out.mkdir(parents=True, exist_ok=True)
         self._lock()
-        wanted = {"config": self.config, "config_hash": config_hash(self.config)}
+        wanted = {"config": self.config, "config_hash": config_hash(self.config), "hash_scheme": HASH_SCHEME}
         existing = self.read_json(cfg_path)
         if existing is not None and run_config_file(cfg_path) is None:
             # a project's own config.json was replaced by the run's (or compared with it as a
@@ -928,13 +934,20 @@ class RunService:
                     and existing.get("config_hash") != config_hash(stored)
                     and self.has_results()
                 ):
-                    # its settings no longer give its own hash: edited by hand (the answers were
-                    # made with the settings hashed), or hashed by an older mushroom, whose
-                    # hash took keys since left out; said once, as the folder is taken
+                    # its settings no longer give its own hash: the answers were made with the
+                    # settings hashed. Taken, the folder was rewritten to claim the edited ones.
+                    edited = (
+                        f"{cfg_path}: its settings were edited by hand (they no longer give its "
+                        "config_hash), so its answers were made with other settings"
+                    )
+                    if existing.get("hash_scheme") == HASH_SCHEME:
+                        raise MushroomError(
+                            f"{edited}; restore the file, or run into another {self.folder_flag} folder"
+                        )
+                    # an older mushroom hashed keys since left out: the folder may be right
                     self.warn(
-                        f"{cfg_path}: its config_hash is not that of its settings: written by an older "
-                        "mushroom, or its settings were edited by hand. Taken as this run's; if they were "
-                        f"edited, its answers were made with other settings: use another {self.folder_flag}"
+                        f"{edited}, or it was written by an older mushroom, which hashed them otherwise: "
+                        f"taken as this run's; if they were edited, use another {self.folder_flag}"
                     )
                 if existing != wanted and not self.side_pass:  # transport settings, or an older hash
                     write_json(cfg_path, wanted)
