@@ -416,3 +416,10 @@ def test_a_stores_ids_read_alone_are_its_records_ids_whatever_they_hold(tmp_path
     hand = json.dumps({"channels": spans, "id": "by-hand"}) + "\n"  # keys in another order
     store.write_bytes(store.read_bytes() + gzip.compress(hand.encode()))
     assert list(iter_channel_ids(store)) == [r.id for r in iter_channel_records(store)] == [*odd, "by-hand"]
+    # a record cut inside the file, or a line of garbage: named, not taken as an id (a resume
+    # went on, and every stack that read the store failed on that line after)
+    for bad in ('{"id": "x", "channels": {"vo', "garbage", '{"id": 5, "channels": {}}'):
+        damaged = tmp_path / "damaged.jsonl.gz"
+        damaged.write_bytes(store.read_bytes() + gzip.compress((bad + "\n" + hand).encode()))
+        with pytest.raises(DataError, match=f"{damaged}:7"):
+            list(iter_channel_ids(damaged))

@@ -147,30 +147,30 @@ def iter_channel_records(path: Path) -> Iterator[ChannelRecord]:
             raise DataError([Problem(str(path), lineno, None, f"invalid JSON: {exc}")]) from None
 
 
-_ID_HEAD = b'{"id": '
-_DECODER = json.JSONDecoder()
-
-
 def iter_channel_ids(path: Path) -> Iterator[str]:
-    """The item id of each record, without reading its channels.
+    """The item id of each record, each line read as JSON but not validated as channels.
 
-    A resume asks this of stores of a million items: parsing every record whole took 0.2 ms
-    each.
+    A resume asks this of stores of a million items: validating every record whole took
+    0.2 ms each, plain JSON 0.06 ms. A line that is no record stops the resume, naming it:
+    taken as lost, it would be appended after and fail every stack that reads the store.
     """
     if path.suffix != ".gz":
         yield from (rec.id for rec in iter_channel_records(path))
         return
-    for line in _gz_lines(path):
-        if line.startswith(_ID_HEAD):  # as ChannelWriter writes it: the id first
-            try:
-                item_id, _ = _DECODER.raw_decode(line[len(_ID_HEAD) :].decode("utf-8"))
-            except ValueError:
-                item_id = None
-            if isinstance(item_id, str):
-                yield item_id
-                continue
-        if line.strip():
-            yield ChannelRecord.model_validate_json(line).id
+    for lineno, line in enumerate(_gz_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise DataError([Problem(str(path), lineno, None, f"invalid JSON: {exc}")]) from None
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("id"), str)
+            or not isinstance(row.get("channels"), dict)
+        ):
+            raise DataError.single(path, lineno, None, "not a channel record (an id and its channels)")
+        yield row["id"]
 
 
 def read_channels(path: Path, lengths: dict[str, int]) -> Channels:
