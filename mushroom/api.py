@@ -53,7 +53,7 @@ class Prediction(records.Prediction):
         if isinstance(data, dict):
             data = {k: _plain_labels(k, v) for k, v in data.items()}
             if "text" not in data and isinstance(data.get("model_output_text"), str):
-                data["text"] = data["model_output_text"]  # a submission line that carries it
+                data["text"] = data.pop("model_output_text")  # a submission line that carries it
         return data
 
     @model_validator(mode="after")
@@ -249,19 +249,8 @@ def _detector(method: str, options_json: str):
     return det
 
 
-def _missing(value: Any) -> bool:
-    """None, or a DataFrame's empty cell (NaN, pandas' NA): an optional key left out.
-
-    `df.to_dict("records")`, as documented, writes NaN where a row has no value; a NaN
-    `contexts`, `lang` or `id` was refused as "not float".
-    """
-    if value is None or (isinstance(value, float) and value != value):
-        return True
-    return type(value).__name__ == "NAType"  # pandas.NA, without importing pandas
-
-
 def _text(value: Any, what: str, k: int) -> str:
-    if _missing(value):
+    if records.left_out(value):
         return ""
     if not isinstance(value, str):
         # str() of None, NaN or a list became the question ("None", "nan", "['Italy']")
@@ -362,11 +351,11 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
     if "answer" in entry and entry.get("model_output_text", answer) != answer:
         raise ValueError(f"item {k}: 'answer' and 'model_output_text' differ; give one of them")
     # a datasets row has every column, None where a record lacked it: missing, as documented
-    item_lang = lang if _missing(entry.get("lang")) else entry["lang"]
+    item_lang = lang if records.left_out(entry.get("lang")) else entry["lang"]
     if not isinstance(item_lang, str) or not item_lang:
         raise TypeError(f"item {k}: lang must be a language code such as 'en', not {item_lang!r}")
     item_lang = language_code(item_lang)
-    item_id = f"item-{k}" if _missing(entry.get("id")) else entry["id"]
+    item_id = f"item-{k}" if records.left_out(entry.get("id")) else entry["id"]
     if isinstance(item_id, bool) or not isinstance(item_id, str | numbers.Integral) or item_id == "":
         raise TypeError(f"item {k}: id must be a non-empty string or an integer, not {item_id!r}")
     item = _valid(
@@ -382,7 +371,7 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
         model_output_logits=entry.get("model_output_logits"),
     )
     contexts = entry.get("contexts")
-    return item, _contexts(None if _missing(contexts) else contexts, k)
+    return item, _contexts(None if records.left_out(contexts) else contexts, k)
 
 
 def detect_batch(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import re
 import tempfile
@@ -103,6 +104,9 @@ def _score(gold: Any, predictions: Any, langs: list[str] | None, partial: bool) 
     from mushroom.evaluation.runfiles import score_run_files
 
     gold_path, pred_path = _as_path(gold, "gold"), _as_path(predictions, "predictions")
+    for name, path in (("gold", gold_path), ("predictions", pred_path)):
+        if path is not None and not path.exists():  # said here, in the keyword's name
+            raise MushroomError(f"{name} {path}: no such file or folder")
     notes: list[str] = []
     names: Names = {}
     with tempfile.TemporaryDirectory(prefix="mushroom-score-") as tmp:
@@ -152,14 +156,9 @@ def _as_path(value: Any, what: str) -> Path | None:
     return None
 
 
-def _missing(value: Any) -> bool:
-    """A DataFrame's empty cell (NaN, pandas' NA): the key left out, as the detect API takes it."""
-    return (isinstance(value, float) and math.isnan(value)) or type(value).__name__ == "NAType"
-
-
 def _rows(records: Iterable[Any], what: str) -> list[dict]:
     """Each record as the line a file would hold; a record of another kind is a TypeError."""
-    from mushroom.data.records import Item, Prediction
+    from mushroom.data.records import Item, Prediction, left_out
 
     rows = []
     for k, rec in enumerate(records):
@@ -171,13 +170,13 @@ def _rows(records: Iterable[Any], what: str) -> list[dict]:
         elif isinstance(rec, Item) and what == "gold":
             row = rec.model_dump(mode="json", exclude_none=True)
         elif isinstance(rec, dict):
-            row = {key: v for key, v in rec.items() if not _missing(v)}
+            row = {key: v for key, v in rec.items() if not left_out(v)}
         else:
             kinds = "a dict or a mushroom.Prediction" if what == "predictions" else "a dict or an Item"
             raise TypeError(f"{what}[{k}] is a {type(rec).__name__}; a record here is {kinds}")
         item_id = row.get("id")
-        if isinstance(item_id, int) and not isinstance(item_id, bool):
-            row["id"] = str(item_id)  # as detect_batch takes them: its predictions' ids are strings
+        if isinstance(item_id, numbers.Integral) and not isinstance(item_id, bool):
+            row["id"] = str(int(item_id))  # as detect_batch takes them (numpy's too): strings
         rows.append(row)
     if not rows:
         raise MushroomError(f"{what}: no records")
@@ -272,9 +271,14 @@ def _split_by_language(rows: list[dict], gold: Path, folder: Path, names: Names)
     return folder, sorted(lang_of[path] for path in by_file)
 
 
-# the command's words for what the keywords say here
+# the command's words for what the keywords say here: only as its messages write them, never
+# inside a path or an id of the user's ("/data/GOLD/x.jsonl", an id 'PRED')
 _FLAGS = ((re.compile(r"--langs\b ?"), "langs="), (re.compile(r"--partial\b"), "partial=True"))
-_FLAGS += ((re.compile(r"\bGOLD\b"), "gold"), (re.compile(r"\bPRED\b"), "predictions"))
+_FLAGS += (
+    (re.compile(r"`mushroom score GOLD PRED`"), "`mushroom.score(gold, predictions)`"),
+    (re.compile(r"(?<![\w/.'\"-])GOLD(?= |'s |,)"), "gold"),
+    (re.compile(r"(?<![\w/.'\"-])PRED(?= |,)"), "predictions"),
+)
 
 
 def _renamed(text: str, names: Names, about: str | None = None) -> str:

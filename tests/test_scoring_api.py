@@ -131,3 +131,16 @@ def test_a_gold_folder_takes_the_records_of_its_languages(tmp_path):
         mushroom.score(folder, preds)  # the other languages have none
     with pytest.raises(DataError, match=r"predictions\[0\]: field 'id': 'nope' is in no gold file"):
         mushroom.score(folder, [{"id": "nope", "hard_labels": []}], langs="en")
+
+
+def test_the_users_own_paths_and_ids_are_never_reworded(tmp_path):
+    """The command's GOLD and PRED were renamed everywhere: '/tmp/GOLD/x' became '/tmp/gold/x'."""
+    np = pytest.importorskip("numpy")
+    with pytest.raises(mushroom.MushroomError, match="gold .*/GOLD/nothere.jsonl: no such file"):
+        mushroom.score(tmp_path / "GOLD" / "nothere.jsonl", [{"id": "a"}])
+    rows = [p.submission_dict() for p in _preds()]
+    with pytest.raises(DataError, match="not in the gold file: 'PRED'"):
+        mushroom.score(GOLD_ROWS, [*rows, {"id": "PRED", "hard_labels": []}])
+    numpy_ids = [{**r, "id": np.int64(k)} for k, r in enumerate(GOLD_ROWS)]
+    preds = [{**r, "id": np.int64(k)} for k, r in enumerate(rows)]
+    assert len(mushroom.score(numpy_ids, preds).ids) == len(GOLD_ROWS)

@@ -159,6 +159,17 @@ class Context(BaseModel):
     text: Text
 
 
+def left_out(value: object) -> bool:
+    """None, or a DataFrame's empty cell (NaN, pandas' NA): an optional key left out.
+
+    `df.to_dict("records")` writes NaN where a row has no value; the Python API and
+    `mushroom.score` read such a cell as the key not given, as a `datasets` row's None is.
+    """
+    if value is None or (isinstance(value, float) and value != value):
+        return True
+    return type(value).__name__ == "NAType"  # pandas.NA, without importing pandas
+
+
 def given_contexts(value: object) -> list[tuple[str, object]]:
     """(source, text) of each context as a caller gives them, not yet validated.
 

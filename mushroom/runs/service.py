@@ -376,8 +376,8 @@ class Ledger:
         return len(self.last)
 
     def add(self, result: ItemResult) -> None:
-        if result.channels:
-            result = result.model_copy(update={"stored_channels": True})
+        # the ledger's own word, whatever a detector's result said: the channels go to the store
+        result = result.model_copy(update={"stored_channels": bool(result.channels)})
         line = (result.model_dump_json(exclude_defaults=True, exclude={"channels"}) + "\n").encode("utf-8")
         with self._lock:
             if result.channels:
