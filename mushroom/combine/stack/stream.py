@@ -121,8 +121,11 @@ class _MemberStream:
         self.check = FailureCheck(self.path)
         self.failures = None if member.allow_failures else self.check
         self.predictions = _Predictions(self.path)
-        self.chan_path = chan_path
         self.channels = _Channels(chan_path if chan_path.exists() else None)
+        # the whole file's lost items at once, as `Member.load` counts them (not a chunk's)
+        ledger = self.check.ledger
+        lost_from = sorted(ledger.channelled) if ledger is not None else []
+        self.check.refuse_lost_channels(lost_from, self.channels.last, chan_path, f"member {member.name!r}: ")
 
     def evidence(self, items: list[Item]) -> list[MemberEvidence]:
         """Each item's prediction and channels; refused as `Member.load` refuses a whole file."""
@@ -131,9 +134,6 @@ class _MemberStream:
         if self.failures is not None and (found := self.failures.check(preds)) is not None:
             raise MushroomError(f"member {self.member.name!r}: {found.message(self.path)}")
         self.check.refuse_changed_answers(items, f"member {self.member.name!r}: ")
-        self.check.refuse_lost_channels(
-            ids, self.channels.last, self.chan_path, f"member {self.member.name!r}: "
-        )
         missing = [i for i in ids if i not in preds]
         if missing:
             scope = run_scope(self.path)
