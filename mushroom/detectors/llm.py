@@ -9,6 +9,7 @@ replay format next to the predictions so any run can be re-parsed without a mode
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from pathlib import Path
@@ -45,6 +46,18 @@ from mushroom.parsing.parser import SpanList, parse_response
 
 NAMED_ELSEWHERE = "the reply named only text that is not in the answer"
 """How the error of an item whose every reply named only text the answer does not hold begins."""
+
+
+def _whole_then_blank(text: str) -> bool:
+    """Whether a reply is one whole JSON value followed by whitespace alone."""
+    body = text.lstrip()
+    if not body.startswith(("{", "[")):
+        return False
+    try:
+        _, end = json.JSONDecoder().raw_decode(body)
+    except ValueError:
+        return False
+    return not body[end:].strip()
 
 
 class LLMOptions(DetectorOptions):
@@ -233,9 +246,10 @@ class LLMDetector(Detector):
                     continue
                 result = parse_response(item.model_output_text, text, opts.default_probability)
                 stats.update({f"llm.{k}": v for k, v in result.counts().items()})
-                # cut off with no span named: no vote, even after a whole `{"incorrect_spans": []}`:
-                # a reply that did not end (a model looping until max_tokens) stood by nothing
-                dropped = cut and not result.spans
+                # cut off with no span named: no vote, even after a whole `{"incorrect_spans": []}`
+                # that went on (a model looping until max_tokens); one followed by blanks alone
+                # said it in full (llama.cpp's grammar pads with whitespace to the limit)
+                dropped = cut and not result.spans and not _whole_then_blank(text)
                 parsed.append(
                     {
                         "temperature": opts.temperatures[j],
