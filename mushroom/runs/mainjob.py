@@ -18,7 +18,7 @@ from mushroom.data.channels import channel_files
 from mushroom.data.contexts import DEFAULT_SOURCES, OPTIONAL, check_sources, source_names, stray_contexts
 from mushroom.data.languages import VAL_LANGUAGES
 from mushroom.data.predictions import mark_all, submission_glob, submission_name
-from mushroom.data.runfolder import new_run_folder, timestamp, write_json
+from mushroom.data.runfolder import new_run_folder, run_config_file, timestamp, write_json
 from mushroom.data.splits import load_split, workspace
 from mushroom.detectors import Detector, build
 from mushroom.errors import MissingExtra, MushroomError
@@ -36,6 +36,15 @@ DEFAULT_MEMBERS = ("lexical", "semantic")
 
 
 CASCADE_FAILED_NOTE = "where a model-backed member failed, it keeps the CPU stack's prediction"
+
+
+def _drop_stack_outputs(out: Path) -> None:
+    """Removes what an earlier invocation's stack wrote: test files, submission.zip, val files and scores."""
+    stale = [out / "submission.zip", *out.glob(submission_glob("test"))]
+    stale += (out / "val").glob(submission_glob("val"))
+    stale += [out / "val" / name for name in ("scores.json", "scores.md", "comparison.json")]
+    for path in stale:
+        path.unlink(missing_ok=True)
 
 
 def _val_langs(langs: list[str] | None) -> list[str]:
@@ -263,9 +272,19 @@ def run_main_stack(
     if cascade:
         # kept out of the config's hash (see service.UNHASHED_KEYS): another budget resumes the folder
         config["llm_budget"] = llm_budget
+    earlier = run_config_file(out / "config.json")
     service = RunService(out, config, reporter, quiet, allow_failures, side_pass=plan_only)
     if cascade:  # what --allow-failures gives, in the advice of a run that stops on failures too
         service.failed_items_note = CASCADE_FAILED_NOTE
+    if (
+        earlier is not None
+        and service.resumed
+        and not plan_only
+        and earlier["config"].get("llm_budget") != config.get("llm_budget")
+    ):
+        # config.json now says this budget: an earlier budget's files, kept through a Ctrl-C,
+        # sat beside it as if made at this one (an audit); they are written again at the end
+        _drop_stack_outputs(out)
     for warning in stray:
         service.warn(warning)
     for name, reason in skipped.items():
@@ -276,11 +295,7 @@ def run_main_stack(
             # A stack needs every item: what an earlier invocation's stack wrote (perhaps under
             # --allow-failures, on members since re-run) is no longer this run's, so it goes, as a
             # language with failed items gets no prediction file: its files, and its val scores.
-            stale = [out / "submission.zip", *out.glob(submission_glob("test"))]
-            stale += (out / "val").glob(submission_glob("val"))
-            stale += [out / "val" / name for name in ("scores.json", "scores.md", "comparison.json")]
-            for path in stale:
-                path.unlink(missing_ok=True)
+            _drop_stack_outputs(out)
             service.finish(summary or {})  # raises RunFailed
         elif service.failures and not allow_failures:  # a plan: the finished run's files stay
             service.finish({})  # raises RunFailed
