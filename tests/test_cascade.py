@@ -263,7 +263,7 @@ def test_an_item_the_model_failed_on_keeps_the_cpu_stacks_prediction(tmp_path, c
     # the member stack was fitted on the 10 items the model answered
     assert any(val_final[i] != val_base[i] for i in val_base if i not in failed)
     comparison = json.loads((out / "val" / "comparison.json").read_text())
-    assert "member stack, items sent (CV)" in comparison
+    assert "member stack, items answered (CV)" in comparison
     # the first run sent 60; this one sent the 5 failed again, 3 of them before the breaker
     # tripped on the 400s (the last 2 unsent are no calls)
     assert summary["cascade"]["sent_this_run"] == 3

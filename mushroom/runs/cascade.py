@@ -378,8 +378,10 @@ def run_cascade(
     if fitted_items:
         member_scores = by_lang_scores(fitted_items, flat(member_oof, val_fit))
         base_scores = by_lang_scores(fitted_items, base_on_sent)
-        comparison["member stack, items sent (CV)"] = member_scores
-        comparison["CPU stack, items sent (CV)"] = base_scores
+        # of the val items sent that the model answered (those fitted on): "items sent" was
+        # read as all of them, with failed items among them (an audit)
+        comparison["member stack, items answered (CV)"] = member_scores
+        comparison["CPU stack, items answered (CV)"] = base_scores
         _warn_member_stack(service, costly, val_fit, member_scores, base_scores)
     cheap = [name for name in dets if name not in costly]
     comparison.update({name: scores for name, scores in base_fit.comparison.items() if name in cheap})
