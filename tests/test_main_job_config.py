@@ -395,3 +395,7 @@ def test_empty_repeated_or_yes_no_values_where_a_list_or_number_belongs_are_name
     assert _problems(tmp_path / "job.toml", budget) == [
         "llm_budget: a share of the items from 0 to 1 (0.3), not true or false"
     ]
+    quoted = GOOD.replace("llm_budget = 0.3", 'llm_budget = "0.1"')  # taken, where run configs refuse it
+    assert _problems(tmp_path / "job.toml", quoted) == [
+        "llm_budget: a number from 0 to 1 (0.3, no quotes), not the string '0.1'"
+    ]

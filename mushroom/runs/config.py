@@ -152,6 +152,8 @@ class MainJobConfig(BaseModel):
     def _no_truth_value(cls, value: Any) -> Any:
         if isinstance(value, bool):  # `llm_budget = true` was read as 1.0: every item sent
             raise ValueError("a share of the items from 0 to 1 (0.3), not true or false")
+        if isinstance(value, str):  # "0.1" in quotes was taken, where the run config's refuse it
+            raise ValueError(f"a number from 0 to 1 (0.3, no quotes), not the string {value!r}")
         return value
 
     @field_validator("llm_budget")
