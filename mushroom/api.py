@@ -53,7 +53,7 @@ class Prediction(records.Prediction):
         if isinstance(data, dict):
             data = {k: _plain_labels(k, v) for k, v in data.items()}
             if "text" not in data and isinstance(data.get("model_output_text"), str):
-                data["text"] = data.pop("model_output_text")  # a submission line that carries it
+                data["text"] = data["model_output_text"]  # a submission line that carries it
         return data
 
     @model_validator(mode="after")

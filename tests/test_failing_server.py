@@ -606,6 +606,12 @@ def test_a_backend_on_probation_is_not_stopped_by_a_refusal_of_n_or_one_requests
             b = build_backend(BackendConfig(kind="openai", model="m", base_url=server.url, max_retries=1))
             out = b.generate([req("bad"), req("a", n=3), req("b")])
         assert out[0].error and [len(g.texts) for g in out[1:]] == [3, 1], [g.error for g in out]
+    # of a request with n = 1 the same words are the server's fault: every one refused trips it
+    refusal = '{"error": "Unsupported parameter: \'n\' is not supported with this model."}'
+    with FakeServer({"": [("status", 400, refusal)]}) as server:
+        b = build_backend(BackendConfig(kind="openai", model="m", base_url=server.url, max_retries=1))
+        b.generate([req(str(k)) for k in range(20)])
+        assert len(server.calls) == BREAKER_COLD
 
 
 def test_the_failure_table_says_how_many_it_left_out_and_names_a_members_options(tmp_path):

@@ -281,3 +281,13 @@ def test_a_reply_naming_only_text_not_in_the_answer_is_no_vote_for_nothing_wrong
     assert det._item_result(item, [nothing, nothing]).status == "ok"
     (warning,) = unusable_warnings("llm:val en", {"llm.claims": 2, "llm.lost": 2})
     assert "a reply that named nothing in the answer is no vote" in warning
+
+
+def test_a_reply_of_deep_brackets_cut_off_is_said_cut_not_a_recursion_error(tmp_path, capsys):
+    """The padding check decoded it with the stock decoder, which recursed past Python's limit."""
+    out = tmp_path / "run"
+    with FakeServer({"": [("cut", "[" * 3000)]}) as server:
+        code, _, err = cli(capsys, *llm_args(openai_backend(server.url), out, limit=1))
+    assert code == 3, err
+    (failure,) = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert "cut off at max_tokens (" in failure["error"] and "Recursion" not in failure["error"]

@@ -972,3 +972,26 @@ def test_a_ctrl_c_counts_failed_items_apart_from_finished_ones(tmp_path, capsys,
     code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "6", "--out", out, "--quiet")
     told = " ".join(err.split())
     assert code == 130 and "2 finished items and 1 failed item, which the next run retries," in told, told
+
+
+def test_the_config_hash_is_pinned_to_its_scheme():
+    """A folder whose settings no longer give its hash, under this scheme, is refused as edited
+    by hand: a change to what the hash leaves out must bump HASH_SCHEME, or every folder of
+    the current scheme would be refused."""
+    from mushroom.runs.service import HASH_SCHEME, config_hash
+
+    config = {
+        "job": "detect",
+        "detector": "lexical",
+        "options": {"threshold": 0.25, "answer_pool": "whole"},
+        "split": "val",
+        "langs": ["en"],
+        "limit": 5,
+        "description": "words",
+        "llm_budget": 0.3,
+        "made_from": {"items": "/a"},
+        "backend": {"base_url": "http://h/v1", "model": "m", "timeout_s": 60},
+    }
+    assert (config_hash(config), HASH_SCHEME) == ("288f4a5358396584", 2), (
+        "config_hash changed: bump HASH_SCHEME in mushroom/runs/service.py, then pin both here"
+    )

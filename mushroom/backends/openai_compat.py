@@ -772,20 +772,21 @@ class OpenAIBackend(Backend):
             "for in further requests"
         )
 
-    def _judged(self, error: str | None) -> None:
+    def _judged(self, error: str | None, n: int = 1) -> None:
         """Tells the circuit breaker how a request ended (a busy server's give-up is neither).
 
         A refusal of n > 1 is no server fault either: `_one` asks again with n = 1 (counted,
-        it tripped a backend on probation before its first real request was sent).
+        it tripped a backend on probation before its first real request was sent). Of a
+        request with n = 1 it is: a server saying so to every request must still trip it.
         """
         if error is None:
             self.breaker.success()
-        elif not _busy(error) and TOO_LONG not in error and not _ONE_CHOICE.search(error):
+        elif not _busy(error) and TOO_LONG not in error and not (n > 1 and _ONE_CHOICE.search(error)):
             self.breaker.failure(error)
 
     def _request(self, req: GenerationRequest) -> Generation:
         gen = self._request_once(req)
-        self._judged(gen.error)
+        self._judged(gen.error, req.n)
         return gen
 
     def _request_once(self, req: GenerationRequest) -> Generation:

@@ -166,8 +166,10 @@ def iter_channel_ids(path: Path) -> Iterator[str]:
             raise DataError([Problem(str(path), lineno, None, f"invalid JSON: {exc}")]) from None
         if (
             not isinstance(row, dict)
-            or not isinstance(row.get("id"), str)
-            or not isinstance(row.get("channels"), dict)
+            or set(row) != {"id", "channels"}
+            or not isinstance(row["id"], str)
+            or not row["id"]
+            or not isinstance(row["channels"], dict)
         ):
             raise DataError.single(path, lineno, None, "not a channel record (an id and its channels)")
         yield row["id"]

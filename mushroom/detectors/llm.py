@@ -50,14 +50,14 @@ NAMED_ELSEWHERE = "the reply named only text that is not in the answer"
 
 def _whole_then_blank(text: str) -> bool:
     """Whether a reply is one whole JSON value followed by whitespace alone."""
-    body = text.lstrip()
-    if not body.startswith(("{", "[")):
-        return False
+    body = text.strip()
+    if body == text.lstrip() or not body.startswith(("{", "[")):
+        return False  # no padding after it: nothing to tell apart from a cut
     try:
         _, end = json.JSONDecoder().raw_decode(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # "[" * 5000 from a babbling model: no whole value
         return False
-    return not body[end:].strip()
+    return end == len(body)
 
 
 class LLMOptions(DetectorOptions):

@@ -276,6 +276,7 @@ def run_main_stack(
     service = RunService(out, config, reporter, quiet, allow_failures, side_pass=plan_only)
     if cascade:  # what --allow-failures gives, in the advice of a run that stops on failures too
         service.failed_items_note = CASCADE_FAILED_NOTE
+        service.failed_items_note_of = frozenset(model_backed)
     if (
         earlier is not None
         and service.resumed

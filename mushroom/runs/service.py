@@ -717,6 +717,8 @@ class RunService:
         self.failures: list[Failure] = []
         # what --allow-failures did with the failed items, when not "left empty" (the cascade)
         self.failed_items_note: str | None = None
+        # the detectors the note is of (a cascade's model-backed members); None: every one
+        self.failed_items_note_of: frozenset[str] | None = None
         self.warnings: list[str] = []
         self.started = time.perf_counter()
         self._lock_key: Path | None = None
@@ -946,8 +948,10 @@ class RunService:
                         )
                     # an older mushroom hashed keys since left out: the folder may be right
                     self.warn(
-                        f"{edited}, or it was written by an older mushroom, which hashed them otherwise: "
-                        f"taken as this run's; if they were edited, use another {self.folder_flag}"
+                        f"{cfg_path}: its settings no longer give its config_hash: it was written by an "
+                        "older mushroom, which hashed other keys, or edited by hand. Taken as this run's; if "
+                        "it was edited, its answers were made with other settings: use another "
+                        f"{self.folder_flag}"
                     )
                 if existing != wanted and not self.side_pass:  # transport settings, or an older hash
                     write_json(cfg_path, wanted)
@@ -1153,6 +1157,13 @@ class RunService:
         if warning not in self.warnings:
             self.warnings.append(warning)
             self.reporter.warning(warning)
+
+    def _failed_items_note(self) -> str | None:
+        """What --allow-failures gives the failed items, where the job has its own word for it."""
+        of = self.failed_items_note_of
+        if of is not None and any(f.detector not in of for f in self.failures):
+            return None  # a CPU member failed too: its items are empty evidence, not kept
+        return self.failed_items_note
 
     def _retry_advice(self) -> str:
         """`retry_advice` for the failures; a main job's names the member's options as it takes them."""
@@ -1412,6 +1423,8 @@ class RunService:
         # An error that names its item ("no recorded response for 'val-en-1'") would make a
         # group of one per item; the item's id is left out of the grouping key.
         keyed = [(f.error.replace(repr(f.id), "'<id>'"), f) for f in self.failures]
+        if self.config.get("job") == "main":  # a row names its member's options: one member a row
+            keyed = [(f"{f.detector}: {key}", f) for key, f in keyed]
         groups = Counter(key for key, _ in keyed)
         summary = {
             **summary,
@@ -1437,12 +1450,16 @@ class RunService:
                 if self.config.get("job") == "main":  # "-o backend.timeout_s", which it refuses
                     from mushroom.util.options import member_flags
 
-                    shown = member_flags(shown, example.detector)
+                    shown = member_flags(shown.removeprefix(f"{example.detector}: "), example.detector)
+                    shown = f"{example.detector}: {shown}"
                 rows.append([n, one_line(shown, 240), f"{example.split}/{example.lang}/{example.id}"])
             rest = len(self.failures) - sum(n for _, n in shown_groups)
             if rest:  # errors quoting each reply are a group each: the rest were cut unsaid
                 more = len(groups) - len(shown_groups)
-                rows.append([rest, f"... {plural(more, 'other error')}, each in {where}", ""])
+                listed = (
+                    "not listed: a plan writes no failures.jsonl" if self.side_pass else f"each in {where}"
+                )
+                rows.append([rest, f"... {plural(more, 'other error')}, {listed}", ""])
             self.reporter.table(Table(title, columns=["items", "error", "for example"], rows=rows))
             if not self.allow_failures and self.side_pass:
                 advice = self._retry_advice()
@@ -1454,13 +1471,13 @@ class RunService:
             if not self.allow_failures:
                 advice = self._retry_advice()
                 # a cascade keeps the CPU stack's prediction where a member failed: "left empty" was wrong
-                gives = self.failed_items_note or "those items are left empty"
+                gives = self._failed_items_note() or "those items are left empty"
                 raise RunFailed(
                     f"{plural(len(self.failures), 'item')} failed (listed in {where}); the files that "
                     f"would hold them (and any submission) were not written. {advice}, or add "
                     f"--allow-failures to write them anyway ({gives})"
                 )
-            done = self.failed_items_note or "they are left as empty predictions in the files"
+            done = self._failed_items_note() or "they are left as empty predictions in the files"
             self.reporter.message(
                 f"{plural(len(self.failures), 'item')} failed; {done} (listed in {where})",
                 lead="--allow-failures:",

@@ -58,7 +58,11 @@ def _items_split_of_older_folder(out: Path) -> None:
         and config.get("items") is not None
         and config.get("split") != "items"
     ):
-        write_json(out / "config.json", {**saved, "config": {**config, "split": "items"}})
+        from mushroom.runs.service import config_hash
+
+        renamed = {**config, "split": "items"}
+        # hashed anew: a config whose settings do not give its hash reads as edited by hand
+        write_json(out / "config.json", {**saved, "config": renamed, "config_hash": config_hash(renamed)})
 
 
 def apply_stack_run(

@@ -122,7 +122,9 @@ class _MemberStream:
         self.failures = None if member.allow_failures else self.check
         self.predictions = _Predictions(self.path)
         self.channels = _Channels(chan_path if chan_path.exists() else None)
-        # the whole file's lost items at once, as `Member.load` counts them (not a chunk's)
+        # every item the run calls done whose evidence went, counted at once before the first
+        # chunk (not a chunk's): `Member.load` counts the items it applies to, which are all
+        # of them where the ledger and the items file agree
         ledger = self.check.ledger
         lost_from = sorted(ledger.channelled) if ledger is not None else []
         self.check.refuse_lost_channels(lost_from, self.channels.last, chan_path, f"member {member.name!r}: ")
