@@ -639,3 +639,28 @@ def test_the_failure_table_says_how_many_it_left_out_and_names_a_members_options
     shown = " ".join(str(row[1]) for row in table.rows)
     assert "-o llm.backend.timeout_s" in shown and "-o backend." not in shown
     assert "those items are left empty" in str(err.value)
+
+
+def test_a_url_found_dead_earlier_in_the_command_gets_one_attempt_from_the_next_backend():
+    """Each variant spent a request's retries on a URL nothing listens at: 32 s for four, 12 now."""
+    import socket
+
+    from mushroom.backends import build_backend
+    from mushroom.backends.base import BackendConfig
+    from mushroom.backends.trips import remembering_trips
+
+    with socket.socket() as sock:  # a port nothing listens at once closed
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+    def backend():
+        config = BackendConfig(kind="openai", model="m", base_url=url, max_retries=2, timeout_s=5.0)
+        return build_backend(config)
+
+    with remembering_trips():
+        first = backend()
+        assert all(g.error for g in first.generate([_schema_free("a")]))
+        assert first.retries_made == 2
+        second = backend()
+        out = second.generate([_schema_free("b"), _schema_free("c")])
+        assert all(g.error for g in out) and second.retries_made == 0

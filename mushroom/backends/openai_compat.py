@@ -628,8 +628,11 @@ class OpenAIBackend(Backend):
             if exc.unreachable:
                 with self._lock:
                     self._unreachable_in_row += 1
-                    if not self._reached or self._unreachable_in_row >= UNREACHABLE_IN_ROW:
+                    gone = not self._reached or self._unreachable_in_row >= UNREACHABLE_IN_ROW
+                    if gone:
                         self._unreachable = (message, time.monotonic())
+                if gone:  # a later backend to it in this command makes one attempt, not six
+                    remember_trip(self.base_url, self.config.model, message)
             return message
         except _Final as exc:
             sent = retrying.statistics.get("attempt_number", 1) - 1
