@@ -6,7 +6,8 @@ attempts a request, backoff capped at 30 s), against a scripted OpenAI-compatibl
 
 - always 500 (vLLM out of memory): `detect` on 50 English val items, the main job
   `--detector llm --lang en --no-val` on the 154 English test items, and `run` of the four
-  prompt variants of configs/variants.toml on 20 items (a backend each, one breaker trip);
+  prompt variants of configs/variants.toml on 20 items (a backend each, one breaker trip),
+  and the same against a URL nothing listens at;
 - 50% flaky (each attempt fails at random with HTTP 500): `detect` on 50 items, then the
   same command again until every item is done.
 
@@ -107,6 +108,13 @@ def main() -> None:
         failed = len((out / "failures.jsonl").read_text().splitlines())
         rows.append(("always 500, run configs/variants.toml (4 variants, 20 items)", code, secs,
                      len(server.calls) - before, failed))  # fmt: skip
+        # the same against a URL nothing listens at
+        dead = work / "variants-dead.toml"
+        dead.write_text(config.read_text().replace(server.url, "http://127.0.0.1:9/v1"))
+        out = work / "variants-dead"
+        code, secs = run(["run", str(dead), "--out", str(out), "--limit", "20"])
+        failed = len((out / "failures.jsonl").read_text().splitlines())
+        rows.append(("dead URL, run configs/variants.toml (4 variants, 20 items)", code, secs, None, failed))
     rng = random.Random(0)
     steps = [("status", 500, OOM) if rng.random() < 0.5 else ("ok", OK) for _ in range(5000)]
     with FakeServer({"": steps}, retry_after=None) as server:
