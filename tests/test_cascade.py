@@ -196,10 +196,7 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
 
         threading.Thread(target=interrupt, daemon=True).start()
         code, _, err = cli(capsys, *_job(out, 0.5), "-o", f"llm.backend.base_url={slow.url}")
-        # the request cut by the Ctrl-C ends in the server's thread, whose complaint about the
-        # closed connection is the fake server's, not mushroom's: waited for and dropped
-        time.sleep(1.5)
-        capsys.readouterr()
+        time.sleep(1.5)  # the request the Ctrl-C cut ends in the server's thread before it closes
     assert code == 130, err
     assert json.loads((out / "config.json").read_text())["config"]["llm_budget"] == 0.5
     assert not (out / "submission.zip").exists() and not (out / "mushroom.it-tst.v1.jsonl").exists()
