@@ -102,11 +102,12 @@ def _langs(langs: Any) -> list[str] | None:
 
 def _score(gold: Any, predictions: Any, langs: list[str] | None, partial: bool) -> ScoreResult:
     from mushroom.evaluation.runfiles import score_run_files
+    from mushroom.evaluation.score import require_path
 
     gold_path, pred_path = _as_path(gold, "gold"), _as_path(predictions, "predictions")
     for name, path in (("gold", gold_path), ("predictions", pred_path)):
-        if path is not None and not path.exists():  # said here, in the keyword's name
-            raise MushroomError(f"{name} {path}: no such file or folder")
+        if path is not None:  # said here, in the keyword's name, not the command's GOLD
+            require_path(name, path)
     notes: list[str] = []
     names: Names = {}
     with tempfile.TemporaryDirectory(prefix="mushroom-score-") as tmp:
@@ -166,7 +167,7 @@ def _rows(records: Iterable[Any], what: str) -> list[dict]:
             row = rec.submission_dict()
             # a label left out is derived from the other, as in a file; submission_dict writes
             # both, and a soft-only prediction scored IoU 0.04 instead of 0.38 (an audit)
-            row = {k: v for k, v in row.items() if k == "id" or k in rec.model_fields_set}
+            row = {key: v for key, v in row.items() if key == "id" or key in rec.model_fields_set}
         elif isinstance(rec, Item) and what == "gold":
             row = rec.model_dump(mode="json", exclude_none=True)
         elif isinstance(rec, dict):

@@ -9,7 +9,6 @@ replay format next to the predictions so any run can be re-parsed without a mode
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import Counter
 from pathlib import Path
@@ -42,6 +41,7 @@ from mushroom.detectors.base import (
 )
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
 from mushroom.errors import CUT_OFF, NOT_SENT, RECORDED_CUT, UNREADABLE
+from mushroom.parsing.json_repair import decode_prefix
 from mushroom.parsing.parser import SpanList, parse_response
 
 NAMED_ELSEWHERE = "the reply named only text that is not in the answer"
@@ -54,8 +54,8 @@ def _whole_then_blank(text: str) -> bool:
     if body == text.lstrip() or not body.startswith(("{", "[")):
         return False  # no padding after it: nothing to tell apart from a cut
     try:
-        _, end = json.JSONDecoder().raw_decode(body)
-    except (ValueError, RecursionError):  # "[" * 5000 from a babbling model: no whole value
+        _, end = decode_prefix(body)  # depth-bounded: "[" * 5000 from a babbling model
+    except ValueError:
         return False
     return end == len(body)
 

@@ -116,8 +116,6 @@ def _lost_within_limit(pairs: list[tuple[str, Path, Path]], scored: set[str], sc
     by the run. The language is the prediction file's: an items file may hold several
     (`detect --items mixed.jsonl --lang en --limit 3` predicted the first 3 English ones).
     """
-    import json
-
     from mushroom.data.languages import language_code
     from mushroom.data.predictions import prediction_file_lang
 

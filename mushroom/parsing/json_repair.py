@@ -98,7 +98,7 @@ def _first_value_depth(text: str) -> int:
     return deepest
 
 
-def _decode_prefix(text: str) -> tuple[Any, int]:
+def decode_prefix(text: str) -> tuple[Any, int]:
     """The first JSON value at the start of `text` and where it ends; what follows is ignored.
 
     Raises:
@@ -268,7 +268,7 @@ def _skip_non_claims(chunk: str) -> tuple[str | None, Any]:
     pos: int | None = 0
     for _ in range(_MAX_STARTS):
         try:
-            value, end = _decode_prefix(chunk[pos:])
+            value, end = decode_prefix(chunk[pos:])
         except json.JSONDecodeError as err:
             if re.search("[\"'\u201c\u201d]", chunk[pos : pos + err.pos + 1]):
                 return chunk[pos:], first
@@ -315,7 +315,7 @@ def extract_json(text: str) -> tuple[Any | None, list[str]]:
             fixed = new
             applied.append(name)
             try:
-                return _decode_prefix(fixed)[0], applied
+                return decode_prefix(fixed)[0], applied
             except ValueError:
                 continue
     return fallback, []

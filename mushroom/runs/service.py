@@ -1422,10 +1422,14 @@ class RunService:
         """Writes summary.json and failures.jsonl, reports the failures; RunFailed if any."""
         # An error that names its item ("no recorded response for 'val-en-1'") would make a
         # group of one per item; the item's id is left out of the grouping key.
-        keyed = [(f.error.replace(repr(f.id), "'<id>'"), f) for f in self.failures]
-        if self.config.get("job") == "main":  # a row names its member's options: one member a row
-            keyed = [(f"{f.detector}: {key}", f) for key, f in keyed]
-        groups = Counter(key for key, _ in keyed)
+        main = self.config.get("job") == "main"
+        # (group key, the error with '<id>' for each item's own, failure); a main job's row names
+        # its member's options, so one member a row
+        keyed = []
+        for f in self.failures:
+            generic = f.error.replace(repr(f.id), "'<id>'")
+            keyed.append((f"{f.detector}: {generic}" if main else generic, generic, f))
+        groups = Counter(key for key, _, _ in keyed)
         summary = {
             **summary,
             "items_failed": len(self.failures),
@@ -1445,13 +1449,12 @@ class RunService:
             where = self.out / "failures.jsonl"
             shown_groups = groups.most_common(10)
             for error, n in shown_groups:
-                example = next(f for key, f in keyed if key == error)
-                shown = example.error if n == 1 else error  # '<id>' stands for each item's own
-                if self.config.get("job") == "main":  # "-o backend.timeout_s", which it refuses
+                generic, example = next((g, f) for key, g, f in keyed if key == error)
+                shown = example.error if n == 1 else generic  # '<id>' stands for each item's own
+                if main:  # "-o backend.timeout_s", which it refuses for a member
                     from mushroom.util.options import member_flags
 
-                    shown = member_flags(shown.removeprefix(f"{example.detector}: "), example.detector)
-                    shown = f"{example.detector}: {shown}"
+                    shown = f"{example.detector}: {member_flags(shown, example.detector)}"
                 rows.append([n, one_line(shown, 240), f"{example.split}/{example.lang}/{example.id}"])
             rest = len(self.failures) - sum(n for _, n in shown_groups)
             if rest:  # errors quoting each reply are a group each: the rest were cut unsaid
