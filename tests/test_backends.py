@@ -9,12 +9,14 @@ from fake_openai_server import FakeServer
 
 from mushroom.backends import build_backend
 from mushroom.backends.base import (
+    RECOVERED,
     BackendConfig,
     Generation,
     GenerationRequest,
     LoglikelihoodRequest,
     Message,
     backend_warnings,
+    retry_note,
 )
 from mushroom.backends.cache import CachedBackend, ResponseCache, request_key
 from mushroom.backends.config import parse_backend_config
@@ -78,6 +80,18 @@ def test_openai_backend_retries_429_5xx_and_lost_connections_but_not_validation_
         assert sorted(seen) == [0, 1, 2, 3, 4, 5]
         assert server.counts == {"A": 2, "B": 3, "C": 1, "D": 1, "E": 4, "F": 1}
         assert backend.retries_made == 1 + 2 + 3
+        # a retry that saved its request is said too: a flaky server passed unseen
+        assert backend.retry_tally() == {
+            "HTTP 429": 1,
+            "HTTP 503": 1,
+            "HTTP 502": 1,
+            "HTTP 500": 3,
+            RECOVERED: 2,
+        }
+        assert retry_note(backend.retry_tally()) == (
+            "6 failed attempts sent again (HTTP 500 x3, HTTP 429 x1, HTTP 502 x1, HTTP 503 x1); "
+            "2 requests answered that way (a request that still failed is counted with its item)"
+        )
         assert all(c["auth"] == "Bearer sk-secret" for c in server.calls)
         backend.close()
 

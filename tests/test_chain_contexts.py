@@ -716,6 +716,20 @@ def test_a_contexts_rerun_asks_again_for_an_empty_answer_checks_the_model_and_dr
     assert len(load_contexts("val", "en", ("llm",), context_dir=ctx).by_id) == 3
 
 
+def test_the_contexts_command_says_what_a_retry_saved(tmp_path, capsys):
+    """A server that needed a retry for every context passed unseen: the command said nothing."""
+    from cli_helpers import cli
+
+    script = {"": [("status", 503, '{"error": "overloaded"}'), ("ok", "Background.")] * 2}
+    with FakeServer(script) as server:
+        code, _, err = cli(
+            capsys, "contexts", "--lang", "en", "--limit", "2", "--backend", "openai", "--base-url",
+            server.url, "--model", "m", "--context-dir", tmp_path / "ctx", "-o", "max_retries=1",
+        )  # fmt: skip
+    assert code == 0, err
+    assert "2 failed attempts sent again (HTTP 503 x2); 2 requests answered that way" in " ".join(err.split())
+
+
 def test_a_broken_line_inside_a_generated_source_or_its_grades_stops_the_contexts_command(tmp_path, capsys):
     """A broken middle line was skipped unsaid: `contexts` exited 0 and regenerated the item
     beside it, and every detector reading the source then stopped on that line."""

@@ -150,6 +150,17 @@ def test_a_busy_server_is_waited_for_and_never_trips_it(tmp_path, capsys):
         code, _, err = _detect(capsys, server, out, 8)
     assert code == 0, err
     assert not (out / "failures.jsonl").exists() or not (out / "failures.jsonl").read_text().strip()
+    # the retries that saved every request are said and kept: a flaky server passed unseen
+    note = "8 failed attempts sent again (HTTP 429 x8); 8 requests answered that way"
+    assert note in " ".join(err.split()), err
+    summary = json.loads((out / "summary.json").read_text())
+    assert any(note in w for w in summary["warnings"]), summary["warnings"]
+    assert [st["retries"] for st in summary["stages"].values() if "retries" in st] == [
+        {"HTTP 429": 8, "answered after a retry": 8}
+    ], summary["stages"]
+    # a re-run takes every answer from the cache: no retries, none said
+    code, _, err = _detect(capsys, server, out, 8)
+    assert code == 0 and "sent again" not in err, err
 
 
 def test_prompts_too_long_for_the_server_do_not_trip_it_and_the_advice_says_a_rerun_will_not_help(

@@ -9,6 +9,7 @@ sees each one as soon as it exists, which is what lets the cache make a killed r
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, Literal
@@ -16,6 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mushroom.backends.config import BackendConfig, BackendSettings
+from mushroom.util.words import plural
 
 __all__ = [
     "Backend",
@@ -168,6 +170,15 @@ class Backend(ABC):
         """What this backend warned of, for the run's summary (wrappers pass on their inner one's)."""
         return list(getattr(self, "_warnings", []))
 
+    def retry_tally(self) -> Counter[str]:
+        """Attempts sent again, by why, and `RECOVERED`: requests answered only after one.
+
+        A request that failed is counted with its item; one a retry saved is not, and a flaky
+        server would pass unseen (a run twice as long, with nothing said). Wrappers pass on
+        their inner backend's; backends that never retry have none.
+        """
+        return Counter()
+
     def warn(self, message: str) -> None:
         """Warns once per backend: shown now and kept in `warnings` for the run's record.
 
@@ -223,6 +234,22 @@ def warnings_to(sink: Callable[[str], None]) -> Iterator[None]:
         yield
     finally:
         _warning_sink = before
+
+
+RECOVERED = "answered after a retry"  # the key of `Backend.retry_tally` that counts requests
+
+
+def retry_note(tally: Counter[str]) -> str | None:
+    """One line on the attempts a server failed and a retry made good; None for none."""
+    why = {k: n for k, n in tally.items() if k != RECOVERED and n > 0}
+    if not why:
+        return None
+    reasons = ", ".join(f"{k} x{n}" for k, n in sorted(why.items(), key=lambda kv: (-kv[1], kv[0])))
+    return (
+        f"{plural(sum(why.values()), 'failed attempt')} sent again ({reasons}); "
+        f"{plural(tally[RECOVERED], 'request')} answered that way (a request that still failed "
+        "is counted with its item)"
+    )
 
 
 def backend_warnings(backend: Backend | None) -> list[str]:

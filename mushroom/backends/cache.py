@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,10 @@ class CachedBackend(Backend):
     def warnings(self) -> list[str]:
         """The inner backend's warnings; none while every answer came from the cache (never built)."""
         return backend_warnings(self._inner)
+
+    def retry_tally(self) -> Counter[str]:
+        """The inner backend's; none while every answer came from the cache (never built)."""
+        return self._inner.retry_tally() if self._inner is not None else Counter()
 
     @property
     def cache(self) -> ResponseCache:

@@ -47,6 +47,7 @@ import os
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -56,6 +57,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 from tenacity.wait import wait_random_exponential
 
 from mushroom.backends.base import (
+    RECOVERED,
     Backend,
     Generation,
     GenerationRequest,
@@ -249,6 +251,13 @@ class CircuitBreaker:
             self.on_open()
 
 
+def retry_reason(message: str) -> str:
+    """A retried attempt's failure, short enough to count: "HTTP 503", "connection error"."""
+    if message.startswith(TIMED_OUT):
+        return "timed out"
+    return message.split(":", 1)[0] if message.startswith(("HTTP ", "connection error")) else "other"
+
+
 def http_error(status: int, text: str) -> str:
     """`HTTP 500: body`; a 429 that says the account is out of quota is marked so for `_busy`."""
     note = f" {OUT_OF_QUOTA}" if status == 429 and _QUOTA.search(text) else ""
@@ -413,6 +422,7 @@ class OpenAIBackend(Backend):
         self._record = threading.Lock()  # held to record a result, and to set `_stop`
         self._cut_pool: ThreadPoolExecutor | None = None  # the pool of a batch so ended
         self.retries_made = 0
+        self._retried: Counter[str] = Counter()  # retries by why, and requests they saved (`retry_tally`)
         # (message, when) of a request that gave up on connection errors while no server has
         # answered at the URL in this run, or the UNREACHABLE_IN_ROW-th such request in a row
         # after one has: for UNREACHABLE_PAUSE_S after it requests fail at once instead of each
@@ -549,9 +559,16 @@ class OpenAIBackend(Backend):
             return False
         return True
 
-    def _count_retry(self, _state: RetryCallState) -> None:
+    def _count_retry(self, state: RetryCallState) -> None:
+        failed = state.outcome.exception() if state.outcome is not None else None
+        why = retry_reason(str(failed)) if failed is not None else "other"
         with self._lock:
             self.retries_made += 1
+            self._retried[why] += 1
+
+    def retry_tally(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self._retried)
 
     def _attempt(self, path: str, body: dict[str, Any]) -> httpx.Response:
         """One POST: a response to judge, or _Transient / _Final."""
@@ -640,6 +657,9 @@ class OpenAIBackend(Backend):
                 return f"stopped after {plural(sent, 'attempt')}: {str(exc).removeprefix(NOT_SENT + ': ')}"
             return str(exc)
         self._unreachable, self._unreachable_in_row = None, 0  # the server answers (again)
+        if retrying.statistics.get("attempt_number", 1) > 1:
+            with self._lock:
+                self._retried[RECOVERED] += 1
         return response
 
     # ----------------------------------------------------------------- generation

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -128,6 +129,9 @@ class RecordingBackend(Backend):
     def warnings(self) -> list[str]:
         """The recorded backend's warnings, for the run's summary."""
         return backend_warnings(self.inner)
+
+    def retry_tally(self) -> Counter[str]:
+        return self.inner.retry_tally()
 
     def _log(self) -> RawLog | None:
         return self.sink() if callable(self.sink) else self.sink

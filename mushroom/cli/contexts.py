@@ -170,6 +170,8 @@ def contexts_cmd(
             f"[yellow]warning:[/yellow] {plural(run.truncated, 'generated context')} stopped at "
             f"--max-tokens {max_tokens} before the model finished (kept as they are): raise --max-tokens"
         )
+    if run.retried:
+        err_console.print(f"[yellow]warning:[/yellow] {esc(run.retried)}")
     if run.failed:
         for err in run.failed[:5]:
             err_console.print(f"[yellow]failed[/yellow] {esc(err)}")

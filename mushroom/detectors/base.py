@@ -353,6 +353,10 @@ class Detector(ABC):
 
         return RecordingBackend(backend, lambda: self.raw_log)
 
+    def built_backends(self) -> list[Any]:
+        """The backends built (or given) so far, for their counters: none for a CPU detector."""
+        return []
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Releases models and connections; a no-op by default."""
 

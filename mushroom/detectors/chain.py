@@ -252,6 +252,9 @@ class ChainDetector(Detector):
         """The backend's warnings (unconstrained or broken JSON decoding), for the run's summary."""
         return backend_warnings(self._backend)
 
+    def built_backends(self) -> list[Backend]:
+        return [self._backend] if self._backend is not None else []
+
     def _request(self, item: Item, stage: str, messages: list[Message]) -> GenerationRequest:
         return GenerationRequest(
             key=f"{item.id}#{stage.replace('.', '#')}",

@@ -163,6 +163,9 @@ class LLMDetector(Detector):
         """The backend's warnings (unconstrained or broken JSON decoding), for the run's summary."""
         return backend_warnings(self._backend)
 
+    def built_backends(self) -> list[Backend]:
+        return [self._backend] if self._backend is not None else []
+
     def close(self) -> None:
         """Closes the backend it built (a server's connection pool, a loaded model)."""
         if self._backend is not None:

@@ -247,6 +247,9 @@ class PYesDetector(Detector):
                 backend.close()
             self._backends = None
 
+    def built_backends(self) -> list[Backend]:
+        return list(self._backends or [])
+
     @property
     def backends(self) -> list[Backend]:
         if self._backends is None:

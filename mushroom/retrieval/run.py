@@ -49,6 +49,8 @@ class ContextsRun:
     made with other settings."""
     failed: list[str] = field(default_factory=list)
     """`lang: id: error` of each context that could not be generated."""
+    retried: str | None = None
+    """What the server failed and a retry made good (`retry_note`), or None."""
 
 
 def parse_tiers(
@@ -143,6 +145,7 @@ def generate_split(
     """
     from pydantic import ValidationError
 
+    from mushroom.backends.base import retry_note
     from mushroom.backends.cache import build_cached
     from mushroom.backends.config import parse_backend_config
     from mushroom.backends.rawlog import RawLog, RecordingBackend
@@ -221,4 +224,5 @@ def generate_split(
                 )
             run.rows.append([code, *counts])
             run.failed += [f"{code}: {err}" for err in st.errors]
+    run.retried = retry_note(engine.retry_tally())
     return run

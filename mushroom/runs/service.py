@@ -43,7 +43,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mushroom.backends.base import warnings_to
+from mushroom.backends.base import retry_note, warnings_to
 from mushroom.backends.config import TRANSPORT_KEYS
 from mushroom.data.contexts import (
     DEFAULT_SOURCES,
@@ -621,6 +621,14 @@ class _First:
         return itertools.islice(self.items, self.limit)
 
 
+def _retry_tally(detector: Detector) -> Counter[str]:
+    """The retries of the detector's backends so far (`Backend.retry_tally`), added up."""
+    tally: Counter[str] = Counter()
+    for backend in detector.built_backends():
+        tally.update(backend.retry_tally())
+    return tally
+
+
 def _first(items: Iterable[Item], limit: int) -> Iterable[Item]:
     """The first `limit` items: a list's slice, a sized collection's view, a generator's first ones."""
     if isinstance(items, list):
@@ -1054,6 +1062,7 @@ class RunService:
         rel = self.where(folder)
         stage = f"{detector.name}:{split}" if rel in (".", split, "predictions") else f"{detector.name}:{rel}"
         t0 = time.perf_counter()
+        retried_before = _retry_tally(detector)
         with self.reporter.progress(self.quiet) as bar, warnings_to(self.warn):
             task = bar.add_task(f"{detector.name} on {split}", total=total)
             for lang, items in data.items():
@@ -1135,6 +1144,7 @@ class RunService:
                 run_ids[lang] = ids
                 n_items += len(ids)
         item_seconds = self._write_stats(folder, ledgers, run_ids, out, stage)
+        retried = _retry_tally(detector) - retried_before  # this stage's: a backend serves several
         # A stage resumed after a kill was computed over several runs: the ledger's per-item
         # times add up all of it, where this run's wall time covers only the last part.
         self.record_stage(
@@ -1143,7 +1153,11 @@ class RunService:
             reused=out.done_now == 0,
             items=n_items,
             item_seconds=round(item_seconds, 2),
+            **({"retries": dict(sorted(retried.items()))} if retried else {}),
         )
+        note = retry_note(retried)
+        if note is not None:
+            self.warn(f"{stage}: {note}")
         for warning in getattr(detector, "warnings", []):
             self.warn(warning)
         return out
