@@ -972,6 +972,9 @@ def test_a_ctrl_c_counts_failed_items_apart_from_finished_ones(tmp_path, capsys,
     code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "6", "--out", out, "--quiet")
     told = " ".join(err.split())
     assert code == 130 and "2 finished items and 1 failed item, which the next run retries," in told, told
+    # the command has ended: its folder is free for another process (a notebook kept it locked)
+    probe = "import fcntl, sys; fcntl.flock(open(sys.argv[1], 'a'), fcntl.LOCK_EX | fcntl.LOCK_NB)"
+    assert subprocess.run([sys.executable, "-c", probe, str(out / ".lock")]).returncode == 0
 
 
 def test_the_config_hash_is_pinned_to_its_scheme():

@@ -298,6 +298,9 @@ def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
             )
         _closed.clear()
         clear_fallback_hints()
+        service = sys.modules.get("mushroom.runs.service")  # loaded only by commands that run
+        if service is not None:
+            service.release_all()
 
 
 def _run(app: typer.Typer, args: list[str]) -> int:

@@ -697,6 +697,17 @@ class _ContextTally:
 _HELD: dict[Path, list[Any]] = {}  # folders this process has locked -> [open lock file, holders]
 
 
+def release_all() -> None:
+    """Frees every folder lock this process holds: a command has ended, however it ended.
+
+    A run stopped by Ctrl-C or an error never reached its `release`; in a process that goes on
+    (the CLI called from Python, a notebook) its folder stayed locked, and a terminal's run
+    of it was refused as "in use by another mushroom run".
+    """
+    while _HELD:
+        _HELD.popitem()[1][0].close()
+
+
 class RunService:
     """Opens (or resumes) one run folder and does every run's bookkeeping there."""
 
