@@ -92,6 +92,7 @@ def test_openai_backend_retries_429_5xx_and_lost_connections_but_not_validation_
             "6 failed attempts sent again (HTTP 500 x3, HTTP 429 x1, HTTP 502 x1, HTTP 503 x1); "
             "2 requests answered that way (a request that still failed is counted with its item)"
         )
+        assert retry_note(Counter({"HTTP 500": 3})) is None  # they failed, and say so themselves
         assert all(c["auth"] == "Bearer sk-secret" for c in server.calls)
         backend.close()
 

@@ -757,6 +757,23 @@ def test_a_broken_line_inside_a_generated_source_or_its_grades_stops_the_context
             assert code == 1 and f"{path}:2" in told and "invalid JSON" in told, err
             assert len(good.calls) == calls  # nothing asked again
             path.write_text(kept)
+        # a source line that is JSON but no context passed as "done before", never made again
+        # (a detector then stopped on it): read as detectors read it
+        source = ctx / "val.en.llm.jsonl"
+        kept = source.read_text()
+        lines = kept.splitlines(keepends=True)
+        broken = {
+            "contxt": lines[0].replace('"context"', '"contxt"'),
+            "(got None)": '{"id": "val-en-1", "context": null}\n',
+            "duplicate id": lines[1],
+        }
+        for what, line in broken.items():
+            source.write_text(line + kept if what.startswith("duplicate") else line + "".join(lines[1:]))
+            code, _, err = contexts(good.url, "--grade", "llm")
+            told = " ".join(err.split())
+            assert code == 1 and f"{source}:" in told and what in told, err
+            assert "delete or mend the line" in told, err
+        source.write_text(kept)
 
 
 def test_the_contexts_command_names_grading_failures_and_the_files_of_unread_verdicts(tmp_path, capsys):
@@ -891,7 +908,16 @@ def test_a_source_name_read_as_something_else_and_a_tier_named_twice_are_refused
     assert code == 2 and "--tiers: context source deepseek-r1 named twice" in err, err
     code, _, err = cli(capsys, *base, "--tiers", "gen?", "--source", "gen")
     assert code == 2 and "'gen?' is the source being generated (--source), not a tier" in err, err
-    assert not (ctx / ".raw").exists()
+    # a source name is part of a file name: one with a path read a file outside the folder
+    (ctx / "val.en.").mkdir(parents=True)
+    (tmp_path / "evil").mkdir()
+    (tmp_path / "evil" / "x.jsonl").write_text('{"id": "val-en-1", "context": "planted"}\n')
+    code, _, err = cli(capsys, *base, "--tiers", "/../../evil/x", "--grade", "embedding")
+    assert code == 2 and "--tiers: context source '/../../evil/x' cannot name a file" in err, err
+    args = ["detect", "--lang", "en", "--limit", "1", "--out", tmp_path / "run"]
+    code, _, err = cli(capsys, *args, "--contexts", "/../../evil/x?")
+    assert code == 2 and "context source '/../../evil/x' cannot name a file" in err, err
+    assert not (ctx / ".raw").exists() and not (tmp_path / "run").exists()
 
 
 def test_a_min_similarity_without_embedding_grading_is_refused(tmp_path, capsys):

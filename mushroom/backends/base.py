@@ -240,9 +240,12 @@ RECOVERED = "answered after a retry"  # the key of `Backend.retry_tally` that co
 
 
 def retry_note(tally: Counter[str]) -> str | None:
-    """One line on the attempts a server failed and a retry made good; None for none."""
+    """One line on the attempts a server failed and a retry made good; None for none.
+
+    Retries that saved no request are left unsaid: their requests failed, and say so.
+    """
     why = {k: n for k, n in tally.items() if k != RECOVERED and n > 0}
-    if not why:
+    if not why or not tally[RECOVERED]:
         return None
     reasons = ", ".join(f"{k} x{n}" for k, n in sorted(why.items(), key=lambda kv: (-kv[1], kv[0])))
     return (

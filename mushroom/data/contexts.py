@@ -27,6 +27,7 @@ from mushroom.data.jsonl import iter_json_lines, load_records
 from mushroom.data.records import Context, ContextRecord, Item
 from mushroom.data.splits import IN_CHECKOUT, PROJECT_ROOT, SPLIT_TAGS
 from mushroom.errors import MushroomError
+from mushroom.util.names import name_problem
 from mushroom.util.registry import Part, Registry
 from mushroom.util.words import plural
 
@@ -219,6 +220,16 @@ class MissingSource(MushroomError):
     """A named context source has no file for a split and language (and is not optional)."""
 
 
+def check_source_name(source: str) -> None:
+    """Refuses a source name that cannot be part of a file name (`translated:` and `?` aside).
+
+    A name picks a file: `--contexts /../../x` read one outside the contexts folder.
+    """
+    problem = name_problem(source.removesuffix(OPTIONAL).removeprefix("translated:"))
+    if problem is not None:
+        raise MushroomError(f"context source {problem}")
+
+
 def source_path(
     split: str,
     lang: str,
@@ -234,6 +245,7 @@ def source_path(
     source = named.removesuffix(OPTIONAL)
     if not source.removeprefix("translated:"):
         raise MushroomError(f"empty context source name in {', '.join(map(repr, sources or [named]))}")
+    check_source_name(source)
     path = context_file(split, lang, source, context_dir)
     if path is not None:
         return path

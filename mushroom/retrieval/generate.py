@@ -37,9 +37,9 @@ from mushroom.data.contexts import (
     load_contexts,
     support_contexts,
 )
-from mushroom.data.jsonl import append_jsonl, iter_json_lines, mend_cut_line
+from mushroom.data.jsonl import append_jsonl, iter_json_lines, load_records, mend_cut_line
 from mushroom.data.languages import language_name
-from mushroom.data.records import Item
+from mushroom.data.records import ContextRecord, Item
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
 from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.parsing.reasoning import strip_reasoning
@@ -119,18 +119,24 @@ def _done_ids(path: Path, grading: Grading | None = None, cut: float | None = No
     }
 
 
-def _refuse_broken_lines(*paths: Path) -> None:
+def _refuse_broken_lines(source: Path, grades: Path) -> None:
     """Stops on a broken line inside a source or grades file, before any call.
 
     Such a line was skipped: its item was generated again beside it, `contexts` exited 0, and
-    every detector reading the source then stopped on it. (A last line a kill cut is dropped
+    every detector reading the source then stopped on it. The source is read as detectors
+    read it (every field, ids once): a line with no `context`, a null one or an id twice
+    passed as "done before", and was never made again. (A last line a kill cut is dropped
     by `mend_cut_line` first: that is the one break a run makes itself.)
     """
     problems: list[Problem] = []
-    for path in paths:
-        if path.exists():
-            for _ in iter_json_lines(path, problems):
-                pass
+    if source.exists():
+        try:
+            load_records(source, ContextRecord)
+        except DataError as exc:
+            problems += exc.problems
+    if grades.exists():
+        for _ in iter_json_lines(grades, problems):
+            pass
     if problems:
         advice = "delete or mend the line, then run again (an item whose line is gone is generated again)"
         raise DataError([replace(p, message=f"{p.message}; {advice}") for p in problems])

@@ -61,13 +61,17 @@ def parse_tiers(
     A fact-check source covers no item (it repeats the answer to correct it), so it is refused.
     """
     tier_list = tuple(t.strip() for t in tiers.split(",") if t.strip())
-    from mushroom.data.contexts import source_names
+    from mushroom.data.contexts import check_source_name, source_names
 
     try:
         source_names(tier_list)  # one named twice was graded, and counted, twice
     except MushroomError as exc:
         raise MushroomError(f"--tiers: {exc}") from None
     for tier in tier_list:
+        try:
+            check_source_name(tier)
+        except MushroomError as exc:
+            raise MushroomError(f"--tiers: {exc}") from None
         if is_fact_check(tier):
             raise MushroomError(
                 f"--tiers: {tier!r} is a fact-check source (it repeats the answer to correct it); "
