@@ -299,6 +299,19 @@ def test_items_without_context_are_warned_about_and_a_wrong_replay_file_is_named
     )
     assert "1 of them had every context graded irrelevant" in proc.stderr
     assert "ctx.grades.jsonl" in " ".join(summary["warnings"])
+    # the detector's own word, and a counter: "context-based detectors flag nothing" was said
+    # of llm too, which judged them all the same, and lexical counted nothing
+    assert "lexical flags nothing in them (counted as context.none)" in " ".join(summary["warnings"])
+    assert summary["stats"]["context.none"] == 2, summary["stats"]
+    with FakeServer({}, default_text='{"incorrect_spans": []}') as srv:
+        llm = ["--detector", "llm", "--backend", "openai", "--base-url", srv.url, "--model", "m"]
+        proc = mushroom(
+            "detect", "--items", str(tmp_path / "items.jsonl"), "--contexts", str(tmp_path / "ctx.jsonl"),
+            *llm, "--temperatures", "0.1", "--out", str(tmp_path / "llm"), "--quiet",
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    warned = " ".join(json.loads((tmp_path / "llm" / "summary.json").read_text())["warnings"])
+    assert "llm judges them on its model's own knowledge" in warned and "flag nothing" not in warned, warned
     proc = mushroom("detect", "--items", str(tmp_path / "items.jsonl"), "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "give the contexts as files" in proc.stderr
     # a contexts file given as recorded responses: an input error naming the file, not 3 failed items

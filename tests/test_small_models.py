@@ -152,6 +152,11 @@ def test_pyes_normalises_each_model_and_averages(tmp_path, scoring):
     det.run([item(answer)], {}, results.append)
     assert results[0].detail["pieces"][1]["p_yes"] == [pytest.approx(0.9), pytest.approx(0.3)]
     assert results[0].stats["pyes.pieces"] == 2 and results[0].stats["pyes.unusable"] == 0
+    # asked with no context: counted apart, as the detectors that need one count it
+    assert results[0].stats["context.none"] == 1
+    results = []
+    det.run([item(answer)], {"x": [Context(source="s", text="the cat is red .")]}, results.append)
+    assert "context.none" not in results[0].stats
     # without a calibration file, statistics come from the items themselves and are recorded
     det2 = PYesDetector(opts, [FixedBackend(0.9, 0.1), FixedBackend(None, None)])
     with pytest.raises(MushroomError, match="no usable"):

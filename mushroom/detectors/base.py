@@ -41,6 +41,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from mushroom.data.contexts import support_contexts
 from mushroom.data.predictions import THRESHOLD_1
 from mushroom.data.records import Context, Item, Prediction, SoftSpan
 from mushroom.errors import DataError, MushroomError, RunFailed, error_text
@@ -211,6 +212,8 @@ class Detector(ABC):
     # Whether it checks answers against contexts, so that an item without any gets nothing
     # flagged (the library API warns then); llm judges from the model's own knowledge too.
     needs_contexts: ClassVar[bool] = False
+    # What it makes of an item no context supports, in the run's warning about such items.
+    without_context: ClassVar[str] = "judges them on its model's own knowledge"
     # Whether it calls a model through a backend (llm, chain, pyes): the costly kind, which the
     # cascade sends only the uncertain items and the stack may leave out when it does not help.
     # Set for each class from its options (any field holding backend settings) unless the class
@@ -384,10 +387,14 @@ class VectorDetector(Detector):
         for item in items:
             try:
                 vec = self.item_vector(item, contexts.get(item.id, []))
+                stats = self.item_stats.get(item.id)
+                if self.needs_contexts and not support_contexts(contexts.get(item.id, [])):
+                    if item.model_output_text.strip():  # an empty answer needs nothing checked
+                        stats = {**(stats or {}), "context.none": 1}
                 result = ItemResult.ok(  # a NaN probability or channel fails the item
                     prediction_from_vectors(item.id, vec, vec > threshold),
                     self.channels.get(item.id),
-                    self.item_stats.get(item.id),
+                    stats,
                     self.item_details.get(item.id),
                 )
             except MushroomError:

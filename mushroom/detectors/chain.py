@@ -213,6 +213,7 @@ class ChainDetector(Detector):
 
     name = "chain"
     needs_contexts = True
+    without_context = "leaves their claims unverifiable"
     generates = True
     Options = ChainOptions
     options: ChainOptions

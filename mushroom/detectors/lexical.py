@@ -154,6 +154,7 @@ class LexicalDetector(VectorDetector):
 
     name = "lexical"
     needs_contexts = True
+    without_context = "flags nothing in them"
     Options = LexicalOptions
     options: LexicalOptions
 

@@ -83,6 +83,7 @@ class NLIDetector(VectorDetector):
 
     name = "nli"
     needs_contexts = True
+    without_context = "flags nothing in them"
     Options = NLIOptions
     options: NLIOptions
 

@@ -217,6 +217,7 @@ class PYesDetector(Detector):
 
     name = "pyes"
     needs_contexts = True
+    without_context = "asks its models about them with no context"
     Options = PYesOptions
     options: PYesOptions
 
@@ -411,6 +412,10 @@ class PYesDetector(Detector):
         usable = set()
         per_piece = len(keys) * (1 if self.options.scoring == "top_logprobs" else 2)
         counts = [raw.counts(sl, len(p) * per_piece) for p, sl in zip(pieces, rows)]
+        for item, item_pieces, st in zip(items, pieces, counts):
+            # asked with "(no context available)": the models' own word, said apart
+            if item_pieces and not support_contexts(contexts.get(item.id, [])):
+                st["context.none"] = 1
         for lang in dict.fromkeys(it.lang for it in items):  # each language its own statistics
             ks = [k for k, it in enumerate(items) if it.lang == lang]
             picked = np.concatenate([np.arange(rows[k].start, rows[k].stop) for k in ks]).astype(int)

@@ -123,6 +123,7 @@ class SemanticDetector(VectorDetector):
 
     name = "semantic"
     needs_contexts = True
+    without_context = "flags nothing in them"
     Options = SemanticOptions
     options: SemanticOptions
 

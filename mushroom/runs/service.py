@@ -674,12 +674,15 @@ class _ContextTally:
                 self.checks_only += bool(fact_checks(ctx.by_id.get(i, [])))  # not an empty text
                 self.graded_out += any(i in out for out in self._unusable.values())
 
-    def warning(self, split: str, lang: str, n_items: int, sources: Iterable[str]) -> str:
+    def warning(self, split: str, lang: str, n_items: int, sources: Iterable[str], detector: Detector) -> str:
         grades = ", ".join(str(grades_file(Path(p))) for p, out in self._unusable.items() if out)
+        # each detector's own word: "context-based detectors flag nothing" was said of llm,
+        # which judged them all the same
+        does = f"{detector.name} {detector.without_context}"
         return (
             f"{split}/{lang}: no context for {self.bare} of {plural(n_items, 'item')} from "
             f"{', '.join(map(str, self.files or sources)) or 'any source'} (e.g. {self.first_bare}); "
-            "context-based detectors flag nothing in them"
+            + (f"{does} (counted as context.none)" if detector.needs_contexts else does)
             + (
                 f" ({self.checks_only} of them have only fact-check contexts, qa_*, which support nothing)"
                 if self.checks_only
@@ -1150,7 +1153,7 @@ class RunService:
                 # only this run's warnings
                 out.contexts_missing[lang] = seen.missing
                 if seen.bare:
-                    self.warn(seen.warning(split, lang, len(ids), sources))
+                    self.warn(seen.warning(split, lang, len(ids), sources, detector))
                 self._write_language(detector, split, lang, ids, lengths, ledger, folder, out)
                 run_ids[lang] = ids
                 n_items += len(ids)
