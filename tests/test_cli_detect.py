@@ -671,7 +671,7 @@ def test_contexts_for_ids_no_item_has_are_warned_of_but_not_those_of_another_lan
     args = ["detect", "--items", items, "--contexts", ctx, "--lang", "en", "--quiet"]
     code, _, err = cli(capsys, *args, "--out", tmp_path / "a")
     said = " ".join(err.split())
-    assert code == 0 and "1 of its 4 contexts are for ids no item of" in said, said
+    assert code == 0 and "1 of its 4 contexts is for ids no item of" in said, said
     assert "(e.g. 'renumbered-7'); they are not read" in said
     write_lines(ctx, contexts)  # the German item's context is no stray, though --lang leaves it out
     code, _, err = cli(capsys, *args, "--out", tmp_path / "b")
@@ -696,6 +696,11 @@ def test_a_named_context_source_of_other_items_is_warned_of(tmp_path, capsys, mo
     assert "has 50 contexts, and none is for an item of val/en (e.g. 'val-de-1')" in told
     code, _, err = cli(capsys, *args, "--contexts", "deepseek-r1", "--out", tmp_path / "b")
     assert code == 0 and "are not read" not in err
+    # that file alone: every item went unchecked, rc 0 and "nothing wrong" (--items refused it)
+    code, _, err = cli(capsys, *args, "--contexts", "mine", "--out", tmp_path / "alone")
+    told = " ".join(err.split())
+    assert code == 2 and "none of its ids is the id of an item of val/en" in told, err
+    assert "so no item would be checked" in told and not (tmp_path / "alone").exists(), err
     # one foreign id among the file's own, in a run limited to 3 items: that one alone is named
     rows = (ucsc / "en-val.v2_perplexity-sonar-pro.jsonl").read_text().splitlines()
     rows[-1] = rows[-1].replace('"val-en-', '"val-xx-')

@@ -285,7 +285,10 @@ def stray_contexts(
     """
     said = []
     for lang, items in data.items():
-        ids = {item.id for item in items}
+        order = [item.id for item in items]  # read once: `items` may be a stream
+        ids = set(order)
+        foreign: list[tuple[Path, str]] = []  # files of contexts none of which is for these items
+        read = False  # whether some file has a context for one of them
         for named in sources:
             source = named.removesuffix(OPTIONAL)
             path = context_file(split, lang, source)
@@ -293,6 +296,9 @@ def stray_contexts(
                 continue
             theirs = [r.id for r in load_records(path, ContextRecord)]
             stray = [i for i in theirs if i not in ids]
+            read = read or len(stray) < len(theirs)
+            if theirs and len(stray) == len(theirs):
+                foreign.append((path, theirs[0]))
             if stray:
                 what = (
                     "none is"
@@ -305,6 +311,14 @@ def stray_contexts(
                     f"(e.g. {stray[0]!r}); those are not read: a file of another split, language or "
                     "version of the items?"
                 )
+        if foreign and not read:
+            # the run went on, every item unchecked, and scored "nothing wrong" (as --items refuses)
+            raise MushroomError(
+                f"--contexts {', '.join(str(path) for path, _ in foreign)}: none of its ids is the id "
+                f"of an item of {split}/{lang} (items: {order[0] if order else '-'!r}, ...; contexts: "
+                f"{foreign[0][1]!r}, ...), so no item would be checked: a file of another split, "
+                "language or version of the items?"
+            )
     return said
 
 

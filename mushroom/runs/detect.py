@@ -85,7 +85,8 @@ def _warn_stray_contexts(
         if stray:
             example = next(i for i in where if i not in hit)
             warn(
-                f"--contexts {path}: {stray} of its {len(where)} contexts are for ids no item of "
+                f"--contexts {path}: {stray} of its {len(where)} contexts {'is' if stray == 1 else 'are'} "
+                f"for ids no item of "
                 f"{items_file} has (e.g. {example!r}); they are not read: a context file of other items?"
             )
 
