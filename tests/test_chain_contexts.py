@@ -730,6 +730,40 @@ def test_the_contexts_command_says_what_a_retry_saved(tmp_path, capsys):
     assert "2 failed attempts sent again (HTTP 503 x2); 2 requests answered that way" in " ".join(err.split())
 
 
+def test_a_tier_file_of_other_items_is_refused_or_warned_of_before_generating(tmp_path, capsys):
+    """A tier file of another language covered nothing, and every item was generated (and
+    paid for) with nothing said; `detect` warned of the same file."""
+    from cli_helpers import cli
+
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    tier = ctx / "val.en.mine.jsonl"
+    tier.write_text('{"id": "val-de-1", "context": "Hintergrund."}\n')
+    args = [
+        "contexts",
+        "--lang",
+        "en",
+        "--limit",
+        "2",
+        "--tiers",
+        "mine",
+        "--backend",
+        "openai",
+        "--model",
+        "m",
+    ]
+    with FakeServer({}, "Background.") as server:
+        run = [*args, "--base-url", server.url, "--context-dir", ctx]
+        code, _, err = cli(capsys, *run)
+        told = " ".join(err.split())
+        assert code == 2 and f"--tiers {tier}: none of its ids is the id of an item of val/en" in told, err
+        assert server.calls == []
+        tier.write_text('{"id": "val-en-1", "context": "Background."}\n{"id": "val-xx-9", "context": "x"}\n')
+        code, _, err = cli(capsys, *run)
+    told = " ".join(err.split())
+    assert code == 0 and "context source 'mine'" in told and "1 is not for an item of val/en" in told, err
+
+
 def test_a_broken_line_inside_a_generated_source_or_its_grades_stops_the_contexts_command(tmp_path, capsys):
     """A broken middle line was skipped unsaid: `contexts` exited 0 and regenerated the item
     beside it, and every detector reading the source then stopped on that line."""

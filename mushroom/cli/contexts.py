@@ -144,6 +144,8 @@ def contexts_cmd(
         if type(exc) is not MushroomError or "-o backend." not in str(exc):
             raise
         raise MushroomError(_own_form(str(exc))) from None
+    for warning in run.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {esc(warning)}")
     title = f"contexts: {split}, source {source!r}"
     if only is not None:
         title += ", the items the cascade sends"

@@ -274,7 +274,11 @@ def check_sources(split: str, langs: list[str], sources: tuple[str, ...] | list[
 
 
 def stray_contexts(
-    split: str, data: Mapping[str, Iterable[Item]], sources: tuple[str, ...] | list[str]
+    split: str,
+    data: Mapping[str, Iterable[Item]],
+    sources: tuple[str, ...] | list[str],
+    context_dir: Path | None = None,
+    flag: str = "--contexts",
 ) -> list[str]:
     """Warnings for named sources whose files hold contexts for ids no item of the split has.
 
@@ -291,7 +295,7 @@ def stray_contexts(
         read = False  # whether some file has a context for one of them
         for named in sources:
             source = named.removesuffix(OPTIONAL)
-            path = context_file(split, lang, source)
+            path = context_file(split, lang, source, context_dir)
             if path is None:
                 continue
             theirs = [r.id for r in load_records(path, ContextRecord)]
@@ -314,7 +318,7 @@ def stray_contexts(
         if foreign and not read:
             # the run went on, every item unchecked, and scored "nothing wrong" (as --items refuses)
             raise MushroomError(
-                f"--contexts {', '.join(str(path) for path, _ in foreign)}: none of its ids is the id "
+                f"{flag} {', '.join(str(path) for path, _ in foreign)}: none of its ids is the id "
                 f"of an item of {split}/{lang} (items: {order[0] if order else '-'!r}, ...; contexts: "
                 f"{foreign[0][1]!r}, ...), so no item would be checked: a file of another split, "
                 "language or version of the items?"

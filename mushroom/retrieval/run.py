@@ -18,6 +18,7 @@ from mushroom.data.contexts import (
     context_file,
     grades_file,
     is_fact_check,
+    stray_contexts,
 )
 from mushroom.data.records import Item
 from mushroom.errors import DataError, MushroomError, Problem
@@ -51,6 +52,8 @@ class ContextsRun:
     """`lang: id: error` of each context that could not be generated."""
     retried: str | None = None
     """What the server failed and a retry made good (`retry_note`), or None."""
+    warnings: list[str] = field(default_factory=list)
+    """Tier files with contexts for ids the split does not have (`stray_contexts`)."""
 
 
 def parse_tiers(
@@ -165,6 +168,9 @@ def generate_split(
     if only is not None:
         data = _only(data, only, langs is not None, only_from)
     tier_list = parse_tiers(tiers, split, data, root, source)
+    # a tier file of another language or version of the items covered nothing, and every
+    # item was generated (and paid for) with nothing said
+    strays = stray_contexts(split, data, tier_list, root, "--tiers")
     cache = root / f".cache.{source}.jsonl"
     try:
         settings = parse_backend_config(backend)
@@ -187,6 +193,7 @@ def generate_split(
         + ["kept unread"] * (grade == "llm")
         + ["no usable context"] * graded,
         cache=cache,
+        warnings=strays,
     )
     hint = (
         f"a language's contexts are appended to {root}/{split}.<lang>.{source}.jsonl once all its "
