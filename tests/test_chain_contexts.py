@@ -764,6 +764,29 @@ def test_a_tier_file_of_other_items_is_refused_or_warned_of_before_generating(tm
     assert code == 0 and "context source 'mine'" in told and "1 is not for an item of val/en" in told, err
 
 
+def test_two_contexts_commands_on_one_folder_do_not_run_at_once(tmp_path, capsys):
+    """Two runs at once wrote every id twice to the source, and both exited 0."""
+    import fcntl
+
+    from cli_helpers import cli
+
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    with open(ctx / ".lock", "a+") as other:  # as another process's run holds it
+        other.write("4242")
+        other.flush()
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with FakeServer({}, "Background.") as server:
+            args = ["contexts", "--lang", "en", "--limit", "2", "--backend", "openai", "--model", "m"]
+            code, _, err = cli(capsys, *args, "--base-url", server.url, "--context-dir", ctx)
+            told = " ".join(err.split())
+            assert code == 2 and "is in use by another mushroom run (pid 4242)" in told, err
+            assert "choose another --context-dir" in told and server.calls == [], err
+    dead = ["--base-url", "http://127.0.0.1:9/v1"]
+    code, _, err = cli(capsys, *args, *dead, "--context-dir", ctx / ".lock")
+    assert code == 2 and "--context-dir" in err and "is a file" in err, err
+
+
 def test_a_broken_line_inside_a_generated_source_or_its_grades_stops_the_contexts_command(tmp_path, capsys):
     """A broken middle line was skipped unsaid: `contexts` exited 0 and regenerated the item
     beside it, and every detector reading the source then stopped on that line."""

@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from mushroom.errors import MushroomError
+from mushroom.util.folderlock import release_all
 from mushroom.util.interrupts import clear_fallback_hints, current_hint, interrupt_message
 from mushroom.util.options import validation_message
 
@@ -298,9 +299,7 @@ def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
             )
         _closed.clear()
         clear_fallback_hints()
-        service = sys.modules.get("mushroom.runs.service")  # loaded only by commands that run
-        if service is not None:
-            service.release_all()
+        release_all()  # a command stopped by an error or Ctrl-C leaves no folder locked
 
 
 def _run(app: typer.Typer, args: list[str]) -> int:

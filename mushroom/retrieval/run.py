@@ -22,6 +22,7 @@ from mushroom.data.contexts import (
 )
 from mushroom.data.records import Item
 from mushroom.errors import DataError, MushroomError, Problem
+from mushroom.util import folderlock
 from mushroom.util.interrupts import interrupt_hint
 from mushroom.util.names import safe_name
 from mushroom.util.words import plural, suggest
@@ -182,58 +183,64 @@ def generate_split(
     # wrong name (a server that cannot be reached passes, so cached answers still serve).
     settings.check_ready()
     settings.check_answers()  # contexts are written answers
-    sink: list[RawLog | None] = [None]
-    engine = RecordingBackend(build_cached(settings, True, cache), lambda: sink[0])
-    # a verdict neither relevant nor irrelevant keeps the context; graded tiers fall through
-    falls = grade != "none" and bool(tier_list)
-    graded = grade != "none"
-    run = ContextsRun(
-        COLUMNS
-        + ["tier rejections"] * falls
-        + ["kept unread"] * (grade == "llm")
-        + ["no usable context"] * graded,
-        cache=cache,
-        warnings=strays,
-    )
-    hint = (
-        f"a language's contexts are appended to {root}/{split}.<lang>.{source}.jsonl once all its "
-        f"answers are in, and every answer to {cache} as it comes (neither file exists before the "
-        "first); run the same command again to go on (answers received are not asked again)"
-    )
-    with interrupt_hint(hint):
-        for code, items in data.items():
-            stem = f"{split}.{safe_name(code, 'language code')}.{safe_name(source, 'context source')}"
-            sink[0] = RawLog(root / ".raw" / f"{stem}.jsonl")
-            st = generate_contexts(
-                split,
-                code,
-                items[:limit] if limit is not None else items,
-                engine,
-                source,
-                tier_list,
-                prompt,
-                topic,
-                grade,  # type: ignore[arg-type]
-                None,
-                min_similarity,
-                root,
-                max_tokens=max_tokens,
-            )
-            counts = [st.items, st.covered_by_tiers, st.already_generated, st.generated]
-            counts += [st.failed, st.kept, st.dropped] + [st.tier_rejected] * falls
-            counts += [st.unreadable_verdicts] * (grade == "llm")
-            counts += [st.without_context] * graded
-            run.unread += st.unreadable_verdicts
-            if st.unreadable_verdicts:
-                run.unread_files.append(grades_file(root / f"{stem}.jsonl"))
-            run.truncated += st.truncated
-            run.from_cache += st.from_cache
-            if st.made_otherwise:
-                run.made_otherwise.append(
-                    f"{code}: {plural(st.already_generated, 'context')} done before in {stem}.jsonl "
-                    f"{'was' if st.already_generated == 1 else 'were'} made with {st.made_otherwise}"
+    if root.exists() and not root.is_dir():
+        raise MushroomError(f"--context-dir {root} is a file; give a folder (made if missing)")
+    root.mkdir(parents=True, exist_ok=True)
+    warnings: list[str] = []
+    # two commands on one folder wrote every id twice to its sources, and both exited 0
+    with folderlock.holding(root, "--context-dir", warnings.append):
+        sink: list[RawLog | None] = [None]
+        engine = RecordingBackend(build_cached(settings, True, cache), lambda: sink[0])
+        # a verdict neither relevant nor irrelevant keeps the context; graded tiers fall through
+        falls = grade != "none" and bool(tier_list)
+        graded = grade != "none"
+        run = ContextsRun(
+            COLUMNS
+            + ["tier rejections"] * falls
+            + ["kept unread"] * (grade == "llm")
+            + ["no usable context"] * graded,
+            cache=cache,
+            warnings=strays + warnings,
+        )
+        hint = (
+            f"a language's contexts are appended to {root}/{split}.<lang>.{source}.jsonl once all its "
+            f"answers are in, and every answer to {cache} as it comes (neither file exists before the "
+            "first); run the same command again to go on (answers received are not asked again)"
+        )
+        with interrupt_hint(hint):
+            for code, items in data.items():
+                stem = f"{split}.{safe_name(code, 'language code')}.{safe_name(source, 'context source')}"
+                sink[0] = RawLog(root / ".raw" / f"{stem}.jsonl")
+                st = generate_contexts(
+                    split,
+                    code,
+                    items[:limit] if limit is not None else items,
+                    engine,
+                    source,
+                    tier_list,
+                    prompt,
+                    topic,
+                    grade,  # type: ignore[arg-type]
+                    None,
+                    min_similarity,
+                    root,
+                    max_tokens=max_tokens,
                 )
-            run.rows.append([code, *counts])
-            run.failed += [f"{code}: {err}" for err in st.errors]
-    run.retried = retry_note(engine.retry_tally())
+                counts = [st.items, st.covered_by_tiers, st.already_generated, st.generated]
+                counts += [st.failed, st.kept, st.dropped] + [st.tier_rejected] * falls
+                counts += [st.unreadable_verdicts] * (grade == "llm")
+                counts += [st.without_context] * graded
+                run.unread += st.unreadable_verdicts
+                if st.unreadable_verdicts:
+                    run.unread_files.append(grades_file(root / f"{stem}.jsonl"))
+                run.truncated += st.truncated
+                run.from_cache += st.from_cache
+                if st.made_otherwise:
+                    run.made_otherwise.append(
+                        f"{code}: {plural(st.already_generated, 'context')} done before in {stem}.jsonl "
+                        f"{'was' if st.already_generated == 1 else 'were'} made with {st.made_otherwise}"
+                    )
+                run.rows.append([code, *counts])
+                run.failed += [f"{code}: {err}" for err in st.errors]
+        run.retried = retry_note(engine.retry_tally())
     return run

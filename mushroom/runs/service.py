@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import re
 import threading
 import time
@@ -65,6 +64,7 @@ from mushroom.detectors.base import Detector, ItemResult
 from mushroom.errors import DataError, Interrupted, MushroomError, RunFailed, error_text, retry_advice
 from mushroom.evaluation.submission import write_zip
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
+from mushroom.util import folderlock
 from mushroom.util.files import file_blocks
 from mushroom.util.interrupts import fallback_hint
 from mushroom.util.names import safe_name
@@ -697,20 +697,6 @@ class _ContextTally:
         )
 
 
-_HELD: dict[Path, list[Any]] = {}  # folders this process has locked -> [open lock file, holders]
-
-
-def release_all() -> None:
-    """Frees every folder lock this process holds: a command has ended, however it ended.
-
-    A run stopped by Ctrl-C or an error never reached its `release`; in a process that goes on
-    (the CLI called from Python, a notebook) its folder stayed locked, and a terminal's run
-    of it was refused as "in use by another mushroom run".
-    """
-    while _HELD:
-        _HELD.popitem()[1][0].close()
-
-
 class RunService:
     """Opens (or resumes) one run folder and does every run's bookkeeping there."""
 
@@ -845,57 +831,15 @@ class RunService:
         """Holds the folder's lock for this process, or says which process holds it.
 
         Two runs on one folder would each call the model for every item, append to the same
-        ledgers and overwrite each other's config. The lock is `flock` on `<out>/.lock`, so a
-        killed run frees it. Services of one process on one folder (a resumed run in a
-        notebook) share it, counted, so the last one to finish frees it. Where the file
-        system cannot lock (some network mounts) or there is no `fcntl` (Windows), the run
-        goes on unlocked, with a warning.
+        ledgers and overwrite each other's config (`mushroom.util.folderlock`).
         """
-        self._lock_key = key = self.out.resolve()
-        if key in _HELD:
-            _HELD[key][1] += 1
-            return
-        try:
-            import fcntl
-        except ImportError:
-            self.warn(
-                f"{self.out}: no file locks on this system; do not run two commands on this folder at once"
-            )
-            self._lock_key = None
-            return
-        handle = open(key / ".lock", "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip()
-            handle.close()
-            raise MushroomError(
-                f"{self.out} is in use by another mushroom run{f' (pid {holder})' if holder else ''}; "
-                f"wait for it to end, or choose another {self.folder_flag}"
-            ) from None
-        except OSError as exc:
-            handle.close()
-            self.warn(
-                f"{self.out}: cannot lock the folder ({exc.strerror}); do not run two commands on it at once"
-            )
-            self._lock_key = None
-            return
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        _HELD[key] = [handle, 1]
+        self._lock_key = folderlock.hold(self.out, self.folder_flag, self.warn)
 
     def release(self) -> None:
         """Frees this service's hold on the folder's lock (the end of a process frees it too)."""
         self._withdraw_hint()
         key, self._lock_key = self._lock_key, None
-        if key is None or key not in _HELD:
-            return
-        _HELD[key][1] -= 1
-        if _HELD[key][1] == 0:
-            _HELD.pop(key)[0].close()
+        folderlock.release(key)
 
     def _open(self) -> bool:
         cfg_path = self.out / "config.json"
