@@ -1046,20 +1046,27 @@ def test_contexts_done_before_with_other_settings_are_said_not_kept_in_silence(t
 
     from mushroom.data.splits import load_split
 
-    items = load_split("val", ["it"])["it"][:2]
+    items = load_split("val", ["it"])["it"][:3]
     replay = write_lines(
         tmp_path / "r.jsonl", [{"id": it.id, "response": f"Background {it.id}."} for it in items]
     )
-    args = ["contexts", "--lang", "it", "--limit", "2", "--backend", "replay", "--responses", replay]
+    args = ["contexts", "--lang", "it", "--backend", "replay", "--responses", replay]
     args += ["--source", "rec", "--context-dir", tmp_path]
-    code, _, err = cli(capsys, *args, "--max-tokens", "64")
+    code, _, err = cli(capsys, *args, "--limit", "2", "--max-tokens", "64")
     assert code == 0 and "warning" not in err, err
-    code, _, err = cli(capsys, *args, "--max-tokens", "64")  # the same settings: nothing to say
+    code, _, err = cli(capsys, *args, "--limit", "2", "--max-tokens", "64")  # the same: nothing to say
     assert code == 0 and "made with" not in err, err
-    code, _, err = cli(capsys, *args, "--max-tokens", "300", "--topic")
+    made_with = tmp_path / "val.it.rec.made_with.json"
+    kept = made_with.read_text()
+    made_with.write_text("garbage")  # read as "the same settings", it hid the mix below
+    code, _, err = cli(capsys, *args, "--limit", "3", "--max-tokens", "300", "--topic")
+    assert code == 1 and f"{made_with}: unreadable" in " ".join(err.split()), err
+    made_with.write_text(kept)
+    code, _, err = cli(capsys, *args, "--limit", "3", "--max-tokens", "300", "--topic")
     said = " ".join(err.split())
     assert code == 0 and "it: 2 contexts done before in val.it.rec.jsonl were made with" in said, err
     assert "max_tokens 64" in said and "topic False" in said and "give another --source" in said
+    assert "and the 1 context made now with this command's, so the source mixes both" in said, err
 
 
 def test_a_claim_number_written_as_text_or_left_out_in_order_still_judges_its_claim():

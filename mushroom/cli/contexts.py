@@ -164,8 +164,8 @@ def contexts_cmd(
         )
     for line in run.made_otherwise:
         err_console.print(
-            f"[yellow]warning:[/yellow] {esc(line)}: kept as they are (the source only grows); give "
-            "another --source (or --context-dir) to make them with these settings"
+            f"[yellow]warning:[/yellow] {esc(line)}; give another --source (or --context-dir) to make "
+            "them all with these settings"
         )
     if run.truncated:
         err_console.print(

@@ -465,6 +465,14 @@ def _made_with(path: Path, settings: dict, out_path: Path) -> dict:
             saved = None
         if isinstance(saved, dict):
             return saved
+        # read as "the same settings": contexts made otherwise were kept without a word
+        raise DataError.single(
+            path,
+            None,
+            None,
+            f"unreadable: not the JSON object of the settings {out_path.name} was made with; "
+            "restore it, or delete it to go on without that check",
+        )
     if not (out_path.exists() and out_path.stat().st_size):  # a new (or emptied) source: its settings
         path.write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
     return settings

@@ -239,6 +239,13 @@ def generate_split(
                     run.made_otherwise.append(
                         f"{code}: {plural(st.already_generated, 'context')} done before in {stem}.jsonl "
                         f"{'was' if st.already_generated == 1 else 'were'} made with {st.made_otherwise}"
+                        + (
+                            " (kept as they are: the source only grows), and the "
+                            f"{plural(st.generated, 'context')} made now with this command's, so the "
+                            "source mixes both"
+                            if st.generated
+                            else " (kept as they are: the source only grows)"
+                        )
                     )
                 run.rows.append([code, *counts])
                 run.failed += [f"{code}: {err}" for err in st.errors]
