@@ -12,7 +12,7 @@ from mushroom.data.contexts import load_contexts
 from mushroom.data.records import Context, Item
 from mushroom.detectors import build
 from mushroom.detectors.chain import ChainDetector, ChainOptions
-from mushroom.errors import CUT_OFF, UNREADABLE, RunFailed
+from mushroom.errors import CUT_OFF, UNREADABLE, MushroomError, RunFailed
 from mushroom.evaluation.score import score_predictions
 from mushroom.retrieval.generate import generate_contexts
 
@@ -562,6 +562,22 @@ def test_graded_tiers_fall_through_to_the_next_tier_then_generation_then_no_cont
         ("c", None): False, ("d", None): True,
     }  # fmt: skip
     assert [g["id"] for g in grades if g.get("no_usable_context")] == ["c"]
+    # read beside its own tiers, the chosen contexts count twice and the rejected ones are read
+    from mushroom.data.contexts import stray_contexts
+
+    said = stray_contexts("val", {"en": items}, ["g", "t1", "t2?"], tmp_path)
+    assert said == [
+        "val/en: context source 'g' holds the contexts it chose of its tiers 't1', 't2', named here "
+        "too: their contexts count twice, and those it graded irrelevant are read; give --contexts g alone"
+    ]
+    assert stray_contexts("val", {"en": items}, ["g"], tmp_path) == []
+    (
+        tmp_path / "val.en.adir.jsonl"
+    ).mkdir()  # was "no context file for source 'adir' ... did you mean 'adir'?"
+    with pytest.raises(
+        MushroomError, match=r"context source 'adir': .*val.en.adir.jsonl is a folder, expected a file"
+    ):
+        load_contexts("val", "en", ("adir",), context_dir=tmp_path)
     # resumed: every grade and context is on file, nothing is asked again
     st2, server2 = run({})
     assert server2.calls == [] and (st2.covered_by_tiers, st2.already_generated, st2.failed) == (2, 2, 0)

@@ -110,6 +110,8 @@ class OwnFiles:
     @staticmethod
     def find(root: Path, split: str, lang: str, source: str) -> Path | None:
         path = root / f"{split}.{lang}.{source}.jsonl"
+        if path.is_dir():  # it was "no context file for source 'x' ... did you mean 'x'?"
+            raise MushroomError(f"context source {source!r}: {path} is a folder, expected a file")
         return path if path.is_file() else None
 
     @staticmethod
@@ -288,6 +290,7 @@ def stray_contexts(
     cascade) are the file's own.
     """
     said = []
+    names = {named.removesuffix(OPTIONAL) for named in sources}
     for lang, items in data.items():
         order = [item.id for item in items]  # read once: `items` may be a stream
         ids = set(order)
@@ -301,6 +304,16 @@ def stray_contexts(
             theirs = [r.id for r in load_records(path, ContextRecord)]
             stray = [i for i in theirs if i not in ids]
             read = read or len(stray) < len(theirs)
+            # a graded `contexts` source holds the contexts it chose of its tiers: read beside
+            # them, those count twice, and the ones it graded irrelevant are read all the same
+            tiers = {row.get("tier") for _, row in iter_json_lines(path, []) if isinstance(row, dict)}
+            named_too = sorted(t for t in tiers if isinstance(t, str) and t in names and t != source)
+            if named_too:
+                said.append(
+                    f"{split}/{lang}: context source {source!r} holds the contexts it chose of its tiers "
+                    f"{', '.join(map(repr, named_too))}, named here too: their contexts count twice, and "
+                    f"those it graded irrelevant are read; give --contexts {source} alone"
+                )
             if theirs and len(stray) == len(theirs):
                 foreign.append((path, theirs[0]))
             if stray:

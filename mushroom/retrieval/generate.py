@@ -2,9 +2,10 @@
 
 Sources are tiered: the context files named first are used as they are, and only the items
 none of them covers are sent to the model, so a user with partial retrieved contexts pays
-only for the gaps. Each generated context is appended to
-`contexts/<split>.<lang>.<source>.jsonl` as soon as it exists, so a stopped run resumes
-where it stopped and the detectors read the file like any other source.
+only for the gaps. A language's generated contexts are appended to
+`contexts/<split>.<lang>.<source>.jsonl` once all its answers are in, and every answer to
+the response cache as it comes, so a stopped run resumes where it stopped (answers received
+are not asked again) and the detectors read the file like any other source.
 
 Optional grading, after Corrective RAG: a context is judged relevant to its question or
 not, by an LLM prompt (prompts/context_grading.md: the answer must start with "relevant")
