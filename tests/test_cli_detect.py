@@ -694,6 +694,9 @@ def test_a_named_context_source_of_other_items_is_warned_of(tmp_path, capsys, mo
     told = " ".join(err.split())
     assert code == 0 and "val/en: context source 'mine'" in told, err
     assert "has 50 contexts, and none is for an item of val/en (e.g. 'val-de-1')" in told
+    # the folder the named sources were read from is kept: the names alone do not say it
+    config = json.loads((tmp_path / "a" / "config.json").read_text())["config"]
+    assert config["made_from"] == {"context_dir": str(ctx.resolve())}, config
     code, _, err = cli(capsys, *args, "--contexts", "deepseek-r1", "--out", tmp_path / "b")
     assert code == 0 and "are not read" not in err
     # that file alone: every item went unchecked, rc 0 and "nothing wrong" (--items refused it)

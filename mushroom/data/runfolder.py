@@ -209,14 +209,22 @@ def _model_backed_member(config: dict[str, Any], inside: tuple[str, ...]) -> boo
     )
 
 
-def made_from(items_file: Path | None, context_files: Iterable[Path] = ()) -> dict[str, Any]:
+def made_from(
+    items_file: Path | None, context_files: Iterable[Path] = (), sources: Iterable[str] = ()
+) -> dict[str, Any]:
     """The config's record of the files a run read, as absolute paths (kept out of its hash).
 
     The config keeps `--items items.jsonl` as given, which says nothing once the user is in
     another folder: a later command's `--out work/items.jsonl` was not seen to be that file.
+    A run of a split with named `sources` records the folder their files were read from
+    (`MUSHROOM_CONTEXT_DIR` picks another), which the names alone do not say.
     """
     if items_file is None:
-        return {}
+        if not list(sources):
+            return {}
+        from mushroom.data.contexts import DEFAULT_CONTEXT_DIR
+
+        return {"made_from": {"context_dir": str(DEFAULT_CONTEXT_DIR.resolve())}}
     return {
         "made_from": {
             "items": str(Path(items_file).resolve()),

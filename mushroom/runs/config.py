@@ -556,7 +556,7 @@ def execute(
     eval_dir: Path | None = None,
 ) -> Path:
     """Runs every split (and variant) of a config into one run folder; val is scored, test zipped."""
-    from mushroom.data.runfolder import new_run_folder, timestamp
+    from mushroom.data.runfolder import made_from, new_run_folder, timestamp
     from mushroom.detectors import build
     from mushroom.runs.service import RunService
 
@@ -580,6 +580,7 @@ def execute(
         "run_config": cfg.model_dump(mode="json", exclude={"limit"}),
         "limit": limit,
         "variants": [{"name": n, **d.describe()} for n, d in dets],
+        **made_from(None, (), cfg.contexts),
     }
     service = RunService(out, config, reporter, quiet, allow_failures)
     for warning in stray:

@@ -166,7 +166,7 @@ def run_detect(
         "items": str(items_file) if items_file else None,
         "langs": langs,
         "limit": limit,
-        **made_from(items_file, context_files.paths if context_files else ()),
+        **made_from(items_file, context_files.paths if context_files else (), sources),
     }
     service = RunService(out, config, reporter, quiet, allow_failures)
     for warning in stray:

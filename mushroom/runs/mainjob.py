@@ -18,7 +18,7 @@ from mushroom.data.channels import channel_files
 from mushroom.data.contexts import DEFAULT_SOURCES, OPTIONAL, check_sources, source_names, stray_contexts
 from mushroom.data.languages import VAL_LANGUAGES
 from mushroom.data.predictions import mark_all, submission_glob, submission_name
-from mushroom.data.runfolder import new_run_folder, run_config_file, timestamp, write_json
+from mushroom.data.runfolder import made_from, new_run_folder, run_config_file, timestamp, write_json
 from mushroom.data.splits import load_split, workspace
 from mushroom.detectors import Detector, build
 from mushroom.errors import MissingExtra, MushroomError
@@ -266,6 +266,7 @@ def run_main_stack(
         "combination": "stack",
         "sources": list(sources),
         "langs": langs,
+        **made_from(None, (), sources),
     }
     if member_sources is not None:  # only when given: the folders made before it still resume
         config["member_sources"] = list(member_sources)
@@ -556,6 +557,7 @@ def run_main(
         "sources": list(sources),
         "langs": langs,
         "with_val": with_val,
+        **made_from(None, (), sources),
     }
     service = RunService(out, config, reporter, quiet, allow_failures)
     for warning in stray:
