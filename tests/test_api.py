@@ -538,3 +538,41 @@ def test_a_prediction_shows_its_spans_in_a_notebook():
     assert 'class="seg gold pred"' in page and ">Italy</span>" in page  # marked, and underlined
     assert "<script>" not in page and "&lt;" in page and "a&amp;b: 2 span(s)" in page
     assert mushroom.Prediction(id="x")._repr_html_() is None  # no text: the plain repr
+
+
+def test_pyes_calls_do_not_depend_on_earlier_ones_and_a_collapsed_calibration_is_warned_of():
+    """The kept detector estimated its statistics on its first call's items and reused them:
+    one item gave prob 0.5 alone, another 0.999999 after it, and the CLI gave 0.196 (an audit)."""
+    import math
+
+    from mushroom.backends import Backend, BackendSettings, registry
+    from mushroom.backends.base import Generation
+    from mushroom.backends.registry import register_backend
+
+    class PieceConfig(BackendSettings):
+        kind: str = "piece-test"
+
+    @register_backend("piece-test", config=PieceConfig)
+    class PieceBackend(Backend):
+        def generate(self, requests, on_result=None):  # P(yes) from the prompt's length
+            out = []
+            for r in requests:
+                yes = 0.1 + 0.8 * (len(r.messages[-1].content) % 7) / 6
+                out.append(
+                    Generation(texts=["Yes"], logprobs=[[{" Yes": math.log(yes), "no": math.log(1 - yes)}]])
+                )
+            return out
+
+    options = {"models": [{"kind": "piece-test", "model": "p"}], "scoring": "top_logprobs", "cache": False}
+    answers = ["The cat sat on the mat. It was red.", "Paris is in Spain. It has a tower. Rome is old."]
+    try:
+        # other options: a detector of its own, which no earlier call has used
+        first = mushroom.detect(answers[0], "The cat sat.", method="pyes", **options, max_context_chars=5000)
+        batch = [{"answer": a, "contexts": ["x"], "id": k} for k, a in enumerate(answers * 3)]
+        mushroom.detect_batch(batch, method="pyes", **options)
+        again = mushroom.detect(answers[0], "The cat sat.", method="pyes", **options)
+        assert again.soft_labels == first.soft_labels
+        with pytest.warns(RuntimeWarning, match="its calibration collapsed"):  # said in runs only
+            mushroom.detect("One claim.", "x", method="pyes", **options)
+    finally:
+        registry._REGISTERED.pop("piece-test")

@@ -356,6 +356,13 @@ class Detector(ABC):
 
         return RecordingBackend(backend, lambda: self.raw_log)
 
+    def new_call(self) -> None:  # noqa: B027 - optional hook
+        """Forgets what an earlier library call learnt from its items (a run keeps it).
+
+        The Python API keeps a built detector between calls; statistics estimated on one
+        call's items (pyes) made the next call's answers depend on it.
+        """
+
     def built_backends(self) -> list[Any]:
         """The backends built (or given) so far, for their counters: none for a CPU detector."""
         return []

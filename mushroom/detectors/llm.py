@@ -148,6 +148,14 @@ class LLMDetector(Detector):
         return out
 
     @property
+    def _asked_again(self) -> str:
+        """What asking again gives, for the advice on an unusable reply: from a cache, or not."""
+        cached = self.options.cache and (self.options.cache_path or self.workdir is not None)
+        if cached:
+            return "a re-run reads the same reply from the cache"
+        return "asked again, the model may well answer the same"
+
+    @property
     def backend(self) -> Backend:
         if self._backend is None:
             path = (
@@ -281,8 +289,8 @@ class LLMDetector(Detector):
                     # for "nothing wrong"; a model that never answers in form fails its items
                     shown = " ".join(text.split())[:60]
                     unread.append(
-                        f"{UNREADABLE} as spans (it begins {shown!r}): a re-run reads the same reply "
-                        "from the cache; try another prompt or model"
+                        f"{UNREADABLE} as spans (it begins {shown!r}): {self._asked_again}; try another "
+                        "prompt or model"
                     )
                     continue
                 if result.lost and not result.spans:
@@ -292,8 +300,7 @@ class LLMDetector(Detector):
                     stats["llm.lost_replies"] += 1
                     named = ", ".join(repr(t[:40]) for t in result.lost[:2])
                     unread.append(
-                        f"{NAMED_ELSEWHERE} ({named}): a re-run reads the same reply from the cache; "
-                        "try another prompt or model"
+                        f"{NAMED_ELSEWHERE} ({named}): {self._asked_again}; try another prompt or model"
                     )
                     continue
                 soft = np.zeros(n)

@@ -248,6 +248,11 @@ class PYesDetector(Detector):
                 backend.close()
             self._backends = None
 
+    def new_call(self) -> None:
+        """Outside a run (no workdir), each library call estimates its own statistics."""
+        if self.workdir is None:
+            self._fitted.clear()
+
     def built_backends(self) -> list[Backend]:
         return list(self._backends or [])
 
