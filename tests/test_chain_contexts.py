@@ -106,6 +106,45 @@ def test_decompose_verify_locate_marks_the_minimal_wrong_substring():
     assert s["decompose.requests"] + s["verify.requests"] == 2 and s["chain.prompt_chars"] > len(ANSWER) * 2
 
 
+def test_a_contradiction_placed_nowhere_is_could_not_check_not_nothing_wrong():
+    """A contradicted claim whose wrong text and claim are not in the answer was painted nowhere:
+    an ok item with an empty prediction, "nothing wrong" (an audit, 3 of 3 SmolLM2 items)."""
+    from mushroom.detectors.chain import UNPLACED
+
+    elsewhere = json.dumps({"claims": [{"claim": "Curie was born in Paris", "substring": "in Paris"}]})
+    verify = json.dumps(
+        {
+            "verdicts": [
+                {"claim": 1, "supported": False, "incorrect_spans": [{"text": "Paris", "probability": 0.9}]}
+            ]
+        }
+    )
+    st, pred, _ = run_chain({"v-1#decompose": [elsewhere], "v-1#verify": [verify]})
+    assert st["chain.contradicted_unplaced"] == 1 and st["chain.spans_not_located"] == 1
+    assert pred.hard_labels == []  # no place to mark
+    assert [(s.start, s.end, s.prob) for s in pred.soft_labels] == [(0, len(ANSWER), pytest.approx(0.4))]
+    det = ChainDetector(
+        ChainOptions(cache=False), Scripted({"v-1#decompose": [elsewhere], "v-1#verify": [verify]})
+    )
+    results = []
+    det.run([ITEM], CTX, results.append)
+    assert results[0].detail["unverifiable"][0]["reason"] == UNPLACED
+    # one placed beside it: the placed span is painted over the whole answer's middle probability
+    both = json.dumps(
+        {"claims": [*json.loads(elsewhere)["claims"], {"claim": "x", "substring": "in Berlin"}]}
+    )
+    verify2 = json.dumps(
+        {
+            "verdicts": [
+                json.loads(verify)["verdicts"][0],
+                {"claim": 2, "supported": False, "incorrect_spans": [{"text": "Berlin", "probability": 0.9}]},
+            ]
+        }
+    )
+    st, pred, _ = run_chain({"v-1#decompose": [both], "v-1#verify": [verify2]})
+    assert [list(h) for h in pred.hard_labels] == [[32, 38]] and st["chain.contradicted_unplaced"] == 1
+
+
 def test_a_verdict_on_a_claim_never_made_is_counted_not_painted():
     """SmolLM2 verified 'claim 2' of a one-claim decomposition and called it false."""
     verify = json.dumps(

@@ -6,7 +6,9 @@ as supported, contradicted or not in the context (`mushroom.parsing.verdict`; th
 `supported: true|false` replies still read) and, for a contradicted one, names the minimal
 wrong substrings with a probability; the repair parser places those substrings in the
 answer. A contradicted claim whose wrong parts cannot be placed falls back to its own
-substring at `fallback_probability`, so a verdict is never silently lost. A claim the
+substring at `fallback_probability`, so a verdict is never silently lost; one whose claim is
+not in the answer either makes the whole answer "could not check" (`chain.contradicted_unplaced`,
+at `unverifiable_probability`), never "nothing wrong". A claim the
 context neither confirms nor contradicts is "unverifiable": its substring is painted at
 `unverifiable_probability`, kept as the `unverifiable` evidence channel (a stack feature of
 its own), counted (`chain.unverifiable`) and listed with the model's reason in the item's
@@ -168,6 +170,8 @@ NO_CLAIMS = "the decomposition named no claim: nothing in the answer was checked
 """The reason given over a whole answer that the model decomposed into no claims."""
 NO_VERDICT = "the verify reply gave no readable verdict on this claim"
 """The reason given for a claim that no readable verdict of its item named."""
+UNPLACED = "called contradicted, but neither its wrong text nor its claim is in the answer"
+"""The reason given over a whole answer for a contradiction that could be placed nowhere in it."""
 
 
 def _broke_off(max_tokens: int) -> str:
@@ -538,6 +542,16 @@ class ChainDetector(Detector):
                 st["chain.fallbacks"] += 1
                 cs = claim_spans[idx - 1]
                 vec[cs.start : cs.end] = np.maximum(vec[cs.start : cs.end], self.options.fallback_probability)
+            elif not placed:
+                # something is wrong, but where is not known: painted nowhere, it read as
+                # "nothing wrong"; the whole answer is "could not check", as an empty decomposition is
+                st["chain.contradicted_unplaced"] += 1
+                unverifiable[:] = 1.0
+                vec[:] = np.maximum(vec, self.options.unverifiable_probability)
+                text = item_claims[idx - 1]["substring"] if idx is not None else None
+                unchecked.append(
+                    {"claim": idx, "text": text, "start": 0, "end": len(answer), "reason": UNPLACED}
+                )
         # A claim that no readable verdict names was not checked: "could not check", not "supported".
         for idx in range(1, len(item_claims) + 1):
             if idx not in judged:
