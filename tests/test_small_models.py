@@ -379,3 +379,29 @@ def test_nli_keeps_neutral_apart_in_channels_counters_and_records():
     results.clear()
     det.run([item(answer)], {"x": [Context(source="s", text=" ")]}, results.append)
     assert results[0].stats["context.none"] == 1 and results[0].prediction.soft_labels == []
+    # its pieces add up too: each is supported, contradicted or unverifiable
+    assert results[0].stats["nli.unverifiable"] == results[0].stats["nli.pieces"] == len(pieces)
+
+
+def test_an_nli_model_folder_is_checked_before_a_run_folder_is_made(tmp_path, capsys):
+    """A folder of no NLI model failed at its first item, after the run folder was made; a
+    max_length past the model's positions failed every item with a tensor-size error."""
+    from cli_helpers import cli
+
+    nli = {0: "contradiction", 1: "entailment", 2: "neutral"}
+    cases = {
+        "empty": (None, "has no config.json, so it is no transformers model folder"),
+        "causal": ({"id2label": {0: "LABEL_0"}}, "has no label for ['entail', 'neutral', 'contradict']"),
+        "short": ({"id2label": nli, "max_position_embeddings": 128}, "is more than the 128 positions"),
+    }
+    for name, (config, said) in cases.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        if config is not None:
+            (folder / "config.json").write_text(json.dumps(config))
+        out = tmp_path / f"run-{name}"
+        args = ["detect", "--lang", "en", "--limit", "2", "--detector", "nli", "--out", out]
+        code, _, err = cli(capsys, *args, "-o", f"model={folder}", "-o", "max_length=1000")
+        assert code == 2 and said in " ".join(err.split()) and not out.exists(), err
+    det = NLIDetector(NLIOptions(model=str(tmp_path / "short"), max_length=128))
+    det.check_ready()  # within its positions: taken

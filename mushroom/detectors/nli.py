@@ -54,6 +54,23 @@ class NLIOptions(DetectorOptions):
     threshold: HardThreshold = Field(0.5, description="hard label: probability above this")
 
 
+def _folder_config(folder: Path, model: str) -> dict[str, Any]:
+    """A local model folder's config.json, read as JSON (no weights, no torch)."""
+    import json
+
+    path = folder / "config.json"
+    where = f"nli option model {model!r}"
+    if not path.is_file():
+        raise MushroomError(f"{where}: {folder} has no config.json, so it is no transformers model folder")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise MushroomError(f"{where}: {path} cannot be read as JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise MushroomError(f"{where}: {path} is not a JSON object")
+    return config
+
+
 def label_indices(id2label: dict[Any, str]) -> dict[str, int]:
     """Entailment / neutral / contradiction -> output index, from the config's id2label."""
     found: dict[str, int] = {}
@@ -102,6 +119,26 @@ class NLIDetector(VectorDetector):
         if self.options.device is not None:
             check_device(self.options.device, "nli option device")
         check_model_path(self.options.model, "nli option model")
+        folder = Path(self.options.model).expanduser()
+        if folder.is_dir():  # read without loading: a folder of no NLI model left a run folder behind
+            self._check_model_config(_folder_config(folder, self.options.model))
+
+    def _check_model_config(self, config: dict[str, Any]) -> None:
+        """Refuses a model config without NLI labels, or shorter than `max_length`.
+
+        A `max_length` past the model's positions failed every item with a tensor-size error,
+        and the advice to run again failed the same way.
+        """
+        try:
+            label_indices(config.get("id2label") or {})
+        except MushroomError as exc:
+            raise MushroomError(f"nli option model {self.options.model!r}: {exc}") from None
+        most = config.get("max_position_embeddings")
+        if self.options.max_length and isinstance(most, int) and self.options.max_length > most:
+            raise MushroomError(
+                f"nli option max_length {self.options.max_length} is more than the {most} positions the "
+                f"model {self.options.model!r} has; leave it out (the model's own) or give at most {most}"
+            )
 
     def _load(self) -> None:
         if self._model is not None and self._tokenizer is not None:
@@ -115,6 +152,11 @@ class NLIDetector(VectorDetector):
                 self._model = self._model or AutoModelForSequenceClassification.from_pretrained(name)
             except Exception as exc:
                 self._load_error = load_failure("NLI model", name, exc)
+            else:  # a hub model's config is known only now
+                try:
+                    self._check_model_config(self._model.config.to_dict())
+                except MushroomError as exc:
+                    self._load_error = str(exc)
         if self._load_error is not None:
             raise MushroomError(self._load_error)
 
@@ -220,7 +262,10 @@ class NLIDetector(VectorDetector):
             vec = paint(n, pieces, zeros)
             self.channels[item.id] = {"piece": vec, "neutral": vec.copy(), "contradiction": vec.copy()}
             # no piece to check (an empty answer) is not a missing context
-            none = {"context.none": 1} if not support_contexts(contexts) else {}
+            # each piece is supported, contradicted or unverifiable: these were checked against nothing
+            none = (
+                {"context.none": 1, "nli.unverifiable": len(pieces)} if not support_contexts(contexts) else {}
+            )
             self.item_stats[item.id] = {**stats, **none}
             return vec
         vec = paint(n, pieces, [self._score(row) for row in evidence])
