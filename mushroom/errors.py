@@ -163,6 +163,9 @@ REPLAY_MISS = "no recorded response"
 """How a replay backend's error for a request its file has no answer to begins."""
 CUT_OFF = "the reply was cut off at max_tokens"
 """In the error of an item whose every reply stopped at its budget before it named a span."""
+MODEL_FLAG = "--model NAME"
+"""How a backend's advice names the model setting; each command writes it in its own form
+(`model_advice`): main-job takes `-o backend.model=NAME`, pyes a `model` in its `models` list."""
 SLOWER = "higher -o backend.timeout_s"
 """In the error of a request the server did not answer in time; `retry_advice` reads it."""
 NOT_SENT = "not sent"
@@ -175,6 +178,11 @@ UNREADABLE = "the model's reply could not be read"
 """In the error of an item whose every reply was prose where the prompt asks for spans."""
 TOO_LONG = "longer than the server's context"
 """In the error of a request the server refused for its length: the same request fails again."""
+
+
+def model_advice(message: str, form: str) -> str:
+    """A backend's message with its `--model NAME` advice in the form the command takes."""
+    return message.replace(MODEL_FLAG, form)
 
 
 def retry_advice(errors: list[str], folder: str = "") -> str:

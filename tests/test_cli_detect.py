@@ -234,10 +234,29 @@ def test_a_model_the_server_does_not_serve_stops_before_a_folder(tmp_path, capsy
     with FakeServer({}) as server:
         base = ["detect", "--detector", "llm", "--backend", "openai", "--base-url", server.url]
         code, _, err = cli(capsys, *base, "--model", "nosuch", "--lang", "en", "--limit", "1", "--out", out)
-        assert code == 2 and "serves only 'm', not 'nosuch', and would answer with it" in " ".join(
-            err.split()
-        )
-        assert not out.exists()
+        told = " ".join(err.split())
+        assert code == 2 and "serves only 'm', not 'nosuch', and would answer with it" in told, err
+        assert "give that name (--model NAME)" in told and not out.exists()
+        # each command names the setting as it takes it: main-job and pyes refuse --model
+        model = {"kind": "openai", "base_url": server.url, "model": "nosuch"}
+        pyes = ["detect", "--detector", "pyes", "--lang", "en", "--limit", "1", "--out", out]
+        forms = {
+            '"model" of models[0]': [*pyes, "-o", f"models=[{json.dumps(model)}]"],
+            "-o backend.model=NAME": [
+                "main-job", "--detector", "llm", "--out", out, "--lang", "en",
+                *(f"-o backend.{k}={v}" for k, v in model.items()),
+            ],
+            "-o llm.backend.model=NAME": [
+                "main-job", "--members", "lexical,llm", "--out", out, "--lang", "en",
+                *(f"-o llm.backend.{k}={v}" for k, v in model.items()),
+            ],
+        }  # fmt: skip
+        for form, args in forms.items():
+            args = [a for arg in args for a in (arg.split(" ", 1) if str(arg).startswith("-o ") else [arg])]
+            code, _, err = cli(capsys, *args)
+            told = " ".join(err.split())
+            assert code == 2 and f"give that name ({form})" in told and "--model NAME" not in told, err
+            assert not out.exists()
         # a URL without /v1 made every request 404, counted as failed items
         bare = server.url.removesuffix("/v1")
         code, _, err = cli(

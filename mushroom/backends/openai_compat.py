@@ -72,7 +72,7 @@ from mushroom.backends.openai_schema import read_completion
 from mushroom.backends.registry import register_backend
 from mushroom.backends.sockets import install as install_sockets
 from mushroom.backends.trips import forget_trip, remember_trip, tripped_before
-from mushroom.errors import NOT_SENT, SLOWER, TOO_LONG, MushroomError
+from mushroom.errors import MODEL_FLAG, NOT_SENT, SLOWER, TOO_LONG, MushroomError
 from mushroom.util.words import one_line, plural
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -362,8 +362,8 @@ def check_served_model(config: OpenAIConfig) -> None:
     if len(ids) == 1 and not is_served(config.model, ids):
         raise MushroomError(
             f"the server at {config.base_url} serves only {ids[0]!r}, not {config.model!r}, and would answer "
-            "with it under the wrong name; give that as --model (or name the model when starting the server: "
-            "--model_alias NAME for llama-cpp-python, --alias NAME for llama-server)"
+            f"with it under the wrong name; give that name ({MODEL_FLAG}), or name the model when starting "
+            "the server: --model_alias NAME for llama-cpp-python, --alias NAME for llama-server"
         )
 
 

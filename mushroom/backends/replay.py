@@ -365,12 +365,13 @@ class ReplayBackend(Backend):
             have = {round(r.temperature, 9) for r in lines if r.answers() and r.temperature is not None}
             if have - temps:
                 self._warned_temperatures = True
+                listed = ",".join(f"{t:g}" for t in sorted(have))
                 self.warn(
                     f"{self.config.responses} also holds answers at temperature "
                     f"{','.join(f'{t:g}' for t in sorted(have - temps))}, which this run does not ask for "
-                    f"(e.g. {pool_name[1]!r}): --temperatures {','.join(f'{t:g}' for t in sorted(have))} "
+                    f"(e.g. {pool_name[1]!r}): llm's --temperatures {listed} "
                     f"(in a config, temperatures = [{', '.join(f'{t:g}' for t in sorted(have))}]) "
-                    "replays them all"
+                    "replays them all; chain takes one (-o temperature=T)"
                 )
                 return
 

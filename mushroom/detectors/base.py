@@ -44,7 +44,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from mushroom.data.contexts import support_contexts
 from mushroom.data.predictions import THRESHOLD_1
 from mushroom.data.records import Context, Item, Prediction, SoftSpan
-from mushroom.errors import DataError, MushroomError, RunFailed, error_text
+from mushroom.errors import DataError, MushroomError, RunFailed, error_text, model_advice
 from mushroom.util.words import plural
 
 
@@ -331,7 +331,10 @@ class Detector(ABC):
                     raise  # a bad responses file: it names the file and line itself
                 except MushroomError as exc:
                     where = f"{field}[{k}]" if settings is value else field
-                    raise MushroomError(f"{self.name} option {where}: {exc}") from None
+                    said = (
+                        str(exc) if settings is not value else model_advice(str(exc), f'"model" of {where}')
+                    )
+                    raise MushroomError(f"{self.name} option {where}: {said}") from None
 
     def cache_place(self, name: str) -> Callable[[], Path] | None:
         """Where the response cache `name` lives at each batch: the run's raw folder; none outside a run.

@@ -21,7 +21,7 @@ from mushroom.data.predictions import mark_all, submission_glob, submission_name
 from mushroom.data.runfolder import made_from, new_run_folder, run_config_file, timestamp, write_json
 from mushroom.data.splits import load_split, workspace
 from mushroom.detectors import Detector, build
-from mushroom.errors import MissingExtra, MushroomError
+from mushroom.errors import MODEL_FLAG, MissingExtra, MushroomError, model_advice
 from mushroom.evaluation.submission import write_predictions
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.runs.service import RunService, fingerprint
@@ -86,8 +86,9 @@ def _loadable_members(
                     f"records: -o {name}.backend.responses=FILE"
                 ) from None
             # the backend's own message names detect's flags (--base-url, --responses)
+            advice = model_advice(str(exc), f"-o {name}.backend.model=NAME")
             raise MushroomError(
-                f"{exc}; in main-job a member's backend is set with -o {name}.backend.KEY=VALUE, e.g. "
+                f"{advice}; in main-job a member's backend is set with -o {name}.backend.KEY=VALUE, e.g. "
                 f"-o {name}.backend.kind=openai -o {name}.backend.base_url=URL -o {name}.backend.model=M "
                 f"(or -o {name}.backend.responses=FILE to replay)"
             ) from None
@@ -112,7 +113,7 @@ def _member_options(exc: MushroomError, name: str) -> MushroomError:
 
     if type(exc) is not MushroomError:  # a file's problems name no flag
         return exc
-    return MushroomError(member_flags(str(exc), name))
+    return MushroomError(model_advice(member_flags(str(exc), name), f"-o {name}.backend.model=NAME"))
 
 
 def _check_member_sources(
@@ -544,7 +545,12 @@ def run_main(
     """
     reporter = reporter or PlainReporter()
     det = build(detector, options)
-    det.check_ready(source_names(sources), out)
+    try:
+        det.check_ready(source_names(sources), out)
+    except MushroomError as exc:  # main-job has no --model: it takes the backend's settings
+        if type(exc) is not MushroomError or MODEL_FLAG not in str(exc):
+            raise
+        raise MushroomError(model_advice(str(exc), "-o backend.model=NAME")) from None
     test_data = load_split("test", langs)  # bad languages stop before the run folder is made
     check_sources("test", sorted(test_data), sources)  # and unknown context sources
     stray = stray_contexts("test", test_data, sources)
