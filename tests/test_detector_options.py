@@ -57,3 +57,32 @@ def test_an_option_given_with_its_detectors_prefix_says_to_drop_it(tmp_path, cap
     code, _, err = cli(capsys, "detect", "-o", "lexical.threshold=0.2", "--out", tmp_path / "r", "--quiet")
     said = " ".join(err.split())
     assert code == 2 and "runs lexical alone: give its options without the prefix, -o threshold=" in said, err
+
+
+def test_a_lexical_common_weight_that_the_calibration_table_ignores_is_refused(tmp_path, capsys):
+    """-o common_weight=0.0 wrote prediction files byte-identical to the default run's."""
+    from cli_helpers import cli
+
+    args = ["detect", "--lang", "en", "--limit", "2", "--out", tmp_path / "run", "-o", "common_weight=0.0"]
+    code, _, err = cli(capsys, *args)
+    said = " ".join(err.split())
+    assert (
+        code == 2 and "common_weight 0 applies to raw shares only" in said and "calibration=null" in said
+    ), err
+    code, _, err = cli(capsys, *args, "-o", "calibration=null")  # where it counts: taken
+    assert code == 0, err
+
+
+def test_a_shipped_prompt_of_another_stage_is_refused_for_llm(tmp_path, capsys):
+    """`llm --prompt decompose` ran: its replies ask for claims, which no llm parse reads as spans."""
+    from cli_helpers import cli
+
+    args = ["detect", "--detector", "llm", "--lang", "en", "--limit", "1", "--out", tmp_path / "run"]
+    code, _, err = cli(
+        capsys, *args, "--prompt", "decompose", "--backend", "replay", "--responses", "x.jsonl"
+    )
+    said = " ".join(err.split())
+    assert (
+        code == 2 and "prompt 'decompose' is chain's decompose step, not a prompt of the llm detector" in said
+    )
+    assert "single_zero_shot" in said and not (tmp_path / "run").exists(), err

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import numpy as np
 import regex
-from pydantic import Field
+from pydantic import Field, model_validator
 from rapidfuzz.distance import Levenshtein
 
 from mushroom.data.contexts import is_fact_check, support_contexts
@@ -32,6 +32,9 @@ from mushroom.text.stopwords import stop_characters, stopwords
 from mushroom.text.tokenize import DIGIT_GROUP, Token, tokenize, vocabulary
 
 _SENTENCE_BREAK = regex.compile(r"[.!?;:\n。！？；]|\s-\s")
+
+
+COMMON_WEIGHT = 0.5  # lowercase words count half, in raw shares
 
 
 class LexicalOptions(DetectorOptions):
@@ -57,9 +60,22 @@ class LexicalOptions(DetectorOptions):
         default_factory=dict, description="vote weight per context source (default 1 each)"
     )
     common_weight: float = Field(
-        0.5, ge=0.0, le=1.0, description="probability factor for lowercase words in cased scripts"
+        COMMON_WEIGHT,
+        ge=0.0,
+        le=1.0,
+        description="probability factor for lowercase words in cased scripts (raw shares: calibration=null)",
     )
     channels: bool = Field(True, description="write the evidence channels the stack reads")
+
+    @model_validator(mode="after")
+    def _weight_needs_raw_shares(self) -> LexicalOptions:
+        # a calibration table gives each bucket its val rate: common_weight=0.0 changed not a byte
+        if self.calibration is not None and self.common_weight != COMMON_WEIGHT:
+            raise ValueError(
+                f"common_weight {self.common_weight:g} applies to raw shares only; with a calibration "
+                "table (the default) each word gets its bucket's rate on val: add -o calibration=null"
+            )
+        return self
 
 
 @lru_cache(maxsize=4096)

@@ -113,6 +113,8 @@ class LLMOptions(DetectorOptions):
 
 
 PROMPT_VALUES = ("language", "context", "question", "answer")
+LLM_PROMPTS = ("single_few_shot", "single_few_shot_plain", "single_zero_shot")
+"""The shipped prompts of the llm detector (a prompt of one's own has its own name)."""
 """What the detector fills its prompt with (a prompt of one's own may leave some out)."""
 
 
@@ -139,6 +141,7 @@ class LLMDetector(Detector):
         super().__init__(options)
         self.prompt: PromptTemplate = load_prompt(options.prompt)
         self.prompt.check(PROMPT_VALUES, required=("answer",))
+        self.prompt.check_not_of_another_stage("the llm detector", LLM_PROMPTS)
         self._backend: Backend | None = None
 
     def describe(self) -> dict:

@@ -24,6 +24,17 @@ _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
 _SECTION = re.compile(r"^=== (system|user) ===\s*$", re.M)
 
 
+# The shipped prompts of other stages, by name: each asks for JSON another parser reads, so
+# `llm --prompt decompose` ran, and every reply was unreadable as spans.
+STAGE_PROMPTS = {
+    "decompose": "chain's decompose step",
+    "verify": "chain's verify step",
+    "context_generation": "the contexts command's generation",
+    "context_grading": "the contexts command's grader",
+    "pyes": "the pyes detector's question",
+}
+
+
 @dataclass(frozen=True)
 class PromptTemplate:
     """A loaded template: name, sha256 of its text, and its sections."""
@@ -55,6 +66,16 @@ class PromptTemplate:
         for name in sorted(set(required) - self.placeholders):
             raise MushroomError(
                 f"prompt {self.name!r} has no {{{{{name}}}}}: the model would never see the {name}"
+            )
+
+    def check_not_of_another_stage(self, stage: str, own: Iterable[str]) -> None:
+        """Refuses a shipped prompt of another stage (`STAGE_PROMPTS`); `own` lists the stage's."""
+        other = STAGE_PROMPTS.get(self.name)
+        if other is not None and self.name not in own:
+            raise MushroomError(
+                f"prompt {self.name!r} is {other}, not a prompt of {stage}; its shipped prompts: "
+                + ", ".join(sorted(own))
+                + " (or a prompt file of your own)"
             )
 
     def render(self, **values: str) -> list[Message]:
