@@ -1146,3 +1146,27 @@ def test_a_claim_number_written_as_text_or_left_out_in_order_still_judges_its_cl
         assert s["chain.claims_unjudged"] == 0 and s["chain.false_claims"] == 1, (reply, s)
         vec = soft_to_vector(pred.soft_labels, len(ANSWER))
         assert [list(h) for h in pred.hard_labels] == [[32, 38]] and vec[ANSWER.index("won")] == 0
+
+
+def test_a_chain_batch_s_time_is_shared_by_its_items():
+    """Timed from one result to the next, the first item carried the whole batch (85 s, then
+    0.002 s for each other item: an audit)."""
+    import time
+
+    class Slow(Scripted):
+        def generate(self, requests, on_result=None):
+            time.sleep(0.3)
+            return super().generate(requests)
+
+    items = [ITEM.model_copy(update={"id": f"v-{k}"}) for k in (1, 2, 3)]
+    script = {
+        f"v-{k}#{stage}": [text]
+        for k in (1, 2, 3)
+        for stage, text in (("decompose", DECOMPOSE), ("verify", VERIFY))
+    }
+    det = ChainDetector(ChainOptions(cache=False), Slow(script))
+    results = []
+    det.run(items, {it.id: CTX["v-1"] for it in items}, results.append)
+    seconds = [r.seconds for r in results]
+    assert all(s is not None and s > 0.15 for s in seconds), seconds  # two stages, 0.6 s, over three
+    assert max(seconds) - min(seconds) < 0.05, seconds

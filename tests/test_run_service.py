@@ -1011,3 +1011,20 @@ def test_the_config_hash_is_pinned_to_its_scheme():
     assert (config_hash(config), HASH_SCHEME) == ("288f4a5358396584", 2), (
         "config_hash changed: bump HASH_SCHEME in mushroom/runs/service.py, then pin both here"
     )
+
+
+def test_a_ledger_counts_the_time_of_attempts_a_later_line_replaced(tmp_path):
+    """A resumed run's stage time (`item_seconds`) dropped the failed first tries of the items
+    it did again (196.9 s, then 113.9 s after a resume: an audit)."""
+    from mushroom.data.records import Prediction
+    from mushroom.detectors.base import ItemResult
+    from mushroom.runs.service import Ledger
+
+    path = tmp_path / "items" / "en.jsonl"
+    ledger = Ledger(path)
+    ledger.add(ItemResult.failed("a", "boom").model_copy(update={"seconds": 2.0}))
+    ledger.add(ItemResult.ok(Prediction(id="b")).model_copy(update={"seconds": 0.5}))
+    ledger.add(ItemResult.ok(Prediction(id="a")).model_copy(update={"seconds": 1.0}))
+    ledger.close()
+    assert ledger.spent == {"a": 3.0, "b": 0.5}
+    assert Ledger(path).spent == {"a": 3.0, "b": 0.5}  # read back as a resumed run reads it

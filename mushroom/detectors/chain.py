@@ -58,6 +58,7 @@ from mushroom.detectors.base import (
     HardThreshold,
     ItemResult,
     replays,
+    sharing_time,
     skip_blank_answers,
 )
 from mushroom.detectors.llm import context_text
@@ -373,6 +374,7 @@ class ChainDetector(Detector):
         items = skip_blank_answers(items, emit, "chain.blank_answers")
         if not items:
             return
+        emit = sharing_time(emit, len(items))  # every item is answered at the end
         opts = self.options
         stats = [Counter({"chain.items": 1}) for _ in items]
         # Stage 1: decompose.

@@ -41,7 +41,14 @@ from mushroom.data.contexts import support_contexts
 from mushroom.data.jsonl import read_json_model
 from mushroom.data.predictions import prediction_from_vectors
 from mushroom.data.records import Context, Item
-from mushroom.detectors.base import Detector, DetectorOptions, Emit, HardThreshold, ItemResult
+from mushroom.detectors.base import (
+    Detector,
+    DetectorOptions,
+    Emit,
+    HardThreshold,
+    ItemResult,
+    sharing_time,
+)
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
 from mushroom.detectors.prompts import load_prompt
@@ -408,6 +415,7 @@ class PYesDetector(Detector):
         return self._fitted[key]
 
     def run(self, items: list[Item], contexts: dict[str, list[Context]], emit: Emit) -> None:
+        emit = sharing_time(emit, len(items))  # every item is answered at the end
         raw = self.raw_scores(items, contexts)
         pieces, scores, errors = raw.pieces, raw.scores, raw.errors
         keys = [self.model_key(c, k) for k, c in enumerate(self.options.models)]

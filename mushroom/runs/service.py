@@ -311,6 +311,9 @@ class Ledger:
         self.channel_path = channels
         self.last: dict[str, int] = {}  # id -> byte offset of its last readable line
         self.failed: set[str] = set()  # ids whose last line says failed
+        # id -> seconds of every line, attempts a later line replaced included: a resumed run's
+        # stage time dropped the failed first tries of the items it did again
+        self.spent: dict[str, float] = {}
         self.unreadable = 0
         self.inline_channels = False  # lines of a run before the channel store carry channels
         self.lost_channels = 0  # items done whose evidence the store lacks: done again
@@ -367,6 +370,7 @@ class Ledger:
 
     def _note(self, result: ItemResult, offset: int) -> None:
         self.last[result.id] = offset
+        self.spent[result.id] = self.spent.get(result.id, 0.0) + (result.seconds or 0.0)
         if result.status == "ok":
             self.failed.discard(result.id)
         else:
@@ -585,15 +589,13 @@ def _reaches_past(prediction: Prediction, length: int) -> bool:
     )
 
 
-def _sum_stats(results: Iterable[ItemResult]) -> tuple[dict[str, int], float]:
-    """(summed counters, summed item seconds) of results, read once."""
+def _sum_stats(results: Iterable[ItemResult]) -> dict[str, int]:
+    """Summed counters of results, read once."""
     total: Counter[str] = Counter()
-    seconds = 0.0
     for r in results:
         total.update(r.stats)
         total["items.ok" if r.status == "ok" else "items.failed"] += 1
-        seconds += r.seconds or 0.0
-    return dict(sorted(total.items())), seconds
+    return dict(sorted(total.items()))
 
 
 # Items a run reads, runs and records at a time: memory holds one chunk's items, contexts and
@@ -1189,7 +1191,8 @@ class RunService:
                 if problems:
                     raise DataError(problems)
             now = time.perf_counter()
-            result.seconds = round(now - last[0], 4)
+            if result.seconds is None:  # one a detector timed itself (`sharing_time`) keeps its own
+                result.seconds = round(now - last[0], 4)
             result.input_digest = (digests or {}).get(result.id)
             result.answer_digest = answer_digest(expected[result.id].model_output_text)
             last[0] = now
@@ -1301,9 +1304,9 @@ class RunService:
         seconds = 0.0
         for lang, ld in ledgers.items():
             results = (r for r in ld.read(run_ids[lang]) if r is not None)
-            per_lang[lang], spent = _sum_stats(results)
+            per_lang[lang] = _sum_stats(results)
             everything.update(per_lang[lang])
-            seconds += spent
+            seconds += sum(ld.spent.get(i, 0.0) for i in run_ids[lang])
         out.stats = {**per_lang, "all": dict(sorted(everything.items()))}
         write_json(folder / "stats.json", out.stats)
         for lang, stats in per_lang.items():
