@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -612,13 +613,43 @@ def execute(
                 if rows:
                     entry["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
                     entry["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
+    failed = {f.id for f in service.failures if f.split == "val"}
     if len(dets) > 1 and "val" in cfg.splits and not service.failures:
         summary["comparison"] = compare_variants(val_results, cfg.name, reporter, eval_dir, limit is not None)
-    elif len(dets) > 1 and "val" in cfg.splits:  # --allow-failures: the table was left out unsaid
+    elif len(dets) > 1 and "val" in cfg.splits and service.allow_failures and val_results:
+        # failed items left empty would weigh the failures, not the variants: compared on the
+        # items every variant answered (a model that fails the same item every time, as
+        # SmolLM2 does, never reached the table)
+        kept = [
+            (
+                name,
+                replace(
+                    res,
+                    items={
+                        lang: [it for it in its if it.id not in failed] for lang, its in res.items.items()
+                    },
+                ),
+            )
+            for name, res in val_results
+        ]
+        n_kept = sum(len(its) for its in kept[0][1].items.values())
+        if n_kept:
+            reporter.message(
+                f"the variants are compared on the {plural(n_kept, 'item')} every variant answered; "
+                f"{plural(len(failed), 'item')} failed in one of them (listed below)",
+                lead="note:",
+            )
+            summary["comparison"] = compare_variants(
+                kept, cfg.name, reporter, eval_dir, True, frozenset(failed)
+            )
+        else:
+            reporter.message("the variants are not compared: every item failed in one of them", lead="note:")
+    elif len(dets) > 1 and "val" in cfg.splits:
         reporter.message(
             f"the variants are not compared: {plural(len(service.failures), 'item')} failed (listed below), "
             "and a comparison with failed items left empty would weigh the failures, not the variants; "
-            "run the same command again to retry them",
+            "run the same command again to retry them, or add --allow-failures to compare the variants "
+            "on the items every one answered",
             lead="note:",
         )
     service.finish(summary)
@@ -626,9 +657,17 @@ def execute(
 
 
 def compare_variants(
-    runs: list[tuple[str, SplitOutput]], name: str, reporter: Reporter, eval_dir: Path | None, limited: bool
+    runs: list[tuple[str, SplitOutput]],
+    name: str,
+    reporter: Reporter,
+    eval_dir: Path | None,
+    limited: bool,
+    leave_out: frozenset[str] = frozenset(),
 ) -> dict[str, str]:
-    """Reports the variants against the first (CIs, paired p-values); writes Markdown and CSV."""
+    """Reports the variants against the first (CIs, paired p-values); writes Markdown and CSV.
+
+    `leave_out`: ids of items that failed in some variant, compared on none.
+    """
     from mushroom.data.runfolder import timestamp
     from mushroom.evaluation.compare import (
         COLUMNS,
@@ -643,7 +682,7 @@ def compare_variants(
     scored = []
     for variant, result in runs:
         parts = [
-            score_file("val", lang, path, result.items[lang] if limited else None)
+            score_file("val", lang, path, result.items[lang] if limited else None, leave_out)
             for lang, path in sorted(result.files.items())
         ]
         folder = next(iter(result.files.values())).parent

@@ -34,7 +34,7 @@ import threading
 import time
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set, Sized
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,12 +107,15 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def score_file(split: str, lang: str, path: Path, items: Iterable[Item] | None = None):
+def score_file(
+    split: str, lang: str, path: Path, items: Iterable[Item] | None = None, leave_out: Set[str] = frozenset()
+):
     """One prediction file's ScoreResult, by the official path unless `items` are given.
 
     A run on part of a language (`limit`) is scored against those items' own labels, since
     the split's gold file has items the run never predicted. Both are read as streams: a run
-    over an items file of a million answers scores them without holding them.
+    over an items file of a million answers scores them without holding them. Predictions of
+    ids in `leave_out` are not read (items that failed, which `items` leaves out too).
     """
     from mushroom.evaluation.score import score_files, score_predictions
 
@@ -120,7 +123,7 @@ def score_file(split: str, lang: str, path: Path, items: Iterable[Item] | None =
         from mushroom.data.splits import split_files
 
         return score_files(split_files(split)[lang], path)
-    return score_predictions(items, _written_predictions(path), path)
+    return score_predictions(items, (p for p in _written_predictions(path) if p.id not in leave_out), path)
 
 
 def _written_predictions(path: Path) -> Iterator[Prediction]:
