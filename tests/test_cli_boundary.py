@@ -159,6 +159,19 @@ def test_detectors_prints_real_defaults(capsys):
     assert "threshold = " in out
 
 
+def test_backends_lists_every_kind_s_settings_with_real_defaults(capsys):
+    """Only an error message listed a backend's settings: no page or command did (an audit)."""
+    from mushroom.backends.config import OpenAIConfig
+
+    code, out, _ = cli(capsys, "backends")
+    assert code == 0 and "PydanticUndefined" not in out
+    for kind in ("openai", "transformers", "vllm", "replay"):
+        assert f"{kind}: " in out
+    shown = {line.split(" = ")[0].strip() for line in out.splitlines() if " = " in line}
+    assert set(OpenAIConfig.model_fields) - {"kind"} <= shown
+    assert "structured_output = 'auto'" in out and "pip install 'mushroom[openai]'" in out
+
+
 def test_bracketed_file_names_are_printed_as_they_are(tmp_path, capsys):
     pred = write_lines(tmp_path / "run[bold].jsonl", [{"id": r["id"], "hard_labels": []} for r in GOLD_ROWS])
     code, out, _ = cli(capsys, "check", pred, "--items", VAL_EN)

@@ -189,7 +189,7 @@ class ReplayConfig(BackendSettings):
 
 
 class OpenAIConfig(BackendSettings):
-    """An OpenAI-compatible server; the defaults suit a one-slot CPU server (see openai_compat)."""
+    """An OpenAI-compatible server (vLLM, llama.cpp, Ollama, TGI); the defaults suit a one-slot CPU server."""
 
     kind: Literal["openai"] = "openai"
     base_url: str | None = Field(None, description="server URL, e.g. http://127.0.0.1:8000/v1")
@@ -201,7 +201,9 @@ class OpenAIConfig(BackendSettings):
     timeout_s: float = Field(
         600.0, gt=0, le=DAY_S, description="read timeout per request (CPU servers are slow)"
     )
-    connect_timeout_s: float = Field(10.0, gt=0, le=DAY_S)
+    connect_timeout_s: float = Field(
+        10.0, gt=0, le=DAY_S, description="to connect, and to answer a status check (GET /models, /health)"
+    )
     max_retries: int = Field(5, ge=0, description="for 429, 5xx (not validation errors), lost connections")
     retry_budget_s: float = Field(
         90.0, gt=0, le=DAY_S, description="one request's retries end within this time (waits capped at 30 s)"

@@ -66,6 +66,34 @@ def list_detectors() -> None:
             )
 
 
+@app.command("backends")
+def list_backends() -> None:
+    """List the backend kinds and their settings (-o backend.KEY=VALUE), with real defaults."""
+    from mushroom.backends.config import config_class_or_none
+    from mushroom.backends.registry import BACKENDS, backend_names
+
+    for name in backend_names():
+        try:
+            cls = config_class_or_none(name)
+        except Exception as exc:  # noqa: BLE001 - a third party's broken entry point: said, not fatal
+            out_console.print(
+                f"[bold]{esc(name)}[/bold]: cannot be listed ({esc(str(exc))})", highlight=False
+            )
+            continue
+        part = BACKENDS.builtins.get(name)
+        extra = f"  (pip install 'mushroom[{part.extra}]')" if part is not None and part.extra else ""
+        doc = (cls.__doc__ or "").strip().splitlines() if cls is not None else []
+        out_console.print(
+            f"[bold]{esc(name)}[/bold]: {esc(doc[0] if doc else '')}{esc(extra)}", highlight=False
+        )
+        for key, info in cls.model_fields.items() if cls is not None else []:
+            if key == "kind":
+                continue
+            out_console.print(
+                f"    {esc(key)} = {esc(field_default(info))}  {esc(info.description or '')}", highlight=False
+            )
+
+
 reflow_help(app)
 
 
