@@ -499,16 +499,20 @@ def test_no_output_replaces_a_file_of_a_run_that_is_not_an_input(tmp_path, capsy
     pred = tmp_path / "p.jsonl"
     pred.write_text((run / "predictions" / "mushroom.en-val.v2.jsonl").read_text())
     kept = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    cases = [
-        ["ensemble", pred, pred, "--out", run / "predictions" / "mushroom.en-val.v2.jsonl"],
-        ["score", VAL_EN, pred, "--json", run / "config.json"],
-        ["score", VAL_EN, pred, "--output", run / "mushroom.en-tst.v1.jsonl"],
+    cases = [  # (args, what it says: an existing file is replaced, a new one joins the run's)
+        (
+            ["ensemble", pred, pred, "--out", run / "predictions" / "mushroom.en-val.v2.jsonl"],
+            "would replace a file",
+        ),
+        (["score", VAL_EN, pred, "--json", run / "config.json"], "would replace a file"),
+        (
+            ["score", VAL_EN, pred, "--output", run / "mushroom.en-tst.v1.jsonl"],
+            "would be written among the files",
+        ),
     ]
-    for args in cases:
+    for args, does in cases:
         code, _, err = cli(capsys, *args)
-        assert code == 2 and f"would replace a file the run {run.resolve()} keeps" in " ".join(err.split()), (
-            err
-        )
+        assert code == 2 and f"{does} the run {run.resolve()} keeps" in " ".join(err.split()), err
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == kept
     code, _, err = cli(capsys, "score", VAL_EN, pred, "--partial", "--json", run / "mine.json")
     assert code == 0, err  # another name beside a run's files is fine

@@ -448,7 +448,7 @@ def test_compare_writes_over_none_of_its_inputs_the_runs_files_or_the_official_d
         (["--tags", tags, "--eval-dir", tmp_path, "--name", "x"], "is an input of this command"),
         (["--eval-dir", official, "--name", "c"], "the folder of the official data files"),
         (["--eval-dir", lo, "--name", "scores"], "would replace a file the run"),
-        (["--eval-dir", lo / "predictions", "--name", "c"], "would replace a file the run"),
+        (["--eval-dir", lo / "predictions", "--name", "c"], "would be written among the files the run"),
     ):
         res = runner.invoke(app, ["compare", str(lo), str(hi), *map(str, extra)])
         assert res.exit_code != 0 and said in str(res.exception), (extra, res.output, res.exception)

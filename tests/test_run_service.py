@@ -895,7 +895,7 @@ def test_a_wrong_eval_dir_is_refused_before_the_run_starts(tmp_path, capsys):
         (DEFAULT_DATA_DIR / "mine", "the folder of the official data files"),
         (a_file, "is a file, not a folder"),
         (Path("-"), "--eval-dir -: this writes files, not to stdout"),
-        (other / "val", f"would replace a file the run {other.resolve()} keeps"),
+        (other / "val", f"would be written among the files the run {other.resolve()} keeps"),
     ]
     for eval_dir, message in cases:
         code, _, err = cli(capsys, "run", config, "--out", out, "--eval-dir", eval_dir, "--quiet")

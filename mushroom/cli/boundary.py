@@ -189,9 +189,11 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
     if near is not None:
         rel = target.relative_to(near)
         if RUN_FILES & set(rel.parts) or prediction_file_lang(target.name) is not None:
+            # a new file among the run's kept ones is read as the run's (a prediction, a score)
+            does = "would replace a file" if target.exists() else "would be written among the files"
             raise MushroomError(
-                f"{option} {path} would replace a file the run {near} keeps (its config, ledgers, "
-                "scores or predictions); write it elsewhere"
+                f"{option} {path} {does} the run {near} keeps (its config, ledgers, scores or "
+                "predictions); write it elsewhere"
             )
     if in_data_dir(target):
         raise MushroomError(
