@@ -392,7 +392,17 @@ def test_an_nli_model_folder_is_checked_before_a_run_folder_is_made(tmp_path, ca
     cases = {
         "empty": (None, "has no config.json, so it is no transformers model folder"),
         "causal": ({"id2label": {0: "LABEL_0"}}, "has no label for ['entail', 'neutral', 'contradict']"),
-        "short": ({"id2label": nli, "max_position_embeddings": 128}, "is more than the 128 positions"),
+        "short": ({"id2label": nli, "max_position_embeddings": 128}, "is more than the 128 tokens"),
+        # RoBERTa's positions start after its padding id: 514 positions read 512 tokens
+        "roberta": (
+            {"id2label": nli, "max_position_embeddings": 514, "model_type": "roberta", "pad_token_id": 1},
+            "is more than the 512 tokens",
+        ),
+        "listed": ({"id2label": ["entailment", "neutral", "contradiction"]}, "is no mapping of output index"),
+        "named": (
+            {"id2label": {"a": "entailment", "b": "neutral", "c": "contradiction"}},
+            "has 'a' for an output",
+        ),
     }
     for name, (config, said) in cases.items():
         folder = tmp_path / name
@@ -401,7 +411,22 @@ def test_an_nli_model_folder_is_checked_before_a_run_folder_is_made(tmp_path, ca
             (folder / "config.json").write_text(json.dumps(config))
         out = tmp_path / f"run-{name}"
         args = ["detect", "--lang", "en", "--limit", "2", "--detector", "nli", "--out", out]
-        code, _, err = cli(capsys, *args, "-o", f"model={folder}", "-o", "max_length=1000")
+        code, _, err = cli(
+            capsys, *args, "-o", f"model={folder}", "-o", f"max_length={513 if name == 'roberta' else 1000}"
+        )
         assert code == 2 and said in " ".join(err.split()) and not out.exists(), err
     det = NLIDetector(NLIOptions(model=str(tmp_path / "short"), max_length=128))
     det.check_ready()  # within its positions: taken
+
+
+def test_a_hub_nli_model_that_fails_its_check_fails_every_later_call_too(monkeypatch):
+    """The model stayed loaded after its check failed, so the next call used it unchecked."""
+    sentiment = tiny_bert_classifier(len(WORDS), {0: "negative", 1: "positive"})
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda name, **kw: tiny_tokenizer())
+    monkeypatch.setattr(
+        transformers.AutoModelForSequenceClassification, "from_pretrained", lambda name, **kw: sentiment
+    )
+    det = NLIDetector(NLIOptions(model="some/sentiment-model", device="cpu"))
+    for _ in range(2):
+        with pytest.raises(MushroomError, match="has no label for"):
+            det._load()

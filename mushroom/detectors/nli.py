@@ -71,14 +71,24 @@ def _folder_config(folder: Path, model: str) -> dict[str, Any]:
     return config
 
 
-def label_indices(id2label: dict[Any, str]) -> dict[str, int]:
-    """Entailment / neutral / contradiction -> output index, from the config's id2label."""
+def label_indices(id2label: Any) -> dict[str, int]:
+    """Entailment / neutral / contradiction -> output index, from the config's id2label.
+
+    A config file is read as JSON: a list, or a key that is no number, is refused as such.
+    """
+    if not isinstance(id2label, dict):
+        raise MushroomError(f"the NLI model's id2label {id2label!r} is no mapping of output index to label")
     found: dict[str, int] = {}
     for idx, label in id2label.items():
         name = str(label).lower()
         for key in ("entail", "neutral", "contradict"):
             if name.startswith(key[:7]):
-                found[key] = int(idx)
+                try:
+                    found[key] = int(idx)
+                except (TypeError, ValueError):
+                    raise MushroomError(
+                        f"the NLI model's id2label {dict(id2label)} has {idx!r} for an output index"
+                    ) from None
     missing = [k for k in ("entail", "neutral", "contradict") if k not in found]
     if missing:
         raise MushroomError(
@@ -121,23 +131,27 @@ class NLIDetector(VectorDetector):
         check_model_path(self.options.model, "nli option model")
         folder = Path(self.options.model).expanduser()
         if folder.is_dir():  # read without loading: a folder of no NLI model left a run folder behind
-            self._check_model_config(_folder_config(folder, self.options.model))
+            from mushroom.models.embedding import folder_window_limit
 
-    def _check_model_config(self, config: dict[str, Any]) -> None:
-        """Refuses a model config without NLI labels, or shorter than `max_length`.
+            self._check_model(
+                _folder_config(folder, self.options.model).get("id2label"), folder_window_limit(str(folder))
+            )
+
+    def _check_model(self, id2label: Any, most: int | None) -> None:
+        """Refuses a model without NLI labels, or one that reads fewer tokens than `max_length`.
 
         A `max_length` past the model's positions failed every item with a tensor-size error,
         and the advice to run again failed the same way.
         """
         try:
-            label_indices(config.get("id2label") or {})
+            label_indices(id2label)
         except MushroomError as exc:
             raise MushroomError(f"nli option model {self.options.model!r}: {exc}") from None
-        most = config.get("max_position_embeddings")
-        if self.options.max_length and isinstance(most, int) and self.options.max_length > most:
+        if self.options.max_length and most is not None and self.options.max_length > most:
             raise MushroomError(
-                f"nli option max_length {self.options.max_length} is more than the {most} positions the "
-                f"model {self.options.model!r} has; leave it out (the model's own) or give at most {most}"
+                f"nli option max_length {self.options.max_length} is more than the {most} tokens the "
+                f"model {self.options.model!r} reads at once; leave it out (the model's own) or give at "
+                f"most {most}"
             )
 
     def _load(self) -> None:
@@ -153,10 +167,13 @@ class NLIDetector(VectorDetector):
             except Exception as exc:
                 self._load_error = load_failure("NLI model", name, exc)
             else:  # a hub model's config is known only now
+                from mushroom.models.embedding import window_limit
+
                 try:
-                    self._check_model_config(self._model.config.to_dict())
+                    self._check_model(self._model.config.id2label, window_limit(self._tokenizer, self._model))
                 except MushroomError as exc:
                     self._load_error = str(exc)
+                    self._model = self._tokenizer = None  # the next call says so too, loading nothing
         if self._load_error is not None:
             raise MushroomError(self._load_error)
 

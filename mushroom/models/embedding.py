@@ -158,7 +158,7 @@ def folder_window_limit(path: str) -> int | None:
     )
 
 
-def _window_limit(tokenizer: object, module: object) -> int | None:
+def window_limit(tokenizer: object, module: object) -> int | None:
     """`_limit` of a loaded tokenizer and model."""
     config = getattr(module, "config", None)
     return _limit(
@@ -307,7 +307,7 @@ class Encoder:
         self._tokenizer = self._tokenizer or tokenizer
         self._model = module
         self._ready(module)
-        most = _window_limit(self._tokenizer, module)
+        most = window_limit(self._tokenizer, module)
         if most is not None and self.max_length > most:
             # every text longer than the model's positions failed its item, one by one
             self._load_error = (
