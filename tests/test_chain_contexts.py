@@ -817,6 +817,16 @@ def test_a_tier_file_of_other_items_is_refused_or_warned_of_before_generating(tm
         code, _, err = cli(capsys, *run)
     told = " ".join(err.split())
     assert code == 0 and "context source 'mine'" in told and "1 is not for an item of val/en" in told, err
+    # a cascade's plan sends some items: the tier file is still of the whole split, not strays
+    from mushroom.data.splits import load_split
+    from mushroom.retrieval.run import generate_split
+
+    ids = [it.id for it in load_split("val", ["en"])["en"][:5]]
+    tier.write_text("".join(f'{{"id": "{i}", "context": "Background."}}\n' for i in ids[2:]))
+    with FakeServer({}, "Background.") as server:
+        backend = {"kind": "openai", "model": "m", "base_url": server.url}
+        run = generate_split("val", ["en"], backend, tiers="mine", context_dir=ctx, only={"en": set(ids[:2])})
+    assert run.warnings == [] and not run.failed, run.warnings  # (one of the two was made above)
 
 
 def test_two_contexts_commands_on_one_folder_do_not_run_at_once(tmp_path, capsys):

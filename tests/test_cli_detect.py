@@ -722,7 +722,7 @@ def test_a_named_context_source_of_other_items_is_warned_of(tmp_path, capsys, mo
     code, _, err = cli(capsys, *args, "--contexts", "mine", "--out", tmp_path / "alone")
     told = " ".join(err.split())
     assert code == 2 and "none of its ids is the id of an item of val/en" in told, err
-    assert "so no item would be checked" in told and not (tmp_path / "alone").exists(), err
+    assert "so no item would read a context from it" in told and not (tmp_path / "alone").exists(), err
     # one foreign id among the file's own, in a run limited to 3 items: that one alone is named
     rows = (ucsc / "en-val.v2_perplexity-sonar-pro.jsonl").read_text().splitlines()
     rows[-1] = rows[-1].replace('"val-en-', '"val-xx-')

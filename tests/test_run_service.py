@@ -808,6 +808,19 @@ def test_with_allow_failures_variants_are_compared_on_the_items_every_one_answer
     said = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 0 and "compared on the 3 items every variant answered" in said, said
     assert "| few | en | 3 |" in next((tmp_path / "e").glob("variants-v-*.md")).read_text()
+    # a language whose every item failed is compared in none (it was scored against no items, exit 1)
+    german = load_split("val", ["de"])["de"][:4]
+    with FakeServer({it.model_output_text: [("status", 400)] for it in [items[1], *german]}, SPANS) as srv:
+        config.write_text(variants_toml(srv.url, 4).replace('langs = ["en"]', 'langs = ["en", "de"]'))
+        args = ["run", str(config), "--out", str(tmp_path / "two"), "--eval-dir", str(tmp_path / "e2")]
+        proc = mushroom(*args, "--quiet", "--allow-failures")
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert (
+        proc.returncode == 0 and "compared on the 3 items every variant answered; 5 items failed" in said
+    ), said
+    table = next((tmp_path / "e2").glob("variants-v-*.md")).read_text()
+    assert "| few | en | 3 |" in table and "| de |" not in table, table
+    assert json.loads((tmp_path / "two" / "summary.json").read_text())["comparison"]
 
 
 def test_a_resumed_run_has_no_summary_until_it_finishes_again(tmp_path):

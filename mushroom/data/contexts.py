@@ -333,8 +333,8 @@ def stray_contexts(
             raise MushroomError(
                 f"{flag} {', '.join(str(path) for path, _ in foreign)}: none of its ids is the id "
                 f"of an item of {split}/{lang} (items: {order[0] if order else '-'!r}, ...; contexts: "
-                f"{foreign[0][1]!r}, ...), so no item would be checked: a file of another split, "
-                "language or version of the items?"
+                f"{foreign[0][1]!r}, ...), so no item would read a context from it: a file of another "
+                "split, language or version of the items?"
             )
     return said
 

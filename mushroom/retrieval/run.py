@@ -165,13 +165,12 @@ def generate_split(
         raise MushroomError(f"--grade {grade!r} is no grading" + suggest(grade, list(GRADINGS), "gradings"))
     root = context_dir or DEFAULT_CONTEXT_DIR
     generation_prompt(prompt)  # a prompt that does not exist stops the command before any folder
-    data = load_split(split, langs)
-    if only is not None:
-        data = _only(data, only, langs is not None, only_from)
+    whole = load_split(split, langs)
+    data = _only(whole, only, langs is not None, only_from) if only is not None else whole
     tier_list = parse_tiers(tiers, split, data, root, source)
     # a tier file of another language or version of the items covered nothing, and every
     # item was generated (and paid for) with nothing said
-    strays = stray_contexts(split, data, tier_list, root, "--tiers")
+    strays = stray_contexts(split, whole, tier_list, root, "--tiers")  # a tier file is of the whole split
     cache = root / f".cache.{source}.jsonl"
     try:
         settings = parse_backend_config(backend)

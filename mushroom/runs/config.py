@@ -613,25 +613,19 @@ def execute(
                 if rows:
                     entry["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
                     entry["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
-    failed = {f.id for f in service.failures if f.split == "val"}
-    if len(dets) > 1 and "val" in cfg.splits and not service.failures:
+    failed = {f.id for f in service.failures if f.split == "val"}  # test failures score nothing
+    if len(dets) > 1 and "val" in cfg.splits and not failed:
         summary["comparison"] = compare_variants(val_results, cfg.name, reporter, eval_dir, limit is not None)
     elif len(dets) > 1 and "val" in cfg.splits and service.allow_failures and val_results:
         # failed items left empty would weigh the failures, not the variants: compared on the
         # items every variant answered (a model that fails the same item every time, as
-        # SmolLM2 does, never reached the table)
-        kept = [
-            (
-                name,
-                replace(
-                    res,
-                    items={
-                        lang: [it for it in its if it.id not in failed] for lang, its in res.items.items()
-                    },
-                ),
-            )
-            for name, res in val_results
-        ]
+        # SmolLM2 does, never reached the table); a language left with none is compared in none
+        kept = []
+        for name, res in val_results:
+            items = {lang: [it for it in its if it.id not in failed] for lang, its in res.items.items()}
+            items = {lang: its for lang, its in items.items() if its}
+            files = {lang: path for lang, path in res.files.items() if lang in items}
+            kept.append((name, replace(res, items=items, files=files)))
         n_kept = sum(len(its) for its in kept[0][1].items.values())
         if n_kept:
             reporter.message(
