@@ -563,7 +563,7 @@ def _detect(
     key = (method, _options_key(options))
     detector = _detector(*key)
     detector.new_call()  # a kept detector: this call's answers must not depend on the last one's
-    said_before = set(getattr(detector, "warnings", []))
+    said_before = len(getattr(detector, "warnings", []))  # a kept detector's list only grows
     # an empty or blank text, or fact-checks alone, supports nothing: as good as no context
     bare = sum(1 for it in rows if not support_contexts(contexts.get(it.id, [])))
     if bare and detector.needs_contexts:
@@ -608,8 +608,8 @@ def _detect(
     # the detector's own warnings (a collapsed pyes calibration) reached runs only; a backend's
     # were warned as they happened
     told = {w for backend in detector.built_backends() for w in backend.warnings}
-    for warning in getattr(detector, "warnings", []):
-        if warning not in said_before and warning not in told:
+    for warning in dict.fromkeys(getattr(detector, "warnings", [])[said_before:]):
+        if warning not in told:
             warnings.warn(warning, RuntimeWarning, stacklevel=3)
     texts = {item.id: item.model_output_text for item in rows}
 

@@ -572,7 +572,8 @@ def test_pyes_calls_do_not_depend_on_earlier_ones_and_a_collapsed_calibration_is
         mushroom.detect_batch(batch, method="pyes", **options)
         again = mushroom.detect(answers[0], "The cat sat.", method="pyes", **options)
         assert again.soft_labels == first.soft_labels
-        with pytest.warns(RuntimeWarning, match="its calibration collapsed"):  # said in runs only
-            mushroom.detect("One claim.", "x", method="pyes", **options)
+        for _ in range(2):  # each call that collapses says so (the second said nothing)
+            with pytest.warns(RuntimeWarning, match="its calibration collapsed"):  # said in runs only
+                mushroom.detect("One claim.", "x", method="pyes", **options)
     finally:
         registry._REGISTERED.pop("piece-test")

@@ -86,3 +86,11 @@ def test_a_shipped_prompt_of_another_stage_is_refused_for_llm(tmp_path, capsys):
         code == 2 and "prompt 'decompose' is chain's decompose step, not a prompt of the llm detector" in said
     )
     assert "single_zero_shot" in said and not (tmp_path / "run").exists(), err
+    # a file of one's own is one's own to name
+    from mushroom.detectors.prompts import PROMPT_DIR
+
+    own = tmp_path / "mine" / "verify.md"
+    own.parent.mkdir()
+    own.write_text((PROMPT_DIR / "single_zero_shot.md").read_text())
+    code, _, err = cli(capsys, *args, "--prompt", str(own), "--backend", "replay", "--responses", "x.jsonl")
+    assert "is chain's verify step" not in err, err

@@ -1018,6 +1018,17 @@ def test_a_ctrl_c_counts_failed_items_apart_from_finished_ones(tmp_path, capsys,
     # the command has ended: its folder is free for another process (a notebook kept it locked)
     probe = "import fcntl, sys; fcntl.flock(open(sys.argv[1], 'a'), fcntl.LOCK_EX | fcntl.LOCK_NB)"
     assert subprocess.run([sys.executable, "-c", probe, str(out / ".lock")]).returncode == 0
+    # ... and only the holds the command took: a notebook's own run keeps its folder
+    from mushroom.util import folderlock
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    key = folderlock.hold(mine, "--out", print)
+    try:
+        assert cli(capsys, "detectors")[0] == 0
+        assert subprocess.run([sys.executable, "-c", probe, str(mine / ".lock")]).returncode != 0
+    finally:
+        folderlock.release(key)
 
 
 def test_the_config_hash_is_pinned_to_its_scheme():

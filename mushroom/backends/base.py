@@ -240,9 +240,10 @@ RECOVERED = "answered after a retry"  # the key of `Backend.retry_tally` that co
 
 
 def retry_note(tally: Counter[str]) -> str | None:
-    """One line on the attempts a server failed and a retry made good; None for none.
+    """One line on the attempts a server failed and sent again, and the requests that saved.
 
-    Retries that saved no request are left unsaid: their requests failed, and say so.
+    The count of attempts includes those of requests that failed in the end (listed with their
+    items). None when no retry saved a request: then the failures say it all.
     """
     why = {k: n for k, n in tally.items() if k != RECOVERED and n > 0}
     if not why or not tally[RECOVERED]:

@@ -369,9 +369,10 @@ class ReplayBackend(Backend):
                 self.warn(
                     f"{self.config.responses} also holds answers at temperature "
                     f"{','.join(f'{t:g}' for t in sorted(have - temps))}, which this run does not ask for "
-                    f"(e.g. {pool_name[1]!r}): llm's --temperatures {listed} "
-                    f"(in a config, temperatures = [{', '.join(f'{t:g}' for t in sorted(have))}]) "
-                    "replays them all; chain takes one (-o temperature=T)"
+                    f"(e.g. {pool_name[1]!r}): asking for temperatures {listed} replays them all "
+                    f"(llm's temperatures option: detect --temperatures {listed}; in a config, "
+                    f"temperatures = [{', '.join(f'{t:g}' for t in sorted(have))}]; "
+                    "chain takes one temperature)"
                 )
                 return
 

@@ -51,6 +51,14 @@ app.add_typer(combine.stack_app, name="stack")
 app.add_typer(models_app, name="models")
 
 
+def _print_fields(fields: dict) -> None:
+    """A settings model's fields as `detectors` and `backends` list them: key = default  description."""
+    for key, info in fields.items():
+        out_console.print(
+            f"    {esc(key)} = {esc(field_default(info))}  {esc(info.description or '')}", highlight=False
+        )
+
+
 @app.command("detectors")
 def list_detectors() -> None:
     """List the registered detectors and their options, with real defaults."""
@@ -60,15 +68,12 @@ def list_detectors() -> None:
         cls = detector_class(name)
         doc = (cls.__doc__ or "").strip().splitlines()
         out_console.print(f"[bold]{esc(name)}[/bold]: {esc(doc[0] if doc else '')}", highlight=False)
-        for key, info in cls.Options.model_fields.items():
-            out_console.print(
-                f"    {esc(key)} = {esc(field_default(info))}  {esc(info.description or '')}", highlight=False
-            )
+        _print_fields(cls.Options.model_fields)
 
 
 @app.command("backends")
 def list_backends() -> None:
-    """List the backend kinds and their settings (-o backend.KEY=VALUE), with real defaults."""
+    """List the backend kinds and their settings (-o backend.KEY=VALUE; pyes: in models=[...])."""
     from mushroom.backends.config import config_class_or_none
     from mushroom.backends.registry import BACKENDS, backend_names
 

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from mushroom.errors import MushroomError
-from mushroom.util.folderlock import release_all
+from mushroom.util.folderlock import command_scope
 from mushroom.util.interrupts import clear_fallback_hints, current_hint, interrupt_message
 from mushroom.util.options import validation_message
 
@@ -290,7 +290,8 @@ def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
     if "--debug" in args[: next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]:
         set_debug(True)
     try:
-        return _run(app, args)
+        with command_scope():  # a command stopped by an error or Ctrl-C leaves no folder locked
+            return _run(app, args)
     finally:
         if "stdout" in _closed and "stderr" not in _closed:
             err_console.print(
@@ -301,7 +302,6 @@ def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
             )
         _closed.clear()
         clear_fallback_hints()
-        release_all()  # a command stopped by an error or Ctrl-C leaves no folder locked
 
 
 def _run(app: typer.Typer, args: list[str]) -> int:

@@ -171,7 +171,7 @@ NO_CLAIMS = "the decomposition named no claim: nothing in the answer was checked
 """The reason given over a whole answer that the model decomposed into no claims."""
 NO_VERDICT = "the verify reply gave no readable verdict on this claim"
 """The reason given for a claim that no readable verdict of its item named."""
-UNPLACED = "called contradicted, but neither its wrong text nor its claim is in the answer"
+UNPLACED = "called contradicted, but no wrong text or claim of it could be placed in the answer"
 """The reason given over a whole answer for a contradiction that could be placed nowhere in it."""
 
 

@@ -113,9 +113,9 @@ class LLMOptions(DetectorOptions):
 
 
 PROMPT_VALUES = ("language", "context", "question", "answer")
+"""What the detector fills its prompt with (a prompt of one's own may leave some out)."""
 LLM_PROMPTS = ("single_few_shot", "single_few_shot_plain", "single_zero_shot")
 """The shipped prompts of the llm detector (a prompt of one's own has its own name)."""
-"""What the detector fills its prompt with (a prompt of one's own may leave some out)."""
 
 
 def context_text(contexts: list[Context], limit: int) -> str:

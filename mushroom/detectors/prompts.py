@@ -43,6 +43,8 @@ class PromptTemplate:
     sha256: str
     system: str | None
     user: str
+    shipped: bool = False
+    """Whether it is one of the prompts mushroom ships (not a file of the user's own)."""
 
     @property
     def placeholders(self) -> set[str]:
@@ -69,8 +71,11 @@ class PromptTemplate:
             )
 
     def check_not_of_another_stage(self, stage: str, own: Iterable[str]) -> None:
-        """Refuses a shipped prompt of another stage (`STAGE_PROMPTS`); `own` lists the stage's."""
-        other = STAGE_PROMPTS.get(self.name)
+        """Refuses a shipped prompt of another stage (`STAGE_PROMPTS`); `own` lists the stage's.
+
+        A file of the user's own is theirs to name: `myprompts/verify.md` is no chain prompt.
+        """
+        other = STAGE_PROMPTS.get(self.name) if self.shipped else None
         if other is not None and self.name not in own:
             raise MushroomError(
                 f"prompt {self.name!r} is {other}, not a prompt of {stage}; its shipped prompts: "
@@ -155,4 +160,5 @@ def load_prompt(name_or_path: str) -> PromptTemplate:
         sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
         system=sections.get("system"),
         user=sections["user"],
+        shipped=path.resolve().parent == PROMPT_DIR,
     )

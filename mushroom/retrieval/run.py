@@ -52,7 +52,7 @@ class ContextsRun:
     failed: list[str] = field(default_factory=list)
     """`lang: id: error` of each context that could not be generated."""
     retried: str | None = None
-    """What the server failed and a retry made good (`retry_note`), or None."""
+    """The attempts sent again and the requests that saved (`retry_note`), or None."""
     warnings: list[str] = field(default_factory=list)
     """Tier files with contexts for ids the split does not have (`stray_contexts`)."""
 

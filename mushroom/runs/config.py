@@ -26,7 +26,15 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.languages import language_code
 from mushroom.data.splits import load_split, workspace
-from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean
+from mushroom.errors import (
+    MODEL_FLAG,
+    DataError,
+    MissingExtra,
+    MushroomError,
+    Problem,
+    did_you_mean,
+    model_advice,
+)
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util.names import valid_name
 from mushroom.util.options import error_message, field_errors, given_value, merge_options
@@ -568,7 +576,12 @@ def execute(
     from mushroom.data.contexts import check_sources, source_names, stray_contexts
 
     for _, det in dets:
-        det.check_ready(source_names(cfg.contexts), out)
+        try:
+            det.check_ready(source_names(cfg.contexts), out)
+        except MushroomError as exc:  # `run` has no --model: the config names the model
+            if type(exc) is not MushroomError or MODEL_FLAG not in str(exc):
+                raise
+            raise MushroomError(model_advice(str(exc), "model = NAME in the config's backend")) from None
     # the items are read (a language a split lacks stops the command) before the folder is made,
     # and so are the context sources: an unknown one left config.json and val/raw/ behind
     data = {split: load_split(split, cfg.langs) for split in cfg.splits}

@@ -3,7 +3,7 @@
 Two commands on one folder would each call the model for every item and append to the same
 files (two `contexts` runs wrote every id twice, and both exited 0). Holders of one process
 on one folder (a resumed run in a notebook) share the lock, counted, so that the last to
-finish frees it; `release_all` frees what a command left held when it ended on an error.
+finish frees it; `command_scope` frees what a command left held when it ended on an error.
 Where the file system cannot lock (some network mounts) or there is no `fcntl` (Windows),
 the command goes on unlocked, with a warning.
 """
@@ -19,6 +19,7 @@ from typing import Any
 from mushroom.errors import MushroomError
 
 _HELD: dict[Path, list[Any]] = {}  # folders this process has locked -> [open lock file, holders]
+_SCOPES: list[list[Path]] = []  # per command being run (`command_scope`), the holds it took
 
 
 def hold(folder: Path, flag: str, warn: Callable[[str], None]) -> Path | None:
@@ -31,6 +32,8 @@ def hold(folder: Path, flag: str, warn: Callable[[str], None]) -> Path | None:
     key = folder.resolve()
     if key in _HELD:
         _HELD[key][1] += 1
+        if _SCOPES:
+            _SCOPES[-1].append(key)
         return key
     try:
         import fcntl
@@ -57,6 +60,8 @@ def hold(folder: Path, flag: str, warn: Callable[[str], None]) -> Path | None:
     handle.write(str(os.getpid()))
     handle.flush()
     _HELD[key] = [handle, 1]
+    if _SCOPES:
+        _SCOPES[-1].append(key)
     return key
 
 
@@ -64,9 +69,9 @@ def release(key: Path | None) -> None:
     """Gives up one hold on a folder (`hold`'s key); the last one frees it."""
     if key is None or key not in _HELD:
         return
-    _HELD[key][1] -= 1
-    if _HELD[key][1] == 0:
-        _HELD.pop(key)[0].close()
+    if _SCOPES and key in _SCOPES[-1]:
+        _SCOPES[-1].remove(key)
+    _release_one(key)
 
 
 @contextmanager
@@ -79,12 +84,26 @@ def holding(folder: Path, flag: str, warn: Callable[[str], None]) -> Iterator[No
         release(key)
 
 
-def release_all() -> None:
-    """Frees every folder this process holds: a command has ended, however it ended.
+@contextmanager
+def command_scope() -> Iterator[None]:
+    """Frees, when a command ends however it ended, the holds the command took and kept.
 
     A command stopped by Ctrl-C or an error never reached its `release`; in a process that
     goes on (the CLI called from Python, a notebook) its folder stayed locked, and a
-    terminal's command on it was refused as "in use by another mushroom run".
+    terminal's command on it was refused as "in use by another mushroom run". Holds taken
+    outside the command (a notebook's own run) are left as they are.
     """
-    while _HELD:
-        _HELD.popitem()[1][0].close()
+    _SCOPES.append([])
+    try:
+        yield
+    finally:
+        left = _SCOPES.pop()
+        for key in left:
+            _release_one(key)
+
+
+def _release_one(key: Path) -> None:
+    if key in _HELD:
+        _HELD[key][1] -= 1
+        if _HELD[key][1] == 0:
+            _HELD.pop(key)[0].close()
