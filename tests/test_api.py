@@ -543,10 +543,9 @@ def test_a_prediction_shows_its_spans_in_a_notebook():
 def test_pyes_calls_do_not_depend_on_earlier_ones_and_a_collapsed_calibration_is_warned_of():
     """The kept detector estimated its statistics on its first call's items and reused them:
     one item gave prob 0.5 alone, another 0.999999 after it, and the CLI gave 0.196 (an audit)."""
-    import math
+    from tiny_models import length_p_yes
 
     from mushroom.backends import Backend, BackendSettings, registry
-    from mushroom.backends.base import Generation
     from mushroom.backends.registry import register_backend
 
     class PieceConfig(BackendSettings):
@@ -555,13 +554,7 @@ def test_pyes_calls_do_not_depend_on_earlier_ones_and_a_collapsed_calibration_is
     @register_backend("piece-test", config=PieceConfig)
     class PieceBackend(Backend):
         def generate(self, requests, on_result=None):  # P(yes) from the prompt's length
-            out = []
-            for r in requests:
-                yes = 0.1 + 0.8 * (len(r.messages[-1].content) % 7) / 6
-                out.append(
-                    Generation(texts=["Yes"], logprobs=[[{" Yes": math.log(yes), "no": math.log(1 - yes)}]])
-                )
-            return out
+            return length_p_yes(requests)
 
     options = {"models": [{"kind": "piece-test", "model": "p"}], "scoring": "top_logprobs", "cache": False}
     answers = ["The cat sat on the mat. It was red.", "Paris is in Spain. It has a tower. Rome is old."]

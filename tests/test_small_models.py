@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch not installed: pip install 'mushroom[transformers]'")
 transformers = pytest.importorskip("transformers", reason="transformers not installed")
 
-from tiny_models import tiny_bert_classifier, tiny_llama, word_tokenizer  # noqa: E402
+from tiny_models import length_p_yes, tiny_bert_classifier, tiny_llama, word_tokenizer  # noqa: E402
 
 from mushroom.backends.base import Backend, BackendConfig, Generation, Loglikelihood  # noqa: E402
 from mushroom.backends.hf import TransformersBackend  # noqa: E402
@@ -184,13 +184,7 @@ class PieceBackend(FixedBackend):
     def generate(self, requests, on_result=None):
         if self.dead:
             return [Generation(error="connection refused") for _ in requests]
-        out = []
-        for r in requests:
-            yes = 0.1 + 0.8 * (len(r.messages[-1].content) % 7) / 6
-            out.append(
-                Generation(texts=["Yes"], logprobs=[[{" Yes": math.log(yes), "no": math.log(1 - yes)}]])
-            )
-        return out
+        return length_p_yes(requests)
 
 
 def test_pyes_statistics_are_per_language_and_a_dead_model_fails_its_items(tmp_path):

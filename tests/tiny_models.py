@@ -87,3 +87,16 @@ def byte_tokenizer():
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
+
+
+def length_p_yes(requests):
+    """Yes/no first-token answers whose P(yes) varies with the prompt's length (a pyes model stand-in)."""
+    import math
+
+    from mushroom.backends.base import Generation
+
+    out = []
+    for r in requests:
+        yes = 0.1 + 0.8 * (len(r.messages[-1].content) % 7) / 6
+        out.append(Generation(texts=["Yes"], logprobs=[[{" Yes": math.log(yes), "no": math.log(1 - yes)}]]))
+    return out
