@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,6 +184,17 @@ TOO_LONG = "longer than the server's context"
 def model_advice(message: str, form: str) -> str:
     """A backend's message with its `--model NAME` advice in the form the command takes."""
     return message.replace(MODEL_FLAG, form)
+
+
+@contextmanager
+def model_flag_as(form: str) -> Iterator[None]:
+    """Within: a backend's `--model NAME` advice is raised as `form`, for a command without --model."""
+    try:
+        yield
+    except MushroomError as exc:
+        if type(exc) is not MushroomError or MODEL_FLAG not in str(exc):
+            raise
+        raise MushroomError(model_advice(str(exc), form)) from None
 
 
 def retry_advice(errors: list[str], folder: str = "") -> str:

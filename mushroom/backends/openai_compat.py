@@ -139,8 +139,11 @@ def _too_long(status: int, text: str) -> str | None:
 class _Transient(Exception):
     """An attempt that may succeed if made again; carries the response for Retry-After."""
 
-    def __init__(self, message: str, response: httpx.Response | None = None, unreachable: bool = False):
+    def __init__(
+        self, message: str, why: str, response: httpx.Response | None = None, unreachable: bool = False
+    ):
         super().__init__(message)
+        self.why = why  # short enough to count retries by (`retry_tally`): "HTTP 503", "timed out"
         self.response = response
         self.unreachable = unreachable  # no connection could be made: the server is not there
 
@@ -249,13 +252,6 @@ class CircuitBreaker:
         remember_trip(self.url, self.model, self._open or "")
         if self.on_open is not None:
             self.on_open()
-
-
-def retry_reason(message: str) -> str:
-    """A retried attempt's failure, short enough to count: "HTTP 503", "connection error"."""
-    if message.startswith(TIMED_OUT):
-        return "timed out"
-    return message.split(":", 1)[0] if message.startswith(("HTTP ", "connection error")) else "other"
 
 
 def http_error(status: int, text: str) -> str:
@@ -561,7 +557,7 @@ class OpenAIBackend(Backend):
 
     def _count_retry(self, state: RetryCallState) -> None:
         failed = state.outcome.exception() if state.outcome is not None else None
-        why = retry_reason(str(failed)) if failed is not None else "other"
+        why = failed.why if isinstance(failed, _Transient) else "other"  # only a _Transient is retried
         with self._lock:
             self.retries_made += 1
             self._retried[why] += 1
@@ -588,7 +584,11 @@ class OpenAIBackend(Backend):
             raise self._network_failure(exc, f"{self.base_url}{path}") from exc
         self._reached = True
         if response.status_code in RETRY_STATUS and not is_final(response.status_code, response.text):
-            raise _Transient(f"HTTP {response.status_code}: {response.text[:200]}", response)
+            raise _Transient(
+                f"HTTP {response.status_code}: {response.text[:200]}",
+                f"HTTP {response.status_code}",
+                response,
+            )
         return response
 
     def _network_failure(self, exc: httpx.HTTPError, url: str) -> _Transient | _Final:
@@ -609,12 +609,12 @@ class OpenAIBackend(Backend):
                 )
                 return _Final(f"{message}, and it answers nothing else either: the server is hung")
             if self.config.retry_timeouts:
-                return _Transient(message)
+                return _Transient(message, "timed out")
             return _Final(f"{message} (a slower model needs a {SLOWER}); not resent")
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-            return _Transient(f"connection error: {kind}", unreachable=True)
+            return _Transient(f"connection error: {kind}", "connection error", unreachable=True)
         if isinstance(exc, httpx.RemoteProtocolError):
-            return _Transient(f"connection error: {kind}")
+            return _Transient(f"connection error: {kind}", "connection error")
         return _Final(f"transport error: {kind}")
 
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response | str:

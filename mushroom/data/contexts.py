@@ -301,12 +301,18 @@ def stray_contexts(
             path = context_file(split, lang, source, context_dir)
             if path is None:
                 continue
-            theirs = [r.id for r in load_records(path, ContextRecord)]
+            # a graded `contexts` source holds the contexts it chose of its tiers (`"tier"`, which
+            # the record drops: taken as the file is read): read beside them, those count twice,
+            # and the ones it graded irrelevant are read all the same
+            tiers: set[object] = set()
+
+            def note_tier(_: int, row: dict, tiers: set[object] = tiers) -> dict:
+                tiers.add(row.get("tier") if isinstance(row, dict) else None)
+                return row
+
+            theirs = [r.id for r in load_records(path, ContextRecord, prepare=note_tier)]
             stray = [i for i in theirs if i not in ids]
             read = read or len(stray) < len(theirs)
-            # a graded `contexts` source holds the contexts it chose of its tiers: read beside
-            # them, those count twice, and the ones it graded irrelevant are read all the same
-            tiers = {row.get("tier") for _, row in iter_json_lines(path, []) if isinstance(row, dict)}
             named_too = sorted(t for t in tiers if isinstance(t, str) and t in names and t != source)
             if named_too:
                 said.append(

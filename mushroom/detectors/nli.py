@@ -278,11 +278,9 @@ class NLIDetector(VectorDetector):
             zeros = [0.0] * len(pieces)
             vec = paint(n, pieces, zeros)
             self.channels[item.id] = {"piece": vec, "neutral": vec.copy(), "contradiction": vec.copy()}
-            # no piece to check (an empty answer) is not a missing context
-            # each piece is supported, contradicted or unverifiable: these were checked against nothing
-            none = (
-                {"context.none": 1, "nli.unverifiable": len(pieces)} if not support_contexts(contexts) else {}
-            )
+            # each piece is supported, contradicted or unverifiable: these were checked against
+            # nothing (`VectorDetector.run` counts the item as `context.none`)
+            none = {"nli.unverifiable": len(pieces)} if not support_contexts(contexts) else {}
             self.item_stats[item.id] = {**stats, **none}
             return vec
         vec = paint(n, pieces, [self._score(row) for row in evidence])

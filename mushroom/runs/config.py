@@ -26,15 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.languages import language_code
 from mushroom.data.splits import load_split, workspace
-from mushroom.errors import (
-    MODEL_FLAG,
-    DataError,
-    MissingExtra,
-    MushroomError,
-    Problem,
-    did_you_mean,
-    model_advice,
-)
+from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean, model_flag_as
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util.names import valid_name
 from mushroom.util.options import error_message, field_errors, given_value, merge_options
@@ -576,12 +568,8 @@ def execute(
     from mushroom.data.contexts import check_sources, source_names, stray_contexts
 
     for _, det in dets:
-        try:
+        with model_flag_as("model = NAME in the config's backend"):  # `run` has no --model
             det.check_ready(source_names(cfg.contexts), out)
-        except MushroomError as exc:  # `run` has no --model: the config names the model
-            if type(exc) is not MushroomError or MODEL_FLAG not in str(exc):
-                raise
-            raise MushroomError(model_advice(str(exc), "model = NAME in the config's backend")) from None
     # the items are read (a language a split lacks stops the command) before the folder is made,
     # and so are the context sources: an unknown one left config.json and val/raw/ behind
     data = {split: load_split(split, cfg.langs) for split in cfg.splits}

@@ -21,7 +21,7 @@ from mushroom.data.predictions import mark_all, submission_glob, submission_name
 from mushroom.data.runfolder import made_from, new_run_folder, run_config_file, timestamp, write_json
 from mushroom.data.splits import load_split, workspace
 from mushroom.detectors import Detector, build
-from mushroom.errors import MODEL_FLAG, MissingExtra, MushroomError, model_advice
+from mushroom.errors import MissingExtra, MushroomError, model_advice, model_flag_as
 from mushroom.evaluation.submission import write_predictions
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.runs.service import RunService, fingerprint
@@ -545,12 +545,8 @@ def run_main(
     """
     reporter = reporter or PlainReporter()
     det = build(detector, options)
-    try:
+    with model_flag_as("-o backend.model=NAME"):  # main-job has no --model
         det.check_ready(source_names(sources), out)
-    except MushroomError as exc:  # main-job has no --model: it takes the backend's settings
-        if type(exc) is not MushroomError or MODEL_FLAG not in str(exc):
-            raise
-        raise MushroomError(model_advice(str(exc), "-o backend.model=NAME")) from None
     test_data = load_split("test", langs)  # bad languages stop before the run folder is made
     check_sources("test", sorted(test_data), sources)  # and unknown context sources
     stray = stray_contexts("test", test_data, sources)
