@@ -42,6 +42,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from mushroom.backends.base import Backend, backend_warnings
 from mushroom.data.contexts import support_contexts
 from mushroom.data.predictions import THRESHOLD_1
 from mushroom.data.records import Context, Item, Prediction, SoftSpan
@@ -388,6 +389,50 @@ class Detector(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Releases models and connections; a no-op by default."""
+
+
+class GeneratingDetector(Detector):
+    """A detector that asks one generation backend, built from its options or given by the caller.
+
+    The llm and chain detectors share how that backend is built (cached, recorded to the raw
+    log), closed (only one it built: a given one is the caller's) and reported (its warnings).
+    """
+
+    generates = True
+    cache_file: ClassVar[str] = "responses.cache.jsonl"
+
+    def __init__(self, options: DetectorOptions, backend: Backend | None = None):
+        super().__init__(options)
+        self._backend = self.recording(backend) if backend is not None else None
+        self._owns_backend = backend is None
+
+    def cache_path(self) -> Path | Callable[[], Path] | None:
+        """Where its response cache lives: the run's raw folder (see `cache_place`)."""
+        return self.cache_place(self.cache_file)
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            from mushroom.backends.cache import build_cached
+
+            self._backend = self.recording(
+                build_cached(self.options.backend, self.options.cache, self.cache_path())
+            )
+        return self._backend
+
+    @property
+    def warnings(self) -> list[str]:
+        """The backend's warnings (unconstrained or broken JSON decoding), for the run's summary."""
+        return backend_warnings(self._backend)
+
+    def built_backends(self) -> list[Backend]:
+        return [self._backend] if self._backend is not None else []
+
+    def close(self) -> None:
+        """Closes the backend it built (a server's connection pool, a loaded model)."""
+        if self._backend is not None and self._owns_backend:
+            self._backend.close()
+            self._backend = None
 
 
 class VectorDetector(Detector):

@@ -45,16 +45,14 @@ from mushroom.backends.base import (
     Generation,
     GenerationRequest,
     Message,
-    backend_warnings,
 )
-from mushroom.backends.cache import build_cached
 from mushroom.data.languages import language_name
 from mushroom.data.predictions import prediction_from_vectors
 from mushroom.data.records import Context, Item
 from mushroom.detectors.base import (
-    Detector,
     DetectorOptions,
     Emit,
+    GeneratingDetector,
     HardThreshold,
     ItemResult,
     replays,
@@ -213,24 +211,22 @@ DECOMPOSE_VALUES = ("question", "answer", "language")
 VERIFY_VALUES = ("context", "question", "answer", "claims", "language")
 
 
-class ChainDetector(Detector):
+class ChainDetector(GeneratingDetector):
     """Decompose into claims, verify each, locate the wrong substrings."""
 
     name = "chain"
+    cache_file = "chain.cache.jsonl"
     needs_contexts = True
     without_context = "leaves their claims unverifiable"
-    generates = True
     Options = ChainOptions
     options: ChainOptions
 
     def __init__(self, options: ChainOptions, backend: Backend | None = None):
-        super().__init__(options)
+        super().__init__(options, backend)
         self.decompose_prompt = load_prompt(options.decompose_prompt)
         self.verify_prompt = load_prompt(options.verify_prompt)
         self.decompose_prompt.check(DECOMPOSE_VALUES, required=("answer",))
         self.verify_prompt.check(VERIFY_VALUES, required=("claims",))
-        self._backend = self.recording(backend) if backend is not None else None
-        self._owns_backend = backend is None  # one given by the caller is the caller's to close
 
     def describe(self) -> dict:
         out = super().describe()
@@ -239,27 +235,6 @@ class ChainDetector(Detector):
             "verify": self.verify_prompt.sha256,
         }
         return out
-
-    @property
-    def backend(self) -> Backend:
-        if self._backend is None:
-            path = self.cache_place("chain.cache.jsonl")
-            self._backend = self.recording(build_cached(self.options.backend, self.options.cache, path))
-        return self._backend
-
-    def close(self) -> None:
-        """Closes the backend it built; one given to it is left to the caller."""
-        if self._backend is not None and self._owns_backend:
-            self._backend.close()
-            self._backend = None
-
-    @property
-    def warnings(self) -> list[str]:
-        """The backend's warnings (unconstrained or broken JSON decoding), for the run's summary."""
-        return backend_warnings(self._backend)
-
-    def built_backends(self) -> list[Backend]:
-        return [self._backend] if self._backend is not None else []
 
     def _request(self, item: Item, stage: str, messages: list[Message]) -> GenerationRequest:
         return GenerationRequest(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,16 +25,14 @@ from mushroom.backends.base import (
     BackendConfig,
     Generation,
     GenerationRequest,
-    backend_warnings,
 )
-from mushroom.backends.cache import build_cached
 from mushroom.data.languages import language_name
 from mushroom.data.predictions import SoftMode, vote
 from mushroom.data.records import Context, Item
 from mushroom.detectors.base import (
-    Detector,
     DetectorOptions,
     Emit,
+    GeneratingDetector,
     HardThreshold,
     ItemResult,
     replays,
@@ -129,20 +128,18 @@ def context_text(contexts: list[Context], limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + " [...]"
 
 
-class LLMDetector(Detector):
+class LLMDetector(GeneratingDetector):
     """Single-prompt LLM detector with temperature/sample ensembles."""
 
     name = "llm"
-    generates = True
     Options = LLMOptions
     options: LLMOptions
 
-    def __init__(self, options: LLMOptions):
-        super().__init__(options)
+    def __init__(self, options: LLMOptions, backend: Backend | None = None):
+        super().__init__(options, backend)
         self.prompt: PromptTemplate = load_prompt(options.prompt)
         self.prompt.check(PROMPT_VALUES, required=("answer",))
         self.prompt.check_not_of_another_stage("the llm detector", LLM_PROMPTS)
-        self._backend: Backend | None = None
 
     def describe(self) -> dict:
         out = super().describe()
@@ -158,30 +155,11 @@ class LLMDetector(Detector):
             return "a re-run reads the same reply from the cache"
         return "asked again, the model may well answer the same"
 
-    @property
-    def backend(self) -> Backend:
-        if self._backend is None:
-            path = (
-                Path(self.options.cache_path).expanduser()
-                if self.options.cache_path
-                else self.cache_place("responses.cache.jsonl")
-            )
-            self._backend = self.recording(build_cached(self.options.backend, self.options.cache, path))
-        return self._backend
-
-    @property
-    def warnings(self) -> list[str]:
-        """The backend's warnings (unconstrained or broken JSON decoding), for the run's summary."""
-        return backend_warnings(self._backend)
-
-    def built_backends(self) -> list[Backend]:
-        return [self._backend] if self._backend is not None else []
-
-    def close(self) -> None:
-        """Closes the backend it built (a server's connection pool, a loaded model)."""
-        if self._backend is not None:
-            self._backend.close()
-            self._backend = None
+    def cache_path(self) -> Path | Callable[[], Path] | None:
+        """The `cache_path` option's file, else the run's raw folder."""
+        if self.options.cache_path:
+            return Path(self.options.cache_path).expanduser()
+        return super().cache_path()
 
     def requests(self, items: list[Item], contexts: dict[str, list[Context]]) -> list[GenerationRequest]:
         """One request per item and temperature, in that order."""
