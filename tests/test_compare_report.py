@@ -165,6 +165,16 @@ def test_highlighting_escapes_text_and_marks_gold_and_predictions():
     assert out.count('class="seg gold pred"') == 1 and "rgba(220,40,40,0.82)" in out
 
 
+def test_an_id_with_a_right_to_left_override_cannot_reverse_the_scores_beside_it():
+    """An item id is data: a U+202E in it displayed the "IoU ... Cor ..." after it reversed."""
+    from mushroom.data.records import Item
+    from mushroom.evaluation.report import _item_html
+
+    item = Item(id="val-en-1\u202e", lang="en", model_input="q", model_output_text="an answer")
+    body, _ = _item_html(item, None, [], [], tag="odd\u202e")
+    assert "<bdi>val-en-1\u202e</bdi> · en" in body and "<bdi>odd\u202e</bdi>" in body
+
+
 @pytest.mark.skipif(
     shutil.which("chromium") is None, reason="needs Debian's chromium package (apt install chromium)"
 )
@@ -201,7 +211,7 @@ def test_report_renders_in_headless_chromium_with_filters(two_runs, tmp_path):
     ious = sorted(float(v) for v in re.findall(r'data-lang="it" data-iou="([0-9.]+)"', worst))
     assert sorted(float(v) for _, _, v in shown) == ious[:4]
     assert '<span id="shown">4</span>' in worst
-    assert "context: perplexity-sonar-pro" in worst and 'class="seg gold' in all_items
+    assert "context: <bdi>perplexity-sonar-pro</bdi>" in worst and 'class="seg gold' in all_items
 
 
 def test_report_without_labels_says_unlabelled(tmp_path):
@@ -379,6 +389,13 @@ def test_report_marks_cut_off_replies_and_shows_the_runs_warnings(tmp_path):
     page = build_report(run / "predictions", "val", ["en"]).html
     assert "the run's warnings of predictions (1)" in page and "2 of 2 LLM" not in page
     assert "the run's warnings (2)" in build_report(run, "val", ["en"]).html  # the run's own page: all
+    # a folder's name is the run's sender's text, escaped like every other
+    import shutil
+
+    odd = run / "<img src=x onerror=alert(1)>"
+    shutil.copytree(run / "predictions", odd / "predictions")
+    page = build_report(odd, "val", ["en"]).html
+    assert "<img src=x" not in page and "the run's warnings of &lt;img src=x onerror=alert(1)&gt;" in page
 
 
 def test_a_run_stopped_before_it_finished_is_said_by_compare_sweep_and_report(tmp_path, capsys):

@@ -229,7 +229,7 @@ def _item_html(
         )
     ctx_html = (
         "".join(
-            f"<details><summary>context: {html.escape(c.source)} ({plural(len(c.text), 'char')})</summary>"
+            f"<details><summary>context: <bdi>{html.escape(c.source)}</bdi> ({plural(len(c.text), 'char')})</summary>"
             f"<pre>{html.escape(c.text)}</pre></details>"
             for c in contexts
         )
@@ -240,7 +240,7 @@ def _item_html(
         for k, r in enumerate(raw)
     )
     scores = f"IoU {iou:.3f} · Cor {cor:.3f}" if labelled else "unlabelled"
-    tag_html = f" · error type: <b>{html.escape(tag)}</b>" if tag else ""
+    tag_html = f" · error type: <b><bdi>{html.escape(tag)}</bdi></b>" if tag else ""
     hard = ", ".join(f"[{s}, {e})" for s, e in (pred.hard_labels if pred else []))
     reasons = _reasons(n, unchecked) if unchecked else None
     unchecked_html = "".join(
@@ -258,7 +258,7 @@ def _item_html(
     body = (
         f'<div class="item" id="{html.escape(item.id)}" data-lang="{item.lang}" '
         f'data-iou="{iou if labelled else 1.0:.6f}" data-tag="{html.escape(tag or "none")}">'
-        f'<div class="meta">{html.escape(item.id)} · {item.lang} · <span class="scores">{scores}</span>{tag_html}</div>'
+        f'<div class="meta"><bdi>{html.escape(item.id)}</bdi> · {item.lang} · <span class="scores">{scores}</span>{tag_html}</div>'
         f"<p><b>Q:</b> {html.escape(item.model_input)}</p>"
         f'<div class="answer">{highlighted_answer(item.model_output_text, gold_mask, soft, reasons)}</div>'
         f'<div class="meta">predicted hard spans: {hard or "none"}</div>{unchecked_html}{failed_html}'
@@ -292,7 +292,7 @@ def _warnings_html(run_dir: Path) -> str:
     if not mine:
         return ""
     shown = "".join(f"<li>{html.escape(w)}</li>" for w in mine[:20])
-    of = f" of {below}" if len(mine) < len(warnings) else ""
+    of = f" of {html.escape(below)}" if len(mine) < len(warnings) else ""
     return f"<details open><summary>the run's warnings{of} ({len(mine)})</summary><ul>{shown}</ul></details>"
 
 
