@@ -80,3 +80,19 @@ def test_a_run_on_a_server_answering_malformed_bodies_fails_its_items_with_the_r
     assert failures and all("malformed completion: choices.0" in f["error"] for f in failures)
     raw = [json.loads(line) for path in (out / "predictions" / "raw").glob("*.jsonl") for line in path.open()]
     assert raw and all("malformed completion" in (r.get("error") or "") for r in raw)
+
+
+def test_a_reply_with_half_a_character_is_kept_and_parsed_not_a_failed_item(tmp_path, capsys):
+    """JSON lets a server send "\\udc00" alone; the reply could not be written to the raw log,
+    so every item failed with a UnicodeEncodeError and the reply was lost."""
+    out = tmp_path / "run"
+    with FakeServer({}, default_text='{"incorrect_spans": [], "note": "\udc00"}') as server:
+        code, shown, err = cli(capsys, *llm_args(openai_backend(server.url), out, limit=2))
+    assert code == 0, shown + err
+    raw = [
+        json.loads(line)
+        for line in next((out / "predictions").rglob("en.raw.jsonl")).read_text().splitlines()
+    ]
+    assert len(raw) == 2 and all(r["texts"] == ['{"incorrect_spans": [], "note": "\ufffd"}'] for r in raw)
+    stats = json.loads(next(out.rglob("stats.json")).read_text())
+    assert "items.failed" not in json.dumps(stats), stats

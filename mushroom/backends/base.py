@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mushroom.backends.config import BackendConfig, BackendSettings
+from mushroom.text.normalize import whole_characters
 from mushroom.util.words import plural
 
 __all__ = [
@@ -92,6 +93,25 @@ class Generation(BaseModel):
         description="how the JSON schema was sent or enforced (openai: json_schema, json_object, ...; "
         "transformers: llguidance, or 'llguidance: broke' when the grammar failed mid-answer)",
     )
+
+    @field_validator("texts")
+    @classmethod
+    def _writable(cls, texts: list[str]) -> list[str]:
+        # a reply with half a character ("\udc00" in the server's JSON) failed its item when
+        # written to the raw log; U+FFFD keeps the rest of it, which parses as before
+        return [whole_characters(t) for t in texts]
+
+    @field_validator("error")
+    @classmethod
+    def _writable_error(cls, error: str | None) -> str | None:
+        return None if error is None else whole_characters(error)
+
+    @field_validator("logprobs")
+    @classmethod
+    def _writable_tokens(cls, logprobs: list[TokenLogprobs] | None) -> list[TokenLogprobs] | None:
+        if logprobs is None:
+            return None
+        return [[{whole_characters(k): v for k, v in top.items()} for top in step] for step in logprobs]
 
     def used_budget(self, max_tokens: int) -> bool | None:
         """Whether a text was cut off at `max_tokens` instead of finishing.

@@ -6,22 +6,20 @@ so a record can be written back and scored by the official scorer unchanged.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from mushroom.data.languages import language_code
+from mushroom.text.normalize import LONE_SURROGATE
 from mushroom.util.names import valid_name
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _whole_text(value: str) -> str:
     # JSON lets "\ud800" stand alone, but it is half a character: no encoder or model can read
     # it (a semantic run failed such an item on every retry). Said at load, with its place.
-    found = None if value.isascii() else _LONE_SURROGATE.search(value)
+    found = None if value.isascii() else LONE_SURROGATE.search(value)
     if found is not None:
         raise ValueError(
             f"character {found.start()} is a lone surrogate (\\u{ord(found.group()):04x}): half of a "

@@ -8,6 +8,7 @@ marks are stripped only from Latin and Arabic letters.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from functools import lru_cache
 
@@ -62,3 +63,18 @@ def normalize_word(word: str) -> str:
     text = _strip_marks(text)
     text = unicodedata.normalize("NFC", text)
     return text.translate(_ARABIC_MAP)
+
+
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+"""Half of a UTF-16 pair: JSON's "\\ud800" escape lets one stand alone; UTF-8 cannot write it."""
+
+
+def whole_characters(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD, the replacement character.
+
+    A model reply is kept as it came, but one with half a character could not be written to
+    the raw log or the cache: the item failed with a UnicodeEncodeError and the reply was lost.
+    """
+    if text.isascii():
+        return text
+    return LONE_SURROGATE.sub("\ufffd", text)
