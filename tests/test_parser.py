@@ -95,6 +95,14 @@ def test_all_scripts(answer, span):
     assert answer[s.start : s.end].replace("e\u0301", "é") == span
 
 
+def test_an_exact_match_never_ends_between_a_letter_and_its_accent():
+    """An exact "Cafe" in a decomposed "Cafe\u0301" ended before the accent; the normalised
+    match ("Café") took it: one claim, two different spans, and a report showed a lone accent."""
+    answer = "Cafe\u0301 de Flore"
+    found = parse_response(answer, '{"incorrect_spans": ["Cafe"]}').spans
+    assert [(s.start, s.end, s.method) for s in found] == [(0, 5, "exact")]
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     answer=st.text(max_size=80), raw=st.text(max_size=200), spans=st.lists(st.text(max_size=12), max_size=5)
@@ -199,6 +207,8 @@ def test_wrong_types_for_the_text_are_invalid_entries_but_a_year_as_a_number_is_
     value = {"incorrect_spans": [{"text": 2008}, {"text": ["silver"]}, {"text": None}, {"text": True}]}
     found = read_claims(value)
     assert [c.text for c in found.claims] == ["2008"] and found.invalid_entries == 3
+    # a bare number in the list is no span: [1, 2, 3] would mark every "2" of the answer
+    assert read_claims({"incorrect_spans": [2008, 2]}).invalid_entries == 2
 
 
 def test_keys_are_read_in_any_case_and_a_single_object_under_the_list_key_counts():

@@ -184,11 +184,16 @@ class SpanLocator:
         return self._views[level]
 
     def _map(self, view: View, pos: int, length: int) -> tuple[int, int]:
-        start, end = view.index[pos], view.index[pos + length - 1] + 1
-        # a span never ends between a letter and its combining marks
+        return view.index[pos], self._whole_end(view.index[pos + length - 1] + 1)
+
+    def _whole_end(self, end: int) -> int:
+        """`end` moved past the combining marks after it: no span ends inside a letter.
+
+        An exact "Cafe" in a decomposed "Cafe\u0301" marked the e without its accent.
+        """
         while end < len(self.answer) and unicodedata.category(self.answer[end]) in ("Mn", "Mc"):
             end += 1
-        return start, end
+        return end
 
     def locate(self, text: str, prob: float) -> LocatedSpan | None:
         """The next occurrence of `text` (after the previous one of the same text), or None."""
@@ -204,7 +209,7 @@ class SpanLocator:
         found = None
         pos = _find_first(self.answer, text, starts)
         if pos >= 0:
-            found = (pos, pos + len(text), "exact")
+            found = (pos, self._whole_end(pos + len(text)), "exact")
         for level, method in ((1, "casefold"), (2, "normalized")):
             if found:
                 break

@@ -195,8 +195,10 @@ def _entries(value: Any) -> tuple[list[Any], int, list[str]]:
 def read_claims(value: Any, default_probability: float = 1.0) -> ClaimsFound:
     """Valid claims from a decoded JSON value, with the accounting of what was not usable.
 
-    A span text may be a string or an integer (a year written as a number); any other type
-    makes the entry invalid. A bad probability keeps the span at `default_probability`.
+    An entry's text may be a string or an integer (`{"text": 2008}`, a year written as a
+    number); any other type makes the entry invalid. A bare number in the list (`[1, 2, 3]`)
+    is counted invalid too: such a list is more often indices than years, and "2" would be
+    found in any answer with a digit. A bad probability keeps the span at `default_probability`.
     """
     items, invalid, repairs = _entries(value)
     found = ClaimsFound(invalid_entries=invalid, repairs=repairs)
