@@ -289,6 +289,49 @@ def test_a_run_config_names_all_its_mistakes_at_once(tmp_path):
         "variants.a.options.threshold",
         "variants.b.options.thresold",
     }
+    # a top-level mistake (an unknown key of a variant) hid the detector options' own
+    hidden = variants.replace('name = "b"\n', 'name = "b"\nfoo = 1\n').replace(
+        '"x"\n', '"x"\nlimit = "5"\n', 1
+    )
+    with pytest.raises(DataError) as err:
+        load_run_config(_write(tmp_path / "c.toml", hidden))
+    assert {p.field for p in err.value.problems} == {
+        "limit",
+        "variants.1.foo",
+        "variants.a.options.threshold",
+        "variants.b.options.thresold",
+    }
+
+
+def test_what_only_building_the_detector_finds_names_the_file_and_table(tmp_path):
+    """A prompt file without {{answer}} stopped the run naming neither the config nor the file;
+    "en" and "EN", a source twice, and variants "a" and "A" (one folder on macOS) ran."""
+    prompt = _write(tmp_path / "mine.md", "Is this right? {{question}}")
+    text = (
+        'name = "x"\nlangs = ["en"]\n[detector]\nname = "llm"\n'
+        '[[variants]]\nname = "plain"\n'
+        f'[[variants]]\nname = "mine"\noptions = {{ prompt = "{prompt}" }}\n'
+    )
+    path = _write(tmp_path / "p.toml", text)
+    with pytest.raises(DataError) as err:
+        load_run_config(path)
+    said = str(err.value)
+    assert f"{path}: field 'variants.mine.options': prompt 'mine' ({prompt}) has no {{{{answer}}}}" in said, (
+        said
+    )
+    twice = 'name = "x"\nlangs = ["en", "EN"]\ncontexts = ["gen", "gen"]\n[detector]\nname = "lexical"\n'
+    twice += '[[variants]]\nname = "a"\n[[variants]]\nname = "A"\n'
+    with pytest.raises(DataError) as err:
+        load_run_config(_write(tmp_path / "t.toml", twice))
+    said = str(err.value)
+    assert "variant names must be unique (ignoring case" in said, said
+    assert "field 'langs.1': language 'EN' is named twice" not in said  # told once the table is valid
+    twice = twice.replace('[[variants]]\nname = "A"\n', "")
+    with pytest.raises(DataError) as err:
+        load_run_config(_write(tmp_path / "t.toml", twice))
+    said = str(err.value)
+    assert "field 'langs.1': language 'EN' is named twice" in said
+    assert "field 'contexts': context source gen named twice" in said, said
 
 
 def test_the_files_member_contexts_are_checked_with_their_key_unless_the_job_only_plans(tmp_path, capsys):

@@ -45,6 +45,13 @@ class PromptTemplate:
     user: str
     shipped: bool = False
     """Whether it is one of the prompts mushroom ships (not a file of the user's own)."""
+    path: str = ""
+    """The file it was read from, named in its errors when it is the user's own."""
+
+    @property
+    def label(self) -> str:
+        """How errors name it: its name, and the file for one of the user's own."""
+        return repr(self.name) if self.shipped or not self.path else f"{self.name!r} ({self.path})"
 
     @property
     def placeholders(self) -> set[str]:
@@ -61,13 +68,13 @@ class PromptTemplate:
         if unknown:
             first = unknown[0]
             raise MushroomError(
-                f"prompt {self.name!r}: {{{{{first}}}}} is no placeholder of this prompt"
+                f"prompt {self.label}: {{{{{first}}}}} is no placeholder of this prompt"
                 f"{did_you_mean(first.lower(), known)}; its placeholders are "
                 + ", ".join(f"{{{{{k}}}}}" for k in sorted(known))
             )
         for name in sorted(set(required) - self.placeholders):
             raise MushroomError(
-                f"prompt {self.name!r} has no {{{{{name}}}}}: the model would never see the {name}"
+                f"prompt {self.label} has no {{{{{name}}}}}: the model would never see the {name}"
             )
 
     def check_not_of_another_stage(self, stage: str, own: Iterable[str]) -> None:
@@ -87,7 +94,7 @@ class PromptTemplate:
         """Chat messages with every placeholder filled; values the template does not name are left out."""
         missing = self.placeholders - values.keys()
         if missing:
-            raise MushroomError(f"prompt {self.name!r}: no value for {sorted(missing)}")
+            raise MushroomError(f"prompt {self.label}: no value for {sorted(missing)}")
 
         def fill(text: str) -> str:
             return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
@@ -161,4 +168,5 @@ def load_prompt(name_or_path: str) -> PromptTemplate:
         system=sections.get("system"),
         user=sections["user"],
         shipped=path.resolve().parent == PROMPT_DIR,
+        path=str(path),
     )

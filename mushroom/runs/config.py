@@ -102,8 +102,11 @@ class RunConfig(BaseModel):
     @classmethod
     def _unique(cls, value: list[Variant]) -> list[Variant]:
         names = [v.name for v in value]
-        if len(set(names)) != len(names):
-            raise ValueError(f"variant names must be unique, got {names}")
+        # "a" and "A" are one folder on macOS and Windows: the second variant overwrote the first
+        if len({n.casefold() for n in names}) != len(names):
+            raise ValueError(
+                f"variant names must be unique (ignoring case: each names a folder), got {names}"
+            )
         return value
 
     def variant_options(self) -> list[tuple[str, dict[str, Any]]]:
@@ -327,9 +330,16 @@ def load_run_config(path: Path) -> RunConfig:
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise _invalid(path, exc, _run_config_table) from exc
+        # every mistake of the file at once: a top-level one hid each detector option's
+        error = _invalid(path, exc, _run_config_table)
+        raw = _raw_detector_tables(data)
+        if raw is not None:
+            said = {p.field for p in error.problems}
+            more = [p for p in _detector_problems(path, *raw, build_too=False) if p.field not in said]
+            error = DataError(error.problems + more, exit_code=2)
+        raise error from exc
+    from mushroom.data.contexts import source_names
     from mushroom.data.splits import SPLIT_DIRS
-    from mushroom.detectors import detector_class
 
     # every mistake of the file at once: a typo'd detector hid the languages' and each bad
     # variant the next one's
@@ -345,17 +355,61 @@ def load_run_config(path: Path) -> RunConfig:
         if split not in SPLIT_DIRS
     ]
     try:
-        cls = detector_class(cfg.detector.name)
+        source_names(cfg.contexts)
     except MushroomError as exc:
-        problems.insert(0, Problem(str(path), None, "detector.name", str(exc)))
-        raise DataError(problems, exit_code=2) from None
-    checks = [("detector.options", cfg.detector.options)]
-    checks += [(f"variants.{n}.options", o) for n, o in cfg.variant_options() if n]
-    for where, options in checks:
+        problems.append(Problem(str(path), None, "contexts", str(exc)))
+    variants = [(v.name, v.options) for v in cfg.variants]
+    problems += _detector_problems(path, cfg.detector.name, cfg.detector.options, variants, not problems)
+    problems.sort(key=lambda p: p.field != "detector.name")  # the rest follow from the detector
+    if problems:
+        raise DataError(problems, exit_code=2)
+    if cfg.langs is not None:
+        cfg.langs = [language_code(lang) for lang in cfg.langs]  # as --lang takes it
+    problems = _source_problems(path, cfg.splits, cfg.langs, cfg.contexts)
+    if problems:
+        raise DataError(problems, exit_code=2)
+    return cfg
+
+
+def _raw_detector_tables(data: dict[str, Any]) -> tuple[str, dict, list[tuple[str, dict]]] | None:
+    """The detector's name and options and each variant's, from a config that failed to validate.
+
+    None where the [detector] table itself is malformed (its own error says so).
+    """
+    det = data.get("detector")
+    if not isinstance(det, dict) or not isinstance(det.get("name"), str):
+        return None
+    options = det.get("options", {})
+    variants = data.get("variants", [])
+    if not isinstance(options, dict) or not isinstance(variants, list):
+        return None
+    # a variant is named by its name, as the run's folders are; by its place where it has none
+    kept = [
+        (str(v.get("name", k)), v.get("options", {})) for k, v in enumerate(variants) if isinstance(v, dict)
+    ]
+    return det["name"], options, [(n, o) for n, o in kept if isinstance(o, dict)]
+
+
+def _detector_problems(
+    path: Path, name: str, options: dict, variants: list[tuple[str, dict]], build_too: bool = True
+) -> list[Problem]:
+    """The detector's name, its options table's and each variant's, each with its key.
+
+    With `build_too` (nothing else wrong), each variant's detector is built as the run would
+    build it: what only that finds (a prompt file without {{answer}}) is named with its table.
+    """
+    from mushroom.detectors import detector_class
+
+    try:
+        cls = detector_class(name)
+    except MushroomError as exc:
+        return [Problem(str(path), None, "detector.name", str(exc))]
+    checks = [("detector.options", options)]
+    checks += [(f"variants.{k}.options", merge_options(options, own)) for k, own in variants]
+    problems = []
+    for where, given in checks:
         # a variant may supply an option the detector's table leaves out
-        problems += _option_problems(
-            path, where, cls, options, where == "detector.options" and bool(cfg.variants)
-        )
+        problems += _option_problems(path, where, cls, given, where == "detector.options" and bool(variants))
     # a variant's options are the table's with its own on top: the table's mistake is said once
     base = {(p.field.removeprefix("detector.options."), p.message) for p in problems if p.field}
     problems = [
@@ -367,14 +421,14 @@ def load_run_config(path: Path) -> RunConfig:
             and (p.field.split(".options.", 1)[-1], p.message) in base
         )
     ]
-    if problems:
-        raise DataError(problems, exit_code=2)
-    if cfg.langs is not None:
-        cfg.langs = [language_code(lang) for lang in cfg.langs]  # as --lang takes it
-    problems = _source_problems(path, cfg.splits, cfg.langs, cfg.contexts)
-    if problems:
-        raise DataError(problems, exit_code=2)
-    return cfg
+    if problems or not build_too:
+        return problems
+    for where, given in checks[1:] if variants else checks:
+        try:  # not `build`: a backend package this machine lacks is the run's to say, not the file's
+            cls(cls.Options.model_validate(given))
+        except MushroomError as exc:
+            problems.append(Problem(str(path), None, where, str(exc)))
+    return problems
 
 
 def _source_problems(
@@ -535,16 +589,24 @@ def _lang_problems(path: Path, langs: list[str] | None) -> list[Problem]:
     from mushroom.data.languages import LANGUAGES
 
     known = ", ".join(LANGUAGES)
-    return [
-        Problem(
-            str(path),
-            None,
-            f"langs.{k}",
-            f"unknown language {lang!r}{did_you_mean(lang.lower(), LANGUAGES)}; one of {known}",
-        )
-        for k, lang in enumerate(langs or [])
-        if language_code(lang) not in LANGUAGES
-    ]
+    codes = [language_code(lang) for lang in langs or []]
+    return (
+        [
+            Problem(
+                str(path),
+                None,
+                f"langs.{k}",
+                f"unknown language {lang!r}{did_you_mean(lang.lower(), LANGUAGES)}; one of {known}",
+            )
+            for k, lang in enumerate(langs or [])
+            if language_code(lang) not in LANGUAGES
+        ]
+        + [  # "en" and "EN" are one language: it was run once, the second silently dropped
+            Problem(str(path), None, f"langs.{k}", f"language {langs[k]!r} is named twice")
+            for k, code in enumerate(codes)
+            if code in codes[:k]
+        ]
+    )
 
 
 def execute(
