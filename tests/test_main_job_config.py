@@ -442,3 +442,15 @@ def test_empty_repeated_or_yes_no_values_where_a_list_or_number_belongs_are_name
     assert _problems(tmp_path / "job.toml", quoted) == [
         "llm_budget: a number from 0 to 1 (0.3, no quotes), not the string '0.1'"
     ]
+
+
+def test_a_quoted_number_among_a_configs_detector_options_is_refused(tmp_path):
+    """The top level refuses `limit = "5"`; a detector option took "0.5" as 0.5, silently."""
+    text = 'name = "x"\n[detector]\nname = "llm"\noptions = { threshold = "0.5", temperatures = ["0.5"] }\n'
+    with pytest.raises(DataError) as err:
+        load_run_config(_write(tmp_path / "q.toml", text))
+    said = str(err.value)
+    assert "field 'detector.options.threshold': '0.5' is text, not a number" in said, said
+    assert "field 'detector.options.temperatures': ['0.5'] is text, not a number" in said, said
+    fine = text.replace('"0.5"', "0.5")
+    assert load_run_config(_write(tmp_path / "q.toml", fine)).detector.options["threshold"] == 0.5

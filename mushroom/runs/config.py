@@ -485,6 +485,22 @@ def _option_problem(path: Path, where: str, cls, err: dict) -> Problem:
     return Problem(str(path), None, ".".join([where, *map(str, err["loc"])]), msg)
 
 
+def _numeric(annotation: Any) -> bool:
+    """Whether an option takes only numbers (or a list of them), so a quoted one is a mistake."""
+    import types
+    from typing import Annotated, Union, get_args, get_origin
+
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _numeric(args[0])
+    if origin in (Union, types.UnionType):
+        kinds = [a for a in args if a is not type(None)]
+        return bool(kinds) and all(_numeric(a) for a in kinds)
+    if origin is list:
+        return _numeric(args[0])
+    return annotation in (int, float)
+
+
 def _option_problems(
     path: Path, where: str, cls, options: dict[str, Any], skip_missing: bool = False
 ) -> list[Problem]:
@@ -509,6 +525,18 @@ def _option_problems(
             if isinstance(value, str) and find_prompt(value) is None:
                 problems.append(Problem(str(path), None, f"{where}.{name}", prompt_missing(value)))
     for name, info in cls.Options.model_fields.items():
+        given = options.get(name)
+        texts = given if isinstance(given, list) else [given]
+        if _numeric(info.annotation) and any(isinstance(x, str) for x in texts):
+            # as the top level's `limit = "5"` is: `threshold = "0.5"` was read as 0.5
+            problems.append(
+                Problem(
+                    str(path),
+                    None,
+                    f"{where}.{name}",
+                    f"{given!r} is text, not a number: write it without quotes",
+                )
+            )
         if info.annotation in (bool, bool | None) and isinstance(options.get(name), str):
             said = options[name]
             problems.append(
