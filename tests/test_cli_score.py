@@ -56,6 +56,8 @@ def test_score_warns_about_what_the_official_scorer_accepts_silently(tmp_path, c
     rows[0]["soft_labels"] = [{"start": 10, "end": 5, "prob": 0.7}, {"start": 20, "end": 30, "prob": 1.5}]
     rows[1]["hard_labels"] = [[8, 3], [5, 5]]  # and an empty one, which `check` refuses
     rows[2]["soft_labels"] = [{"start": 0, "end": 9, "prob": 0.9}, {"start": 4, "end": 12, "prob": 0.2}]
+    # hard labels over characters the soft labels call fine: `check` refuses it, score said nothing
+    rows[3]["soft_labels"], rows[3]["hard_labels"] = [{"start": 5, "end": 9, "prob": 0.9}], [[5, 9], [0, 7]]
     pred = write_lines(tmp_path / "p.jsonl", rows)
     code, out, err = cli(capsys, "score", VAL_EN, pred)
     assert code == 0
@@ -67,6 +69,10 @@ def test_score_warns_about_what_the_official_scorer_accepts_silently(tmp_path, c
     said = " ".join(err.split())
     assert "1 soft span overlapping an earlier one (the later span's probability counts" in said
     assert f"p.jsonl:3: id {GOLD_ROWS[2]['id']!r}: soft_labels.1 [4, 12)" in said
+    assert "3 hard spans over characters of soft probability 0 (IoU and Cor judge" in said, (
+        said
+    )  # 1, 3: soft edited
+    assert f"p.jsonl:4: id {GOLD_ROWS[3]['id']!r}: hard_labels.1 (character 0)" in said, said
     # a gold file made by hand (the `--items` workflow) is said the same of: it moved both numbers
     gold = [dict(r) for r in GOLD_ROWS]
     gold[0]["soft_labels"] = [{"start": 0, "end": 5, "prob": 1.5}]
@@ -715,3 +721,15 @@ def test_a_line_lost_from_a_limited_runs_file_is_named_not_scored_as_never_predi
     assert code == 0, err
     code, _, err = cli(capsys, "score", mixed, out)
     assert code == 0 and "its run predicted" not in err, err
+
+
+def test_a_wrong_type_in_a_span_names_its_field_and_value(tmp_path, capsys):
+    """ "start/end must be integers, prob a number" left the reader to find which, and why."""
+    row = {"id": GOLD_ROWS[0]["id"], "soft_labels": [{"start": True, "end": 5, "prob": "0.5"}]}
+    row["hard_labels"] = [[31]]
+    pred = write_lines(tmp_path / "p.jsonl", [row])
+    code, _, err = cli(capsys, "score", VAL_EN, pred)
+    said = " ".join(err.split())
+    assert code == 1 and "field 'soft_labels.0.start': true is not an integer" in said, said
+    assert "field 'soft_labels.0.prob': \"0.5\" is not a number" in said
+    assert "field 'hard_labels.0': must be [start, end] integers, not [31]" in said

@@ -80,6 +80,40 @@ def test_numbers_are_parsed_like_pandas_ujson():
     assert ujson_float("0.6666666666666667") == ujson_float("0.6666666666666666")
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["18446744073709551615", "18446744073709551616", "-9223372036854775808", "-9223372036854775809",
+     "18446744073709551616.0", "2698690000000000000000e-22", "-9223372036854775809.0", "12345678901234567890.5"],
+)  # fmt: skip
+def test_a_number_the_official_reader_cannot_hold_is_refused_as_it_refuses_it(text, tmp_path):
+    """pandas reads the digits before the point into 64 bits and fails the whole file beyond
+    them; `check` said OK and `score` gave a number for a file the official scorer rejects."""
+    import io
+
+    from mushroom.data.jsonnum import ujson_int
+    from mushroom.data.records import Item
+    from mushroom.evaluation.check import check_file
+
+    try:
+        pd.read_json(io.StringIO(f'{{"a": {text}}}\n'), lines=True)
+        pandas_reads = True
+    except ValueError:
+        pandas_reads = False
+    parse = ujson_float if "." in text or "e" in text else ujson_int
+    if pandas_reads:
+        parse(text)
+        return
+    with pytest.raises(ValueError, match="official scorer's reader"):
+        parse(text)
+    row = dict(VAL_ROWS[0])
+    line = json.dumps({"id": row["id"], "soft_labels": [{"start": 0, "end": 1, "prob": 0.5}]})
+    path = tmp_path / "p.jsonl"
+    path.write_text(line.replace("0.5", text) + "\n")
+    item = Item.model_validate(row)
+    said = " ".join(str(e) for e in check_file(path, [item]).errors)
+    assert "p.jsonl:1: invalid JSON: the number" in said and "official scorer's reader" in said, said
+
+
 soft_span = st.tuples(
     st.integers(0, 60),
     st.integers(1, 30),

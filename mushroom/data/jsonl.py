@@ -61,7 +61,10 @@ def open_binary(path: Path) -> BinaryIO:
 
 
 def iter_json_lines(
-    path: Path, problems: list[Problem], parse_float: Callable[[str], Any] | None = None
+    path: Path,
+    problems: list[Problem],
+    parse_float: Callable[[str], Any] | None = None,
+    parse_int: Callable[[str], Any] | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yields (line number, object) for each non-blank line; bad lines become problems.
 
@@ -74,11 +77,15 @@ def iter_json_lines(
     """
     path = Path(path)
     with open_binary(path) as handle:
-        yield from _json_lines(path, handle, problems, parse_float)
+        yield from _json_lines(path, handle, problems, parse_float, parse_int)
 
 
 def _json_lines(
-    path: Path, handle: BinaryIO, problems: list[Problem], parse_float: Callable[[str], Any] | None
+    path: Path,
+    handle: BinaryIO,
+    problems: list[Problem],
+    parse_float: Callable[[str], Any] | None,
+    parse_int: Callable[[str], Any] | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     head: list[bytes] = []  # the lines up to the first that is not blank
     for raw in handle:
@@ -113,7 +120,12 @@ def _json_lines(
         if not line.strip():
             continue
         try:
-            obj = json.loads(line, parse_float=parse_float, parse_constant=_reject_constant)
+            obj = json.loads(
+                line,
+                parse_float=parse_float,
+                parse_int=parse_int,
+                parse_constant=_reject_constant,
+            )
         except json.JSONDecodeError as exc:
             # lines ended by a bare CR (old Mac files) are one line here: "Extra data" said nothing
             bare_cr = exc.msg.startswith("Extra data") and line[exc.pos - 1 : exc.pos] == "\r"

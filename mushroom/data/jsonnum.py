@@ -7,6 +7,10 @@ differ from Python's correctly rounded `float()` in the last bits, and two diffe
 strings such as 0.6666666666666667 and 0.6666666666666666 can become the same double. That
 turns distinct probabilities into ties and changes Spearman ranks, so an exact scorer must
 parse numbers the same way. Tests compare this function with pandas on random strings.
+
+The same decoder reads the digits before the point (or exponent) into a 64-bit integer: a
+number whose whole part is 2**64 or more, or below -2**63, fails the whole file ("Value is
+too big!"), even where its value is a fine probability (2698690000000000000000e-22).
 """
 
 from __future__ import annotations
@@ -16,6 +20,22 @@ import math
 _MAX_DECIMALS = 15
 _POW10_NEG = tuple(10.0**-k if k else 1.0 for k in range(_MAX_DECIMALS + 1))
 _DIGITS = frozenset("0123456789")
+
+
+def _fits_64_bits(text: str, whole: int, negative: bool) -> None:
+    if whole >= 2**64 or (negative and whole > 2**63):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise ValueError(
+            f"the number {shown} has more digits before its point than the official scorer's "
+            f"reader takes (pandas fails the whole file: 'Value is too {'small' if negative else 'big!'}')"
+        )
+
+
+def ujson_int(text: str) -> int:
+    """Parses a JSON integer, refusing one the official scorer's reader cannot hold."""
+    value = int(text)
+    _fits_64_bits(text, abs(value), value < 0)
+    return value
 
 
 def ujson_float(text: str) -> float:
@@ -30,6 +50,7 @@ def ujson_float(text: str) -> float:
     while j < n and text[j] in _DIGITS:
         j += 1
     int_value = int(text[i:j]) if j > i else 0
+    _fits_64_bits(text, int_value, sign < 0)
     frac = 0.0
     count = 0
     if j < n and text[j] == ".":

@@ -10,13 +10,14 @@ Numbers are parsed like pandas' ujson (see jsonnum), so ties and ranks match exa
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mushroom.data.jsonl import OFFICIAL_BOM, iter_json_lines, starts_with_bom
-from mushroom.data.jsonnum import ujson_float
+from mushroom.data.jsonnum import ujson_float, ujson_int
 from mushroom.data.languages import language_code
 from mushroom.errors import DataError, Problem
 from mushroom.util.words import close_match, listed, no_prediction, plural
@@ -96,6 +97,12 @@ def _is_num(value: Any) -> bool:
     return (isinstance(value, (int, float))) and not isinstance(value, bool)
 
 
+def json_shown(value: Any) -> str:
+    """A value as its file wrote it (true, null, "0.5"), cut to a readable length."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _parse_soft(raw: Any, where: Problem, problems: list[Problem]) -> list | None:
     """Soft spans as (start, end, prob); `where` locates the line (its field is set per problem)."""
     if not isinstance(raw, list):
@@ -106,9 +113,22 @@ def _parse_soft(raw: Any, where: Problem, problems: list[Problem]) -> list | Non
         if not isinstance(span, dict) or not {"start", "end", "prob"} <= span.keys():
             problems.append(replace(where, field=f"soft_labels.{i}", message="needs keys start, end, prob"))
             continue
-        if not (is_json_int(span["start"]) and is_json_int(span["end"]) and _is_num(span["prob"])):
-            message = "start/end must be integers, prob a number"
-            problems.append(replace(where, field=f"soft_labels.{i}", message=message))
+        wrong = [
+            (key, want)
+            for key, want, ok in (
+                ("start", "an integer", is_json_int(span["start"])),
+                ("end", "an integer", is_json_int(span["end"])),
+                ("prob", "a number", _is_num(span["prob"])),
+            )
+            if not ok
+        ]
+        if wrong:  # each named: "start/end must be integers, prob a number" left the reader to find it
+            problems += [
+                replace(
+                    where, field=f"soft_labels.{i}.{key}", message=f"{json_shown(span[key])} is not {want}"
+                )
+                for key, want in wrong
+            ]
             continue
         out.append((span["start"], span["end"], span["prob"]))
     return out
@@ -122,7 +142,10 @@ def _parse_hard(raw: Any, where: Problem, problems: list[Problem]) -> list | Non
     out = []
     for i, span in enumerate(raw):
         if not (isinstance(span, list) and len(span) == 2 and all(is_json_int(v) for v in span)):
-            problems.append(replace(where, field=f"hard_labels.{i}", message="must be [start, end] integers"))
+            got = json_shown(span)
+            problems.append(
+                replace(where, field=f"hard_labels.{i}", message=f"must be [start, end] integers, not {got}")
+            )
             continue
         out.append((span[0], span[1]))
     return out
@@ -156,7 +179,9 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
     """Loads a gold or prediction file for scoring; raises DataError listing every problem."""
     path = Path(path)
     problems: list[Problem] = []
-    rows: list[tuple[int, dict]] = list(iter_json_lines(path, problems, parse_float=ujson_float))
+    rows: list[tuple[int, dict]] = list(
+        iter_json_lines(path, problems, parse_float=ujson_float, parse_int=ujson_int)
+    )
     has_hard = any("hard_labels" in row for _, row in rows)
     has_soft = any("soft_labels" in row for _, row in rows)
     warnings: list[str] = []

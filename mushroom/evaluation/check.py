@@ -273,12 +273,14 @@ def check_file(
 ) -> CheckReport:
     """Checks a prediction JSONL file; unreadable lines are errors too."""
     from mushroom.data.jsonl import OFFICIAL_BOM, starts_with_bom
+    from mushroom.data.jsonnum import ujson_float, ujson_int
 
     problems: list[Problem] = []
     # an upload the official scorer cannot read; said on line 1, where the mark is, and not
     # counted as one more line read
     bom = [Problem(str(path), 1, None, f"the file {OFFICIAL_BOM}")] if starts_with_bom(Path(path)) else []
-    rows = list(iter_json_lines(Path(path), problems))
+    # numbers read as the official scorer reads them: one it cannot hold fails the upload
+    rows = list(iter_json_lines(Path(path), problems, parse_float=ujson_float, parse_int=ujson_int))
     report = check_rows(rows, items, str(path), strict, partial)
     report.n_lines += len({p.line for p in problems if p.line is not None})  # unreadable lines were read too
     report.errors = bom + problems + report.errors

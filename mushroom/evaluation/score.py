@@ -129,6 +129,12 @@ EMPTY = Quirk("empty span", "empty spans", "marks nothing")
 OUT_OF_RANGE = Quirk("probability outside [0, 1]", "probabilities outside [0, 1]", "ranked as given")
 NEGATIVE = Quirk("negative span start", "negative span starts", "index from the end")
 OUTSIDE = Quirk("hard span outside the answer", "hard spans outside the answer", "counted in the IoU union")
+# `check` refuses it: hard labels that mark what the soft labels call certainly fine
+UNBACKED = Quirk(
+    "hard span over characters of soft probability 0",
+    "hard spans over characters of soft probability 0",
+    "IoU and Cor judge these characters as opposite answers",
+)
 OVERLAP = Quirk(
     "soft span overlapping an earlier one",
     "soft spans overlapping earlier ones",
@@ -159,6 +165,26 @@ def _overlapping(spans: list[tuple[int, int, float]]) -> list[int]:
         hi = max(end, ends[j - 1]) if k < j else end
         starts[k:j], ends[k:j] = [lo], [hi]
     return found
+
+
+def _unbacked_hard(
+    soft: list[tuple[int, int, float]], hard: list[tuple[int, int]], n: int
+) -> tuple[int, int] | None:
+    """The first hard span (index, character) over a character the soft labels give 0, if any.
+
+    Spans outside the answer or reversed are said by their own quirks; a later soft span's
+    probability wins where they overlap, as the official scorer paints them.
+    """
+    probs = np.zeros(n)
+    for start, end, prob in soft:
+        if 0 <= start < end <= n:
+            probs[start:end] = prob
+    for i, (start, end) in enumerate(hard):
+        if 0 <= start < end <= n:
+            zero = np.flatnonzero(probs[start:end] <= 0)
+            if zero.size:
+                return i, start + int(zero[0])
+    return None
 
 
 def _quirks(gold: ScoringFile, pred: ScoringFile, ids: list[str]) -> list[str]:
@@ -211,6 +237,11 @@ def _file_quirks(scored: ScoringFile, gold: ScoringFile, ids: list[str]) -> list
             elif start < 0 or end > n:
                 answer = plural(n, "character")
                 note(OUTSIDE, rec, f"hard_labels.{i}", f"[{start}, {end}) in an answer of {answer}")
+        if not soft:  # no soft labels, or derived from the hard ones: nothing to disagree with
+            continue
+        unbacked = _unbacked_hard(soft, rec.hard, n)
+        if unbacked is not None:
+            note(UNBACKED, rec, f"hard_labels.{unbacked[0]}", f"(character {unbacked[1]})")
     out = []
     for kind, places in found.items():
         more = f" and {len(places) - 3} more" if len(places) > 3 else ""
