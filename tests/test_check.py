@@ -160,3 +160,24 @@ def test_a_file_of_items_given_for_predictions_and_the_other_way_round_says_so(t
     code, _, err = cli(capsys, "check", pred, "--items", write_lines(tmp_path / "one_bad.jsonl", rows))
     said = " ".join(err.split())
     assert code == 1 and "one_bad.jsonl:2: id 't-2': field 'model_output_text': Field required" in said, said
+
+
+def test_a_file_named_for_another_language_than_its_items_is_refused(tmp_path, capsys):
+    """English predictions copied to the German file name passed: the upload reads the
+    language from the name and would find none of its ids."""
+    from cli_helpers import cli
+
+    from mushroom.data.splits import split_files
+
+    items = split_files("test")["en"]
+    code, _, _ = cli(
+        capsys, "detect", "--split", "test", "--lang", "en", "--out", tmp_path / "run", "--quiet"
+    )
+    assert code == 0
+    made = next((tmp_path / "run").rglob("mushroom.en-tst.v1.jsonl"))
+    assert cli(capsys, "check", made, "--items", items)[0] == 0
+    renamed = tmp_path / "mushroom.de-tst.v1.jsonl"
+    renamed.write_bytes(made.read_bytes())
+    code, _, err = cli(capsys, "check", renamed, "--items", items)
+    said = " ".join(err.split())
+    assert code == 1 and "its name says language 'de', but the items of" in said and "are 'en'" in said, said

@@ -423,7 +423,10 @@ def test_a_number_too_large_for_a_float_is_a_problem_on_its_line(tmp_path, capsy
     lines[1] = f'{{"id": "{rows[1]["id"]}", "hard_labels": [[0, {number}]]}}'
     pred = write_lines(tmp_path / "p.jsonl", lines)
     code, _, err = cli(capsys, "score", VAL_EN, pred)
-    assert code == 1 and "p.jsonl:2: invalid JSON: a number too large for a float" in err
+    said = " ".join(err.split())
+    # a whole part past 64 bits fails the official reader before any float is made
+    why = "a number too large for a float" if "e" in number else "official scorer's reader"
+    assert code == 1 and "p.jsonl:2: invalid JSON: " in said and why in said, said
 
 
 def test_small_mistakes_get_a_usage_error_that_names_them(tmp_path, capsys):

@@ -252,7 +252,7 @@ def check(
     ] = False,
 ) -> None:
     """Validate a prediction file against its items; exits 1 listing every problem."""
-    from mushroom.data.predictions import items_of_file, load_predictions
+    from mushroom.data.predictions import items_of_file, load_predictions, prediction_file_lang
     from mushroom.data.runfolder import FailureCheck
     from mushroom.evaluation.check import UNKNOWN_ID, check_file
 
@@ -274,6 +274,17 @@ def check(
     if not item_list:  # every prediction was "not among the items", one line each
         raise DataError.single(items, None, None, "no items: give the items file the predictions are for")
     item_list, one_lang = items_of_file(item_list, pred)
+    named, langs = prediction_file_lang(pred.name), sorted({it.lang for it in item_list})
+    if named is not None and named not in langs:
+        # English predictions named as the German file passed: the upload reads the language
+        # from the name, and finds none of its ids
+        raise DataError.single(
+            pred,
+            None,
+            None,
+            f"its name says language {named!r}, but the items of {items} are {', '.join(map(repr, langs))}: "
+            "rename it, or give the items of its language",
+        )
     report = check_file(pred, item_list, strict=strict, partial=partial)
     for problem in report.warnings:
         print_warning(str(problem))
