@@ -110,6 +110,11 @@ def test_a_hand_edited_stack_json_is_named_field_by_field_not_an_internal_error(
         ({"threshold": 5}, "threshold"),
         ({"thresholds": {"en": -1}}, "thresholds.en"),
         ({"features": saved["features"][:-1]}, "its logistic model has"),
+        # the empty rule was not checked: a broadcast error (exit 70), or a zero scale that
+        # changed which items were emptied with numpy's warning as the only word
+        ({"empty_rule": {"coef": [1.0], "mean": [0, 0, 0], "scale": [1, 1, 1]}}, "coef has 1 weights"),
+        ({"empty_rule": {"coef": [0, 0, 0, 0], "mean": [0, 0, 0], "scale": [0, 1, 1]}}, "above 0"),
+        ({"empty_rule": {"coef": [0, 0], "mean": [0], "scale": [1]}}, "this model reads 3 features"),
     ]
     apply = ("stack", "apply", stack, f"lex={run}", "--out", tmp_path / "o", "--split", "val", "--lang", "en")
     for edit, needle in edits:

@@ -21,9 +21,9 @@ one short item it should not have.
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
-from mushroom.combine.stack.logistic import fit_logistic, predict
+from mushroom.combine.stack.logistic import check_shapes, fit_logistic, predict
 
 
 class EmptyRule(BaseModel):
@@ -35,6 +35,11 @@ class EmptyRule(BaseModel):
     mean: list[float]
     scale: list[float]
 
+    @model_validator(mode="after")
+    def _shapes_agree(self) -> EmptyRule:
+        check_shapes(self.coef, self.mean, self.scale, N_ITEM_FEATURES)
+        return self
+
     def probability(self, feats: np.ndarray) -> np.ndarray:
         """P(marking nothing beats the stack's hard labels) of item feature rows."""
         return predict(np.array(self.coef), np.array(self.mean), np.array(self.scale), np.atleast_2d(feats))
@@ -42,6 +47,9 @@ class EmptyRule(BaseModel):
     def empties(self, length: int, probs: np.ndarray) -> bool:
         """Whether an item's hard labels are emptied."""
         return bool(self.probability(item_features(length, probs))[0] > 0.5)
+
+
+N_ITEM_FEATURES = 3
 
 
 def item_features(length: int, probs: np.ndarray) -> np.ndarray:

@@ -52,3 +52,25 @@ def predict(coef: np.ndarray, mean: np.ndarray, scale: np.ndarray, feats: np.nda
     """
     weights = coef[1:] / scale
     return 1.0 / (1.0 + np.exp(-(feats @ weights + (coef[0] - mean @ weights))))
+
+
+def check_shapes(
+    coef: list[float], mean: list[float], scale: list[float], n_features: int | None = None
+) -> None:
+    """Raises ValueError for weights that cannot have come from a fit: a hand-edited stack.json.
+
+    Without it such a file failed at apply time as "internal error: operands could not be
+    broadcast together", or divided by a zero scale and changed the output, with numpy's
+    warning as the only word.
+    """
+    if not len(coef) == len(mean) + 1 == len(scale) + 1:
+        raise ValueError(
+            f"coef has {len(coef)} weights, mean {len(mean)} and scale "
+            f"{len(scale)} values: coef holds one more (the intercept)"
+        )
+    if n_features is not None and len(mean) != n_features:
+        raise ValueError(f"mean and scale have {len(mean)} values; this model reads {n_features} features")
+    if not all(np.isfinite(x) for x in [*coef, *mean, *scale]):
+        raise ValueError("coef, mean and scale: every value must be a finite number")
+    if not all(x > 0 for x in scale):
+        raise ValueError("scale: every value must be above 0")

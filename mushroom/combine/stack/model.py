@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mushroom.combine.stack.empty import EmptyRule
 from mushroom.combine.stack.features import StackData
-from mushroom.combine.stack.logistic import design, fit_logistic, predict
+from mushroom.combine.stack.logistic import check_shapes, design, fit_logistic, predict
 from mushroom.combine.stack.trees import TreeScorer, TreeSettings, fit_trees
 from mushroom.detectors.base import HardThreshold
 from mushroom.errors import MushroomError, did_you_mean
@@ -54,13 +54,7 @@ class LinearScorer(BaseModel):
         # be broadcast together"
         if not {"coef", "mean", "scale"} <= self.__dict__.keys():
             return self  # put together with `model_construct`
-        if not len(self.coef) == len(self.mean) + 1 == len(self.scale) + 1:
-            raise ValueError(
-                f"coef has {len(self.coef)} weights, mean {len(self.mean)} and scale "
-                f"{len(self.scale)} values: coef holds one more (the intercept)"
-            )
-        if not all(x > 0 for x in self.scale):
-            raise ValueError("scale: every value must be above 0")
+        check_shapes(self.coef, self.mean, self.scale)
         return self
 
     def __call__(self, feats: np.ndarray) -> np.ndarray:
