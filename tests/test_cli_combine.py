@@ -352,7 +352,29 @@ def test_stack_fit_and_apply_refuse_a_member_span_past_the_answer(tmp_path, caps
     code, _, err = cli(
         capsys, "stack", "apply", stack, f"lex={run}", "--split", "val", "--lang", "en", "--out", out
     )
-    assert code == 1 and f"id '{GOLD_ROWS[1]['id']}': field 'hard_labels.0'" in err, err
+    assert code == 1 and said in " ".join(err.split()), err  # with its line, as fit says it
+
+
+def test_stack_apply_refuses_a_repeated_id_in_a_member_file_even_after_the_last_item(tmp_path, capsys):
+    """The stream read a member's file only as far as its items: a repeat appended at the end
+    was never read, and the output took the first line's, where every other command refuses."""
+    import json
+
+    run, stack = _english_stack(tmp_path, capsys)
+    pred = run / "predictions" / "mushroom.en-val.v2.jsonl"
+    rows = [json.loads(line) for line in pred.read_text().splitlines()]
+    write_lines(pred, [*rows, {**rows[1], "soft_labels": [], "hard_labels": []}])
+    out = tmp_path / "applied"
+    code, _, err = cli(
+        capsys, "stack", "apply", stack, f"lex={run}", "--split", "val", "--lang", "en", "--out", out
+    )
+    said = " ".join(err.split())
+    line = len(rows) + 1
+    assert (
+        code == 1
+        and f"mushroom.en-val.v2.jsonl:{line}: field 'id': duplicate id {rows[1]['id']!r} (first on line 2)"
+        in said
+    ), said
 
 
 def test_an_input_lacking_items_of_the_items_file_is_named_not_the_output(tmp_path, capsys):

@@ -70,8 +70,8 @@ def load_predictions(
     return out
 
 
-def iter_predictions(path: str | Path) -> Iterator[Prediction]:
-    """The predictions of a file in file order, a line at a time, with `load_predictions`' rules.
+def iter_predictions(path: str | Path) -> Iterator[tuple[int, Prediction]]:
+    """(line, prediction) of a file in file order, a line at a time, with `load_predictions`' rules.
 
     For files too large to hold (a stack applied to a corpus): the first bad line raises
     DataError, where `load_predictions` lists every one; a repeated id is the caller's to
@@ -94,7 +94,7 @@ def iter_predictions(path: str | Path) -> Iterator[Prediction]:
             pred = _row_prediction(row, path, line, None, problems)
             if pred is None:
                 raise DataError(problems)
-            yield pred
+            yield line, pred
 
 
 def _row_prediction(

@@ -34,7 +34,7 @@ from mushroom.data.predictions import iter_predictions, prediction_span_problems
 from mushroom.data.records import ChannelRecord, Item, Prediction
 from mushroom.data.runfolder import FailureCheck, run_scope
 from mushroom.data.spans import soft_to_vector
-from mushroom.errors import DataError, MushroomError
+from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.util.words import no_prediction
 
 # Items whose features are built and scored at a time. A chunk's feature matrices (a few
@@ -61,6 +61,15 @@ class _Predictions:
         self.path = path
         self.records = iter_predictions(path)
         self.waiting: dict[str, Prediction] = {}  # read ahead of their items
+        self.line_of: dict[str, int] = {}  # every id read so far: a repeat is refused, as everywhere
+
+    def _read(self) -> Iterator[Prediction]:
+        for line, pred in self.records:
+            first = self.line_of.setdefault(pred.id, line)
+            if first != line:
+                said = f"duplicate id {pred.id!r} (first on line {first})"
+                raise DataError([Problem(str(self.path), line, "id", said)])
+            yield pred
 
     def take(self, ids: list[str]) -> dict[str, Prediction]:
         """The predictions of `ids` found in the file (a missing id reads the file to its end)."""
@@ -69,14 +78,17 @@ class _Predictions:
             if item_id in self.waiting:
                 out[item_id] = self.waiting.pop(item_id)
                 continue
-            for pred in self.records:
+            for pred in self._read():
                 if pred.id == item_id:
                     out[item_id] = pred
                     break
-                if pred.id in self.waiting:
-                    raise DataError.single(self.path, None, "id", f"duplicate id {pred.id!r}")
                 self.waiting[pred.id] = pred
         return out
+
+    def finish(self) -> None:
+        """Reads the rest of the file: a repeated id after the last item's was never seen."""
+        for _ in self._read():
+            pass
 
 
 class _Channels:
@@ -146,11 +158,13 @@ class _MemberStream:
             )
             raise DataError.single(self.path, None, None, f"{no_prediction(missing, total=len(ids))}{hint}")
         # spans past an answer's end are refused, as `ensemble` and `Member.load` refuse them
-        where = (str(self.path), None)
+        line_of = self.predictions.line_of
         wrong = [
             p
             for it in items
-            for p in prediction_span_problems(preds[it.id], len(it.model_output_text), where)
+            for p in prediction_span_problems(
+                preds[it.id], len(it.model_output_text), (str(self.path), line_of.get(it.id))
+            )
         ]
         if wrong:
             raise DataError(wrong)
@@ -209,6 +223,8 @@ def iter_apply_stack(
             emptied: list[str] = []
             preds = stack_predictions(model, StackData(batch, feats), emptied)
             yield StackChunk(lang, batch, preds, emptied)
+        for stream in streams[lang]:
+            stream.predictions.finish()
         del streams[lang]  # its files' handles and read-ahead go with it
         for note in use.lost(model.channel_use) if warn is not None else []:
             warn(note)
