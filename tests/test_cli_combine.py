@@ -633,3 +633,17 @@ def test_a_stack_apply_stopped_part_way_does_only_the_languages_it_had_not_writt
     code, shown, err = cli(capsys, *apply)
     assert code == 0 and "resuming: de written" in " ".join((shown + err).split())
     assert en.stat().st_mtime_ns != old and en.read_text() == first[en]
+
+
+def test_a_vote_of_one_run_says_that_it_loses_the_runs_probabilities(tmp_path, capsys):
+    """Each probability became 1.0 and Cor fell (0.39 -> 0.36 in an audit), without a word."""
+    rows = [{"id": r["id"], "soft_labels": [{"start": 0, "end": 2, "prob": 0.7}]} for r in GOLD_ROWS]
+    pred = write_lines(tmp_path / "p.jsonl", rows)
+    code, _, err = cli(capsys, "ensemble", pred, "--out", tmp_path / "o.jsonl")
+    said = " ".join(err.split())
+    assert code == 0 and "one run: each character's vote share is 0 or 1" in said, said
+    written = json.loads((tmp_path / "o.jsonl").read_text().splitlines()[0])
+    assert written["soft_labels"][0]["prob"] == 1.0
+    code, _, err = cli(capsys, "ensemble", pred, "--out", tmp_path / "m.jsonl", "--soft", "mean")
+    assert code == 0 and "one run" not in err
+    assert json.loads((tmp_path / "m.jsonl").read_text().splitlines()[0])["soft_labels"][0]["prob"] == 0.7

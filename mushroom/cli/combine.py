@@ -84,6 +84,12 @@ def ensemble(
     _check_inputs(preds, bool(lang or split))
     preds = run_inputs(preds, lang, split)
     _check_out(out, preds)
+    if len(preds) == 1 and mode is SoftMode.vote:
+        # a vote of one run is 1.0 wherever it flagged: its probabilities were lost, unsaid
+        print_warning(
+            "one run: each character's vote share is 0 or 1, so the run's own probabilities are lost "
+            "(Cor falls); give two runs or more, or --soft mean to keep them"
+        )
     item_list = load_items_option(items) if items else None
     combined = vote_files(preds, out, item_list, threshold, mode)
     what = f"{plural(len(combined), 'prediction')} from {plural(len(preds), 'run')}"
