@@ -601,7 +601,9 @@ def test_a_member_name_must_be_one_a_table_and_a_file_can_hold(tmp_path):
     assert [m.name for m in kept] == ["llm+ctx", "lex v2", "détection"]
 
 
-def test_a_stack_apply_stopped_part_way_does_only_the_languages_it_had_not_written(tmp_path, capsys):
+def test_a_stack_apply_stopped_part_way_does_only_the_languages_it_had_not_written(
+    tmp_path, capsys, monkeypatch
+):
     """Its Ctrl-C said the same command would go on where it stopped; the re-run did every
     language again (a kill/resume audit: 106 s against 108 s for 20,000 items)."""
     import os
@@ -633,6 +635,13 @@ def test_a_stack_apply_stopped_part_way_does_only_the_languages_it_had_not_writt
     code, shown, err = cli(capsys, *apply)
     assert code == 0 and "resuming: de written" in " ".join((shown + err).split())
     assert en.stat().st_mtime_ns != old and en.read_text() == first[en]
+    # the same command from another folder, its member spelt relative to it, resumes too
+    de.unlink()
+    earlier = en.stat().st_mtime - 60  # the member as it was before en was written
+    os.utime(member, (earlier, earlier))
+    monkeypatch.chdir(tmp_path)
+    code, shown, err = cli(capsys, "stack", "apply", "stack.json", "lex=run", *args, "--out", out)
+    assert code == 0 and "resuming: en written" in " ".join((shown + err).split()), err
 
 
 def test_a_vote_of_one_run_says_that_it_loses_the_runs_probabilities(tmp_path, capsys):

@@ -102,10 +102,11 @@ def apply_stack_run(
     config = {
         "job": "stack-apply",
         "stack": model.model_dump(mode="json"),
-        "members": [f"{m.name}={m.path}" for m in members],
+        # absolute: the same command from another folder (ac/lex, /tmp/ac/lex) resumes it
+        "members": [f"{m.name}={m.path.resolve()}" for m in members],
         "split": split,
         "langs": langs,
-        **({"items": str(items_file)} if items_file is not None else {}),
+        **({"items": str(Path(items_file).resolve())} if items_file is not None else {}),
         **made_from(items_file),
     }
     data: Mapping[str, Iterable[Item]] = (
