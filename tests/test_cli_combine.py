@@ -656,3 +656,14 @@ def test_a_vote_of_one_run_says_that_it_loses_the_runs_probabilities(tmp_path, c
     code, _, err = cli(capsys, "ensemble", pred, "--out", tmp_path / "m.jsonl", "--soft", "mean")
     assert code == 0 and "one run" not in err
     assert json.loads((tmp_path / "m.jsonl").read_text().splitlines()[0])["soft_labels"][0]["prob"] == 0.7
+
+
+def test_stack_apply_into_a_members_own_folder_is_refused_as_such(tmp_path, capsys):
+    """It printed a seven-line config diff ("job: detect -> stack-apply") instead of the reason."""
+    run, stack = _english_stack(tmp_path, capsys)
+    for out in (run, run / "stacked"):
+        code, _, err = cli(
+            capsys, "stack", "apply", stack, f"lex={run}", "--split", "val", "--lang", "en", "--out", out
+        )
+        said = " ".join(err.split())
+        assert code == 2 and f"--out {out} is inside the run folder {run}" in said, said

@@ -220,4 +220,7 @@ def stack_apply(
         raise MushroomError(f"--items {items_file} replaces --split {split}: give one of them")
     if items_file is not None:
         items_option(items_file)  # a JSONL file, or a folder of Dataset.save_to_disk
-    apply_stack_run(model, parse_members(members), out, split, lang, reporter(), items_file)
+    parsed = parse_members(members)
+    # a member's own folder as --out was refused as "another config", with a diff of the two
+    refuse_out_in_runs(out, [m.path for m in parsed], "the stack's predictions")
+    apply_stack_run(model, parsed, out, split, lang, reporter(), items_file)
