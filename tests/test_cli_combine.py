@@ -667,3 +667,32 @@ def test_stack_apply_into_a_members_own_folder_is_refused_as_such(tmp_path, caps
         )
         said = " ".join(err.split())
         assert code == 2 and f"--out {out} is inside the run folder {run}" in said, said
+
+
+def test_a_stack_fitted_on_plain_files_says_it_reads_none_of_a_runs_evidence(tmp_path, capsys):
+    """Fitted on a folder of prediction files, applied to a lexical run: 31 features of 53,
+    the run's channels unread, exit 0 and no word (audit)."""
+    import shutil
+
+    run, _ = _english_stack(tmp_path, capsys)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    shutil.copy(run / "predictions" / "mushroom.en-val.v2.jsonl", plain)
+    stack = tmp_path / "plain.json"
+    code, _, err = cli(capsys, "stack", "fit", f"lex={plain}", "--lang", "en", "--out", stack)
+    assert code == 0, err
+    code, _, err = cli(
+        capsys,
+        "stack",
+        "apply",
+        stack,
+        f"lex={run}",
+        "--split",
+        "val",
+        "--lang",
+        "en",
+        "--out",
+        tmp_path / "o",
+    )
+    said = " ".join(err.split())
+    assert code == 0 and "member 'lex': the stack was fitted on plain prediction files for it" in said, said

@@ -508,7 +508,7 @@ def apply_stack(
     evidence channels. For a corpus too large to hold, `mushroom.combine.stack.stream`
     applies the same model a chunk at a time.
     """
-    members, channels = applicable_channels(model, members)
+    members, channels = applicable_channels(model, members, warn)
     stack_data, _, _ = load_stack_data(
         members, split, data, channels, model.languages, model.channels_by_lang, warn
     )
@@ -523,7 +523,9 @@ def apply_stack(
     return out
 
 
-def applicable_channels(model: StackModel, members: list[Member]) -> tuple[list[Member], list[list[str]]]:
+def applicable_channels(
+    model: StackModel, members: list[Member], warn: Callable[[str], None] | None = None
+) -> tuple[list[Member], list[list[str]]]:
     """The members the model reads and their channels, once the members given are checked to fit it.
 
     The same members (names, order, detectors) and the same feature columns as when it was
@@ -546,6 +548,13 @@ def applicable_channels(model: StackModel, members: list[Member]) -> tuple[list[
             raise MushroomError(
                 f"member {member.name!r} was fitted on a run of the {detector!r} detector; {member.path} is "
                 f"a run of {given!r}"
+            )
+        if detector is None and given is not None and member.name in model.members and warn is not None:
+            # fitted on a folder of plain files: the run's evidence went unread, unsaid
+            warn(
+                f"member {member.name!r}: the stack was fitted on plain prediction files for it, so it reads "
+                f"only the predictions of {member.path}, a {given} run, and none of its evidence channels; "
+                "fit the stack on that run to use them"
             )
     members = [m for m in members if m.name in model.members]
     channels = [model.channels[m.name] for m in members]

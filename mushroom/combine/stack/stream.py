@@ -206,7 +206,7 @@ def iter_apply_stack(
         Each chunk's items and predictions, language by language, in the items' order.
     """
     size = chunk_items or CHUNK_ITEMS
-    members, channels = applicable_channels(model, members)
+    members, channels = applicable_channels(model, members, warn)
     streams = {lang: [_MemberStream(m, split, lang) for m in members] for lang in data}
     found = [{lang: sorted(streams[lang][k].channels.names) for lang in data} for k in range(len(members))]
     check_channels(members, split, channels, found, model.channels_by_lang, warn)
