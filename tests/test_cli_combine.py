@@ -591,6 +591,8 @@ def test_a_member_name_must_be_one_a_table_and_a_file_can_hold(tmp_path):
     for spec in ("..", "runs/we|ird"):  # named after the folder
         with pytest.raises(MushroomError, match="the name is the folder's: name it with NAME=PATH"):
             parse_members([spec])
+    with pytest.raises(MushroomError, match="no run folder after '='"):  # it read the current folder
+        parse_members(["lexical="])
     (tmp_path / "lex-1").mkdir()
     assert [m.name for m in parse_members([str(tmp_path / "lex-1"), f"sem_2={tmp_path}"])] == [
         "lex-1",

@@ -169,6 +169,8 @@ def parse_members(specs: list[str]) -> list[Member]:
             if ":" in spec and not Path(spec).exists():  # `lexical:runs/LEX` was "no val prediction files"
                 raise MushroomError(f"member {spec!r}: no such folder; name a member with '=': NAME=RUN_DIR")
             path, name = spec, Path(spec).name
+        if not path.strip():  # `lexical=` read the current folder as the run
+            raise MushroomError(f"member {spec!r}: no run folder after '='; give NAME=RUN_DIR")
         # a name heads a table's column and is written in stack.json: '' made an empty header
         # (and `stack apply =RUN`), 'a|b' broke the Markdown tables
         problem = _member_name_problem(name)
