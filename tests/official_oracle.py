@@ -64,6 +64,8 @@ def _cor(ref, pred):
 def official_scores(ref_path, pred_path):
     refs, preds = _records(ref_path, True), _records(pred_path, False)
     assert len(refs) == len(preds)
+    # as the official scorer does: a file of other ids (another language's) stops it
+    assert all(r["id"] == p["id"] for r, p in zip(refs, preds)), "the files' ids differ"
     ious = np.array([_iou(r, p) for r, p in zip(refs, preds)])
     cors = np.array([_cor(r, p) for r, p in zip(refs, preds)])
     return ious.mean(), cors.mean()
