@@ -47,6 +47,9 @@ def test_every_problem_is_listed(tmp_path, item_rows):
     assert "p.jsonl:3: field 'id': id 'zzz' is not among the items" in text
     assert "p.jsonl:4: invalid JSON: Unterminated string starting at column 8" in text
     assert "p.jsonl:5: id 't-2': field 'soft_labels.0.prob'" in text
+    # in file order: the unreadable line 4 came before lines 1-3
+    lines = [p.line for p in report.errors if p.line is not None]
+    assert lines == sorted(lines) and lines[0] == 1, lines
 
 
 def test_overlaps_and_inconsistent_hard_labels_are_errors(tmp_path, item_rows):
@@ -181,3 +184,15 @@ def test_a_file_named_for_another_language_than_its_items_is_refused(tmp_path, c
     code, _, err = cli(capsys, "check", renamed, "--items", items)
     said = " ".join(err.split())
     assert code == 1 and "its name says language 'de', but the items of" in said and "are 'en'" in said, said
+
+
+def test_check_shows_the_first_hundred_warnings_and_counts_the_rest(tmp_path, capsys):
+    """429 "hard spans overlap or are unsorted" lines were printed, where errors stop at 100."""
+    from cli_helpers import GOLD_ROWS, cli
+    from conftest import VAL_EN
+
+    rows = [{"id": r["id"], "hard_labels": [[6, 7], [4, 5], [2, 3], [0, 1]]} for r in GOLD_ROWS]
+    pred = write_lines(tmp_path / "p.jsonl", rows)
+    code, _, err = cli(capsys, "check", pred, "--items", VAL_EN)
+    assert code == 0 and err.count("hard spans overlap or are unsorted") == 100, err[-500:]
+    assert f"... and {3 * len(rows) - 100} more (the first 100 are shown)" in err

@@ -286,8 +286,12 @@ def check(
             "rename it, or give the items of its language",
         )
     report = check_file(pred, item_list, strict=strict, partial=partial)
-    for problem in report.warnings:
+    for problem in report.warnings[:MAX_ERRORS_SHOWN]:
         print_warning(str(problem))
+    if len(report.warnings) > MAX_ERRORS_SHOWN:  # 429 "hard spans overlap" lines were printed
+        print_warning(
+            f"... and {len(report.warnings) - MAX_ERRORS_SHOWN} more (the first {MAX_ERRORS_SHOWN} are shown)"
+        )
     errors = report.errors
     strangers = report.unknown_ids
     if errors and strangers and strangers >= report.n_lines / 2:

@@ -283,5 +283,6 @@ def check_file(
     rows = list(iter_json_lines(Path(path), problems, parse_float=ujson_float, parse_int=ujson_int))
     report = check_rows(rows, items, str(path), strict, partial)
     report.n_lines += len({p.line for p in problems if p.line is not None})  # unreadable lines were read too
-    report.errors = bom + problems + report.errors
+    # in file order: unreadable lines were listed before the rest (5, 6, 7, 8, then 4)
+    report.errors = sorted(bom + problems + report.errors, key=lambda p: (p.line is None, p.line or 0))
     return report
