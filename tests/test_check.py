@@ -196,3 +196,48 @@ def test_check_shows_the_first_hundred_warnings_and_counts_the_rest(tmp_path, ca
     code, _, err = cli(capsys, "check", pred, "--items", VAL_EN)
     assert code == 0 and err.count("hard spans overlap or are unsorted") == 100, err[-500:]
     assert f"... and {3 * len(rows) - 100} more (the first 100 are shown)" in err
+
+
+def test_a_whole_submission_zip_is_checked_as_it_would_be_uploaded(tmp_path, capsys):
+    """`check submission.zip` read the zip as one JSONL file; a participant about to upload
+    asks whether every language's file is there, named for it and right for its items."""
+    import zipfile
+
+    from cli_helpers import cli
+
+    from mushroom.data.splits import load_split
+
+    test = load_split("test", ["en", "de"])
+    lines = {
+        lang: "".join(f'{{"id": "{it.id}", "hard_labels": []}}\n' for it in its) for lang, its in test.items()
+    }
+    good = tmp_path / "good.zip"
+    with zipfile.ZipFile(good, "w") as z:
+        z.writestr("mushroom.en-tst.v1.jsonl", lines["en"])
+        z.writestr("mushroom.de-tst.v1.jsonl", lines["de"])
+    code, out, err = cli(capsys, "check", good)
+    said = " ".join((out + err).split())
+    assert code == 0 and "OK (2 files," in said and "2 of the 14 test languages; none for ar, ca" in said, (
+        said
+    )
+    bad = tmp_path / "bad.zip"
+    with zipfile.ZipFile(bad, "w") as z:
+        z.writestr("sub/mushroom.en-tst.v1.jsonl", lines["en"])
+        z.writestr("mushroom.de-tst.v1.jsonl", lines["de"][: -len(lines["de"]) // 2])  # half its items
+        z.writestr("../../mushroom.fr-tst.v1.jsonl", lines["en"])  # English ids under French
+        z.writestr("notes.jsonl", "")
+    code, out, err = cli(capsys, "check", bad)
+    said = " ".join((out + err).split())
+    assert code == 1, said
+    assert "sub/mushroom.en-tst.v1.jsonl is in a sub-folder of the zip" in said
+    assert "mushroom.de-tst.v1.jsonl: field 'id': no prediction for" in said
+    assert "mushroom.fr-tst.v1.jsonl:1: field 'id': id 'tst-en-" in said
+    assert "notes.jsonl: its name names no language" in said
+    assert not (tmp_path.parent / "mushroom.fr-tst.v1.jsonl").exists()  # no entry picks a path
+    # a folder is checked the same way; a single file still needs its items
+    folder = tmp_path / "sub"
+    folder.mkdir()
+    (folder / "mushroom.en-tst.v1.jsonl").write_text(lines["en"])
+    assert cli(capsys, "check", folder)[0] == 0
+    code, _, err = cli(capsys, "check", folder / "mushroom.en-tst.v1.jsonl")
+    assert code == 2 and "give --items" in err

@@ -29,7 +29,7 @@ from mushroom.util.words import suggest
 @pytest.mark.parametrize(
     ("args", "code", "needle"),
     [
-        (["check", "{tmp}", "--items", VAL_EN], 2, "is a folder"),
+        (["check", "{tmp}", "--items", VAL_EN], 2, "no .jsonl file in the folder"),  # a folder: a submission
         (["check", "{tmp}/nope.jsonl", "--items", VAL_EN], 2, "no such file"),
         (["ensemble", VAL_EN, "--out", "{tmp}"], 2, "--out"),
         (["ensemble", VAL_EN, "--out", "{tmp}/o.jsonl", "--items", "{tmp}"], 2, "--items"),
@@ -111,7 +111,7 @@ def test_debug_shows_the_traceback(capsys):
 def test_debug_flag_through_the_real_command_line(tmp_path):
     args = [sys.executable, "-m", "mushroom", "--debug", "check", str(tmp_path), "--items", str(VAL_EN)]
     res = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
-    assert res.returncode == 2 and "Traceback" in res.stderr and "is a folder" in res.stderr
+    assert res.returncode == 2 and "Traceback" in res.stderr and "no .jsonl file in the folder" in res.stderr
     res = subprocess.run([a for a in args if a != "--debug"], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 2 and "Traceback" not in res.stderr
 

@@ -228,12 +228,70 @@ def _lines_with_text(path: Path) -> int:
 
 
 MAX_ERRORS_SHOWN = 100
+SUBMISSION_ERRORS_SHOWN = 10  # a file's, in a whole submission's check
 STRAY_SHOWN = 5  # lines whose id is not among the items, shown when most are (a wrong items file)
 
 
+def _check_submission(path: Path, items: Path | None, strict: bool) -> None:
+    """`check` of a zip or folder: each file's problems, then what is wrong with the set."""
+    from mushroom.cli.tables import plain_table
+    from mushroom.evaluation.submission_check import check_submission
+    from mushroom.runs.reporter import Table
+
+    item_list = load_items_option(items) if items is not None else None
+    report = check_submission(path, item_list, strict)
+    for problem in report.warnings:
+        print_warning(str(problem))
+    for problem in report.errors:
+        err_console.print(f"[red]error:[/red] {esc(problem)}", highlight=False, soft_wrap=True)
+    for lang, (name, file_report) in sorted(report.files.items()):
+        if file_report.unknown_ids >= max(file_report.n_lines, 1) / 2:  # the diagnosis, not 150 lines of it
+            print_warning(
+                f"{name}: {file_report.unknown_ids} of {file_report.n_lines} ids are not among the {lang!r} "
+                "items: is it another language's file?"
+            )
+        for problem in file_report.errors[:SUBMISSION_ERRORS_SHOWN]:  # the temporary copy's path: the name
+            said = str(problem).replace(str(problem.path), name, 1)
+            err_console.print(f"[red]error:[/red] {esc(said)}", highlight=False, soft_wrap=True)
+        if len(file_report.errors) > SUBMISSION_ERRORS_SHOWN:
+            more = len(file_report.errors) - SUBMISSION_ERRORS_SHOWN
+            err_console.print(f"... and {more} more errors in {esc(name)}", highlight=False)
+        if file_report.warnings:
+            many = plural(len(file_report.warnings), "warning")
+            print_warning(f"{name}: {many} (check the file on its own, with --items, to see them)")
+    rows = [
+        [lang, name, file_report.n_lines, "ok" if file_report.ok else file_report.summary()]
+        for lang, (name, file_report) in sorted(report.files.items())
+    ]
+    out_console.print(
+        plain_table(Table(f"{path}", columns=["lang", "file", "predictions", "check"], rows=rows))
+    )
+    if not report.ok:
+        bad = sum(not r.ok for _, r in report.files.values())
+        parts = [f"{plural(bad, 'file')} with errors"] if bad else []
+        parts += [f"{plural(len(report.errors), 'problem')} of the set of files"] if report.errors else []
+        err_console.print(f"{esc(path)}: {', '.join(parts)}", highlight=False)
+        raise typer.Exit(1)
+    n = sum(r.n_lines for _, r in report.files.values())
+    out_console.print(
+        f"{esc(path)}: OK ({plural(len(report.files), 'file')}, {plural(n, 'prediction')})", highlight=False
+    )
+
+
 def check(
-    pred: Annotated[Path, typer.Argument(metavar="PRED", help="prediction JSONL file")],
-    items: Annotated[Path, typer.Option("--items", help="the items file the predictions are for")],
+    pred: Annotated[
+        Path,
+        typer.Argument(
+            metavar="PRED", help="prediction JSONL file, or a whole submission: its zip or folder"
+        ),
+    ],
+    items: Annotated[
+        Path | None,
+        typer.Option(
+            "--items",
+            help="the items file the predictions are for (a submission's: the split its file names say)",
+        ),
+    ] = None,
     strict: Annotated[
         bool,
         typer.Option(
@@ -251,12 +309,22 @@ def check(
         ),
     ] = False,
 ) -> None:
-    """Validate a prediction file against its items; exits 1 listing every problem."""
+    """Validate a prediction file against its items; exits 1 listing every problem.
+
+    Given a zip or a folder, checks the whole submission as it would be uploaded: one file per
+    language, each named for it and right for that language's items, and the languages missing.
+    """
     from mushroom.data.predictions import items_of_file, load_predictions, prediction_file_lang
     from mushroom.data.runfolder import FailureCheck
     from mushroom.evaluation.check import UNKNOWN_ID, check_file
+    from mushroom.evaluation.submission_check import is_submission
 
+    if pred.exists() and is_submission(pred):
+        _check_submission(pred, items, strict)
+        return
     input_file(pred, "PRED")
+    if items is None:
+        raise MushroomError("give --items ITEMS.jsonl: the items file the predictions are for")
     try:
         item_list = load_items_option(items)
     except DataError as exc:

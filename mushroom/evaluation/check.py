@@ -282,6 +282,9 @@ def check_file(
     # numbers read as the official scorer reads them: one it cannot hold fails the upload
     rows = list(iter_json_lines(Path(path), problems, parse_float=ujson_float, parse_int=ujson_int))
     report = check_rows(rows, items, str(path), strict, partial)
+    if problems and not rows:  # a gzip, UTF-16 or JSON array: "no prediction for" every item hid why
+        report.errors = [e for e in report.errors if not e.message.startswith("no prediction for")]
+        report.missing = []
     report.n_lines += len({p.line for p in problems if p.line is not None})  # unreadable lines were read too
     # in file order: unreadable lines were listed before the rest (5, 6, 7, 8, then 4)
     report.errors = sorted(bom + problems + report.errors, key=lambda p: (p.line is None, p.line or 0))
