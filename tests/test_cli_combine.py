@@ -628,6 +628,7 @@ def test_a_stack_apply_stopped_part_way_does_only_the_languages_it_had_not_writt
     code, shown, err = cli(capsys, *apply)
     said = " ".join((shown + err).split())
     assert code == 0 and "resuming: en written by an earlier run of the same command" in said, said
+    assert "wrote 1 prediction file to" in said and "(1 kept from the earlier run)" in said, said
     assert en.stat().st_mtime_ns == old and {p: p.read_text() for p in (en, de)} == first
     assert json.loads((out / "scores.json").read_text())  # both languages scored again
     # a member run again since the file was written: its language is done again

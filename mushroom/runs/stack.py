@@ -137,7 +137,11 @@ def apply_stack_run(
     files = {lang: files[lang] for lang in sorted(files)}
     for warning in told:  # what later chunks said (a warning is kept once)
         service.warn(warning)
-    reporter.message(f"wrote {plural(len(files), 'prediction file')} to {out}")
+    written = len(files) - len(kept)  # a resumed run's kept files were not written again
+    reporter.message(
+        f"wrote {plural(written, 'prediction file')} to {out}"
+        + (f" ({len(kept)} kept from the earlier run)" if kept else "")
+    )
     fitted = [lang for lang in model.cv if lang != "mean"] or model.languages
     unseen = sorted(set(data) - set(fitted)) if fitted else []
     if unseen:
