@@ -699,3 +699,13 @@ def test_a_stack_fitted_on_plain_files_says_it_reads_none_of_a_runs_evidence(tmp
     )
     said = " ".join(err.split())
     assert code == 0 and "member 'lex': the stack was fitted on plain prediction files for it" in said, said
+
+
+def test_sweep_names_the_csv_it_writes_beside_its_plot(tmp_path, capsys):
+    """It replaced an existing plot.csv and said only "plot: plot.svg" (audit)."""
+    run, _ = _english_stack(tmp_path, capsys)
+    svg = tmp_path / "mine" / "plot.svg"
+    code, out, err = cli(capsys, "sweep", run, "--lang", "en", "--svg", svg)
+    said = " ".join(out.split())
+    assert code == 0 and f"plot: {svg} (its numbers: {svg.with_suffix('.csv')})" in said, said + err
+    assert svg.with_suffix(".csv").read_text().startswith("threshold")

@@ -249,6 +249,7 @@ def sweep(
         if svg
         else workspace() / "eval" / f"sweep-{timestamp()}.svg"
     )
+    numbers = output_file(path.with_suffix(".csv"), "--svg's .csv", [*runs, items])  # written beside it
     if items is not None:
         from mushroom.data.runfolder import FailureCheck, items_files, refuse_edited_answers
 
@@ -276,8 +277,9 @@ def sweep(
         highlight=False,
     )
     atomic_write_text(path, sweep_svg(rows, f"{split}: {' + '.join(r.name for r in runs)}"))
-    atomic_write_text(path.with_suffix(".csv"), rows_csv(rows))
-    out_console.print(f"plot: {esc(path)}", highlight=False)
+    atomic_write_text(numbers, rows_csv(rows))
+    # the .csv was written over, unsaid: both files are named
+    out_console.print(f"plot: {esc(path)} (its numbers: {esc(numbers)})", highlight=False)
 
 
 def report(
