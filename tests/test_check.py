@@ -239,5 +239,10 @@ def test_a_whole_submission_zip_is_checked_as_it_would_be_uploaded(tmp_path, cap
     folder.mkdir()
     (folder / "mushroom.en-tst.v1.jsonl").write_text(lines["en"])
     assert cli(capsys, "check", folder)[0] == 0
+    (folder / "mushroom.en-tst.v1.jsonl").write_text(
+        lines["en"][: len(lines["en"]) // 2].rsplit("\n", 1)[0] + "\n"
+    )
+    assert cli(capsys, "check", folder)[0] == 1
+    assert cli(capsys, "check", folder, "--partial")[0] == 0  # a --limit run's files, checked as a set
     code, _, err = cli(capsys, "check", folder / "mushroom.en-tst.v1.jsonl")
     assert code == 2 and "give --items" in err

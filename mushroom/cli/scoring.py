@@ -232,14 +232,14 @@ SUBMISSION_ERRORS_SHOWN = 10  # a file's, in a whole submission's check
 STRAY_SHOWN = 5  # lines whose id is not among the items, shown when most are (a wrong items file)
 
 
-def _check_submission(path: Path, items: Path | None, strict: bool) -> None:
+def _check_submission(path: Path, items: Path | None, strict: bool, partial: bool) -> None:
     """`check` of a zip or folder: each file's problems, then what is wrong with the set."""
     from mushroom.cli.tables import plain_table
     from mushroom.evaluation.submission_check import check_submission
     from mushroom.runs.reporter import Table
 
     item_list = load_items_option(items) if items is not None else None
-    report = check_submission(path, item_list, strict)
+    report = check_submission(path, item_list, strict, partial)
     for problem in report.warnings:
         print_warning(str(problem))
     for problem in report.errors:
@@ -320,7 +320,7 @@ def check(
     from mushroom.evaluation.submission_check import is_submission
 
     if pred.exists() and is_submission(pred):
-        _check_submission(pred, items, strict)
+        _check_submission(pred, items, strict, partial)
         return
     input_file(pred, "PRED")
     if items is None:

@@ -46,7 +46,9 @@ def is_submission(path: Path) -> bool:
     return path.is_dir() or (path.is_file() and zipfile.is_zipfile(path))
 
 
-def check_submission(path: Path, items: list[Item] | None, strict: bool = False) -> SubmissionReport:
+def check_submission(
+    path: Path, items: list[Item] | None, strict: bool = False, partial: bool = False
+) -> SubmissionReport:
     """Checks every per-language file of a zip or folder against its language's items.
 
     Args:
@@ -54,6 +56,7 @@ def check_submission(path: Path, items: list[Item] | None, strict: bool = False)
         items: the items the files are for (any languages); None reads them from the split
             the file names say (`-tst.v1`: test, `-val.v2`: val).
         strict: also report keys the official scorer ignores.
+        partial: accept files that predict only some of their items (a --limit run); no upload.
 
     Raises:
         MushroomError: the archive cannot be read, holds no .jsonl file, or would unpack too large.
@@ -95,7 +98,7 @@ def check_submission(path: Path, items: list[Item] | None, strict: bool = False)
                     )
                 )
                 continue
-            report.files[lang] = (names[0], check_file(found[names[0]], items_by_lang[lang], strict))
+            report.files[lang] = (names[0], check_file(found[names[0]], items_by_lang[lang], strict, partial))
         if items is None and len(splits) == 1:
             from mushroom.data.splits import split_files
 
