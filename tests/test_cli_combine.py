@@ -123,6 +123,13 @@ def test_a_hand_edited_stack_json_is_named_field_by_field_not_an_internal_error(
         said = " ".join(err.split())
         assert code == 1 and needle in said and str(stack) in said, (edit, err)
         assert "internal error" not in said
+    stack.write_text(json.dumps({**saved, "languages": ["en", "xx"]}))  # it said "this version makes"
+    code, _, err = cli(capsys, *apply)
+    assert code == 2 and "a stack.json edited by hand or saved by another version" in " ".join(err.split())
+    cut = {k: v for k, v in saved.items() if k != "threshold"}  # "not a stack.json" named nothing
+    stack.write_text(json.dumps(cut))
+    code, _, err = cli(capsys, *apply)
+    assert code == 1 and "field 'threshold': missing from the stack.json: threshold" in " ".join(err.split())
     linear["coef"] = linear["coef"][:3]
     tree["left"][0] = 0  # a loop back to the root
     stack.write_text(json.dumps(saved))

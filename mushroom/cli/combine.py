@@ -182,7 +182,12 @@ def _load_stack(path: Path) -> StackModel:
             path, None, None, f"not a stack.json ({what}: {found}); fit one with `mushroom stack fit`"
         ) from None
     required = {name for name, info in StackModel.model_fields.items() if info.is_required()}
-    if not isinstance(raw, dict) or not required <= raw.keys():
+    missing = sorted(required - raw.keys()) if isinstance(raw, dict) else sorted(required)
+    if missing and len(missing) <= len(required) // 2:  # a stack.json with a field cut out: name it
+        raise DataError.single(
+            path, None, missing[0], f"missing from the stack.json: {', '.join(missing)}; fit it again"
+        )
+    if missing:
         raise DataError.single(path, None, None, "not a stack.json (fit one with `mushroom stack fit`)")
     try:
         return StackModel.model_validate(raw)

@@ -561,8 +561,9 @@ def applicable_channels(
     columns = feature_names(model.members, channels, model.languages)
     if columns != model.features:
         raise MushroomError(
-            f"the stack was fitted with other features ({len(model.features)} columns, this version "
-            f"makes {len(columns)}); fit it again with `mushroom stack fit`"
+            f"the stack lists {len(model.features)} feature columns, and its members, channels and "
+            f"languages make {len(columns)} with this version: a stack.json edited by hand or saved "
+            "by another version; fit it again with `mushroom stack fit`"
         )
     if model.scorer is None:
         raise MushroomError("the stack was saved by an older version; fit it again with `mushroom stack fit`")
