@@ -733,3 +733,28 @@ def test_a_wrong_type_in_a_span_names_its_field_and_value(tmp_path, capsys):
     assert code == 1 and "field 'soft_labels.0.start': true is not an integer" in said, said
     assert "field 'soft_labels.0.prob': \"0.5\" is not a number" in said
     assert "field 'hard_labels.0': must be [start, end] integers, not [31]" in said
+
+
+def test_a_folder_with_two_bad_files_names_both_at_once(tmp_path, capsys):
+    """With the de and fr files swapped, score said de; fixed, it said fr (an audit)."""
+    import shutil
+
+    from mushroom.data.splits import split_files
+
+    val = split_files("val")
+    folder = tmp_path / "pred"
+    folder.mkdir()
+    for lang in ("en", "de", "fr"):
+        rows = [
+            {"id": json.loads(line)["id"], "hard_labels": []} for line in val[lang].read_text().splitlines()
+        ]
+        write_lines(folder / f"mushroom.{lang}-val.v2.jsonl", rows)
+    de, fr = folder / "mushroom.de-val.v2.jsonl", folder / "mushroom.fr-val.v2.jsonl"
+    shutil.move(de, tmp_path / "de")
+    shutil.move(fr, de)
+    shutil.move(tmp_path / "de", fr)
+    code, _, err = cli(capsys, "score", val["en"].parent, folder, "--langs", "en,de,fr")
+    said = " ".join(err.split())
+    assert code == 1 and "2 problems in input" in said, said
+    assert "mushroom.de-val.v2.jsonl: field 'id': none of its 50 ids" in said
+    assert "mushroom.fr-val.v2.jsonl: field 'id': none of its 50 ids" in said

@@ -442,10 +442,18 @@ def score_pairs(pairs: list[tuple[str, Path, Path]], partial: bool = False) -> S
 
     `partial` scores only the predicted gold items (see `score_loaded`).
     """
-    parts = []
+    parts, problems, code = [], [], 1
     for lang, g, p in pairs:
-        result = score_loaded(read_scoring_file(g, True), read_scoring_file(p, False), lang, partial)
-        parts.append(result)
+        # every file's problems at once: a folder with two bad files was said one file a run
+        try:
+            parts.append(score_loaded(read_scoring_file(g, True), read_scoring_file(p, False), lang, partial))
+        except DataError as exc:
+            if len(pairs) == 1:
+                raise
+            problems += exc.problems
+            code = max(code, exc.exit_code)
+    if problems:
+        raise DataError(problems, exit_code=code)
     return ScoreResult.concat(parts)
 
 
