@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -430,6 +431,10 @@ def pair_paths(
             f"{role} {pred} is a folder with no prediction file for GOLD {gold.name} "
             "(named like mushroom.en-val.v2.jsonl): give the prediction file itself, or GOLD's folder "
             f"{gold.parent} to score every language the two folders share"
+        )
+    if gold.is_dir() and zipfile.is_zipfile(pred):  # a submission as uploaded
+        raise MushroomError(
+            f"{role} {pred} is a zip archive: unzip it into a folder and score that folder against {gold}"
         )
     kinds = (
         f"GOLD is a {'folder' if gold.is_dir() else 'file'}, {role} a {'folder' if pred.is_dir() else 'file'}"
