@@ -220,6 +220,10 @@ def test_a_whole_submission_zip_is_checked_as_it_would_be_uploaded(tmp_path, cap
     assert code == 0 and "OK (2 files," in said and "2 of the 14 test languages; none for ar, ca" in said, (
         said
     )
+    from cli_helpers import VAL_DIR
+
+    code, _, err = cli(capsys, "score", VAL_DIR, good)  # it said "GOLD is a folder, PRED a file"
+    assert code == 2 and "is a zip archive: unzip it into a folder" in " ".join(err.split())
     bad = tmp_path / "bad.zip"
     with zipfile.ZipFile(bad, "w") as z:
         z.writestr("sub/mushroom.en-tst.v1.jsonl", lines["en"])
