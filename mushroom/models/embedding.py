@@ -144,17 +144,19 @@ def folder_window_limit(path: str) -> int | None:
     """`_limit` read from a model folder's JSON files, without loading the model."""
     import json
 
-    def read(name: str, key: str) -> object:
+    def read(name: str) -> dict:
         try:
-            return json.loads((Path(path) / name).read_text(encoding="utf-8")).get(key)
-        except (OSError, ValueError, AttributeError):
-            return None
+            found = json.loads((Path(path) / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
 
+    tokenizer, config = read("tokenizer_config.json"), read("config.json")  # each file once
     return _limit(
-        read("tokenizer_config.json", "model_max_length"),
-        read("config.json", "max_position_embeddings"),
-        read("config.json", "model_type"),
-        read("config.json", "pad_token_id"),
+        tokenizer.get("model_max_length"),
+        config.get("max_position_embeddings"),
+        config.get("model_type"),
+        config.get("pad_token_id"),
     )
 
 
