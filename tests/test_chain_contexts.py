@@ -1180,3 +1180,21 @@ def test_a_chain_batch_s_time_is_shared_by_its_items():
     seconds = [r.seconds for r in results]
     assert all(s is not None and s > 0.15 for s in seconds), seconds  # two stages, 0.6 s, over three
     assert max(seconds) - min(seconds) < 0.05, seconds
+
+
+@pytest.mark.parametrize("kind", ["llm", "chain"])
+def test_a_backend_given_to_a_detector_is_the_callers_to_close(kind):
+    """Both detectors share how they hold a backend: one given is used and recorded, never closed."""
+    from mushroom.detectors import detector_class
+
+    closed = []
+
+    class Closing(Scripted):
+        def close(self):
+            closed.append(True)
+
+    cls = detector_class(kind)
+    det = cls(cls.Options(cache=False), Closing({}))
+    assert det.built_backends() and det.backend is det.built_backends()[0]
+    det.close()
+    assert closed == [] and det.built_backends()  # still the caller's, still there

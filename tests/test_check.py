@@ -237,7 +237,27 @@ def test_a_whole_submission_zip_is_checked_as_it_would_be_uploaded(tmp_path, cap
     assert "mushroom.de-tst.v1.jsonl: field 'id': no prediction for" in said
     assert "mushroom.fr-tst.v1.jsonl:1: field 'id': id 'tst-en-" in said
     assert "notes.jsonl: its name names no language" in said
-    assert not (tmp_path.parent / "mushroom.fr-tst.v1.jsonl").exists()  # no entry picks a path
+    # a damaged entry, Finder's extras, files of two splits: said, not an internal error
+    odd = tmp_path / "odd.zip"
+    with zipfile.ZipFile(odd, "w") as z:
+        z.writestr("mushroom.en-tst.v1.jsonl", lines["en"])
+        z.writestr("__MACOSX/._mushroom.en-tst.v1.jsonl", "\x00")
+        z.writestr("mushroom.de-val.v2.jsonl", "{}\n")
+    data = bytearray(odd.read_bytes())
+    at = data.index(b'{"id": "tst-en-1"')
+    data[at + 3] ^= 0xFF  # the entry's bytes no longer match its CRC
+    odd.write_bytes(bytes(data))
+    code, out, err = cli(capsys, "check", odd)
+    said = " ".join((out + err).split())
+    assert code == 1 and "mushroom.en-tst.v1.jsonl cannot be read (Bad CRC-32" in said, said
+    assert "1 macOS Finder entries (__MACOSX/, ._*) not checked" in said and "internal error" not in said
+    mixed = tmp_path / "mixed.zip"
+    with zipfile.ZipFile(mixed, "w") as z:
+        z.writestr("mushroom.en-tst.v1.jsonl", lines["en"])
+        z.writestr("mushroom.de-val.v2.jsonl", "{}\n")
+        z.writestr("notes.jsonl", "")
+    said = " ".join(cli(capsys, "check", mixed)[2].split())
+    assert "files of more than one split: test, val" in said and "notes.jsonl: its name names no" in said
     # a folder is checked the same way; a single file still needs its items
     folder = tmp_path / "sub"
     folder.mkdir()

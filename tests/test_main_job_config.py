@@ -451,6 +451,9 @@ def test_a_quoted_number_among_a_configs_detector_options_is_refused(tmp_path):
         load_run_config(_write(tmp_path / "q.toml", text))
     said = str(err.value)
     assert "field 'detector.options.threshold': '0.5' is text, not a number" in said, said
-    assert "field 'detector.options.temperatures': ['0.5'] is text, not a number" in said, said
+    assert "field 'detector.options.temperatures.0': '0.5' is text, not a number" in said, said
+    with pytest.raises(DataError) as err:  # pydantic's own refusal is said once, not twice
+        load_run_config(_write(tmp_path / "q.toml", text.replace('"0.5",', '"abc",')))
+    assert [p.field for p in err.value.problems].count("detector.options.threshold") == 1
     fine = text.replace('"0.5"', "0.5")
     assert load_run_config(_write(tmp_path / "q.toml", fine)).detector.options["threshold"] == 0.5

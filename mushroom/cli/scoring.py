@@ -242,8 +242,12 @@ def _check_submission(path: Path, items: Path | None, strict: bool, partial: boo
     report = check_submission(path, item_list, strict, partial)
     for problem in report.warnings:
         print_warning(str(problem))
-    for problem in report.errors:
+    for problem in report.errors[:MAX_ERRORS_SHOWN]:  # 20,000 badly named entries printed each
         err_console.print(f"[red]error:[/red] {esc(problem)}", highlight=False, soft_wrap=True)
+    if len(report.errors) > MAX_ERRORS_SHOWN:
+        err_console.print(
+            f"... and {len(report.errors) - MAX_ERRORS_SHOWN} more problems of the set", highlight=False
+        )
     for lang, (name, file_report) in sorted(report.files.items()):
         if file_report.unknown_ids >= max(file_report.n_lines, 1) / 2:  # the diagnosis, not 150 lines of it
             print_warning(
@@ -263,9 +267,9 @@ def _check_submission(path: Path, items: Path | None, strict: bool, partial: boo
         [lang, name, file_report.n_lines, "ok" if file_report.ok else file_report.summary()]
         for lang, (name, file_report) in sorted(report.files.items())
     ]
-    out_console.print(
-        plain_table(Table(f"{path}", columns=["lang", "file", "predictions", "check"], rows=rows))
-    )
+    if rows:  # no file could be read: the errors said why
+        columns = ["lang", "file", "predictions", "check"]
+        out_console.print(plain_table(Table(f"{path}", columns=columns, rows=rows)))
     if not report.ok:
         bad = sum(not r.ok for _, r in report.files.values())
         parts = [f"{plural(bad, 'file')} with errors"] if bad else []

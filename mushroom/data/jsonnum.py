@@ -26,8 +26,9 @@ def _fits_64_bits(text: str, whole: int, negative: bool) -> None:
     if whole >= 2**64 or (negative and whole > 2**63):
         shown = text if len(text) <= 40 else text[:37] + "..."
         raise ValueError(
-            f"the number {shown} has more digits before its point than the official scorer's "
-            f"reader takes (pandas fails the whole file: 'Value is too {'small' if negative else 'big!'}')"
+            f"the number {shown} has a whole part beyond 64 bits (from -2**63 to 2**64 - 1), which the "
+            f"official scorer's reader cannot hold (pandas fails the whole file: 'Value is too "
+            f"{'small' if negative else 'big!'}')"
         )
 
 

@@ -173,13 +173,14 @@ def _unbacked_hard(
 ) -> tuple[int, int] | None:
     """The first hard span (index, character) over a character the soft labels give 0, if any.
 
-    Spans outside the answer or reversed are said by their own quirks; a later soft span's
-    probability wins where they overlap, as the official scorer paints them.
+    Hard spans outside the answer or reversed are said by their own quirks; a later soft
+    span's probability wins where they overlap, as the official scorer paints them.
     """
     probs = np.zeros(n)
     for start, end, prob in soft:
-        if 0 <= start < end <= n:
-            probs[start:end] = prob
+        # painted as the official scorer paints them, a negative index counting from the end
+        where = np.arange(max(start, -n), min(end, n))
+        probs[where] = prob
     for i, (start, end) in enumerate(hard):
         if 0 <= start < end <= n:
             zero = np.flatnonzero(probs[start:end] <= 0)

@@ -12,20 +12,28 @@ from __future__ import annotations
 
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from mushroom.data.predictions import prediction_file_lang
+from mushroom.data.predictions import prediction_file_lang, submission_name
 from mushroom.data.records import Item
-from mushroom.errors import MushroomError, Problem
+from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.evaluation.check import CheckReport, check_file
 
-# a zip whose files would unpack to more than this is refused before anything is written
-MAX_UNPACKED_BYTES = 4 * 2**30
+# a zip whose files would unpack to more than this is refused before anything is written: the
+# whole test split's submission is 1.7 MB, and a zip bomb of 1 GiB took 2 GB of memory
+MAX_UNPACKED_BYTES = 256 * 2**20
 
-_SPLIT_OF_NAME = {"-tst.v1.jsonl": "test", "-val.v2.jsonl": "val"}
+
+def _name_end(split: str) -> str:
+    """What a file name of `split` ends with after its language: "-tst.v1.jsonl" for test."""
+    return submission_name("xx", split).removeprefix("mushroom.xx")
+
+
+_SPLIT_OF_NAME = {_name_end(split): split for split in ("test", "val")}
 
 
 @dataclass
@@ -43,7 +51,8 @@ class SubmissionReport:
 
 def is_submission(path: Path) -> bool:
     """Whether `path` is a zip or a folder: a whole submission rather than one file."""
-    return path.is_dir() or (path.is_file() and zipfile.is_zipfile(path))
+    # by its name too: a truncated or empty .zip is no zip to zipfile, and no JSONL file either
+    return path.is_dir() or (path.is_file() and (path.suffix.lower() == ".zip" or zipfile.is_zipfile(path)))
 
 
 def check_submission(
@@ -59,18 +68,24 @@ def check_submission(
         partial: accept files that predict only some of their items (a --limit run); no upload.
 
     Raises:
-        MushroomError: the archive cannot be read, holds no .jsonl file, or would unpack too large.
+        MushroomError: a folder holds no .jsonl file.
+        DataError: the archive cannot be read, holds no .jsonl file, or would unpack too large.
     """
     report = SubmissionReport()
     where = str(path)
     with _files(path, report) as found:
+        if not found:  # every entry unreadable: each is said already
+            return report
         by_lang: dict[str, list[str]] = {}
         for name in found:
             lang = prediction_file_lang(name)
             if lang is None:
                 report.errors.append(
                     Problem(
-                        where, None, None, f"{name}: its name names no language (as mushroom.en-tst.v1.jsonl)"
+                        where,
+                        None,
+                        None,
+                        f"{_shown(name)}: its name names no language (as mushroom.en-tst.v1.jsonl)",
                     )
                 )
                 continue
@@ -89,6 +104,12 @@ def check_submission(
             report.errors.append(
                 Problem(where, None, None, f"files of more than one split: {', '.join(splits)}")
             )
+        if items is None and len(splits) != 1:  # said with what else is wrong, not instead of it
+            if len(splits) == 0:
+                report.errors.append(
+                    Problem(where, None, None, "no file name says a split (-tst.v1 or -val.v2): give --items")
+                )
+            return report
         items_by_lang = _items_by_lang(items, splits, sorted(by_lang))
         for lang, names in sorted(by_lang.items()):
             if lang not in items_by_lang:
@@ -122,64 +143,98 @@ def _items_by_lang(items: list[Item] | None, splits: list[str], langs: list[str]
         for item in items:
             out.setdefault(item.lang, []).append(item)
         return out
-    if len(splits) != 1:
-        raise MushroomError(
-            "the file names say no one split (-tst.v1 or -val.v2): give the items they are for with --items"
-        )
     from mushroom.data.splits import load_split, split_files
 
     return load_split(splits[0], [lang for lang in langs if lang in split_files(splits[0])])
 
 
+def _shown(name: str) -> str:
+    """An entry's name as data: control characters (a terminal escape) written as escapes."""
+    return name if name.isprintable() else ascii(name)[1:-1]
+
+
+def _is_mac_fork(name: str) -> bool:
+    """Whether an entry is one of the extras macOS Finder adds (`__MACOSX/`, `._NAME`)."""
+    return name.startswith("__MACOSX/") or PurePosixPath(name).name.startswith("._")
+
+
 @contextmanager
 def _files(path: Path, report: SubmissionReport) -> Iterator[dict[str, Path]]:
     """The submission's .jsonl files by name: a folder's own, or a zip's unpacked to a temporary folder."""
+    where = str(path)
     if path.is_dir():
-        found = {p.name: p for p in sorted(path.glob("*.jsonl"))}
+        from mushroom.evaluation.score import RUN_LISTS  # a run folder's failures.jsonl is no prediction file
+
+        found = {
+            p.name: p
+            for p in sorted(path.iterdir())
+            if p.is_file() and p.suffix.lower() == ".jsonl" and p.name not in RUN_LISTS
+        }
         if not found:
+            # a folder of something else: a slip of the path (exit 2), not a bad file
             raise MushroomError(f"{path}: no .jsonl file in the folder")
         yield found
         return
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
-        raise MushroomError(f"{path}: cannot be read as a zip ({exc})") from None
+        raise DataError.single(path, None, None, f"cannot be read as a zip ({exc})") from None
     with archive, tempfile.TemporaryDirectory(prefix="mushroom-check-") as tmp:
         entries = [info for info in archive.infolist() if not info.is_dir()]
-        jsonl = [info for info in entries if info.filename.lower().endswith(".jsonl")]
-        if not jsonl:
-            raise MushroomError(f"{path}: no .jsonl file in the zip (it holds {len(entries)} other entries)")
-        if sum(info.file_size for info in jsonl) > MAX_UNPACKED_BYTES:
-            raise MushroomError(f"{path}: its .jsonl files unpack to over {MAX_UNPACKED_BYTES // 2**30} GiB")
-        others = [info.filename for info in entries if info not in jsonl]
-        if others:
+        forks = [info for info in entries if _is_mac_fork(info.filename)]
+        if forks:
             report.warnings.append(
-                Problem(
-                    str(path),
-                    None,
-                    None,
-                    f"entries that are no .jsonl file, not checked: {', '.join(others[:5])}",
-                )
+                Problem(where, None, None, f"{len(forks)} macOS Finder entries (__MACOSX/, ._*) not checked")
             )
+        entries = [info for info in entries if info not in forks]
+        jsonl = [info for info in entries if info.filename.lower().endswith(".jsonl")]
+        others = [_shown(info.filename) for info in entries if info not in jsonl]
+        listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        if not jsonl:
+            held = f": it holds {listed}" if others else ": it is empty"
+            raise DataError.single(path, None, None, f"no .jsonl file in the zip{held}")
+        if sum(info.file_size for info in jsonl) > MAX_UNPACKED_BYTES:
+            limit = MAX_UNPACKED_BYTES // 2**20
+            raise DataError.single(
+                path, None, None, f"its .jsonl files unpack to over {limit} MiB; no submission is"
+            )
+        if others:
+            said = f"entries that are no .jsonl file, not checked: {listed}"
+            report.warnings.append(Problem(where, None, None, said))
         found: dict[str, Path] = {}
         for k, info in enumerate(jsonl):
-            name = PurePosixPath(info.filename).name
-            if info.filename != name:
-                report.warnings.append(
+            name = _shown(PurePosixPath(info.filename.replace("\\", "/")).name)
+            if info.filename != name:  # checked all the same: the fix is to zip it at the top
+                report.errors.append(
                     Problem(
-                        str(path),
+                        where,
                         None,
                         None,
-                        f"{info.filename} is in a sub-folder of the zip; an upload reads its top level",
+                        f"{_shown(info.filename)} is in a sub-folder of the zip; the upload reads the files "
+                        "at its top level (zip the files themselves, not their folder)",
                     )
                 )
             if name in found:
-                report.errors.append(Problem(str(path), None, None, f"two entries are named {name}"))
+                report.errors.append(Problem(where, None, None, f"two entries are named {_shown(name)}"))
                 continue
             # written under a name of our own (the entry's name is the archive's, not a path to follow)
             target = Path(tmp) / f"{k}.jsonl"
-            with archive.open(info) as source, target.open("wb") as sink:
-                while chunk := source.read(1 << 20):
-                    sink.write(chunk)
+            try:
+                with archive.open(info) as source, target.open("wb") as sink:
+                    while chunk := source.read(1 << 20):
+                        sink.write(chunk)
+            except (
+                zipfile.BadZipFile,
+                RuntimeError,
+                NotImplementedError,
+                EOFError,
+                zlib.error,
+                OSError,
+            ) as exc:
+                # a damaged, encrypted or oddly compressed entry ended as "internal error"
+                report.errors.append(
+                    Problem(where, None, None, f"{_shown(info.filename)} cannot be read ({exc})")
+                )
+                continue
             found[name] = target
         yield found

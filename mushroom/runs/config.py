@@ -426,6 +426,8 @@ def _detector_problems(
     for where, given in checks[1:] if variants else checks:
         try:  # not `build`: a backend package this machine lacks is the run's to say, not the file's
             cls(cls.Options.model_validate(given))
+        except DataError as exc:  # a file the detector reads (a prompt), with its own place
+            problems += exc.problems
         except MushroomError as exc:
             problems.append(Problem(str(path), None, where, str(exc)))
     return problems
@@ -526,17 +528,20 @@ def _option_problems(
                 problems.append(Problem(str(path), None, f"{where}.{name}", prompt_missing(value)))
     for name, info in cls.Options.model_fields.items():
         given = options.get(name)
-        texts = given if isinstance(given, list) else [given]
-        if _numeric(info.annotation) and any(isinstance(x, str) for x in texts):
+        said = any(p.field is not None and p.field.startswith(f"{where}.{name}") for p in problems)
+        if _numeric(info.annotation) and not said:  # what pydantic took: "abc" it refuses itself
             # as the top level's `limit = "5"` is: `threshold = "0.5"` was read as 0.5
-            problems.append(
+            places = [(f".{k}", x) for k, x in enumerate(given)] if isinstance(given, list) else [("", given)]
+            problems += [
                 Problem(
                     str(path),
                     None,
-                    f"{where}.{name}",
-                    f"{given!r} is text, not a number: write it without quotes",
+                    f"{where}.{name}{at}",
+                    f"{x!r} is text, not a number: write {x} without quotes",
                 )
-            )
+                for at, x in places
+                if isinstance(x, str)
+            ]
         if info.annotation in (bool, bool | None) and isinstance(options.get(name), str):
             said = options[name]
             problems.append(
