@@ -71,10 +71,15 @@ def score(
             every problem found.
         TypeError: an argument of the wrong kind: neither a path nor an iterable of records
             (a DataFrame itself: give `df.to_dict("records")`), a record that is no dict,
-            a value that is no JSON, or records against a prediction folder.
+            a value that is no JSON, records against a prediction folder, or a `partial`
+            that is no bool.
     """
+    import numpy as np
+
+    if not isinstance(partial, bool | np.bool_):  # "no" is truthy: it scored a subset, unsaid
+        raise TypeError(f"partial is True or False, not {partial!r}")
     try:
-        return _score(gold, predictions, _langs(langs), partial)
+        return _score(gold, predictions, _langs(langs), bool(partial))
     except DataError as exc:
         if partial or not any(p.message.startswith("no prediction for") for p in exc.problems):
             raise

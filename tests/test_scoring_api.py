@@ -46,6 +46,8 @@ def test_what_cannot_be_scored_names_the_record_not_a_temporary_file():
         mushroom.score(GOLD_ROWS, preds[:10])
     part = mushroom.score(GOLD_ROWS, preds[:10], partial=True)
     assert len(part.ids) == 10 and part.unscored == 40
+    with pytest.raises(TypeError, match="partial is True or False, not 'no'"):  # "no" scored a subset
+        mushroom.score(GOLD_ROWS, preds[:10], partial="no")
     with pytest.raises(DataError, match="none of its 1 id is in the gold"):
         mushroom.score(GOLD_ROWS, [{"id": "x", "hard_labels": [[0, 3]]}])
     unlabelled = [{k: v for k, v in r.items() if "labels" not in k} for r in GOLD_ROWS]
