@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+from mushroom.util.words import clipped
+
 _MAX_DECIMALS = 15
 _POW10_NEG = tuple(10.0**-k if k else 1.0 for k in range(_MAX_DECIMALS + 1))
 _DIGITS = frozenset("0123456789")
@@ -24,11 +26,10 @@ _DIGITS = frozenset("0123456789")
 
 def _fits_64_bits(text: str, whole: int, negative: bool) -> None:
     if whole >= 2**64 or (negative and whole > 2**63):
-        shown = text if len(text) <= 40 else text[:37] + "..."
         raise ValueError(
-            f"the number {shown} has a whole part beyond 64 bits (from -2**63 to 2**64 - 1), which the "
-            f"official scorer's reader cannot hold (pandas fails the whole file: 'Value is too "
-            f"{'small' if negative else 'big!'}')"
+            f"the number {clipped(text, 40)} has a whole part beyond 64 bits (from -2**63 to "
+            "2**64 - 1), which the official scorer's reader cannot hold (pandas fails the whole "
+            f"file: 'Value is too {'small' if negative else 'big!'}')"
         )
 
 

@@ -20,7 +20,7 @@ from mushroom.data.jsonl import OFFICIAL_BOM, iter_json_lines, starts_with_bom
 from mushroom.data.jsonnum import ujson_float, ujson_int
 from mushroom.data.languages import language_code
 from mushroom.errors import DataError, Problem
-from mushroom.util.words import close_match, listed, no_prediction, plural
+from mushroom.util.words import clipped, close_match, listed, no_prediction, plural
 
 
 @dataclass
@@ -99,8 +99,7 @@ def _is_num(value: Any) -> bool:
 
 def json_shown(value: Any) -> str:
     """A value as its file wrote it (true, null, "0.5"), cut to a readable length."""
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return clipped(json.dumps(value, ensure_ascii=False), 40)
 
 
 def _parse_soft(raw: Any, where: Problem, problems: list[Problem]) -> list | None:

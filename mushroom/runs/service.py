@@ -68,7 +68,7 @@ from mushroom.util import folderlock
 from mushroom.util.files import file_blocks
 from mushroom.util.interrupts import fallback_hint
 from mushroom.util.names import safe_name
-from mushroom.util.words import listed, one_line, plural
+from mushroom.util.words import clipped, listed, one_line, plural
 
 # Backend settings that change how answers are fetched (TRANSPORT_KEYS) may change between
 # runs of one folder. So may the settings that choose which items a model answers, not what it
@@ -260,8 +260,7 @@ def listed_changes(changes: list[str], sep: str) -> str:
 def _shown(value: Any) -> str:
     if value is ABSENT:
         return NOT_SET
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return clipped(json.dumps(value, ensure_ascii=False, sort_keys=True), 80)
 
 
 def fingerprint(inputs: list[Path], extra: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from mushroom.errors import MushroomError
+from mushroom.util.words import clipped
 
 MAX_NAME = 64
 _NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_NAME - 1}}}")
@@ -31,10 +32,9 @@ def name_problem(value: object) -> str | None:
     if not isinstance(value, str):
         return f"must be text, not {type(value).__name__}"
     if not _NAME.fullmatch(value) or ".." in value:
-        shown = value if len(value) <= 40 else value[:37] + "..."
         return (
-            f"{shown!r} cannot name a file: use 1 to {MAX_NAME} letters, digits, '-', '_' or '.' "
-            "(no path separators, no '..')"
+            f"{clipped(value, 40)!r} cannot name a file: use 1 to {MAX_NAME} letters, digits, '-', '_' "
+            "or '.' (no path separators, no '..')"
         )
     return None
 

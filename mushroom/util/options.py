@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from mushroom.errors import MushroomError
-from mushroom.util.words import suggest
+from mushroom.util.words import clipped, suggest
 
 
 def error_message(err: Any) -> str:
@@ -228,8 +228,7 @@ def given_value(err: Mapping[str, Any]) -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return clipped(repr(value), 60)
 
 
 def validate_options(

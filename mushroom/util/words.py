@@ -87,6 +87,11 @@ def suggest(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, Any],
     return f"{hint} {label}: {', '.join(names) if names else '(none)'}"
 
 
+def clipped(text: str, limit: int) -> str:
+    """`text` as it is when it fits in `limit` characters, else cut to them, its end marked "..."."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def one_line(text: str, limit: int = 200) -> str:
     """`text` on one line, at most `limit` characters, cut at a word's end with "...".
 
