@@ -89,6 +89,11 @@ class Problem:
         return f"{where}: {self.message}"
 
 
+def duplicate_id(path: str | Path, line: int, item_id: str, first: int) -> Problem:
+    """A line whose id an earlier line of the same file has: every reader refuses it alike."""
+    return Problem(str(path), line, "id", f"duplicate id {item_id!r} (first on line {first})")
+
+
 class Interrupted(MushroomError):
     """Ctrl-C: exit 130 with one line saying what was kept and how to go on.
 

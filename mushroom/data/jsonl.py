@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, TextIO, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from mushroom.errors import DataError, MushroomError, Problem
+from mushroom.errors import DataError, MushroomError, Problem, duplicate_id
 from mushroom.util.options import error_message
 from mushroom.util.words import close_match
 
@@ -280,9 +280,7 @@ def load_records(
                 )
         if unique_ids and rid is not None:
             if rid in seen:
-                problems.append(
-                    Problem(str(path), lineno, "id", f"duplicate id {rid!r} (first on line {seen[rid]})")
-                )
+                problems.append(duplicate_id(path, lineno, rid, seen[rid]))
                 continue
             seen[rid] = lineno
         records.append(record)

@@ -19,7 +19,7 @@ from typing import Any
 from mushroom.data.jsonl import OFFICIAL_BOM, iter_json_lines, starts_with_bom
 from mushroom.data.jsonnum import ujson_float, ujson_int
 from mushroom.data.languages import language_code
-from mushroom.errors import DataError, Problem
+from mushroom.errors import DataError, Problem, duplicate_id
 from mushroom.util.words import clipped, close_match, listed, no_prediction, plural
 
 
@@ -234,9 +234,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             problems.append(Problem(str(path), lineno, "id", got if rid != "" else "empty"))
             continue
         if rid in first_line:
-            problems.append(
-                Problem(str(path), lineno, "id", f"duplicate id {rid!r} (first on line {first_line[rid]})")
-            )
+            problems.append(duplicate_id(path, lineno, rid, first_line[rid]))
             continue
         first_line[rid] = lineno
         where = Problem(str(path), lineno, None, "", item_id=rid)

@@ -22,7 +22,7 @@ from mushroom.data.spans import (
     span_problems,
     vector_to_soft,
 )
-from mushroom.errors import DataError, Problem
+from mushroom.errors import DataError, Problem, duplicate_id
 from mushroom.util.names import safe_name
 
 
@@ -57,11 +57,7 @@ def load_predictions(
         if pred is None:
             continue
         if pred.id in out:
-            problems.append(
-                Problem(
-                    str(path), line, "id", f"duplicate id {pred.id!r} (first on line {first_line[pred.id]})"
-                )
-            )
+            problems.append(duplicate_id(path, line, pred.id, first_line[pred.id]))
             continue
         first_line[pred.id] = line
         out[pred.id] = pred

@@ -22,7 +22,7 @@ from mushroom.data.label_files import (
     misspelled_label,
 )
 from mushroom.data.records import Item
-from mushroom.errors import Problem
+from mushroom.errors import Problem, duplicate_id
 from mushroom.util.words import close_match, no_prediction, plural
 
 UNKNOWN_ID = "is not among the items"
@@ -222,9 +222,7 @@ def check_rows(
             report.errors.append(Problem(path, line, "id", "missing or not a string"))
             continue
         if rid in seen:
-            report.errors.append(
-                Problem(path, line, "id", f"duplicate id {rid!r} (first on line {seen[rid]})")
-            )
+            report.errors.append(duplicate_id(path, line, rid, seen[rid]))
             continue
         seen[rid] = line
         if rid not in by_id:

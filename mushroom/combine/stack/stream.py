@@ -34,7 +34,7 @@ from mushroom.data.predictions import iter_predictions, prediction_span_problems
 from mushroom.data.records import ChannelRecord, Item, Prediction
 from mushroom.data.runfolder import FailureCheck, run_scope
 from mushroom.data.spans import soft_to_vector
-from mushroom.errors import DataError, MushroomError, Problem
+from mushroom.errors import DataError, MushroomError, duplicate_id
 from mushroom.util.words import no_prediction
 
 # Items whose features are built and scored at a time. A chunk's feature matrices (a few
@@ -69,8 +69,7 @@ class _Predictions:
         for line, pred in self.records:
             first = self.line_of.setdefault(pred.id, line)
             if first != line:
-                said = f"duplicate id {pred.id!r} (first on line {first})"
-                raise DataError([Problem(str(self.path), line, "id", said)])
+                raise DataError([duplicate_id(self.path, line, pred.id, first)])
             yield pred
 
     def take(self, ids: list[str]) -> dict[str, Prediction]:
