@@ -18,7 +18,7 @@ from mushroom.data.label_files import (
 )
 from mushroom.data.splits import lang_from_filename
 from mushroom.errors import DataError, MushroomError, Problem
-from mushroom.evaluation.metrics import OfficialScorerCrash, item_cor, item_iou, soft_fits
+from mushroom.evaluation.metrics import OfficialScorerCrash, char_vector, item_cor, item_iou, soft_fits
 from mushroom.evaluation.stats import bootstrap_ci
 from mushroom.util.words import plural
 
@@ -176,11 +176,9 @@ def _unbacked_hard(
     Hard spans outside the answer or reversed are said by their own quirks; a later soft
     span's probability wins where they overlap, as the official scorer paints them.
     """
-    probs = np.zeros(n)
-    for start, end, prob in soft:
-        # painted as the official scorer paints them, a negative index counting from the end
-        where = np.arange(max(start, -n), min(end, n))
-        probs[where] = prob
+    if not soft_fits(soft, n):  # a span past the answer: refused by `score` before this
+        return None
+    probs = char_vector(soft, n)  # as the official scorer paints them, negative indices included
     for i, (start, end) in enumerate(hard):
         if 0 <= start < end <= n:
             zero = np.flatnonzero(probs[start:end] <= 0)
