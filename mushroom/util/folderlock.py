@@ -30,11 +30,19 @@ def hold(folder: Path, flag: str, warn: Callable[[str], None]) -> Path | None:
             option that picks another folder.
     """
     key = folder.resolve()
-    if key in _HELD:
-        _HELD[key][1] += 1
-        if _SCOPES:
-            _SCOPES[-1].append(key)
-        return key
+    if key not in _HELD:
+        handle = _lock(key, folder, flag, warn)
+        if handle is None:
+            return None
+        _HELD[key] = [handle, 0]
+    _HELD[key][1] += 1
+    if _SCOPES:
+        _SCOPES[-1].append(key)
+    return key
+
+
+def _lock(key: Path, folder: Path, flag: str, warn: Callable[[str], None]) -> Any:
+    """The open, flocked `<folder>/.lock` with this pid in it; None where it cannot lock."""
     try:
         import fcntl
     except ImportError:
@@ -59,10 +67,7 @@ def hold(folder: Path, flag: str, warn: Callable[[str], None]) -> Path | None:
     handle.truncate()
     handle.write(str(os.getpid()))
     handle.flush()
-    _HELD[key] = [handle, 1]
-    if _SCOPES:
-        _SCOPES[-1].append(key)
-    return key
+    return handle
 
 
 def release(key: Path | None) -> None:
