@@ -133,9 +133,8 @@ class NLIDetector(VectorDetector):
         if folder.is_dir():  # read without loading: a folder of no NLI model left a run folder behind
             from mushroom.models.embedding import folder_window_limit
 
-            self._check_model(
-                _folder_config(folder, self.options.model).get("id2label"), folder_window_limit(str(folder))
-            )
+            config = _folder_config(folder, self.options.model)  # read once: labels and window
+            self._check_model(config.get("id2label"), folder_window_limit(str(folder), config))
 
     def _check_model(self, id2label: Any, most: int | None) -> None:
         """Refuses a model without NLI labels, or one that reads fewer tokens than `max_length`.

@@ -140,8 +140,11 @@ def _limit(
     return None
 
 
-def folder_window_limit(path: str) -> int | None:
-    """`_limit` read from a model folder's JSON files, without loading the model."""
+def folder_window_limit(path: str, config: dict | None = None) -> int | None:
+    """`_limit` read from a model folder's JSON files, without loading the model.
+
+    `config` is its config.json when the caller has read it already (nli, for its labels).
+    """
     import json
 
     def read(name: str) -> dict:
@@ -151,7 +154,8 @@ def folder_window_limit(path: str) -> int | None:
             return {}
         return found if isinstance(found, dict) else {}
 
-    tokenizer, config = read("tokenizer_config.json"), read("config.json")  # each file once
+    tokenizer = read("tokenizer_config.json")
+    config = read("config.json") if config is None else config
     return _limit(
         tokenizer.get("model_max_length"),
         config.get("max_position_embeddings"),
