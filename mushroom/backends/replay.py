@@ -371,7 +371,7 @@ class ReplayBackend(Backend):
                     f"{','.join(f'{t:g}' for t in sorted(have - temps))}, which this run does not ask for "
                     f"(e.g. {pool_name[1]!r}): asking for temperatures {listed} replays them all "
                     f"(llm's temperatures option: detect --temperatures {listed}; in a config, "
-                    f"temperatures = [{', '.join(f'{t:g}' for t in sorted(have))}]; "
+                    f"temperatures = [{listed.replace(',', ', ')}]; "
                     "chain takes one temperature)"
                 )
                 return

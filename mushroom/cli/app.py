@@ -91,12 +91,8 @@ def list_backends() -> None:
         out_console.print(
             f"[bold]{esc(name)}[/bold]: {esc(doc[0] if doc else '')}{esc(extra)}", highlight=False
         )
-        for key, info in cls.model_fields.items() if cls is not None else []:
-            if key == "kind":
-                continue
-            out_console.print(
-                f"    {esc(key)} = {esc(field_default(info))}  {esc(info.description or '')}", highlight=False
-            )
+        if cls is not None:
+            _print_fields({key: info for key, info in cls.model_fields.items() if key != "kind"})
 
 
 reflow_help(app)

@@ -69,13 +69,11 @@ def parse_tiers(
 
     try:
         source_names(tier_list)  # one named twice was graded, and counted, twice
+        for tier in tier_list:
+            check_source_name(tier)
     except MushroomError as exc:
         raise MushroomError(f"--tiers: {exc}") from None
     for tier in tier_list:
-        try:
-            check_source_name(tier)
-        except MushroomError as exc:
-            raise MushroomError(f"--tiers: {exc}") from None
         if is_fact_check(tier):
             raise MushroomError(
                 f"--tiers: {tier!r} is a fact-check source (it repeats the answer to correct it); "
@@ -238,12 +236,12 @@ def generate_split(
                     run.made_otherwise.append(
                         f"{code}: {plural(st.already_generated, 'context')} done before in {stem}.jsonl "
                         f"{'was' if st.already_generated == 1 else 'were'} made with {st.made_otherwise}"
+                        " (kept as they are: the source only grows)"
                         + (
-                            " (kept as they are: the source only grows), and the "
-                            f"{plural(st.generated, 'context')} made now with this command's, so the "
-                            "source mixes both"
+                            f", and the {plural(st.generated, 'context')} made now with this command's, "
+                            "so the source mixes both"
                             if st.generated
-                            else " (kept as they are: the source only grows)"
+                            else ""
                         )
                     )
                 run.rows.append([code, *counts])

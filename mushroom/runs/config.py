@@ -542,8 +542,8 @@ def _option_problems(
                 for at, x in places
                 if isinstance(x, str)
             ]
-        if info.annotation in (bool, bool | None) and isinstance(options.get(name), str):
-            said = options[name]
+        if info.annotation in (bool, bool | None) and isinstance(given, str):
+            said = given
             problems.append(
                 Problem(
                     str(path),
@@ -631,8 +631,8 @@ def _lang_problems(path: Path, langs: list[str] | None) -> list[Problem]:
                 f"langs.{k}",
                 f"unknown language {lang!r}{did_you_mean(lang.lower(), LANGUAGES)}; one of {known}",
             )
-            for k, lang in enumerate(langs or [])
-            if language_code(lang) not in LANGUAGES
+            for k, (lang, code) in enumerate(zip(langs or [], codes))
+            if code not in LANGUAGES
         ]
         + [  # "en" and "EN" are one language: it was run once, the second silently dropped
             Problem(str(path), None, f"langs.{k}", f"language {langs[k]!r} is named twice")
