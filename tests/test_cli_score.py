@@ -758,3 +758,21 @@ def test_a_folder_with_two_bad_files_names_both_at_once(tmp_path, capsys):
     assert code == 1 and "2 problems in input" in said, said
     assert "mushroom.de-val.v2.jsonl: field 'id': none of its 50 ids" in said
     assert "mushroom.fr-val.v2.jsonl: field 'id': none of its 50 ids" in said
+
+
+def test_an_output_file_option_ending_in_a_slash_is_refused_not_written_as_a_file(tmp_path, capsys):
+    """`--out fits/` names a folder, but typer's Path dropped the slash: a file named `fits`
+    was written, exit 0."""
+    sub = tmp_path / "mushroom.en-val.v2.jsonl"
+    sub.write_text(VAL_EN.read_text())
+    for args in (
+        ("ensemble", sub, sub, "--out"),
+        ("score", VAL_EN, sub, "--json"),
+        ("score", VAL_EN, sub, "--output"),
+    ):
+        code, _, err = cli(capsys, *args, f"{tmp_path}/fits/")
+        told = " ".join(err.split())
+        assert code == 2 and "fits/ ends in '/', so it names a folder" in told, (args, err)
+        assert not (tmp_path / "fits").exists()
+    code, _, err = cli(capsys, "score", VAL_EN, sub, "--json", "-")
+    assert code == 0, err

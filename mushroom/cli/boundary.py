@@ -128,6 +128,21 @@ def input_file(path: Path, option: str) -> Path:
     return path
 
 
+def file_to_write(value: str) -> Path:
+    """Typer's parser for an option naming a file to write: `--out dir/` names a folder.
+
+    A `Path` drops the trailing slash, so `stack --out fits/` wrote a file named `fits` and
+    exited 0; the slash is only seen here, before the conversion.
+    """
+    import typer
+
+    if value.endswith(("/", os.sep)):
+        raise typer.BadParameter(
+            f"{value} ends in '/', so it names a folder; give the file's name too ({value}NAME)"
+        )
+    return Path(value)
+
+
 def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> Path:
     """A path to write as `option`: not a folder, its folder creatable, and none of the command's data.
 

@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mushroom.cli.boundary import err_console, esc, input_file, out_console, output_file, print_warning
+from mushroom.cli.boundary import (
+    err_console,
+    esc,
+    file_to_write,
+    input_file,
+    out_console,
+    output_file,
+    print_warning,
+)
 from mushroom.cli.common import (
     Langs,
     given_twice,
@@ -32,7 +40,7 @@ def ensemble(
         list[Path],
         typer.Argument(metavar="PREDS", help="prediction files or run folders of the runs to combine"),
     ],
-    out: Annotated[Path, typer.Option("--out", help="output prediction file")],
+    out: Annotated[Path, typer.Option("--out", parser=file_to_write, help="output prediction file")],
     threshold: Annotated[
         float, typer.Option("--threshold", min=0.0, max=1.0, help="hard label when vote share > T (0 to 1)")
     ] = 0.5,
@@ -126,7 +134,9 @@ def stack_fit(
     members: Annotated[
         list[str], typer.Argument(metavar="MEMBERS", help="member runs: NAME=RUN_DIR or RUN_DIR")
     ],
-    out: Annotated[Path, typer.Option("--out", help="where to save the fitted stack (JSON)")],
+    out: Annotated[
+        Path, typer.Option("--out", parser=file_to_write, help="where to save the fitted stack (JSON)")
+    ],
     split: Annotated[str, typer.Option("--split", help="labelled split to fit on")] = "val",
     lang: Langs = None,
     folds: Annotated[int, typer.Option("--folds", min=2, help="cross-validation folds (by item)")] = 5,

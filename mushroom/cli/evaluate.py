@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from mushroom.cli.boundary import err_console, esc, input_file, out_console, output_file, print_warning
+from mushroom.cli.boundary import (
+    err_console,
+    esc,
+    file_to_write,
+    input_file,
+    out_console,
+    output_file,
+    print_warning,
+)
 from mushroom.cli.common import (
     DEFAULT_CONTEXTS,
     TAGS_HELP,
@@ -289,7 +297,8 @@ def report(
     contexts: Contexts = DEFAULT_CONTEXTS,
     tags: Annotated[Path | None, typer.Option("--tags", help=TAGS_HELP)] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="HTML file (default: RUN_DIR/report.<split>.html)")
+        Path | None,
+        typer.Option("--out", parser=file_to_write, help="HTML file (default: RUN_DIR/report.<split>.html)"),
     ] = None,
     items: Annotated[
         Path | None,
