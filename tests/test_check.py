@@ -1,7 +1,8 @@
 import subprocess
 import sys
 
-from conftest import write_lines
+from cli_helpers import cli
+from conftest import ROOT, VAL_EN, write_lines
 
 from mushroom.data.splits import load_items
 from mushroom.evaluation.check import check_file
@@ -270,3 +271,34 @@ def test_a_whole_submission_zip_is_checked_as_it_would_be_uploaded(tmp_path, cap
     assert cli(capsys, "check", folder, "--partial")[0] == 0  # a --limit run's files, checked as a set
     code, _, err = cli(capsys, "check", folder / "mushroom.en-tst.v1.jsonl")
     assert code == 2 and "give --items" in err
+
+
+def test_a_device_given_as_a_file_is_refused_not_read_forever(tmp_path, capsys):
+    """`check /dev/zero` read zeros (no newline ever) until memory ran out; `detect --items
+    /dev/zero` and `ensemble /dev/zero ...` too. A pipe lost the lines its first read took."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mushroom", "check", "/dev/zero", "--items", str(VAL_EN)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2 and "/dev/zero: is a device, not a file" in done.stderr, done.stderr
+    for args in (
+        ("detect", "--items", "/dev/null", "--detector", "lexical", "--out", tmp_path / "run"),
+        ("ensemble", "/dev/null", VAL_EN, "--out", tmp_path / "e.jsonl"),
+    ):
+        code, _, err = cli(capsys, *args)
+        assert code == 2 and "/dev/null: is a device, not a file" in err, (args, err)
+    piped = subprocess.run(
+        [sys.executable, "-m", "mushroom", "check", "/dev/stdin", "--items", str(VAL_EN)],
+        input=VAL_EN.read_text(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    told = " ".join(piped.stderr.split())
+    assert piped.returncode == 2 and "/dev/stdin: is a pipe, not a file: it is read more than once" in told, (
+        told
+    )

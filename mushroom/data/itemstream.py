@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from mushroom.data.contexts import ContextSet
+from mushroom.data.jsonl import open_binary
 from mushroom.data.records import Context, ContextRecord, Item
 from mushroom.errors import DataError, Problem
 
@@ -29,7 +30,7 @@ def _reject(name: str) -> None:
 
 def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
     """(line number, byte offset, line) of each non-blank line; a BOM at the start is skipped."""
-    with path.open("rb") as handle:
+    with open_binary(path) as handle:
         offset = 0
         for lineno, raw in enumerate(handle, start=1):
             start = offset
@@ -82,7 +83,7 @@ class ItemsFile:
         self.n_labelled: dict[str, int] = {}
         seen: set[str] = set()
         bad = False
-        with self.path.open("rb") as head:
+        with open_binary(self.path) as head:
             # zip, gzip, UTF-16: load_items names what the file is instead
             bad = head.read(4).startswith((b"PK\x03\x04", b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff"))
         for _, offset, raw in [] if bad else _lines(self.path):

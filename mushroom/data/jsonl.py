@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -33,13 +34,37 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+H = TypeVar("H", TextIO, BinaryIO)
+
+
+def _regular(path: Path, handle: H) -> H:
+    """The handle, if it reads a regular file: `check /dev/zero` read zeros until memory ran out.
+
+    A pipe (`<(jq ...)`, `/dev/stdin`) is refused too: files are read more than once (a head
+    for what kind of file it is, offsets to come back to), and a pipe's second read found half
+    its lines gone.
+    """
+    mode = os.fstat(handle.fileno()).st_mode
+    if not stat.S_ISREG(mode):
+        handle.close()
+        what = "a pipe" if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) else "a device"
+        raise DataError.single(
+            path,
+            None,
+            None,
+            f"is {what}, not a file: it is read more than once; save it to a file first",
+            exit_code=2,
+        )
+    return handle
+
+
 def open_text(path: Path) -> TextIO:
     """Opens a user's text file for reading; a UTF-8 BOM is skipped, CRLF read as LF.
 
     A path that is missing, a folder or unreadable is a usage error (exit 2) naming it.
     """
     try:
-        return path.open(encoding="utf-8-sig")
+        return _regular(path, path.open(encoding="utf-8-sig"))
     except FileNotFoundError as exc:
         raise DataError.single(path, None, None, "file not found", exit_code=2) from exc
     except IsADirectoryError as exc:
@@ -51,7 +76,7 @@ def open_text(path: Path) -> TextIO:
 def open_binary(path: Path) -> BinaryIO:
     """A user's file opened for reading bytes; missing, a folder or unreadable is a usage error (exit 2)."""
     try:
-        return path.open("rb")
+        return _regular(path, path.open("rb"))
     except FileNotFoundError as exc:
         raise DataError.single(path, None, None, "file not found", exit_code=2) from exc
     except IsADirectoryError as exc:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from mushroom.data.jsonl import iter_json_lines, validation_problems
+from mushroom.data.jsonl import iter_json_lines, open_binary, validation_problems
 from mushroom.data.label_files import official_hard_from_soft
 from mushroom.data.records import Item, Prediction, SoftSpan
 from mushroom.data.spans import (
@@ -74,7 +74,7 @@ def iter_predictions(path: str | Path) -> Iterator[tuple[int, Prediction]]:
     catch, since catching it here would keep every id.
     """
     path = Path(path)
-    with path.open("rb") as handle:
+    with open_binary(path) as handle:
         for line, raw in enumerate(handle, start=1):
             if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
