@@ -1069,3 +1069,27 @@ def test_a_ledger_counts_the_time_of_attempts_a_later_line_replaced(tmp_path):
     ledger.close()
     assert ledger.spent == {"a": 3.0, "b": 0.5}
     assert Ledger(path).spent == {"a": 3.0, "b": 0.5}  # read back as a resumed run reads it
+
+
+@pytest.mark.parametrize("members", [None, "lexical"])
+def test_a_ctrl_c_before_the_main_jobs_folder_is_made_says_nothing_was_saved(
+    tmp_path, capsys, monkeypatch, members
+):
+    """A Ctrl-C while main-job read its items said only "interrupted" (an audit): had a folder,
+    and with it the work of a minute, been made or not?"""
+    from cli_helpers import cli
+
+    import mushroom.runs.mainjob as mainjob
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mainjob, "load_split", interrupted)
+    out = tmp_path / "run"
+    args = ("--detector", "lexical") if members is None else ("--members", members)
+    code, _, err = cli(capsys, "main-job", "--lang", "en", "--out", out, "--quiet", *args)
+    told = " ".join(err.split())
+    assert (
+        code == 130 and "interrupted; nothing was saved yet" in told and "run the same command again" in told
+    )
+    assert not out.exists()

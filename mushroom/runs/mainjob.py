@@ -25,7 +25,7 @@ from mushroom.errors import MissingExtra, MushroomError, model_advice, model_fla
 from mushroom.evaluation.submission import write_predictions
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.runs.service import RunService, fingerprint
-from mushroom.util.interrupts import interrupt_hint
+from mushroom.util.interrupts import fallback_hint, interrupt_hint
 from mushroom.util.words import plural
 
 if TYPE_CHECKING:
@@ -154,6 +154,13 @@ def _close_to_existing(
     return said
 
 
+# A Ctrl-C while the members load and the items are read said only "interrupted".
+NOTHING_SAVED_YET = (
+    "nothing was saved yet: the members were loading and the items being read, before the run "
+    "folder is made; run the same command again"
+)
+
+
 def run_main_stack(
     out: Path | None = None,
     members: tuple[str, ...] = DEFAULT_MEMBERS,
@@ -194,6 +201,8 @@ def run_main_stack(
     members, whose output chose those items, keep reading `sources`. `member_from` names
     what set them in messages (the flag, or a config file's key).
     """
+    # withdrawn once the run folder is open: its own hint then says what it holds
+    before_the_folder = fallback_hint(NOTHING_SAVED_YET)
     from mushroom.combine.stack import (
         Member,
         StackModel,
@@ -276,6 +285,7 @@ def run_main_stack(
         config["llm_budget"] = llm_budget
     earlier = run_config_file(out / "config.json")
     service = RunService(out, config, reporter, quiet, allow_failures, side_pass=plan_only)
+    before_the_folder()
     if cascade:  # what --allow-failures gives, in the advice of a run that stops on failures too
         service.failed_items_note = CASCADE_FAILED_NOTE
         service.failed_items_note_of = frozenset(model_backed)
@@ -544,6 +554,7 @@ def run_main(
         submission.zip, and val/ with predictions, the mark-all baseline and scores.
     """
     reporter = reporter or PlainReporter()
+    before_the_folder = fallback_hint(NOTHING_SAVED_YET)
     det = build(detector, options)
     with model_flag_as("-o backend.model=NAME"):  # main-job has no --model
         det.check_ready(source_names(sources), out)
@@ -562,6 +573,7 @@ def run_main(
         **made_from(None, (), sources),
     }
     service = RunService(out, config, reporter, quiet, allow_failures)
+    before_the_folder()
     for warning in stray:
         service.warn(warning)
     test = service.detect_split(det, "test", out, langs, sources, data=test_data)
