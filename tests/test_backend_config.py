@@ -281,3 +281,16 @@ def test_an_api_key_variable_that_is_not_set_stops_the_command_before_a_folder(t
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     det = build("llm", {"backend": {"kind": "openai", "base_url": "http://h/v1", "model": "m"}})
     assert build("llm", det.describe()["options"]).backend is not None  # built, not refused
+
+
+def test_a_misspelt_kind_does_not_hide_the_other_settings_mistakes():
+    """pydantic stops at an unknown kind: `kind=opnai` hid a bad number beside it, found on
+    the next try only."""
+    with pytest.raises(ValueError) as caught:
+        parse_backend_config({"kind": "opnai", "concurrency": "abc", "timeout_s": -3})
+    told = str(caught.value)
+    assert "unknown backend 'opnai'; did you mean 'openai'?" in told
+    assert "read as 'openai', also: field 'concurrency':" in told and "field 'timeout_s':" in told
+    with pytest.raises(ValueError) as caught:  # no mistake beside it: nothing more to say
+        parse_backend_config({"kind": "opnai", "concurrency": 2})
+    assert "also" not in str(caught.value)

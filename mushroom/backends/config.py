@@ -430,8 +430,35 @@ def parse_backend_config(value: BackendSettings | dict[str, Any]) -> BackendSett
     if target is None:
         from mushroom.util.words import suggest
 
-        raise ValueError(f"unknown backend {kind!r}{suggest(kind, backend_names())}")
+        raise ValueError(f"unknown backend {kind!r}{suggest(kind, backend_names())}{_read_as_meant(value)}")
     return target.model_validate(value)
+
+
+def _read_as_meant(value: dict[str, Any]) -> str:
+    """The other settings' mistakes, read as the kind a misspelt one is close to.
+
+    pydantic stops at an unknown kind, so `kind=opnai` hid a misspelt setting and a bad
+    number beside it, each found only on the next try.
+    """
+    from pydantic import ValidationError
+
+    from mushroom.backends.registry import backend_names
+    from mushroom.util.options import error_message, field_errors
+    from mushroom.util.words import close_match
+
+    meant = close_match(value["kind"], backend_names(), prefix=True)
+    target = config_class_or_none(meant) if meant else None
+    if target is None:
+        return ""
+    try:
+        target.model_validate(value | {"kind": meant})
+    except ValidationError as exc:
+        found = [
+            (f"field {'.'.join(map(str, err['loc']))!r}: " if err.get("loc") else "") + error_message(err)
+            for err in field_errors(exc.errors())
+        ]
+        return f"; read as {meant!r}, also: " + "; ".join(found)
+    return ""
 
 
 def _validate(value: Any) -> Any:
