@@ -896,6 +896,23 @@ def test_a_broken_line_inside_a_generated_source_or_its_grades_stops_the_context
             assert code == 1 and f"{source}:" in told and what in told, err
             assert "delete or mend the line" in told, err
         source.write_text(kept)
+        # a grade that is JSON but lacks its verdict ended in "internal error: KeyError" (exit 70)
+        grades = ctx / "val.en.llm.grades.jsonl"
+        kept = grades.read_text()
+        for line, what in (
+            ('{"id": "val-en-1", "grading": "llm", "tier": "t", "verdict": "irrelevant"}\n', "relevant"),
+            ('{"id": "val-en-1", "grading": "llm", "relevant": null}\n', "relevant"),
+            ('{"id": "val-en-1", "relevant": true}\n', "grading"),
+        ):
+            grades.write_text(line + kept)
+            code, _, err = contexts(good.url, "--grade", "llm")
+            told = " ".join(err.split())
+            assert (
+                code == 1
+                and f"{grades}:1: id 'val-en-1': field '{what}'" in told
+                and "delete or mend" in told
+            ), err
+        grades.write_text(kept)
 
 
 def test_the_contexts_command_names_grading_failures_and_the_files_of_unread_verdicts(tmp_path, capsys):
@@ -1198,3 +1215,27 @@ def test_a_backend_given_to_a_detector_is_the_callers_to_close(kind):
     assert det.built_backends() and det.backend is det.built_backends()[0]
     det.close()
     assert closed == [] and det.built_backends()  # still the caller's, still there
+
+
+def test_a_reply_of_only_reasoning_is_not_cached_so_the_advised_rerun_asks_again(tmp_path, capsys):
+    """`<think>hmm</think>` failed as "only reasoning" but was cached: "run the same command
+    again" read it back forever, never asking the server (an audit)."""
+    from cli_helpers import cli
+
+    ctx = tmp_path / "ctx"
+
+    def contexts(url, *extra):
+        return cli(
+            capsys, "contexts", "--lang", "en", "--limit", "2", "--backend", "openai", "--base-url", url,
+            "--model", "m", "--context-dir", ctx, *extra,
+        )  # fmt: skip
+
+    with FakeServer({}, "<think>hmm</think>") as thinking:
+        code, _, err = contexts(thinking.url)
+        assert code == 3 and "only reasoning, no context after it" in err, err
+        asked = len(thinking.calls)
+        assert contexts(thinking.url)[0] == 3
+        assert len(thinking.calls) == 2 * asked  # asked again, not read back
+    with FakeServer({}, "Some background on the question.") as good:
+        code, _, err = contexts(good.url)
+        assert code == 0 and len(good.calls) == asked, err

@@ -205,3 +205,22 @@ def test_a_cut_last_line_is_dropped_or_ended_whatever_its_length(tmp_path, head,
     path.write_bytes(head + tail)
     mend_cut_line(path)
     assert path.read_bytes() == head + (tail + b"\n" if tail else b"")
+
+
+@pytest.mark.parametrize("head", [b"", b'{"id": "a", "context": "x"}\n', b"x" * 200_000 + b"\n"])
+def test_a_whole_last_line_without_its_newline_is_kept_not_dropped(tmp_path, head):
+    """A hand-mended last line saved by an editor that strips the final newline was dropped as
+    if a kill had cut it: the user's edit was lost, and nothing said so (an audit)."""
+    from mushroom.data.jsonl import mend_cut_line
+
+    path = tmp_path / "f.jsonl"
+    whole = '{"id": "b", "context": "mended by hand, é"}'.encode()
+    path.write_bytes(head + whole)
+    mend_cut_line(path, drop=True)
+    assert path.read_bytes() == head + whole + b"\n"
+    path.write_bytes(head + whole[:-1])  # what a kill leaves: never a whole object
+    mend_cut_line(path, drop=True)
+    assert path.read_bytes() == head
+    path.write_bytes(head + whole[:-3] + "é".encode()[:1])  # cut inside a character
+    mend_cut_line(path, drop=True)
+    assert path.read_bytes() == head

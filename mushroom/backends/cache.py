@@ -28,6 +28,7 @@ from mushroom.backends.base import (
 )
 from mushroom.backends.config import answer_settings
 from mushroom.data.jsonl import append_jsonl, mend_cut_line
+from mushroom.parsing.reasoning import strip_reasoning
 
 
 def request_key(
@@ -50,8 +51,12 @@ def request_key(
 
 
 def _blank(generation: Generation) -> bool:
-    """Whether every text of an answer is empty or white space."""
-    return not any(text.strip() for text in generation.texts)
+    """Whether every text of an answer is empty or white space, once a reasoning block is off.
+
+    A reply of only `<think>...</think>` (or one cut off while thinking) failed as "only
+    reasoning" and was cached: "run the same command again" read it back, and never asked.
+    """
+    return not any(strip_reasoning(text)[0].strip() for text in generation.texts)
 
 
 class ResponseCache:

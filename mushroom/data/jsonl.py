@@ -386,7 +386,10 @@ def mend_cut_line(path: str | Path, drop: bool = False) -> None:
     """Ends a last line that a kill cut mid-write, so that lines appended later start afresh.
 
     With `drop`, the cut line is removed instead: for files that other commands read
-    strictly (a generated context source), where a broken line would stop them.
+    strictly (a generated context source), where a broken line would stop them. A last line
+    that is a whole JSON object lacks only its newline (an editor that strips it, after a hand
+    mend): it is kept and ended, not dropped. A kill's cut never parses: a prefix of an object
+    is not one.
     """
     path = Path(path)
     if not path.exists():
@@ -405,10 +408,22 @@ def mend_cut_line(path: str | Path, drop: bool = False) -> None:
             raw.seek(start)
             cut = raw.read(end - start).rfind(b"\n")
             if cut >= 0:
-                raw.truncate(start + cut + 1)
-                return
+                break
             end = start
-        raw.truncate(0)
+        line_start = start + cut + 1 if end > 0 else 0
+        raw.seek(line_start)
+        if _whole_object(raw.read()):
+            raw.write(b"\n")  # at the end: the read left the handle there
+        else:
+            raw.truncate(line_start)
+
+
+def _whole_object(line: bytes) -> bool:
+    """Whether a line is one complete JSON object."""
+    try:
+        return isinstance(json.loads(line), dict)
+    except (ValueError, RecursionError):  # a cut object, bytes cut inside a character
+        return False
 
 
 def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:

@@ -150,6 +150,25 @@ class ContextRecord(BaseModel):
     context: Text
 
 
+class GradeRecord(BaseModel):
+    """One grade in a source's `.grades.jsonl`: was this item's context (a tier's, or generated) usable.
+
+    A line of valid JSON that lacked `relevant` stopped `contexts` with "internal error:
+    KeyError"; it is checked, with the file and line, before any call. A grading call that
+    failed is never written, so `relevant` is a yes or a no. Other keys are the grader's
+    evidence (its verdict, a similarity) and are kept as written.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(min_length=1)
+    grading: str = Field(min_length=1)
+    relevant: bool
+    tier: str | None = None
+    similarity: float | None = None
+    min_similarity: float | None = None
+
+
 class Context(BaseModel):
     """A context attached to an item, with the source it came from."""
 

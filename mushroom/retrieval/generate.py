@@ -40,7 +40,7 @@ from mushroom.data.contexts import (
 )
 from mushroom.data.jsonl import append_jsonl, iter_json_lines, load_records, mend_cut_line
 from mushroom.data.languages import language_name
-from mushroom.data.records import ContextRecord, Item
+from mushroom.data.records import ContextRecord, GradeRecord, Item
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
 from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.parsing.reasoning import strip_reasoning
@@ -136,8 +136,10 @@ def _refuse_broken_lines(source: Path, grades: Path) -> None:
         except DataError as exc:
             problems += exc.problems
     if grades.exists():
-        for _ in iter_json_lines(grades, problems):
-            pass
+        try:
+            load_records(grades, GradeRecord, unique_ids=False)  # an item has a grade per tier
+        except DataError as exc:
+            problems += exc.problems
     if problems:
         advice = "delete or mend the line, then run again (an item whose line is gone is generated again)"
         raise DataError([replace(p, message=f"{p.message}; {advice}") for p in problems])
@@ -420,6 +422,8 @@ def generate_contexts(
         if gen.error or not text.strip():
             stats.failed += 1
             empty = "only reasoning, no context after it" if thought else "empty context"
+            if thought and gen.used_budget(max_tokens):
+                empty = f"cut off at --max-tokens {max_tokens} while reasoning: raise --max-tokens"
             stats.errors.append(f"{item.id}: {gen.error or empty}")
             continue
         stats.generated += 1
