@@ -1149,6 +1149,32 @@ def test_contexts_done_before_with_other_settings_are_said_not_kept_in_silence(t
     assert code == 0 and "it: 2 contexts done before in val.it.rec.jsonl were made with" in said, err
     assert "max_tokens 64" in said and "topic False" in said and "give another --source" in said
     assert "and the 1 context made now with this command's, so the source mixes both" in said, err
+    # the source now mixes both: each re-run names the contexts made otherwise, and only those
+    # (the file kept the first settings only: a re-run with them said nothing, one with the
+    # second counted all 3 as made with the first)
+    code, _, err = cli(capsys, *args, "--limit", "3", "--max-tokens", "64")
+    said = " ".join(err.split())
+    assert (
+        code == 0 and "it: 1 context done before in val.it.rec.jsonl was made with max_tokens 300" in said
+    ), err
+    code, _, err = cli(capsys, *args, "--limit", "3", "--max-tokens", "300", "--topic")
+    said = " ".join(err.split())
+    assert (
+        code == 0 and "it: 2 contexts done before in val.it.rec.jsonl were made with max_tokens 64" in said
+    ), err
+    # a folder of before: one settings object, rows that name none (made with those)
+    first = json.loads(made_with.read_text())["settings"]
+    made_with.write_text(json.dumps(next(v for v in first.values() if v["max_tokens"] == 64)))
+    source = tmp_path / "val.it.rec.jsonl"
+    rows = [json.loads(line) for line in source.read_text().splitlines()]
+    source.write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "made_with"}) + "\n" for r in rows)
+    )
+    code, _, err = cli(capsys, *args, "--limit", "3", "--max-tokens", "300", "--topic")
+    said = " ".join(err.split())
+    assert (
+        code == 0 and "it: 3 contexts done before in val.it.rec.jsonl were made with max_tokens 64" in said
+    ), err
 
 
 def test_a_claim_number_written_as_text_or_left_out_in_order_still_judges_its_claim():

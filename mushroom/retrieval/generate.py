@@ -24,6 +24,8 @@ source (tier grades with their `"tier"`), so a stopped run grades nothing twice.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,7 +40,7 @@ from mushroom.data.contexts import (
     load_contexts,
     support_contexts,
 )
-from mushroom.data.jsonl import append_jsonl, iter_json_lines, load_records, mend_cut_line
+from mushroom.data.jsonl import append_jsonl, atomic_write_text, iter_json_lines, load_records, mend_cut_line
 from mushroom.data.languages import language_name
 from mushroom.data.records import ContextRecord, GradeRecord, Item
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
@@ -78,6 +80,8 @@ class ContextStats:
     made_otherwise: str | None = None
     """How the contexts done before were made, where it differs from this run's settings
     (they are kept as they are: the source only grows)."""
+    made_otherwise_count: int = 0
+    """How many of the contexts done before were made with other settings."""
 
 
 GRADING_FAILED = "grading failed"
@@ -369,7 +373,9 @@ def generate_contexts(
         "max_tokens": max_tokens,
         "topic": with_topic,
     }
-    earlier = _made_with(root / f"{stem}.made_with.json", made_with, out_path)
+    made_with_path = root / f"{stem}.made_with.json"
+    known = _made_with(made_with_path, out_path, grades_path)
+    key = settings_key(made_with)
     if tiers and grading != "none":  # graded tiers fall through (see the module docstring)
         copied = _copied_from_tiers(out_path)
         stats.covered_by_tiers += sum(1 for it in items if it.id in copied)
@@ -389,13 +395,17 @@ def generate_contexts(
             stats.already_generated += 1
         else:
             todo.append(item)
-    if stats.already_generated and earlier != made_with:
-        stats.made_otherwise = ", ".join(
-            f"{key} {earlier.get(key)!r}" for key in made_with if earlier.get(key) != made_with[key]
-        )
+    before = [it.id for it in items if it.id not in covered and it.id in done]
+    stats.made_otherwise, stats.made_otherwise_count = _made_otherwise(
+        before, known, made_with, out_path, grades_path
+    )
     if not todo:
         _source_file(out_path, grades_path, items, stats)
         return stats
+    if key not in known:  # before the first context made with them
+        atomic_write_text(
+            made_with_path, json.dumps({"settings": {**known, key: made_with}}, indent=1) + "\n"
+        )
     requests = []
     for item in todo:
         topic = ""
@@ -444,9 +454,11 @@ def generate_contexts(
             stats.errors.append(f"{item.id}: {GRADING_FAILED}: {verdict['error']}")
             continue
         unusable = {} if verdict["relevant"] else {"no_usable_context": True}
-        append_jsonl(grades_path, {"id": item.id, "grading": grading, **verdict, **unusable})
+        append_jsonl(
+            grades_path, {"id": item.id, "grading": grading, **verdict, **unusable, "made_with": key}
+        )
         if verdict["relevant"]:
-            append_jsonl(out_path, {"id": item.id, "context": texts[item.id]})
+            append_jsonl(out_path, {"id": item.id, "context": texts[item.id], "made_with": key})
             stats.kept += 1
             stats.unreadable_verdicts += verdict.get("readable") is False
         else:
@@ -455,32 +467,82 @@ def generate_contexts(
     return stats
 
 
-def _made_with(path: Path, settings: dict, out_path: Path) -> dict:
-    """The settings the source's generated contexts were first made with; these, for a new source.
+LEGACY = "first"
+"""The key of the settings in a made_with.json of before 2026-11-28: a single object, the
+settings the source was first made with; rows of no key were made with them."""
+
+
+def settings_key(settings: dict) -> str:
+    """A short name for a set of generation settings, written on each row made with them."""
+    blob = json.dumps(settings, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
+
+
+def _made_with(path: Path, out_path: Path, grades_path: Path) -> dict[str, dict]:
+    """Every settings key the source's generated contexts were made with -> those settings.
 
     A re-run with another --max-tokens, --topic, prompt or model kept the contexts done
-    before without a word (`detect` refuses a folder made with another config).
+    before without a word (`detect` refuses a folder made with another config). The file kept
+    only the first settings: a source that mixed two was warned of by the wrong count, or not
+    at all, and one whose every context was graded irrelevant (an empty file) was taken as new
+    and its settings overwritten.
     """
-    import json
+    made = (
+        out_path.exists() and out_path.stat().st_size or grades_path.exists() and grades_path.stat().st_size
+    )
+    if not path.is_file():
+        return {}
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        saved = None
+    if isinstance(saved, dict) and isinstance(saved.get("settings"), dict):
+        if all(isinstance(v, dict) for v in saved["settings"].values()):
+            return saved["settings"]
+    elif isinstance(saved, dict) and "settings" not in saved:
+        return {LEGACY: saved}
+    if not made:
+        return {}
+    # read as "the same settings": contexts made otherwise were kept without a word
+    raise DataError.single(
+        path,
+        None,
+        None,
+        f"unreadable: not the JSON object of the settings {out_path.name} was made with; "
+        "restore it, or delete it to go on without that check",
+    )
 
-    if out_path.exists() and out_path.stat().st_size and path.is_file():
-        try:
-            saved = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            saved = None
-        if isinstance(saved, dict):
-            return saved
-        # read as "the same settings": contexts made otherwise were kept without a word
-        raise DataError.single(
-            path,
-            None,
-            None,
-            f"unreadable: not the JSON object of the settings {out_path.name} was made with; "
-            "restore it, or delete it to go on without that check",
+
+def _made_otherwise(
+    ids: list[str], known: dict[str, dict], settings: dict, out_path: Path, grades_path: Path
+) -> tuple[str | None, int]:
+    """How the contexts of `ids` done before were made where it differs from `settings`, and how many.
+
+    Each generated row names its settings; an older row names none and was made with the
+    settings the file first recorded. A context dropped by its grade counts too: it is not
+    made again either.
+    """
+    wanted = set(ids)
+    made: dict[str, str] = {}
+    for path in (out_path, grades_path):
+        if path.exists():
+            for _, row in iter_json_lines(path, []):
+                if isinstance(row, dict) and str(row.get("id")) in wanted and "tier" not in row:
+                    made.setdefault(str(row["id"]), str(row.get("made_with", LEGACY)))
+    groups: dict[str, int] = {}
+    for key in made.values():
+        earlier = known.get(key)
+        if earlier is None or earlier == settings:
+            continue
+        told = ", ".join(
+            f"{name} {earlier.get(name)!r}" for name in settings if earlier.get(name) != settings[name]
         )
-    if not (out_path.exists() and out_path.stat().st_size):  # a new (or emptied) source: its settings
-        path.write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
-    return settings
+        groups[told] = groups.get(told, 0) + 1
+    if not groups:
+        return None, 0
+    if len(groups) == 1:
+        return next(iter(groups)), sum(groups.values())
+    return "; ".join(f"{n} with {told}" for told, n in groups.items()), sum(groups.values())
 
 
 def _source_file(out_path: Path, grades_path: Path, items: list[Item], stats: ContextStats) -> None:

@@ -234,8 +234,8 @@ def generate_split(
                 run.from_cache += st.from_cache
                 if st.made_otherwise:
                     run.made_otherwise.append(
-                        f"{code}: {plural(st.already_generated, 'context')} done before in {stem}.jsonl "
-                        f"{'was' if st.already_generated == 1 else 'were'} made with {st.made_otherwise}"
+                        f"{code}: {plural(st.made_otherwise_count, 'context')} done before in {stem}.jsonl "
+                        f"{'was' if st.made_otherwise_count == 1 else 'were'} made with {st.made_otherwise}"
                         " (kept as they are: the source only grows)"
                         + (
                             f", and the {plural(st.generated, 'context')} made now with this command's, "
