@@ -1265,3 +1265,18 @@ def test_a_reply_of_only_reasoning_is_not_cached_so_the_advised_rerun_asks_again
     with FakeServer({}, "Some background on the question.") as good:
         code, _, err = contexts(good.url)
         assert code == 0 and len(good.calls) == asked, err
+
+
+def test_contexts_tell_each_model_call_as_it_ends_for_a_progress_bar(tmp_path):
+    """`contexts` showed nothing until every language was done: a slow server looked hung."""
+    from mushroom.data.splits import load_split
+    from mushroom.retrieval.run import generate_split
+
+    items = load_split("val", ["it"])["it"][:3]
+    replay = write_lines(
+        tmp_path / "r.jsonl", [{"id": it.id, "response": f"Background {it.id}."} for it in items]
+    )
+    calls: list[str] = []
+    backend = {"kind": "replay", "responses": str(replay)}
+    run = generate_split("val", ["it"], backend, "rec", limit=3, context_dir=tmp_path, on_call=calls.append)
+    assert calls == ["it"] * 3 and run.rows[0][4] == 3

@@ -14,6 +14,7 @@ import json
 import os
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -115,11 +116,12 @@ class RecordingBackend(Backend):
     languages while each language's calls land in that language's file.
     """
 
-    def __init__(self, inner: Backend, sink: Any):
+    def __init__(self, inner: Backend, sink: Any, on_each: Callable[[], None] | None = None):
         super().__init__(inner.config)
         self.inner = inner
         self.kind = inner.kind
         self.sink = sink
+        self.on_each = on_each  # a progress bar's advance: `contexts` had none, and looked hung
 
     @property
     def model_name(self) -> str:
@@ -155,6 +157,8 @@ class RecordingBackend(Backend):
                         **fields(req, outcome),
                     )
                 )
+            if self.on_each is not None:
+                self.on_each()
             if on_result is not None:
                 on_result(i, outcome)
 

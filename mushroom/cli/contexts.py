@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from mushroom.cli.boundary import FLAG, err_console, esc, out_console, print_warning
-from mushroom.cli.common import Langs
+from mushroom.cli.common import Langs, Quiet, reporter
 from mushroom.cli.tables import fitted_tables
 from mushroom.data.contexts import DEFAULT_CONTEXT_DIR, DEFAULT_MIN_SIMILARITY, GRADES_SUFFIX, is_fact_check
 from mushroom.runs.reporter import Table as TableData
@@ -63,6 +63,7 @@ def contexts_cmd(
             "cascade.jsonl",
         ),
     ] = None,
+    quiet: Quiet = False,
 ) -> None:
     """Generate background contexts with an LLM for items no tier source covers (resumable).
 
@@ -123,23 +124,32 @@ def contexts_cmd(
             "likeness to the question, so a context that repeats the question passes too. "
             "--grade llm reads every language"
         )
+    tasks: dict[str, Any] = {}
     try:
-        run = generate_split(
-            split,
-            lang,
-            cfg,
-            source,
-            tiers,
-            prompt,
-            topic,
-            grade,
-            min_similarity,
-            max_tokens,
-            limit,
-            root,
-            only,
-            cascade,
-        )
+        with reporter().progress(quiet) as bar:
+
+            def on_call(code: str) -> None:  # calls, not items: graded runs make two per item
+                if code not in tasks:
+                    tasks[code] = bar.add_task(f"{code}: model calls", total=None)
+                bar.advance(tasks[code])
+
+            run = generate_split(
+                split,
+                lang,
+                cfg,
+                source,
+                tiers,
+                prompt,
+                topic,
+                grade,
+                min_similarity,
+                max_tokens,
+                limit,
+                root,
+                only,
+                cascade,
+                on_call,
+            )
     except MushroomError as exc:
         if type(exc) is not MushroomError or "-o backend." not in str(exc):
             raise

@@ -6,6 +6,7 @@ counts is here, so a script gets the same checks and the same per-language count
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,7 @@ def generate_split(
     context_dir: Path | None = None,
     only: dict[str, set[str]] | None = None,
     only_from: Path | None = None,
+    on_call: Callable[[str], None] | None = None,
 ) -> ContextsRun:
     """Generates contexts for the items of a split's languages that no tier covers (resumable).
 
@@ -148,6 +150,8 @@ def generate_split(
 
     Every model call is recorded in CONTEXT_DIR/.raw/ and every answer cached in
     CONTEXT_DIR/.cache.<source>.jsonl, so a run that stopped goes on where it stopped.
+
+    `on_call(lang)` is called as each model call of a language ends (a progress bar).
     """
     from pydantic import ValidationError
 
@@ -187,7 +191,9 @@ def generate_split(
     # two commands on one folder wrote every id twice to its sources, and both exited 0
     with folderlock.holding(root, "--context-dir", warnings.append):
         sink: list[RawLog | None] = [None]
-        engine = RecordingBackend(build_cached(settings, True, cache), lambda: sink[0])
+        current = [""]  # the language being generated, for `on_call`
+        tick = (lambda: on_call(current[0])) if on_call is not None else None
+        engine = RecordingBackend(build_cached(settings, True, cache), lambda: sink[0], tick)
         # a verdict neither relevant nor irrelevant keeps the context; graded tiers fall through
         falls = grade != "none" and bool(tier_list)
         graded = grade != "none"
@@ -208,6 +214,7 @@ def generate_split(
             for code, items in data.items():
                 stem = f"{split}.{safe_name(code, 'language code')}.{safe_name(source, 'context source')}"
                 sink[0] = RawLog(root / ".raw" / f"{stem}.jsonl")
+                current[0] = code
                 st = generate_contexts(
                     split,
                     code,
