@@ -1280,3 +1280,25 @@ def test_contexts_tell_each_model_call_as_it_ends_for_a_progress_bar(tmp_path):
     backend = {"kind": "replay", "responses": str(replay)}
     run = generate_split("val", ["it"], backend, "rec", limit=3, context_dir=tmp_path, on_call=calls.append)
     assert calls == ["it"] * 3 and run.rows[0][4] == 3
+
+
+def test_a_misspelt_optional_tier_is_refused_not_skipped_for_every_item(tmp_path, capsys):
+    """`--tiers 'tavily-5?'` misspelt was skipped everywhere, and every item generated (and paid
+    for) with nothing said; `detect --contexts` refuses such a source as a typo."""
+    from cli_helpers import cli
+
+    from mushroom.data.splits import load_split
+
+    items = load_split("val", ["it"])["it"][:2]
+    write_lines(tmp_path / "val.it.mytier.jsonl", [{"id": items[0].id, "context": "Known background."}])
+    replay = write_lines(tmp_path / "r.jsonl", [{"id": it.id, "response": "Background."} for it in items])
+    args = ["contexts", "--lang", "it", "--limit", "2", "--backend", "replay", "--responses", replay]
+    args += ["--context-dir", tmp_path]
+    code, _, err = cli(capsys, *args, "--tiers", "mytear?")
+    told = " ".join(err.split())
+    assert (
+        code == 2 and "no context files for source 'mytear'" in told and "did you mean 'mytier'?" in told
+    ), err
+    code, out, err = cli(capsys, *args, "--tiers", "mytier?")
+    assert code == 0, err
+    assert len((tmp_path / "val.it.llm.jsonl").read_text().splitlines()) == 1  # the tier covered one

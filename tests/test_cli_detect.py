@@ -84,6 +84,10 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
         (["--lang", "xx"], "has no file for xx"),
         (["--lang", "eng"], "has no file for eng; did you mean 'en'?"),
         (["--lang", "en", "--contexts", "perplexty"], "no context file for source 'perplexty'"),
+        (
+            ["--lang", "en", "--contexts", "tavily-5,perplexty?"],
+            "nor for any split or language: the '?' skips a missing file, not a misspelt name",
+        ),
         (["--items", VAL_EN, "--split", "test"], "replaces --split test"),
         (["--backend", "openai", "--base-url", "notaurl", "--model", "m"], "is not an http(s) URL"),
         # the client adds the endpoint: it asked for .../chat/completions/chat/completions, after a folder

@@ -265,7 +265,11 @@ def source_path(
         else f"; it has none for {split} {lang}: give your own with "
         "`--items ITEMS.jsonl --contexts FILE.jsonl`, or make them with `mushroom contexts`"
     )
-    raise MissingSource(f"no context file for source {source!r} ({split}, {lang}) in {root}{hint}")
+    typo = (
+        ", nor for any split or language: the '?' skips a missing file, not a misspelt name"
+        * named.endswith(OPTIONAL)
+    )
+    raise MissingSource(f"no context file for source {source!r} ({split}, {lang}) in {root}{typo}{hint}")
 
 
 def check_sources(split: str, langs: list[str], sources: tuple[str, ...] | list[str]) -> None:

@@ -14,9 +14,11 @@ from typing import Any
 from mushroom.data.contexts import (
     DEFAULT_CONTEXT_DIR,
     DEFAULT_MIN_SIMILARITY,
+    DEFAULT_SOURCES,
     OPTIONAL,
     available_sources,
     context_file,
+    exists_anywhere,
     grades_file,
     is_fact_check,
     stray_contexts,
@@ -82,13 +84,15 @@ def parse_tiers(
             )
         if tier.removesuffix(OPTIONAL) == source:
             raise MushroomError(f"--tiers: {tier!r} is the source being generated (--source), not a tier")
-        if tier.endswith(OPTIONAL):
-            continue  # used where it has a file
-        if not any(context_file(split, code, tier, root) for code in data):
+        name = tier.removesuffix(OPTIONAL)
+        if tier.endswith(OPTIONAL) and (tier in DEFAULT_SOURCES or exists_anywhere(name, root)):
+            continue  # used where it has a file; one of no split or language is a typo, as `detect` says
+        if not any(context_file(split, code, name, root) for code in data):
             have = sorted({s for code in data for s in available_sources(split, code, root)})
             raise MushroomError(
-                f"--tiers: no context files for source {tier!r} ({split}) in {root} (--context-dir)"
-                + suggest(tier, have, "available")
+                f"--tiers: no context files for source {name!r} ({split}) in {root} (--context-dir)"
+                + (", in no split or language: misspelt?" if tier.endswith(OPTIONAL) else "")
+                + suggest(name, have, "available")
             )
     return tier_list
 
