@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -202,6 +203,10 @@ def model_flag_as(form: str) -> Iterator[None]:
         raise MushroomError(model_advice(str(exc), form)) from None
 
 
+# A client error: the same request is refused again (408 and 429 are the server's "not now").
+_REFUSED = re.compile(r"\bHTTP 4(?!08|29)\d\d\b")
+
+
 def retry_advice(errors: list[str], folder: str = "") -> str:
     """What to do about failed items: a re-run retries them, except where it cannot help.
 
@@ -245,7 +250,19 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
     )
     if errors and long == len(errors):
         return f"The server refused them as {TOO_LONG}, so a re-run as it is fails them again: {context}"
+    refused = sum(bool(_REFUSED.search(e)) and TOO_LONG not in e for e in errors)
+    if errors and refused == len(errors):
+        return (
+            "The server refused the requests (an HTTP 4xx: the request, the model's name or the key "
+            "was wrong), so a re-run as it is fails them again: mend what the errors above say, then "
+            f"run the same command again{f' with {folder}' if folder else ''}"
+        )
     again = f"Run the same command again{f' with {folder}' if folder else ''} to retry only them"
+    if refused:
+        again += (
+            f"; {refused} of them {'was' if refused == 1 else 'were'} refused by the server (an HTTP 4xx), "
+            "which a re-run gets again"
+        )
     if long:
         again += f"; {long} of them were {TOO_LONG}, which a re-run fails again unless you {context}"
     recorded = sum(RECORDED_CUT in e for e in errors)

@@ -675,3 +675,40 @@ def test_a_url_found_dead_earlier_in_the_command_gets_one_attempt_from_the_next_
         second = backend()
         out = second.generate([_schema_free("b"), _schema_free("c")])
         assert all(g.error for g in out) and second.retries_made == 0
+
+
+def test_a_server_that_refuses_every_request_is_not_told_to_retry_them(tmp_path, capsys):
+    """Every request answered 400 ended in "Run the same command again to retry only them":
+    the same request is refused again (an audit of `contexts`)."""
+    from cli_helpers import cli
+
+    from mushroom.errors import retry_advice
+
+    refused = [("status", 400, '{"error": "unknown model"}')] * 10
+    with FakeServer({"Write what is reliably known": refused}, "x") as refusing:
+        code, _, err = cli(
+            capsys, "contexts", "--lang", "en", "--limit", "2", "--backend", "openai", "--base-url",
+            refusing.url, "--model", "m", "--context-dir", tmp_path,
+        )  # fmt: skip
+    said = " ".join(err.split())
+    assert code == 3 and "a re-run as it is fails them again" in said and "retry only them" not in said, err
+    # a 429 or 408 is the server's "not now": retried
+    assert "retry only them" in retry_advice(["HTTP 429: slow down", "HTTP 408: timeout"])
+    mixed = retry_advice(["HTTP 500: boom", "HTTP 404: no such model"])
+    assert "retry only them; 1 of them was refused by the server" in mixed, mixed
+
+
+def test_the_contexts_failure_lines_name_options_as_contexts_takes_them_and_count_the_rest(tmp_path, capsys):
+    """Each failure line advised `-o backend.timeout_s`, which `contexts` refuses (its -o sets the
+    backend), and only 5 were listed, with no word of the others (an audit)."""
+    from cli_helpers import cli
+
+    slow = [("sleep", 3)] * 20
+    with FakeServer({"Write what is reliably known": slow}, "x") as server:
+        code, _, err = cli(
+            capsys, "contexts", "--lang", "en", "--limit", "7", "--backend", "openai", "--base-url",
+            server.url, "--model", "m", "--context-dir", tmp_path, "-o", "timeout_s=1", "-o", "retry_timeouts=false",
+        )  # fmt: skip
+    said = " ".join(err.split())
+    assert code == 3 and "-o timeout_s" in said and "-o backend." not in said, err
+    assert "failed and 2 more (each in" in said, err

@@ -185,8 +185,12 @@ def contexts_cmd(
     if run.retried:
         err_console.print(f"[yellow]warning:[/yellow] {esc(run.retried)}")
     if run.failed:
-        for err in run.failed[:5]:
-            err_console.print(f"[yellow]failed[/yellow] {esc(err)}")
+        for err in run.failed[:5]:  # a line's advice in this command's form too
+            err_console.print(f"[yellow]failed[/yellow] {esc(_own_form(err))}")
+        if len(run.failed) > 5:
+            err_console.print(
+                f"[yellow]failed[/yellow] and {len(run.failed) - 5} more (each in {esc(str(root))}/.raw/)"
+            )
         advice = _own_form(retry_advice([err.split(": ", 2)[-1] for err in run.failed]))  # "lang: id: error"
         graded = sum(GRADING_FAILED in err for err in run.failed)  # generated, then not graded
         what = [plural(len(run.failed) - graded, "context") + " could not be generated"] * (
