@@ -349,7 +349,14 @@ class Tee(io.StringIO):
 
 # Counters added after the shipped records were made (what shares of bad replies are of)
 NEWER_COUNTERS = frozenset(
-    {"llm.replies", "chain.replies", "pyes.answers", "llm.lost_replies", "llm.failed_named_elsewhere"}
+    {
+        "llm.replies",
+        "chain.replies",
+        "pyes.answers",
+        "llm.lost_replies",
+        "llm.failed_named_elsewhere",
+        "chain.contradicted_unplaced",  # 2026-11-27
+    }
 )
 # Counters of what the reading makes of the replies, changed since the record by a decision
 # (not by the replies): since 2026-11-27 an llm reply naming only text the answer does not

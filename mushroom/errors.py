@@ -38,6 +38,27 @@ class RunFailed(MushroomError):
         self.errors: dict[str, str] = dict(errors or {})
 
 
+def install_hint(extra: str) -> str:
+    """The `pip install` of an extra's packages, as this install declares them.
+
+    Not `pip install 'mushroom[EXTRA]'`: "mushroom" on PyPI is another project (a 2018 web
+    messaging library), which pip fetches wherever this one is not installed. The packages
+    are read from the installed metadata; from a checkout run without installing, the
+    editable install of the extra is named.
+    """
+    from importlib import metadata
+
+    try:
+        declared = metadata.requires("mushroom") or []
+    except metadata.PackageNotFoundError:
+        declared = []
+    marker = re.compile(rf"""^(.*?)\s*;\s*extra\s*==\s*["']{re.escape(extra)}["']\s*$""")
+    wanted = [m.group(1).strip() for r in declared if (m := marker.match(r))]
+    if not wanted:
+        return f"pip install -e '.[{extra}]' in mushroom's checkout"
+    return "pip install " + " ".join(f"'{r}'" for r in wanted) + f" (mushroom's {extra!r} extra)"
+
+
 class MissingExtra(MushroomError):
     """An optional package is not installed: exit 4, with the `pip install` that brings it.
 
@@ -61,7 +82,7 @@ class MissingExtra(MushroomError):
             message: the whole message, where a part says it its own way.
         """
         self.what, self.package, self.extra = what, package, extra
-        self.hint = hint or (f"pip install 'mushroom[{extra}]'" if extra else f"pip install {package}")
+        self.hint = hint or (install_hint(extra) if extra else f"pip install {package}")
         super().__init__(message or f"{what} needs {package!r}, which is not installed: {self.hint}")
 
 

@@ -169,7 +169,10 @@ def test_backends_lists_every_kind_s_settings_with_real_defaults(capsys):
         assert f"{kind}: " in out
     shown = {line.split(" = ")[0].strip() for line in out.splitlines() if " = " in line}
     assert set(OpenAIConfig.model_fields) - {"kind"} <= shown
-    assert "structured_output = 'auto'" in out and "pip install 'mushroom[openai]'" in out
+    assert (
+        "structured_output = 'auto'" in out
+        and "pip install 'httpx>=0.25' 'tenacity>=8.2' (mushroom's 'openai' extra)" in out
+    )
 
 
 def test_bracketed_file_names_are_printed_as_they_are(tmp_path, capsys):

@@ -130,7 +130,7 @@ def test_a_bad_saved_dataset_is_named_with_its_row_and_field(tmp_path, capsys):
 
 def test_without_the_datasets_package_the_extra_is_named(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "datasets", None)
-    with pytest.raises(MissingExtra, match=r"mushroom\[datasets\]"):
+    with pytest.raises(MissingExtra, match=r"\(mushroom's 'datasets' extra\)"):
         predictions_to_dataset([])
 
 

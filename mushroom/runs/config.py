@@ -209,7 +209,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
                     "YAML configs",
                     "yaml",
                     "yaml",
-                    message="YAML configs need PyYAML: pip install 'mushroom[yaml]' (or use TOML)",
+                    message="YAML configs need PyYAML: pip install pyyaml (or use TOML)",
                 ) from None
             try:
                 data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 (a SafeLoader)

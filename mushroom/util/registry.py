@@ -6,7 +6,7 @@ needs. Code registers its own parts with `@registry.register(name)`; a kind that
 entry-point group also finds the parts of installed packages (`name = "package.module:Attr"`).
 
 A missing optional package is the user's to fix, so it is said the same way for every kind:
-`MissingExtra` (exit 4) naming the package and the `pip install 'mushroom[EXTRA]'` that
+`MissingExtra` (exit 4) naming the package and the `pip install` of its extra that
 brings it, raised by `check_installed` before a run starts and by `load` when an import fails.
 """
 
