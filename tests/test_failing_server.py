@@ -712,3 +712,21 @@ def test_the_contexts_failure_lines_name_options_as_contexts_takes_them_and_coun
     said = " ".join(err.split())
     assert code == 3 and "-o timeout_s" in said and "-o backend." not in said, err
     assert "failed and 2 more (each in" in said, err
+
+
+def test_main_jobs_hung_server_message_names_the_members_own_option(tmp_path, capsys):
+    """It advised `-o backend.connect_timeout_s`, which main-job refuses ("'backend' is not a
+    member"), and then taught how to set a backend as if the settings given were wrong."""
+    from cli_helpers import cli
+
+    out = tmp_path / "run"
+    with HungServer() as server:
+        code, _, err = cli(
+            capsys, "main-job", "--members", "lexical,llm", "--llm-budget", "0.3", "--lang", "en",
+            "--out", out, "--quiet", "-o", "llm.backend.kind=openai", "-o", f"llm.backend.base_url={server.url}",
+            "-o", "llm.backend.model=m", "-o", "llm.backend.connect_timeout_s=0.5",
+        )  # fmt: skip
+    said = " ".join(err.split())
+    assert code == 2 and not out.exists(), err
+    assert "it is hung" in said and "raise -o llm.backend.connect_timeout_s" in said, err
+    assert "-o backend." not in said and "a member's backend is set with" not in said, err

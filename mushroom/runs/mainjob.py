@@ -87,6 +87,11 @@ def _loadable_members(
                 ) from None
             # the backend's own message names detect's flags (--base-url, --responses)
             advice = model_advice(str(exc), f"-o {name}.backend.model=NAME")
+            advice = advice.replace("-o backend.", f"-o {name}.backend.")
+            if not any(flag in advice for flag in ("--base-url", "--responses", "--model", "--backend")):
+                # a hung server's message advised `-o backend.connect_timeout_s` (refused here), and
+                # the lesson on how to set a backend read as if the settings given were wrong
+                raise MushroomError(advice) from None
             raise MushroomError(
                 f"{advice}; in main-job a member's backend is set with -o {name}.backend.KEY=VALUE, e.g. "
                 f"-o {name}.backend.kind=openai -o {name}.backend.base_url=URL -o {name}.backend.model=M "
