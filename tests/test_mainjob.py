@@ -115,6 +115,9 @@ def test_a_member_that_beats_the_stack_out_of_fold_is_warned_about():
     assert warning.endswith("may not help; its own predictions may serve better")  # stack fit's wording
     comparison["stack (CV)"]["mean"]["iou"] = 0.57
     assert stack_behind(comparison, ["lexical", "semantic"]) == []
+    # a lead that rounds away: "0.4888 beat the stack (0.4888)" was said (an audit)
+    comparison["stack (CV)"]["mean"]["iou"], comparison["semantic"]["mean"]["iou"] = 0.4888003, 0.4888151
+    assert stack_behind(comparison, ["lexical", "semantic"]) == []
 
 
 def test_a_failed_member_is_the_users_choice_in_its_main_job_and_refused_by_another_stack(tmp_path):

@@ -487,7 +487,7 @@ def stack_behind(
     if stack is None or not scores:
         return []
     best = max(scores, key=lambda m: scores[m])
-    if scores[best] <= stack:
+    if round(scores[best], 4) <= round(stack, 4):  # as printed: "0.4888 beat the stack (0.4888)" was said
         return []
     return [
         f"on val, member {best!r} alone (IoU {scores[best]:.4f}) beat the stack out of fold ({stack:.4f}): "
