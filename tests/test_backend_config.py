@@ -228,7 +228,7 @@ def test_a_run_configs_unknown_language_or_split_names_the_file_and_field(tmp_pa
         load_run_config(path)
     said = str(err.value)
     assert f"{path}: field 'langs.1': unknown language 'xx'" in said
-    assert f"{path}: field 'splits.0': unknown split 'vall' (did you mean 'val'?)" in said
+    assert f"{path}: field 'splits.0': unknown split 'vall'; did you mean 'val'?" in said
     path.write_text('name = "x"\nlangs = ["EN"]\n[detector]\nname = "lexical"\n')
     assert load_run_config(path).langs == ["en"]
 

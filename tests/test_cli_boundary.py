@@ -217,6 +217,13 @@ def test_the_long_form_of_a_short_name_is_matched(capsys):
     assert close_match("te", ["test", "val"], prefix=True, cutoff=0.9) is None  # too short to start one
     code, _, err = cli(capsys, "detect", "--split", "validation", "--detector", "lexical")
     assert code == 2 and "unknown split 'validation'; did you mean 'val'?" in err, err
+    # the data folder's name was told "did you mean 'test-labeled'?", the held-out split (an audit)
+    for given, told in (
+        ("test-unlabeled", "test-unlabeled/ is the folder of the 'test' split; give --split test"),
+        ("val,test", "unknown split 'val,test': one split at a time"),
+    ):
+        code, _, err = cli(capsys, "detect", "--split", given, "--lang", "en", "--limit", "1")
+        assert code == 2 and told in " ".join(err.split()), err
 
 
 @pytest.mark.parametrize(

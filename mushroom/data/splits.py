@@ -45,6 +45,20 @@ SPLIT_DIRS = {
 SPLIT_TAGS = {"val": "val", "test": "tst", "test-labeled": "tst", "train": "train"}
 
 
+def split_hint(split: str) -> str:
+    """The tail of an "unknown split" message: the split a data folder's name is of, else a close one.
+
+    `--split test-unlabeled` (the folder's name) was told "did you mean 'test-labeled'?", the
+    held-out split that is not shipped.
+    """
+    folders = {folder: name for name, folder in SPLIT_DIRS.items() if folder != name}
+    if split in folders:
+        return f": {split}/ is the folder of the {folders[split]!r} split; give --split {folders[split]}"
+    if "," in split:
+        return f": one split at a time; choose one of: {', '.join(sorted(SPLIT_DIRS))}"
+    return suggest(split, list(SPLIT_DIRS), "choose one of")
+
+
 def in_data_dir(path: Path) -> bool:
     """Whether a path lies in the folder of the official data files, where nothing is written."""
     return Path(path).resolve().is_relative_to(DEFAULT_DATA_DIR.resolve())
@@ -61,7 +75,7 @@ _FILE_RE = re.compile(r"^mushroom\.([a-z]{2})-(val|tst|train)[^/]*\.jsonl$")
 def split_files(split: str, data_dir: Path | None = None) -> dict[str, Path]:
     """Language code -> file for a split, found by the official naming pattern."""
     if split not in SPLIT_DIRS:
-        raise MushroomError(f"unknown split {split!r}{suggest(split, list(SPLIT_DIRS), 'choose one of')}")
+        raise MushroomError(f"unknown split {split!r}{split_hint(split)}")
     folder = (data_dir or DEFAULT_DATA_DIR) / SPLIT_DIRS[split]
     if not folder.is_dir():
         if split == "test-labeled":  # a known split that is not shipped: say so

@@ -339,7 +339,7 @@ def load_run_config(path: Path) -> RunConfig:
             error = DataError(error.problems + more, exit_code=2)
         raise error from exc
     from mushroom.data.contexts import source_names
-    from mushroom.data.splits import SPLIT_DIRS
+    from mushroom.data.splits import SPLIT_DIRS, split_hint
 
     # every mistake of the file at once: a typo'd detector hid the languages' and each bad
     # variant the next one's
@@ -348,8 +348,7 @@ def load_run_config(path: Path) -> RunConfig:
             str(path),
             None,
             f"splits.{k}",
-            f"unknown split {split!r}{did_you_mean(split, list(SPLIT_DIRS))}; "
-            f"one of {', '.join(sorted(SPLIT_DIRS))}",
+            f"unknown split {split!r}{split_hint(split)}",
         )
         for k, split in enumerate(cfg.splits)
         if split not in SPLIT_DIRS
