@@ -1302,3 +1302,28 @@ def test_a_misspelt_optional_tier_is_refused_not_skipped_for_every_item(tmp_path
     code, out, err = cli(capsys, *args, "--tiers", "mytier?")
     assert code == 0, err
     assert len((tmp_path / "val.it.llm.jsonl").read_text().splitlines()) == 1  # the tier covered one
+
+
+def test_a_source_graded_all_unusable_is_read_when_given_as_a_file(tmp_path, capsys):
+    """The empty file `contexts` leaves where every context was graded irrelevant exists so that
+    detect counts `context.none`; given as `--contexts FILE` it was refused as "no contexts"."""
+    from cli_helpers import cli
+
+    from mushroom.data.splits import load_split
+
+    items = load_split("val", ["en"])["en"][:3]
+    items_file = write_lines(
+        tmp_path / "items.jsonl", [it.model_dump(mode="json", exclude_none=True) for it in items]
+    )
+    source = tmp_path / "val.en.llm.jsonl"
+    source.write_text("")
+    code, _, err = cli(capsys, "detect", "--items", items_file, "--contexts", source, "--out", tmp_path / "a")
+    assert code == 1 and "the file has no contexts" in err, err  # no grades: an empty file by mistake
+    write_lines(
+        tmp_path / "val.en.llm.grades.jsonl",
+        [{"id": it.id, "grading": "llm", "relevant": False, "no_usable_context": True} for it in items],
+    )
+    code, _, err = cli(capsys, "detect", "--items", items_file, "--contexts", source, "--out", tmp_path / "b")
+    assert code == 0 and "had every context graded irrelevant" in err, err
+    stats = json.loads((tmp_path / "b" / "predictions" / "stats.json").read_text())
+    assert stats["all"]["context.none"] == 3

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mushroom.data.contexts import graded_unusable
 from mushroom.data.itemstream import ContextFiles
 from mushroom.data.records import Item
 from mushroom.detectors.base import Detector
@@ -101,6 +102,11 @@ def _check_some_context(files: ContextFiles, data: dict[str, Sequence[Item]], it
         return
     ids = (item.id for items in data.values() for item in items)
     if any(any(i in where for where in files.index) for i in ids):
+        return
+    # a source whose every context was graded irrelevant is an empty file beside its grades:
+    # its items were checked, and found with no usable context (`context.none` counts them)
+    unusable = set().union(*(graded_unusable(path) for path in files.paths))
+    if any(item.id in unusable for items in data.values() for item in items):
         return
     for path, where in zip(files.paths, files.index):
         if not where:
