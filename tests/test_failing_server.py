@@ -730,3 +730,19 @@ def test_main_jobs_hung_server_message_names_the_members_own_option(tmp_path, ca
     assert code == 2 and not out.exists(), err
     assert "it is hung" in said and "raise -o llm.backend.connect_timeout_s" in said, err
     assert "-o backend." not in said and "a member's backend is set with" not in said, err
+
+
+def test_main_job_refuses_a_new_folder_whose_members_server_is_not_there(tmp_path, capsys):
+    """A mistyped port was found only after the CPU members had run, leaving a folder of
+    failed items (an audit: 34 s on one language, minutes on all)."""
+    from cli_helpers import cli
+
+    out = tmp_path / "run"
+    args = ["main-job", "--members", "lexical,llm", "--llm-budget", "0.3", "--lang", "en", "--quiet"]
+    args += ["-o", "llm.backend.kind=openai", "-o", "llm.backend.base_url=http://127.0.0.1:9/v1"]
+    args += ["-o", "llm.backend.model=m", "--out", out]
+    code, _, err = cli(capsys, *args)
+    said = " ".join(err.split())
+    assert code == 2 and not out.exists(), err
+    assert "member 'llm': nothing answers at http://127.0.0.1:9/v1" in said and "nothing was run" in said
+    assert cli(capsys, *args, "--plan-only")[0] == 0  # a plan calls no model

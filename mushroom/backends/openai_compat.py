@@ -363,6 +363,23 @@ def check_served_model(config: OpenAIConfig) -> None:
         )
 
 
+def unreachable(config: OpenAIConfig) -> str | None:
+    """Why nothing listens at the server's URL (connection refused, no such host), or None.
+
+    `check_served_model` lets such a server pass: answers in a response cache still serve.
+    A job that first spends minutes on CPU members asks this for a new folder, where no cached
+    answer can serve: a mistyped port failed every item only after them.
+    """
+    base = str(config.base_url).rstrip("/")
+    try:
+        httpx.get(f"{base}/models", headers=auth_headers(config), timeout=config.connect_timeout_s)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        return f"nothing answers at {base} ({type(exc).__name__}{_detail(exc)})"
+    except httpx.HTTPError:
+        return None  # it answered, or took the connection: the run says what follows
+    return None
+
+
 def hung_message(url: str, asked: str, seconds: float) -> str:
     """Why a server that took the connection and answered nothing is taken as hung, and what to do."""
     return (

@@ -108,6 +108,32 @@ def _loadable_members(
     return dets, {name: str(exc) for name, exc in missing.items()}
 
 
+def _refuse_unreachable(name: str, det: Detector) -> None:
+    """Stops a new job whose model-backed member's server is not there, before any member runs.
+
+    A mistyped port was found only after the CPU members had run (minutes on every language),
+    and left a folder of failed items. A folder with a run may hold cached answers that
+    serve without the server, so only a new one is checked.
+    """
+    from mushroom.backends.config import OpenAIConfig
+
+    for field, value in det.options.__dict__.items():
+        listed = isinstance(value, list | tuple)  # pyes: models=[...]
+        for setting in value if listed else [value]:
+            if isinstance(setting, OpenAIConfig) and setting.base_url:
+                from mushroom.backends.openai_compat import unreachable
+
+                why = unreachable(setting)
+                if why is not None:
+                    where = (
+                        f"the base_url in {name}'s {field}" if listed else f"-o {name}.{field}.base_url=URL"
+                    )
+                    raise MushroomError(
+                        f"member {name!r}: {why}: start the server, or give its URL ({where}); "
+                        "nothing was run"
+                    )
+
+
 def _member_options(exc: MushroomError, name: str) -> MushroomError:
     """The error with each `-o KEY=` it advises written as main-job takes it: `-o NAME.KEY=`.
 
@@ -274,6 +300,10 @@ def run_main_stack(
     elif member_sources is not None:  # ... but a typo would be generated under its misspelt name
         for warning in _close_to_existing(test_data, val_data, member_sources, member_from):
             reporter.message(warning, lead="warning:")
+    # a plan calls no model; --allow-failures takes failed items as they come
+    if not plan_only and not allow_failures and (out is None or not (out / "config.json").exists()):
+        for name in model_backed:
+            _refuse_unreachable(name, dets[name])
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-stack")
     config = {
         "job": "main",
