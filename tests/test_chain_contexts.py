@@ -1327,3 +1327,27 @@ def test_a_source_graded_all_unusable_is_read_when_given_as_a_file(tmp_path, cap
     assert code == 0 and "had every context graded irrelevant" in err, err
     stats = json.loads((tmp_path / "b" / "predictions" / "stats.json").read_text())
     assert stats["all"]["context.none"] == 3
+
+
+def test_a_tier_with_no_file_for_a_language_is_said_and_a_grades_file_is_no_tier(tmp_path, capsys):
+    """`--tiers chatgpt-search --lang en,de` covered nothing in German, where it has no file,
+    and generated every item with nothing said; `--tiers llm.grades` read a grades file as
+    contexts ("field 'context': Field required" nine times)."""
+    from cli_helpers import cli
+
+    from mushroom.data.splits import load_split
+
+    data = load_split("val", ["it", "en"])
+    write_lines(tmp_path / "val.it.mytier.jsonl", [{"id": data["it"][0].id, "context": "Known background."}])
+    replay = write_lines(
+        tmp_path / "r.jsonl", [{"id": its[0].id, "response": "Background."} for its in data.values()]
+    )
+    args = ["contexts", "--lang", "it,en", "--limit", "1", "--backend", "replay", "--responses", replay]
+    args += ["--context-dir", tmp_path, "--quiet"]
+    code, _, err = cli(capsys, *args, "--tiers", "mytier")
+    told = " ".join(err.split())
+    assert code == 0 and "--tiers: mytier has no val file for en: their items are all generated" in told, err
+    code, _, err = cli(capsys, *args, "--tiers", "mytier?")
+    assert code == 0 and "has no val file" not in err, err
+    code, _, err = cli(capsys, *args, "--tiers", "llm.grades")
+    assert code == 2 and "'llm.grades' is the file of another source's grades" in err, err

@@ -180,7 +180,8 @@ def contexts_cmd(
     if run.truncated:
         err_console.print(
             f"[yellow]warning:[/yellow] {plural(run.truncated, 'generated context')} stopped at "
-            f"--max-tokens {max_tokens} before the model finished (kept as they are): raise --max-tokens"
+            f"--max-tokens {max_tokens} before the model finished (kept as they are: the source only "
+            "grows): to make them whole, raise --max-tokens and give another --source"
         )
     if run.retried:
         err_console.print(f"[yellow]warning:[/yellow] {esc(run.retried)}")

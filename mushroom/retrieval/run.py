@@ -15,6 +15,7 @@ from mushroom.data.contexts import (
     DEFAULT_CONTEXT_DIR,
     DEFAULT_MIN_SIMILARITY,
     DEFAULT_SOURCES,
+    GRADES_SUFFIX,
     OPTIONAL,
     available_sources,
     context_file,
@@ -81,6 +82,10 @@ def parse_tiers(
             raise MushroomError(
                 f"--tiers: {tier!r} is a fact-check source (it repeats the answer to correct it); "
                 "it covers no item, so it cannot be a tier"
+            )
+        if tier.removesuffix(OPTIONAL).endswith(GRADES_SUFFIX):
+            raise MushroomError(
+                f"--tiers: {tier!r} is the file of another source's grades, not a source of contexts"
             )
         if tier.removesuffix(OPTIONAL) == source:
             raise MushroomError(f"--tiers: {tier!r} is the source being generated (--source), not a tier")
@@ -177,6 +182,15 @@ def generate_split(
     # a tier file of another language or version of the items covered nothing, and every
     # item was generated (and paid for) with nothing said
     strays = stray_contexts(split, whole, tier_list, root, "--tiers")  # a tier file is of the whole split
+    for tier in tier_list:  # a tier with files for some languages covers nothing in the others
+        bare = [
+            code for code in data if not tier.endswith(OPTIONAL) and not context_file(split, code, tier, root)
+        ]
+        if bare:
+            strays.append(
+                f"--tiers: {tier} has no {split} file for {', '.join(bare)}: their items are all generated "
+                f"(write {tier}? to say that is meant)"
+            )
     cache = root / f".cache.{source}.jsonl"
     try:
         settings = parse_backend_config(backend)
