@@ -537,9 +537,10 @@ def _finish_cascade(
         write_predictions(path, result.test[lang], items)
     write_json(out / "val" / "comparison.json", result.comparison)
     spent = result.summary["cascade"]
+    # out of fold, not "5-fold": the member stack has as many folds as items sent, up to 5
     title = (
         f"val: the cascade (budget {budget:g}: {spent['val']['sent']} of "
-        f"{spent['val']['sent'] + spent['val']['kept']} items sent to {', '.join(costly)}), 5-fold CV by item"
+        f"{spent['val']['sent'] + spent['val']['kept']} items sent to {', '.join(costly)}), out of fold"
     )
     failed = spent["test"]["failed"] + spent["val"]["failed"]
     kept = (
