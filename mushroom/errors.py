@@ -78,7 +78,7 @@ class MissingExtra(MushroomError):
             what: who needs it ("detector 'semantic'", "backend 'vllm'").
             package: the import name that is missing ("torch").
             extra: the mushroom extra that installs it ("semantic").
-            hint: what to do instead of `pip install 'mushroom[EXTRA]'`.
+            hint: what to do instead of the `pip install` of the extra's packages.
             message: the whole message, where a part says it its own way.
         """
         self.what, self.package, self.extra = what, package, extra
@@ -224,8 +224,9 @@ def model_flag_as(form: str) -> Iterator[None]:
         raise MushroomError(model_advice(str(exc), form)) from None
 
 
-# A client error: the same request is refused again (408 and 429 are the server's "not now").
-_REFUSED = re.compile(r"\bHTTP 4(?!08|29)\d\d\b")
+# A client error: the same request is refused again. 408, 409, 425 and 429 are the server's
+# "not now", which the backend retries too (`openai_compat.RETRY_STATUS`).
+_REFUSED = re.compile(r"\bHTTP 4(?!08|09|25|29)\d\d\b")
 
 
 def retry_advice(errors: list[str], folder: str = "") -> str:

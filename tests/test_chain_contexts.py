@@ -903,6 +903,8 @@ def test_a_broken_line_inside_a_generated_source_or_its_grades_stops_the_context
             ('{"id": "val-en-1", "grading": "llm", "tier": "t", "verdict": "irrelevant"}\n', "relevant"),
             ('{"id": "val-en-1", "grading": "llm", "relevant": null}\n', "relevant"),
             ('{"id": "val-en-1", "relevant": true}\n', "grading"),
+            # read as False, but the code reads the row: the text "false" is true there
+            ('{"id": "val-en-1", "grading": "llm", "relevant": "false"}\n', "relevant"),
         ):
             grades.write_text(line + kept)
             code, _, err = contexts(good.url, "--grade", "llm")

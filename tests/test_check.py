@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -302,3 +303,16 @@ def test_a_device_given_as_a_file_is_refused_not_read_forever(tmp_path, capsys):
     assert piped.returncode == 2 and "/dev/stdin: is a pipe, not a file: it is read more than once" in told, (
         told
     )
+    # a named pipe with no writer: opening it waited for one forever
+    fifo = tmp_path / "p.jsonl"
+    os.mkfifo(fifo)
+    for args in (["check", fifo, "--items", VAL_EN], ["detect", "--items", fifo, "--out", tmp_path / "r"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "mushroom", *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+        told = " ".join(done.stderr.split())
+        assert done.returncode == 2 and f"{fifo}: is a pipe, not a file" in told, done.stderr

@@ -74,7 +74,7 @@ def _tiny_app(exc: BaseException | None = None, hint=None):
 @pytest.mark.parametrize(
     ("exc", "code", "needle"),
     [
-        (MushroomError("use pip install 'mushroom[vllm]'"), 2, "pip install 'mushroom[vllm]'"),
+        (MushroomError("use pip install -e '.[vllm]'"), 2, "pip install -e '.[vllm]'"),
         (RunFailed("3 items failed"), 3, "3 items failed"),
         (KeyboardInterrupt(), 130, "interrupted"),
         (IsADirectoryError(21, "Is a directory", "out/x"), 2, "out/x: is a folder"),

@@ -7,7 +7,7 @@ installed version.
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch not installed: pip install 'mushroom[semantic]'")
+torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[semantic]'")
 transformers = pytest.importorskip("transformers", reason="transformers not installed")
 
 from mushroom.errors import MushroomError  # noqa: E402

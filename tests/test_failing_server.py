@@ -693,7 +693,8 @@ def test_a_server_that_refuses_every_request_is_not_told_to_retry_them(tmp_path,
     said = " ".join(err.split())
     assert code == 3 and "a re-run as it is fails them again" in said and "retry only them" not in said, err
     # a 429 or 408 is the server's "not now": retried
-    assert "retry only them" in retry_advice(["HTTP 429: slow down", "HTTP 408: timeout"])
+    assert "retry only them" in retry_advice(["HTTP 429: slow down", "HTTP 408: timeout", "HTTP 409: busy"])
+    assert "retry only them" in retry_advice(["HTTP 425: too early"])  # the backend retries these too
     mixed = retry_advice(["HTTP 500: boom", "HTTP 404: no such model"])
     assert "retry only them; 1 of them was refused by the server" in mixed, mixed
 
@@ -746,3 +747,25 @@ def test_main_job_refuses_a_new_folder_whose_members_server_is_not_there(tmp_pat
     assert code == 2 and not out.exists(), err
     assert "member 'llm': nothing answers at http://127.0.0.1:9/v1" in said and "nothing was run" in said
     assert cli(capsys, *args, "--plan-only")[0] == 0  # a plan calls no model
+    # a shared cache_path that exists may answer every item without the server
+    shared = tmp_path / "shared.cache.jsonl"
+    shared.write_text("")
+    args[args.index(out)] = tmp_path / "run2"
+    code, _, err = cli(capsys, *args, "-o", f"llm.cache_path={shared}")
+    assert code == 3 and "nothing answers at" not in err, err  # it ran: its items failed, not refused
+
+
+def test_main_jobs_wrong_model_message_is_not_taken_for_detects_flags(tmp_path, capsys):
+    """Its "--model_alias NAME" was read as detect's --model: the lesson on how to set a
+    member's backend was added, as if the settings given were wrong (a review)."""
+    from cli_helpers import cli
+
+    with FakeServer({}, models=("other",)) as server:
+        code, _, err = cli(
+            capsys, "main-job", "--members", "lexical,llm", "--llm-budget", "0.3", "--lang", "en",
+            "--out", tmp_path / "run", "--quiet", "-o", "llm.backend.kind=openai",
+            "-o", f"llm.backend.base_url={server.url}", "-o", "llm.backend.model=m",
+        )  # fmt: skip
+    said = " ".join(err.split())
+    assert code == 2 and "serves only 'other', not 'm'" in said and "--model_alias" in said, err
+    assert "a member's backend is set with" not in said, err

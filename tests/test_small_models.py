@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch not installed: pip install 'mushroom[transformers]'")
+torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[transformers]'")
 transformers = pytest.importorskip("transformers", reason="transformers not installed")
 
 from tiny_models import length_p_yes, tiny_bert_classifier, tiny_llama, word_tokenizer  # noqa: E402

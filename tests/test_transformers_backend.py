@@ -8,7 +8,7 @@ the detector must count it as unparseable and predict no span, without crashing.
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch not installed: pip install 'mushroom[transformers]'")
+torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[transformers]'")
 transformers = pytest.importorskip("transformers", reason="transformers not installed")
 
 from tiny_models import tiny_llama, word_tokenizer  # noqa: E402

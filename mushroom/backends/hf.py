@@ -5,7 +5,7 @@
 in batches of `batch_size` with left padding; temperature 0 means greedy decoding. A request
 with a `json_schema` is decoded under that schema (llguidance, see mushroom.backends.grammar)
 unless `structured_output` is off; without llguidance installed it runs unconstrained and says
-so once. Needs `pip install 'mushroom[transformers]'`.
+so once. Needs `pip install -e '.[transformers]'`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Thin on purpose: vLLM does the scheduling, prefix caching (on, since all prompts of a
 detector share their instructions) and guided JSON decoding. Log-likelihoods come from
 `prompt_logprobs` over the chat prompt followed by the continuation (split at the context's
-token count, as lm-evaluation-harness does). Needs a GPU and `pip install 'mushroom[vllm]'`;
+token count, as lm-evaluation-harness does). Needs a GPU and `pip install -e '.[vllm]'`;
 its test runs only where both exist.
 """
 

@@ -7,7 +7,7 @@ not installed (the message names the `pip install` that brings it), 70 a bug
 in mushroom, 130 interrupted. Tracebacks are for bugs, and only with `--debug`.
 
 Output that contains user text (file names, ids, model output, option values) goes through
-`esc` before rich renders it: rich reads `[...]` as markup and would eat `mushroom[vllm]` or a
+`esc` before rich renders it: rich reads `[...]` as markup and would eat the `vllm` extra or a
 file named `run[bold].jsonl`.
 """
 
@@ -141,6 +141,12 @@ def file_to_write(value: str) -> Path:
             f"{value} ends in '/', so it names a folder; give the file's name too ({value}NAME)"
         )
     return Path(value)
+
+
+def json_to_write(value: str) -> str:
+    """`file_to_write` for `score --json`, kept as text: `-` is stdout, `./-` a file of that name."""
+    file_to_write(value)
+    return value
 
 
 def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> Path:
@@ -304,6 +310,7 @@ def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--debug" in args[: next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]:
         set_debug(True)
+    clear_fallback_hints()  # a library call before this command may have left one
     try:
         with command_scope():  # a command stopped by an error or Ctrl-C leaves no folder locked
             return _run(app, args)

@@ -230,6 +230,7 @@ def sweep(
         Path | None,
         typer.Option(
             "--svg",
+            parser=file_to_write,
             help="write the plot here, and its numbers beside it as .csv (default: eval/sweep-<time>.svg)",
         ),
     ] = None,

@@ -15,6 +15,7 @@ from mushroom.cli.boundary import (
     esc,
     file_to_write,
     input_file,
+    json_to_write,
     out_console,
     output_file,
     print_warning,
@@ -45,10 +46,10 @@ def score(
         bool, typer.Option("--ci", metavar=FLAG, help="print bootstrap 95% CIs of the means")
     ] = False,
     json_out: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--json",
-            parser=file_to_write,
+            parser=json_to_write,
             help="write scores (with per-item) as JSON to FILE, or '-' for stdout only",
         ),
     ] = None,
@@ -82,14 +83,14 @@ def score(
     """
     from mushroom.data.jsonl import atomic_write_text
 
-    json_only = str(json_out) == "-"
+    json_only = json_out == "-"
     # With --json -, stdout carries the JSON document only; everything else goes to stderr.
     console = err_console if json_only else out_console
     if output is not None:
         output_file(output, "--output", (gold, pred, compare))
     if json_out is not None and not json_only:
-        output_file(json_out, "--json", (gold, pred, compare))
-        if output is not None and json_out.resolve() == output.resolve():
+        output_file(Path(json_out), "--json", (gold, pred, compare))
+        if output is not None and Path(json_out).resolve() == output.resolve():
             # the second write won, and the JSON was lost (exit 0)
             raise MushroomError(f"--json {json_out} is the --output file too; give each its own file")
     lang_list = lang_codes([langs]) if langs is not None else None

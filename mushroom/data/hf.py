@@ -7,7 +7,7 @@ gets the same `FILE:ROW: field 'NAME'` error (the folder is the file, the row it
 Out: predictions become a `Dataset` with the submission columns (`id`, `soft_labels`,
 `hard_labels`), ready for `save_to_disk` or `push_to_hub`.
 
-`datasets` is an optional extra (`pip install 'mushroom[datasets]'`), imported only here.
+`datasets` is an optional extra (`pip install -e '.[datasets]'`), imported only here.
 """
 
 from __future__ import annotations

@@ -34,28 +34,26 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-H = TypeVar("H", TextIO, BinaryIO)
+def refuse_irregular(path: Path) -> None:
+    """Raises for an existing path that is a device or a pipe, before it is opened.
 
-
-def _regular(path: Path, handle: H) -> H:
-    """The handle, if it reads a regular file: `check /dev/zero` read zeros until memory ran out.
-
-    A pipe (`<(jq ...)`, `/dev/stdin`) is refused too: files are read more than once (a head
-    for what kind of file it is, offsets to come back to), and a pipe's second read found half
-    its lines gone.
+    `check /dev/zero` read zeros until memory ran out. A pipe (`<(jq ...)`, `/dev/stdin`, a
+    named pipe) is refused too: files are read more than once (a head for what kind of file it
+    is, offsets to come back to), and a pipe's second read found half its lines gone. Opening
+    a named pipe with no writer waits for one forever, so this is asked first. A path that
+    does not exist is the opener's to say.
     """
-    mode = os.fstat(handle.fileno()).st_mode
-    if not stat.S_ISREG(mode):
-        handle.close()
-        what = "a pipe" if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) else "a device"
-        raise DataError.single(
-            path,
-            None,
-            None,
-            f"is {what}, not a file: it is read more than once; save it to a file first",
-            exit_code=2,
-        )
-    return handle
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        why = "is a pipe, not a file: it is read more than once; save it to a file first"
+    else:
+        why = "is a device, not a file"
+    raise DataError.single(path, None, None, why, exit_code=2)
 
 
 def open_text(path: Path) -> TextIO:
@@ -64,7 +62,8 @@ def open_text(path: Path) -> TextIO:
     A path that is missing, a folder or unreadable is a usage error (exit 2) naming it.
     """
     try:
-        return _regular(path, path.open(encoding="utf-8-sig"))
+        refuse_irregular(path)
+        return path.open(encoding="utf-8-sig")
     except FileNotFoundError as exc:
         raise DataError.single(path, None, None, "file not found", exit_code=2) from exc
     except IsADirectoryError as exc:
@@ -76,7 +75,8 @@ def open_text(path: Path) -> TextIO:
 def open_binary(path: Path) -> BinaryIO:
     """A user's file opened for reading bytes; missing, a folder or unreadable is a usage error (exit 2)."""
     try:
-        return _regular(path, path.open("rb"))
+        refuse_irregular(path)
+        return path.open("rb")
     except FileNotFoundError as exc:
         raise DataError.single(path, None, None, "file not found", exit_code=2) from exc
     except IsADirectoryError as exc:
@@ -204,6 +204,7 @@ OFFICIAL_BOM = (
 def starts_with_bom(path: Path) -> bool:
     """Whether a file begins with a UTF-8 BOM: mushroom reads past it, the official scorer does not."""
     try:
+        refuse_irregular(path)
         with open(path, "rb") as handle:
             return handle.read(3) == _BOM
     except OSError:

@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 from mushroom.data.languages import language_code
 from mushroom.text.normalize import LONE_SURROGATE
@@ -163,7 +172,7 @@ class GradeRecord(BaseModel):
 
     id: str = Field(min_length=1)
     grading: str = Field(min_length=1)
-    relevant: bool
+    relevant: StrictBool  # "false" passed as False, and the code, reading the raw row, took it as true
     tier: str | None = None
     similarity: float | None = None
     min_similarity: float | None = None

@@ -332,8 +332,7 @@ class Detector(ABC):
                     f"{self.name} option cache_path: folder {shared.parent} does not exist (make it first; "
                     "the cache file itself is created)"
                 )
-        resumed = out is not None and out.exists()
-        if cached and (resumed or (shared is not None and shared.is_file())):
+        if self.may_answer_from_cache(out):
             return
         for field, value in self.options.__dict__.items():
             settings = value if isinstance(value, list | tuple) else [value]
@@ -352,6 +351,17 @@ class Detector(ABC):
                         str(exc) if settings is not value else model_advice(str(exc), f'"model" of {where}')
                     )
                     raise MushroomError(f"{self.name} option {where}: {said}") from None
+
+    def may_answer_from_cache(self, out: Path | None) -> bool:
+        """Whether a run may be answered from a response cache, with no model or server.
+
+        A resumed folder keeps its cache; a shared `cache_path` that exists serves a new one.
+        """
+        if not getattr(self.options, "cache", False):
+            return False
+        cache_path = getattr(self.options, "cache_path", None)
+        shared = Path(cache_path).expanduser() if cache_path else None
+        return (out is not None and out.exists()) or (shared is not None and shared.is_file())
 
     def cache_place(self, name: str) -> Callable[[], Path] | None:
         """Where the response cache `name` lives at each batch: the run's raw folder; none outside a run.

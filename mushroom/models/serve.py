@@ -1,6 +1,6 @@
 """A local llama.cpp server on a GGUF file: the real OpenAI-compatible endpoint of the benchmarks.
 
-llama-cpp-python's server (`pip install 'mushroom[server]'`) is what the real-model tests, the
+llama-cpp-python's server (`pip install -e '.[server]'`) is what the real-model tests, the
 LLM-quality benchmark and the server throughput benchmark talk to, so the `openai` backend
 they measure is the one a user points at vLLM or Ollama. It is started on 127.0.0.1 on a free
 port, with one thread by default: llama.cpp's threads wait on each other at every layer, and

@@ -6,9 +6,10 @@ they resume per item, refuse to submit when items failed, and record honest timi
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +89,7 @@ def _loadable_members(
             # the backend's own message names detect's flags (--base-url, --responses)
             advice = model_advice(str(exc), f"-o {name}.backend.model=NAME")
             advice = advice.replace("-o backend.", f"-o {name}.backend.")
-            if not any(flag in advice for flag in ("--base-url", "--responses", "--model", "--backend")):
+            if not re.search(r"--(?:base-url|responses|model|backend)(?![\w-])", advice):
                 # a hung server's message advised `-o backend.connect_timeout_s` (refused here), and
                 # the lesson on how to set a backend read as if the settings given were wrong
                 raise MushroomError(advice) from None
@@ -108,7 +109,7 @@ def _loadable_members(
     return dets, {name: str(exc) for name, exc in missing.items()}
 
 
-def _refuse_unreachable(name: str, det: Detector) -> None:
+def _refuse_unreachable(name: str, det: Detector, out: Path | None) -> None:
     """Stops a new job whose model-backed member's server is not there, before any member runs.
 
     A mistyped port was found only after the CPU members had run (minutes on every language),
@@ -117,6 +118,8 @@ def _refuse_unreachable(name: str, det: Detector) -> None:
     """
     from mushroom.backends.config import OpenAIConfig
 
+    if det.may_answer_from_cache(out):  # a shared cache_path may serve every item
+        return
     for field, value in det.options.__dict__.items():
         listed = isinstance(value, list | tuple)  # pyes: models=[...]
         for setting in value if listed else [value]:
@@ -192,6 +195,16 @@ NOTHING_SAVED_YET = (
 )
 
 
+def _until_the_folder(out: Path | None) -> Callable[[], None]:
+    """Says "nothing was saved yet" on a Ctrl-C until the run folder is open; returns its withdrawal.
+
+    Only for a new folder: a resumed one holds the earlier work, which its own hint tells of.
+    """
+    if out is not None and (out / "config.json").exists():
+        return lambda: None
+    return fallback_hint(NOTHING_SAVED_YET)
+
+
 def run_main_stack(
     out: Path | None = None,
     members: tuple[str, ...] = DEFAULT_MEMBERS,
@@ -232,8 +245,7 @@ def run_main_stack(
     members, whose output chose those items, keep reading `sources`. `member_from` names
     what set them in messages (the flag, or a config file's key).
     """
-    # withdrawn once the run folder is open: its own hint then says what it holds
-    before_the_folder = fallback_hint(NOTHING_SAVED_YET)
+    before_the_folder = _until_the_folder(out)
     from mushroom.combine.stack import (
         Member,
         StackModel,
@@ -303,7 +315,7 @@ def run_main_stack(
     # a plan calls no model; --allow-failures takes failed items as they come
     if not plan_only and not allow_failures and (out is None or not (out / "config.json").exists()):
         for name in model_backed:
-            _refuse_unreachable(name, dets[name])
+            _refuse_unreachable(name, dets[name], out)
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-stack")
     config = {
         "job": "main",
@@ -590,7 +602,7 @@ def run_main(
         submission.zip, and val/ with predictions, the mark-all baseline and scores.
     """
     reporter = reporter or PlainReporter()
-    before_the_folder = fallback_hint(NOTHING_SAVED_YET)
+    before_the_folder = _until_the_folder(out)
     det = build(detector, options)
     with model_flag_as("-o backend.model=NAME"):  # main-job has no --model
         det.check_ready(source_names(sources), out)

@@ -42,7 +42,7 @@ OPTIONAL_PACKAGES: dict[str, tuple[str, str]] = {
 """Every optional package mushroom imports, with the extra a user installs to get it.
 
 The extra is the default one; a part names its own where another extra serves it better
-(the transformers backend needs torch too, through `mushroom[transformers]`).
+(the transformers backend needs torch too, through the `transformers` extra).
 """
 
 
