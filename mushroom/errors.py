@@ -276,8 +276,8 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
     if errors and refused == len(errors):
         return (
             "The server refused the requests (an HTTP 4xx: the request, the model's name or the key "
-            "was wrong), so a re-run as it is fails them again: mend what the errors above say, then "
-            f"run the same command again{f' with {folder}' if folder else ''}"
+            "was wrong), so a re-run as it is fails them again: mend what the errors above say; a "
+            "setting that changes answers (the model, structured_output) needs a new --out folder"
         )
     again = f"Run the same command again{f' with {folder}' if folder else ''} to retry only them"
     if refused:

@@ -912,7 +912,7 @@ def test_a_broken_line_inside_a_generated_source_or_its_grades_stops_the_context
             assert (
                 code == 1
                 and f"{grades}:1: id 'val-en-1': field '{what}'" in told
-                and "delete or mend" in told
+                and "mend the line, then run again (a grade deleted is not asked again)" in told
             ), err
         grades.write_text(kept)
 
@@ -1243,6 +1243,25 @@ def test_a_backend_given_to_a_detector_is_the_callers_to_close(kind):
     assert det.built_backends() and det.backend is det.built_backends()[0]
     det.close()
     assert closed == [] and det.built_backends()  # still the caller's, still there
+
+
+def test_an_unfinished_last_line_dropped_from_a_source_is_said(tmp_path, capsys):
+    """A hand edit that broke the last line, saved without its newline, was dropped in silence
+    and the cached text put back: the edit was lost unsaid (an audit)."""
+    from cli_helpers import cli
+
+    ctx = tmp_path / "ctx"
+    with FakeServer({}, "Some background on the question.") as good:
+        args = ["contexts", "--lang", "en", "--limit", "2", "--backend", "openai", "--base-url", good.url]
+        args += ["--model", "m", "--context-dir", ctx, "--quiet"]
+        assert cli(capsys, *args)[0] == 0
+        source = ctx / "val.en.llm.jsonl"
+        lines = source.read_text().splitlines()
+        source.write_text(lines[0] + "\n" + '{"id": "val-en-10", "context": "my "quoted" edit"}')
+        code, _, err = cli(capsys, *args)
+    said = " ".join(err.split())
+    assert code == 0 and f"{source}: dropped an unfinished last line" in said and "quoted" in said, err
+    assert len(source.read_text().splitlines()) == 2  # made again
 
 
 def test_a_reply_of_only_reasoning_is_not_cached_so_the_advised_rerun_asks_again(tmp_path, capsys):

@@ -288,6 +288,7 @@ def test_a_device_given_as_a_file_is_refused_not_read_forever(tmp_path, capsys):
     for args in (
         ("detect", "--items", "/dev/null", "--detector", "lexical", "--out", tmp_path / "run"),
         ("ensemble", "/dev/null", VAL_EN, "--out", tmp_path / "e.jsonl"),
+        ("compare", tmp_path, tmp_path, "--items", "/dev/null"),  # was taken as no --items at all
     ):
         code, _, err = cli(capsys, *args)
         assert code == 2 and "/dev/null: is a device, not a file" in err, (args, err)

@@ -776,3 +776,5 @@ def test_an_output_file_option_ending_in_a_slash_is_refused_not_written_as_a_fil
         assert not (tmp_path / "fits").exists()
     code, _, err = cli(capsys, "score", VAL_EN, sub, "--json", "-")
     assert code == 0, err
+    code, _, err = cli(capsys, "ensemble", sub, sub, "--out", f"{tmp_path}/z/.")
+    assert code == 2 and "z/. names a folder" in " ".join(err.split()) and not (tmp_path / "z").exists(), err

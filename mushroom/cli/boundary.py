@@ -125,6 +125,9 @@ def input_file(path: Path, option: str) -> Path:
         raise MushroomError(f"{option} {path}: no such file")
     if path.is_dir():
         raise MushroomError(f"{option} {path}: is a folder; give a file")
+    from mushroom.data.jsonl import refuse_irregular
+
+    refuse_irregular(path)  # `compare --items /dev/zero` was taken as no --items at all
     return path
 
 
@@ -140,6 +143,8 @@ def file_to_write(value: str) -> Path:
         raise typer.BadParameter(
             f"{value} ends in '/', so it names a folder; give the file's name too ({value}NAME)"
         )
+    if value in (".", "..") or value.endswith(("/.", "/..")):  # `--out z/.` wrote a file named z
+        raise typer.BadParameter(f"{value} names a folder; give the name of a file in it")
     return Path(value)
 
 

@@ -383,7 +383,7 @@ class JsonlWriter:
         self.tmp.unlink(missing_ok=True)
 
 
-def mend_cut_line(path: str | Path, drop: bool = False) -> None:
+def mend_cut_line(path: str | Path, drop: bool = False) -> bytes | None:
     """Ends a last line that a kill cut mid-write, so that lines appended later start afresh.
 
     With `drop`, the cut line is removed instead: for files that other commands read
@@ -391,17 +391,20 @@ def mend_cut_line(path: str | Path, drop: bool = False) -> None:
     that is a whole JSON object lacks only its newline (an editor that strips it, after a hand
     mend): it is kept and ended, not dropped. A kill's cut never parses: a prefix of an object
     is not one.
+
+    Returns:
+        The line dropped, for the caller to say (a hand edit that broke it is lost too).
     """
     path = Path(path)
     if not path.exists():
-        return
+        return None
     with path.open("rb+") as raw:
         size = raw.seek(0, 2)
         if not size or (raw.seek(-1, 2), raw.read(1))[1] == b"\n":
-            return
+            return None
         if not drop:
             raw.write(b"\n")
-            return
+            return None
         # back to the last newline, a block at a time: the file can hold a corpus
         end = size
         while end > 0:
@@ -413,10 +416,12 @@ def mend_cut_line(path: str | Path, drop: bool = False) -> None:
             end = start
         line_start = start + cut + 1 if end > 0 else 0
         raw.seek(line_start)
-        if _whole_object(raw.read()):
+        last = raw.read()
+        if _whole_object(last):
             raw.write(b"\n")  # at the end: the read left the handle there
-        else:
-            raw.truncate(line_start)
+            return None
+        raw.truncate(line_start)
+        return last
 
 
 def _whole_object(line: bytes) -> bool:

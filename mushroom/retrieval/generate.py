@@ -80,6 +80,8 @@ class ContextStats:
     made_otherwise: str | None = None
     """How the contexts done before were made, where it differs from this run's settings
     (they are kept as they are: the source only grows)."""
+    cut_lines: list[str] = field(default_factory=list)
+    """Unfinished last lines dropped from the source or its grades (said as warnings)."""
     made_otherwise_count: int = 0
     """How many of the contexts done before were made with other settings."""
 
@@ -145,8 +147,16 @@ def _refuse_broken_lines(source: Path, grades: Path) -> None:
         except DataError as exc:
             problems += exc.problems
     if problems:
-        advice = "delete or mend the line, then run again (an item whose line is gone is generated again)"
-        raise DataError([replace(p, message=f"{p.message}; {advice}") for p in problems])
+        advice = {
+            str(
+                source
+            ): "delete or mend the line, then run again (an item whose line is gone is generated again)",
+            # a deleted grade of a kept context is not asked again: its item is done in the source
+            str(grades): "mend the line, then run again (a grade deleted is not asked again)",
+        }
+        raise DataError(
+            [replace(p, message=f"{p.message}; {advice.get(p.path, advice[str(source)])}") for p in problems]
+        )
 
 
 def _kept_grades(out_path: Path, grades_path: Path) -> list[list[dict]]:
@@ -352,8 +362,14 @@ def generate_contexts(
         )
     # a record a kill cut is dropped: that item is generated again, and detectors, which
     # read the source strictly, never meet half a line (appended to, it became invalid JSON)
-    mend_cut_line(out_path, drop=True)
-    mend_cut_line(grades_path, drop=True)
+    for path in (out_path, grades_path):
+        dropped = mend_cut_line(path, drop=True)
+        if dropped and dropped.strip():  # said: a hand edit left without its end was lost with it
+            shown = dropped.decode("utf-8", "replace").strip()
+            stats.cut_lines.append(
+                f"{path}: dropped an unfinished last line ({shown[:60]!r}{'...' * (len(shown) > 60)}): "
+                "a kill's cut, or an edit that broke it; its item is made again"
+            )
     _refuse_broken_lines(out_path, grades_path)
     others = _kept_under_other(kept_grades, grading) if grading != "none" else {}
     if others:  # --grade none after a stricter grading keeps what that kept: no refusal

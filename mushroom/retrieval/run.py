@@ -255,6 +255,7 @@ def generate_split(
                 run.unread += st.unreadable_verdicts
                 if st.unreadable_verdicts:
                     run.unread_files.append(grades_file(root / f"{stem}.jsonl"))
+                run.warnings += st.cut_lines
                 run.truncated += st.truncated
                 run.from_cache += st.from_cache
                 if st.made_otherwise:
