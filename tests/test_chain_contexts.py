@@ -855,15 +855,11 @@ def test_two_contexts_commands_on_one_folder_do_not_run_at_once(tmp_path, capsys
 def test_a_broken_line_inside_a_generated_source_or_its_grades_stops_the_contexts_command(tmp_path, capsys):
     """A broken middle line was skipped unsaid: `contexts` exited 0 and regenerated the item
     beside it, and every detector reading the source then stopped on that line."""
-    from cli_helpers import cli
 
     ctx = tmp_path / "ctx"
 
     def contexts(url, *extra):
-        return cli(
-            capsys, "contexts", "--lang", "en", "--limit", "3", "--backend", "openai", "--base-url", url,
-            "--model", "m", "--context-dir", ctx, *extra,
-        )  # fmt: skip
+        return _contexts(capsys, url, ctx, 3, *extra)
 
     with FakeServer({}, "Some background on the question.") as good:
         code, _, err = contexts(good.url, "--grade", "llm")
@@ -1267,15 +1263,11 @@ def test_an_unfinished_last_line_dropped_from_a_source_is_said(tmp_path, capsys)
 def test_a_reply_of_only_reasoning_is_not_cached_so_the_advised_rerun_asks_again(tmp_path, capsys):
     """`<think>hmm</think>` failed as "only reasoning" but was cached: "run the same command
     again" read it back forever, never asking the server (an audit)."""
-    from cli_helpers import cli
 
     ctx = tmp_path / "ctx"
 
     def contexts(url, *extra):
-        return cli(
-            capsys, "contexts", "--lang", "en", "--limit", "2", "--backend", "openai", "--base-url", url,
-            "--model", "m", "--context-dir", ctx, *extra,
-        )  # fmt: skip
+        return _contexts(capsys, url, ctx, 2, *extra)
 
     with FakeServer({}, "<think>hmm</think>") as thinking:
         code, _, err = contexts(thinking.url)
@@ -1372,3 +1364,13 @@ def test_a_tier_with_no_file_for_a_language_is_said_and_a_grades_file_is_no_tier
     assert code == 0 and "has no val file" not in err, err
     code, _, err = cli(capsys, *args, "--tiers", "llm.grades")
     assert code == 2 and "'llm.grades' is the file of another source's grades" in err, err
+
+
+def _contexts(capsys, url, ctx, limit, *extra):
+    """`mushroom contexts` of the first `limit` English val items against a server at `url`."""
+    from cli_helpers import cli
+
+    return cli(
+        capsys, "contexts", "--lang", "en", "--limit", str(limit), "--backend", "openai", "--base-url", url,
+        "--model", "m", "--context-dir", ctx, *extra,
+    )  # fmt: skip
