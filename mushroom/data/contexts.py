@@ -232,6 +232,17 @@ def check_source_name(source: str) -> None:
         raise MushroomError(f"context source {problem}")
 
 
+def skipped_where_missing(named: str, context_dir: Path | None = None) -> bool:
+    """Whether a named source is optional (`x?`) and skipped where it has no file.
+
+    Not when no split or language has one: a typo. The default sources are skipped anyway,
+    for contexts folders of one's own. `detect` and `contexts --tiers` ask the same.
+    """
+    return named.endswith(OPTIONAL) and (
+        named in DEFAULT_SOURCES or exists_anywhere(named.removesuffix(OPTIONAL), context_dir)
+    )
+
+
 def source_path(
     split: str,
     lang: str,
@@ -251,9 +262,7 @@ def source_path(
     path = context_file(split, lang, source, context_dir)
     if path is not None:
         return path
-    # An optional source is skipped where it has no file, unless no split or language has
-    # one (a typo); the default ones are skipped anyway, for contexts folders of one's own.
-    if named.endswith(OPTIONAL) and (named in DEFAULT_SOURCES or exists_anywhere(source, context_dir)):
+    if skipped_where_missing(named, context_dir):
         return None
     from mushroom.util.words import suggest
 

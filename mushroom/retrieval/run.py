@@ -14,14 +14,13 @@ from typing import Any
 from mushroom.data.contexts import (
     DEFAULT_CONTEXT_DIR,
     DEFAULT_MIN_SIMILARITY,
-    DEFAULT_SOURCES,
     GRADES_SUFFIX,
     OPTIONAL,
     available_sources,
     context_file,
-    exists_anywhere,
     grades_file,
     is_fact_check,
+    skipped_where_missing,
     stray_contexts,
 )
 from mushroom.data.records import Item
@@ -90,8 +89,8 @@ def parse_tiers(
         if tier.removesuffix(OPTIONAL) == source:
             raise MushroomError(f"--tiers: {tier!r} is the source being generated (--source), not a tier")
         name = tier.removesuffix(OPTIONAL)
-        if tier.endswith(OPTIONAL) and (tier in DEFAULT_SOURCES or exists_anywhere(name, root)):
-            continue  # used where it has a file; one of no split or language is a typo, as `detect` says
+        if skipped_where_missing(tier, root):
+            continue  # used where it has a file
         if not any(context_file(split, code, name, root) for code in data):
             have = sorted({s for code in data for s in available_sources(split, code, root)})
             raise MushroomError(
