@@ -289,6 +289,11 @@ def test_a_device_given_as_a_file_is_refused_not_read_forever(tmp_path, capsys):
         ("detect", "--items", "/dev/null", "--detector", "lexical", "--out", tmp_path / "run"),
         ("ensemble", "/dev/null", VAL_EN, "--out", tmp_path / "e.jsonl"),
         ("compare", tmp_path, tmp_path, "--items", "/dev/null"),  # was taken as no --items at all
+        # each was "not found" or "no such file", of a path that is there
+        ("run", "/dev/null"),
+        ("contexts", "--cascade", "/dev/null", "--lang", "en"),
+        ("detect", "--items", VAL_EN, "--contexts", "/dev/null", "--out", tmp_path / "c"),
+        ("detect", "--detector", "llm", "--backend", "replay", "--responses", "/dev/null", "--lang", "en"),
     ):
         code, _, err = cli(capsys, *args)
         assert code == 2 and "/dev/null: is a device, not a file" in err, (args, err)

@@ -181,6 +181,9 @@ class ReplayConfig(BackendSettings):
         if not self.responses:
             raise MushroomError(NEEDS_RESPONSES)
         if not Path(self.responses).is_file():
+            from mushroom.data.jsonl import refuse_irregular
+
+            refuse_irregular(Path(self.responses))  # a device or pipe was "no such file"
             what = "a folder, not a JSONL file" if Path(self.responses).is_dir() else "no such file"
             raise MushroomError(f"{self.responses}: {what} (the replay backend's `responses`)")
         from mushroom.backends.registry import backend_class

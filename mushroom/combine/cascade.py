@@ -239,13 +239,14 @@ def planned_ids(path: Path, split: str) -> dict[str, set[str]]:
     contexts are generated for those items alone. Each line is checked as a `CascadeRecord`;
     an error names the file, the line and the field.
     """
-    from mushroom.data.jsonl import load_records
+    from mushroom.data.jsonl import load_records, refuse_irregular
 
     if path.is_dir():
         raise MushroomError(
             f"--cascade {path} is a folder; give its cascade-plan.jsonl (from main-job --plan-only) "
             "or cascade.jsonl"
         )
+    refuse_irregular(path)
     if not path.is_file():
         raise MushroomError(f"--cascade: no such file: {path}")
     records = load_records(path, CascadeRecord)

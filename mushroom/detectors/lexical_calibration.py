@@ -53,6 +53,9 @@ def load_calibration(name: str) -> Calibration:
     """'default' loads the table shipped with mushroom; anything else is a JSON path."""
     path = DEFAULT_CALIBRATION if name == "default" else Path(name)
     if not path.is_file():
+        from mushroom.data.jsonl import refuse_irregular
+
+        refuse_irregular(path)
         raise MushroomError(f"lexical calibration file not found: {path}")
     try:
         return Calibration.model_validate_json(path.read_text(encoding="utf-8"))

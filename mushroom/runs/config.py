@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
 
 from mushroom.data.contexts import DEFAULT_SOURCES
+from mushroom.data.jsonl import refuse_irregular
 from mushroom.data.languages import language_code
 from mushroom.data.splits import load_split, workspace
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean, model_flag_as
@@ -195,6 +196,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
             if (IN_CHECKOUT and not path.is_absolute() and there.is_file())
             else ""
         )
+        refuse_irregular(path)  # `run <(cat c.toml)` was told "config not found"
         raise MushroomError(f"config not found: {path}{hint}")
     try:
         text = path.read_bytes().decode("utf-8-sig")

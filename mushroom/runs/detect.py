@@ -12,6 +12,7 @@ from typing import Any
 
 from mushroom.data.contexts import graded_unusable
 from mushroom.data.itemstream import ContextFiles
+from mushroom.data.jsonl import refuse_irregular
 from mushroom.data.records import Item
 from mushroom.detectors.base import Detector
 from mushroom.errors import DataError, MushroomError
@@ -53,6 +54,8 @@ def items_file_data(
             f"with --items, --contexts takes JSONL files of {{id, context}}; {', '.join(folders)} is a "
             "folder: name its files"
         )
+    for path in context_files:
+        refuse_irregular(path)  # a device or pipe was "not found"
     missing = [str(p) for p in context_files if not p.is_file()]
     if missing:
         raise MushroomError(
