@@ -272,6 +272,11 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
     )
     if errors and long == len(errors):
         return f"The server refused them as {TOO_LONG}, so a re-run as it is fails them again: {context}"
+    if errors and all("ConnectError" in e or "Connection refused" in e for e in errors):
+        return (
+            "Nothing answered at the server's URL (the connection was refused): start the server, or "
+            f"give its URL, then run the same command again{f' with {folder}' if folder else ''}"
+        )
     refused = sum(bool(_REFUSED.search(e)) and TOO_LONG not in e for e in errors)
     if errors and refused == len(errors):
         return (

@@ -695,6 +695,10 @@ def test_a_server_that_refuses_every_request_is_not_told_to_retry_them(tmp_path,
     # a 429 or 408 is the server's "not now": retried
     assert "retry only them" in retry_advice(["HTTP 429: slow down", "HTTP 408: timeout", "HTTP 409: busy"])
     assert "retry only them" in retry_advice(["HTTP 425: too early"])  # the backend retries these too
+    dead = "gave up after 6 attempts: connection error: ConnectError: [Errno 111] Connection refused (u)"
+    assert "Nothing answered at the server's URL" in retry_advice(
+        [dead, f"not sent: an earlier request {dead}"]
+    )
     mixed = retry_advice(["HTTP 500: boom", "HTTP 404: no such model"])
     assert "retry only them; 1 of them was refused by the server" in mixed, mixed
 

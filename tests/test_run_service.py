@@ -41,8 +41,10 @@ def test_a_dead_server_fails_the_run_loudly_and_writes_no_submission(tmp_path):
     proc = mushroom(*detect_args(out, closed_port_url(), "test"))
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "5 items failed" in proc.stderr and "connection error" in proc.stdout
-    # a command given no --out makes a new folder: the advice names this one
-    assert f"Run the same command again with --out {out} to retry only them" in " ".join(proc.stderr.split())
+    # a command given no --out makes a new folder: the advice names this one, and what to mend
+    told = " ".join(proc.stderr.split())
+    assert "Nothing answered at the server's URL (the connection was refused): start the server" in told
+    assert f"then run the same command again with --out {out}" in told
     assert not list((out / "predictions").glob("mushroom.*.jsonl"))  # no file that looks complete
     # and none is announced, nor are the failed items' predictions called "empty"
     assert "no prediction file was written" in proc.stdout and "predictions in" not in proc.stdout
