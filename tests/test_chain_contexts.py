@@ -1374,3 +1374,18 @@ def _contexts(capsys, url, ctx, limit, *extra):
         capsys, "contexts", "--lang", "en", "--limit", str(limit), "--backend", "openai", "--base-url", url,
         "--model", "m", "--context-dir", ctx, *extra,
     )  # fmt: skip
+
+
+def test_contexts_made_with_two_other_settings_are_said_group_by_group(tmp_path):
+    """It read "8 contexts ... were made with 6 with topic False; 2 with ..." (an audit)."""
+    from mushroom.retrieval.generate import _made_otherwise, settings_key
+
+    now = {"max_tokens": 512, "topic": True}
+    a, b = {"max_tokens": 512, "topic": False}, {"max_tokens": 256, "topic": False}
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [{"id": f"i{k}", "context": "x", "made_with": settings_key(a if k < 3 else b)} for k in range(5)],
+    )
+    known = {settings_key(a): a, settings_key(b): b}
+    told, n = _made_otherwise([f"i{k}" for k in range(5)], known, now, source, tmp_path / "none.jsonl")
+    assert n == 5 and told == "other settings (3 with topic False; 2 with max_tokens 256, topic False)", told

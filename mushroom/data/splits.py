@@ -45,7 +45,7 @@ SPLIT_DIRS = {
 SPLIT_TAGS = {"val": "val", "test": "tst", "test-labeled": "tst", "train": "train"}
 
 
-def split_hint(split: str) -> str:
+def split_hint(split: str, flag: str = "--split") -> str:
     """The tail of an "unknown split" message: the split a data folder's name is of, else a close one.
 
     `--split test-unlabeled` (the folder's name) was told "did you mean 'test-labeled'?", the
@@ -53,7 +53,10 @@ def split_hint(split: str) -> str:
     """
     folders = {folder: name for name, folder in SPLIT_DIRS.items() if folder != name}
     if split in folders:
-        return f": {split}/ is the folder of the {folders[split]!r} split; give --split {folders[split]}"
+        name = folders[split]
+        return f": {split}/ is the folder of the {name!r} split; give " + (
+            f"{flag} {name}" if flag else repr(name)
+        )
     if "," in split:
         return f": one split at a time; choose one of: {', '.join(sorted(SPLIT_DIRS))}"
     return suggest(split, list(SPLIT_DIRS), "choose one of")

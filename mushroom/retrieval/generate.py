@@ -558,7 +558,9 @@ def _made_otherwise(
         return None, 0
     if len(groups) == 1:
         return next(iter(groups)), sum(groups.values())
-    return "; ".join(f"{n} with {told}" for told, n in groups.items()), sum(groups.values())
+    return "other settings (" + "; ".join(f"{n} with {told}" for told, n in groups.items()) + ")", sum(
+        groups.values()
+    )
 
 
 def _source_file(out_path: Path, grades_path: Path, items: list[Item], stats: ContextStats) -> None:

@@ -350,7 +350,7 @@ def load_run_config(path: Path) -> RunConfig:
             str(path),
             None,
             f"splits.{k}",
-            f"unknown split {split!r}{split_hint(split)}",
+            f"unknown split {split!r}{split_hint(split, '')}",
         )
         for k, split in enumerate(cfg.splits)
         if split not in SPLIT_DIRS
