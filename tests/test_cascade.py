@@ -457,6 +457,11 @@ def test_contexts_are_generated_for_the_items_a_cascade_plans_to_send_and_read_b
                 "--context-dir", ctx,
             )  # fmt: skip
             assert code == 0, err
+            # a plan sends both splits' items: the val run told of the test ones (it said nothing)
+            if split == "val":
+                assert (
+                    "note: the plan also sends 45 test items: run this command again with --split test" in err
+                )
         assert len(writer.calls) == 15 + 45
     written = {
         (split, json.loads(line)["id"])

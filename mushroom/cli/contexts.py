@@ -185,6 +185,15 @@ def contexts_cmd(
         )
     if run.retried:
         err_console.print(f"[yellow]warning:[/yellow] {esc(run.retried)}")
+    if cascade is not None:  # a plan sends items of both splits; one run makes one split's
+        for other in ("val", "test"):
+            if other != split and (n := _sent_in(cascade, other)):
+                err_console.print(
+                    f"note: the plan also sends {plural(n, f'{other} item')}: run this command again "
+                    f"with --split {other}",
+                    highlight=False,
+                    markup=False,
+                )
     if run.failed:
         for err in run.failed[:5]:  # a line's advice in this command's form too
             err_console.print(f"[yellow]failed[/yellow] {esc(_own_form(err))}")
@@ -199,6 +208,17 @@ def contexts_cmd(
         )
         what += [plural(graded, "context") + " could not be graded"] * bool(graded)
         raise RunFailed(f"{' and '.join(what)}. {advice}")
+
+
+def _sent_in(plan: Path, split: str) -> int:
+    """How many items of `split` a cascade plan sends (none when it has no such split)."""
+    from mushroom.combine.cascade import planned_ids
+    from mushroom.errors import MushroomError
+
+    try:
+        return sum(len(ids) for ids in planned_ids(plan, split).values())
+    except MushroomError:
+        return 0
 
 
 def _own_form(advice: str) -> str:
