@@ -298,3 +298,15 @@ def test_a_misspelt_kind_does_not_hide_the_other_settings_mistakes():
     with pytest.raises(ValueError) as caught:  # no mistake beside it: nothing more to say
         parse_backend_config({"kind": "opnai", "concurrency": 2})
     assert "also" not in str(caught.value)
+
+
+def test_an_unknown_setting_does_not_hide_a_bad_value_beside_it():
+    """pydantic stops at the unknown key: `concurrency=abc` beside `temprature=1` was found on
+    the next try only (a new-user audit)."""
+    with pytest.raises(ValidationError) as caught:
+        parse_backend_config({"kind": "openai", "concurrency": "abc", "temprature": 1})
+    told = str(caught.value)
+    assert "the 'openai' backend has no setting 'temprature'" in told and "also: field 'concurrency':" in told
+    with pytest.raises(ValidationError) as caught:  # nothing else wrong: nothing more said
+        parse_backend_config({"kind": "openai", "concurrency": 2, "temprature": 1})
+    assert "also" not in str(caught.value)

@@ -166,6 +166,7 @@ class BackendSettings(BaseModel):
                 raise ValueError(
                     f"the {kind!r} backend has no setting {', '.join(map(repr, unknown))}"
                     + suggest(unknown[0], list(cls.model_fields), "its settings are")
+                    + _others_wrong(cls, {k: v for k, v in data.items() if k not in unknown})
                 )
         return data
 
@@ -437,31 +438,42 @@ def parse_backend_config(value: BackendSettings | dict[str, Any]) -> BackendSett
     return target.model_validate(value)
 
 
+def _others_wrong(cls: type[BackendSettings], known: dict[str, Any]) -> str:
+    """The mistakes in the settings a backend has, said beside an unknown one's.
+
+    pydantic stops at the unknown key: `concurrency=abc` beside `temprature=1` was found on
+    the next try only.
+    """
+    from pydantic import ValidationError
+
+    from mushroom.util.options import error_message, field_errors
+
+    try:
+        cls.model_validate(known)
+    except ValidationError as exc:
+        found = [
+            (f"field {'.'.join(map(str, err['loc']))!r}: " if err.get("loc") else "") + error_message(err)
+            for err in field_errors(exc.errors())
+        ]
+        return "; also: " + "; ".join(found)
+    return ""
+
+
 def _read_as_meant(value: dict[str, Any]) -> str:
     """The other settings' mistakes, read as the kind a misspelt one is close to.
 
     pydantic stops at an unknown kind, so `kind=opnai` hid a misspelt setting and a bad
     number beside it, each found only on the next try.
     """
-    from pydantic import ValidationError
-
     from mushroom.backends.registry import backend_names
-    from mushroom.util.options import error_message, field_errors
     from mushroom.util.words import close_match
 
     meant = close_match(value["kind"], backend_names(), prefix=True)
     target = config_class_or_none(meant) if meant else None
     if target is None:
         return ""
-    try:
-        target.model_validate(value | {"kind": meant})
-    except ValidationError as exc:
-        found = [
-            (f"field {'.'.join(map(str, err['loc']))!r}: " if err.get("loc") else "") + error_message(err)
-            for err in field_errors(exc.errors())
-        ]
-        return f"; read as {meant!r}, also: " + "; ".join(found)
-    return ""
+    told = _others_wrong(target, value | {"kind": meant})
+    return f"; read as {meant!r},{told[1:]}" if told else ""
 
 
 def _validate(value: Any) -> Any:
