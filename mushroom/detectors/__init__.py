@@ -15,7 +15,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mushroom.detectors.base import Detector, DetectorOptions, Emit, ItemResult, VectorDetector
+from mushroom.detectors.base import (
+    Detector,
+    DetectorOptions,
+    Emit,
+    ItemResult,
+    VectorDetector,
+    backend_settings,
+)
 from mushroom.errors import DataError, MushroomError, Problem, did_you_mean
 from mushroom.util.options import error_message, field_errors, given_value, value_hint
 from mushroom.util.registry import Part, Registry
@@ -109,15 +116,12 @@ def check_installed(name: str, options: DetectorOptions) -> None:
     `openai`, vllm for `vllm`), whether or not its answers come from a cache: a missing
     package is found here, before a run folder is made, rather than on the first item.
     """
-    from mushroom.backends.config import BackendSettings
     from mushroom.backends.registry import BACKENDS
 
     DETECTORS.check_installed(name)
-    for field, value in options.__dict__.items():
-        for setting in value if isinstance(value, list | tuple) else [value]:
-            if isinstance(setting, BackendSettings):
-                kind = setting.kind
-                BACKENDS.check_installed(kind, f"{BACKENDS.what(kind)} ({name} option {field})")
+    for field, _, setting in backend_settings(options):
+        kind = setting.kind
+        BACKENDS.check_installed(kind, f"{BACKENDS.what(kind)} ({name} option {field})")
 
 
 def _settings_field(cls: type[Detector], field: str) -> bool:

@@ -35,9 +35,9 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -48,6 +48,9 @@ from mushroom.data.predictions import THRESHOLD_1
 from mushroom.data.records import Context, Item, Prediction, SoftSpan
 from mushroom.errors import DataError, MushroomError, RunFailed, error_text, model_advice
 from mushroom.util.words import plural
+
+if TYPE_CHECKING:
+    from mushroom.backends.config import BackendSettings
 
 
 def _marks_something(value: float) -> float:
@@ -215,6 +218,21 @@ def options_hold_backend(options: type[BaseModel]) -> bool:
     return any(holds(field.annotation) for field in options.model_fields.values())
 
 
+def backend_settings(options: BaseModel) -> Iterator[tuple[str, int | None, BackendSettings]]:
+    """Each backend's settings among a detector's options: (option, index in its list or None, settings).
+
+    One option holds one backend (`backend`) or a list of them (pyes' `models`); the checks
+    of readiness, of installed packages and of a reachable server each walk them.
+    """
+    from mushroom.backends.config import BackendSettings
+
+    for field, value in options.__dict__.items():
+        listed = isinstance(value, list | tuple)
+        for k, setting in enumerate(value if listed else [value]):
+            if isinstance(setting, BackendSettings):
+                yield field, (k if listed else None), setting
+
+
 class Detector(ABC):
     """A hallucination detector; see the module docstring for the contract."""
 
@@ -316,8 +334,6 @@ class Detector(ABC):
                 files), for options that refer to them; None when not known.
             out: the run folder asked for; None for a new one (no cached responses there).
         """
-        from mushroom.backends.config import BackendSettings
-
         cached = getattr(self.options, "cache", False)
         cache_path = getattr(self.options, "cache_path", None)
         shared = Path(cache_path).expanduser() if cached and cache_path else None
@@ -334,23 +350,17 @@ class Detector(ABC):
                 )
         if self.may_answer_from_cache(out):
             return
-        for field, value in self.options.__dict__.items():
-            settings = value if isinstance(value, list | tuple) else [value]
-            for k, setting in enumerate(settings):
-                if not isinstance(setting, BackendSettings):
-                    continue
-                try:
-                    setting.check_ready()
-                    if self.generates:
-                        setting.check_answers()
-                except DataError:
-                    raise  # a bad responses file: it names the file and line itself
-                except MushroomError as exc:
-                    where = f"{field}[{k}]" if settings is value else field
-                    said = (
-                        str(exc) if settings is not value else model_advice(str(exc), f'"model" of {where}')
-                    )
-                    raise MushroomError(f"{self.name} option {where}: {said}") from None
+        for field, k, setting in backend_settings(self.options):
+            try:
+                setting.check_ready()
+                if self.generates:
+                    setting.check_answers()
+            except DataError:
+                raise  # a bad responses file: it names the file and line itself
+            except MushroomError as exc:
+                where = field if k is None else f"{field}[{k}]"
+                said = str(exc) if k is None else model_advice(str(exc), f'"model" of {where}')
+                raise MushroomError(f"{self.name} option {where}: {said}") from None
 
     def may_answer_from_cache(self, out: Path | None) -> bool:
         """Whether a run may be answered from a response cache, with no model or server.

@@ -22,6 +22,7 @@ from mushroom.data.predictions import mark_all, submission_glob, submission_name
 from mushroom.data.runfolder import made_from, new_run_folder, run_config_file, timestamp, write_json
 from mushroom.data.splits import load_split, workspace
 from mushroom.detectors import Detector, build
+from mushroom.detectors.base import backend_settings
 from mushroom.errors import MissingExtra, MushroomError, model_advice, model_flag_as
 from mushroom.evaluation.submission import write_predictions
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
@@ -120,21 +121,19 @@ def _refuse_unreachable(name: str, det: Detector, out: Path | None) -> None:
 
     if det.may_answer_from_cache(out):  # a shared cache_path may serve every item
         return
-    for field, value in det.options.__dict__.items():
-        listed = isinstance(value, list | tuple)  # pyes: models=[...]
-        for setting in value if listed else [value]:
-            if isinstance(setting, OpenAIConfig) and setting.base_url:
-                from mushroom.backends.openai_compat import unreachable
+    for field, k, setting in backend_settings(det.options):
+        if isinstance(setting, OpenAIConfig) and setting.base_url:
+            from mushroom.backends.openai_compat import unreachable
 
-                why = unreachable(setting)
-                if why is not None:
-                    where = (
-                        f"the base_url in {name}'s {field}" if listed else f"-o {name}.{field}.base_url=URL"
-                    )
-                    raise MushroomError(
-                        f"member {name!r}: {why}: start the server, or give its URL ({where}); "
-                        "nothing was run"
-                    )
+            why = unreachable(setting)
+            if why is not None:
+                # pyes: models=[...]
+                where = (
+                    f"-o {name}.{field}.base_url=URL" if k is None else f"the base_url in {name}'s {field}"
+                )
+                raise MushroomError(
+                    f"member {name!r}: {why}: start the server, or give its URL ({where}); nothing was run"
+                )
 
 
 def _member_options(exc: MushroomError, name: str) -> MushroomError:
