@@ -147,15 +147,14 @@ def _refuse_broken_lines(source: Path, grades: Path) -> None:
         except DataError as exc:
             problems += exc.problems
     if problems:
-        advice = {
-            str(
-                source
-            ): "delete or mend the line, then run again (an item whose line is gone is generated again)",
-            # a deleted grade of a kept context is not asked again: its item is done in the source
-            str(grades): "mend the line, then run again (a grade deleted is not asked again)",
-        }
+        remade = "delete or mend the line, then run again (an item whose line is gone is generated again)"
+        # a deleted grade of a kept context is not asked again: its item is done in the source
+        regraded = "mend the line, then run again (a grade deleted is not asked again)"
         raise DataError(
-            [replace(p, message=f"{p.message}; {advice.get(p.path, advice[str(source)])}") for p in problems]
+            [
+                replace(p, message=f"{p.message}; {regraded if p.path == str(grades) else remade}")
+                for p in problems
+            ]
         )
 
 
