@@ -181,10 +181,9 @@ def generate_split(
     # a tier file of another language or version of the items covered nothing, and every
     # item was generated (and paid for) with nothing said
     strays = stray_contexts(split, whole, tier_list, root, "--tiers")  # a tier file is of the whole split
-    for tier in tier_list:  # a tier with files for some languages covers nothing in the others
-        bare = [
-            code for code in data if not tier.endswith(OPTIONAL) and not context_file(split, code, tier, root)
-        ]
+    # a required tier covers nothing where it has no file
+    for tier in (t for t in tier_list if not t.endswith(OPTIONAL)):
+        bare = [code for code in data if not context_file(split, code, tier, root)]
         if bare:
             strays.append(
                 f"--tiers: {tier} has no {split} file for {', '.join(bare)}: their items are all generated "
