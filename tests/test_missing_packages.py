@@ -287,3 +287,42 @@ def test_the_stack_on_ray_data_names_the_ray_extra(monkeypatch):
     ) as caught:
         items_dataset([{"id": "a", "lang": "en", "model_output_text": ANSWER}])
     assert caught.value.exit_code == EXIT_MISSING_EXTRA
+
+
+def test_an_engine_installed_without_its_own_dependencies_stops_the_run_once(tmp_path, capsys, monkeypatch):
+    """vLLM 0.26 with openai 3.x on an H100: `import vllm` failed on 'httpx2' and every item
+    was failed with "retry them", as if the model had failed each one."""
+    from tiny_models import byte_tokenizer
+
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("import httpx2_not_here\n")
+    monkeypatch.syspath_prepend(str(site))
+    for loaded in [
+        m for m in sys.modules if m.split(".")[0] == "vllm" or m == "mushroom.backends.vllm_backend"
+    ]:
+        monkeypatch.delitem(sys.modules, loaded)
+    importlib.invalidate_caches()
+    model = tmp_path / "model"
+    byte_tokenizer().save_pretrained(model)
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    out = tmp_path / "run"
+    args = ["detect", "--detector", "llm", "--backend", "vllm", "-o", f"backend.model={model}"]
+    code, _, err = cli(capsys, *args, "--lang", "en", "--limit", "2", "--out", out)
+    assert code == EXIT_MISSING_EXTRA, err
+    assert "backend 'vllm' needs 'httpx2_not_here', which is not installed" in err, err
+    assert "the installed 'vllm' needs it" in err and "retry" not in err
+    assert not (out / "failures.jsonl").exists()
+
+
+def test_an_engine_that_cannot_import_a_name_from_its_dependency_names_both(tmp_path, monkeypatch):
+    (tmp_path / "fake_engine_x.py").write_text(
+        "from json import no_such_name\n"
+    )  # a version it does not know
+    (tmp_path / "fake_widget_x.py").write_text("import fake_engine_x\nW = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry("widget", [Part("w", "fake_widget_x:W", "", ("fake_engine_x",))])
+    with pytest.raises(
+        MissingExtra, match=r"widget 'w': the installed 'fake_engine_x' cannot import .*no_such_name"
+    ):
+        reg.load("w")

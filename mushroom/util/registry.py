@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
+from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from mushroom.errors import MissingExtra, MushroomError
@@ -70,6 +71,35 @@ def missing_extra(exc: ImportError, what: str, extra: str = "") -> MissingExtra 
     if package not in OPTIONAL_PACKAGES:
         return None
     return MissingExtra(what, package, extra or OPTIONAL_PACKAGES[package][1])
+
+
+def broken_install(exc: ImportError, what: str, packages: Iterable[str]) -> MissingExtra | None:
+    """The error for one of `packages`, installed, failing to import a dependency of its own.
+
+    On an H100, vLLM 0.26 beside openai 3.x failed on `import httpx2`: neither a mushroom bug
+    nor a missing extra, it failed every item with "retry them". None when the import that
+    failed was not made inside one of `packages`.
+    """
+    needed = _top(exc.name)
+    owners = [_top(tb.tb_frame.f_globals.get("__name__")) for tb in _frames(exc.__traceback__)]
+    owner = next((name for name in reversed(owners) if name in packages and name != needed), None)
+    if owner is None or not needed or needed == "mushroom":
+        return None
+    if isinstance(exc, ModuleNotFoundError):
+        hint = f"pip install {needed} (the installed {owner!r} needs it: its install is incomplete)"
+        return MissingExtra(what, needed, hint=hint)
+    return MissingExtra(
+        what,
+        needed,
+        message=f"{what}: the installed {owner!r} cannot import from {needed!r} ({exc}): "
+        f"install the {needed} version {owner} asks for (pip install --force-reinstall {owner})",
+    )
+
+
+def _frames(tb: TracebackType | None) -> Iterator[TracebackType]:
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
 
 
 def require(packages: Iterable[str], what: str, extra: str = "") -> None:
@@ -209,7 +239,9 @@ class Registry(Generic[T]):
             try:
                 module = importlib.import_module(module_name)
             except ImportError as exc:
-                missing = missing_extra(exc, self.what(name), part.extra)
+                missing = missing_extra(exc, self.what(name), part.extra) or broken_install(
+                    exc, self.what(name), part.requires
+                )
                 if missing is None:
                     raise  # a mushroom module that cannot be imported is a bug
                 raise missing from exc
