@@ -835,3 +835,24 @@ def test_a_raw_log_opened_after_a_kill_drops_the_cut_line_and_stays_replayable(t
     assert set(spend_by_item([path])) == {"a", "c"}
     replayed = build_backend(BackendConfig(kind="replay", responses=str(path))).generate([_req("c", "")])
     assert replayed[0].texts == ["y"]
+
+
+def test_tokens_that_read_the_same_add_their_probabilities():
+    """vLLM on an H100: two byte pieces both decoded to '' and one replaced the other's logprob."""
+    import math
+
+    from mushroom.backends.base import by_text
+    from mushroom.backends.openai_compat import OpenAIBackend
+    from mushroom.detectors.pyes import p_yes
+
+    step = by_text([("", -1.0), ("x", -2.0), ("", -1.5), ("y", -math.inf), ("y", -3.0)])
+    assert step[""] == pytest.approx(math.log(math.exp(-1.0) + math.exp(-1.5)))
+    assert step["x"] == -2.0 and step["y"] == -3.0
+    assert by_text([("z", -math.inf), ("z", -math.inf)]) == {"z": -math.inf}
+    # a server listing " Yes" twice (a word token and the same word spelt another way)
+    tops = [{"token": " Yes", "logprob": math.log(0.3)}, {"token": "No", "logprob": math.log(0.4)}]
+    tops.append({"token": " Yes", "logprob": math.log(0.3)})
+    first = {"token": "No", "logprob": math.log(0.4), "top_logprobs": tops}
+    gen = OpenAIBackend.parse({"choices": [{"message": {"content": "No"}, "logprobs": {"content": [first]}}]})
+    assert gen.logprobs[0][0][" Yes"] == pytest.approx(math.log(0.6))
+    assert p_yes(gen, ["yes"], ["no"]) == pytest.approx(0.6)  # not 0.3 / 0.7

@@ -8,9 +8,10 @@ sees each one as soon as it exists, which is what lets the cache make a killed r
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, Literal
 
@@ -69,6 +70,25 @@ class GenerationRequest(BaseModel):
 
 
 TokenLogprobs = list[dict[str, float]]  # per generated token: top-k token -> logprob
+
+
+def by_text(pairs: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """One step's top log-probabilities keyed by the text each token reads as.
+
+    Two tokens can read the same: the byte pieces of one character each decode to '' (seen
+    with vLLM on a byte-level model), and a word can be one token or its bytes. Keyed by text,
+    the last one replaced the others, dropping their probability from P("Yes"). Their
+    probabilities add, as the probability of that text being next does.
+    """
+    out: dict[str, float] = {}
+    for text, logprob in pairs:
+        before = out.get(text)
+        if before is None or before == -math.inf:
+            out[text] = logprob
+        elif logprob != -math.inf:
+            top = max(before, logprob)
+            out[text] = top + math.log1p(math.exp(-abs(before - logprob)))
+    return out
 
 
 BROKEN_GRAMMAR = "llguidance: broke"

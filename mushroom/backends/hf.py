@@ -35,6 +35,7 @@ from mushroom.backends.base import (
     Message,
     OnResult,
     OnScore,
+    by_text,
 )
 from mushroom.backends.config import DTYPE_NAMES
 from mushroom.errors import MushroomError, load_failure
@@ -278,10 +279,10 @@ class TransformersBackend(Backend):
             top = steps.topk(min(max(1, req.top_logprobs), steps.shape[-1]), dim=-1)
             logprobs = [
                 [
-                    {
-                        self.tokenizer.decode([int(t)]): float(v)
+                    by_text(
+                        (self.tokenizer.decode([int(t)]), float(v))
                         for t, v in zip(top.indices[b, s], top.values[b, s])
-                    }
+                    )
                     for s in range(lengths[b])
                 ]
                 for b in range(steps.shape[0])

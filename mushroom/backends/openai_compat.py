@@ -66,6 +66,7 @@ from mushroom.backends.base import (
     Message,
     OnResult,
     OnScore,
+    by_text,
 )
 from mushroom.backends.config import OpenAIConfig
 from mushroom.backends.openai_schema import read_completion
@@ -728,7 +729,7 @@ class OpenAIBackend(Backend):
             content = choice.logprobs.content if choice.logprobs else None
             # one list per choice, empty where a choice came without: kept in step with the texts
             logprobs.append(
-                [{t.token: t.logprob for t in (tok.top_logprobs or [tok])} for tok in content or []]
+                [by_text((t.token, t.logprob) for t in (tok.top_logprobs or [tok])) for tok in content or []]
             )
         return Generation(
             texts=texts,
