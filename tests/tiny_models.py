@@ -26,16 +26,21 @@ def word_tokenizer(words, pre_tokenizer="whitespace_split", **kwargs):
     return tokenizer
 
 
-def tiny_llama(vocab_size, max_positions):
-    """A random 2-layer Llama (pad id 0, eos/bos id 2), seeded so tests are repeatable."""
+def tiny_llama(vocab_size, max_positions, hidden_size=32, initializer_range=0.02):
+    """A random 2-layer Llama (pad id 0, eos/bos id 2), seeded so tests are repeatable.
+
+    vLLM's attention kernels take head sizes of 64 and up: give it `hidden_size=128` (2 heads).
+    A larger `initializer_range` makes the next token far from uniform, so a log-probability
+    read one position off differs from the right one.
+    """
     import torch
     import transformers
 
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=2,
@@ -43,6 +48,7 @@ def tiny_llama(vocab_size, max_positions):
         pad_token_id=0,
         eos_token_id=2,
         bos_token_id=2,
+        initializer_range=initializer_range,
     )
     return transformers.LlamaForCausalLM(config)
 

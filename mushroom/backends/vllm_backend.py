@@ -21,6 +21,7 @@ from mushroom.backends.base import (
     LoglikelihoodRequest,
     OnResult,
     OnScore,
+    by_text,
 )
 from mushroom.backends.config import VLLMConfig
 from mushroom.backends.registry import register_backend
@@ -39,6 +40,29 @@ def _structured(schema: dict[str, Any]) -> dict[str, Any]:
         return {"guided_decoding": GuidedDecodingParams(json=schema)}
 
 
+def _compact_json() -> dict[str, Any]:
+    """Engine keyword for JSON without blanks between tokens, where this vLLM has it.
+
+    On an H100 with vLLM 0.26 and its default (any whitespace between JSON tokens), a small
+    random model padded the schema's JSON with tabs and line breaks until max_tokens cut it
+    off. The transformers backend's grammar (llguidance) allows none: vLLM's `guidance`
+    backend is the same engine, and vLLM takes the setting only with a named backend.
+    `extra={"structured_outputs_config": {...}}` replaces it.
+    """
+    try:
+        from vllm.config import StructuredOutputsConfig
+    except ImportError:  # vLLM before 0.10 names it otherwise: left to its default
+        return {}
+    if "disable_any_whitespace" not in getattr(StructuredOutputsConfig, "__dataclass_fields__", {}):
+        return {}
+    return {"structured_outputs_config": {"backend": "guidance", "disable_any_whitespace": True}}
+
+
+def _step(step: dict[int, Any]) -> dict[str, float]:
+    """One generated token's top log-probabilities (vLLM keys them by token id) by text."""
+    return by_text((lp.decoded_token or "", lp.logprob) for lp in step.values())
+
+
 @register_backend("vllm", config=VLLMConfig)
 class VLLMBackend(Backend):
     """Offline batch generation with vLLM."""
@@ -51,7 +75,7 @@ class VLLMBackend(Backend):
 
         resolved = resolve_model(config.model)  # a registry name (`smollm2`) is its GGUF file
         model = str(resolved.file or resolved.source)
-        kwargs: dict[str, Any] = {"model": model, "enable_prefix_caching": True}
+        kwargs: dict[str, Any] = {"model": model, "enable_prefix_caching": True, **_compact_json()}
         if config.dtype:
             kwargs["dtype"] = config.dtype
         kwargs.update(config.extra)
@@ -83,10 +107,7 @@ class VLLMBackend(Backend):
         for i, out in enumerate(outputs):
             logprobs = None
             if requests[i].top_logprobs is not None:
-                logprobs = [
-                    [{lp.decoded_token: lp.logprob for lp in step.values()} for step in (c.logprobs or [])]
-                    for c in out.outputs
-                ]
+                logprobs = [[_step(step) for step in c.logprobs or []] for c in out.outputs]
             # vLLM says why each completion ended: "length" is one cut off at max_tokens
             reasons = [getattr(c, "finish_reason", None) for c in out.outputs]
             gen = Generation(
