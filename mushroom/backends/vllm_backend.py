@@ -29,7 +29,14 @@ from mushroom.errors import MushroomError, load_failure
 
 
 def _structured(schema: dict[str, Any]) -> dict[str, Any]:
-    """Sampling-parameter keyword for JSON-schema decoding across vLLM versions."""
+    """Sampling-parameter keyword for JSON-schema decoding across vLLM versions.
+
+    The schema is made strict (no keys beyond those listed) as the transformers backend's
+    is: under a plain pydantic schema a small model can invent keys until max_tokens.
+    """
+    from mushroom.backends.grammar import strict  # torch and transformers: vLLM has both
+
+    schema = strict(schema)
     try:  # vLLM >= 0.10
         from vllm.sampling_params import StructuredOutputsParams
 
