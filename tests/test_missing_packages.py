@@ -326,3 +326,16 @@ def test_an_engine_that_cannot_import_a_name_from_its_dependency_names_both(tmp_
         MissingExtra, match=r"widget 'w': the installed 'fake_engine_x' cannot import .*no_such_name"
     ):
         reg.load("w")
+
+
+def test_an_import_that_fails_mid_run_is_a_bug_only_in_mushroom_or_python():
+    from mushroom.util.registry import import_failure
+
+    def failure(name):
+        return import_failure(ModuleNotFoundError(f"No module named {name!r}", name=name), "detector 'llm'")
+
+    assert failure("mushroom.nothing_here") is None and failure("json.nothing_here") is None
+    assert "needs 'torch', which is not installed: pip install 'torch==" in str(failure("torch"))
+    said = str(failure("lmformatenforcer"))
+    assert said.startswith("detector 'llm' stopped: No module named 'lmformatenforcer'")
+    assert "every item would fail the same way" in said

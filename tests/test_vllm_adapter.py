@@ -149,3 +149,25 @@ def test_requests_carry_a_strict_schema_and_read_logprobs_by_text(fake_vllm):
     step = out[0].logprobs[0][0]
     assert step[""] == pytest.approx(math.log(0.5)) and step["ok"] == pytest.approx(math.log(0.5))
     assert out[1].logprobs is None
+
+
+def test_a_package_the_engine_misses_mid_run_stops_the_run_instead_of_failing_every_item(
+    fake_vllm, tmp_path, capsys
+):
+    """vLLM 0.26 on an H100 imported lm-format-enforcer only when the first request came: 8 of 8
+    items failed with "No module named 'lmformatenforcer'" and the advice to retry them."""
+    from cli_helpers import cli
+
+    vllm, model = fake_vllm
+
+    def chat(self, conversations, sampling_params, use_tqdm=True):
+        raise ModuleNotFoundError("No module named 'lmformatenforcer'", name="lmformatenforcer")
+
+    vllm.LLM.chat = chat
+    out = tmp_path / "run"
+    args = ["detect", "--detector", "llm", "--backend", "vllm", "-o", f"backend.model={model}"]
+    code, shown, err = cli(capsys, *args, "--lang", "en", "--limit", "3", "--out", out)
+    said = " ".join((shown + err).split())
+    assert code == 4, said
+    assert "'lmformatenforcer'" in said and "every item would fail the same way" in said, said
+    assert "retry" not in said and not (out / "failures.jsonl").exists()

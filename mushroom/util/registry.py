@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -93,6 +94,38 @@ def broken_install(exc: ImportError, what: str, packages: Iterable[str]) -> Miss
         needed,
         message=f"{what}: the installed {owner!r} cannot import from {needed!r} ({exc}): "
         f"install the {needed} version {owner} asks for (pip install --force-reinstall {owner})",
+    )
+
+
+def import_failure(exc: ImportError, what: str) -> MushroomError | None:
+    """The error for an import that failed in the middle of a run, where every item would fail.
+
+    vLLM 0.26 imports lm-format-enforcer only when the first request comes: a missing one
+    failed each item with the advice to retry. None for a module of mushroom or Python (a bug).
+    """
+    package = _top(exc.name)
+    if not _third_party(package):  # mushroom's own module, or Python's: a bug
+        return None
+    found = missing_extra(exc, what)
+    if found is not None:
+        return found
+    owners = [_top(tb.tb_frame.f_globals.get("__name__")) for tb in _frames(exc.__traceback__)]
+    owner = next((o for o in reversed(owners) if _third_party(o) and o != package), None)
+    by = f" (imported by the installed {owner!r})" if owner else ""
+    return MissingExtra(
+        what,
+        package,
+        message=f"{what} stopped: {exc}{by}; every item would fail the same way. Install the "
+        f"package that provides {package!r}, then run the same command again",
+    )
+
+
+def _third_party(module: str) -> bool:
+    return (
+        bool(module)
+        and module != "mushroom"
+        and not module.startswith("_")
+        and module not in sys.stdlib_module_names
     )
 
 
