@@ -179,3 +179,43 @@ def test_saved_gold_with_one_kind_of_label_is_scored_as_its_jsonl_would_be(tmp_p
     pred.write_text("".join(json.dumps({"id": i, "hard_labels": []}) + "\n" for i in ids))
     code, out, err = cli(capsys, "score", gold, pred)
     assert code == 0 and out.splitlines()[-2].startswith("IoU:"), err
+
+
+def test_a_value_json_cannot_hold_is_refused_by_row_and_column_not_read_as_its_str(tmp_path, capsys):
+    """A bytes answer became the text "b'...'" (53 characters for 35), was detected and scored."""
+    rows = _rows(n=3)
+    rows[1]["model_output_text"] = rows[1]["model_output_text"].encode()
+    folder = tmp_path / "bytes"
+    datasets.Dataset.from_list(rows).save_to_disk(str(folder))
+    for args in (
+        ["detect", "--items", folder, "--out", tmp_path / "r"],
+        ["score", folder, tmp_path / "none"],
+    ):
+        code, _, err = cli(capsys, *args)
+        said = " ".join(err.split())
+        assert code == 1 and f"{folder}:2: field 'model_output_text': a bytes value" in said, said
+    assert not (tmp_path / "r").exists()
+
+
+def test_saved_datasets_empty_unlabelled_or_given_by_one_of_their_files_are_named(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    datasets.Dataset.from_list([]).save_to_disk(str(empty))
+    code, _, err = cli(capsys, "detect", "--items", empty, "--out", tmp_path / "r")
+    assert code == 1 and "the saved dataset holds no rows" in err and "bug" not in err, err
+    unlabelled = tmp_path / "unlabelled"
+    datasets.Dataset.from_list(_rows(n=2)).remove_columns(["hard_labels", "soft_labels"]).save_to_disk(
+        str(unlabelled)
+    )
+    code, _, err = cli(capsys, "score", unlabelled, tmp_path / "none.jsonl")
+    said = " ".join(err.split())
+    assert code == 1 and f"{unlabelled}: no row has hard_labels or soft_labels" in said, said
+    assert "mushroom-hf-" not in said  # not the temporary copy
+    for inside in ("state.json", "dataset_info.json"):
+        code, _, err = cli(capsys, "detect", "--items", unlabelled / inside, "--out", tmp_path / "r")
+        said = " ".join(err.split())
+        assert code == 2 and f"a file inside the saved dataset {unlabelled}; give the folder" in said, said
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    code, _, err = cli(capsys, "detect", "--items", plain, "--out", tmp_path / "r")
+    assert code == 2 and "not one Dataset.save_to_disk wrote" in " ".join(err.split()), err
+    assert not (tmp_path / "r").exists()

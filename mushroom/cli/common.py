@@ -36,20 +36,28 @@ def lang_codes(values: list[str] | None) -> list[str] | None:
 def items_option(path: Path, option: str = "--items") -> Path:
     """An items file, or a folder of `Dataset.save_to_disk`, given as `option`; a usage error else."""
     from mushroom.cli.boundary import input_file
-    from mushroom.data.hf import is_saved_dataset
+    from mushroom.data.hf import SAVED_MARKERS, is_saved_dataset, refuse_part_of_dataset
 
-    return path if is_saved_dataset(path) else input_file(path, option)
+    if is_saved_dataset(path):
+        return path
+    refuse_part_of_dataset(path, option)
+    if path.is_dir():  # "give a file" hid that a saved dataset's folder is taken too
+        raise MushroomError(
+            f"{option} {path}: a folder, but not one Dataset.save_to_disk wrote (it has no "
+            f"{' or '.join(SAVED_MARKERS)}); give an items file (JSON Lines) or a saved dataset's folder"
+        )
+    return input_file(path, option)
 
 
 def load_items_option(path: Path, option: str = "--items") -> list[Item]:
     """The items of an `items_option`, every problem named by line (or row) and field."""
-    from mushroom.cli.boundary import input_file
     from mushroom.data.hf import is_saved_dataset, items_from_dataset, load_saved
     from mushroom.data.splits import load_items
 
+    path = items_option(path, option)
     if is_saved_dataset(path):
         return items_from_dataset(load_saved(path), str(path))
-    return load_items(input_file(path, option))
+    return load_items(path)
 
 
 def file_stem(value: str | None) -> str | None:

@@ -48,10 +48,30 @@ def is_saved_dataset(path: Path) -> bool:
     return path.is_dir() and all((path / name).is_file() for name in SAVED_MARKERS)
 
 
+def refuse_part_of_dataset(path: Path, option: str) -> None:
+    """A file inside a saved dataset's folder is refused, naming the folder to give instead.
+
+    `--items ds/state.json` was read as JSON Lines ("one JSON document spread over several
+    lines"), and `ds/data-00000-of-00001.arrow` as lines of invalid UTF-8.
+    """
+    if path.is_file() and is_saved_dataset(path.parent):
+        raise MushroomError(
+            f"{option} {path}: a file inside the saved dataset {path.parent}; "
+            f"give the folder: {option} {path.parent}"
+        )
+
+
 def load_saved(path: Path) -> Any:
     """The Dataset saved in `path`; a DatasetDict (several splits) names its splits to choose from."""
     datasets = datasets_module()
-    loaded = datasets.load_from_disk(str(path))
+    if _saved_no_rows(path):  # datasets 5.2's load_from_disk fails on it with an IndexError
+        raise DataError([Problem(str(path), None, None, "the saved dataset holds no rows")])
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except Exception as exc:  # a cut-off or hand-edited folder: datasets' own error, said as such
+        from mushroom.errors import error_text
+
+        raise MushroomError(f"{path}: could not be read as a saved dataset: {error_text(exc)}") from exc
     if isinstance(loaded, datasets.DatasetDict):
         raise MushroomError(
             f"{path} holds several splits ({', '.join(loaded)}); give one split's folder, "
@@ -60,12 +80,48 @@ def load_saved(path: Path) -> Any:
     return loaded
 
 
-def write_rows(rows: Iterable[dict[str, Any]], path: Path) -> Path:
-    """Rows as JSON Lines, one a line, as the official files are."""
+def _saved_no_rows(path: Path) -> bool:
+    """Whether a `save_to_disk` folder of one Dataset lists no data file (0 rows were saved)."""
+    try:
+        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # a DatasetDict's folder, or an unreadable state: load_from_disk says
+    return isinstance(state, dict) and state.get("_data_files") == []
+
+
+def write_rows(rows: Iterable[dict[str, Any]], path: Path, source: str | None = None) -> Path:
+    """Rows as JSON Lines, one a line, as the official files are.
+
+    A value JSON cannot hold (bytes, a date) is refused by row and column, naming `source`:
+    it was written as its str(), so a bytes answer became the text "b'...'" and was scored.
+    """
+    problems: list[Problem] = []
     with path.open("w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        for line, row in enumerate(rows, 1):
+            try:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+            except (TypeError, ValueError):
+                problems += [
+                    Problem(
+                        source or str(path),
+                        line,
+                        key,
+                        f"a {type(value).__name__} value: give text, numbers or lists",
+                    )
+                    for key, value in row.items()
+                    if not _json_ok(value)
+                ]
+    if problems:
+        raise DataError(problems)
     return path
+
+
+def _json_ok(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _as_jsonl(dataset: Any, source: str, folder: Path) -> Path:
@@ -75,7 +131,7 @@ def _as_jsonl(dataset: Any, source: str, folder: Path) -> Path:
     """
     from mushroom.data.splits import load_items
 
-    path = write_rows(iter(dataset), folder / "items.jsonl")
+    path = write_rows(iter(dataset), folder / "items.jsonl", source)
     try:
         load_items(path)
     except DataError as exc:
@@ -119,6 +175,10 @@ def saved_gold(path: Path, split: str = "val") -> Path:
             # a gold file's language from its file name, in lower case
             lang = Item.model_validate(row).lang
             by_lang.setdefault(safe_name(lang, "language code"), []).append(row)
+    if not any(row.get(key) is not None for rows in by_lang.values() for row in rows for key in LABEL_KEYS):
+        raise DataError(
+            [Problem(str(path), None, None, "no row has hard_labels or soft_labels: gold must be labelled")]
+        )
     tag = "tst.v1" if split == "test" else "val.v2"
     folder = items_path.parent / "gold"
     folder.mkdir()

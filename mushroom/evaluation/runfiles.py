@@ -36,7 +36,7 @@ def score_run_files(
     errors. Without a run folder (files given directly) or for a run over every item, each
     gold item must have a prediction, as the official scorer requires.
     """
-    from mushroom.data.hf import is_saved_dataset, saved_gold, saved_items_file
+    from mushroom.data.hf import is_saved_dataset, refuse_part_of_dataset, saved_gold, saved_items_file
     from mushroom.data.predictions import prediction_langs, submission_name
     from mushroom.data.runfolder import items_files, prediction_folder, run_scope, variant_names
     from mushroom.data.splits import lang_from_filename
@@ -44,6 +44,7 @@ def score_run_files(
 
     checked: dict[Path, FailureCheck] = {}  # ledgers read for the edit check, read once
     require_path("GOLD", gold)  # before the run is read: a missing GOLD was blamed on the run
+    refuse_part_of_dataset(gold, "GOLD")
     if is_saved_dataset(gold):
         # a folder of Dataset.save_to_disk: for a `detect --items` run, as the items file it
         # was made from (its files are per language of that file: a folder of official
