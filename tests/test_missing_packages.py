@@ -311,7 +311,7 @@ def test_an_engine_installed_without_its_own_dependencies_stops_the_run_once(tmp
     code, _, err = cli(capsys, *args, "--lang", "en", "--limit", "2", "--out", out)
     assert code == EXIT_MISSING_EXTRA, err
     assert "backend 'vllm' needs 'httpx2_not_here', which is not installed" in err, err
-    assert "the installed 'vllm' needs it" in err and "retry" not in err
+    assert "`pip check` lists what the installed 'vllm' lacks" in err and "retry" not in err
     assert not (out / "failures.jsonl").exists()
 
 
@@ -323,7 +323,8 @@ def test_an_engine_that_cannot_import_a_name_from_its_dependency_names_both(tmp_
     monkeypatch.syspath_prepend(str(tmp_path))
     reg = Registry("widget", [Part("w", "fake_widget_x:W", "", ("fake_engine_x",))])
     with pytest.raises(
-        MissingExtra, match=r"widget 'w': the installed 'fake_engine_x' cannot import .*no_such_name"
+        MissingExtra,
+        match=r"widget 'w': the installed 'fake_engine_x' fails to import \(cannot import name 'no_such_name'",
     ):
         reg.load("w")
 
@@ -339,3 +340,33 @@ def test_an_import_that_fails_mid_run_is_a_bug_only_in_mushroom_or_python():
     said = str(failure("lmformatenforcer"))
     assert said.startswith("detector 'llm' stopped: No module named 'lmformatenforcer'")
     assert "every item would fail the same way" in said
+
+
+@pytest.mark.parametrize(
+    "source, said",
+    [
+        # vLLM 0.26 refuses transformers 4 with an ImportError that names no module
+        ('raise ImportError("Support for Transformers v4 is deprecated")', "fails to import (Support for"),
+        # a dependency that is installed, at a version without the name the engine imports
+        ("from json import NoSuchThingInThisVersion", "fails to import (cannot import name"),
+        # the engine's own compiled part does not load (a torch it was not built for)
+        (
+            'raise ImportError("undefined symbol: _ZN3c10", name="fake_engine_y._C")',
+            "fails to import (undefined",
+        ),
+    ],
+    ids=["no-name", "old-dependency", "own-extension"],
+)
+def test_an_installed_engine_that_fails_to_import_is_named_not_called_missing(
+    tmp_path, monkeypatch, source, said
+):
+    (tmp_path / "fake_engine_y.py").write_text(source + "\n")
+    (tmp_path / "fake_widget_y.py").write_text("import fake_engine_y\nW = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("fake_engine_y", "fake_widget_y"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    reg = Registry("widget", [Part("w", "fake_widget_y:W", "", ("fake_engine_y",))])
+    with pytest.raises(MissingExtra) as caught:
+        reg.load("w")
+    assert f"widget 'w': the installed 'fake_engine_y' {said}" in str(caught.value)
+    assert "not installed" not in str(caught.value)

@@ -75,25 +75,29 @@ def missing_extra(exc: ImportError, what: str, extra: str = "") -> MissingExtra 
 
 
 def broken_install(exc: ImportError, what: str, packages: Iterable[str]) -> MissingExtra | None:
-    """The error for one of `packages`, installed, failing to import a dependency of its own.
+    """The error for one of `packages`, installed, failing to import.
 
     On an H100, vLLM 0.26 beside openai 3.x failed on `import httpx2`: neither a mushroom bug
-    nor a missing extra, it failed every item with "retry them". None when the import that
-    failed was not made inside one of `packages`.
+    nor a missing extra, it failed every item with "retry them". The same holds for an import
+    of a name a dependency lacks (a version it does not support) and for an error raised with
+    no module name (vLLM refusing transformers 4). None when the import that failed was not
+    made inside one of `packages`.
     """
     needed = _top(exc.name)
-    owners = [_top(tb.tb_frame.f_globals.get("__name__")) for tb in _frames(exc.__traceback__)]
-    owner = next((name for name in reversed(owners) if name in packages and name != needed), None)
-    if owner is None or not needed or needed == "mushroom":
+    if needed == "mushroom":
         return None
-    if isinstance(exc, ModuleNotFoundError):
-        hint = f"pip install {needed} (the installed {owner!r} needs it: its install is incomplete)"
-        return MissingExtra(what, needed, hint=hint)
+    owner = next((name for name in reversed(_importers(exc)) if name in packages), None)
+    if owner is None and needed in packages:
+        owner = needed  # its own compiled part (`vllm._C`) does not load
+    if owner is None:
+        return None
+    check = f"`pip check` lists what the installed {owner!r} lacks"
+    if isinstance(exc, ModuleNotFoundError) and needed and needed != owner:
+        return MissingExtra(what, needed, hint=f"install the package that provides {exc.name!r} ({check})")
     return MissingExtra(
         what,
-        needed,
-        message=f"{what}: the installed {owner!r} cannot import from {needed!r} ({exc}): "
-        f"install the {needed} version {owner} asks for (pip install --force-reinstall {owner})",
+        owner,
+        message=f"{what}: the installed {owner!r} fails to import ({exc}); {check}, or reinstall it",
     )
 
 
@@ -104,20 +108,25 @@ def import_failure(exc: ImportError, what: str) -> MushroomError | None:
     failed each item with the advice to retry. None for a module of mushroom or Python (a bug).
     """
     package = _top(exc.name)
-    if not _third_party(package):  # mushroom's own module, or Python's: a bug
+    owner = next((o for o in reversed(_importers(exc)) if _third_party(o) and o != package), None)
+    if not _third_party(package) and not (package == "" and owner):  # mushroom's or Python's: a bug
         return None
-    found = missing_extra(exc, what)
+    found = missing_extra(exc, what) if package else None
     if found is not None:
         return found
-    owners = [_top(tb.tb_frame.f_globals.get("__name__")) for tb in _frames(exc.__traceback__)]
-    owner = next((o for o in reversed(owners) if _third_party(o) and o != package), None)
-    by = f" (imported by the installed {owner!r})" if owner else ""
+    by = f" (imported by the installed {owner!r})" if owner and package else ""
+    name = f"the package that provides {exc.name!r}" if package else f"a version of {owner} that loads"
     return MissingExtra(
         what,
-        package,
-        message=f"{what} stopped: {exc}{by}; every item would fail the same way. Install the "
-        f"package that provides {package!r}, then run the same command again",
+        package or owner or "?",
+        message=f"{what} stopped: {exc}{by}; every item would fail the same way. Install {name}, "
+        "then run the same command again",
     )
+
+
+def _importers(exc: ImportError) -> list[str]:
+    """The top-level packages of the frames the failed import went through, outermost first."""
+    return [_top(tb.tb_frame.f_globals.get("__name__")) for tb in _frames(exc.__traceback__)]
 
 
 def _third_party(module: str) -> bool:
@@ -272,9 +281,10 @@ class Registry(Generic[T]):
             try:
                 module = importlib.import_module(module_name)
             except ImportError as exc:
-                missing = missing_extra(exc, self.what(name), part.extra) or broken_install(
-                    exc, self.what(name), part.requires
-                )
+                top = _top(exc.name)
+                # an optional package that is there but fails to load is not "not installed"
+                missing = missing_extra(exc, self.what(name), part.extra) if not is_installed(top) else None
+                missing = missing or broken_install(exc, self.what(name), part.requires)
                 if missing is None:
                     raise  # a mushroom module that cannot be imported is a bug
                 raise missing from exc
