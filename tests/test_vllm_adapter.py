@@ -103,7 +103,7 @@ def test_the_engine_is_asked_for_compact_json_unless_the_user_says_otherwise(fak
     vllm, model = fake_vllm
     _build(model, dtype="bfloat16")
     settings = vllm.LLM.made[-1].kwargs
-    assert settings["structured_outputs_config"] == {"backend": "guidance", "disable_any_whitespace": True}
+    assert settings["structured_outputs_config"] == {"backend": "xgrammar", "disable_any_whitespace": True}
     assert settings["dtype"] == "bfloat16" and settings["enable_prefix_caching"] is True
     mine = {"backend": "xgrammar"}
     _build(model, extra={"structured_outputs_config": mine, "enforce_eager": True})

@@ -52,9 +52,10 @@ def _compact_json() -> dict[str, Any]:
 
     On an H100 with vLLM 0.26 and its default (any whitespace between JSON tokens), a small
     random model padded the schema's JSON with tabs and line breaks until max_tokens cut it
-    off. The transformers backend's grammar (llguidance) allows none: vLLM's `guidance`
-    backend is the same engine, and vLLM takes the setting only with a named backend.
-    `extra={"structured_outputs_config": {...}}` replaces it.
+    off. The transformers backend's grammar allows only json.dumps' separators. vLLM takes
+    the setting only with a named backend: xgrammar, the one its "auto" picked in that run
+    (guidance refuses Mistral tokenizers). `extra={"structured_outputs_config": {...}}`
+    replaces it, e.g. `{"backend": "auto"}` for vLLM's own choice and fallbacks.
     """
     try:
         from vllm.config import StructuredOutputsConfig
@@ -62,7 +63,7 @@ def _compact_json() -> dict[str, Any]:
         return {}
     if "disable_any_whitespace" not in getattr(StructuredOutputsConfig, "__dataclass_fields__", {}):
         return {}
-    return {"structured_outputs_config": {"backend": "guidance", "disable_any_whitespace": True}}
+    return {"structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True}}
 
 
 def _step(step: dict[int, Any]) -> dict[str, float]:
