@@ -249,6 +249,18 @@ def _detector(method: str, options_json: str):
     return det
 
 
+def _either(entry: dict[str, Any], name: str, record_name: str, k: int) -> Any:
+    """An item's value under its API name or its record name; both given must agree.
+
+    A question given twice, differently, was read from `question` alone, without a word: the
+    spans found depend on it. A datasets row has both columns, None in the one not used.
+    """
+    given = [entry[key] for key in (name, record_name) if not records.left_out(entry.get(key))]
+    if len(given) == 2 and given[0] != given[1]:
+        raise ValueError(f"item {k}: {name!r} and {record_name!r} differ; give one of them")
+    return given[0] if given else entry.get(name, entry.get(record_name))
+
+
 def _text(value: Any, what: str, k: int) -> str:
     if records.left_out(value):
         return ""
@@ -341,15 +353,13 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
                 f"item {k}: unknown key {key!r} (did you mean {near!r}?); an item has "
                 f"{', '.join(sorted(_ITEM_KEYS))}"
             )
-    answer = entry.get("answer", entry.get("model_output_text"))
+    answer = _either(entry, "answer", "model_output_text", k)
     if not isinstance(answer, str):
         given = next((key for key in ("answer", "model_output_text") if key in entry), None)
         if given is not None:  # `detect(None)`: the key is there, its value is not text
             raise TypeError(f"item {k}: {given} must be a string, not {type(answer).__name__}")
         keys = ", ".join(map(repr, list(entry)[:8])) or "none"
         raise TypeError(f"item {k}: needs an 'answer' string (its keys: {keys})")
-    if "answer" in entry and entry.get("model_output_text", answer) != answer:
-        raise ValueError(f"item {k}: 'answer' and 'model_output_text' differ; give one of them")
     # a datasets row has every column, None where a record lacked it: missing, as documented
     item_lang = lang if records.left_out(entry.get("lang")) else entry["lang"]
     if not isinstance(item_lang, str) or not item_lang:
@@ -364,7 +374,7 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
         None,
         id=str(item_id),
         lang=item_lang,
-        model_input=_text(entry.get("question", entry.get("model_input")), "question", k),
+        model_input=_text(_either(entry, "question", "model_input", k), "question", k),
         model_output_text=answer,
         # a record of the data files keeps the answering model's tokens and logits
         model_output_tokens=entry.get("model_output_tokens"),

@@ -265,6 +265,12 @@ def test_mistakes_a_notebook_user_makes_are_said_at_the_call():
     assert len(preds) == 2 and len([w for w in said if "source_weights" in str(w.message)]) == 1
     with pytest.raises(ValueError, match="'answer' and 'model_output_text' differ"):
         mushroom.detect_batch([{"answer": ANSWER, "model_output_text": CONTEXT}])
+    # the question changes the spans: two that differ were read from `question` alone
+    with pytest.raises(ValueError, match="item 0: 'question' and 'model_input' differ"):
+        mushroom.detect_batch([{"answer": ANSWER, "question": "Where?", "model_input": "When?"}])
+    # a datasets row: both columns, None in the one not used
+    both = {"answer": None, "model_output_text": ANSWER, "question": "Where?", "model_input": None}
+    assert mushroom.detect_batch([both]) == mushroom.detect_batch([{"answer": ANSWER, "question": "Where?"}])
     with pytest.raises(TypeError, match="needs an 'answer' string \\(its keys: 'text'\\)"):
         mushroom.detect_batch([{"text": ANSWER}])
     with pytest.raises(TypeError, match="item 0: answer must be a string, not NoneType"):
