@@ -113,6 +113,11 @@ def _score(gold: Any, predictions: Any, langs: list[str] | None, partial: bool) 
     for name, path in (("gold", gold_path), ("predictions", pred_path)):
         if path is not None:  # said here, in the keyword's name, not the command's GOLD
             require_path(name, path)
+    if gold_path is not None and pred_path is None:
+        from mushroom.data.hf import is_saved_dataset, saved_gold
+
+        if is_saved_dataset(gold_path):  # records are paired with its rows as with official files
+            gold_path = saved_gold(gold_path)
     notes: list[str] = []
     names: Names = {}
     with tempfile.TemporaryDirectory(prefix="mushroom-score-") as tmp:

@@ -219,3 +219,13 @@ def test_saved_datasets_empty_unlabelled_or_given_by_one_of_their_files_are_name
     code, _, err = cli(capsys, "detect", "--items", plain, "--out", tmp_path / "r")
     assert code == 2 and "not one Dataset.save_to_disk wrote" in " ".join(err.split()), err
     assert not (tmp_path / "r").exists()
+
+
+def test_a_saved_gold_dataset_scores_prediction_records_from_python(tmp_path):
+    """api.md: gold may be anything `mushroom score` takes; a dataset folder with records failed."""
+    rows = _rows(n=5)
+    folder = tmp_path / "gold"
+    datasets.Dataset.from_list(rows).save_to_disk(str(folder))
+    preds = mushroom.detect_batch(rows, method="lexical")
+    from_folder = mushroom.score(folder, preds)
+    assert from_folder.iou == pytest.approx(mushroom.score(rows, preds).iou)
