@@ -488,6 +488,8 @@ def _check_call(
         raise TypeError(f"method must be a detector name such as 'lexical', not {method!r}")
     if isinstance(items, dict | str) or not isinstance(items, Iterable) or hasattr(items, "columns"):
         hint = " (for a DataFrame: df.to_dict('records'))" if hasattr(items, "columns") else ""
+        if isinstance(items, dict) and items and all(hasattr(v, "column_names") for v in items.values()):
+            hint = f" (a DatasetDict: give one split, e.g. items[{next(iter(items))!r}])"
         what = "an iterable" if name == "detect_stream" else "a list"
         raise TypeError(f"{name} takes {what} of items (dicts), not a {type(items).__name__}{hint}")
     _check_argument_names(options, method, name, arguments)

@@ -229,3 +229,9 @@ def test_a_saved_gold_dataset_scores_prediction_records_from_python(tmp_path):
     preds = mushroom.detect_batch(rows, method="lexical")
     from_folder = mushroom.score(folder, preds)
     assert from_folder.iou == pytest.approx(mushroom.score(rows, preds).iou)
+
+
+def test_a_dataset_dict_given_to_the_api_is_told_to_pick_a_split():
+    splits = datasets.DatasetDict({"validation": datasets.Dataset.from_list(_rows(n=2))})
+    with pytest.raises(TypeError, match=r"a DatasetDict: give one split, e\.g\. items\['validation'\]"):
+        mushroom.detect_batch(splits, method="lexical")
