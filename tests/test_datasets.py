@@ -160,7 +160,7 @@ def test_a_saved_dataset_dict_names_its_splits(tmp_path, capsys):
     for args in (["detect", "--items", saved, "--out", tmp_path / "run"], ["score", saved, pred]):
         code, _, err = cli(capsys, *args)
         told = " ".join(err.split())
-        assert code == 2 and "holds several splits (train, test); give one split's folder" in told, (
+        assert code == 2 and "is a DatasetDict (splits: train, test); give one split's folder" in told, (
             args,
             err,
         )

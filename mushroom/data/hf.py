@@ -74,7 +74,7 @@ def load_saved(path: Path) -> Any:
         raise MushroomError(f"{path}: could not be read as a saved dataset: {error_text(exc)}") from exc
     if isinstance(loaded, datasets.DatasetDict):
         raise MushroomError(
-            f"{path} holds several splits ({', '.join(loaded)}); give one split's folder, "
+            f"{path} is a DatasetDict (splits: {', '.join(loaded)}); give one split's folder, "
             f"e.g. {path / next(iter(loaded))}"
         )
     return loaded
