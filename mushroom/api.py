@@ -256,7 +256,7 @@ def _either(entry: dict[str, Any], name: str, record_name: str, k: int) -> Any:
     spans found depend on it. A datasets row has both columns, None in the one not used.
     """
     given = [entry[key] for key in (name, record_name) if not records.left_out(entry.get(key))]
-    if len(given) == 2 and given[0] != given[1]:
+    if len(given) == 2 and all(isinstance(v, str) for v in given) and given[0] != given[1]:
         raise ValueError(f"item {k}: {name!r} and {record_name!r} differ; give one of them")
     return given[0] if given else entry.get(name, entry.get(record_name))
 

@@ -63,8 +63,9 @@ class MissingExtra(MushroomError):
     """An optional package is not installed: exit 4, with the `pip install` that brings it.
 
     Not a bug (exit 70) and not a mistaken command (exit 2): the command is right and the
-    install is short of a package, which only the user can add. Raised before a run folder
-    is made (a part's readiness check), so nothing was sent and nothing needs cleaning up.
+    install is short of a package, which only the user can add. Mostly raised before a run
+    folder is made (a part's readiness check); a package an engine imports only when it loads
+    or at its first request stops the run there, and a re-run resumes it.
     """
 
     exit_code = 4

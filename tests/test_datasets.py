@@ -195,6 +195,13 @@ def test_a_value_json_cannot_hold_is_refused_by_row_and_column_not_read_as_its_s
         said = " ".join(err.split())
         assert code == 1 and f"{folder}:2: field 'model_output_text': a bytes value" in said, said
     assert not (tmp_path / "r").exists()
+    # a column mushroom does not read may hold anything: a timestamp is no reason to stop
+    import datetime
+
+    stamped = [{**r, "created": datetime.datetime(2024, 1, 1)} for r in _rows(n=2)]
+    assert [it.id for it in items_from_dataset(datasets.Dataset.from_list(stamped))] == [
+        r["id"] for r in stamped
+    ]
 
 
 def test_saved_datasets_empty_unlabelled_or_given_by_one_of_their_files_are_named(tmp_path, capsys):

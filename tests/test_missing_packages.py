@@ -336,7 +336,9 @@ def test_an_import_that_fails_mid_run_is_a_bug_only_in_mushroom_or_python():
         return import_failure(ModuleNotFoundError(f"No module named {name!r}", name=name), "detector 'llm'")
 
     assert failure("mushroom.nothing_here") is None and failure("json.nothing_here") is None
-    assert "needs 'torch', which is not installed: pip install 'torch==" in str(failure("torch"))
+    # torch is installed here: mushroom's own code importing it wrongly is a bug, not "not installed"
+    assert failure("torch") is None
+    assert "needs 'vllm', which is not installed: pip install 'vllm" in str(failure("vllm"))
     said = str(failure("lmformatenforcer"))
     assert said.startswith("detector 'llm' stopped: No module named 'lmformatenforcer'")
     assert "every item would fail the same way" in said

@@ -44,7 +44,8 @@ def items_option(path: Path, option: str = "--items") -> Path:
     if path.is_dir():  # "give a file" hid that a saved dataset's folder is taken too
         raise MushroomError(
             f"{option} {path}: a folder, but not one Dataset.save_to_disk wrote (it has no "
-            f"{' or '.join(SAVED_MARKERS)}); give an items file (JSON Lines) or a saved dataset's folder"
+            f"{' or '.join(m for m in SAVED_MARKERS if not (path / m).is_file())}); give an items "
+            "file (JSON Lines) or a saved dataset's folder"
         )
     return input_file(path, option)
 

@@ -92,33 +92,33 @@ def _saved_no_rows(path: Path) -> bool:
 def write_rows(rows: Iterable[dict[str, Any]], path: Path, source: str | None = None) -> Path:
     """Rows as JSON Lines, one a line, as the official files are.
 
-    A value JSON cannot hold (bytes, a date) is refused by row and column, naming `source`:
-    it was written as its str(), so a bytes answer became the text "b'...'" and was scored.
+    A value JSON cannot hold (bytes, a date) in a column mushroom reads is refused by row and
+    column, naming `source`: it was written as its str(), so a bytes answer became the text
+    "b'...'" and was scored. In a column it does not read (a timestamp, an image) it is left out.
     """
+    read = set(Item.model_fields) | set(LABEL_KEYS)
     problems: list[Problem] = []
     with path.open("w", encoding="utf-8") as handle:
         for line, row in enumerate(rows, 1):
-            try:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-            except (TypeError, ValueError):
-                problems += [
-                    Problem(
-                        source or str(path),
-                        line,
-                        key,
-                        f"a {type(value).__name__} value: give text, numbers or lists",
+            bad = [key for key, value in row.items() if not _json_ok(key, value)]
+            for key in bad:
+                if key in read:
+                    kind = type(row[key]).__name__
+                    problems.append(
+                        Problem(
+                            source or str(path), line, key, f"a {kind} value: give text, numbers or lists"
+                        )
                     )
-                    for key, value in row.items()
-                    if not _json_ok(value)
-                ]
+            kept = {key: value for key, value in row.items() if key not in bad}
+            handle.write(json.dumps(kept, ensure_ascii=False) + "\n")
     if problems:
         raise DataError(problems)
     return path
 
 
-def _json_ok(value: Any) -> bool:
+def _json_ok(key: Any, value: Any) -> bool:
     try:
-        json.dumps(value)
+        json.dumps({key: value})
     except (TypeError, ValueError):
         return False
     return True

@@ -105,21 +105,28 @@ def import_failure(exc: ImportError, what: str) -> MushroomError | None:
     """The error for an import that failed in the middle of a run, where every item would fail.
 
     vLLM 0.26 imports lm-format-enforcer only when the first request comes: a missing one
-    failed each item with the advice to retry. None for a module of mushroom or Python (a bug).
+    failed each item with the advice to retry. None for a module of mushroom or Python, and
+    for an installed package that mushroom's own code imports wrongly (a bug either way).
     """
     package = _top(exc.name)
     owner = next((o for o in reversed(_importers(exc)) if _third_party(o) and o != package), None)
-    if not _third_party(package) and not (package == "" and owner):  # mushroom's or Python's: a bug
-        return None
-    found = missing_extra(exc, what) if package else None
-    if found is not None:
-        return found
-    by = f" (imported by the installed {owner!r})" if owner and package else ""
-    name = f"the package that provides {exc.name!r}" if package else f"a version of {owner} that loads"
+    installed = bool(package) and is_installed(package)
+    if package and not installed:
+        found = missing_extra(exc, what)
+        if found is not None:
+            return found
+    if (package and not _third_party(package)) or ((installed or not package) and owner is None):
+        return None  # mushroom's or Python's module, or mushroom's own import of a package: a bug
+    check = f"`pip check` lists what the installed {owner!r} lacks" if owner else "`pip check`"
+    if package and not installed:
+        by = f" (imported by the installed {owner!r})" if owner else ""
+        todo = f"Install the package that provides {exc.name!r}{by}"
+    else:
+        todo = f"The installed {owner!r} does not load: {check}, or reinstall it"
     return MissingExtra(
         what,
         package or owner or "?",
-        message=f"{what} stopped: {exc}{by}; every item would fail the same way. Install {name}, "
+        message=f"{what} stopped: {exc}; every item would fail the same way. {todo}, "
         "then run the same command again",
     )
 
