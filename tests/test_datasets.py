@@ -242,3 +242,21 @@ def test_a_dataset_dict_given_to_the_api_is_told_to_pick_a_split():
     splits = datasets.DatasetDict({"validation": datasets.Dataset.from_list(_rows(n=2))})
     with pytest.raises(TypeError, match=r"a DatasetDict: give one split, e\.g\. items\['validation'\]"):
         mushroom.detect_batch(splits, method="lexical")
+
+
+def test_a_gold_folder_that_is_neither_official_files_nor_a_dataset_is_blamed_not_the_run(tmp_path, capsys):
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(json.dumps(r) + "\n" for r in _rows(n=2)))
+    ctx = tmp_path / "ctx.jsonl"
+    ctx.write_text(
+        "".join(json.dumps({"id": r["id"], "context": r["model_output_text"]}) + "\n" for r in _rows(n=2))
+    )
+    run = tmp_path / "run"
+    args = ["detect", "--items", items, "--contexts", ctx, "--detector", "lexical", "--out", run]
+    assert cli(capsys, *args)[0] == 0
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    code, _, err = cli(capsys, "score", plain, run)
+    said = " ".join(err.split())
+    assert code == 2 and f"GOLD {plain}: a folder with no per-language files" in said, said
+    assert "made with --items" not in said

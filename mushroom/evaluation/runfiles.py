@@ -40,11 +40,17 @@ def score_run_files(
     from mushroom.data.predictions import prediction_langs, submission_name
     from mushroom.data.runfolder import items_files, prediction_folder, run_scope, variant_names
     from mushroom.data.splits import lang_from_filename
-    from mushroom.evaluation.score import pair_paths, require_path, score_pairs
+    from mushroom.evaluation.score import files_by_lang, pair_paths, require_path, score_pairs
 
     checked: dict[Path, FailureCheck] = {}  # ledgers read for the edit check, read once
     require_path("GOLD", gold)  # before the run is read: a missing GOLD was blamed on the run
     refuse_part_of_dataset(gold, "GOLD")
+    if gold.is_dir() and not is_saved_dataset(gold) and not files_by_lang(gold)[0]:
+        # the run was blamed: "made with --items, so it has no val files"
+        raise MushroomError(
+            f"GOLD {gold}: a folder with no per-language files (such as mushroom.en-val.v2.jsonl), "
+            "and not a dataset saved with save_to_disk"
+        )
     if is_saved_dataset(gold):
         # a folder of Dataset.save_to_disk: for a `detect --items` run, as the items file it
         # was made from (its files are per language of that file: a folder of official

@@ -46,7 +46,10 @@ def items_file_data(
             "splitting of its own is used for them"
         )
     if default_contexts:
-        raise MushroomError("with --items, give the contexts as files: --contexts CTX.jsonl[,MORE.jsonl]")
+        raise MushroomError(
+            "with --items, give the contexts as files: --contexts CTX.jsonl[,MORE.jsonl] (a saved "
+            "dataset's `contexts` column is read by the Python API, mushroom.detect_batch, not here)"
+        )
     context_files = [Path(s) for s in sources]
     folders = [str(p) for p in context_files if p.is_dir()]
     if folders:
