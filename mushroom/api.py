@@ -261,6 +261,11 @@ def _either(entry: dict[str, Any], name: str, record_name: str, k: int) -> Any:
     return given[0] if given else entry.get(name, entry.get(record_name))
 
 
+def _key_given(entry: dict[str, Any], name: str, record_name: str) -> str:
+    """The key an item gave a value under, for messages: `model_input` was called "question"."""
+    return record_name if records.left_out(entry.get(name)) and record_name in entry else name
+
+
 def _text(value: Any, what: str, k: int) -> str:
     if records.left_out(value):
         return ""
@@ -374,7 +379,9 @@ def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
         None,
         id=str(item_id),
         lang=item_lang,
-        model_input=_text(_either(entry, "question", "model_input", k), "question", k),
+        model_input=_text(
+            _either(entry, "question", "model_input", k), _key_given(entry, "question", "model_input"), k
+        ),
         model_output_text=answer,
         # a record of the data files keeps the answering model's tokens and logits
         model_output_tokens=entry.get("model_output_tokens"),

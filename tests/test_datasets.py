@@ -209,6 +209,11 @@ def test_saved_datasets_empty_unlabelled_or_given_by_one_of_their_files_are_name
     datasets.Dataset.from_list([]).save_to_disk(str(empty))
     code, _, err = cli(capsys, "detect", "--items", empty, "--out", tmp_path / "r")
     assert code == 1 and "the saved dataset holds no rows" in err and "bug" not in err, err
+    splits = tmp_path / "splits"
+    rows = datasets.Dataset.from_list(_rows(n=2))
+    datasets.DatasetDict({"train": rows, "test": datasets.Dataset.from_list([])}).save_to_disk(str(splits))
+    code, _, err = cli(capsys, "detect", "--items", splits, "--out", tmp_path / "r")
+    assert code == 1 and "a DatasetDict whose split(s) test hold no rows" in " ".join(err.split()), err
     unlabelled = tmp_path / "unlabelled"
     datasets.Dataset.from_list(_rows(n=2)).remove_columns(["hard_labels", "soft_labels"]).save_to_disk(
         str(unlabelled)

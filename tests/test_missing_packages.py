@@ -372,3 +372,21 @@ def test_an_installed_engine_that_fails_to_import_is_named_not_called_missing(
         reg.load("w")
     assert f"widget 'w': the installed 'fake_engine_y' {said}" in str(caught.value)
     assert "not installed" not in str(caught.value)
+
+
+def test_a_package_missing_inside_a_cpu_detectors_item_loop_stops_the_run(tmp_path, capsys, monkeypatch):
+    """The per-item loop of the CPU detectors failed each item on it, as the run service did."""
+    (tmp_path / "fake_lib_z.py").write_text("def work():\n    import nosuchdep_zz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import fake_lib_z
+
+    from mushroom.detectors.lexical import LexicalDetector
+
+    monkeypatch.setattr(LexicalDetector, "item_vector", lambda self, item, contexts: fake_lib_z.work())
+    code, _, err = cli(
+        capsys, "detect", "--detector", "lexical", "--lang", "en", "--limit", "3", "--out", tmp_path / "r"
+    )
+    assert (
+        code == EXIT_MISSING_EXTRA and "detector 'lexical' stopped: No module named 'nosuchdep_zz'" in err
+    ), err
+    assert "(imported by the installed 'fake_lib_z')" in err and "retry" not in err
