@@ -336,6 +336,23 @@ def _given(key: str, entry: dict) -> bool:
     return key in entry or also.get(key, key) in entry
 
 
+SINGLE_ID = "item"  # detect()'s id when none is given
+
+
+def _with_id(exc: Exception, k: int, entry: Any) -> Exception:
+    """The error about item `k`, naming its id too: "item 0" alone sent a user counting rows.
+
+    Not `detect()`'s own default id ("item"): a single call has no rows to count.
+    """
+    named = entry.get("id") if isinstance(entry, dict) else None
+    said, prefix = str(exc), f"item {k}:"
+    if type(exc) not in (TypeError, ValueError) or not said.startswith(prefix):
+        return exc
+    if isinstance(named, bool) or not isinstance(named, str | int) or named in ("", SINGLE_ID):
+        return exc
+    return type(exc)(f"item {k} (id {named!r}):{said[len(prefix) :]}")
+
+
 def _item(k: int, entry: Any, lang: str) -> tuple[Item, list[Context]]:
     """One input of `detect_batch` as an Item and its contexts; a malformed one is a TypeError."""
     if isinstance(entry, Item):
@@ -552,7 +569,10 @@ def _detect(
     rows: list[Item] = []
     contexts: dict[str, list[Context]] = {}
     for k, entry in enumerate(items, start=start):
-        item, ctx = _item(k, entry, lang)
+        try:
+            item, ctx = _item(k, entry, lang)
+        except (TypeError, ValueError) as exc:
+            raise _with_id(exc, k, entry) from None
         rows.append(item)
         contexts[item.id] = ctx
     seen_ids: set[str] = set()
@@ -686,7 +706,7 @@ def detect(
             named only text the answer does not hold; never an empty Prediction in its place.
     """
     item = {
-        "id": "item" if id is None else id,
+        "id": SINGLE_ID if id is None else id,
         "answer": answer,
         "contexts": contexts,
         "question": question,

@@ -268,6 +268,8 @@ def test_mistakes_a_notebook_user_makes_are_said_at_the_call():
     # the question changes the spans: two that differ were read from `question` alone
     with pytest.raises(ValueError, match="item 0: 'question' and 'model_input' differ"):
         mushroom.detect_batch([{"answer": ANSWER, "question": "Where?", "model_input": "When?"}])
+    with pytest.raises(TypeError, match=r"item 1 \(id 'x1'\): answer must be a string, not int"):
+        mushroom.detect_batch([{"answer": ANSWER}, {"id": "x1", "answer": 7}])  # "item 1" alone
     with pytest.raises(TypeError, match="item 0: model_input must be a string"):  # it said "question"
         mushroom.detect_batch([{"answer": ANSWER, "model_input": 3}])
     with pytest.raises(TypeError, match="item 0: answer must be a string, not int"):  # not "differ"
