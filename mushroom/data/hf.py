@@ -104,7 +104,11 @@ def write_rows(rows: Iterable[dict[str, Any]], path: Path, source: str | None = 
     problems: list[Problem] = []
     with path.open("w", encoding="utf-8") as handle:
         for line, row in enumerate(rows, 1):
-            bad = [key for key, value in row.items() if not _json_ok(key, value)]
+            try:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                continue
+            except (TypeError, ValueError):  # said by column below
+                bad = [key for key, value in row.items() if not _json_ok(key, value)]
             for key in bad:
                 if key in read:
                     kind = type(row[key]).__name__
