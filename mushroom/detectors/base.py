@@ -491,12 +491,9 @@ class VectorDetector(Detector):
             except MushroomError:
                 raise
             except ImportError as exc:  # an install short of a package: every item would fail
-                from mushroom.util.registry import import_failure
+                from mushroom.util.registry import stop_for_import
 
-                failure = import_failure(exc, f"detector {self.name!r}")
-                if failure is None:
-                    raise  # a mushroom module that cannot be imported is a bug
-                raise failure from exc
+                stop_for_import(exc, f"detector {self.name!r}")
             except Exception as exc:  # one item's failure is recorded, the others go on
                 result = ItemResult.failed(item.id, error_text(exc))
             emit(result)

@@ -68,7 +68,7 @@ from mushroom.util import folderlock
 from mushroom.util.files import file_blocks
 from mushroom.util.interrupts import fallback_hint
 from mushroom.util.names import safe_name
-from mushroom.util.registry import import_failure
+from mushroom.util.registry import stop_for_import
 from mushroom.util.words import clipped, listed, one_line, plural
 
 # Backend settings that change how answers are fetched (TRANSPORT_KEYS) may change between
@@ -1213,10 +1213,7 @@ class RunService:
                 except MushroomError:
                     raise
                 except ImportError as exc:  # an install short of a package: no item can run
-                    failure = import_failure(exc, f"detector {detector.name!r}")
-                    if failure is None:
-                        raise  # a mushroom module that cannot be imported is a bug
-                    raise failure from exc
+                    stop_for_import(exc, f"detector {detector.name!r}")
                 except Exception as exc:  # the batch's unfinished items fail with this error
                     reason = error_text(exc)
                 for it in batch:

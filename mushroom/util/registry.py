@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 from mushroom.errors import MissingExtra, MushroomError
 
@@ -129,6 +129,14 @@ def import_failure(exc: ImportError, what: str) -> MushroomError | None:
         message=f"{what} stopped: {exc}; every item would fail the same way. {todo}, "
         "then run the same command again",
     )
+
+
+def stop_for_import(exc: ImportError, what: str) -> NoReturn:
+    """Raises `import_failure`'s error for an ImportError a run caught, or the ImportError itself (a bug)."""
+    failure = import_failure(exc, what)
+    if failure is None:
+        raise exc
+    raise failure from exc
 
 
 def _importers(exc: ImportError) -> list[str]:
