@@ -65,7 +65,7 @@ class MissingExtra(MushroomError):
     Not a bug (exit 70) and not a mistaken command (exit 2): the command is right and the
     install is short of a package, which only the user can add. Mostly raised before a run
     folder is made (a part's readiness check); a package an engine imports only when it loads
-    or at its first request stops the run there, and a re-run resumes it.
+    or at its first request stops the run there, before any item is marked failed.
     """
 
     exit_code = 4
