@@ -66,8 +66,9 @@ def load_saved(path: Path) -> Any:
     datasets = datasets_module()
     if _saved_no_rows(path):  # datasets 5.2's load_from_disk fails on it with an IndexError
         raise DataError([Problem(str(path), None, None, "the saved dataset holds no rows")])
-    empty = [split.name for split in sorted(path.iterdir()) if split.is_dir() and _saved_no_rows(split)]
-    if empty and (path / "dataset_dict.json").is_file():
+    splits = sorted(path.iterdir()) if (path / "dataset_dict.json").is_file() else []
+    empty = [split.name for split in splits if split.is_dir() and _saved_no_rows(split)]
+    if empty:
         said = f"a DatasetDict whose split(s) {', '.join(empty)} hold no rows"
         raise DataError([Problem(str(path), None, None, said)])
     try:

@@ -334,9 +334,7 @@ class Detector(ABC):
                 files), for options that refer to them; None when not known.
             out: the run folder asked for; None for a new one (no cached responses there).
         """
-        cached = getattr(self.options, "cache", False)
-        cache_path = getattr(self.options, "cache_path", None)
-        shared = Path(cache_path).expanduser() if cached and cache_path else None
+        shared = self._shared_cache()
         if shared is not None:
             # a mistyped folder was made silently, and the next run (typed right) found no cache
             if shared.is_dir():
@@ -369,9 +367,13 @@ class Detector(ABC):
         """
         if not getattr(self.options, "cache", False):
             return False
-        cache_path = getattr(self.options, "cache_path", None)
-        shared = Path(cache_path).expanduser() if cache_path else None
+        shared = self._shared_cache()
         return (out is not None and out.exists()) or (shared is not None and shared.is_file())
+
+    def _shared_cache(self) -> Path | None:
+        """The response cache file the `cache_path` option shares across runs, when caching is on."""
+        cache_path = getattr(self.options, "cache_path", None)
+        return Path(cache_path).expanduser() if getattr(self.options, "cache", False) and cache_path else None
 
     def cache_place(self, name: str) -> Callable[[], Path] | None:
         """Where the response cache `name` lives at each batch: the run's raw folder; none outside a run.

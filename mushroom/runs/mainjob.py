@@ -194,12 +194,17 @@ NOTHING_SAVED_YET = (
 )
 
 
+def _holds_a_run(out: Path | None) -> bool:
+    """Whether `--out` names a folder a run has written its config to (a resume, not a new job)."""
+    return out is not None and (out / "config.json").exists()
+
+
 def _until_the_folder(out: Path | None) -> Callable[[], None]:
     """Says "nothing was saved yet" on a Ctrl-C until the run folder is open; returns its withdrawal.
 
     Only for a new folder: a resumed one holds the earlier work, which its own hint tells of.
     """
-    if out is not None and (out / "config.json").exists():
+    if _holds_a_run(out):
         return lambda: None
     return fallback_hint(NOTHING_SAVED_YET)
 
@@ -312,7 +317,7 @@ def run_main_stack(
         for warning in _close_to_existing(test_data, val_data, member_sources, member_from):
             reporter.message(warning, lead="warning:")
     # a plan calls no model; --allow-failures takes failed items as they come
-    if not plan_only and not allow_failures and (out is None or not (out / "config.json").exists()):
+    if not plan_only and not allow_failures and not _holds_a_run(out):
         for name in model_backed:
             _refuse_unreachable(name, dets[name], out)
     out = out or new_run_folder(workspace() / "submissions", f"{timestamp()}-stack")
