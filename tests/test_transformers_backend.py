@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[transformers]'")
 transformers = pytest.importorskip("transformers", reason="transformers not installed")
 
-from tiny_models import tiny_llama, word_tokenizer  # noqa: E402
+from tiny_models import SMALL_SCHEMA, obeys_schema, tiny_llama, word_tokenizer  # noqa: E402
 
 from mushroom.backends.base import BackendConfig, GenerationRequest, Message  # noqa: E402
 from mushroom.backends.hf import TransformersBackend  # noqa: E402
@@ -172,13 +172,6 @@ def test_loglikelihood_of_a_continuation_with_no_tokens_is_an_error_not_a_crash(
 
 # -- JSON-schema-constrained generation ----------------------------------------------------------
 
-SMALL_SCHEMA = {
-    "type": "object",
-    "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}},
-    "required": ["ok", "n"],
-    "additionalProperties": False,
-}
-
 
 def byte_backend(**config):
     from tiny_models import byte_tokenizer
@@ -204,16 +197,6 @@ def schema_requests():
             [(0.0, 1, SMALL_SCHEMA), (0.0, 1, None), (0.0, 1, SMALL_SCHEMA), (1.0, 3, SMALL_SCHEMA)]
         )
     ]
-
-
-def obeys_schema(text):
-    import json
-
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return False
-    return set(value) == {"ok", "n"} and isinstance(value["ok"], bool) and value["n"] in (1, 2, 3)
 
 
 @pytest.mark.skipif(not grammar.available(), reason="llguidance not installed: pip install llguidance")

@@ -9,11 +9,11 @@ CPU, loading the same folder, is the reference.
 """
 
 import importlib.util
-import json
 import math
 import os
 
 import pytest
+from tiny_models import SMALL_SCHEMA, obeys_schema
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -120,22 +120,6 @@ def test_loglikelihood_reads_the_continuation_tokens_not_their_neighbours(engine
     assert len({round(g.logprob) for g in got}) == 3
 
 
-SMALL_SCHEMA = {
-    "type": "object",
-    "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}},
-    "required": ["ok", "n"],
-    "additionalProperties": False,
-}
-
-
-def _obeys(text):
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return False
-    return isinstance(value, dict) and set(value) == {"ok", "n"} and value["n"] in (1, 2, 3)
-
-
 def test_json_schema_decoding_binds_a_random_model_and_leaves_other_requests_free(engine):
     out = engine.generate(
         [
@@ -144,8 +128,8 @@ def test_json_schema_decoding_binds_a_random_model_and_leaves_other_requests_fre
             _ask("answer 2", max_tokens=48, temperature=1.0, n=3, seed=1, json_schema=SMALL_SCHEMA),
         ]
     )
-    assert all(_obeys(t) for t in out[0].texts + out[2].texts), out
-    assert not _obeys(out[1].texts[0])
+    assert all(obeys_schema(t) for t in out[0].texts + out[2].texts), out
+    assert not obeys_schema(out[1].texts[0])
 
 
 def test_the_llm_detector_runs_on_the_engine_and_counts_every_reply(engine, monkeypatch):

@@ -106,3 +106,28 @@ def length_p_yes(requests):
         yes = 0.1 + 0.8 * (len(r.messages[-1].content) % 7) / 6
         out.append(Generation(texts=["Yes"], logprobs=[[{" Yes": math.log(yes), "no": math.log(1 - yes)}]]))
     return out
+
+
+SMALL_SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}},
+    "required": ["ok", "n"],
+    "additionalProperties": False,
+}
+"""A schema a tiny byte-level model can be held to (`obeys_schema` says whether it was)."""
+
+
+def obeys_schema(text):
+    """Whether `text` is JSON of SMALL_SCHEMA: both keys, a boolean and one of 1, 2, 3."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return (
+        isinstance(value, dict)
+        and set(value) == {"ok", "n"}
+        and isinstance(value["ok"], bool)
+        and value["n"] in (1, 2, 3)
+    )
