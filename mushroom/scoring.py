@@ -252,18 +252,13 @@ def _split_by_language(rows: list[dict], gold: Path, folder: Path, names: Names)
     `detect_batch` over a whole split, then `score(split_folder, preds)`: the records were
     refused, as a folder and records cannot be paired by file name.
     """
-    from mushroom.data.jsonl import iter_json_lines
-    from mushroom.evaluation.score import files_by_lang
+    from mushroom.evaluation.score import files_by_lang, gold_file_of_ids
 
     files, _ = files_by_lang(gold)
     if not files:
         raise MushroomError(f"gold {gold}: no per-language files (such as mushroom.en-val.v2.jsonl)")
-    file_of: dict[str, Path] = {}
     lang_of = {path: lang for lang, path in files.items()}
-    for path in files.values():
-        for _, row in iter_json_lines(path, []):
-            if isinstance(row.get("id"), str):
-                file_of.setdefault(row["id"], path)
+    file_of = gold_file_of_ids(files.values())
     by_file: dict[Path, list[int]] = {}
     stray = []
     for k, row in enumerate(rows):

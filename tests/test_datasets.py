@@ -265,3 +265,63 @@ def test_a_gold_folder_that_is_neither_official_files_nor_a_dataset_is_blamed_no
     said = " ".join(err.split())
     assert code == 2 and f"GOLD {plain}: a folder with no per-language files" in said, said
     assert "made with --items" not in said
+
+
+def test_a_saved_predictions_dataset_is_scored_and_checked_as_its_file_would_be(tmp_path, capsys):
+    from mushroom.data.splits import split_files
+
+    gold = split_files("val")
+    from mushroom.data.records import Prediction
+
+    def guess(item):  # the gold's first soft span only: scores neither 0 nor 1
+        return Prediction(id=item.id, soft_labels=(item.soft_labels or [])[:1])
+
+    by_lang = {lang: [guess(it) for it in load_split("val", [lang])[lang]] for lang in ("it", "sv")}
+    preds = by_lang["it"] + by_lang["sv"]
+    saved = tmp_path / "preds"
+    predictions_to_dataset(preds).save_to_disk(str(saved))
+    files = tmp_path / "files"
+    files.mkdir()
+    for lang, lang_preds in by_lang.items():
+        (files / gold[lang].name).write_text(
+            "".join(json.dumps(p.submission_dict()) + "\n" for p in lang_preds)
+        )
+    # with the gold folder, the rows go to its languages by id: the scores of the files
+    val = gold["it"].parent
+    code, from_files, err = cli(capsys, "score", val, files, "--langs", "it,sv")
+    assert code == 0, err
+    code, from_dataset, err = cli(capsys, "score", val, saved, "--langs", "it,sv")
+    assert code == 0 and from_dataset.splitlines()[-2:] == from_files.splitlines()[-2:], err
+    assert from_files.splitlines()[-2] not in ("IoU: 0.00000000", "IoU: 1.00000000")
+    # with one gold file, the rows of the other language are ids not in it
+    code, _, err = cli(capsys, "score", gold["it"], saved)
+    assert code == 1 and f"{saved}:" in err and "not in the gold file" in err, err
+    bad = [p.submission_dict() for p in preds]
+    bad[2]["hard_labels"] = [[0, 100_000]]
+    bad[4]["id"] = "nope"
+    bad_saved = tmp_path / "bad"
+    datasets.Dataset.from_list(bad).save_to_disk(str(bad_saved))
+    code, _, err = cli(capsys, "score", val, bad_saved, "--langs", "it,sv")
+    said = " ".join(err.split())
+    assert code == 1 and f"{bad_saved}:5: field 'id': 'nope' is in no gold file" in said, err
+    assert "mushroom-hf-" not in said  # the temporary files are never named
+    # check: every problem by the dataset's row; a good one is OK
+    it_saved = tmp_path / "it-preds"
+    predictions_to_dataset(by_lang["it"]).save_to_disk(str(it_saved))
+    code, shown, err = cli(capsys, "check", it_saved, "--items", gold["it"])
+    assert code == 0 and f"{it_saved}: OK" in shown, err
+    it_bad = tmp_path / "it-bad"
+    datasets.Dataset.from_list(bad[: len(by_lang["it"])]).save_to_disk(str(it_bad))
+    code, _, err = cli(capsys, "check", it_bad, "--items", gold["it"])
+    said = " ".join(err.split())
+    assert code == 1 and f"{it_bad}:3:" in said and "hard_labels" in said and f"{it_bad}:5" in said, err
+    assert "mushroom-hf-" not in said
+    # a dataset of items (no labels) is said to be no predictions
+    items_saved = tmp_path / "items"
+    unlabelled = [
+        {k: v for k, v in r.items() if k not in ("soft_labels", "hard_labels")} for r in _rows("it")
+    ]
+    datasets.Dataset.from_list(unlabelled).save_to_disk(str(items_saved))
+    code, _, err = cli(capsys, "score", gold["it"], items_saved)
+    said = " ".join(err.split())
+    assert code == 1 and "a dataset of predictions has id and soft_labels or hard_labels" in said, err

@@ -325,15 +325,22 @@ def check(
     Given a zip or a folder, checks the whole submission as it would be uploaded: one file per
     language, each named for it and right for that language's items, and the languages missing.
     """
+    from mushroom.data.hf import is_saved_dataset, saved_predictions
     from mushroom.data.predictions import items_of_file, load_predictions, prediction_file_lang
     from mushroom.data.runfolder import FailureCheck
     from mushroom.evaluation.check import UNKNOWN_ID, check_file
     from mushroom.evaluation.submission_check import is_submission
 
-    if pred.exists() and is_submission(pred):
+    if pred.exists() and is_saved_dataset(pred):  # predictions_to_dataset's: its rows, as a file's lines
+        saved = saved_predictions(pred)
+        shown, pred = pred, saved.path
+    elif pred.exists() and is_submission(pred):
         _check_submission(pred, items, strict, partial)
         return
-    input_file(pred, "PRED")
+    else:
+        saved = None
+        input_file(pred, "PRED")
+        shown = pred
     if items is None:
         raise MushroomError("give --items ITEMS.jsonl: the items file the predictions are for")
     try:
@@ -365,6 +372,9 @@ def check(
             "rename it, or give the items of its language",
         )
     report = check_file(pred, item_list, strict=strict, partial=partial)
+    if saved is not None:
+        report.errors = [saved.problem(p) for p in report.errors]
+        report.warnings = [saved.problem(p) for p in report.warnings]
     for problem in report.warnings[:MAX_ERRORS_SHOWN]:
         print_warning(str(problem))
     if len(report.warnings) > MAX_ERRORS_SHOWN:  # 429 "hard spans overlap" lines were printed
@@ -394,16 +404,16 @@ def check(
             highlight=False,
         )
     if report.errors:
-        err_console.print(f"{esc(pred)}: {esc(report.summary())}", highlight=False)
+        err_console.print(f"{esc(shown)}: {esc(report.summary())}", highlight=False)
         raise typer.Exit(1)
     failures = FailureCheck(pred)  # a run's failed items, written empty; a plain file is not read again
     found = failures.check(load_predictions(pred)) if failures.has_record else None
     if found is not None:
-        print_warning(found.message(pred))
+        print_warning(found.message(shown))
     n_warnings = len(report.warnings) + (found is not None)
     counts = f"{plural(report.n_lines, 'prediction')}, {plural(n_warnings, 'warning')}"
     if report.missing:  # --partial: say so, since such a file is no submission
         counts += f"; {len(report.missing)} of {plural(report.n_items, 'item')} not predicted (--partial)"
     if one_lang is not None:
         counts += f"; against the {one_lang!r} items of {items}, the file's language"
-    out_console.print(f"{esc(pred)}: OK ({counts})", highlight=False)
+    out_console.print(f"{esc(shown)}: OK ({counts})", highlight=False)

@@ -34,8 +34,39 @@ def score_run_files(
 
     A run made with --lang has files for its languages only: the others are listed, not
     errors. Without a run folder (files given directly) or for a run over every item, each
-    gold item must have a prediction, as the official scorer requires.
+    gold item must have a prediction, as the official scorer requires. PRED may be a dataset
+    saved from `predictions_to_dataset`: its rows are scored as a prediction file's lines.
     """
+    from mushroom.data.hf import is_saved_dataset, refuse_part_of_dataset, saved_gold, saved_predictions
+    from mushroom.evaluation.score import require_path
+
+    if not is_saved_dataset(pred):
+        return _score_run_files(gold, pred, langs, show_pairing, role, partial, note)
+    require_path("GOLD", gold)
+    refuse_part_of_dataset(gold, "GOLD")
+    if is_saved_dataset(gold):
+        gold = saved_gold(gold)
+    saved = saved_predictions(pred, gold)
+    try:
+        result = _score_run_files(
+            gold, saved.path, langs, show_pairing, role, partial, lambda line: note(saved.text(line))
+        )
+    except MushroomError as exc:
+        raise saved.said(exc) from None
+    result.warnings = [saved.text(line) for line in result.warnings]
+    return result
+
+
+def _score_run_files(
+    gold: Path,
+    pred: Path,
+    langs: list[str] | None,
+    show_pairing: bool,
+    role: str,
+    partial: bool,
+    note: Callable[[str], None],
+) -> ScoreResult:
+    """`score_run_files` of PRED a file, a folder of files or a run folder."""
     from mushroom.data.hf import is_saved_dataset, refuse_part_of_dataset, saved_gold, saved_items_file
     from mushroom.data.predictions import prediction_langs, submission_name
     from mushroom.data.runfolder import items_files, prediction_folder, run_scope, variant_names

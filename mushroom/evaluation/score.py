@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -364,6 +365,21 @@ def files_by_lang(folder: Path) -> tuple[dict[str, Path], list[Path]]:
                 "keep one (or move the others to another folder)"
             )
     return {lang: paths[0] for lang, paths in by_lang.items()}, unnamed
+
+
+def gold_file_of_ids(files: Iterable[Path]) -> dict[str, Path]:
+    """The gold file each id is in (the first, when two have it), for records paired by id.
+
+    A bad gold line is passed over: the scorer says what is wrong with it.
+    """
+    from mushroom.data.jsonl import iter_json_lines
+
+    file_of: dict[str, Path] = {}
+    for path in files:
+        for _, row in iter_json_lines(path, []):
+            if isinstance(row.get("id"), str):
+                file_of.setdefault(row["id"], path)
+    return file_of
 
 
 def pair_paths(
