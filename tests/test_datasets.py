@@ -325,3 +325,13 @@ def test_a_saved_predictions_dataset_is_scored_and_checked_as_its_file_would_be(
     code, _, err = cli(capsys, "score", gold["it"], items_saved)
     said = " ".join(err.split())
     assert code == 1 and "a dataset of predictions has id and soft_labels or hard_labels" in said, err
+
+
+def test_a_gold_dataset_of_several_languages_against_one_prediction_file_says_what_to_give(tmp_path, capsys):
+    gold = tmp_path / "gold"
+    datasets.Dataset.from_list(_rows("it") + _rows("sv")).save_to_disk(str(gold))
+    pred = tmp_path / "p.jsonl"
+    pred.write_text("".join(json.dumps({"id": r["id"], "hard_labels": []}) + "\n" for r in _rows("it")))
+    code, _, err = cli(capsys, "score", gold, pred)
+    said = " ".join(err.split())
+    assert code == 2 and f"GOLD {gold} is a saved dataset of 2 languages (it, sv)" in said, err

@@ -86,7 +86,17 @@ def _score_run_files(
         # a folder of Dataset.save_to_disk: for a `detect --items` run, as the items file it
         # was made from (its files are per language of that file: a folder of official
         # files was looked for in it as in a split run); else as official per-language files
-        gold = saved_items_file(gold) if pred.is_dir() and items_files(pred) else saved_gold(gold)
+        given, gold = (
+            gold,
+            saved_items_file(gold) if pred.is_dir() and items_files(pred) else saved_gold(gold),
+        )
+        if gold.is_dir() and pred.is_file():  # it said "GOLD is a folder", of a folder the user never made
+            langs_held = sorted(files_by_lang(gold)[0])
+            raise MushroomError(
+                f"GOLD {given} is a saved dataset of {len(langs_held)} languages ({', '.join(langs_held)}), "
+                f"{role} {pred} one file: give a folder of per-language prediction files (such as "
+                "mushroom.en-val.v2.jsonl), a dataset of predictions, or gold of the file's language only"
+            )
     scope = run_scope(pred)
     test = any(gold.glob("*-tst*.jsonl")) if gold.is_dir() else "-tst" in gold.name
     split = "test" if test else "val"
