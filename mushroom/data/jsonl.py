@@ -322,15 +322,33 @@ def _umask() -> int:
     return mask
 
 
+def written_path(path: str | Path) -> Path:
+    """Where a write to `path` lands: a symbolic link's target (a rename replaced the link itself)."""
+    path = Path(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def is_special(path: Path) -> bool:
+    """Whether `path` is a device or a pipe: renamed over as root, /dev/null became a plain file."""
+    return path.exists() and not path.is_file() and not path.is_dir()
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Writes text atomically (temp file + rename) with the mode a plain `open` would give.
 
     `tempfile.mkstemp` creates files with mode 0600; left alone, every output would be
     private to its writer, which surprises users who share run folders.
     """
-    path = Path(path)
+    path = written_path(path)
     if path.is_dir():
         raise MushroomError(f"{path}: is a folder; give a file name to write")
+    if is_special(path):  # /dev/null, a pipe: written to as `open` would, never replaced
+        try:
+            with path.open("w", encoding="utf-8") as out:
+                out.write(text)
+        except OSError as exc:  # /dev/full: "No space left on device", not a silent success
+            raise MushroomError(f"{path}: cannot write ({exc.strerror})") from exc
+        return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -364,10 +382,11 @@ class JsonlWriter:
     """
 
     def __init__(self, path: str | Path):
-        self.path = path = Path(path)
+        self.path = path = written_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = path.with_name(f".{path.name}.part")
-        self.handle: Any = self.tmp.open("w", encoding="utf-8")
+        # a device or a pipe is written to directly: there is nothing to rename over
+        self.tmp = None if is_special(path) else path.with_name(f".{path.name}.part")
+        self.handle: Any = (self.tmp or path).open("w", encoding="utf-8")
 
     def write(self, rows: Iterable[dict]) -> None:
         for row in rows:
@@ -375,12 +394,14 @@ class JsonlWriter:
 
     def commit(self) -> None:
         self.handle.close()
-        os.replace(self.tmp, self.path)
+        if self.tmp is not None:
+            os.replace(self.tmp, self.path)
 
     def discard(self) -> None:
         """Drops the temporary file of a write that did not end (a no-op after `commit`)."""
         self.handle.close()
-        self.tmp.unlink(missing_ok=True)
+        if self.tmp is not None:
+            self.tmp.unlink(missing_ok=True)
 
 
 def mend_cut_line(path: str | Path, drop: bool = False) -> bytes | None:
