@@ -10,7 +10,9 @@ member, the member stack is fitted by cross-validation on those items, and the r
 the CPU stack's out-of-fold prediction: what `main-job --llm-budget` does on val. The
 numbers are out of fold at every budget; the paired 95% interval is of (budget - 100%),
 item by item, each item weighted as the mean over languages weighs it (`lang_weighted`).
-The "items" column counts the items sent, "calls" the model calls they took.
+The "items" column counts the items sent, "calls" the model calls they took, "stack" whether
+the items sent took the member stack's prediction or kept the CPU stack's (the main job's rule,
+`judge_member_stack`: the member stack must keep the model and beat the CPU stack out of fold).
 
 Costly members:
 - SIMULATED members, built here from the gold labels. They are not detectors and their
@@ -57,6 +59,7 @@ from mushroom.combine.cascade import (
     Spend,
     chosen_items,
     fit_folds,
+    judge_member_stack,
     merge_predictions,
     plan_split,
     prediction_uncertainty,
@@ -171,6 +174,7 @@ class Curve:
         self.label, self.spend, self.simulated = label, spend, simulated
         self.points: dict[float, tuple[np.ndarray, np.ndarray, Spend]] = {}
         self.sent: dict[float, int] = {}  # items sent at each budget
+        self.used: dict[float, bool] = {}  # whether the member stack was used (`judge_member_stack`)
 
 
 def curve(
@@ -193,7 +197,10 @@ def curve(
             records = plan_split("val", data, rank_by, budget, MIN_VAL_SENT)
             sent = chosen_items(data, records, "val")
             member_fit = fit_stack([*cheap, costly], sent, "val", folds=fit_folds(sent))
-            preds = flat(merge_predictions(data, base_oof, member_fit.oof), data)
+            # as the main job: the CPU stack's prediction stands where the member stack is no better
+            judged = judge_member_stack(sent, base_oof, member_fit.oof, member_fit.model.gate, [costly.name])
+            out.used[budget] = judged.used
+            preds = flat(merge_predictions(data, base_oof, member_fit.oof if judged.used else {}), data)
             sent_ids = {r.id for r in records if r.sent}
         scores = score_predictions(items, preds)
         order = {i: k for k, i in enumerate(scores.ids)}
@@ -227,7 +234,7 @@ def print_curve(c: Curve, items: list[Item]) -> None:
     print(f"\n{tag}{c.label}")
     print(
         f"{'budget':>7} {'items':>5} {'IoU':>7} {'d IoU vs 100% [95% CI]':>28} {'Cor':>7} "
-        f"{'d Cor vs 100% [95% CI]':>28} {'calls':>6} {'cached':>6} {'tokens':>9}"
+        f"{'d Cor vs 100% [95% CI]':>28} {'calls':>6} {'cached':>6} {'tokens':>9} {'stack':>6}"
     )
     iou_all, cor_all, spend_all = c.points[1.0]
     for budget, (iou, cor, spend) in c.points.items():
@@ -238,7 +245,8 @@ def print_curve(c: Curve, items: list[Item]) -> None:
             f"{budget:>6.0%} {c.sent[budget]:>5} {lang_mean(iou, items):>7.4f} "
             f"{di.mean_diff:>+9.4f} [{di.ci_low:+.4f}, {di.ci_high:+.4f}] {lang_mean(cor, items):>7.4f} "
             f"{dc.mean_diff:>+9.4f} [{dc.ci_low:+.4f}, {dc.ci_high:+.4f}] "
-            f"{spend.calls:>6} {spend.cached:>6} {('-' if c.simulated else spend.tokens):>9}"
+            f"{spend.calls:>6} {spend.cached:>6} {('-' if c.simulated else spend.tokens):>9} "
+            f"{('member' if c.used[budget] else 'CPU') if budget in c.used else '-':>6}"
             f"  ({share:.0f}% of the calls)"
         )
 

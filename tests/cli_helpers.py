@@ -63,3 +63,25 @@ def llm_member_options(url: str | None = None) -> list[str]:
 
 def openai_backend(url: str, model: str = "m") -> list:
     return ["--backend", "openai", "--base-url", url, "--model", model]
+
+
+def gold_model(*langs: str):
+    """A reply function for FakeServer: a model that names the gold spans of each val answer.
+
+    It answers the task, so the member stack beats the CPU stack and is used; on a test item
+    (no labels) it names nothing.
+    """
+    from mushroom.data.splits import load_split
+
+    spans = {
+        it.model_output_text: [it.model_output_text[s:e] for s, e in it.hard_labels or []]
+        for items in load_split("val", list(langs or ["it"])).values()
+        for it in items
+    }
+    longest_first = sorted(spans, key=len, reverse=True)  # an answer inside another's is not taken for it
+
+    def reply(prompt: str) -> str:
+        text = next((t for t in longest_first if t in prompt), None)
+        return json.dumps({"incorrect_spans": spans[text] if text is not None else []})
+
+    return reply

@@ -3,7 +3,7 @@
 Chat: the script maps a marker found in the last user message to a list of behaviours, one
 per call: ("ok", text), ("cut", text) (a reply cut off at max_tokens: finish_reason
 "length"), ("status", code) or ("status", code, body), ("sleep", seconds).
-The last behaviour repeats. `send_usage=False` leaves `usage` out of chat replies;
+The last behaviour repeats. A text (`default_text` too) may be a function of the prompt. `send_usage=False` leaves `usage` out of chat replies;
 `retry_after=None` sends scripted errors without a Retry-After header, as a real 500 comes.
 
 Options that imitate real servers:
@@ -178,6 +178,8 @@ class FakeServer:
                 if action[0] == "sleep":
                     time.sleep(action[1])
                     action = ("ok", server.default_text)
+                if callable(action[-1]):  # a reply made from the prompt (a model that reads it)
+                    action = (*action[:-1], action[-1](prompt))
                 if action[0] == "status":
                     payload = action[2] if len(action) > 2 else '{"error": "scripted"}'
                     headers = [] if server.retry_after is None else [("Retry-After", server.retry_after)]

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from cli_helpers import VAL_DIR, cli, llm_member_options
+from cli_helpers import VAL_DIR, cli, gold_model, llm_member_options
 from fake_openai_server import FakeServer
 
 from mushroom.backends.openai_compat import BREAKER_COLD
@@ -233,13 +233,68 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     assert "cascade" not in json.loads((out / "summary.json").read_text())
 
 
+def test_the_member_stack_is_used_only_with_model_evidence_that_beats_the_cpu_stack():
+    from mushroom.combine.cascade import member_stack_verdict
+
+    kept = {"llm": {"kept": True}}
+    assert member_stack_verdict(kept, ["llm"], 0.50, 0.40)[0]
+    # worse, or level, out of fold on the val items answered: the CPU stack's prediction stands
+    used, why = member_stack_verdict(kept, ["llm"], 0.40, 0.40)
+    assert not used and "IoU 0.4000 out of fold, the CPU stack 0.4000" in why
+    assert not member_stack_verdict(kept, ["llm"], 0.30, 0.40)[0]
+    # every model-backed member left out: a refit of the CPU members alone, however it scored
+    used, why = member_stack_verdict({"llm": {"kept": False}}, ["llm"], 0.50, 0.40)
+    assert not used and "left llm out" in why
+    assert member_stack_verdict(
+        {"llm": {"kept": False}, "chain": {"kept": True}}, ["llm", "chain"], 0.5, 0.4
+    )[0]
+
+
+@pytest.mark.slow
+def test_a_model_that_finds_nothing_leaves_every_item_the_cpu_stacks_prediction(tmp_path, capsys):
+    """A member stack without model evidence replaced the CPU stack's labels on the items sent."""
+    out = tmp_path / "job"
+    with FakeServer({}, default_text='{"incorrect_spans": []}') as server:
+        code, said, err = cli(capsys, *_job(out, 0.3), "-o", f"llm.backend.base_url={server.url}")
+    assert code == 0, err
+    assert "every item sent keeps the CPU stack's prediction" in " ".join((said + err).split())
+    for final, base in (
+        (out / "mushroom.it-tst.v1.jsonl", out / "cascade" / "base" / "mushroom.it-tst.v1.jsonl"),
+        (
+            out / "val" / "mushroom.it-val.v2.jsonl",
+            out / "cascade" / "base" / "val" / "mushroom.it-val.v2.jsonl",
+        ),
+    ):
+        assert _lines(final) == _lines(base)
+    said = json.loads((out / "summary.json").read_text())["cascade"]["member_stack"]
+    assert said["used"] is False and "left llm out" in said["why"]
+    rows = [json.loads(line) for line in (out / "cascade.jsonl").read_text().splitlines()]
+    assert all("the member stack was not used" in r["reason"] for r in rows if r["sent"])
+    # the Ray recipe is told why there is no member stack, not to finish the run
+    assert not (out / "cascade" / "member-stack.json").exists()
+    from mushroom.runs.ray_data import RayCascade
+
+    with pytest.raises(MushroomError, match="the job kept no member stack") as caught:
+        RayCascade.from_run(out)
+    assert "finish it" not in str(caught.value)
+    # a model that names the gold spans: the member stack is used, and the items sent change
+    with FakeServer({}, default_text=gold_model()) as server:
+        code, said, err = cli(
+            capsys, *_job(tmp_path / "good", 0.3), "-o", f"llm.backend.base_url={server.url}"
+        )
+    assert code == 0, err
+    assert json.loads((tmp_path / "good" / "summary.json").read_text())["cascade"]["member_stack"]["used"]
+    val_final = _lines(tmp_path / "good" / "val" / "mushroom.it-val.v2.jsonl")
+    assert val_final != _lines(tmp_path / "good" / "cascade" / "base" / "val" / "mushroom.it-val.v2.jsonl")
+
+
 @pytest.mark.slow
 def test_an_item_the_model_failed_on_keeps_the_cpu_stacks_prediction(tmp_path, capsys):
     """Under --allow-failures a failed item is not "nothing wrong": it is not fitted on, and keeps
     the CPU stack's prediction."""
     out = tmp_path / "job"
     # test's 45 items are sent first, then val's 15: the last 5 calls are refused
-    flags = '{"incorrect_spans": ["a"]}'
+    flags = gold_model()
     script = {"": [("ok", flags)] * 55 + [("status", 400)]}
     with FakeServer(script, default_text=flags) as server:
         code, _, err = cli(capsys, *_job(out, 0.3), "-o", f"llm.backend.base_url={server.url}")
@@ -437,7 +492,9 @@ def test_contexts_are_generated_for_the_items_a_cascade_plans_to_send_and_read_b
         assert not server.calls  # nothing sent, though the generated source does not exist yet
     told = " ".join((said + err).split())
     assert "60 items would go to llm (60 not answered before); nothing was sent" in told
-    assert "--split val --source gen`" in told and "--split test --source gen`" in told
+    # with the member's backend: without it the command failed as printed ("needs `base_url`")
+    backend = f"--backend openai --model m --base-url {server.url}`"
+    assert f"--split val --source gen {backend}" in told and f"--split test --source gen {backend}" in told
     assert "then run this command again without --plan-only" in told
     plan = [json.loads(line) for line in (out / "cascade-plan.jsonl").read_text().splitlines()]
     planned = {(r["split"], r["id"]) for r in plan if r["sent"]}
@@ -498,7 +555,8 @@ def test_contexts_are_generated_for_the_items_a_cascade_plans_to_send_and_read_b
     assert code == 0, err
     told = " ".join((said + err).split())
     assert "context source 'gen' has no context for 10 val, 30 test items sent" in told, told
-    assert "--source gen` with --split val and --split test generates them first" in told
+    assert "--source gen --backend openai --model m --base-url" in told
+    assert "` with --split val and --split test generates them first" in told
 
 
 def test_a_plan_and_the_member_contexts_are_refused_where_they_mean_nothing(tmp_path, capsys):

@@ -84,6 +84,9 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
         (["--lang", "xx"], "has no file for xx"),
         (["--lang", "eng"], "has no file for eng; did you mean 'en'?"),
         (["--lang", "en", "--contexts", "perplexty"], "no context file for source 'perplexty'"),
+        # a file with a split: it said "cannot name a file", as if files were never taken
+        (["--lang", "en", "--contexts", VAL_EN], "is a file: with a split, contexts are named sources"),
+        (["--lang", "en", "--contexts", "mine.jsonl"], "give the items with --items ITEMS.jsonl"),
         (
             ["--lang", "en", "--contexts", "tavily-5,perplexty?"],
             "nor for any split or language: the '?' skips a missing file, not a misspelt name",

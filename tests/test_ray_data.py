@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import cli, llm_member_options
+from cli_helpers import cli, gold_model, llm_member_options
 from fake_openai_server import FakeServer
 
 from mushroom.data.contexts import DEFAULT_SOURCES, load_contexts
@@ -139,8 +139,8 @@ def test_the_cascade_on_ray_data_sends_the_items_and_makes_the_predictions_of_th
 
     out = tmp_path / "job"
     lang_args = [arg for lang in CASCADE_LANGS for arg in ("--lang", lang)]
-    # the model flags a word of every answer, so the member stack differs from the CPU stack
-    with FakeServer({}, default_text='{"incorrect_spans": ["a"]}') as server:
+    # the model names the gold spans, so the member stack is used and differs from the CPU stack
+    with FakeServer({}, default_text=gold_model(*CASCADE_LANGS)) as server:
         code, _, err = cli(
             capsys,
             "main-job",

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -201,6 +202,70 @@ def plan(
             )
         )
     return records
+
+
+def member_stack_verdict(
+    gate: Mapping[str, Mapping], costly: list[str], member_iou: float, cpu_iou: float
+) -> tuple[bool, str]:
+    """Whether the items sent take the member stack's prediction rather than the CPU stack's, and why.
+
+    A member stack that left every model-backed member out holds no model evidence: it is the
+    CPU stack refitted on the few items sent, a noisier copy of it. It replaced the CPU stack's
+    labels on the test items sent while the job said, of the same val items, that the CPU stack
+    did better (an audit). One that scores at most the CPU stack's IoU out of fold on the val
+    items the model answered is not worth its calls there either: a bad model is shrugged off,
+    and a tie goes to the CPU stack, as the gate's does. The choice is made on those
+    out-of-fold scores, once for all languages (per language, ~10 items make it noise).
+
+    Args:
+        gate: the member stack's `gate` (member -> its decision, `kept` among them).
+        costly: the model-backed members.
+        member_iou: the member stack's out-of-fold IoU on the val items answered (mean over languages).
+        cpu_iou: the CPU stack's on the same items.
+    """
+    if costly and all(name in gate and not gate[name]["kept"] for name in costly):
+        return False, f"the member stack left {', '.join(costly)} out, so it holds no model evidence"
+    scores = (
+        f"on the val items the model answered, the member stack scored IoU {member_iou:.4f} out of "
+        f"fold, the CPU stack {cpu_iou:.4f}"
+    )
+    return member_iou > cpu_iou, scores
+
+
+@dataclass
+class MemberStackJudgement:
+    """The two stacks' out-of-fold scores on the val items the model answered, and the verdict."""
+
+    used: bool
+    why: str
+    member: dict[str, dict[str, float]]  # by_lang_scores of the member stack
+    cpu: dict[str, dict[str, float]]  # of the CPU stack, on the same items
+
+
+def judge_member_stack(
+    fitted: dict[str, list[Item]],
+    cpu_oof: dict[str, list[Prediction]],
+    member_oof: dict[str, list[Prediction]],
+    gate: Mapping[str, Mapping],
+    costly: list[str],
+) -> MemberStackJudgement:
+    """`member_stack_verdict` on the val items fitted on, scored as the main job and the benchmark score them.
+
+    Args:
+        fitted: the val items the member stack was fitted on, by language.
+        cpu_oof: the CPU stack's out-of-fold predictions, by language (a superset of `fitted`).
+        member_oof: the member stack's, in `fitted`'s order.
+        gate: the member stack's `gate`.
+        costly: the model-backed members.
+    """
+    from mushroom.combine.stack.fit import by_lang_scores
+
+    items = [it for lang in fitted for it in fitted[lang]]
+    cpu_by_id = {p.id: p for lang in fitted for p in cpu_oof[lang]}
+    member = by_lang_scores(items, [p for lang in fitted for p in member_oof[lang]])
+    cpu = by_lang_scores(items, [cpu_by_id[it.id] for it in items])
+    used, why = member_stack_verdict(gate, costly, member["mean"]["iou"], cpu["mean"]["iou"])
+    return MemberStackJudgement(used, why, member, cpu)
 
 
 def fit_folds(data: dict[str, list[Item]]) -> int:

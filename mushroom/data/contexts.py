@@ -258,6 +258,16 @@ def source_path(
     source = named.removesuffix(OPTIONAL)
     if not source.removeprefix("translated:"):
         raise MushroomError(f"empty context source name in {', '.join(map(repr, sources or [named]))}")
+    root = context_dir or DEFAULT_CONTEXT_DIR
+    if "/" in source or source.endswith(".jsonl"):
+        # said "cannot name a file", or "no context file for source 'mine.jsonl'", as if files
+        # were not taken at all (an audit)
+        raise MushroomError(
+            f"context source {source!r} is a file: with a split, contexts are named sources, files "
+            f"{split}.<lang>.<source>.jsonl in {root} (or $MUSHROOM_CONTEXT_DIR); copy it there as "
+            f"{split}.{lang}.mine.jsonl and give `mine`, or give the items with --items ITEMS.jsonl, "
+            "where --contexts takes files"
+        )
     check_source_name(source)
     path = context_file(split, lang, source, context_dir)
     if path is not None:
@@ -267,7 +277,6 @@ def source_path(
     from mushroom.util.words import suggest
 
     have = available_sources(split, lang, context_dir)
-    root = context_dir or DEFAULT_CONTEXT_DIR
     hint = (
         suggest(source, have, "available")
         if have

@@ -20,6 +20,7 @@ stack's val and test predictions, for comparing) and `cascade/member-stack.json`
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from mushroom.combine.cascade import (
     Spend,
     chosen_items,
     fit_folds,
+    judge_member_stack,
     merge_predictions,
     plan_split,
     raw_sizes,
@@ -125,26 +127,14 @@ def _without(data: dict[str, list[Item]], failed: set[str], at_least: int) -> di
 FEW_FITTED = 10
 
 
-def _warn_member_stack(
-    service: RunService,
-    costly: list[str],
-    val_fit: dict[str, list[Item]],
-    member_scores: dict[str, dict[str, float]],
-    base_scores: dict[str, dict[str, float]],
-) -> None:
-    """Says when the member stack's fit says little, or did worse than the CPU stack it replaces."""
+def _warn_member_stack(service: RunService, val_fit: dict[str, list[Item]]) -> None:
+    """Says when the member stack's fit says little (whether it did worse: `member_stack_verdict`)."""
     few = sorted(lang for lang, items in val_fit.items() if len(items) < FEW_FITTED)
     if few:
         service.warn(
             f"the member stack is fitted on fewer than {FEW_FITTED} val items in {', '.join(few)}: "
             "its choices, whether to keep a member included, are noise there; a larger --llm-budget "
             "gives it more items"
-        )
-    with_member, cpu = member_scores["mean"]["iou"], base_scores["mean"]["iou"]
-    if with_member < cpu:
-        service.warn(
-            f"on the val items sent, the member stack scored IoU {with_member:.4f} out of fold against "
-            f"the CPU stack's {cpu:.4f}: {', '.join(costly)} did not help there"
         )
 
 
@@ -231,7 +221,7 @@ def plan_only_report(job: CascadeJob, own_sources: tuple[str, ...] | None = None
         )
     else:
         commands = " and ".join(
-            f"`mushroom contexts --cascade {plan_file} --split {split} --source {name}`"
+            f"`mushroom contexts --cascade {plan_file} --split {split} --source {name}{_backend_flags(job)}`"
             for name in own_sources
             for split in ("val", "test")
         )
@@ -249,8 +239,33 @@ def plan_only_report(job: CascadeJob, own_sources: tuple[str, ...] | None = None
     return plan.records
 
 
+def _backend_flags(job: CascadeJob) -> str:
+    """The first model-backed member's backend as `mushroom contexts` flags, for the commands printed.
+
+    Without them the command printed failed as printed: "the openai backend needs `base_url`".
+    """
+    from mushroom.detectors.base import backend_settings
+
+    for name in job.costly:
+        for _, _, setting in backend_settings(job.dets[name].options):
+            flags = [f"--backend {setting.kind}"]
+            for flag, value in (
+                ("--model", setting.model),
+                ("--base-url", getattr(setting, "base_url", None)),
+                ("--responses", getattr(setting, "responses", None)),
+            ):
+                if value:
+                    flags.append(f"{flag} {shlex.quote(str(value))}")
+            return " " + " ".join(flags)
+    return ""
+
+
 def _warn_ungenerated(
-    service: RunService, out: Path, sent: dict[str, dict[str, list[Item]]], own_sources: tuple[str, ...]
+    service: RunService,
+    out: Path,
+    sent: dict[str, dict[str, list[Item]]],
+    own_sources: tuple[str, ...],
+    backend: str = "",
 ) -> None:
     """Says which items sent lack a context in a source only the model-backed members read.
 
@@ -274,7 +289,7 @@ def _warn_ungenerated(
             service.warn(
                 f"context source {name!r} has no context for {where} items sent: they go to the model "
                 f"with the other sources' alone; `mushroom contexts --cascade {out / 'cascade.jsonl'} "
-                f"--source {name}` with {splits} generates them first"
+                f"--source {name}{backend}` with {splits} generates them first"
             )
 
 
@@ -306,7 +321,7 @@ def run_cascade(
     write_jsonl(out / "cascade.jsonl", records)
     service.record_stage("cascade-base-stack", time.perf_counter() - t0, reused=False)
     val_sent, test_sent = chosen_items(val_data, records, "val"), chosen_items(test_data, records, "test")
-    _warn_ungenerated(service, out, {"val": val_sent, "test": test_sent}, own_sources)
+    _warn_ungenerated(service, out, {"val": val_sent, "test": test_sent}, own_sources, _backend_flags(job))
     before = raw_sizes(_raw_files(out, costly))
     for name in costly:
         det = dets[name]
@@ -344,6 +359,7 @@ def run_cascade(
     members = [Member(name, out / "members" / name, allow_failures=True) for name in dets]
     member_oof: dict[str, list[Prediction]] = {}
     member_test: dict[str, list[Prediction]] = {}
+    answered: dict[str, dict[str, dict[str, float]]] = {}  # the two stacks on the val items answered
     (out / "cascade" / "member-stack.json").unlink(missing_ok=True)
     if val_fit:
         member_fit = fit_stack(members, val_fit, "val", folds=fit_folds(val_fit))
@@ -353,36 +369,44 @@ def run_cascade(
         write_json(out / "cascade" / "member-stack.json", member_fit.model.model_dump(mode="json"))
         if member_fit.model.gate:
             service.reporter.message(f"member stack on the items sent: {member_fit.model.gate_summary()}")
+        judged = judge_member_stack(val_fit, base_fit.oof, member_oof, member_fit.model.gate, costly)
+        # of the val items sent that the model answered (those fitted on): "items sent" was
+        # read as all of them, with failed items among them (an audit)
+        answered["member stack, items answered (CV)"] = judged.member
+        answered["CPU stack, items answered (CV)"] = judged.cpu
+        _warn_member_stack(service, val_fit)
+        summary["cascade"]["member_stack"] = {"used": judged.used, "why": judged.why}
+        if not judged.used:
+            service.warn(f"{judged.why}: every item sent keeps the CPU stack's prediction")
+            member_oof, member_test = {}, {}
+            # not kept: `RayCascade.from_run` would apply it (summary.json says why it is absent)
+            (out / "cascade" / "member-stack.json").unlink(missing_ok=True)
+            note = f"the member stack was not used ({judged.why}): keeps the CPU stack's prediction"
+            records = [
+                r.model_copy(update={"reason": f"{r.reason}; {note}"}) if r.sent and not r.failed else r
+                for r in records
+            ]
+            write_jsonl(out / "cascade.jsonl", records)
     else:
         service.warn(
             f"{', '.join(costly)} answered fewer than {MIN_VAL_SENT} of the val items sent in every "
             "language: no member stack could be fitted, and every item keeps the CPU stack's prediction"
         )
+        summary["cascade"]["member_stack"] = {"used": False, "why": "too few val items answered to fit one"}
     val_preds = merge_predictions(val_data, base_fit.oof, member_oof)
     test_preds = merge_predictions(test_data, base_test, member_test)
     service.record_stage("cascade-member-stack", time.perf_counter() - t0, reused=False)
-
     val_items = [it for items in val_data.values() for it in items]
-    fitted_items = [it for items in val_fit.values() for it in items]
 
     def flat(preds: dict[str, list[Prediction]], data: dict[str, list[Item]]) -> list[Prediction]:
         return [p for lang in data for p in preds[lang]]
 
-    fitted_ids = {it.id for it in fitted_items}
-    base_on_sent = [p for p in flat(base_fit.oof, val_data) if p.id in fitted_ids]
     # "stack (CV)" is the cascade's final prediction, the row the main job's checks read
     comparison = {
         "stack (CV)": by_lang_scores(val_items, flat(val_preds, val_data)),
         "CPU stack alone (CV)": base_fit.comparison["stack (CV)"],
+        **answered,
     }
-    if fitted_items:
-        member_scores = by_lang_scores(fitted_items, flat(member_oof, val_fit))
-        base_scores = by_lang_scores(fitted_items, base_on_sent)
-        # of the val items sent that the model answered (those fitted on): "items sent" was
-        # read as all of them, with failed items among them (an audit)
-        comparison["member stack, items answered (CV)"] = member_scores
-        comparison["CPU stack, items answered (CV)"] = base_scores
-        _warn_member_stack(service, costly, val_fit, member_scores, base_scores)
     cheap = [name for name in dets if name not in costly]
     comparison.update({name: scores for name, scores in base_fit.comparison.items() if name in cheap})
 

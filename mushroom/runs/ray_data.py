@@ -31,6 +31,7 @@ keep the CPU stack's prediction.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -347,6 +348,21 @@ def _actors(n: int) -> ray.data.ActorPoolStrategy:
     return ray.data.ActorPoolStrategy(size=n)
 
 
+def _why_no_member_stack(folder: Path) -> str | None:
+    """What a finished cascade's summary.json says of its absent member stack, and what to do instead."""
+    try:
+        said = json.loads((folder / "summary.json").read_text(encoding="utf-8"))["cascade"]["member_stack"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # an unfinished run, or one of before 2026-11-28
+    if not isinstance(said, dict) or said.get("used") is not False:
+        return None
+    return (
+        f"the job kept no member stack ({said.get('why')}), so every item keeps the CPU stack's "
+        f"prediction: apply the CPU stack alone (RayStack.load of {folder / 'stack.json'} with its CPU "
+        "members, then stack_on_ray), or run the job again with a larger --llm-budget or a better model"
+    )
+
+
 class RayCascade(BaseModel):
     """A cascade for Ray: the CPU stack, the member stack and the budget, as the main job fitted them.
 
@@ -386,7 +402,7 @@ class RayCascade(BaseModel):
 
         def stack(path: Path) -> RayStack:
             if not path.is_file():
-                raise MushroomError(f"{path}: missing; run the main job again on {folder} to finish it")
+                raise MushroomError(f"{path}: missing; {_why_no_member_stack(folder) or unfinished}")
             from mushroom.data.jsonl import read_json_model
 
             model = read_json_model(path, StackModel)
@@ -395,6 +411,7 @@ class RayCascade(BaseModel):
                 raise MushroomError(f"{path}: member(s) {missing} are not in {folder / 'config.json'}")
             return RayStack.load(path, [by_name[name] for name in model.members])
 
+        unfinished = f"run the main job again on {folder} to finish it"
         spec = cls(
             base=stack(folder / "stack.json"),
             member=stack(folder / "cascade" / "member-stack.json"),
