@@ -11,7 +11,12 @@ def main() -> None:
     """Imports the command line and runs it."""
     try:
         from mushroom.cli.app import main as run
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, ImportError) as exc:
+        # a Ctrl-C inside a compiled module's import comes out as an ImportError
+        from mushroom.errors import cut_by_ctrl_c  # a plain module: no third-party import
+
+        if not cut_by_ctrl_c(exc):
+            raise
         sys.stderr.write("interrupted while starting: nothing was done\n")
         raise SystemExit(130) from None
     run()

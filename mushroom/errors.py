@@ -308,3 +308,21 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
             "first if the model is that slow"
         )
     return again
+
+
+def cut_by_ctrl_c(exc: BaseException) -> bool:
+    """Whether `exc` is a Ctrl-C, or an import one cut (a KeyboardInterrupt among its causes).
+
+    pybind11's compiled modules (scipy's) raise "ImportError: initialization failed" from the
+    KeyboardInterrupt: it was said as a bug, with a traceback and exit 1.
+    """
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        if not isinstance(link, ImportError):
+            return False
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False

@@ -226,6 +226,9 @@ def test_a_whole_submission_zip_is_checked_as_it_would_be_uploaded(tmp_path, cap
 
     code, _, err = cli(capsys, "score", VAL_DIR, good)  # it said "GOLD is a folder, PRED a file"
     assert code == 2 and "is a zip archive: unzip it into a folder" in " ".join(err.split())
+    # as GOLD it was read as one language's gold file, and its parent folder offered
+    code, _, err = cli(capsys, "score", good, VAL_DIR)
+    assert code == 2 and f"GOLD {good} is a zip archive: unzip it" in " ".join(err.split()), err
     bad = tmp_path / "bad.zip"
     with zipfile.ZipFile(bad, "w") as z:
         z.writestr("sub/mushroom.en-tst.v1.jsonl", lines["en"])
@@ -322,3 +325,14 @@ def test_a_device_given_as_a_file_is_refused_not_read_forever(tmp_path, capsys):
         )
         told = " ".join(done.stderr.split())
         assert done.returncode == 2 and f"{fifo}: is a pipe, not a file" in told, done.stderr
+
+
+def test_check_of_a_run_folder_points_to_its_predictions(tmp_path, capsys):
+    run = tmp_path / "run"
+    code, _, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "en", "--limit", "3", "--out", run, "--quiet"
+    )
+    assert code == 0, err
+    code, _, err = cli(capsys, "check", run)  # it said "no .jsonl file in the folder"
+    said = " ".join(err.split())
+    assert code == 2 and f"a run folder; its prediction files are in {run / 'predictions'}" in said, err

@@ -54,6 +54,16 @@ def test_expected_failures_are_one_message_and_an_exit_code(tmp_path, capsys, ar
     assert needle in out + err
 
 
+def _import_cut_by_ctrl_c() -> ImportError:
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as ki:
+            raise ImportError("initialization failed") from ki
+    except ImportError as exc:
+        return exc
+
+
 def _tiny_app(exc: BaseException | None = None, hint=None):
     tiny = typer.Typer()
 
@@ -77,6 +87,8 @@ def _tiny_app(exc: BaseException | None = None, hint=None):
         (MushroomError("use pip install -e '.[vllm]'"), 2, "pip install -e '.[vllm]'"),
         (RunFailed("3 items failed"), 3, "3 items failed"),
         (KeyboardInterrupt(), 130, "interrupted"),
+        # a Ctrl-C inside a compiled module's import (pybind11's "initialization failed")
+        (_import_cut_by_ctrl_c(), 130, "interrupted"),
         (IsADirectoryError(21, "Is a directory", "out/x"), 2, "out/x: is a folder"),
         (PermissionError(13, "Permission denied", "/root/x"), 2, "/root/x: permission denied"),
         (ZeroDivisionError("boom"), 70, "this is a bug in mushroom"),
@@ -606,3 +618,31 @@ def test_a_file_that_refuses_its_atomic_replace_is_named_not_its_hidden_part_fil
     )
     assert exit_code_for(exc) == (2, "/r/predictions/p.jsonl: permission denied")
     assert exit_code_for(PermissionError(13, "Permission denied", "/r/x"))[1] == "/r/x: permission denied"
+
+
+def test_a_ctrl_c_inside_an_import_at_start_is_exit_130_not_a_traceback(monkeypatch, capsys):
+    import types
+
+    import mushroom.__main__ as entry
+
+    cut = types.ModuleType("mushroom.cli.app")
+
+    def cut_import(name):
+        raise _import_cut_by_ctrl_c()
+
+    cut.__getattr__ = cut_import
+    monkeypatch.setitem(sys.modules, "mushroom.cli.app", cut)
+    with pytest.raises(SystemExit) as stopped:
+        entry.main()
+    assert stopped.value.code == 130
+    assert "interrupted while starting: nothing was done" in capsys.readouterr().err
+    # an import that fails for another reason is not taken for a Ctrl-C
+    broken = types.ModuleType("mushroom.cli.app")
+
+    def missing(name):
+        raise ImportError("No module named 'scipy'")
+
+    broken.__getattr__ = missing
+    monkeypatch.setitem(sys.modules, "mushroom.cli.app", broken)
+    with pytest.raises(ImportError, match="scipy"):
+        entry.main()

@@ -97,6 +97,21 @@ def test_a_report_with_no_prediction_file_for_its_languages_is_refused(two_runs,
     assert not out.exists()
 
 
+def test_an_empty_prediction_file_or_tags_file_is_refused_not_shown_as_an_empty_page(two_runs, tmp_path):
+    lo, _ = two_runs
+    empty_run = tmp_path / "empty"
+    shutil.copytree(lo, empty_run)
+    for path in prediction_folder(empty_run, "val").glob("mushroom.*-val.v2.jsonl"):
+        path.write_text("")
+    out = tmp_path / "r.html"
+    res = runner.invoke(app, ["report", str(empty_run), "--lang", "en", "--out", str(out)])
+    assert res.exit_code != 0 and "the file holds no prediction" in str(res.exception)
+    assert not out.exists()
+    (tmp_path / "tags.jsonl").write_text("")
+    with pytest.raises(DataError, match="tags.jsonl: no tag"):
+        load_tags(tmp_path / "tags.jsonl")
+
+
 def test_a_report_never_overwrites_a_file_of_the_run_it_shows(two_runs, tmp_path):
     """`report --out RUN/predictions/mushroom.en-val.v2.jsonl` wrote HTML over the predictions."""
     lo, _ = two_runs

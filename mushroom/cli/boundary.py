@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from mushroom.errors import MushroomError
+from mushroom.errors import MushroomError, cut_by_ctrl_c
 from mushroom.util.folderlock import command_scope
 from mushroom.util.interrupts import clear_fallback_hints, current_hint, interrupt_message
 from mushroom.util.options import validation_message
@@ -289,7 +289,7 @@ def exit_code_for(exc: BaseException) -> tuple[int, str | None]:
 
     if isinstance(exc, MushroomError):
         return exc.exit_code, str(exc)
-    if isinstance(exc, KeyboardInterrupt | typer.Abort):
+    if isinstance(exc, KeyboardInterrupt | typer.Abort) or cut_by_ctrl_c(exc):
         return EXIT_INTERRUPTED, interrupt_message(current_hint())
     if isinstance(exc, ValidationError):
         return EXIT_USAGE, "invalid value:\n" + validation_message(exc, "  ")

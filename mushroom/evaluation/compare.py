@@ -20,7 +20,7 @@ from mushroom.data.records import ErrorType, Item
 from mushroom.data.runfolder import RunScope, prediction_folder, run_scope
 from mushroom.data.spans import hard_to_mask, soft_to_vector
 from mushroom.data.splits import load_split, require_labelled, split_files
-from mushroom.errors import DataError, MushroomError
+from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.evaluation.metrics import mask_iou, vector_cor
 from mushroom.evaluation.score import ScoreResult, score_paths
 from mushroom.evaluation.stats import paired_test
@@ -43,8 +43,16 @@ class ErrorTag(BaseModel):
 
 
 def load_tags(path: Path) -> dict[str, str]:
-    """Item id -> error type; a bad line is reported with its file, line and field."""
-    return {tag.id: tag.error_type for tag in load_records(path, ErrorTag)}
+    """Item id -> error type; a bad line is reported with its file, line and field.
+
+    An empty file is refused: it gave no table and no word, as if the tags had been read.
+    """
+    tags = {tag.id: tag.error_type for tag in load_records(path, ErrorTag)}
+    if not tags:
+        raise DataError(
+            [Problem(str(path), None, None, 'no tag: give one JSON line per item, {"id", "error_type"}')]
+        )
+    return tags
 
 
 @dataclass

@@ -30,7 +30,7 @@ from mushroom.data.records import Item, Prediction
 from mushroom.data.runfolder import FailureCheck, prediction_folder
 from mushroom.data.spans import hard_to_mask
 from mushroom.data.splits import load_split
-from mushroom.errors import MushroomError, Problem
+from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.evaluation.metrics import item_cor, item_iou
 from mushroom.util.words import plural
 
@@ -351,6 +351,8 @@ def build_report(
         check = FailureCheck(path)  # an edited answer is said before its spans are found too long
         check.refuse_changed_answers(items)
         preds = load_predictions(path, {item.id: len(item.model_output_text) for item in items})
+        if not preds:  # an empty page, exit 0: score, compare and sweep refuse the same file
+            raise DataError([Problem(str(path), None, "id", "the file holds no prediction")])
         failed = check.check(preds)
         ids = [i.id for i in items]
         if split == "items":  # a user's items: their context files, or none

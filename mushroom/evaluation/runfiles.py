@@ -8,6 +8,7 @@ line prints those lines on stderr, so stdout stays the official two lines).
 from __future__ import annotations
 
 import json
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,9 +41,11 @@ def score_run_files(
     from mushroom.data.hf import is_saved_dataset, refuse_part_of_dataset, saved_gold, saved_predictions
     from mushroom.evaluation.score import require_path
 
+    require_path("GOLD", gold)
+    if gold.is_file() and zipfile.is_zipfile(gold):  # it was read as one language's gold file
+        raise MushroomError(f"GOLD {gold} is a zip archive: unzip it into a folder and give that folder")
     if not is_saved_dataset(pred):
         return _score_run_files(gold, pred, langs, show_pairing, role, partial, note)
-    require_path("GOLD", gold)
     refuse_part_of_dataset(gold, "GOLD")
     if is_saved_dataset(gold):
         gold = saved_gold(gold)

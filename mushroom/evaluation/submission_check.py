@@ -172,6 +172,13 @@ def _files(path: Path, report: SubmissionReport) -> Iterator[dict[str, Path]]:
         }
         if not found:
             # a folder of something else: a slip of the path (exit 2), not a bad file
+            held = path / "predictions"
+            if held.is_dir() and any(held.glob("*.jsonl")):  # a `detect` run's folder: score takes it
+                raise MushroomError(
+                    f"{path}: a run folder; its prediction files are in {held}: check one with "
+                    f"`mushroom check {held / 'FILE.jsonl'} --items ITEMS`, or the folder itself: "
+                    f"`mushroom check {held}`"
+                )
             raise MushroomError(f"{path}: no .jsonl file in the folder")
         yield found
         return
