@@ -778,3 +778,23 @@ def test_an_output_file_option_ending_in_a_slash_is_refused_not_written_as_a_fil
     assert code == 0, err
     code, _, err = cli(capsys, "ensemble", sub, sub, "--out", f"{tmp_path}/z/.")
     assert code == 2 and "z/. names a folder" in " ".join(err.split()) and not (tmp_path / "z").exists(), err
+
+
+def test_a_prediction_folder_is_read_for_gold_split_only(tmp_path, capsys):
+    import shutil
+
+    from mushroom.data.splits import split_files
+
+    test_only = tmp_path / "test-only"
+    test_only.mkdir()
+    shutil.copy(split_files("test")["en"], test_only / "mushroom.en-tst.v1.jsonl")
+    # it paired the test file with the val gold: "none of its 154 ids is in the gold file"
+    code, _, err = cli(capsys, "score", VAL_DIR, test_only, "--langs", "en")
+    said = " ".join(err.split())
+    assert code == 2 and f"PRED {test_only} holds tst files and GOLD {VAL_DIR} val files" in said, err
+    # beside a val file of the same language, the test file is passed over ("2 files for 'en'")
+    both = tmp_path / "both"
+    shutil.copytree(test_only, both)
+    shutil.copy(VAL_EN, both / "mushroom.en-val.v2.jsonl")
+    code, shown, err = cli(capsys, "score", VAL_DIR, both, "--langs", "en")
+    assert code == 0 and shown.splitlines()[-2] == "IoU: 1.00000000", err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -342,8 +343,17 @@ def require_path(name: str, path: Path) -> None:
         raise MushroomError(f"{name} {path}: no such file or folder")
 
 
-def files_by_lang(folder: Path) -> tuple[dict[str, Path], list[Path]]:
+def split_tag(path: Path) -> str | None:
+    """The split an official-style file name says: val, tst or train (None: it says none)."""
+    match = re.search(r"(?:^|[._/-])[a-z]{2}-(val|tst|train)", path.name)
+    return match.group(1) if match else None
+
+
+def files_by_lang(folder: Path, tag: str | None = None) -> tuple[dict[str, Path], list[Path]]:
     """A folder's per-language files by language, and its .jsonl files named for none.
+
+    With `tag` (val, tst), only the files of that split: a folder may hold a run's val and
+    test files side by side.
 
     Raises:
         MushroomError: two files of one language (which one is meant cannot be told).
@@ -351,6 +361,8 @@ def files_by_lang(folder: Path) -> tuple[dict[str, Path], list[Path]]:
     by_lang: dict[str, list[Path]] = {}
     unnamed: list[Path] = []
     for path in sorted(folder.glob("*.jsonl")):
+        if tag is not None and split_tag(path) not in (tag, None):
+            continue
         lang = lang_from_filename(path)
         if lang is None:
             if path.name not in RUN_LISTS:
@@ -410,9 +422,18 @@ def pair_paths(
         return Pairing([(lang_from_filename(gold) or "all", gold, pred)])
     if gold.is_dir() and pred.is_dir():
         golds, _ = files_by_lang(gold)
-        preds, unnamed = files_by_lang(pred)
         if not golds:
             raise MushroomError(f"GOLD {gold}: no per-language files (such as mushroom.en-val.v2.jsonl)")
+        tags = {split_tag(path) for path in golds.values()} - {None}
+        tag = next(iter(tags)) if len(tags) == 1 else None
+        preds, unnamed = files_by_lang(pred, tag)
+        others = sorted({t for p in pred.glob("*.jsonl") if (t := split_tag(p)) not in (tag, None)})
+        if tag is not None and not preds and others:
+            # test files were paired with val gold: "none of its 154 ids is in the gold file"
+            raise MushroomError(
+                f"{role} {pred} holds {', '.join(others)} files and GOLD {gold} {tag} files: give the "
+                f"prediction files of GOLD's split (mushroom.<lang>-{tag}...jsonl)"
+            )
         wanted = sorted(golds) if langs is None else [x.lower() for x in langs]
         no_gold = [x for x in wanted if x not in golds]
         if no_gold:
