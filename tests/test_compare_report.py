@@ -155,6 +155,13 @@ def test_sweep_moves_iou_with_the_threshold_and_plots(two_runs, tmp_path):
     res = runner.invoke(app, ["sweep", str(lo), "--lang", "en", "--svg", str(tmp_path / "s.svg")])
     assert res.exit_code == 0 and (tmp_path / "s.svg").is_file() and (tmp_path / "s.csv").is_file()
     assert "Cor at a threshold: probabilities below it set to 0" in res.output  # why Cor moves too
+    # again: its own numbers are written over; a file of the user's under that name is not
+    res = runner.invoke(app, ["sweep", str(lo), "--lang", "en", "--svg", str(tmp_path / "s.svg")])
+    assert res.exit_code == 0, res.output
+    (tmp_path / "mine.csv").write_text("a,b\n1,2\n")
+    res = runner.invoke(app, ["sweep", str(lo), "--lang", "en", "--svg", str(tmp_path / "mine.svg")])
+    assert res.exit_code != 0 and "which exists and is no sweep's" in str(res.exception)
+    assert (tmp_path / "mine.csv").read_text() == "a,b\n1,2\n" and not (tmp_path / "mine.svg").exists()
 
 
 def test_sweep_of_a_file_that_lost_items_names_them(two_runs, tmp_path):

@@ -259,6 +259,11 @@ def sweep(
         else workspace() / "eval" / f"sweep-{timestamp()}.svg"
     )
     numbers = output_file(path.with_suffix(".csv"), "--svg's .csv", [*runs, items])  # written beside it
+    if numbers.is_file() and not _a_sweeps_numbers(numbers):  # a file of the user's was written over, unsaid
+        raise MushroomError(
+            f"--svg {path}: its numbers go to {numbers}, which exists and is no sweep's; give another "
+            "name, or move that file"
+        )
     if items is not None:
         from mushroom.data.runfolder import FailureCheck, items_files, refuse_edited_answers
 
@@ -289,6 +294,15 @@ def sweep(
     atomic_write_text(numbers, rows_csv(rows))
     # the .csv was written over, unsaid: both files are named
     out_console.print(f"plot: {esc(path)} (its numbers: {esc(numbers)})", highlight=False)
+
+
+def _a_sweeps_numbers(path: Path) -> bool:
+    """Whether `path` holds what `sweep` writes beside its plot (its header line), so may be written over."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            return handle.readline().strip() == "threshold,iou,cor"
+    except OSError:
+        return False
 
 
 def report(
