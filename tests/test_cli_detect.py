@@ -85,7 +85,10 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
         (["--lang", "eng"], "has no file for eng; did you mean 'en'?"),
         (["--lang", "en", "--contexts", "perplexty"], "no context file for source 'perplexty'"),
         # a file with a split: it said "cannot name a file", as if files were never taken
-        (["--lang", "en", "--contexts", VAL_EN], "is a file: with a split, contexts are named sources"),
+        (
+            ["--lang", "en", "--contexts", VAL_EN],
+            "cannot name a file: with a split, contexts are named sources",
+        ),
         (["--lang", "en", "--contexts", "mine.jsonl"], "give the items with --items ITEMS.jsonl"),
         (
             ["--lang", "en", "--contexts", "tavily-5,perplexty?"],

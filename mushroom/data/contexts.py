@@ -263,7 +263,7 @@ def source_path(
         # said "cannot name a file", or "no context file for source 'mine.jsonl'", as if files
         # were not taken at all (an audit)
         raise MushroomError(
-            f"context source {source!r} is a file: with a split, contexts are named sources, files "
+            f"context source {source!r} cannot name a file: with a split, contexts are named sources, files "
             f"{split}.<lang>.<source>.jsonl in {root} (or $MUSHROOM_CONTEXT_DIR); copy it there as "
             f"{split}.{lang}.mine.jsonl and give `mine`, or give the items with --items ITEMS.jsonl, "
             "where --contexts takes files"
