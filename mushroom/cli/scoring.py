@@ -325,10 +325,11 @@ def check(
     Given a zip or a folder, checks the whole submission as it would be uploaded: one file per
     language, each named for it and right for that language's items, and the languages missing.
     """
-    from mushroom.data.hf import is_saved_dataset, saved_predictions
+    from mushroom.data.hf import is_saved_dataset
     from mushroom.data.predictions import items_of_file, load_predictions, prediction_file_lang
     from mushroom.data.runfolder import FailureCheck
     from mushroom.evaluation.check import UNKNOWN_ID, check_file
+    from mushroom.evaluation.saved_predictions import saved_predictions
     from mushroom.evaluation.submission_check import is_submission
 
     if pred.exists() and is_saved_dataset(pred):  # predictions_to_dataset's: its rows, as a file's lines

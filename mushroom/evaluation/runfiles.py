@@ -38,7 +38,8 @@ def score_run_files(
     gold item must have a prediction, as the official scorer requires. PRED may be a dataset
     saved from `predictions_to_dataset`: its rows are scored as a prediction file's lines.
     """
-    from mushroom.data.hf import is_saved_dataset, refuse_part_of_dataset, saved_gold, saved_predictions
+    from mushroom.data.hf import is_saved_dataset, refuse_part_of_dataset, saved_gold
+    from mushroom.evaluation.saved_predictions import saved_predictions
     from mushroom.evaluation.score import require_path
 
     require_path("GOLD", gold)
