@@ -639,3 +639,17 @@ def test_the_empty_rule_of_each_fold_is_fitted_without_that_fold():
     gain_flipped[fold_of == 0] *= -1  # the fold's own gains do not move its decisions
     assert (nested_empties(feats, gain_flipped, fold_of)[fold_of == 0] == nested[fold_of == 0]).all()
     assert nested[feats[:, 0] > 1].all() and not nested[feats[:, 0] < 0].any()
+
+
+def test_a_stack_fitted_without_language_columns_says_so_in_its_model(tmp_path):
+    """`benchmarks/stack_lolo.py --language-columns off` stopped on "49 features, the stack 67"."""
+    from mushroom.combine.stack.features import load_stack_data
+    from mushroom.combine.stack.fit import fit_stack_data
+
+    rng = np.random.default_rng(3)
+    items = make_items(40, rng)
+    write_member(tmp_path / "a", items, lambda it: gold_vec(it) * 0.6)
+    members = parse_members([f"a={tmp_path / 'a'}"])
+    data, channels, _ = load_stack_data(members, "val", {"en": items}, None, [])
+    model = fit_stack_data(data, channels, ["a"], folds=4, language_columns=False).model
+    assert model.languages == [] and len(model.features) == data.features[0].shape[1]

@@ -371,17 +371,24 @@ def fit_stack_data(
     l2: float = 1.0,
     config: StackConfig | None = None,
     model: ModelKind = "blend",
+    language_columns: bool = True,
 ) -> StackFit:
-    """`fit_stack` on features already loaded."""
-    return choose(prepare(stack_data, channels, member_names, folds, l2, model=model), config)
+    """`fit_stack` on features already loaded.
+
+    `language_columns=False`: the features were loaded without language columns (a
+    language-agnostic stack, `benchmarks/stack_lolo.py --language-columns off`); the model says so.
+    """
+    prep = prepare(stack_data, channels, member_names, folds, l2, model=model)
+    return choose(prep, config, language_columns)
 
 
-def choose(prep: StackPrep, config: StackConfig | None = None) -> StackFit:
+def choose(prep: StackPrep, config: StackConfig | None = None, language_columns: bool = True) -> StackFit:
     """The fit's choices (cut-offs, hard-label sources) for one configuration, nested and final."""
     config = config or StackConfig()
     stack_data, channels, member_names = prep.data, prep.channels, prep.member_names
     items, fold_of, oof = stack_data.items, prep.fold_of, prep.oof
     languages = sorted({it.lang for it in items})
+    column_langs = languages if language_columns else []  # the model's language columns
     cutoffs = prep.scores.choose_by_lang(range(len(items)), config.cutoff_shrink, config.floor_shrink)
     # Cut-offs chosen on out-of-fold probabilities of the same items they are scored on
     # would flatter the CV numbers; nested: each fold's cut-offs come from the other folds
@@ -450,8 +457,8 @@ def choose(prep: StackPrep, config: StackConfig | None = None) -> StackFit:
     model = StackModel(
         members=member_names,
         channels=dict(zip(member_names, channels)),
-        languages=languages,
-        features=feature_names(member_names, channels, languages),
+        languages=column_langs,
+        features=feature_names(member_names, channels, column_langs),
         scorer=prep.scorer,
         threshold=cutoffs[0][0],
         floor=cutoffs[0][1],
