@@ -132,7 +132,12 @@ def main() -> int:
         "--stack", action="store_true", help="measure `stack apply --items` of a stack fitted on val"
     )
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",") if s]
+    try:
+        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        parser.error(f"--sizes {args.sizes!r}: item counts, comma-separated, e.g. 1000,10000")
+    if not sizes or min(sizes) < 1:
+        parser.error(f"--sizes {args.sizes!r}: at least one item count, each 1 or more")
     langs = args.lang.split(",") if args.lang else None
     work = args.workdir or Path(tempfile.mkdtemp(prefix="mushroom-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -182,6 +187,9 @@ def main() -> int:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
     ns = [float(r[0]) for r in rows]
+    if len(set(ns)) < 2:  # a slope of one size was printed as 0: "costs nothing per item"
+        print("slope against N: needs two different --sizes")
+        return 0
     print("slope against N (least squares), per 1,000 items:")
     print(f"  ms/item {1000 * slope(ns, [1000 * r[1] / r[0] for r in rows]):.4f} ms")
     print(f"  wall {1000 * slope(ns, [r[1] for r in rows]):.2f} s")
