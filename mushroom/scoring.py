@@ -252,25 +252,13 @@ def _split_by_language(rows: list[dict], gold: Path, folder: Path, names: Names)
     `detect_batch` over a whole split, then `score(split_folder, preds)`: the records were
     refused, as a folder and records cannot be paired by file name.
     """
-    from mushroom.evaluation.score import files_by_lang, gold_file_of_ids
+    from mushroom.evaluation.score import by_gold_file, files_by_lang
 
     files, _ = files_by_lang(gold)
     if not files:
         raise MushroomError(f"gold {gold}: no per-language files (such as mushroom.en-val.v2.jsonl)")
     lang_of = {path: lang for lang, path in files.items()}
-    file_of = gold_file_of_ids(files.values())
-    by_file: dict[Path, list[int]] = {}
-    stray = []
-    for k, row in enumerate(rows):
-        path = file_of.get(row.get("id")) if isinstance(row.get("id"), str) else None
-        if path is None:
-            stray.append(
-                Problem(f"predictions[{k}]", None, "id", f"{row.get('id')!r} is in no gold file of {gold}")
-            )
-        else:
-            by_file.setdefault(path, []).append(k)
-    if stray:
-        raise DataError(stray)
+    by_file = by_gold_file([row.get("id") for row in rows], gold, lambda k: (f"predictions[{k}]", None))
     for path, index in by_file.items():
         _written(folder / path.name, [rows[k] for k in index], "predictions", names, index)
     names[str(folder)] = ("predictions", [])  # after its files: a message may name the folder
@@ -288,21 +276,10 @@ _FLAGS += (
 
 
 def _renamed(text: str, names: Names, about: str | None = None) -> str:
-    """A message about temporary files in the caller's words: `predictions[3]` for its line 4.
+    """A message about temporary files in the caller's words: `predictions[3]` for its line 4."""
+    from mushroom.evaluation.saved_predictions import in_callers_words
 
-    `about` is the file a problem is of, whose lines its message may name without its path.
-    """
-    for path, (name, index) in names.items():
-        if path not in text and path != about:
-            continue
-
-        def record(m: re.Match, name: str = name, index: list[int] = index) -> str:
-            n = int(m.group(1))
-            return f"{name}[{index[n - 1]}]" if 0 < n <= len(index) else m.group(0)
-
-        text = re.sub(re.escape(path) + r":(\d+)", record, text)
-        text = re.sub(r"\bline (\d+)", record, text)  # "(first on line 4)", "(line 5)"
-        text = text.replace(path, name)
+    text = in_callers_words(text, names, "{name}[{record}]", "{name}[{record}]", about)
     text = re.sub(r"mushroom-score-\w+/", "", text)  # a file named after one ("gold.str-ids.jsonl")
     for flag, keyword in _FLAGS:
         text = flag.sub(keyword, text)

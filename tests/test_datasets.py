@@ -335,3 +335,25 @@ def test_a_gold_dataset_of_several_languages_against_one_prediction_file_says_wh
     code, _, err = cli(capsys, "score", gold, pred)
     said = " ".join(err.split())
     assert code == 2 and f"GOLD {gold} is a saved dataset of 2 languages (it, sv)" in said, err
+
+
+def test_a_warning_about_a_saved_predictions_row_names_its_row_not_its_line_in_a_language(tmp_path, capsys):
+    from mushroom.data.records import Prediction
+    from mushroom.data.splits import split_files
+
+    gold = split_files("val")
+    rows = {lang: load_split("val", [lang])[lang] for lang in ("it", "sv")}
+    preds = [Prediction(id=it.id, soft_labels=it.soft_labels or []) for lang in rows for it in rows[lang]]
+    rows_of = [p.submission_dict() for p in preds]
+    second_sv = len(rows["it"]) + 1  # 0-based: the sv file's line 2, the dataset's row len(it) + 2
+    rows_of[second_sv]["soft_labels"] = [
+        {"start": 0, "end": 5, "prob": 0.5},
+        {"start": 3, "end": 8, "prob": 0.5},
+    ]
+    saved = tmp_path / "preds"
+    datasets.Dataset.from_list(rows_of).save_to_disk(str(saved))
+    code, out, err = cli(capsys, "score", gold["it"].parent, saved, "--langs", "it,sv")
+    said = " ".join((out + err).split())
+    assert code == 0, err
+    assert f"{saved}:{second_sv + 1}: id" in said, said  # was {saved}:2, the sv file's line
+    assert f"{saved}:2: id" not in said

@@ -101,10 +101,19 @@ def split_files(split: str, data_dir: Path | None = None) -> dict[str, Path]:
     return found
 
 
+_OFFICIAL_NAME = re.compile(r"(?:^|[._/-])([a-z]{2})-(val|tst|train)")
+
+
 def lang_from_filename(path: Path) -> str | None:
     """The language code in an official-style file name, if there is one."""
-    match = re.search(r"(?:^|[._/-])([a-z]{2})-(?:val|tst|train)", path.name)
+    match = _OFFICIAL_NAME.search(path.name)
     return match.group(1) if match else None
+
+
+def split_tag(path: Path) -> str | None:
+    """The split an official-style file name says: val, tst or train (None: it says none)."""
+    match = _OFFICIAL_NAME.search(path.name)
+    return match.group(2) if match else None
 
 
 def _item_checks(item: Item) -> list[tuple[str, str]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -38,7 +39,8 @@ class SavedPredictions:
             return problem
         known = problem.line is not None and 0 < problem.line <= len(written)
         line = written[problem.line - 1] if known else None
-        return Problem(str(self.source), line, problem.field, problem.message, problem.item_id)
+        message = self.text(problem.message, about=problem.path)
+        return Problem(str(self.source), line, problem.field, message, problem.item_id)
 
     def said(self, exc: MushroomError) -> MushroomError:
         """`exc` with the files' names replaced by the dataset's folder."""
@@ -48,11 +50,45 @@ class SavedPredictions:
         out.exit_code = exc.exit_code
         return out
 
-    def text(self, line: str) -> str:
-        """A message (an error, a warning) with the files' names replaced by the dataset's folder."""
-        for written in sorted(self.rows, key=lambda f: -len(str(f))):
-            line = line.replace(str(written), str(self.source))
-        return line.replace(str(self.path), str(self.source))  # the folder of per-language files
+    def text(self, line: str, about: str | None = None) -> str:
+        """A message (an error, a warning) said of the dataset's folder and rows, not the files'.
+
+        A file's line is its row's number: a language's file holds only some of the rows.
+        """
+        source = str(self.source)
+        names = {str(f): (source, rows) for f, rows in self.rows.items()}
+        names.setdefault(str(self.path), (source, []))  # the folder of per-language files, last
+        return in_callers_words(line, names, "{name}:{record}", "row {record}", about)
+
+
+def in_callers_words(
+    text: str, names: dict[str, tuple[str, list[int]]], cite: str, cite_line: str, about: str | None = None
+) -> str:
+    """A message about temporary files said of what the caller gave: records, not lines.
+
+    `mushroom.score` writes records in memory, and `score` a saved dataset's rows, to
+    temporary JSON-lines files; a message naming those files and their lines meant nothing.
+
+    Args:
+        text: the message.
+        names: each temporary path (a file before the folder holding it), with the name to
+            say instead and the record of each of its lines (line 1 first).
+        cite: what `path:N` becomes, a format of `name` and `record`.
+        cite_line: what "line N" becomes in a message naming the file (or `about` it).
+        about: the file a problem is of, whose lines its message names without its path.
+    """
+    for path, (name, index) in names.items():
+        if path not in text and path != about:
+            continue
+
+        def record(m: re.Match, form: str, name: str = name, index: list[int] = index) -> str:
+            n = int(m.group(1))
+            return form.format(name=name, record=index[n - 1]) if 0 < n <= len(index) else m.group(0)
+
+        text = re.sub(re.escape(path) + r":(\d+)", lambda m: record(m, cite), text)
+        text = re.sub(r"\bline (\d+)", lambda m: record(m, cite_line), text)  # "(first on line 4)"
+        text = text.replace(path, name)
+    return text
 
 
 def saved_predictions(path: Path, gold: Path | None = None) -> SavedPredictions:
@@ -64,7 +100,7 @@ def saved_predictions(path: Path, gold: Path | None = None) -> SavedPredictions:
     is refused by row.
     """
     from mushroom.data.predictions import load_predictions
-    from mushroom.evaluation.score import files_by_lang, gold_file_of_ids
+    from mushroom.evaluation.score import by_gold_file
 
     dataset = load_saved(path)
     columns = set(dataset.column_names)
@@ -92,23 +128,15 @@ def saved_predictions(path: Path, gold: Path | None = None) -> SavedPredictions:
         raise saved.said(exc) from None
     if gold is None or not gold.is_dir():
         return saved
-    file_of = gold_file_of_ids(files_by_lang(gold)[0].values())
-    by_file: dict[Path, list[tuple[int, str]]] = {}
-    strangers: list[Problem] = []
-    with whole.open(encoding="utf-8") as handle:
-        for row, line in enumerate(handle, 1):
-            item_id = str(json.loads(line)["id"])
-            if item_id not in file_of:
-                strangers.append(Problem(str(path), row, "id", f"{item_id!r} is in no gold file of {gold}"))
-            else:
-                by_file.setdefault(file_of[item_id], []).append((row, line))
-    if strangers:
-        raise DataError(strangers)
+    with whole.open(encoding="utf-8") as handle:  # not splitlines: an answer may hold U+2028
+        lines = handle.readlines()
+    ids = [str(json.loads(line)["id"]) for line in lines]
+    by_file = by_gold_file(ids, gold, lambda k: (str(path), k + 1))
     split_folder = folder / "by-language"
     split_folder.mkdir()
     saved = SavedPredictions(path, split_folder)
-    for gold_file, lines in by_file.items():  # named as the gold's files, as score pairs them
+    for gold_file, index in by_file.items():  # named as the gold's files, as score pairs them
         out = split_folder / gold_file.name
-        out.write_text("".join(line for _, line in lines), encoding="utf-8")
-        saved.rows[out] = [row for row, _ in lines]
+        out.write_text("".join(lines[k] for k in index), encoding="utf-8")
+        saved.rows[out] = [k + 1 for k in index]
     return saved

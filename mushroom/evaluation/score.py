@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from mushroom.data.label_files import (
     match_ids,
     read_scoring_file,
 )
-from mushroom.data.splits import lang_from_filename
+from mushroom.data.splits import lang_from_filename, split_tag
 from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.evaluation.metrics import OfficialScorerCrash, char_vector, item_cor, item_iou, soft_fits
 from mushroom.evaluation.stats import bootstrap_ci
@@ -343,12 +342,6 @@ def require_path(name: str, path: Path) -> None:
         raise MushroomError(f"{name} {path}: no such file or folder")
 
 
-def split_tag(path: Path) -> str | None:
-    """The split an official-style file name says: val, tst or train (None: it says none)."""
-    match = re.search(r"(?:^|[._/-])[a-z]{2}-(val|tst|train)", path.name)
-    return match.group(1) if match else None
-
-
 def files_by_lang(folder: Path, tag: str | None = None) -> tuple[dict[str, Path], list[Path]]:
     """A folder's per-language files by language, and its .jsonl files named for none.
 
@@ -379,19 +372,42 @@ def files_by_lang(folder: Path, tag: str | None = None) -> tuple[dict[str, Path]
     return {lang: paths[0] for lang, paths in by_lang.items()}, unnamed
 
 
-def gold_file_of_ids(files: Iterable[Path]) -> dict[str, Path]:
-    """The gold file each id is in (the first, when two have it), for records paired by id.
+def by_gold_file(
+    ids: Sequence[object], gold: Path, where: Callable[[int], tuple[str, int | None]]
+) -> dict[Path, list[int]]:
+    """The indexes of `ids` grouped by the file of the gold folder that has each id.
 
-    A bad gold line is passed over: the scorer says what is wrong with it.
+    Records in memory or in a saved dataset are paired with a gold folder's per-language
+    files by id, so that `score` pairs them as it pairs the official files. An id in two
+    gold files goes to the first; a bad gold line is passed over (the scorer says what is
+    wrong with it).
+
+    Args:
+        ids: the records' ids, in order.
+        gold: the gold folder.
+        where: the path and line to blame for the k-th record when its id is in no file.
+
+    Raises:
+        DataError: one problem per id that no gold file has.
     """
     from mushroom.data.jsonl import iter_json_lines
 
     file_of: dict[str, Path] = {}
-    for path in files:
+    for path in files_by_lang(gold)[0].values():
         for _, row in iter_json_lines(path, []):
             if isinstance(row.get("id"), str):
                 file_of.setdefault(row["id"], path)
-    return file_of
+    grouped: dict[Path, list[int]] = {}
+    strays: list[Problem] = []
+    for k, item_id in enumerate(ids):
+        path = file_of.get(item_id) if isinstance(item_id, str) else None
+        if path is None:
+            strays.append(Problem(*where(k), "id", f"{item_id!r} is in no gold file of {gold}"))
+        else:
+            grouped.setdefault(path, []).append(k)
+    if strays:
+        raise DataError(strays)
+    return grouped
 
 
 def pair_paths(
