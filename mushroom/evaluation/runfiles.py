@@ -45,9 +45,9 @@ def score_run_files(
     require_path("GOLD", gold)
     if gold.is_file() and zipfile.is_zipfile(gold):  # it was read as one language's gold file
         raise MushroomError(f"GOLD {gold} is a zip archive: unzip it into a folder and give that folder")
+    refuse_part_of_dataset(gold, "GOLD")
     if not is_saved_dataset(pred):
         return _score_run_files(gold, pred, langs, show_pairing, role, partial, note)
-    refuse_part_of_dataset(gold, "GOLD")
     if is_saved_dataset(gold):
         gold = saved_gold(gold)
     saved = saved_predictions(pred, gold)
@@ -70,16 +70,14 @@ def _score_run_files(
     partial: bool,
     note: Callable[[str], None],
 ) -> ScoreResult:
-    """`score_run_files` of PRED a file, a folder of files or a run folder."""
-    from mushroom.data.hf import is_saved_dataset, refuse_part_of_dataset, saved_gold, saved_items_file
+    """`score_run_files` of PRED a file, a folder of files or a run folder; GOLD is there."""
+    from mushroom.data.hf import is_saved_dataset, saved_gold, saved_items_file
     from mushroom.data.predictions import prediction_langs, submission_name
     from mushroom.data.runfolder import items_files, prediction_folder, run_scope, variant_names
     from mushroom.data.splits import lang_from_filename
-    from mushroom.evaluation.score import files_by_lang, pair_paths, require_path, score_pairs
+    from mushroom.evaluation.score import files_by_lang, pair_paths, score_pairs
 
     checked: dict[Path, FailureCheck] = {}  # ledgers read for the edit check, read once
-    require_path("GOLD", gold)  # before the run is read: a missing GOLD was blamed on the run
-    refuse_part_of_dataset(gold, "GOLD")
     if gold.is_dir() and not is_saved_dataset(gold) and not files_by_lang(gold)[0]:
         # the run was blamed: "made with --items, so it has no val files"
         raise MushroomError(
