@@ -239,6 +239,9 @@ def test_a_whole_submission_zip_is_checked_as_it_would_be_uploaded(tmp_path, cap
     said = " ".join((out + err).split())
     assert code == 1, said
     assert "sub/mushroom.en-tst.v1.jsonl is in a sub-folder of the zip" in said
+    # its row in the table is no "ok": the set is refused for where it is
+    en_row = next(line for line in out.splitlines() if line.strip("│ ").startswith("en "))
+    assert "sub/mushroom.en" in en_row and "in a sub-folder" in en_row, out
     assert "mushroom.de-tst.v1.jsonl: field 'id': no prediction for" in said
     assert "mushroom.fr-tst.v1.jsonl:1: field 'id': id 'tst-en-" in said
     assert "notes.jsonl: its name names no language" in said

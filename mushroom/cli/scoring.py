@@ -270,10 +270,13 @@ def _check_submission(path: Path, items: Path | None, strict: bool, partial: boo
         if file_report.warnings:
             many = plural(len(file_report.warnings), "warning")
             print_warning(f"{name}: {many} (check the file on its own, with --items, to see them)")
-    rows = [
-        [lang, name, file_report.n_lines, "ok" if file_report.ok else file_report.summary()]
-        for lang, (name, file_report) in sorted(report.files.items())
-    ]
+    rows = []
+    for lang, (name, file_report) in sorted(report.files.items()):
+        said = [] if file_report.ok else [file_report.summary()]
+        if name in report.in_sub_folder:  # its lines may be fine, but the set is refused for it
+            said.append("in a sub-folder")
+        shown = report.in_sub_folder.get(name, name)
+        rows.append([lang, shown, file_report.n_lines, "; ".join(said) or "ok"])
     if rows:  # no file could be read: the errors said why
         columns = ["lang", "file", "predictions", "check"]
         out_console.print(plain_table(Table(f"{path}", columns=columns, rows=rows)))

@@ -43,6 +43,8 @@ class SubmissionReport:
     files: dict[str, tuple[str, CheckReport]] = field(default_factory=dict)  # lang -> (name, report)
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
+    # a file's name -> its entry in a sub-folder of the zip: refused, though its lines are fine
+    in_sub_folder: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -212,6 +214,7 @@ def _files(path: Path, report: SubmissionReport) -> Iterator[dict[str, Path]]:
         for k, info in enumerate(jsonl):
             name = _shown(PurePosixPath(info.filename.replace("\\", "/")).name)
             if info.filename != name:  # checked all the same: the fix is to zip it at the top
+                report.in_sub_folder[name] = _shown(info.filename)
                 report.errors.append(
                     Problem(
                         where,
