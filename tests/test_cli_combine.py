@@ -36,6 +36,11 @@ def test_ensemble_threshold_and_unknown_ids(tmp_path, capsys):
     pred = write_lines(tmp_path / "p.jsonl", [{"id": "mine-1", "hard_labels": [[0, 3]]}])
     code, _, err = cli(capsys, "ensemble", pred, "--out", tmp_path / "o.jsonl", "--threshold", "1.5")
     assert code == 2 and "--threshold" in err
+    # NaN compares false with any bound: it was "should be less than or equal to 1"
+    code, _, err = cli(capsys, "ensemble", pred, "--out", tmp_path / "o.jsonl", "--threshold", "nan")
+    assert code == 2 and "nan: a number from 0 to 1" in err, err
+    code, _, err = cli(capsys, "stack", "fit", pred, "--out", tmp_path / "s.json", "--l2", "nan")
+    assert code == 2 and "nan: a number, 0 or more" in err, err  # it was let through to the fit
     code, _, err = cli(capsys, "ensemble", pred, "--out", tmp_path / "o.jsonl")
     assert code == 2 and "pass --items" in err and "id 'mine-1' is not" in err
     # a shipped file with one id it does not hold names that id

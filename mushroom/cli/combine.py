@@ -21,6 +21,7 @@ from mushroom.cli.common import (
     given_twice,
     items_option,
     load_items_option,
+    number_in,
     refuse_out_in_runs,
     reporter,
 )
@@ -42,7 +43,8 @@ def ensemble(
     ],
     out: Annotated[Path, typer.Option("--out", parser=file_to_write, help="output prediction file")],
     threshold: Annotated[
-        float, typer.Option("--threshold", min=0.0, max=1.0, help="hard label when vote share > T (0 to 1)")
+        float,
+        typer.Option("--threshold", callback=number_in(0, 1), help="hard label when vote share > T (0 to 1)"),
     ] = 0.5,
     soft: Annotated[
         str, typer.Option("--soft", help="soft label: 'vote' share or 'mean' probability")
@@ -140,7 +142,9 @@ def stack_fit(
     split: Annotated[str, typer.Option("--split", help="labelled split to fit on")] = "val",
     lang: Langs = None,
     folds: Annotated[int, typer.Option("--folds", min=2, help="cross-validation folds (by item)")] = 5,
-    l2: Annotated[float, typer.Option("--l2", min=0.0, help="L2 penalty of the logistic regression")] = 1.0,
+    l2: Annotated[
+        float, typer.Option("--l2", callback=number_in(0), help="L2 penalty of the logistic regression")
+    ] = 1.0,
     model: Annotated[
         str, typer.Option("--model", help="blend (the default: the mean of the other two), trees or logistic")
     ] = "blend",

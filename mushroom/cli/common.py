@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, get_args
 
@@ -19,6 +21,22 @@ if TYPE_CHECKING:
     from mushroom.data.records import Item
 
 DEFAULT_CONTEXTS = ",".join(DEFAULT_SOURCES)
+
+
+def number_in(low: float, high: float = math.inf) -> Callable[[float | None], float | None]:
+    """An option callback refusing a number outside [low, high], NaN and infinity included.
+
+    click's own range let `--l2 nan` through (NaN compares false with every bound) and said
+    of `--threshold nan` that it "should be less than or equal to 1".
+    """
+    said = f"a number from {low:g} to {high:g}" if math.isfinite(high) else f"a number, {low:g} or more"
+
+    def check(value: float | None) -> float | None:
+        if value is not None and not (low <= value <= high and math.isfinite(value)):
+            raise typer.BadParameter(f"{value}: {said}")
+        return value
+
+    return check
 
 
 def lang_codes(values: list[str] | None) -> list[str] | None:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from mushroom.cli.boundary import FLAG, err_console, esc, out_console, print_warning
-from mushroom.cli.common import Langs, Quiet, reporter
+from mushroom.cli.common import Langs, Quiet, number_in, reporter
 from mushroom.cli.tables import fitted_tables
 from mushroom.data.contexts import DEFAULT_CONTEXT_DIR, DEFAULT_MIN_SIMILARITY, GRADES_SUFFIX, is_fact_check
 from mushroom.runs.reporter import Table as TableData
@@ -45,9 +45,8 @@ def contexts_cmd(
         float | None,
         typer.Option(
             "--min-similarity",
-            min=-1.0,
-            max=1.0,
-            help=f"--grade embedding cut (a cosine) [default: {DEFAULT_MIN_SIMILARITY}]",
+            callback=number_in(-1, 1),
+            help=f"--grade embedding cut, a cosine from -1 to 1 [default: {DEFAULT_MIN_SIMILARITY}]",
         ),
     ] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=16, help="length limit of a context")] = 512,
