@@ -67,6 +67,19 @@ def test_chinese_uses_character_bigrams():
     assert flagged == []
 
 
+def test_a_latin_word_or_number_in_chinese_stops_at_the_next_chinese_character():
+    """ "Python语言是1991年..." was one token (Han characters are letters too): a wrong 柏林 inside
+    it went unseen, and a right sentence was flagged whole."""
+    det = build("lexical")
+    item = _item("Python语言是1991年由Guido在柏林发明的。", "谁发明了Python？", "zh")
+    flagged, _ = _flagged(det, item, ["Python语言是1991年由Guido在荷兰发明的。"])
+    assert "".join(flagged) == "柏林", flagged
+    flagged, _ = _flagged(
+        det, _item("Python由Guido在荷兰发明。", "？", "zh"), ["Guido van Rossum在荷兰发明了Python语言。"]
+    )
+    assert flagged == []
+
+
 def test_hindi_and_arabic_words_keep_their_marks_and_match():
     det = build("lexical")
     flagged, _ = _flagged(det, _item("उसने स्वर्ण पदक जीता", "क्या?", "hi"), ["उसने स्वर्ण पदक जीता"])

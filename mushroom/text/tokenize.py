@@ -15,12 +15,15 @@ import regex
 
 from mushroom.text.normalize import normalize_word
 
+# the katakana-hiragana prolonged sound mark (ー, half-width ｰ) is of no script of its own
+_CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\u30fc\uff70"
 _TOKEN_RE = regex.compile(
-    r"(?P<cjk>[\p{Han}\p{Hiragana}\p{Katakana}])"
+    rf"(?P<cjk>[{_CJK}])"
     r"|(?P<num>\p{Nd}+(?:[.,:/]\p{Nd}+)*)"
     # a word starts with a letter or digit: a lone joiner or variation selector between emoji
-    # (U+200D in 👩‍🔬, U+FE0F in ❤️) is not a word, and was flagged as one
-    r"|(?P<word>[\p{L}\p{Nd}][\p{L}\p{M}\p{Nd}\u200c\u200d]*)"
+    # (U+200D in 👩‍🔬, U+FE0F in ❤️) is not a word, and was flagged as one. It stops at a CJK
+    # character, a letter too: "Python语言是1991年..." was one word, and a wrong 柏林 in it unseen
+    rf"|(?P<word>[\p{{L}}\p{{Nd}}](?:(?![{_CJK}])[\p{{L}}\p{{M}}\p{{Nd}}\u200c\u200d])*)"
 )
 
 _DIGIT = regex.compile(r"\d")
