@@ -205,6 +205,8 @@ RECORDED_CUT = "record it again with a live backend and a larger max_tokens"
 """Ends the cut-off error of a replayed item: a replay reads the recorded reply whatever max_tokens is."""
 UNREADABLE = "the model's reply could not be read"
 """In the error of an item whose every reply was prose where the prompt asks for spans."""
+NAMED_ELSEWHERE = "the reply named only text that is not in the answer"
+"""In the error of an item whose every reply named spans the answer does not hold."""
 TOO_LONG = "longer than the server's context"
 """In the error of a request the server refused for its length: the same request fails again."""
 
@@ -263,6 +265,24 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
             "The model answered them in no form the parser reads, and a re-run reads the same replies "
             "from the cache: try another prompt or model, in a new folder"
         )
+    elsewhere = sum(NAMED_ELSEWHERE in e for e in errors)
+    recorded = sum(RECORDED_CUT in e for e in errors)
+    if errors and (cut - recorded) + unread + elsewhere == len(errors):
+        # every reply came and is cached: "run the same command again" read them again, and
+        # raising max_tokens in the same folder is refused as another config
+        fixes = []
+        if cut:
+            fixes.append(f"raise max_tokens (-o max_tokens=N) for the {cut} cut off at it")
+        if unread + elsewhere:
+            fixes.append(
+                f"try another prompt or model for the {unread + elsewhere} whose replies name no span "
+                "of the answer"
+            )
+        return (
+            "The model answered each of them, and a re-run reads the same replies from the cache: "
+            + "; ".join(fixes)
+            + ", in a new folder"
+        )
     long = sum(TOO_LONG in e for e in errors)
     slow = sum(SLOWER in e for e in errors)
     context = (
@@ -275,8 +295,9 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
         return f"The server refused them as {TOO_LONG}, so a re-run as it is fails them again: {context}"
     if errors and all("ConnectError" in e or "Connection refused" in e for e in errors):
         return (
-            "Nothing answered at the server's URL (the connection was refused): start the server, or "
-            f"give its URL, then run the same command again{f' with {folder}' if folder else ''}"
+            "Nothing answered at the server's URL (the connection was refused): start the server (one "
+            "that was running may have crashed: see its log), or give its URL, then run the same "
+            f"command again{f' with {folder}' if folder else ''}"
         )
     refused = sum(bool(_REFUSED.search(e)) and TOO_LONG not in e for e in errors)
     if errors and refused == len(errors):
@@ -293,15 +314,17 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
         )
     if long:
         again += f"; {long} of them were {TOO_LONG}, which a re-run fails again unless you {context}"
-    recorded = sum(RECORDED_CUT in e for e in errors)
     if cut - recorded:
         again += (
-            f"; for {cut - recorded} of them {CUT_OFF}, which a re-run reads from the cache again (raise it)"
+            f"; for {cut - recorded} of them {CUT_OFF}, which a re-run reads from the cache again (raise "
+            "it, in a new folder)"
         )
     if recorded:
         again += f"; for {recorded} of them the recorded reply was cut off at max_tokens: {RECORDED_CUT}"
     if unread:
         again += f"; for {unread} of them {UNREADABLE}, which a re-run reads from the cache again"
+    if elsewhere:
+        again += f"; for {elsewhere} of them {NAMED_ELSEWHERE}, which a re-run reads from the cache again"
     if slow:
         again += (
             f"; for {slow} of them the server answered too slowly or not at all: raise -o backend.timeout_s "

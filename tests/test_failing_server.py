@@ -773,3 +773,52 @@ def test_main_jobs_wrong_model_message_is_not_taken_for_detects_flags(tmp_path, 
     said = " ".join(err.split())
     assert code == 2 and "serves only 'other', not 'm'" in said and "--model_alias" in said, err
     assert "a member's backend is set with" not in said, err
+
+
+def test_replies_read_from_the_cache_are_not_said_to_be_retried_by_the_same_command():
+    """An audit ran the same command as told: 1.5 s, nothing sent, the same failures and advice."""
+    from mushroom.errors import NAMED_ELSEWHERE, retry_advice
+
+    elsewhere = f"{NAMED_ELSEWHERE} ('x'): a re-run reads the same reply from the cache; try another prompt"
+    cut = "the reply was cut off at max_tokens (200) before it named a span found in the answer: raise max_tokens"
+    said = retry_advice([elsewhere, elsewhere], "--out D")
+    assert "Run the same command again" not in said and "in a new folder" in said, said
+    said = retry_advice([elsewhere, cut], "--out D")
+    assert "Run the same command again" not in said and "-o max_tokens=N" in said, said
+    # with a failure a re-run can mend, it is still the first advice, and the cached ones are said
+    said = retry_advice([elsewhere, cut, "gave up after 6 attempts: HTTP 500: boom"], "--out D")
+    assert said.startswith("Run the same command again with --out D"), said
+    assert NAMED_ELSEWHERE in said and "(raise it, in a new folder)" in said, said
+
+
+def test_a_web_page_at_the_url_is_refused_before_the_run_not_after_every_item_failed(tmp_path, capsys):
+    """A login page (or another app) answering 200 with HTML passed the model check; every item
+    then failed with "a body that is not JSON", after the CPU members had run."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    page = b"<!DOCTYPE html><html><head><title>Sign in</title></head></html>"
+
+    class Page(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _page(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        do_GET = do_POST = _page
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    out = tmp_path / "run"
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        code, _, err = cli(capsys, *llm_args(openai_backend(url), out, 2))
+    finally:
+        server.shutdown()
+    said = " ".join(err.split())
+    assert code == 2 and "/models answered with a body that is not JSON" in said, said
+    assert "<!DOCTYPE html><html><head><title>Sign in" in said and not (out / "raw").exists()

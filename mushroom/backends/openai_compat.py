@@ -302,6 +302,14 @@ def render_chatml(messages: list[Message]) -> str:
     return turns + "<|im_start|>assistant\n"
 
 
+def _is_json(response: httpx.Response) -> bool:
+    try:
+        response.json()
+    except ValueError:
+        return False
+    return True
+
+
 def served_models(listing: Any) -> list[str]:
     """The model ids of a `GET /v1/models` answer (none for anything else)."""
     data = listing.get("data") if isinstance(listing, dict) else None
@@ -351,6 +359,14 @@ def check_served_model(config: OpenAIConfig) -> None:
             )
             if again.status_code == 200:
                 raise MushroomError(f"--base-url {base} is not the server's API, {base}/v1 is: give that URL")
+        if response.status_code == 200 and not _is_json(response):
+            # a web page (a login, a proxy's, another app's): every request fails, after the CPU work
+            shown = " ".join(response.text.split())[:80]
+            raise MushroomError(
+                f"{base}/models answered with a body that is not JSON (it begins {shown!r}): no "
+                "OpenAI-compatible API is there; give the server's base URL (its port, and /v1), "
+                "e.g. http://127.0.0.1:8000/v1"
+            )
         ids = served_models(response.json()) if response.status_code == 200 else []
     except httpx.ReadTimeout:
         raise MushroomError(hung_message(base, "GET /models", config.connect_timeout_s)) from None
@@ -721,7 +737,7 @@ class OpenAIBackend(Backend):
         if isinstance(completion, str):
             return Generation(error=completion)
         if not completion.choices:
-            return Generation(error="response has no choices")
+            return Generation(error="the server's response has no choices (an empty list): no reply to read")
         texts, logprobs, reasons = [], [], []
         for choice in sorted(completion.choices, key=lambda c: c.index):
             texts.append((choice.message.content if choice.message else None) or "")
@@ -841,8 +857,12 @@ class OpenAIBackend(Backend):
             if status == 200:
                 try:
                     gen = self.parse(result.json())
-                except ValueError:
-                    return Generation(error="server answered 200 with a body that is not JSON")
+                except ValueError:  # a web page or a login in front of the server: say which
+                    shown = " ".join(text.split())[:80]
+                    return Generation(
+                        error=f"{self.base_url}/chat/completions answered 200 with a body that is not JSON "
+                        f"(it begins {shown!r}): is the URL the server's API (its port, /v1)?"
+                    )
                 if req.json_schema is not None:
                     with self._lock:
                         if auto and self._form == form:

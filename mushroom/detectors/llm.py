@@ -39,11 +39,10 @@ from mushroom.detectors.base import (
     skip_blank_answers,
 )
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
-from mushroom.errors import CUT_OFF, NOT_SENT, RECORDED_CUT, UNREADABLE
+from mushroom.errors import CUT_OFF, NAMED_ELSEWHERE, NOT_SENT, RECORDED_CUT, UNREADABLE
 from mushroom.parsing.json_repair import decode_prefix
 from mushroom.parsing.parser import SpanList, parse_response
 
-NAMED_ELSEWHERE = "the reply named only text that is not in the answer"
 """How the error of an item whose every reply named only text the answer does not hold begins."""
 
 
