@@ -192,6 +192,9 @@ REPLAY_MISS = "no recorded response"
 """How a replay backend's error for a request its file has no answer to begins."""
 CUT_OFF = "the reply was cut off at max_tokens"
 """In the error of an item whose every reply stopped at its budget before it named a span."""
+CONTEXT_FULL = "the reply was stopped for length by the server, not at max_tokens"
+"""In the error of an item whose replies stopped for length far below max_tokens: the prompt
+filled the server's context, or the server caps replies (llama.cpp says "length" for both)."""
 MODEL_FLAG = "--model NAME"
 """How a backend's advice names the model setting; each command writes it in its own form
 (`model_advice`): main-job takes `-o backend.model=NAME`, pyes a `model` in its `models` list."""
@@ -267,12 +270,19 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
         )
     elsewhere = sum(NAMED_ELSEWHERE in e for e in errors)
     recorded = sum(RECORDED_CUT in e for e in errors)
-    if errors and (cut - recorded) + unread + elsewhere == len(errors):
+    full = sum(CONTEXT_FULL in e for e in errors)
+    server_context = "llama-server -c, llama_cpp.server --n_ctx, vLLM --max-model-len"
+    if errors and (cut - recorded) + full + unread + elsewhere == len(errors):
         # every reply came and is cached: "run the same command again" read them again, and
         # raising max_tokens in the same folder is refused as another config
         fixes = []
         if cut:
             fixes.append(f"raise max_tokens (-o max_tokens=N) for the {cut} cut off at it")
+        if full:
+            fixes.append(
+                f"raise the server's context length ({server_context}) or its reply limit for the {full} "
+                "it stopped"
+            )
         if unread + elsewhere:
             fixes.append(
                 f"try another prompt or model for the {unread + elsewhere} whose replies name no span "
@@ -325,6 +335,11 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
         again += f"; for {unread} of them {UNREADABLE}, which a re-run reads from the cache again"
     if elsewhere:
         again += f"; for {elsewhere} of them {NAMED_ELSEWHERE}, which a re-run reads from the cache again"
+    if full:
+        again += (
+            f"; for {full} of them {CONTEXT_FULL}, which a re-run reads from the cache again (raise its "
+            f"context length: {server_context}, in a new folder)"
+        )
     if slow:
         again += (
             f"; for {slow} of them the server answered too slowly or not at all: raise -o backend.timeout_s "

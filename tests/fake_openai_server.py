@@ -2,7 +2,8 @@
 
 Chat: the script maps a marker found in the last user message to a list of behaviours, one
 per call: ("ok", text), ("cut", text) (a reply cut off at max_tokens: finish_reason
-"length"), ("status", code) or ("status", code, body), ("sleep", seconds).
+"length", usage its whole max_tokens), ("stopped", text) (finish_reason "length" after 5
+tokens: a server whose context the prompt filled), ("status", code) or ("status", code, body), ("sleep", seconds).
 The last behaviour repeats. A text (`default_text` too) may be a function of the prompt. `send_usage=False` leaves `usage` out of chat replies;
 `retry_after=None` sends scripted errors without a Retry-After header, as a real 500 comes.
 
@@ -188,13 +189,15 @@ class FakeServer:
                     {
                         "index": i,
                         "message": {"role": "assistant", "content": action[1]},
-                        "finish_reason": "length" if action[0] == "cut" else "stop",
+                        "finish_reason": "length" if action[0] in ("cut", "stopped") else "stop",
                     }
                     for i in range(1 if server.ignore_n else body.get("n", 1))
                 ]
                 reply = {"choices": choices}
-                if server.send_usage:  # a count far under max_tokens: only finish_reason says "cut"
-                    reply["usage"] = {"prompt_tokens": 10, "completion_tokens": 5}
+                if server.send_usage:
+                    # cut: the whole budget; stopped: 5 tokens, as a server whose context was full
+                    used = body.get("max_tokens", 16) * len(choices) if action[0] == "cut" else 5
+                    reply["usage"] = {"prompt_tokens": 10, "completion_tokens": used}
                 self._send(200, json.dumps(reply))
 
             def _completion(self, body):

@@ -291,3 +291,18 @@ def test_a_reply_of_deep_brackets_cut_off_is_said_cut_not_a_recursion_error(tmp_
     assert code == 3, err
     (failure,) = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
     assert "cut off at max_tokens (" in failure["error"] and "Recursion" not in failure["error"]
+
+
+def test_a_reply_the_server_stopped_far_below_max_tokens_is_not_told_to_raise_it(tmp_path, capsys):
+    """finish_reason "length" after 5 of 1024 tokens: the prompt filled the server's context,
+    and the advice to raise max_tokens could not help."""
+    out = tmp_path / "run"
+    with FakeServer({"": [("stopped", CUT)]}) as server:
+        code, shown, err = cli(capsys, *llm_args(openai_backend(server.url), out))
+    said = " ".join((shown + err).split())
+    assert code == 3, err
+    failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    said_of_each = "stopped for length by the server, not at max_tokens (5 of 1024 tokens)"
+    assert failures and all(said_of_each in f["error"] for f in failures), failures
+    assert "raise the server's context length (llama-server -c" in said and "in a new folder" in said, said
+    assert "raise max_tokens" not in said and "to retry only them" not in said, said

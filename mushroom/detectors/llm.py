@@ -39,7 +39,7 @@ from mushroom.detectors.base import (
     skip_blank_answers,
 )
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
-from mushroom.errors import CUT_OFF, NAMED_ELSEWHERE, NOT_SENT, RECORDED_CUT, UNREADABLE
+from mushroom.errors import CONTEXT_FULL, CUT_OFF, NAMED_ELSEWHERE, NOT_SENT, RECORDED_CUT, UNREADABLE
 from mushroom.parsing.json_repair import decode_prefix
 from mushroom.parsing.parser import SpanList, parse_response
 
@@ -154,6 +154,32 @@ class LLMDetector(GeneratingDetector):
             return "a re-run reads the same reply from the cache"
         return "asked again, the model may well answer the same"
 
+    def _stopped_by_server(self, gen: Generation) -> float | None:
+        """Tokens per reply when a reply stopped for length used under half of max_tokens, else None."""
+        tokens = gen.usage.get("completion_tokens")
+        if not isinstance(tokens, int | float) or not gen.texts:
+            return None
+        each = tokens / len(gen.texts)
+        return each if each < self.options.max_tokens / 2 else None
+
+    def _cut_error(self, gen: Generation) -> str:
+        """Why a reply stopped for length before it named a span, and what to raise.
+
+        A reply of 5 tokens against max_tokens 1024 was told to raise max_tokens; it stopped
+        because the prompt filled the server's context, which max_tokens does not change.
+        """
+        max_tokens = self.options.max_tokens
+        if replays(self._backend, self.options.backend):
+            return f"{CUT_OFF} ({max_tokens}) before it named a span found in the answer: {RECORDED_CUT}"
+        each = self._stopped_by_server(gen)
+        if each is not None:
+            return (
+                f"{CONTEXT_FULL} ({each:.0f} of {max_tokens} tokens), before it named a span: the prompt "
+                "nearly fills the server's context, or the server caps replies; raise its context length, "
+                "or shorten the contexts (max_context_chars)"
+            )
+        return f"{CUT_OFF} ({max_tokens}) before it named a span found in the answer: raise max_tokens"
+
     def cache_path(self) -> Path | Callable[[], Path] | None:
         """The `cache_path` option's file, else the run's raw folder."""
         if self.options.cache_path:
@@ -221,6 +247,7 @@ class LLMDetector(GeneratingDetector):
             if gen.structured_output == BROKEN_GRAMMAR:
                 stats["llm.broken_grammar"] += 1  # finished unconstrained after its grammar failed
             budget_used = gen.used_budget(opts.max_tokens)
+            by_server = self._stopped_by_server(gen) is not None
             for sample, text in enumerate(gen.texts):
                 reasons = gen.finish_reasons
                 said = reasons[sample] if sample < len(reasons) else None
@@ -228,8 +255,8 @@ class LLMDetector(GeneratingDetector):
                 # shares of bad replies are of the replies received (each sample is one; a
                 # failed request is none), not of the requests
                 stats["llm.replies"] += 1
-                if cut:
-                    stats["llm.truncated"] += 1
+                if cut:  # at max_tokens, or by the server far below it (its context was full)
+                    stats["llm.stopped_by_server" if by_server else "llm.truncated"] += 1
                 if not text.strip() and not cut:  # an empty reply cut off is counted as cut off below
                     stats["llm.empty_replies"] += 1
                     parsed.append({"temperature": opts.temperatures[j], "sample": sample, "empty": True})
@@ -255,14 +282,7 @@ class LLMDetector(GeneratingDetector):
                     # the reply stopped before it placed a span: no vote for "nothing wrong";
                     # with no other reply to go by, the item failed
                     stats["llm.cut_before_any_span"] += 1
-                    unread.append(
-                        f"{CUT_OFF} ({opts.max_tokens}) before it named a span found in the answer: "
-                        + (
-                            RECORDED_CUT
-                            if replays(self._backend, self.options.backend)
-                            else "raise max_tokens"
-                        )
-                    )
+                    unread.append(self._cut_error(gen))
                     continue
                 if not result.parsed:
                     # prose where the prompt asks for spans ("I'm sorry, I can't help"): no vote

@@ -531,6 +531,11 @@ _UNUSABLE = (
     ("chain.spans_not_located", "chain.spans", "wrong spans were not found in the answer"),
     ("llm.truncated", "llm.replies", "LLM responses used their whole max_tokens budget and were cut off"),
     (
+        "llm.stopped_by_server",
+        "llm.replies",
+        "LLM responses were stopped for length by the server under half their max_tokens",
+    ),
+    (
         "chain.truncated",
         "chain.replies",
         "chain responses used their whole max_tokens budget and were cut off",
@@ -540,6 +545,10 @@ _CUT = " (the repair parser closed what it could): raise max_tokens, or the mode
 _UNCHECKED = ": nothing checked them, so they are left unverifiable (the chain's unverifiable_probability)"
 _MEANING = {
     "llm.truncated": _CUT,
+    "llm.stopped_by_server": (
+        ": the prompt nearly fills the server's context, or the server caps replies; raise its context "
+        "length (llama-server -c, llama_cpp.server --n_ctx, vLLM --max-model-len), not max_tokens"
+    ),
     "chain.truncated": _CUT,
     "chain.no_claims": _UNCHECKED,
     "chain.claims_unjudged": _UNCHECKED,
