@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -822,3 +823,48 @@ def test_a_web_page_at_the_url_is_refused_before_the_run_not_after_every_item_fa
     said = " ".join(err.split())
     assert code == 2 and "/models answered with a body that is not JSON" in said, said
     assert "<!DOCTYPE html><html><head><title>Sign in" in said and not (out / "raw").exists()
+
+
+def test_a_connection_closed_after_a_long_silence_is_a_timeout_not_resent(tmp_path, capsys, monkeypatch):
+    """A proxy that closes a request after its read timeout: each item waited it out three
+    times over, said as 'gave up after 1 attempt: connection error', unexplained."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import mushroom.backends.openai_compat as compat
+
+    monkeypatch.setattr(compat, "LONG_SILENCE_S", 0.3, raising=False)
+    posts = []
+
+    class Proxy(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):  # the model list, and a 404 for /health: the front answers
+            body = json.dumps({"data": [{"id": "m"}]} if self.path == "/v1/models" else {}).encode()
+            self.send_response(200 if self.path == "/v1/models" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            posts.append(self.path)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            time.sleep(0.6)
+            self.close_connection = True  # no answer: the proxy's timeout
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    out = tmp_path / "run"
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        code, _, err = cli(capsys, *llm_args(openai_backend(url), out, 2))
+    finally:
+        server.shutdown()
+    assert code == 3, err
+    errors = [f["error"] for f in _failures(out)]
+    assert len(errors) == 2 and all("closed after" in e and "a proxy's read timeout" in e for e in errors), (
+        errors
+    )
+    assert len(posts) == 2, posts  # one request an item: not sent again to wait as long

@@ -98,6 +98,9 @@ TIMEOUTS_COLD = 1
 TIMEOUTS_WARM = 2
 TIMED_OUT = "timeout after"  # how a read timeout's message starts (after "gave up after ...: ")
 RETRY_WAIT_CAP_S = 30.0  # the longest wait between two attempts
+# a connection closed with no answer after this long was timed out (a proxy's read timeout,
+# nginx's is 60 s), not dropped by chance: sent again, it waits as long and is closed again
+LONG_SILENCE_S = 30.0
 RETRY_AFTER_CAP_S = 60.0  # the longest Retry-After honoured
 LATE_TOP_K = 50  # top log-probabilities asked for when a server's echoed rows are one token late
 # A body that says the request itself is wrong; such an answer is final even with a 5xx code.
@@ -607,6 +610,7 @@ class OpenAIBackend(Backend):
         blocked = self.breaker.blocked()
         if blocked is not None:  # tripped while this request waited to be sent again
             raise _Final(blocked)
+        sent = time.monotonic()
         try:
             response = self.client.post(path, json=body)
         except httpx.HTTPError as exc:
@@ -615,7 +619,7 @@ class OpenAIBackend(Backend):
             blocked = self.breaker.blocked()
             if blocked is not None:  # cut when the breaker tripped: it was sent
                 raise _Final(f"cut in flight: {blocked.removeprefix(NOT_SENT + ': ')}") from exc
-            raise self._network_failure(exc, f"{self.base_url}{path}") from exc
+            raise self._network_failure(exc, f"{self.base_url}{path}", time.monotonic() - sent) from exc
         self._reached = True
         if response.status_code in RETRY_STATUS and not is_final(response.status_code, response.text):
             raise _Transient(
@@ -625,11 +629,13 @@ class OpenAIBackend(Backend):
             )
         return response
 
-    def _network_failure(self, exc: httpx.HTTPError, url: str) -> _Transient | _Final:
+    def _network_failure(self, exc: httpx.HTTPError, url: str, waited: float = 0.0) -> _Transient | _Final:
         """What a request that got no HTTP answer ends in: sent again, or not.
 
         Network errors name the URL: "connection refused" alone does not tell a user which of
-        their servers (or which port of a restarted one) the run was talking to.
+        their servers (or which port of a restarted one) the run was talking to. A connection
+        closed after a long silence is a timeout on the way (a proxy's): it is judged as a read
+        timeout is, not sent again to wait as long (a 120 s hold cost 3 x 120 s unexplained).
         """
         kind = f"{type(exc).__name__}{_detail(exc)} ({url})"
         if isinstance(exc, httpx.ReadTimeout):
@@ -647,6 +653,20 @@ class OpenAIBackend(Backend):
             return _Final(f"{message} (a slower model needs a {SLOWER}); not resent")
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
             return _Transient(f"connection error: {kind}", "connection error", unreachable=True)
+        if isinstance(exc, httpx.RemoteProtocolError) and waited >= LONG_SILENCE_S:
+            self._reached = True  # connected: something is there
+            message = (
+                f"the connection was closed after {waited:.0f} s with no answer ({kind}): a proxy's "
+                "read timeout in front of the server, or the server dropped it"
+            )
+            if not self._answers():
+                self.breaker.trip(
+                    f"the server at {self.base_url} closed a request after {waited:.0f} s with no answer "
+                    f"and answers no status check (GET /health) within {self.config.connect_timeout_s} s: "
+                    "it is down or hung"
+                )
+                return _Final(f"{message}, and it answers nothing else either")
+            return _Final(f"{message}; not resent (it would wait as long): raise the proxy's timeout")
         if isinstance(exc, httpx.RemoteProtocolError):
             return _Transient(f"connection error: {kind}", "connection error")
         return _Final(f"transport error: {kind}")
@@ -675,7 +695,13 @@ class OpenAIBackend(Backend):
             response = retrying(self._attempt, path, body)
         except _Transient as exc:
             made = retrying.statistics.get("attempt_number", attempts)
-            message = f"gave up after {plural(made, 'attempt')}: {exc}"
+            # "1 attempt" with max_retries 5 puzzled: a long attempt spent the retry budget
+            budget = (
+                f" (retries end within retry_budget_s {self.config.retry_budget_s:g} s)"
+                if made < attempts
+                else ""
+            )
+            message = f"gave up after {plural(made, 'attempt')}{budget}: {exc}"
             if exc.unreachable:
                 with self._lock:
                     self._unreachable_in_row += 1
