@@ -646,3 +646,15 @@ def test_a_ctrl_c_inside_an_import_at_start_is_exit_130_not_a_traceback(monkeypa
     monkeypatch.setitem(sys.modules, "mushroom.cli.app", broken)
     with pytest.raises(ImportError, match="scipy"):
         entry.main()
+
+
+def test_help_shows_the_defaults_written_in_brackets(capsys):
+    """rich read "[default: ...]" in a help text as markup and dropped it: --contexts' default
+    sources, which the docs send readers to the help for, were never shown."""
+    from mushroom.data.contexts import DEFAULT_SOURCES
+
+    _, shown, _ = cli(capsys, "detect", "--help")
+    said = " ".join(shown.replace("│", " ").split())
+    assert "comma-separated [default: " + DEFAULT_SOURCES[0] in said, said
+    _, shown, _ = cli(capsys, "contexts", "--help")
+    assert "[default:" in " ".join(shown.replace("│", " ").split())

@@ -234,3 +234,14 @@ def test_cli_ensemble_of_run_folders_picks_each_folders_file(tmp_path, item_rows
     # --lang with files only would be ignored: refused instead
     code, output = run(tmp_path / "plain" / submission_name("en", "val"), "--lang", "en")
     assert code == 2 and "every input here is a file" in output
+
+
+def test_a_span_past_its_answer_is_blamed_on_the_run_by_its_name():
+    """The docstring promised `names` in errors; a span past the answer said 'run 2'."""
+    from mushroom.combine.ensemble import ensemble
+    from mushroom.data.records import Prediction
+    from mushroom.errors import MushroomError
+
+    good, bad = Prediction(id="x", hard_labels=[(0, 2)]), Prediction(id="x", hard_labels=[(0, 9)])
+    with pytest.raises(MushroomError, match=r"^b\.jsonl, item 'x': hard_labels\.0 \[0, 9\) ends past"):
+        ensemble([{"x": good}, {"x": bad}], {"x": 4}, names=["a.jsonl", "b.jsonl"])

@@ -112,7 +112,7 @@ Contexts = Annotated[
     typer.Option(
         "--contexts",
         show_default=False,
-        help="context sources, comma-separated [default: " + ", ".join(DEFAULT_SOURCES) + "]",
+        help="context sources, comma-separated \\[default: " + ", ".join(DEFAULT_SOURCES) + "]",
     ),
 ]
 

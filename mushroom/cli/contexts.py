@@ -46,7 +46,7 @@ def contexts_cmd(
         typer.Option(
             "--min-similarity",
             callback=number_in(-1, 1),
-            help=f"--grade embedding cut, a cosine from -1 to 1 [default: {DEFAULT_MIN_SIMILARITY}]",
+            help=f"--grade embedding cut, a cosine from -1 to 1 \\[default: {DEFAULT_MIN_SIMILARITY}]",
         ),
     ] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=16, help="length limit of a context")] = 512,

@@ -1,7 +1,8 @@
 """Rich rendering of what the layers below return: score tables, comparisons, the run reporter.
 
-Only the command line (and the HTML report) draws with rich; the run service, main job and
-run configs report through `mushroom.runs.reporter.Reporter`, implemented here.
+Only the command line draws with rich (the HTML report writes its own markup); the run
+service, main job and run configs report through `mushroom.runs.reporter.Reporter`,
+implemented here.
 """
 
 from __future__ import annotations

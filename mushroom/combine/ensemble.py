@@ -107,10 +107,10 @@ def ensemble(
                 e for p in preds for _, e in p.hard_labels
             ]
             length = max(ends, default=0)
-        for k, pred in enumerate(preds, start=1):
+        for name, pred in zip(names, preds):
             overflow = span_overflow(pred, length)
             if overflow:
-                raise MushroomError(f"run {k}, item {item_id!r}: {overflow}")
+                raise MushroomError(f"{name}, item {item_id!r}: {overflow}")
         out.append(ensemble_item(item_id, preds, length, threshold, soft_mode))
     return out
 

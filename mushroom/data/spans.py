@@ -24,7 +24,11 @@ def hard_to_mask(hard: Iterable[Sequence[int]], length: int) -> np.ndarray:
 
 
 def soft_to_vector(soft: Iterable[SoftSpan | dict], length: int) -> np.ndarray:
-    """Per-character probabilities; where spans overlap the later one wins, as officially."""
+    """Per-character probabilities; where spans overlap the later one wins, as officially.
+
+    A span is clipped to the text. The official scorer instead wraps a negative start (numpy
+    indexing from the end): `evaluation.metrics` copies that for scoring; here a span is drawn.
+    """
     vec = np.zeros(length, dtype=float)
     for span in soft:
         if isinstance(span, dict):

@@ -4,8 +4,8 @@
 asks "will this zip be taken": one file per language, each named for its language, each
 right for that language's items, and which languages are missing. The zip is read as it
 is, entries in sub-folders included, so what is checked is what would be uploaded. Entry
-names are data: a file is written out only under a name of the official pattern, never a
-path the archive chose.
+names are data: an entry is unpacked under a name of our own (`0.jsonl`, `1.jsonl`, ...) in
+a temporary folder, never a path the archive chose.
 """
 
 from __future__ import annotations

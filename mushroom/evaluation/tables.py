@@ -55,7 +55,9 @@ def mean_row(rows: list[dict]) -> dict:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """The same table as Markdown, written next to the scores: the same columns and mean row.
+    """The scores table as Markdown, written next to the scores, with the same rows and mean row.
+
+    Its CIs are columns of their own, to 3 decimals (the terminal writes them in the cell).
 
     A column with nothing in it (no mark-all baseline outside the main job, no leaderboard
     entry for a language) is left out, as in the terminal.
