@@ -177,9 +177,6 @@ def _read_replay_file(path: Path) -> list[ReplayRecord]:
     return records
 
 
-RecordedResponse = ReplayRecord  # the name before raw records had keys
-
-
 @register_backend("replay", config=ReplayConfig)
 class ReplayBackend(Backend):
     """Answers from a JSONL file of recorded responses and scores."""

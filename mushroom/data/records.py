@@ -232,9 +232,6 @@ def given_contexts(value: object) -> list[tuple[str, object]]:
     return out
 
 
-SplitName = Literal["val", "test", "train"]
-
-
 class ChannelRecord(BaseModel):
     """Per-character evidence a detector saw for one item, beyond its final probabilities.
 

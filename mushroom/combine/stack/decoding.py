@@ -190,16 +190,6 @@ def _column_means(table: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.array([np.mean(table[idx, c]) for c in range(table.shape[1])])
 
 
-def choose_cutoffs(items: list[Item], probs: list[np.ndarray]) -> tuple[float, float]:
-    """(threshold maximising mean IoU, then the floor maximising mean Cor) over the items."""
-    return CutoffScores.build(items, probs).choose(range(len(items)))
-
-
-def choose_cutoffs_by_lang(items: list[Item], probs: list[np.ndarray], shrink: float = 0.0) -> Cutoffs:
-    """Pooled cut-offs (for unseen languages) and each language's own."""
-    return CutoffScores.build(items, probs).choose_by_lang(range(len(items)), shrink)
-
-
 def decode_by_lang(items: list[Item], probs: list[np.ndarray], cutoffs: Cutoffs) -> list[Prediction]:
     """Predictions with each item's language's cut-offs (the pooled ones for unseen languages)."""
     pooled, per_lang = cutoffs
@@ -218,16 +208,6 @@ def nested_cutoffs(
         f: scores.choose_by_lang(np.flatnonzero(fold_of != f), shrink, floor_shrink)
         for f in sorted(set(fold_of.tolist()))
     }
-
-
-def nested_cutoff_predictions(
-    items: list[Item], probs: list[np.ndarray], fold_of: np.ndarray, shrink: float = 0.0
-) -> list[Prediction]:
-    """Out-of-fold predictions whose cut-offs were chosen on the other folds."""
-    chosen = nested_cutoffs(CutoffScores.build(items, probs), fold_of, shrink)
-    return [
-        decode_by_lang([it], [p], chosen[int(fold_of[k])])[0] for k, (it, p) in enumerate(zip(items, probs))
-    ]
 
 
 def best_hard_sources(
