@@ -93,8 +93,9 @@ def is_json_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_num(value: Any) -> bool:
-    return (isinstance(value, (int, float))) and not isinstance(value, bool)
+def _is_num(value: object) -> bool:
+    """A JSON number: an int or float, not a bool (True is an int to Python)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def json_shown(value: Any) -> str:
@@ -170,10 +171,6 @@ def labels_missing_on_some_lines(rows: list[tuple[int, dict]]) -> list[tuple[int
     return [(line, key, n) for key, n in have.items() if n for line, row in rows if key not in row]
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
     """Loads a gold or prediction file for scoring; raises DataError listing every problem."""
     path = Path(path)
@@ -204,7 +201,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             raise DataError(problems)
     records: dict[str, ScoringRecord] = {}
     first_line: dict[str, int] = {}
-    numbered = [(n, row["id"]) for n, row in rows if _is_number(row.get("id"))]
+    numbered = [(n, row["id"]) for n, row in rows if _is_num(row.get("id"))]
     if len(numbered) < len(rows):  # a stray number among text ids is a line's own mistake
         numbered = []
     if numbered:
@@ -227,7 +224,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
         )
     for lineno, row in rows:
         rid = row.get("id")
-        if numbered and _is_number(rid):
+        if numbered and _is_num(rid):
             continue
         if not isinstance(rid, str) or not rid:
             got = "missing" if rid is None else f"not a string (got {type(rid).__name__} {rid!r})"

@@ -87,12 +87,12 @@ class DetectorOptions(BaseModel):
         if isinstance(data, dict):
             for key, value in data.items():
                 field = cls.model_fields.get(key) if isinstance(key, str) else None
-                if isinstance(value, bool) and field is not None and _numeric(field.annotation):
+                if isinstance(value, bool) and field is not None and _takes_numbers(field.annotation):
                     raise ValueError(f"{key}: give a number, not {str(value).lower()}")
         return data
 
 
-def _numeric(annotation: Any) -> bool:
+def _takes_numbers(annotation: Any) -> bool:
     """Whether an option's type takes numbers and not true/false (`float`, `int | None`, ...)."""
     args = get_args(annotation) or (annotation,)
     return bool not in args and any(a in (int, float) for a in args)

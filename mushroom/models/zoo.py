@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mushroom.errors import MushroomError
 from mushroom.util.cachedir import cache_root
+from mushroom.util.files import sha256_file
 from mushroom.util.registry import Part, Registry
 from mushroom.util.words import close_match
 
@@ -233,15 +234,6 @@ def model_path(name: str) -> Path:
     """Where the model file of `name` lives once pulled (it may not exist yet)."""
     e = entry(name)
     return cache_root() / "models" / e.name / e.filename
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks (model files do not fit comfortably in memory twice)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def is_cached(name: str) -> bool:

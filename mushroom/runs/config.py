@@ -488,19 +488,19 @@ def _option_problem(path: Path, where: str, cls, err: dict) -> Problem:
     return Problem(str(path), None, ".".join([where, *map(str, err["loc"])]), msg)
 
 
-def _numeric(annotation: Any) -> bool:
+def _numbers_only(annotation: Any) -> bool:
     """Whether an option takes only numbers (or a list of them), so a quoted one is a mistake."""
     import types
     from typing import Annotated, Union, get_args, get_origin
 
     origin, args = get_origin(annotation), get_args(annotation)
     if origin is Annotated:
-        return _numeric(args[0])
+        return _numbers_only(args[0])
     if origin in (Union, types.UnionType):
         kinds = [a for a in args if a is not type(None)]
-        return bool(kinds) and all(_numeric(a) for a in kinds)
+        return bool(kinds) and all(_numbers_only(a) for a in kinds)
     if origin is list:
-        return _numeric(args[0])
+        return _numbers_only(args[0])
     return annotation in (int, float)
 
 
@@ -530,7 +530,7 @@ def _option_problems(
     for name, info in cls.Options.model_fields.items():
         given = options.get(name)
         said = any(p.field is not None and p.field.startswith(f"{where}.{name}") for p in problems)
-        if _numeric(info.annotation) and not said:  # what pydantic took: "abc" it refuses itself
+        if _numbers_only(info.annotation) and not said:  # what pydantic took: "abc" it refuses itself
             # as the top level's `limit = "5"` is: `threshold = "0.5"` was read as 0.5
             places = [(f".{k}", x) for k, x in enumerate(given)] if isinstance(given, list) else [("", given)]
             problems += [

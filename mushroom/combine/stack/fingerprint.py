@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mushroom.data.records import Item
-from mushroom.util.files import file_blocks
+from mushroom.util.files import sha256_file
 
 if TYPE_CHECKING:
     from mushroom.combine.stack.fit import StackConfig
@@ -37,12 +37,7 @@ def _code_digest() -> str:
 
 
 def _file_digest(path: Path) -> str:
-    if not path.exists():
-        return "missing"
-    digest = hashlib.sha256()
-    for block in file_blocks(path):
-        digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(path) if path.exists() else "missing"
 
 
 def stack_fingerprint(
