@@ -21,7 +21,7 @@ import os
 import re
 import tempfile
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -203,9 +203,9 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"a value of type {type(value).__name__} is not JSON")
 
 
-def _not_finite(value: Any, where: str = "") -> str | None:
-    """Where a NaN or infinite number is in a record, or None."""
-    if isinstance(value, float) and not math.isfinite(value):
+def _where(value: Any, bad: Callable[[Any], bool], where: str = "") -> str | None:
+    """Where in a record the first value `bad` holds is (`soft_labels.0.prob`), or None."""
+    if bad(value):
         return where
     if hasattr(value, "tolist"):
         value = value.tolist()
@@ -216,17 +216,39 @@ def _not_finite(value: Any, where: str = "") -> str | None:
     else:
         return None
     for key, inner in items:
-        found = _not_finite(inner, f"{where}.{key}" if where else str(key))
+        found = _where(inner, bad, f"{where}.{key}" if where else str(key))
         if found is not None:
             return found
     return None
 
 
+def _not_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _half_character(value: Any) -> bool:
+    from mushroom.text.normalize import LONE_SURROGATE
+
+    return isinstance(value, str) and LONE_SURROGATE.search(value) is not None
+
+
 def _line(row: dict, what: str, k: int) -> str:
+    half = _where(row, _half_character)
+    if half is not None:  # UTF-8 cannot write it: a raw UnicodeEncodeError said no record
+        raise DataError(
+            [
+                Problem(
+                    f"{what}[{k}]",
+                    None,
+                    half,
+                    "holds a lone surrogate (half a character), which no file can hold",
+                )
+            ]
+        )
     try:
         return json.dumps(row, ensure_ascii=False, default=_plain, allow_nan=False)
     except ValueError:
-        where = _not_finite(row) or "?"
+        where = _where(row, _not_finite) or "?"
         # the file reader said "invalid JSON: NaN is not a JSON number" of JSON nobody wrote
         raise DataError(
             [Problem(f"{what}[{k}]", None, where, "NaN or infinite: the scorer reads only numbers")]

@@ -102,6 +102,10 @@ def test_records_as_a_notebook_holds_them(tmp_path):
     nan = [{**rows[0], "soft_labels": [{"start": 0, "end": 5, "prob": float("nan")}]}, *rows[1:]]
     with pytest.raises(DataError, match=r"predictions\[0\]: field 'soft_labels.0.prob': NaN or infinite"):
         mushroom.score(GOLD_ROWS, nan)
+    # half a character: a raw UnicodeEncodeError named no record
+    half = [{**GOLD_ROWS[0], "model_output_text": "ab\udc80cd"}, *GOLD_ROWS[1:]]
+    with pytest.raises(DataError, match=r"gold\[0\]: field 'model_output_text': holds a lone surrogate"):
+        mushroom.score(half, rows)
 
 
 def test_messages_name_records_and_keywords_not_lines_and_flags():
