@@ -80,6 +80,16 @@ def test_a_latin_word_or_number_in_chinese_stops_at_the_next_chinese_character()
     assert flagged == []
 
 
+def test_a_soft_hyphen_or_zero_width_space_inside_a_word_does_not_split_it():
+    """Scraped text has them: "War\u00adsaw" was the words "War" and "saw", and "War" was flagged."""
+    det = build("lexical")
+    for answer, context in (("in War\u00adsaw.", "in Warsaw."), ("in Warsaw.", "in War\u200bsaw.")):
+        flagged, _ = _flagged(
+            det, _item(f"Marie Curie was born {answer}", "Where?", "en"), [f"Marie Curie was born {context}"]
+        )
+        assert flagged == [], (answer, flagged)
+
+
 def test_hindi_and_arabic_words_keep_their_marks_and_match():
     det = build("lexical")
     flagged, _ = _flagged(det, _item("उसने स्वर्ण पदक जीता", "क्या?", "hi"), ["उसने स्वर्ण पदक जीता"])

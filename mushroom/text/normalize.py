@@ -25,6 +25,12 @@ _ARABIC_MAP = str.maketrans(
         "ـ": None,
         "\u200c": None,
         "\u200d": None,
+        # invisible in a word (a soft hyphen, a zero-width space or word joiner, a stray BOM):
+        # scraped text has them, and "War\u00adsaw" did not match "Warsaw"
+        "\u00ad": None,
+        "\u200b": None,
+        "\u2060": None,
+        "\ufeff": None,
     }
 )
 

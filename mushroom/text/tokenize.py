@@ -23,7 +23,10 @@ _TOKEN_RE = regex.compile(
     # a word starts with a letter or digit: a lone joiner or variation selector between emoji
     # (U+200D in 👩‍🔬, U+FE0F in ❤️) is not a word, and was flagged as one. It stops at a CJK
     # character, a letter too: "Python语言是1991年..." was one word, and a wrong 柏林 in it unseen
-    rf"|(?P<word>[\p{{L}}\p{{Nd}}](?:(?![{_CJK}])[\p{{L}}\p{{M}}\p{{Nd}}\u200c\u200d])*)"
+    # Invisible format characters inside a word (a soft hyphen, a zero-width space or joiner)
+    # keep it one word: "War\u00adsaw" was "War" and "saw"
+    rf"|(?P<word>[\p{{L}}\p{{Nd}}](?:(?![{_CJK}])[\p{{L}}\p{{M}}\p{{Nd}}\u200c\u200d]"
+    rf"|[\u00ad\u200b\u2060](?=[\p{{L}}\p{{Nd}}]))*)"
 )
 
 _DIGIT = regex.compile(r"\d")
