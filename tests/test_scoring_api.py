@@ -150,3 +150,26 @@ def test_the_users_own_paths_and_ids_are_never_reworded(tmp_path):
     numpy_ids = [{**r, "id": np.int64(k)} for k, r in enumerate(GOLD_ROWS)]
     preds = [{**r, "id": np.int64(k)} for k, r in enumerate(rows)]
     assert len(mushroom.score(numpy_ids, preds).ids) == len(GOLD_ROWS)
+
+
+def test_a_prediction_whose_text_is_not_its_gold_answer_is_warned_of():
+    """Offsets into an answer normalised otherwise (NFC) were scored IoU 0.75 without a word."""
+    import unicodedata
+
+    gold_text = "Marie Curie died in Pa\u0301ris, in Germany."
+    gold = [
+        {
+            "id": "a",
+            "lang": "en",
+            "model_input": "q",
+            "model_output_text": gold_text,
+            "soft_labels": [{"start": 32, "end": 39, "prob": 1.0}],
+            "hard_labels": [[32, 39]],
+        }
+    ]
+    other = mushroom.Prediction(id="a", text=unicodedata.normalize("NFC", gold_text), hard_labels=[(31, 38)])
+    with pytest.warns(RuntimeWarning, match="carry a text that is not their gold answer"):
+        result = mushroom.score(gold, [other])
+    assert result.mean_iou == pytest.approx(0.75)  # scored as it is
+    same = mushroom.Prediction(id="a", text=gold_text, hard_labels=[(32, 39)])
+    assert mushroom.score(gold, [same]).warnings == []
