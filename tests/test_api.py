@@ -582,3 +582,10 @@ def test_pyes_calls_do_not_depend_on_earlier_ones_and_a_collapsed_calibration_is
                 mushroom.detect("One claim.", "x", method="pyes", **options)
     finally:
         registry._REGISTERED.pop("piece-test")
+
+
+def test_a_misspelt_label_key_is_refused_not_kept_as_an_extra():
+    """Prediction(hard_label=...) was kept as an extra key: an empty prediction, scored as such."""
+    with pytest.raises(ValueError, match=r"is 'hard_label' a misspelling\?"):
+        mushroom.Prediction(id="a", text="Marie", hard_label=[(0, 3)])
+    assert mushroom.Prediction(id="a", text="Marie", hard_labels=[(0, 3)], note="x").hard_labels == [(0, 3)]

@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -339,3 +340,13 @@ def test_check_of_a_run_folder_points_to_its_predictions(tmp_path, capsys):
     code, _, err = cli(capsys, "check", run)  # it said "no .jsonl file in the folder"
     said = " ".join(err.split())
     assert code == 2 and f"a run folder; its prediction files are in {run / 'predictions'}" in said, err
+
+
+def test_a_misspelt_label_key_is_named_by_check_and_score(tmp_path, capsys):
+    """A line with `hard_label` read as marking nothing; the message said only that no label was given."""
+    first = json.loads(VAL_EN.read_text(encoding="utf-8").splitlines()[0])
+    pred = write_lines(tmp_path / "mushroom.en-val.v2.jsonl", [{"id": first["id"], "hard_label": [[0, 3]]}])
+    code, _, err = cli(capsys, "check", pred, "--items", VAL_EN, "--partial")
+    assert code == 1 and "(is 'hard_label' a misspelling?)" in " ".join(err.split()), err
+    code, _, err = cli(capsys, "score", VAL_EN, pred, "--partial")
+    assert code == 1 and "(is 'hard_label' a misspelling?)" in " ".join(err.split()), err

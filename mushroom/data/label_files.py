@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -154,11 +155,20 @@ def _parse_hard(raw: Any, where: Problem, problems: list[Problem]) -> list | Non
 LABEL_KEYS = ("soft_labels", "hard_labels")
 
 
-def misspelled_label(row: dict, key: str) -> str:
+def misspelled_label(row: Mapping[Any, Any], key: str) -> str:
     """' (is 'soft_label' a misspelling?)' when the line has a key close to the missing `key`."""
     others = [k for k in row if isinstance(k, str) and k not in LABEL_KEYS]
     close = close_match(key, others, cutoff=0.75)
     return f" (is {close!r} a misspelling?)" if close else ""
+
+
+def any_misspelled_label(row: Mapping[Any, Any]) -> str:
+    """`misspelled_label` for the first label key the line lacks, or "".
+
+    Other keys are kept or ignored, so `hard_label` was too, and the line read as marking
+    nothing.
+    """
+    return next((hint for key in LABEL_KEYS if key not in row and (hint := misspelled_label(row, key))), "")
 
 
 def labels_missing_on_some_lines(rows: list[tuple[int, dict]]) -> list[tuple[int, str, int]]:
@@ -189,6 +199,7 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
                 None,
                 None,
                 "no line has hard_labels or soft_labels"
+                + next((hint for _, row in rows if (hint := any_misspelled_label(row))), "")
                 + (
                     ": items without gold labels (an unlabelled split such as test) cannot be scored; "
                     "score val, or a labelled file of your own"

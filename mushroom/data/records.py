@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from mushroom.data.label_files import any_misspelled_label
 from mushroom.data.languages import language_code
 from mushroom.text.normalize import LONE_SURROGATE
 from mushroom.util.names import valid_name
@@ -140,6 +141,16 @@ class Prediction(BaseModel):
     id: str = Field(min_length=1)
     soft_labels: list[SoftSpan] = Field(default_factory=list)
     hard_labels: list[HardSpan] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_misspelt_labels(cls, data: Any) -> Any:
+        # other keys are kept (a run's extras), so `hard_label` was kept too, and the
+        # prediction it was meant for scored as marking nothing
+        hint = any_misspelled_label(data) if isinstance(data, Mapping) else ""
+        if hint:
+            raise ValueError(f"a key no prediction has{hint}")
+        return data
 
     def submission_dict(self) -> dict:
         """The three official fields only, with spans as plain lists."""

@@ -15,6 +15,7 @@ import numpy as np
 
 from mushroom.data.jsonl import iter_json_lines
 from mushroom.data.label_files import (
+    any_misspelled_label,
     empty_answers,
     is_json_int,
     labels_missing_on_some_lines,
@@ -111,7 +112,7 @@ def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckRepor
         report.errors.append(Problem(path, line, field_name, msg, item_id=item.id))
 
     if "soft_labels" not in row and "hard_labels" not in row:
-        err("soft_labels", "neither soft_labels nor hard_labels given")
+        err("soft_labels", "neither soft_labels nor hard_labels given" + any_misspelled_label(row))
         return
     text = row.get("model_output_text")
     if isinstance(text, str) and text != item.model_output_text:
