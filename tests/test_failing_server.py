@@ -868,3 +868,19 @@ def test_a_connection_closed_after_a_long_silence_is_a_timeout_not_resent(tmp_pa
         errors
     )
     assert len(posts) == 2, posts  # one request an item: not sent again to wait as long
+
+
+def test_a_larger_limit_on_the_same_folder_keeps_the_finished_items(tmp_path, capsys):
+    """A larger --limit was refused as another config, and a new folder asked the model again
+    for every item it had answered."""
+    out = tmp_path / "run"
+    with FakeServer({}) as server:
+        code, _, err = cli(capsys, *llm_args(openai_backend(server.url), out, 2))
+        assert code == 0, err
+        sent = len(server.calls)
+        code, shown, err = cli(capsys, *llm_args(openai_backend(server.url), out, 3))
+        assert code == 0 and "its finished items are kept" in " ".join((shown + err).split()), err
+        assert len(server.calls) == sent + 1, server.calls  # only the new item
+        code, _, err = cli(capsys, *llm_args(openai_backend(server.url), out, 1))
+    assert code == 2 and "limit: 3 -> 1" in err, err  # a smaller one is still another run
+    assert len((out / "predictions" / "mushroom.en-val.v2.jsonl").read_text().splitlines()) == 3

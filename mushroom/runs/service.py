@@ -211,6 +211,14 @@ def held_runs(folder: Path) -> list[str]:
     )
 
 
+def _only_limit_grows(old: Any, new: dict[str, Any]) -> bool:
+    """Whether a folder's config differs from this run's only by a larger --limit (or none)."""
+    if not isinstance(old, dict) or not isinstance(old.get("limit"), int):
+        return False
+    grown = new.get("limit") is None or (isinstance(new.get("limit"), int) and new["limit"] > old["limit"])
+    return grown and not config_changes({**old, "limit": None}, {**new, "limit": None})
+
+
 def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
     """Each setting that differs between two configs: `options.threshold: 0.25 -> 0.3`.
 
@@ -908,6 +916,16 @@ class RunService:
                 isinstance(existing.get("config"), dict)
                 and not config_changes(existing["config"], self.config)
             )
+            if not same and _only_limit_grows(existing.get("config"), self.config):
+                # the first N items are the first M's start: the finished ones are kept, and
+                # only the new ones run (a new folder sent every finished item to the model again)
+                self.reporter.message(
+                    f"{self.out}: --limit {existing['config']['limit']} -> "
+                    f"{self.config.get('limit') or 'every item'}; its finished items are kept",
+                    lead="note:",
+                )
+                write_json(cfg_path, wanted)
+                return True
             if same:
                 stored = existing.get("config")
                 if (
