@@ -531,3 +531,21 @@ def test_read_verdict_three_way_and_old_two_way(entry, expected):
     from mushroom.parsing.verdict import read_verdict
 
     assert read_verdict(entry) == expected
+
+
+@pytest.mark.parametrize(
+    ("answer", "quoted", "found"),
+    [
+        ("ماری کوری در ورشو به دنیا آمد", "ماري كوري", "ماری کوری"),  # Persian ی/ک quoted in Arabic forms
+        ("Ｍａｒｉｅ Curie was born", "Marie", "Ｍａｒｉｅ"),  # full-width letters
+        ("ﾍﾞﾙﾘﾝで生まれた", "ベルリン", "ﾍﾞﾙﾘﾝ"),  # half-width kana
+        ("他在柏林，后来", "柏林,", "柏林，"),  # full-width comma, too short for the fuzzy step
+        ("born in War\u00adsaw in 1867", "Warsaw", "War\u00adsaw"),  # a soft hyphen
+    ],
+)
+def test_a_quote_written_in_another_form_of_the_same_letters_is_located(answer, quoted, found):
+    """The detectors fold these forms; the parser's normalized step did not, and lost the span."""
+    result = parse_response(
+        answer, json.dumps({"incorrect_spans": [{"text": quoted}]}, ensure_ascii=False), 0.5
+    )
+    assert [answer[s.start : s.end] for s in result.spans] == [found], (result.spans, result.lost)

@@ -2,7 +2,8 @@
 
 1. exact: the text as written;
 2. casefold: case folded on both sides;
-3. normalized: also whitespace runs, quotes, dashes and combining marks unified;
+3. normalized: also whitespace runs, quotes, dashes, combining marks, compatibility forms
+   (full- and half-width) and Arabic/Persian letter variants unified;
 4. fuzzy: the substring fewest edits away (Levenshtein, searched over the whole answer), within
    a budget of edits proportional to the text's length.
 
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from rapidfuzz.distance import Levenshtein
+
+from mushroom.text.normalize import LETTER_VARIANTS
 
 METHODS = ("exact", "casefold", "normalized", "fuzzy")
 
@@ -82,8 +85,13 @@ def make_view(text: str, level: int) -> View:
     prev_space = True
     for i, ch in enumerate(text):
         if level >= 2:
-            # Decompose, then drop marks: "é" and "e" + U+0301 both become "e".
-            ch = "".join(c for c in unicodedata.normalize("NFD", ch) if unicodedata.category(c) != "Mn")
+            # Decompose compatibility forms too, then drop marks and invisible format
+            # characters: "é" and "e" + U+0301 both become "e", full-width "Ｍ" and "，" become
+            # "M" and ",", half-width "ﾍﾞ" and "ベ" both "ヘ"; a soft hyphen is dropped.
+            ch = "".join(
+                c for c in unicodedata.normalize("NFKD", ch) if unicodedata.category(c) not in ("Mn", "Cf")
+            )
+            ch = ch.translate(LETTER_VARIANTS)  # Arabic and Persian forms of one letter
             if not ch:
                 continue
             ch = "".join(_ascii_digit(c) for c in ch.translate(_QUOTES).translate(_DASHES))

@@ -35,6 +35,10 @@ _ARABIC_MAP = str.maketrans(
 )
 
 
+LETTER_VARIANTS = _ARABIC_MAP
+"""Arabic and Persian forms of one letter, and characters invisible in a word, folded away."""
+
+
 def _digit_map() -> dict[int, str]:
     table: dict[int, str] = {}
     for block_start in (0x0660, 0x06F0, 0x0966, 0xFF10):
