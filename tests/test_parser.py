@@ -549,3 +549,11 @@ def test_a_quote_written_in_another_form_of_the_same_letters_is_located(answer, 
         answer, json.dumps({"incorrect_spans": [{"text": quoted}]}, ensure_ascii=False), 0.5
     )
     assert [answer[s.start : s.end] for s in result.spans] == [found], (result.spans, result.lost)
+
+
+def test_json_punctuation_written_full_width_is_repaired():
+    """A model writing Chinese wrote '"text"："柏林"': unparseable, the item's reply lost."""
+    result = parse_response("他在柏林，后来", '{"incorrect_spans"：[{"text"："柏林"}]}', 0.5)
+    assert result.parsed and [(s.start, s.end) for s in result.spans] == [(2, 4)]
+    value, repairs = extract_json('{"incorrect_spans": [{"text": "柏林，后来"}]}')
+    assert repairs == [] and value["incorrect_spans"][0]["text"] == "柏林，后来"  # inside a string: span text

@@ -5,7 +5,8 @@ repair is a plain text transformation.
 
 Handled: a leading reasoning block (`<think>...</think>`, see `reasoning`), code fences,
 prose before and after, raw line breaks and tabs inside strings, trailing commas, missing
-commas between objects, single quotes, curly quotes, Python literals (True/False/None), a
+commas between objects, single quotes, curly quotes, full-width `：，` (and brackets) between
+values, Python literals (True/False/None), a
 truncated tail (open strings, arrays and objects are closed; a number or literal cut at the
 very end is dropped), and a bare list instead of an object.
 
@@ -234,11 +235,15 @@ def _replace_literals(text: str) -> str:
     return re.sub(r"\b(True|False|None)\b", lambda m: _PY_LITERALS[m.group(1)], text)
 
 
+_FULL_WIDTH = str.maketrans("：，｛｝［］＂", ':,{}[]"')
+
 _REPAIRS = (
     ("control_characters", _escape_controls),
     ("trailing_commas", _outside_strings(lambda t: _TRAILING_COMMA.sub(r"\1", t))),
     # `{...} {...}` in a list: the comma a model left out between two claims
     ("missing_commas", _outside_strings(lambda t: _MISSING_COMMA.sub("}, {", t))),
+    # a model writing Chinese or Japanese may write JSON's punctuation full-width ("text"："柏林")
+    ("fullwidth_punctuation", _outside_strings(lambda t: t.translate(_FULL_WIDTH))),
     # only curly quotes outside straight-quoted strings delimit: those inside are span text
     ("curly_quotes", _outside_strings(lambda t: t.replace("\u201c", '"').replace("\u201d", '"'))),
     ("single_quotes", _single_to_double_quotes),
