@@ -12,7 +12,8 @@ import re
 import unicodedata
 from functools import lru_cache
 
-_ARABIC_MAP = str.maketrans(
+# Arabic and Persian forms of one letter, and characters invisible in a word, folded away
+LETTER_VARIANTS = str.maketrans(
     {
         "أ": "ا",
         "إ": "ا",
@@ -33,10 +34,6 @@ _ARABIC_MAP = str.maketrans(
         "\ufeff": None,
     }
 )
-
-
-LETTER_VARIANTS = _ARABIC_MAP
-"""Arabic and Persian forms of one letter, and characters invisible in a word, folded away."""
 
 
 def _digit_map() -> dict[int, str]:
@@ -72,7 +69,7 @@ def normalize_word(word: str) -> str:
     text = unicodedata.normalize("NFKD", word.translate(_DIGITS)).casefold()
     text = _strip_marks(text)
     text = unicodedata.normalize("NFC", text)
-    return text.translate(_ARABIC_MAP)
+    return text.translate(LETTER_VARIANTS)
 
 
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
