@@ -88,13 +88,12 @@ def vector_to_soft(vec: np.ndarray, decimals: int = 6) -> list[SoftSpan]:
     ]
 
 
-def soft_to_hard(soft: Iterable[SoftSpan | dict], length: int, threshold: float = 0.5) -> HardSpans:
-    """Hard spans = characters whose probability exceeds the threshold, runs merged."""
-    return mask_to_hard(soft_to_vector(soft, length) > threshold)
-
-
 def merge_hard(hard: Iterable[Sequence[int]]) -> HardSpans:
-    """Sorts spans and merges those that overlap or touch."""
+    """Sorts spans, drops empty ones and merges those that overlap or touch.
+
+    The scorer's IoU counts the index set of a file's spans this way, so a span like
+    [0, 10**12) costs no enumeration of its indices.
+    """
     merged: HardSpans = []
     for start, end in sorted((int(s), int(e)) for s, e in hard):
         if start >= end:

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.stats import rankdata
 
+from mushroom.data.spans import merge_hard
+
 SoftTriple = tuple[int, int, float]
 
 
@@ -53,23 +55,12 @@ def item_iou(ref_hard: Sequence[Sequence[int]], pred_hard: Sequence[Sequence[int
         return mask_iou(ref, pred)
     # Spans outside the text: the official index sets, counted as merged intervals so that a
     # span like [0, 10**12) gives the same number without enumerating its indices.
-    ref_set, pred_set = _merged(ref_hard), _merged(pred_hard)
+    ref_set, pred_set = merge_hard(ref_hard), merge_hard(pred_hard)
     ref_size, pred_size = _size(ref_set), _size(pred_set)
     if not ref_size and not pred_size:
         return 1.0
     inter = _intersection_size(ref_set, pred_set)
     return inter / (ref_size + pred_size - inter)
-
-
-def _merged(spans: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
-    """The index set `{i for s, e in spans for i in range(s, e)}` as sorted disjoint intervals."""
-    out: list[list[int]] = []
-    for start, end in sorted((int(s), int(e)) for s, e in spans if s < e):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(s, e) for s, e in out]
 
 
 def _size(intervals: list[tuple[int, int]]) -> int:
