@@ -234,6 +234,11 @@ def given_contexts(value: object) -> list[tuple[str, object]]:
             if "text" not in entry:
                 keys = ", ".join(map(str, entry)) or "none"
                 raise TypeError(f"contexts[{j}] is a dict without 'text' (its keys: {keys})")
+            for key in ("text", "source"):  # said as a TypeError, as every other wrong kind is
+                if (key == "text" or entry.get(key) is not None) and not isinstance(entry.get(key), str):
+                    raise TypeError(
+                        f"contexts[{j}]['{key}'] is of type {type(entry[key]).__name__}, not a string"
+                    )
             out.append((entry.get("source") or f"context{j}", entry["text"]))
         else:
             raise TypeError(
