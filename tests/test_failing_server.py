@@ -792,10 +792,23 @@ def test_replies_read_from_the_cache_are_not_said_to_be_retried_by_the_same_comm
     assert NAMED_ELSEWHERE in said and "(raise it, in a new folder)" in said, said
 
 
+def _detect_against(capsys, handler, out, limit=2):
+    """`detect` of the llm detector against a server of `handler` (a BaseHTTPRequestHandler)."""
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        return cli(capsys, *llm_args(openai_backend(url), out, limit))
+    finally:
+        server.shutdown()
+
+
 def test_a_web_page_at_the_url_is_refused_before_the_run_not_after_every_item_failed(tmp_path, capsys):
     """A login page (or another app) answering 200 with HTML passed the model check; every item
     then failed with "a body that is not JSON", after the CPU members had run."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     page = b"<!DOCTYPE html><html><head><title>Sign in</title></head></html>"
 
@@ -812,14 +825,8 @@ def test_a_web_page_at_the_url_is_refused_before_the_run_not_after_every_item_fa
 
         do_GET = do_POST = _page
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     out = tmp_path / "run"
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        code, _, err = cli(capsys, *llm_args(openai_backend(url), out, 2))
-    finally:
-        server.shutdown()
+    code, _, err = _detect_against(capsys, Page, out)
     said = " ".join(err.split())
     assert code == 2 and "/models answered with a body that is not JSON" in said, said
     assert "<!DOCTYPE html><html><head><title>Sign in" in said and not (out / "raw").exists()
@@ -828,7 +835,7 @@ def test_a_web_page_at_the_url_is_refused_before_the_run_not_after_every_item_fa
 def test_a_connection_closed_after_a_long_silence_is_a_timeout_not_resent(tmp_path, capsys, monkeypatch):
     """A proxy that closes a request after its read timeout: each item waited it out three
     times over, said as 'gave up after 1 attempt: connection error', unexplained."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     import mushroom.backends.openai_compat as compat
 
@@ -854,14 +861,8 @@ def test_a_connection_closed_after_a_long_silence_is_a_timeout_not_resent(tmp_pa
             time.sleep(0.6)
             self.close_connection = True  # no answer: the proxy's timeout
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     out = tmp_path / "run"
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        code, _, err = cli(capsys, *llm_args(openai_backend(url), out, 2))
-    finally:
-        server.shutdown()
+    code, _, err = _detect_against(capsys, Proxy, out)
     assert code == 3, err
     errors = [f["error"] for f in _failures(out)]
     assert len(errors) == 2 and all("closed after" in e and "a proxy's read timeout" in e for e in errors), (

@@ -639,37 +639,39 @@ class OpenAIBackend(Backend):
         """
         kind = f"{type(exc).__name__}{_detail(exc)} ({url})"
         if isinstance(exc, httpx.ReadTimeout):
-            self._reached = True  # connected: a server is there
             message = f"{TIMED_OUT} {self.config.timeout_s} s waiting for {url}"
-            if not self._answers():
-                self.breaker.trip(
-                    f"the server at {self.base_url} answered no request within {self.config.timeout_s} s "
-                    f"and no status check (GET /health) within {self.config.connect_timeout_s} s: "
-                    "it is hung, or busy with another client's requests"
-                )
-                return _Final(f"{message}, and it answers nothing else either: the server is hung")
+            hung = self._hung(message, f"answered no request within {self.config.timeout_s} s")
+            if hung is not None:
+                return hung
             if self.config.retry_timeouts:
                 return _Transient(message, "timed out")
             return _Final(f"{message} (a slower model needs a {SLOWER}); not resent")
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
             return _Transient(f"connection error: {kind}", "connection error", unreachable=True)
         if isinstance(exc, httpx.RemoteProtocolError) and waited >= LONG_SILENCE_S:
-            self._reached = True  # connected: something is there
             message = (
                 f"the connection was closed after {waited:.0f} s with no answer ({kind}): a proxy's "
                 "read timeout in front of the server, or the server dropped it"
             )
-            if not self._answers():
-                self.breaker.trip(
-                    f"the server at {self.base_url} closed a request after {waited:.0f} s with no answer "
-                    f"and answers no status check (GET /health) within {self.config.connect_timeout_s} s: "
-                    "it is down or hung"
-                )
-                return _Final(f"{message}, and it answers nothing else either")
+            hung = self._hung(message, f"closed a request after {waited:.0f} s with no answer")
+            if hung is not None:
+                return hung
             return _Final(f"{message}; not resent (it would wait as long): raise the proxy's timeout")
         if isinstance(exc, httpx.RemoteProtocolError):
             return _Transient(f"connection error: {kind}", "connection error")
         return _Final(f"transport error: {kind}")
+
+    def _hung(self, message: str, what: str) -> _Final | None:
+        """After a request that got no answer in time: the breaker trips if the front is silent too."""
+        self._reached = True  # connected: a server is there
+        if self._answers():
+            return None
+        self.breaker.trip(
+            f"the server at {self.base_url} {what} "
+            f"and no status check (GET /health) within {self.config.connect_timeout_s} s: "
+            "it is hung, or busy with another client's requests"
+        )
+        return _Final(f"{message}, and it answers nothing else either: the server is hung")
 
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response | str:
         """The final response (any status) after retries, or an error message."""
