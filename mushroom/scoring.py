@@ -148,7 +148,7 @@ def _score(gold: Any, predictions: Any, langs: list[str] | None, partial: bool) 
         said = [n.removeprefix("warning: ") for n in notes if not (partial and "(--partial)" in n)]
         result.warnings = [_renamed(w, names) for w in said + result.warnings]
         if texts:
-            result.warnings += _text_warning(texts, gold_path)
+            result.warnings += _text_warning(texts, gold_path, langs)
     return _warned(result)
 
 
@@ -162,7 +162,7 @@ def _carried_text(rec: Any) -> tuple[str, str] | None:
     return (rid, text) if isinstance(rid, str) and isinstance(text, str) else None
 
 
-def _text_warning(texts: dict[str, str], gold: Path) -> list[str]:
+def _text_warning(texts: dict[str, str], gold: Path, langs: list[str] | None) -> list[str]:
     """A warning for predictions whose own text is not their gold answer: offsets into another text.
 
     `detect` on an answer normalised differently (NFC, stripped) gave offsets one off from
@@ -171,11 +171,12 @@ def _text_warning(texts: dict[str, str], gold: Path) -> list[str]:
     from mushroom.data.jsonl import iter_json_lines
     from mushroom.evaluation.score import files_by_lang
 
-    files = [gold] if gold.is_file() else list(files_by_lang(gold)[0].values())
+    by_lang = {} if gold.is_file() else files_by_lang(gold)[0]
+    files = [gold] if gold.is_file() else [f for lang, f in by_lang.items() if langs is None or lang in langs]
     differ = []
     for path in files:
         for _, row in iter_json_lines(path, []):
-            said = texts.get(row.get("id"))
+            said = texts.get(row["id"]) if isinstance(row.get("id"), str) else None
             if said is not None and said != row.get("model_output_text"):
                 differ.append(row["id"])
     if not differ:
@@ -255,6 +256,9 @@ def _where(value: Any, bad: Callable[[Any], bool], where: str = "") -> str | Non
         value = value.tolist()
     if isinstance(value, dict):
         items = value.items()
+        key_bad = next((key for key in value if bad(key)), None)  # a key is written too
+        if key_bad is not None:
+            return f"{where}.{key_bad!a}" if where else ascii(key_bad)
     elif isinstance(value, list | tuple):
         items = enumerate(value)
     else:

@@ -594,3 +594,13 @@ def test_a_misspelt_label_key_is_refused_not_kept_as_an_extra():
     with pytest.raises(ValueError, match=r"is 'hard_label' a misspelling\?"):
         mushroom.Prediction(id="a", text="Marie", hard_label=[(0, 3)])
     assert mushroom.Prediction(id="a", text="Marie", hard_labels=[(0, 3)], note="x").hard_labels == [(0, 3)]
+
+
+def test_a_label_like_extra_key_beside_a_label_is_kept_as_the_official_scorer_keeps_it():
+    """Only a record with neither label is refused for a key like one: `soft_labels_raw` beside
+    `hard_labels` is a valid submission line."""
+    from mushroom.data.records import Prediction
+
+    assert Prediction(id="a", hard_labels=[(0, 3)], soft_labels_raw=[1]).hard_labels == [(0, 3)]
+    with pytest.raises(ValueError, match="misspelling"):
+        Prediction(id="a", hard_label=[(0, 3)])

@@ -885,3 +885,29 @@ def test_a_larger_limit_on_the_same_folder_keeps_the_finished_items(tmp_path, ca
         code, _, err = cli(capsys, *llm_args(openai_backend(server.url), out, 1))
     assert code == 2 and "limit: 3 -> 1" in err, err  # a smaller one is still another run
     assert len((out / "predictions" / "mushroom.en-val.v2.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_larger_limit_does_not_take_a_folder_whose_config_was_edited_by_hand(tmp_path, capsys):
+    """The larger-limit path returned before the hand-edit check: the folder then claimed settings
+    its first items were not made with."""
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "2", "--out", out)
+    assert code == 0, err
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["config"]["options"]["threshold"] = 0.5
+    (out / "config.json").write_text(json.dumps(cfg))
+    code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "3", "-o", "threshold=0.5", "--out", out)
+    assert code == 2 and "holds a run with another config" in " ".join(err.split()), err  # not taken
+
+
+def test_one_sample_cut_at_max_tokens_among_short_ones_is_not_said_stopped_by_the_server():
+    from mushroom.backends.base import Generation
+    from mushroom.detectors import build
+
+    det = build("llm", {"max_tokens": 1024})
+    gen = Generation(
+        texts=["a", "b", "c"], finish_reasons=["length", "stop", "stop"], usage={"completion_tokens": 1104}
+    )
+    assert det._stopped_by_server(gen) is None
+    short = Generation(texts=["a"], finish_reasons=["length"], usage={"completion_tokens": 5})
+    assert det._stopped_by_server(short) == 5

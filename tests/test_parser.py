@@ -557,3 +557,10 @@ def test_json_punctuation_written_full_width_is_repaired():
     assert result.parsed and [(s.start, s.end) for s in result.spans] == [(2, 4)]
     value, repairs = extract_json('{"incorrect_spans": [{"text": "柏林，后来"}]}')
     assert repairs == [] and value["incorrect_spans"][0]["text"] == "柏林，后来"  # inside a string: span text
+
+
+def test_width_folding_keeps_quote_marks_and_never_lands_a_number_on_another():
+    """NFKD before the quote table lost "I´m" for "I'm"; on all characters it put "XI" on "Ⅻ"."""
+    assert SpanLocator("Yes, I´m sure").locate("I'm", 1).text == "I´m"
+    assert SpanLocator("a 12″ TV").locate('12"', 1).text == "12″"
+    assert SpanLocator("Louis Ⅻ reigned").locate("Louis XI", 1) is None

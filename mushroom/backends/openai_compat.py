@@ -362,7 +362,7 @@ def check_served_model(config: OpenAIConfig) -> None:
             )
             if again.status_code == 200:
                 raise MushroomError(f"--base-url {base} is not the server's API, {base}/v1 is: give that URL")
-        if response.status_code == 200 and not _is_json(response):
+        if response.status_code == 200 and response.text.strip() and not _is_json(response):
             # a web page (a login, a proxy's, another app's): every request fails, after the CPU work
             shown = " ".join(response.text.split())[:80]
             raise MushroomError(

@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from mushroom.data.label_files import any_misspelled_label
+from mushroom.data.label_files import LABEL_KEYS, any_misspelled_label
 from mushroom.data.languages import language_code
 from mushroom.text.normalize import LONE_SURROGATE
 from mushroom.util.names import valid_name
@@ -147,7 +147,10 @@ class Prediction(BaseModel):
     def _no_misspelt_labels(cls, data: Any) -> Any:
         # other keys are kept (a run's extras), so `hard_label` was kept too, and the
         # prediction it was meant for scored as marking nothing
-        hint = any_misspelled_label(data) if isinstance(data, Mapping) else ""
+        # only when it has neither: a line with one label and a key like it (`soft_labels_raw`)
+        # is a valid submission line, which the official scorer takes
+        neither = isinstance(data, Mapping) and not any(key in data for key in LABEL_KEYS)
+        hint = any_misspelled_label(data) if neither else ""
         if hint:
             raise ValueError(f"a key no prediction has{hint}")
         return data

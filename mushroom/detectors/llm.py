@@ -155,12 +155,15 @@ class LLMDetector(GeneratingDetector):
         return "asked again, the model may well answer the same"
 
     def _stopped_by_server(self, gen: Generation) -> float | None:
-        """Tokens per reply when a reply stopped for length used under half of max_tokens, else None."""
+        """The tokens of all its replies when together they are under half of max_tokens, else None.
+
+        The total, not the mean: with several samples, one cut at max_tokens among short ones
+        averaged under half, and was told to raise the server's context.
+        """
         tokens = gen.usage.get("completion_tokens")
         if not isinstance(tokens, int | float) or not gen.texts:
             return None
-        each = tokens / len(gen.texts)
-        return each if each < self.options.max_tokens / 2 else None
+        return tokens if tokens < self.options.max_tokens / 2 else None
 
     def _cut_error(self, gen: Generation) -> str:
         """Why a reply stopped for length before it named a span, and what to raise.

@@ -214,7 +214,6 @@ def _files(path: Path, report: SubmissionReport) -> Iterator[dict[str, Path]]:
         for k, info in enumerate(jsonl):
             name = _shown(PurePosixPath(info.filename.replace("\\", "/")).name)
             if info.filename != name:  # checked all the same: the fix is to zip it at the top
-                report.in_sub_folder[name] = _shown(info.filename)
                 report.errors.append(
                     Problem(
                         where,
@@ -227,6 +226,8 @@ def _files(path: Path, report: SubmissionReport) -> Iterator[dict[str, Path]]:
             if name in found:
                 report.errors.append(Problem(where, None, None, f"two entries are named {_shown(name)}"))
                 continue
+            if info.filename != name:
+                report.in_sub_folder[name] = _shown(info.filename)
             # written under a name of our own (the entry's name is the archive's, not a path to follow)
             target = Path(tmp) / f"{k}.jsonl"
             try:

@@ -88,13 +88,17 @@ def make_view(text: str, level: int) -> View:
             # Decompose compatibility forms too, then drop marks and invisible format
             # characters: "é" and "e" + U+0301 both become "e", full-width "Ｍ" and "，" become
             # "M" and ",", half-width "ﾍﾞ" and "ベ" both "ヘ"; a soft hyphen is dropped.
+            # Quotes and dashes first: NFKD makes "´" a space and a mark, "″" two primes. Only
+            # the width forms are decomposed so: "Ⅻ" would become "XII", and "XI" land on it.
+            ch = ch.translate(_QUOTES).translate(_DASHES)
+            form = "NFKD" if "\uff00" <= ch <= "\uffef" else "NFD"
             ch = "".join(
-                c for c in unicodedata.normalize("NFKD", ch) if unicodedata.category(c) not in ("Mn", "Cf")
+                c for c in unicodedata.normalize(form, ch) if unicodedata.category(c) not in ("Mn", "Cf")
             )
             ch = ch.translate(LETTER_VARIANTS)  # Arabic and Persian forms of one letter
             if not ch:
                 continue
-            ch = "".join(_ascii_digit(c) for c in ch.translate(_QUOTES).translate(_DASHES))
+            ch = "".join(_ascii_digit(c) for c in ch)
             if ch.isspace():
                 if prev_space:
                     continue

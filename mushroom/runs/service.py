@@ -916,7 +916,12 @@ class RunService:
                 isinstance(existing.get("config"), dict)
                 and not config_changes(existing["config"], self.config)
             )
-            if not same and _only_limit_grows(existing.get("config"), self.config):
+            if (
+                not same
+                and _only_limit_grows(existing.get("config"), self.config)
+                # not a folder whose settings were edited by hand: refused below, as they are
+                and existing.get("config_hash") == config_hash(existing["config"])
+            ):
                 # the first N items are the first M's start: the finished ones are kept, and
                 # only the new ones run (a new folder sent every finished item to the model again)
                 self.reporter.message(

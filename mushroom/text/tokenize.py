@@ -16,7 +16,7 @@ import regex
 from mushroom.text.normalize import normalize_word
 
 # the katakana-hiragana prolonged sound mark (ー, half-width ｰ) is of no script of its own
-_CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\u30fc\uff70"
+_CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\u30fc\uff70\uff9e\uff9f"
 _TOKEN_RE = regex.compile(
     rf"(?P<cjk>[{_CJK}])"
     r"|(?P<num>\p{Nd}+(?:[.,:/]\p{Nd}+)*)"
@@ -26,7 +26,7 @@ _TOKEN_RE = regex.compile(
     # Invisible format characters inside a word (a soft hyphen, a zero-width space or joiner)
     # keep it one word: "War\u00adsaw" was "War" and "saw"
     rf"|(?P<word>[\p{{L}}\p{{Nd}}](?:(?![{_CJK}])[\p{{L}}\p{{M}}\p{{Nd}}\u200c\u200d]"
-    rf"|[\u00ad\u200b\u2060](?=[\p{{L}}\p{{Nd}}]))*)"
+    rf"|[\u00ad\u200b\u2060\ufeff](?=(?![{_CJK}])[\p{{L}}\p{{Nd}}]))*)"
 )
 
 _DIGIT = regex.compile(r"\d")
