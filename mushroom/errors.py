@@ -192,6 +192,8 @@ REPLAY_MISS = "no recorded response"
 """How a replay backend's error for a request its file has no answer to begins."""
 CUT_OFF = "the reply was cut off at max_tokens"
 """In the error of an item whose every reply stopped at its budget before it named a span."""
+SERVER_CONTEXT_FLAGS = "llama-server -c, llama_cpp.server --n_ctx, vLLM --max-model-len"
+"""The servers' settings of their context length, named where a prompt did not fit in it."""
 CONTEXT_FULL = "the reply was stopped for length by the server, not at max_tokens"
 """In the error of an item whose replies stopped for length far below max_tokens: the prompt
 filled the server's context, or the server caps replies (llama.cpp says "length" for both)."""
@@ -271,7 +273,6 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
     elsewhere = sum(NAMED_ELSEWHERE in e for e in errors)
     recorded = sum(RECORDED_CUT in e for e in errors)
     full = sum(CONTEXT_FULL in e for e in errors)
-    server_context = "llama-server -c, llama_cpp.server --n_ctx, vLLM --max-model-len"
     if errors and (cut - recorded) + full + unread + elsewhere == len(errors):
         # every reply came and is cached: "run the same command again" read them again, and
         # raising max_tokens in the same folder is refused as another config
@@ -280,8 +281,8 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
             fixes.append(f"raise max_tokens (-o max_tokens=N) for the {cut} cut off at it")
         if full:
             fixes.append(
-                f"raise the server's context length ({server_context}) or its reply limit for the {full} "
-                "it stopped"
+                f"raise the server's context length ({SERVER_CONTEXT_FLAGS}) or its reply limit for the "
+                f"{full} it stopped"
             )
         if unread + elsewhere:
             fixes.append(
@@ -296,8 +297,7 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
     long = sum(TOO_LONG in e for e in errors)
     slow = sum(SLOWER in e for e in errors)
     context = (
-        "raise the server's context length (llama-server -c, llama_cpp.server --n_ctx, vLLM "
-        "--max-model-len), then run the same command again"
+        f"raise the server's context length ({SERVER_CONTEXT_FLAGS}), then run the same command again"
         + (f" with {folder}" if folder else "")
         + "; or lower max_tokens, in a new folder"
     )
@@ -338,7 +338,7 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
     if full:
         again += (
             f"; for {full} of them {CONTEXT_FULL}, which a re-run reads from the cache again (raise its "
-            f"context length: {server_context}, in a new folder)"
+            f"context length: {SERVER_CONTEXT_FLAGS}, in a new folder)"
         )
     if slow:
         again += (

@@ -61,7 +61,15 @@ from mushroom.data.records import ChannelRecord, Context, Item, Prediction
 from mushroom.data.runfolder import RUN_MARKS, answer_digest, run_config_file, timestamp, versions, write_json
 from mushroom.data.splits import load_split
 from mushroom.detectors.base import Detector, ItemResult
-from mushroom.errors import DataError, Interrupted, MushroomError, RunFailed, error_text, retry_advice
+from mushroom.errors import (
+    SERVER_CONTEXT_FLAGS,
+    DataError,
+    Interrupted,
+    MushroomError,
+    RunFailed,
+    error_text,
+    retry_advice,
+)
 from mushroom.evaluation.submission import write_zip
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util import folderlock
@@ -555,7 +563,7 @@ _MEANING = {
     "llm.truncated": _CUT,
     "llm.stopped_by_server": (
         ": the prompt nearly fills the server's context, or the server caps replies; raise its context "
-        "length (llama-server -c, llama_cpp.server --n_ctx, vLLM --max-model-len), not max_tokens"
+        f"length ({SERVER_CONTEXT_FLAGS}), not max_tokens"
     ),
     "chain.truncated": _CUT,
     "chain.no_claims": _UNCHECKED,
