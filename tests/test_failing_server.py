@@ -792,7 +792,7 @@ def test_replies_read_from_the_cache_are_not_said_to_be_retried_by_the_same_comm
     assert NAMED_ELSEWHERE in said and "(raise it, in a new folder)" in said, said
 
 
-def _detect_against(capsys, handler, out, limit=2):
+def _detect_against(capsys, handler, out, limit=2, extra=()):
     """`detect` of the llm detector against a server of `handler` (a BaseHTTPRequestHandler)."""
     from http.server import ThreadingHTTPServer
 
@@ -800,7 +800,7 @@ def _detect_against(capsys, handler, out, limit=2):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        return cli(capsys, *llm_args(openai_backend(url), out, limit))
+        return cli(capsys, *llm_args(openai_backend(url), out, limit), *extra)
     finally:
         server.shutdown()
 
@@ -862,13 +862,16 @@ def test_a_connection_closed_after_a_long_silence_is_a_timeout_not_resent(tmp_pa
             self.close_connection = True  # no answer: the proxy's timeout
 
     out = tmp_path / "run"
-    code, _, err = _detect_against(capsys, Proxy, out)
+    code, _, err = _detect_against(capsys, Proxy, out, limit=4, extra=["-o", "backend.concurrency=1"])
     assert code == 3, err
     errors = [f["error"] for f in _failures(out)]
-    assert len(errors) == 2 and all("closed after" in e and "a proxy's read timeout" in e for e in errors), (
-        errors
+    assert len(errors) == 4 and "closed after" in errors[0] and "a proxy's read timeout" in errors[0], errors
+    # one close when none worked stops the run, as a read timeout does: the other three items
+    # waited out the proxy's timeout each before the run stopped
+    assert len(posts) == 1, posts
+    assert all(
+        "closed a request after a long wait" in e and "raise the proxy's timeout" in e for e in errors[1:]
     )
-    assert len(posts) == 2, posts  # one request an item: not sent again to wait as long
 
 
 def test_a_larger_limit_on_the_same_folder_keeps_the_finished_items(tmp_path, capsys):

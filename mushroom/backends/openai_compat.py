@@ -97,6 +97,7 @@ BREAKER_PROBATION = 2
 TIMEOUTS_COLD = 1
 TIMEOUTS_WARM = 2
 TIMED_OUT = "timeout after"  # how a read timeout's message starts (after "gave up after ...: ")
+SILENT_CLOSE = "the connection was closed after"  # how a long-silence close's message starts
 RETRY_WAIT_CAP_S = 30.0  # the longest wait between two attempts
 # a connection closed with no answer after this long was timed out (a proxy's read timeout,
 # nginx's is 60 s), not dropped by chance: sent again, it waits as long and is closed again
@@ -163,7 +164,8 @@ class CircuitBreaker:
     retried per request, item after item, such a run took hours to end in "every item
     failed". Counted here are requests that ended in a server error (after their retries):
     5xx, a 4xx other than 408 and 429, a 429 that says the account is out of quota, a body
-    that is not a completion, a timeout (which trips it sooner, see TIMEOUTS_COLD). A busy
+    that is not a completion, a timeout or a connection closed after a long silence (which
+    trip it sooner, see TIMEOUTS_COLD). A busy
     server (408, 429) is not broken and never trips it. Once tripped, it stays so for the
     backend's life: the rest of the run fails unsent with one reason, and the same command
     run again (a new backend) sends them all. `on_open` is called once it trips, to cut the
@@ -211,7 +213,10 @@ class CircuitBreaker:
         """Counts a request that ended in a server error; trips after enough of them."""
         if not self.enabled or message.startswith(NOT_SENT):
             return
-        timed_out = TIMED_OUT in message
+        # a connection closed after a long silence is a timeout on the way (a proxy's): three
+        # of them on a one-slot server were three proxy timeouts before the run stopped
+        closed = SILENT_CLOSE in message
+        timed_out = TIMED_OUT in message or closed
         with self._lock:
             self._in_row += 1
             self._timeouts_in_row = self._timeouts_in_row + 1 if timed_out else 0
@@ -221,13 +226,21 @@ class CircuitBreaker:
                 return
             first = "" if self._worked else " (none worked)"
             if self._timeouts_in_row >= timeouts:
-                within = f" within {self.timeout_s} s" if self.timeout_s else ""
                 n = self._timeouts_in_row
-                none = "no request" if n == 1 else f"none of the last {n} requests"
-                self._open = (
-                    f"{NOT_SENT}: the server at {self.url} answered {none}{within}; "
-                    f"a slower model needs a {SLOWER}; the same command retries it"
-                )
+                if not closed:
+                    within = f" within {self.timeout_s} s" if self.timeout_s else ""
+                    none = "no request" if n == 1 else f"none of the last {n} requests"
+                    self._open = (
+                        f"{NOT_SENT}: the server at {self.url} answered {none}{within}; "
+                        f"a slower model needs a {SLOWER}; the same command retries it"
+                    )
+                else:
+                    which = "a request" if n == 1 else f"the last {n} requests"
+                    self._open = (
+                        f"{NOT_SENT}: the connection to {self.url} closed {which} after a long wait "
+                        "with no answer: a proxy's read timeout in front of the server; raise the "
+                        "proxy's timeout, then the same command retries it"
+                    )
             else:
                 # "... (none worked); the last: gave up after 6 attempts: HTTP 500 ...": it said
                 # "with gave up after", the request's outcome read as the server's answer
@@ -650,7 +663,7 @@ class OpenAIBackend(Backend):
             return _Transient(f"connection error: {kind}", "connection error", unreachable=True)
         if isinstance(exc, httpx.RemoteProtocolError) and waited >= LONG_SILENCE_S:
             message = (
-                f"the connection was closed after {waited:.0f} s with no answer ({kind}): a proxy's "
+                f"{SILENT_CLOSE} {waited:.0f} s with no answer ({kind}): a proxy's "
                 "read timeout in front of the server, or the server dropped it"
             )
             hung = self._hung(message, f"closed a request after {waited:.0f} s with no answer")
