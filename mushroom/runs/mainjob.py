@@ -31,6 +31,7 @@ from mushroom.util.interrupts import fallback_hint, interrupt_hint
 from mushroom.util.words import plural
 
 if TYPE_CHECKING:
+    from mushroom.combine.stack import Member, StackModel
     from mushroom.combine.stack.stream import StackChunk
     from mushroom.runs.cascade import CascadeJob
 
@@ -209,6 +210,38 @@ def _until_the_folder(out: Path | None) -> Callable[[], None]:
     return fallback_hint(NOTHING_SAVED_YET)
 
 
+def _refuse_member_mix(
+    members: tuple[str, ...],
+    model_backed: list[str],
+    llm_budget: float,
+    budget_from: str | None,
+    member_sources: tuple[str, ...] | None,
+    member_from: str,
+) -> None:
+    """Refuses a budget or member contexts that the members make meaningless, before any work."""
+    cascade = llm_budget != 1.0
+    if member_sources is not None and not model_backed:
+        raise MushroomError(
+            f"{member_from} names the contexts of the model-backed members (llm, chain, pyes); "
+            f"none is among {', '.join(members)}: give the contexts of every member with --contexts"
+        )
+    if cascade and not model_backed:
+        # `budget_from`: the config file that set it, so the message does not name a flag not given
+        raise MushroomError(
+            f"{budget_from}: llm_budget = {llm_budget:g} limits the model-backed members (llm, chain, "
+            f"pyes); none is among {', '.join(members)}: add one, or give --llm-budget 1 to send every item"
+            if budget_from
+            else f"--llm-budget {llm_budget:g} limits the model-backed members (llm, chain, pyes); "
+            f"none is among {', '.join(members)}: add one with --members, or leave --llm-budget out"
+        )
+    if cascade and len(model_backed) == len(members):
+        raise MushroomError(
+            f"--llm-budget sends the items the CPU stack is least sure of, and every member "
+            f"({', '.join(members)}) calls a model: add a CPU member, "
+            f"e.g. --members lexical,{','.join(members)}"
+        )
+
+
 def run_main_stack(
     out: Path | None = None,
     members: tuple[str, ...] = DEFAULT_MEMBERS,
@@ -250,14 +283,7 @@ def run_main_stack(
     what set them in messages (the flag, or a config file's key).
     """
     before_the_folder = _until_the_folder(out)
-    from mushroom.combine.stack import (
-        Member,
-        StackModel,
-        fit_stack,
-        stack_fingerprint,
-    )
-    from mushroom.data.jsonl import read_json_model
-    from mushroom.data.predictions import load_predictions
+    from mushroom.combine.stack import Member
 
     reporter = reporter or PlainReporter()
     options = options or {}
@@ -278,27 +304,8 @@ def run_main_stack(
     dets, skipped = _loadable_members(members, options, sources, out, skip_unavailable, member_sources)
     members = tuple(dets)
     model_backed = [name for name, det in dets.items() if det.calls_model]
-    if member_sources is not None and not model_backed:
-        raise MushroomError(
-            f"{member_from} names the contexts of the model-backed members (llm, chain, pyes); "
-            f"none is among {', '.join(members)}: give the contexts of every member with --contexts"
-        )
+    _refuse_member_mix(members, model_backed, llm_budget, budget_from, member_sources, member_from)
     costly = model_backed if cascade else []
-    if cascade and not costly:
-        # `budget_from`: the config file that set it, so the message does not name a flag not given
-        raise MushroomError(
-            f"{budget_from}: llm_budget = {llm_budget:g} limits the model-backed members (llm, chain, "
-            f"pyes); none is among {', '.join(members)}: add one, or give --llm-budget 1 to send every item"
-            if budget_from
-            else f"--llm-budget {llm_budget:g} limits the model-backed members (llm, chain, pyes); "
-            f"none is among {', '.join(members)}: add one with --members, or leave --llm-budget out"
-        )
-    if cascade and len(costly) == len(members):
-        raise MushroomError(
-            f"--llm-budget sends the items the CPU stack is least sure of, and every member "
-            f"({', '.join(members)}) calls a model: add a CPU member, "
-            f"e.g. --members lexical,{','.join(members)}"
-        )
     # the languages are checked (and the items read) before the run folder is made
     val_langs = _val_langs(langs)
     if not val_langs:
@@ -390,6 +397,30 @@ def run_main_stack(
     # The job knows this invocation's failures itself (it stopped above unless --allow-failures).
     member_list = [Member(name, out / "members" / name, allow_failures=True) for name in members]
 
+    model, comparison, val_files = _fit_stage(service, out, members, member_list, val_data)
+    files = _apply_stage(service, reporter, out, members, member_list, model, test_data)
+    title = "val: each detector, their vote and the stack (5-fold CV by item)"
+    _submit_and_score(
+        service, reporter, out, files, val_files, val_data, comparison, members, model, title, skipped
+    )
+    return out
+
+
+def _fit_stage(
+    service: RunService,
+    out: Path,
+    members: tuple[str, ...],
+    member_list: list[Member],
+    val_data: dict[str, list],
+) -> tuple[StackModel, dict[str, Any], dict[str, Path]]:
+    """The stack fitted on val (out of fold), or the last fit's when its inputs are unchanged.
+
+    Returns:
+        The stack, the val comparison table's data, and each val language's out-of-fold file.
+    """
+    from mushroom.combine.stack import StackModel, fit_stack, stack_fingerprint
+    from mushroom.data.jsonl import read_json_model
+
     # Fit on val, unless the members' val files are those of the last fit.
     val_inputs = [p for name in members for p in (out / "members" / name / "val").glob("**/*.jsonl")]
     val_inputs = [p for p in val_inputs if "items" not in p.parts]
@@ -420,6 +451,25 @@ def run_main_stack(
             reused=False,
             fingerprint=fingerprint(val_inputs, fit_settings),
         )
+
+    return model, comparison, val_files
+
+
+def _apply_stage(
+    service: RunService,
+    reporter: Reporter,
+    out: Path,
+    members: tuple[str, ...],
+    member_list: list[Member],
+    model: StackModel,
+    test_data: dict[str, list],
+) -> list[Path]:
+    """The stack applied to test a chunk at a time, or the last run's files when nothing changed.
+
+    Returns:
+        The test submission files, one per language.
+    """
+    from mushroom.data.predictions import load_predictions
 
     # Apply to test, unless the members' test files and the stack are those of the last run.
     test_inputs = [out / "stack.json"] + [
@@ -456,11 +506,7 @@ def run_main_stack(
             f"the empty rule emptied the hard labels of {sum(emptied.values())} of {total} test answers"
             + (f" ({where})" if where else "")
         )
-    title = "val: each detector, their vote and the stack (5-fold CV by item)"
-    _submit_and_score(
-        service, reporter, out, files, val_files, val_data, comparison, members, model, title, skipped
-    )
-    return out
+    return files
 
 
 def _count_emptied(chunks: Iterable[StackChunk], counts: dict[str, int]) -> Iterator[StackChunk]:
