@@ -542,7 +542,7 @@ def test_a_stack_applied_to_an_items_file_is_scored_and_reported_as_its_folder(t
     code, _, err = cli(capsys, "report", applied, "--items", items, "--out", tmp_path / "r.html")
     assert code == 0 and (tmp_path / "r.html").is_file(), err
     # a folder made before its split was named "items" (its config said "test") resumes
-    from mushroom.runs.service import config_hash
+    from mushroom.runs.confighash import config_hash
 
     saved = json.loads((applied / "config.json").read_text())
     older = {**saved["config"], "split": "test"}

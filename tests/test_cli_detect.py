@@ -792,7 +792,7 @@ def test_a_folder_that_holds_the_project_its_data_or_later_runs_is_no_run_folder
     `./run.sh` too, was then refused as "inside the run folder", and nothing said what to remove."""
     import mushroom.data.contexts as contexts
     import mushroom.data.splits as splits
-    from mushroom.runs.service import protected_folder
+    from mushroom.runs.folders import protected_folder
 
     proj = tmp_path / "proj"
     monkeypatch.setattr(splits, "workspace", lambda: proj)

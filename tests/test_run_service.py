@@ -337,7 +337,7 @@ def test_items_without_context_are_warned_about_and_a_wrong_replay_file_is_named
 
 def test_a_changed_member_setting_is_named_inside_the_members_list():
     """The main job's config lists its members; a refusal must name the one setting that moved."""
-    from mushroom.runs.service import config_changes
+    from mushroom.runs.confighash import config_changes
 
     old = {"members": [{"detector": "lexical", "options": {"threshold": 0.25}}, {"detector": "semantic"}]}
     new = {
@@ -690,7 +690,7 @@ def test_a_nan_probability_fails_its_item_and_not_as_nothing_wrong(tmp_path):
 def test_no_detector_option_that_changes_answers_is_left_out_of_the_config_hash():
     """Chain's `retry` was: a folder resumed under the other setting and mixed both."""
     from mushroom.detectors import available, detector_class
-    from mushroom.runs.service import UNHASHED_KEYS, config_hash
+    from mushroom.runs.confighash import UNHASHED_KEYS, config_hash
 
     where_it_runs = {"device", "batch_size"}  # how a model runs, not what it answers
     for name in available():
@@ -703,7 +703,7 @@ def test_no_detector_option_that_changes_answers_is_left_out_of_the_config_hash(
 def test_an_option_added_later_keeps_older_folders_resumable_at_its_default():
     """Every semantic and main-job folder was refused once `answer_pool` appeared in their configs."""
     from mushroom.detectors import build
-    from mushroom.runs.service import LATER_DEFAULTS, config_hash
+    from mushroom.runs.confighash import LATER_DEFAULTS, config_hash
 
     semantic = build("semantic", {}).describe()
     options = semantic["options"]
@@ -952,7 +952,7 @@ def test_a_config_whose_description_alone_changed_resumes_its_folder(tmp_path, c
 
 def test_a_run_configs_option_is_listed_once_among_what_differs():
     """Editing `threshold` listed it twice: as written, and as `variants[0].options.threshold`."""
-    from mushroom.runs.service import config_changes, listed_changes
+    from mushroom.runs.confighash import config_changes, listed_changes
 
     def config(threshold, default):
         return {
@@ -1037,7 +1037,7 @@ def test_the_config_hash_is_pinned_to_its_scheme():
     """A folder whose settings no longer give its hash, under this scheme, is refused as edited
     by hand: a change to what the hash leaves out must bump HASH_SCHEME, or every folder of
     the current scheme would be refused."""
-    from mushroom.runs.service import HASH_SCHEME, config_hash
+    from mushroom.runs.confighash import HASH_SCHEME, config_hash
 
     config = {
         "job": "detect",
@@ -1052,7 +1052,7 @@ def test_the_config_hash_is_pinned_to_its_scheme():
         "backend": {"base_url": "http://h/v1", "model": "m", "timeout_s": 60},
     }
     assert (config_hash(config), HASH_SCHEME) == ("288f4a5358396584", 2), (
-        "config_hash changed: bump HASH_SCHEME in mushroom/runs/service.py, then pin both here"
+        "config_hash changed: bump HASH_SCHEME in mushroom/runs/confighash.py, then pin both here"
     )
 
 
@@ -1061,7 +1061,7 @@ def test_a_ledger_counts_the_time_of_attempts_a_later_line_replaced(tmp_path):
     it did again (196.9 s, then 113.9 s after a resume: an audit)."""
     from mushroom.data.records import Prediction
     from mushroom.detectors.base import ItemResult
-    from mushroom.runs.service import Ledger
+    from mushroom.runs.ledger import Ledger
 
     path = tmp_path / "items" / "en.jsonl"
     ledger = Ledger(path)

@@ -170,7 +170,7 @@ def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> 
     from mushroom.data.predictions import prediction_file_lang
     from mushroom.data.runfolder import made_from_files, run_scope
     from mushroom.data.splits import DEFAULT_DATA_DIR, in_data_dir
-    from mushroom.runs.service import RUN_FILES, parent_run
+    from mushroom.runs.folders import RUN_FILES, parent_run
 
     if str(path) == "-" or path.parts[:1] == ("-",):  # a file, or a folder, named "-" was made
         raise MushroomError(

@@ -25,8 +25,9 @@ from mushroom.detectors import Detector, build
 from mushroom.detectors.base import backend_settings
 from mushroom.errors import MissingExtra, MushroomError, model_advice, model_flag_as
 from mushroom.evaluation.submission import write_predictions
+from mushroom.runs.confighash import fingerprint
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
-from mushroom.runs.service import RunService, fingerprint
+from mushroom.runs.service import RunService
 from mushroom.util.interrupts import fallback_hint, interrupt_hint
 from mushroom.util.words import plural
 

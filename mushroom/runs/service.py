@@ -26,24 +26,17 @@ they all resume, account and fail the same way:
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
-import re
-import threading
 import time
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Set, Sized
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from mushroom.backends.base import retry_note, warnings_to
-from mushroom.backends.config import TRANSPORT_KEYS
 from mushroom.data.contexts import (
     DEFAULT_SOURCES,
     ContextSet,
@@ -54,10 +47,10 @@ from mushroom.data.contexts import (
     support_contexts,
 )
 from mushroom.data.itemstream import ContextFiles
-from mushroom.data.jsonl import JsonlWriter, mend_cut_line, read_utf8, write_jsonl
+from mushroom.data.jsonl import JsonlWriter, read_utf8, write_jsonl
 from mushroom.data.label_files import EMPTY_ANSWER
 from mushroom.data.predictions import mark_all, prediction_file_lang, submission_name
-from mushroom.data.records import ChannelRecord, Context, Item, Prediction
+from mushroom.data.records import Item, Prediction
 from mushroom.data.runfolder import RUN_MARKS, answer_digest, run_config_file, timestamp, versions, write_json
 from mushroom.data.splits import load_split
 from mushroom.detectors.base import Detector, ItemResult
@@ -71,49 +64,22 @@ from mushroom.errors import (
     retry_advice,
 )
 from mushroom.evaluation.submission import write_zip
+from mushroom.runs.confighash import (
+    HASH_SCHEME,
+    config_changes,
+    config_hash,
+    fingerprint,
+    listed_changes,
+    only_limit_grows,
+)
+from mushroom.runs.folders import RUN_FILES, TOP_FILES, enclosing_run, held_runs, protected_folder
+from mushroom.runs.ledger import Ledger, item_digest
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util import folderlock
-from mushroom.util.files import file_blocks
 from mushroom.util.interrupts import fallback_hint
 from mushroom.util.names import safe_name
 from mushroom.util.registry import stop_for_import
-from mushroom.util.words import clipped, listed, one_line, plural
-
-# Backend settings that change how answers are fetched (TRANSPORT_KEYS) may change between
-# runs of one folder. So may the settings that choose which items a model answers, not what it
-# answers: the cascade's budget (`mushroom.runs.cascade`). A re-run with a larger one resumes
-# the folder and sends only the items it adds.
-# A config's `description` is words for people: editing it refused the folder as another run.
-UNHASHED_KEYS = TRANSPORT_KEYS | {"llm_budget", "description", "made_from"}
-
-# Options added after run folders existed, at the default that gives the answers those folders
-# hold: left out of the hash at that value, so the folders still resume (every semantic and
-# main-job folder was refused once `answer_pool` appeared in their configs).
-LATER_DEFAULTS: dict[str, Any] = {"answer_pool": "whole"}
-
-
-def _strip_transport(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            k: _strip_transport(v)
-            for k, v in value.items()
-            if k not in UNHASHED_KEYS and not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])
-        }
-    if isinstance(value, list):
-        return [_strip_transport(v) for v in value]
-    return value
-
-
-# Which keys `config_hash` leaves out, as a number kept beside the hash: a folder of this
-# scheme whose settings no longer give its hash was edited by hand; one of an older scheme
-# (UNHASHED_KEYS and LATER_DEFAULTS have grown) may just have been hashed otherwise.
-HASH_SCHEME = 2
-
-
-def config_hash(config: dict[str, Any]) -> str:
-    """Stable short hash of what determines a run's answers."""
-    blob = json.dumps(_strip_transport(config), sort_keys=True, ensure_ascii=False).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
+from mushroom.util.words import listed, one_line, plural
 
 
 def score_file(
@@ -141,349 +107,6 @@ def _written_predictions(path: Path) -> Iterator[Prediction]:
         for line in handle:
             if line.strip():
                 yield Prediction.model_validate(json.loads(line))
-
-
-ABSENT = object()
-MAX_CHANGES_SHOWN = 10
-# What a run writes at the top of its folder: a folder holding only these (a run whose
-# config.json was lost) is no folder of the user's own files.
-RUN_FILES = frozenset(
-    "config.json versions.json stages.json summary.json failures.jsonl scores.json scores.md "
-    "submission.zip stack.json items predictions raw val members responses.cache.jsonl cascade cascade.jsonl "
-    "cascade-plan.jsonl".split()
-)
-
-
-# the files every run writes at the top of its folder (config.json is checked on its own, and
-# a folder with versions.json or stages.json is a run's, RUN_MARKS)
-TOP_FILES = frozenset("summary.json failures.jsonl submission.zip".split())
-
-
-def parent_run(folder: Path) -> Path | None:
-    """The run folder that `folder` is, or lies inside at any depth; None outside every run."""
-    folder = Path(folder).resolve()
-    return folder if run_config_file(folder / "config.json") is not None else enclosing_run(folder)
-
-
-def enclosing_run(folder: Path) -> Path | None:
-    """The run folder that `folder` lies inside, if any: a parent whose config.json has a config hash.
-
-    Only a run's own config.json counts (a user's project folder may hold a config.json of
-    its own), and the folder itself does not: resuming a run is its whole point.
-    """
-    for parent in Path(folder).resolve().parents:
-        if run_config_file(parent / "config.json") is not None:
-            return parent
-    return None
-
-
-def protected_folder(folder: Path) -> str | None:
-    """Why `folder` may not be a run folder: it holds the project, its data, or where later runs go.
-
-    `detect --out .` in the checkout (or `--out /`) made a run folder of it, and every later
-    run, `./run.sh` too, was refused as "inside the run folder". A folder that holds the data
-    or contexts a run reads, the package, the default folder of runs, the home folder or the
-    file system's root is refused; None where the folder is free.
-    """
-    from mushroom.data import contexts, splits
-
-    target = Path(folder).resolve()
-    if target == Path(target.anchor) or target == Path.home().resolve():
-        return "the file system's root" if target == Path(target.anchor) else "the home folder"
-    ws = splits.workspace()
-    kept = {
-        "the official data": splits.DEFAULT_DATA_DIR,
-        "the context files": contexts.DEFAULT_CONTEXT_DIR,
-        "the mushroom package": Path(__file__).resolve().parents[1],
-        "where runs go by default (runs/, submissions/, eval/)": ws,
-        # the default folders themselves: `--out runs` made every later default run "inside" it
-        "later runs by default": ws / "runs",
-        "later submissions by default": ws / "submissions",
-        "later comparisons and sweeps by default": ws / "eval",
-    }
-    for what, path in kept.items():
-        if path.resolve().is_relative_to(target):
-            return (
-                f"{'the folder of' if path.resolve() == target else 'the folder that holds'} {what} ({path})"
-            )
-    return None
-
-
-def held_runs(folder: Path) -> list[str]:
-    """The run folders directly inside `folder`, when it is no run itself (`--out runs/`)."""
-    folder = Path(folder)
-    if not folder.is_dir() or run_config_file(folder / "config.json") is not None:
-        return []
-    return sorted(
-        p.name for p in folder.iterdir() if p.is_dir() and run_config_file(p / "config.json") is not None
-    )
-
-
-def _only_limit_grows(old: Any, new: dict[str, Any]) -> bool:
-    """Whether a folder's config differs from this run's only by a larger --limit (or none)."""
-    if not isinstance(old, dict) or not isinstance(old.get("limit"), int):
-        return False
-    grown = new.get("limit") is None or (isinstance(new.get("limit"), int) and new["limit"] > old["limit"])
-    return grown and not config_changes({**old, "limit": None}, {**new, "limit": None})
-
-
-def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
-    """Each setting that differs between two configs: `options.threshold: 0.25 -> 0.3`.
-
-    A refused folder must say what differs, or the user has to diff two JSON files by hand
-    to learn that a default moved. Transport settings are left out (they may change);
-    lists of settings records (the main job's members) are compared item by item, other
-    lists whole, since a source list that changed order is one change.
-    """
-    old, new = _strip_transport(old), _strip_transport(new)
-    if isinstance(old, dict) and isinstance(new, dict):
-        changes = []
-        for name in list(old) + [k for k in new if k not in old]:
-            sub = f"{key}.{name}" if key else str(name)
-            changes += config_changes(old.get(name, ABSENT), new.get(name, ABSENT), sub)
-        return changes
-    if isinstance(old, list) and isinstance(new, list) and all(isinstance(v, dict) for v in old + new):
-        # record by record, one added or dropped at the end named as such (a variant added to a
-        # run config showed only the lists' common beginning, cut at 80 characters)
-        pairs = itertools.zip_longest(old, new, fillvalue=ABSENT)
-        return [c for k, (a, b) in enumerate(pairs) for c in config_changes(a, b, f"{key}[{k}]")]
-    if old == new:
-        return []
-    return [f"{key or '(config)'}: {_shown(old)} -> {_shown(new)}"]
-
-
-NOT_SET = "(not set)"
-
-
-def listed_changes(changes: list[str], sep: str) -> str:
-    """The first MAX_CHANGES_SHOWN of `config_changes`, each after `sep`, and how many more.
-
-    A run config's option is kept twice, as written (`run_config.detector.options.threshold`)
-    and as the detector took it (`variants[0].options.threshold`): the second is left out
-    where it says what the first says.
-    """
-    written = {c.split(".options.", 1)[-1] for c in changes if c.startswith("run_config.detector.options.")}
-    changes = [
-        c
-        for c in changes
-        if not (re.match(r"variants\[\d+\]\.options\.", c) and c.split(".options.", 1)[-1] in written)
-    ]
-    hidden = len(changes) - MAX_CHANGES_SHOWN
-    return "".join(f"{sep}{c}" for c in changes[:MAX_CHANGES_SHOWN]) + (
-        f"{sep}... and {hidden} more" if hidden > 0 else ""
-    )
-
-
-def _shown(value: Any) -> str:
-    if value is ABSENT:
-        return NOT_SET
-    return clipped(json.dumps(value, ensure_ascii=False, sort_keys=True), 80)
-
-
-def fingerprint(inputs: list[Path], extra: dict[str, Any]) -> str:
-    """Hash of files' contents and settings: a stage whose fingerprint is unchanged is reused."""
-    digest = hashlib.sha256(json.dumps(extra, sort_keys=True, default=str).encode())
-    for path in sorted(inputs):
-        digest.update(str(path.name).encode())
-        if not path.is_file():
-            digest.update(b"<missing>")
-            continue
-        for block in file_blocks(path):
-            digest.update(block)
-    return digest.hexdigest()[:16]
-
-
-def item_digest(item: Item, contexts: Iterable[Context]) -> str:
-    """A short hash of what a detector reads of an item: its answer, question, tokens, logits, contexts.
-
-    Kept on the item's ledger line, so that a re-run of the folder on an edited items or
-    contexts file computes the edited items again instead of resuming past them with
-    predictions of another text (whose spans may not even fit the new answer). The gold
-    labels are left out: they do not change a prediction.
-    """
-    blob = {
-        "lang": item.lang,
-        "input": item.model_input,
-        "output": item.model_output_text,
-        "tokens": item.model_output_tokens,
-        "logits": item.model_output_logits,
-        "contexts": [[c.source, c.text] for c in contexts],
-    }
-    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
-
-
-_DIGEST_KEY = b'"input_digest":"'  # as model_dump_json writes the ledger line (no spaces)
-
-
-class Ledger:
-    """One language's item outcomes: an append-only JSONL file, the last line per id wins.
-
-    Holds per item only where its last line starts and whether it failed, never the results
-    themselves (a run over a million items would hold gigabytes): what the end of a run needs
-    (predictions, errors, stats) is read back from the file as a stream. An item's evidence
-    channels go to the language's channel store (`raw/channels.<lang>.jsonl.gz`), written
-    before its ledger line, so an item the ledger calls done always has its channels there.
-    """
-
-    def __init__(self, path: Path, channels: Path | None = None):
-        self.path = path
-        self.channel_path = channels
-        self.last: dict[str, int] = {}  # id -> byte offset of its last readable line
-        self.failed: set[str] = set()  # ids whose last line says failed
-        # id -> seconds of every line, attempts a later line replaced included: a resumed run's
-        # stage time dropped the failed first tries of the items it did again
-        self.spent: dict[str, float] = {}
-        self.unreadable = 0
-        self.inline_channels = False  # lines of a run before the channel store carry channels
-        self.lost_channels = 0  # items done whose evidence the store lacks: done again
-        self._lock = threading.Lock()
-        self._out: Any = None
-        self._size = 0
-        self._channels: Any = None
-        if path.exists():
-            mend_cut_line(path, drop=True)  # a kill cut the last line: its item is done again
-            channelled: set[str] = set()  # ok items whose last line says they wrote channels
-            for offset, result in self._lines():
-                if result is None:
-                    self.unreadable += 1  # that item is simply done again
-                    continue
-                self._note(result, offset)
-                self.inline_channels = self.inline_channels or bool(result.channels)
-                if result.status == "ok" and result.stored_channels:
-                    channelled.add(result.id)
-                else:
-                    channelled.discard(result.id)
-            self._forget_lost_channels(channelled)
-
-    def _forget_lost_channels(self, channelled: set[str]) -> None:
-        """Items done whose channels the store lacks are done again.
-
-        A store cut or deleted by hand kept its ledger's "done": the stack then read those
-        items as having no evidence and wrote another submission, with nothing said.
-        """
-        from mushroom.data.channels import iter_channel_ids
-
-        if not channelled or self.channel_path is None:
-            return
-        stored = set(iter_channel_ids(self.channel_path)) if self.channel_path.exists() else set()
-        lost = channelled - stored
-        for item_id in lost:
-            del self.last[item_id]
-            self.failed.discard(item_id)
-        self.lost_channels = len(lost)
-
-    def _lines(self, wanted: set[int] | None = None) -> Iterator[tuple[int, ItemResult | None]]:
-        """(offset, result or None if unreadable) of each line; with `wanted`, the lines starting there."""
-        if not self.path.exists():
-            return
-        with self.path.open("rb") as handle:
-            offset = 0
-            for raw in handle:
-                start, offset = offset, offset + len(raw)
-                if not raw.strip() or (wanted is not None and start not in wanted):
-                    continue
-                try:
-                    yield start, ItemResult.model_validate_json(raw)
-                except ValidationError:
-                    yield start, None
-
-    def _note(self, result: ItemResult, offset: int) -> None:
-        self.last[result.id] = offset
-        self.spent[result.id] = self.spent.get(result.id, 0.0) + (result.seconds or 0.0)
-        if result.status == "ok":
-            self.failed.discard(result.id)
-        else:
-            self.failed.add(result.id)
-
-    def __len__(self) -> int:
-        return len(self.last)
-
-    def add(self, result: ItemResult) -> None:
-        # the ledger's own word, whatever a detector's result said: the channels go to the store
-        result = result.model_copy(update={"stored_channels": bool(result.channels)})
-        line = (result.model_dump_json(exclude_defaults=True, exclude={"channels"}) + "\n").encode("utf-8")
-        with self._lock:
-            if result.channels:
-                self._channel_writer().add(ChannelRecord(id=result.id, channels=result.channels))
-            if self._out is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._out = self.path.open("ab")
-                self._size = self._out.seek(0, 2)
-            self._out.write(line)
-            self._out.flush()
-            self._note(result, self._size)
-            self._size += len(line)
-
-    def _channel_writer(self):
-        from mushroom.data.channels import ChannelWriter
-
-        if self._channels is None:
-            if self.channel_path is None:
-                raise MushroomError(f"{self.path}: this ledger has no channel store")
-            fresh = not self.channel_path.exists()
-            self._channels = ChannelWriter(self.channel_path)
-            if fresh and self.inline_channels:
-                # a run before the channel store kept channels in the ledger: carried over, so
-                # that the store holds every item's channels
-                for _, old in self._lines(set(self.last.values())):
-                    if old is not None and old.status == "ok" and old.channels:
-                        self._channels.add(ChannelRecord(id=old.id, channels=old.channels))
-        return self._channels
-
-    def close(self) -> None:
-        with self._lock:
-            if self._out is not None:
-                self._out.close()
-                self._out = None
-            if self._channels is not None:
-                self._channels.close()
-                self._channels = None
-
-    def ok(self, item_id: str) -> bool:
-        return item_id in self.last and item_id not in self.failed
-
-    def changed(self, digests: dict[str, str]) -> set[str]:
-        """The ids done here whose inputs have changed since (`digests`: id -> item_digest now).
-
-        Read from the file, not held: a run over a million items keeps no digest in memory.
-        Only the key is looked for in each line, not the line parsed (a model-backed item's
-        detail can be long). A line of a run before digests were kept has none, and is taken
-        as unchanged.
-        """
-        done = [i for i in digests if self.ok(i)]
-        if not done:
-            return set()
-        if self._out is not None:
-            self._out.flush()
-        found = set()
-        with self.path.open("rb") as handle:
-            for item_id in done:
-                handle.seek(self.last[item_id])
-                line = handle.readline()
-                # the last key of the line: a key of that name inside `detail` comes before it
-                at = line.rfind(_DIGEST_KEY)
-                if at >= 0:
-                    start = at + len(_DIGEST_KEY)
-                    if line[start : start + 16].decode("ascii", "replace") != digests[item_id]:
-                        found.add(item_id)
-        return found
-
-    def read(self, ids: Iterable[str]) -> Iterator[ItemResult | None]:
-        """The last outcome of each of `ids`, in their order (None for an id without one)."""
-        if self._out is not None:
-            self._out.flush()
-        with self.path.open("rb") if self.last else nullcontext() as handle:
-            for item_id in ids:
-                offset = self.last.get(item_id)
-                if offset is None or handle is None:
-                    yield None
-                    continue
-                handle.seek(offset)
-                yield ItemResult.model_validate_json(handle.readline())
-
-    def error(self, item_id: str) -> str | None:
-        """Why an item failed (its last line's error); None if it has no line."""
-        return next(iter(self.read([item_id]))).error if item_id in self.last else None
 
 
 @dataclass
@@ -926,7 +549,7 @@ class RunService:
             )
             if (
                 not same
-                and _only_limit_grows(existing.get("config"), self.config)
+                and only_limit_grows(existing.get("config"), self.config)
                 # not a folder whose settings were edited by hand: refused below, as they are
                 and existing.get("config_hash") == config_hash(existing["config"])
             ):

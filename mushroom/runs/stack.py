@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def settings_changes(model: StackModel, members: list[Member]) -> list[str]:
     """A warning per member whose run was made with other settings than the run it was fitted on."""
-    from mushroom.runs.service import NOT_SET, config_changes, listed_changes
+    from mushroom.runs.confighash import NOT_SET, config_changes, listed_changes
 
     said = []
     for member in members:
@@ -58,7 +58,7 @@ def _items_split_of_older_folder(out: Path) -> None:
         and config.get("items") is not None
         and config.get("split") != "items"
     ):
-        from mushroom.runs.service import config_hash
+        from mushroom.runs.confighash import config_hash
 
         renamed = {**config, "split": "items"}
         # hashed anew: a config whose settings do not give its hash reads as edited by hand
@@ -235,7 +235,7 @@ def _finished_languages(
     from mushroom.data.predictions import submission_name
     from mushroom.data.runfolder import run_config_file
     from mushroom.errors import MushroomError
-    from mushroom.runs.service import config_hash
+    from mushroom.runs.confighash import config_hash
 
     saved = run_config_file(out / "config.json") if out.is_dir() else None
     if saved is None or saved.get("config_hash") != config_hash(config):
