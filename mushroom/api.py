@@ -62,8 +62,9 @@ class Prediction(records.Prediction):
         # files `check` refuses; without a text there is nothing to check them against
         if "text" in self.model_fields_set:
             n = len(self.text)
-            spans = [(f"soft_labels.{i}", s.start, s.end) for i, s in enumerate(self.soft_labels)]
-            spans += [(f"hard_labels.{i}", s, e) for i, (s, e) in enumerate(self.hard_labels)]
+            soft, hard = self.given_labels()  # a kind derived from the other is inside when that one is
+            spans = [(f"soft_labels.{i}", s.start, s.end) for i, s in enumerate(soft or [])]
+            spans += [(f"hard_labels.{i}", s, e) for i, (s, e) in enumerate(hard or [])]
             for where, start, end in spans:
                 if not 0 <= start < end <= n:
                     raise ValueError(f"{where}: [{start}, {end}) is not inside the text ({n} characters)")

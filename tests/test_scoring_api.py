@@ -80,6 +80,25 @@ def test_a_prediction_with_one_kind_of_label_scores_as_the_dict_it_came_from():
         as_dicts = mushroom.score(GOLD_ROWS, only)
         as_preds = mushroom.score(GOLD_ROWS, [mushroom.Prediction(**d) for d in only])
         assert (as_preds.mean_iou, as_preds.mean_cor) == (as_dicts.mean_iou, as_dicts.mean_cor), key
+        # ... and as the file it writes: "hard_labels": [] was written for a soft-only one,
+        # which the leaderboard scores as marking nothing
+        written = [json.loads(json.dumps(mushroom.Prediction(**d).submission_dict())) for d in only]
+        as_written = mushroom.score(GOLD_ROWS, written)
+        assert (as_written.mean_iou, as_written.mean_cor) == (as_dicts.mean_iou, as_dicts.mean_cor), key
+
+
+def test_a_label_kind_left_out_follows_the_other_when_it_is_assigned():
+    text = "Marie Curie was born in 1867 in Berlin."
+    pred = mushroom.Prediction(id="a", text=text, soft_labels=[{"start": 32, "end": 38, "prob": 0.9}])
+    assert pred.hard_labels == [(32, 38)] and pred.submission_dict()["hard_labels"] == [[32, 38]]
+    pred.soft_labels = [{"start": 0, "end": 5, "prob": 0.9}, {"start": 5, "end": 11, "prob": 0.4}]
+    assert pred.hard_labels == [(0, 5)]
+    hard_only = mushroom.Prediction(id="a", text=text, hard_labels=[[24, 28]])
+    assert [(s.start, s.end, s.prob) for s in hard_only.soft_labels] == [(24, 28, 1.0)]
+    given = mushroom.Prediction(
+        id="a", text=text, soft_labels=[{"start": 0, "end": 5, "prob": 0.9}], hard_labels=[]
+    )
+    assert given.hard_labels == []  # both given: each kept as given
 
 
 def test_records_as_a_notebook_holds_them(tmp_path):

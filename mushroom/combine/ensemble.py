@@ -42,10 +42,11 @@ def ensemble_item(
 def span_overflow(pred: Prediction, length: int) -> str | None:
     """A description of the first span past the end of a text of `length` characters, if any."""
     answer = f"the answer's {plural(length, 'character')}"
-    for i, span in enumerate(pred.soft_labels):
+    soft, hard = pred.given_labels()  # a kind derived from the other is inside when that one is
+    for i, span in enumerate(soft or []):
         if span.end > length:
             return f"soft_labels.{i} [{span.start}, {span.end}) ends past {answer}"
-    for i, (start, end) in enumerate(pred.hard_labels):
+    for i, (start, end) in enumerate(hard or []):
         if end > length:
             return f"hard_labels.{i} [{start}, {end}) ends past {answer}"
     return None
