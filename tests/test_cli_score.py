@@ -1,6 +1,7 @@
 """`score` and `check` against broken and real-world-like files: messages name file, line, field."""
 
 import json
+import math
 
 import pytest
 from cli_helpers import GOLD_ROWS, VAL_DIR, cli, leaderboard_style, limited_run
@@ -8,6 +9,8 @@ from conftest import ROOT, VAL_EN, write_lines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from official_oracle import official_scores
+
+from mushroom import score as mushroom_score
 
 
 def test_submission_with_text_keys_is_read_by_every_command(tmp_path, capsys):
@@ -798,3 +801,62 @@ def test_a_prediction_folder_is_read_for_gold_split_only(tmp_path, capsys):
     shutil.copy(VAL_EN, both / "mushroom.en-val.v2.jsonl")
     code, shown, err = cli(capsys, "score", VAL_DIR, both, "--langs", "en")
     assert code == 0 and shown.splitlines()[-2] == "IoU: 1.00000000", err
+
+
+def test_a_paired_test_over_an_empty_answer_is_undefined_not_significant(tmp_path, capsys):
+    """An empty answer's Cor is NaN (the official scorer's): `--compare` printed p = 0.0001."""
+    from mushroom.evaluation.stats import paired_test
+
+    rows = [dict(r) for r in GOLD_ROWS[:6]]
+    rows[0].update(model_output_text="", soft_labels=[], hard_labels=[])
+    gold = write_lines(tmp_path / "gold.jsonl", rows)
+    preds = []
+    for shift in (0, 1):
+        lines = [
+            {
+                "id": r["id"],
+                "soft_labels": [{"start": 0, "end": 3 + shift, "prob": 0.9}]
+                if r["model_output_text"]
+                else [],
+            }
+            for r in rows
+        ]
+        preds.append(write_lines(tmp_path / f"p{shift}.jsonl", lines))
+    code, out, err = cli(capsys, "score", gold, preds[0], "--compare", preds[1])
+    said = " ".join(out.split())
+    assert code == 0, err
+    assert (
+        "paired Cor: PRED - COMPARE = +nan" in said and "p = nan" in said and "1 item with no Cor" in said
+    ), said
+    assert "paired IoU" in said and "p = nan (n = 6)" not in said.split("paired Cor")[0]  # IoU is defined
+    assert math.isnan(paired_test([0.5, float("nan")], [0.5, 0.2]).p_value)
+
+
+@pytest.mark.parametrize("key", ["hard_labels", "soft_labels"])
+def test_a_label_key_misspelt_on_every_line_is_warned_of(tmp_path, capsys, key):
+    """`hard_label` on every line passed `check` as OK: each line had soft_labels, so nothing
+    was missing, and the file scored with hard labels derived from the soft ones."""
+    rows = GOLD_ROWS[:5]
+    wrong = key[:-1]
+    lines = [
+        {"id": r["id"], **{k: r[k] for k in ("soft_labels", "hard_labels") if k != key}, wrong: r[key]}
+        for r in rows
+    ]
+    pred = write_lines(tmp_path / "pred.jsonl", lines)
+    gold = write_lines(tmp_path / "gold.jsonl", rows)
+    said = f"no line has {key}; 5 lines (first line 1) have a key like it (is {wrong!r} a misspelling?)"
+    code, out, err = cli(capsys, "check", pred, "--items", gold)
+    assert code == 0 and said in " ".join(err.split()) and "1 warning" in out, (out, err)
+    code, out, err = cli(capsys, "score", gold, pred)
+    assert code == 0 and said in " ".join(err.split()), err
+    with pytest.warns(RuntimeWarning, match="a misspelling"):
+        result = mushroom_score(rows, lines)
+    assert any(f"no line has {key}" in w for w in result.warnings)
+
+
+def test_score_takes_lang_as_every_other_command_does_and_names_a_close_language(tmp_path, capsys):
+    run = limited_run(tmp_path, capsys)
+    code, out, err = cli(capsys, "score", VAL_DIR, run, "--lang", "en")
+    assert code == 0 and "IoU:" in out, err  # was "No such option: --lang"
+    code, _, err = cli(capsys, "score", VAL_DIR, run, "--langs", "eng")
+    assert code == 2 and "(did you mean 'en'?)" in err, err

@@ -3,7 +3,7 @@ import shutil
 import subprocess
 
 import pytest
-from cli_helpers import cli
+from cli_helpers import cli, limited_run
 from conftest import write_lines
 from typer.testing import CliRunner
 
@@ -506,3 +506,22 @@ def test_a_markdown_table_keeps_its_columns_whatever_a_run_is_named():
     head, rule, row = table.splitlines()
     assert row == "| we\\|ird name | 0.5000 |"
     assert row.replace("\\|", "").count("|") == head.count("|") == 3
+
+
+def test_compare_partial_takes_a_folder_of_an_ensembles_files_of_limited_runs(tmp_path, capsys):
+    """An ensemble of --limit runs, in a folder of its own, has no config to say it is limited:
+    `compare` refused it ("no prediction for 45 gold ids") and had no --partial to say so."""
+    a = limited_run(tmp_path, capsys, "a")
+    b = limited_run(tmp_path, capsys, "b", "-o", "threshold=0.5")
+    folder = tmp_path / "ens"
+    folder.mkdir()
+    code, _, err = cli(capsys, "ensemble", a, b, "--lang", "en", "--out", folder / "mushroom.en-val.v2.jsonl")
+    assert code == 0, err
+    code, _, err = cli(capsys, "compare", a, folder, "--eval-dir", tmp_path / "ev")
+    assert code == 1 and "compare --partial compares on the items every run predicts" in " ".join(
+        err.split()
+    ), err
+    code, out, err = cli(capsys, "compare", a, folder, "--eval-dir", tmp_path / "ev", "--partial")
+    assert code == 0, err
+    assert "ens: scored 5 of 50 gold items" in " ".join(err.split()), err
+    assert "│ ens " in out and "│ 5 │" in out, out

@@ -27,7 +27,7 @@ from mushroom.cli.common import (
     refuse_out_in_runs,
 )
 from mushroom.cli.tables import paired_table
-from mushroom.errors import MushroomError
+from mushroom.errors import DataError, MushroomError
 from mushroom.util.options import split_names
 from mushroom.util.words import listed, plural
 
@@ -53,6 +53,14 @@ def compare(
         Path | None, typer.Option("--eval-dir", help="where to write (default: eval/)")
     ] = None,
     items: Annotated[Path | None, typer.Option("--items", help=ITEMS_RUNS_HELP)] = None,
+    partial: Annotated[
+        bool,
+        typer.Option(
+            "--partial",
+            help="score each run on the items it predicts and compare on those every run predicts "
+            "(a folder of an ensemble's files of --limit runs); runs made with --limit are so always",
+        ),
+    ] = False,
 ) -> None:
     """Compare runs: IoU/Cor with 95% CIs per language, paired difference and p-value vs a baseline."""
     from mushroom.data.jsonl import atomic_write_text
@@ -93,7 +101,12 @@ def compare(
     for path in written:  # none may replace an input, a run's file, or an official one
         output_file(path, "--eval-dir", (*runs, tags, items))
         refuse_out_in_runs(path, runs, "the comparison", option="--eval-dir")
-    scored = [score_run(r, split, items=items) for r in runs]
+    from mushroom.cli.scoring import with_partial_hint
+
+    try:
+        scored = [score_run(r, split, items=items, partial=partial) for r in runs]
+    except DataError as exc:
+        raise with_partial_hint(exc, "compare --partial compares on the items every run predicts") from None
     for run in scored:
         for warning in run.result.warnings:
             print_warning(warning)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -63,7 +64,9 @@ def score(
     langs: Annotated[
         str | None,
         typer.Option(
-            "--langs", help="folders: score only these languages, e.g. en,de (default: every gold one)"
+            "--langs",
+            "--lang",
+            help="folders: score only these languages, e.g. en,de (default: every gold one)",
         ),
     ] = None,
     partial: Annotated[
@@ -154,7 +157,7 @@ def _score_or_hint(gold: Path, pred: Path, langs: list[str] | None, **kwargs: An
     try:
         result = score_run_files(gold, pred, langs, note=_note, **kwargs)
     except DataError as exc:
-        raise (exc if kwargs.get("partial") else _with_partial_hint(exc)) from None
+        raise (exc if kwargs.get("partial") else with_partial_hint(exc)) from None
     for warning in result.warnings:
         print_warning(warning)
     return result
@@ -206,21 +209,30 @@ def _print_paired(console: Console, result: ScoreResult, other: ScoreResult, com
     for name, a, b in (("IoU", result.iou, other.iou), ("Cor", result.cor, other.cor)):
         res = paired_test(a, b)
         found[name.lower()] = asdict(res)
+        undefined = sum(not (math.isfinite(x) and math.isfinite(y)) for x, y in zip(a, b, strict=True))
+        why = (
+            f": {plural(undefined, 'item')} with no {name} (an empty answer: the official scorer's NaN), "
+            "so the mean and its test are undefined"
+            if undefined
+            else ""
+        )
         console.print(
             f"paired {name}: PRED - COMPARE = {res.mean_diff:+.4f} "
-            f"95% CI [{res.ci_low:+.4f}, {res.ci_high:+.4f}], p = {res.p_value:.4f} (n = {res.n})",
+            f"95% CI [{res.ci_low:+.4f}, {res.ci_high:+.4f}], p = {res.p_value:.4f} (n = {res.n}){why}",
             highlight=False,
             markup=False,
         )
     return found
 
 
-def _with_partial_hint(exc: DataError) -> DataError:
-    """The error with `score --partial` named where a file lacks gold ids (score has the option)."""
+def with_partial_hint(
+    exc: DataError, hint: str = "score --partial scores only the predicted items"
+) -> DataError:
+    """The error with `--partial` named where a file lacks gold ids (`score` and `compare` have it)."""
     from dataclasses import replace
 
     problems = [
-        replace(p, message=p.message + " (score --partial scores only the predicted items)")
+        replace(p, message=p.message + f" ({hint})")
         if p.field == "id" and p.message.startswith("no prediction for")
         else p
         for p in exc.problems

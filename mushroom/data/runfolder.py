@@ -111,14 +111,19 @@ class RunScope:
     budget: float | None = None
     # the run's whole config (config.json's "config"), for what else a caller needs of it
     config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # scored on the items it predicts because the user said so (`compare --partial`): a folder
+    # of prediction files (an ensemble's) has no config to say it was made on some items
+    predicted_only: bool = False
 
     @property
     def partial(self) -> bool:
         """Only some items of each language were predicted."""
-        return self.limit is not None or self.budget is not None
+        return self.limit is not None or self.budget is not None or self.predicted_only
 
     def made_with(self) -> str:
         """`the run in runs/x was made with --limit 5 --lang en`."""
+        if self.predicted_only and self.limit is None and self.budget is None:
+            return f"{self.folder} is scored on the items it predicts (--partial)"
         how = " ".join(
             part
             for part in (

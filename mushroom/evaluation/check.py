@@ -21,6 +21,7 @@ from mushroom.data.label_files import (
     labels_missing_on_some_lines,
     marks_nothing,
     misspelled_label,
+    misspelled_on_every_line,
 )
 from mushroom.data.records import Item
 from mushroom.errors import Problem, duplicate_id
@@ -248,6 +249,7 @@ def check_rows(
     empty = [rid for rid in seen if rid in by_id and not by_id[rid].model_output_text]
     if empty:
         report.warnings.append(Problem(path, None, None, empty_answers(empty)))
+    report.warnings += [Problem(path, None, None, message) for message in misspelled_on_every_line(rows)]
     by_line = dict(rows)
     for line, key, have in labels_missing_on_some_lines(rows):
         row = by_line[line]

@@ -72,24 +72,29 @@ class RunScores:
 
 
 def score_run(
-    path: Path, split: str = "val", name: str | None = None, items: Path | None = None
+    path: Path, split: str = "val", name: str | None = None, items: Path | None = None, partial: bool = False
 ) -> RunScores:
     """Scores a run folder's prediction files of a split (or of a labelled `items` file) against gold.
 
     Languages without a file are left out (the comparison keeps those every run has); a run
-    made with `--limit` (its config.json says) is scored on the items it predicted.
+    made with `--limit` (its config.json says) is scored on the items it predicted, and so is
+    every run with `partial` (a folder of an ensemble's files has no config to say it).
     """
+    scope = run_scope(path)
+    if partial and (scope is None or not scope.partial):
+        scope = (
+            replace(scope, predicted_only=True) if scope is not None else RunScope(path, predicted_only=True)
+        )
     if items is not None:  # `detect --items` runs, against the file they were made on
         from mushroom.evaluation.runfiles import score_run_files
 
-        scope = run_scope(path)  # a run made with --limit is scored on its items, said by coverage_note
+        # a run made with --limit is scored on its items, said by coverage_note
         found = score_run_files(
             items, path, None, note=lambda _: None, partial=scope is not None and scope.partial
         )
         return RunScores(name or path.name, path, found, scope)
     folder = prediction_folder(path, split)
     gold_dir = next(iter(split_files(split).values())).parent
-    scope = run_scope(path)
     partial = scope is not None and scope.partial
     result = score_paths(gold_dir, folder, allow_missing=True, partial=partial)
     return RunScores(name or path.name, path, result, scope)

@@ -453,8 +453,11 @@ def pair_paths(
         wanted = sorted(golds) if langs is None else [x.lower() for x in langs]
         no_gold = [x for x in wanted if x not in golds]
         if no_gold:
+            from mushroom.errors import did_you_mean
+
             raise MushroomError(
-                f"--langs {', '.join(no_gold)}: no gold file in {gold}; it has {', '.join(sorted(golds))}"
+                f"--langs {', '.join(no_gold)}: no gold file in {gold}{did_you_mean(no_gold[0], golds)}; "
+                f"it has {', '.join(sorted(golds))}"
             )
         if not preds:
             raise MushroomError(

@@ -58,8 +58,12 @@ def paired_test(a: np.ndarray, b: np.ndarray, resamples: int = 10000, seed: int 
         raise ValueError("paired test needs scores for the same items")
     diff = a - b
     n = diff.size
-    if n == 0:
-        return PairedResult(float("nan"), float("nan"), float("nan"), float("nan"), 0)
+    if n == 0 or not np.isfinite(diff).all():
+        # a NaN score (the official Cor of an empty answer) makes the mean difference NaN; every
+        # comparison with it was False, and the p-value came out 1/(resamples+1): "significant"
+        return PairedResult(
+            float(diff.mean()) if n else float("nan"), float("nan"), float("nan"), float("nan"), n
+        )
     observed = abs(diff.mean())
     rng = np.random.default_rng(seed)
     signs = rng.choice(np.array([-1.0, 1.0]), size=(resamples, n))
