@@ -174,10 +174,30 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
 
 
+# What the hub client's errors say when a name is no local folder and the hub could not give it
+_HUB_LOOKUP = re.compile(
+    r"huggingface\.co|not a local folder|valid model identifier|offline mode|repository not found"
+    r"|couldn't connect|name or service not known",
+    re.IGNORECASE,
+)
+
+
 def load_failure(what: str, name: str, exc: BaseException) -> str:
-    """The message of a model that could not be loaded: it stops the run, which can be resumed."""
+    """The message of a model that could not be loaded: it stops the run, which can be resumed.
+
+    A mistyped name that is no local folder is looked up on the hub: after about a minute of
+    the hub client's retries, "run the same command again" alone sent the user round again.
+    """
+    said = error_text(exc)
+    if _HUB_LOOKUP.search(said) and not Path(name).expanduser().exists():
+        return (
+            f"{what} {name!r} could not be loaded ({said}): no folder of that name is here, so it was "
+            "looked up on the Hugging Face hub; check the name (a local model is given by its "
+            "folder's path, e.g. ./models/x). Where there is no network, HF_HUB_OFFLINE=1 makes a "
+            "wrong name fail at once. The run stops here: the same command retries it"
+        )
     return (
-        f"{what} {name!r} could not be loaded ({error_text(exc)}); the run stops here: "
+        f"{what} {name!r} could not be loaded ({said}); the run stops here: "
         "run the same command again to retry"
     )
 

@@ -321,6 +321,10 @@ def test_a_model_that_fails_to_load_stops_the_run_once_without_retrying(monkeypa
         ):
             load()
     assert tries == ["foo/bar", "foo/bar"]  # one try by each
+    # a name that is no folder here was looked up on the hub: "run it again" alone sent a
+    # mistyped name round the hub client's retries once more
+    with pytest.raises(MushroomError, match="check the name .a local model is given by its folder's path"):
+        _ = encoder.model
 
 
 def test_the_one_call_api_builds_a_detector_afresh_after_it_failed(monkeypatch):
