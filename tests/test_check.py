@@ -236,6 +236,7 @@ def test_a_whole_submission_zip_is_checked_as_it_would_be_uploaded(tmp_path, cap
         z.writestr("mushroom.de-tst.v1.jsonl", lines["de"][: -len(lines["de"]) // 2])  # half its items
         z.writestr("../../mushroom.fr-tst.v1.jsonl", lines["en"])  # English ids under French
         z.writestr("notes.jsonl", "")
+        z.writestr("mushroom.IT-tst.v2.jsonl", "")  # Italian, by a name the leaderboard does not read
     code, out, err = cli(capsys, "check", bad)
     said = " ".join((out + err).split())
     assert code == 1, said
@@ -246,6 +247,11 @@ def test_a_whole_submission_zip_is_checked_as_it_would_be_uploaded(tmp_path, cap
     assert "mushroom.de-tst.v1.jsonl: field 'id': no prediction for" in said
     assert "mushroom.fr-tst.v1.jsonl:1: field 'id': id 'tst-en-" in said
     assert "notes.jsonl: its name names no language" in said
+    # it was said to name no language, though it names one
+    assert (
+        "mushroom.IT-tst.v2.jsonl: the leaderboard reads the 'it' file only by the name mushroom.it-tst.v1.jsonl"
+        in said
+    )
     # a damaged entry, Finder's extras, files of two splits: said, not an internal error
     odd = tmp_path / "odd.zip"
     with zipfile.ZipFile(odd, "w") as z:
@@ -350,3 +356,13 @@ def test_a_misspelt_label_key_is_named_by_check_and_score(tmp_path, capsys):
     assert code == 1 and "(is 'hard_label' a misspelling?)" in " ".join(err.split()), err
     code, _, err = cli(capsys, "score", VAL_EN, pred, "--partial")
     assert code == 1 and "(is 'hard_label' a misspelling?)" in " ".join(err.split()), err
+
+
+def test_check_says_a_compressed_file_is_one_before_it_asks_for_items(tmp_path, capsys):
+    """`check sub.tar.gz` asked for --items; only with them did it say the file was gzip."""
+    import gzip
+
+    packed = tmp_path / "sub.jsonl.gz"
+    packed.write_bytes(gzip.compress(b'{"id": "a", "hard_labels": []}\n'))
+    code, _, err = cli(capsys, "check", packed)
+    assert code == 2 and "is gzip-compressed; decompress it first" in err and "--items" not in err, err

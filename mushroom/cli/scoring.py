@@ -271,7 +271,8 @@ def _check_submission(path: Path, items: Path | None, strict: bool, partial: boo
         if file_report.unknown_ids >= max(file_report.n_lines, 1) / 2:  # the diagnosis, not 150 lines of it
             print_warning(
                 f"{name}: {file_report.unknown_ids} of {file_report.n_lines} ids are not among the {lang!r} "
-                "items: is it another language's file?"
+                "items: is it another language's file, or another split's? (its name says which items "
+                "it is checked against: -tst.v1 test, -val.v2 val)"
             )
         for problem in file_report.errors[:SUBMISSION_ERRORS_SHOWN]:  # the temporary copy's path: the name
             said = str(problem).replace(str(problem.path), name, 1)
@@ -358,6 +359,11 @@ def check(
         input_file(pred, "PRED")
         shown = pred
     if items is None:
+        from mushroom.data.jsonl import binary_kind
+
+        kind = binary_kind(pred)
+        if kind is not None:
+            raise MushroomError(f"PRED {shown} {kind}")
         raise MushroomError("give --items ITEMS.jsonl: the items file the predictions are for")
     try:
         item_list = load_items_option(items)

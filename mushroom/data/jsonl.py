@@ -211,6 +211,24 @@ def starts_with_bom(path: Path) -> bool:
         return False
 
 
+def binary_kind(path: Path) -> str | None:
+    """What a file is by its first bytes when it is an archive or UTF-16, not text; else None.
+
+    Said before asking for what else a command needs: `check sub.tar.gz` asked for --items,
+    and only then said the file was gzip-compressed.
+    """
+    try:
+        with open(path, "rb") as handle:
+            start = handle.read(4)
+    except OSError:
+        return None
+    return (
+        _not_jsonl(start)
+        if start.startswith((b"PK\x03\x04", b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff"))
+        else None
+    )
+
+
 def _not_jsonl(data: bytes) -> str | None:
     """What the file is instead of JSON Lines, for the usual mix-ups; None if it may be JSONL."""
     if data.startswith(b"PK\x03\x04"):

@@ -10,6 +10,7 @@ a temporary folder, never a path the archive chose.
 
 from __future__ import annotations
 
+import re
 import tempfile
 import zipfile
 import zlib
@@ -87,7 +88,7 @@ def check_submission(
                         where,
                         None,
                         None,
-                        f"{_shown(name)}: its name names no language (as mushroom.en-tst.v1.jsonl)",
+                        f"{_shown(name)}: {_name_advice(name)}",
                     )
                 )
                 continue
@@ -148,6 +149,21 @@ def _items_by_lang(items: list[Item] | None, splits: list[str], langs: list[str]
     from mushroom.data.splits import load_split, split_files
 
     return load_split(splits[0], [lang for lang in langs if lang in split_files(splits[0])])
+
+
+def _name_advice(name: str) -> str:
+    """Why a file's name is not one the leaderboard reads, with the name it wants where it can tell.
+
+    `en.jsonl` or `mushroom.en-tst.v2.jsonl` were said to name no language, though each does.
+    """
+    from mushroom.data.languages import TEST_LANGUAGES
+
+    parts = [p.lower() for p in re.split(r"[._/-]", PurePosixPath(name).name)]
+    lang = next((p for p in parts if p in TEST_LANGUAGES), None)
+    if lang is None:
+        return "its name names no language (as mushroom.en-tst.v1.jsonl)"
+    split = "val" if "val" in parts else "test"
+    return f"the leaderboard reads the {lang!r} file only by the name {submission_name(lang, split)}"
 
 
 def _shown(name: str) -> str:
