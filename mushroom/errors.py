@@ -10,6 +10,15 @@ from pathlib import Path
 
 from mushroom.util.words import close_match, plural
 
+# The CLI's exit codes (README, "Exit codes"); each error class below carries its own.
+EXIT_OK = 0
+EXIT_INVALID_INPUT = 1  # DataError: a file the command read is not valid
+EXIT_USAGE = 2  # MushroomError: the command, an option or a config is wrong
+EXIT_RUN_FAILED = 3  # RunFailed: items failed; nothing submitted
+EXIT_MISSING_EXTRA = 4  # MissingExtra: the install lacks an optional package
+EXIT_BUG = 70  # EX_SOFTWARE: an unexpected exception, i.e. a bug in mushroom
+EXIT_INTERRUPTED = 130  # Interrupted: Ctrl-C
+
 
 class MushroomError(Exception):
     """Base class: the CLI prints these without a traceback.
@@ -18,7 +27,7 @@ class MushroomError(Exception):
     error, the default for anything the user can fix by changing the command.
     """
 
-    exit_code: int = 2
+    exit_code: int = EXIT_USAGE
 
 
 class RunFailed(MushroomError):
@@ -30,7 +39,7 @@ class RunFailed(MushroomError):
     `errors` (id -> error of each that failed), so one failed call does not lose a whole batch.
     """
 
-    exit_code = 3
+    exit_code = EXIT_RUN_FAILED
 
     def __init__(self, message: str, predictions: dict | None = None, errors: dict[str, str] | None = None):
         super().__init__(message)
@@ -68,7 +77,7 @@ class MissingExtra(MushroomError):
     or at its first request stops the run there, before any item is marked failed.
     """
 
-    exit_code = 4
+    exit_code = EXIT_MISSING_EXTRA
 
     def __init__(
         self, what: str, package: str, extra: str = "", hint: str | None = None, message: str | None = None
@@ -124,7 +133,7 @@ class Interrupted(MushroomError):
     message; a bare KeyboardInterrupt elsewhere gets a generic one at the CLI boundary.
     """
 
-    exit_code = 130
+    exit_code = EXIT_INTERRUPTED
 
 
 class DataError(MushroomError):
@@ -135,7 +144,7 @@ class DataError(MushroomError):
     user wrote by hand; those pass `exit_code=2`.
     """
 
-    exit_code = 1
+    exit_code = EXIT_INVALID_INPUT
 
     def __init__(
         self,

@@ -20,8 +20,8 @@ from fake_openai_server import FakeServer
 
 import mushroom
 from mushroom.cli.app import app
-from mushroom.cli.boundary import EXIT_BUG, EXIT_MISSING_EXTRA, exit_code_for, run_cli
-from mushroom.errors import MissingExtra
+from mushroom.cli.boundary import exit_code_for, run_cli
+from mushroom.errors import EXIT_BUG, EXIT_MISSING_EXTRA, MissingExtra
 from mushroom.util.registry import Part, Registry, is_installed
 
 ANSWER = "Paris is the capital of Italy."

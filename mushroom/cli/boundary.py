@@ -25,7 +25,15 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from mushroom.errors import MushroomError, cut_by_ctrl_c
+from mushroom.errors import (
+    EXIT_BUG,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID_INPUT,
+    EXIT_OK,
+    EXIT_USAGE,
+    MushroomError,
+    cut_by_ctrl_c,
+)
 from mushroom.util.folderlock import command_scope
 from mushroom.util.interrupts import clear_fallback_hints, current_hint, interrupt_message
 from mushroom.util.options import validation_message
@@ -74,13 +82,6 @@ def echo(text: str) -> None:
 out_console = PipeConsole(soft_wrap=True, emoji=False)
 err_console = PipeConsole(stderr=True, soft_wrap=True, emoji=False)
 
-EXIT_OK = 0
-EXIT_INVALID_INPUT = 1
-EXIT_USAGE = 2
-EXIT_RUN_FAILED = 3
-EXIT_MISSING_EXTRA = 4  # mushroom.errors.MissingExtra: the install lacks an optional package
-EXIT_INTERRUPTED = 130
-EXIT_BUG = 70  # EX_SOFTWARE: an unexpected exception, i.e. a bug in mushroom
 
 _debug: ContextVar[bool] = ContextVar("mushroom_debug", default=False)
 
