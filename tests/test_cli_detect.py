@@ -444,7 +444,7 @@ def test_a_run_in_a_folder_of_other_files_says_so_and_keeps_them(tmp_path, capsy
     (mine / ".DS_Store").write_text("")
     args = ("detect", "--lang", "en", "--limit", "1", "--out", mine, "--quiet")
     code, out, err = cli(capsys, *args)
-    assert code == 0 and "holds files and no run (notes.txt): the run is written beside them" in " ".join(
+    assert code == 0 and "holds files and no run ('notes.txt'): the run is written beside them" in " ".join(
         (out + err).split()
     )
     assert (mine / "notes.txt").read_text() == "mine" and (mine / "config.json").is_file()
@@ -532,7 +532,7 @@ def test_a_folder_that_holds_runs_is_refused_as_a_run_folder(tmp_path, capsys):
     before = sorted(p.name for p in parent.iterdir())
     code, out, err = cli(capsys, "detect", "--lang", "en", "--limit", "1", "--out", parent, "--quiet")
     told = " ".join(err.split())
-    assert code == 2 and f"--out {parent} holds the run run" in told and "a folder of its own" in told, (
+    assert code == 2 and f"--out {parent} holds the run 'run'" in told and "a folder of its own" in told, (
         out + err
     )
     assert sorted(p.name for p in parent.iterdir()) == before

@@ -666,7 +666,9 @@ class FailureCheck:
         answers = None if self.ledger is None else self.ledger.answers
         changed = answers.changed(items) if answers is not None else []
         if changed:
-            shown = ", ".join(map(repr, changed[:3])) + (", ..." if len(changed) > 3 else "")
+            from mushroom.util.words import listed
+
+            shown = listed(changed, 3)
             raise DataError.single(
                 self.path,
                 None,
@@ -683,13 +685,13 @@ class FailureCheck:
         A store cut or deleted by hand read as items with no evidence: a stack fitted or
         applied on it wrote another submission, exit 0, nothing said.
         """
-        from mushroom.util.words import plural
+        from mushroom.util.words import listed, plural
 
         if self.ledger is None or not self.ledger.channelled:
             return
         lost = [i for i in ids if i in self.ledger.channelled and i not in stored]
         if lost:
-            shown = ", ".join(map(repr, lost[:3])) + (", ..." if len(lost) > 3 else "")
+            shown = listed(lost, 3)
             state = "is missing" if not store.exists() else "lacks them"
             raise DataError.single(
                 store,

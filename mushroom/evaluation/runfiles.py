@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from mushroom.data.runfolder import FailureCheck
 from mushroom.errors import MushroomError
-from mushroom.util.words import plural
+from mushroom.util.words import listed, plural
 
 if TYPE_CHECKING:
     from mushroom.data.runfolder import RunScope
@@ -146,7 +146,7 @@ def _score_run_files(
             result.warnings.append(
                 f"{pred}: no prediction for {plural(len(lost), 'item')} its run predicted "
                 f"(--limit {scope.limit} covers the first {scope.limit} of each language): "
-                f"{', '.join(lost[:5])}{', ...' if len(lost) > 5 else ''}; was its file edited? "
+                f"{listed(lost)}; was its file edited? "
                 "The same command on the run folder writes it again"
             )
     elif result.unscored:

@@ -420,7 +420,7 @@ class RunService:
         if held:
             raise MushroomError(
                 f"{self.folder_flag} {self.out} holds the run{'s' if len(held) > 1 else ''} "
-                f"{', '.join(held[:3])}{', ...' if len(held) > 3 else ''}: this run's files would be mixed "
+                f"{listed(held, 3)}: this run's files would be mixed "
                 f"with them (read as one more run of that folder). Give a folder of its own, such as "
                 f"{self.out / 'new-run'}"
             )
@@ -518,7 +518,7 @@ class RunService:
             if others:
                 self.reporter.message(
                     f"{self.out} holds files and no run "
-                    f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): "
+                    f"({listed(others, 3)}): "
                     "the run is written beside them",
                     lead="note:",
                 )
