@@ -57,6 +57,28 @@ class Prediction(records.Prediction):
         return data
 
     @model_validator(mode="after")
+    def _both_label_kinds(self) -> Prediction:
+        # One kind given, the other is what the official scorer derives from it (hard: soft
+        # above 0.5; soft: 1.0 over the hard spans). Left [], `submission_dict` wrote
+        # "hard_labels": [] for a soft-only prediction: `mushroom.score` said IoU 1.0 of it
+        # and the file it wrote scored 0.0 (an audit). Set outside `model_fields_set`, so the
+        # record still says which kind was given, and derived again when the other is assigned.
+        # Here, not on the file record: a run's item ledger leaves an empty hard_labels out
+        # (exclude_defaults), and read back it was derived as soft > 0.5 (an audit: a threshold
+        # of 0.9 that marked nothing scored as 0.5).
+        given = self.model_fields_set
+        if "soft_labels" in given and "hard_labels" not in given:
+            from mushroom.data.label_files import official_hard_from_soft
+
+            soft = [(s.start, s.end, s.prob) for s in self.soft_labels]
+            self.__dict__["hard_labels"] = official_hard_from_soft(soft)
+        elif "hard_labels" in given and "soft_labels" not in given:
+            self.__dict__["soft_labels"] = [
+                records.SoftSpan(start=s, end=e, prob=1.0) for s, e in self.hard_labels
+            ]
+        return self
+
+    @model_validator(mode="after")
     def _inside_text(self) -> Prediction:
         # exported, it took spans past its text or reversed (and an edit of them), and wrote
         # files `check` refuses; without a text there is nothing to check them against

@@ -876,3 +876,19 @@ def test_an_items_run_s_score_warnings_name_its_file(tmp_path, capsys):
     said = " ".join(err.split())
     assert code == 0 and "<items>" not in said, err
     assert f"{out / 'predictions'}" in said and "1 item with an empty answer" in said, said
+
+
+def test_a_threshold_that_marks_nothing_stays_so_through_the_item_ledger(tmp_path, capsys):
+    """The ledger leaves an empty hard_labels out of its lines; read back, the prediction
+    record derived hard labels as soft > 0.5, and -o threshold=0.9 scored as 0.5 (an audit)."""
+    out = tmp_path / "run"
+    code, _, err = cli(
+        capsys, "detect", "--lang", "en", "--limit", "20", "-o", "threshold=0.9", "--out", out, "--quiet"
+    )
+    assert code == 0, err
+    lines = [json.loads(line) for line in (out / "predictions" / "mushroom.en-val.v2.jsonl").open()]
+    for row in lines:
+        above = [(s["start"], s["end"]) for s in row["soft_labels"] if s["prob"] > 0.9]
+        covered = {i for start, end in above for i in range(start, end)}
+        assert all(i in covered for start, end in row["hard_labels"] for i in range(start, end)), row
+    assert sum(bool(row["soft_labels"]) for row in lines) > sum(bool(row["hard_labels"]) for row in lines)

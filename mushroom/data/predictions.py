@@ -12,7 +12,8 @@ import numpy as np
 from pydantic import ValidationError
 
 from mushroom.data.jsonl import iter_json_lines, open_binary, validation_problems
-from mushroom.data.records import Item, Prediction
+from mushroom.data.label_files import official_hard_from_soft
+from mushroom.data.records import Item, Prediction, SoftSpan
 from mushroom.data.spans import (
     check_finite,
     hard_to_mask,
@@ -126,7 +127,12 @@ def _row_prediction(
     if span_errors:
         problems.extend(span_errors)
         return None
-    return pred  # a label kind the line lacks is derived by the record, as officially
+    if "hard_labels" not in row:
+        triples = [(s.start, s.end, s.prob) for s in pred.soft_labels]
+        pred.hard_labels = official_hard_from_soft(triples)
+    if "soft_labels" not in row:
+        pred.soft_labels = [SoftSpan(start=s, end=e, prob=1.0) for s, e in pred.hard_labels]
+    return pred
 
 
 def prediction_from_vectors(

@@ -155,28 +155,12 @@ class Prediction(BaseModel):
             raise ValueError(f"a key no prediction has{hint}")
         return data
 
-    @model_validator(mode="after")
-    def _both_label_kinds(self) -> Prediction:
-        # One kind given, the other is what the official scorer derives from it (hard: soft
-        # above 0.5; soft: 1.0 over the hard spans). Left [], `submission_dict` wrote
-        # "hard_labels": [] for a soft-only prediction: `mushroom.score` said IoU 1.0 of it
-        # and the file it wrote scored 0.0 (an audit). Set outside `model_fields_set`, so the
-        # record still says which kind was given, and derived again when the other is assigned.
-        given = self.model_fields_set
-        if "soft_labels" in given and "hard_labels" not in given:
-            from mushroom.data.label_files import official_hard_from_soft
-
-            soft = [(s.start, s.end, s.prob) for s in self.soft_labels]
-            self.__dict__["hard_labels"] = official_hard_from_soft(soft)
-        elif "hard_labels" in given and "soft_labels" not in given:
-            self.__dict__["soft_labels"] = [SoftSpan(start=s, end=e, prob=1.0) for s, e in self.hard_labels]
-        return self
-
     def given_labels(self) -> tuple[list[SoftSpan] | None, list[HardSpan] | None]:
-        """The soft and hard labels as made; None for a kind derived from the other.
+        """The soft and hard labels as made; None for a kind not given but the other was.
 
-        Checks name what was given: a hard span past the text is `hard_labels.0`, not the
-        soft span derived from it. A derived kind is inside the text when the given one is.
+        `mushroom.Prediction` derives such a kind from the other. Checks name what was
+        given: a hard span past the text is `hard_labels.0`, not the soft span derived from
+        it. A derived kind is inside the text when the given one is.
         """
         given = self.model_fields_set
         soft_derived = "hard_labels" in given and "soft_labels" not in given
