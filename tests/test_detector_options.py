@@ -94,3 +94,14 @@ def test_a_shipped_prompt_of_another_stage_is_refused_for_llm(tmp_path, capsys):
     own.write_text((PROMPT_DIR / "single_zero_shot.md").read_text())
     code, _, err = cli(capsys, *args, "--prompt", str(own), "--backend", "replay", "--responses", "x.jsonl")
     assert "is chain's verify step" not in err, err
+
+
+@pytest.mark.parametrize("values", [[True, 0.1, 0.2], [0.1, False]])
+def test_a_truth_value_inside_a_list_of_numbers_is_refused_by_its_place(values):
+    """`temperatures = [true, 0.1, 0.2]` ran at temperature 1.0; a scalar true was refused."""
+    from mushroom.detectors.llm import LLMOptions
+
+    place = next(k for k, v in enumerate(values) if isinstance(v, bool))
+    with pytest.raises(ValidationError, match=rf"temperatures\.{place}: give a number, not (true|false)"):
+        LLMOptions(temperatures=values)
+    assert LLMOptions(temperatures=[1, 0.1]).temperatures == [1.0, 0.1]  # numbers are still numbers

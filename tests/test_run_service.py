@@ -1095,3 +1095,59 @@ def test_a_ctrl_c_before_the_main_jobs_folder_is_made_says_nothing_was_saved(
         code == 130 and "interrupted; nothing was saved yet" in told and "run the same command again" in told
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["config.json", "Failures.jsonl", "val"])
+def test_a_variant_named_as_a_file_of_the_run_folder_is_refused_before_the_run(tmp_path, capsys, name):
+    """`name = "config.json"` ran the variants before it, then failed on a path that is a file."""
+    from cli_helpers import cli
+
+    config = tmp_path / "v.toml"
+    config.write_text(
+        'name = "v"\nsplits = ["val"]\nlangs = ["en"]\nlimit = 2\n[detector]\nname = "lexical"\n'
+        f'[[variants]]\nname = "a"\n[[variants]]\nname = "{name}"\noptions = {{ threshold = 0.4 }}\n'
+    )
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "run", config, "--out", out)
+    said = " ".join(err.split())
+    assert code == 2 and "variants.1.name" in said and f"a variant name may not be {name!r}" in said, said
+    assert not out.exists()
+
+
+def test_a_variants_own_truth_value_for_a_number_is_said_with_the_others(tmp_path, capsys):
+    """A variant's `threshold = true` matched itself in the table's de-duplication and was
+    dropped; the run then stopped on it with no file, variant or key."""
+    from cli_helpers import cli
+
+    config = tmp_path / "v.toml"
+    head = 'name = "v"\nsplits = ["val"]\nlangs = ["en"]\nlimit = 2\n[detector]\nname = "lexical"\n'
+    config.write_text(
+        head + '[[variants]]\nname = "c"\noptions = { threshold = true }\n'
+        '[[variants]]\nname = "e"\noptions = { threshold = "0.3" }\n'
+    )
+    code, _, err = cli(capsys, "run", config, "--out", tmp_path / "run")
+    said = " ".join(err.split())
+    assert (
+        code == 2 and "2 problems" in said and "field 'variants.c.options': threshold: give a number" in said
+    ), said
+    # the table's own mistake is still said once, not again for each variant
+    config.write_text(
+        head + 'options = { threshold = true }\n[[variants]]\nname = "a"\n[[variants]]\nname = "b"\n'
+    )
+    code, _, err = cli(capsys, "run", config, "--out", tmp_path / "run")
+    said = " ".join(err.split())
+    assert code == 2 and "1 problem in input" in said and "field 'detector.options'" in said, said
+
+
+def test_a_quoted_list_of_numbers_is_told_to_be_written_as_a_list(tmp_path, capsys):
+    """`temperatures = "0.1,0.2"` was told "write 0.1,0.2 without quotes": invalid TOML."""
+    from cli_helpers import cli
+
+    config = tmp_path / "v.toml"
+    config.write_text(
+        'name = "v"\nsplits = ["val"]\nlangs = ["en"]\nlimit = 2\n[detector]\nname = "llm"\n'
+        'options = { temperatures = "0.1,0.2", backend = { kind = "replay", responses = "r.jsonl" } }\n'
+    )
+    code, _, err = cli(capsys, "run", config, "--out", tmp_path / "run")
+    said = " ".join(err.split())
+    assert code == 2 and "'0.1,0.2' is text, not a number: write [0.1, 0.2] without quotes" in said, said

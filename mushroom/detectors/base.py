@@ -37,7 +37,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args, get_origin
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -89,7 +89,21 @@ class DetectorOptions(BaseModel):
                 field = cls.model_fields.get(key) if isinstance(key, str) else None
                 if isinstance(value, bool) and field is not None and _takes_numbers(field.annotation):
                     raise ValueError(f"{key}: give a number, not {str(value).lower()}")
+                # in a list too: temperatures = [true, 0.1] ran at temperature 1.0, without a word
+                if isinstance(value, list | tuple) and field is not None and _number_list(field.annotation):
+                    for k, one in enumerate(value):
+                        if isinstance(one, bool):
+                            raise ValueError(f"{key}.{k}: give a number, not {str(one).lower()}")
         return data
+
+
+def _number_list(annotation: Any) -> bool:
+    """Whether an option is a list (or tuple) of numbers (`temperatures`), perhaps optional."""
+    for kind in (annotation, *get_args(annotation)):
+        if get_origin(kind) in (list, tuple):
+            bare = [get_args(a)[0] if get_origin(a) is Annotated else a for a in get_args(kind)]
+            return any(_takes_numbers(a) for a in bare if a is not Ellipsis)
+    return False
 
 
 def _takes_numbers(annotation: Any) -> bool:

@@ -15,6 +15,7 @@ reviewed file rather than a dozen `-o` flags.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import replace
@@ -59,7 +60,16 @@ class Variant(BaseModel):
     def _a_folder_name(cls, value: str) -> str:
         # the variant's folder inside the run's: "." and ".." were accepted, and ".." wrote
         # its val/ and test/ beside the run folder
-        return valid_name(value, "a variant name")
+        valid_name(value, "a variant name")
+        from mushroom.runs.folders import RUN_FILES
+
+        # "config.json" ran every variant but one, then failed on a path that is a file
+        if value.lower() in {name.lower() for name in RUN_FILES}:
+            raise ValueError(
+                f"a variant name may not be {value!r}: the run folder keeps a file or folder of its "
+                "own by that name, beside the variants' folders; give another name"
+            )
+        return value
 
 
 class RunConfig(BaseModel):
@@ -391,6 +401,20 @@ def _raw_detector_tables(data: dict[str, Any]) -> tuple[str, dict, list[tuple[st
     return det["name"], options, [(n, o) for n, o in kept if isinstance(o, dict)]
 
 
+def _unquoted(text: str) -> str:
+    """What a quoted number (or list of numbers) is written as: `0.1,0.2` is the list [0.1, 0.2].
+
+    "write 0.1,0.2 without quotes" made the config file invalid TOML.
+    """
+    parts = [p.strip() for p in re.split(r"[,\s]+", text.strip().strip("[]")) if p.strip()]
+    return f"[{', '.join(parts)}]" if len(parts) > 1 else text.strip()
+
+
+def _option_key(field: str) -> str:
+    """The option a problem's field names below its options table: `variants.few.options.x` -> `.x`."""
+    return re.sub(r"^(detector|variants\..*?)\.options(?=\.|$)", "", field)
+
+
 def _detector_problems(
     path: Path, name: str, options: dict, variants: list[tuple[str, dict]], build_too: bool = True
 ) -> list[Problem]:
@@ -411,16 +435,16 @@ def _detector_problems(
     for where, given in checks:
         # a variant may supply an option the detector's table leaves out
         problems += _option_problems(path, where, cls, given, where == "detector.options" and bool(variants))
-    # a variant's options are the table's with its own on top: the table's mistake is said once
-    base = {(p.field.removeprefix("detector.options."), p.message) for p in problems if p.field}
+    # a variant's options are the table's with its own on top: the table's mistake is said once.
+    # Only the table's problems are the base: a variant's own mistake said of its whole options
+    # (`variants.c.options`, "threshold: give a number, not true") matched itself and was dropped.
+    base = {
+        (_option_key(p.field), p.message) for p in problems if p.field and p.field.startswith("detector.")
+    }
     problems = [
         p
         for p in problems
-        if not (
-            p.field
-            and p.field.startswith("variants.")
-            and (p.field.split(".options.", 1)[-1], p.message) in base
-        )
+        if not (p.field and p.field.startswith("variants.") and (_option_key(p.field), p.message) in base)
     ]
     if problems or not build_too:
         return problems
@@ -538,7 +562,7 @@ def _option_problems(
                     str(path),
                     None,
                     f"{where}.{name}{at}",
-                    f"{x!r} is text, not a number: write {x} without quotes",
+                    f"{x!r} is text, not a number: write {_unquoted(x)} without quotes",
                 )
                 for at, x in places
                 if isinstance(x, str)
