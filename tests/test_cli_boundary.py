@@ -280,6 +280,14 @@ def hinted():
     with interrupt_hint(lambda: "3 of 50 items saved in runs/x; run the same command to resume"):
         print("ready", flush=True)
         time.sleep(60)
+@app.command()
+def slow():
+    def hint():
+        time.sleep(0.8)  # the second signal of `timeout -s INT` lands while this is being said
+        return "3 of 50 items saved in runs/x; run the same command to resume"
+    with interrupt_hint(hint):
+        print("ready", flush=True)
+        time.sleep(60)
 raise SystemExit(run_cli(app))
 """
 
@@ -289,10 +297,12 @@ raise SystemExit(run_cli(app))
     [
         ("bare", "interrupted\n"),
         ("hinted", "interrupted; 3 of 50 items saved in runs/x; run the same command to resume\n"),
+        ("slow", "interrupted; 3 of 50 items saved in runs/x; run the same command to resume\n"),
     ],
 )
 def test_ctrl_c_exits_130_with_one_line(tmp_path, command, expected):
     import signal
+    import time
 
     script = tmp_path / "sleepy.py"
     script.write_text(SLEEPY_APP)
@@ -307,6 +317,9 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path, command, expected):
     )
     assert proc.stdout.readline() == "ready\n"
     proc.send_signal(signal.SIGINT)
+    if command == "slow":  # a second signal, to the command and its group, as timeout sends
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert err == expected

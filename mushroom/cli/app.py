@@ -106,7 +106,14 @@ def main() -> None:
     # Third-party download/loading bars ("Loading weights") would interleave with ours.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    raise SystemExit(run_cli(app))
+    from mushroom.errors import EXIT_INTERRUPTED
+
+    code = run_cli(app)
+    if code == EXIT_INTERRUPTED:  # the process ends: a second Ctrl-C (a signal to the group) is no traceback
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

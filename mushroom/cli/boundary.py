@@ -14,9 +14,13 @@ file named `run[bold].jsonl`.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -318,7 +322,7 @@ def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
         set_debug(True)
     clear_fallback_hints()  # a library call before this command may have left one
     try:
-        with command_scope():  # a command stopped by an error or Ctrl-C leaves no folder locked
+        with command_scope(), _one_interrupt():  # a command stopped leaves no folder locked
             return _run(app, args)
     finally:
         if "stdout" in _closed and "stderr" not in _closed:
@@ -330,6 +334,41 @@ def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
             )
         _closed.clear()
         clear_fallback_hints()
+
+
+REPEAT_INTERRUPT_S = 2.0  # a second SIGINT this soon after the first is the same Ctrl-C
+
+
+class _FirstInterrupt:
+    """SIGINT as Python's default (KeyboardInterrupt), but a repeat within REPEAT_INTERRUPT_S is dropped.
+
+    `timeout -s INT` signals the command and its group, and the second signal
+    landed while the first was being said ("... saved; run the same command again"),
+    printing a traceback from inside rich. A later Ctrl-C stops the command as the first did.
+    """
+
+    def __init__(self) -> None:
+        self.last: float | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        now = time.monotonic()
+        if self.last is not None and now - self.last < REPEAT_INTERRUPT_S:
+            return
+        self.last = now
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def _one_interrupt() -> Iterator[None]:
+    """`_FirstInterrupt` for the command's life, in the main thread (a signal handler's only place)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, _FirstInterrupt())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _run(app: typer.Typer, args: list[str]) -> int:
