@@ -105,3 +105,18 @@ def test_a_truth_value_inside_a_list_of_numbers_is_refused_by_its_place(values):
     with pytest.raises(ValidationError, match=rf"temperatures\.{place}: give a number, not (true|false)"):
         LLMOptions(temperatures=values)
     assert LLMOptions(temperatures=[1, 0.1]).temperatures == [1.0, 0.1]  # numbers are still numbers
+
+
+def test_an_option_of_another_detector_is_named_as_that_detectors():
+    """`decompose_prompt` to llm was "unknown option"; `verify_prompt` was told "did you mean 'prompt'?"."""
+    from mushroom.detectors import build
+    from mushroom.errors import MushroomError
+
+    backend = {"kind": "replay", "responses": "x.jsonl"}
+    for key in ("decompose_prompt", "verify_prompt"):
+        with pytest.raises(
+            MushroomError, match=rf"'{key}': unknown option \(an option of chain, not of llm\)"
+        ):
+            build("llm", {key: "verify", "backend": backend})
+    with pytest.raises(MushroomError, match=r"'treshold': unknown option \(did you mean 'threshold'\?\)"):
+        build("llm", {"treshold": 0.3, "backend": backend})

@@ -97,3 +97,27 @@ def test_a_prompts_placeholders_are_checked_when_the_detector_is_built(tmp_path,
         out,
     )
     assert code == 2 and "{{anwser}}" in err and not out.exists(), err
+
+
+def test_a_name_or_path_not_found_says_which_folder_it_was_read_from(tmp_path, monkeypatch):
+    """A config run from another folder: its prompts/ and relative paths are not the config's
+    folder's, and neither message said where they had been looked for."""
+    from mushroom.backends.config import ReplayConfig
+    from mushroom.detectors.prompts import prompt_missing
+
+    monkeypatch.chdir(tmp_path)
+    assert f"looked up in prompts/ of {tmp_path}" in prompt_missing("mine")
+    with pytest.raises(MushroomError, match=f"a relative path is read from {tmp_path}"):
+        ReplayConfig(responses="llm.raw.jsonl").check_ready()
+
+
+def test_a_placeholder_in_single_braces_is_refused_when_the_detector_is_built(tmp_path, monkeypatch):
+    """`{context}` was sent as it is: the model never saw the context, and the run said nothing."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompts").mkdir()
+    text = (
+        '=== user ===\nContext: {context}\nAnswer: {{answer}} {{question}}\nReply {"incorrect_spans": []}\n'
+    )
+    (tmp_path / "prompts" / "mine.md").write_text(text, encoding="utf-8")
+    with pytest.raises(MushroomError, match=r"\{context\} has single braces.*write \{\{context\}\}"):
+        build("llm", {"prompt": "mine", "backend": {"kind": "replay", "responses": "x.jsonl"}})

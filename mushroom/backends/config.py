@@ -186,7 +186,11 @@ class ReplayConfig(BackendSettings):
 
             refuse_irregular(Path(self.responses))  # a device or pipe was "no such file"
             what = "a folder, not a JSONL file" if Path(self.responses).is_dir() else "no such file"
-            raise MushroomError(f"{self.responses}: {what} (the replay backend's `responses`)")
+            # a config run from another folder: its relative paths are not the config's folder's
+            where = (
+                "" if Path(self.responses).is_absolute() else f"; a relative path is read from {Path.cwd()}"
+            )
+            raise MushroomError(f"{self.responses}: {what} (the replay backend's `responses`{where})")
         from mushroom.backends.registry import backend_class
 
         backend_class(self.kind).check_config(self)  # a broken line is named now, not per item later

@@ -141,6 +141,20 @@ def _nested_hint(cls: type[Detector], key: str) -> str:
     return ""
 
 
+def other_detectors_option(key: str, name: str) -> str:
+    """` (an option of chain, not of llm)` for an option only other detectors take, else "".
+
+    `decompose_prompt` given to llm was "unknown option", and `verify_prompt` was told "did
+    you mean 'prompt'?": both are chain's.
+    """
+    if key in detector_class(name).Options.model_fields:
+        return ""
+    owners = [
+        other for other in available() if other != name and key in detector_class(other).Options.model_fields
+    ]
+    return f" (an option of {', '.join(owners)}, not of {name})" if owners else ""
+
+
 def _prefix_hint(name: str, err: Any) -> str:
     """`-o lexical.threshold=0.2` to one lexical detector: the option without its detector's name."""
     given = err.get("input")
@@ -166,7 +180,9 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
             where = ".".join(map(str, err["loc"]))
             msg = error_message(err) + given_value(err) + value_hint(err)
             if err["type"] == "extra_forbidden":
-                msg = f"unknown option{did_you_mean(str(err['loc'][-1]), list(cls.Options.model_fields))}"
+                key = str(err["loc"][-1])
+                owned = other_detectors_option(key, name) if len(err["loc"]) == 1 else ""
+                msg = "unknown option" + (owned or did_you_mean(key, list(cls.Options.model_fields)))
                 msg += (
                     _nested_hint(cls, str(err["loc"][-1]))
                     + _prefix_hint(name, err)

@@ -21,6 +21,7 @@ from mushroom.util.names import name_problem
 PROMPT_DIR = Path(__file__).resolve().parent.parent / "resources" / "prompts"
 # any letters, so that {{Answer}} is named as no placeholder rather than sent as it is
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
+_SINGLE_BRACES = re.compile(r"(?<!\{)\{\s*([A-Za-z_]+)\s*\}(?!\})")  # `{context}`: a placeholder mistyped
 _SECTION = re.compile(r"^=== (system|user) ===\s*$", re.M)
 
 
@@ -64,6 +65,14 @@ class PromptTemplate:
         template may leave out a value it does not need ({{language}}), not the one it is about.
         """
         known = set(values)
+        text = (self.system or "") + self.user
+        # `{context}` is sent as it is: the model never saw the context, and nothing said so
+        single = sorted({m for m in _SINGLE_BRACES.findall(text) if m in known})
+        if single:
+            raise MushroomError(
+                f"prompt {self.label}: {{{single[0]}}} has single braces, so it is sent as it is "
+                f"and the model never sees the {single[0]}: write {{{{{single[0]}}}}}"
+            )
         unknown = sorted(self.placeholders - known)
         if unknown:
             first = unknown[0]
@@ -124,6 +133,8 @@ def prompt_missing(name_or_path: str) -> str:
     names = prompt_names()
     return (
         f"prompt {name_or_path!r} not found{did_you_mean(name_or_path, names)}; available: {', '.join(names)}"
+        f" (a name is looked up in prompts/ of {Path.cwd()}, where the command runs, then among the "
+        "shipped ones; a prompt elsewhere is given by its path)"
     )
 
 

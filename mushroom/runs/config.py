@@ -506,8 +506,12 @@ def _option_problem(path: Path, where: str, cls, err: dict) -> Problem:
     """A detector option error in a config, with a close match for a misspelt name."""
     msg = error_message(err) + given_value(err)
     if err["type"] == "extra_forbidden":
+        from mushroom.detectors import other_detectors_option
+
         names = list(cls.Options.model_fields)
-        msg = "unknown option" + did_you_mean(str(err["loc"][-1]), names)
+        key = str(err["loc"][-1])
+        owned = other_detectors_option(key, cls.name) if len(err["loc"]) == 1 else ""
+        msg = "unknown option" + (owned or did_you_mean(key, names))
         msg += f"; valid: {', '.join(names)}"
     return Problem(str(path), None, ".".join([where, *map(str, err["loc"])]), msg)
 
