@@ -423,7 +423,8 @@ def test_empty_repeated_or_yes_no_values_where_a_list_or_number_belongs_are_name
     cases = {
         "splits = []": "field 'splits': List should have at least 1 item",
         'splits = ["val", "val"]': "field 'splits': a split is named twice: val",
-        "limit = true": "field 'limit': Input should be a valid integer",
+        "limit = true": "field 'limit': give a number of items, not true",
+        'limit = "3"': "field 'limit': '3' is text, not a number: write 3 without quotes",
         "langs = []": "field 'langs': List should have at least 1 item",
     }
     run = tmp_path / "run.toml"

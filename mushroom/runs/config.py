@@ -101,6 +101,17 @@ class RunConfig(BaseModel):
             )
         return value
 
+    @field_validator("limit", mode="before")
+    @classmethod
+    def _a_number_not_text(cls, value: Any) -> Any:
+        # as an option's quoted number is told (`_detector_problems`): pydantic's words were
+        # "Input should be a valid integer (got '3')", which hides what to write
+        if isinstance(value, str) and value.strip().isdigit():
+            raise ValueError(f"{value!r} is text, not a number: write {value.strip()} without quotes")
+        if isinstance(value, bool):
+            raise ValueError(f"give a number of items, not {str(value).lower()}")
+        return value
+
     @field_validator("splits")
     @classmethod
     def _once_each(cls, value: list[str]) -> list[str]:
