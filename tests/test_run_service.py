@@ -810,6 +810,17 @@ def test_with_allow_failures_variants_are_compared_on_the_items_every_one_answer
     said = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 0 and "compared on the 3 items every variant answered" in said, said
     assert "| few | en | 3 |" in next((tmp_path / "e").glob("variants-v-*.md")).read_text()
+    # `compare` of the variants' folders scored the failed item as written (empty) in both;
+    # --answered compares them as the run did
+    pair = [str(tmp_path / "run" / "zero"), str(tmp_path / "run" / "few"), "--eval-dir", str(tmp_path / "c")]
+    proc = mushroom("compare", *pair)
+    assert proc.returncode == 0 and "│ 4 │" in proc.stdout and "(scored as written)" in proc.stderr, (
+        proc.stderr
+    )
+    proc = mushroom("compare", *pair, "--answered")
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 0 and "│ 3 │" in proc.stdout and "│ 4 │" not in proc.stdout, proc.stdout
+    assert "1 item some run failed left out" in said and "scored as written" not in said, said
     # a language whose every item failed is compared in none (it was scored against no items, exit 1)
     german = load_split("val", ["de"])["de"][:4]
     with FakeServer({it.model_output_text: [("status", 400)] for it in [items[1], *german]}, SPANS) as srv:

@@ -61,6 +61,14 @@ def compare(
             "(a folder of an ensemble's files of --limit runs); runs made with --limit are so always",
         ),
     ] = False,
+    answered: Annotated[
+        bool,
+        typer.Option(
+            "--answered",
+            help="leave out of every run the items any run failed (written empty under "
+            "--allow-failures), as `mushroom run` compares its variants",
+        ),
+    ] = False,
 ) -> None:
     """Compare runs: IoU/Cor with 95% CIs per language, paired difference and p-value vs a baseline."""
     from mushroom.data.jsonl import atomic_write_text
@@ -76,6 +84,7 @@ def compare(
         rows_markdown,
         score_run,
         tag_rows,
+        without_failed,
     )
     from mushroom.evaluation.runfiles import run_notes
 
@@ -117,11 +126,13 @@ def compare(
     for note in filter(None, (s.coverage_note() for s in scored)):
         err_console.print(esc(note), highlight=False)
     for run in runs:
-        for note in run_notes(run, split):
+        for note in run_notes(run, split, failures=not answered):
             print_warning(note)
     for note in left_out_languages(scored):
         print_warning(note)
     for note in common_items(scored):
+        err_console.print(esc(note), highlight=False)
+    if answered and (note := without_failed(scored, split)) is not None:
         err_console.print(esc(note), highlight=False)
     rows = comparison_rows(scored, baseline)
     out_console.print(

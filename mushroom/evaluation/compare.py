@@ -15,7 +15,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from mushroom.data.jsonl import load_records
-from mushroom.data.predictions import load_predictions, prediction_langs, prediction_vectors, submission_name
+from mushroom.data.predictions import (
+    load_predictions,
+    prediction_langs,
+    prediction_vectors,
+    submission_glob,
+    submission_name,
+)
 from mushroom.data.records import ErrorType, Item
 from mushroom.data.runfolder import RunScope, prediction_folder, run_scope
 from mushroom.data.spans import hard_to_mask, soft_to_vector
@@ -24,7 +30,7 @@ from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.evaluation.metrics import mask_iou, vector_cor
 from mushroom.evaluation.score import ScoreResult, score_paths
 from mushroom.evaluation.stats import paired_test
-from mushroom.util.words import no_prediction
+from mushroom.util.words import no_prediction, plural
 
 
 class ErrorTag(BaseModel):
@@ -123,6 +129,42 @@ def common_items(runs: list[RunScores]) -> list[str]:
         return []
     made = "; ".join(r.scope.made_with() for r in limited if r.scope is not None)
     return [f"compared on the {len(common)} items every run predicted, of {most}: {made}"]
+
+
+def failed_ids(run: Path, split: str) -> set[str]:
+    """The items a run folder's files of a split hold empty because its run failed them.
+
+    Read from the run's item ledger (or failures.jsonl), as `score` does for its note.
+    """
+    from mushroom.data.runfolder import FailureCheck
+
+    failed: set[str] = set()
+    for path in sorted(prediction_folder(run, split).glob(submission_glob(split))):
+        try:
+            found = FailureCheck(path).check(load_predictions(path))
+        except MushroomError:  # a file scoring reads as it is: said there, not here
+            continue
+        failed |= found.failed if found is not None else set()
+    return failed
+
+
+def without_failed(runs: list[RunScores], split: str) -> str | None:
+    """Leaves out of every run the items any run failed, as `mushroom run` compares its variants.
+
+    A run made with `--allow-failures` writes a failed item empty: scored 0, it made one run
+    look worse than another on items neither was asked to answer. Returns the note (None when
+    no run failed an item).
+    """
+    failed = set().union(*(failed_ids(r.path, split) for r in runs))
+    if not failed:
+        return None
+    for run in runs:
+        keep = [k for k, i in enumerate(run.result.ids) if i not in failed]
+        unscored = run.result.unscored + len(run.result.ids) - len(keep)
+        run.result = replace(run.result.subset(keep), warnings=run.result.warnings, unscored=unscored)
+    if not any(run.result.ids for run in runs):
+        raise MushroomError("every item was failed by some run: nothing is left to compare")
+    return f"compared on the items every run answered: {plural(len(failed), 'item')} some run failed left out"
 
 
 def left_out_languages(runs: list[RunScores]) -> list[str]:

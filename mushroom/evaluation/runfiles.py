@@ -369,7 +369,10 @@ def _written_langs(run: Path, split: str) -> list[str]:
         return []
 
 
-def run_notes(run: Path, split: str) -> list[str]:
-    """`run_failure_notes`, the `in_sample_note` and the `unfinished_note` of a run folder."""
+def run_notes(run: Path, split: str, failures: bool = True) -> list[str]:
+    """`run_failure_notes`, the `in_sample_note` and the `unfinished_note` of a run folder.
+
+    `failures` False leaves the first out: the failed items are left out of the scores.
+    """
     notes = [in_sample_note(run, split), unfinished_note(run, split)]
-    return run_failure_notes(run, split) + [n for n in notes if n]
+    return (run_failure_notes(run, split) if failures else []) + [n for n in notes if n]
