@@ -93,7 +93,8 @@ BREAKER_WARM = 10
 BREAKER_PROBATION = 2
 # Read timeouts trip it sooner: each costs `timeout_s` (600 s), so three of them on a one-slot
 # server that hangs were half an hour before the run stopped. One when none has worked (a
-# model that slow would take timeout_s an item), two in a row after some have.
+# model that slow would take timeout_s an item), two in a row after some have. A connection
+# closed after LONG_SILENCE_S with no answer (a proxy's timeout) counts as one.
 TIMEOUTS_COLD = 1
 TIMEOUTS_WARM = 2
 TIMED_OUT = "timeout after"  # how a read timeout's message starts (after "gave up after ...: ")
