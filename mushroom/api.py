@@ -19,7 +19,7 @@ import itertools
 import numbers
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
@@ -78,6 +78,19 @@ class Prediction(records.Prediction):
             ]
         return self
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Prediction:
+        """A copy; with new spans or text in `update`, checked and derived as a new record is.
+
+        pydantic's copy takes `update` unchecked: new soft labels kept the hard labels derived
+        from the old ones, and spans past the text were taken.
+        """
+        if not update or not set(update) & {"soft_labels", "hard_labels", "text"}:
+            return super().model_copy(update=update, deep=deep)
+        data = {name: getattr(self, name) for name in self.model_fields_set}
+        data.update(self.__pydantic_extra__ or {})
+        data.update(update)
+        return type(self).model_validate(data)
+
     @model_validator(mode="after")
     def _inside_text(self) -> Prediction:
         # exported, it took spans past its text or reversed (and an edit of them), and wrote
@@ -98,14 +111,15 @@ class Prediction(records.Prediction):
         if name not in type(self).model_fields:
             super().__setattr__(name, value)
             return
-        before = self.__dict__.get(name)
-        was_set = name in self.model_fields_set
+        # every field comes back: the label kind derived from the refused value stayed (an audit)
+        before = dict(self.__dict__)
+        was_set = set(self.model_fields_set)
         try:
             super().__setattr__(name, _plain_labels(name, value))
         except ValidationError:
-            self.__dict__[name] = before
-            if not was_set:
-                self.model_fields_set.discard(name)
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            self.model_fields_set.intersection_update(was_set)
             raise
 
     def _needs_text(self, what: str) -> None:

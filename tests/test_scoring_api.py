@@ -192,3 +192,18 @@ def test_a_prediction_whose_text_is_not_its_gold_answer_is_warned_of():
     assert result.mean_iou == pytest.approx(0.75)  # scored as it is
     same = mushroom.Prediction(id="a", text=gold_text, hard_labels=[(32, 39)])
     assert mushroom.score(gold, [same]).warnings == []
+
+
+def test_a_refused_assignment_or_a_copy_leaves_no_label_derived_from_the_refused_spans():
+    """Refused, the assigned kind came back but the other kept what was derived from the
+    refused value; `model_copy(update=...)` kept hard labels derived from the old soft ones."""
+    text = "Marie Curie was born in 1867 in Berlin."
+    pred = mushroom.Prediction(id="a", text=text, soft_labels=[{"start": 32, "end": 38, "prob": 0.9}])
+    with pytest.raises(ValueError, match="not inside the text"):
+        pred.soft_labels = [{"start": 0, "end": 500, "prob": 0.9}]
+    assert pred.submission_dict()["hard_labels"] == [[32, 38]]
+    assert mushroom.Prediction.model_validate_json(pred.model_dump_json()).hard_labels == [(32, 38)]
+    copy = pred.model_copy(update={"soft_labels": [{"start": 0, "end": 5, "prob": 0.9}]})
+    assert copy.hard_labels == [(0, 5)] and pred.hard_labels == [(32, 38)]
+    with pytest.raises(ValueError, match="not inside the text"):
+        pred.model_copy(update={"hard_labels": [[0, 500]]})
