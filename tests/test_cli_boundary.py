@@ -288,6 +288,19 @@ def slow():
     with interrupt_hint(hint):
         print("ready", flush=True)
         time.sleep(60)
+@app.command()
+def swallows():
+    print("ready", flush=True)
+    try:
+        time.sleep(60)
+    except KeyboardInterrupt:  # a library that catches the first Ctrl-C and goes on
+        print("swallowed", flush=True)
+    time.sleep(60)
+@app.command()
+def short():
+    print("ready", flush=True)
+    time.sleep(2)
+    print("finished", flush=True)
 raise SystemExit(run_cli(app))
 """
 
@@ -323,6 +336,48 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path, command, expected):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert err == expected
+
+
+def _sleepy(tmp_path, command, handler):
+    import signal
+
+    script = tmp_path / "sleepy.py"
+    script.write_text(SLEEPY_APP)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, handler),
+    )
+    assert proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def test_a_ctrl_c_later_than_the_first_still_stops_the_command(tmp_path):
+    """Repeats within 2 s are one Ctrl-C; one after that must still stop what swallowed the first."""
+    import signal
+    import time
+
+    proc = _sleepy(tmp_path, "swallows", signal.SIG_DFL)
+    proc.send_signal(signal.SIGINT)
+    assert proc.stdout.readline() == "swallowed\n"
+    time.sleep(2.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err == "interrupted\n", err
+
+
+def test_a_command_started_with_sigint_ignored_is_not_stopped_by_one(tmp_path):
+    """`mushroom ... &` in a script ignores SIGINT; the command's own handler undid that."""
+    import signal
+
+    proc = _sleepy(tmp_path, "short", signal.SIG_IGN)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out == "finished\n", (out, err)
 
 
 def test_counts_agree_with_their_nouns(tmp_path, capsys):

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from mushroom.cli import combine, contexts, detect, evaluate, scoring
-from mushroom.cli.boundary import FLAG, esc, out_console, reflow_help, run_cli, set_debug
+from mushroom.cli.boundary import FLAG, after_interrupt, esc, out_console, reflow_help, run_cli, set_debug
 from mushroom.cli.models import models_app
 from mushroom.util.options import field_default
 
@@ -110,9 +110,7 @@ def main() -> None:
 
     code = run_cli(app)
     if code == EXIT_INTERRUPTED:  # the process ends: a second Ctrl-C (a signal to the group) is no traceback
-        import signal
-
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        after_interrupt()
     raise SystemExit(code)
 
 

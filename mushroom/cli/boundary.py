@@ -347,8 +347,8 @@ class _FirstInterrupt:
     printing a traceback from inside rich. A later Ctrl-C stops the command as the first did.
     """
 
-    def __init__(self) -> None:
-        self.last: float | None = None
+    def __init__(self, last: float | None = None) -> None:
+        self.last = last
 
     def __call__(self, signum: int, frame: Any) -> None:
         now = time.monotonic()
@@ -360,8 +360,13 @@ class _FirstInterrupt:
 
 @contextmanager
 def _one_interrupt() -> Iterator[None]:
-    """`_FirstInterrupt` for the command's life, in the main thread (a signal handler's only place)."""
-    if threading.current_thread() is not threading.main_thread():
+    """`_FirstInterrupt` for the command's life, in the main thread (a signal handler's only place).
+
+    Only in place of Python's own handler: a command started with SIGINT ignored (`mushroom
+    ... &` in a script) is not stopped by one, nor is a caller's own handler replaced.
+    """
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield
         return
     before = signal.signal(signal.SIGINT, _FirstInterrupt())
@@ -369,6 +374,17 @@ def _one_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def after_interrupt() -> None:
+    """As the process ends after a Ctrl-C: a repeat of it within REPEAT_INTERRUPT_S is dropped.
+
+    The second signal of `timeout -s INT` printed a traceback from the interpreter's shutdown;
+    a later Ctrl-C still stops a shutdown that hangs.
+    """
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _FirstInterrupt(last=time.monotonic()))
 
 
 def _run(app: typer.Typer, args: list[str]) -> int:
