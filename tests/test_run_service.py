@@ -1108,7 +1108,7 @@ def test_a_ctrl_c_before_the_main_jobs_folder_is_made_says_nothing_was_saved(
     assert not out.exists()
 
 
-@pytest.mark.parametrize("name", ["config.json", "Failures.jsonl", "val"])
+@pytest.mark.parametrize("name", ["config.json", "Failures.jsonl", "responses.cache.jsonl"])
 def test_a_variant_named_as_a_file_of_the_run_folder_is_refused_before_the_run(tmp_path, capsys, name):
     """`name = "config.json"` ran the variants before it, then failed on a path that is a file."""
     from cli_helpers import cli
@@ -1123,6 +1123,20 @@ def test_a_variant_named_as_a_file_of_the_run_folder_is_refused_before_the_run(t
     said = " ".join(err.split())
     assert code == 2 and "variants.1.name" in said and f"a variant name may not be {name!r}" in said, said
     assert not out.exists()
+
+
+def test_variants_named_as_a_main_jobs_folders_still_run(tmp_path, capsys):
+    """The first check refused every job's top-level names (raw, items): folders made so could
+    no longer be resumed, for a clash a `run` folder does not have."""
+    from cli_helpers import cli
+
+    config = tmp_path / "v.toml"
+    config.write_text(
+        'name = "v"\nsplits = ["val"]\nlangs = ["en"]\nlimit = 2\n[detector]\nname = "lexical"\n'
+        '[[variants]]\nname = "raw"\n[[variants]]\nname = "items"\noptions = { threshold = 0.4 }\n'
+    )
+    code, _, err = cli(capsys, "run", config, "--out", tmp_path / "run", "--eval-dir", tmp_path / "e")
+    assert code == 0, err
 
 
 def test_a_variants_own_truth_value_for_a_number_is_said_with_the_others(tmp_path, capsys):

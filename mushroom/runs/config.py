@@ -47,6 +47,12 @@ class DetectorSection(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+# What `mushroom run` writes at the top of a folder beside its variants' folders (`execute`)
+VARIANT_RUN_FILES = frozenset(
+    "config.json versions.json stages.json summary.json failures.jsonl responses.cache.jsonl".split()
+)
+
+
 class Variant(BaseModel):
     """One prompt variant: a name and the detector options it overrides."""
 
@@ -61,13 +67,11 @@ class Variant(BaseModel):
         # the variant's folder inside the run's: "." and ".." were accepted, and ".." wrote
         # its val/ and test/ beside the run folder
         valid_name(value, "a variant name")
-        from mushroom.runs.folders import RUN_FILES
-
         # "config.json" ran every variant but one, then failed on a path that is a file
-        if value.lower() in {name.lower() for name in RUN_FILES}:
+        if value.lower() in VARIANT_RUN_FILES:
             raise ValueError(
-                f"a variant name may not be {value!r}: the run folder keeps a file or folder of its "
-                "own by that name, beside the variants' folders; give another name"
+                f"a variant name may not be {value!r}: the run keeps a file of its own by that name "
+                "beside the variants' folders; give another name"
             )
         return value
 
