@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mushroom.util.words import close_match, plural
 
-# The CLI's exit codes (README, "Exit codes"); each error class below carries its own.
+# The CLI's exit codes (docs/reference/exit-codes.md); each error class below carries its own.
 EXIT_OK = 0
 EXIT_INVALID_INPUT = 1  # DataError: a file the command read is not valid
 EXIT_USAGE = 2  # MushroomError: the command, an option or a config is wrong
@@ -23,7 +23,7 @@ EXIT_INTERRUPTED = 130  # Interrupted: Ctrl-C
 class MushroomError(Exception):
     """Base class: the CLI prints these without a traceback.
 
-    `exit_code` is what the CLI exits with (README, "Exit codes"): 2 is a usage or config
+    `exit_code` is what the CLI exits with (docs/reference/exit-codes.md): 2 is a usage or config
     error, the default for anything the user can fix by changing the command.
     """
 

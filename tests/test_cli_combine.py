@@ -576,7 +576,7 @@ def test_an_answer_edited_since_a_run_is_refused_not_read_with_that_runs_spans(t
         told = " ".join(err.split())
         assert (
             code == 1
-            and f"the answer of 1 of its items ({rows[1]['id']!r}) is not the one its run computed it on"
+            and f"the answer of 1 of its items, {rows[1]['id']!r}, is not the one its run computed it on"
             in told
         ), (
             args,

@@ -860,3 +860,21 @@ def test_score_takes_lang_as_every_other_command_does_and_names_a_close_language
     assert code == 0 and "IoU:" in out, err  # was "No such option: --lang"
     code, _, err = cli(capsys, "score", VAL_DIR, run, "--langs", "eng")
     assert code == 2 and "(did you mean 'en'?)" in err, err
+
+
+def test_a_gold_file_with_a_misspelt_label_key_is_warned_of_once_with_the_hint(tmp_path, capsys):
+    """The prediction files' warning ("the official scorer derives hard_labels") came for a gold
+    file too, beside the one that says the official scorer fails on it."""
+    rows = [
+        {**{k: v for k, v in r.items() if k != "hard_labels"}, "hard_label": r["hard_labels"]}
+        for r in GOLD_ROWS[:5]
+    ]
+    gold = write_lines(tmp_path / "gold.jsonl", rows)
+    pred = write_lines(tmp_path / "pred.jsonl", GOLD_ROWS[:5])
+    code, _, err = cli(capsys, "score", gold, pred)
+    said = " ".join(err.split())
+    assert (
+        code == 0
+        and "no line has hard_labels (is 'hard_label' a misspelling?): the official scorer fails" in said
+    )
+    assert "derives hard_labels" not in said, said

@@ -120,3 +120,15 @@ def test_an_option_of_another_detector_is_named_as_that_detectors():
             build("llm", {key: "verify", "backend": backend})
     with pytest.raises(MushroomError, match=r"'treshold': unknown option \(did you mean 'threshold'\?\)"):
         build("llm", {"treshold": 0.3, "backend": backend})
+
+
+def test_a_truth_value_inside_a_table_of_numbers_is_refused_by_its_key():
+    """`source_weights = {deepseek-r1 = true}` weighed the source 1.0, unsaid."""
+    from mushroom.detectors import build
+    from mushroom.errors import MushroomError
+
+    with pytest.raises(MushroomError, match=r"source_weights\.deepseek-r1: give a number, not true"):
+        build("lexical", {"source_weights": {"deepseek-r1": True}})
+    assert build("lexical", {"source_weights": {"deepseek-r1": 0.5}}).options.source_weights == {
+        "deepseek-r1": 0.5
+    }

@@ -106,7 +106,7 @@ def test_a_name_or_path_not_found_says_which_folder_it_was_read_from(tmp_path, m
     from mushroom.detectors.prompts import prompt_missing
 
     monkeypatch.chdir(tmp_path)
-    assert f"looked up in prompts/ of {tmp_path}" in prompt_missing("mine")
+    assert f"looked up in {tmp_path / 'prompts'}" in prompt_missing("mine")
     with pytest.raises(MushroomError, match=f"a relative path is read from {tmp_path}"):
         ReplayConfig(responses="llm.raw.jsonl").check_ready()
 
@@ -119,5 +119,15 @@ def test_a_placeholder_in_single_braces_is_refused_when_the_detector_is_built(tm
         '=== user ===\nContext: {context}\nAnswer: {{answer}} {{question}}\nReply {"incorrect_spans": []}\n'
     )
     (tmp_path / "prompts" / "mine.md").write_text(text, encoding="utf-8")
-    with pytest.raises(MushroomError, match=r"\{context\} has single braces.*write \{\{context\}\}"):
-        build("llm", {"prompt": "mine", "backend": {"kind": "replay", "responses": "x.jsonl"}})
+    backend = {"kind": "replay", "responses": "x.jsonl"}
+    with pytest.raises(MushroomError, match=r"its context has single braces.*write \{\{context\}\}"):
+        build("llm", {"prompt": "mine", "backend": backend})
+    # unmatched braces are never meant: the context was not sent either
+    lopsided = "=== user ===\nContext: {{context}\nAnswer: {{answer}} {{question}}\n"
+    (tmp_path / "prompts" / "mine.md").write_text(lopsided, encoding="utf-8")
+    with pytest.raises(MushroomError, match=r"its context has unmatched braces"):
+        build("llm", {"prompt": "mine", "backend": backend})
+    # beside a real {{answer}}, a {answer} in prose may be meant as it is
+    prose = "=== user ===\nThe field {answer} holds {{answer}}. {{context}} {{question}}\n"
+    (tmp_path / "prompts" / "mine.md").write_text(prose, encoding="utf-8")
+    assert build("llm", {"prompt": "mine", "backend": backend}).describe()["prompt_name"] == "mine"

@@ -190,6 +190,7 @@ class CircuitBreaker:
         self._worked = False
         self._in_row = 0
         self._timeouts_in_row = 0
+        self._closes_in_row = 0  # of those timeouts, the connections closed after a long silence
         self._open: str | None = None
         # tripped for another backend earlier in this command (see mushroom.backends.trips):
         # BREAKER_PROBATION failures trip it, and `post` makes one attempt a request, until one works
@@ -206,7 +207,7 @@ class CircuitBreaker:
     def success(self) -> None:
         with self._lock:
             first = not self._worked
-            self._worked, self._in_row, self._timeouts_in_row = True, 0, 0
+            self._worked, self._in_row, self._timeouts_in_row, self._closes_in_row = True, 0, 0, 0
         if first:
             forget_trip(self.url, self.model)
 
@@ -221,6 +222,7 @@ class CircuitBreaker:
         with self._lock:
             self._in_row += 1
             self._timeouts_in_row = self._timeouts_in_row + 1 if timed_out else 0
+            self._closes_in_row = self._closes_in_row + 1 if closed else 0
             limit = BREAKER_WARM if self._worked else BREAKER_PROBATION if self.probation else BREAKER_COLD
             timeouts = TIMEOUTS_WARM if self._worked else TIMEOUTS_COLD
             if self._open is not None or (self._in_row < limit and self._timeouts_in_row < timeouts):
@@ -228,7 +230,7 @@ class CircuitBreaker:
             first = "" if self._worked else " (none worked)"
             if self._timeouts_in_row >= timeouts:
                 n = self._timeouts_in_row
-                if not closed:
+                if self._closes_in_row < n:  # a read timeout among them: its advice, timeout_s
                     within = f" within {self.timeout_s} s" if self.timeout_s else ""
                     none = "no request" if n == 1 else f"none of the last {n} requests"
                     self._open = (
@@ -239,8 +241,8 @@ class CircuitBreaker:
                     which = "a request" if n == 1 else f"the last {n} requests"
                     self._open = (
                         f"{NOT_SENT}: the connection to {self.url} closed {which} after a long wait "
-                        "with no answer: a proxy's read timeout in front of the server; raise the "
-                        "proxy's timeout, then the same command retries it"
+                        "with no answer: a proxy's read timeout in front of the server (raise it), or "
+                        "the server dropped them; the same command retries it"
                     )
             else:
                 # "... (none worked); the last: gave up after 6 attempts: HTTP 500 ...": it said

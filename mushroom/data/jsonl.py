@@ -222,21 +222,22 @@ def binary_kind(path: Path) -> str | None:
             start = handle.read(4)
     except OSError:
         return None
-    return (
-        _not_jsonl(start)
-        if start.startswith((b"PK\x03\x04", b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff"))
-        else None
-    )
+    return next((said for marks, said in _BINARY_KINDS if start.startswith(marks)), None)
+
+
+# The first bytes of files often given for JSON Lines, and what to say of each
+_BINARY_KINDS = (
+    ((b"PK\x03\x04",), "is a zip archive; unzip it and give the .jsonl file (or, to score, the folder)"),
+    ((b"\x1f\x8b",), "is gzip-compressed; decompress it first (gunzip)"),
+    ((b"\xff\xfe", b"\xfe\xff"), "is UTF-16; save it as UTF-8"),
+)
 
 
 def _not_jsonl(data: bytes) -> str | None:
     """What the file is instead of JSON Lines, for the usual mix-ups; None if it may be JSONL."""
-    if data.startswith(b"PK\x03\x04"):
-        return "is a zip archive; unzip it and give the .jsonl file (or, to score, the folder)"
-    if data.startswith(b"\x1f\x8b"):
-        return "is gzip-compressed; decompress it first (gunzip)"
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return "is UTF-16; save it as UTF-8"
+    binary = next((said for marks, said in _BINARY_KINDS if data.startswith(marks)), None)
+    if binary is not None:
+        return binary
     first_line = data.lstrip().split(b"\n", 1)[0].strip()
     if first_line.startswith(b"[") or first_line == b"{":
         try:

@@ -316,12 +316,14 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
                 + f" (line {neither[0]})"
             )
         warnings.append(f"{path}: {'; '.join(parts)}{hint}; the official scorer fails on such a file")
-    warnings += [f"{path}: {message}" for message in misspelled_on_every_line(rows)]
+    if not is_gold:  # a gold file lacking a kind is said below: the official scorer fails on it
+        warnings += [f"{path}: {message}" for message in misspelled_on_every_line(rows)]
     if is_gold and rows and has_hard != has_soft:  # it takes both columns of a gold file
         lacking, other = ("soft_labels", "hard") if has_hard else ("hard_labels", "soft")
+        hint = next((h for _, row in rows if (h := misspelled_label(row, lacking))), "")
         warnings.append(
-            f"{path}: no line has {lacking}: the official scorer fails on such a gold file; scored with "
-            f"them derived from the {other} labels"
+            f"{path}: no line has {lacking}{hint}: the official scorer fails on such a gold file; scored "
+            f"with them derived from the {other} labels"
         )
     if starts_with_bom(path):
         warnings.append(f"{path}: {OFFICIAL_BOM}")

@@ -673,7 +673,7 @@ class FailureCheck:
                 self.path,
                 None,
                 None,
-                f"{who}the answer of {len(changed)} of its items ({shown}) is not the one its run "
+                f"{who}the answer of {len(changed)} of its items, {shown}, is not the one its run "
                 f"computed it on (its item ledger {self.ledger.path}): the items file was edited since "
                 "that run, or is another one. Run that run's command again on these items: it "
                 "computes the changed items again",

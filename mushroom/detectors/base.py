@@ -89,19 +89,28 @@ class DetectorOptions(BaseModel):
                 field = cls.model_fields.get(key) if isinstance(key, str) else None
                 if isinstance(value, bool) and field is not None and _takes_numbers(field.annotation):
                     raise ValueError(f"{key}: give a number, not {str(value).lower()}")
-                # in a list too: temperatures = [true, 0.1] ran at temperature 1.0, without a word
-                if isinstance(value, list | tuple) and field is not None and _number_list(field.annotation):
-                    for k, one in enumerate(value):
+                # in a list or table too: temperatures = [true, 0.1] ran at temperature 1.0,
+                # source_weights = {x = true} weighed x 1.0, without a word
+                if field is not None and _numbers_inside(field.annotation):
+                    inner = (
+                        value.items()
+                        if isinstance(value, dict)
+                        else enumerate(value)
+                        if isinstance(value, list | tuple)
+                        else ()
+                    )
+                    for k, one in inner:
                         if isinstance(one, bool):
                             raise ValueError(f"{key}.{k}: give a number, not {str(one).lower()}")
         return data
 
 
-def _number_list(annotation: Any) -> bool:
-    """Whether an option is a list (or tuple) of numbers (`temperatures`), perhaps optional."""
+def _numbers_inside(annotation: Any) -> bool:
+    """Whether an option is a list, tuple or table of numbers (`temperatures`, `source_weights`)."""
     for kind in (annotation, *get_args(annotation)):
-        if get_origin(kind) in (list, tuple):
-            bare = [get_args(a)[0] if get_origin(a) is Annotated else a for a in get_args(kind)]
+        if get_origin(kind) in (list, tuple, dict):
+            held = get_args(kind)[1:] if get_origin(kind) is dict else get_args(kind)
+            bare = [get_args(a)[0] if get_origin(a) is Annotated else a for a in held]
             return any(_takes_numbers(a) for a in bare if a is not Ellipsis)
     return False
 

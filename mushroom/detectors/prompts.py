@@ -22,6 +22,7 @@ PROMPT_DIR = Path(__file__).resolve().parent.parent / "resources" / "prompts"
 # any letters, so that {{Answer}} is named as no placeholder rather than sent as it is
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
 _SINGLE_BRACES = re.compile(r"(?<!\{)\{\s*([A-Za-z_]+)\s*\}(?!\})")  # `{context}`: a placeholder mistyped
+_LOPSIDED = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}(?!\})|(?<!\{)\{\s*([A-Za-z_]+)\s*\}\}")  # `{{context}`
 _SECTION = re.compile(r"^=== (system|user) ===\s*$", re.M)
 
 
@@ -66,12 +67,16 @@ class PromptTemplate:
         """
         known = set(values)
         text = (self.system or "") + self.user
-        # `{context}` is sent as it is: the model never saw the context, and nothing said so
-        single = sorted({m for m in _SINGLE_BRACES.findall(text) if m in known})
-        if single:
+        # `{context}` is sent as it is: the model never saw the context, and nothing said so.
+        # Beside a real {{context}} it may be meant as it is (a prompt that names the field);
+        # `{{context}` or `{context}}` never is.
+        lopsided = sorted({name for pair in _LOPSIDED.findall(text) for name in pair if name in known})
+        single = sorted({m for m in _SINGLE_BRACES.findall(text) if m in known} - self.placeholders)
+        for name in (lopsided or single)[:1]:
+            shape = "unmatched braces" if lopsided else "single braces"
             raise MushroomError(
-                f"prompt {self.label}: {{{single[0]}}} has single braces, so it is sent as it is "
-                f"and the model never sees the {single[0]}: write {{{{{single[0]}}}}}"
+                f"prompt {self.label}: its {name} has {shape}, so it is sent as it is and the model "
+                f"never sees the {name}: write {{{{{name}}}}}"
             )
         unknown = sorted(self.placeholders - known)
         if unknown:
@@ -114,12 +119,15 @@ class PromptTemplate:
 
 def user_prompt_dirs() -> list[Path]:
     """Where a user keeps prompt variants: `prompts/` where mushroom runs, then in the checkout."""
+    return [d for d in _looked_in() if d.is_dir()]
+
+
+def _looked_in() -> list[Path]:
+    """The prompt folders a name is looked up in, as `user_prompt_dirs` orders them, existing or not."""
     from mushroom.data.splits import workspace
 
     dirs = [Path.cwd() / "prompts", workspace() / "prompts"]
-    return [
-        d for k, d in enumerate(dirs) if d.is_dir() and d.resolve() not in [x.resolve() for x in dirs[:k]]
-    ]
+    return [d for k, d in enumerate(dirs) if d.resolve() not in [x.resolve() for x in dirs[:k]]]
 
 
 def prompt_names() -> list[str]:
@@ -133,7 +141,7 @@ def prompt_missing(name_or_path: str) -> str:
     names = prompt_names()
     return (
         f"prompt {name_or_path!r} not found{did_you_mean(name_or_path, names)}; available: {', '.join(names)}"
-        f" (a name is looked up in prompts/ of {Path.cwd()}, where the command runs, then among the "
+        f" (a name is looked up in {' and '.join(str(d) for d in _looked_in())}, then among the "
         "shipped ones; a prompt elsewhere is given by its path)"
     )
 

@@ -340,7 +340,7 @@ def run_main_stack(
     if member_sources is not None:  # only when given: the folders made before it still resume
         config["member_sources"] = list(member_sources)
     if cascade:
-        # kept out of the config's hash (see service.UNHASHED_KEYS): another budget resumes the folder
+        # kept out of the config's hash (see confighash.UNHASHED_KEYS): another budget resumes the folder
         config["llm_budget"] = llm_budget
     earlier = run_config_file(out / "config.json")
     service = RunService(out, config, reporter, quiet, allow_failures, side_pass=plan_only)
