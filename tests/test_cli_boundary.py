@@ -317,18 +317,7 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path, command, expected):
     import signal
     import time
 
-    script = tmp_path / "sleepy.py"
-    script.write_text(SLEEPY_APP)
-    proc = subprocess.Popen(
-        [sys.executable, str(script), command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a test runner may ignore it
-    )
-    assert proc.stdout.readline() == "ready\n"
+    proc = _sleepy(tmp_path, command, signal.SIG_DFL)  # SIG_DFL: a test runner may ignore it
     proc.send_signal(signal.SIGINT)
     if command == "slow":  # a second signal, to the command and its group, as timeout sends
         time.sleep(0.3)
@@ -339,6 +328,7 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path, command, expected):
 
 
 def _sleepy(tmp_path, command, handler):
+    """The SLEEPY_APP command started with SIGINT set to `handler`, once it says it is ready."""
     import signal
 
     script = tmp_path / "sleepy.py"
