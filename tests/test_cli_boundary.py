@@ -290,8 +290,8 @@ def slow():
         time.sleep(60)
 @app.command()
 def swallows():
-    print("ready", flush=True)
-    try:
+    try:  # "ready" inside: a signal right after it must land in the try
+        print("ready", flush=True)
         time.sleep(60)
     except KeyboardInterrupt:  # a library that catches the first Ctrl-C and goes on
         print("swallowed", flush=True)

@@ -113,11 +113,19 @@ def test_an_option_of_another_detector_is_named_as_that_detectors():
     from mushroom.errors import MushroomError
 
     backend = {"kind": "replay", "responses": "x.jsonl"}
-    for key in ("decompose_prompt", "verify_prompt"):
-        with pytest.raises(
-            MushroomError, match=rf"'{key}': unknown option \(an option of chain, not of llm\)"
-        ):
-            build("llm", {key: "verify", "backend": backend})
+    with pytest.raises(
+        MushroomError, match=r"'decompose_prompt': unknown option \(an option of chain, not of llm\)"
+    ):
+        build("llm", {"decompose_prompt": "verify", "backend": backend})
+    said = r"'verify_prompt': unknown option \(did you mean 'prompt'\?\) \(an option of chain, not of llm\)"
+    with pytest.raises(MushroomError, match=said):
+        build("llm", {"verify_prompt": "verify", "backend": backend})
+    # a close name of llm's own comes first: `temperature` is chain's, `temperatures` likelier meant
+    with pytest.raises(
+        MushroomError,
+        match=r"'temperature': unknown option \(did you mean 'temperatures'\?\) \(an option of chain",
+    ):
+        build("llm", {"temperature": 0.3, "backend": backend})
     with pytest.raises(MushroomError, match=r"'treshold': unknown option \(did you mean 'threshold'\?\)"):
         build("llm", {"treshold": 0.3, "backend": backend})
 

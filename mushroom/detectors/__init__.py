@@ -144,8 +144,9 @@ def _nested_hint(cls: type[Detector], key: str) -> str:
 def other_detectors_option(key: str, name: str) -> str:
     """` (an option of chain, not of llm)` for an option only other detectors take, else "".
 
-    `decompose_prompt` given to llm was "unknown option", and `verify_prompt` was told "did
-    you mean 'prompt'?": both are chain's.
+    `decompose_prompt` given to llm was "unknown option", and `verify_prompt` was told only
+    "did you mean 'prompt'?": both are chain's. Said after a close name of this detector's
+    (`temperature` is chain's, and llm's `temperatures` is likelier meant).
     """
     if key in detector_class(name).Options.model_fields:
         return ""
@@ -182,7 +183,7 @@ def build(name: str, options: dict[str, Any] | DetectorOptions | None = None) ->
             if err["type"] == "extra_forbidden":
                 key = str(err["loc"][-1])
                 owned = other_detectors_option(key, name) if len(err["loc"]) == 1 else ""
-                msg = "unknown option" + (owned or did_you_mean(key, list(cls.Options.model_fields)))
+                msg = "unknown option" + did_you_mean(key, list(cls.Options.model_fields)) + owned
                 msg += (
                     _nested_hint(cls, str(err["loc"][-1]))
                     + _prefix_hint(name, err)

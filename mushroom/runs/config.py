@@ -526,7 +526,7 @@ def _option_problem(path: Path, where: str, cls, err: dict) -> Problem:
         names = list(cls.Options.model_fields)
         key = str(err["loc"][-1])
         owned = other_detectors_option(key, cls.name) if len(err["loc"]) == 1 else ""
-        msg = "unknown option" + (owned or did_you_mean(key, names))
+        msg = "unknown option" + did_you_mean(key, names) + owned
         msg += f"; valid: {', '.join(names)}"
     return Problem(str(path), None, ".".join([where, *map(str, err["loc"])]), msg)
 
