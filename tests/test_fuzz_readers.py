@@ -152,13 +152,16 @@ def assert_located(exc: BaseException, path: Path) -> None:
     if isinstance(exc, DataError):
         for problem in exc.problems:
             assert problem.path == str(path)
-            # file-level problems (no line) only when there is no line to blame
-            file_level = ("no line", "JSON Lines", "zip", "gzip", "UTF-16")
-            assert (
-                problem.line is not None
-                or problem.field == "id"
-                or any(word in problem.message for word in file_level)
-            ), problem
+            assert _located(problem), problem
+
+
+# file-level problems (no line) only when there is no line to blame
+FILE_LEVEL = ("no line", "JSON Lines", "zip", "gzip", "UTF-16")
+
+
+def _located(problem) -> bool:
+    """A line, the id field, or a problem of the whole file (a zip's first bytes)."""
+    return problem.line is not None or problem.field == "id" or any(w in problem.message for w in FILE_LEVEL)
 
 
 def _write(tmp_path_factory, name: str, raw: bytes) -> Path:
@@ -209,7 +212,7 @@ def test_check(tmp_path_factory, data):
         return
     for problem in report.errors:
         assert problem.path == str(path)
-        assert problem.line is not None or problem.field == "id", problem
+        assert _located(problem), problem  # a corruption that made the first bytes a zip's is the file's
     if report.ok:
         assert report.n_lines == record_lines(raw) == len(items)
 
