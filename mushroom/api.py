@@ -68,14 +68,9 @@ class Prediction(records.Prediction):
         # of 0.9 that marked nothing scored as 0.5).
         given = self.model_fields_set
         if "soft_labels" in given and "hard_labels" not in given:
-            from mushroom.data.label_files import official_hard_from_soft
-
-            soft = [(s.start, s.end, s.prob) for s in self.soft_labels]
-            self.__dict__["hard_labels"] = official_hard_from_soft(soft)
+            self.__dict__["hard_labels"] = records.hard_from_soft(self.soft_labels)
         elif "hard_labels" in given and "soft_labels" not in given:
-            self.__dict__["soft_labels"] = [
-                records.SoftSpan(start=s, end=e, prob=1.0) for s, e in self.hard_labels
-            ]
+            self.__dict__["soft_labels"] = records.soft_from_hard(self.hard_labels)
         return self
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Prediction:

@@ -12,8 +12,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from mushroom.data.jsonl import iter_json_lines, open_binary, validation_problems
-from mushroom.data.label_files import official_hard_from_soft
-from mushroom.data.records import Item, Prediction, SoftSpan
+from mushroom.data.records import Item, Prediction, hard_from_soft, soft_from_hard
 from mushroom.data.spans import (
     check_finite,
     hard_to_mask,
@@ -128,10 +127,9 @@ def _row_prediction(
         problems.extend(span_errors)
         return None
     if "hard_labels" not in row:
-        triples = [(s.start, s.end, s.prob) for s in pred.soft_labels]
-        pred.hard_labels = official_hard_from_soft(triples)
+        pred.hard_labels = hard_from_soft(pred.soft_labels)
     if "soft_labels" not in row:
-        pred.soft_labels = [SoftSpan(start=s, end=e, prob=1.0) for s, e in pred.hard_labels]
+        pred.soft_labels = soft_from_hard(pred.hard_labels)
     return pred
 
 

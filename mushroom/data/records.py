@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from mushroom.data.label_files import LABEL_KEYS, any_misspelled_label
+from mushroom.data.label_files import LABEL_KEYS, any_misspelled_label, official_hard_from_soft
 from mushroom.data.languages import language_code
 from mushroom.text.normalize import LONE_SURROGATE
 from mushroom.util.names import valid_name
@@ -60,6 +60,16 @@ class SoftSpan(BaseModel):
 
 
 HardSpan = tuple[StrictInt, StrictInt]
+
+
+def hard_from_soft(soft: Sequence[SoftSpan]) -> list[tuple[int, int]]:
+    """The hard labels the official scorer derives from soft ones: above 0.5, touching spans merged."""
+    return official_hard_from_soft([(s.start, s.end, s.prob) for s in soft])
+
+
+def soft_from_hard(hard: Sequence[Sequence[int]]) -> list[SoftSpan]:
+    """The soft labels the official scorer derives from hard ones: 1.0 over each span."""
+    return [SoftSpan(start=start, end=end, prob=1.0) for start, end in hard]
 
 
 class Item(BaseModel):
@@ -117,11 +127,9 @@ class Item(BaseModel):
         # the hard spans. Left None, `detect` scored such a file Cor 0 (or IoU 0) where
         # `score` said 1.0.
         if self.hard_labels is None and self.soft_labels is not None:
-            from mushroom.data.label_files import official_hard_from_soft
-
-            self.hard_labels = official_hard_from_soft([(s.start, s.end, s.prob) for s in self.soft_labels])
+            self.hard_labels = hard_from_soft(self.soft_labels)
         elif self.soft_labels is None and self.hard_labels is not None:
-            self.soft_labels = [SoftSpan(start=s, end=e, prob=1.0) for s, e in self.hard_labels]
+            self.soft_labels = soft_from_hard(self.hard_labels)
         return self
 
     @property
