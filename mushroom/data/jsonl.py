@@ -222,7 +222,7 @@ def binary_kind(path: Path) -> str | None:
             start = handle.read(4)
     except OSError:
         return None
-    return next((said for marks, said in _BINARY_KINDS if start.startswith(marks)), None)
+    return _binary(start)
 
 
 # The first bytes of files often given for JSON Lines, and what to say of each
@@ -233,9 +233,14 @@ _BINARY_KINDS = (
 )
 
 
+def _binary(data: bytes) -> str | None:
+    """What `_BINARY_KINDS` says of bytes that begin so, else None."""
+    return next((said for marks, said in _BINARY_KINDS if data.startswith(marks)), None)
+
+
 def _not_jsonl(data: bytes) -> str | None:
     """What the file is instead of JSON Lines, for the usual mix-ups; None if it may be JSONL."""
-    binary = next((said for marks, said in _BINARY_KINDS if data.startswith(marks)), None)
+    binary = _binary(data)
     if binary is not None:
         return binary
     first_line = data.lstrip().split(b"\n", 1)[0].strip()

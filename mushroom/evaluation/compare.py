@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -121,14 +122,19 @@ def common_items(runs: list[RunScores]) -> list[str]:
     if not common:
         raise MushroomError("the runs have no predicted item in common; compare runs made on the same items")
     most = max(len(r.result.of_langs(shared).ids) for r in runs)
-    for run in runs:
-        keep = [k for k, i in enumerate(run.result.ids) if i in common]
-        unscored = run.result.unscored + len(run.result.ids) - len(keep)
-        run.result = replace(run.result.subset(keep), warnings=run.result.warnings, unscored=unscored)
+    _keep_only(runs, common.__contains__)
     if len(common) == most:
         return []
     made = "; ".join(r.scope.made_with() for r in limited if r.scope is not None)
     return [f"compared on the {len(common)} items every run predicted, of {most}: {made}"]
+
+
+def _keep_only(runs: list[RunScores], kept: Callable[[str], bool]) -> None:
+    """Cuts each run's scores to the items `kept` takes; those cut are counted as unscored."""
+    for run in runs:
+        keep = [k for k, i in enumerate(run.result.ids) if kept(i)]
+        unscored = run.result.unscored + len(run.result.ids) - len(keep)
+        run.result = replace(run.result.subset(keep), warnings=run.result.warnings, unscored=unscored)
 
 
 def failed_ids(run: Path, split: str) -> set[str]:
@@ -158,10 +164,7 @@ def without_failed(runs: list[RunScores], split: str) -> str | None:
     failed = set().union(*(failed_ids(r.path, split) for r in runs))
     if not failed:
         return None
-    for run in runs:
-        keep = [k for k, i in enumerate(run.result.ids) if i not in failed]
-        unscored = run.result.unscored + len(run.result.ids) - len(keep)
-        run.result = replace(run.result.subset(keep), warnings=run.result.warnings, unscored=unscored)
+    _keep_only(runs, lambda item_id: item_id not in failed)
     if not any(run.result.ids for run in runs):
         raise MushroomError("every item was failed by some run: nothing is left to compare")
     return f"compared on the items every run answered: {plural(len(failed), 'item')} some run failed left out"
