@@ -28,6 +28,7 @@ from mushroom.data import records
 from mushroom.data.languages import language_code, unknown_language_hint
 from mushroom.data.records import Context, Item
 from mushroom.errors import MushroomError, RunFailed
+from mushroom.runs import CHUNK_ITEMS
 from mushroom.util.words import close_match, swapped_letters
 
 
@@ -473,7 +474,7 @@ def detect_batch(
     return _detect(items, method, lang, options)
 
 
-DEFAULT_CHUNK = 1000  # the run service's CHUNK_ITEMS: a detector call as large as a run's
+DEFAULT_CHUNK = CHUNK_ITEMS  # a detector call as large as a run's
 
 
 def detect_stream(

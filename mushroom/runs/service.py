@@ -64,6 +64,7 @@ from mushroom.errors import (
     retry_advice,
 )
 from mushroom.evaluation.submission import write_zip
+from mushroom.runs import CHUNK_ITEMS
 from mushroom.runs.confighash import (
     HASH_SCHEME,
     config_changes,
@@ -247,12 +248,6 @@ def _sum_stats(results: Iterable[ItemResult]) -> dict[str, int]:
         total.update(r.stats)
         total["items.ok" if r.status == "ok" else "items.failed"] += 1
     return dict(sorted(total.items()))
-
-
-# Items a run reads, runs and records at a time: memory holds one chunk's items, contexts and
-# evidence, whatever the corpus's size. A language of the shared task's splits (at most a few
-# hundred items) is one chunk, so its detector calls are what they were before chunking.
-CHUNK_ITEMS = 1000
 
 
 def _chunk_size(detector: Detector) -> int:
