@@ -525,3 +525,20 @@ def test_compare_partial_takes_a_folder_of_an_ensembles_files_of_limited_runs(tm
     assert code == 0, err
     assert "ens: scored 5 of 50 gold items" in " ".join(err.split()), err
     assert "│ ens " in out and "│ 5 │" in out, out
+
+
+def test_compare_answered_says_which_runs_keep_no_record_of_failed_items(two_runs, tmp_path, capsys):
+    """--answered on a folder of bare prediction files (no ledger, no failures.jsonl) compared its
+    empty predictions as answers without a word: the user asked to leave failures out."""
+    lo, hi = two_runs
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    for path in prediction_folder(hi, "val").glob("*.jsonl"):
+        shutil.copy(path, loose / path.name)
+    code, out, err = cli(capsys, "compare", lo, loose, "--eval-dir", tmp_path / "ev", "--answered")
+    said = " ".join(err.split())
+    assert code == 0 and "│ loose " in out, err
+    assert "loose keeps no record of failed items" in said and "lo keeps" not in said, said
+    # runs that keep one say nothing of it
+    code, _, err = cli(capsys, "compare", lo, hi, "--eval-dir", tmp_path / "ev", "--answered")
+    assert code == 0 and "no record" not in err, err

@@ -132,7 +132,7 @@ def compare(
         print_warning(note)
     for note in common_items(scored):
         err_console.print(esc(note), highlight=False)
-    if answered and (note := without_failed(scored, split)) is not None:
+    for note in without_failed(scored, split) if answered else []:
         err_console.print(esc(note), highlight=False)
     rows = comparison_rows(scored, baseline)
     out_console.print(

@@ -137,37 +137,53 @@ def _keep_only(runs: list[RunScores], kept: Callable[[str], bool]) -> None:
         run.result = replace(run.result.subset(keep), warnings=run.result.warnings, unscored=unscored)
 
 
-def failed_ids(run: Path, split: str) -> set[str]:
+def failed_ids(run: Path, split: str) -> set[str] | None:
     """The items a run folder's files of a split hold empty because its run failed them.
 
-    Read from the run's item ledger (or failures.jsonl), as `score` does for its note.
+    Read from the run's item ledger (or failures.jsonl), as `score` does for its note. None
+    when no file of the split has either (bare prediction files): their failures, if any, are
+    written as empty predictions that nothing tells from answers.
     """
     from mushroom.data.runfolder import FailureCheck
 
     failed: set[str] = set()
+    recorded = False
     for path in sorted(prediction_folder(run, split).glob(submission_glob(split))):
+        check = FailureCheck(path)
+        recorded = recorded or check.has_record or check.skip
         try:
-            found = FailureCheck(path).check(load_predictions(path))
+            found = check.check(load_predictions(path))
         except MushroomError:  # a file scoring reads as it is: said there, not here
             continue
         failed |= found.failed if found is not None else set()
-    return failed
+    return failed if recorded else None
 
 
-def without_failed(runs: list[RunScores], split: str) -> str | None:
+def without_failed(runs: list[RunScores], split: str) -> list[str]:
     """Leaves out of every run the items any run failed, as `mushroom run` compares its variants.
 
     A run made with `--allow-failures` writes a failed item empty: scored 0, it made one run
-    look worse than another on items neither was asked to answer. Returns the note (None when
-    no run failed an item).
+    look worse than another on items neither was asked to answer. Returns the notes: how many
+    items were left out, and which runs keep no record of their failures (their empty
+    predictions stay in, compared as answers).
     """
-    failed = set().union(*(failed_ids(r.path, split) for r in runs))
+    found = {r.name: failed_ids(r.path, split) for r in runs}
+    notes = [
+        f"--answered: {name} keeps no record of failed items (no item ledger or failures.jsonl beside "
+        "its files): its empty predictions are compared as answers"
+        for name, ids in found.items()
+        if ids is None
+    ]
+    failed = set().union(*(ids for ids in found.values() if ids))
     if not failed:
-        return None
+        return notes
     _keep_only(runs, lambda item_id: item_id not in failed)
     if not any(run.result.ids for run in runs):
         raise MushroomError("every item was failed by some run: nothing is left to compare")
-    return f"compared on the items every run answered: {plural(len(failed), 'item')} some run failed left out"
+    return [
+        *notes,
+        f"compared on the items every run answered: {plural(len(failed), 'item')} some run failed left out",
+    ]
 
 
 def left_out_languages(runs: list[RunScores]) -> list[str]:
