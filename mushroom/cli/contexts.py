@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -11,9 +11,13 @@ from mushroom.cli.boundary import FLAG, err_console, esc, out_console, print_war
 from mushroom.cli.common import Langs, Quiet, number_in, reporter
 from mushroom.cli.tables import fitted_tables
 from mushroom.data.contexts import DEFAULT_CONTEXT_DIR, DEFAULT_MIN_SIMILARITY, GRADES_SUFFIX, is_fact_check
+from mushroom.errors import MushroomError, RunFailed
 from mushroom.runs.reporter import Table as TableData
 from mushroom.util.options import parse_options
 from mushroom.util.words import plural
+
+if TYPE_CHECKING:
+    from mushroom.retrieval.run import ContextsRun
 
 
 def contexts_cmd(
@@ -76,32 +80,13 @@ def contexts_cmd(
     With --cascade, only the items a cascade sends to its model-backed members get a context:
     main-job --plan-only writes them, and --member-contexts gives the source to those members.
     """
-    from mushroom.data.contexts import shadowed_source
-    from mushroom.errors import MushroomError, RunFailed, retry_advice
-    from mushroom.retrieval.generate import GRADING_FAILED
     from mushroom.retrieval.run import generate_split
-    from mushroom.util.names import name_problem
 
-    problem = name_problem(source)
-    if problem is not None:  # a flag's value: a usage error (2), not a data file's (1)
-        raise MushroomError(f"--source: a context source {problem}")
-    if source.endswith(GRADES_SUFFIX) or is_fact_check(source):
-        # `x.grades` is the file of x's grades; a `qa_` source is read as a fact-check, supporting nothing
-        what = "the grades of another source" if source.endswith(GRADES_SUFFIX) else "a fact-check source"
-        raise MushroomError(
-            f"--source {source}: a name like that is read as {what}; give another name (e.g. --source gen)"
-        )
     cfg: dict[str, Any] = {"kind": backend, "model": model, "base_url": base_url, "responses": responses}
     cfg = {k: v for k, v in cfg.items() if v is not None}
     cfg.update(parse_options(option or []))
     root = context_dir or DEFAULT_CONTEXT_DIR
-    taken = shadowed_source(source, root)
-    if taken is not None:
-        raise MushroomError(
-            f"--source {source}: a released source of that name is in {taken}; a generated file of "
-            f"that name would be read in its place by every run that names it: give another name "
-            f"(e.g. --source gen-{source})"
-        )
+    _check_source(source, root)
     if min_similarity is not None and grade != "embedding":  # taken, and it did nothing
         raise MushroomError(
             f"--min-similarity is the cut of --grade embedding; this command grades with --grade {grade}: "
@@ -153,11 +138,48 @@ def contexts_cmd(
         if type(exc) is not MushroomError or "-o backend." not in str(exc):
             raise
         raise MushroomError(_own_form(str(exc))) from None
+    title = f"contexts: {split}, source {source!r}"
+    _print_run(run, title + (", the items the cascade sends" if only is not None else ""), max_tokens)
+    if cascade is not None:  # a plan sends items of both splits; one run makes one split's
+        for other in ("val", "test"):
+            if other != split and (n := _sent_in(cascade, other)):
+                err_console.print(
+                    f"note: the plan also sends {plural(n, f'{other} item')}: run this command again "
+                    f"with --split {other}",
+                    highlight=False,
+                    markup=False,
+                )
+    if run.failed:
+        _fail(run, root)
+
+
+def _check_source(source: str, root: Path) -> None:
+    """Refuses a --source name that is no file name, reads as another kind, or a released source has."""
+    from mushroom.data.contexts import shadowed_source
+    from mushroom.util.names import name_problem
+
+    problem = name_problem(source)
+    if problem is not None:  # a flag's value: a usage error (2), not a data file's (1)
+        raise MushroomError(f"--source: a context source {problem}")
+    if source.endswith(GRADES_SUFFIX) or is_fact_check(source):
+        # `x.grades` is the file of x's grades; a `qa_` source is read as a fact-check, supporting nothing
+        what = "the grades of another source" if source.endswith(GRADES_SUFFIX) else "a fact-check source"
+        raise MushroomError(
+            f"--source {source}: a name like that is read as {what}; give another name (e.g. --source gen)"
+        )
+    taken = shadowed_source(source, root)
+    if taken is not None:
+        raise MushroomError(
+            f"--source {source}: a released source of that name is in {taken}; a generated file of "
+            f"that name would be read in its place by every run that names it: give another name "
+            f"(e.g. --source gen-{source})"
+        )
+
+
+def _print_run(run: ContextsRun, title: str, max_tokens: int) -> None:
+    """The run's table, then what a user should know of it: warnings, cached and cut-off contexts."""
     for warning in run.warnings:
         err_console.print(f"[yellow]warning:[/yellow] {esc(warning)}")
-    title = f"contexts: {split}, source {source!r}"
-    if only is not None:
-        title += ", the items the cascade sends"
     table = TableData(title, columns=run.columns, rows=run.rows)
     for part in fitted_tables(table, out_console, title_justify="center", justify="right"):
         out_console.print(part)
@@ -184,35 +206,29 @@ def contexts_cmd(
         )
     if run.retried:
         err_console.print(f"[yellow]warning:[/yellow] {esc(run.retried)}")
-    if cascade is not None:  # a plan sends items of both splits; one run makes one split's
-        for other in ("val", "test"):
-            if other != split and (n := _sent_in(cascade, other)):
-                err_console.print(
-                    f"note: the plan also sends {plural(n, f'{other} item')}: run this command again "
-                    f"with --split {other}",
-                    highlight=False,
-                    markup=False,
-                )
-    if run.failed:
-        for err in run.failed[:5]:  # a line's advice in this command's form too
-            err_console.print(f"[yellow]failed[/yellow] {esc(_own_form(err))}")
-        if len(run.failed) > 5:
-            err_console.print(
-                f"[yellow]failed[/yellow] and {len(run.failed) - 5} more (each in {esc(str(root))}/.raw/)"
-            )
-        advice = _own_form(retry_advice([err.split(": ", 2)[-1] for err in run.failed]))  # "lang: id: error"
-        graded = sum(GRADING_FAILED in err for err in run.failed)  # generated, then not graded
-        what = [plural(len(run.failed) - graded, "context") + " could not be generated"] * (
-            graded < len(run.failed)
-        )
-        what += [plural(graded, "context") + " could not be graded"] * bool(graded)
-        raise RunFailed(f"{' and '.join(what)}. {advice}")
+
+
+def _fail(run: ContextsRun, root: Path) -> None:
+    """Lists the first failed items and raises RunFailed with what could not be made and the advice."""
+    from mushroom.errors import retry_advice
+    from mushroom.retrieval.generate import GRADING_FAILED
+
+    for err in run.failed[:5]:  # a line's advice in this command's form too
+        err_console.print(f"[yellow]failed[/yellow] {esc(_own_form(err))}")
+    if len(run.failed) > 5:
+        more = len(run.failed) - 5
+        err_console.print(f"[yellow]failed[/yellow] and {more} more (each in {esc(str(root))}/.raw/)")
+    advice = _own_form(retry_advice([err.split(": ", 2)[-1] for err in run.failed]))  # "lang: id: error"
+    graded = sum(GRADING_FAILED in err for err in run.failed)  # generated, then not graded
+    made = len(run.failed) - graded
+    what = [plural(made, "context") + " could not be generated"] * bool(made)
+    what += [plural(graded, "context") + " could not be graded"] * bool(graded)
+    raise RunFailed(f"{' and '.join(what)}. {advice}")
 
 
 def _sent_in(plan: Path, split: str) -> int:
     """How many items of `split` a cascade plan sends (none when it has no such split)."""
     from mushroom.combine.cascade import planned_ids
-    from mushroom.errors import MushroomError
 
     try:
         return sum(len(ids) for ids in planned_ids(plan, split).values())
