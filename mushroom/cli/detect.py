@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -277,49 +278,127 @@ def main_job(
 
     # `backend.kind=openai`, `semantic.max_length=64`: nested the way `detect` nests them
     options = parse_options(option or [])
-    file_options: dict[str, dict[str, Any]] = {}
-    budget_from = None  # the config file, when it set the budget
-    member_from = "--member-contexts"  # what set the members' contexts, for messages
+    job = _StackFlags(members, lang, contexts, member_contexts, llm_budget, allow_failures, skip_unavailable)
     if config is not None:
         if detector != "stack":
             raise MushroomError(
                 f"--config {config} sets up the stack; it does not go with --detector {detector}"
             )
+        job.take_file(ctx, config)
+    sources = tuple(split_names(job.contexts))
+    _refuse_stack_flags(detector, job, no_val, plan_only)
+    from mushroom.detectors import available
+
+    if detector != "stack" and detector not in available():  # 'stak' was told of every detector but stack
+        choices = ["stack", *available()]
+        raise MushroomError(
+            f"unknown --detector {detector!r}{did_you_mean(detector, choices)}; one of {', '.join(choices)}"
+        )
+    if detector != "stack":
+        run_main(
+            out=out,
+            detector=detector,
+            options=nest_options(options),
+            sources=sources,
+            langs=job.lang,
+            with_val=not no_val,
+            quiet=quiet,
+            reporter=reporter(),
+            allow_failures=job.allow_failures,
+        )
+        return
+    if job.members is not None and not job.members.strip():  # it ran the default members, unsaid
+        raise MushroomError(f"--members is empty: name the stack's members, e.g. {','.join(DEFAULT_MEMBERS)}")
+    names = tuple(split_names(job.members, list(available()), "detector")) if job.members else DEFAULT_MEMBERS
+    if len(set(names)) != len(names) or not names:
+        raise MushroomError(f"--members {job.members}: name each detector once")
+    for key in options:
+        if "." not in key:
+            raise MushroomError(
+                f"with --detector stack, options are DETECTOR.KEY=VALUE (DETECTOR one of "
+                f"{', '.join(names)}); got {key!r}"
+            )
+    run_main_stack(
+        out=out,
+        members=names,
+        options=merge_options(job.file_options, nest_options(options)),
+        sources=sources,
+        langs=job.lang,
+        quiet=quiet,
+        reporter=reporter(),
+        allow_failures=job.allow_failures,
+        skip_unavailable=job.skip_unavailable,
+        llm_budget=1.0 if job.llm_budget is None else job.llm_budget,
+        budget_from=job.budget_from,
+        member_sources=job.member_sources(),
+        member_from=job.member_from,
+        plan_only=plan_only,
+    )
+
+
+@dataclass
+class _StackFlags:
+    """The main job's stack settings: from its flags, then what a --config file sets that they leave out."""
+
+    members: str | None
+    lang: list[str] | None
+    contexts: str
+    member_contexts: str | None
+    llm_budget: float | None
+    allow_failures: bool
+    skip_unavailable: bool
+    file_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    budget_from: str | None = None  # the config file, when it set the budget
+    member_from: str = "--member-contexts"  # what set the members' contexts, for messages
+
+    def take_file(self, ctx: typer.Context, config: Path) -> None:
+        """A flag on the command line wins over the file; what it leaves out comes from the file."""
         from mushroom.runs.config import check_config_sources, load_main_job_config
 
         cfg = load_main_job_config(config)
-        # a flag on the command line wins over the file; what it leaves out comes from the file
-        members = members if members is not None else ",".join(cfg.members)
-        lang = lang if lang is not None else cfg.langs
+        self.members = self.members if self.members is not None else ",".join(cfg.members)
+        self.lang = self.lang if self.lang is not None else cfg.langs
         if not _given(ctx, "contexts"):  # the file's: a missing one is named with its key
-            check_config_sources(config, ["val", "test"], lang, cfg.contexts)
-        contexts = contexts if _given(ctx, "contexts") else ",".join(cfg.contexts)
-        if member_contexts is None and cfg.member_contexts is not None:
-            member_contexts, member_from = ",".join(cfg.member_contexts), f"{config}: member_contexts"
-        if llm_budget is None and cfg.llm_budget is not None:
-            llm_budget, budget_from = cfg.llm_budget, str(config)
-        allow_failures = allow_failures or cfg.allow_failures
-        skip_unavailable = skip_unavailable or cfg.skip_unavailable
-        chosen = split_names(members)
-        # options of members that --members leaves out have nothing to set
-        file_options = {name: opts for name, opts in cfg.options.items() if name in chosen}
-    sources = tuple(split_names(contexts))
-    member_sources = None
-    if member_contexts is not None:
-        if detector != "stack":
-            raise MushroomError(
-                "--member-contexts names the contexts of the stack's model-backed members; give the "
-                "contexts of one detector with --contexts"
+            check_config_sources(config, ["val", "test"], self.lang, cfg.contexts)
+            self.contexts = ",".join(cfg.contexts)
+        if self.member_contexts is None and cfg.member_contexts is not None:
+            self.member_contexts, self.member_from = (
+                ",".join(cfg.member_contexts),
+                f"{config}: member_contexts",
             )
+        if self.llm_budget is None and cfg.llm_budget is not None:
+            self.llm_budget, self.budget_from = cfg.llm_budget, str(config)
+        self.allow_failures = self.allow_failures or cfg.allow_failures
+        self.skip_unavailable = self.skip_unavailable or cfg.skip_unavailable
+        chosen = split_names(self.members)
+        # options of members that --members leaves out have nothing to set
+        self.file_options = {name: opts for name, opts in cfg.options.items() if name in chosen}
+
+    def member_sources(self) -> tuple[str, ...] | None:
+        """The model-backed members' context sources (None: those of --contexts); each named once."""
+        if self.member_contexts is None:
+            return None
         from mushroom.data.contexts import source_names
 
         try:
-            member_sources = tuple(split_names(member_contexts, what="context source"))
-            source_names(member_sources)  # one named twice is refused
+            sources = tuple(split_names(self.member_contexts, what="context source"))
+            source_names(sources)  # one named twice is refused
         except MushroomError as exc:
-            raise MushroomError(f"{member_from}: {exc}") from None
-        if not member_sources:
-            raise MushroomError(f"{member_from} is empty: name context sources, e.g. deepseek-r1,llm")
+            raise MushroomError(f"{self.member_from}: {exc}") from None
+        if not sources:
+            raise MushroomError(f"{self.member_from} is empty: name context sources, e.g. deepseek-r1,llm")
+        return sources
+
+
+def _refuse_stack_flags(detector: str, job: _StackFlags, no_val: bool, plan_only: bool) -> None:
+    """Refuses the stack's own flags with one detector, and --no-val with the stack (fitted on val)."""
+    if job.member_contexts is not None and detector != "stack":
+        raise MushroomError(
+            "--member-contexts names the contexts of the stack's model-backed members; give the "
+            "contexts of one detector with --contexts"
+        )
+    if job.member_contexts is not None:
+        job.member_sources()  # a bad list is refused before the --plan-only and --no-val checks
     if plan_only and detector != "stack":
         raise MushroomError(
             "--plan-only plans the stack's cascade (--llm-budget); it does not go with one detector"
@@ -329,71 +408,21 @@ def main_job(
             "--no-val: the stack (the default --detector) is fitted on val, so it always runs val; "
             "--no-val goes with one detector (--detector lexical)"
         )
-    if members is not None and detector != "stack":
+    if job.members is not None and detector != "stack":
         raise MushroomError("--members names the stack's members; it does not go with one detector")
-    if skip_unavailable and detector != "stack":
+    if job.skip_unavailable and detector != "stack":
         raise MushroomError(
             "--skip-unavailable leaves out members of the stack; it does not go with one detector"
         )
-    if llm_budget is not None:
+    if job.llm_budget is not None:
         from mushroom.combine.cascade import check_budget
 
-        check_budget(llm_budget)
+        check_budget(job.llm_budget)
         if detector != "stack":
             raise MushroomError(
                 "--llm-budget chooses the items the stack's model-backed members see; it does not go "
                 "with one detector"
             )
-    from mushroom.detectors import available
-
-    if detector != "stack" and detector not in available():  # 'stak' was told of every detector but stack
-        choices = ["stack", *available()]
-        raise MushroomError(
-            f"unknown --detector {detector!r}{did_you_mean(detector, choices)}; one of {', '.join(choices)}"
-        )
-    if detector == "stack":
-        if members is not None and not members.strip():  # it ran the default members, unsaid
-            raise MushroomError(
-                f"--members is empty: name the stack's members, e.g. {','.join(DEFAULT_MEMBERS)}"
-            )
-        names = tuple(split_names(members, list(available()), "detector")) if members else DEFAULT_MEMBERS
-        if len(set(names)) != len(names) or not names:
-            raise MushroomError(f"--members {members}: name each detector once")
-        for key in options:
-            if "." not in key:
-                raise MushroomError(
-                    f"with --detector stack, options are DETECTOR.KEY=VALUE (DETECTOR one of "
-                    f"{', '.join(names)}); got {key!r}"
-                )
-        per_detector = merge_options(file_options, nest_options(options))
-        run_main_stack(
-            out=out,
-            members=names,
-            options=per_detector,
-            sources=sources,
-            langs=lang,
-            quiet=quiet,
-            reporter=reporter(),
-            allow_failures=allow_failures,
-            skip_unavailable=skip_unavailable,
-            llm_budget=1.0 if llm_budget is None else llm_budget,
-            budget_from=budget_from,
-            member_sources=member_sources,
-            member_from=member_from,
-            plan_only=plan_only,
-        )
-        return
-    run_main(
-        out=out,
-        detector=detector,
-        options=nest_options(options),
-        sources=sources,
-        langs=lang,
-        with_val=not no_val,
-        quiet=quiet,
-        reporter=reporter(),
-        allow_failures=allow_failures,
-    )
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
