@@ -1291,8 +1291,18 @@ def test_contexts_tell_each_model_call_as_it_ends_for_a_progress_bar(tmp_path):
     )
     calls: list[str] = []
     backend = {"kind": "replay", "responses": str(replay)}
-    run = generate_split("val", ["it"], backend, "rec", limit=3, context_dir=tmp_path, on_call=calls.append)
-    assert calls == ["it"] * 3 and run.rows[0][4] == 3
+    run = generate_split(
+        "val",
+        ["it"],
+        backend,
+        "rec",
+        limit=3,
+        context_dir=tmp_path,
+        on_call=calls.append,
+        on_batch=lambda code, n: calls.append(f"{code} +{n}"),
+    )
+    # the bar had no total, a count with no end; each batch's size is told before its calls end
+    assert calls == ["it +3"] + ["it"] * 3 and run.rows[0][4] == 3
 
 
 def test_a_misspelt_optional_tier_is_refused_not_skipped_for_every_item(tmp_path, capsys):

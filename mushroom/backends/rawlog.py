@@ -116,12 +116,20 @@ class RecordingBackend(Backend):
     languages while each language's calls land in that language's file.
     """
 
-    def __init__(self, inner: Backend, sink: Any, on_each: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        inner: Backend,
+        sink: Any,
+        on_each: Callable[[], None] | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ):
         super().__init__(inner.config)
         self.inner = inner
         self.kind = inner.kind
         self.sink = sink
         self.on_each = on_each  # a progress bar's advance: `contexts` had none, and looked hung
+        # a batch's size as it is sent: a bar's total grows by it, as the calls to come are known
+        self.on_batch = on_batch
 
     @property
     def model_name(self) -> str:
@@ -141,6 +149,8 @@ class RecordingBackend(Backend):
     def _hook(self, requests: list, on_result, fields) -> Any:
         """A callback that records each outcome (its fields from `fields(request, outcome)`)."""
         log = self._log()
+        if self.on_batch is not None and requests:
+            self.on_batch(len(requests))
 
         def hook(i: int, outcome) -> None:
             if log is not None:

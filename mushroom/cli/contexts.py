@@ -109,13 +109,18 @@ def contexts_cmd(
             "--grade llm reads every language"
         )
     tasks: dict[str, Any] = {}
+    totals: dict[str, int] = {}
     try:
         with reporter().progress(quiet) as bar:
 
-            def on_call(code: str) -> None:  # calls, not items: graded runs make two per item
+            def task(code: str) -> Any:  # calls, not items: graded runs make two per item or more
                 if code not in tasks:
-                    tasks[code] = bar.add_task(f"{code}: model calls", total=None)
-                bar.advance(tasks[code])
+                    tasks[code] = bar.add_task(f"{code}: model calls", total=0)
+                return tasks[code]
+
+            def on_batch(code: str, n: int) -> None:  # the total grows as each batch is sent
+                totals[code] = totals.get(code, 0) + n
+                bar.update(task(code), total=totals[code])
 
             run = generate_split(
                 split,
@@ -132,7 +137,8 @@ def contexts_cmd(
                 root,
                 only,
                 cascade,
-                on_call,
+                lambda code: bar.advance(task(code)),
+                on_batch,
             )
     except MushroomError as exc:
         if type(exc) is not MushroomError or "-o backend." not in str(exc):

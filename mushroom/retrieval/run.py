@@ -148,6 +148,7 @@ def generate_split(
     only: dict[str, set[str]] | None = None,
     only_from: Path | None = None,
     on_call: Callable[[str], None] | None = None,
+    on_batch: Callable[[str, int], None] | None = None,
 ) -> ContextsRun:
     """Generates contexts for the items of a split's languages that no tier covers (resumable).
 
@@ -159,7 +160,9 @@ def generate_split(
     Every model call is recorded in CONTEXT_DIR/.raw/ and every answer cached in
     CONTEXT_DIR/.cache.<source>.jsonl, so a run that stopped goes on where it stopped.
 
-    `on_call(lang)` is called as each model call of a language ends (a progress bar).
+    `on_call(lang)` is called as each model call of a language ends, and `on_batch(lang, n)` as
+    n calls are sent at once (a progress bar: the calls an item needs depend on its grades, so
+    the total is known a batch at a time).
     """
     from pydantic import ValidationError
 
@@ -209,7 +212,8 @@ def generate_split(
         sink: list[RawLog | None] = [None]
         current = [""]  # the language being generated, for `on_call`
         tick = (lambda: on_call(current[0])) if on_call is not None else None
-        engine = RecordingBackend(build_cached(settings, True, cache), lambda: sink[0], tick)
+        sent = (lambda n: on_batch(current[0], n)) if on_batch is not None else None
+        engine = RecordingBackend(build_cached(settings, True, cache), lambda: sink[0], tick, sent)
         # a verdict neither relevant nor irrelevant keeps the context; graded tiers fall through
         falls = grade != "none" and bool(tier_list)
         graded = grade != "none"
