@@ -635,6 +635,32 @@ def test_graded_tiers_fall_through_to_the_next_tier_then_generation_then_no_cont
     assert (s["context.none"], s["chain.unverifiable"]) == (1, 1) and len(backend.seen) == 1
 
 
+def test_a_tier_context_rewritten_after_its_grade_is_graded_again(tmp_path):
+    """An off-topic tier file replaced by the right one was judged by the old verdicts: the
+    items were generated (and paid for) although the tier now served them."""
+    items = [Item(id="b", lang="en", model_input="What is the capital of Peru?", model_output_text="Lima.")]
+    tier = tmp_path / "val.en.t1.jsonl"
+    write_lines(tier, [{"id": "b", "context": "T1B Bananas are yellow."}])
+
+    def run(script):
+        with FakeServer(script) as server:
+            st = generate_contexts(
+                "val", "en", items, build_backend_for(server.url), source="g", tiers=("t1",),
+                grading="llm", context_dir=tmp_path,
+            )  # fmt: skip
+        return st, server
+
+    st, _ = run({"T1B": [("ok", "Irrelevant")], "Peru": [("status", 400)]})
+    assert (st.tier_rejected, st.failed, st.generated) == (1, 1, 0)
+    write_lines(tier, [{"id": "b", "context": "T1N Lima is the capital of Peru."}])
+    st, server = run({"T1N": [("ok", "Relevant")]})
+    assert (st.covered_by_tiers, st.tier_rejected, st.generated, st.failed) == (1, 0, 0, 0)
+    assert len(server.calls) == 1  # the new text graded, nothing generated
+    # the same text again is not asked again: its grade is on file
+    st, server = run({})
+    assert server.calls == [] and (st.covered_by_tiers, st.generated) == (1, 0)
+
+
 def test_a_chain_run_writes_the_unverifiable_channel_and_the_stack_takes_it_as_a_feature(tmp_path, capsys):
     from cli_helpers import cli
 

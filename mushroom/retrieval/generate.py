@@ -217,15 +217,31 @@ def _copied_from_tiers(path: Path) -> set[str]:
     }
 
 
-def _tier_grades(path: Path, grading: Grading) -> dict[tuple[str, str], dict]:
-    """(id, tier) -> the recorded grade of that tier's context, under `grading`."""
+def _tier_grades(path: Path, grading: Grading) -> dict[tuple[str, str], list[dict]]:
+    """(id, tier) -> the recorded grades of that tier's contexts under `grading`, in the order written."""
     if not path.exists():
         return {}
-    return {
-        (str(row["id"]), str(row["tier"])): row
-        for _, row in iter_json_lines(path, [])
-        if isinstance(row, dict) and "id" in row and row.get("tier") and row.get("grading") == grading
-    }
+    grades: dict[tuple[str, str], list[dict]] = {}
+    for _, row in iter_json_lines(path, []):
+        if isinstance(row, dict) and "id" in row and row.get("tier") and row.get("grading") == grading:
+            grades.setdefault((str(row["id"]), str(row["tier"])), []).append(row)
+    return grades
+
+
+def text_digest(text: str) -> str:
+    """A short digest of a tier context as graded: a grade holds for that text only."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _grade_of(rows: list[dict], text: str) -> dict | None:
+    """The last grade recorded of this very text (rows written before digests count for any text).
+
+    A tier file rewritten after its contexts were graded (an off-topic file replaced by the
+    right one) had its new text judged by the old verdicts, and the items generated and paid
+    for anyway.
+    """
+    digest = text_digest(text)
+    return next((row for row in reversed(rows) if row.get("text_sha256", digest) == digest), None)
 
 
 @dataclass
@@ -266,7 +282,8 @@ def _fall_through(
             for i in remaining
             if support_contexts(by_id.get(i, []))
         }
-        ask = [i for i in texts if (i, tier) not in recorded]
+        known = {i: _grade_of(recorded.get((i, tier), []), text) for i, text in texts.items()}
+        ask = [i for i in texts if known[i] is None]
         grade = GRADINGS.load(grader.grading)
         fresh = (
             grade(
@@ -282,7 +299,7 @@ def _fall_through(
             else {}
         )
         for i in texts:
-            verdict = recorded.get((i, tier)) or fresh[i]
+            verdict = known[i] or fresh[i]
             if i not in fresh and isinstance(verdict.get("similarity"), int | float):
                 # an embedding grade is its cosine: judged again against this run's cut, so a
                 # grade recorded under another --min-similarity is not reused as it was
@@ -293,7 +310,8 @@ def _fall_through(
                 served.add(i)  # out of this run: a re-run grades it
                 continue
             if i in fresh:
-                append_jsonl(grades_path, {"id": i, "grading": grader.grading, "tier": tier, **verdict})
+                row = {"id": i, "grading": grader.grading, "tier": tier, "text_sha256": text_digest(texts[i])}
+                append_jsonl(grades_path, {**row, **verdict})
             if verdict["relevant"]:
                 append_jsonl(out_path, {"id": i, "context": texts[i], "tier": tier})
                 served.add(i)
