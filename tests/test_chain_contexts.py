@@ -12,7 +12,7 @@ from mushroom.data.contexts import load_contexts
 from mushroom.data.records import Context, Item
 from mushroom.detectors import build
 from mushroom.detectors.chain import ChainDetector, ChainOptions
-from mushroom.errors import CUT_OFF, UNREADABLE, MushroomError, RunFailed
+from mushroom.errors import CUT_OFF, UNREADABLE, DataError, MushroomError, RunFailed
 from mushroom.evaluation.score import score_predictions
 from mushroom.retrieval.generate import generate_contexts
 
@@ -1425,3 +1425,23 @@ def test_contexts_made_with_two_other_settings_are_said_group_by_group(tmp_path)
     known = {settings_key(a): a, settings_key(b): b}
     told, n = _made_otherwise([f"i{k}" for k in range(5)], known, now, source, tmp_path / "none.jsonl")
     assert n == 5 and told == "other settings (3 with topic False; 2 with max_tokens 256, topic False)", told
+
+
+def test_a_blank_context_in_a_generated_source_is_a_broken_line_not_done_before(tmp_path):
+    """A context blanked by hand counted as done: never made again, and read as no context."""
+    from mushroom.data.splits import load_split
+    from mushroom.retrieval.run import generate_split
+
+    items = load_split("val", ["it"])["it"][:2]
+    replay = write_lines(tmp_path / "r.jsonl", [{"id": it.id, "response": f"About {it.id}."} for it in items])
+    backend = {"kind": "replay", "responses": str(replay)}
+    generate_split("val", ["it"], backend, "rec", limit=2, context_dir=tmp_path)
+    source = tmp_path / "val.it.rec.jsonl"
+    lines = source.read_text().splitlines()
+    lines[1] = json.dumps({"id": json.loads(lines[1])["id"], "context": "   "})
+    source.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError) as exc:
+        generate_split("val", ["it"], backend, "rec", limit=2, context_dir=tmp_path)
+    (problem,) = exc.value.problems
+    assert (problem.path, problem.line, problem.field) == (str(source), 2, "context")
+    assert "a blank context; delete or mend the line" in problem.message

@@ -141,6 +141,12 @@ def _refuse_broken_lines(source: Path, grades: Path) -> None:
             load_records(source, ContextRecord)
         except DataError as exc:
             problems += exc.problems
+        else:  # a blank context passed as "done before", never made again, and read as none
+            problems += [
+                Problem(str(source), line, "context", "a blank context", str(row["id"]))
+                for line, row in iter_json_lines(source, [])
+                if isinstance(row.get("context"), str) and not row["context"].strip()
+            ]
     if grades.exists():
         try:
             load_records(grades, GradeRecord, unique_ids=False)  # an item has a grade per tier
