@@ -1378,6 +1378,45 @@ def test_a_source_graded_all_unusable_is_read_when_given_as_a_file(tmp_path, cap
     assert stats["all"]["context.none"] == 3
 
 
+def test_an_empty_or_blank_source_is_refused_where_no_item_would_read_a_context(
+    tmp_path, capsys, monkeypatch
+):
+    """A 0-byte source (no grades beside it) or one of blank contexts ran every item unchecked,
+    and exit 0; as a tier, every item was generated and paid for with nothing said."""
+    from cli_helpers import cli
+
+    from mushroom.data.splits import load_split
+
+    items = load_split("val", ["en"])["en"]
+    from mushroom.data import contexts as contexts_module
+
+    monkeypatch.setattr(contexts_module, "DEFAULT_CONTEXT_DIR", tmp_path)
+    (tmp_path / "val.en.zero.jsonl").write_text("")
+    write_lines(tmp_path / "val.en.bl.jsonl", [{"id": it.id, "context": " "} for it in items])
+    write_lines(
+        tmp_path / "val.en.good.jsonl", [{"id": it.id, "context": "Some background."} for it in items]
+    )
+    args = ["detect", "--split", "val", "--lang", "en", "--limit", "2", "--quiet"]
+    code, _, err = cli(capsys, *args, "--contexts", "zero", "--out", tmp_path / "a")
+    said = " ".join(err.split())
+    assert code == 1 and "val.en.zero.jsonl: an empty file (no grades file beside it" in said, said
+    assert not (tmp_path / "a").exists()
+    code, _, err = cli(capsys, *args, "--contexts", "bl", "--out", tmp_path / "b")
+    said = " ".join(err.split())
+    assert code == 1 and "val.en.bl.jsonl: only blank contexts for the items of val/en" in said, said
+    # beside a source that is read, a warning names it
+    code, _, err = cli(capsys, *args, "--contexts", "bl,good", "--out", tmp_path / "c")
+    said = " ".join(err.split())
+    assert code == 0 and "context source 'bl' (" in said and "holds only blank contexts" in said, said
+    # as the only tier of `contexts`: refused before any call
+    replay = write_lines(tmp_path / "r.jsonl", [{"id": it.id, "response": "Background."} for it in items[:2]])
+    args = ["contexts", "--lang", "en", "--limit", "2", "--backend", "replay", "--responses", replay]
+    code, _, err = cli(capsys, *args, "--context-dir", tmp_path, "--tiers", "zero", "--quiet")
+    said = " ".join(err.split())
+    assert code == 1 and "so no item would read a context (--tiers)" in said, said
+    assert not (tmp_path / "val.en.llm.jsonl").exists()
+
+
 def test_a_tier_with_no_file_for_a_language_is_said_and_a_grades_file_is_no_tier(tmp_path, capsys):
     """`--tiers chatgpt-search --lang en,de` covered nothing in German, where it has no file,
     and generated every item with nothing said; `--tiers llm.grades` read a grades file as

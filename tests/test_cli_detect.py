@@ -63,6 +63,12 @@ def test_an_empty_items_file_is_an_input_error(tmp_path, capsys):
     )
     code, _, err = cli(capsys, "detect", "--items", items, "--contexts", empty, "--out", out, "--quiet")
     assert code == 1 and f"{empty}: the file has no contexts" in err and not out.exists(), err
+    # a file whose every context is blank is read as none: every item unchecked, exit 0
+    blank = write_lines(tmp_path / "blank.jsonl", [{"id": "a", "context": "  "}])
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", blank, "--out", out, "--quiet")
+    said = " ".join(err.split())
+    assert code == 1 and f"{blank}: field 'context': every context in the file is blank" in said, said
+    assert not out.exists()
 
 
 def test_backend_shortcuts_with_a_detector_that_calls_no_llm_are_refused(tmp_path, capsys):

@@ -26,7 +26,7 @@ from typing import Any
 from mushroom.data.jsonl import iter_json_lines, load_records
 from mushroom.data.records import Context, ContextRecord, Item
 from mushroom.data.splits import IN_CHECKOUT, PROJECT_ROOT, SPLIT_TAGS
-from mushroom.errors import MushroomError
+from mushroom.errors import DataError, MushroomError
 from mushroom.util.names import name_problem
 from mushroom.util.registry import Part, Registry
 from mushroom.util.words import plural
@@ -317,6 +317,7 @@ def stray_contexts(
         order = [item.id for item in items]  # read once: `items` may be a stream
         ids = set(order)
         foreign: list[tuple[Path, str]] = []  # files of contexts none of which is for these items
+        blank: list[tuple[Path, str]] = []  # files with no context for them but blank ones, or none at all
         read = False  # whether some file has a context for one of them
         for named in sources:
             source = named.removesuffix(OPTIONAL)
@@ -332,9 +333,20 @@ def stray_contexts(
                 tiers.add(row.get("tier") if isinstance(row, dict) else None)
                 return row
 
-            theirs = [r.id for r in load_records(path, ContextRecord, prepare=note_tier)]
+            records = load_records(path, ContextRecord, prepare=note_tier)
+            theirs = [r.id for r in records]
             stray = [i for i in theirs if i not in ids]
-            read = read or len(stray) < len(theirs)
+            filled = any(r.id in ids and r.context.strip() for r in records)
+            read = read or filled
+            # empty beside its grades: `contexts` graded every item's context irrelevant (context.none)
+            if not filled and len(stray) < len(theirs) or not theirs and not grades_file(path).exists():
+                what = (
+                    "an empty file (no grades file beside it says its items were graded irrelevant)"
+                    if not theirs
+                    else f"only blank contexts for the items of {split}/{lang}"
+                )
+                blank.append((path, what))
+                said.append(f"{split}/{lang}: context source {source!r} ({path}) holds {what}: none is read")
             named_too = sorted(t for t in tiers if isinstance(t, str) and t in names and t != source)
             if named_too:
                 said.append(
@@ -356,6 +368,9 @@ def stray_contexts(
                     f"(e.g. {stray[0]!r}); those are not read: a file of another split, language or "
                     "version of the items?"
                 )
+        if blank and not foreign and not read:  # read as no context at all: every item unchecked
+            path, what = blank[0]
+            raise DataError.single(path, None, None, f"{what}, so no item would read a context ({flag})")
         if foreign and not read:
             # the run went on, every item unchecked, and scored "nothing wrong" (as --items refuses)
             raise MushroomError(

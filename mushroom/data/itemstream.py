@@ -128,20 +128,25 @@ class ContextFiles:
 
         self.paths = [Path(p) for p in paths]
         self.index: list[dict[str, int]] = []
+        self.blank: list[set[str]] = []  # per file, the ids whose context is blank (read as none)
         for path in self.paths:
             where: dict[str, int] = {}
+            blank: set[str] = set()
             try:
                 for _, offset, raw in _lines(path):
                     rec = ContextRecord.model_validate(_parse(raw))
                     if rec.id in where:
                         raise ValueError("duplicate id")
                     where[rec.id] = offset
+                    if not rec.context.strip():
+                        blank.add(rec.id)
             except (ValueError, ValidationError, RecursionError):
                 load_records(path, ContextRecord)  # raises, naming every problem
                 raise DataError(
                     [Problem(str(path), None, None, "not a JSON Lines file of contexts")]
                 ) from None
             self.index.append(where)
+            self.blank.append(blank)
 
     def load(self, item_ids: list[str]) -> ContextSet:
         """The contexts of these items, and per file how many of them it lacks."""

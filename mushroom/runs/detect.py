@@ -107,17 +107,19 @@ def _check_some_context(files: ContextFiles, data: dict[str, Sequence[Item]], it
     if not files.paths:
         return
     ids = (item.id for items in data.values() for item in items)
-    if any(any(i in where for where in files.index) for i in ids):
+    if any(any(i in where and i not in blank for where, blank in zip(files.index, files.blank)) for i in ids):
         return
     # a source whose every context was graded irrelevant is an empty file beside its grades:
     # its items were checked, and found with no usable context (`context.none` counts them)
     unusable = set().union(*(graded_unusable(path) for path in files.paths))
     if any(item.id in unusable for items in data.values() for item in items):
         return
-    for path, where in zip(files.paths, files.index):
+    for path, where, blank in zip(files.paths, files.index, files.blank):
         if not where:
             # an empty file is an invalid input file (exit 1), as an empty --items file is
             raise DataError.single(path, None, None, "the file has no contexts (--contexts)")
+        if len(blank) == len(where):  # read as no context at all: every item unchecked
+            raise DataError.single(path, None, "context", "every context in the file is blank (--contexts)")
     first = next(iter(next(iter(data.values()), [])), None)
     ours, theirs = first.id if first else "-", next(iter(files.index[0]))
     raise MushroomError(
