@@ -306,3 +306,16 @@ def test_japanese_and_korean_words_have_no_frequency_without_mecab(monkeypatch):
     finally:
         frequency.has_frequencies.cache_clear()
         frequency.zipf.cache_clear()
+
+
+def test_a_context_with_a_huge_token_keeps_few_prefixes_and_matches_stems_as_before():
+    """Every prefix of every word was kept: one 60k-character token (a base64 blob) took 1.9 GB."""
+    from mushroom.detectors.lexical import PREFIX_CAP, _has_prefix, _prefixes
+
+    blob = "x" * 60_000
+    text = f"Some words {blob} and supercalifragilistic"
+    short, long = _prefixes(text, 3)
+    assert len(short) < 4 * PREFIX_CAP and long == (blob,)
+    assert _has_prefix(text, 3, "x" * 5000) and _has_prefix(text, 3, "x" * PREFIX_CAP)
+    assert not _has_prefix(text, 3, "x" * 60_001) and not _has_prefix(text, 3, "x" * 100 + "y")
+    assert _has_prefix(text, 3, "supercali") and not _has_prefix(text, 3, "superman")

@@ -78,10 +78,24 @@ class LexicalOptions(DetectorOptions):
         return self
 
 
+# Prefixes kept per word. Every prefix of every word was kept: a context holding one 60k-character
+# token (a base64 blob, a long URL) took 1.9 GB, and a longer one failed with MemoryError. A stem
+# longer than this is looked up among the few words longer than it, with the same answer.
+PREFIX_CAP = 64
+
+
 @lru_cache(maxsize=4096)
-def _prefixes(text: str, min_prefix: int) -> frozenset[str]:
+def _prefixes(text: str, min_prefix: int) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The prefixes of the text's words up to PREFIX_CAP characters, and the words longer than that."""
     words, _ = vocabulary(text)
-    return frozenset(w[:k] for w in words for k in range(min_prefix, len(w) + 1))
+    short = frozenset(w[:k] for w in words for k in range(min_prefix, min(len(w), PREFIX_CAP) + 1))
+    return short, tuple(w for w in words if len(w) > PREFIX_CAP)
+
+
+def _has_prefix(text: str, min_prefix: int, stem: str) -> bool:
+    """Whether some word of the text starts with `stem` (as long as min_prefix at least)."""
+    short, long = _prefixes(text, min_prefix)
+    return stem in short if len(stem) <= PREFIX_CAP else any(w.startswith(stem) for w in long)
 
 
 @lru_cache(maxsize=4096)
@@ -109,7 +123,7 @@ class _Support:
             groups = DIGIT_GROUP.findall(tok.norm)
             return 0.0 if groups and all(g in self.words for g in groups) else 1.0
         stem_len = max(self.options.min_prefix, math.ceil(len(tok.norm) * self.options.prefix_ratio))
-        if len(tok.norm) > stem_len and tok.norm[:stem_len] in _prefixes(self.text, self.options.min_prefix):
+        if len(tok.norm) > stem_len and _has_prefix(self.text, self.options.min_prefix, tok.norm[:stem_len]):
             return self.options.stem_score
         return self.options.fuzzy_score if self._fuzzy(tok.norm) else 1.0
 
