@@ -898,3 +898,87 @@ def test_a_threshold_that_marks_nothing_stays_so_through_the_item_ledger(tmp_pat
         covered = {i for start, end in above for i in range(start, end)}
         assert all(i in covered for start, end in row["hard_labels"] for i in range(start, end)), row
     assert sum(bool(row["soft_labels"]) for row in lines) > sum(bool(row["hard_labels"]) for row in lines)
+
+
+def test_the_labelled_test_split_is_run_scored_stacked_and_zipped_as_test(tmp_path, capsys, monkeypatch):
+    """`detect --split test-labeled` wrote val-named files of test items, scored nothing, and
+    `score` against the test gold found no file; `stack apply` wrote no zip; `ensemble` refused
+    the split. (The held-out labelled test split is what the project is scored on.)"""
+    import random
+    import shutil
+
+    import mushroom.data.splits as splits
+
+    data = tmp_path / "data"
+    shutil.copytree(splits.DEFAULT_DATA_DIR / "val", data / "val")
+    (data / "test-labeled").mkdir()
+    rnd = random.Random(0)
+    (test_file,) = (splits.DEFAULT_DATA_DIR / "test-unlabeled").glob("mushroom.en-tst.v1*.jsonl")
+    rows = [json.loads(line) for line in test_file.read_text().splitlines()][:20]
+    for row in rows:  # labels of our own: the real ones are held out
+        a = rnd.randrange(len(row["model_output_text"]))
+        row["hard_labels"] = [[a, a + 1]]
+    write_lines(data / "test-labeled" / "mushroom.en-tst.v1.jsonl", rows)
+    monkeypatch.setattr(splits, "DEFAULT_DATA_DIR", data)
+    args = ["--split", "test-labeled", "--lang", "en", "--quiet"]
+    for name, detector in (("lex", "lexical"), ("sem", "semantic")):
+        code, _, err = cli(capsys, "detect", *args, "--detector", detector, "--out", tmp_path / name)
+        assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "lex" / "predictions").glob("*.jsonl")) == [
+        "mushroom.en-tst.v1.jsonl"
+    ]
+    assert json.loads((tmp_path / "lex" / "scores.json").read_text())  # labelled: scored
+    code, out, err = cli(capsys, "score", data / "test-labeled", tmp_path / "lex")
+    assert code == 0 and "IoU:" in out, err
+    # a stack fitted on val, applied to the labelled test items: scored, and zipped as a submission
+    for name, detector in (("lexv", "lexical"), ("semv", "semantic")):
+        code, _, err = cli(
+            capsys,
+            "detect",
+            "--split",
+            "val",
+            "--lang",
+            "en",
+            "--quiet",
+            "--detector",
+            detector,
+            "--out",
+            tmp_path / name,
+        )
+        assert code == 0, err
+    model = tmp_path / "stack.json"
+    code, _, err = cli(
+        capsys,
+        "stack",
+        "fit",
+        f"lexical={tmp_path / 'lexv'}",
+        f"semantic={tmp_path / 'semv'}",
+        "--lang",
+        "en",
+        "--out",
+        model,
+    )
+    assert code == 0, err
+    applied = tmp_path / "applied"
+    members = [f"lexical={tmp_path / 'lex'}", f"semantic={tmp_path / 'sem'}"]
+    code, _, err = cli(
+        capsys, "stack", "apply", model, *members, "--split", "test-labeled", "--lang", "en", "--out", applied
+    )
+    assert code == 0, err
+    assert (applied / "submission.zip").is_file() and (applied / "scores.json").is_file()
+    code, _, err = cli(
+        capsys, "ensemble", tmp_path / "lex", tmp_path / "sem", "--split", "test-labeled", "--lang", "en",
+        "--out", tmp_path / "vote.jsonl",
+    )  # fmt: skip
+    assert code == 0 and len((tmp_path / "vote.jsonl").read_text().splitlines()) == 20, err
+    # with no data folder, ensemble says so (it blamed the ids: "'tst-en-1' is not from the shipped files")
+    monkeypatch.setattr(splits, "DEFAULT_DATA_DIR", tmp_path / "none")
+    code, _, err = cli(
+        capsys, "ensemble", tmp_path / "lex", tmp_path / "sem", "--lang", "en", "--out", tmp_path / "v2.jsonl"
+    )
+    assert code == 2 and "split folder not found" in err and "not all from" not in err, err
+    # train files have a name of their own, not val's
+    from mushroom.data.predictions import prediction_file_lang, submission_name
+
+    assert submission_name("en", "train") == "mushroom.en-train.jsonl"
+    assert prediction_file_lang("mushroom.en-train.jsonl") == "en"

@@ -74,6 +74,7 @@ def ensemble(
     from mushroom.combine.ensemble import run_inputs, vote_files
     from mushroom.data.predictions import SoftMode
     from mushroom.data.runfolder import run_scope
+    from mushroom.data.splits import SPLIT_DIRS, split_hint
 
     try:
         mode = SoftMode(soft)
@@ -81,10 +82,8 @@ def ensemble(
         raise MushroomError(f"--soft must be 'vote' or 'mean', got {soft!r}") from None
     output_file(out, "--out", (*preds, items))
     split = split.lower() if split is not None else None
-    if split not in (None, "val", "test"):
-        raise MushroomError(
-            f"--split {split!r}: run folders hold val or test files; give --split val or test"
-        )
+    if split is not None and split not in SPLIT_DIRS:
+        raise MushroomError(f"--split {split!r}: unknown split{split_hint(split)}")
     if lang is not None:
         lang = language_code(lang)
         if not lang or "," in lang:

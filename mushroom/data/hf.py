@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mushroom.data.label_files import LABEL_KEYS
+from mushroom.data.predictions import submission_name
 from mushroom.data.records import Item, Prediction
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem
 from mushroom.util.names import safe_name
@@ -188,10 +189,9 @@ def saved_gold(path: Path, split: str = "val") -> Path:
         raise DataError(
             [Problem(str(path), None, None, "no row has hard_labels or soft_labels: gold must be labelled")]
         )
-    tag = "tst.v1" if split == "test" else "val.v2"
     folder = items_path.parent / "gold"
     folder.mkdir()
-    files = [write_rows(rows, folder / f"mushroom.{lang}-{tag}.jsonl") for lang, rows in by_lang.items()]
+    files = [write_rows(rows, folder / submission_name(lang, split)) for lang, rows in by_lang.items()]
     return files[0] if len(files) == 1 else folder
 
 

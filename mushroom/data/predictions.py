@@ -192,6 +192,8 @@ def vote(
 def submission_name(lang: str, split: str = "test") -> str:
     """The official file name: mushroom.<lang>-tst.v1.jsonl (val: mushroom.<lang>-val.v2.jsonl).
 
+    test-labeled's files are test's; train's are mushroom.<lang>-train.jsonl.
+
     Items from a file of the user's (`detect --items`) go to mushroom.<lang>-items.jsonl.
     """
     return _file_name(safe_name(lang, "language code"), split)
@@ -202,16 +204,20 @@ def submission_glob(split: str = "test") -> str:
     return _file_name("*", split)
 
 
+# The file name's end per split. `test-labeled` holds the test items with their labels: its files
+# are test files (they were named as val's, so `score` against the test gold found none). `train`
+# has a name of its own (its files were named as val's too).
+_NAME_ENDS = {"test": "tst.v1", "test-labeled": "tst.v1", "train": "train", "items": "items"}
+
+
 def _file_name(lang: str, split: str) -> str:
-    if split == "items":
-        return f"mushroom.{lang}-items.jsonl"
-    return f"mushroom.{lang}-tst.v1.jsonl" if split == "test" else f"mushroom.{lang}-val.v2.jsonl"
+    return f"mushroom.{lang}-{_NAME_ENDS.get(split, 'val.v2')}.jsonl"
 
 
 # Any code an item may have (`safe_name`, lower case: "en-us" too), not only the official two
 # letters: the files of an items file in such a language were not found by `ensemble` or the
 # failure checks.
-_PREDICTION_FILE = re.compile(r"mushroom\.([a-z0-9][a-z0-9._-]*?)-(?:tst\.v1|val\.v2|items)\.jsonl")
+_PREDICTION_FILE = re.compile(r"mushroom\.([a-z0-9][a-z0-9._-]*?)-(?:tst\.v1|val\.v2|train|items)\.jsonl")
 
 
 def prediction_langs(folder: Path, split: str) -> list[str]:

@@ -376,7 +376,7 @@ def prediction_folder(
     """
     from mushroom.data.predictions import submission_glob
 
-    candidates = [path / split] if split in ("val", "test") else []  # `run` keeps val/ and test/
+    candidates = [path / split] if split != "items" else []  # `run` keeps a folder per split
     candidates += [path / "predictions", path]
     for folder in candidates:
         if any(folder.glob(submission_glob(split))):

@@ -43,6 +43,8 @@ SPLIT_DIRS = {
     "train": "train-unlabeled",
 }
 SPLIT_TAGS = {"val": "val", "test": "tst", "test-labeled": "tst", "train": "train"}
+# The splits whose items carry gold labels: a run of one is scored.
+LABELLED_SPLITS = ("val", "test-labeled")
 
 
 def split_hint(split: str, flag: str = "--split") -> str:

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.jsonl import refuse_irregular
 from mushroom.data.languages import language_code
-from mushroom.data.splits import load_split, workspace
+from mushroom.data.splits import LABELLED_SPLITS, load_split, same_items, workspace
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean, model_flag_as
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util.names import valid_name
@@ -742,17 +742,19 @@ def execute(
             service.report_stats(f"{label}: counts", result.stats.get("all", {}))
             entry = summary["splits"].setdefault(f"{name or cfg.name}/{split}", {})
             entry["items_failed"] = len(result.failures)
-            if split == "test":
+            if same_items(split, "test"):  # test-labeled's files are test's: a submission as well
                 zipped = service.submit(list(result.files.values()), folder / "submission.zip")
                 entry["zip"] = str(zipped) if zipped else None
-            if split == "val":
-                val_results.append((name, result))
+            if split in LABELLED_SPLITS:
+                if split == "val":  # variants are compared on val
+                    val_results.append((name, result))
                 rows = service.score(
-                    "val", result.files, folder, label, items=result.items if limit else None
+                    split, result.files, folder, label, items=result.items if limit else None
                 )
                 if rows:
-                    entry["val_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
-                    entry["val_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
+                    key = split.replace("-", "_")  # val_iou_mean, test_labeled_iou_mean
+                    entry[f"{key}_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
+                    entry[f"{key}_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
     failed = {f.id for f in service.failures if f.split == "val"}  # test failures score nothing
     if len(dets) > 1 and "val" in cfg.splits and not failed:
         summary["comparison"] = compare_variants(val_results, cfg.name, reporter, eval_dir, limit is not None)

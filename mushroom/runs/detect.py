@@ -159,7 +159,7 @@ def run_detect(
     """
     from mushroom.data.contexts import check_sources, source_names, stray_contexts
     from mushroom.data.runfolder import made_from, new_run_folder, timestamp
-    from mushroom.data.splits import load_split, workspace
+    from mushroom.data.splits import LABELLED_SPLITS, load_split, workspace
     from mushroom.runs.service import RunService
 
     reporter = reporter or PlainReporter()
@@ -197,7 +197,9 @@ def run_detect(
         reporter.message("no prediction file was written")
     service.report_stats(f"{name} on {split}: counts (stats.json)", result.stats["all"])
     summary: dict[str, Any] = {"stats": result.stats["all"]}
-    labelled = split == "val" or (items_file is not None and all(_all_labelled(its) for its in data.values()))
+    labelled = split in LABELLED_SPLITS or (
+        items_file is not None and all(_all_labelled(its) for its in data.values())
+    )
     if items_file is not None and not labelled:
         some = sum(_labelled_count(its) for its in data.values())
         if some:  # a run of items some of which have labels was left unscored without a word

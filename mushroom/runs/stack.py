@@ -93,7 +93,7 @@ def apply_stack_run(
     """
     from mushroom.combine.stack.stream import iter_apply_stack
     from mushroom.data.runfolder import made_from
-    from mushroom.data.splits import load_split
+    from mushroom.data.splits import LABELLED_SPLITS, load_split, same_items
     from mushroom.runs.service import RunService
 
     reporter = reporter or PlainReporter()
@@ -152,10 +152,10 @@ def apply_stack_run(
             lead="note:",
         )
     summary: dict[str, Any] = {"files": [p.name for p in files.values()]}
-    if split == "test":
+    if same_items(split, "test"):  # test-labeled's files are test's: a submission as well
         zipped = service.submit(list(files.values()), out / "submission.zip")
         summary["zip"] = zipped.name if zipped else None
-    if split == "val":
+    if split in LABELLED_SPLITS:
         same = in_sample(model, split, list(data))
         title = f"stack on {split}" + (" (IN-SAMPLE: fitted on these items)" if same else "")
         if same:
