@@ -716,3 +716,17 @@ def test_help_shows_the_defaults_written_in_brackets(capsys):
     assert "comma-separated [default: " + DEFAULT_SOURCES[0] in said, said
     _, shown, _ = cli(capsys, "contexts", "--help")
     assert "[default:" in " ".join(shown.replace("│", " ").split())
+
+
+def test_a_terminal_that_is_not_utf8_gets_question_marks_not_an_internal_error(tmp_path):
+    """Under a Latin-1 locale a table's "…" stopped `detect` with exit 70 ("a bug in mushroom")
+    after its predictions were written and before its summary."""
+    env = {**os.environ, "PYTHONIOENCODING": "latin-1", "COLUMNS": "40"}
+    out = tmp_path / "run"
+    args = ["detect", "--split", "val", "--lang", "ar", "--limit", "3", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "mushroom", *args], capture_output=True, env=env, timeout=300, cwd=ROOT
+    )
+    said = proc.stdout.decode("latin-1") + proc.stderr.decode("latin-1")
+    assert proc.returncode == 0 and "internal error" not in said, said
+    assert (out / "summary.json").is_file()

@@ -97,3 +97,12 @@ def test_library_api_and_cli_from_another_folder(installed):
     lines = (work / "run" / "predictions" / "mushroom.en-items.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in lines] == [it.id for it in items]
     assert (work / "run" / "scores.json").is_file()  # the items carry labels: scored
+
+
+def test_an_installed_package_records_no_git_commit_of_the_project_around_it(monkeypatch):
+    """A wheel in `proj/.venv` recorded the user's project's HEAD (and +dirty) as mushroom's commit."""
+    from mushroom.data import runfolder
+
+    assert runfolder.versions()["git_commit"]  # this checkout's own
+    monkeypatch.setattr(runfolder, "IN_CHECKOUT", False)
+    assert runfolder.versions()["git_commit"] is None

@@ -99,6 +99,24 @@ def list_backends() -> None:
 reflow_help(app)
 
 
+def _replace_unencodable() -> None:
+    """Lets a stdout or stderr that is not UTF-8 show `?` for what it cannot encode.
+
+    Under a Latin-1 or ASCII locale a table's "…" (or an answer's Arabic) stopped the command
+    with "internal error: UnicodeEncodeError", after its files were written but before its
+    summary: exit 70, "a bug in mushroom".
+    """
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="replace")
+            except (ValueError, OSError):  # a stream already closed, or one that cannot change
+                pass
+
+
 def main() -> None:
     """Entry point: every expected failure is a clear message and an exit code (README)."""
     import os
@@ -106,6 +124,7 @@ def main() -> None:
     # Third-party download/loading bars ("Loading weights") would interleave with ours.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    _replace_unencodable()
     from mushroom.errors import EXIT_INTERRUPTED
 
     code = run_cli(app)

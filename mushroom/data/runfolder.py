@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mushroom.data.jsonl import atomic_write_text
-from mushroom.data.splits import PROJECT_ROOT, same_items
+from mushroom.data.splits import IN_CHECKOUT, PROJECT_ROOT, same_items
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.names import safe_name
 from mushroom.version import __version__
@@ -62,6 +62,8 @@ def versions() -> dict[str, Any]:
             libs[name] = None
     commit = None
     try:
+        if not IN_CHECKOUT:  # an installed package: the folder above it is the user's project
+            raise OSError
         out = subprocess.run(
             ["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
         )
