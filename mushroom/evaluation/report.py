@@ -76,6 +76,14 @@ UNVERIFIABLE_COLOUR = "rgba(240,170,0,0.5)"
 """Amber: the third colour, for claims that could not be checked (not red: no contradiction)."""
 
 
+def _shown(text: str) -> str:
+    """Text escaped for the page; a NUL (which HTML parsers replace or drop) shown as U+FFFD.
+
+    One character for one: the answer's spans stay on their characters.
+    """
+    return html.escape(text).replace("\x00", "\ufffd")
+
+
 def highlighted_answer(
     text: str, gold_mask: np.ndarray, soft: np.ndarray, unchecked: list[str | None] | None = None
 ) -> str:
@@ -96,7 +104,7 @@ def highlighted_answer(
             and reasons[k] == reasons[start]
         ):
             continue
-        chunk = html.escape(text[start:k])
+        chunk = _shown(text[start:k])
         p = float(soft[start])
         reason = reasons[start]
         classes = ["seg"] + (["gold"] if gold_mask[start] else []) + (["pred"] if p > 0 else [])
@@ -230,7 +238,7 @@ def _item_html(
     ctx_html = (
         "".join(
             f"<details><summary>context: <bdi>{html.escape(c.source)}</bdi> ({plural(len(c.text), 'char')})</summary>"
-            f"<pre>{html.escape(c.text)}</pre></details>"
+            f'<pre dir="auto">{_shown(c.text)}</pre></details>'
             for c in contexts
         )
         or "<p class='meta'>no context</p>"
@@ -259,8 +267,8 @@ def _item_html(
         f'<div class="item" id="{html.escape(item.id)}" data-lang="{item.lang}" '
         f'data-iou="{iou if labelled else 1.0:.6f}" data-tag="{html.escape(tag or "none")}">'
         f'<div class="meta"><bdi>{html.escape(item.id)}</bdi> · {item.lang} · <span class="scores">{scores}</span>{tag_html}</div>'
-        f"<p><b>Q:</b> {html.escape(item.model_input)}</p>"
-        f'<div class="answer">{highlighted_answer(item.model_output_text, gold_mask, soft, reasons)}</div>'
+        f'<p dir="auto"><b>Q:</b> {_shown(item.model_input)}</p>'
+        f'<div class="answer" dir="auto">{highlighted_answer(item.model_output_text, gold_mask, soft, reasons)}</div>'
         f'<div class="meta">predicted hard spans: {hard or "none"}</div>{unchecked_html}{failed_html}'
         f"{ctx_html}{raw_html}</div>"
     )
