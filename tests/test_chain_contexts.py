@@ -1484,3 +1484,19 @@ def test_a_blank_context_in_a_generated_source_is_a_broken_line_not_done_before(
     (problem,) = exc.value.problems
     assert (problem.path, problem.line, problem.field) == (str(source), 2, "context")
     assert "a blank context; delete or mend the line" in problem.message
+
+
+def test_contexts_generated_for_test_serve_test_labeled_and_a_source_is_no_file_name(tmp_path, capsys):
+    """The labelled test split holds the test items: its runs found no context generated for
+    test, and had it made (and paid for) again. `--source foo.jsonl` wrote foo.jsonl.jsonl, which
+    `detect --contexts` cannot name."""
+    from cli_helpers import cli
+
+    from mushroom.data.contexts import OwnFiles
+
+    made = write_lines(tmp_path / "test.en.gen.jsonl", [{"id": "tst-en-1", "context": "Background."}])
+    assert OwnFiles.find(tmp_path, "test-labeled", "en", "gen") == made
+    assert OwnFiles.sources(tmp_path, "test-labeled", "en") == {"gen"}
+    assert OwnFiles.find(tmp_path, "val", "en", "gen") is None
+    code, _, err = cli(capsys, "contexts", "--source", "gen.jsonl", "--context-dir", tmp_path, "--quiet")
+    assert code == 2 and "a source is a name, not a file; give --source gen" in " ".join(err.split()), err

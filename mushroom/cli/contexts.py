@@ -167,6 +167,9 @@ def _check_source(source: str, root: Path) -> None:
     problem = name_problem(source)
     if problem is not None:  # a flag's value: a usage error (2), not a data file's (1)
         raise MushroomError(f"--source: a context source {problem}")
+    if source.endswith(".jsonl"):  # it wrote x.jsonl.jsonl, which `detect --contexts` cannot name
+        stem = source.removesuffix(".jsonl")
+        raise MushroomError(f"--source {source}: a source is a name, not a file; give --source {stem}")
     if source.endswith(GRADES_SUFFIX) or is_fact_check(source):
         # `x.grades` is the file of x's grades; a `qa_` source is read as a fact-check, supporting nothing
         what = "the grades of another source" if source.endswith(GRADES_SUFFIX) else "a fact-check source"

@@ -109,15 +109,22 @@ class OwnFiles:
 
     @staticmethod
     def find(root: Path, split: str, lang: str, source: str) -> Path | None:
-        path = root / f"{split}.{lang}.{source}.jsonl"
-        if path.is_dir():  # it was "no context file for source 'x' ... did you mean 'x'?"
-            raise MushroomError(f"context source {source!r}: {path} is a folder, expected a file")
-        return path if path.is_file() else None
+        # test-labeled holds the test items: contexts generated for test serve it too (they
+        # had to be generated, and paid for, a second time)
+        for name in (split, "test") if split == "test-labeled" else (split,):
+            path = root / f"{name}.{lang}.{source}.jsonl"
+            if path.is_dir():  # it was "no context file for source 'x' ... did you mean 'x'?"
+                raise MushroomError(f"context source {source!r}: {path} is a folder, expected a file")
+            if path.is_file():
+                return path
+        return None
 
     @staticmethod
     def sources(root: Path, split: str | None, lang: str | None) -> set[str]:
         found = set()
-        for path in root.glob(f"{split}.{lang}.*.jsonl" if split and lang else "*.*.*.jsonl"):
+        names = (split, "test") if split == "test-labeled" else (split,)
+        globs = [f"{name}.{lang}.*.jsonl" for name in names] if split and lang else ["*.*.*.jsonl"]
+        for path in (path for pattern in globs for path in root.glob(pattern)):
             if path.name.startswith("."):  # contextgen's response cache, `.cache.<source>.jsonl`
                 continue
             source = path.name.removesuffix(".jsonl").split(".", 2)[2]
