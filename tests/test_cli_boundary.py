@@ -730,3 +730,11 @@ def test_a_terminal_that_is_not_utf8_gets_question_marks_not_an_internal_error(t
     said = proc.stdout.decode("latin-1") + proc.stderr.decode("latin-1")
     assert proc.returncode == 0 and "internal error" not in said, said
     assert (out / "summary.json").is_file()
+
+
+def test_version_prints_the_package_version(capsys):
+    """`mushroom --version` was "No such option", though a bug report wants it first."""
+    from mushroom.version import __version__
+
+    code, out, err = cli(capsys, "--version")
+    assert code == 0 and out.strip() == f"mushroom {__version__}", err

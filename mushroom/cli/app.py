@@ -12,7 +12,16 @@ from typing import Annotated
 import typer
 
 from mushroom.cli import combine, contexts, detect, evaluate, scoring
-from mushroom.cli.boundary import FLAG, after_interrupt, esc, out_console, reflow_help, run_cli, set_debug
+from mushroom.cli.boundary import (
+    FLAG,
+    after_interrupt,
+    echo,
+    esc,
+    out_console,
+    reflow_help,
+    run_cli,
+    set_debug,
+)
 from mushroom.cli.models import models_app
 from mushroom.util.options import field_default
 
@@ -23,12 +32,31 @@ app = typer.Typer(
 )
 
 
+def _print_version(given: bool) -> None:
+    """`mushroom --version`: the version, as a bug report or a run's versions.json names it."""
+    if given:
+        from mushroom.version import __version__
+
+        echo(f"mushroom {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _global_options(
     debug: Annotated[
         bool,
         typer.Option(
             "--debug", metavar=FLAG, help="show the Python traceback of any error (for bug reports)"
+        ),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            metavar=FLAG,
+            is_eager=True,
+            callback=_print_version,
+            help="print the version and exit",
         ),
     ] = False,
 ) -> None:
