@@ -284,12 +284,19 @@ def source_path(
     from mushroom.util.words import suggest
 
     have = available_sources(split, lang, context_dir)
-    hint = (
-        suggest(source, have, "available")
-        if have
-        else f"; it has none for {split} {lang}: give your own with "
-        "`--items ITEMS.jsonl --contexts FILE.jsonl`, or make them with `mushroom contexts`"
-    )
+    if not root.is_dir():  # "it has none" of a folder that is not there (an installed package's)
+        hint = (
+            ": that folder does not exist; set MUSHROOM_CONTEXT_DIR to a folder of contexts (a "
+            "checkout's contexts/ holds the released ones), or give your own with `--items ITEMS.jsonl "
+            "--contexts FILE.jsonl`"
+        )
+    elif have:
+        hint = suggest(source, have, "available")
+    else:
+        hint = (
+            f"; it has none for {split} {lang}: give your own with "
+            "`--items ITEMS.jsonl --contexts FILE.jsonl`, or make them with `mushroom contexts`"
+        )
     typo = (
         ", nor for any split or language: the '?' skips a missing file, not a misspelt name"
         * named.endswith(OPTIONAL)
