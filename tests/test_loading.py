@@ -224,3 +224,13 @@ def test_a_whole_last_line_without_its_newline_is_kept_not_dropped(tmp_path, hea
     path.write_bytes(head + whole[:-3] + "é".encode()[:1])  # cut inside a character
     mend_cut_line(path, drop=True)
     assert path.read_bytes() == head
+
+
+def test_a_context_folder_that_does_not_exist_is_said_to_be_missing(tmp_path):
+    """An installed package reads contexts/ where it is run: "it has none for val en" sent a
+    user looking for a file in a folder that was not there."""
+    from mushroom.data.contexts import load_contexts
+    from mushroom.errors import MushroomError
+
+    with pytest.raises(MushroomError, match="that folder does not exist; set MUSHROOM_CONTEXT_DIR"):
+        load_contexts("val", "en", ("deepseek-r1",), context_dir=tmp_path / "nope")
