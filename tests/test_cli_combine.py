@@ -721,3 +721,26 @@ def test_sweep_names_the_csv_it_writes_beside_its_plot(tmp_path, capsys):
     said = " ".join(out.split())
     assert code == 0 and f"plot: {svg} (its numbers: {svg.with_suffix('.csv')})" in said, said + err
     assert svg.with_suffix(".csv").read_text().startswith("threshold")
+
+
+def test_stack_fit_and_ensemble_never_write_over_a_file_that_is_not_theirs(tmp_path, capsys):
+    """`stack fit --out` replaced a prediction file with a stack and `ensemble --out` a file of
+    the user's, each exiting 0; a re-run over its own earlier output still writes."""
+    run, stack = _english_stack(tmp_path, capsys)
+    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", stack)
+    assert code == 0, err  # its own earlier fit
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", notes)
+    assert code == 2 and "exists and is not a stack file" in err and notes.read_text() == "my notes\n", err
+    files = [run / "predictions" / "mushroom.en-val.v2.jsonl"] * 2
+    code, _, err = cli(capsys, "ensemble", *files, "--out", notes)
+    assert code == 2 and "exists and is not a prediction file" in err and notes.read_text() == "my notes\n", (
+        err
+    )
+    vote = tmp_path / "vote.jsonl"
+    for _ in range(2):  # the second writes over the first's output
+        code, _, err = cli(capsys, "ensemble", *files, "--out", vote)
+        assert code == 0, err
+    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", vote)
+    assert code == 2 and "exists and is not a stack file" in err, err

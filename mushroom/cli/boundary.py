@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -157,6 +157,25 @@ def json_to_write(value: str) -> str:
     """`file_to_write` for `score --json`, kept as text: `-` is stdout, `./-` a file of that name."""
     file_to_write(value)
     return value
+
+
+def refuse_foreign(path: Path, option: str, what: str, ours: Callable[[str], bool]) -> None:
+    """Refuses to write over a file that is not one this command writes (`ours` reads its first line).
+
+    `stack fit --out` replaced a prediction file with a stack, and `ensemble --out` a file of
+    the user's, each exiting 0; a re-run writing over its own earlier output goes on.
+    """
+    if not path.is_file():
+        return
+    try:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            first = handle.readline(1 << 16).strip()
+    except OSError:
+        first = ""
+    if not ours(first):
+        raise MushroomError(
+            f"{option} {path} exists and is not a {what}; give another name, or delete it first"
+        )
 
 
 def output_file(path: Path, option: str, inputs: Iterable[Path | None] = ()) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -15,6 +16,7 @@ from mushroom.cli.boundary import (
     out_console,
     output_file,
     print_warning,
+    refuse_foreign,
 )
 from mushroom.cli.common import (
     Langs,
@@ -34,6 +36,17 @@ if TYPE_CHECKING:
     from mushroom.combine.stack import StackModel
 
 stack_app = typer.Typer(help="A learned combination of detector runs (fit on val, apply to test).")
+
+
+def _a_prediction_line(line: str) -> bool:
+    """Whether a first line is a prediction's (or the file is empty): an earlier ensemble's output."""
+    if not line:
+        return True
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(row, dict) and "id" in row and ("soft_labels" in row or "hard_labels" in row)
 
 
 def ensemble(
@@ -81,6 +94,7 @@ def ensemble(
     except ValueError:
         raise MushroomError(f"--soft must be 'vote' or 'mean', got {soft!r}") from None
     output_file(out, "--out", (*preds, items))
+    refuse_foreign(out, "--out", "prediction file", _a_prediction_line)
     split = split.lower() if split is not None else None
     if split is not None and split not in SPLIT_DIRS:
         raise MushroomError(f"--split {split!r}: unknown split{split_hint(split)}")
@@ -158,6 +172,10 @@ def stack_fit(
     parsed = parse_members(members)
     output_file(out, "--out", [m.path for m in parsed])
     refuse_out_in_runs(out, [m.path for m in parsed], "the stack")
+    # what write_json starts a stack with (an earlier fit's file is written over)
+    refuse_foreign(
+        out, "--out", "stack file", lambda first: first in ("{", "{}") or first.startswith('{"members"')
+    )
     for later, first in given_twice([m.path for m in parsed]):  # one run's evidence, twice
         print_warning(f"members {parsed[first].name!r} and {parsed[later].name!r} are the same run")
     data = load_split(split, lang)
