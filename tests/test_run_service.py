@@ -735,6 +735,9 @@ def test_check_compare_sweep_and_report_say_a_runs_failed_items(tmp_path):
     # the page marks each failed item where it shows "predicted hard spans: none"
     page = (tmp_path / "r.html").read_text()
     assert page.count("<b>failed in its run</b>") == 5 and "this empty prediction is not the method" in page
+    # and at the top, where the scores are read (summary.json lists no warning for them)
+    top = page[: page.index("<h2>Items</h2>")]
+    assert "items that failed in the run" in top and "<li>en: 5 items (listed in" in top, top[-600:]
 
 
 def test_a_damaged_line_of_failures_jsonl_is_named_not_skipped(tmp_path):

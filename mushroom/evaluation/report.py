@@ -304,6 +304,24 @@ def _warnings_html(run_dir: Path) -> str:
     return f"<details open><summary>the run's warnings{of} ({len(mine)})</summary><ul>{shown}</ul></details>"
 
 
+def _failed_html(counts: dict[str, tuple[int, Path]]) -> str:
+    """A note at the top for items the run failed: shown empty, and scored so.
+
+    The page of a run made with --allow-failures gave its failures only item by item, and
+    its score table read as the method's; summary.json lists no warning for them.
+    """
+    if not counts:
+        return ""
+    lines = "".join(
+        f"<li>{lang}: {n} item{'s' * (n != 1)} (listed in {html.escape(str(where))})</li>"
+        for lang, (n, where) in sorted(counts.items())
+    )
+    return (
+        "<details open><summary>items that failed in the run: their predictions are empty, not the "
+        f"method's, and score as written</summary><ul>{lines}</ul></details>"
+    )
+
+
 _STAGE_FOLDER = re.compile(r"^[\w.-]+:([\w.-]+/[\w./-]+) ")
 
 
@@ -352,6 +370,7 @@ def build_report(
     blocks, summary, shown = [], [], []
     raw_problems: list[Problem] = []
     any_unchecked = False
+    failed_counts: dict[str, tuple[int, Path]] = {}  # language -> (items failed, where listed)
     for lang, items in data.items():
         path = folder / submission_name(lang, split)
         if not path.exists():
@@ -362,6 +381,8 @@ def build_report(
         if not preds:  # an empty page, exit 0: score, compare and sweep refuse the same file
             raise DataError([Problem(str(path), None, "id", "the file holds no prediction")])
         failed = check.check(preds)
+        if failed is not None and (n_failed := len(failed.failed & set(preds))):
+            failed_counts[lang] = (n_failed, failed.where)
         ids = [i.id for i in items]
         if split == "items":  # a user's items: their context files, or none
             ctx = ContextFiles(context_files).load(ids).by_id if context_files else {}
@@ -429,7 +450,7 @@ def build_report(
 <h2>Scores</h2><table id="summary"><tr><th>lang</th><th>items</th><th>mean IoU</th></tr>{rows}</table>
 {"<h2>Error types</h2><table id='tags'><tr><th>type</th><th>items</th></tr>" + tag_table + "</table>" if tag_counts else ""}
 <details><summary>run config</summary><pre>{config}</pre></details>
-{_warnings_html(run_dir)}{_problems_html(raw_problems)}
+{_failed_html(failed_counts)}{_warnings_html(run_dir)}{_problems_html(raw_problems)}
 <h2>Items</h2>
 <p>language <select id="f-lang"><option value="all">all</option>{lang_options}</select>
 error type <select id="f-tag"><option value="all">all</option><option value="none">untagged</option>{tag_options}</select>
