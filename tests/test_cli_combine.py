@@ -744,3 +744,25 @@ def test_stack_fit_and_ensemble_never_write_over_a_file_that_is_not_theirs(tmp_p
         assert code == 0, err
     code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", vote)
     assert code == 2 and "exists and is not a stack file" in err, err
+
+
+def test_ensemble_says_what_compare_says_of_a_stopped_run_and_an_in_sample_stack(tmp_path, capsys):
+    """A vote over a stopped run or an in-sample stack was written without a word, then scored
+    as a loose file, where nothing can say it."""
+    run, stack = _english_stack(tmp_path, capsys)
+    applied = tmp_path / "applied"
+    code, _, err = cli(
+        capsys, "stack", "apply", stack, f"lex={run}", "--split", "val", "--lang", "en", "--out", applied
+    )
+    assert code == 0, err
+    code, _, err = cli(
+        capsys, "ensemble", applied, run, "--split", "val", "--lang", "en", "--out", tmp_path / "v.jsonl"
+    )
+    assert code == 0 and "in-sample" in err, err
+    (run / "summary.json").unlink()
+    code, _, err = cli(
+        capsys, "ensemble", run, run, "--split", "val", "--lang", "en", "--out", tmp_path / "w.jsonl"
+    )
+    assert code == 0 and "has no summary.json: its run was stopped before it finished" in " ".join(
+        err.split()
+    ), err

@@ -105,8 +105,9 @@ def ensemble(
                 f"--lang {lang!r}: an ensemble votes over one language; give one code, e.g. --lang en"
             )
     _check_inputs(preds, bool(lang or split))
-    preds = run_inputs(preds, lang, split)
+    given, preds = preds, run_inputs(preds, lang, split)
     _check_out(out, preds)
+    _say_run_notes(given, preds, split)
     if len(preds) == 1 and mode is SoftMode.vote:
         # a vote of one run is 1.0 wherever it flagged: its probabilities were lost, unsaid
         print_warning(
@@ -124,6 +125,26 @@ def ensemble(
             f"mushroom score --partial GOLD {esc(out)}",
             highlight=False,
         )
+
+
+def _say_run_notes(given: list[Path], files: list[Path], split: str | None) -> None:
+    """What compare and report say of a run folder given: stopped, in-sample, items failed.
+
+    A vote over a stopped run, an in-sample stack or a run's empty failures was written
+    without a word, then scored as a loose file, where nothing can say it.
+    """
+    from mushroom.evaluation.runfiles import run_notes
+
+    ends = {"-tst.v1.jsonl": "test", "-items.jsonl": "items", "-train.jsonl": "train"}
+    for run, path in zip(given, files):
+        which = split or next((s for end, s in ends.items() if path.name.endswith(end)), "val")
+        if run.is_dir():
+            try:
+                notes = run_notes(run, which)
+            except MushroomError:  # a folder the vote read its file from, but no run's: nothing to say
+                continue
+            for note in notes:
+                print_warning(note)
 
 
 def _check_inputs(preds: list[Path], picks: bool) -> None:
