@@ -982,3 +982,27 @@ def test_the_labelled_test_split_is_run_scored_stacked_and_zipped_as_test(tmp_pa
 
     assert submission_name("en", "train") == "mushroom.en-train.jsonl"
     assert prediction_file_lang("mushroom.en-train.jsonl") == "en"
+
+
+def test_a_context_cut_to_max_context_chars_is_said(tmp_path, capsys):
+    """llm, chain and pyes cut contexts to max_context_chars without a word: a long context
+    lost its tail, the part that held the answer for 4 of the 499 val items."""
+    from mushroom.data.splits import load_split
+
+    items = load_split("val", ["en"])["en"][:3]
+    items_file = write_lines(
+        tmp_path / "items.jsonl", [it.model_dump(mode="json", exclude_none=True) for it in items]
+    )
+    words = [30_000, 10, 10]
+    ctx = write_lines(
+        tmp_path / "ctx.jsonl", [{"id": it.id, "context": "word " * n} for it, n in zip(items, words)]
+    )
+    replies = write_lines(tmp_path / "r.jsonl", [{"id": it.id, "response": "[]"} for it in items])
+    args = ["detect", "--items", items_file, "--contexts", ctx, "--detector", "llm", "--responses", replies]
+    code, _, err = cli(capsys, *args, "--out", tmp_path / "a", "--quiet")
+    said = " ".join(err.split())
+    assert (
+        code == 0 and "the contexts of 1 of 3 items are longer than llm's max_context_chars (12000)" in said
+    ), said
+    code, _, err = cli(capsys, *args, "-o", "max_context_chars=200000", "--out", tmp_path / "b", "--quiet")
+    assert code == 0 and "max_context_chars" not in err, err

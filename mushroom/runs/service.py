@@ -306,9 +306,14 @@ class _ContextTally:
     first_bare: str = ""
     checks_only: int = 0  # ... of which have fact-check contexts only
     graded_out: int = 0  # ... of which `mushroom contexts` graded every context irrelevant
+    cut: int = 0  # items whose contexts a model-backed detector cuts to its max_context_chars
     _unusable: dict[str, set[str]] = field(default_factory=dict)  # source file -> graded-out ids
 
-    def add(self, ctx: ContextSet, ids: list[str]) -> None:
+    def add(self, ctx: ContextSet, ids: list[str], limit: int | None = None) -> None:
+        if limit is not None:  # what its prompt shows of them: a long one lost its tail, unsaid
+            from mushroom.detectors.llm import context_text
+
+            self.cut += sum(len(context_text(ctx.by_id.get(i, []), limit)) > limit for i in ids)
         self.files.update(ctx.files)
         for path in ctx.files.values():
             if path not in self._unusable:
@@ -738,7 +743,7 @@ class RunService:
                         out.reused += len(batch) - len(todo)
                         if baseline is not None:
                             baseline.write(p.submission_dict() for p in mark_all(batch))
-                        seen.add(ctx, batch_ids)
+                        seen.add(ctx, batch_ids, getattr(detector.options, "max_context_chars", None))
                         if todo:
                             self._run_items(
                                 detector, lang, todo, ctx.by_id, ledger, bar, task, folder, split, digests
@@ -761,6 +766,13 @@ class RunService:
                 out.contexts_missing[lang] = seen.missing
                 if seen.bare:
                     self.warn(seen.warning(split, lang, len(ids), sources, detector))
+                if seen.cut:
+                    limit = detector.options.max_context_chars  # type: ignore[attr-defined]
+                    self.warn(
+                        f"{split}/{lang}: the contexts of {seen.cut} of {plural(len(ids), 'item')} are "
+                        f"longer than {detector.name}'s max_context_chars ({limit}): its prompts show "
+                        f"their first {limit} characters (-o max_context_chars=N shows more)"
+                    )
                 self._write_language(detector, split, lang, ids, lengths, ledger, folder, out)
                 run_ids[lang] = ids
                 n_items += len(ids)
