@@ -870,6 +870,7 @@ def test_a_ledger_line_that_cannot_be_read_is_said_and_a_line_cut_by_a_kill_is_d
     said = " ".join(err.split())
     assert code == 0, err
     assert "1 line of the item ledger" in said and "could not be read" in said, said
+    assert "the last line of the item ledger" in said and "was cut" in said, said  # dropped, said
     assert not ledger.read_text().endswith('"o') and ledger.read_text().count('"status": "o\n') == 0
 
 

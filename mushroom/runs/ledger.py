@@ -71,8 +71,9 @@ class Ledger:
         self._out: Any = None
         self._size = 0
         self._channels: Any = None
+        self.cut_line = False  # a kill cut the last line: its item is done again (said by the run)
         if path.exists():
-            mend_cut_line(path, drop=True)  # a kill cut the last line: its item is done again
+            self.cut_line = mend_cut_line(path, drop=True) is not None
             channelled: set[str] = set()  # ok items whose last line says they wrote channels
             for offset, result in self._lines():
                 if result is None:

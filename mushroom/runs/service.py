@@ -703,6 +703,11 @@ class RunService:
                         f"{plural(ledger.lost_channels, 'item')} its ledger calls done (the file was cut, "
                         "damaged or deleted): they are computed again"
                     )
+                if ledger.cut_line:
+                    self.warn(
+                        f"{split}/{lang}: the last line of the item ledger {ledger.path} was cut (the run "
+                        "was killed while writing it): it was dropped, and its item is computed again"
+                    )
                 if ledger.unreadable:  # its items are done again: said, not silent
                     self.warn(
                         f"{split}/{lang}: {plural(ledger.unreadable, 'line')} of the item ledger "
