@@ -738,3 +738,13 @@ def test_version_prints_the_package_version(capsys):
 
     code, out, err = cli(capsys, "--version")
     assert code == 0 and out.strip() == f"mushroom {__version__}", err
+
+
+def test_debug_after_the_command_is_taken_as_before_it(capsys):
+    """`mushroom score --debug ...` was "No such option: --debug"."""
+    from mushroom.cli.boundary import _debug_first
+
+    assert _debug_first(["score", "--debug", "g", "p"]) == ["--debug", "score", "g", "p"]
+    assert _debug_first(["--debug", "score"]) == ["--debug", "score"]
+    assert _debug_first(["score", "--", "--debug"]) == ["score", "--", "--debug"]  # a file so named
+    assert _debug_first([]) == []

@@ -334,9 +334,22 @@ def exit_code_for(exc: BaseException) -> tuple[int, str | None]:
     return EXIT_BUG, None
 
 
+def _debug_first(args: list[str]) -> list[str]:
+    """`--debug` given after the command moved before it, where the app takes it.
+
+    `mushroom score --debug ...` was "No such option: --debug", as the error it was added to
+    show was being reported. Only a bare `--debug` before any `--` moves.
+    """
+    end = args.index("--") if "--" in args else len(args)
+    if "--debug" in args[1:end] and args[0] != "--debug":
+        k = args.index("--debug", 1, end)
+        return ["--debug", *args[:k], *args[k + 1 :]]
+    return args
+
+
 def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
     """Runs the typer app; every expected failure becomes a message and an exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = _debug_first(list(sys.argv[1:] if argv is None else argv))
     if "--debug" in args[: next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]:
         set_debug(True)
     clear_fallback_hints()  # a library call before this command may have left one
