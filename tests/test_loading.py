@@ -234,3 +234,14 @@ def test_a_context_folder_that_does_not_exist_is_said_to_be_missing(tmp_path):
 
     with pytest.raises(MushroomError, match="that folder does not exist; set MUSHROOM_CONTEXT_DIR"):
         load_contexts("val", "en", ("deepseek-r1",), context_dir=tmp_path / "nope")
+
+
+def test_a_named_pipe_as_a_context_source_is_refused_as_such(tmp_path):
+    """A fifo was "no context file for source 'fifo' ... did you mean 'fifo'?"."""
+    import os
+
+    from mushroom.errors import MushroomError
+
+    os.mkfifo(tmp_path / "val.en.fifo.jsonl")
+    with pytest.raises(MushroomError, match="is a pipe, not a file"):
+        load_contexts("val", "en", ("fifo",), context_dir=tmp_path)

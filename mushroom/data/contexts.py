@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mushroom.data.jsonl import iter_json_lines, load_records
+from mushroom.data.jsonl import iter_json_lines, load_records, refuse_irregular
 from mushroom.data.records import Context, ContextRecord, Item
 from mushroom.data.splits import IN_CHECKOUT, PROJECT_ROOT, SPLIT_TAGS
 from mushroom.errors import DataError, MushroomError
@@ -115,6 +115,7 @@ class OwnFiles:
             path = root / f"{name}.{lang}.{source}.jsonl"
             if path.is_dir():  # it was "no context file for source 'x' ... did you mean 'x'?"
                 raise MushroomError(f"context source {source!r}: {path} is a folder, expected a file")
+            refuse_irregular(path)  # a named pipe, as a folder, was "no context file ... did you mean"
             if path.is_file():
                 return path
         return None
