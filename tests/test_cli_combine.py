@@ -744,6 +744,19 @@ def test_stack_fit_and_ensemble_never_write_over_a_file_that_is_not_theirs(tmp_p
         assert code == 0, err
     code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", vote)
     assert code == 2 and "exists and is not a stack file" in err, err
+    # a JSON file of the user's is no stack, and notes after a blank line no prediction file;
+    # an empty file (a mktemp) is written
+    settings = tmp_path / "u.json"
+    settings.write_text('{\n "my": "settings"\n}\n')
+    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", settings)
+    assert code == 2 and "is not a stack file" in err and "settings" in settings.read_text(), err
+    notes.write_text("\nmy notes\n")
+    code, _, err = cli(capsys, "ensemble", *files, "--out", notes)
+    assert code == 2 and notes.read_text() == "\nmy notes\n", err
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    code, _, err = cli(capsys, "stack", "fit", f"lex={run}", "--lang", "en", "--out", empty)
+    assert code == 0 and "members" in empty.read_text(), err
 
 
 def test_ensemble_says_what_compare_says_of_a_stopped_run_and_an_in_sample_stack(tmp_path, capsys):

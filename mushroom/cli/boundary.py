@@ -159,20 +159,21 @@ def json_to_write(value: str) -> str:
     return value
 
 
-def refuse_foreign(path: Path, option: str, what: str, ours: Callable[[str], bool]) -> None:
-    """Refuses to write over a file that is not one this command writes (`ours` reads its first line).
+def refuse_foreign(path: Path, option: str, what: str, ours: Callable[[Path], bool]) -> None:
+    """Refuses to write over a file that is not one this command writes (`ours` says which are).
 
     `stack fit --out` replaced a prediction file with a stack, and `ensemble --out` a file of
-    the user's, each exiting 0; a re-run writing over its own earlier output goes on.
+    the user's, each exiting 0; a re-run writing over its own earlier output goes on, and so
+    does an empty file (a `mktemp`).
     """
     if not path.is_file():
         return
     try:
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            first = handle.readline(1 << 16).strip()
+        with path.open("rb") as handle:
+            empty = not handle.read(1 << 16).strip() and not handle.read(1)
     except OSError:
-        first = ""
-    if not ours(first):
+        empty = False
+    if not empty and not ours(path):
         raise MushroomError(
             f"{option} {path} exists and is not a {what}; give another name, or delete it first"
         )

@@ -38,15 +38,26 @@ if TYPE_CHECKING:
 stack_app = typer.Typer(help="A learned combination of detector runs (fit on val, apply to test).")
 
 
-def _a_prediction_line(line: str) -> bool:
-    """Whether a first line is a prediction's (or the file is empty): an earlier ensemble's output."""
-    if not line:
-        return True
+def _a_prediction_file(path: Path) -> bool:
+    """Whether a file's first line that is not blank is a prediction's: an earlier ensemble's output."""
     try:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            line = next((line for line in handle if line.strip()), "")
         row = json.loads(line)
-    except ValueError:
+    except (OSError, ValueError):
         return False
     return isinstance(row, dict) and "id" in row and ("soft_labels" in row or "hard_labels" in row)
+
+
+def _a_stack_file(path: Path) -> bool:
+    """Whether a file is a stack `stack fit` wrote (a JSON object with its members and channels)."""
+    try:
+        if path.stat().st_size > 1 << 26:  # a stack is kilobytes; this is some other file
+            return False
+        model = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(model, dict) and "members" in model and "channels" in model
 
 
 def ensemble(
@@ -94,7 +105,7 @@ def ensemble(
     except ValueError:
         raise MushroomError(f"--soft must be 'vote' or 'mean', got {soft!r}") from None
     output_file(out, "--out", (*preds, items))
-    refuse_foreign(out, "--out", "prediction file", _a_prediction_line)
+    refuse_foreign(out, "--out", "prediction file", _a_prediction_file)
     split = split.lower() if split is not None else None
     if split is not None and split not in SPLIT_DIRS:
         raise MushroomError(f"--split {split!r}: unknown split{split_hint(split)}")
@@ -193,10 +204,7 @@ def stack_fit(
     parsed = parse_members(members)
     output_file(out, "--out", [m.path for m in parsed])
     refuse_out_in_runs(out, [m.path for m in parsed], "the stack")
-    # what write_json starts a stack with (an earlier fit's file is written over)
-    refuse_foreign(
-        out, "--out", "stack file", lambda first: first in ("{", "{}") or first.startswith('{"members"')
-    )
+    refuse_foreign(out, "--out", "stack file", _a_stack_file)  # an earlier fit's is written over
     for later, first in given_twice([m.path for m in parsed]):  # one run's evidence, twice
         print_warning(f"members {parsed[first].name!r} and {parsed[later].name!r} are the same run")
     data = load_split(split, lang)
