@@ -69,6 +69,13 @@ def test_an_empty_items_file_is_an_input_error(tmp_path, capsys):
     said = " ".join(err.split())
     assert code == 1 and f"{blank}: field 'context': every context in the file is blank" in said, said
     assert not out.exists()
+    # blank for these items, real for another's: it said "none of its ids is an item's", naming one
+    mixed = write_lines(
+        tmp_path / "mixed.jsonl", [{"id": "a", "context": " "}, {"id": "z", "context": "real"}]
+    )
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", mixed, "--out", out, "--quiet")
+    said = " ".join(err.split())
+    assert code == 1 and "its contexts for the items of" in said and "are all blank" in said, said
 
 
 def test_backend_shortcuts_with_a_detector_that_calls_no_llm_are_refused(tmp_path, capsys):

@@ -120,6 +120,14 @@ def _check_some_context(files: ContextFiles, data: dict[str, Sequence[Item]], it
             raise DataError.single(path, None, None, "the file has no contexts (--contexts)")
         if len(blank) == len(where):  # read as no context at all: every item unchecked
             raise DataError.single(path, None, "context", "every context in the file is blank (--contexts)")
+    for path, where in zip(files.paths, files.index):  # its ids match, but only with blank contexts
+        if any(item.id in where for items in data.values() for item in items):
+            raise DataError.single(
+                path,
+                None,
+                "context",
+                f"its contexts for the items of {items_file} are all blank (--contexts)",
+            )
     first = next(iter(next(iter(data.values()), [])), None)
     ours, theirs = first.id if first else "-", next(iter(files.index[0]))
     raise MushroomError(
