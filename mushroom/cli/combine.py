@@ -144,14 +144,16 @@ def _say_run_notes(given: list[Path], files: list[Path], split: str | None) -> N
     A vote over a stopped run, an in-sample stack or a run's empty failures was written
     without a word, then scored as a loose file, where nothing can say it.
     """
+    from mushroom.data.predictions import split_of_file_name
     from mushroom.evaluation.runfiles import run_notes
 
-    ends = {"-tst.v1.jsonl": "test", "-items.jsonl": "items", "-train.jsonl": "train"}
+    seen: set[Path] = set()
     for run, path in zip(given, files):
-        which = split or next((s for end, s in ends.items() if path.name.endswith(end)), "val")
-        if run.is_dir():
-            try:
-                notes = run_notes(run, which)
+        which = split or split_of_file_name(path.name) or "val"
+        if run.is_dir() and run.resolve() not in seen:  # a run given twice is said once
+            seen.add(run.resolve())
+            try:  # its failed items: the vote refuses them itself
+                notes = run_notes(run, which, failures=False)
             except MushroomError:  # a folder the vote read its file from, but no run's: nothing to say
                 continue
             for note in notes:

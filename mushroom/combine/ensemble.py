@@ -203,7 +203,7 @@ def _only_split(path: Path) -> tuple[str, Path]:
     from mushroom.data.runfolder import items_files, prediction_folder, variant_names
 
     found = []
-    for split in ("val", "test"):
+    for split in ("val", "test", "train"):  # test-labeled's files are test's
         try:
             found.append((split, prediction_folder(path, split)))
         except MushroomError:
@@ -219,9 +219,12 @@ def _only_split(path: Path) -> tuple[str, Path]:
     if not found and items_files(path):  # a run over an items file (detect, stack apply)
         return "items", prediction_folder(path, "items")
     if not found:
-        raise MushroomError(f"{path}: no val or test prediction files (a run folder, or a folder of them)")
+        raise MushroomError(
+            f"{path}: no val, test or train prediction files (a run folder, or a folder of them)"
+        )
     raise MushroomError(
-        f"{path}: a run folder with files of both val and test: give --split val or --split test"
+        f"{path}: a run folder with files of {' and '.join(s for s, _ in found)}: give --split "
+        + " or --split ".join(s for s, _ in found)
     )
 
 

@@ -214,6 +214,14 @@ def _file_name(lang: str, split: str) -> str:
     return f"mushroom.{lang}-{_NAME_ENDS.get(split, 'val.v2')}.jsonl"
 
 
+def split_of_file_name(name: str) -> str | None:
+    """The split a prediction file's name is of: val, test (test-labeled's too), train or items."""
+    for split in ("val", "test", "train", "items"):
+        if name.endswith(_file_name("", split).removeprefix("mushroom.")):
+            return split
+    return None
+
+
 # Any code an item may have (`safe_name`, lower case: "en-us" too), not only the official two
 # letters: the files of an items file in such a language were not found by `ensemble` or the
 # failure checks.
