@@ -1500,3 +1500,7 @@ def test_contexts_generated_for_test_serve_test_labeled_and_a_source_is_no_file_
     assert OwnFiles.find(tmp_path, "val", "en", "gen") is None
     code, _, err = cli(capsys, "contexts", "--source", "gen.jsonl", "--context-dir", tmp_path, "--quiet")
     assert code == 2 and "a source is a name, not a file; give --source gen" in " ".join(err.split()), err
+    # the name it would suggest is refused too: both are said (it suggested a released source's name)
+    code, _, err = cli(capsys, "contexts", "--source", "deepseek-r1.jsonl", "--quiet")
+    said = " ".join(err.split())
+    assert code == 2 and "not a file; and --source deepseek-r1: a released source" in said, said

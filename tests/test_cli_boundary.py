@@ -748,3 +748,4 @@ def test_debug_after_the_command_is_taken_as_before_it(capsys):
     assert _debug_first(["--debug", "score"]) == ["--debug", "score"]
     assert _debug_first(["score", "--", "--debug"]) == ["score", "--", "--debug"]  # a file so named
     assert _debug_first([]) == []
+    assert _debug_first(["--debug", "score", "--debug", "g"]) == ["--debug", "score", "g"]

@@ -342,10 +342,9 @@ def _debug_first(args: list[str]) -> list[str]:
     show was being reported. Only a bare `--debug` before any `--` moves.
     """
     end = args.index("--") if "--" in args else len(args)
-    if "--debug" in args[1:end] and args[0] != "--debug":
-        k = args.index("--debug", 1, end)
-        return ["--debug", *args[:k], *args[k + 1 :]]
-    return args
+    if "--debug" not in args[:end]:
+        return args
+    return ["--debug", *(a for a in args[:end] if a != "--debug"), *args[end:]]
 
 
 def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:

@@ -167,8 +167,12 @@ def _check_source(source: str, root: Path) -> None:
     problem = name_problem(source)
     if problem is not None:  # a flag's value: a usage error (2), not a data file's (1)
         raise MushroomError(f"--source: a context source {problem}")
-    if source.endswith(".jsonl"):  # it wrote x.jsonl.jsonl, which `detect --contexts` cannot name
-        stem = source.removesuffix(".jsonl")
+    if source.lower().endswith(".jsonl"):  # it wrote x.jsonl.jsonl, which `detect --contexts` cannot name
+        stem = source[: -len(".jsonl")]
+        try:  # the name suggested must pass the checks below, or it is one more refusal away
+            _check_source(stem, root)
+        except MushroomError as exc:
+            raise MushroomError(f"--source {source}: a source is a name, not a file; and {exc}") from None
         raise MushroomError(f"--source {source}: a source is a name, not a file; give --source {stem}")
     if source.endswith(GRADES_SUFFIX) or is_fact_check(source):
         # `x.grades` is the file of x's grades; a `qa_` source is read as a fact-check, supporting nothing
