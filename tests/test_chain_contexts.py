@@ -1413,8 +1413,12 @@ def test_an_empty_or_blank_source_is_refused_where_no_item_would_read_a_context(
     args = ["contexts", "--lang", "en", "--limit", "2", "--backend", "replay", "--responses", replay]
     code, _, err = cli(capsys, *args, "--context-dir", tmp_path, "--tiers", "zero", "--quiet")
     said = " ".join(err.split())
-    assert code == 1 and "so no item would read a context (--tiers)" in said, said
-    assert not (tmp_path / "val.en.llm.jsonl").exists()
+    # as a tier where it has no file: said, and its items generated
+    assert code == 0 and "context source 'zero'" in said and "an empty file" in said, said
+    assert len((tmp_path / "val.en.llm.jsonl").read_text().splitlines()) == 2
+    # test-labeled's contexts are made for test (they serve it), not a second time
+    code, _, err = cli(capsys, *args, "--split", "test-labeled", "--context-dir", tmp_path, "--quiet")
+    assert code == 2 and "make their contexts with --split test" in " ".join(err.split()), err
 
 
 def test_a_tier_with_no_file_for_a_language_is_said_and_a_grades_file_is_no_tier(tmp_path, capsys):

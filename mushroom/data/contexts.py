@@ -383,7 +383,9 @@ def stray_contexts(
                     f"(e.g. {stray[0]!r}); those are not read: a file of another split, language or "
                     "version of the items?"
                 )
-        if blank and not foreign and not read:  # read as no context at all: every item unchecked
+        # read as no context at all: every item unchecked (a tier's items are generated instead,
+        # as where it has no file: said above)
+        if blank and not foreign and not read and flag != "--tiers":
             path, what = blank[0]
             raise DataError.single(path, None, None, f"{what}, so no item would read a context ({flag})")
         if foreign and not read:

@@ -317,8 +317,9 @@ def _failed_html(counts: dict[str, tuple[int, Path]]) -> str:
         for lang, (n, where) in sorted(counts.items())
     )
     return (
-        "<details open><summary>items that failed in the run: their predictions are empty, not the "
-        f"method's, and score as written</summary><ul>{lines}</ul></details>"
+        "<details open><summary>items that failed in the run: their predictions are not the method's "
+        f"(written empty, or the CPU stack's in a cascade), and score as written</summary><ul>{lines}</ul>"
+        "</details>"
     )
 
 

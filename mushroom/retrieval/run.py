@@ -174,6 +174,11 @@ def generate_split(
     from mushroom.retrieval.generate import generate_contexts, generation_prompt
     from mushroom.util.options import validation_message
 
+    if split == "test-labeled":  # its items are test's: contexts made for test serve its runs
+        raise MushroomError(
+            "--split test-labeled holds the test items: make their contexts with --split test; runs of "
+            "test-labeled read them (made here, they would hide those and be paid for twice)"
+        )
     if grade not in GRADINGS:
         raise MushroomError(f"--grade {grade!r} is no grading" + suggest(grade, list(GRADINGS), "gradings"))
     root = context_dir or DEFAULT_CONTEXT_DIR
