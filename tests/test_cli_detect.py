@@ -1013,3 +1013,21 @@ def test_a_context_cut_to_max_context_chars_is_said(tmp_path, capsys):
     ), said
     code, _, err = cli(capsys, *args, "-o", "max_context_chars=200000", "--out", tmp_path / "b", "--quiet")
     assert code == 0 and "max_context_chars" not in err, err
+
+
+def test_the_cut_count_reads_what_a_detector_shows_pyes_leaves_fact_checks_out():
+    """pyes shows only the contexts that can support an answer: a long fact-check was counted
+    as cut, where its prompts never held it."""
+    from mushroom.data.contexts import ContextSet
+    from mushroom.data.records import Context
+    from mushroom.detectors.pyes import PYesDetector
+    from mushroom.runs.service import _ContextTally
+
+    ctx = ContextSet(
+        by_id={"a": [Context(source="s", text="short"), Context(source="qa_x", text="y" * 9000)]}
+    )
+    for support_only, cut in ((False, 1), (True, 0)):
+        tally = _ContextTally()
+        tally.add(ctx, ["a"], 6000, support_only)
+        assert tally.cut == cut
+    assert PYesDetector.prompts_support_only

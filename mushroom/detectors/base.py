@@ -270,6 +270,9 @@ class Detector(ABC):
     # Whether it checks answers against contexts, so that an item without any gets nothing
     # flagged (the library API warns then); llm judges from the model's own knowledge too.
     needs_contexts: ClassVar[bool] = False
+    # whether its prompts show only the contexts that can support an answer (no fact-checks):
+    # what the run counts against its max_context_chars
+    prompts_support_only: ClassVar[bool] = False
     # What it makes of an item no context supports, in the run's warning about such items.
     without_context: ClassVar[str] = "judges them on its model's own knowledge"
     # Whether it calls a model through a backend (llm, chain, pyes): the costly kind, which the

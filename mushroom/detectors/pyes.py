@@ -224,6 +224,7 @@ class PYesDetector(Detector):
 
     name = "pyes"
     needs_contexts = True
+    prompts_support_only = True
     without_context = "asks its models about them with no context"
     Options = PYesOptions
     options: PYesOptions

@@ -309,11 +309,14 @@ class _ContextTally:
     cut: int = 0  # items whose contexts a model-backed detector cuts to its max_context_chars
     _unusable: dict[str, set[str]] = field(default_factory=dict)  # source file -> graded-out ids
 
-    def add(self, ctx: ContextSet, ids: list[str], limit: int | None = None) -> None:
+    def add(
+        self, ctx: ContextSet, ids: list[str], limit: int | None = None, support_only: bool = False
+    ) -> None:
         if limit is not None:  # what its prompt shows of them: a long one lost its tail, unsaid
             from mushroom.detectors.llm import context_text
 
-            self.cut += sum(len(context_text(ctx.by_id.get(i, []), limit)) > limit for i in ids)
+            shown = support_contexts if support_only else list
+            self.cut += sum(len(context_text(shown(ctx.by_id.get(i, [])), limit)) > limit for i in ids)
         self.files.update(ctx.files)
         for path in ctx.files.values():
             if path not in self._unusable:
@@ -748,7 +751,12 @@ class RunService:
                         out.reused += len(batch) - len(todo)
                         if baseline is not None:
                             baseline.write(p.submission_dict() for p in mark_all(batch))
-                        seen.add(ctx, batch_ids, getattr(detector.options, "max_context_chars", None))
+                        seen.add(
+                            ctx,
+                            batch_ids,
+                            getattr(detector.options, "max_context_chars", None),
+                            detector.prompts_support_only,
+                        )
                         if todo:
                             self._run_items(
                                 detector, lang, todo, ctx.by_id, ledger, bar, task, folder, split, digests
