@@ -350,7 +350,7 @@ def _debug_first(args: list[str]) -> list[str]:
 def run_cli(app: typer.Typer, argv: list[str] | None = None) -> int:
     """Runs the typer app; every expected failure becomes a message and an exit code."""
     args = _debug_first(list(sys.argv[1:] if argv is None else argv))
-    if "--debug" in args[: next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]:
+    if args[:1] == ["--debug"]:  # _debug_first moved any there
         set_debug(True)
     clear_fallback_hints()  # a library call before this command may have left one
     try:

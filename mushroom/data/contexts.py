@@ -108,10 +108,17 @@ class OwnFiles:
     """mushroom's own files: `contexts/<split>.<lang>.<source>.jsonl` (generated contexts)."""
 
     @staticmethod
+    def split_names(split: str) -> tuple[str, ...]:
+        """The split names whose own files serve `split`, its own first.
+
+        test-labeled holds the test items: contexts generated for test serve it too (they had
+        to be generated, and paid for, a second time).
+        """
+        return (split, "test") if split == "test-labeled" else (split,)
+
+    @staticmethod
     def find(root: Path, split: str, lang: str, source: str) -> Path | None:
-        # test-labeled holds the test items: contexts generated for test serve it too (they
-        # had to be generated, and paid for, a second time)
-        for name in (split, "test") if split == "test-labeled" else (split,):
+        for name in OwnFiles.split_names(split):
             path = root / f"{name}.{lang}.{source}.jsonl"
             if path.is_dir():  # it was "no context file for source 'x' ... did you mean 'x'?"
                 raise MushroomError(f"context source {source!r}: {path} is a folder, expected a file")
@@ -123,7 +130,7 @@ class OwnFiles:
     @staticmethod
     def sources(root: Path, split: str | None, lang: str | None) -> set[str]:
         found = set()
-        names = (split, "test") if split == "test-labeled" else (split,)
+        names = OwnFiles.split_names(split) if split else ()
         globs = [f"{name}.{lang}.*.jsonl" for name in names] if split and lang else ["*.*.*.jsonl"]
         for path in (path for pattern in globs for path in root.glob(pattern)):
             if path.name.startswith("."):  # contextgen's response cache, `.cache.<source>.jsonl`
@@ -354,7 +361,7 @@ def stray_contexts(
             filled = any(r.id in ids and r.context.strip() for r in records)
             read = read or filled
             # empty beside its grades: `contexts` graded every item's context irrelevant (context.none)
-            if not filled and len(stray) < len(theirs) or not theirs and not grades_file(path).exists():
+            if (not filled and len(stray) < len(theirs)) or (not theirs and not grades_file(path).exists()):
                 what = (
                     "an empty file (no grades file beside it says its items were graded irrelevant)"
                     if not theirs

@@ -721,6 +721,8 @@ class RunService:
                 lengths = array("q")  # and its answer's length (8 bytes an item, not the item)
                 changed = 0  # items done by an earlier run whose inputs have changed since
                 seen = _ContextTally()
+                # what its prompts show of an item's contexts, and whether fact-checks are left out
+                shown_limit = getattr(detector.options, "max_context_chars", None)
                 lang_contexts = None  # a split's contexts of this language, read once
                 baseline = (
                     JsonlWriter(baseline_dir / submission_name(lang, split))
@@ -751,12 +753,7 @@ class RunService:
                         out.reused += len(batch) - len(todo)
                         if baseline is not None:
                             baseline.write(p.submission_dict() for p in mark_all(batch))
-                        seen.add(
-                            ctx,
-                            batch_ids,
-                            getattr(detector.options, "max_context_chars", None),
-                            detector.prompts_support_only,
-                        )
+                        seen.add(ctx, batch_ids, shown_limit, detector.prompts_support_only)
                         if todo:
                             self._run_items(
                                 detector, lang, todo, ctx.by_id, ledger, bar, task, folder, split, digests
@@ -780,11 +777,10 @@ class RunService:
                 if seen.bare:
                     self.warn(seen.warning(split, lang, len(ids), sources, detector))
                 if seen.cut:
-                    limit = detector.options.max_context_chars  # type: ignore[attr-defined]
                     self.warn(
                         f"{split}/{lang}: the contexts of {seen.cut} of {plural(len(ids), 'item')} are "
-                        f"longer than {detector.name}'s max_context_chars ({limit}): its prompts show "
-                        f"their first {limit} characters (-o max_context_chars=N shows more)"
+                        f"longer than {detector.name}'s max_context_chars ({shown_limit}): its prompts "
+                        f"show their first {shown_limit} characters (-o max_context_chars=N shows more)"
                     )
                 self._write_language(detector, split, lang, ids, lengths, ledger, folder, out)
                 run_ids[lang] = ids
