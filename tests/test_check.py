@@ -366,3 +366,27 @@ def test_check_says_a_compressed_file_is_one_before_it_asks_for_items(tmp_path, 
     packed.write_bytes(gzip.compress(b'{"id": "a", "hard_labels": []}\n'))
     code, _, err = cli(capsys, "check", packed)
     assert code == 2 and "is gzip-compressed; decompress it first" in err and "--items" not in err, err
+
+
+def test_the_same_predictions_make_the_same_submission_zip(tmp_path):
+    """A zip's checksum is how a team tells whether two runs submitted the same thing; the
+    entries carried each file's modification time, so a re-run made different bytes."""
+    import hashlib
+    import os
+    import zipfile
+
+    from mushroom.evaluation.submission import write_zip
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, stamp in ((a, 1_000_000_000), (b, 1_700_000_000)):
+        folder.mkdir()
+        for name in ("mushroom.en-tst.v1.jsonl", "mushroom.de-tst.v1.jsonl"):
+            (folder / name).write_text('{"id": "x", "hard_labels": []}\n')
+            os.utime(folder / name, (stamp, stamp))
+    first = write_zip(tmp_path / "a.zip", sorted(a.iterdir()))
+    second = write_zip(tmp_path / "b.zip", sorted(b.iterdir(), reverse=True))
+    digest = [hashlib.sha256(z.read_bytes()).hexdigest() for z in (first, second)]
+    assert digest[0] == digest[1]
+    with zipfile.ZipFile(first) as z:
+        assert z.namelist() == ["mushroom.de-tst.v1.jsonl", "mushroom.en-tst.v1.jsonl"]
+        assert z.read("mushroom.en-tst.v1.jsonl") == b'{"id": "x", "hard_labels": []}\n'

@@ -22,11 +22,20 @@ def write_predictions(path: Path, predictions: list[Prediction], items: list[Ite
     return write_jsonl(path, rows)
 
 
+# Every entry carries this date and mode, not the file's: the same predictions make the same
+# bytes, so a zip's checksum says whether two runs submitted the same thing.
+_ENTRY_DATE = (1980, 1, 1, 0, 0, 0)
+_ENTRY_MODE = 0o644 << 16
+
+
 def write_zip(zip_path: Path, files: list[Path]) -> Path:
     """Bundles files at the root of a zip, the layout the task's upload page expects."""
     tmp = zip_path.with_suffix(".zip.tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
-        for file in sorted(files):
-            bundle.write(file, arcname=file.name)
+        for file in sorted(files, key=lambda f: f.name):
+            entry = zipfile.ZipInfo(file.name, date_time=_ENTRY_DATE)
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            entry.external_attr = _ENTRY_MODE
+            bundle.writestr(entry, file.read_bytes())
     tmp.replace(zip_path)
     return zip_path
