@@ -973,6 +973,10 @@ def test_the_labelled_test_split_is_run_scored_stacked_and_zipped_as_test(tmp_pa
     )
     assert code == 0, err
     assert (applied / "submission.zip").is_file() and (applied / "scores.json").is_file()
+    # checked as uploaded, against the labelled items (there is no unlabelled folder here)
+    code, out, err = cli(capsys, "check", applied / "submission.zip")
+    said = " ".join((out + err).split())
+    assert code == 0 and "OK (1 file, 20 predictions)" in said and "1 of the 1 test" not in said, said
     code, _, err = cli(
         capsys, "ensemble", tmp_path / "lex", tmp_path / "sem", "--split", "test-labeled", "--lang", "en",
         "--out", tmp_path / "vote.jsonl",

@@ -131,7 +131,7 @@ def shipped_lengths(ids: list[str]) -> tuple[dict[str, int] | None, str | None]:
     which file holds the item. Returns (lengths, None), or (None, the first id the shipped
     files do not hold), so that the refusal can name it.
     """
-    from mushroom.data.splits import load_split, split_files
+    from mushroom.data.splits import item_files, load_split
 
     wanted: dict[tuple[str, str], list[str]] = {}
     for rid in ids:
@@ -142,17 +142,8 @@ def shipped_lengths(ids: list[str]) -> tuple[dict[str, int] | None, str | None]:
         wanted.setdefault((split, match.group(2)), []).append(rid)
     lengths: dict[str, int] = {}
     for (split, lang), some in wanted.items():
-        # no data folder is said as such (it was blamed on the ids); the labelled test split
-        # holds the test items, and serves where the unlabelled one is not there
-        try:
-            found = split_files(split)
-        except MushroomError as exc:
-            if split != "test":
-                raise
-            try:
-                split, found = "test-labeled", split_files("test-labeled")
-            except MushroomError:
-                raise exc from None
+        # no data folder is said as such (it was blamed on the ids)
+        split, found = item_files(split)
         if lang not in found:
             return None, some[0]
         lengths.update(text_lengths(load_split(split, [lang])[lang]))

@@ -124,11 +124,12 @@ def check_submission(
                 continue
             report.files[lang] = (names[0], check_file(found[names[0]], items_by_lang[lang], strict, partial))
         if items is None and len(splits) == 1:
-            from mushroom.data.splits import split_files
+            from mushroom.data.splits import item_files
 
-            missing = sorted(set(split_files(splits[0])) - set(by_lang))
+            every_lang = item_files(splits[0])[1]
+            missing = sorted(set(every_lang) - set(by_lang))
             if missing:
-                every = len(split_files(splits[0]))
+                every = len(every_lang)
                 report.warnings.append(
                     Problem(
                         where,
@@ -146,9 +147,10 @@ def _items_by_lang(items: list[Item] | None, splits: list[str], langs: list[str]
         for item in items:
             out.setdefault(item.lang, []).append(item)
         return out
-    from mushroom.data.splits import load_split, split_files
+    from mushroom.data.splits import item_files, load_split
 
-    return load_split(splits[0], [lang for lang in langs if lang in split_files(splits[0])])
+    split, files = item_files(splits[0])
+    return load_split(split, [lang for lang in langs if lang in files])
 
 
 def _name_advice(name: str) -> str:

@@ -1053,11 +1053,11 @@ class RunService:
             zip_path.unlink(missing_ok=True)
             return None
         if files and all("-tst" in f.name for f in files):
-            from mushroom.data.splits import split_files
+            from mushroom.data.splits import item_files
 
             try:
-                every = split_files("test")
-            except MushroomError:  # test-labeled's run, without the unlabelled folder: nothing to count
+                every = item_files("test")[1]
+            except MushroomError:  # no test folder at all: nothing to count
                 every = {}
             if len(files) < len(every):
                 self.warn(
