@@ -93,6 +93,8 @@ def test_backend_shortcuts_with_a_detector_that_calls_no_llm_are_refused(tmp_pat
 
 def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
     out = tmp_path / "run"
+    foreign = tmp_path / "mine.jsonl"
+    foreign.write_text('{"id": "val-en-1", "hard_labels": []}\n')
     for args, message in (
         (["--lang", "xx"], "has no file for xx"),
         (["--lang", "eng"], "has no file for eng; did you mean 'en'?"),
@@ -123,6 +125,17 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
         # a mistyped cache folder was made, and the next run (typed right) found no cache
         (["--responses", VAL_EN, "-o", f"cache_path={tmp_path / 'typo' / 'c.jsonl'}"], "typo does not exist"),
         (["--responses", VAL_EN, "-o", f"cache_path={tmp_path}"], "is a folder; name a .jsonl file"),
+        # the cache appends to what it is pointed at: another run's files, the data folder
+        (["--responses", VAL_EN, "-o", f"cache_path={tmp_path / 'versions.json'}"], "name a .jsonl file"),
+        (["--responses", VAL_EN, "-o", f"cache_path={foreign}"], "exists and is not a response cache"),
+        (
+            ["--responses", VAL_EN, "-o", f"cache_path={tmp_path / 'mushroom.en-val.v2.jsonl'}"],
+            "is named as a prediction file",
+        ),
+        (
+            ["--responses", VAL_EN, "-o", f"cache_path={Path(VAL_EN).parent / 'x.cache.jsonl'}"],
+            "the folder of the official data files",
+        ),
     ):
         code, _, err = cli(capsys, "detect", *args, "--out", out, "--quiet")
         assert code == 2 and message in " ".join(err.split()), (args, err)

@@ -59,6 +59,44 @@ def _blank(generation: Generation) -> bool:
     return not any(strip_reasoning(text)[0].strip() for text in generation.texts)
 
 
+def cache_file_problem(path: Path) -> str | None:
+    """Why a response cache may not be kept at `path` (a user's `cache_path`); None where it may.
+
+    The cache appends to whatever it is pointed at: a `cache_path` naming another run's
+    prediction file, its `versions.json` or a file in the official data folder gained a cache
+    line there, and that run no longer scored. So a cache is a `.jsonl` file, not named as a
+    prediction file, outside the data folder, and either new, empty or a cache already.
+    """
+    from mushroom.data.predictions import prediction_file_lang
+    from mushroom.data.splits import DEFAULT_DATA_DIR, in_data_dir
+
+    if path.is_dir():
+        return f"{path} is a folder; name a .jsonl file"
+    if path.suffix != ".jsonl":
+        return f"{path}: name a .jsonl file (a response cache is JSON lines)"
+    if prediction_file_lang(path.name) is not None:
+        return f"{path} is named as a prediction file; give the cache another name"
+    if in_data_dir(path):
+        return f"{path} is inside {DEFAULT_DATA_DIR}, the folder of the official data files"
+    if not path.is_file():
+        return None
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(1 << 20)
+    except OSError as exc:
+        return f"{path} cannot be read ({exc.strerror})"
+    first = next((line for line in head.splitlines() if line.strip()), None)
+    if first is None:
+        return None
+    try:
+        row = json.loads(first)
+    except ValueError:
+        row = None
+    if isinstance(row, dict) and "key" in row and ("generation" in row or "loglikelihood" in row):
+        return None
+    return f"{path} exists and is not a response cache; give another name, or delete it first"
+
+
 class ResponseCache:
     """Key -> Generation, backed by an append-only JSONL file."""
 

@@ -362,11 +362,12 @@ class Detector(ABC):
         """
         shared = self._shared_cache()
         if shared is not None:
+            from mushroom.backends.cache import cache_file_problem
+
             # a mistyped folder was made silently, and the next run (typed right) found no cache
-            if shared.is_dir():
-                raise MushroomError(
-                    f"{self.name} option cache_path: {shared} is a folder; name a .jsonl file"
-                )
+            problem = cache_file_problem(shared)
+            if problem is not None:
+                raise MushroomError(f"{self.name} option cache_path: {problem}")
             if not shared.parent.is_dir():
                 raise MushroomError(
                     f"{self.name} option cache_path: folder {shared.parent} does not exist (make it first; "
