@@ -786,6 +786,27 @@ def test_a_replay_of_replies_recorded_for_another_prompt_says_so(tmp_path):
     assert "'a'" in said and "--contexts" in said, said
 
 
+def test_prompt_variants_of_one_item_are_each_replayed_their_own_recorded_reply(tmp_path):
+    """A variants config replayed from one file of raw records gave every variant the first
+    variant's reply (they share the item's id), with no warning: made-up differences."""
+    first, second = _req("a", "zero-shot prompt"), _req("a", "few-shot prompt")
+    recorded = [
+        {"key": "a", "texts": [text], "messages": [m.model_dump() for m in req.messages]}
+        for text, req in (("one", first), ("two", second))
+    ]
+    path = write_lines(tmp_path / "r.jsonl", recorded)
+    for req, text in ((second, "two"), (first, "one")):  # each its own, in any order
+        backend = build_backend(BackendConfig(kind="replay", responses=str(path)))
+        assert backend.generate([req])[0].texts == [text]
+        assert not [w for w in backend_warnings(backend) if "prompt" in w]
+    both = build_backend(BackendConfig(kind="replay", responses=str(path)))
+    assert [g.texts for g in both.generate([first, second])] == [["one"], ["two"]]
+    # a prompt none of the lines recorded is still replayed, with the warning
+    other = build_backend(BackendConfig(kind="replay", responses=str(path)))
+    with pytest.warns(RuntimeWarning, match="another prompt"):
+        assert other.generate([_req("a", "a third prompt")])[0].texts == ["one"]
+
+
 def test_a_shared_cache_keys_on_the_backend_settings_that_change_answers(tmp_path):
     """Prompt variants share one cache: a variant that turned structured output off, or set a
     sampling extra, was answered with the first variant's replies."""

@@ -22,6 +22,7 @@ counts instead of crashing.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Callable
 from functools import lru_cache
@@ -223,6 +224,14 @@ class ReplayBackend(Backend):
     ) -> list[tuple[str, TokenLogprobs | None, float | None, str | None]]:
         pool_name, lines = self._lines(req.key, req.item_id, req.stage)
         lines = [r for r in lines if r.answers()]  # error rows are not answers
+        # Prompt variants of one item share its id: the second variant was given the first's
+        # reply. Lines that recorded this very prompt answer it; with none, any line does
+        # (an older file, or another prompt, which `_other_prompts` warns of).
+        asked = [m.model_dump() for m in req.messages]
+        own = [r for r in lines if _recorded_messages(r) == asked]
+        if own and len(own) < len(lines):
+            lines = own
+            pool_name = (*pool_name, hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest())
         exact = [
             r for r in lines if r.temperature is not None and abs(r.temperature - req.temperature) < 1e-9
         ]
@@ -315,7 +324,7 @@ class ReplayBackend(Backend):
         found = self._first_unrecorded(
             requests,
             lambda req: [m.model_dump() for m in req.messages],
-            lambda r: m if isinstance(m := (r.model_extra or {}).get("messages"), list) else None,
+            _recorded_messages,
         )
         if found is not None:
             self._warned_prompt = True
@@ -395,3 +404,9 @@ class ReplayBackend(Backend):
             if on_result:
                 on_result(i, score)
         return out
+
+
+def _recorded_messages(record: ReplayRecord) -> list | None:
+    """The prompt a raw record kept (None: a line that kept none, as older files and plain replies)."""
+    messages = (record.model_extra or {}).get("messages")
+    return messages if isinstance(messages, list) else None
