@@ -139,6 +139,33 @@ def test_the_files_contexts_are_checked_with_their_key_and_a_flag_wins_over_them
     )
     with pytest.raises(DataError, match="field 'contexts.0': no context file for source 'tavily5'"):
         load_run_config(run)
+    # `run` takes no --items: a source error gave that advice (an audit)
+    run.write_text('name = "x"\nlangs = ["en"]\ncontexts = ["../x"]\n[detector]\nname = "lexical"\n')
+    with pytest.raises(DataError) as caught:
+        load_run_config(run)
+    assert "field 'contexts.0'" in str(caught.value) and "--items" not in str(caught.value), caught.value
+    # a split with no folder is said once, of the split, not of each context source
+    run.write_text(
+        'name = "x"\nsplits = ["test-labeled"]\nlangs = ["en"]\ncontexts = ["a", "b", "c"]\n'
+        '[detector]\nname = "lexical"\n'
+    )
+    with pytest.raises(DataError) as caught:
+        load_run_config(run)
+    said = str(caught.value)
+    assert said.count("split folder not found") == 1 and "field 'splits.0'" in said, said
+
+
+def test_advice_to_set_an_option_is_written_as_a_run_config_takes_it():
+    """`run` advised "raise max_tokens (-o max_tokens=N)", and refused -o as an unknown option."""
+    from mushroom.util.options import config_form
+
+    said = config_form(
+        "raise max_tokens (-o max_tokens=N) for the 3 cut off at it; or -o backend.timeout_s=60"
+    )
+    assert said == (
+        "raise max_tokens (max_tokens = N under [detector.options] in the config) for the 3 cut off at it; "
+        "or timeout_s = 60 under [detector.options.backend] in the config"
+    )
 
 
 def _sent(out: Path) -> set[tuple[str, str]]:

@@ -258,6 +258,21 @@ def skipped_where_missing(named: str, context_dir: Path | None = None) -> bool:
     )
 
 
+# The advice to give items and context files by path, which only `detect` takes: a run config
+# has no --items, and `without_items_advice` takes these out of what it says.
+_FILES_WITH_ITEMS = ", or give the items with --items ITEMS.jsonl, where --contexts takes files"
+_OWN_WITH_ITEMS = "give your own with `--items ITEMS.jsonl --contexts FILE.jsonl`"
+
+
+def without_items_advice(message: str) -> str:
+    """A source error's message without the `--items` advice, for a command that has no --items."""
+    return (
+        message.replace(_FILES_WITH_ITEMS, "")
+        .replace(f", or {_OWN_WITH_ITEMS}", "")
+        .replace(f"{_OWN_WITH_ITEMS}, or make", "make")
+    )
+
+
 def source_path(
     split: str,
     lang: str,
@@ -280,8 +295,7 @@ def source_path(
         raise MushroomError(
             f"context source {source!r} cannot name a file: with a split, contexts are named sources, files "
             f"{split}.<lang>.<source>.jsonl in {root} (or $MUSHROOM_CONTEXT_DIR); copy it there as "
-            f"{split}.{lang}.mine.jsonl and give `mine`, or give the items with --items ITEMS.jsonl, "
-            "where --contexts takes files"
+            f"{split}.{lang}.mine.jsonl and give `mine`{_FILES_WITH_ITEMS}"
         )
     check_source_name(source)
     path = context_file(split, lang, source, context_dir)
@@ -295,16 +309,12 @@ def source_path(
     if not root.is_dir():  # "it has none" of a folder that is not there (an installed package's)
         hint = (
             ": that folder does not exist; set MUSHROOM_CONTEXT_DIR to a folder of contexts (a "
-            "checkout's contexts/ holds the released ones), or give your own with `--items ITEMS.jsonl "
-            "--contexts FILE.jsonl`"
+            f"checkout's contexts/ holds the released ones), or {_OWN_WITH_ITEMS}"
         )
     elif have:
         hint = suggest(source, have, "available")
     else:
-        hint = (
-            f"; it has none for {split} {lang}: give your own with "
-            "`--items ITEMS.jsonl --contexts FILE.jsonl`, or make them with `mushroom contexts`"
-        )
+        hint = f"; it has none for {split} {lang}: {_OWN_WITH_ITEMS}, or make them with `mushroom contexts`"
     typo = (
         ", nor for any split or language: the '?' skips a missing file, not a misspelt name"
         * named.endswith(OPTIONAL)

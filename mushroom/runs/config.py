@@ -474,27 +474,37 @@ def _detector_problems(
 
 
 def _source_problems(
-    path: Path, splits: list[str], langs: list[str] | None, sources: list[str], key: str = "contexts"
+    path: Path,
+    splits: list[str],
+    langs: list[str] | None,
+    sources: list[str],
+    key: str = "contexts",
+    split_key: str | None = "splits",
 ) -> list[Problem]:
     """A context source of the config that has no file for a language of a split it runs on.
 
     Said with the file and the key (`contexts.0`), as the config's other mistakes are; the
     run would stop on it too, naming only the source.
     """
-    from mushroom.data.contexts import check_source
+    from mushroom.data.contexts import check_source, without_items_advice
     from mushroom.data.splits import split_files
 
     problems = []
     has: dict[str, list[str]] = {}  # a split's languages, read once: val lacks the test-only ones
+    for j, split in enumerate(splits):
+        try:
+            has[split] = sorted(split_files(split))
+        except MushroomError as exc:  # said once, of the split: it was said of each source
+            if split_key is None:  # the config names no splits: the data folder is at fault
+                raise
+            problems.append(Problem(str(path), None, f"{split_key}.{j}", str(exc)))
     for k, named in enumerate(sources):
-        for split in splits:
+        for split in (split for split in splits if split in has):
             try:
-                if split not in has:
-                    has[split] = sorted(split_files(split))
                 run_on = [x for x in langs if x in has[split]] if langs is not None else has[split]
                 check_source(split, run_on, named, sources)
             except MushroomError as exc:
-                problems.append(Problem(str(path), None, f"{key}.{k}", str(exc)))
+                problems.append(Problem(str(path), None, f"{key}.{k}", without_items_advice(str(exc))))
                 break
     return problems
 
@@ -656,7 +666,7 @@ def check_config_sources(
     The main job calls it once the command line's flags are merged (a `--contexts` or
     `--lang` given there wins over the file's).
     """
-    problems = _source_problems(path, splits, langs, sources, key)
+    problems = _source_problems(path, splits, langs, sources, key, split_key=None)
     if problems:
         raise DataError(problems, exit_code=2)
 

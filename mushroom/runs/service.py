@@ -810,6 +810,7 @@ class RunService:
         return f"{self.folder_flag} {self.out}"
 
     def warn(self, warning: str) -> None:
+        warning = self._own_form(warning)
         if warning not in self.warnings:
             self.warnings.append(warning)
             self.reporter.warning(warning)
@@ -831,7 +832,13 @@ class RunService:
             advice = member_flags(advice, members[0] if len(members) == 1 else "MEMBER")
             if len(members) > 1:
                 advice += f" (MEMBER: {', '.join(members)})"
-        return advice
+        return self._own_form(advice)
+
+    def _own_form(self, text: str) -> str:
+        """Advice in the form this job takes options: a run config has no -o, only its keys."""
+        from mushroom.util.options import config_form
+
+        return config_form(text) if "run_config" in self.config else text
 
     def _run_items(
         self, detector, lang, todo, contexts, ledger, bar, task, folder, split="", digests=None
@@ -1117,6 +1124,7 @@ class RunService:
                     from mushroom.util.options import member_flags
 
                     shown = f"{example.detector}: {member_flags(shown, example.detector)}"
+                shown = self._own_form(shown)
                 rows.append([n, one_line(shown, 240), f"{example.split}/{example.lang}/{example.id}"])
             rest = len(self.failures) - sum(n for _, n in shown_groups)
             if rest:  # errors quoting each reply are a group each: the rest were cut unsaid

@@ -79,6 +79,20 @@ def member_flags(text: str, member: str) -> str:
     return re.sub(r"(?<![\w.])-o (?=[a-z_]+[=.])", f"-o {member}.", text)
 
 
+def config_form(text: str) -> str:
+    """Advice's `-o KEY=VALUE` written as a run config takes it: a key under [detector.options].
+
+    `mushroom run` takes no -o: its advice "raise max_tokens (-o max_tokens=N)" was refused
+    as an unknown option.
+    """
+
+    def keyed(match: re.Match) -> str:
+        *groups, leaf = match.group(1).split(".")
+        return f"{leaf} = {match.group(2)} under [{'.'.join(['detector.options', *groups])}] in the config"
+
+    return re.sub(r"(?<![\w.])-o ([a-z_]+(?:\.[a-z_]+)*)=([^\s),;]+)", keyed, text)
+
+
 def nest_options(options: dict[str, Any]) -> dict[str, Any]:
     """`backend.max_retries=0` -> {"backend": {"max_retries": 0}}: options of nested settings."""
     out: dict[str, Any] = {}
