@@ -267,6 +267,7 @@ def test_prompt_variants_run_on_the_same_items_and_are_compared(tmp_path):
         md = next((tmp_path / "eval").glob("variants-v-*.md")).read_text()
         csv = next((tmp_path / "eval").glob("variants-v-*.csv")).read_text().splitlines()
         assert "| few | en | 4 |" in md and csv[0].startswith("run,lang,n,iou")
+        assert f"From the run {tmp_path / 'run'}." in md  # which run the table is of
         assert (tmp_path / "run" / "zero" / "val" / "mushroom.en-val.v2.jsonl").is_file()
         stages = json.loads((tmp_path / "run" / "stages.json").read_text())
         assert {"llm:zero/val", "llm:few/val"} <= set(stages)  # each variant keeps its own time
@@ -1180,3 +1181,29 @@ def test_a_quoted_list_of_numbers_is_told_to_be_written_as_a_list(tmp_path, caps
     code, _, err = cli(capsys, "run", config, "--out", tmp_path / "run")
     said = " ".join(err.split())
     assert code == 2 and "'0.1,0.2' is text, not a number: write [0.1, 0.2] without quotes" in said, said
+
+
+def test_a_run_with_a_limit_writes_no_submission_zip(tmp_path, capsys):
+    """A limited run on test zipped the first N items of each language, a zip `check` then
+    refused ("no prediction for 151 of 154 items"), with only a note on its languages."""
+    from cli_helpers import cli
+
+    config = tmp_path / "c.toml"
+    config.write_text('name = "c"\nsplits = ["test"]\nlangs = ["en"]\n[detector]\nname = "lexical"\n')
+    code, out, err = cli(capsys, "run", config, "--limit", "2", "--out", tmp_path / "a")
+    said = " ".join((out + err).split())
+    assert code == 0 and "no submission.zip, as the run has a limit (2 items" in said, said
+    assert not (tmp_path / "a" / "test" / "submission.zip").exists()
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["splits"]["c/test"]["zip"] is None
+    code, out, err = cli(capsys, "run", config, "--out", tmp_path / "b", "--quiet")
+    assert code == 0 and (tmp_path / "b" / "test" / "submission.zip").is_file(), err
+
+
+def test_two_variant_tables_made_in_the_same_second_get_files_of_their_own(tmp_path):
+    """Named by the second they were made, two runs side by side wrote one table file and
+    each run's summary named it."""
+    from mushroom.runs.config import _new_stem
+
+    first, second = _new_stem(tmp_path, "variants-v-1"), _new_stem(tmp_path, "variants-v-1")
+    assert first.name == "variants-v-1" and second.name == "variants-v-1-2"
+    assert first.with_suffix(".md").exists() and second.with_suffix(".md").exists()

@@ -15,6 +15,7 @@ reviewed file rather than a dozen `-o` flags.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Callable
@@ -752,7 +753,15 @@ def execute(
             service.report_stats(f"{label}: counts", result.stats.get("all", {}))
             entry = summary["splits"].setdefault(f"{name or cfg.name}/{split}", {})
             entry["items_failed"] = len(result.failures)
-            if same_items(split, "test"):  # test-labeled's files are test's: a submission as well
+            if same_items(split, "test") and limit is not None:
+                # the first N items of each language are no submission: `check` refused the zip
+                entry["zip"] = None
+                reporter.message(
+                    f"{label}: no submission.zip, as the run has a limit ({limit} items of each "
+                    "language; a submission predicts every item)",
+                    lead="note:",
+                )
+            elif same_items(split, "test"):  # test-labeled's files are test's: a submission as well
                 zipped = service.submit(list(result.files.values()), folder / "submission.zip")
                 entry["zip"] = str(zipped) if zipped else None
             if split in LABELLED_SPLITS:
@@ -837,8 +846,23 @@ def compare_variants(
     reporter.table(Table(f"variants against {runs[0][0]} (paired by item)", kind="paired", rows=rows))
     folder = eval_dir or workspace() / "eval"
     folder.mkdir(parents=True, exist_ok=True)
-    stem = folder / f"variants-{name}-{timestamp()}"
-    stem.with_suffix(".md").write_text(f"# {name}: prompt variants on val\n\n" + rows_markdown(rows, COLUMNS))
+    stem = _new_stem(folder, f"variants-{name}-{timestamp()}")
+    run_folder = os.path.commonpath([str(r.path) for r in scored])
+    stem.with_suffix(".md").write_text(
+        f"# {name}: prompt variants on val\n\nFrom the run {run_folder}.\n\n" + rows_markdown(rows, COLUMNS)
+    )
     stem.with_suffix(".csv").write_text(rows_csv(rows, COLUMNS))
     reporter.message(f"wrote {stem}.md and .csv")
     return {"markdown": str(stem.with_suffix(".md")), "csv": str(stem.with_suffix(".csv"))}
+
+
+def _new_stem(folder: Path, base: str) -> Path:
+    """A stem no other table has: two runs in the same second wrote one file, each naming it."""
+    for k in range(1, 1000):
+        stem = folder / (base if k == 1 else f"{base}-{k}")
+        try:
+            stem.with_suffix(".md").open("x").close()  # claimed: a run beside this one takes the next
+        except FileExistsError:
+            continue
+        return stem
+    raise MushroomError(f"{folder}: 999 tables named {base}; clear some, or give another --eval-dir")
