@@ -1207,3 +1207,21 @@ def test_two_variant_tables_made_in_the_same_second_get_files_of_their_own(tmp_p
     first, second = _new_stem(tmp_path, "variants-v-1"), _new_stem(tmp_path, "variants-v-1")
     assert first.name == "variants-v-1" and second.name == "variants-v-1-2"
     assert first.with_suffix(".md").exists() and second.with_suffix(".md").exists()
+
+
+def test_a_config_says_what_its_variants_list_does(tmp_path, capsys):
+    """`variants = []` ran as a plain run and one variant ran with no comparison, neither said;
+    `detector = "lexical"` was told "valid dictionary or instance of DetectorSection"."""
+    from cli_helpers import cli
+
+    config = tmp_path / "v.toml"
+    head = 'name = "v"\nsplits = ["val"]\nlangs = ["en"]\nlimit = 2\n'
+    config.write_text(head + 'variants = []\n[detector]\nname = "lexical"\n')
+    code, _, err = cli(capsys, "run", config, "--out", tmp_path / "a")
+    said = " ".join(err.split())
+    assert code == 2 and "field 'variants'" in said and "leave `variants` out for a plain run" in said, said
+    config.write_text(head + 'detector = "lexical"\n[[variants]]\nname = "only"\n')
+    code, out, err = cli(capsys, "run", config, "--out", tmp_path / "b", "--eval-dir", tmp_path / "e")
+    said = " ".join((out + err).split())
+    assert code == 0 and "one variant (only): nothing to compare it with" in said, said
+    assert (tmp_path / "b" / "only" / "val").is_dir()

@@ -125,9 +125,17 @@ class RunConfig(BaseModel):
             raise ValueError(f"a split is named twice: {', '.join(twice)}")
         return value
 
+    @field_validator("detector", mode="before")
+    @classmethod
+    def _a_name_alone(cls, value: Any) -> Any:
+        # `detector = "lexical"` was told "valid dictionary or instance of DetectorSection"
+        return {"name": value} if isinstance(value, str) else value
+
     @field_validator("variants")
     @classmethod
     def _unique(cls, value: list[Variant]) -> list[Variant]:
+        if not value:  # it ran as a plain run, without a word
+            raise ValueError("an empty list runs no variant: leave `variants` out for a plain run")
         names = [v.name for v in value]
         # "a" and "A" are one folder on macOS and Windows: the second variant overwrote the first
         if len({n.casefold() for n in names}) != len(names):
@@ -404,6 +412,7 @@ def _raw_detector_tables(data: dict[str, Any]) -> tuple[str, dict, list[tuple[st
     None where the [detector] table itself is malformed (its own error says so).
     """
     det = data.get("detector")
+    det = {"name": det} if isinstance(det, str) else det
     if not isinstance(det, dict) or not isinstance(det.get("name"), str):
         return None
     options = det.get("options", {})
@@ -805,6 +814,12 @@ def execute(
             "and a comparison with failed items left empty would weigh the failures, not the variants; "
             "run the same command again to retry them, or add --allow-failures to compare the variants "
             "on the items every one answered",
+            lead="note:",
+        )
+    elif len(cfg.variants) == 1:
+        reporter.message(
+            f"one variant ({cfg.variants[0].name}): nothing to compare it with; add a second "
+            "[[variants]] table for a comparison",
             lead="note:",
         )
     service.finish(summary)
