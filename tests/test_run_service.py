@@ -1032,7 +1032,11 @@ def test_a_ctrl_c_counts_failed_items_apart_from_finished_ones(tmp_path, capsys,
     out = tmp_path / "run"
     code, _, err = cli(capsys, "detect", "--lang", "en", "--limit", "6", "--out", out, "--quiet")
     told = " ".join(err.split())
-    assert code == 130 and "2 finished items and 1 failed item, which the next run retries," in told, told
+    assert (
+        code == 130
+        and "2 finished items and 1 failed item, which the next run retries (a reply kept in the response cache is read again as it was),"
+        in told
+    ), told
     # the command has ended: its folder is free for another process (a notebook kept it locked)
     probe = "import fcntl, sys; fcntl.flock(open(sys.argv[1], 'a'), fcntl.LOCK_EX | fcntl.LOCK_NB)"
     assert subprocess.run([sys.executable, "-c", probe, str(out / ".lock")]).returncode == 0
@@ -1225,3 +1229,9 @@ def test_a_config_says_what_its_variants_list_does(tmp_path, capsys):
     said = " ".join((out + err).split())
     assert code == 0 and "one variant (only): nothing to compare it with" in said, said
     assert (tmp_path / "b" / "only" / "val").is_dir()
+    # scored, its scope is said in the config's words: `run` has no --limit or --lang flag in a config
+    from cli_helpers import VAL_DIR
+
+    code, out, err = cli(capsys, "score", VAL_DIR, tmp_path / "b" / "only")
+    said = " ".join((out + err).split())
+    assert code == 0 and "was made with limit 2 and langs en (its config)" in said, said

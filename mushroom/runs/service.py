@@ -910,7 +910,13 @@ class RunService:
             ledgers = [Ledger(p) for p in self.out.glob("**/items/*.jsonl")]
             failed = sum(len(ld.failed) for ld in ledgers)
             done = sum(len(ld) for ld in ledgers) - failed  # a failed item is not finished (an audit)
-            also = f" and {plural(failed, 'failed item')}, which the next run retries," if failed else ""
+            # a reply that came and failed (cut off, unreadable) is cached: resumed, it fails again
+            also = (
+                f" and {plural(failed, 'failed item')}, which the next run retries (a reply kept in "
+                "the response cache is read again as it was),"
+                if failed
+                else ""
+            )
             raise Interrupted(
                 f"interrupted during {detector.name}, language {lang!r}: {plural(done, 'finished item')}"
                 f"{also} (over all of the run's splits and members) saved in {self.out}; run the same "
