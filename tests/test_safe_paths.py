@@ -118,6 +118,14 @@ def test_every_writer_of_a_language_s_file_refuses_a_name_that_is_not_one(tmp_pa
     assert safe_name("en", "language code") == "en" and safe_name("pt-BR", "x") == "pt-BR"
 
 
+@pytest.mark.parametrize("value", ["CON", "nul", "Aux.jsonl", "com1", "LPT9.x"])
+def test_a_name_windows_reads_as_a_device_is_refused(value):
+    """A variant named CON made a folder no Windows user could open or delete."""
+    with pytest.raises(UnsafeName, match="Windows reads it as a device"):
+        safe_name(value, "a variant name")
+    assert safe_name("console", "x") == "console" and safe_name("com", "x") == "com"
+
+
 def test_names_given_on_the_command_line_or_in_a_run_config_never_leave_their_folder(tmp_path, capsys):
     """`compare --name ../../escape` wrote its tables two folders above --eval-dir."""
     from cli_helpers import limited_run

@@ -15,6 +15,8 @@ from mushroom.util.words import clipped
 
 MAX_NAME = 64
 _NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_NAME - 1}}}")
+# Windows opens a device, not a file, for these names (with any extension), in any folder
+_DEVICE = re.compile(r"(CON|PRN|AUX|NUL|COM[0-9]|LPT[0-9])(\..*)?", re.IGNORECASE)
 
 
 class UnsafeName(MushroomError):
@@ -36,6 +38,8 @@ def name_problem(value: object) -> str | None:
             f"{clipped(value, 40)!r} cannot name a file: use 1 to {MAX_NAME} letters, digits, '-', '_' "
             "or '.' (no path separators, no '..')"
         )
+    if _DEVICE.fullmatch(value):
+        return f"{value!r} cannot name a file: Windows reads it as a device; choose another name"
     return None
 
 
