@@ -485,3 +485,20 @@ def test_a_quoted_number_among_a_configs_detector_options_is_refused(tmp_path):
     assert [p.field for p in err.value.problems].count("detector.options.threshold") == 1
     fine = text.replace('"0.5"', "0.5")
     assert load_run_config(_write(tmp_path / "q.toml", fine)).detector.options["threshold"] == 0.5
+
+
+def test_a_variant_with_a_backend_of_another_kind_does_not_inherit_the_base_backends_settings(tmp_path):
+    """A variant's openai backend was refused the base's transformers `device`, which it could
+    not unset: a backend of another kind shares none of its settings."""
+    run = _write(
+        tmp_path / "v.toml",
+        'name = "v"\nlangs = ["en"]\n[detector]\nname = "llm"\n'
+        '[detector.options.backend]\nkind = "transformers"\nmodel = "m"\ndevice = "cpu"\n'
+        '[[variants]]\nname = "local"\n[variants.options.backend]\nmodel = "m2"\n'
+        '[[variants]]\nname = "served"\n[variants.options.backend]\nkind = "openai"\n'
+        'base_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n',
+    )
+    cfg = load_run_config(run)
+    (_, local), (_, served) = cfg.variant_options()
+    assert local["backend"] == {"kind": "transformers", "model": "m2", "device": "cpu"}  # merged
+    assert served["backend"] == {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}

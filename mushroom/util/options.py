@@ -126,7 +126,12 @@ def merge_options(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str,
     out = dict(base)
     for key, value in over.items():
         old = out.get(key)
-        out[key] = merge_options(old, value) if isinstance(value, dict) and isinstance(old, dict) else value
+        merged = isinstance(value, dict) and isinstance(old, dict)
+        # a group naming another `kind` replaces the old: a backend of another kind shares none
+        # of its settings (a variant's openai backend was refused the base's `device`)
+        if merged and "kind" in value and old.get("kind", value["kind"]) != value["kind"]:
+            merged = False
+        out[key] = merge_options(old, value) if merged else value
     return out
 
 
