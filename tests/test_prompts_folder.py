@@ -131,3 +131,18 @@ def test_a_placeholder_in_single_braces_is_refused_when_the_detector_is_built(tm
     prose = "=== user ===\nThe field {answer} holds {{answer}}. {{context}} {{question}}\n"
     (tmp_path / "prompts" / "mine.md").write_text(prose, encoding="utf-8")
     assert build("llm", {"prompt": "mine", "backend": backend}).describe()["prompt_name"] == "mine"
+
+
+def test_a_missing_llm_prompt_offers_only_prompts_the_llm_detector_takes(tmp_path, monkeypatch):
+    """It listed decompose, verify and pyes, which the llm detector then refused; a prompt of
+    the user's own is offered whatever its name."""
+    from mushroom.detectors.llm import LLMDetector, LLMOptions
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "verify_mine.md").write_text(MINE, encoding="utf-8")
+    with pytest.raises(MushroomError) as caught:
+        LLMDetector(LLMOptions(prompt="nosuch"))
+    offered = str(caught.value).split("available: ")[1].split(" (")[0].split(", ")
+    assert "single_few_shot" in offered and "verify_mine" in offered
+    assert not {"decompose", "verify", "pyes", "context_grading"} & set(offered), offered

@@ -133,10 +133,11 @@ class LLMDetector(GeneratingDetector):
     name = "llm"
     Options = LLMOptions
     options: LLMOptions
+    shipped_prompts = LLM_PROMPTS  # the only shipped prompts a missing one's message offers
 
     def __init__(self, options: LLMOptions, backend: Backend | None = None):
         super().__init__(options, backend)
-        self.prompt: PromptTemplate = load_prompt(options.prompt)
+        self.prompt: PromptTemplate = load_prompt(options.prompt, self.shipped_prompts)
         self.prompt.check(PROMPT_VALUES, required=("answer",))
         self.prompt.check_not_of_another_stage("the llm detector", LLM_PROMPTS)
 

@@ -136,9 +136,17 @@ def prompt_names() -> list[str]:
     return sorted(found - {"README"})
 
 
-def prompt_missing(name_or_path: str) -> str:
-    """What to say of a prompt name or path that finds no file: the close name, and the others."""
+def prompt_missing(name_or_path: str, own: Iterable[str] | None = None) -> str:
+    """What to say of a prompt name or path that finds no file: the close name, and the others.
+
+    With `own` (the shipped prompts of the asking stage), the shipped prompts of other stages
+    are not offered: the llm detector listed `decompose` and `verify`, then refused them.
+    """
     names = prompt_names()
+    if own is not None:
+        own = set(own)
+        users = {p.stem for d in user_prompt_dirs() for p in d.glob("*.md")}
+        names = [n for n in names if n in users or n not in STAGE_PROMPTS or n in own]
     return (
         f"prompt {name_or_path!r} not found{did_you_mean(name_or_path, names)}; available: {', '.join(names)}"
         f" (a name is looked up in {' and '.join(str(d) for d in _looked_in())}, then among the "
@@ -167,11 +175,14 @@ def find_prompt(name_or_path: str) -> Path | None:
     return None
 
 
-def load_prompt(name_or_path: str) -> PromptTemplate:
-    """A template by name (the user's `prompts/NAME.md`, else the shipped one) or by path."""
+def load_prompt(name_or_path: str, own: Iterable[str] | None = None) -> PromptTemplate:
+    """A template by name (the user's `prompts/NAME.md`, else the shipped one) or by path.
+
+    `own`: the shipped prompts of the stage asking, the only shipped ones a miss offers.
+    """
     path = find_prompt(name_or_path)
     if path is None:
-        raise MushroomError(prompt_missing(name_or_path))
+        raise MushroomError(prompt_missing(name_or_path, own))
     from mushroom.data.jsonl import read_utf8
 
     text = read_utf8(path)

@@ -589,7 +589,8 @@ def _option_problems(
     for name, value in options.items():  # a prompt that finds no file stopped the run unplaced
         if (name == "prompt" or name.endswith("_prompt")) and name in cls.Options.model_fields:
             if isinstance(value, str) and find_prompt(value) is None:
-                problems.append(Problem(str(path), None, f"{where}.{name}", prompt_missing(value)))
+                own = getattr(cls, "shipped_prompts", None) if name == "prompt" else None
+                problems.append(Problem(str(path), None, f"{where}.{name}", prompt_missing(value, own)))
     for name, info in cls.Options.model_fields.items():
         given = options.get(name)
         said = any(p.field is not None and p.field.startswith(f"{where}.{name}") for p in problems)
