@@ -306,3 +306,29 @@ def test_a_reply_the_server_stopped_far_below_max_tokens_is_not_told_to_raise_it
     assert failures and all(said_of_each in f["error"] for f in failures), failures
     assert "raise the server's context length (llama-server -c" in said and "in a new folder" in said, said
     assert "raise max_tokens" not in said and "to retry only them" not in said, said
+
+
+def test_a_reply_with_no_finish_reason_or_token_count_whose_json_was_left_open_is_cut_off(tmp_path, capsys):
+    """A server that sends neither a finish reason nor usage (and a replay file without them):
+    `{"incorrect_spans": [` was closed by the parser into "nothing wrong", exit 0; the chain
+    already read such a reply as cut off. A content filter's stop ends a reply as the budget does."""
+    from cli_helpers import VAL_EN
+
+    first = [json.loads(line) for line in open(VAL_EN, encoding="utf-8")][:3]
+    rows = [
+        {"id": first[0]["id"], "texts": ['{"incorrect_spans": [']},  # said nothing of its end
+        {"id": first[1]["id"], "texts": [CUT], "finish_reasons": ["content_filter"]},
+        {"id": first[2]["id"], "texts": ['{"incorrect_spans": []}']},  # whole: nothing wrong
+    ]
+    responses = tmp_path / "r.jsonl"
+    responses.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    args = ["detect", "--detector", "llm", "--responses", responses, "--lang", "en", "--limit", "3"]
+    code, shown, err = cli(capsys, *args, "--out", out, "--quiet")
+    assert code == 3, err
+    failures = {
+        f["id"]: f["error"] for f in map(json.loads, (out / "failures.jsonl").read_text().splitlines())
+    }
+    assert set(failures) == {first[0]["id"], first[1]["id"]}, failures
+    assert "cut off at max_tokens" in failures[first[0]["id"]]
+    assert "content filter stopped the reply" in failures[first[1]["id"]]

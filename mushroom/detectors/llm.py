@@ -46,6 +46,10 @@ from mushroom.parsing.parser import SpanList, parse_response
 """How the error of an item whose every reply named only text the answer does not hold begins."""
 
 
+# finish reasons of a reply that stopped before the model ended it
+_CUT_REASONS = frozenset({"length", "content_filter"})
+
+
 def _whole_then_blank(text: str) -> bool:
     """Whether a reply is one whole JSON value followed by whitespace alone."""
     body = text.strip()
@@ -173,6 +177,11 @@ class LLMDetector(GeneratingDetector):
         because the prompt filled the server's context, which max_tokens does not change.
         """
         max_tokens = self.options.max_tokens
+        if "content_filter" in gen.finish_reasons:
+            return (
+                "the server's content filter stopped the reply before it named a span: it stops the "
+                "same request again; try another model, or the server without its filter"
+            )
         if replays(self._backend, self.options.backend):
             return f"{CUT_OFF} ({max_tokens}) before it named a span found in the answer: {RECORDED_CUT}"
         each = self._stopped_by_server(gen)
@@ -255,18 +264,24 @@ class LLMDetector(GeneratingDetector):
             for sample, text in enumerate(gen.texts):
                 reasons = gen.finish_reasons
                 said = reasons[sample] if sample < len(reasons) else None
-                cut = said == "length" if said is not None else bool(budget_used)
+                # a filter's stop ends the reply where it is, as the budget does
+                cut = said in _CUT_REASONS if said is not None else budget_used
                 # shares of bad replies are of the replies received (each sample is one; a
                 # failed request is none), not of the requests
                 stats["llm.replies"] += 1
-                if cut:  # at max_tokens, or by the server far below it (its context was full)
-                    stats["llm.stopped_by_server" if by_server else "llm.truncated"] += 1
                 if not text.strip() and not cut:  # an empty reply cut off is counted as cut off below
                     stats["llm.empty_replies"] += 1
                     parsed.append({"temperature": opts.temperatures[j], "sample": sample, "empty": True})
                     unread.append(f"the model's reply was empty (finish_reason: {said or 'not given'})")
                     continue
                 result = parse_response(item.model_output_text, text, opts.default_probability)
+                if cut is None:
+                    # neither a finish reason nor a token count (a server that sends neither, a
+                    # replay file): a reply whose JSON the parser had to close was cut off, as the
+                    # chain reads it. `{"incorrect_spans": [` read as "nothing wrong" (an audit).
+                    cut = "truncated" in result.repairs
+                if cut:  # at max_tokens, or by the server far below it (its context was full)
+                    stats["llm.stopped_by_server" if by_server else "llm.truncated"] += 1
                 stats.update({f"llm.{k}": v for k, v in result.counts().items()})
                 # cut off with no span named: no vote, even after a whole `{"incorrect_spans": []}`
                 # that went on (a model looping until max_tokens); one followed by blanks alone
