@@ -877,3 +877,19 @@ def test_tokens_that_read_the_same_add_their_probabilities():
     gen = OpenAIBackend.parse({"choices": [{"message": {"content": "No"}, "logprobs": {"content": [first]}}]})
     assert gen.logprobs[0][0][" Yes"] == pytest.approx(math.log(0.6))
     assert p_yes(gen, ["yes"], ["no"]) == pytest.approx(0.6)  # not 0.3 / 0.7
+
+
+def test_no_retry_is_made_past_the_retry_budget():
+    """A busy server's Retry-After of 60 s was waited at 60 s into a 90 s budget, and the third
+    attempt went out at 120 s, though a request's retries are said to end within the budget."""
+    from mushroom.backends.base import GenerationRequest, Message
+
+    with FakeServer({"": [("status", 429)]}, retry_after="1") as server:
+        backend = _openai(server.url, max_retries=5, retry_budget_s=1.5)
+        req = GenerationRequest(key="a", messages=[Message(role="user", content="a")], max_tokens=8)
+        (gen,) = backend.generate([req])
+    # at 0 s (the next at 1 s, within 1.5) and at 1 s (the next would be at 2 s): two attempts
+    assert len(server.calls) == 2, len(server.calls)
+    assert "gave up after 2 attempts (retries end within retry_budget_s 1.5 s)" in (gen.error or ""), (
+        gen.error
+    )

@@ -53,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import httpx
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_before_delay
 from tenacity.wait import wait_random_exponential
 
 from mushroom.backends.base import (
@@ -701,8 +701,9 @@ class OpenAIBackend(Backend):
         if unreachable is not None and time.monotonic() - unreachable[1] < UNREACHABLE_PAUSE_S:
             return f"{NOT_SENT}: an earlier request {unreachable[0]}; the same command retries it"
         retrying = Retrying(
-            # a request's retries end within retry_budget_s, however many attempts are left
-            stop=stop_after_attempt(attempts) | stop_after_delay(self.config.retry_budget_s),
+            # a request's retries end within retry_budget_s, however many attempts are left: no
+            # attempt is made past it (stop_after_delay waited a Retry-After of 60 s at 60 s of 90)
+            stop=stop_after_attempt(attempts) | stop_before_delay(self.config.retry_budget_s),
             wait=self._wait,
             sleep=self._wake.wait,  # a Ctrl-C or a tripped breaker ends the wait between attempts
             retry=retry_if_exception_type(_Transient),
