@@ -332,3 +332,21 @@ def test_a_reply_with_no_finish_reason_or_token_count_whose_json_was_left_open_i
     assert set(failures) == {first[0]["id"], first[1]["id"]}, failures
     assert "cut off at max_tokens" in failures[first[0]["id"]]
     assert "content filter stopped the reply" in failures[first[1]["id"]]
+
+
+def test_a_reply_of_reasoning_alone_is_an_empty_reply_that_a_re_run_asks_again(tmp_path, capsys):
+    """It was called unreadable, with "a re-run reads the same replies from the cache", though
+    the cache keeps no such reply and the re-run asked again (an audit)."""
+    from cli_helpers import VAL_EN
+
+    first = json.loads(open(VAL_EN, encoding="utf-8").readline())
+    responses = tmp_path / "r.jsonl"
+    responses.write_text(json.dumps({"id": first["id"], "texts": ["<think>Let me see.</think>"]}) + "\n")
+    out = tmp_path / "run"
+    args = ["detect", "--detector", "llm", "--responses", responses, "--lang", "en", "--limit", "1"]
+    code, shown, err = cli(capsys, *args, "--out", out, "--quiet")
+    said = " ".join((shown + err).split())
+    assert code == 3 and "the model's reply held only reasoning" in said, said
+    assert "from the cache" not in said, said
+    stats = json.loads((out / "predictions" / "stats.json").read_text())["all"]
+    assert stats["llm.empty_replies"] == 1 and not stats.get("llm.unparseable"), stats

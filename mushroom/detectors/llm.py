@@ -42,6 +42,7 @@ from mushroom.detectors.prompts import PromptTemplate, load_prompt
 from mushroom.errors import CONTEXT_FULL, CUT_OFF, NAMED_ELSEWHERE, NOT_SENT, RECORDED_CUT, UNREADABLE
 from mushroom.parsing.json_repair import decode_prefix
 from mushroom.parsing.parser import SpanList, parse_response
+from mushroom.parsing.reasoning import strip_reasoning
 
 """How the error of an item whose every reply named only text the answer does not hold begins."""
 
@@ -269,10 +270,14 @@ class LLMDetector(GeneratingDetector):
                 # shares of bad replies are of the replies received (each sample is one; a
                 # failed request is none), not of the requests
                 stats["llm.replies"] += 1
-                if not text.strip() and not cut:  # an empty reply cut off is counted as cut off below
+                # a reply of reasoning alone (`<think>...</think>`) is empty too: it was called
+                # unreadable and "read again from the cache", which keeps no such reply
+                answer, thought = strip_reasoning(text)
+                if not answer.strip() and not cut:  # an empty reply cut off is counted as cut off below
                     stats["llm.empty_replies"] += 1
                     parsed.append({"temperature": opts.temperatures[j], "sample": sample, "empty": True})
-                    unread.append(f"the model's reply was empty (finish_reason: {said or 'not given'})")
+                    what = "held only reasoning" if thought else "was empty"
+                    unread.append(f"the model's reply {what} (finish_reason: {said or 'not given'})")
                     continue
                 result = parse_response(item.model_output_text, text, opts.default_probability)
                 if cut is None:
