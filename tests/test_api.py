@@ -621,3 +621,19 @@ def test_the_api_computes_no_evidence_channels_unless_asked_and_predicts_the_sam
     plain, asked = mushroom.detect_batch(rows), mushroom.detect_batch(rows, channels=True)
     assert plain[0].hard_labels == asked[0].hard_labels and plain[0].soft_labels == asked[0].soft_labels
     assert plain[0].hard_labels
+
+
+def test_a_prediction_of_overlapping_hard_spans_writes_a_line_check_accepts(tmp_path, capsys):
+    """Its derived soft labels overlapped, and `mushroom check` refused the line ("overlaps an
+    earlier soft span") though the user gave no soft labels."""
+    import json as _json
+
+    from cli_helpers import VAL_EN, cli
+
+    item = _json.loads(open(VAL_EN, encoding="utf-8").readline())
+    pred = mushroom.Prediction(id=item["id"], hard_labels=[(0, 10), (5, 15)], text=item["model_output_text"])
+    assert pred.submission_dict()["soft_labels"] == [{"start": 0, "end": 15, "prob": 1.0}]
+    line = tmp_path / "p.jsonl"
+    line.write_text(_json.dumps(pred.submission_dict()) + "\n")
+    code, _, err = cli(capsys, "check", line, "--items", VAL_EN, "--partial")
+    assert code == 0 and "overlaps an earlier soft span" not in err, err

@@ -68,8 +68,20 @@ def hard_from_soft(soft: Sequence[SoftSpan]) -> list[tuple[int, int]]:
 
 
 def soft_from_hard(hard: Sequence[Sequence[int]]) -> list[SoftSpan]:
-    """The soft labels the official scorer derives from hard ones: 1.0 over each span."""
-    return [SoftSpan(start=start, end=end, prob=1.0) for start, end in hard]
+    """The soft labels the official scorer derives from hard ones: 1.0 over each span.
+
+    Overlapping spans are merged (the same 1.0 on the same characters): `(0, 10), (5, 15)`
+    gave two soft spans that overlap, a line `mushroom check` refused though the user gave no
+    soft labels. A span that is no span (end <= start) is kept as given, for its check.
+    """
+    merged: list[list[int]] = []
+    for start, end in sorted((s, e) for s, e in hard if e > s):
+        if merged and start < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    odd = [(s, e) for s, e in hard if e <= s]
+    return [SoftSpan(start=start, end=end, prob=1.0) for start, end in [*map(tuple, merged), *odd]]
 
 
 class Item(BaseModel):
