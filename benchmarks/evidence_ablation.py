@@ -345,7 +345,7 @@ def main() -> None:
     added = StackData(full.items, [np.hstack([f, e]) for f, e in zip(full.features, extra)])
     seeds = [int(s) for s in args.seeds.split(",")]
     base = [item_scores(full, channels, names, s) for s in seeds]
-    more = [item_scores(added, channels, names, s) for s in seeds]
+    more = [item_scores(added, channels, names, s, columns + wanted) for s in seeds]
     langs = print_paired(
         f"stack with minus without {args.evidence} columns",
         more,

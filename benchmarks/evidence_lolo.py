@@ -42,9 +42,12 @@ from mushroom.evaluation.score import score_predictions  # noqa: E402
 from mushroom.util.options import split_names  # noqa: E402
 
 
-def held_out_scores(train: StackData, held: StackData, channels, names: list[str]) -> tuple[float, float]:
-    """(IoU, Cor) on `held` of a stack fitted on `train`, decoded as `apply_stack` decodes."""
-    model = fit_stack_data(train, channels, names).model
+def held_out_scores(
+    train: StackData, held: StackData, channels, names: list[str], features: list[str] | None = None
+) -> tuple[float, float]:
+    """(IoU, Cor) on `held` of a stack fitted on `train`, decoded as `apply_stack` decodes;
+    `features` names the columns when evidence columns are added."""
+    model = fit_stack_data(train, channels, names, features=features).model
     hard_cols = {m: c + 1 for m, c in zip(names, member_columns(channels))}
     probs = batch_probs(held.items, held.features, model.scorer, model.word_pooling)
     preds = []
@@ -91,7 +94,7 @@ def main() -> None:
             extra = extra_columns(d, columns, kinds, wanted, own, translated, lexical)
             plus.append(StackData(d.items, [np.hstack([f, e]) for f, e in zip(d.features, extra)]))
         without = held_out_scores(train, test, channels, names)
-        with_ = held_out_scores(plus[0], plus[1], channels, names)
+        with_ = held_out_scores(plus[0], plus[1], channels, names, columns + wanted)
         lex_col = member_columns(channels)[0]
         lex = score_predictions(
             test.items,

@@ -23,9 +23,12 @@ from mushroom.evaluation.score import score_predictions
 from mushroom.evaluation.stats import paired_test
 
 
-def item_scores(data: StackData, channels, members: list[str], seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(IoU, Cor) of each item, out of fold, in the order of `data.items`."""
-    fit = choose(prepare(data, channels, members, seed=seed))
+def item_scores(
+    data: StackData, channels, members: list[str], seed: int, features: list[str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(IoU, Cor) of each item, out of fold, in the order of `data.items`; `features` names the
+    columns where they are not the loaded ones (one dropped, evidence added)."""
+    fit = choose(prepare(data, channels, members, seed=seed), features=features)
     preds = {p.id: p for lang_preds in fit.oof.values() for p in lang_preds}
     result = score_predictions(data.items, [preds[it.id] for it in data.items])
     order = {item_id: k for k, item_id in enumerate(result.ids)}
@@ -96,7 +99,8 @@ def main() -> None:
     dropped = StackData(full.items, [f[:, keep] for f in full.features])
     seeds = [int(s) for s in args.seeds.split(",")]
     with_col = [item_scores(full, channels, names, s) for s in seeds]
-    without = [item_scores(dropped, channels, names, s) for s in seeds]
+    kept = [columns[k] for k in keep]
+    without = [item_scores(dropped, channels, names, s, kept) for s in seeds]
     print_paired(f"stack with minus without {args.drop}", with_col, without, [it.lang for it in full.items])
 
 

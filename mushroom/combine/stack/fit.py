@@ -372,18 +372,30 @@ def fit_stack_data(
     config: StackConfig | None = None,
     model: ModelKind = "blend",
     language_columns: bool = True,
+    features: list[str] | None = None,
 ) -> StackFit:
     """`fit_stack` on features already loaded.
 
     `language_columns=False`: the features were loaded without language columns (a
     language-agnostic stack, `benchmarks/stack_lolo.py --language-columns off`); the model says so.
+    `features`: the columns' names where they are not the loaded ones (see `choose`).
     """
     prep = prepare(stack_data, channels, member_names, folds, l2, model=model)
-    return choose(prep, config, language_columns)
+    return choose(prep, config, language_columns, features)
 
 
-def choose(prep: StackPrep, config: StackConfig | None = None, language_columns: bool = True) -> StackFit:
-    """The fit's choices (cut-offs, hard-label sources) for one configuration, nested and final."""
+def choose(
+    prep: StackPrep,
+    config: StackConfig | None = None,
+    language_columns: bool = True,
+    features: list[str] | None = None,
+) -> StackFit:
+    """The fit's choices (cut-offs, hard-label sources) for one configuration, nested and final.
+
+    `features`: the names of the columns where a study changed them (a column dropped, evidence
+    columns added: `benchmarks/feature_ablation.py`); the model's shape check refused such a
+    fit ("its logistic model has 68 features, the stack 69").
+    """
     config = config or StackConfig()
     stack_data, channels, member_names = prep.data, prep.channels, prep.member_names
     items, fold_of, oof = stack_data.items, prep.fold_of, prep.oof
@@ -458,7 +470,7 @@ def choose(prep: StackPrep, config: StackConfig | None = None, language_columns:
         members=member_names,
         channels=dict(zip(member_names, channels)),
         languages=column_langs,
-        features=feature_names(member_names, channels, column_langs),
+        features=features if features is not None else feature_names(member_names, channels, column_langs),
         scorer=prep.scorer,
         threshold=cutoffs[0][0],
         floor=cutoffs[0][1],
