@@ -183,7 +183,7 @@ def test_backends_lists_every_kind_s_settings_with_real_defaults(capsys):
     assert set(OpenAIConfig.model_fields) - {"kind"} <= shown
     assert (
         "structured_output = 'auto'" in out
-        and "pip install 'httpx>=0.25' 'tenacity>=8.2' (mushroom's 'openai' extra)" in out
+        and "pip install 'httpx>=0.25' 'tenacity>=8.3' (mushroom's 'openai' extra)" in out
     )
 
 
