@@ -27,7 +27,7 @@ from mushroom.backends.base import (
     backend_warnings,
 )
 from mushroom.backends.config import answer_settings
-from mushroom.data.jsonl import append_jsonl, mend_cut_line
+from mushroom.data.jsonl import append_jsonl, first_line, mend_cut_line
 from mushroom.parsing.reasoning import strip_reasoning
 
 
@@ -81,11 +81,9 @@ def cache_file_problem(path: Path) -> str | None:
     if not path.is_file():
         return None
     try:
-        with path.open("rb") as handle:
-            head = handle.read(1 << 20)
+        first = first_line(path)
     except OSError as exc:
         return f"{path} cannot be read ({exc.strerror})"
-    first = next((line for line in head.splitlines() if line.strip()), None)
     if first is None:
         return None
     try:

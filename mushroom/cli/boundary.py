@@ -269,21 +269,16 @@ def _holds_items(path: Path) -> bool:
     """Whether an existing file's first record is an item (a data or gold file), read from its head."""
     import json
 
+    from mushroom.data.jsonl import first_line
+
     if not path.is_file():
         return False
     try:
-        with path.open("rb") as handle:
-            head = handle.read(1 << 20)
-    except OSError:
+        line = first_line(path)
+        record = json.loads(line) if line is not None else None
+    except (OSError, ValueError):
         return False
-    for line in head.splitlines():
-        if line.strip():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                return False
-            return isinstance(record, dict) and "model_output_text" in record
-    return False
+    return isinstance(record, dict) and "model_output_text" in record
 
 
 # ---- interruption ------------------------------------------------------------------------

@@ -201,6 +201,17 @@ OFFICIAL_BOM = (
 )
 
 
+def first_line(path: Path, head: int = 1 << 20) -> bytes | None:
+    """The first non-blank line in a file's first `head` bytes; None when there is none.
+
+    What a file is, told from its first record without reading it all (an items file, a
+    response cache). Raises OSError when it cannot be read.
+    """
+    with open(path, "rb") as handle:
+        data = handle.read(head)
+    return next((line for line in data.splitlines() if line.strip()), None)
+
+
 def starts_with_bom(path: Path) -> bool:
     """Whether a file begins with a UTF-8 BOM: mushroom reads past it, the official scorer does not."""
     try:

@@ -144,7 +144,7 @@ class LLMDetector(GeneratingDetector):
         super().__init__(options, backend)
         self.prompt: PromptTemplate = load_prompt(options.prompt, self.shipped_prompts)
         self.prompt.check(PROMPT_VALUES, required=("answer",))
-        self.prompt.check_not_of_another_stage("the llm detector", LLM_PROMPTS)
+        self.prompt.check_not_of_another_stage("the llm detector", self.shipped_prompts)
 
     def describe(self) -> dict:
         out = super().describe()
