@@ -14,6 +14,8 @@ import json
 import time
 from pathlib import Path
 
+from _args import positive
+
 import mushroom
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=50, help="English val items")
-    parser.add_argument("--rounds", type=int, default=4, help="times over the items")
+    parser.add_argument("--items", type=positive, default=50, help="English val items")
+    parser.add_argument("--rounds", type=positive, default=4, help="times over the items")
     args = parser.parse_args()
     path = ROOT / "data" / "mushroom" / "val" / "mushroom.en-val.v2.extra.jsonl"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()][: args.items]

@@ -50,6 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _args import val_langs, whole
 from feature_ablation import lang_mean as mean_over_langs  # sibling scripts
 from scipy.stats import spearmanr
 from stack_val import run_member, run_script
@@ -510,17 +511,19 @@ def main() -> None:
         default=None,
         help="where member runs are kept, reused by a later run (default: a new temp folder)",
     )
-    parser.add_argument("--langs", default=None, help="val languages, e.g. de,it (default: all)")
+    parser.add_argument(
+        "--langs", type=val_langs, default=None, help="val languages, e.g. de,it (default: all)"
+    )
     parser.add_argument(
         "--replay", default=None, help="a recorded run of a model-backed member (see RUN_FOLDER above)"
     )
-    parser.add_argument("--seed", type=int, default=7, help="the simulated members' and random draws' seed")
+    parser.add_argument("--seed", type=whole, default=7, help="the simulated members' and random draws' seed")
     args = parser.parse_args()
     names = split_names(args.members, what="member")
     if len(set(names)) < len(names):
         raise MushroomError(f"--members {args.members}: a member is named twice")
     work = Path(args.work or tempfile.mkdtemp(prefix="cascade-"))
-    langs = split_names(args.langs, what="language") if args.langs else None
+    langs = args.langs
     data = load_split("val", langs)
     if args.replay:
         data = replayed_items(Path(args.replay), data)

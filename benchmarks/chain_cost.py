@@ -12,6 +12,8 @@ between stages).
 import argparse
 import json
 
+from _args import val_lang
+
 from mushroom.backends.base import Backend, BackendConfig, Generation
 from mushroom.data.contexts import load_contexts
 from mushroom.data.splits import load_split
@@ -58,7 +60,7 @@ class Oracle(Backend):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--lang", default="en")
+    parser.add_argument("--lang", type=val_lang, default="en")
     args = parser.parse_args()
     items = load_split("val", [args.lang])[args.lang]
     ctx = load_contexts("val", args.lang).by_id

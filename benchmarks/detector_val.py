@@ -9,6 +9,7 @@ import json
 import time
 
 import numpy as np
+from _args import val_langs
 
 from mushroom.data.contexts import DEFAULT_SOURCES, load_contexts
 from mushroom.data.predictions import mark_all
@@ -22,7 +23,9 @@ def main() -> None:
     parser.add_argument("--detector", default="lexical")
     parser.add_argument("-o", "--option", action="append", default=[])
     parser.add_argument("--contexts", default=",".join(DEFAULT_SOURCES))
-    parser.add_argument("--langs", default=None, help="comma-separated (default: all val languages)")
+    parser.add_argument(
+        "--langs", type=val_langs, default=None, help="comma-separated (default: all val languages)"
+    )
     args = parser.parse_args()
     options = {}
     for pair in args.option:
@@ -36,7 +39,7 @@ def main() -> None:
     print(f"{args.detector} {json.dumps(det.options.model_dump())}")
     print(f"{'lang':4s} {'n':>3s} {'IoU':>7s} {'Cor':>7s} {'markall':>8s} {'ms/item':>8s}")
     rows = []
-    for lang, items in load_split("val", args.langs.split(",") if args.langs else None).items():
+    for lang, items in load_split("val", args.langs).items():
         ctx = load_contexts("val", lang, sources)
         start = time.perf_counter()
         preds = det.detect(items, ctx.by_id)

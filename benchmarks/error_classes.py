@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _args import whole
 from stack_val import run_script, val_members  # noqa: E402
 
 from mushroom.combine.stack.features import feature_names  # noqa: E402
@@ -53,8 +54,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", default="lexical,semantic")
     parser.add_argument("--work", default=None, help="member runs (reused when present)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--worst", type=int, default=3)
+    parser.add_argument("--seed", type=whole, default=0)
+    parser.add_argument("--worst", type=whole, default=3)
     args = parser.parse_args()
     val = val_members(args.members, args.work, "error-classes-")
     data, names = val.data, val.names

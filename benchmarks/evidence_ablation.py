@@ -75,6 +75,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _args import whole_list
 from feature_ablation import item_scores, lang_mean, print_paired  # noqa: E402
 from stack_val import run_script, val_members  # noqa: E402
 
@@ -321,7 +322,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", default="lexical,semantic")
     parser.add_argument("--work", default=None, help="member runs (reused when present)")
-    parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--seeds", type=whole_list, default="0,1,2,3,4")
     parser.add_argument("--evidence", required=True, help=f"comma list of kinds: {', '.join(COLUMNS)}")
     parser.add_argument("--columns", default="all", help="comma list of the kinds' columns, or all")
     args = parser.parse_args()
@@ -343,7 +344,7 @@ def main() -> None:
     extra = extra_columns(full, columns, kinds, wanted, own, translated, lexical)
     print(f"evidence {', '.join(kinds)}; columns {', '.join(wanted)}")
     added = StackData(full.items, [np.hstack([f, e]) for f, e in zip(full.features, extra)])
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = args.seeds
     base = [item_scores(full, channels, names, s) for s in seeds]
     more = [item_scores(added, channels, names, s, columns + wanted) for s in seeds]
     langs = print_paired(

@@ -8,6 +8,8 @@ share above 0.5 or not) and by each binary `check_*` channel: the figures the co
 `mushroom.detectors.lexical_channels` quote.
 """
 
+import argparse
+
 import numpy as np
 
 from mushroom.data.contexts import DEFAULT_SOURCES, load_contexts
@@ -17,6 +19,7 @@ from mushroom.detectors import build
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # English only: no options
     items = load_split("val", ["en"])["en"]
     contexts = load_contexts("val", "en", DEFAULT_SOURCES).by_id
     det = build("lexical")

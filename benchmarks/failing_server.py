@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _args import positive
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests")]
 
@@ -48,7 +50,7 @@ def backend(url: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=50, help="val items for the detect cases")
+    parser.add_argument("--items", type=positive, default=50, help="val items for the detect cases")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mushroom-failing-"))
     rows = []

@@ -13,6 +13,7 @@ interval over items is the honest one.
 import argparse
 
 import numpy as np
+from _args import whole_list
 from rich.console import Console
 from rich.table import Table
 from stack_val import run_script, val_members
@@ -82,7 +83,7 @@ def main() -> None:
     parser.add_argument("--drop", required=True, help="feature columns to drop, e.g. is_negation")
     parser.add_argument("--members", default="lexical,semantic")
     parser.add_argument("--work", default=None)
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--seeds", type=whole_list, default="0,1,2")
     args = parser.parse_args()
     # Without --work the member runs are removed when the script exits.
     val = val_members(args.members, args.work, "feature-ablation-")
@@ -97,7 +98,7 @@ def main() -> None:
         raise SystemExit(f"cannot drop {', '.join(unknown)}; droppable columns: {', '.join(TEXT_FEATURES)}")
     keep = [k for k, name in enumerate(columns) if name not in drop]
     dropped = StackData(full.items, [f[:, keep] for f in full.features])
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = args.seeds
     with_col = [item_scores(full, channels, names, s) for s in seeds]
     kept = [columns[k] for k in keep]
     without = [item_scores(dropped, channels, names, s, kept) for s in seeds]

@@ -1,6 +1,6 @@
 """How the gold soft labels sit on words, the gaps between them and the text's edges.
 
-Usage: python benchmarks/gold_shape.py
+Usage: python benchmarks/gold_shape.py [--langs en,fr]
 Over every labelled val item, prints how often a gap between two words (the characters
 between them: space, comma, newline) has the gold value of the lower of the two words,
 less or more than it, and how often the characters before the first word and after the
@@ -8,9 +8,11 @@ last are 0: the figures `mushroom.combine.stack.decoding.pool_words` quotes for 
 soft labels this way.
 """
 
+import argparse
 from collections import Counter
 
 import numpy as np
+from _args import val_langs
 
 from mushroom.data.spans import soft_to_vector
 from mushroom.data.splits import load_split
@@ -18,7 +20,12 @@ from mushroom.text.tokenize import tokenize
 
 
 def main() -> None:
-    data = load_split("val")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--langs", type=val_langs, default=None, help="val languages, e.g. en,fr (default: all)"
+    )
+    args = parser.parse_args()
+    data = load_split("val", args.langs)
     gaps: Counter[str] = Counter()
     marked: Counter[str] = Counter()  # gaps between two words both marked
     edges: Counter[str] = Counter()

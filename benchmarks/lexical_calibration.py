@@ -13,6 +13,7 @@ saw its own labels. The uncalibrated detector (raw shares) is printed for compar
 import argparse
 
 import numpy as np
+from _args import number_list, positive
 
 from mushroom.data.contexts import load_contexts
 from mushroom.data.predictions import mark_all, prediction_from_vectors
@@ -23,13 +24,13 @@ from mushroom.evaluation.score import score_predictions
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--folds", type=int, default=5)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--folds", type=positive, default=5)
     parser.add_argument("--smoothing", type=float, default=20.0)
-    parser.add_argument("--thresholds", default="0.2,0.25,0.3,0.35,0.4,0.45,0.5")
+    parser.add_argument("--thresholds", type=number_list, default="0.2,0.25,0.3,0.35,0.4,0.45,0.5")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    thresholds = [float(t) for t in args.thresholds.split(",")]
+    thresholds = args.thresholds
     data = {lang: (items, load_contexts("val", lang).by_id) for lang, items in load_split("val").items()}
     base_opts = LexicalOptions(calibration=None, channels=False)  # only probabilities are read
     vectors: dict[str, dict[str, np.ndarray]] = {lang: {} for lang in data}

@@ -13,6 +13,8 @@ import json
 import tempfile
 from pathlib import Path
 
+from _args import val_lang
+
 from mushroom.backends.base import Backend, BackendConfig, Generation
 from mushroom.backends.cache import CachedBackend, ResponseCache
 from mushroom.data.contexts import load_contexts
@@ -46,7 +48,7 @@ class OracleBackend(Backend):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--lang", default="en")
+    parser.add_argument("--lang", type=val_lang, default="en")
     args = parser.parse_args()
     items = load_split("val", [args.lang])[args.lang]
     ctx = load_contexts("val", args.lang).by_id

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _args import positive, whole
 from rich.console import Console
 
 from mushroom.backends.base import Backend, Generation, GenerationRequest, Message, OnResult
@@ -461,8 +462,8 @@ def run() -> argparse.Namespace:
         default=None,
         help="val languages, each with its item count: en:50,es:20 (default en,es,de at --limit)",
     )
-    ap.add_argument("--limit", type=int, default=None, help="items per language (default 50)")
-    ap.add_argument("--max-tokens", type=int, default=384)
+    ap.add_argument("--limit", type=positive, default=None, help="items per language (default 50)")
+    ap.add_argument("--max-tokens", type=positive, default=384)
     ap.add_argument(
         "--systems",
         default=None,
@@ -477,12 +478,12 @@ def run() -> argparse.Namespace:
         "--work", type=Path, default=None, help="run folders (resumable; default eval/llm_quality)"
     )
     ap.add_argument("--markdown", type=Path, default=None, help="also write the output into this file")
-    ap.add_argument("--threads", type=int, default=1, help="llama.cpp threads (a pulled model only)")
+    ap.add_argument("--threads", type=positive, default=1, help="llama.cpp threads (a pulled model only)")
     ap.add_argument(
         "--chain-langs", default=None, help="the chain's languages and items, as --langs (default: --langs)"
     )
     ap.add_argument(
-        "--prefix-check", type=int, default=0, help="time N en items with the prefix cache on/off"
+        "--prefix-check", type=whole, default=0, help="time N en items with the prefix cache on/off"
     )
     args = ap.parse_args()
 

@@ -12,6 +12,7 @@ predicted on val. Test shares can differ for honest reasons (other answers), so 
 points at what to look at; it is no score.
 """
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -47,9 +48,11 @@ def predicted(path: Path, items: list[Item]) -> dict[str, list]:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        sys.exit(__doc__.split("\n\n")[1].splitlines()[0])
-    run = Path(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path, help="a main-job run folder")
+    run = parser.parse_args().run_dir
+    if not run.is_dir():
+        parser.error(f"{run}: no such folder")
     test_files = sorted(run.glob("mushroom.*-tst.v1.jsonl"))
     if not test_files:
         sys.exit(f"{run}: no mushroom.<lang>-tst.v1.jsonl files (is it a main-job run folder?)")

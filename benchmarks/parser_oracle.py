@@ -1,6 +1,6 @@
 """The repair parser against gold spans: oracle round trip and a perturbation suite.
 
-Usage: python benchmarks/parser_oracle.py
+Usage: python benchmarks/parser_oracle.py [--langs en,fr] [--seed 0]
 
 Oracle: for every val item the gold span texts, in order, are written as a model's JSON
 answer and parsed back; on items where each gold span is the first occurrence of its text
@@ -15,11 +15,13 @@ be 0) per perturbation, then parse time per response.
 Run it from the repository root with the working tree's package: PYTHONPATH=. python ...
 """
 
+import argparse
 import json
 import random
 import time
 
 import numpy as np
+from _args import val_langs, whole
 
 from mushroom.data.splits import load_split
 from mushroom.evaluation.metrics import item_iou
@@ -95,8 +97,14 @@ def render(spans, mode):
 
 
 def main():
-    rng = random.Random(0)
-    data = load_split("val")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--langs", type=val_langs, default=None, help="val languages, e.g. en,fr (default: all)"
+    )
+    parser.add_argument("--seed", type=whole, default=0, help="the perturbations' random seed")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    data = load_split("val", args.langs)
     print("oracle round trip (gold span texts in order -> parser -> hard labels)")
     print(
         f"{'lang':5s} {'items':>5s} {'eligible':>8s} {'exact':>6s} {'IoU':>7s} {'spans':>6s} {'not first-after-prev':>21s}"

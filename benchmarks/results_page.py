@@ -25,6 +25,7 @@ from mushroom.combine.stack.features import load_stack_data
 from mushroom.combine.stack.fit import choose, prepare
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import whole_list
 from stack_val import run_member, run_script, val_members  # noqa: E402  (a sibling script, not a package)
 
 STACK_NAMES = {
@@ -107,8 +108,10 @@ def clause_weight_table(work: Path, data, members: list[Member], seeds: list[int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seeds", default="0", help="fold draws, e.g. 0,1,2 (the first draw is shown)")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--seeds", type=whole_list, default="0", help="fold draws, e.g. 0,1,2 (the first draw is shown)"
+    )
     parser.add_argument(
         "--model", default="blend,logistic,trees", help="stack models, the first is the default"
     )
@@ -116,7 +119,9 @@ def main() -> None:
     parser.add_argument("--out", default="docs/results", type=Path)
     args = parser.parse_args()
     command = "python benchmarks/results_page.py" + "".join(
-        f" --{k} {v}" for k, v in (("seeds", args.seeds), ("model", args.model)) if v != parser.get_default(k)
+        f" --{k} {v}"
+        for k, v in (("seeds", ",".join(map(str, args.seeds))), ("model", args.model))
+        if v != parser.get_default(k)
     )
     val = val_members("lexical,semantic", args.work, "results-page-")
     data, members = val.data, val.members
@@ -124,7 +129,7 @@ def main() -> None:
     stack_data, channels = val.stack_data()
     kinds = args.model.split(",")
     per_draw: list[Scores] = []
-    for seed in (int(s) for s in args.seeds.split(",")):
+    for seed in args.seeds:
         scores: Scores = {}
         for kind in kinds:
             fit = choose(
@@ -137,9 +142,9 @@ def main() -> None:
         if own is not None:
             scores["stack (default), hard labels of its own threshold only"] = own
         per_draw.append(scores)
-    clause = clause_weight_table(val.work, data, members, [int(x) for x in args.seeds.split(",")])
+    clause = clause_weight_table(val.work, data, members, args.seeds)
     print(f"stack fits: {time.perf_counter() - start:.1f} s wall", file=sys.stderr)
-    draws = f"fold draw {args.seeds.split(',')[0]}" + (
+    draws = f"fold draw {args.seeds[0]}" + (
         f", and in brackets the mean of {len(per_draw)} draws" if len(per_draw) > 1 else ""
     )
     note = f"<!-- written by `{command}`; do not edit by hand -->"
@@ -149,12 +154,12 @@ def main() -> None:
     langs = [
         note,
         "",
-        f"IoU / Cor per language, val, 5-fold CV by item (fold draw {args.seeds.split(',')[0]}).",
+        f"IoU / Cor per language, val, 5-fold CV by item (fold draw {args.seeds[0]}).",
         "",
     ]
     (args.out / "val_languages.md").write_text("\n".join(langs + languages_table(per_draw[0])) + "\n")
     clause_note = (
-        f"Val, 5-fold CV by item, the stack's mean over {args.seeds.count(',') + 1} fold draw(s), "
+        f"Val, 5-fold CV by item, the stack's mean over {len(args.seeds)} fold draw(s), "
         "before the empty rule; the semantic member with and without its word level."
     )
     (args.out / "val_clause_weight.md").write_text("\n".join([note, "", clause_note, ""] + clause) + "\n")

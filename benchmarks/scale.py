@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _args import positive_list, val_langs
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -122,23 +124,23 @@ def slope(xs: list[float], ys: list[float]) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,10000,100000", help="item counts, comma-separated")
+    parser.add_argument(
+        "--sizes", type=positive_list, default="1000,10000,100000", help="item counts, comma-separated"
+    )
     parser.add_argument("--detector", default="lexical")
     parser.add_argument(
-        "--lang", default=None, help="val languages to draw from, comma-separated (default all)"
+        "--lang",
+        type=val_langs,
+        default=None,
+        help="val languages to draw from, comma-separated (default all)",
     )
     parser.add_argument("--workdir", type=Path, default=None, help="where to build items and runs (kept)")
     parser.add_argument(
         "--stack", action="store_true", help="measure `stack apply --items` of a stack fitted on val"
     )
     args = parser.parse_args()
-    try:
-        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    except ValueError:
-        parser.error(f"--sizes {args.sizes!r}: item counts, comma-separated, e.g. 1000,10000")
-    if not sizes or min(sizes) < 1:
-        parser.error(f"--sizes {args.sizes!r}: at least one item count, each 1 or more")
-    langs = args.lang.split(",") if args.lang else None
+    sizes = args.sizes
+    langs = args.lang
     work = args.workdir or Path(tempfile.mkdtemp(prefix="mushroom-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -148,7 +150,7 @@ def main() -> int:
         else "detect"
     )
     print(
-        f"{what}, detector {args.detector}, val items of {args.lang or 'every val language'}, work in {work}"
+        f"{what}, detector {args.detector}, val items of {','.join(langs) if langs else 'every val language'}, work in {work}"
     )
     model = fit_stack(args.detector, langs, work) if args.stack else None
     extra = f" {'members s':>10}" if args.stack else ""

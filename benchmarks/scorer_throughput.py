@@ -9,6 +9,7 @@ import argparse
 import time
 
 import numpy as np
+from _args import positive
 
 from mushroom.data.splits import load_split
 from mushroom.evaluation.metrics import item_cor, item_iou
@@ -16,8 +17,8 @@ from mushroom.evaluation.reference import reference_cor, reference_iou
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=positive, default=3)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     cases = []

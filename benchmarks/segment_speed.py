@@ -11,6 +11,8 @@ on 2 cores under load, against 0.024 s and 0.096 s after, with the same sentence
 import argparse
 import time
 
+from _args import positive_list
+
 from mushroom.text.segment import sentences
 
 SENTENCE = "Dr. J. R. Smith of the U.S. Army paid 3.5 million dollars in 1950, e.g. for the bridge. "
@@ -18,9 +20,11 @@ SENTENCE = "Dr. J. R. Smith of the U.S. Army paid 3.5 million dollars in 1950, e
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="50000,200000,620000", help="text lengths in characters")
+    parser.add_argument(
+        "--sizes", type=positive_list, default="50000,200000,620000", help="text lengths in characters"
+    )
     args = parser.parse_args()
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in args.sizes:
         text = (SENTENCE * (size // len(SENTENCE) + 1))[:size]
         start = time.perf_counter()
         found = sentences(text)

@@ -18,6 +18,8 @@ import threading
 import time
 from pathlib import Path
 
+from _args import positive, positive_list
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
@@ -85,12 +87,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", help="use this server instead of starting llama-cpp-python's")
     parser.add_argument("--model", default="smollm2", help="served model name (with --base-url)")
-    parser.add_argument("--requests", type=int, default=6)
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--levels", default="1,2,4")
-    parser.add_argument("--threads", type=int, default=1, help="server threads (started server only)")
+    parser.add_argument("--requests", type=positive, default=6)
+    parser.add_argument("--max-tokens", type=positive, default=32)
+    parser.add_argument("--levels", type=positive_list, default="1,2,4")
+    parser.add_argument("--threads", type=positive, default=1, help="server threads (started server only)")
     args = parser.parse_args()
-    levels = [int(x) for x in args.levels.split(",")]
+    levels = args.levels
 
     server = None
     if args.base_url:

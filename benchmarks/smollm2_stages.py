@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from _args import positive
 from rich.console import Console
 
 from mushroom.backends.rawlog import RawRecord
@@ -44,10 +45,10 @@ def share(n: int, d: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--limit", type=int, default=10)
+    ap.add_argument("--limit", type=positive, default=10)
     ap.add_argument("--base-url", default=None)
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--max-tokens", type=positive, default=128)
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--only", default=None, help="comma-separated variant names")
     args = ap.parse_args()

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _args import whole_list
 from rich.console import Console
 
 from mushroom.cli.tables import systems_table
@@ -149,7 +150,9 @@ def main() -> None:
     parser.add_argument("--floor-shrink", default=str(StackConfig().floor_shrink))
     parser.add_argument("--empty-rule", default="on", help="on, off, or on,off: the item-level empty rule")
     parser.add_argument("--model", default="blend", help="blend, trees, logistic, or several: blend,logistic")
-    parser.add_argument("--seeds", default="0", help="fold draws, e.g. 0,1,2: config lines per draw and mean")
+    parser.add_argument(
+        "--seeds", type=whole_list, default="0", help="fold draws, e.g. 0,1,2: config lines per draw and mean"
+    )
     args = parser.parse_args()
     # Without --work the member runs are removed when the script exits.
     scratch = None if args.work else tempfile.TemporaryDirectory(prefix="stack-val-")
@@ -180,7 +183,7 @@ def main() -> None:
         for s in args.source_shrink.split(",")
         for e in args.empty_rule.split(",")
     ]
-    seeds = [int(x) for x in args.seeds.split(",")]
+    seeds = args.seeds
     kinds = args.model.split(",")
     configs = [(kind, config) for kind in kinds for config in configs]
     results: dict[int, list[dict]] = {k: [] for k in range(len(configs))}

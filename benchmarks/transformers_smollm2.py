@@ -19,6 +19,7 @@ import os
 import tempfile
 import time
 
+from _args import positive
 from pydantic import ValidationError
 
 from mushroom.backends.base import BackendConfig, LoglikelihoodRequest, Message
@@ -37,10 +38,10 @@ def valid_json(text: str) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--limit", type=int, default=5)
-    ap.add_argument("--max-tokens", type=int, default=192)
+    ap.add_argument("--limit", type=positive, default=5)
+    ap.add_argument("--max-tokens", type=positive, default=192)
     ap.add_argument("--prompt", default="single_few_shot", help="prompt file of the llm detector")
-    ap.add_argument("--batch-size", type=int, default=5)
+    ap.add_argument("--batch-size", type=positive, default=5)
     ap.add_argument("--show", action="store_true", help="print every response")
     args = ap.parse_args()
 
