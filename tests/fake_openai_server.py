@@ -3,7 +3,8 @@
 Chat: the script maps a marker found in the last user message to a list of behaviours, one
 per call: ("ok", text), ("cut", text) (a reply cut off at max_tokens: finish_reason
 "length", usage its whole max_tokens), ("stopped", text) (finish_reason "length" after 5
-tokens: a server whose context the prompt filled), ("status", code) or ("status", code, body), ("sleep", seconds).
+tokens: a server whose context the prompt filled), ("status", code) or ("status", code, body), ("sleep", seconds), ("raw", bytes) (a 200 body sent
+as these bytes).
 The last behaviour repeats. A text (`default_text` too) may be a function of the prompt. `send_usage=False` leaves `usage` out of chat replies;
 `retry_after=None` sends scripted errors without a Retry-After header, as a real 500 comes.
 
@@ -17,6 +18,7 @@ Options that imitate real servers:
   `refuse_n`: HTTP 500 for n > 1, as llama.cpp's llama-server answers.
 - `models`: the ids `GET /v1/models` lists (default: one, "m").
 - `health_delay`: seconds `GET /health` takes to answer (404): a server whose front hangs too.
+- `reply_model`: the `model` a chat reply names (default: the one asked for, as vLLM answers).
 - `/v1/completions` with `echo` returns prompt log-probabilities over a word/punctuation
   tokenization (`token_logprob` gives a token's value, default -1.0); with
   `prompt_logprobs=False` it answers HTTP 500 as llama-cpp-python without `--logits_all`;
@@ -77,7 +79,9 @@ class FakeServer:
         send_usage: bool = True,
         retry_after: str | None = "0",
         health_delay: float = 0.0,
+        reply_model: str | None = None,
     ):
+        self.reply_model = reply_model
         self.health_delay = health_delay
         self.script = script
         self.send_usage = send_usage
@@ -108,8 +112,8 @@ class FakeServer:
             def log_message(self, *args):
                 pass
 
-            def _send(self, code: int, payload: str, extra_headers=()) -> None:
-                data = payload.encode()
+            def _send(self, code: int, payload: str | bytes, extra_headers=()) -> None:
+                data = payload if isinstance(payload, bytes) else payload.encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -181,6 +185,8 @@ class FakeServer:
                     action = ("ok", server.default_text)
                 if callable(action[-1]):  # a reply made from the prompt (a model that reads it)
                     action = (*action[:-1], action[-1](prompt))
+                if action[0] == "raw":
+                    return self._send(200, action[1])
                 if action[0] == "status":
                     payload = action[2] if len(action) > 2 else '{"error": "scripted"}'
                     headers = [] if server.retry_after is None else [("Retry-After", server.retry_after)]
@@ -193,7 +199,7 @@ class FakeServer:
                     }
                     for i in range(1 if server.ignore_n else body.get("n", 1))
                 ]
-                reply = {"choices": choices}
+                reply = {"model": server.reply_model or body.get("model"), "choices": choices}
                 if server.send_usage:
                     # cut: the whole budget; stopped: 5 tokens, as a server whose context was full
                     used = body.get("max_tokens", 16) * len(choices) if action[0] == "cut" else 5

@@ -69,7 +69,7 @@ from mushroom.backends.base import (
     by_text,
 )
 from mushroom.backends.config import OpenAIConfig
-from mushroom.backends.openai_schema import read_completion
+from mushroom.backends.openai_schema import read_body, read_completion
 from mushroom.backends.registry import register_backend
 from mushroom.backends.sockets import install as install_sockets
 from mushroom.backends.trips import forget_trip, remember_trip, tripped_before
@@ -499,6 +499,7 @@ class OpenAIBackend(Backend):
         self._echo_late: bool | None = None  # llama-cpp-python's echo bug, found on first use
         self._model_checked = False
         self._short_n_warned = False
+        self._warned: set[str] = set()
         self._one_choice = False  # the server refused n > 1: samples are asked for one at a time
 
     # ----------------------------------------------------------------- server facts
@@ -863,6 +864,30 @@ class OpenAIBackend(Backend):
             structured_output=gen.structured_output,
         )
 
+    def _warn_once(self, kind: str, message: str) -> None:
+        """Warns of `kind` once per backend: each reply of a batch would say it again."""
+        with self._lock:
+            if kind in self._warned:
+                return
+            self._warned.add(kind)
+        self.warn(message)
+
+    def _check_reply_model(self, data: Any) -> None:
+        """Warns when a reply names another model than the one asked for.
+
+        A router or a multi-model server may answer with a fallback model; the run's records
+        and report would name the model asked for. The model check before the run catches a
+        one-model server only.
+        """
+        replied = data.get("model") if isinstance(data, dict) else None
+        if isinstance(replied, str) and replied.strip() and not is_served(self.config.model, [replied]):
+            self._warn_once(
+                "model",
+                f"the server at {self.base_url} answered as model {one_line(replied, 80)!r}, not "
+                f"{self.config.model!r}, which the run's records name: check which model answers (some "
+                "servers name every reply by their own alias; --model_alias or --alias makes them agree)",
+            )
+
     def _warn_short_n(self, got: int, wanted: int) -> None:
         with self._lock:
             if self._short_n_warned:
@@ -901,13 +926,17 @@ class OpenAIBackend(Backend):
             status, text = result.status_code, result.text
             if status == 200:
                 try:
-                    gen = self.parse(result.json())
+                    data, mended = read_body(result.content)
                 except ValueError:  # a web page or a login in front of the server: say which
                     shown = " ".join(text.split())[:80]
                     return Generation(
                         error=f"{self.base_url}/chat/completions answered 200 with a body that is not JSON "
                         f"(it begins {shown!r}): is the URL the server's API (its port, /v1)?"
                     )
+                if mended:
+                    self._warn_once("mended", f"the server at {self.base_url} answered with {mended}")
+                self._check_reply_model(data)
+                gen = self.parse(data)
                 if req.json_schema is not None:
                     with self._lock:
                         if auto and self._form == form:

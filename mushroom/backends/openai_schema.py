@@ -12,6 +12,7 @@ read leniently (its integer entries), since a server that miscounts tokens still
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
@@ -82,3 +83,20 @@ def read_completion(data: Any) -> ChatCompletion | str:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the body"
         return f"server answered 200 with a malformed completion: {where}: {first['msg']}"
+
+
+def read_body(content: bytes) -> tuple[Any, str | None]:
+    """The JSON of a 200 body, and what had to be mended to read it (None: nothing).
+
+    A reply is kept where one can be read: a server that cuts a character's bytes at a token
+    boundary sends invalid UTF-8, and a model can write a raw control character (a NUL) inside
+    a JSON string. Read strictly, either lost the whole reply, and the first was said to be
+    "not JSON", which sent users to check their URL. The bad bytes become U+FFFD, which the
+    caller says. Raises ValueError for a body that is not JSON at all.
+    """
+    try:
+        text, mended = content.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        text = content.decode("utf-8", errors="replace")
+        mended = f"bytes that are not UTF-8 (the first at byte {exc.start} of the body), read as U+FFFD"
+    return json.loads(text, strict=False), mended

@@ -224,9 +224,15 @@ _CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def _escape_controls(text: str) -> str:
-    """Raw line breaks and tabs inside strings, escaped: strict JSON forbids them, models write them."""
+    """Raw control characters inside strings, escaped: strict JSON forbids them, models write them.
+
+    Mostly line breaks and tabs; a NUL or another C0 character (a server's or model's glitch)
+    lost the whole reply before.
+    """
     return "".join(
-        re.sub("[\n\r\t]", lambda m: _CONTROL[m.group()], piece) if is_string else piece
+        re.sub("[\x00-\x1f]", lambda m: _CONTROL.get(m.group(), f"\\u{ord(m.group()):04x}"), piece)
+        if is_string
+        else piece
         for is_string, piece in _strings_and_code(text)
     )
 
