@@ -1056,9 +1056,28 @@ class RunService:
         if baselines is not None:
             payload = {"per_lang": per_lang, "mark_all": {lang: r.to_dict() for lang, r in baselines.items()}}
         write_json(folder / "scores.json", payload)
-        (folder / "scores.md").write_text(markdown_table(rows), encoding="utf-8")
+        (folder / "scores.md").write_text(
+            markdown_table(rows) + self._failed_note(split, files), encoding="utf-8"
+        )
         self.reporter.table(Table(title, kind="scores", rows=rows))
         return rows
+
+    def _failed_note(self, split: str, files: dict[str, Path]) -> str:
+        """The line scores.md ends with when scored items failed (an --allow-failures run).
+
+        Their predictions are empty, so the table is not the model's score; the file is read
+        and shared without the terminal's warning, which said so alone.
+        """
+        failed = Counter(
+            lang for lang, _ in {(f.lang, f.id) for f in self.failures if f.split == split} if lang in files
+        )
+        if not failed:
+            return ""
+        where = ", ".join(f"{lang} {n}" for lang, n in sorted(failed.items()))
+        return (
+            f"\n{plural(sum(failed.values()), 'item')} failed and scored as empty predictions ({where}; "
+            "listed in the run's failures.jsonl): these scores are not the detector's alone.\n"
+        )
 
     def submit(self, files: list[Path], zip_path: Path) -> Path | None:
         """Zips submission files, unless items failed and failures are not allowed."""
