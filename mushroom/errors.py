@@ -241,6 +241,8 @@ UNREADABLE = "the model's reply could not be read"
 """In the error of an item whose every reply was prose where the prompt asks for spans."""
 NAMED_ELSEWHERE = "the reply named only text that is not in the answer"
 """In the error of an item whose every reply named spans the answer does not hold."""
+NO_P_YES = "gave no usable P(yes)"
+"""In the error of a pyes item whose model answered without a yes/no probability to read."""
 TOO_LONG = "longer than the server's context"
 """In the error of a request the server refused for its length: the same request fails again."""
 
@@ -264,6 +266,11 @@ def model_flag_as(form: str) -> Iterator[None]:
 # A client error: the same request is refused again. 408, 409, 425 and 429 are the server's
 # "not now", which the backend retries too (`openai_compat.RETRY_STATUS`).
 _REFUSED = re.compile(r"\bHTTP 4(?!08|09|25|29)\d\d\b")
+
+
+def refused_by_server(error: str) -> bool:
+    """Whether `error` holds a client error (HTTP 4xx but "not now"): a re-run as it is gets it again."""
+    return bool(_REFUSED.search(error))
 
 
 def retry_advice(errors: list[str], folder: str = "") -> str:
@@ -294,6 +301,12 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
             "replies from the cache: raise max_tokens (-o max_tokens=N) and run in a new folder"
         )
     unread = sum(UNREADABLE in e for e in errors)
+    no_score = sum(NO_P_YES in e for e in errors)
+    if errors and no_score == len(errors):
+        return (
+            "The model answered them without a P(yes) to read, and a re-run gets the same replies (the "
+            "cache keeps them; temperature 0 repeats them): mend what the error says, in a new folder"
+        )
     if errors and unread == len(errors):
         return (
             "The model answered them in no form the parser reads, and a re-run reads the same replies "
@@ -302,7 +315,7 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
     elsewhere = sum(NAMED_ELSEWHERE in e for e in errors)
     recorded = sum(RECORDED_CUT in e for e in errors)
     full = sum(CONTEXT_FULL in e for e in errors)
-    if errors and (cut - recorded) + full + unread + elsewhere == len(errors):
+    if errors and (cut - recorded) + full + unread + elsewhere + no_score == len(errors):
         # every reply came and is cached: "run the same command again" read them again, and
         # raising max_tokens in the same folder is refused as another config
         fixes = []
@@ -313,6 +326,8 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
                 f"raise the server's context length ({SERVER_CONTEXT_FLAGS}) or its reply limit for the "
                 f"{full} it stopped"
             )
+        if no_score:
+            fixes.append(f"mend what the error says for the {no_score} without a P(yes) to read")
         if unread + elsewhere:
             fixes.append(
                 f"try another prompt or model for the {unread + elsewhere} whose replies name no span "
@@ -338,7 +353,7 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
             "that was running may have crashed: see its log), or give its URL, then run the same "
             f"command again{f' with {folder}' if folder else ''}"
         )
-    refused = sum(bool(_REFUSED.search(e)) and TOO_LONG not in e for e in errors)
+    refused = sum(refused_by_server(e) and TOO_LONG not in e for e in errors)
     if errors and refused == len(errors):
         return (
             "The server refused the requests (an HTTP 4xx: the request, the model's name or the key "

@@ -931,3 +931,45 @@ def test_one_sample_cut_at_max_tokens_among_short_ones_is_not_said_stopped_by_th
     assert det._stopped_by_server(gen) is None
     short = Generation(texts=["a"], finish_reasons=["length"], usage={"completion_tokens": 5})
     assert det._stopped_by_server(short) == 5
+
+
+def test_scores_md_of_an_allow_failures_run_says_its_failed_items(tmp_path, capsys):
+    """scores.md is the file people share; it scored failed items as empty predictions unsaid."""
+    out = tmp_path / "run"
+    with FakeServer({"": [("status", 400, '{"error": "bad request"}')]}) as server:
+        code, _, err = cli(capsys, *llm_args(openai_backend(server.url), out, limit=2), "--allow-failures")
+    assert code == 0, err
+    table = (out / "scores.md").read_text()
+    assert "2 items failed and scored as empty predictions (en 2; listed in the run's failures.jsonl)" in table
+    with FakeServer({}) as server:  # a run without failures: no such line
+        code, _, err = cli(capsys, *llm_args(openai_backend(server.url), tmp_path / "ok", limit=2))
+    assert code == 0 and "failed" not in (tmp_path / "ok" / "scores.md").read_text(), err
+
+
+def test_requests_not_sent_after_refusals_are_not_said_to_be_retried_by_the_same_command(tmp_path, capsys):
+    """The breaker's rows said "the same command retries it" beside "a re-run as it is fails them again"."""
+    out = tmp_path / "run"
+    with FakeServer({"": [("status", 400, '{"error": "unknown field"}')]}, retry_after=None) as server:
+        code, _, err = cli(capsys, *llm_args(openai_backend(server.url), out, limit=6))
+    assert code != 0
+    rows = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    unsent = [r["error"] for r in rows if r["error"].startswith("not sent")]
+    assert unsent, rows
+    assert all("the same command retries it" not in e and "refused again" in e for e in unsent), unsent
+    assert "a re-run as it is fails them again" in " ".join(err.split())
+
+
+def test_pyes_against_a_server_without_logprobs_names_them_and_advises_no_plain_rerun(tmp_path, capsys):
+    """It said "no usable P(yes)" and "Run the same command again", which read the same replies."""
+    out = tmp_path / "run"
+    with FakeServer({}, default_text="Yes") as server:  # its chat replies carry no logprobs
+        model = {"kind": "openai", "base_url": server.url, "model": "m"}
+        code, _, err = cli(
+            capsys, "detect", "--lang", "en", "--limit", "2", "--detector", "pyes", "--out", out,
+            "-o", f"models=[{json.dumps(model)}]", "-o", "scoring=top_logprobs",
+        )  # fmt: skip
+    said = " ".join(err.split())
+    assert code != 0
+    errors = {f["error"] for f in _failures(out)}
+    assert len(errors) == 1 and "none of its replies carried log-probabilities" in errors.pop(), said
+    assert "Run the same command again" not in said and "a re-run gets the same replies" in said, said

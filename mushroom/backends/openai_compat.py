@@ -73,7 +73,7 @@ from mushroom.backends.openai_schema import read_body, read_completion
 from mushroom.backends.registry import register_backend
 from mushroom.backends.sockets import install as install_sockets
 from mushroom.backends.trips import forget_trip, remember_trip, tripped_before
-from mushroom.errors import MODEL_FLAG, NOT_SENT, SLOWER, TOO_LONG, MushroomError
+from mushroom.errors import MODEL_FLAG, NOT_SENT, SLOWER, TOO_LONG, MushroomError, refused_by_server
 from mushroom.util.words import one_line, plural
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -252,9 +252,14 @@ class CircuitBreaker:
                     failed = (
                         f"failed {plural(self._in_row, 'request')} again, as it did earlier in this command"
                     )
+                # a refusal (HTTP 4xx) comes again to the same request: "retries it" sent users round
+                again = (
+                    "mend what it says first: the same request is refused again"
+                    if refused_by_server(message)
+                    else "the same command retries it"
+                )
                 self._open = (
-                    f"{NOT_SENT}: the server at {self.url} {failed}; the last: {one_line(message)}; "
-                    "the same command retries it"
+                    f"{NOT_SENT}: the server at {self.url} {failed}; the last: {one_line(message)}; {again}"
                 )
         self._opened()
 

@@ -52,7 +52,7 @@ from mushroom.detectors.base import (
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
 from mushroom.detectors.prompts import load_prompt
-from mushroom.errors import NOT_SENT, MushroomError
+from mushroom.errors import NO_P_YES, NOT_SENT, MushroomError
 from mushroom.util.words import plural
 
 
@@ -152,7 +152,7 @@ def fit_stats(values: dict[str, list[float]], fitted_on: str = "") -> PYesCalibr
     models = {}
     for name, vals in values.items():
         if not vals:
-            raise MushroomError(f"pyes: model {name!r} gave no usable P(yes) on the calibration items")
+            raise MushroomError(f"pyes: model {name!r} {NO_P_YES} on the calibration items")
         arr = np.array(vals)
         models[name] = ModelStats(mean=float(arr.mean()), std=max(float(arr.std()), MIN_STD), n=len(vals))
     return PYesCalibration(models=models, fitted_on=fitted_on)
@@ -178,6 +178,7 @@ class RawScores:
     not_sent: np.ndarray  # per piece
     sent_failed: np.ndarray  # per piece
     errored: np.ndarray  # per (piece, model): a call failed, so its NaN is no unusable answer
+    bare: np.ndarray  # per (piece, model): the reply carried no log-probabilities at all
 
     @classmethod
     def empty(cls, pieces: list[list], models: int) -> RawScores:
@@ -188,6 +189,7 @@ class RawScores:
             [None] * n,
             np.zeros(n, dtype=int),
             np.zeros(n, dtype=int),
+            np.zeros((n, models), dtype=bool),
             np.zeros((n, models), dtype=bool),
         )
 
@@ -321,6 +323,7 @@ class PYesDetector(Detector):
                     value = p_yes(gen, self.options.yes_words, self.options.no_words)
                     if value is None:
                         self.unusable += 1
+                        raw.bare[r, m] = not (gen.logprobs and gen.logprobs[0])
                     else:
                         scores[r, m] = value
                 continue
@@ -345,13 +348,26 @@ class PYesDetector(Detector):
         self, items: list[Item], contexts: dict[str, list[Context]], fitted_on: str = ""
     ) -> PYesCalibration:
         """Estimates each model's P(yes) mean and std on these items and keeps it."""
-        scores = self.raw_scores(items, contexts).scores
-        self.calibration = self._fit(scores, fitted_on)
+        raw = self.raw_scores(items, contexts)
+        self.calibration = self._fit(raw.scores, fitted_on, raw.bare)
         return self.calibration
 
-    def _fit(self, scores: np.ndarray, fitted_on: str) -> PYesCalibration:
+    def _fit(self, scores: np.ndarray, fitted_on: str, bare: np.ndarray | None = None) -> PYesCalibration:
         keys = [self.model_key(c, k) for k, c in enumerate(self.options.models)]
         values = {key: [v for v in scores[:, m] if not np.isnan(v)] for m, key in enumerate(keys)}
+        for m, key in enumerate(keys):
+            if not values[key] and bare is not None and bare[:, m].any():
+                # "no usable P(yes)" alone sent users to re-run, which reads the same replies
+                raise MushroomError(
+                    f"pyes: model {key!r} {NO_P_YES} on the calibration items: "
+                    + (
+                        "none of its replies carried log-probabilities (the server ignores `logprobs`; "
+                        "-o scoring=loglikelihood scores through /completions instead)"
+                        if bare[:, m].all()
+                        else "its replies' top log-probabilities held no yes or no word (see yes_words, "
+                        "no_words, top_logprobs)"
+                    )
+                )
         calibration = fit_stats(values, fitted_on)
         for name in collapsed_models(calibration):
             self.warnings.append(
@@ -371,6 +387,7 @@ class PYesDetector(Detector):
         emit: Emit,
         counts: list[dict[str, int]],
         own_errors: list[str | None],
+        bare: np.ndarray | None = None,
     ) -> PYesCalibration | None:
         """The statistics for these items: given, kept from an earlier batch or run, or estimated.
 
@@ -397,7 +414,7 @@ class PYesDetector(Detector):
         if key not in self._fitted:
             try:
                 fitted = self._fit(
-                    scores, f"transductive: {plural(len(items), lang + ' item')} being detected"
+                    scores, f"transductive: {plural(len(items), lang + ' item')} being detected", bare
                 )
             except MushroomError as exc:
                 reason = next((e for e in errors if e is not None), None) or str(exc)
@@ -439,7 +456,13 @@ class PYesDetector(Detector):
             lang_errors = [errors[r] for r in picked]
             own = [next((e for e in errors[rows[k]] if e is not None), None) for k in ks]
             calibration = self._language_calibration(
-                [items[k] for k in ks], scores[picked], lang_errors, emit, [counts[k] for k in ks], own
+                [items[k] for k in ks],
+                scores[picked],
+                lang_errors,
+                emit,
+                [counts[k] for k in ks],
+                own,
+                raw.bare[picked],
             )
             if calibration is None:  # its items were emitted as failed
                 continue
