@@ -618,18 +618,22 @@ def _detect(
 
     rows: list[Item] = []
     contexts: dict[str, list[Context]] = {}
+    first: dict[str, str] = {}  # id -> how the first item holding it got it
     for k, entry in enumerate(items, start=start):
         try:
             item, ctx = _item(k, entry, lang)
         except (TypeError, ValueError) as exc:
             raise _with_id(exc, k, entry) from None
+        # an id made for an item without one ("item-0") is no id "given": say whose it is
+        made = isinstance(entry, dict) and records.left_out(entry.get("id"))
+        whose = f"item {k}" + (" (made for it: it gives no id)" if made else "")
+        if item.id in first:
+            raise ValueError(
+                f"items need distinct ids: {item.id!r} is the id of {first[item.id]} and of {whose}"
+            )
+        first[item.id] = whose
         rows.append(item)
         contexts[item.id] = ctx
-    seen_ids: set[str] = set()
-    for it in rows:
-        if it.id in seen_ids:
-            raise ValueError(f"items need distinct ids: {it.id!r} is given twice")
-        seen_ids.add(it.id)
     for code in sorted({it.lang for it in rows} - set(LANGUAGES)):
         warnings.warn(
             f"language {code!r}{unknown_language_hint(code)} is not one mushroom knows "

@@ -211,6 +211,7 @@ def _rows(records: Iterable[Any], what: str, texts: dict[str, str] | None = None
     `texts` gets the answer text a prediction carries (`mushroom.Prediction.text`, or a
     row's `text` or `model_output_text`), by id, for `_text_warning`.
     """
+    from mushroom.api import Prediction as PublicPrediction
     from mushroom.data.records import Item, Prediction, left_out
 
     rows = []
@@ -220,9 +221,12 @@ def _rows(records: Iterable[Any], what: str, texts: dict[str, str] | None = None
             texts[carried[0]] = carried[1]
         if isinstance(rec, Prediction) and what == "predictions":
             row = rec.submission_dict()
-            # a label left out is derived from the other, as in a file; submission_dict writes
-            # both, and a soft-only prediction scored IoU 0.04 instead of 0.38 (an audit)
-            row = {key: v for key, v in row.items() if key == "id" or key in rec.model_fields_set}
+            # a label left out is derived from the other, as in a file. `mushroom.Prediction`
+            # derives it as the scorer does, so both are written: written as given, a mix of
+            # soft-only and hard-only records was warned of as a file the official scorer
+            # fails on. A plain record leaves it [] (a soft-only one scored IoU 0.04, not 0.38).
+            if not isinstance(rec, PublicPrediction):
+                row = {key: v for key, v in row.items() if key == "id" or key in rec.model_fields_set}
         elif isinstance(rec, Item) and what == "gold":
             row = rec.model_dump(mode="json", exclude_none=True)
         elif isinstance(rec, dict):

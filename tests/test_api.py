@@ -637,3 +637,18 @@ def test_a_prediction_of_overlapping_hard_spans_writes_a_line_check_accepts(tmp_
     line.write_text(_json.dumps(pred.submission_dict()) + "\n")
     code, _, err = cli(capsys, "check", line, "--items", VAL_EN, "--partial")
     assert code == 0 and "overlaps an earlier soft span" not in err, err
+
+
+def test_two_items_with_one_id_are_named_and_a_made_id_is_said_to_be_made():
+    """It said "'item-0' is given twice" of an id the caller never gave (made for item 0)."""
+    made = [
+        {"answer": "Paris is in Spain.", "contexts": ["x"]},
+        {"answer": "Rome.", "contexts": ["x"], "id": "item-0"},
+    ]
+    with pytest.raises(
+        ValueError, match=r"'item-0' is the id of item 0 \(made for it: it gives no id\) and of item 1"
+    ):
+        mushroom.detect_batch(made, method="lexical")
+    given = [{"answer": "a", "contexts": ["x"], "id": "q"}, {"answer": "b", "contexts": ["x"], "id": "q"}]
+    with pytest.raises(ValueError, match=r"'q' is the id of item 0 and of item 1$"):
+        mushroom.detect_batch(given, method="lexical")

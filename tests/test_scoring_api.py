@@ -207,3 +207,22 @@ def test_a_refused_assignment_or_a_copy_leaves_no_label_derived_from_the_refused
     assert copy.hard_labels == [(0, 5)] and pred.hard_labels == [(32, 38)]
     with pytest.raises(ValueError, match="not inside the text"):
         pred.model_copy(update={"hard_labels": [[0, 500]]})
+
+
+def test_soft_only_and_hard_only_predictions_mixed_score_without_a_file_warning():
+    """Each mushroom.Prediction holds both kinds; written as given, the mix was warned of as a
+    file "the official scorer fails on", which the user never wrote."""
+    rows = [p.submission_dict() for p in _preds()]
+    mixed = [
+        mushroom.Prediction(
+            id=r["id"], **({"soft_labels": r["soft_labels"]} if k % 2 else {"hard_labels": r["hard_labels"]})
+        )
+        for k, r in enumerate(rows)
+    ]
+    as_dicts = [p.submission_dict() for p in mixed]  # both kinds, as a file of them holds
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = mushroom.score(GOLD_ROWS, mixed)
+    assert not [str(w.message) for w in caught if w.category is RuntimeWarning] and not result.warnings
+    expected = mushroom.score(GOLD_ROWS, as_dicts)
+    assert (result.mean_iou, result.mean_cor) == (expected.mean_iou, expected.mean_cor)
