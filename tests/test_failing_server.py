@@ -940,7 +940,9 @@ def test_scores_md_of_an_allow_failures_run_says_its_failed_items(tmp_path, caps
         code, _, err = cli(capsys, *llm_args(openai_backend(server.url), out, limit=2), "--allow-failures")
     assert code == 0, err
     table = (out / "scores.md").read_text()
-    assert "2 items failed and scored as empty predictions (en 2; listed in the run's failures.jsonl)" in table
+    assert (
+        "2 items failed and scored as empty predictions (en 2; listed in the run's failures.jsonl)" in table
+    )
     with FakeServer({}) as server:  # a run without failures: no such line
         code, _, err = cli(capsys, *llm_args(openai_backend(server.url), tmp_path / "ok", limit=2))
     assert code == 0 and "failed" not in (tmp_path / "ok" / "scores.md").read_text(), err
