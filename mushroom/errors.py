@@ -163,6 +163,7 @@ class DataError(MushroomError):
                 came from the command line, where "in input" sends a user looking for a bad file.
         """
         self.problems = problems
+        self.source = source
         if exit_code is not None:
             self.exit_code = exit_code
         shown = "\n".join(f"  {p}" for p in problems[:max_shown])

@@ -227,8 +227,8 @@ def test_a_run_configs_unknown_language_or_split_names_the_file_and_field(tmp_pa
     with pytest.raises(DataError) as err:
         load_run_config(path)
     said = str(err.value)
-    assert f"{path}: field 'langs.1': unknown language 'xx'" in said
-    assert f"{path}: field 'splits.0': unknown split 'vall'; did you mean 'val'?" in said
+    assert f"{path}:2: field 'langs.1': unknown language 'xx'" in said
+    assert f"{path}:3: field 'splits.0': unknown split 'vall'; did you mean 'val'?" in said
     # a config has no --split: the data folder's name is told the split to write
     path.write_text('name = "x"\nlangs = ["en"]\nsplits = ["test-unlabeled"]\n[detector]\nname = "lexical"\n')
     with pytest.raises(DataError, match="test-unlabeled/ is the folder of the 'test' split; give 'test'"):

@@ -120,7 +120,7 @@ def test_the_files_contexts_are_checked_with_their_key_and_a_flag_wins_over_them
     )
     code, _, err = cli(capsys, "main-job", "--config", path, "--out", tmp_path / "a")
     said = " ".join(err.split())
-    assert code == 2 and f"{path}: field 'contexts.0': no context file for source 'tavily5'" in said, said
+    assert code == 2 and f"{path}:4: field 'contexts.0': no context file for source 'tavily5'" in said, said
     assert "available: deepseek-r1" in said and not (tmp_path / "a").exists()
     out = tmp_path / "b"
     code, _, err = cli(
@@ -343,9 +343,11 @@ def test_what_only_building_the_detector_finds_names_the_file_and_table(tmp_path
     with pytest.raises(DataError) as err:
         load_run_config(path)
     said = str(err.value)
-    assert f"{path}: field 'variants.mine.options': prompt 'mine' ({prompt}) has no {{{{answer}}}}" in said, (
-        said
-    )
+    # said of the variant's prompt key, on its line (its inline table's)
+    assert (
+        f"{path}:9: field 'variants.mine.options.prompt': prompt 'mine' ({prompt}) has no {{{{answer}}}}"
+        in said
+    ), said
     twice = 'name = "x"\nlangs = ["en", "EN"]\ncontexts = ["gen", "gen"]\n[detector]\nname = "lexical"\n'
     twice += '[[variants]]\nname = "a"\n[[variants]]\nname = "A"\n'
     with pytest.raises(DataError) as err:

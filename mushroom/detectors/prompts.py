@@ -37,6 +37,14 @@ STAGE_PROMPTS = {
 }
 
 
+class PromptError(MushroomError):
+    """A prompt file that cannot serve its stage; `path` is the file, for a config to name its key."""
+
+    def __init__(self, message: str, path: str | None):
+        super().__init__(message)
+        self.path = path
+
+
 @dataclass(frozen=True)
 class PromptTemplate:
     """A loaded template: name, sha256 of its text, and its sections."""
@@ -74,21 +82,24 @@ class PromptTemplate:
         single = sorted({m for m in _SINGLE_BRACES.findall(text) if m in known} - self.placeholders)
         for name in (lopsided or single)[:1]:
             shape = "unmatched braces" if lopsided else "single braces"
-            raise MushroomError(
+            raise PromptError(
                 f"prompt {self.label}: its {name} has {shape}, so it is sent as it is and the model "
-                f"never sees the {name}: write {{{{{name}}}}}"
+                f"never sees the {name}: write {{{{{name}}}}}",
+                self.path,
             )
         unknown = sorted(self.placeholders - known)
         if unknown:
             first = unknown[0]
-            raise MushroomError(
+            raise PromptError(
                 f"prompt {self.label}: {{{{{first}}}}} is no placeholder of this prompt"
                 f"{did_you_mean(first.lower(), known)}; its placeholders are "
-                + ", ".join(f"{{{{{k}}}}}" for k in sorted(known))
+                + ", ".join(f"{{{{{k}}}}}" for k in sorted(known)),
+                self.path,
             )
         for name in sorted(set(required) - self.placeholders):
-            raise MushroomError(
-                f"prompt {self.label} has no {{{{{name}}}}}: the model would never see the {name}"
+            raise PromptError(
+                f"prompt {self.label} has no {{{{{name}}}}}: the model would never see the {name}",
+                self.path,
             )
 
     def check_not_of_another_stage(self, stage: str, own: Iterable[str]) -> None:
@@ -190,7 +201,7 @@ def load_prompt(name_or_path: str, own: Iterable[str] | None = None) -> PromptTe
     sections = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
     if "user" not in sections:
         if len(parts) > 1:
-            raise MushroomError(f"{path}: has sections but no '=== user ===' section")
+            raise PromptError(f"{path}: has sections but no '=== user ===' section", str(path))
         sections = {"user": text.strip()}
     return PromptTemplate(
         name=path.stem,

@@ -29,8 +29,10 @@ from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.jsonl import refuse_irregular
 from mushroom.data.languages import language_code
 from mushroom.data.splits import LABELLED_SPLITS, load_split, same_items, workspace
+from mushroom.detectors.prompts import PromptError
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean, model_flag_as
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
+from mushroom.util.config_lines import with_lines
 from mushroom.util.names import valid_name
 from mushroom.util.options import error_message, field_errors, given_value, merge_options
 from mushroom.util.words import plural
@@ -349,7 +351,14 @@ def _invalid(
 
 
 def load_run_config(path: Path) -> RunConfig:
-    """Reads and validates a config; errors name the file and the offending key."""
+    """Reads and validates a config; errors name the file, the offending key and its line."""
+    try:
+        return _load_run_config(path)
+    except DataError as exc:
+        raise with_lines(path, exc) from None
+
+
+def _load_run_config(path: Path) -> RunConfig:
     data = read_config_file(path)
     if data.get("job") == MAIN_JOB:
         raise DataError(
@@ -478,9 +487,23 @@ def _detector_problems(
             cls(cls.Options.model_validate(given))
         except DataError as exc:  # a file the detector reads (a prompt), with its own place
             problems += exc.problems
+        except PromptError as exc:  # said of `options` alone, the user looked for the prompt's key
+            problems.append(Problem(str(path), None, _prompt_key(where, given, exc.path), str(exc)))
         except MushroomError as exc:
             problems.append(Problem(str(path), None, where, str(exc)))
     return problems
+
+
+def _prompt_key(where: str, options: dict[str, Any], prompt_path: str | None) -> str:
+    """The key of `options` (`prompt`, `verify_prompt`) that names the prompt file at `prompt_path`."""
+    from mushroom.detectors.prompts import find_prompt
+
+    for name, value in options.items():
+        if (name == "prompt" or name.endswith("_prompt")) and isinstance(value, str):
+            found = find_prompt(value)
+            if found is not None and prompt_path is not None and str(found) == prompt_path:
+                return f"{where}.{name}"
+    return where
 
 
 def _source_problems(
@@ -622,12 +645,19 @@ def _option_problems(
 
 
 def load_main_job_config(path: Path) -> MainJobConfig:
-    """Reads and validates a main-job config; errors name the file and the key.
+    """Reads and validates a main-job config; errors name the file, the key and its line.
 
     Beyond the keys' types: every member is a detector, every `options` table is a
     member's and holds that detector's options (checked by the detector's own model, so a
     misspelt option names the close one), and every language is a Mu-SHROOM one.
     """
+    try:
+        return _load_main_job_config(path)
+    except DataError as exc:
+        raise with_lines(path, exc) from None
+
+
+def _load_main_job_config(path: Path) -> MainJobConfig:
     from mushroom.detectors import detector_class
 
     data = read_config_file(path)
@@ -679,7 +709,7 @@ def check_config_sources(
     """
     problems = _source_problems(path, splits, langs, sources, key, split_key=None)
     if problems:
-        raise DataError(problems, exit_code=2)
+        raise with_lines(path, DataError(problems, exit_code=2))
 
 
 def _lang_problems(path: Path, langs: list[str] | None) -> list[Problem]:
