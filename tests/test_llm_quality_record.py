@@ -142,7 +142,11 @@ def test_the_benchmark_replays_with_no_model(tmp_path):
 
 def _script():
     import importlib.util
+    import sys
 
+    # the script imports its sibling `_args`, as `python benchmarks/llm_quality.py` finds it
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location("llm_quality", ROOT / "benchmarks" / "llm_quality.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

@@ -66,7 +66,8 @@ def test_a_failed_rerun_leaves_no_scores_of_the_pass_before(tmp_path):
     proc = mushroom(*detect_args(out, closed_port_url(), "val", "--allow-failures"))
     assert proc.returncode == 0 and (out / "scores.json").is_file(), proc.stdout + proc.stderr
     # a run with no mark-all baseline had an empty column for it in scores.md
-    head, _, row = (out / "scores.md").read_text().splitlines()
+    head, _, row, _, failed = (out / "scores.md").read_text().splitlines()
+    assert failed.startswith("5 items failed and scored as empty predictions (en 5;"), failed
     assert "mark-all" not in head and head.count("|") == row.count("|") and " |  |" not in row
     # scoring that run says its scores hold failed items written empty, not the method's output
     proc = mushroom("score", str(VAL_EN), str(out))
