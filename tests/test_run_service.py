@@ -1211,7 +1211,12 @@ def test_two_variant_tables_made_in_the_same_second_get_files_of_their_own(tmp_p
 
     first, second = _new_stem(tmp_path, "variants-v-1"), _new_stem(tmp_path, "variants-v-1")
     assert first.name == "variants-v-1" and second.name == "variants-v-1-2"
-    assert first.with_suffix(".md").exists() and second.with_suffix(".md").exists()
+    assert (tmp_path / "variants-v-1.md").exists() and (tmp_path / "variants-v-1-2.md").exists()
+    # a run named with a dot (qwen2.5): every stem was cut to one `variants-qwen2.md`, and the
+    # second run raised "999 tables" after all its variants had run
+    one, two = _new_stem(tmp_path, "variants-qwen2.5-1"), _new_stem(tmp_path, "variants-qwen2.5-2")
+    assert (one.name, two.name) == ("variants-qwen2.5-1", "variants-qwen2.5-2")
+    assert (tmp_path / "variants-qwen2.5-1.md").exists() and (tmp_path / "variants-qwen2.5-2.md").exists()
 
 
 def test_a_config_says_what_its_variants_list_does(tmp_path, capsys):

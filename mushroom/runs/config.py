@@ -894,12 +894,17 @@ def compare_variants(
     folder.mkdir(parents=True, exist_ok=True)
     stem = _new_stem(folder, f"variants-{name}-{timestamp()}")
     run_folder = os.path.commonpath([str(r.path) for r in scored])
-    stem.with_suffix(".md").write_text(
+    _suffixed(stem, ".md").write_text(
         f"# {name}: prompt variants on val\n\nFrom the run {run_folder}.\n\n" + rows_markdown(rows, COLUMNS)
     )
-    stem.with_suffix(".csv").write_text(rows_csv(rows, COLUMNS))
+    _suffixed(stem, ".csv").write_text(rows_csv(rows, COLUMNS))
     reporter.message(f"wrote {stem}.md and .csv")
-    return {"markdown": str(stem.with_suffix(".md")), "csv": str(stem.with_suffix(".csv"))}
+    return {"markdown": str(_suffixed(stem, ".md")), "csv": str(_suffixed(stem, ".csv"))}
+
+
+def _suffixed(stem: Path, suffix: str) -> Path:
+    """`stem` with `suffix` added: `with_suffix` cut a run named `qwen2.5` to `variants-qwen2.md`."""
+    return stem.parent / (stem.name + suffix)
 
 
 def _new_stem(folder: Path, base: str) -> Path:
@@ -907,7 +912,7 @@ def _new_stem(folder: Path, base: str) -> Path:
     for k in range(1, 1000):
         stem = folder / (base if k == 1 else f"{base}-{k}")
         try:
-            stem.with_suffix(".md").open("x").close()  # claimed: a run beside this one takes the next
+            _suffixed(stem, ".md").open("x").close()  # claimed: a run beside this one takes the next
         except FileExistsError:
             continue
         return stem
