@@ -332,6 +332,13 @@ def test_a_reply_with_no_finish_reason_or_token_count_whose_json_was_left_open_i
     assert set(failures) == {first[0]["id"], first[1]["id"]}, failures
     assert "cut off at max_tokens" in failures[first[0]["id"]]
     assert "content filter stopped the reply" in failures[first[1]["id"]]
+    # the filter's stop is counted and warned of as its own: it was a max_tokens cut-off, and
+    # the warning said "raise max_tokens" of it (a review)
+    said = " ".join(err.split())
+    assert "1 of 3 LLM responses used their whole max_tokens budget" in said, said
+    assert "1 of 3 LLM responses were stopped by the server's content filter" in said, said
+    stats = json.loads((out / "summary.json").read_text())["stats"]
+    assert (stats["llm.truncated"], stats["llm.content_filtered"]) == (1, 1), stats
 
 
 def test_a_reply_of_reasoning_alone_is_an_empty_reply_that_a_re_run_asks_again(tmp_path, capsys):

@@ -171,14 +171,14 @@ class LLMDetector(GeneratingDetector):
             return None
         return tokens if tokens < self.options.max_tokens / 2 else None
 
-    def _cut_error(self, gen: Generation) -> str:
-        """Why a reply stopped for length before it named a span, and what to raise.
+    def _cut_error(self, gen: Generation, said: str | None) -> str:
+        """Why a reply (`said`: its own finish reason) stopped before it named a span, and what to raise.
 
         A reply of 5 tokens against max_tokens 1024 was told to raise max_tokens; it stopped
         because the prompt filled the server's context, which max_tokens does not change.
         """
         max_tokens = self.options.max_tokens
-        if "content_filter" in gen.finish_reasons:
+        if said == "content_filter":  # this sample's: another's filter stop is not this one's cut
             return (
                 "the server's content filter stopped the reply before it named a span: it stops the "
                 "same request again; try another model, or the server without its filter"
@@ -285,7 +285,9 @@ class LLMDetector(GeneratingDetector):
                     # replay file): a reply whose JSON the parser had to close was cut off, as the
                     # chain reads it. `{"incorrect_spans": [` read as "nothing wrong" (an audit).
                     cut = "truncated" in result.repairs
-                if cut:  # at max_tokens, or by the server far below it (its context was full)
+                if said == "content_filter":  # no length at all: "raise max_tokens" was wrong advice
+                    stats["llm.content_filtered"] += 1
+                elif cut:  # at max_tokens, or by the server far below it (its context was full)
                     stats["llm.stopped_by_server" if by_server else "llm.truncated"] += 1
                 stats.update({f"llm.{k}": v for k, v in result.counts().items()})
                 # cut off with no span named: no vote, even after a whole `{"incorrect_spans": []}`
@@ -306,7 +308,7 @@ class LLMDetector(GeneratingDetector):
                     # the reply stopped before it placed a span: no vote for "nothing wrong";
                     # with no other reply to go by, the item failed
                     stats["llm.cut_before_any_span"] += 1
-                    unread.append(self._cut_error(gen))
+                    unread.append(self._cut_error(gen, said))
                     continue
                 if not result.parsed:
                     # prose where the prompt asks for spans ("I'm sorry, I can't help"): no vote

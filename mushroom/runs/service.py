@@ -180,6 +180,7 @@ _UNUSABLE = (
         "chain.replies",
         "chain responses used their whole max_tokens budget and were cut off",
     ),
+    ("llm.content_filtered", "llm.replies", "LLM responses were stopped by the server's content filter"),
 )
 _CUT = " (the repair parser closed what it could): raise max_tokens, or the model is repeating itself"
 _UNCHECKED = ": nothing checked them, so they are left unverifiable (the chain's unverifiable_probability)"
@@ -190,6 +191,10 @@ _MEANING = {
         f"length ({SERVER_CONTEXT_FLAGS}), not max_tokens"
     ),
     "chain.truncated": _CUT,
+    "llm.content_filtered": (
+        ": the filter stops the same request again, so max_tokens does not help; try another model, or "
+        "the server without its filter"
+    ),
     "chain.no_claims": _UNCHECKED,
     "chain.claims_unjudged": _UNCHECKED,
 }
