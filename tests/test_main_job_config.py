@@ -112,7 +112,9 @@ def test_main_job_refuses_a_bad_config_before_it_makes_a_folder(tmp_path, capsys
     assert not any((tmp_path / name).exists() for name in "abc")
 
 
-def test_the_files_contexts_are_checked_with_their_key_and_a_flag_wins_over_them(tmp_path, capsys):
+def test_the_files_contexts_are_checked_with_their_key_and_a_flag_wins_over_them(
+    tmp_path, capsys, monkeypatch
+):
     """--contexts on the command line never won over the file's: the flag was read as not given
     (typer's own click), and the file's sources ran."""
     path = _write(
@@ -153,6 +155,15 @@ def test_the_files_contexts_are_checked_with_their_key_and_a_flag_wins_over_them
         load_run_config(run)
     said = str(caught.value)
     assert said.count("split folder not found") == 1 and "field 'splits.0'" in said, said
+    # a config that names no splits runs on val by default: its missing folder is no `splits.0`,
+    # and `run` takes no --items (a review)
+    run.write_text('name = "x"\nlangs = ["en"]\ncontexts = ["a"]\n[detector]\nname = "lexical"\n')
+    monkeypatch.setattr("mushroom.data.splits.DEFAULT_DATA_DIR", tmp_path / "nodata")
+    with pytest.raises(DataError) as caught:
+        load_run_config(run)
+    (problem,) = caught.value.problems
+    assert problem.field is None and "split folder not found" in problem.message, problem
+    assert "--items" not in problem.message and "MUSHROOM_DATA_DIR" in problem.message, problem
 
 
 def test_advice_to_set_an_option_is_written_as_a_run_config_takes_it():
@@ -166,6 +177,13 @@ def test_advice_to_set_an_option_is_written_as_a_run_config_takes_it():
         "raise max_tokens (max_tokens = N under [detector.options] in the config) for the 3 cut off at it; "
         "or timeout_s = 60 under [detector.options.backend] in the config"
     )
+    # a word is written as the TOML string it is: `structured_output = json_object` is refused
+    said = config_form("give -o backend.structured_output=json_object, or none, in a new --out folder")
+    line = said.split("give ")[1].split(" under")[0]
+    assert line == 'structured_output = "json_object"', said
+    import tomllib
+
+    assert tomllib.loads(line) == {"structured_output": "json_object"}
 
 
 def _sent(out: Path) -> set[tuple[str, str]]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from mushroom.data.jsonl import iter_json_lines, load_records, refuse_irregular
 from mushroom.data.records import Context, ContextRecord, Item
-from mushroom.data.splits import IN_CHECKOUT, PROJECT_ROOT, SPLIT_TAGS
+from mushroom.data.splits import IN_CHECKOUT, OR_ITEMS, PROJECT_ROOT, SPLIT_TAGS
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.names import name_problem
 from mushroom.util.registry import Part, Registry
@@ -267,7 +267,8 @@ _OWN_WITH_ITEMS = "give your own with `--items ITEMS.jsonl --contexts FILE.jsonl
 def without_items_advice(message: str) -> str:
     """A source error's message without the `--items` advice, for a command that has no --items."""
     return (
-        message.replace(_FILES_WITH_ITEMS, "")
+        message.replace(OR_ITEMS, "")
+        .replace(_FILES_WITH_ITEMS, "")
         .replace(f", or {_OWN_WITH_ITEMS}", "")
         .replace(f"{_OWN_WITH_ITEMS}, or make", "make")
     )

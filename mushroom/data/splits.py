@@ -77,6 +77,10 @@ def same_items(split: str, other: str) -> bool:
 _FILE_RE = re.compile(r"^mushroom\.([a-z]{2})-(val|tst|train)[^/]*\.jsonl$")
 
 
+OR_ITEMS = ", or pass --items FILE"
+"""Ends the advice of a missing split folder; a command without --items (`run`) leaves it out."""
+
+
 def split_files(split: str, data_dir: Path | None = None) -> dict[str, Path]:
     """Language code -> file for a split, found by the official naming pattern."""
     if split not in SPLIT_DIRS:
@@ -91,7 +95,7 @@ def split_files(split: str, data_dir: Path | None = None) -> dict[str, Path]:
             )
         raise MushroomError(
             f"split folder not found: {folder} (set MUSHROOM_DATA_DIR to the folder holding val/ and "
-            "test-unlabeled/, or pass --items FILE)"
+            f"test-unlabeled/{OR_ITEMS})"
         )
     found: dict[str, Path] = {}
     for path in sorted(folder.glob("*.jsonl")):

@@ -409,7 +409,9 @@ def _load_run_config(path: Path) -> RunConfig:
         raise DataError(problems, exit_code=2)
     if cfg.langs is not None:
         cfg.langs = [language_code(lang) for lang in cfg.langs]  # as --lang takes it
-    problems = _source_problems(path, cfg.splits, cfg.langs, cfg.contexts)
+    problems = _source_problems(
+        path, cfg.splits, cfg.langs, cfg.contexts, splits_given="splits" in cfg.model_fields_set
+    )
     if problems:
         raise DataError(problems, exit_code=2)
     return cfg
@@ -513,11 +515,13 @@ def _source_problems(
     sources: list[str],
     key: str = "contexts",
     split_key: str | None = "splits",
+    splits_given: bool = True,
 ) -> list[Problem]:
     """A context source of the config that has no file for a language of a split it runs on.
 
     Said with the file and the key (`contexts.0`), as the config's other mistakes are; the
-    run would stop on it too, naming only the source.
+    run would stop on it too, naming only the source. A split folder that is missing is said
+    of `splits.N` where the file names its splits, else of the file (the default split).
     """
     from mushroom.data.contexts import check_source, without_items_advice
     from mushroom.data.splits import split_files
@@ -530,7 +534,8 @@ def _source_problems(
         except MushroomError as exc:  # said once, of the split: it was said of each source
             if split_key is None:  # the config names no splits: the data folder is at fault
                 raise
-            problems.append(Problem(str(path), None, f"{split_key}.{j}", str(exc)))
+            field = f"{split_key}.{j}" if splits_given else None  # `splits.0` blamed a key not written
+            problems.append(Problem(str(path), None, field, without_items_advice(str(exc))))
     for k, named in enumerate(sources):
         for split in (split for split in splits if split in has):
             try:

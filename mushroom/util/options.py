@@ -88,7 +88,12 @@ def config_form(text: str) -> str:
 
     def keyed(match: re.Match) -> str:
         *groups, leaf = match.group(1).split(".")
-        return f"{leaf} = {match.group(2)} under [{'.'.join(['detector.options', *groups])}] in the config"
+        value = match.group(2)
+        # a word is a TOML string: `structured_output = json_object` is a line tomllib refuses;
+        # numbers, true/false, lists and placeholders (N, NAME) stay as written
+        if re.fullmatch(r"[a-z][a-z0-9_-]*", value) and value not in ("true", "false"):
+            value = f'"{value}"'
+        return f"{leaf} = {value} under [{'.'.join(['detector.options', *groups])}] in the config"
 
     return re.sub(r"(?<![\w.])-o ([a-z_]+(?:\.[a-z_]+)*)=([^\s),;]+)", keyed, text)
 
