@@ -93,3 +93,45 @@ def test_a_variant_is_found_by_its_name_as_problems_name_it():
     assert toml_key_lines(RUN)["variants.b.options"] == 22
     yaml = "variants:\n  - name: a\n  - name: b\n    options:\n      prompt: x\n"
     assert yaml_key_lines(yaml)["variants.b.options.prompt"] == 5
+
+
+def test_text_inside_a_multi_line_string_is_no_key():
+    text = 'name = "t"\ndescription = """\n[detector.options]\nthreshold = 0.5\n"""\n[detector]\nname = "x"\n'
+    text += "[detector.options]\nthreshold = 1\nnote = '''\nthreshold = 2\n'''\nlimit = 3\n"
+    lines = toml_key_lines(text)
+    assert lines["detector.options.threshold"] == 9 and lines["detector.options.limit"] == 13
+    assert lines["description"] == 2 and "threshold" not in lines
+
+
+def test_nested_arrays_of_tables_count_from_zero_in_each_parent():
+    text = '[[variants]]\nname = "a"\n[[variants.options.models]]\nkind = "x"\n'
+    text += '[[variants]]\nname = "b"\n[[variants.options.models]]\nkind = "y"\n[[variants.options.models]]\nkind = "z"\n'
+    lines = toml_key_lines(text)
+    assert lines["variants.0.options.models.0.kind"] == 4
+    assert lines["variants.1.options.models.0.kind"] == 8 and lines["variants.1.options.models.1.kind"] == 10
+    assert lines["variants.b.options.models.1.kind"] == 10
+
+
+def test_a_yaml_anchor_that_holds_itself_is_walked_once(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\nlangs: &l [en, *l]\ndetector: lexical\n")
+    assert yaml_key_lines(path.read_text())["langs"] == 2
+    with pytest.raises(DataError) as caught:  # said of the key, not an internal RecursionError
+        load_run_config(path)
+    assert any(p.field and p.field.startswith("langs") for p in caught.value.problems), caught.value
+
+
+def test_a_bad_prompt_of_the_detector_table_is_said_once_of_its_own_key(tmp_path, monkeypatch):
+    """Two variants that only set max_tokens were each blamed for the table's prompt."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.md").write_text("Find the errors: {{question}}\n")
+    path = tmp_path / "c.toml"
+    head = 'name = "t"\nlangs = ["en"]\n[detector]\nname = "llm"\n[detector.options]\nprompt = "bad.md"\n'
+    warm = '[[variants]]\nname = "warm"\noptions = { max_tokens = 128 }\n'
+    path.write_text(head + '[[variants]]\nname = "cold"\noptions = { max_tokens = 64 }\n' + warm)
+    (problem,) = _problems(path)
+    assert (problem.field, problem.line) == ("detector.options.prompt", 6), problem
+    # a variant (named with a dot) that names the file itself is said of its own key
+    path.write_text(head + '[[variants]]\nname = "cold.1"\noptions = { prompt = "bad.md" }\n' + warm)
+    said = {(p.field, p.line) for p in _problems(path)}
+    assert said == {("variants.cold.1.options.prompt", 9), ("detector.options.prompt", 6)}, said

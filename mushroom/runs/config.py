@@ -490,7 +490,14 @@ def _detector_problems(
         except DataError as exc:  # a file the detector reads (a prompt), with its own place
             problems += exc.problems
         except PromptError as exc:  # said of `options` alone, the user looked for the prompt's key
-            problems.append(Problem(str(path), None, _prompt_key(where, given, exc.path), str(exc)))
+            # a variant's prompt is its own key, or the detector table's it inherits (said once)
+            own = dict(variants).get(where.removeprefix("variants.").removesuffix(".options"), given)
+            field = _prompt_key(where, own, exc.path)
+            if field == where and where != "detector.options":
+                field = _prompt_key("detector.options", options, exc.path)
+            problem = Problem(str(path), None, field, str(exc))
+            if problem not in problems:
+                problems.append(problem)
         except MushroomError as exc:
             problems.append(Problem(str(path), None, where, str(exc)))
     return problems

@@ -37,20 +37,24 @@ def toml_key_lines(text: str) -> dict[str, int]:
     """
     lines: dict[str, int] = {}
     names: dict[str, str] = {}  # "variants.1" -> "variants.b"
-    arrays: dict[str, int] = {}  # an array of tables' path (unindexed) -> its last index
+    # an array of tables' path, with its parents' indexes (`variants.1.options.models`) -> its
+    # last index: each variant's models count from 0
+    arrays: dict[str, int] = {}
     table: list[str] = []
+    quote = None  # the delimiter of a multi-line string the line is in: its text is no key
     for number, line in enumerate(text.splitlines(), start=1):
+        if quote is not None:
+            if quote in line:
+                quote = None
+            continue
         header = _HEADER.match(line)
         if header:
-            parts = _parts(header.group(2))
             path: list[str] = []
-            plain: list[str] = []
+            parts = _parts(header.group(2))
             for k, part in enumerate(parts):
                 path.append(part)
-                plain.append(part)
-                key = ".".join(plain)
-                is_last = k == len(parts) - 1
-                if is_last and header.group(1) == "[[":
+                key = ".".join(path)
+                if k == len(parts) - 1 and header.group(1) == "[[":
                     arrays[key] = arrays.get(key, -1) + 1
                 if key in arrays:
                     path.append(str(arrays[key]))
@@ -63,6 +67,10 @@ def toml_key_lines(text: str) -> dict[str, int]:
             lines.setdefault(".".join([*table, *parts]), number)
             if parts == ["name"] and key.group(2) and table and table[-1].isdigit():
                 names[".".join(table)] = ".".join([*table[:-1], key.group(2)[1:-1]])
+            rest = line[line.index("=", key.end(1)) + 1 :]  # the value, from its first character
+            for delimiter in ('"""', "'''"):
+                if rest.lstrip().startswith(delimiter) and rest.count(delimiter) == 1:
+                    quote = delimiter  # opened here, closed on a later line
     return _aliased(lines, names)
 
 
@@ -86,8 +94,12 @@ def yaml_key_lines(text: str) -> dict[str, int]:
         return {}
     lines: dict[str, int] = {}
     names: dict[str, str] = {}
+    seen: set[int] = set()  # an anchor's node is walked once: `&l [en, *l]` holds itself
 
     def walk(node: Any, path: list[str]) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
         if isinstance(node, yaml.MappingNode):
             for key_node, value in node.value:
                 if isinstance(key_node, yaml.ScalarNode):
