@@ -9,7 +9,9 @@ sentence, as `mushroom`'s own commands do, not in a traceback minutes into a run
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
+from mushroom.data.languages import language_code
 from mushroom.data.splits import split_files
 
 
@@ -31,6 +33,11 @@ def whole(text: str) -> int:
 def positive(text: str) -> int:
     """A whole number, 1 or more (items, rounds, repeats, sizes)."""
     return _whole(text, text, 1, "a whole number, 1 or more")
+
+
+def at_least_two(text: str) -> int:
+    """A whole number, 2 or more (cross-validation folds: one fold fits on nothing)."""
+    return _whole(text, text, 2, "a whole number, 2 or more")
 
 
 def whole_list(text: str) -> list[int]:
@@ -58,10 +65,40 @@ def number_list(text: str) -> list[float]:
         ) from None
 
 
+def nonnegative_list(text: str) -> list[float]:
+    """Numbers of 0 or more separated by commas, e.g. shrinkages 20,50."""
+    try:
+        numbers = [float(part) for part in text.split(",")]
+    except ValueError:
+        numbers = [float("nan")]
+    if any(not n >= 0 for n in numbers):  # `not >=` also refuses nan
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give numbers of 0 or more separated by commas, e.g. 20,50"
+        )
+    return numbers
+
+
+def choice_list(*choices: str) -> Callable[[str], list[str]]:
+    """A type: words of `choices` separated by commas (`on,off`), each checked before any run."""
+
+    def parse(text: str) -> list[str]:
+        words = [part.strip() for part in text.split(",")]
+        if not words or any(word not in choices for word in words):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: give {', '.join(choices)}, or several joined by commas"
+            )
+        return words
+
+    return parse
+
+
 def val_langs(text: str) -> list[str]:
-    """Val languages separated by commas, each one val has (a typo would score nothing)."""
+    """Val languages separated by commas, each one val has (a typo would score nothing).
+
+    Codes are read as `mushroom --lang` reads them: `EN` and `en-US` are `en`.
+    """
     have = split_files("val")
-    langs = [part.strip() for part in text.split(",") if part.strip()]
+    langs = [language_code(part.strip()) for part in text.split(",") if part.strip()]
     unknown = [lang for lang in langs if lang not in have]
     if not langs or unknown:
         raise argparse.ArgumentTypeError(

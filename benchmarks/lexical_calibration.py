@@ -13,7 +13,7 @@ saw its own labels. The uncalibrated detector (raw shares) is printed for compar
 import argparse
 
 import numpy as np
-from _args import number_list, positive
+from _args import at_least_two, number_list
 
 from mushroom.data.contexts import load_contexts
 from mushroom.data.predictions import mark_all, prediction_from_vectors
@@ -25,7 +25,7 @@ from mushroom.evaluation.score import score_predictions
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--folds", type=positive, default=5)
+    parser.add_argument("--folds", type=at_least_two, default=5)
     parser.add_argument("--smoothing", type=float, default=20.0)
     parser.add_argument("--thresholds", type=number_list, default="0.2,0.25,0.3,0.35,0.4,0.45,0.5")
     parser.add_argument("--write", action="store_true")

@@ -17,15 +17,17 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 
 from mushroom.combine.stack import Member, StackConfig
 from mushroom.combine.stack.features import load_stack_data
 from mushroom.combine.stack.fit import choose, prepare
+from mushroom.combine.stack.model import ModelKind
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _args import whole_list
+from _args import choice_list, whole_list
 from stack_val import run_member, run_script, val_members  # noqa: E402  (a sibling script, not a package)
 
 STACK_NAMES = {
@@ -113,21 +115,24 @@ def main() -> None:
         "--seeds", type=whole_list, default="0", help="fold draws, e.g. 0,1,2 (the first draw is shown)"
     )
     parser.add_argument(
-        "--model", default="blend,logistic,trees", help="stack models, the first is the default"
+        "--model",
+        type=choice_list(*get_args(ModelKind)),
+        default="blend,logistic,trees",
+        help="stack models, the first is the default",
     )
     parser.add_argument("--work", default=None, help="folder for the member runs (reused when present)")
     parser.add_argument("--out", default="docs/results", type=Path)
     args = parser.parse_args()
     command = "python benchmarks/results_page.py" + "".join(
         f" --{k} {v}"
-        for k, v in (("seeds", ",".join(map(str, args.seeds))), ("model", args.model))
+        for k, v in (("seeds", ",".join(map(str, args.seeds))), ("model", ",".join(args.model)))
         if v != parser.get_default(k)
     )
     val = val_members("lexical,semantic", args.work, "results-page-")
     data, members = val.data, val.members
     start = time.perf_counter()
     stack_data, channels = val.stack_data()
-    kinds = args.model.split(",")
+    kinds = args.model
     per_draw: list[Scores] = []
     for seed in args.seeds:
         scores: Scores = {}

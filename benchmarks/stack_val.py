@@ -22,15 +22,17 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
-from _args import whole_list
+from _args import choice_list, nonnegative_list, whole_list
 from rich.console import Console
 
 from mushroom.cli.tables import systems_table
 from mushroom.combine.stack import Member, StackConfig
 from mushroom.combine.stack.features import StackData, load_stack_data
 from mushroom.combine.stack.fit import StackFit, choose, prepare
+from mushroom.combine.stack.model import ModelKind
 from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.records import Item
 from mushroom.data.splits import load_split
@@ -139,17 +141,27 @@ def val_members(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", default="lexical,semantic")
     parser.add_argument("--work", default=None)
     parser.add_argument(
         "-o", "--option", action="append", default=[], help="MEMBER.KEY=VALUE, as for `mushroom main-job`"
     )
-    parser.add_argument("--cutoff-shrink", default=str(StackConfig().cutoff_shrink))
-    parser.add_argument("--source-shrink", default=str(StackConfig().source_shrink))
-    parser.add_argument("--floor-shrink", default=str(StackConfig().floor_shrink))
-    parser.add_argument("--empty-rule", default="on", help="on, off, or on,off: the item-level empty rule")
-    parser.add_argument("--model", default="blend", help="blend, trees, logistic, or several: blend,logistic")
+    for name in ("cutoff_shrink", "source_shrink", "floor_shrink"):
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, type=nonnegative_list, default=str(getattr(StackConfig(), name)))
+    parser.add_argument(
+        "--empty-rule",
+        type=choice_list("on", "off"),
+        default="on",
+        help="on, off, or on,off: the item-level empty rule",
+    )
+    parser.add_argument(
+        "--model",
+        type=choice_list(*get_args(ModelKind)),
+        default="blend",
+        help="blend, trees, logistic, or several: blend,logistic",
+    )
     parser.add_argument(
         "--seeds", type=whole_list, default="0", help="fold draws, e.g. 0,1,2: config lines per draw and mean"
     )
@@ -175,16 +187,14 @@ def main() -> None:
     start = time.perf_counter()
     stack_data, channels, _ = load_stack_data(members, "val", data, None, sorted(data))
     configs = [
-        StackConfig(
-            cutoff_shrink=float(c), floor_shrink=float(f), source_shrink=float(s), empty_rule=e == "on"
-        )
-        for c in args.cutoff_shrink.split(",")
-        for f in args.floor_shrink.split(",")
-        for s in args.source_shrink.split(",")
-        for e in args.empty_rule.split(",")
+        StackConfig(cutoff_shrink=c, floor_shrink=f, source_shrink=s, empty_rule=e == "on")
+        for c in args.cutoff_shrink
+        for f in args.floor_shrink
+        for s in args.source_shrink
+        for e in args.empty_rule
     ]
     seeds = args.seeds
-    kinds = args.model.split(",")
+    kinds = args.model
     configs = [(kind, config) for kind in kinds for config in configs]
     results: dict[int, list[dict]] = {k: [] for k in range(len(configs))}
     for seed in seeds:

@@ -51,6 +51,11 @@ def test_help_prints_usage_and_runs_nothing(name, monkeypatch, capsys):
         ("lexical_calibration.py", ["--thresholds", "0.3,half"], "numbers separated by commas"),
         ("server_throughput.py", ["--levels", "1,0"], "whole numbers of 1 or more"),
         ("marked_share.py", ["/no/such/run"], "no such folder"),
+        ("stack_val.py", ["--cutoff-shrink", "abc"], "numbers of 0 or more"),
+        ("stack_val.py", ["--floor-shrink", "-5"], "numbers of 0 or more"),
+        ("stack_val.py", ["--empty-rule", "maybe"], "give on, off"),
+        ("results_page.py", ["--model", "blend,forest"], "give blend, trees, logistic"),
+        ("lexical_calibration.py", ["--folds", "1"], "a whole number, 2 or more"),
     ],
 )
 def test_wrong_argument_is_a_usage_error(name, args, says, monkeypatch, capsys):
@@ -65,5 +70,7 @@ def test_types_accept_what_the_docs_show():
     assert _args.positive_list("1000,10000") == [1000, 10000]
     assert _args.number_list("0.2,0.25") == [0.2, 0.25]
     assert _args.val_langs("en, de") == ["en", "de"]
+    assert _args.val_langs("EN,en-US") == ["en", "en"]  # as `mushroom --lang` reads codes
+    assert _args.choice_list("on", "off")("on,off") == ["on", "off"]
     assert _args.val_lang("fi") == "fi"
     assert _args.whole("0") == 0
