@@ -70,3 +70,17 @@ def test_a_reply_naming_another_model_is_warned_of_once(tmp_path, capsys):
     with FakeServer({}, reply_model="/srv/models/m") as server:
         code, _, err = cli(capsys, *llm_args(openai_backend(server.url), tmp_path / "b", limit=2))
     assert code == 0 and "answered as model" not in err, err
+
+
+def test_a_body_with_a_byte_order_mark_is_read_and_a_cut_one_is_no_url_fault(tmp_path, capsys):
+    out = tmp_path / "bom"
+    with FakeServer({"": [("raw", b"\xef\xbb\xbf" + body_with(b"x"))]}) as server:
+        code, _, err = cli(capsys, *llm_args(openai_backend(server.url), out, limit=2))
+    assert code == 0 and "not JSON" not in err, err
+    out = tmp_path / "cut"
+    with FakeServer({"": [("raw", body_with(b"x")[:40])]}) as server:
+        code, _, err = cli(capsys, *llm_args(openai_backend(server.url), out, limit=2))
+    assert code == 3, err
+    errors = [json.loads(line)["error"] for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert errors and all("answered 200 with JSON it could not read" in e for e in errors), errors
+    assert not any("is the URL the server's API" in e for e in errors), errors

@@ -932,8 +932,13 @@ class OpenAIBackend(Backend):
             if status == 200:
                 try:
                     data, mended = read_body(result.content)
-                except ValueError:  # a web page or a login in front of the server: say which
+                except ValueError as exc:  # a web page or a login in front of the server: say which
                     shown = " ".join(text.split())[:80]
+                    if text.lstrip("\ufeff \t\r\n")[:1] in ("{", "["):  # JSON, cut or broken: no URL fault
+                        return Generation(
+                            error=f"{self.base_url}/chat/completions answered 200 with JSON it could not "
+                            f"read ({one_line(str(exc), 120)}; it begins {shown!r})"
+                        )
                     return Generation(
                         error=f"{self.base_url}/chat/completions answered 200 with a body that is not JSON "
                         f"(it begins {shown!r}): is the URL the server's API (its port, /v1)?"

@@ -95,8 +95,8 @@ def read_body(content: bytes) -> tuple[Any, str | None]:
     caller says. Raises ValueError for a body that is not JSON at all.
     """
     try:
-        text, mended = content.decode("utf-8"), None
+        text, mended = content.decode("utf-8-sig"), None  # a byte order mark is no fault of the JSON
     except UnicodeDecodeError as exc:
-        text = content.decode("utf-8", errors="replace")
+        text = content.decode("utf-8-sig", errors="replace")
         mended = f"bytes that are not UTF-8 (the first at byte {exc.start} of the body), read as U+FFFD"
     return json.loads(text, strict=False), mended
