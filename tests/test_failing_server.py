@@ -975,3 +975,23 @@ def test_pyes_against_a_server_without_logprobs_names_them_and_advises_no_plain_
     errors = {f["error"] for f in _failures(out)}
     assert len(errors) == 1 and "none of its replies carried log-probabilities" in errors.pop(), said
     assert "Run the same command again" not in said and "a re-run gets the same replies" in said, said
+
+
+def test_pyes_with_a_calibration_and_no_logprobs_fails_its_items_not_exit_0(tmp_path, capsys):
+    """With statistics given, every piece unscored became P 0.5 everywhere, exit 0 (an audit)."""
+    calibration = tmp_path / "cal.json"
+    calibration.write_text(json.dumps({"models": {"0:openai:m": {"mean": 0.5, "std": 0.2, "n": 10}}}))
+    out = tmp_path / "run"
+    with FakeServer({}, default_text="Yes") as server:
+        model = {"kind": "openai", "base_url": server.url, "model": "m"}
+        code, _, err = cli(
+            capsys, "detect", "--lang", "en", "--limit", "2", "--detector", "pyes", "--out", out,
+            "-o", f"models=[{json.dumps(model)}]", "-o", "scoring=top_logprobs", "-o", f"calibration={calibration}",
+        )  # fmt: skip
+    said = " ".join(err.split())
+    assert code == 3, said
+    errors = [f["error"] for f in _failures(out)]
+    assert len(errors) == 2 and all("none of the replies carried log-probabilities" in e for e in errors), (
+        errors
+    )
+    assert "`--backend replay`" not in said and 'a models entry of kind "replay"' in said, said

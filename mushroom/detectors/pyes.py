@@ -491,6 +491,21 @@ class PYesDetector(Detector):
                 emit(ItemResult.failed(item.id, piece_errors[0], dict(st), detail))
                 continue
             z_item = z[sl]
+            if item_pieces and np.isnan(z_item).all():
+                # no model gave a usable P(yes) for any piece (a server without logprobs, with a
+                # calibration given): its 0.5 everywhere read as a checked answer, exit 0 (an audit)
+                why = (
+                    "none of the replies carried log-probabilities (the server ignores `logprobs`; "
+                    "-o scoring=loglikelihood scores through /completions instead)"
+                    if raw.bare[sl].all()
+                    else "no reply's top log-probabilities held a yes or no word"
+                )
+                emit(
+                    ItemResult.failed(
+                        item.id, f"pyes: every model {NO_P_YES} for this answer: {why}", dict(st), detail
+                    )
+                )
+                continue
             # A piece no model answered stays unjudged (z = 0: the models' average).
             z_mean = np.array([np.nanmean(r) if not np.all(np.isnan(r)) else 0.0 for r in z_item])
             support = 1.0 / (1.0 + np.exp(-z_mean))

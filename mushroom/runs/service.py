@@ -152,6 +152,8 @@ _FALL_BACK = (
     "check the model, prompt and server"
 )
 _RAW_HINT = " (raw/ has every response; `--backend replay` re-parses them)"  # in a run folder
+# pyes takes no --backend: its models list replays (a `kind = "replay"` entry per model)
+_PYES_RAW_HINT = ' (raw/ has every response; a models entry of kind "replay" re-reads them)'
 # (unusable counter, out of counter, what they count): a model that answers every request
 # with text the parser cannot read leaves every prediction empty, which scores like a quiet
 # "nothing hallucinated" unless someone says so. A failed request is not among them: it
@@ -223,7 +225,8 @@ def unusable_warnings(where: str, stats: dict[str, int], in_run: bool = True) ->
         n, of = stats.get(bad, 0), stats.get(total, 0)
         # a cut-off reply is said however few: each lost what the model had left to say
         if of and n and (n / of >= UNUSABLE_SHARE or bad in _MEANING):
-            meaning = _MEANING.get(bad) or _NOT_READ.get(bad, _FALL_BACK) + (_RAW_HINT if in_run else "")
+            hint = (_PYES_RAW_HINT if bad.startswith("pyes.") else _RAW_HINT) if in_run else ""
+            meaning = _MEANING.get(bad) or _NOT_READ.get(bad, _FALL_BACK) + hint
             out.append(f"{where}: {n} of {of} {what}{meaning}")
     return out
 
