@@ -523,7 +523,8 @@ def detect_stream(
     Raises:
         RunFailed: items of a chunk failed; the chunk's others are in its `predictions`, the
             earlier chunks' predictions were already yielded, later chunks are not read.
-        ValueError: an id seen in an earlier chunk again (ids are kept, not items).
+        ValueError: an id of an earlier chunk given again, said before the chunk runs (ids are
+            kept, not items).
     """
     _check_call(items, method, "detect_stream", options, ("items", "method", "lang", "chunk_size"))
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) or chunk_size < 1:
@@ -541,14 +542,10 @@ def _stream(
     options: dict[str, Any],
 ) -> Iterator[Prediction]:
     """`detect_stream`'s generator; the call's arguments were checked before the first `next`."""
-    seen: set[str] = set()
+    first: dict[str, str] = {}  # every id so far: checked before a chunk's detection, not after
     start = 0
     while chunk := list(itertools.islice(iterator, chunk_size)):
-        preds = _detect(chunk, method, lang, options, start=start)
-        again = next((p.id for p in preds if p.id in seen), None)
-        if again is not None:
-            raise ValueError(f"items need distinct ids: {again!r} was in an earlier chunk")
-        seen.update(p.id for p in preds)
+        preds = _detect(chunk, method, lang, options, start=start, first=first)
         start += len(chunk)
         del chunk
         yield from preds
@@ -603,12 +600,18 @@ def _check_argument_names(
 
 
 def _detect(
-    items: Iterable[dict[str, Any] | Item], method: str, lang: str, options: dict[str, Any], start: int = 0
+    items: Iterable[dict[str, Any] | Item],
+    method: str,
+    lang: str,
+    options: dict[str, Any],
+    start: int = 0,
+    first: dict[str, str] | None = None,
 ) -> list[Prediction]:
     """`detect_batch` on checked arguments; its warnings point at the line that called the API.
 
     `start` is the place of the first item in the caller's whole input: an item without an
-    id is named after it, so that a stream's chunks give distinct ids.
+    id is named after it, so that a stream's chunks give distinct ids. `first` holds the ids
+    of a stream's earlier chunks (id -> which item had it), and takes this chunk's.
     """
     import warnings
 
@@ -618,7 +621,7 @@ def _detect(
 
     rows: list[Item] = []
     contexts: dict[str, list[Context]] = {}
-    first: dict[str, str] = {}  # id -> how the first item holding it got it
+    first = {} if first is None else first  # id -> how the first item holding it got it
     for k, entry in enumerate(items, start=start):
         try:
             item, ctx = _item(k, entry, lang)

@@ -157,8 +157,14 @@ def test_detect_stream_reads_an_iterable_once_a_chunk_at_a_time_and_matches_dete
     assert [p.id for p in got] == [p.id for p in whole] == [f"item-{k}" for k in range(10)]
     assert [p.model_dump() for p in got] == [p.model_dump() for p in whole]
     assert got[3].spans[-1][2].startswith("Italy")
-    with pytest.raises(ValueError, match="'x' was in an earlier chunk"):
+    with pytest.raises(ValueError, match=r"'x' is the id of item 0 and of item 1$"):
         list(mushroom.detect_stream([{"id": "x", "answer": ANSWER, "contexts": CONTEXT}] * 2, chunk_size=1))
+    # said before the later chunk is detected (it ran, with its warnings, first), of a made id too
+    made = [{"answer": ANSWER, "contexts": CONTEXT}, {"id": "item-0", "answer": ANSWER, "contexts": CONTEXT}]
+    stream = mushroom.detect_stream(made, chunk_size=1)
+    assert next(stream).id == "item-0"
+    with pytest.raises(ValueError, match=r"item 0 \(made for it: it gives no id\) and of item 1"):
+        next(stream)
     with pytest.raises(ValueError, match="chunk_size must be a positive integer"):
         mushroom.detect_stream([], chunk_size=0)
 
