@@ -36,6 +36,7 @@ def write_zip(zip_path: Path, files: list[Path]) -> Path:
             entry = zipfile.ZipInfo(file.name, date_time=_ENTRY_DATE)
             entry.compress_type = zipfile.ZIP_DEFLATED
             entry.external_attr = _ENTRY_MODE
+            entry.create_system = 3  # Unix, on every OS: Windows writes 0 into the header
             bundle.writestr(entry, file.read_bytes())
     tmp.replace(zip_path)
     return zip_path
