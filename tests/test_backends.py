@@ -893,3 +893,17 @@ def test_no_retry_is_made_past_the_retry_budget():
     assert "gave up after 2 attempts (retries end within retry_budget_s 1.5 s)" in (gen.error or ""), (
         gen.error
     )
+
+
+def test_a_cache_cut_during_its_first_write_is_still_a_cache(tmp_path):
+    """Its one line cut by a kill, the folder's cache was refused for good as "not a response
+    cache", though the cache mends such a line when it opens (a review)."""
+    from mushroom.backends.cache import ResponseCache, cache_file_problem
+
+    path = tmp_path / "responses.cache.jsonl"
+    path.write_text('{"key": "abc", "generation": {"texts": ["{\\"incorr')
+    assert cache_file_problem(path) is None
+    assert ResponseCache(path).corrupt_lines == 1 and cache_file_problem(path) is None
+    other = tmp_path / "notes.jsonl"
+    other.write_text('{"id": "x", "text": "mine')
+    assert "is not a response cache" in cache_file_problem(other)

@@ -89,7 +89,9 @@ def cache_file_problem(path: Path) -> str | None:
     try:
         row = json.loads(first)
     except ValueError:
-        row = None
+        # a cache's own line cut by a kill during its first write: the cache mends and counts
+        # it when it opens the file, and refusing it here refused that folder for good
+        row = {"key": "", "generation": None} if first.startswith(b'{"key": ') else None
     if isinstance(row, dict) and "key" in row and ("generation" in row or "loglikelihood" in row):
         return None
     return f"{path} exists and is not a response cache; give another name, or delete it first"
