@@ -1235,9 +1235,10 @@ def test_a_config_says_what_its_variants_list_does(tmp_path, capsys):
     said = " ".join((out + err).split())
     assert code == 0 and "one variant (only): nothing to compare it with" in said, said
     assert (tmp_path / "b" / "only" / "val").is_dir()
-    # scored, its scope is said in the config's words: `run` has no --limit or --lang flag in a config
+    # scored, its scope is said in the config's words: `run` has no --lang; its limit is the
+    # config's or `run --limit`'s (it said "its config" of a limit typed on the command line)
     from cli_helpers import VAL_DIR
 
     code, out, err = cli(capsys, "score", VAL_DIR, tmp_path / "b" / "only")
     said = " ".join((out + err).split())
-    assert code == 0 and "was made with limit 2 and langs en (its config)" in said, said
+    assert code == 0 and "was made with limit 2 and langs en (its config, or `run --limit`)" in said, said

@@ -126,10 +126,13 @@ class RunScope:
         """`the run in runs/x was made with --limit 5 --lang en`."""
         if self.predicted_only and self.limit is None and self.budget is None:
             return f"{self.folder} is scored on the items it predicts (--partial)"
-        if "run_config" in self.config:  # `mushroom run` has neither flag: its config set them
+        if (
+            "run_config" in self.config
+        ):  # `mushroom run` has no --lang; its limit is the config's or --limit's
             keys = [f"limit {self.limit}"] * (self.limit is not None)
             keys += [f"langs {', '.join(self.langs)}"] * bool(self.langs)
-            return f"the run in {self.folder} was made with {' and '.join(keys) or 'every item'} (its config)"
+            whence = " (its config, or `run --limit`)" if self.limit is not None else " (its config)"
+            return f"the run in {self.folder} was made with {' and '.join(keys) or 'every item'}{whence}"
         how = " ".join(
             part
             for part in (
