@@ -452,6 +452,10 @@ def test_replay_backend_matches_ids_temperatures_and_samples(tmp_path):
         again.generate([_req("a", "", 0.1)])
     again.generate([_req("a", "", 0.1)])  # another language's call: not said again
     assert len(backend_warnings(again)) == 1
+    # a temperature the file lacks: its advice names the detect flag and the run config's key
+    # (it said "run with --temperatures", which `run` does not take)
+    (gen,) = build_backend(BackendConfig(kind="replay", responses=str(path))).generate([_req("a", "", 0.5)])
+    assert "detect --temperatures 0.1,0.2; in a run config, temperatures = [0.1, 0.2]" in gen.error, gen.error
 
 
 def test_replay_keeps_the_recorded_usage_so_a_cut_off_reply_counts_as_cut_off(tmp_path):

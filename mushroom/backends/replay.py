@@ -255,7 +255,8 @@ class ReplayBackend(Backend):
             shown = ",".join(f"{t:g}" for t in temps)
             return (
                 f"{REPLAY_MISS} for {req.key!r} at temperature {req.temperature:g}; the file has it "
-                f"at {shown} (run with --temperatures {shown})"
+                f"at {shown} (ask for those: detect --temperatures {shown}; in a run config, "
+                f"temperatures = [{shown.replace(',', ', ')}])"
             )
         if any(r.answers() for r in lines):
             return f"{REPLAY_MISS} left for {req.key!r} (each recorded answer is replayed once)"
