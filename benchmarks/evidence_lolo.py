@@ -8,10 +8,11 @@ language column, pooled threshold, floor and hard-label source; the decoding of
 `apply_stack`), once on the stack's own columns and once with the evidence columns appended.
 It prints each held-out language's IoU and Cor both ways and the lexical member's, and the
 mean over languages: the estimate for the four test languages without val data. Its
-"without" columns reproduce `stack_lolo.py` (IoU 0.5477, Cor 0.5787).
+"without" columns reproduce `stack_lolo.py` (IoU 0.5438, Cor 0.5788).
 
-`--evidence run` (about 7 minutes on one core): with IoU 0.5473, Cor 0.5819; held-out fr
-IoU 0.4667 -> 0.4461, below the lexical member's 0.4507; English 0.4187 -> 0.3962.
+`--evidence run` (about 7 minutes on one core): with IoU 0.5489, Cor 0.5843; held-out fr
+IoU 0.4669 -> 0.4747, above the lexical member's 0.4507; English 0.4041 -> 0.3993.
+`--evidence relative`: with IoU 0.5524, Cor 0.5777.
 """
 
 from __future__ import annotations
