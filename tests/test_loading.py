@@ -164,6 +164,10 @@ def test_json_lines_are_read_a_line_at_a_time(tmp_path):
     [
         ('\n\n[{"id": "a"},\n {"id": "b"}]\n', "is a JSON array"),
         ('{\n  "id": "a"\n}\n', "is one JSON document spread over several lines"),
+        # a table saved as .jsonl: every line was "invalid JSON: Expecting value at column 1"
+        ("id,model_input,model_output_text\n1,Q?,Paris is in Spain.\n", "looks like a CSV or TSV table"),
+        ("id\tmodel_output_text\n1\tParis\n", "looks like a CSV or TSV table"),
+        ("PAR1\x00\x00binary", "is a Parquet file"),
     ],
 )
 def test_a_json_document_after_blank_lines_is_named_as_such(tmp_path, text, said):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -241,7 +242,14 @@ _BINARY_KINDS = (
     ((b"PK\x03\x04",), "is a zip archive; unzip it and give the .jsonl file (or, to score, the folder)"),
     ((b"\x1f\x8b",), "is gzip-compressed; decompress it first (gunzip)"),
     ((b"\xff\xfe", b"\xfe\xff"), "is UTF-16; save it as UTF-8"),
+    (
+        (b"PAR1",),
+        "is a Parquet file; expected JSON Lines: convert it (pandas.read_parquet(f).to_json(out, "
+        "orient='records', lines=True, force_ascii=False)), or pass its rows to the Python API (mushroom.detect_batch, mushroom.score)",
+    ),
 )
+# a header line of a table: names (the official fields, or any) joined by commas, tabs or semicolons
+_TABLE_HEADER = re.compile(rb"^[\"']?[A-Za-z_][\w ]*[\"']?(?:[,\t;][\"']?[A-Za-z_][\w ]*[\"']?)+$")
 
 
 def _binary(data: bytes) -> str | None:
@@ -263,6 +271,13 @@ def _not_jsonl(data: bytes) -> str | None:
         if isinstance(whole, list):
             return "is a JSON array; expected JSON Lines, one object per line (as the official files)"
         return "is one JSON document spread over several lines; expected JSON Lines, one object per line"
+    if _TABLE_HEADER.match(first_line):  # every line was "invalid JSON: Expecting value at column 1"
+        shown = first_line[:60].decode("utf-8", "replace")
+        return (
+            f"looks like a CSV or TSV table (its first line: {shown!r}); expected JSON Lines, one object "
+            "per line: convert it (pandas.read_csv(f).to_json(out, orient='records', lines=True, "
+            "force_ascii=False))"
+        )
     return None
 
 
