@@ -245,7 +245,8 @@ _BINARY_KINDS = (
     (
         (b"PAR1",),
         "is a Parquet file; expected JSON Lines: convert it (pandas.read_parquet(f).to_json(out, "
-        "orient='records', lines=True, force_ascii=False)), or pass its rows to the Python API (mushroom.detect_batch, mushroom.score)",
+        "orient='records', lines=True, force_ascii=False)), or pass its rows to the Python API "
+        "(mushroom.detect_batch, mushroom.score)",
     ),
 )
 # a header line of a table: names (the official fields, or any) joined by commas, tabs or semicolons
