@@ -211,8 +211,7 @@ def _rows(records: Iterable[Any], what: str, texts: dict[str, str] | None = None
     `texts` gets the answer text a prediction carries (`mushroom.Prediction.text`, or a
     row's `text` or `model_output_text`), by id, for `_text_warning`.
     """
-    from mushroom.api import Prediction as PublicPrediction
-    from mushroom.data.records import Item, Prediction, left_out
+    from mushroom.data.records import Item, Prediction, hard_from_soft, left_out, soft_from_hard
 
     rows = []
     for k, rec in enumerate(records):
@@ -221,12 +220,17 @@ def _rows(records: Iterable[Any], what: str, texts: dict[str, str] | None = None
             texts[carried[0]] = carried[1]
         if isinstance(rec, Prediction) and what == "predictions":
             row = rec.submission_dict()
-            # a label left out is derived from the other, as in a file. `mushroom.Prediction`
-            # derives it as the scorer does, so both are written: written as given, a mix of
-            # soft-only and hard-only records was warned of as a file the official scorer
-            # fails on. A plain record leaves it [] (a soft-only one scored IoU 0.04, not 0.38).
-            if not isinstance(rec, PublicPrediction):
-                row = {key: v for key, v in row.items() if key == "id" or key in rec.model_fields_set}
+            # a label left out is derived from the other, as in a file (submission_dict's [] for
+            # it scored a soft-only record IoU 0.04, not 0.38). Derived here from the given
+            # kind's values now, so both are written: written as given, a mix of soft-only and
+            # hard-only records was warned of as a file the official scorer fails on; and a
+            # record's derived field is not trusted (an edited list left it stale).
+            given = rec.model_fields_set
+            row = {key: v for key, v in row.items() if key == "id" or key in given}
+            if "soft_labels" in given and "hard_labels" not in given:
+                row["hard_labels"] = [list(h) for h in hard_from_soft(rec.soft_labels)]
+            elif "hard_labels" in given and "soft_labels" not in given:
+                row["soft_labels"] = [s.model_dump() for s in soft_from_hard(rec.hard_labels)]
         elif isinstance(rec, Item) and what == "gold":
             row = rec.model_dump(mode="json", exclude_none=True)
         elif isinstance(rec, dict):

@@ -1242,3 +1242,30 @@ def test_a_config_says_what_its_variants_list_does(tmp_path, capsys):
     code, out, err = cli(capsys, "score", VAL_DIR, tmp_path / "b" / "only")
     said = " ".join((out + err).split())
     assert code == 0 and "was made with limit 2 and langs en (its config, or `run --limit`)" in said, said
+
+
+def test_scores_md_counts_only_its_own_variants_failed_items(tmp_path, capsys):
+    """One service runs every variant: a good variant's scores.md said another's item failed."""
+    from cli_helpers import VAL_EN, cli
+
+    first = [json.loads(line) for line in open(VAL_EN, encoding="utf-8")][:2]
+    full, half = tmp_path / "full.jsonl", tmp_path / "half.jsonl"
+    full.write_text(
+        "".join(json.dumps({"id": r["id"], "texts": ['{"incorrect_spans": []}']}) + "\n" for r in first)
+    )
+    half.write_text(full.read_text().splitlines()[0] + "\n")
+    config = tmp_path / "v.toml"
+    config.write_text(
+        'name = "v"\nsplits = ["val"]\nlangs = ["en"]\nlimit = 2\n[detector]\nname = "llm"\n'
+        "[detector.options]\ntemperatures = [0.1]\n"
+        f'[[variants]]\nname = "bad"\noptions = {{ backend = {{ kind = "replay", responses = "{half}" }} }}\n'
+        f'[[variants]]\nname = "good"\noptions = {{ backend = {{ kind = "replay", responses = "{full}" }} }}\n'
+    )
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "run", config, "--out", out, "--allow-failures", "--eval-dir", tmp_path / "e")
+    assert code == 0, err
+    assert (
+        "1 item failed and scored as empty predictions (en 1;"
+        in (out / "bad" / "val" / "scores.md").read_text()
+    )
+    assert "failed" not in (out / "good" / "val" / "scores.md").read_text()

@@ -226,3 +226,19 @@ def test_soft_only_and_hard_only_predictions_mixed_score_without_a_file_warning(
     assert not [str(w.message) for w in caught if w.category is RuntimeWarning] and not result.warnings
     expected = mushroom.score(GOLD_ROWS, as_dicts)
     assert (result.mean_iou, result.mean_cor) == (expected.mean_iou, expected.mean_cor)
+
+
+def test_an_edited_prediction_is_scored_by_its_labels_now_and_one_without_labels_is_refused():
+    """Its derived hard labels were written as cached: a soft span appended after it was made
+    scored IoU 0.5, not 1.0; and Prediction(id=...) alone was scored as empty (a review)."""
+    from mushroom.data.records import SoftSpan
+
+    gold = [
+        {"id": "a", "model_output_text": "abcdefghij", "hard_labels": [[0, 3], [5, 8]],
+         "soft_labels": [{"start": 0, "end": 3, "prob": 1.0}, {"start": 5, "end": 8, "prob": 1.0}]}
+    ]  # fmt: skip
+    pred = mushroom.Prediction(id="a", soft_labels=[{"start": 0, "end": 3, "prob": 0.9}])
+    pred.soft_labels.append(SoftSpan(start=5, end=8, prob=0.9))
+    assert mushroom.score(gold, [pred]).mean_iou == 1.0
+    with pytest.raises(DataError, match="no line has hard_labels or soft_labels"):
+        mushroom.score(gold, [mushroom.Prediction(id="a")])

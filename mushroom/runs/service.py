@@ -1076,14 +1076,20 @@ class RunService:
         Their predictions are empty, so the table is not the model's score; the file is read
         and shared without the terminal's warning, which said so alone.
         """
+        # the failures of the files scored: one service runs every variant (and a main job's
+        # members), whose failures said another variant's scores held empty items (a review)
+        where = {lang: self.where(path.parent) for lang, path in files.items()}
         failed = Counter(
-            lang for lang, _ in {(f.lang, f.id) for f in self.failures if f.split == split} if lang in files
+            lang
+            for lang, _ in {
+                (f.lang, f.id) for f in self.failures if f.split == split and where.get(f.lang) == f.folder
+            }
         )
         if not failed:
             return ""
-        where = ", ".join(f"{lang} {n}" for lang, n in sorted(failed.items()))
+        langs = ", ".join(f"{lang} {n}" for lang, n in sorted(failed.items()))
         return (
-            f"\n{plural(sum(failed.values()), 'item')} failed and scored as empty predictions ({where}; "
+            f"\n{plural(sum(failed.values()), 'item')} failed and scored as empty predictions ({langs}; "
             "listed in the run's failures.jsonl): these scores are not the detector's alone.\n"
         )
 
