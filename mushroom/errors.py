@@ -242,6 +242,8 @@ UNREADABLE = "the model's reply could not be read"
 """In the error of an item whose every reply was prose where the prompt asks for spans."""
 NAMED_ELSEWHERE = "the reply named only text that is not in the answer"
 """In the error of an item whose every reply named spans the answer does not hold."""
+FILTERED = "the server's content filter stopped the reply"
+"""In the error of an item whose reply a content filter cut: the same request is cut again."""
 NO_P_YES = "gave no usable P(yes)"
 """In the error of a pyes item whose model answered without a yes/no probability to read."""
 TOO_LONG = "longer than the server's context"
@@ -303,6 +305,12 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
         )
     unread = sum(UNREADABLE in e for e in errors)
     no_score = sum(NO_P_YES in e for e in errors)
+    filtered = sum(FILTERED in e for e in errors)
+    if errors and filtered == len(errors):
+        return (
+            "The server's content filter stopped each reply, and stops the same requests again: try "
+            "another model, or the server without its filter, in a new folder"
+        )
     if errors and no_score == len(errors):
         return (
             "The model answered them without a P(yes) to read, and a re-run gets the same replies (the "
@@ -316,7 +324,7 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
     elsewhere = sum(NAMED_ELSEWHERE in e for e in errors)
     recorded = sum(RECORDED_CUT in e for e in errors)
     full = sum(CONTEXT_FULL in e for e in errors)
-    if errors and (cut - recorded) + full + unread + elsewhere + no_score == len(errors):
+    if errors and (cut - recorded) + full + unread + elsewhere + no_score + filtered == len(errors):
         # every reply came and is cached: "run the same command again" read them again, and
         # raising max_tokens in the same folder is refused as another config
         fixes = []
@@ -326,6 +334,10 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
             fixes.append(
                 f"raise the server's context length ({SERVER_CONTEXT_FLAGS}) or its reply limit for the "
                 f"{full} it stopped"
+            )
+        if filtered:
+            fixes.append(
+                f"try another model, or the server without its filter, for the {filtered} it stopped"
             )
         if no_score:
             fixes.append(f"mend what the error says for the {no_score} without a P(yes) to read")
@@ -369,6 +381,8 @@ def retry_advice(errors: list[str], folder: str = "") -> str:
         )
     if long:
         again += f"; {long} of them were {TOO_LONG}, which a re-run fails again unless you {context}"
+    if filtered:
+        again += f"; for {filtered} of them {FILTERED}, which a re-run gets again (try another model)"
     if cut - recorded:
         again += (
             f"; for {cut - recorded} of them {CUT_OFF}, which a re-run reads from the cache again (raise "

@@ -339,6 +339,14 @@ def test_a_reply_with_no_finish_reason_or_token_count_whose_json_was_left_open_i
     assert "1 of 3 LLM responses were stopped by the server's content filter" in said, said
     stats = json.loads((out / "summary.json").read_text())["stats"]
     assert (stats["llm.truncated"], stats["llm.content_filtered"]) == (1, 1), stats
+    # a filter stops the same request again, which the advice says (it said a re-run retries it)
+    assert "for 1 of them the server's content filter stopped the reply, which a re-run gets again" in said, (
+        said
+    )
+    from mushroom.errors import retry_advice
+
+    advice = retry_advice([failures[first[1]["id"]]] * 2, "--out D")
+    assert advice.startswith("The server's content filter stopped each reply") and "new folder" in advice
 
 
 def test_a_reply_of_reasoning_alone_is_an_empty_reply_that_a_re_run_asks_again(tmp_path, capsys):

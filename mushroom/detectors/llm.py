@@ -39,7 +39,15 @@ from mushroom.detectors.base import (
     skip_blank_answers,
 )
 from mushroom.detectors.prompts import PromptTemplate, load_prompt
-from mushroom.errors import CONTEXT_FULL, CUT_OFF, NAMED_ELSEWHERE, NOT_SENT, RECORDED_CUT, UNREADABLE
+from mushroom.errors import (
+    CONTEXT_FULL,
+    CUT_OFF,
+    FILTERED,
+    NAMED_ELSEWHERE,
+    NOT_SENT,
+    RECORDED_CUT,
+    UNREADABLE,
+)
 from mushroom.parsing.json_repair import decode_prefix
 from mushroom.parsing.parser import SpanList, parse_response
 from mushroom.parsing.reasoning import strip_reasoning
@@ -180,8 +188,8 @@ class LLMDetector(GeneratingDetector):
         max_tokens = self.options.max_tokens
         if said == "content_filter":  # this sample's: another's filter stop is not this one's cut
             return (
-                "the server's content filter stopped the reply before it named a span: it stops the "
-                "same request again; try another model, or the server without its filter"
+                f"{FILTERED} before it named a span: it stops the same request again; try another "
+                "model, or the server without its filter"
             )
         if replays(self._backend, self.options.backend):
             return f"{CUT_OFF} ({max_tokens}) before it named a span found in the answer: {RECORDED_CUT}"
