@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from mushroom.data.contexts import without_items_advice
 from mushroom.data.languages import language_code
 from mushroom.data.splits import split_files
+from mushroom.errors import MushroomError
 
 
 def _whole(part: str, text: str, least: int, what: str) -> int:
@@ -97,8 +99,12 @@ def val_langs(text: str) -> list[str]:
 
     Codes are read as `mushroom --lang` reads them: `EN` and `en-US` are `en`.
     """
-    have = split_files("val")
-    langs = [language_code(part.strip()) for part in text.split(",") if part.strip()]
+    try:
+        have = split_files("val")
+    except MushroomError as exc:  # no data folder: a usage line, not a traceback
+        raise argparse.ArgumentTypeError(without_items_advice(str(exc))) from None
+    # once each: `EN,en` ran English twice
+    langs = list(dict.fromkeys(language_code(part.strip()) for part in text.split(",") if part.strip()))
     unknown = [lang for lang in langs if lang not in have]
     if not langs or unknown:
         raise argparse.ArgumentTypeError(

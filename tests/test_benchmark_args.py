@@ -70,7 +70,16 @@ def test_types_accept_what_the_docs_show():
     assert _args.positive_list("1000,10000") == [1000, 10000]
     assert _args.number_list("0.2,0.25") == [0.2, 0.25]
     assert _args.val_langs("en, de") == ["en", "de"]
-    assert _args.val_langs("EN,en-US") == ["en", "en"]  # as `mushroom --lang` reads codes
+    assert _args.val_langs("EN,en-US,de") == ["en", "de"]  # as `mushroom --lang` reads codes, once each
     assert _args.choice_list("on", "off")("on,off") == ["on", "off"]
     assert _args.val_lang("fi") == "fi"
     assert _args.whole("0") == 0
+
+
+def test_a_missing_data_folder_is_a_usage_line(monkeypatch):
+    monkeypatch.setattr("mushroom.data.splits.DEFAULT_DATA_DIR", BENCH / "no-such-data")
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match="split folder not found") as caught:
+        _args.val_langs("en")
+    assert "--items" not in str(caught.value)

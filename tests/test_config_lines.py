@@ -135,3 +135,9 @@ def test_a_bad_prompt_of_the_detector_table_is_said_once_of_its_own_key(tmp_path
     path.write_text(head + '[[variants]]\nname = "cold.1"\noptions = { prompt = "bad.md" }\n' + warm)
     said = {(p.field, p.line) for p in _problems(path)}
     assert said == {("variants.cold.1.options.prompt", 9), ("detector.options.prompt", 6)}, said
+
+
+def test_line_separators_inside_a_string_do_not_move_the_lines():
+    """splitlines broke at U+2028 and U+0085, which TOML allows in a string (a review)."""
+    text = 'name = "t"\ndescription = "a\u2028b\x85c"\n[detector]\nname = "x"\n'
+    assert toml_key_lines(text)["detector.name"] == 4

@@ -84,3 +84,18 @@ def test_a_body_with_a_byte_order_mark_is_read_and_a_cut_one_is_no_url_fault(tmp
     errors = [json.loads(line)["error"] for line in (out / "failures.jsonl").read_text().splitlines()]
     assert errors and all("answered 200 with JSON it could not read" in e for e in errors), errors
     assert not any("is the URL the server's API" in e for e in errors), errors
+
+
+def test_a_dated_snapshot_or_another_case_of_the_model_is_no_other_model():
+    """OpenAI answers gpt-4o-mini as gpt-4o-mini-2024-07-18; a server may lower the case."""
+    from mushroom.backends.openai_compat import same_model
+
+    assert same_model("gpt-4o-mini", "gpt-4o-mini-2024-07-18")
+    assert same_model("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b-instruct")
+    assert same_model("m", "/srv/models/m")
+    assert not same_model("gpt-4o-mini", "gpt-4o") and not same_model("m", "fallback-7b")
+
+
+def test_the_offset_of_a_bad_byte_counts_the_byte_order_mark():
+    _, mended = read_body(b"\xef\xbb\xbf" + b'{"a": "\xc3"}')
+    assert "the first at offset 10 of the body" in mended, mended  # 0-based, past the BOM

@@ -356,6 +356,25 @@ def is_served(model: str, ids: list[str]) -> bool:
     return any(wanted & _model_names(i) for i in ids)
 
 
+_SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{4}|\d{8})$")
+
+
+def same_model(asked: str, replied: str) -> bool:
+    """Whether a reply's `model` names the model asked for, as servers write it.
+
+    Beside `is_served`'s short forms: another case (`Qwen/Qwen2.5-7B-Instruct` answered as
+    `qwen2.5-7b-instruct`) and a dated snapshot (OpenAI answers `gpt-4o-mini` as
+    `gpt-4o-mini-2024-07-18`): both were warned of as another model (a review).
+    """
+    if is_served(asked, [replied]):
+        return True
+    wanted = {name.casefold() for name in _model_names(asked)}
+    return any(
+        name.casefold() in wanted or _SNAPSHOT.sub("", name).casefold() in wanted
+        for name in _model_names(replied)
+    )
+
+
 def auth_headers(config: OpenAIConfig) -> dict[str, str]:
     """The bearer token from `config.api_key_env`, when that variable is set."""
     key = os.environ.get(config.api_key_env)
@@ -885,12 +904,13 @@ class OpenAIBackend(Backend):
         one-model server only.
         """
         replied = data.get("model") if isinstance(data, dict) else None
-        if isinstance(replied, str) and replied.strip() and not is_served(self.config.model, [replied]):
+        if isinstance(replied, str) and replied.strip() and not same_model(self.config.model, replied):
             self._warn_once(
                 "model",
                 f"the server at {self.base_url} answered as model {one_line(replied, 80)!r}, not "
-                f"{self.config.model!r}, which the run's records name: check which model answers (some "
-                "servers name every reply by their own alias; --model_alias or --alias makes them agree)",
+                f"{self.config.model!r}, which the run's records name: check which model answers (a local "
+                "server may name every reply by its own alias: llama.cpp's --model_alias or --alias "
+                "makes them agree)",
             )
 
     def _warn_short_n(self, got: int, wanted: int) -> None:
@@ -1162,10 +1182,12 @@ class OpenAIBackend(Backend):
                     or f"the server cannot score prompts ({http_error(result.status_code, result.text)})"
                 )
             try:
-                data = result.json()
+                data, mended = read_body(result.content)  # echoed tokens may cut a character's bytes
                 lp = data["choices"][0].get("logprobs") or {}
             except (ValueError, KeyError, IndexError, TypeError, AttributeError):
                 return Loglikelihood(error="server answered 200 without a completion choice in JSON")
+            if mended:
+                self._warn_once("mended", f"the server at {self.base_url} answered with {mended}")
             if late is None:
                 seen = self.echo_rows_late(lp)
                 with self._lock:

@@ -98,5 +98,6 @@ def read_body(content: bytes) -> tuple[Any, str | None]:
         text, mended = content.decode("utf-8-sig"), None  # a byte order mark is no fault of the JSON
     except UnicodeDecodeError as exc:
         text = content.decode("utf-8-sig", errors="replace")
-        mended = f"bytes that are not UTF-8 (the first at byte {exc.start} of the body), read as U+FFFD"
+        at = exc.start + (3 if content.startswith(b"\xef\xbb\xbf") else 0)  # utf-8-sig counts past the BOM
+        mended = f"bytes that are not UTF-8 (the first at offset {at} of the body), read as U+FFFD"
     return json.loads(text, strict=False), mended

@@ -499,6 +499,8 @@ class PYesDetector(Detector):
                     "-o scoring=loglikelihood scores through /completions instead)"
                     if raw.bare[sl].all()
                     else "no reply's top log-probabilities held a yes or no word"
+                    if self.options.scoring == "top_logprobs"
+                    else "the server gave no finite log-likelihood of the labels"
                 )
                 emit(
                     ItemResult.failed(

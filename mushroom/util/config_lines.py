@@ -42,7 +42,8 @@ def toml_key_lines(text: str) -> dict[str, int]:
     arrays: dict[str, int] = {}
     table: list[str] = []
     quote = None  # the delimiter of a multi-line string the line is in: its text is no key
-    for number, line in enumerate(text.splitlines(), start=1):
+    # "\n" alone ends a TOML line: splitlines also broke at U+2028 or U+0085 inside a string
+    for number, line in enumerate((part.removesuffix("\r") for part in text.split("\n")), start=1):
         if quote is not None:
             if quote in line:
                 quote = None
