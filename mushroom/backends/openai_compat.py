@@ -522,7 +522,6 @@ class OpenAIBackend(Backend):
         self.loglikelihood_template_used = ""
         self._echo_late: bool | None = None  # llama-cpp-python's echo bug, found on first use
         self._model_checked = False
-        self._short_n_warned = False
         self._warned: set[str] = set()
         self._one_choice = False  # the server refused n > 1: samples are asked for one at a time
 
@@ -896,6 +895,13 @@ class OpenAIBackend(Backend):
             self._warned.add(kind)
         self.warn(message)
 
+    def _read_body(self, content: bytes) -> Any:
+        """A 200 body's JSON (`read_body`), its mended bytes said once; ValueError if it is none."""
+        data, mended = read_body(content)
+        if mended:
+            self._warn_once("mended", f"the server at {self.base_url} answered with {mended}")
+        return data
+
     def _check_reply_model(self, data: Any) -> None:
         """Warns when a reply names another model than the one asked for.
 
@@ -914,14 +920,11 @@ class OpenAIBackend(Backend):
             )
 
     def _warn_short_n(self, got: int, wanted: int) -> None:
-        with self._lock:
-            if self._short_n_warned:
-                return
-            self._short_n_warned = True
         how = "refuses n > 1" if self._one_choice else f"answered n={wanted} with {got} sample(s)"
-        self.warn(
+        self._warn_once(
+            "short_n",
             f"the server at {self.base_url} {how} (llama.cpp's servers do); the other samples are asked "
-            "for in further requests"
+            "for in further requests",
         )
 
     def _judged(self, error: str | None, n: int = 1) -> None:
@@ -951,7 +954,7 @@ class OpenAIBackend(Backend):
             status, text = result.status_code, result.text
             if status == 200:
                 try:
-                    data, mended = read_body(result.content)
+                    data = self._read_body(result.content)
                 except ValueError as exc:  # a web page or a login in front of the server: say which
                     shown = " ".join(text.split())[:80]
                     if text.lstrip("\ufeff \t\r\n")[:1] in ("{", "["):  # JSON, cut or broken: no URL fault
@@ -963,8 +966,6 @@ class OpenAIBackend(Backend):
                         error=f"{self.base_url}/chat/completions answered 200 with a body that is not JSON "
                         f"(it begins {shown!r}): is the URL the server's API (its port, /v1)?"
                     )
-                if mended:
-                    self._warn_once("mended", f"the server at {self.base_url} answered with {mended}")
                 self._check_reply_model(data)
                 gen = self.parse(data)
                 if req.json_schema is not None:
@@ -1182,12 +1183,10 @@ class OpenAIBackend(Backend):
                     or f"the server cannot score prompts ({http_error(result.status_code, result.text)})"
                 )
             try:
-                data, mended = read_body(result.content)  # echoed tokens may cut a character's bytes
+                data = self._read_body(result.content)  # echoed tokens may cut a character's bytes
                 lp = data["choices"][0].get("logprobs") or {}
             except (ValueError, KeyError, IndexError, TypeError, AttributeError):
                 return Loglikelihood(error="server answered 200 without a completion choice in JSON")
-            if mended:
-                self._warn_once("mended", f"the server at {self.base_url} answered with {mended}")
             if late is None:
                 seen = self.echo_rows_late(lp)
                 with self._lock:

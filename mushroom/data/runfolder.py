@@ -126,9 +126,8 @@ class RunScope:
         """`the run in runs/x was made with --limit 5 --lang en`."""
         if self.predicted_only and self.limit is None and self.budget is None:
             return f"{self.folder} is scored on the items it predicts (--partial)"
-        if (
-            "run_config" in self.config
-        ):  # `mushroom run` has no --lang; its limit is the config's or --limit's
+        # `mushroom run` has no --lang; its limit is the config's or --limit's
+        if "run_config" in self.config:
             keys = [f"limit {self.limit}"] * (self.limit is not None)
             keys += [f"langs {', '.join(self.langs)}"] * bool(self.langs)
             whence = " (its config, or `run --limit`)" if self.limit is not None else " (its config)"

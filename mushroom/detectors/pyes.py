@@ -143,6 +143,14 @@ def harmonic_mean(values: list[float], eps: float = 1e-6) -> float:
 MIN_STD = 1e-3
 
 
+def no_logprobs(whose: str) -> str:
+    """Why no P(yes) was read when `whose` ("its", "the") replies held no log-probabilities at all."""
+    return (
+        f"none of {whose} replies carried log-probabilities (the server ignores `logprobs`; "
+        "-o scoring=loglikelihood scores through /completions instead)"
+    )
+
+
 def fit_stats(values: dict[str, list[float]], fitted_on: str = "") -> PYesCalibration:
     """Per-model mean and std of P(yes) (std floored so a constant model does not divide by 0).
 
@@ -361,8 +369,7 @@ class PYesDetector(Detector):
                 raise MushroomError(
                     f"pyes: model {key!r} {NO_P_YES} on the calibration items: "
                     + (
-                        "none of its replies carried log-probabilities (the server ignores `logprobs`; "
-                        "-o scoring=loglikelihood scores through /completions instead)"
+                        no_logprobs("its")
                         if bare[:, m].all()
                         else "its replies' top log-probabilities held no yes or no word (see yes_words, "
                         "no_words, top_logprobs)"
@@ -495,8 +502,7 @@ class PYesDetector(Detector):
                 # no model gave a usable P(yes) for any piece (a server without logprobs, with a
                 # calibration given): its 0.5 everywhere read as a checked answer, exit 0 (an audit)
                 why = (
-                    "none of the replies carried log-probabilities (the server ignores `logprobs`; "
-                    "-o scoring=loglikelihood scores through /completions instead)"
+                    no_logprobs("the")
                     if raw.bare[sl].all()
                     else "no reply's top log-probabilities held a yes or no word"
                     if self.options.scoring == "top_logprobs"

@@ -29,7 +29,7 @@ from mushroom.data.contexts import DEFAULT_SOURCES
 from mushroom.data.jsonl import refuse_irregular
 from mushroom.data.languages import language_code
 from mushroom.data.splits import LABELLED_SPLITS, load_split, same_items, workspace
-from mushroom.detectors.prompts import PromptError
+from mushroom.detectors.prompts import PromptError, find_prompt
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem, did_you_mean, model_flag_as
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util.config_lines import with_lines
@@ -503,12 +503,15 @@ def _detector_problems(
     return problems
 
 
+def _is_prompt_key(name: str) -> bool:
+    """Whether a detector option names a prompt file (`prompt`, `decompose_prompt`, ...)."""
+    return name == "prompt" or name.endswith("_prompt")
+
+
 def _prompt_key(where: str, options: dict[str, Any], prompt_path: str | None) -> str:
     """The key of `options` (`prompt`, `verify_prompt`) that names the prompt file at `prompt_path`."""
-    from mushroom.detectors.prompts import find_prompt
-
     for name, value in options.items():
-        if (name == "prompt" or name.endswith("_prompt")) and isinstance(value, str):
+        if _is_prompt_key(name) and isinstance(value, str):
             found = find_prompt(value)
             if found is not None and prompt_path is not None and str(found) == prompt_path:
                 return f"{where}.{name}"
@@ -619,10 +622,10 @@ def _option_problems(
         if skip_missing:
             errors = [e for e in errors if e["type"] != "missing"]
         problems += [_option_problem(path, where, cls, e) for e in errors]
-    from mushroom.detectors.prompts import find_prompt, prompt_missing
+    from mushroom.detectors.prompts import prompt_missing
 
     for name, value in options.items():  # a prompt that finds no file stopped the run unplaced
-        if (name == "prompt" or name.endswith("_prompt")) and name in cls.Options.model_fields:
+        if _is_prompt_key(name) and name in cls.Options.model_fields:
             if isinstance(value, str) and find_prompt(value) is None:
                 own = getattr(cls, "shipped_prompts", None) if name == "prompt" else None
                 problems.append(Problem(str(path), None, f"{where}.{name}", prompt_missing(value, own)))
