@@ -148,6 +148,10 @@ def test_a_failed_member_is_the_users_choice_in_its_main_job_and_refused_by_anot
     assert check_file(out / "mushroom.en-tst.v1.jsonl", load_split("test", ["en"])["en"]).ok
     summary = json.loads((out / "summary.json").read_text())
     assert summary["items_failed"] == 154 + 50 and summary["allow_failures"] is True
+    # the stack's val table is built on the member's empty predictions: scores.md says so, as a
+    # detector's does of its own failed items (it said nothing)
+    table = (out / "val" / "scores.md").read_text()
+    assert "50 items failed in a member (llm: en 50" in table and "not the stack's alone" in table, table
     with pytest.raises(
         MushroomError,
         match=r"member 'llm': .*50 of its items are listed as failed in its run \(.*items/en.jsonl\)",

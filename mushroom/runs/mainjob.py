@@ -558,6 +558,7 @@ def _submit_and_score(
         out / "val",
         "stack on val (out-of-fold, scored from the written files)",
         baseline_files,
+        members={name: out / "members" / name / "val" for name in members},
     )
     service.finish(
         {

@@ -1029,11 +1029,14 @@ class RunService:
         title: str,
         baseline_files: dict[str, Path] | None = None,
         items: dict[str, list[Item]] | None = None,
+        members: dict[str, Path] | None = None,
     ) -> list[dict]:
         """Scores written prediction files against the split's gold (the official path).
 
         Writes scores.json (per item) and scores.md into `folder` and reports the table. With
         `items` (a `limit`ed run), each file is scored against those items' gold labels only.
+        `members` (name -> folder of this split's files) are the runs a combination was built
+        from: scores.md counts their failed items too, which the combination read as empty.
 
         Returns:
             The table rows (per language, with CIs, baselines and the leaderboard #1).
@@ -1065,7 +1068,10 @@ class RunService:
             payload = {"per_lang": per_lang, "mark_all": {lang: r.to_dict() for lang, r in baselines.items()}}
         write_json(folder / "scores.json", payload)
         (folder / "scores.md").write_text(
-            markdown_table(rows) + self._failed_note(split, files), encoding="utf-8"
+            markdown_table(rows)
+            + self._failed_note(split, files)
+            + self._member_failed_note(split, members or {}),
+            encoding="utf-8",
         )
         self.reporter.table(Table(title, kind="scores", rows=rows))
         return rows
@@ -1091,6 +1097,29 @@ class RunService:
         return (
             f"\n{plural(sum(failed.values()), 'item')} failed and scored as empty predictions ({langs}; "
             "listed in the run's failures.jsonl): these scores are not the detector's alone.\n"
+        )
+
+    def _member_failed_note(self, split: str, members: dict[str, Path]) -> str:
+        """The line a combination's scores.md ends with when its members' items failed.
+
+        A stack or vote built under --allow-failures read those items as flagging nothing; its
+        own files hold no failed item, so `_failed_note` said nothing of them.
+        """
+        folders = {self.where(folder): name for name, folder in members.items()}
+        failed: dict[str, Counter[str]] = {}
+        for f in {(f.folder, f.lang, f.id) for f in self.failures if f.split == split}:
+            if f[0] in folders:
+                failed.setdefault(folders[f[0]], Counter())[f[1]] += 1
+        if not failed:
+            return ""
+        n = sum(sum(c.values()) for c in failed.values())
+        where = "; ".join(
+            f"{name}: " + ", ".join(f"{lang} {k}" for lang, k in sorted(c.items()))
+            for name, c in sorted(failed.items())
+        )
+        return (
+            f"\n{plural(n, 'item')} failed in a member ({where}; listed in the run's failures.jsonl) and "
+            "were read as flagging nothing: these scores are not the stack's alone.\n"
         )
 
     def submit(self, files: list[Path], zip_path: Path) -> Path | None:
