@@ -403,6 +403,26 @@ def test_cache_never_repeats_a_call_and_resumes_after_a_kill(tmp_path):
         assert len(keys) == len(set(keys)) == 5
 
 
+def test_unreadable_cache_lines_are_asked_again_and_said(tmp_path):
+    """A line cut mid-character (a kill during a non-ASCII reply's write) failed every item with
+    a UnicodeDecodeError naming no file, and a re-run failed alike; a JSON array line did the same
+    with a TypeError; an edited line was asked again with nothing said (a review)."""
+    cache_path = tmp_path / "cache.jsonl"
+    with FakeServer({}, default_text='{"incorrect_spans": []}') as server:
+        requests = [_req(f"k{i}", f"item X{i}") for i in range(3)]
+        CachedBackend(_openai(server.url), ResponseCache(cache_path)).generate(requests)
+        lines = cache_path.read_bytes().splitlines(keepends=True)
+        cut = '{"key": "zz", "generation": {"texts": ["Émile'.encode()[:-4]  # inside the É
+        cache_path.write_bytes(lines[0] + b"[1, 2]\n" + lines[2] + cut)
+        cache = ResponseCache(cache_path)
+        assert cache.corrupt_lines == 2 and len(cache.entries) == 2, cache.corrupt_lines
+        again = CachedBackend(_openai(server.url), cache)
+        with pytest.warns(RuntimeWarning, match=r"cache.jsonl: 2 lines could not be read .*made again"):
+            out = again.generate(requests)
+        assert all(g.error is None for g in out) and again.misses == 1
+        assert any("2 lines could not be read" in w for w in again.warnings)
+
+
 def test_a_cached_answer_with_fewer_samples_than_asked_is_asked_again(tmp_path):
     """Cached from a server that ignored n, it kept voting over one sample after the fix."""
     cache = ResponseCache(tmp_path / "c.jsonl")

@@ -49,6 +49,27 @@ def test_corrupted_payload_is_not_trusted(tmp_path):
     assert VectorCache(path).get(key) is None
 
 
+def test_a_damaged_record_costs_itself_alone_and_is_said(tmp_path):
+    """A flipped byte in the first of 100 records cut the log there: 99 good results were
+    truncated away and encoded again on every run, with nothing said (a review)."""
+    import pytest
+
+    path = tmp_path / "v.bin"
+    cache = VectorCache(path)
+    keys = [text_key("m", str(i)) for i in range(100)]
+    cache.put_many([(k, np.full((1, 4), i, dtype=np.float32), None) for i, k in enumerate(keys)])
+    cache.close()
+    size = path.stat().st_size
+    raw = bytearray(path.read_bytes())
+    raw[40 + 12 + 2] ^= 0xFF  # a byte of the first record's vector
+    raw[size // 2] ^= 0xFF  # and record 50's magic (69 bytes each): no framing to trust there
+    path.write_bytes(bytes(raw))
+    with pytest.warns(RuntimeWarning, match=r"v.bin: \d+ damaged or cut bytes .* skipped .*results read"):
+        again = VectorCache(path)
+    assert len(again) == 98 and again.get(keys[0]) is None and again.get(keys[50]) is None
+    assert again.get(keys[99])[0][0, 0] == 99 and path.stat().st_size == size  # nothing truncated
+
+
 def test_cache_root_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("MUSHROOM_CACHE_DIR", str(tmp_path / "c"))
     assert cache_root() == tmp_path / "c"

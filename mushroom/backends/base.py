@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mushroom.backends.config import BackendConfig, BackendSettings
 from mushroom.text.normalize import whole_characters
+from mushroom.util.warn import say
 from mushroom.util.words import plural
 
 __all__ = [
@@ -232,15 +232,9 @@ class Backend(ABC):
         Shown through the sink `warnings_to` sets (the CLI's `warning:` line, a run's own
         list) or else with `warnings.warn`, for a caller from Python.
         """
-        import warnings
-
         if message not in self._warnings:
             self._warnings.append(message)
-            sink = _warning_sink
-            if sink is not None:
-                sink(message)
-            else:
-                warnings.warn(message, RuntimeWarning, stacklevel=3)
+            say(message, stacklevel=3)
 
     @property
     def model_name(self) -> str:
@@ -262,25 +256,6 @@ class Backend(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Releases engines or connections; a no-op by default."""
-
-
-_warning_sink: Callable[[str], None] | None = None
-
-
-@contextmanager
-def warnings_to(sink: Callable[[str], None]) -> Iterator[None]:
-    """Backend warnings go to `sink` while inside (a module global: backends warn from threads).
-
-    Through `warnings.warn` the CLI printed a warning twice: Python's line with its source
-    file and code, then the run's own `warning:` line. One sink at a time: runs in parallel
-    threads of one process would share the innermost one.
-    """
-    global _warning_sink
-    before, _warning_sink = _warning_sink, sink
-    try:
-        yield
-    finally:
-        _warning_sink = before
 
 
 RECOVERED = "answered after a retry"  # the key of `Backend.retry_tally` that counts requests

@@ -29,6 +29,7 @@ from mushroom.backends.base import (
 from mushroom.backends.config import answer_settings
 from mushroom.data.jsonl import append_jsonl, first_line, mend_cut_line
 from mushroom.parsing.reasoning import strip_reasoning
+from mushroom.util.words import plural
 
 
 def request_key(
@@ -108,17 +109,32 @@ class ResponseCache:
         self._lock = threading.Lock()
         if self.path.exists():
             mend_cut_line(self.path)  # a kill cut the last line: new entries start afresh
-            with self.path.open(encoding="utf-8") as handle:
+            # read as bytes: a line cut mid-character (a kill during a non-ASCII reply's write)
+            # raised UnicodeDecodeError from the file's iterator, and every item failed on it
+            with self.path.open("rb") as handle:
                 for line in handle:
+                    if not line.strip():
+                        continue
                     try:
                         row = json.loads(line)
                         if "loglikelihood" in row:
                             self.scores[row["key"]] = Loglikelihood.model_validate(row["loglikelihood"])
                             continue
                         self.entries[row["key"]] = Generation.model_validate(row["generation"])
-                    except (json.JSONDecodeError, KeyError, ValueError):
-                        # A line cut by a kill mid-write: that call is simply made again.
+                    except (ValueError, KeyError, TypeError):  # a JSON array or a string is a TypeError
+                        # A line cut by a kill mid-write, or edited: that call is made again
+                        # (`CachedBackend` says so: a sampled reply may then differ).
                         self.corrupt_lines += 1
+
+    def unreadable_warning(self) -> str | None:
+        """What a run is told of lines it could not read, whose calls are made again."""
+        if not self.corrupt_lines:
+            return None
+        return (
+            f"{self.path}: {plural(self.corrupt_lines, 'line')} could not be read (cut by a kill "
+            "mid-write, or edited); their calls are made again, and a sampled reply may differ "
+            "from the one recorded"
+        )
 
     def get(self, key: str) -> Generation | None:
         hit = self.entries.get(key)
@@ -189,8 +205,8 @@ class CachedBackend(Backend):
 
     @property
     def warnings(self) -> list[str]:
-        """The inner backend's warnings; none while every answer came from the cache (never built)."""
-        return backend_warnings(self._inner)
+        """The cache's own and the inner backend's (none while every answer came from the cache)."""
+        return super().warnings + backend_warnings(self._inner)
 
     def retry_tally(self) -> Counter[str]:
         """The inner backend's; none while every answer came from the cache (never built)."""
@@ -205,6 +221,9 @@ class CachedBackend(Backend):
                 self._caches[path] = ResponseCache(path)
             self._cache = self._caches[path]
         assert self._cache is not None
+        said = self._cache.unreadable_warning()
+        if said is not None:
+            self.warn(said)  # once per message
         return self._cache
 
     @property

@@ -417,8 +417,8 @@ def after_interrupt() -> None:
 def _run(app: typer.Typer, args: list[str]) -> int:
     import typer
 
-    from mushroom.backends.base import warnings_to
     from mushroom.backends.trips import remembering_trips
+    from mushroom.util.warn import warnings_to
 
     try:
         command = typer.main.get_command(app)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import mmap
 import os
 import re
 import struct
@@ -27,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from mushroom.util.cachedir import cache_folder
+from mushroom.util.warn import say
 
 _MAGIC = b"MVC1"
 _HEAD = struct.Struct("<4s32sI")
@@ -124,7 +126,8 @@ class VectorCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.index: dict[bytes, tuple[int, int]] = {}  # key -> (payload offset, payload length)
-        self.dropped_bytes = 0
+        self.dropped_bytes = 0  # cut off the end (a record a kill cut)
+        self.damaged_bytes = 0  # skipped inside the log (a flipped byte), kept on disk
         with self.path.open("ab+") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
@@ -134,25 +137,80 @@ class VectorCache:
         self._reader = self.path.open("rb")
 
     def _scan(self, handle) -> None:
+        """Indexes the log's records; a damaged one is skipped, a cut last one is cut off.
+
+        A record whose checksum fails (a flipped byte) is passed over by its length; bytes that
+        are no record (a length damaged too) are passed over to the next record that checks.
+        Only what follows the last whole record is truncated (a record cut by a kill), so that
+        appends stay aligned. The first damage cut every record after it, and a run encoded
+        them all again with nothing said (a review).
+        """
         handle.seek(0, os.SEEK_END)
         size = handle.tell()
-        handle.seek(0)
-        pos = 0
+        if size:
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:  # not read whole
+                last_good = self._index(data, size)
+        else:
+            last_good = 0
+        if last_good < size:
+            # A record cut by a kill (or garbage after the last whole one): dropped, so that
+            # appends stay aligned.
+            self.dropped_bytes = size - last_good
+            handle.truncate(last_good)
+        if self.damaged_bytes or self.dropped_bytes:
+            keep = " (kept on disk: delete the file to be rid of them)" if self.damaged_bytes else ""
+            say(
+                f"{self.path}: {self.damaged_bytes + self.dropped_bytes} damaged or cut bytes of the "
+                f"encoder cache skipped{keep}; {len(self.index)} results read, what the rest held is "
+                "encoded again"
+            )
+
+    def _index(self, data: mmap.mmap, size: int) -> int:
+        """Indexes the whole records of `data`; returns where the last one ends."""
+        pos, last_good = 0, 0
         while pos + _HEAD.size <= size:
-            magic, key, length = _HEAD.unpack(handle.read(_HEAD.size))
+            magic, key, length = _HEAD.unpack_from(data, pos)
             end = pos + _HEAD.size + length + _TAIL.size
-            if magic != _MAGIC or end > size:
+            if magic == _MAGIC and end <= size:
+                payload = data[pos + _HEAD.size : end - _TAIL.size]
+                (crc,) = _TAIL.unpack_from(data, end - _TAIL.size)
+                if zlib.crc32(payload) == crc:
+                    self.index[key] = (pos + _HEAD.size, length)
+                    pos = last_good = end
+                    continue
+                if self._checks_at(data, end) or end == size:
+                    self.damaged_bytes += end - pos  # its bytes are wrong, its framing is not
+                    pos = last_good = end
+                    continue
+            nxt = self._next_record(data, pos + 1)
+            if nxt is None:
                 break
-            payload = handle.read(length)
-            (crc,) = _TAIL.unpack(handle.read(_TAIL.size))
-            if zlib.crc32(payload) != crc:
-                break
-            self.index[key] = (pos + _HEAD.size, length)
-            pos = end
-        if pos < size:
-            # A record cut by a kill (or garbage after it): drop it so appends stay aligned.
-            self.dropped_bytes = size - pos
-            handle.truncate(pos)
+            self.damaged_bytes += nxt - pos
+            pos = last_good = nxt
+        return last_good
+
+    @staticmethod
+    def _checks_at(data: mmap.mmap, pos: int) -> bool:
+        """Whether a whole record with a good checksum starts at `pos`."""
+        if pos + _HEAD.size > len(data):
+            return False
+        magic, _key, length = _HEAD.unpack_from(data, pos)
+        end = pos + _HEAD.size + length + _TAIL.size
+        if magic != _MAGIC or end > len(data):
+            return False
+        return (
+            zlib.crc32(data[pos + _HEAD.size : end - _TAIL.size])
+            == _TAIL.unpack_from(data, end - _TAIL.size)[0]
+        )
+
+    def _next_record(self, data: mmap.mmap, start: int) -> int | None:
+        """The offset of the next whole record at or after `start`, if any."""
+        pos = data.find(_MAGIC, start)
+        while pos >= 0:
+            if self._checks_at(data, pos):
+                return pos
+            pos = data.find(_MAGIC, pos + 1)
+        return None
 
     def __len__(self) -> int:
         return len(self.index)

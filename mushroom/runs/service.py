@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mushroom.backends.base import retry_note, warnings_to
+from mushroom.backends.base import retry_note
 from mushroom.data.contexts import (
     DEFAULT_SOURCES,
     ContextSet,
@@ -80,6 +80,7 @@ from mushroom.util import folderlock
 from mushroom.util.interrupts import fallback_hint
 from mushroom.util.names import safe_name
 from mushroom.util.registry import stop_for_import
+from mushroom.util.warn import warnings_to
 from mushroom.util.words import listed, one_line, plural
 
 
