@@ -617,7 +617,7 @@ def _detect(
 
     from mushroom.data.contexts import support_contexts
     from mushroom.data.languages import LANGUAGES
-    from mushroom.runs.service import unusable_warnings
+    from mushroom.runs.service import partly_read_warning, unusable_warnings
 
     rows: list[Item] = []
     contexts: dict[str, list[Context]] = {}
@@ -701,6 +701,9 @@ def _detect(
             break
         for warning in unusable_warnings(f"{method} ({code})", detector.last_stats, in_run=False):
             warnings.warn(warning, RuntimeWarning, stacklevel=3)
+        partly = partly_read_warning(f"{method} ({code})", detector.last_stats)
+        if partly is not None:
+            warnings.warn(partly, RuntimeWarning, stacklevel=3)
     # the detector's own warnings (a collapsed pyes calibration) reached runs only; a backend's
     # were warned as they happened
     told = {w for backend in detector.built_backends() for w in backend.warnings}

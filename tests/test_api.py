@@ -100,6 +100,14 @@ def test_what_the_command_line_warns_of_is_warned_of_here_too():
         with pytest.warns(RuntimeWarning, match="1 of 1 LLM responses were unparseable"):
             with pytest.raises(mushroom.RunFailed, match="could not be read as spans"):
                 mushroom.detect(ANSWER, CONTEXT, method="llm", backend=llm_backend(server.url))
+    # output read in part: a run's counts table shows it; here an entry dropped was unsaid (a review)
+    partly = '[{"text": "Italy"}, {"txt": "capital"}, {"text": "Paris", "probability": 7}]'
+    with FakeServer({}, default_text=partly) as server:
+        with pytest.warns(
+            RuntimeWarning, match=r"llm \(en\): part of the model's output .*llm.invalid_entries 1, "
+        ):
+            pred = mushroom.detect(ANSWER, CONTEXT, method="llm", backend=llm_backend(server.url))
+    assert {ANSWER[s:e] for s, e in pred.hard_labels} == {"Italy", "Paris"}
 
 
 def test_no_response_cache_is_left_behind_and_a_second_server_is_asked(tmp_path, monkeypatch):

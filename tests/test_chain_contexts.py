@@ -535,6 +535,29 @@ def test_an_old_two_way_reply_paints_as_before_with_nothing_unverifiable():
     assert [(s.start, s.end, s.prob) for s in res.prediction.soft_labels] == [(32, 38, pytest.approx(0.9))]
 
 
+def test_claims_and_wrong_spans_the_chain_cannot_read_are_counted():
+    """A claim with no answer text, or a wrong span with no text, was dropped with no counter:
+    that part of the answer went unchecked and the item read as "nothing wrong" (a review)."""
+    decompose = json.dumps(
+        {
+            "claims": [
+                {"claim": "Curie was born in 1867", "substring": "born in 1867"},
+                {"claim": "Curie was born in Berlin", "span": "in Berlin"},
+            ]
+        }
+    )
+    verify = json.dumps(
+        {
+            "verdicts": [
+                {"claim": 1, "verdict": "contradicted", "incorrect_spans": [{"text": "1867"}, {"wrong": "x"}]}
+            ]
+        }
+    )
+    s, pred, _ = run_chain({"v-1#decompose": [decompose], "v-1#verify": [verify]})
+    assert (s["chain.claims"], s["chain.unreadable_claims"], s["chain.invalid_entries"]) == (1, 1, 1), s
+    assert [list(h) for h in pred.hard_labels] == [[24, 28]]
+
+
 def test_an_item_without_usable_context_is_not_verified_but_counted_as_context_none():
     empty = {"v-1": [Context(source="g", text="  ")]}
     s, pred, backend = run_chain({"v-1#decompose": [DECOMPOSE]}, ctx=empty)

@@ -128,18 +128,29 @@ class Verification(BaseModel):
 _SCHEMAS = {"decompose": Decomposition, "verify": Verification}
 
 
-def _claims(value) -> list[dict] | None:
+class ClaimList(list):
+    """A decomposition's readable claims; `unreadable` counts the entries left out.
+
+    An entry with no answer text (`{"claim": ..., "span": ...}`) was dropped unsaid: that part
+    of the answer was never verified, and the item read as "nothing wrong" (a review).
+    """
+
+    unreadable: int = 0
+
+
+def _claims(value) -> ClaimList | None:
     """The claim list of a decomposition, or None if the shape is wrong."""
     if isinstance(value, dict):
         value = value.get("claims")
     if not isinstance(value, list):
         return None
-    out = []
+    out = ClaimList()
     for entry in value:
         if isinstance(entry, dict) and isinstance(entry.get("substring", entry.get("text")), str):
             out.append(
                 {"claim": str(entry.get("claim", "")), "substring": entry.get("substring", entry.get("text"))}
             )
+    out.unreadable = len(value) - len(out)
     return out if out or not value else None
 
 
@@ -396,6 +407,7 @@ class ChainDetector(GeneratingDetector):
                 "claims": claims[k],
                 "verdicts": item_verdicts,
             }
+            st["chain.unreadable_claims"] += getattr(claims[k], "unreadable", 0)
             error = dec_err[k] or v_err
             # every reply of a stage empty, cut off at max_tokens or unreadable: no claims read
             # as "nothing wrong" (exit 0, an empty prediction); the item fails, as the llm
@@ -505,6 +517,7 @@ class ChainDetector(GeneratingDetector):
             st["chain.false_claims"] += 1
             found = read_claims({"incorrect_spans": v.get("incorrect_spans") or []})
             st["chain.bad_probabilities"] += found.bad_probabilities
+            st["chain.invalid_entries"] += found.invalid_entries  # a wrong span that could not be read
             spans = found.claims
             placed = 0
             for claim in spans:

@@ -223,13 +223,59 @@ def unusable_warnings(where: str, stats: dict[str, int], in_run: bool = True) ->
     """
     out = []
     for bad, total, what in _UNUSABLE:
-        n, of = stats.get(bad, 0), stats.get(total, 0)
-        # a cut-off reply is said however few: each lost what the model had left to say
-        if of and n and (n / of >= UNUSABLE_SHARE or bad in _MEANING):
+        if bad in _unusable_keys(stats):
+            n, of = stats[bad], stats[total]
             hint = (_PYES_RAW_HINT if bad.startswith("pyes.") else _RAW_HINT) if in_run else ""
             meaning = _MEANING.get(bad) or _NOT_READ.get(bad, _FALL_BACK) + hint
             out.append(f"{where}: {n} of {of} {what}{meaning}")
     return out
+
+
+def _unusable_keys(stats: dict[str, int]) -> set[str]:
+    """The counters of `_UNUSABLE` that `unusable_warnings` speaks of."""
+    out = set()
+    for bad, total, _ in _UNUSABLE:
+        n, of = stats.get(bad, 0), stats.get(total, 0)
+        # a cut-off reply is said however few: each lost what the model had left to say
+        if of and n and (n / of >= UNUSABLE_SHARE or bad in _MEANING):
+            out.add(bad)
+    return out
+
+
+# Counters of model output read only in part: a run's counts table shows them; the Python API,
+# which has none, said nothing of them (an entry dropped read as a model that found less).
+PARTLY_READ = (
+    "llm.unparseable",
+    "llm.invalid_entries",
+    "llm.bad_probabilities",
+    "llm.lost",
+    "chain.unreadable_claims",
+    "chain.claims_not_in_answer",
+    "chain.unreadable_verdicts",
+    "chain.unknown_claim_verdicts",
+    "chain.claims_unjudged",
+    "chain.invalid_entries",
+    "chain.bad_probabilities",
+    "chain.spans_not_located",
+    "pyes.unusable",
+)
+
+
+def partly_read_warning(where: str, stats: dict[str, int]) -> str | None:
+    """One line naming the model output read only in part, below `unusable_warnings`' share.
+
+    For the Python API: a run's counts table lists these counters. What `unusable_warnings`
+    already said is not said again.
+    """
+    said = _unusable_keys(stats)
+    found = [f"{key} {stats[key]}" for key in PARTLY_READ if stats.get(key) and key not in said]
+    if not found:
+        return None
+    return (
+        f"{where}: part of the model's output could not be used as written ({', '.join(found)}; "
+        "their meaning: docs/reference/run-folders.md, stats.json): the spans returned leave it "
+        "out, or take a default in its place"
+    )
 
 
 _PAST_END = (
