@@ -682,7 +682,12 @@ def test_a_missing_gold_is_named_before_the_run_and_a_runs_failure_list_is_no_lo
 def test_a_member_written_with_a_colon_is_told_to_use_equals(tmp_path, capsys):
     run = limited_run(tmp_path, capsys)
     code, _, err = cli(capsys, "stack", "fit", f"lexical:{run}", "--out", tmp_path / "s.json")
-    assert code == 2 and "name a member with '=': NAME=RUN_DIR" in err, err
+    assert code == 2 and f"a member is RUN_DIR, or NAME=RUN_DIR to name it (lexical={run}?)" in err, err
+    # with a space: the name was read as a folder, "no val prediction files" (an audit)
+    code, _, err = cli(capsys, "stack", "fit", "lexical", str(run), "--out", tmp_path / "s.json")
+    err = " ".join(err.split())
+    assert code == 2 and "member 'lexical': no such folder; a member is RUN_DIR, or NAME=RUN_DIR" in err, err
+    assert f"(lexical={run}?)" in err.replace(" ", ""), err
 
 
 def test_a_line_lost_from_a_limited_runs_file_is_named_not_scored_as_never_predicted(tmp_path, capsys):

@@ -72,6 +72,11 @@ def test_compare_pairs_items_and_writes_markdown_and_csv(two_runs, tmp_path):
     )
     md = (tmp_path / "c.md").read_text()
     assert "| hi | en |" in md and "## Error types" in md
+    # the baseline named by its folder's name, as a user names it: "not a valid integer" was said
+    res = runner.invoke(app, ["compare", str(lo), str(hi), "--baseline", "hi", "--eval-dir", str(tmp_path)])
+    assert res.exit_code == 0 and "runs against baseline hi" in " ".join(res.output.split()), res.output
+    res = runner.invoke(app, ["compare", str(lo), str(hi), "--baseline", "mid", "--eval-dir", str(tmp_path)])
+    assert "--baseline mid: is none of the runs given (0: " in str(res.exception), res.output
     csv_lines = (tmp_path / "c.csv").read_text().splitlines()
     assert csv_lines[0].startswith("run,lang,n,iou") and len(csv_lines) == 1 + 6
     t_rows = tag_rows([score_run(lo)], load_tags(tags))

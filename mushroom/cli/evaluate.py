@@ -39,12 +39,43 @@ def _run_folders(runs: list[Path]) -> None:
             raise MushroomError(f"RUNS {run}: {'no such folder' if not run.exists() else 'is not a folder'}")
 
 
+def _baseline_index(value: str, runs: list[Path]) -> int:
+    """The index of the run `--baseline` names: an index, a folder as given, or a folder's name.
+
+    An index alone was taken; a run's name, the first thing a user tries, was refused as "not a
+    valid integer" (an audit).
+    """
+    text = value.strip()
+    if text.lstrip("-").isdigit():
+        k = int(text)
+        if not 0 <= k < len(runs):
+            raise MushroomError(
+                f"--baseline {k}: {plural(len(runs), 'run')} given; give an index from 0 to {len(runs) - 1}, "
+                "or a run's folder"
+            )
+        return k
+    given = Path(text)
+    same = [k for k, run in enumerate(runs) if run == given or run.resolve() == given.resolve()]
+    same = same or [k for k, run in enumerate(runs) if run.resolve().name == given.name]
+    if len(set(runs[k].resolve() for k in same)) == 1:
+        return same[0]
+    names = ", ".join(f"{k}: {run}" for k, run in enumerate(runs))
+    if same:
+        raise MushroomError(f"--baseline {value}: names more than one of the runs ({names}); give its index")
+    raise MushroomError(
+        f"--baseline {value}: is none of the runs given ({names}); give its index or its folder"
+    )
+
+
 def compare(
     runs: Annotated[
         list[Path], typer.Argument(metavar="RUNS", help="run folders (or folders of prediction files)")
     ],
     split: Annotated[str, typer.Option("--split", help="labelled split")] = "val",
-    baseline: Annotated[int, typer.Option("--baseline", help="index of the baseline run (0: first)")] = 0,
+    baseline: Annotated[
+        str,
+        typer.Option("--baseline", help="the baseline run: its index (0: first), folder or folder name"),
+    ] = "0",
     tags: Annotated[Path | None, typer.Option("--tags", help=TAGS_HELP)] = None,
     name: Annotated[
         str | None, typer.Option("--name", callback=file_stem, help="file name stem in eval/")
@@ -88,11 +119,7 @@ def compare(
     )
     from mushroom.evaluation.runfiles import run_notes
 
-    if not 0 <= baseline < len(runs):
-        raise MushroomError(
-            f"--baseline {baseline}: {plural(len(runs), 'run')} given; "
-            f"give an index from 0 to {len(runs) - 1}"
-        )
+    baseline_index = _baseline_index(baseline, runs)
     _run_folders(runs)
     if items is not None:
         split = _items_instead_of_split(items, split, runs, "comparing runs")
@@ -134,9 +161,9 @@ def compare(
         err_console.print(esc(note), highlight=False)
     for note in without_failed(scored, split) if answered else []:
         err_console.print(esc(note), highlight=False)
-    rows = comparison_rows(scored, baseline)
+    rows = comparison_rows(scored, baseline_index)
     out_console.print(
-        paired_table(f"{split}: runs against baseline {scored[baseline].name} (paired, items)", rows)
+        paired_table(f"{split}: runs against baseline {scored[baseline_index].name} (paired, items)", rows)
     )
     folder.mkdir(parents=True, exist_ok=True)
     md = rows_markdown(rows, COLUMNS)

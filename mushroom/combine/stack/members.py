@@ -163,11 +163,18 @@ def _member_name_problem(name: str) -> str | None:
 def parse_members(specs: list[str]) -> list[Member]:
     """`NAME=PATH` or `PATH` (named after the folder) -> members; names must be unique."""
     out = []
-    for spec in specs:
+    for k, spec in enumerate(specs):
         name, sep, path = spec.partition("=")
         if not sep:
-            if ":" in spec and not Path(spec).exists():  # `lexical:runs/LEX` was "no val prediction files"
-                raise MushroomError(f"member {spec!r}: no such folder; name a member with '=': NAME=RUN_DIR")
+            if not Path(spec).exists():
+                # `lexical:runs/LEX` and `lexical runs/LEX` were "no val prediction files (looked
+                # in lexical/val, ...)", which never said how a member is named (an audit)
+                after = specs[k + 1] if k + 1 < len(specs) else None
+                named = spec.replace(":", "=", 1) if ":" in spec else f"{spec}={after}" if after else None
+                hint = f" ({named}?)" if named and Path(named.partition("=")[2]).exists() else ""
+                raise MushroomError(
+                    f"member {spec!r}: no such folder; a member is RUN_DIR, or NAME=RUN_DIR to name it{hint}"
+                )
             path, name = spec, Path(spec).name
         if not path.strip():  # `lexical=` read the current folder as the run
             raise MushroomError(f"member {spec!r}: no run folder after '='; give NAME=RUN_DIR")
