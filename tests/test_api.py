@@ -666,3 +666,16 @@ def test_two_items_with_one_id_are_named_and_a_made_id_is_said_to_be_made():
     given = [{"answer": "a", "contexts": ["x"], "id": "q"}, {"answer": "b", "contexts": ["x"], "id": "q"}]
     with pytest.raises(ValueError, match=r"'q' is the id of item 0 and of item 1$"):
         mushroom.detect_batch(given, method="lexical")
+
+
+def test_the_partial_read_warning_names_each_counter_once():
+    """An empty sample among three voted with the other two, unsaid outside a run's counts table;
+    what the share warning already said (most replies unparseable) is not said twice."""
+    from mushroom.runs.service import partly_read_warning
+
+    said = partly_read_warning("llm (en)", {"llm.replies": 3, "llm.empty_replies": 1, "llm.claims": 2})
+    assert said is not None and "(llm.empty_replies 1;" in said
+    most = {"llm.replies": 2, "llm.unparseable": 2, "llm.bad_probabilities": 1}
+    assert "(llm.bad_probabilities 1;" in partly_read_warning("llm (en)", most)
+    assert partly_read_warning("llm (en)", {"llm.replies": 2, "llm.unparseable": 2}) is None
+    assert partly_read_warning("llm (en)", {"llm.replies": 2, "llm.claims": 3}) is None

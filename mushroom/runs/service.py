@@ -246,6 +246,9 @@ def _unusable_keys(stats: dict[str, int]) -> set[str]:
 # which has none, said nothing of them (an entry dropped read as a model that found less).
 PARTLY_READ = (
     "llm.unparseable",
+    "llm.empty_replies",
+    "llm.cut_before_any_span",
+    "llm.lost_replies",
     "llm.invalid_entries",
     "llm.bad_probabilities",
     "llm.lost",
