@@ -22,6 +22,31 @@ def test_a_run_folder_with_another_config_names_what_differs(tmp_path, capsys):
     assert 'options.calibration: "default" -> null' in err
 
 
+def test_a_file_an_option_names_is_recorded_by_content_not_path(tmp_path, capsys):
+    """A calibration table edited at the same path resumed the folder with the old predictions
+    (an audit): the config held its path alone."""
+    table = tmp_path / "cal.json"
+    shipped = Path(__file__).parents[1] / "mushroom" / "resources" / "lexical_calibration.json"
+    table.write_text(shipped.read_text())
+    run = limited_run(tmp_path, capsys, "run", "-o", f"calibration={table}")
+    assert len(json.loads((run / "config.json").read_text())["config"]["file_sha256"]["calibration"]) == 64
+    code, _, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "en", "--limit", "5", "--out", run, "--quiet",
+        "-o", f"calibration={table}",
+    )  # fmt: skip
+    assert code == 0, err  # the same file: resumed
+    table.write_text(shipped.read_text() + "\n")  # edited: here only a line end, which a rate would be
+    code, _, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "en", "--limit", "5", "--out", run, "--quiet",
+        "-o", f"calibration={table}",
+    )  # fmt: skip
+    said = " ".join(err.split())
+    assert (
+        code == 2 and f"{run} holds a run with another config" in said and "file_sha256.calibration:" in said
+    ), said
+    assert "the content of a file an option names has changed" in said
+
+
 def test_a_run_folder_whose_settings_were_edited_by_hand_is_refused(tmp_path, capsys):
     """Its edited threshold matched the command's, so the folder was taken, with answers made at
     the old one, and its config rewritten to claim the new one, unsaid (an audit)."""

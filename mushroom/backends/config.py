@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from mushroom.errors import MushroomError
+from mushroom.util.files import NAMES_A_FILE
 
 DAY_S = 86400.0  # the longest timeout taken
 NEEDS_BASE_URL = "the openai backend needs `base_url` (--base-url), e.g. http://127.0.0.1:8000/v1"
@@ -175,7 +176,9 @@ class ReplayConfig(BackendSettings):
     """Answers from recorded raw records; `model`, when given, keeps only that model's rows."""
 
     kind: Literal["replay"] = "replay"
-    responses: str | None = Field(None, description="JSONL of recorded responses (raw records)")
+    responses: str | None = Field(
+        None, description="JSONL of recorded responses (raw records)", json_schema_extra=NAMES_A_FILE
+    )
 
     def check_ready(self) -> None:
         """The responses file must exist and every line hold something to replay."""

@@ -416,8 +416,18 @@ class Detector(ABC):
         return lambda: (self.workdir or first) / name
 
     def describe(self) -> dict[str, Any]:
-        """Name and options, recorded in every run's config."""
-        return {"detector": self.name, "options": self.options.model_dump(mode="json")}
+        """Name and options, recorded in every run's config, with the files its options name.
+
+        A file named by an option (a calibration table, a replay file) is recorded by content:
+        by its path alone, an edited file resumed the folder with the old predictions.
+        """
+        from mushroom.util.files import option_file_digests
+
+        out: dict[str, Any] = {"detector": self.name, "options": self.options.model_dump(mode="json")}
+        digests = option_file_digests(self.options)
+        if digests:  # only then: the folders of runs that name no file resume as before
+            out["file_sha256"] = digests
+        return out
 
     def recording(self, backend):
         """Wraps a backend so that each call is written to the current language's raw log."""

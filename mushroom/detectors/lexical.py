@@ -30,6 +30,7 @@ from mushroom.detectors.lexical_channels import lexical_channels
 from mushroom.errors import MushroomError
 from mushroom.text.stopwords import stop_characters, stopwords
 from mushroom.text.tokenize import DIGIT_GROUP, Token, tokenize, vocabulary
+from mushroom.util.files import NAMES_A_FILE
 
 _SENTENCE_BREAK = regex.compile(r"[.!?;:\n。！？；]|\s-\s")
 
@@ -55,6 +56,7 @@ class LexicalOptions(DetectorOptions):
     calibration: str | None = Field(
         "default",
         description="calibration table: 'default' (fitted on val), a JSON path, or null for raw shares",
+        json_schema_extra=NAMES_A_FILE,
     )
     source_weights: dict[str, Annotated[float, Field(ge=0.0, allow_inf_nan=False)]] = Field(
         default_factory=dict, description="vote weight per context source (default 1 each)"

@@ -53,6 +53,7 @@ from mushroom.detectors.llm import context_text
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
 from mushroom.detectors.prompts import load_prompt
 from mushroom.errors import NO_P_YES, NOT_SENT, MushroomError
+from mushroom.util.files import NAMES_A_FILE
 from mushroom.util.words import plural
 
 
@@ -91,6 +92,7 @@ class PYesOptions(DetectorOptions):
         None,
         description="saved calibration JSON; without it the statistics are estimated per language on "
         "the items being detected (transductive) and saved with the run",
+        json_schema_extra=NAMES_A_FILE,
     )
     threshold: HardThreshold = Field(0.5, description="hard label: No-side probability above this")
     cache: bool = Field(True, description="cache responses in the run folder (none from Python)")

@@ -655,6 +655,8 @@ class RunService:
                 # never empty: a folder whose settings are all this run's is taken above
                 changes = config_changes(existing["config"], self.config)
                 differs = listed_changes(changes, "\n  ")
+                if "file_sha256" in differs:  # two hashes alone did not say what changed
+                    differs += "\n  (file_sha256: the content of a file an option names has changed)"
                 raise MushroomError(
                     f"{self.out} holds a run with another config; choose another {self.folder_flag} "
                     f"folder, or run again with its settings. What differs (folder -> this command):{differs}"

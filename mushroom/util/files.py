@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 BLOCK = 1 << 20
 
@@ -21,3 +22,34 @@ def sha256_file(path: Path) -> str:
     for block in file_blocks(path):
         digest.update(block)
     return digest.hexdigest()
+
+
+NAMES_A_FILE = {"names_a_file": True}
+"""`json_schema_extra` of an option whose value is a file's path: its content is part of a run."""
+
+
+def option_file_digests(options: Any, prefix: str = "") -> dict[str, str]:
+    """The sha256 of each file an options model names (in `NAMES_A_FILE` fields), nested too.
+
+    A run's config recorded such a file by its path alone: a calibration table edited, or a
+    replay file re-recorded, at the same path resumed the folder with the old predictions (an
+    audit). A value that is no file (a packaged name such as "default") has none.
+    """
+    from pydantic import BaseModel
+
+    out: dict[str, str] = {}
+    if isinstance(options, BaseModel):
+        for name, field in type(options).model_fields.items():
+            value = getattr(options, name, None)
+            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+            if extra.get("names_a_file") and isinstance(value, str) and value and Path(value).is_file():
+                out[f"{prefix}{name}"] = sha256_file(Path(value))
+            else:
+                out.update(option_file_digests(value, f"{prefix}{name}."))
+    elif isinstance(options, list | tuple):
+        for k, value in enumerate(options):
+            out.update(option_file_digests(value, f"{prefix}{k}."))
+    elif isinstance(options, dict):
+        for key, value in options.items():
+            out.update(option_file_digests(value, f"{prefix}{key}."))
+    return out
