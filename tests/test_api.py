@@ -128,6 +128,19 @@ def test_a_zero_weight_for_every_source_is_no_support_not_a_division_by_zero():
     assert pred.hard_labels == []
 
 
+def test_source_weights_count_by_their_ratios_however_large():
+    """9e307 each overflowed the weighted sums: every probability 0, with numpy's warning alone
+    (an audit); their ratio is that of 1 each."""
+    answer = "Marie Curie was born in 1867 in Berlin."
+    contexts = ["Marie Curie was born in Warsaw in 1867.", "Berlin is a city."]
+    huge = {"context0": 9e307, "context1": 9e307}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = mushroom.detect(answer, contexts, method="lexical", source_weights=huge)
+    same = mushroom.detect(answer, contexts, method="lexical", source_weights={"context0": 1, "context1": 1})
+    assert got.hard_labels == same.hard_labels != [] and got.probs == same.probs
+
+
 def test_the_lazy_names_are_listed_for_tab_completion():
     assert {"detect", "detect_batch", "detect_stream", "Prediction", "RunFailed"} <= set(dir(mushroom))
 

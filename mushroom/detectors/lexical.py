@@ -252,6 +252,8 @@ class LexicalDetector(VectorDetector):
         contexts = [c for c in contexts if opts.source_weights.get(c.source, 1.0) > 0]
         supports = [_Support(c.text, opts) for c in contexts]
         weights = np.array([opts.source_weights.get(c.source, 1.0) for c in contexts])
+        if contexts:  # only their ratios count: 9e307 each overflowed the sums into empty predictions
+            weights = weights / weights.max()
         total = float(weights.sum()) if contexts else 1.0
         question = _Support(item.model_input, opts) if opts.use_question else None
         tokens = tokenize(item.model_output_text)
