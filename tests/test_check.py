@@ -55,6 +55,18 @@ def test_every_problem_is_listed(tmp_path, item_rows):
     assert lines == sorted(lines) and lines[0] == 1, lines
 
 
+def test_a_bad_probability_is_said_as_the_file_spells_it(tmp_path, item_rows):
+    """`probability True` and `probability None` were said of `true` and `null` (an audit)."""
+    rows = [
+        {"id": f"t-{k}", "soft_labels": [{"start": 0, "end": 2, "prob": p}], "hard_labels": []}
+        for k, p in ((1, True), (2, None))
+    ]
+    report = check_file(write_lines(tmp_path / "p.jsonl", rows), _items(tmp_path, item_rows))
+    text = "\n".join(str(p) for p in report.errors)
+    for shown in ("probability true is", "probability null is"):
+        assert shown in text, text
+
+
 def test_overlaps_and_inconsistent_hard_labels_are_errors(tmp_path, item_rows):
     pred = write_lines(
         tmp_path / "p.jsonl",
