@@ -357,6 +357,8 @@ NEWER_COUNTERS = frozenset(
         "llm.lost_replies",
         "llm.failed_named_elsewhere",
         "chain.contradicted_unplaced",  # 2026-11-27
+        "chain.unreadable_claims",  # 2026-11-29
+        "chain.invalid_entries",  # 2026-11-29
     }
 )
 # Counters of what the reading makes of the replies, changed since the record by a decision

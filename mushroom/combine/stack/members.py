@@ -166,15 +166,6 @@ def parse_members(specs: list[str]) -> list[Member]:
     for k, spec in enumerate(specs):
         name, sep, path = spec.partition("=")
         if not sep:
-            if not Path(spec).exists():
-                # `lexical:runs/LEX` and `lexical runs/LEX` were "no val prediction files (looked
-                # in lexical/val, ...)", which never said how a member is named (an audit)
-                after = specs[k + 1] if k + 1 < len(specs) else None
-                named = spec.replace(":", "=", 1) if ":" in spec else f"{spec}={after}" if after else None
-                hint = f" ({named}?)" if named and Path(named.partition("=")[2]).exists() else ""
-                raise MushroomError(
-                    f"member {spec!r}: no such folder; a member is RUN_DIR, or NAME=RUN_DIR to name it{hint}"
-                )
             path, name = spec, Path(spec).name
         if not path.strip():  # `lexical=` read the current folder as the run
             raise MushroomError(f"member {spec!r}: no run folder after '='; give NAME=RUN_DIR")
@@ -184,6 +175,16 @@ def parse_members(specs: list[str]) -> list[Member]:
         if problem is not None:
             how = "give another NAME" if sep else "the name is the folder's: name it with NAME=PATH"
             raise MushroomError(f"member name in {spec!r}: {problem}; {how}")
+        bare = "/" not in spec or ":" in spec  # a name, or NAME:DIR: not how a folder is given
+        if not sep and bare and not Path(spec).exists():
+            # `lexical:runs/LEX` and `lexical runs/LEX` were "no val prediction files (looked in
+            # lexical/val, ...)", which never said how a member is named (an audit)
+            after = specs[k + 1] if k + 1 < len(specs) else None
+            named = spec.replace(":", "=", 1) if ":" in spec else f"{spec}={after}" if after else None
+            hint = f" ({named}?)" if named and Path(named.partition("=")[2]).exists() else ""
+            raise MushroomError(
+                f"member {spec!r}: no such folder; a member is RUN_DIR, or NAME=RUN_DIR to name it{hint}"
+            )
         out.append(Member(name, Path(path)))
     names = [m.name for m in out]
     if len(set(names)) != len(names):
