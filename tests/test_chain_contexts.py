@@ -1168,6 +1168,36 @@ def test_a_claim_the_verify_reply_skips_is_left_unverifiable_not_supported():
     assert [list(h) for h in pred.hard_labels] == [[32, 38]]
 
 
+def test_a_context_generated_for_an_old_question_is_said(tmp_path, capsys):
+    """An item's question edited after its context was generated: resumed by id, the old
+    question's context was kept with no word, and detectors read it (an audit)."""
+    from cli_helpers import cli
+
+    from mushroom.data.splits import load_split
+
+    items = load_split("val", ["it"])["it"][:2]
+    replay = write_lines(
+        tmp_path / "r.jsonl", [{"id": it.id, "response": f"Background {it.id}."} for it in items]
+    )
+    args = ["contexts", "--lang", "it", "--backend", "replay", "--responses", replay, "--limit", "2"]
+    args += ["--source", "rec", "--context-dir", tmp_path]
+    code, _, err = cli(capsys, *args)
+    assert code == 0 and "warning" not in err, err
+    source = tmp_path / "val.it.rec.jsonl"
+    rows = [json.loads(line) for line in source.read_text().splitlines()]
+    assert all(len(row["question"]) == 16 for row in rows)
+    rows[1]["question"] = "0" * 16  # as if made for another model_input
+    write_lines(source, rows)
+    code, _, err = cli(capsys, *args)
+    said = " ".join(err.split())
+    assert (
+        code == 0 and "1 context done before in val.it.rec.jsonl was generated for another question" in said
+    )
+    assert f"changed since: {items[1].id}); kept" in said and "delete its line to generate again" in said, (
+        said
+    )
+
+
 def test_contexts_done_before_with_other_settings_are_said_not_kept_in_silence(tmp_path, capsys):
     """An audit re-ran `contexts` with --max-tokens 300 --topic over contexts made with 64 and
     no topic: "done before", exit 0, no word (`detect` refuses a folder made otherwise)."""

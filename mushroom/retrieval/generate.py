@@ -84,6 +84,9 @@ class ContextStats:
     """Unfinished last lines dropped from the source or its grades (said as warnings)."""
     made_otherwise_count: int = 0
     """How many of the contexts done before were made with other settings."""
+    asked_otherwise: list[str] = field(default_factory=list)
+    """Ids whose context done before was generated for another question (the item's
+    `model_input` has changed since); kept, the source only grows, but said."""
 
 
 GRADING_FAILED = "grading failed"
@@ -124,6 +127,32 @@ def _done_ids(path: Path, grading: Grading | None = None, cut: float | None = No
         )
         and (cut is None or row.get("min_similarity", cut) == cut)
     }
+
+
+def question_digest(item: Item) -> str:
+    """A short digest of the question a context is generated for, kept on its line."""
+    return hashlib.sha256(item.model_input.encode()).hexdigest()[:16]
+
+
+def _asked_otherwise(path: Path, items: list[Item]) -> list[str]:
+    """The ids of `items` whose line in `path` was generated for another question.
+
+    The source is resumed by id: an item whose question was edited kept the context of the old
+    one, and the detectors read it unsaid (an audit). Lines written before the digest have none.
+    """
+    if not items or not path.exists():
+        return []
+    wanted = {it.id: question_digest(it) for it in items}
+    return sorted(
+        {
+            str(row["id"])
+            for _, row in iter_json_lines(path, [])
+            if isinstance(row, dict)
+            and str(row.get("id")) in wanted
+            and isinstance(row.get("question"), str)
+            and row["question"] != wanted[str(row["id"])]
+        }
+    )
 
 
 def _refuse_broken_lines(source: Path, grades: Path) -> None:
@@ -435,6 +464,7 @@ def generate_contexts(
         else:
             todo.append(item)
     before = [it.id for it in items if it.id not in covered and it.id in done]
+    stats.asked_otherwise = _asked_otherwise(out_path, [it for it in items if it.id in set(before)])
     stats.made_otherwise, stats.made_otherwise_count = _made_otherwise(
         before, known, made_with, out_path, grades_path
     )
@@ -497,7 +527,15 @@ def generate_contexts(
             grades_path, {"id": item.id, "grading": grading, **verdict, **unusable, "made_with": key}
         )
         if verdict["relevant"]:
-            append_jsonl(out_path, {"id": item.id, "context": texts[item.id], "made_with": key})
+            append_jsonl(
+                out_path,
+                {
+                    "id": item.id,
+                    "context": texts[item.id],
+                    "made_with": key,
+                    "question": question_digest(item),
+                },
+            )
             stats.kept += 1
             stats.unreadable_verdicts += verdict.get("readable") is False
         else:

@@ -263,6 +263,15 @@ def generate_split(
                 if st.unreadable_verdicts:
                     run.unread_files.append(grades_file(root / f"{stem}.jsonl"))
                 run.warnings += st.cut_lines
+                if st.asked_otherwise:
+                    n = len(st.asked_otherwise)
+                    run.warnings.append(
+                        f"{code}: {plural(n, 'context')} done before in {stem}.jsonl "
+                        f"{'was' if n == 1 else 'were'} generated for another question (the item's "
+                        f"model_input has changed since: {', '.join(st.asked_otherwise[:3])}"
+                        f"{', ...' if n > 3 else ''}); kept, as the source only grows: delete "
+                        f"{'its line' if n == 1 else 'their lines'} to generate again"
+                    )
                 run.truncated += st.truncated
                 run.from_cache += st.from_cache
                 if st.made_otherwise:
