@@ -628,6 +628,29 @@ def test_a_file_of_bare_cr_line_ends_says_so(tmp_path, capsys):
     assert code == 1 and "lines end in a bare CR (\\r); JSONL lines end in \\n" in said, said
 
 
+def test_a_number_json_does_not_allow_is_named_with_its_field(tmp_path, capsys):
+    """`"prob": 5.` was "Expecting ',' delimiter", and a -Infinity logit named no field (an audit)."""
+    line = VAL_EN.read_text().splitlines()[0]
+    pred = tmp_path / "p.jsonl"
+    pred.write_text('{"id": "val-en-1", "soft_labels": [{"start": 0, "end": 3, "prob": 5.}]}\n')
+    code, _, err = cli(capsys, "score", VAL_EN, pred)
+    said = " ".join(err.split())
+    assert (
+        code == 1 and "p.jsonl:1: invalid JSON: '5.' at column 67 in field 'prob' is no JSON number" in said
+    ), said
+    gold = tmp_path / "g.jsonl"
+    assert '"model_output_logits":[' in line
+    gold.write_text(line.replace('"model_output_logits":[', '"model_output_logits":[-Infinity,', 1) + "\n")
+    pred.write_text('{"id": "val-en-1", "soft_labels": [{"start": 0, "end": 3, "prob": 0.5}]}\n')
+    code, _, err = cli(capsys, "score", gold, pred)
+    said = " ".join(err.split())
+    assert (
+        code == 1
+        and "-Infinity is not a JSON number (column" in said
+        and "field 'model_output_logits')" in said
+    )
+
+
 def test_a_line_that_is_no_object_is_named_in_json_words(tmp_path, capsys):
     """It said "expected a JSON object, got NoneType" of a line that reads null."""
     pred = tmp_path / "p.jsonl"

@@ -35,6 +35,45 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+_KEY_BEFORE = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:[^:"]*$')
+_CONSTANT = re.compile(r"(?<![\w\"])(-?Infinity|NaN)(?![\w\"])")
+
+
+def _field_at(line: str, pos: int) -> str:
+    """` in field 'NAME'`: the key whose value holds `pos`, when a plain scan finds one."""
+    found = _KEY_BEFORE.search(line, 0, pos)
+    return f" in field {found.group(1)!r}" if found else ""
+
+
+def _json_problem(line: str, exc: json.JSONDecodeError) -> str:
+    """What is wrong with a line json could not decode, said of the number when it is one.
+
+    `"prob": 5.` (or `00.5`, `0.5e`) was "Expecting ',' delimiter": json stops after the part
+    it could read, and blames the next character (a numeric-input audit).
+    """
+    text = f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"
+    if exc.msg.startswith("Expecting ',' delimiter") and exc.pos and line[exc.pos - 1].isdigit():
+        if line[exc.pos : exc.pos + 1] in (".", "e", "E") or line[exc.pos].isdigit():
+            start = exc.pos - 1
+            while start > 0 and line[start - 1] in "0123456789.-+eE":
+                start -= 1
+            end = exc.pos
+            while end < len(line) and line[end] in "0123456789.-+eE":
+                end += 1
+            return (
+                f"invalid JSON: {line[start:end]!r} at column {start + 1}{_field_at(line, start)} is no JSON "
+                "number (write it in full, as 5.0 or 0.5)"
+            )
+    return text
+
+
+def _constant_problem(line: str, exc: ValueError) -> str:
+    """NaN or Infinity refused, with the field that holds it."""
+    found = _CONSTANT.search(line)
+    where = f" (column {found.start() + 1}{_field_at(line, found.start())})" if found else ""
+    return f"invalid JSON: {exc}{where}"
+
+
 def refuse_irregular(path: Path) -> None:
     """Raises for an existing path that is a device or a pipe, before it is opened.
 
@@ -161,14 +200,17 @@ def _json_lines(
                     str(path),
                     lineno,
                     None,
-                    f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"
+                    _json_problem(line, exc)
                     + (": lines end in a bare CR (\\r); JSONL lines end in \\n" if bare_cr else ""),
                 )
             )
             continue
         except (ValueError, RecursionError) as exc:
             # NaN/Infinity, integers too long to convert, absurd nesting
-            problems.append(Problem(str(path), lineno, None, f"invalid JSON: {exc}"))
+            said = (
+                _constant_problem(line, exc) if "is not a JSON number" in str(exc) else f"invalid JSON: {exc}"
+            )
+            problems.append(Problem(str(path), lineno, None, said))
             continue
         except OverflowError:  # 1e400 read as the official scorer reads numbers
             problems.append(Problem(str(path), lineno, None, "invalid JSON: a number too large for a float"))
