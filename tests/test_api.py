@@ -139,6 +139,17 @@ def test_source_weights_count_by_their_ratios_however_large():
         got = mushroom.detect(answer, contexts, method="lexical", source_weights=huge)
     same = mushroom.detect(answer, contexts, method="lexical", source_weights={"context0": 1, "context1": 1})
     assert got.hard_labels == same.hard_labels != [] and got.probs == same.probs
+    # unequal weights predict as before the scaling (0.523, as mushroom at 119249a): divided by
+    # their largest, the shares moved across the 1/3 and 2/3 limits by a last bit (a review)
+    three = [
+        "Marie Curie was born in Berlin in 1867.",
+        "Marie Curie was born in 1867.",
+        "Curie Berlin born 1867 Marie.",
+    ]
+    pred = mushroom.detect(
+        answer, three, method="lexical", source_weights={"context0": 0.2, "context1": 0.3, "context2": 0.4}
+    )
+    assert [(answer[s.start : s.end], round(s.prob, 4)) for s in pred.soft_labels] == [("Berlin", 0.523)]
 
 
 def test_the_lazy_names_are_listed_for_tab_completion():

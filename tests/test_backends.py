@@ -415,12 +415,16 @@ def test_unreadable_cache_lines_are_asked_again_and_said(tmp_path):
         cut = '{"key": "zz", "generation": {"texts": ["Émile'.encode()[:-4]  # inside the É
         cache_path.write_bytes(lines[0] + b"[1, 2]\n" + lines[2] + cut)
         cache = ResponseCache(cache_path)
-        assert cache.corrupt_lines == 2 and len(cache.entries) == 2, cache.corrupt_lines
+        assert (cache.corrupt_lines, cache.cut_line, len(cache.entries)) == (1, True, 2)
         again = CachedBackend(_openai(server.url), cache)
-        with pytest.warns(RuntimeWarning, match=r"cache.jsonl: 2 lines could not be read .*made again"):
+        said = r"cache.jsonl: its last line, cut by a kill mid-write, was dropped; 1 line could not be read"
+        with pytest.warns(RuntimeWarning, match=said):
             out = again.generate(requests)
         assert all(g.error is None for g in out) and again.misses == 1
-        assert any("2 lines could not be read" in w for w in again.warnings)
+        # the cut line is gone: the next open says only the line kept inside (it said both again)
+        later = ResponseCache(cache_path)
+        assert (later.corrupt_lines, later.cut_line) == (1, False) and len(later.entries) == 3
+        assert later.unreadable_warning().startswith(f"{cache_path}: 1 line could not be read (edited? kept")
 
 
 def test_a_cached_answer_with_fewer_samples_than_asked_is_asked_again(tmp_path):
@@ -927,7 +931,7 @@ def test_a_cache_cut_during_its_first_write_is_still_a_cache(tmp_path):
     path = tmp_path / "responses.cache.jsonl"
     path.write_text('{"key": "abc", "generation": {"texts": ["{\\"incorr')
     assert cache_file_problem(path) is None
-    assert ResponseCache(path).corrupt_lines == 1 and cache_file_problem(path) is None
+    assert ResponseCache(path).cut_line and cache_file_problem(path) is None
     other = tmp_path / "notes.jsonl"
     other.write_text('{"id": "x", "text": "mine')
     assert "is not a response cache" in cache_file_problem(other)

@@ -1196,6 +1196,14 @@ def test_a_context_generated_for_an_old_question_is_said(tmp_path, capsys):
     assert f"changed since: {items[1].id}); kept" in said and "delete its line to generate again" in said, (
         said
     )
+    # with --topic the answer's first sentence is asked for too (an edited answer kept its context)
+    from mushroom.retrieval.generate import question_digest
+
+    edited = items[0].model_copy(
+        update={"model_output_text": "Another answer. " + items[0].model_output_text}
+    )
+    assert question_digest(edited, True) != question_digest(items[0], True)
+    assert question_digest(edited, False) == question_digest(items[0], False)
 
 
 def test_contexts_done_before_with_other_settings_are_said_not_kept_in_silence(tmp_path, capsys):

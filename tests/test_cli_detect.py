@@ -8,6 +8,7 @@ from cli_helpers import GOLD_ROWS, VAL_DIR, cli, limited_run
 from conftest import VAL_EN, write_lines
 
 from mushroom.errors import MushroomError
+from mushroom.runs.confighash import config_hash
 
 
 def test_a_run_folder_with_another_config_names_what_differs(tmp_path, capsys):
@@ -44,7 +45,21 @@ def test_a_file_an_option_names_is_recorded_by_content_not_path(tmp_path, capsys
     assert (
         code == 2 and f"{run} holds a run with another config" in said and "file_sha256.calibration:" in said
     ), said
-    assert "the content of a file an option names has changed" in said
+    assert "(file_sha256: the content of the files options name, by sha256)" in said
+    # a folder of before files were recorded: resumed (refused, it was said to hold another
+    # file; a review), and recorded from now on
+    cfg = run / "config.json"
+    old = json.loads(cfg.read_text())
+    del old["config"]["file_sha256"]
+    old["config_hash"] = config_hash(old["config"])
+    cfg.write_text(json.dumps(old))
+    code, out, err = cli(
+        capsys, "detect", "--split", "val", "--lang", "en", "--limit", "5", "--out", run,
+        "-o", f"calibration={table}",
+    )  # fmt: skip
+    said = " ".join((out + err).split())
+    assert code == 0 and "the files its options name were not recorded by content when it ran" in said, said
+    assert "file_sha256" in json.loads(cfg.read_text())["config"]
 
 
 def test_a_run_folder_whose_settings_were_edited_by_hand_is_refused(tmp_path, capsys):

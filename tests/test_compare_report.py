@@ -559,3 +559,17 @@ def test_compare_answered_says_which_runs_keep_no_record_of_failed_items(two_run
     # runs that keep one say nothing of it
     code, _, err = cli(capsys, "compare", lo, hi, "--eval-dir", tmp_path / "ev", "--answered")
     assert code == 0 and "no record" not in err, err
+
+
+def test_a_baseline_index_that_is_also_a_runs_name_is_refused(tmp_path):
+    """Folders named 1 and 0: `--baseline 0` took index 0, the folder named 1, unsaid; `²` passed
+    isdigit and fell in int() (a review)."""
+    from mushroom.cli.evaluate import _baseline_index
+    from mushroom.errors import MushroomError
+
+    runs = [tmp_path / "1", tmp_path / "0"]
+    with pytest.raises(MushroomError, match=r"--baseline 0: is both an index and the name of run"):
+        _baseline_index("0", runs)
+    assert _baseline_index(str(tmp_path / "0"), runs) == 1
+    with pytest.raises(MushroomError, match=r"--baseline ²: is none of the runs given"):
+        _baseline_index("²", runs)

@@ -105,10 +105,13 @@ class ResponseCache:
         self.path = Path(path)
         self.entries: dict[str, Generation] = {}
         self.scores: dict[str, Loglikelihood] = {}
-        self.corrupt_lines = 0
+        self.corrupt_lines = 0  # inside the file: kept there, said at each open
+        self.cut_line = False
         self._lock = threading.Lock()
         if self.path.exists():
-            mend_cut_line(self.path)  # a kill cut the last line: new entries start afresh
+            # a kill cut the last line: dropped, so that new entries start afresh and the
+            # warning below is said once (kept, it was said on every later run: a review)
+            self.cut_line = mend_cut_line(self.path, drop=True) is not None
             # read as bytes: a line cut mid-character (a kill during a non-ASCII reply's write)
             # raised UnicodeDecodeError from the file's iterator, and every item failed on it
             with self.path.open("rb") as handle:
@@ -128,12 +131,17 @@ class ResponseCache:
 
     def unreadable_warning(self) -> str | None:
         """What a run is told of lines it could not read, whose calls are made again."""
-        if not self.corrupt_lines:
+        said = []
+        if self.cut_line:
+            said.append("its last line, cut by a kill mid-write, was dropped")
+        if self.corrupt_lines:
+            lines = plural(self.corrupt_lines, "line")
+            said.append(f"{lines} could not be read (edited? kept: delete them to be rid of this warning)")
+        if not said:
             return None
         return (
-            f"{self.path}: {plural(self.corrupt_lines, 'line')} could not be read (cut by a kill "
-            "mid-write, or edited); their calls are made again, and a sampled reply may differ "
-            "from the one recorded"
+            f"{self.path}: {'; '.join(said)}. Their calls are made again, and a sampled reply may "
+            "differ from the one recorded"
         )
 
     def get(self, key: str) -> Generation | None:

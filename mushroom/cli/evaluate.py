@@ -46,8 +46,14 @@ def _baseline_index(value: str, runs: list[Path]) -> int:
     valid integer" (an audit).
     """
     text = value.strip()
-    if text.lstrip("-").isdigit():
+    if text.lstrip("-").isascii() and text.lstrip("-").isdigit():
         k = int(text)
+        named = [j for j, run in enumerate(runs) if run.resolve().name == text and j != k]
+        if named:  # folders named 0 and 1: an index picked the other one, unsaid (a review)
+            raise MushroomError(
+                f"--baseline {text}: is both an index and the name of run {runs[named[0]]}; give its "
+                "folder as given"
+            )
         if not 0 <= k < len(runs):
             raise MushroomError(
                 f"--baseline {k}: {plural(len(runs), 'run')} given; give an index from 0 to {len(runs) - 1}, "

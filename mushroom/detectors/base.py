@@ -426,7 +426,7 @@ class Detector(ABC):
         out: dict[str, Any] = {"detector": self.name, "options": self.options.model_dump(mode="json")}
         digests = option_file_digests(self.options)
         if digests:  # only then: the folders of runs that name no file resume as before
-            out["file_sha256"] = digests
+            out["file_sha256"] = digests  # confighash.FILE_DIGESTS
         return out
 
     def recording(self, backend):

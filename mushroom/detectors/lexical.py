@@ -253,7 +253,9 @@ class LexicalDetector(VectorDetector):
         supports = [_Support(c.text, opts) for c in contexts]
         weights = np.array([opts.source_weights.get(c.source, 1.0) for c in contexts])
         if contexts:  # only their ratios count: 9e307 each overflowed the sums into empty predictions
-            weights = weights / weights.max()
+            # scaled by a power of two, which is exact: any other scale moved shares across the
+            # 1/3 and 2/3 limits by a last bit, and changed predictions (a review)
+            weights = np.ldexp(weights, -np.frexp(weights.max())[1])
         total = float(weights.sum()) if contexts else 1.0
         question = _Support(item.model_input, opts) if opts.use_question else None
         tokens = tokenize(item.model_output_text)

@@ -129,26 +129,34 @@ def _done_ids(path: Path, grading: Grading | None = None, cut: float | None = No
     }
 
 
-def question_digest(item: Item) -> str:
-    """A short digest of the question a context is generated for, kept on its line."""
-    return hashlib.sha256(item.model_input.encode()).hexdigest()[:16]
+def topic_hint(item: Item, with_topic: bool) -> str:
+    """The prompt's topic hint: the answer's first sentence, with `--topic`."""
+    return f"Topic hint: {item.model_output_text.split('.')[0][:200]}" if with_topic else ""
 
 
-def _asked_otherwise(path: Path, items: list[Item]) -> list[str]:
+def question_digest(item: Item, with_topic: bool) -> str:
+    """A short digest of what a context is asked for (the question, and the topic hint), kept on its line."""
+    asked = item.model_input + "\x00" + topic_hint(item, with_topic)
+    return hashlib.sha256(asked.encode()).hexdigest()[:16]
+
+
+def _asked_otherwise(path: Path, items: list[Item], with_topic: bool, key: str) -> list[str]:
     """The ids of `items` whose line in `path` was generated for another question.
 
     The source is resumed by id: an item whose question was edited kept the context of the old
-    one, and the detectors read it unsaid (an audit). Lines written before the digest have none.
+    one, and the detectors read it unsaid (an audit). Lines written before the digest have none;
+    lines made with other settings (`key`) are said as such (`_made_otherwise`), not here.
     """
     if not items or not path.exists():
         return []
-    wanted = {it.id: question_digest(it) for it in items}
+    wanted = {it.id: question_digest(it, with_topic) for it in items}
     return sorted(
         {
             str(row["id"])
             for _, row in iter_json_lines(path, [])
             if isinstance(row, dict)
             and str(row.get("id")) in wanted
+            and row.get("made_with") == key
             and isinstance(row.get("question"), str)
             and row["question"] != wanted[str(row["id"])]
         }
@@ -464,7 +472,10 @@ def generate_contexts(
         else:
             todo.append(item)
     before = [it.id for it in items if it.id not in covered and it.id in done]
-    stats.asked_otherwise = _asked_otherwise(out_path, [it for it in items if it.id in set(before)])
+    earlier = set(before)
+    stats.asked_otherwise = _asked_otherwise(
+        out_path, [it for it in items if it.id in earlier], with_topic, key
+    )
     stats.made_otherwise, stats.made_otherwise_count = _made_otherwise(
         before, known, made_with, out_path, grades_path
     )
@@ -477,10 +488,7 @@ def generate_contexts(
         )
     requests = []
     for item in todo:
-        topic = ""
-        if with_topic:
-            first = item.model_output_text.split(".")[0][:200]
-            topic = f"Topic hint: {first}"
+        topic = topic_hint(item, with_topic)
         requests.append(
             GenerationRequest(
                 key=item.id,
@@ -533,7 +541,7 @@ def generate_contexts(
                     "id": item.id,
                     "context": texts[item.id],
                     "made_with": key,
-                    "question": question_digest(item),
+                    "question": question_digest(item, with_topic),
                 },
             )
             stats.kept += 1

@@ -67,6 +67,25 @@ def only_limit_grows(old: Any, new: dict[str, Any]) -> bool:
     return grown and not config_changes({**old, "limit": None}, {**new, "limit": None})
 
 
+FILE_DIGESTS = "file_sha256"
+"""The config key of the files a detector's options name, by content (`Detector.describe`)."""
+
+
+def unrecorded_files(old: Any, new: Any) -> bool:
+    """Whether `new` records files by content where `old`, a folder's config of before, did not.
+
+    Such a folder resumes (its files cannot be checked, and refusing it said a file had
+    changed when none had: a review); its config then records them, for the next run.
+    """
+    if isinstance(old, dict) and isinstance(new, dict):
+        if FILE_DIGESTS in new and FILE_DIGESTS not in old:
+            return True
+        return any(unrecorded_files(old.get(k), v) for k, v in new.items())
+    if isinstance(old, list) and isinstance(new, list):
+        return any(unrecorded_files(a, b) for a, b in zip(old, new))
+    return False
+
+
 def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
     """Each setting that differs between two configs: `options.threshold: 0.25 -> 0.3`.
 
@@ -79,6 +98,8 @@ def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
         changes = []
         for name in list(old) + [k for k in new if k not in old]:
+            if name == FILE_DIGESTS and name not in old:
+                continue  # a folder of before files were recorded by content: see `unrecorded_files`
             sub = f"{key}.{name}" if key else str(name)
             changes += config_changes(old.get(name, ABSENT), new.get(name, ABSENT), sub)
         return changes

@@ -66,12 +66,14 @@ from mushroom.errors import (
 from mushroom.evaluation.submission import write_zip
 from mushroom.runs import CHUNK_ITEMS
 from mushroom.runs.confighash import (
+    FILE_DIGESTS,
     HASH_SCHEME,
     config_changes,
     config_hash,
     fingerprint,
     listed_changes,
     only_limit_grows,
+    unrecorded_files,
 )
 from mushroom.runs.folders import RUN_FILES, TOP_FILES, enclosing_run, held_runs, protected_folder
 from mushroom.runs.ledger import Ledger, item_digest
@@ -648,6 +650,12 @@ class RunService:
                         "it was edited, its answers were made with other settings: use another "
                         f"{self.folder_flag}"
                     )
+                if unrecorded_files(existing.get("config"), self.config) and self.has_results():
+                    self.reporter.message(
+                        f"{cfg_path}: the files its options name were not recorded by content when it "
+                        "ran; taken as they are now, and recorded from this run on",
+                        lead="note:",
+                    )
                 if existing != wanted and not self.side_pass:  # transport settings, or an older hash
                     write_json(cfg_path, wanted)
                 return True
@@ -655,8 +663,9 @@ class RunService:
                 # never empty: a folder whose settings are all this run's is taken above
                 changes = config_changes(existing["config"], self.config)
                 differs = listed_changes(changes, "\n  ")
-                if "file_sha256" in differs:  # two hashes alone did not say what changed
-                    differs += "\n  (file_sha256: the content of a file an option names has changed)"
+                if any(c.startswith(FILE_DIGESTS) or f".{FILE_DIGESTS}" in c for c in changes):
+                    # two hashes alone did not say what differs
+                    differs += f"\n  ({FILE_DIGESTS}: the content of the files options name, by sha256)"
                 raise MushroomError(
                     f"{self.out} holds a run with another config; choose another {self.folder_flag} "
                     f"folder, or run again with its settings. What differs (folder -> this command):{differs}"
