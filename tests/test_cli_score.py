@@ -638,6 +638,9 @@ def test_a_number_json_does_not_allow_is_named_with_its_field(tmp_path, capsys):
     assert (
         code == 1 and "p.jsonl:1: invalid JSON: '5.' at column 67 in field 'prob' is no JSON number" in said
     ), said
+    pred.write_text('{"id": "val-en-1", "soft_labels": [{"start": 0, "end": 3\n')  # cut after a digit
+    code, _, err = cli(capsys, "score", VAL_EN, pred)  # the hint read past the line's end: IndexError
+    assert code == 1 and "p.jsonl:1: invalid JSON: Expecting ',' delimiter at column" in " ".join(err.split())
     gold = tmp_path / "g.jsonl"
     assert '"model_output_logits":[' in line
     gold.write_text(line.replace('"model_output_logits":[', '"model_output_logits":[-Infinity,', 1) + "\n")

@@ -52,8 +52,13 @@ def _json_problem(line: str, exc: json.JSONDecodeError) -> str:
     it could read, and blames the next character (a numeric-input audit).
     """
     text = f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"
-    if exc.msg.startswith("Expecting ',' delimiter") and exc.pos and line[exc.pos - 1].isdigit():
-        if line[exc.pos : exc.pos + 1] in (".", "e", "E") or line[exc.pos].isdigit():
+    nxt = line[exc.pos : exc.pos + 1]  # "" at the line's end (a line cut after a digit)
+    if (
+        exc.msg.startswith("Expecting ',' delimiter")
+        and 0 < exc.pos <= len(line)
+        and line[exc.pos - 1].isdigit()
+    ):
+        if nxt in (".", "e", "E") or nxt.isdigit():
             start = exc.pos - 1
             while start > 0 and line[start - 1] in "0123456789.-+eE":
                 start -= 1
