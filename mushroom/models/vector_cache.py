@@ -171,22 +171,17 @@ class VectorCache:
         while pos + _HEAD.size <= size:
             magic, key, length = _HEAD.unpack_from(data, pos)
             end = pos + _HEAD.size + length + _TAIL.size
-            if magic == _MAGIC and end <= size:
-                payload = data[pos + _HEAD.size : end - _TAIL.size]
-                (crc,) = _TAIL.unpack_from(data, end - _TAIL.size)
-                if zlib.crc32(payload) == crc:
-                    self.index[key] = (pos + _HEAD.size, length)
-                    pos = last_good = end
-                    continue
-                if self._checks_at(data, end) or end == size:
-                    self.damaged_bytes += end - pos  # its bytes are wrong, its framing is not
-                    pos = last_good = end
-                    continue
-            nxt = self._next_record(data, pos + 1)
-            if nxt is None:
-                break
-            self.damaged_bytes += nxt - pos
-            pos = last_good = nxt
+            if self._checks_at(data, pos):
+                self.index[key] = (pos + _HEAD.size, length)
+            elif magic == _MAGIC and end <= size and (end == size or self._checks_at(data, end)):
+                self.damaged_bytes += end - pos  # its bytes are wrong, its framing is not
+            else:
+                nxt = self._next_record(data, pos + 1)
+                if nxt is None:
+                    break
+                self.damaged_bytes += nxt - pos
+                end = nxt
+            pos = last_good = end
         return last_good
 
     @staticmethod

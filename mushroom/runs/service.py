@@ -224,8 +224,9 @@ def unusable_warnings(where: str, stats: dict[str, int], in_run: bool = True) ->
     Outside a run (`in_run` False: the Python API) the advice names no run folder.
     """
     out = []
+    said = _unusable_keys(stats)
     for bad, total, what in _UNUSABLE:
-        if bad in _unusable_keys(stats):
+        if bad in said:
             n, of = stats[bad], stats[total]
             hint = (_PYES_RAW_HINT if bad.startswith("pyes.") else _RAW_HINT) if in_run else ""
             meaning = _MEANING.get(bad) or _NOT_READ.get(bad, _FALL_BACK) + hint
@@ -1146,11 +1147,8 @@ class RunService:
         # the failures of the files scored: one service runs every variant (and a main job's
         # members), whose failures said another variant's scores held empty items (a review)
         where = {lang: self.where(path.parent) for lang, path in files.items()}
-        failed = Counter(
-            lang
-            for lang, _ in {
-                (f.lang, f.id) for f in self.failures if f.split == split and where.get(f.lang) == f.folder
-            }
+        failed = self._failed_by(split, lambda folder, lang: "" if where.get(lang) == folder else None).get(
+            ""
         )
         if not failed:
             return ""
@@ -1167,10 +1165,7 @@ class RunService:
         own files hold no failed item, so `_failed_note` said nothing of them.
         """
         folders = {self.where(folder): name for name, folder in members.items()}
-        failed: dict[str, Counter[str]] = {}
-        for f in {(f.folder, f.lang, f.id) for f in self.failures if f.split == split}:
-            if f[0] in folders:
-                failed.setdefault(folders[f[0]], Counter())[f[1]] += 1
+        failed = self._failed_by(split, lambda folder, lang: folders.get(folder))
         if not failed:
             return ""
         n = sum(sum(c.values()) for c in failed.values())
@@ -1182,6 +1177,18 @@ class RunService:
             f"\n{plural(n, 'item')} failed in a member ({where}; listed in the run's failures.jsonl) and "
             "were read as flagging nothing: these scores are not the stack's alone.\n"
         )
+
+    def _failed_by(self, split: str, label: Callable[[str, str], str | None]) -> dict[str, Counter[str]]:
+        """This run's failed items of `split`, each once, counted by `label(folder, lang)` and language.
+
+        A failure whose label is None is not counted.
+        """
+        out: dict[str, Counter[str]] = {}
+        for folder, lang, _ in {(f.folder, f.lang, f.id) for f in self.failures if f.split == split}:
+            name = label(folder, lang)
+            if name is not None:
+                out.setdefault(name, Counter())[lang] += 1
+        return out
 
     def submit(self, files: list[Path], zip_path: Path) -> Path | None:
         """Zips submission files, unless items failed and failures are not allowed."""
