@@ -77,6 +77,8 @@ def test_compare_pairs_items_and_writes_markdown_and_csv(two_runs, tmp_path):
     assert res.exit_code == 0 and "runs against baseline hi" in " ".join(res.output.split()), res.output
     res = runner.invoke(app, ["compare", str(lo), str(hi), "--baseline", "mid", "--eval-dir", str(tmp_path)])
     assert "--baseline mid: is none of the runs given (0: " in str(res.exception), res.output
+    res = runner.invoke(app, ["compare", str(lo), str(hi), "--baseline", "HI", "--eval-dir", str(tmp_path)])
+    assert f"(did you mean {hi}, index 1?)" in str(res.exception), res.output
     csv_lines = (tmp_path / "c.csv").read_text().splitlines()
     assert csv_lines[0].startswith("run,lang,n,iou") and len(csv_lines) == 1 + 6
     t_rows = tag_rows([score_run(lo)], load_tags(tags))

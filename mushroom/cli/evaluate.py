@@ -68,8 +68,10 @@ def _baseline_index(value: str, runs: list[Path]) -> int:
     names = ", ".join(f"{k}: {run}" for k, run in enumerate(runs))
     if same:
         raise MushroomError(f"--baseline {value}: names more than one of the runs ({names}); give its index")
+    alike = [k for k, run in enumerate(runs) if run.resolve().name.casefold() == given.name.casefold()]
+    hint = f" (did you mean {runs[alike[0]]}, index {alike[0]}?)" if len(alike) == 1 else ""
     raise MushroomError(
-        f"--baseline {value}: is none of the runs given ({names}); give its index or its folder"
+        f"--baseline {value}: is none of the runs given ({names}){hint}; give its index or its folder"
     )
 
 
