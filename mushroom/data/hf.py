@@ -12,9 +12,7 @@ Out: predictions become a `Dataset` with the submission columns (`id`, `soft_lab
 
 from __future__ import annotations
 
-import atexit
 import json
-import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,6 +23,7 @@ from mushroom.data.predictions import submission_name
 from mushroom.data.records import Item, Prediction
 from mushroom.errors import DataError, MissingExtra, MushroomError, Problem
 from mushroom.util.names import safe_name
+from mushroom.util.tempdirs import process_temp_dir
 
 SAVED_MARKERS = ("dataset_info.json", "state.json")
 
@@ -162,9 +161,8 @@ def items_from_dataset(dataset: Any, source: str = "dataset") -> list[Item]:
 
 def saved_items_file(path: Path) -> Path:
     """A saved dataset's items as a checked JSONL file in a new temporary folder (read lazily by runs)."""
-    folder = Path(tempfile.mkdtemp(prefix="mushroom-hf-"))
-    # removed when the process ends: the run reads it until then, and each use made a copy
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    folder = process_temp_dir("mushroom-hf-")
+    # removed when the process ends (or by the next one, if killed): the run reads it until then
     return _as_jsonl(load_saved(path), str(path), folder)
 
 

@@ -7,17 +7,15 @@ the dataset's folder and row.
 
 from __future__ import annotations
 
-import atexit
 import json
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mushroom.data.hf import load_saved, write_rows
 from mushroom.data.label_files import LABEL_KEYS
 from mushroom.errors import DataError, MushroomError, Problem
+from mushroom.util.tempdirs import process_temp_dir
 
 
 @dataclass
@@ -116,8 +114,7 @@ def saved_predictions(path: Path, gold: Path | None = None) -> SavedPredictions:
                 )
             ]
         )
-    folder = Path(tempfile.mkdtemp(prefix="mushroom-hf-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    folder = process_temp_dir("mushroom-hf-")
     # a label kind the dataset lacks is None in every row: absent, so the other kind stands for it
     rows = ({k: v for k, v in row.items() if not (k in LABEL_KEYS and v is None)} for row in dataset)
     whole = write_rows(rows, folder / "predictions.jsonl", str(path))
