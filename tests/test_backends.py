@@ -216,7 +216,7 @@ def test_a_server_that_refuses_n_gets_one_request_per_sample():
     ],
 )
 def test_which_names_a_server_s_model_list_serves(model, ids, served):
-    from mushroom.backends.openai_compat import is_served
+    from mushroom.backends.served import is_served
 
     assert is_served(model, ids) is served
 
@@ -707,7 +707,7 @@ def test_replay_line_without_any_id_is_a_clear_error(tmp_path):
     ],
 )
 def test_which_error_answers_are_final(status, body, final):
-    from mushroom.backends.openai_compat import is_validation_error
+    from mushroom.backends.http_answers import is_validation_error
 
     assert is_validation_error(status, body) is final
 

@@ -9,7 +9,7 @@ import pytest
 from cli_helpers import VAL_DIR, cli, gold_model, llm_member_options
 from fake_openai_server import FakeServer
 
-from mushroom.backends.openai_compat import BREAKER_COLD
+from mushroom.backends.breaker import BREAKER_COLD
 from mushroom.combine.cascade import (
     budget_count,
     check_budget,

@@ -20,7 +20,7 @@ from cli_helpers import cli, llm_args, openai_backend
 from fake_openai_server import FakeServer, HungServer
 
 import mushroom.errors as mushroom_errors
-from mushroom.backends.openai_compat import BREAKER_COLD, BREAKER_WARM
+from mushroom.backends.breaker import BREAKER_COLD, BREAKER_WARM
 
 OK = '{"incorrect_spans": []}'
 OOM = '{"error": {"message": "CUDA out of memory. Tried to allocate 2.00 GiB"}}'
@@ -436,7 +436,7 @@ def test_an_out_of_quota_answer_to_a_scoring_request_counts_for_the_breaker_too(
     """Only the chat path marked it: a P(Yes) run against an empty account was never stopped."""
     from mushroom.backends import build_backend
     from mushroom.backends.base import BackendConfig
-    from mushroom.backends.openai_compat import http_error
+    from mushroom.backends.http_answers import http_error
 
     def judged(body: str) -> str | None:
         backend = build_backend(BackendConfig(kind="openai", model="m", base_url="http://127.0.0.1:9/v1"))
@@ -877,7 +877,7 @@ def test_a_connection_closed_after_a_long_silence_is_a_timeout_not_resent(tmp_pa
 def test_the_breakers_reason_after_timeouts_and_closes_gives_the_timeouts_advice():
     """The reason was chosen by the last failure: a read timeout then a close said only "a
     proxy's timeout", and the advice to raise timeout_s was lost."""
-    from mushroom.backends.openai_compat import CircuitBreaker
+    from mushroom.backends.breaker import CircuitBreaker
 
     breaker = CircuitBreaker("http://x/v1", timeout_s=600)
     breaker.success()  # after some worked: two in a row trip it

@@ -88,7 +88,7 @@ def test_a_body_with_a_byte_order_mark_is_read_and_a_cut_one_is_no_url_fault(tmp
 
 def test_a_dated_snapshot_or_another_case_of_the_model_is_no_other_model():
     """OpenAI answers gpt-4o-mini as gpt-4o-mini-2024-07-18; a server may lower the case."""
-    from mushroom.backends.openai_compat import same_model
+    from mushroom.backends.served import same_model
 
     assert same_model("gpt-4o-mini", "gpt-4o-mini-2024-07-18")
     assert same_model("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b-instruct")

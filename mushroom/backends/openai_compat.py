@@ -43,7 +43,6 @@ written into a run folder.
 from __future__ import annotations
 
 import math
-import os
 import re
 import threading
 import time
@@ -68,12 +67,30 @@ from mushroom.backends.base import (
     OnScore,
     by_text,
 )
+from mushroom.backends.breaker import SILENT_CLOSE, TIMED_OUT, CircuitBreaker
 from mushroom.backends.config import OpenAIConfig
+from mushroom.backends.http_answers import (
+    ONE_CHOICE,
+    http_error,
+    is_busy,
+    is_final,
+    is_format_rejection,
+    too_long_error,
+)
 from mushroom.backends.openai_schema import read_body, read_completion
 from mushroom.backends.registry import register_backend
+from mushroom.backends.served import (
+    auth_headers,
+    check_served_model,
+    exception_detail,
+    hung_message,
+    is_served,
+    same_model,
+    served_models,
+)
 from mushroom.backends.sockets import install as install_sockets
-from mushroom.backends.trips import forget_trip, remember_trip, tripped_before
-from mushroom.errors import MODEL_FLAG, NOT_SENT, SLOWER, TOO_LONG, MushroomError, refused_by_server
+from mushroom.backends.trips import remember_trip
+from mushroom.errors import NOT_SENT, SLOWER, TOO_LONG
 from mushroom.util.words import one_line, plural
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -81,65 +98,13 @@ FALLBACK = ("json_schema", "json_object", "none")
 VLLM_CONCURRENCY = 32
 UNREACHABLE_PAUSE_S = 30.0  # after a request found no server, others fail at once for this long
 UNREACHABLE_IN_ROW = 3  # once a server has answered: requests that found none, in a row, to stop sending
-# The circuit breaker: failed requests after which the rest of the run is not sent. Each
-# request has spent its own retries first, so 3 failures are ~18 attempts over ~20 s: a
-# server failing all of them is broken, not busy (one that fails half its attempts fails a
-# request 1 time in 64). After requests have worked, 10 in a row: a server that died mid-run.
-BREAKER_COLD = 3
-BREAKER_WARM = 10
-# On probation (the server failed earlier in the command; see mushroom.backends.trips): two
-# failed requests of one attempt each, not one, so that one request's own fault (a content
-# filter's 400) does not stop a backend to a server that has come back.
-BREAKER_PROBATION = 2
-# Read timeouts trip it sooner: each costs `timeout_s` (600 s), so three of them on a one-slot
-# server that hangs were half an hour before the run stopped. One when none has worked (a
-# model that slow would take timeout_s an item), two in a row after some have. A connection
-# closed after LONG_SILENCE_S with no answer (a proxy's timeout) counts as one.
-TIMEOUTS_COLD = 1
-TIMEOUTS_WARM = 2
-TIMED_OUT = "timeout after"  # how a read timeout's message starts (after "gave up after ...: ")
-SILENT_CLOSE = "the connection was closed after"  # how a long-silence close's message starts
 RETRY_WAIT_CAP_S = 30.0  # the longest wait between two attempts
 # a connection closed with no answer after this long was timed out (a proxy's read timeout,
 # nginx's is 60 s), not dropped by chance: sent again, it waits as long and is closed again
 LONG_SILENCE_S = 30.0
 RETRY_AFTER_CAP_S = 60.0  # the longest Retry-After honoured
 LATE_TOP_K = 50  # top log-probabilities asked for when a server's echoed rows are one token late
-# A body that says the request itself is wrong; such an answer is final even with a 5xx code.
-_INVALID = re.compile(
-    r"validation|invalid|not supported|unsupported|unrecognized|not implemented|extra (inputs|fields)"
-    r"|must be|is not one of|unexpected keyword|response_format|json_schema|one completion choice",
-    re.IGNORECASE,
-)
-# A 429 that no wait cures: the account is out of quota or credit (OpenAI's insufficient_quota).
-# Retried as "busy", every item spent its retries on it (~8 s each) and the run never stopped.
-# (Not "billing": OpenAI's passing per-minute 429 points to the billing page too.)
-_QUOTA = re.compile(r"insufficient_quota|exceeded your current quota", re.IGNORECASE)
-OUT_OF_QUOTA = "(out of quota)"  # in the error of such a 429: judged once, on the whole body
-# llama.cpp's llama-server refuses n > 1 (HTTP 500, "Only one completion choice is allowed")
-_ONE_CHOICE = re.compile(r"one completion choice|\bn\b.{0,40}(not supported|must be 1)", re.IGNORECASE)
-# A body that blames the structured-output form; `auto` then tries the next form.
-_FORMAT = re.compile(
-    r"response_format|json_schema|json_object|guided|grammar|schema|structured", re.IGNORECASE
-)
-
-# A refusal of the request's length (llama.cpp, vLLM, OpenAI, TGI): one request's fault, not the
-# server's, so it never trips the circuit breaker, and a re-run fails it again.
-_TOO_LONG_BODY = re.compile(
-    r"maximum context length|context length|context window|context_length_exceeded|exceeds? the "
-    r"(available )?context|too many tokens|prompt is too long|input is too long|"
-    r"tokens \+ `?max_new_tokens`? must be",
-    re.IGNORECASE,
-)
-
 T = TypeVar("T")
-
-
-def _too_long(status: int, text: str) -> str | None:
-    """The error for a request refused for its length, or None for any other answer."""
-    if status in (400, 413, 422) and _TOO_LONG_BODY.search(text):
-        return f"HTTP {status}, the prompt is {TOO_LONG}: {text[:300]}"
-    return None
 
 
 class _Transient(Exception):
@@ -158,163 +123,6 @@ class _Final(Exception):
     """An attempt whose failure sending again cannot fix."""
 
 
-class CircuitBreaker:
-    """Stops a run's requests to a server that fails every one of them.
-
-    A vLLM out of memory or a proxy with a dead upstream answers HTTP 500 to everything:
-    retried per request, item after item, such a run took hours to end in "every item
-    failed". Counted here are requests that ended in a server error (after their retries):
-    5xx, a 4xx other than 408 and 429, a 429 that says the account is out of quota, a body
-    that is not a completion, a timeout or a connection closed after a long silence (which
-    trip it sooner, see TIMEOUTS_COLD). A busy
-    server (408, 429) is not broken and never trips it. Once tripped, it stays so for the
-    backend's life: the rest of the run fails unsent with one reason, and the same command
-    run again (a new backend) sends them all. `on_open` is called once it trips, to cut the
-    requests still waiting on the server.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        enabled: bool = True,
-        on_open: Callable[[], object] | None = None,
-        timeout_s: float | None = None,
-        model: str = "",
-    ):
-        self.url = url
-        self.model = model
-        self.timeout_s = timeout_s
-        self.enabled = enabled
-        self.on_open = on_open
-        self._lock = threading.Lock()
-        self._worked = False
-        self._in_row = 0
-        self._timeouts_in_row = 0
-        self._closes_in_row = 0  # of those timeouts, the connections closed after a long silence
-        self._open: str | None = None
-        # tripped for another backend earlier in this command (see mushroom.backends.trips):
-        # BREAKER_PROBATION failures trip it, and `post` makes one attempt a request, until one works
-        self.probation = tripped_before(url, model) is not None and enabled
-
-    def on_probation(self) -> bool:
-        """Whether this server failed earlier in the command and none of this backend's requests worked."""
-        return self.probation and not self._worked
-
-    def blocked(self) -> str | None:
-        """The reason a request is not sent, or None."""
-        return self._open
-
-    def success(self) -> None:
-        with self._lock:
-            first = not self._worked
-            self._worked, self._in_row, self._timeouts_in_row, self._closes_in_row = True, 0, 0, 0
-        if first:
-            forget_trip(self.url, self.model)
-
-    def failure(self, message: str) -> None:
-        """Counts a request that ended in a server error; trips after enough of them."""
-        if not self.enabled or message.startswith(NOT_SENT):
-            return
-        # a connection closed after a long silence is a timeout on the way (a proxy's): three
-        # of them on a one-slot server were three proxy timeouts before the run stopped
-        closed = SILENT_CLOSE in message
-        timed_out = TIMED_OUT in message or closed
-        with self._lock:
-            self._in_row += 1
-            self._timeouts_in_row = self._timeouts_in_row + 1 if timed_out else 0
-            self._closes_in_row = self._closes_in_row + 1 if closed else 0
-            limit = BREAKER_WARM if self._worked else BREAKER_PROBATION if self.probation else BREAKER_COLD
-            timeouts = TIMEOUTS_WARM if self._worked else TIMEOUTS_COLD
-            if self._open is not None or (self._in_row < limit and self._timeouts_in_row < timeouts):
-                return
-            first = "" if self._worked else " (none worked)"
-            if self._timeouts_in_row >= timeouts:
-                n = self._timeouts_in_row
-                if self._closes_in_row < n:  # a read timeout among them: its advice, timeout_s
-                    within = f" within {self.timeout_s} s" if self.timeout_s else ""
-                    none = "no request" if n == 1 else f"none of the last {n} requests"
-                    self._open = (
-                        f"{NOT_SENT}: the server at {self.url} answered {none}{within}; "
-                        f"a slower model needs a {SLOWER}; the same command retries it"
-                    )
-                else:
-                    which = "a request" if n == 1 else f"the last {n} requests"
-                    self._open = (
-                        f"{NOT_SENT}: the connection to {self.url} closed {which} after a long wait "
-                        "with no answer: a proxy's read timeout in front of the server (raise it), or "
-                        "the server dropped them; the same command retries it"
-                    )
-            else:
-                # "... (none worked); the last: gave up after 6 attempts: HTTP 500 ...": it said
-                # "with gave up after", the request's outcome read as the server's answer
-                failed = f"failed the last {plural(self._in_row, 'request')}{first}"
-                if self.probation and not self._worked:
-                    failed = (
-                        f"failed {plural(self._in_row, 'request')} again, as it did earlier in this command"
-                    )
-                # a refusal (HTTP 4xx) comes again to the same request: "retries it" sent users round
-                again = (
-                    "mend what it says first: the same request is refused again"
-                    if refused_by_server(message)
-                    else "the same command retries it"
-                )
-                self._open = (
-                    f"{NOT_SENT}: the server at {self.url} {failed}; the last: {one_line(message)}; {again}"
-                )
-        self._opened()
-
-    def trip(self, reason: str) -> None:
-        """Stops sending at once, for a reason found otherwise (a server that answers nothing)."""
-        if not self.enabled:
-            return
-        with self._lock:
-            if self._open is not None:
-                return
-            self._open = f"{NOT_SENT}: {reason}; the same command retries it"
-        self._opened()
-
-    def _opened(self) -> None:
-        remember_trip(self.url, self.model, self._open or "")
-        if self.on_open is not None:
-            self.on_open()
-
-
-def http_error(status: int, text: str) -> str:
-    """`HTTP 500: body`; a 429 that says the account is out of quota is marked so for `_busy`."""
-    note = f" {OUT_OF_QUOTA}" if status == 429 and _QUOTA.search(text) else ""
-    if status in (404, 405, 501):  # some other web server, or a URL that stops short of /v1
-        note = " (this server has no such endpoint: is the URL an OpenAI-compatible server's, ending in /v1?)"
-    return f"HTTP {status}{note}: {' '.join(text.split())[:300]}"
-
-
-def _busy(message: str) -> bool:
-    """A give-up on 408 or 429: the server is busy, not broken (an account out of quota is neither)."""
-    return bool(re.search(r"HTTP (408|429)\b", message)) and OUT_OF_QUOTA not in message
-
-
-def _detail(exc: Exception) -> str:
-    """`: [Errno 111] Connection refused`, or nothing when the exception says nothing."""
-    text = str(exc).strip()
-    return f": {text}" if text else ""
-
-
-def is_final(status: int, body: str) -> bool:
-    """True when sending the request again cannot help: it is invalid, or the account is out of quota."""
-    return is_validation_error(status, body) or (status == 429 and bool(_QUOTA.search(body)))
-
-
-def is_validation_error(status: int, body: str) -> bool:
-    """True when an error answer means the request is wrong, not that the server is busy or down."""
-    if status in (408, 409, 425, 429, 502, 503, 504):  # busy, or a proxy that lost the server
-        return False
-    return status < 500 or status == 501 or bool(_INVALID.search(body))
-
-
-def is_format_rejection(status: int, body: str) -> bool:
-    """True when the server refused the request because of its structured-output form."""
-    return status in (400, 404, 415, 422, 500, 501) and bool(_FORMAT.search(body))
-
-
 def render_plain(messages: list[Message]) -> str:
     """`role: content` paragraphs and an open assistant turn, as the transformers backend does."""
     return "\n\n".join(f"{m.role}: {m.content}" for m in messages) + "\n\nassistant:\n"
@@ -324,130 +132,6 @@ def render_chatml(messages: list[Message]) -> str:
     """ChatML (Qwen, SmolLM2, ...), ending with the open assistant turn."""
     turns = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages)
     return turns + "<|im_start|>assistant\n"
-
-
-def _is_json(response: httpx.Response) -> bool:
-    try:
-        response.json()
-    except ValueError:
-        return False
-    return True
-
-
-def served_models(listing: Any) -> list[str]:
-    """The model ids of a `GET /v1/models` answer (none for anything else)."""
-    data = listing.get("data") if isinstance(listing, dict) else None
-    return [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
-
-
-def _model_names(name: str) -> set[str]:
-    """The names a served model id goes by: itself, its last path part, without Ollama's `:latest`."""
-    names = {name, name.rsplit("/", 1)[-1]}
-    return names | {n.removesuffix(":latest") for n in names}
-
-
-def is_served(model: str, ids: list[str]) -> bool:
-    """Whether `model` names one of `ids`, in full or as the server's own short forms.
-
-    Its last path part (a .gguf's file name, llama.cpp lists the path) and the name without
-    the tag Ollama adds (`llama3.2` for `llama3.2:latest`) count.
-    """
-    wanted = _model_names(model)
-    return any(wanted & _model_names(i) for i in ids)
-
-
-_SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{4}|\d{8})$")
-
-
-def same_model(asked: str, replied: str) -> bool:
-    """Whether a reply's `model` names the model asked for, as servers write it.
-
-    Beside `is_served`'s short forms: another case (`Qwen/Qwen2.5-7B-Instruct` answered as
-    `qwen2.5-7b-instruct`) and a dated snapshot (OpenAI answers `gpt-4o-mini` as
-    `gpt-4o-mini-2024-07-18`): both were warned of as another model (a review).
-    """
-    if is_served(asked, [replied]):
-        return True
-    wanted = {name.casefold() for name in _model_names(asked)}
-    return any(
-        name.casefold() in wanted or _SNAPSHOT.sub("", name).casefold() in wanted
-        for name in _model_names(replied)
-    )
-
-
-def auth_headers(config: OpenAIConfig) -> dict[str, str]:
-    """The bearer token from `config.api_key_env`, when that variable is set."""
-    key = os.environ.get(config.api_key_env)
-    return {"Authorization": f"Bearer {key}"} if key else {}
-
-
-def check_served_model(config: OpenAIConfig) -> None:
-    """Raises MushroomError when a one-model server does not list `config.model`.
-
-    llama.cpp's servers answer with their one model whatever name a request gives, so a
-    mistyped `--model` ran and every record, cache key and report named a model that never
-    answered. A server that lists several models is left to answer for itself (one that
-    routes by name refuses a name it does not serve; Ollama and routers accept names they
-    do not list): the backend warns then. A server that cannot be reached or lists nothing
-    passes: the run counts its failed requests as it would without this check. One that takes
-    the connection and answers nothing is hung: each request would wait out its timeout.
-    """
-    base = str(config.base_url).rstrip("/")
-    try:
-        response = httpx.get(f"{base}/models", headers=auth_headers(config), timeout=config.connect_timeout_s)
-        if response.status_code == 404 and not base.endswith("/v1"):
-            # `--base-url http://host:8000` without /v1: every request would 404 and fail
-            again = httpx.get(
-                f"{base}/v1/models", headers=auth_headers(config), timeout=config.connect_timeout_s
-            )
-            if again.status_code == 200:
-                raise MushroomError(f"--base-url {base} is not the server's API, {base}/v1 is: give that URL")
-        if response.status_code == 200 and response.text.strip() and not _is_json(response):
-            # a web page (a login, a proxy's, another app's): every request fails, after the CPU work
-            shown = " ".join(response.text.split())[:80]
-            raise MushroomError(
-                f"{base}/models answered with a body that is not JSON (it begins {shown!r}): no "
-                "OpenAI-compatible API is there; give the server's base URL (its port, and /v1), "
-                "e.g. http://127.0.0.1:8000/v1"
-            )
-        ids = served_models(response.json()) if response.status_code == 200 else []
-    except httpx.ReadTimeout:
-        raise MushroomError(hung_message(base, "GET /models", config.connect_timeout_s)) from None
-    except (httpx.HTTPError, ValueError):
-        return
-    if len(ids) == 1 and not is_served(config.model, ids):
-        raise MushroomError(
-            f"the server at {config.base_url} serves only {ids[0]!r}, not {config.model!r}, and would answer "
-            f"with it under the wrong name; give that name ({MODEL_FLAG}), or name the model when starting "
-            "the server: --model_alias NAME for llama-cpp-python, --alias NAME for llama-server"
-        )
-
-
-def unreachable(config: OpenAIConfig) -> str | None:
-    """Why nothing listens at the server's URL (connection refused, no such host), or None.
-
-    `check_served_model` lets such a server pass: answers in a response cache still serve.
-    A job that first spends minutes on CPU members asks this for a new folder, where no cached
-    answer can serve: a mistyped port failed every item only after them.
-    """
-    base = str(config.base_url).rstrip("/")
-    try:
-        httpx.get(f"{base}/models", headers=auth_headers(config), timeout=config.connect_timeout_s)
-    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-        return f"nothing answers at {base} ({type(exc).__name__}{_detail(exc)})"
-    except httpx.HTTPError:
-        return None  # it answered, or took the connection: the run says what follows
-    return None
-
-
-def hung_message(url: str, asked: str, seconds: float) -> str:
-    """Why a server that took the connection and answered nothing is taken as hung, and what to do."""
-    return (
-        f"the server at {url} took the connection but answered no {asked} within {seconds} s: it is hung, "
-        "or busy with another client's requests (llama.cpp's server answers one at a time; a run you "
-        "just stopped leaves its requests running there until they end); if nothing else uses it, wait "
-        "or restart it (or raise -o backend.connect_timeout_s if it is only slow)"
-    )
 
 
 def _numeric_tops(rows: Any) -> list[dict[str, float] | None]:
@@ -677,7 +361,7 @@ class OpenAIBackend(Backend):
         closed after a long silence is a timeout on the way (a proxy's): it is judged as a read
         timeout is, not sent again to wait as long (a 120 s hold cost 3 x 120 s unexplained).
         """
-        kind = f"{type(exc).__name__}{_detail(exc)} ({url})"
+        kind = f"{type(exc).__name__}{exception_detail(exc)} ({url})"
         if isinstance(exc, httpx.ReadTimeout):
             message = f"{TIMED_OUT} {self.config.timeout_s} s waiting for {url}"
             hung = self._hung(message, f"answered no request within {self.config.timeout_s} s")
@@ -856,7 +540,7 @@ class OpenAIBackend(Backend):
             gen = self._request(req.model_copy(update={"n": 1}))
         else:
             gen = self._request(req)
-            if req.n > 1 and gen.error and _ONE_CHOICE.search(gen.error):
+            if req.n > 1 and gen.error and ONE_CHOICE.search(gen.error):
                 with self._lock:
                     self._one_choice = True
                 gen = self._request(req.model_copy(update={"n": 1}))
@@ -936,7 +620,7 @@ class OpenAIBackend(Backend):
         """
         if error is None:
             self.breaker.success()
-        elif not _busy(error) and TOO_LONG not in error and not (n > 1 and _ONE_CHOICE.search(error)):
+        elif not is_busy(error) and TOO_LONG not in error and not (n > 1 and ONE_CHOICE.search(error)):
             self.breaker.failure(error)
 
     def _request(self, req: GenerationRequest) -> Generation:
@@ -974,7 +658,7 @@ class OpenAIBackend(Backend):
                             self.form_confirmed = True
                     gen.structured_output = form
                 return gen
-            long = _too_long(status, text)
+            long = too_long_error(status, text)
             if long is not None:  # no form change fixes it
                 return Generation(error=long)
             if auto and form != "none" and not self.form_confirmed and is_format_rejection(status, text):
@@ -1177,7 +861,7 @@ class OpenAIBackend(Backend):
             if isinstance(result, str):
                 return Loglikelihood(error=result)
             if result.status_code != 200:
-                long = _too_long(result.status_code, result.text)  # the prompt's fault, not the server's
+                long = too_long_error(result.status_code, result.text)  # the prompt's fault, not the server's
                 return Loglikelihood(
                     error=long
                     or f"the server cannot score prompts ({http_error(result.status_code, result.text)})"

@@ -125,7 +125,7 @@ def _refuse_unreachable(name: str, det: Detector, out: Path | None) -> None:
         return
     for field, k, setting in backend_settings(det.options):
         if isinstance(setting, OpenAIConfig) and setting.base_url:
-            from mushroom.backends.openai_compat import unreachable
+            from mushroom.backends.served import unreachable
 
             why = unreachable(setting)
             if why is not None:
