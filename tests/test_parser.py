@@ -69,6 +69,20 @@ def test_repeated_texts_take_successive_occurrences():
     assert [(s.start, s.end) for s in result.spans] == [(10, 14), (24, 28), (40, 44)]
 
 
+@pytest.mark.parametrize(
+    ("answer", "text", "places"),
+    [
+        ("paris, then Paris", "Paris", [(0, 5), (12, 17)]),  # the first copy differs in case
+        ("Paris is\nbig. Paris is big.", "Paris is big", [(0, 12), (14, 26)]),  # in whitespace
+        ("في ١٩٩٠ ثم 1990", "1990", [(3, 7), (11, 15)]),  # in its digits' script
+    ],
+)
+def test_a_text_listed_twice_marks_both_copies_when_one_differs_a_little(answer, text, places):
+    """The exact copy was found twice, before any step of tolerance looked for the other one."""
+    result = parse_response(answer, json.dumps([text, text]))
+    assert sorted((s.start, s.end) for s in result.spans) == places
+
+
 def test_percentages_are_scaled_and_invalid_entries_counted():
     # 70 is in [10, 100]: a percentage (0.7) by the one scale rule, as "70" is; 7 is ambiguous
     # (a 1-10 scale?), so the span keeps the default probability and the fallback is counted

@@ -19,7 +19,8 @@ equal digits. Month names and written numbers are not compared.
 
 Each normalised view keeps a map from its characters back to the answer's indices, so a
 located span is always a valid [start, end) of the original answer. A text listed several
-times takes successive occurrences, as models list spans in order of appearance.
+times takes successive occurrences, as models list spans in order of appearance, and a copy it
+has not taken yet (at any step of tolerance) before one it has.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,9 +115,14 @@ def make_view(text: str, level: int) -> View:
     return View("".join(out), index)
 
 
-def _find_first(haystack: str, needle: str, starts: list[int]) -> int:
+def _find_first(
+    haystack: str, needle: str, starts: list[int], taken: Callable[[int], bool] | None = None
+) -> int:
+    """The first position of `needle` at or after one of `starts` (in turn) that is not `taken`."""
     for start in starts:
         pos = haystack.find(needle, start)
+        while pos >= 0 and taken is not None and taken(pos):
+            pos = haystack.find(needle, pos + 1)
         if pos >= 0:
             return pos
     return -1
@@ -185,6 +192,7 @@ class SpanLocator:
         self.max_edit_ratio = max_edit_ratio
         self.min_fuzzy_len = min_fuzzy_len
         self._cursor: dict[str, int] = {}
+        self._placed: dict[str, set[int]] = {}  # the answer indices each text's copies start at
         self._last_end = 0
         self.number_mismatches = 0
         """Fuzzy matches refused because their numbers differ from the span text's."""
@@ -215,33 +223,51 @@ class SpanLocator:
             return None
         key = make_view(text, 2).text
         # Spans are listed in order of appearance: look after the previous span first, then
-        # after this text's previous occurrence, then anywhere.
+        # after this text's previous occurrence, then anywhere. Every step of tolerance is
+        # tried after this text's previous occurrence before any looks anywhere: a text listed
+        # twice whose first copy differs in case ("paris ... Paris") was placed on the same
+        # exact copy twice, and the other one went unmarked (an audit).
         text_cursor = self._cursor.get(key, 0)
-        starts = [max(self._last_end, text_cursor), text_cursor, 0]
-        found = None
-        pos = _find_first(self.answer, text, starts)
-        if pos >= 0:
-            found = (pos, self._whole_end(pos + len(text)), "exact")
-        for level, method in ((1, "casefold"), (2, "normalized")):
-            if found:
-                break
-            view = self.view(level)
-            needle = make_view(text, level).text if level == 1 else key
-            if not needle:
-                continue
-            # view.index is non-decreasing: the first view position at or after a source index
-            view_starts = [bisect_left(view.index, s) for s in starts]
-            pos = _find_first(view.text, needle, view_starts)
-            if pos >= 0:
-                found = (*self._map(view, pos, len(needle)), method)
+        starts = [max(self._last_end, text_cursor), text_cursor]
+        found = self._search(text, key, starts)
+        placed = self._placed.setdefault(key, set())
+        if not found and placed:  # a copy this text has not taken yet, wherever it is
+            found = self._search(text, key, [0], placed.__contains__) or self._search(text, key, [0])
         if not found:
             found = self._fuzzy(key, starts[0])
         if not found:
             return None
         start, end, method = found
         self._cursor[key] = end
+        self._placed.setdefault(key, set()).add(start)
         self._last_end = max(self._last_end, end)
         return LocatedSpan(start, end, prob, method, self.answer[start:end])
+
+    def _search(
+        self, text: str, key: str, starts: list[int], taken: Callable[[int], bool] | None = None
+    ) -> tuple[int, int, str] | None:
+        """The first of the exact, casefold and normalized steps finding `text` after one of `starts`.
+
+        Args:
+            text: the span text, as the model wrote it.
+            key: its normalized form.
+            starts: answer indices to search from, in turn.
+            taken: answer indices where a copy may not start (those this text already took).
+        """
+        pos = _find_first(self.answer, text, starts, taken)
+        if pos >= 0:
+            return pos, self._whole_end(pos + len(text)), "exact"
+        for level, method in ((1, "casefold"), (2, "normalized")):
+            view = self.view(level)
+            needle = make_view(text, level).text if level == 1 else key
+            if not needle:
+                continue
+            in_view = None if taken is None else (lambda k, view=view: taken(view.index[k]))
+            # view.index is non-decreasing: the first view position at or after a source index
+            pos = _find_first(view.text, needle, [bisect_left(view.index, s) for s in starts], in_view)
+            if pos >= 0:
+                return *self._map(view, pos, len(needle)), method
+        return None
 
     def _fuzzy(self, needle: str, prefer_after: int) -> tuple[int, int, str] | None:
         """The closest substring, preferring one at or after answer index `prefer_after`."""
