@@ -578,3 +578,21 @@ def test_width_folding_keeps_quote_marks_and_never_lands_a_number_on_another():
     assert SpanLocator("Yes, I´m sure").locate("I'm", 1).text == "I´m"
     assert SpanLocator("a 12″ TV").locate('12"', 1).text == "12″"
     assert SpanLocator("Louis Ⅻ reigned").locate("Louis XI", 1) is None
+
+
+def test_a_python_style_reply_with_an_escaped_apostrophe_keeps_every_span():
+    """`\\'` is no JSON escape: the reply was unparseable and every span in it lost."""
+    result = parse_response(
+        "Sean O'Brien won in 1990.", "{'incorrect_spans': [{'text': 'O\\'Brien'}, {'text': '1990'}]}"
+    )
+    assert [s.text for s in result.spans] == ["O'Brien", "1990"] and result.counts()["unparseable"] == 0
+
+
+def test_a_claim_or_reason_with_half_an_emoji_is_placed_not_dropped():
+    answer = "We met in Lyon \U0001f600 in 1990."
+    result = parse_response(answer, r'{"incorrect_spans":[{"text":"Lyon \ud83d in 1990"}]}')
+    assert [(s.start, s.end) for s in result.spans] == [(10, 24)] and result.invalid_entries == 0
+    found = read_claims(
+        {"spans": [{"text": "Lyon", "reason": ["a", "b \udc00"]}, {"text": "1990", "reason": "x \ud83d"}]}
+    )
+    assert [c.reason for c in found.claims] == ["a; b \ufffd", "x \ufffd"] and found.invalid_entries == 0

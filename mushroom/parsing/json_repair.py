@@ -150,7 +150,10 @@ def _single_to_double_quotes(text: str) -> str:
     out, in_double, in_single, escaped = [], False, False, False
     for i, ch in enumerate(text):
         if escaped:
-            out.append(ch)
+            if ch == "'" and in_single:  # Python's \' is no JSON escape: the whole reply was lost
+                out[-1] = ch
+            else:
+                out.append(ch)
             escaped = False
             continue
         if ch == "\\":

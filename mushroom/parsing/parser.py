@@ -47,6 +47,7 @@ _LIST_KEYS = ("incorrect_spans", "hallucinated_spans", "hallucinations", "spans"
 _TEXT_KEYS = ("text", "span", "substring", "incorrect_span", "phrase")
 # an unknown key whose list is read as the wrong spans must say they are wrong
 _WRONG_WORDS = ("incorrect", "wrong", "halluc", "error", "false", "unsupported", "fabricat", "inaccura")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _PROB_KEYS = ("probability", "prob", "confidence", "score")
 _NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:[.,]\d*)?|[.,]\d+)(?:[eE][+-]?\d+)?)\s*([%\u066a\uff05]?)\s*")
 AMBIGUOUS_UP_TO = 10.0  # numbers above 1 and up to this, without a percent sign, are no probability
@@ -99,10 +100,21 @@ def coerce_bool(value: Any) -> bool | None:
     return True if word in _TRUE else False if word in _FALSE else None
 
 
+def _lone_surrogates_out(text: str) -> str:
+    """`text` with each lone surrogate (half an emoji, a reply that wrote one half of a pair) as U+FFFD.
+
+    Pydantic refuses such a string, so the claim was dropped as invalid; with U+FFFD in its
+    place the fuzzy step still places it.
+    """
+    return _SURROGATE.sub("\ufffd", text)
+
+
 def _reason_text(value: Any) -> str | None:
     """Any JSON value as a reason string: the reason explains the span, never voids it."""
-    if value is None or isinstance(value, str):
+    if value is None:
         return value
+    if isinstance(value, str):
+        return _lone_surrogates_out(value)
     if isinstance(value, list):
         parts = [_reason_text(v) for v in value]
         return "; ".join(p for p in parts if p) or None
@@ -133,6 +145,12 @@ class SpanClaim(BaseModel):
         if number is None:
             raise ValueError(f"not a probability: {value!r}")
         return number
+
+    @field_validator("text", mode="before")
+    @classmethod
+    def _mended(cls, value: Any) -> Any:
+        """Lone surrogates become U+FFFD (see `_lone_surrogates_out`)."""
+        return _lone_surrogates_out(value) if isinstance(value, str) else value
 
     @field_validator("reason", mode="before")
     @classmethod
