@@ -90,6 +90,15 @@ def test_a_run_folder_whose_settings_were_edited_by_hand_is_refused(tmp_path, ca
     assert code == 0 and "config_hash" not in err
 
 
+@pytest.mark.parametrize("stages", ['{"lexical:items": 1}', "[1, 2]"])
+def test_a_stage_record_of_another_shape_is_named_not_an_internal_error(tmp_path, capsys, stages):
+    run = limited_run(tmp_path, capsys)
+    (run / "stages.json").write_text(stages)
+    code, _, err = cli(capsys, "detect", "--split", "val", "--lang", "en", "--limit", "5", "--out", run)
+    said = " ".join(err.split())
+    assert code == 2 and f"{run / 'stages.json'}: not a record of stages" in said, said
+
+
 def test_an_empty_items_file_is_an_input_error(tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")

@@ -488,7 +488,7 @@ class RunService:
                 f"with them (read as one more run of that folder). Give a folder of its own, such as "
                 f"{self.out / 'new-run'}"
             )
-        self.stages = self.read_json(self.out / "stages.json") or {}
+        self.stages = self._read_stages(self.out / "stages.json")
         try:
             self.resumed = self._open()
         except BaseException:  # a refused folder is not kept locked by this process
@@ -532,6 +532,21 @@ class RunService:
             raise MushroomError(
                 f"{path}: unreadable ({exc.msg}); delete it or choose another {self.folder_flag}"
             ) from exc
+
+    def _read_stages(self, path: Path) -> dict[str, dict[str, Any]]:
+        """The folder's stage records, or an error naming the file when it holds something else.
+
+        A hand-edited `{"lexical:items": 1}` failed the run as an internal TypeError (an audit).
+        """
+        stages = self.read_json(path)
+        if stages is None:
+            return {}
+        if not isinstance(stages, dict) or not all(isinstance(v, dict) for v in stages.values()):
+            raise MushroomError(
+                f"{path}: not a record of stages (an object of one object per stage); delete it "
+                f"(the next run records the stages again) or choose another {self.folder_flag}"
+            )
+        return stages
 
     def has_results(self) -> bool:
         """Whether any item has finished in this folder, or a run finished there (then its config is locked).
