@@ -135,6 +135,12 @@ def test_a_hand_edited_stack_json_is_named_field_by_field_not_an_internal_error(
     stack.write_text(json.dumps(cut))
     code, _, err = cli(capsys, *apply)
     assert code == 1 and "field 'threshold': missing from the stack.json: threshold" in " ".join(err.split())
+    leaf = tree["leaf"].index(True)
+    tree["left"][leaf] = 10**20  # never read, but it made the arrays objects: an IndexError
+    stack.write_text(json.dumps(saved))
+    code, _, err = cli(capsys, *apply)
+    assert code == 1 and "children or features hold a number no tree has" in " ".join(err.split()), err
+    tree["left"][leaf] = 0
     linear["coef"] = linear["coef"][:3]
     tree["left"][0] = 0  # a loop back to the root
     stack.write_text(json.dumps(saved))

@@ -24,7 +24,7 @@ import numpy as np
 
 from mushroom.data.contexts import DEFAULT_SOURCES, load_contexts
 from mushroom.data.itemstream import ContextFiles
-from mushroom.data.jsonl import iter_json_lines
+from mushroom.data.jsonl import iter_json_lines, read_utf8
 from mushroom.data.predictions import load_predictions, prediction_vectors, submission_name
 from mushroom.data.records import Item, Prediction
 from mushroom.data.runfolder import FailureCheck, prediction_folder
@@ -432,9 +432,7 @@ def build_report(
         f"<tr><td>{html.escape(t)}</td><td>{c}</td></tr>" for t, c in sorted(tag_counts.items())
     )
     config_path = run_dir / "config.json"
-    config = (
-        html.escape(config_path.read_text(encoding="utf-8")) if config_path.exists() else "(no config.json)"
-    )
+    config = html.escape(read_utf8(config_path)) if config_path.exists() else "(no config.json)"
     unchecked_legend = (
         f'\n<span style="background:{UNVERIFIABLE_COLOUR}">unverifiable: the context neither supports '
         "nor contradicts it (hover for the reason)</span>"

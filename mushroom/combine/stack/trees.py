@@ -66,6 +66,10 @@ class Tree(BaseModel):
         if len(sizes) != 1 or not self.leaf:
             raise ValueError("a tree's node arrays must be non-empty and of one length")
         n = len(self.leaf)
+        # a leaf's children and feature are never read, but 10**20 there made the arrays of
+        # Python objects, and every apply an internal IndexError (an audit)
+        if any(abs(v) > n for v in (*self.left, *self.right)) or any(abs(v) >= 1 << 31 for v in self.feature):
+            raise ValueError("a tree's children or features hold a number no tree has")
         for k in range(n):
             if not self.leaf[k] and not (
                 k < self.left[k] < n and k < self.right[k] < n and self.feature[k] >= 0
