@@ -11,28 +11,42 @@ import pytest
 
 from mushroom.util.tempdirs import process_temp_dir
 
-KILLED = """
-import os, signal
+MAKE = """
+import os, signal, sys
 from mushroom.util.tempdirs import process_temp_dir
 folder = process_temp_dir("mushroom-hf-")
 (folder / "items.jsonl").write_text("{}")
 print(folder, flush=True)
-os.kill(os.getpid(), signal.SIGKILL)
+if sys.argv[1] == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+sys.stdin.read()  # runs until its input closes
 """
 
 
 @pytest.mark.skipif(os.name == "nt", reason="no SIGKILL, and nothing is swept on Windows")
-def test_the_copy_a_killed_process_left_is_removed_and_a_live_ones_is_kept(tmp_path, monkeypatch):
+def test_the_copy_a_killed_process_left_is_removed_and_a_running_ones_is_kept(tmp_path, monkeypatch):
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    run = subprocess.run([sys.executable, "-c", KILLED], env=env, capture_output=True, text=True, timeout=120)
-    assert run.returncode == -9, run.stderr
-    left = tmp_path / run.stdout.strip().rsplit("/", 1)[-1]
+    killed = subprocess.run(
+        [sys.executable, "-c", MAKE, "kill"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert killed.returncode == -9, killed.stderr
+    left = tmp_path / os.path.basename(killed.stdout.strip())
     assert (left / "items.jsonl").exists()  # no exit hook ran
-    live = tmp_path / f"mushroom-hf-{os.getppid()}-abc"  # a running process's folder
-    live.mkdir()
-    other = tmp_path / "mushroom-hf-notapid"
-    other.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    mine = process_temp_dir("mushroom-hf-")
-    assert not left.exists() and live.is_dir() and other.is_dir()
-    assert mine.is_dir() and mine.name.startswith(f"mushroom-hf-{os.getpid()}-")
+    running = subprocess.Popen(
+        [sys.executable, "-c", MAKE, "wait"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        live = tmp_path / os.path.basename(running.stdout.readline().strip())
+        unowned = tmp_path / "mushroom-hf-being-made"  # no lock file yet: left alone
+        unowned.mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        mine = process_temp_dir("mushroom-hf-")
+        assert not left.exists() and (live / "items.jsonl").exists() and unowned.is_dir()
+        assert process_temp_dir("mushroom-hf-").is_dir() and mine.is_dir()  # this process's own stays
+    finally:
+        running.communicate("", timeout=60)
+    assert not live.exists()  # removed at its exit

@@ -2,8 +2,10 @@
 
 A saved dataset is copied to a temporary JSONL file that a run reads until it ends, so the
 folder is removed at exit. A process killed with SIGKILL runs no exit hook, and each such kill
-left a copy of the dataset in the temporary directory for good. The folder's name holds the
-process id, so the next process that makes one removes those whose process is gone.
+left a copy of the dataset in the temporary directory for good. So the process holds a lock on
+a file in its folder for its whole life, and the next process that makes such a folder removes
+those whose lock it can take: their process is gone. A lock, not a process id: a process of
+another container sharing the folder has an id this one cannot see, but the same locks.
 """
 
 from __future__ import annotations
@@ -13,42 +15,59 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import IO
+
+OWNER = ".owner"  # the file a living process holds locked
+_held: list[IO[bytes]] = []  # open for the process's life: closing a file drops its lock
 
 
-def _alive(pid: int) -> bool:
-    """Whether a process with this id runs (one of another user counts as running)."""
+def _lock(path: Path, wait: bool) -> IO[bytes] | None:
+    """The file opened and locked, or None when another process holds it (or it cannot be opened)."""
+    import fcntl
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True
-    return True
+        handle = path.open("ab")
+    except OSError:
+        return None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError:
+        handle.close()
+        return None
+    return handle
 
 
 def sweep(prefix: str, root: Path | None = None) -> list[Path]:
-    """Remove the folders `prefix<pid>-*` whose process is gone; the folders removed.
+    """Remove the folders `prefix*` of this user whose process is gone; the folders removed.
 
-    A pid taken again by a new process keeps its folder (removed by a later sweep); a folder
-    another user owns is left as it is. On Windows nothing is swept.
+    A folder without the lock file (one being made, or of an older mushroom) is left alone,
+    and so is one of another user. On Windows (no `fcntl`) nothing is swept.
     """
-    if os.name == "nt":  # os.kill(pid, 0) ends the process there: nothing is swept
+    if os.name == "nt":
         return []
-    base = Path(root or tempfile.gettempdir())
     removed = []
-    for folder in base.glob(f"{prefix}*-*"):
-        pid_text = folder.name[len(prefix) :].split("-", 1)[0]
-        if not pid_text.isdigit() or int(pid_text) == os.getpid() or _alive(int(pid_text)):
+    for folder in Path(root or tempfile.gettempdir()).glob(f"{prefix}*"):
+        owner = folder / OWNER
+        if folder.is_symlink() or not owner.is_file() or folder.stat().st_uid != os.getuid():
             continue
-        if folder.is_dir() and not folder.is_symlink() and folder.stat().st_uid == os.getuid():
+        handle = _lock(owner, wait=False)
+        if handle is None:
+            continue  # its process runs
+        with handle:
             shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
+        removed.append(folder)
     return removed
 
 
 def process_temp_dir(prefix: str) -> Path:
     """A new temporary folder removed when this process exits, or by a later process if it is killed."""
     sweep(prefix)
-    folder = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    if os.name != "nt":
+        # locked before it has its name: a sweep that found it unlocked would remove the folder
+        handle = _lock(folder / f"{OWNER}.new", wait=True)
+        if handle is not None:
+            os.replace(folder / f"{OWNER}.new", folder / OWNER)
+            _held.append(handle)
     return folder
