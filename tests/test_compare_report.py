@@ -143,6 +143,33 @@ def test_a_report_never_overwrites_a_file_of_the_run_it_shows(two_runs, tmp_path
     assert tags.read_bytes() == before
 
 
+def test_a_report_limit_shows_the_worst_items_of_each_language_and_scores_them_all(
+    two_runs, tmp_path, monkeypatch
+):
+    """A page of 40,000 items was 190 MB: --limit keeps it to what a browser shows."""
+    lo, _ = two_runs
+    whole, page = tmp_path / "whole.html", tmp_path / "limited.html"
+    res = runner.invoke(app, ["report", str(lo), "--out", str(whole)])
+    assert res.exit_code == 0 and "--limit" not in res.output, res.output
+    res = runner.invoke(app, ["report", str(lo), "--limit", "3", "--out", str(page)])
+    said = " ".join(res.output.split())
+    assert (
+        res.exit_code == 0 and "94 items are left off (en 47, it 47); the scores table counts them" in said
+    ), said
+    ious = {lang: sorted(float(x) for x in re.findall(rf'data-lang="{lang}"[^>]*data-iou="([0-9.]+)"', whole.read_text()))
+            for lang in ("en", "it")}  # fmt: skip
+    for lang, scores in ious.items():
+        shown = sorted(
+            float(x) for x in re.findall(rf'data-lang="{lang}"[^>]*data-iou="([0-9.]+)"', page.read_text())
+        )
+        assert len(scores) == 50 and shown == scores[:3], lang
+    summary = re.search(r"<table id=\"summary\">(.*?)</table>", page.read_text()).group(1)
+    assert summary == re.search(r"<table id=\"summary\">(.*?)</table>", whole.read_text()).group(1)
+    monkeypatch.setattr("mushroom.evaluation.report.MANY_ITEMS", 60)
+    res = runner.invoke(app, ["report", str(lo), "--out", str(tmp_path / "many.html")])
+    assert "the page shows 100 items, more than a browser shows with ease" in " ".join(res.output.split())
+
+
 def test_bad_tag_file_names_line_and_field(tmp_path):
     bad = write_lines(
         tmp_path / "t.jsonl",

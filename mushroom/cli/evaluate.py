@@ -378,12 +378,20 @@ def report(
         Path | None,
         typer.Option("--items", help="a `detect --items` run's items file (--contexts: its context files)"),
     ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            min=1,
+            help="at most N items per language: the worst by IoU (the first if unlabelled)",
+        ),
+    ] = None,
 ) -> None:
     """Write one self-contained HTML page: answers with gold and predicted spans, scores, contexts."""
     from mushroom.data.jsonl import atomic_write_text
     from mushroom.data.runfolder import items_files, run_sources
     from mushroom.evaluation.compare import load_tags
-    from mushroom.evaluation.report import build_report
+    from mushroom.evaluation.report import MANY_ITEMS, build_report, left_out_note
     from mushroom.evaluation.runfiles import run_notes
 
     if not run_dir.is_dir():
@@ -421,7 +429,7 @@ def report(
     tag_map = load_tags(input_file(tags, "--tags")) if tags else None
     try:
         page = build_report(
-            run_dir, split, lang, tuple(split_names(contexts)), tag_map, by_lang, context_files
+            run_dir, split, lang, tuple(split_names(contexts)), tag_map, by_lang, context_files, limit
         )
     except MushroomError as exc:
         if not from_run or "no context file" not in str(exc):
@@ -434,5 +442,12 @@ def report(
         print_warning(note)
     if tag_map:
         _warn_unscored_tags(tags, tag_map, page.item_ids, "items on the page")
+    if page.left_out:
+        print_warning(left_out_note(page.left_out, limit))
+    elif len(page.item_ids) > MANY_ITEMS:
+        print_warning(
+            f"the page shows {len(page.item_ids)} items, more than a browser shows with ease; "
+            "--limit N shows the N worst of each language"
+        )
     atomic_write_text(path, page.html)
     out_console.print(f"report: {esc(path)}", highlight=False)

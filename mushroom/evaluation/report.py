@@ -214,6 +214,14 @@ def _cut_samples(row: dict, n: int) -> list[bool]:
     return [bool(Generation(texts=texts, usage={"completion_tokens": tokens}).used_budget(budget))] * n
 
 
+def _iou(item: Item, pred: Prediction) -> float:
+    """The item's official IoU (NaN when it has no gold)."""
+    if not item.is_labelled:
+        return float("nan")
+    n = len(item.model_output_text)
+    return item_iou([tuple(h) for h in item.hard_labels or []], [tuple(h) for h in pred.hard_labels], n)
+
+
 def _item_html(
     item: Item,
     pred: Prediction | None,
@@ -229,7 +237,7 @@ def _item_html(
     labelled = item.is_labelled
     iou = cor = float("nan")
     if labelled and pred is not None:
-        iou = item_iou([tuple(h) for h in item.hard_labels or []], [tuple(h) for h in pred.hard_labels], n)
+        iou = _iou(item, pred)
         cor = item_cor(
             [(s.start, s.end, s.prob) for s in item.soft_labels or []],
             [(s.start, s.end, s.prob) for s in pred.soft_labels],
@@ -326,6 +334,22 @@ def _failed_html(counts: dict[str, tuple[int, Path]]) -> str:
 _STAGE_FOLDER = re.compile(r"^[\w.-]+:([\w.-]+/[\w./-]+) ")
 
 
+def left_out_note(left_out: dict[str, int], limit: int | None) -> str:
+    """What a limit kept off the page, by language; empty when it kept nothing off."""
+    if not left_out:
+        return ""
+    by_lang = ", ".join(f"{lang} {n}" for lang, n in left_out.items())
+    return (
+        f"the page shows at most {limit} items of each language, the worst by IoU when labelled; "
+        f"{plural(sum(left_out.values()), 'item')} are left off ({by_lang}); the scores table counts them"
+    )
+
+
+def _left_out_html(left_out: dict[str, int], limit: int | None) -> str:
+    note = left_out_note(left_out, limit)
+    return f'\n<p class="note">{html.escape(note)}</p>' if note else ""
+
+
 def _of_folder(warning: str, folder: str) -> bool:
     """Whether a run's warning concerns `folder` (a variant's, a member's) or the whole run."""
     match = _STAGE_FOLDER.match(warning)
@@ -342,11 +366,16 @@ def _problems_html(problems: list[Problem]) -> str:
     )
 
 
+MANY_ITEMS = 5000  # a page of more is warned of: each item is ~5 KB of HTML, with its contexts more
+
+
 class ReportPage(NamedTuple):
     """The page and the ids of the items on it (tags for other ids are not counted on it)."""
 
     html: str
     item_ids: list[str]
+    left_out: dict[str, int] = {}
+    """Per language, the items a limit kept off the page."""
 
 
 def build_report(
@@ -357,13 +386,16 @@ def build_report(
     tags: dict[str, str] | None = None,
     items: dict[str, list[Item]] | None = None,
     context_files: list[Path] | None = None,
+    limit: int | None = None,
 ) -> ReportPage:
     """The HTML page for a run's predictions on a split, with the ids of the items it shows.
 
     The ids let the caller name tags for items that are not on the page (another language,
     another split) instead of counting them in the page's error-type table. A `detect --items`
     run is shown with `items` (its items file's, by language; `split` is then "items") and
-    its context files, if any, in place of named sources.
+    its context files, if any, in place of named sources. `limit` shows at most that many
+    items of each language, its worst by IoU when labelled (else its first); the scores table
+    still counts every item. A page of 40,000 items was 190 MB, which no browser shows well.
     """
     folder = prediction_folder(run_dir, split)
     data = items if items is not None else load_split(split, langs)
@@ -372,6 +404,7 @@ def build_report(
     raw_problems: list[Problem] = []
     any_unchecked = False
     failed_counts: dict[str, tuple[int, Path]] = {}  # language -> (items failed, where listed)
+    left_out: dict[str, int] = {}  # language -> items the limit keeps off the page
     for lang, items in data.items():
         path = folder / submission_name(lang, split)
         if not path.exists():
@@ -392,12 +425,19 @@ def build_report(
         raw = _raw_outputs(folder, lang, raw_problems)
         unchecked = _unverifiable(folder, lang, raw_problems)
         any_unchecked = any_unchecked or bool(unchecked)
-        ious = []
         # A run made with --limit predicted only some items: the others are left off the page
         # rather than shown as unscored ("IoU nan") and counted in its summary.
         predicted = [item for item in items if item.id in preds]
-        for item in predicted:
-            block, iou = _item_html(
+        labelled = bool(predicted) and predicted[0].is_labelled
+        ious = [_iou(item, preds[item.id]) for item in predicted] if labelled else []
+        chosen = predicted
+        if limit is not None and len(predicted) > limit:
+            order = np.argsort(ious, kind="stable") if labelled else range(len(predicted))
+            keep = set(int(k) for k in order[:limit])
+            chosen = [item for k, item in enumerate(predicted) if k in keep]
+            left_out[lang] = len(predicted) - len(chosen)
+        for item in chosen:
+            block, _ = _item_html(
                 item,
                 preds[item.id],
                 ctx.get(item.id, []),
@@ -407,10 +447,8 @@ def build_report(
                 failed.where if failed is not None and item.id in failed.failed else None,
             )
             blocks.append(block)
-            ious.append(iou)
             shown.append(item.id)
         count = str(len(items)) if len(predicted) == len(items) else f"{len(predicted)} of {len(items)}"
-        labelled = bool(predicted) and predicted[0].is_labelled
         summary.append((lang, count, float(np.nanmean(ious)) if labelled else None))
     if not summary:
         wanted = ", ".join(data)
@@ -454,8 +492,8 @@ def build_report(
 <p>language <select id="f-lang"><option value="all">all</option>{lang_options}</select>
 error type <select id="f-tag"><option value="all">all</option><option value="none">untagged</option>{tag_options}</select>
 worst <input id="f-worst" type="number" min="0" value="0" style="width:4em"> by IoU (0: all)
-· showing <span id="shown">{len(blocks)}</span></p>
+· showing <span id="shown">{len(blocks)}</span></p>{_left_out_html(left_out, limit)}
 {"".join(blocks)}
 </body></html>
 """
-    return ReportPage(page, shown)
+    return ReportPage(page, shown, left_out)
