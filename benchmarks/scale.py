@@ -3,6 +3,7 @@
     python benchmarks/scale.py                       # 1k, 10k, 100k items, lexical detector
     python benchmarks/scale.py --sizes 1000,50000 --detector lexical --lang en
     python benchmarks/scale.py --stack --sizes 1000,10000   # a fitted stack applied
+    python benchmarks/scale.py --sizes 2000,10000 --after score,check,report
 
 For each N, builds N items by cycling over the val split's items (ids made unique with a
 `#k` suffix, each with its own copy of the item's contexts, one file per context source),
@@ -15,6 +16,12 @@ With `--stack`, a stack is first fitted on val (`stack fit`) over two members, r
 `--detector` at thresholds 0.2 and 0.4; for each N both members run on the items (their time
 is printed as `members s`), and the measured process is `stack apply --items` over their
 folders: what applying a fitted stack to a corpus costs on top of its members.
+
+With `--after score,check,report`, each N's detect run is then scored against the items'
+gold (`score ITEMS RUN/predictions`), its predictions checked (`check PRED --items ITEMS`,
+the language files joined) and shown (`report RUN --items ITEMS --contexts FILES`), each in a
+fresh process; their peak RSS is printed per N, with its slope: these commands read their
+files whole.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _args import positive_list, val_langs
+from _args import choice_list, positive_list, val_langs
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -101,6 +108,32 @@ def stack_cmd(model: Path, members: dict[str, Path], items: Path, out: Path) -> 
     )
 
 
+AFTER = ("score", "check", "report")
+
+
+def after_cmd(what: str, items: Path, contexts: list[Path], run: Path) -> list[str]:
+    """The command line of one `--after` command over a detect run of the items."""
+    cmd = [sys.executable, "-m", "mushroom", what]
+    if what == "score":
+        return cmd + [str(items), str(run / "predictions")]
+    if what == "check":
+        joined = run.parent / "predictions.jsonl"
+        with joined.open("w", encoding="utf-8") as out:
+            for path in sorted((run / "predictions").glob("*.jsonl")):
+                out.write(path.read_text(encoding="utf-8"))
+        return cmd + [str(joined), "--items", str(items)]
+    page = run.parent / "report.html"
+    return cmd + [
+        str(run),
+        "--items",
+        str(items),
+        "--contexts",
+        ",".join(map(str, contexts)),
+        "--out",
+        str(page),
+    ]
+
+
 def run_one(cmd: list[str]) -> tuple[float, int, int]:
     """(wall seconds, peak RSS in bytes, exit status) of one command in a fresh process."""
     t0 = time.perf_counter()
@@ -138,7 +171,15 @@ def main() -> int:
     parser.add_argument(
         "--stack", action="store_true", help="measure `stack apply --items` of a stack fitted on val"
     )
+    parser.add_argument(
+        "--after",
+        type=choice_list(*AFTER),
+        default=[],
+        help="also measure these commands on each detect run: score, check, report (comma-separated)",
+    )
     args = parser.parse_args()
+    if args.stack and args.after:
+        parser.error("--after measures commands on a detect run: leave out --stack")
     sizes = args.sizes
     langs = args.lang
     work = args.workdir or Path(tempfile.mkdtemp(prefix="mushroom-scale-"))
@@ -154,6 +195,7 @@ def main() -> int:
     )
     model = fit_stack(args.detector, langs, work) if args.stack else None
     extra = f" {'members s':>10}" if args.stack else ""
+    extra += "".join(f" {what + ' MiB':>11}" for what in args.after)
     print(f"{'items':>8} {'wall s':>8} {'ms/item':>8} {'peak RSS MiB':>13} {'folder MiB':>11}{extra}")
     try:
         for n in sizes:
@@ -178,8 +220,16 @@ def main() -> int:
                 print(f"{n:>8} failed with exit status {code}")
                 return 1
             size = folder_bytes(where / "run")
-            rows.append((n, wall, rss, size))
+            after = []
+            for what in args.after:
+                _, after_rss, code = run_one(after_cmd(what, items, contexts, where / "run"))
+                if code:
+                    print(f"{n:>8} {what} failed with exit status {code}")
+                    return 1
+                after.append(after_rss)
+            rows.append((n, wall, rss, size, *after))
             tail = f" {members_s:>10.1f}" if model is not None else ""
+            tail += "".join(f" {r / 2**20:>11.0f}" for r in after)
             print(
                 f"{n:>8} {wall:>8.1f} {1000 * wall / n:>8.2f} {rss / 2**20:>13.0f} {size / 2**20:>11.1f}{tail}"
             )
@@ -197,6 +247,8 @@ def main() -> int:
     print(f"  wall {1000 * slope(ns, [r[1] for r in rows]):.2f} s")
     print(f"  peak RSS {1000 * slope(ns, [r[2] for r in rows]) / 2**20:.2f} MiB")
     print(f"  folder {1000 * slope(ns, [r[3] for r in rows]) / 2**20:.2f} MiB")
+    for k, what in enumerate(args.after):
+        print(f"  {what} peak RSS {1000 * slope(ns, [r[4 + k] for r in rows]) / 2**20:.2f} MiB")
     return 0
 
 
