@@ -234,6 +234,18 @@ def test_score_names_the_item_of_a_bad_line_and_what_an_unlabelled_or_odd_file_i
     )
 
 
+def test_score_says_a_span_past_the_answer_beside_a_bad_line_in_one_go(tmp_path, capsys):
+    """A bad line hid the spans past the end of their answers until it was mended (an audit)."""
+    rows = [{k: r[k] for k in ("id", "soft_labels", "hard_labels")} for r in GOLD_ROWS]
+    rows[1]["soft_labels"] = [{"start": 0, "end": 99999, "prob": 1.0}]
+    rows[4]["soft_labels"] = "x"
+    code, _, err = cli(capsys, "score", VAL_EN, write_lines(tmp_path / "bad.jsonl", rows))
+    lines = [line.strip() for line in err.splitlines() if "bad.jsonl:" in line]
+    assert code == 1 and "2 problems in input" in err, err
+    assert "bad.jsonl:2:" in lines[0] and "soft span [0, 99999)" in lines[0], lines
+    assert "bad.jsonl:5:" in lines[1] and "must be a list" in lines[1], lines
+
+
 def test_a_file_that_marks_nothing_anywhere_is_said_by_score_and_check(tmp_path, capsys):
     """All-empty files scored Cor 0 and checked OK in silence: a failed run looks just like that."""
     empty = write_lines(

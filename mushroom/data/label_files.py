@@ -203,8 +203,13 @@ def labels_missing_on_some_lines(rows: list[tuple[int, dict]]) -> list[tuple[int
     return [(line, key, n) for key, n in have.items() if n for line, row in rows if key not in row]
 
 
-def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
-    """Loads a gold or prediction file for scoring; raises DataError listing every problem."""
+def read_scoring_file(path: str | Path, is_gold: bool, collect: list[Problem] | None = None) -> ScoringFile:
+    """Loads a gold or prediction file for scoring; raises DataError listing every problem.
+
+    With `collect`, the problems go there instead and the file comes back with the lines that
+    were read, so that a caller can add the problems only pairing finds (a span past the end
+    of its answer) and say them all at once.
+    """
     path = Path(path)
     problems: list[Problem] = []
     rows: list[tuple[int, dict]] = list(
@@ -231,6 +236,9 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
             )
         )
         if unlabelled:  # said alone: the train split's lines have no ids, one more problem each
+            if collect is not None:
+                collect += problems
+                return ScoringFile(path=path, records={}, warnings=[])
             raise DataError(problems)
     records: dict[str, ScoringRecord] = {}
     first_line: dict[str, int] = {}
@@ -338,8 +346,10 @@ def read_scoring_file(path: str | Path, is_gold: bool) -> ScoringFile:
                 "(`mushroom score GOLD PRED`: gold first)",
             )
         ]
-    if problems:
+    if problems and collect is None:
         raise DataError(problems)
+    if collect is not None:
+        collect += problems
     return ScoringFile(path=path, records=records, warnings=warnings)
 
 

@@ -297,11 +297,32 @@ def score_loaded(
     return ScoreResult(ids, langs, ious, cors, warnings=warnings, unscored=len(gold.records) - len(ids))
 
 
+def read_and_score(
+    gold_path: str | Path, pred_path: str | Path, lang: str | None = None, partial: bool = False
+) -> ScoreResult:
+    """Reads a gold and a prediction file and scores them (see `score_loaded`).
+
+    Every problem is said at once: those of reading both files, and those only pairing finds
+    (a span past the end of its answer) on the lines that were read. The latter were said
+    only on a second run, after the first was mended (an audit).
+    """
+    problems: list[Problem] = []
+    gold = read_scoring_file(gold_path, True, problems)
+    pred = read_scoring_file(pred_path, False, problems)
+    if not problems:
+        return score_loaded(gold, pred, lang, partial)
+    if gold.records and pred.records:
+        try:  # partial: a line dropped for its problem is not one more "missing" id
+            score_loaded(gold, pred, lang, partial=True)
+        except DataError as exc:
+            problems += [p for p in exc.problems if p not in problems]
+    order = {path: k for k, path in enumerate(dict.fromkeys(p.path for p in problems))}
+    raise DataError(sorted(problems, key=lambda p: (order[p.path], p.line or 0)))
+
+
 def score_files(gold_path: str | Path, pred_path: str | Path) -> ScoreResult:
     """Scores one prediction file against one gold file, exactly as the official scorer."""
-    gold = read_scoring_file(gold_path, is_gold=True)
-    pred = read_scoring_file(pred_path, is_gold=False)
-    return score_loaded(gold, pred)
+    return read_and_score(gold_path, pred_path)
 
 
 @dataclass
@@ -506,7 +527,7 @@ def score_pairs(pairs: list[tuple[str, Path, Path]], partial: bool = False) -> S
     for lang, g, p in pairs:
         # every file's problems at once: a folder with two bad files was said one file a run
         try:
-            parts.append(score_loaded(read_scoring_file(g, True), read_scoring_file(p, False), lang, partial))
+            parts.append(read_and_score(g, p, lang, partial))
         except DataError as exc:
             if len(pairs) == 1:
                 raise
