@@ -428,6 +428,24 @@ def test_flags_show_no_value_in_help(capsys):
     for args in (["--help"], ["stack", "--help"], ["stack", "fit", "--help"]):
         code, out, _ = cli(capsys, *args)
         assert code == 0 and "--help" in out and "<bool>" not in out, args
+    # every command's flags: compare's --partial and --answered showed <bool> (an audit)
+    import typer.main
+
+    from mushroom.cli.app import app
+
+    def flags(command, path):
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                yield from flags(sub, [*path, name])
+        else:
+            yield from ((path, p.opts) for p in command.params if getattr(p, "is_flag", False))
+
+    shown = [(path, opts) for path, opts in flags(typer.main.get_command(app), []) if opts != ["--help"]]
+    assert len(shown) > 10
+    for path, opts in shown:
+        code, out, _ = cli(capsys, *path, "--help")
+        line = next(line for line in out.splitlines() if opts[0] in line)
+        assert code == 0 and "<bool>" not in line, (path, line)
 
 
 def test_help_defaults_are_not_cut_short_at_80_columns():

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from mushroom.cli.boundary import (
+    FLAG,
     err_console,
     esc,
     file_to_write,
@@ -96,6 +97,7 @@ def compare(
         bool,
         typer.Option(
             "--partial",
+            metavar=FLAG,
             help="score each run on the items it predicts and compare on those every run predicts "
             "(a folder of an ensemble's files of --limit runs); runs made with --limit are so always",
         ),
@@ -104,6 +106,7 @@ def compare(
         bool,
         typer.Option(
             "--answered",
+            metavar=FLAG,
             help="leave out of every run the items any run failed (written empty under "
             "--allow-failures), as `mushroom run` compares its variants",
         ),
