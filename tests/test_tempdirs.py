@@ -50,3 +50,24 @@ def test_the_copy_a_killed_process_left_is_removed_and_a_running_ones_is_kept(tm
     finally:
         running.communicate("", timeout=60)
     assert not live.exists()  # removed at its exit
+
+
+@pytest.mark.skipif(os.name == "nt", reason="nothing is swept on Windows")
+def test_a_folder_that_cannot_be_looked_into_is_left_alone(tmp_path, monkeypatch):
+    """Another user's 0700 folder raised PermissionError, and every saved dataset failed to load."""
+    from pathlib import Path
+
+    from mushroom.util.tempdirs import sweep
+
+    other = tmp_path / "mushroom-hf-other"
+    (other / ".owner").parent.mkdir()
+    (other / ".owner").write_text("")
+    real = Path.is_file
+
+    def refused(path):
+        if path.parent == other:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(Path, "is_file", refused)
+    assert sweep("mushroom-hf-", tmp_path) == [] and other.is_dir()

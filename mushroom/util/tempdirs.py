@@ -48,7 +48,10 @@ def sweep(prefix: str, root: Path | None = None) -> list[Path]:
     removed = []
     for folder in Path(root or tempfile.gettempdir()).glob(f"{prefix}*"):
         owner = folder / OWNER
-        if folder.is_symlink() or not owner.is_file() or folder.stat().st_uid != os.getuid():
+        try:  # another user's folder (0700) cannot be looked into; one may vanish as its process ends
+            if folder.is_symlink() or folder.lstat().st_uid != os.getuid() or not owner.is_file():
+                continue
+        except OSError:
             continue
         handle = _lock(owner, wait=False)
         if handle is None:
