@@ -83,6 +83,24 @@ def test_a_text_listed_twice_marks_both_copies_when_one_differs_a_little(answer,
     assert sorted((s.start, s.end) for s in result.spans) == places
 
 
+@pytest.mark.parametrize(
+    ("answer", "text", "places"),
+    [
+        ("Bischofsheim war bis 1972 ein Stadtteil.", "bis", [(17, 20), (17, 20)]),  # not "Bis" of a name
+        ("قبل أن يصبح رئيسًا للبرلمان", "أن", [(4, 6), (4, 6)]),  # not "ان" at a word's end
+        (
+            "Ludhiana, capital de Punjab, del estado del norte de India.",
+            "de",
+            [(18, 20), (50, 52)],
+        ),  # not "del"
+    ],
+)
+def test_a_text_listed_again_never_takes_a_piece_of_another_word(answer, text, places):
+    """The second copy was looked for at every step of tolerance, inside words too (a review)."""
+    result = parse_response(answer, json.dumps([text, text]))
+    assert sorted((s.start, s.end) for s in result.spans) == places
+
+
 def test_percentages_are_scaled_and_invalid_entries_counted():
     # 70 is in [10, 100]: a percentage (0.7) by the one scale rule, as "70" is; 7 is ambiguous
     # (a 1-10 scale?), so the span keeps the default probability and the fallback is counted

@@ -116,16 +116,26 @@ def make_view(text: str, level: int) -> View:
 
 
 def _find_first(
-    haystack: str, needle: str, starts: list[int], taken: Callable[[int], bool] | None = None
+    haystack: str, needle: str, starts: list[int], refused: Callable[[int], bool] | None = None
 ) -> int:
-    """The first position of `needle` at or after one of `starts` (in turn) that is not `taken`."""
+    """The first position of `needle` at or after one of `starts` (in turn) that is not `refused`."""
     for start in starts:
         pos = haystack.find(needle, start)
-        while pos >= 0 and taken is not None and taken(pos):
+        while pos >= 0 and refused is not None and refused(pos):
             pos = haystack.find(needle, pos + 1)
         if pos >= 0:
             return pos
     return -1
+
+
+def _in_answer(
+    refused: Callable[[int, int], bool],
+    to_answer: Callable[[View, int, int], tuple[int, int]],
+    view: View,
+    size: int,
+) -> Callable[[int], bool]:
+    """`refused` of answer spans, asked of a match at a position of a normalised view."""
+    return lambda k: refused(*to_answer(view, k, size))
 
 
 def _edits_by_end(needle: str, codes: np.ndarray) -> np.ndarray:
@@ -223,16 +233,22 @@ class SpanLocator:
             return None
         key = make_view(text, 2).text
         # Spans are listed in order of appearance: look after the previous span first, then
-        # after this text's previous occurrence, then anywhere. Every step of tolerance is
-        # tried after this text's previous occurrence before any looks anywhere: a text listed
-        # twice whose first copy differs in case ("paris ... Paris") was placed on the same
-        # exact copy twice, and the other one went unmarked (an audit).
+        # after this text's previous occurrence, then anywhere.
         text_cursor = self._cursor.get(key, 0)
-        starts = [max(self._last_end, text_cursor), text_cursor]
-        found = self._search(text, key, starts)
-        placed = self._placed.setdefault(key, set())
-        if not found and placed:  # a copy this text has not taken yet, wherever it is
-            found = self._search(text, key, [0], placed.__contains__) or self._search(text, key, [0])
+        starts = [max(self._last_end, text_cursor), text_cursor, 0]
+        placed = self._placed.get(key)
+        found = None
+        if placed:
+            # A text listed again takes a whole-word copy it has not taken yet, at any step of
+            # tolerance, then a whole-word copy it took: "paris ... Paris" listed twice took the
+            # exact copy twice (an audit), and a copy inside a word marks a piece of another
+            # word ("bis" took the "Bis" of "Bischofsheim": a review).
+            def cut(start: int, end: int) -> bool:
+                return not self._whole_word(start, end)
+
+            found = self._search(text, key, starts, lambda a, b: a in placed or cut(a, b))
+            found = found or self._search(text, key, starts, cut)
+        found = found or self._search(text, key, starts)
         if not found:
             found = self._fuzzy(key, starts[0])
         if not found:
@@ -243,8 +259,15 @@ class SpanLocator:
         self._last_end = max(self._last_end, end)
         return LocatedSpan(start, end, prob, method, self.answer[start:end])
 
+    def _whole_word(self, start: int, end: int) -> bool:
+        """Whether answer[start:end] neither starts nor ends inside a word."""
+        answer = self.answer
+        return not (start > 0 and answer[start - 1].isalnum() and answer[start].isalnum()) and not (
+            end < len(answer) and answer[end].isalnum() and answer[end - 1].isalnum()
+        )
+
     def _search(
-        self, text: str, key: str, starts: list[int], taken: Callable[[int], bool] | None = None
+        self, text: str, key: str, starts: list[int], refused: Callable[[int, int], bool] | None = None
     ) -> tuple[int, int, str] | None:
         """The first of the exact, casefold and normalized steps finding `text` after one of `starts`.
 
@@ -252,9 +275,11 @@ class SpanLocator:
             text: the span text, as the model wrote it.
             key: its normalized form.
             starts: answer indices to search from, in turn.
-            taken: answer indices where a copy may not start (those this text already took).
+            refused: (start, end) of a copy in the answer that may not be taken.
         """
-        pos = _find_first(self.answer, text, starts, taken)
+        size = len(text)
+        exact = None if refused is None else (lambda k: refused(k, self._whole_end(k + size)))
+        pos = _find_first(self.answer, text, starts, exact)
         if pos >= 0:
             return pos, self._whole_end(pos + len(text)), "exact"
         for level, method in ((1, "casefold"), (2, "normalized")):
@@ -262,7 +287,7 @@ class SpanLocator:
             needle = make_view(text, level).text if level == 1 else key
             if not needle:
                 continue
-            in_view = None if taken is None else (lambda k, view=view: taken(view.index[k]))
+            in_view = None if refused is None else _in_answer(refused, self._map, view, len(needle))
             # view.index is non-decreasing: the first view position at or after a source index
             pos = _find_first(view.text, needle, [bisect_left(view.index, s) for s in starts], in_view)
             if pos >= 0:
