@@ -244,6 +244,15 @@ def test_score_says_a_span_past_the_answer_beside_a_bad_line_in_one_go(tmp_path,
     assert code == 1 and "2 problems in input" in err, err
     assert "bad.jsonl:2:" in lines[0] and "soft span [0, 99999)" in lines[0], lines
     assert "bad.jsonl:5:" in lines[1] and "must be a list" in lines[1], lines
+    # a gold line dropped for its own problem: its prediction is no id "not in the gold file"
+    gold = [dict(r) for r in GOLD_ROWS]
+    del gold[4]["model_output_text"]
+    rows[4]["soft_labels"] = []
+    pred = write_lines(tmp_path / "bad.jsonl", rows)
+    code, _, err = cli(capsys, "score", write_lines(tmp_path / "gold.jsonl", gold), pred)
+    said = " ".join(err.split())
+    assert code == 1 and "2 problems in input" in said and "not in the gold file" not in said, said
+    assert "gold.jsonl:5:" in said and "bad.jsonl:2:" in said and "soft span [0, 99999)" in said
 
 
 def test_a_file_that_marks_nothing_anywhere_is_said_by_score_and_check(tmp_path, capsys):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zipfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -311,8 +311,11 @@ def read_and_score(
     pred = read_scoring_file(pred_path, False, problems)
     if not problems:
         return score_loaded(gold, pred, lang, partial)
+    # a line dropped for its own problem is not one more id "not in the gold file", or missing
+    unread = {p.item_id for p in problems if p.item_id is not None}
+    pred = replace(pred, records={k: r for k, r in pred.records.items() if k not in unread})
     if gold.records and pred.records:
-        try:  # partial: a line dropped for its problem is not one more "missing" id
+        try:
             score_loaded(gold, pred, lang, partial=True)
         except DataError as exc:
             problems += [p for p in exc.problems if p not in problems]
