@@ -7,7 +7,6 @@ always bugs in the system that wrote them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from mushroom.data.label_files import (
     any_misspelled_label,
     empty_answers,
     is_json_int,
+    json_shown,
     labels_missing_on_some_lines,
     marks_nothing,
     misspelled_label,
@@ -145,12 +145,9 @@ def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckRepor
             err(name, f"span [{start}, {end}) must satisfy 0 <= start < end <= {n}")
         if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not 0.0 <= prob <= 1.0:
             # in the file's spelling (`true`, `null`, `"0.5"`), not Python's `True`, `None`
-            shown = (
-                json.dumps(prob, ensure_ascii=False)
-                if prob is None or isinstance(prob, bool | str)
-                else repr(prob)
-            )
-            err(f"{name}.prob", f"probability {shown} is not a number in [0, 1]")  # said with bad ends too
+            err(
+                f"{name}.prob", f"probability {json_shown(prob)} is not a number in [0, 1]"
+            )  # with bad ends too
             fits = False
         if not fits:
             good_soft = False
