@@ -227,7 +227,7 @@ def test_an_id_with_a_right_to_left_override_cannot_reverse_the_scores_beside_it
     from mushroom.evaluation.report import _item_html
 
     item = Item(id="val-en-1\u202e", lang="en", model_input="q", model_output_text="an answer")
-    body, _ = _item_html(item, None, [], [], tag="odd\u202e")
+    body = _item_html(item, None, [], [], tag="odd\u202e")
     assert "<bdi>val-en-1\u202e</bdi> · en" in body and "<bdi>odd\u202e</bdi>" in body
 
 
@@ -238,7 +238,7 @@ def test_right_to_left_text_reads_in_its_own_direction_and_a_nul_is_shown_not_wr
     from mushroom.evaluation.report import _item_html
 
     item = Item(id="a", lang="ar", model_input="ما هي عاصمة فرنسا؟", model_output_text="باريس.\x00 نعم")
-    body, _ = _item_html(item, None, [Context(source="s", text="باريس هي العاصمة.")], [], tag=None)
+    body = _item_html(item, None, [Context(source="s", text="باريس هي العاصمة.")], [], tag=None)
     assert '<p dir="auto"><b>Q:</b>' in body and '<div class="answer" dir="auto">' in body
     assert '<pre dir="auto">' in body and "\x00" not in body and "\ufffd" in body
 

@@ -230,7 +230,7 @@ def _item_html(
     tag: str | None,
     unchecked: list[dict] | None = None,
     failed_in: Path | None = None,
-) -> tuple[str, float]:
+) -> str:
     n = len(item.model_output_text)
     soft, mask = prediction_vectors(pred, n) if pred else (np.zeros(n), np.zeros(n, dtype=bool))
     gold_mask = hard_to_mask(item.hard_labels or [], n)
@@ -280,7 +280,7 @@ def _item_html(
         f'<div class="meta">predicted hard spans: {hard or "none"}</div>{unchecked_html}{failed_html}'
         f"{ctx_html}{raw_html}</div>"
     )
-    return body, iou
+    return body
 
 
 def _warnings_html(run_dir: Path) -> str:
@@ -374,7 +374,7 @@ class ReportPage(NamedTuple):
 
     html: str
     item_ids: list[str]
-    left_out: dict[str, int] = {}
+    left_out: dict[str, int]
     """Per language, the items a limit kept off the page."""
 
 
@@ -437,7 +437,7 @@ def build_report(
             chosen = [item for k, item in enumerate(predicted) if k in keep]
             left_out[lang] = len(predicted) - len(chosen)
         for item in chosen:
-            block, _ = _item_html(
+            block = _item_html(
                 item,
                 preds[item.id],
                 ctx.get(item.id, []),

@@ -19,8 +19,9 @@ equal digits. Month names and written numbers are not compared.
 
 Each normalised view keeps a map from its characters back to the answer's indices, so a
 located span is always a valid [start, end) of the original answer. A text listed several
-times takes successive occurrences, as models list spans in order of appearance, and a copy it
-has not taken yet (at any step of tolerance) before one it has.
+times takes successive occurrences, as models list spans in order of appearance. Listed again,
+it takes a whole-word copy it has not taken yet (at any step of tolerance), then a whole-word
+copy it took, and only then any copy: never a piece of another word when a whole one is there.
 """
 
 from __future__ import annotations
