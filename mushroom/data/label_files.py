@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -155,14 +155,17 @@ def _parse_hard(raw: Any, where: Problem, problems: list[Problem]) -> list | Non
 LABEL_KEYS = ("soft_labels", "hard_labels")
 
 
-def misspelled_label(row: Mapping[Any, Any], key: str) -> str:
-    """' (is 'soft_label' a misspelling?)' when the line has a key close to the missing `key`."""
+def misspelled_label(row: Collection[Any], key: str) -> str:
+    """' (is 'soft_label' a misspelling?)' when the line has a key close to the missing `key`.
+
+    `row` is the line, or its keys alone (`LineKeys`): only its keys are looked at.
+    """
     others = [k for k in row if isinstance(k, str) and k not in LABEL_KEYS]
     close = close_match(key, others, cutoff=0.75)
     return f" (is {close!r} a misspelling?)" if close else ""
 
 
-def any_misspelled_label(row: Mapping[Any, Any]) -> str:
+def any_misspelled_label(row: Collection[Any]) -> str:
     """`misspelled_label` for the first label key the line lacks, or "".
 
     Other keys are kept or ignored, so `hard_label` was too, and the line read as marking
@@ -171,7 +174,7 @@ def any_misspelled_label(row: Mapping[Any, Any]) -> str:
     return next((hint for key in LABEL_KEYS if key not in row and (hint := misspelled_label(row, key))), "")
 
 
-def misspelled_on_every_line(rows: list[tuple[int, dict]]) -> list[str]:
+def misspelled_on_every_line(rows: Sequence[tuple[int, Collection[str]]]) -> list[str]:
     """A message for each label key no line has, where lines have a key close to it.
 
     Each such line is valid alone (the other label is there), so nothing else says it: the
@@ -193,7 +196,7 @@ def misspelled_on_every_line(rows: list[tuple[int, dict]]) -> list[str]:
     return said
 
 
-def labels_missing_on_some_lines(rows: list[tuple[int, dict]]) -> list[tuple[int, str, int]]:
+def labels_missing_on_some_lines(rows: Sequence[tuple[int, Collection[str]]]) -> list[tuple[int, str, int]]:
     """(line, key, lines that have the key) for each label key a line lacks that others have.
 
     The official scorer reads a file as a table, so such a line becomes a missing value and
@@ -203,30 +206,58 @@ def labels_missing_on_some_lines(rows: list[tuple[int, dict]]) -> list[tuple[int
     return [(line, key, n) for key, n in have.items() if n for line, row in rows if key not in row]
 
 
+class LineKeys:
+    """The keys of each line read, without its values: what the file-wide checks need.
+
+    Those checks (a label key some lines lack, a key misspelt on every line) look at keys only,
+    so a file is read a line at a time and each line dropped once read; a gold line holds its
+    answer, tokens and logits (about 18 KB a val item), which were all held till the end.
+    Lines with the same keys share one tuple.
+    """
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[int, tuple[str, ...]]] = []
+        self._shared: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def add(self, line: int, row: Mapping[Any, Any]) -> None:
+        keys = tuple(k for k in row if isinstance(k, str))
+        self.lines.append((line, self._shared.setdefault(keys, keys)))
+
+    def any_has(self, key: str) -> bool:
+        return any(key in keys for keys in self._shared)
+
+
 def read_scoring_file(path: str | Path, is_gold: bool, collect: list[Problem] | None = None) -> ScoringFile:
     """Loads a gold or prediction file for scoring; raises DataError listing every problem.
 
     With `collect`, the problems go there instead and the file comes back with the lines that
     were read, so that a caller can add the problems only pairing finds (a span past the end
-    of its answer) and say them all at once.
+    of its answer) and say them all at once. Only the fields scoring needs are kept of a line.
     """
     path = Path(path)
-    problems: list[Problem] = []
-    rows: list[tuple[int, dict]] = list(
-        iter_json_lines(path, problems, parse_float=ujson_float, parse_int=ujson_int)
-    )
-    has_hard = any("hard_labels" in row for _, row in rows)
-    has_soft = any("soft_labels" in row for _, row in rows)
+    problems: list[Problem] = []  # the file's own, then each line's (`on_lines`), as it was said
+    on_lines: list[Problem] = []
+    lines = LineKeys()
+    records: dict[str, ScoringRecord] = {}
+    first_line: dict[str, int] = {}
+    numbered: list[tuple[int, Any]] = []  # lines whose id is a number; all of them is a file's problem
+    for lineno, row in iter_json_lines(path, problems, parse_float=ujson_float, parse_int=ujson_int):
+        lines.add(lineno, row)
+        if _is_num(row.get("id")):
+            numbered.append((lineno, row["id"]))
+        _read_record(path, lineno, row, is_gold, records, first_line, on_lines)
+    n_rows = len(lines.lines)
+    has_hard, has_soft = lines.any_has("hard_labels"), lines.any_has("soft_labels")
     warnings: list[str] = []
-    if rows and not has_hard and not has_soft:
-        unlabelled = is_gold and any("model_output_text" in row for _, row in rows)
+    if n_rows and not has_hard and not has_soft:
+        unlabelled = is_gold and lines.any_has("model_output_text")
         problems.append(
             Problem(
                 str(path),
                 None,
                 None,
                 "no line has hard_labels or soft_labels"
-                + next((hint for _, row in rows if (hint := any_misspelled_label(row))), "")
+                + next((hint for _, keys in lines.lines if (hint := any_misspelled_label(keys))), "")
                 + (
                     ": items without gold labels (an unlabelled split such as test) cannot be scored; "
                     "score val, or a labelled file of your own"
@@ -240,74 +271,16 @@ def read_scoring_file(path: str | Path, is_gold: bool, collect: list[Problem] | 
                 collect += problems
                 return ScoringFile(path=path, records={}, warnings=[])
             raise DataError(problems)
-    records: dict[str, ScoringRecord] = {}
-    first_line: dict[str, int] = {}
-    numbered = [(n, row["id"]) for n, row in rows if _is_num(row.get("id"))]
-    if len(numbered) < len(rows):  # a stray number among text ids is a line's own mistake
-        numbered = []
-    if numbered:
+    if numbered and len(numbered) == n_rows:
         # The task's own sample_set.v1.json numbers its ids: one line for all, with the way out
-        n, rid = numbered[0]
-        fixed = path.with_name(f"{path.stem}.str-ids.jsonl")
-        fix = (
-            "python3 -c \"import json,sys; [print(json.dumps({**r, 'id': str(r['id'])}, ensure_ascii=False)) "
-            'for r in map(json.loads, open(sys.argv[1]))]" '
-            f"{shlex.quote(str(path))} > {shlex.quote(str(fixed))}"
-        )
-        problems.append(
-            Problem(
-                str(path),
-                None,
-                "id",
-                f"ids are numbers ({plural(len(numbered), 'line')}, e.g. line {n}: {rid!r}); mushroom "
-                f"matches ids as text: write them as strings, in both files, e.g. {fix}",
-            )
-        )
-    for lineno, row in rows:
-        rid = row.get("id")
-        if numbered and _is_num(rid):
-            continue
-        if not isinstance(rid, str) or not rid:
-            got = "missing" if rid is None else f"not a string (got {type(rid).__name__} {rid!r})"
-            problems.append(Problem(str(path), lineno, "id", got if rid != "" else "empty"))
-            continue
-        if rid in first_line:
-            problems.append(duplicate_id(path, lineno, rid, first_line[rid]))
-            continue
-        first_line[rid] = lineno
-        where = Problem(str(path), lineno, None, "", item_id=rid)
-        soft = _parse_soft(row["soft_labels"], where, problems) if "soft_labels" in row else None
-        hard = _parse_hard(row["hard_labels"], where, problems) if "hard_labels" in row else None
-        if ("soft_labels" in row and soft is None) or ("hard_labels" in row and hard is None):
-            continue
-        if hard is None:
-            hard = official_hard_from_soft(soft or [])
-        soft_derived = soft is None
-        if soft is None:
-            soft = [(s, e, 1.0) for s, e in hard]
-        text_len = None
-        if is_gold:
-            text = row.get("model_output_text")
-            if not isinstance(text, str):
-                said = "missing in gold file" if text is None else f"not a string (got {type(text).__name__})"
-                problems.append(Problem(str(path), lineno, "model_output_text", said, item_id=rid))
-                continue
-            text_len = len(text)
-        lang = row.get("lang")
-        records[rid] = ScoringRecord(
-            id=rid,
-            soft=soft,
-            hard=hard,
-            text_len=text_len,
-            lang=language_code(lang) if isinstance(lang, str) else None,
-            line=lineno,
-            soft_derived=soft_derived,
-        )
+        problems.append(_numbered_ids(path, numbered))
+        on_lines, records = [], {}
+    problems += on_lines
     missing: dict[int, list[str]] = {}
-    for line, key, _ in labels_missing_on_some_lines(rows):
+    for line, key, _ in labels_missing_on_some_lines(lines.lines):
         missing.setdefault(line, []).append(key)
     if missing:
-        by_line = dict(rows)
+        by_line = dict(lines.lines)
         hint = next(
             (h for ln, ks in missing.items() for k in ks if (h := misspelled_label(by_line[ln], k))), ""
         )
@@ -325,24 +298,24 @@ def read_scoring_file(path: str | Path, is_gold: bool, collect: list[Problem] | 
             )
         warnings.append(f"{path}: {'; '.join(parts)}{hint}; the official scorer fails on such a file")
     if not is_gold:  # a gold file lacking a kind is said below: the official scorer fails on it
-        warnings += [f"{path}: {message}" for message in misspelled_on_every_line(rows)]
-    if is_gold and rows and has_hard != has_soft:  # it takes both columns of a gold file
+        warnings += [f"{path}: {message}" for message in misspelled_on_every_line(lines.lines)]
+    if is_gold and n_rows and has_hard != has_soft:  # it takes both columns of a gold file
         lacking, other = ("soft_labels", "hard") if has_hard else ("hard_labels", "soft")
-        hint = next((h for _, row in rows if (h := misspelled_label(row, lacking))), "")
+        hint = next((h for _, keys in lines.lines if (h := misspelled_label(keys, lacking))), "")
         warnings.append(
             f"{path}: no line has {lacking}{hint}: the official scorer fails on such a gold file; scored "
             f"with them derived from the {other} labels"
         )
     if starts_with_bom(path):
         warnings.append(f"{path}: {OFFICIAL_BOM}")
-    if is_gold and rows and not any("model_output_text" in row for _, row in rows):
+    if is_gold and n_rows and not lines.any_has("model_output_text"):
         # no line is a gold line: most likely the two files were given the other way round
         problems = [p for p in problems if p.field != "model_output_text"] + [
             Problem(
                 str(path),
                 None,
                 "model_output_text",
-                f"missing on all {len(rows)} lines: is this the gold file? "
+                f"missing on all {n_rows} lines: is this the gold file? "
                 "(`mushroom score GOLD PRED`: gold first)",
             )
         ]
@@ -351,6 +324,73 @@ def read_scoring_file(path: str | Path, is_gold: bool, collect: list[Problem] | 
     if collect is not None:
         collect += problems
     return ScoringFile(path=path, records=records, warnings=warnings)
+
+
+def _numbered_ids(path: Path, numbered: list[tuple[int, Any]]) -> Problem:
+    """One problem for a file whose ids are all numbers, with a command that mends it."""
+    n, rid = numbered[0]
+    fixed = path.with_name(f"{path.stem}.str-ids.jsonl")
+    fix = (
+        "python3 -c \"import json,sys; [print(json.dumps({**r, 'id': str(r['id'])}, ensure_ascii=False)) "
+        'for r in map(json.loads, open(sys.argv[1]))]" '
+        f"{shlex.quote(str(path))} > {shlex.quote(str(fixed))}"
+    )
+    return Problem(
+        str(path),
+        None,
+        "id",
+        f"ids are numbers ({plural(len(numbered), 'line')}, e.g. line {n}: {rid!r}); mushroom "
+        f"matches ids as text: write them as strings, in both files, e.g. {fix}",
+    )
+
+
+def _read_record(
+    path: Path,
+    lineno: int,
+    row: dict[str, Any],
+    is_gold: bool,
+    records: dict[str, ScoringRecord],
+    first_line: dict[str, int],
+    problems: list[Problem],
+) -> None:
+    """Adds one line's record to `records`, or its problems to `problems`."""
+    rid = row.get("id")
+    if not isinstance(rid, str) or not rid:
+        got = "missing" if rid is None else f"not a string (got {type(rid).__name__} {rid!r})"
+        problems.append(Problem(str(path), lineno, "id", got if rid != "" else "empty"))
+        return
+    if rid in first_line:
+        problems.append(duplicate_id(path, lineno, rid, first_line[rid]))
+        return
+    first_line[rid] = lineno
+    where = Problem(str(path), lineno, None, "", item_id=rid)
+    soft = _parse_soft(row["soft_labels"], where, problems) if "soft_labels" in row else None
+    hard = _parse_hard(row["hard_labels"], where, problems) if "hard_labels" in row else None
+    if ("soft_labels" in row and soft is None) or ("hard_labels" in row and hard is None):
+        return
+    if hard is None:
+        hard = official_hard_from_soft(soft or [])
+    soft_derived = soft is None
+    if soft is None:
+        soft = [(s, e, 1.0) for s, e in hard]
+    text_len = None
+    if is_gold:
+        text = row.get("model_output_text")
+        if not isinstance(text, str):
+            said = "missing in gold file" if text is None else f"not a string (got {type(text).__name__})"
+            problems.append(Problem(str(path), lineno, "model_output_text", said, item_id=rid))
+            return
+        text_len = len(text)
+    lang = row.get("lang")
+    records[rid] = ScoringRecord(
+        id=rid,
+        soft=soft,
+        hard=hard,
+        text_len=text_len,
+        lang=language_code(lang) if isinstance(lang, str) else None,
+        line=lineno,
+        soft_derived=soft_derived,
+    )
 
 
 def match_ids(gold: ScoringFile, pred: ScoringFile, partial: bool = False) -> list[str]:
