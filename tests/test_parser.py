@@ -75,6 +75,7 @@ def test_repeated_texts_take_successive_occurrences():
         ("paris, then Paris", "Paris", [(0, 5), (12, 17)]),  # the first copy differs in case
         ("Paris is\nbig. Paris is big.", "Paris is big", [(0, 12), (14, 26)]),  # in whitespace
         ("في ١٩٩٠ ثم 1990", "1990", [(3, 7), (11, 15)]),  # in its digits' script
+        ("北京。他去过北京两次。", "北京", [(0, 2), (6, 8)]),  # no spaces: every copy is a whole word
     ],
 )
 def test_a_text_listed_twice_marks_both_copies_when_one_differs_a_little(answer, text, places):
@@ -93,12 +94,25 @@ def test_a_text_listed_twice_marks_both_copies_when_one_differs_a_little(answer,
             "de",
             [(18, 20), (50, 52)],
         ),  # not "del"
+        ("मान सम्मान मान", "मान", [(0, 3), (11, 14)]),  # not after a virama, inside "सम्मान"
+        ("राम रामायण राम", "राम", [(0, 3), (11, 14)]),  # not before a vowel sign, in "रामायण"
+        ("خواهم رفت و می\u200cخواهم بمانم و خواهم دید", "خواهم", [(0, 5), (29, 34)]),  # ZWNJ joins
     ],
 )
 def test_a_text_listed_again_never_takes_a_piece_of_another_word(answer, text, places):
     """The second copy was looked for at every step of tolerance, inside words too (a review)."""
     result = parse_response(answer, json.dumps([text, text]))
     assert sorted((s.start, s.end) for s in result.spans) == places
+
+
+@pytest.mark.parametrize(
+    ("answer", "text"),
+    [("वह पुल पर खड़ा था", "पल"), ("मेरा नाम राम है", "मरा")],  # "moment" is not "bridge"
+)
+def test_a_devanagari_vowel_sign_is_part_of_the_word_it_spells(answer, text):
+    """The normalized step dropped every combining mark, and so placed a word on another."""
+    result = parse_response(answer, json.dumps([text]))
+    assert result.spans == [] and result.counts()["lost"] == 1
 
 
 def test_percentages_are_scaled_and_invalid_entries_counted():

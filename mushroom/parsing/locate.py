@@ -3,7 +3,8 @@
 1. exact: the text as written;
 2. casefold: case folded on both sides;
 3. normalized: also whitespace runs, quotes, dashes, combining marks, compatibility forms
-   (full- and half-width) and Arabic/Persian letter variants unified;
+   (full- and half-width) and Arabic/Persian letter variants unified (the marks of Indic
+   scripts are kept: a Devanagari vowel sign spells the word);
 4. fuzzy: the substring fewest edits away (Levenshtein, searched over the whole answer), within
    a budget of edits proportional to the text's length.
 
@@ -22,6 +23,8 @@ located span is always a valid [start, end) of the original answer. A text liste
 times takes successive occurrences, as models list spans in order of appearance. Listed again,
 it takes a whole-word copy it has not taken yet (at any step of tolerance), then a whole-word
 copy it took, and only then any copy: never a piece of another word when a whole one is there.
+Words are as `_in_word` sees them: marks and the zero-width non-joiner continue a word; in
+Chinese, with no spaces, every copy is whole.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import regex
 from rapidfuzz.distance import Levenshtein
 
 from mushroom.text.normalize import LETTER_VARIANTS
@@ -81,11 +85,38 @@ class View:
     index: list[int] = field(default_factory=list)
 
 
+_UNSPACED = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]")
+"""Scripts written without spaces between words: no character of theirs is inside a word."""
+
+
+def _in_word(ch: str) -> bool:
+    """Whether `ch` continues a word on either side of it, for the whole-word rule.
+
+    Marks are (a Devanagari vowel sign or virama: "मान" is not whole in "सम्मान"), and so
+    is the zero-width non-joiner of Persian ("می‌خواهم" is one word); `str.isalnum` says
+    neither. A Chinese character is not: with no spaces, every copy of "北京" counts as whole,
+    where none did, and a text listed twice took the same copy twice (an audit).
+    """
+    if ch in "\u200c\u200d" or unicodedata.category(ch) in ("Mn", "Mc"):
+        return True
+    return ch.isalnum() and not _UNSPACED.match(ch)
+
+
+def _marks_spell(ch: str) -> bool:
+    """Whether the marks after `ch` are letters of the word (Indic and Southeast Asian scripts).
+
+    Dropping an accent leaves the Latin or Arabic word ("é" is "e"); dropping a Devanagari vowel
+    sign makes another word ("पुल", bridge, became "पल", moment, and was placed there).
+    """
+    return "\u0900" <= ch <= "\u109f"
+
+
 def make_view(text: str, level: int) -> View:
     """Level 1: casefold; level 2: casefold + whitespace/quotes/dashes/marks unified."""
     out: list[str] = []
     index: list[int] = []
     prev_space = True
+    keep_marks = False  # the marks after the last letter spell the word (`_marks_spell`)
     for i, ch in enumerate(text):
         if level >= 2:
             # Decompose compatibility forms too, then drop marks and invisible format
@@ -95,9 +126,15 @@ def make_view(text: str, level: int) -> View:
             # the width forms are decomposed so: "Ⅻ" would become "XII", and "XI" land on it.
             ch = ch.translate(_QUOTES).translate(_DASHES)
             form = "NFKD" if "\uff00" <= ch <= "\uffef" else "NFD"
-            ch = "".join(
-                c for c in unicodedata.normalize(form, ch) if unicodedata.category(c) not in ("Mn", "Cf")
-            )
+            kept = []
+            for c in unicodedata.normalize(form, ch):
+                category = unicodedata.category(c)
+                if category == "Cf" or (category == "Mn" and not keep_marks):
+                    continue
+                if category[0] != "M":
+                    keep_marks = _marks_spell(c)
+                kept.append(c)
+            ch = "".join(kept)
             ch = ch.translate(LETTER_VARIANTS)  # Arabic and Persian forms of one letter
             if not ch:
                 continue
@@ -172,7 +209,7 @@ def _closest_substring(
     best = int(row.min())
     if best > budget:
         return None
-    first, last = needle[0].isalnum(), needle[-1].isalnum()
+    first, last = _in_word(needle[0]), _in_word(needle[-1])
     choice: tuple[int, int, int, int, int, int] | None = None
     ends = np.flatnonzero(row == best)
     # a few ties after `after` and a few overall bound the work on repetitive text
@@ -182,9 +219,9 @@ def _closest_substring(
         ):
             if Levenshtein.distance(needle, text[pos:stop], score_cutoff=best) > best:
                 continue
-            edges = (text[pos].isalnum() != first) + (text[stop - 1].isalnum() != last)
-            cuts = (pos > 0 and text[pos - 1].isalnum() and text[pos].isalnum()) + (
-                stop < len(text) and text[stop - 1].isalnum() and text[stop].isalnum()
+            edges = (_in_word(text[pos]) != first) + (_in_word(text[stop - 1]) != last)
+            cuts = (pos > 0 and _in_word(text[pos - 1]) and _in_word(text[pos])) + (
+                stop < len(text) and _in_word(text[stop - 1]) and _in_word(text[stop])
             )
             before = int(pos < after)  # never back over the spans already placed for a whole word
             key = (edges, before, cuts, abs(stop - pos - len(needle)), pos, stop)
@@ -261,10 +298,10 @@ class SpanLocator:
         return LocatedSpan(start, end, prob, method, self.answer[start:end])
 
     def _whole_word(self, start: int, end: int) -> bool:
-        """Whether answer[start:end] neither starts nor ends inside a word."""
+        """Whether answer[start:end] neither starts nor ends inside a word (see `_in_word`)."""
         answer = self.answer
-        return not (start > 0 and answer[start - 1].isalnum() and answer[start].isalnum()) and not (
-            end < len(answer) and answer[end].isalnum() and answer[end - 1].isalnum()
+        return not (start > 0 and _in_word(answer[start - 1]) and _in_word(answer[start])) and not (
+            end < len(answer) and _in_word(answer[end]) and _in_word(answer[end - 1])
         )
 
     def _search(
