@@ -319,3 +319,29 @@ def test_a_context_with_a_huge_token_keeps_few_prefixes_and_matches_stems_as_bef
     assert _has_prefix(text, 3, "x" * 5000) and _has_prefix(text, 3, "x" * PREFIX_CAP)
     assert not _has_prefix(text, 3, "x" * 60_001) and not _has_prefix(text, 3, "x" * 100 + "y")
     assert _has_prefix(text, 3, "supercali") and not _has_prefix(text, 3, "superman")
+
+
+@pytest.mark.parametrize(
+    ("lang", "answer", "spans"),
+    [
+        ("en", "It was Berlin. Munich too", ["Berlin", "Munich"]),
+        ("hi", "शहर बर्लिन है। म्यूनिख भी", ["शहर बर्लिन", "म्यूनिख"]),
+        ("ar", "المدينة برلين؟ ميونخ", ["المدينة برلين", "ميونخ"]),
+        ("fa", "شهر برلین؛ مونیخ", ["شهر برلین", "مونیخ"]),
+    ],
+)
+def test_a_gap_is_not_bridged_across_a_sentence_end_of_any_script(lang, answer, spans):
+    """Unsupported words on both sides of a danda or "؟" were joined into one span (an audit)."""
+    from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
+
+    det = LexicalDetector(LexicalOptions(calibration=None, channels=False))
+    item = _item(answer, "?", lang)
+    vec = det.item_vector(item, [Context(source="c", text="nothing relevant here")])
+    runs, start = [], None
+    for i, p in enumerate([*vec.tolist(), 0.0]):
+        if p > 0 and start is None:
+            start = i
+        elif p <= 0 and start is not None:
+            runs.append(answer[start:i])
+            start = None
+    assert runs == spans

@@ -31,6 +31,23 @@ def test_cjk_hindi_and_arabic_marks_end_sentences_without_spaces():
     ]
     assert texts(sentences("هل هو هنا؟ نعم هو هنا.")) == ["هل هو هنا؟", "نعم هو هنا."]
     assert texts(sentences("line one\nline two")) == ["line one", "line two"]
+    # the full-width full stop of zh answers, but not between full-width digits
+    assert texts(sentences("它被命名为号．故填：奥斯托岑斯基．根据所学")) == [
+        "它被命名为号．",
+        "故填：奥斯托岑斯基．",
+        "根据所学",
+    ]
+    assert texts(sentences("数值是３．５米。")) == ["数值是３．５米。"]
+    # a word ending in a vowel sign is no one-letter initial ("दिन." read as "न.")
+    assert texts(sentences("यह मेरा पहला दिन. वह डॉक्टर है.")) == ["यह मेरा पहला दिन.", "वह डॉक्टर है."]
+
+
+def test_arabic_comma_and_semicolon_cut_clauses():
+    text = "القاهرة هي عاصمة مصر الكبيرة والجميلة، وهي أكبر مدينة في العالم العربي كله."
+    assert texts(clauses(text)) == [
+        "القاهرة هي عاصمة مصر الكبيرة والجميلة،",
+        "وهي أكبر مدينة في العالم العربي كله.",
+    ]
 
 
 def test_clauses_cut_long_sentences_and_keep_short_lists_whole():

@@ -32,7 +32,8 @@ from mushroom.text.stopwords import stop_characters, stopwords
 from mushroom.text.tokenize import DIGIT_GROUP, Token, tokenize, vocabulary
 from mushroom.util.files import NAMES_A_FILE
 
-_SENTENCE_BREAK = regex.compile(r"[.!?;:\n。！？；]|\s-\s")
+# the sentence ends of every script the task has: a gap across a danda or "؟" was bridged
+_SENTENCE_BREAK = regex.compile(r"[.!?;:\n。！？；：．।॥؟؛۔]|\s-\s")
 
 
 COMMON_WEIGHT = 0.5  # lowercase words count half, in raw shares

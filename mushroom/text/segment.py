@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import regex
 
-_LAST_WORD = regex.compile(r"([\p{L}.\-]+)$")
+# marks too: "दिन." was read as the one-letter "न", an initial, and so not a sentence's end
+_LAST_WORD = regex.compile(r"([\p{L}\p{M}.\-]+)$")
 _NEXT_CHAR = regex.compile(r"\s*(\S)")
 
 # Lowercased, without the final dot. Kept short: a false "not an end" only merges two
@@ -37,11 +38,13 @@ _ABBREVIATIONS = frozenset(
 
 _SENTENCE_END = regex.compile(
     r"(?P<mark>[.!?…]+)(?P<close>[\"'”’»)\]]*)(?=\s|$)"  # Latin-style: mark, then space or end
-    r"|(?P<cjk>[。！？｡]+[」』”’）)]*)"  # CJK: no space follows
+    # CJK: no space follows; a full-width full stop ends one too (zh answers use it), but not
+    # between digits ("３．５")
+    r"|(?P<cjk>(?:[。！？｡]|．(?!\p{Nd}))+[」』”’）)]*)"
     r"|(?P<other>[।॥؟۔]+)"  # Devanagari danda, Arabic/Urdu marks
     r"|(?P<nl>\n+)"
 )
-_CLAUSE_CUT = regex.compile(r"(?:[;:]|,|\s[-–—]\s|[，；：、])")
+_CLAUSE_CUT = regex.compile(r"(?:[;:]|,|\s[-–—]\s|[，；：、]|[،؛])")  # the last: Arabic comma, semicolon
 _WORD = regex.compile(r"[\p{L}\p{M}\p{Nd}]+")
 _HAN = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}]")
 
