@@ -490,6 +490,28 @@ def test_curly_quotes_inside_span_texts_survive_the_repair():
     ]
 
 
+@pytest.mark.parametrize(
+    ("raw", "texts", "repair"),
+    [
+        ('{"incorrect_spans":\u3000[{"text":\u3000"北京"}]}', ["北京"], "fullwidth_punctuation"),
+        (
+            "{\u2018incorrect_spans\u2019: [{\u2018text\u2019: \u2018北京\u2019}]}",
+            ["北京"],
+            "curly_single_quotes",
+        ),
+        ("[{\u2018text\u2019: \u2018O\u2019Brien\u2019}]", ["O\u2019Brien"], "curly_single_quotes"),
+    ],
+)
+def test_a_reply_in_ideographic_spaces_or_single_curly_quotes_is_read(raw, texts, repair):
+    """Both lost the whole reply as unparseable (an audit of zh and ar replies)."""
+    result = parse_response("北京和上海, O\u2019Brien", raw)
+    assert [s.text for s in result.spans] == texts and result.repairs == [repair]
+
+
+def test_the_arabic_decimal_separator_reads_as_a_point():
+    assert coerce_probability("\u0660\u066b\u0669") == 0.9  # ٠٫٩
+
+
 def test_a_fence_inside_a_json_reply_is_span_text():
     answer = "Run ```pip install flask``` first, then [1] import it."
     raw = json.dumps({"incorrect_spans": [{"text": "```pip install flask```", "reason": ["x", 2]}]})

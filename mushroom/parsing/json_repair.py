@@ -5,8 +5,9 @@ repair is a plain text transformation.
 
 Handled: a leading reasoning block (`<think>...</think>`, see `reasoning`), code fences,
 prose before and after, raw line breaks and tabs inside strings, trailing commas, missing
-commas between objects, single quotes, curly quotes, full-width `：，` (and brackets) between
-values, Python literals (True/False/None), a
+commas between objects, single quotes, curly quotes (double, and single where they delimit),
+full-width `：，` (and brackets, and the ideographic space) between values, Python literals
+(True/False/None), a
 truncated tail (open strings, arrays and objects are closed; a number or literal cut at the
 very end is dropped), and a bare list instead of an object.
 
@@ -244,7 +245,18 @@ def _replace_literals(text: str) -> str:
     return re.sub(r"\b(True|False|None)\b", lambda m: _PY_LITERALS[m.group(1)], text)
 
 
-_FULL_WIDTH = str.maketrans("：，｛｝［］＂", ':,{}[]"')
+# the ideographic space too: JSON's whitespace is ASCII only, and `{"text":\u3000"北京"}` was lost
+_FULL_WIDTH = str.maketrans("：，｛｝［］＂\u3000", ':,{}[]" ')
+
+
+def _curly_single_quotes(text: str) -> str:
+    """‘ and ’ where they delimit (after `{[,:`, before `:,}]`), as `{‘text’: ‘北京’}` writes.
+
+    Not every ’: inside a span text it is an apostrophe (‘O’Brien’ keeps its own).
+    """
+    text = re.sub("([{\\[,:]\\s*)\u2018", '\\1"', text)
+    return re.sub("\u2019(\\s*[:,}\\]])", '"\\1', text)
+
 
 _REPAIRS = (
     ("control_characters", _escape_controls),
@@ -255,6 +267,7 @@ _REPAIRS = (
     ("fullwidth_punctuation", _outside_strings(lambda t: t.translate(_FULL_WIDTH))),
     # only curly quotes outside straight-quoted strings delimit: those inside are span text
     ("curly_quotes", _outside_strings(lambda t: t.replace("\u201c", '"').replace("\u201d", '"'))),
+    ("curly_single_quotes", _outside_strings(_curly_single_quotes)),
     ("single_quotes", _single_to_double_quotes),
     ("python_literals", _outside_strings(_replace_literals)),
     ("truncated", _close_truncated),
@@ -284,7 +297,8 @@ def _skip_non_claims(chunk: str) -> tuple[str | None, Any]:
         try:
             value, end = decode_prefix(chunk[pos:])
         except json.JSONDecodeError as err:
-            if re.search("[\"'\u201c\u201d]", chunk[pos : pos + err.pos + 1]):
+            # an opening ‘ too (`{‘text’: ...}`); a ’ alone is more often an apostrophe in prose
+            if re.search("[\"'\u201c\u201d\u2018]", chunk[pos : pos + err.pos + 1]):
                 return chunk[pos:], first
             pos = _next_bracket(chunk, pos + err.pos + 1)
         except ValueError:  # nested too deep

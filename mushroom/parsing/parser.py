@@ -49,7 +49,10 @@ _TEXT_KEYS = ("text", "span", "substring", "incorrect_span", "phrase")
 _WRONG_WORDS = ("incorrect", "wrong", "halluc", "error", "false", "unsupported", "fabricat", "inaccura")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _PROB_KEYS = ("probability", "prob", "confidence", "score")
-_NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:[.,]\d*)?|[.,]\d+)(?:[eE][+-]?\d+)?)\s*([%\u066a\uff05]?)\s*")
+# the Arabic decimal separator (U+066B) too: "٠٫٩" is 0.9
+_NUMBER = re.compile(
+    r"\s*([+-]?(?:\d+(?:[.,\u066b]\d*)?|[.,\u066b]\d+)(?:[eE][+-]?\d+)?)\s*([%\u066a\uff05]?)\s*"
+)
 AMBIGUOUS_UP_TO = 10.0  # numbers above 1 and up to this, without a percent sign, are no probability
 _TRUE = frozenset({"true", "yes", "supported", "correct", "1"})
 _FALSE = frozenset({"false", "no", "unsupported", "not supported", "incorrect", "0"})
@@ -66,7 +69,7 @@ def coerce_probability(value: Any) -> float | None:
         if not match:
             return None
         try:
-            number = float(match.group(1).replace(",", "."))
+            number = float(match.group(1).replace(",", ".").replace("\u066b", "."))
         except ValueError:
             return None
         percent = bool(match.group(2))
