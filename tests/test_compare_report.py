@@ -239,7 +239,11 @@ def test_right_to_left_text_reads_in_its_own_direction_and_a_nul_is_shown_not_wr
 
     item = Item(id="a", lang="ar", model_input="ما هي عاصمة فرنسا؟", model_output_text="باريس.\x00 نعم")
     body = _item_html(item, None, [Context(source="s", text="باريس هي العاصمة.")], [], tag=None)
-    assert '<p dir="auto"><b>Q:</b>' in body and '<div class="answer" dir="auto">' in body
+    # the question isolated from its "Q:" label, whose Latin letter set it left-to-right
+    assert (
+        '<b>Q:</b> <bdi dir="auto">ما هي عاصمة فرنسا؟</bdi>' in body
+        and '<div class="answer" dir="auto">' in body
+    )
     assert '<pre dir="auto">' in body and "\x00" not in body and "\ufffd" in body
 
 

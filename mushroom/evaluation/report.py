@@ -275,7 +275,8 @@ def _item_html(
         f'<div class="item" id="{html.escape(item.id)}" data-lang="{item.lang}" '
         f'data-iou="{iou if labelled else 1.0:.6f}" data-tag="{html.escape(tag or "none")}">'
         f'<div class="meta"><bdi>{html.escape(item.id)}</bdi> · {item.lang} · <span class="scores">{scores}</span>{tag_html}</div>'
-        f'<p dir="auto"><b>Q:</b> {_shown(item.model_input)}</p>'
+        # isolated: under dir=auto the "Q" label's Latin letter set an Arabic question left-to-right
+        f'<p><b>Q:</b> <bdi dir="auto">{_shown(item.model_input)}</bdi></p>'
         f'<div class="answer" dir="auto">{highlighted_answer(item.model_output_text, gold_mask, soft, reasons)}</div>'
         f'<div class="meta">predicted hard spans: {hard or "none"}</div>{unchecked_html}{failed_html}'
         f"{ctx_html}{raw_html}</div>"
