@@ -26,15 +26,23 @@ def strip_reasoning(text: str) -> tuple[str, bool]:
     if opened:
         close = re.compile(rf"</{opened.group(1)}>", re.I).search(text, opened.end())
         return (text[close.end() :] if close else ""), True
+    # one pass: each closing tag counts the quotes since the one before, and the opening tag
+    # is looked for once; slicing and counting from the start at each tag was quadratic (a
+    # reply stuck repeating "</think>" after a quote: 24 s for 80 KB, an audit)
+    first_open: dict[str, int] = {}
+    for opening in _ANY_OPEN.finditer(text):
+        first_open.setdefault(opening.group(1).lower(), opening.start())
+    quotes, counted = 0, 0
     for close in _CLOSE.finditer(text):
-        before = text[: close.start()]
-        if re.search(rf"<{close.group(1)}>", before, re.I):
+        if first_open.get(close.group(1).lower(), len(text)) < close.start():
             break  # a block opened mid-text: not the template's
-        if _quotes(before) % 2 == 0:  # not inside a JSON string ("text": "</think> closes")
+        quotes += len(_QUOTE.findall(text, counted, close.start()))
+        counted = close.start()
+        if quotes % 2 == 0:  # not inside a JSON string ("text": "</think> closes")
             return text[close.end() :], True
     return text, False
 
 
-def _quotes(text: str) -> int:
-    """Double quotes in `text` that are not escaped by a backslash."""
-    return len(re.findall(r'(?<!\\)"', text))
+_ANY_OPEN = re.compile(r"<(think|thinking|reasoning)>", re.I)
+_QUOTE = re.compile(r'(?<!\\)"')
+"""A double quote not escaped by a backslash."""
