@@ -650,3 +650,15 @@ def test_a_claim_or_reason_with_half_an_emoji_is_placed_not_dropped():
         {"spans": [{"text": "Lyon", "reason": ["a", "b \udc00"]}, {"text": "1990", "reason": "x \ud83d"}]}
     )
     assert [c.reason for c in found.claims] == ["a; b \ufffd", "x \ufffd"] and found.invalid_entries == 0
+
+
+def test_a_span_text_too_long_to_search_fuzzily_is_counted_lost_and_a_near_one_found():
+    """The fuzzy step cost text x answer edits per candidate start: 58 s for 40 KB (an audit)."""
+    from mushroom.parsing.locate import MAX_FUZZY_LEN
+
+    answer = "abcdefghij" * (MAX_FUZZY_LEN // 5)
+    near = "abcdefghiX" * (MAX_FUZZY_LEN // 20)  # 10% of its characters changed, within the budget
+    too_long = "abcdefghiX" * (MAX_FUZZY_LEN // 10 + 1)
+    result = parse_response(answer, json.dumps([near, too_long]))
+    assert [(s.start, s.end, s.method) for s in result.spans] == [(0, len(near), "fuzzy")]
+    assert result.counts()["lost"] == 1

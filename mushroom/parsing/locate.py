@@ -42,6 +42,8 @@ from rapidfuzz.distance import Levenshtein
 from mushroom.text.normalize import LETTER_VARIANTS
 
 METHODS = ("exact", "casefold", "normalized", "fuzzy")
+MAX_FUZZY_LEN = 1000
+"""The longest span text the fuzzy step looks for, in characters (see `SpanLocator._fuzzy`)."""
 
 _QUOTES = {ord(c): "'" for c in "\u2018\u2019\u201a\u201b\u2032\u00b4`"} | {
     ord(c): '"' for c in "\u201c\u201d\u201e\u201f\u00ab\u00bb\u2033"
@@ -176,11 +178,14 @@ def _in_answer(
     return lambda k: refused(*to_answer(view, k, size))
 
 
-def _edits_by_end(needle: str, codes: np.ndarray) -> np.ndarray:
+def _edits_by_end(needle: str, codes: np.ndarray, budget: int | None = None) -> np.ndarray:
     """For each end i of the text, the fewest edits turning some text[s:i] into `needle`.
 
     Sellers' approximate substring matching, one needle character per step over the whole
     text at once; insertions along the text are a running minimum (cost i - k from column k).
+    A row's minimum never falls from one needle character to the next, so once it is over
+    `budget` no end can be within it: the row is returned then, every value over the budget
+    (a long span text that is not there cost needle x answer steps: 2 min for 100 KB, an audit).
     """
     offsets = np.arange(len(codes) + 1)
     row = np.zeros(len(codes) + 1, dtype=np.int64)  # the empty prefix matches anywhere for free
@@ -189,6 +194,8 @@ def _edits_by_end(needle: str, codes: np.ndarray) -> np.ndarray:
         tmp[0] = j
         np.minimum(row[:-1] + (codes != ord(ch)), row[1:] + 1, out=tmp[1:])
         row = np.minimum.accumulate(tmp - offsets) + offsets
+        if budget is not None and j % 16 == 0 and row.min() > budget:
+            break
     return row
 
 
@@ -204,7 +211,7 @@ def _closest_substring(
     and annotators mark whole words), then to the length nearest the needle's ("Inbe" ->
     "Inde", not "ine"), then to the first.
     """
-    row = _edits_by_end(needle, codes)
+    row = _edits_by_end(needle, codes, budget)
     row[0] = len(needle) + budget + 1  # no empty match
     best = int(row.min())
     if best > budget:
@@ -335,7 +342,10 @@ class SpanLocator:
     def _fuzzy(self, needle: str, prefer_after: int) -> tuple[int, int, str] | None:
         """The closest substring, preferring one at or after answer index `prefer_after`."""
         view = self.view(2)
-        if len(needle) < self.min_fuzzy_len or not view.text:
+        # a text longer than MAX_FUZZY_LEN and not found as written is lost (counted): the
+        # closest substring of one costs needle x answer edits per candidate start (an audit:
+        # 58 s for a 40 KB text), and a span that long is no span an annotator marks
+        if not self.min_fuzzy_len <= len(needle) <= MAX_FUZZY_LEN or not view.text:
             return None
         if self._codes is None:
             self._codes = np.fromiter(map(ord, view.text), dtype=np.int64, count=len(view.text))
