@@ -767,3 +767,41 @@ def test_debug_after_the_command_is_taken_as_before_it(capsys):
     assert _debug_first(["score", "--", "--debug"]) == ["score", "--", "--debug"]  # a file so named
     assert _debug_first([]) == []
     assert _debug_first(["--debug", "score", "--debug", "g"]) == ["--debug", "score", "g"]
+
+
+ENDING_APP = """
+import atexit, time, typer
+from mushroom.cli.boundary import after_command, run_cli
+app = typer.Typer()
+@app.command()
+def done():
+    print("done", flush=True)
+def slow_end():  # the interpreter's shutdown, drawn out: imports unloaded, files closed
+    print("ending", flush=True)
+    time.sleep(1.5)
+atexit.register(slow_end)
+code = run_cli(app, [])
+after_command()
+raise SystemExit(code)
+"""
+
+
+def test_a_ctrl_c_as_a_finished_command_ends_leaves_its_exit_code_0(tmp_path):
+    """A Ctrl-C in the tenths of a second after a run's last line made it exit 130, unsaid."""
+    import signal
+
+    script = tmp_path / "ending.py"
+    script.write_text(ENDING_APP)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stdout.readline() == "done\n" and proc.stdout.readline() == "ending\n"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err == "", err

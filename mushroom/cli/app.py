@@ -14,7 +14,7 @@ import typer
 from mushroom.cli import combine, contexts, detect, evaluate, scoring
 from mushroom.cli.boundary import (
     FLAG,
-    after_interrupt,
+    after_command,
     echo,
     esc,
     out_console,
@@ -153,11 +153,8 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     _replace_unencodable()
-    from mushroom.errors import EXIT_INTERRUPTED
-
     code = run_cli(app)
-    if code == EXIT_INTERRUPTED:  # the process ends: a second Ctrl-C (a signal to the group) is no traceback
-        after_interrupt()
+    after_command()  # the work is done or said: a Ctrl-C as the process ends changes nothing
     raise SystemExit(code)
 
 

@@ -403,11 +403,13 @@ def _one_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGINT, before)
 
 
-def after_interrupt() -> None:
-    """As the process ends after a Ctrl-C: a repeat of it within REPEAT_INTERRUPT_S is dropped.
+def after_command() -> None:
+    """As the process ends: a Ctrl-C within REPEAT_INTERRUPT_S of the command's end is dropped.
 
-    The second signal of `timeout -s INT` printed a traceback from the interpreter's shutdown;
-    a later Ctrl-C still stops a shutdown that hangs.
+    After a Ctrl-C, the second signal of `timeout -s INT` printed a traceback from the
+    interpreter's shutdown; after a finished command, a Ctrl-C in those few tenths of a second
+    made the finished run exit 130 with no word (an audit). A later Ctrl-C still stops a
+    shutdown that hangs.
     """
     if threading.current_thread() is threading.main_thread():
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
