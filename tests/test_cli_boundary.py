@@ -805,3 +805,31 @@ def test_a_ctrl_c_as_a_finished_command_ends_leaves_its_exit_code_0(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and err == "", err
+
+
+def test_a_full_disk_says_what_was_saved_and_to_free_space(tmp_path):
+    """Only "error: No space left on device" was said: no where, no what to do (an audit)."""
+    import errno
+
+    from mushroom.cli.boundary import exit_code_for
+    from mushroom.data.jsonl import JsonlWriter
+
+    with interrupt_hint(lambda: "3 of 50 items saved in runs/x; run the same command to resume"):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as exc:
+            code, message = exit_code_for(exc)
+    assert code == 2 and message == (
+        "No space left on device (a full disk, a quota or a file-size limit): free space; "
+        "3 of 50 items saved in runs/x; run the same command to resume"
+    )
+
+    class FullDisk:
+        def close(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    writer = JsonlWriter(tmp_path / "mushroom.en-val.v2.jsonl")
+    writer.handle.close()
+    writer.handle = FullDisk()  # closing flushes the buffer, which fails again
+    writer.discard()  # the temporary file was left on the full disk
+    assert list(tmp_path.iterdir()) == []

@@ -13,6 +13,7 @@ file named `run[bold].jsonl`.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -303,6 +304,22 @@ def _os_message(exc: OSError) -> str:
     return f"{name}: {what}" if name else str(what)
 
 
+_DISK_FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+
+
+def _disk_full_message(exc: OSError) -> str:
+    """A full disk (or a file-size limit, a quota), with what was saved and how to go on.
+
+    A write that fails for want of space names no file (Python's OSError has none then): the
+    bare "error: No space left on device" said neither where nor that the work is kept (an
+    audit). The run's own hint says both, as a Ctrl-C's does.
+    """
+    said = interrupt_message(current_hint()).removeprefix("interrupted").removeprefix("; ")
+    where = f"{exc.filename}: " if exc.filename is not None else ""
+    then = f"free space; {said}" if said else "free space and run the same command again"
+    return f"{where}{exc.strerror or exc} (a full disk, a quota or a file-size limit): {then}"
+
+
 def exit_code_for(exc: BaseException) -> tuple[int, str | None]:
     """(exit code, message) for an exception reaching the boundary; message None: a bug."""
     import typer
@@ -313,6 +330,8 @@ def exit_code_for(exc: BaseException) -> tuple[int, str | None]:
         return EXIT_INTERRUPTED, interrupt_message(current_hint())
     if isinstance(exc, ValidationError):
         return EXIT_USAGE, "invalid value:\n" + validation_message(exc, "  ")
+    if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
+        return EXIT_USAGE, _disk_full_message(exc)
     if isinstance(exc, OSError):
         return EXIT_USAGE, _os_message(exc)
     if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from "):

@@ -496,10 +496,18 @@ class JsonlWriter:
             os.replace(self.tmp, self.path)
 
     def discard(self) -> None:
-        """Drops the temporary file of a write that did not end (a no-op after `commit`)."""
-        self.handle.close()
-        if self.tmp is not None:
-            self.tmp.unlink(missing_ok=True)
+        """Drops the temporary file of a write that did not end (a no-op after `commit`).
+
+        Closing flushes what is buffered, which fails again on a full disk: the file is dropped
+        all the same (it was left behind, a `.part` on the full disk: an audit).
+        """
+        try:
+            self.handle.close()
+        except OSError:
+            pass
+        finally:
+            if self.tmp is not None:
+                self.tmp.unlink(missing_ok=True)
 
 
 def mend_cut_line(path: str | Path, drop: bool = False) -> bytes | None:
