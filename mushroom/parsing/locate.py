@@ -248,6 +248,7 @@ class SpanLocator:
         self.min_fuzzy_len = min_fuzzy_len
         self._cursor: dict[str, int] = {}
         self._placed: dict[str, set[int]] = {}  # the answer indices each text's copies start at
+        self._spent: dict[str, set[str]] = {}  # by text as written: its searches listed again that found none
         self._last_end = 0
         self.number_mismatches = 0
         """Fuzzy matches refused because their numbers differ from the span text's."""
@@ -291,8 +292,15 @@ class SpanLocator:
             def cut(start: int, end: int) -> bool:
                 return not self._whole_word(start, end)
 
-            found = self._search(text, key, starts, lambda a, b: a in placed or cut(a, b))
-            found = found or self._search(text, key, starts, cut)
+            # Each search ends at start 0, so one that fails fails again for this text: not
+            # redone (a reply listing "a" a thousand times took a minute, an audit)
+            spent = self._spent.setdefault(text, set())
+            if "untaken" not in spent:
+                found = self._search(text, key, starts, lambda a, b: a in placed or cut(a, b))
+                spent.update(() if found else ("untaken",))
+            if not found and "whole" not in spent:
+                found = self._search(text, key, starts, cut)
+                spent.update(() if found else ("whole",))
         found = found or self._search(text, key, starts)
         if not found:
             found = self._fuzzy(key, starts[0])
