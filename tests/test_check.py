@@ -409,3 +409,29 @@ def test_the_same_predictions_make_the_same_submission_zip(tmp_path, monkeypatch
     third = write_zip(tmp_path / "c.zip", sorted(a.iterdir()))
     monkeypatch.undo()
     assert hashlib.sha256(third.read_bytes()).hexdigest() == digest[0]
+
+
+def test_check_holds_items_without_the_answering_models_logits(tmp_path, capsys):
+    """`check` compares spans with answers: the tokens and logits (most of a val item) were held."""
+    import tracemalloc
+
+    rows = [json.loads(line) for line in VAL_EN.read_text(encoding="utf-8").splitlines()][:5]
+    rows = [
+        {**row, "id": f"{row['id']}#{k}", "model_output_logits": [0.5] * 5000}
+        for k in range(40)
+        for row in rows
+    ]
+    items_file = write_lines(tmp_path / "items.jsonl", rows)
+    tracemalloc.start()
+    try:
+        items = load_items(items_file, answer_evidence=False)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(items) == 200 and all(it.model_output_logits is None for it in items)
+    assert held < items_file.stat().st_size / 4
+    pred = write_lines(
+        tmp_path / "pred.jsonl", [{"id": r["id"], "hard_labels": r["hard_labels"]} for r in rows]
+    )
+    code, out, _ = cli(capsys, "check", pred, "--items", items_file)
+    assert code == 0 and "OK (200 predictions" in out

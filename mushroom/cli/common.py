@@ -68,15 +68,19 @@ def items_option(path: Path, option: str = "--items") -> Path:
     return input_file(path, option)
 
 
-def load_items_option(path: Path, option: str = "--items") -> list[Item]:
-    """The items of an `items_option`, every problem named by line (or row) and field."""
+def load_items_option(path: Path, option: str = "--items", answer_evidence: bool = True) -> list[Item]:
+    """The items of an `items_option`, every problem named by line (or row) and field.
+
+    `answer_evidence=False` drops the answering model's tokens and logits of a JSONL file's
+    items as they are read (`load_items`).
+    """
     from mushroom.data.hf import is_saved_dataset, items_from_dataset, load_saved
     from mushroom.data.splits import load_items
 
     path = items_option(path, option)
     if is_saved_dataset(path):
         return items_from_dataset(load_saved(path), str(path))
-    return load_items(path)
+    return load_items(path, answer_evidence=answer_evidence)
 
 
 def file_stem(value: str | None) -> str | None:

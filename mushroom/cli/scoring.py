@@ -366,7 +366,7 @@ def check(
             raise MushroomError(f"PRED {shown} {kind}")
         raise MushroomError("give --items ITEMS.jsonl: the items file the predictions are for")
     try:
-        item_list = load_items_option(items)
+        item_list = load_items_option(items, answer_evidence=False)  # spans are checked with answers only
     except DataError as exc:
         # the two files swapped: one "Field required" line per field of every item
         answers = {p.line for p in exc.problems if p.field == "model_output_text" and "required" in p.message}

@@ -143,19 +143,28 @@ def _item_checks(item: Item) -> list[tuple[str, str]]:
     return span_problems(len(item.model_output_text), item.soft_labels, item.hard_labels)
 
 
-def load_items(path: str | Path, id_prefix: str | None = None) -> list[Item]:
+ANSWER_EVIDENCE = ("model_output_tokens", "model_output_logits")
+"""The answering model's tokens and logits: most of a val item's size, read by few detectors."""
+
+
+def load_items(path: str | Path, id_prefix: str | None = None, answer_evidence: bool = True) -> list[Item]:
     """Loads one split file; every problem (bad JSON, missing field, bad span) is reported.
 
     Args:
         path: the JSONL file.
         id_prefix: lines without an `id` get `<id_prefix><line number>`; the official
             unlabelled train files have no ids, and runs need stable ones to resume.
+        answer_evidence: keep each item's `ANSWER_EVIDENCE`; a command that only compares
+            spans with answers (`check`) drops them as each line is read, and holds a corpus
+            in about a third of the memory.
     """
-    prepare = None
-    if id_prefix is not None:
 
-        def prepare(lineno: int, obj: dict) -> dict:
-            return obj if "id" in obj else {**obj, "id": f"{id_prefix}{lineno}"}
+    def prepare(lineno: int, obj: dict) -> dict:
+        if id_prefix is not None and "id" not in obj:
+            obj = {**obj, "id": f"{id_prefix}{lineno}"}
+        if not answer_evidence:
+            obj = {k: v for k, v in obj.items() if k not in ANSWER_EVIDENCE}
+        return obj
 
     return load_records(path, Item, extra_check=_item_checks, prepare=prepare)
 
