@@ -106,6 +106,20 @@ def test_a_text_listed_again_never_takes_a_piece_of_another_word(answer, text, p
 
 
 @pytest.mark.parametrize(
+    ("answer", "texts", "places"),
+    [
+        ("The start of art.", ["art"], [(13, 16)]),  # the word, not the end of "start"
+        ("وزراء فيت نام الشمالية في 1965", ["وزراء", "في"], [(0, 5), (23, 25)]),  # not in "فيت"
+        ("art in the start", ["the", "art"], [(7, 10), (13, 16)]),  # in order: after "the"
+    ],
+)
+def test_a_text_takes_a_whole_word_after_the_previous_span_before_a_piece_of_one(answer, texts, places):
+    """A text listed once took its first copy, inside a word or not (an audit)."""
+    result = parse_response(answer, json.dumps(texts))
+    assert [(s.start, s.end) for s in result.spans] == places
+
+
+@pytest.mark.parametrize(
     ("answer", "text"),
     [("वह पुल पर खड़ा था", "पल"), ("मेरा नाम राम है", "मरा")],  # "moment" is not "bridge"
 )

@@ -20,9 +20,10 @@ equal digits. Month names and written numbers are not compared.
 
 Each normalised view keeps a map from its characters back to the answer's indices, so a
 located span is always a valid [start, end) of the original answer. A text listed several
-times takes successive occurrences, as models list spans in order of appearance. Listed again,
-it takes a whole-word copy it has not taken yet (at any step of tolerance), then a whole-word
-copy it took, and only then any copy: never a piece of another word when a whole one is there.
+times takes successive occurrences, as models list spans in order of appearance. A text takes
+a whole-word copy after the previous span (at any step of tolerance) before any copy there.
+Listed again, it takes a whole-word copy it has not taken yet, then a whole-word copy it took,
+and only then any copy: never a piece of another word when a whole one is there.
 Words are as `_in_word` sees them: marks and the zero-width non-joiner continue a word; in
 Chinese, with no spaces, every copy is whole.
 """
@@ -110,7 +111,7 @@ def _marks_spell(ch: str) -> bool:
     Dropping an accent leaves the Latin or Arabic word ("é" is "e"); dropping a Devanagari vowel
     sign makes another word ("पुल", bridge, became "पल", moment, and was placed there).
     """
-    return "\u0900" <= ch <= "\u109f"
+    return "\u0900" <= ch <= "\u109f" or "\u1780" <= ch <= "\u17ff"  # to Myanmar; Khmer
 
 
 def make_view(text: str, level: int) -> View:
@@ -284,14 +285,19 @@ class SpanLocator:
         starts = [max(self._last_end, text_cursor), text_cursor, 0]
         placed = self._placed.get(key)
         found = None
-        if placed:
-            # A text listed again takes a whole-word copy it has not taken yet, at any step of
-            # tolerance, then a whole-word copy it took: "paris ... Paris" listed twice took the
-            # exact copy twice (an audit), and a copy inside a word marks a piece of another
-            # word ("bis" took the "Bis" of "Bischofsheim": a review).
-            def cut(start: int, end: int) -> bool:
-                return not self._whole_word(start, end)
 
+        # A text takes a whole-word copy after the previous span before any copy there, at any
+        # step of tolerance: "في" took the "في" of "فيت" before the word (an audit). Listed
+        # again, it takes a whole-word copy it has not taken yet, then one it took, anywhere:
+        # "paris ... Paris" listed twice took the exact copy twice (an audit), and "bis" the
+        # "Bis" of "Bischofsheim" (a review). Only after the previous span the first time:
+        # spans come in order, and a prefixed word ("الجامعة") is often the one meant.
+        def cut(start: int, end: int) -> bool:
+            return not self._whole_word(start, end)
+
+        if not placed:
+            found = self._search(text, key, starts[:1], cut)
+        else:
             # Each search ends at start 0, so one that fails fails again for this text: not
             # redone (a reply listing "a" a thousand times took a minute, an audit)
             spent = self._spent.setdefault(text, set())
