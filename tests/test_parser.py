@@ -522,6 +522,29 @@ def test_a_reply_in_ideographic_spaces_or_single_curly_quotes_is_read(raw, texts
     assert [s.text for s in result.spans] == texts and result.repairs == [repair]
 
 
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [
+        (
+            'Sources [\u2018Wikipedia\u2019] say: [{"text": "Paris", "prob": 0.9}]',
+            [{"text": "Paris", "prob": 0.9}],
+        ),
+        (
+            "{'text': 'the players\u2019, coaches', 'prob': 0.8}",
+            {"text": "the players\u2019, coaches", "prob": 0.8},
+        ),
+        (
+            "[{'text': 'the \u2018Iron Lady\u2019, Thatcher'}]",
+            [{"text": "the \u2018Iron Lady\u2019, Thatcher"}],
+        ),
+    ],
+)
+def test_single_curly_quotes_delimit_only_where_no_straight_quote_does(raw, value):
+    """The first repair for them took `[‘sic’]` in the prose for the claims, and turned a ’ in
+    a single-quoted span text into a quote (a review)."""
+    assert extract_json(raw)[0] == value
+
+
 def test_the_arabic_decimal_separator_reads_as_a_point():
     assert coerce_probability("\u0660\u066b\u0669") == 0.9  # ٠٫٩
 
