@@ -30,7 +30,7 @@ from mushroom.data.splits import load_split, require_labelled, split_files
 from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.evaluation.metrics import mask_iou, vector_cor
 from mushroom.evaluation.score import ScoreResult, score_paths
-from mushroom.evaluation.stats import paired_test
+from mushroom.evaluation.stats import bootstrap_ci, paired_test
 from mushroom.util.words import no_prediction, plural
 
 
@@ -210,7 +210,7 @@ def comparison_rows(runs: list[RunScores], baseline: int = 0) -> list[dict]:
     """Per language and overall: each run's IoU/Cor with 95% CIs and the paired test vs the baseline.
 
     Overall is the mean over the languages every run covers (macro, as the leaderboard), and
-    the paired test overall is over all items of those languages.
+    so are its interval and the paired test: the difference shown is of the two means shown.
     """
     base = runs[baseline]
     langs = sorted(set.intersection(*(set(r.result.langs) for r in runs)))
@@ -222,14 +222,16 @@ def comparison_rows(runs: list[RunScores], baseline: int = 0) -> list[dict]:
     for run in runs:
         per = run.result.by_lang()
         for lang in [*langs, "all"]:
+            groups = None
             if lang == "all":
                 res, b = run.result.of_langs(langs), base.result.of_langs(langs)
                 iou = float(np.mean([per[g].mean_iou for g in langs]))
                 cor = float(np.mean([per[g].mean_cor for g in langs]))
+                groups = np.array(res.langs)
             else:
                 res, b = per[lang], base_per[lang]
                 iou, cor = res.mean_iou, res.mean_cor
-            ci = res.ci()
+            ci = {"iou": bootstrap_ci(res.iou, groups=groups), "cor": bootstrap_ci(res.cor, groups=groups)}
             row = {
                 "run": run.name,
                 "lang": lang,
@@ -247,7 +249,8 @@ def comparison_rows(runs: list[RunScores], baseline: int = 0) -> list[dict]:
                         f"runs {run.name} and {base.name} do not cover the same {lang} items; "
                         "compare runs of the same split and items"
                     )
-                t_iou, t_cor = paired_test(res.iou, b.iou), paired_test(res.cor, b.cor)
+                t_iou = paired_test(res.iou, b.iou, groups=groups)
+                t_cor = paired_test(res.cor, b.cor, groups=groups)
                 row.update(
                     d_iou=t_iou.mean_diff, p_iou=t_iou.p_value, d_cor=t_cor.mean_diff, p_cor=t_cor.p_value
                 )

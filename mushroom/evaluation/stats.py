@@ -15,24 +15,44 @@ _BLOCK_VALUES = 4_000_000  # resampled values held at once by bootstrap_ci
 
 
 def bootstrap_ci(
-    values: np.ndarray, resamples: int = DEFAULT_RESAMPLES, level: float = 0.95, seed: int = 0
+    values: np.ndarray,
+    resamples: int = DEFAULT_RESAMPLES,
+    level: float = 0.95,
+    seed: int = 0,
+    groups: np.ndarray | None = None,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean over items (fixed seed: reproducible)."""
+    """Percentile bootstrap interval of the mean over items (fixed seed: reproducible).
+
+    With `groups` (each item's language), of the mean of the group means, each group
+    resampled within itself: the interval of a mean over languages, as the leaderboard
+    averages, and not of the mean over all items pooled.
+    """
     values = np.asarray(values, dtype=float)
     if values.size == 0:
         return (float("nan"), float("nan"))
     rng = np.random.default_rng(seed)
+    if groups is None:
+        means = _resampled_means(values, resamples, rng)
+    else:
+        groups = np.asarray(groups)
+        means = np.mean(
+            [_resampled_means(values[groups == g], resamples, rng) for g in np.unique(groups)], axis=0
+        )
+    alpha = (1.0 - level) / 2.0
+    return float(np.quantile(means, alpha)), float(np.quantile(means, 1.0 - alpha))
+
+
+def _resampled_means(values: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """The means of `resamples` resamples of `values`, drawn with replacement."""
     # Resamples drawn a block of rows at a time: a (resamples x items) index matrix took 1.6 GB
     # at 50,000 items. An even number of rows per block draws the same stream as one call.
     block = max(2, _BLOCK_VALUES // values.size // 2 * 2)
-    means = np.concatenate(
+    return np.concatenate(
         [
             values[rng.integers(0, values.size, size=(min(block, resamples - k), values.size))].mean(axis=1)
             for k in range(0, resamples, block)
         ]
     )
-    alpha = (1.0 - level) / 2.0
-    return float(np.quantile(means, alpha)), float(np.quantile(means, 1.0 - alpha))
 
 
 @dataclass(frozen=True)
@@ -46,11 +66,17 @@ class PairedResult:
     n: int
 
 
-def paired_test(a: np.ndarray, b: np.ndarray, resamples: int = 10000, seed: int = 0) -> PairedResult:
+def paired_test(
+    a: np.ndarray, b: np.ndarray, resamples: int = 10000, seed: int = 0, groups: np.ndarray | None = None
+) -> PairedResult:
     """Paired comparison of two systems on the same items.
 
     The p-value comes from a sign-flip permutation test (approximate randomisation): under
-    the null hypothesis each item's difference is as likely to have either sign.
+    the null hypothesis each item's difference is as likely to have either sign. With
+    `groups` (each item's language), the difference is of the means over the groups, each
+    item weighted by 1 / (groups x its group's items), and its interval resampled within each
+    group: the difference of two means over languages, not of the means over items pooled
+    (they part when languages differ in size: an audit found +0.0438 beside means 0.0446 apart).
     """
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
@@ -64,10 +90,16 @@ def paired_test(a: np.ndarray, b: np.ndarray, resamples: int = 10000, seed: int 
         return PairedResult(
             float(diff.mean()) if n else float("nan"), float("nan"), float("nan"), float("nan"), n
         )
-    observed = abs(diff.mean())
+    if groups is None:
+        weights = np.full(n, 1.0 / n)
+    else:
+        groups = np.asarray(groups)
+        names, index, sizes = np.unique(groups, return_inverse=True, return_counts=True)
+        weights = 1.0 / (len(names) * sizes[index])
+    mean = float(diff.mean()) if groups is None else float(diff @ weights)
     rng = np.random.default_rng(seed)
     signs = rng.choice(np.array([-1.0, 1.0]), size=(resamples, n))
-    null = np.abs((signs * diff).mean(axis=1))
-    p_value = (np.count_nonzero(null >= observed - 1e-12) + 1) / (resamples + 1)
-    low, high = bootstrap_ci(diff, seed=seed)
-    return PairedResult(float(diff.mean()), low, high, float(p_value), n)
+    null = np.abs((signs * diff).mean(axis=1)) if groups is None else np.abs((signs * diff) @ weights)
+    p_value = (np.count_nonzero(null >= abs(mean) - 1e-12) + 1) / (resamples + 1)
+    low, high = bootstrap_ci(diff, seed=seed, groups=groups)
+    return PairedResult(mean, low, high, float(p_value), n)
