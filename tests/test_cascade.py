@@ -140,7 +140,7 @@ def _lines(path) -> dict[str, str]:
 @pytest.mark.slow
 def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(tmp_path, capsys):
     out = tmp_path / "job"
-    # the model flags one word of every answer: its member stack differs from the CPU stack
+    # the model flags one word of every answer
     with FakeServer({}, default_text='{"incorrect_spans": ["a"]}') as server:
         code, _, err = cli(capsys, *_job(out, 0.3), "-o", f"llm.backend.base_url={server.url}")
         first = len(server.calls)
@@ -168,7 +168,10 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     base = _lines(out / "cascade" / "base" / "mushroom.it-tst.v1.jsonl")
     kept = [i for i in base if ("test", i) not in sent]
     assert len(kept) == 105 and all(final[i] == base[i] for i in kept)
-    assert any(final[i] != base[i] for i in base if ("test", i) in sent)
+    # the items sent take the member stack's prediction when it beat the CPU stack out of fold,
+    # else the CPU stack's (a model flagging "a" is noise: which one wins is not fixed)
+    used = json.loads((out / "summary.json").read_text())["cascade"]["member_stack"]["used"]
+    assert any(final[i] != base[i] for i in base if ("test", i) in sent) == used
     # on val too, where both stacks' predictions are out of fold
     val_final = _lines(out / "val" / "mushroom.it-val.v2.jsonl")
     val_base = _lines(out / "cascade" / "base" / "val" / "mushroom.it-val.v2.jsonl")
