@@ -58,6 +58,35 @@ def write_lines(path: Path, rows: list) -> Path:
     return path
 
 
+def heavy_val_lines(path: Path) -> list[dict]:
+    """200 English val lines written to `path`, each with 5,000 logits (about 5 MB in all).
+
+    A file whose lines are big, as a corpus of official items is: a reader that holds every
+    line shows it in its memory.
+    """
+    rows = [json.loads(line) for line in VAL_EN.read_text(encoding="utf-8").splitlines()][:5]
+    rows = [
+        {**row, "id": f"{row['id']}#{k}", "model_output_logits": [0.5] * 5000}
+        for k in range(40)
+        for row in rows
+    ]
+    write_lines(path, rows)
+    return rows
+
+
+def traced(fn):
+    """(fn(), bytes Python held after it, bytes at its peak), by tracemalloc."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        result = fn()
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, held, peak
+
+
 @pytest.fixture
 def item_rows() -> list[dict]:
     return [

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 from cli_helpers import cli
-from conftest import ROOT, VAL_EN, write_lines
+from conftest import ROOT, VAL_EN, heavy_val_lines, traced, write_lines
 
 from mushroom.data.splits import load_items
 from mushroom.evaluation.check import check_file
@@ -413,21 +413,9 @@ def test_the_same_predictions_make_the_same_submission_zip(tmp_path, monkeypatch
 
 def test_check_holds_items_without_the_answering_models_logits(tmp_path, capsys):
     """`check` compares spans with answers: the tokens and logits (most of a val item) were held."""
-    import tracemalloc
-
-    rows = [json.loads(line) for line in VAL_EN.read_text(encoding="utf-8").splitlines()][:5]
-    rows = [
-        {**row, "id": f"{row['id']}#{k}", "model_output_logits": [0.5] * 5000}
-        for k in range(40)
-        for row in rows
-    ]
-    items_file = write_lines(tmp_path / "items.jsonl", rows)
-    tracemalloc.start()
-    try:
-        items = load_items(items_file, answer_evidence=False)
-        held, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    items_file = tmp_path / "items.jsonl"
+    rows = heavy_val_lines(items_file)
+    items, held, _ = traced(lambda: load_items(items_file, answer_evidence=False))
     assert len(items) == 200 and all(it.model_output_logits is None for it in items)
     assert held < items_file.stat().st_size / 4
     pred = write_lines(

@@ -4,7 +4,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import VAL_EN, write_lines
+from conftest import VAL_EN, heavy_val_lines, traced, write_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from official_oracle import official_scores
@@ -300,21 +300,10 @@ def test_scoring_keeps_a_lines_labels_not_the_line(tmp_path):
     200 lines carries 5,000 logits, 5 MB in all: reading held 34 MB at its peak, and holds
     under 1 MB now, a line at a time.
     """
-    import tracemalloc
-
-    rows = [
-        {**row, "id": f"{row['id']}#{k}", "model_output_logits": [0.5] * 5000}
-        for k in range(40)
-        for row in VAL_ROWS[:5]
-    ]
-    gold = write_lines(tmp_path / "g.jsonl", rows)
+    gold = tmp_path / "g.jsonl"
+    rows = heavy_val_lines(gold)
     size = gold.stat().st_size
-    tracemalloc.start()
-    try:
-        loaded = read_scoring_file(gold, is_gold=True)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    loaded, _, peak = traced(lambda: read_scoring_file(gold, is_gold=True))
     assert len(loaded.records) == 200 and loaded.records[rows[0]["id"]].hard == [
         tuple(s) for s in rows[0]["hard_labels"]
     ]
