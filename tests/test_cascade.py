@@ -168,8 +168,9 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     base = _lines(out / "cascade" / "base" / "mushroom.it-tst.v1.jsonl")
     kept = [i for i in base if ("test", i) not in sent]
     assert len(kept) == 105 and all(final[i] == base[i] for i in kept)
-    # the items sent take the member stack's prediction when it beat the CPU stack out of fold,
-    # else the CPU stack's (a model flagging "a" is noise: which one wins is not fixed)
+    # the items sent take the member stack's prediction when it is used, else the CPU stack's:
+    # a model flagging "a" is noise, and the member stack may leave it out (the case of a model
+    # naming the gold spans, used, is below)
     used = json.loads((out / "summary.json").read_text())["cascade"]["member_stack"]["used"]
     assert any(final[i] != base[i] for i in base if ("test", i) in sent) == used
     # on val too, where both stacks' predictions are out of fold
@@ -289,6 +290,12 @@ def test_a_model_that_finds_nothing_leaves_every_item_the_cpu_stacks_prediction(
     assert json.loads((tmp_path / "good" / "summary.json").read_text())["cascade"]["member_stack"]["used"]
     val_final = _lines(tmp_path / "good" / "val" / "mushroom.it-val.v2.jsonl")
     assert val_final != _lines(tmp_path / "good" / "cascade" / "base" / "val" / "mushroom.it-val.v2.jsonl")
+    # on test, the items sent take the member stack's prediction; the others keep the CPU stack's
+    sent = _sent(tmp_path / "good")
+    final = _lines(tmp_path / "good" / "mushroom.it-tst.v1.jsonl")
+    base = _lines(tmp_path / "good" / "cascade" / "base" / "mushroom.it-tst.v1.jsonl")
+    assert all(final[i] == base[i] for i in base if ("test", i) not in sent)
+    assert any(final[i] != base[i] for i in base if ("test", i) in sent)
 
 
 @pytest.mark.slow

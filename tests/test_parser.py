@@ -121,7 +121,11 @@ def test_a_text_takes_a_whole_word_after_the_previous_span_before_a_piece_of_one
 
 @pytest.mark.parametrize(
     ("answer", "text"),
-    [("वह पुल पर खड़ा था", "पल"), ("मेरा नाम राम है", "मरा")],  # "moment" is not "bridge"
+    [
+        ("वह पुल पर खड़ा था", "पल"),
+        ("मेरा नाम राम है", "मरा"),
+        ("ឃើញ ពិត", "ពត"),
+    ],  # "moment" is not "bridge"; Khmer
 )
 def test_a_devanagari_vowel_sign_is_part_of_the_word_it_spells(answer, text):
     """The normalized step dropped every combining mark, and so placed a word on another."""
@@ -537,11 +541,20 @@ def test_a_reply_in_ideographic_spaces_or_single_curly_quotes_is_read(raw, texts
             "[{'text': 'the \u2018Iron Lady\u2019, Thatcher'}]",
             [{"text": "the \u2018Iron Lady\u2019, Thatcher"}],
         ),
+        # a straight quote that delimits nothing leaves them delimiting (the second review)
+        (
+            "[{\u2018text\u2019: \u2018北京\u2019}]\n\nNote: the answer's capital is wrong.",
+            [{"text": "北京"}],
+        ),
+        ("[\u2018O'Brien\u2019, \u2018北京\u2019]", ["O'Brien", "北京"]),
+        ("{\u201cincorrect_spans\u201d: [\u2018北京\u2019]}", {"incorrect_spans": ["北京"]}),
+        ("[{\u2018text\u2019: \u2018it's Paris\u2019}]", [{"text": "it's Paris"}]),
     ],
 )
 def test_single_curly_quotes_delimit_only_where_no_straight_quote_does(raw, value):
     """The first repair for them took `[‘sic’]` in the prose for the claims, and turned a ’ in
-    a single-quoted span text into a quote (a review)."""
+    a single-quoted span text into a quote (a review); the second gave up at any straight quote,
+    an apostrophe in the prose after the claims too (a review)."""
     assert extract_json(raw)[0] == value
 
 

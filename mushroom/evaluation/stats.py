@@ -57,7 +57,7 @@ def _resampled_means(values: np.ndarray, resamples: int, rng: np.random.Generato
 
 @dataclass(frozen=True)
 class PairedResult:
-    """Mean of (a - b) over items, its bootstrap interval and a two-sided p-value."""
+    """Mean of (a - b) over items (over groups, given groups), its interval and a two-sided p-value."""
 
     mean_diff: float
     ci_low: float

@@ -249,14 +249,18 @@ def _replace_literals(text: str) -> str:
 _FULL_WIDTH = str.maketrans("：，｛｝［］＂\u3000", ':,{}[]" ')
 
 
+_STRAIGHT_DELIMITER = re.compile("[{\\[,:]\\s*[\"']|[\"']\\s*[:,}\\]]")
+"""A straight quote that opens or closes a JSON or Python string (after `{[,:`, before `:,}]`)."""
+
+
 def _curly_single_quotes(text: str) -> str:
     """‘ and ’ where they delimit (after `{[,:`, before `:,}]`), as `{‘text’: ‘北京’}` writes.
 
-    Not every ’: inside a span text it is an apostrophe (‘O’Brien’ keeps its own). Only in a
-    reply with no straight quote: in `{'text': 'the players’, coaches'}` the ’ is text (a
-    review).
+    Not every ’: inside a span text it is an apostrophe (‘O’Brien’ keeps its own). Not where a
+    straight single quote delimits: in `{'text': 'the players’, coaches'}` the ’ is text (a
+    review); an apostrophe in the prose after the claims ("that's all") is no delimiter.
     """
-    if re.search("[\"']", text):
+    if re.search("[{\\[,:]\\s*'|'\\s*[:,}\\]]", text):
         return text
     text = re.sub("([{\\[,:]\\s*)\u2018", '\\1"', text)
     return re.sub("\u2019(\\s*[:,}\\]])", '"\\1', text)
@@ -271,7 +275,7 @@ _REPAIRS = (
     ("fullwidth_punctuation", _outside_strings(lambda t: t.translate(_FULL_WIDTH))),
     # only curly quotes outside straight-quoted strings delimit: those inside are span text
     ("curly_quotes", _outside_strings(lambda t: t.replace("\u201c", '"').replace("\u201d", '"'))),
-    ("curly_single_quotes", _curly_single_quotes),
+    ("curly_single_quotes", _outside_strings(_curly_single_quotes)),
     ("single_quotes", _single_to_double_quotes),
     ("python_literals", _outside_strings(_replace_literals)),
     ("truncated", _close_truncated),
@@ -297,9 +301,9 @@ def _skip_non_claims(chunk: str) -> tuple[str | None, Any]:
     """
     first: Any = None
     pos: int | None = 0
-    # an opening ‘ too, in a reply with no straight quote (`{‘text’: ‘北京’}`): where there is
-    # one, `[‘sic’]` in the prose is prose, and a ’ alone is an apostrophe (a review)
-    quotes = "[\"'\u201c\u201d]" if re.search("[\"']", chunk) else "[\u201c\u201d\u2018]"
+    # an opening ‘ too, where no straight quote delimits (`{‘text’: ‘北京’}`): where one does,
+    # `[‘sic’]` in the prose is prose (a review); a ’ alone is more often an apostrophe
+    quotes = "[\"'\u201c\u201d]" if _STRAIGHT_DELIMITER.search(chunk) else "[\"'\u201c\u201d\u2018]"
     for _ in range(_MAX_STARTS):
         try:
             value, end = decode_prefix(chunk[pos:])
