@@ -56,6 +56,7 @@ def test_help_prints_usage_and_runs_nothing(name, monkeypatch, capsys):
         ("stack_val.py", ["--empty-rule", "maybe"], "give on, off"),
         ("results_page.py", ["--model", "blend,forest"], "give blend, trees, logistic"),
         ("lexical_calibration.py", ["--folds", "1"], "a whole number, 2 or more"),
+        ("long_replies.py", ["--scale", "0"], "a whole number, 1 or more"),
     ],
 )
 def test_wrong_argument_is_a_usage_error(name, args, says, monkeypatch, capsys):
