@@ -205,7 +205,9 @@ def _refuse_edited(items_file: Path, files: list[Path]) -> dict[Path, FailureChe
     from mushroom.data.splits import load_items
 
     checks = {p: FailureCheck(p) for p in files}
-    refuse_edited_answers(checks.values(), lambda: load_items(items_file))
+    refuse_edited_answers(
+        checks.values(), lambda: load_items(items_file, answer_evidence=False)
+    )  # answers only
     return checks
 
 
