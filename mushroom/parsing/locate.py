@@ -105,6 +105,13 @@ def _in_word(ch: str) -> bool:
     return ch.isalnum() and not _UNSPACED.match(ch)
 
 
+def _cut_ends(text: str, start: int, end: int) -> int:
+    """How many ends of text[start:end] fall inside a word (0, 1 or 2; see `_in_word`)."""
+    return (start > 0 and _in_word(text[start - 1]) and _in_word(text[start])) + (
+        end < len(text) and _in_word(text[end - 1]) and _in_word(text[end])
+    )
+
+
 def _marks_spell(ch: str) -> bool:
     """Whether the marks after `ch` are letters of the word (Indic and Southeast Asian scripts).
 
@@ -228,9 +235,7 @@ def _closest_substring(
             if Levenshtein.distance(needle, text[pos:stop], score_cutoff=best) > best:
                 continue
             edges = (_in_word(text[pos]) != first) + (_in_word(text[stop - 1]) != last)
-            cuts = (pos > 0 and _in_word(text[pos - 1]) and _in_word(text[pos])) + (
-                stop < len(text) and _in_word(text[stop - 1]) and _in_word(text[stop])
-            )
+            cuts = _cut_ends(text, pos, stop)
             before = int(pos < after)  # never back over the spans already placed for a whole word
             key = (edges, before, cuts, abs(stop - pos - len(needle)), pos, stop)
             if choice is None or key < choice:
@@ -293,7 +298,7 @@ class SpanLocator:
         # "Bis" of "Bischofsheim" (a review). Only after the previous span the first time:
         # spans come in order, and a prefixed word ("الجامعة") is often the one meant.
         def cut(start: int, end: int) -> bool:
-            return not self._whole_word(start, end)
+            return _cut_ends(self.answer, start, end) > 0
 
         if not placed:
             found = self._search(text, key, starts[:1], cut)
@@ -317,13 +322,6 @@ class SpanLocator:
         self._placed.setdefault(key, set()).add(start)
         self._last_end = max(self._last_end, end)
         return LocatedSpan(start, end, prob, method, self.answer[start:end])
-
-    def _whole_word(self, start: int, end: int) -> bool:
-        """Whether answer[start:end] neither starts nor ends inside a word (see `_in_word`)."""
-        answer = self.answer
-        return not (start > 0 and _in_word(answer[start - 1]) and _in_word(answer[start])) and not (
-            end < len(answer) and _in_word(answer[end]) and _in_word(answer[end - 1])
-        )
 
     def _search(
         self, text: str, key: str, starts: list[int], refused: Callable[[int, int], bool] | None = None
