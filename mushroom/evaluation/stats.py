@@ -90,16 +90,14 @@ def paired_test(
         return PairedResult(
             float(diff.mean()) if n else float("nan"), float("nan"), float("nan"), float("nan"), n
         )
-    if groups is None:
-        weights = np.full(n, 1.0 / n)
-    else:
-        groups = np.asarray(groups)
-        names, index, sizes = np.unique(groups, return_inverse=True, return_counts=True)
-        weights = 1.0 / (len(names) * sizes[index])
-    mean = float(diff.mean()) if groups is None else float(diff @ weights)
     rng = np.random.default_rng(seed)
-    signs = rng.choice(np.array([-1.0, 1.0]), size=(resamples, n))
-    null = np.abs((signs * diff).mean(axis=1)) if groups is None else np.abs((signs * diff) @ weights)
+    flipped = rng.choice(np.array([-1.0, 1.0]), size=(resamples, n)) * diff
+    if groups is None:
+        mean, null = float(diff.mean()), np.abs(flipped.mean(axis=1))
+    else:
+        names, index, sizes = np.unique(np.asarray(groups), return_inverse=True, return_counts=True)
+        weights = 1.0 / (len(names) * sizes[index])
+        mean, null = float(diff @ weights), np.abs(flipped @ weights)
     p_value = (np.count_nonzero(null >= abs(mean) - 1e-12) + 1) / (resamples + 1)
     low, high = bootstrap_ci(diff, seed=seed, groups=groups)
     return PairedResult(mean, low, high, float(p_value), n)
