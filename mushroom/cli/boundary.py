@@ -40,7 +40,7 @@ from mushroom.errors import (
     cut_by_ctrl_c,
 )
 from mushroom.util.folderlock import command_scope
-from mushroom.util.interrupts import clear_fallback_hints, current_hint, interrupt_message
+from mushroom.util.interrupts import clear_fallback_hints, current_hint, hint_text, interrupt_message
 from mushroom.util.options import validation_message
 
 if TYPE_CHECKING:
@@ -314,7 +314,7 @@ def _disk_full_message(exc: OSError) -> str:
     bare "error: No space left on device" said neither where nor that the work is kept (an
     audit). The run's own hint says both, as a Ctrl-C's does.
     """
-    said = interrupt_message(current_hint()).removeprefix("interrupted").removeprefix("; ")
+    said = hint_text(current_hint())
     where = f"{exc.filename}: " if exc.filename is not None else ""
     then = f"free space; {said}" if said else "free space and run the same command again"
     return f"{where}{exc.strerror or exc} (a full disk, a quota or a file-size limit): {then}"

@@ -145,9 +145,8 @@ def _check_row(row: dict, item: Item, where: tuple[str, int], report: CheckRepor
             err(name, f"span [{start}, {end}) must satisfy 0 <= start < end <= {n}")
         if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not 0.0 <= prob <= 1.0:
             # in the file's spelling (`true`, `null`, `"0.5"`), not Python's `True`, `None`
-            err(
-                f"{name}.prob", f"probability {json_shown(prob)} is not a number in [0, 1]"
-            )  # with bad ends too
+            # said with bad ends too
+            err(f"{name}.prob", f"probability {json_shown(prob)} is not a number in [0, 1]")
             fits = False
         if not fits:
             good_soft = False

@@ -205,9 +205,8 @@ def _refuse_edited(items_file: Path, files: list[Path]) -> dict[Path, FailureChe
     from mushroom.data.splits import load_items
 
     checks = {p: FailureCheck(p) for p in files}
-    refuse_edited_answers(
-        checks.values(), lambda: load_items(items_file, answer_evidence=False)
-    )  # answers only
+    # the answers alone are compared: their tokens and logits are not kept
+    refuse_edited_answers(checks.values(), lambda: load_items(items_file, answer_evidence=False))
     return checks
 
 

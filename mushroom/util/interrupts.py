@@ -30,14 +30,23 @@ def interrupt_hint(hint: str | Callable[[], str]) -> Iterator[None]:
         _interrupt_hint.reset(token)
 
 
-def interrupt_message(hint: str | Callable[[], str] | None) -> str:
-    """`interrupted; HINT`, calling a callable hint now; a failing hint never hides the interrupt."""
+def hint_text(hint: str | Callable[[], str] | None) -> str:
+    """What was saved, calling a callable hint now; "" for none. A failing hint says so.
+
+    Said after a stop (a Ctrl-C, a full disk), which a failing hint must never hide.
+    """
     if callable(hint):
         try:
             hint = hint()
-        except Exception as exc:  # the hint must never hide the interrupt
+        except Exception as exc:  # the hint must never hide why the command stopped
             hint = f"(could not tell what was saved: {exc})"
-    return f"interrupted; {hint}" if hint else "interrupted"
+    return hint or ""
+
+
+def interrupt_message(hint: str | Callable[[], str] | None) -> str:
+    """`interrupted; HINT`, calling a callable hint now (`hint_text`)."""
+    said = hint_text(hint)
+    return f"interrupted; {said}" if said else "interrupted"
 
 
 _fallback: list[str | Callable[[], str]] = []  # hints of what is open (a run's folder), newest last
