@@ -249,8 +249,19 @@ def _replace_literals(text: str) -> str:
 _FULL_WIDTH = str.maketrans("：，｛｝［］＂\u3000", ':,{}[]" ')
 
 
-_STRAIGHT_DELIMITER = re.compile("[{\\[,:]\\s*[\"']|[\"']\\s*[:,}\\]]")
-"""A straight quote that opens or closes a JSON or Python string (after `{[,:`, before `:,}]`)."""
+_OPENS = "[{\\[,:]\\s*"
+"""What comes before a quote that opens a string of a JSON or Python value."""
+_CLOSES = "\\s*[:,}\\]]"
+"""What comes after a quote that closes one."""
+
+
+def _delimiting(quotes: str) -> re.Pattern[str]:
+    """One of `quotes` where it opens or closes a string (after `{[,:`, before `:,}]`)."""
+    return re.compile(f"{_OPENS}[{quotes}]|[{quotes}]{_CLOSES}")
+
+
+_STRAIGHT_DELIMITER = _delimiting("\"'")
+_SINGLE_DELIMITER = _delimiting("'")
 
 
 def _curly_single_quotes(text: str) -> str:
@@ -260,10 +271,10 @@ def _curly_single_quotes(text: str) -> str:
     straight single quote delimits: in `{'text': 'the players’, coaches'}` the ’ is text (a
     review); an apostrophe in the prose after the claims ("that's all") is no delimiter.
     """
-    if re.search("[{\\[,:]\\s*'|'\\s*[:,}\\]]", text):
+    if _SINGLE_DELIMITER.search(text):
         return text
-    text = re.sub("([{\\[,:]\\s*)\u2018", '\\1"', text)
-    return re.sub("\u2019(\\s*[:,}\\]])", '"\\1', text)
+    text = re.sub(f"({_OPENS})\u2018", '\\1"', text)
+    return re.sub(f"\u2019({_CLOSES})", '"\\1', text)
 
 
 _REPAIRS = (

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import re
 
-_OPEN = re.compile(r"\s*<(think|thinking|reasoning)>", re.I)
-_CLOSE = re.compile(r"</(think|thinking|reasoning)>", re.I)
+_TAGS = "think|thinking|reasoning"
+_OPEN = re.compile(rf"\s*<({_TAGS})>", re.I)
+_CLOSE = re.compile(rf"</({_TAGS})>", re.I)
+_ANY_OPEN = re.compile(rf"<({_TAGS})>", re.I)
 
 
 def strip_reasoning(text: str) -> tuple[str, bool]:
@@ -43,6 +45,5 @@ def strip_reasoning(text: str) -> tuple[str, bool]:
     return text, False
 
 
-_ANY_OPEN = re.compile(r"<(think|thinking|reasoning)>", re.I)
 _QUOTE = re.compile(r'(?<!\\)"')
 """A double quote not escaped by a backslash."""

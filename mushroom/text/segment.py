@@ -44,7 +44,7 @@ _SENTENCE_END = regex.compile(
     r"|(?P<other>[।॥؟۔]+)"  # Devanagari danda, Arabic/Urdu marks
     r"|(?P<nl>\n+)"
 )
-_CLAUSE_CUT = regex.compile(r"(?:[;:]|,|\s[-–—]\s|[，；：、]|[،؛])")  # the last: Arabic comma, semicolon
+_CLAUSE_CUT = regex.compile(r"(?:[;:]|,|\s[-–—]\s|[，；：、،؛])")  # with the Arabic comma and semicolon
 _WORD = regex.compile(r"[\p{L}\p{M}\p{Nd}]+")
 _HAN = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}]")
 
