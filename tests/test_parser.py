@@ -133,6 +133,14 @@ def test_a_devanagari_vowel_sign_is_part_of_the_word_it_spells(answer, text):
     assert result.spans == [] and result.counts()["lost"] == 1
 
 
+def test_a_span_text_that_starts_with_a_vowel_sign_keeps_it():
+    """A text cut inside a Devanagari word lost its first mark at the normalized step, so its
+    span left the vowel sign out (a review: "ुल  पर" was placed on "ल पर")."""
+    answer = "वह पुल पर खड़ा था"
+    result = parse_response(answer, json.dumps(["ुल  पर"]))  # two spaces: the normalized step
+    assert [answer[s.start : s.end] for s in result.spans] == ["ुल पर"]
+
+
 def test_percentages_are_scaled_and_invalid_entries_counted():
     # 70 is in [10, 100]: a percentage (0.7) by the one scale rule, as "70" is; 7 is ambiguous
     # (a 1-10 scale?), so the span keeps the default probability and the fallback is counted

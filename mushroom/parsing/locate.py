@@ -112,13 +112,15 @@ def _cut_ends(text: str, start: int, end: int) -> int:
     )
 
 
-def _marks_spell(ch: str) -> bool:
-    """Whether the marks after `ch` are letters of the word (Indic and Southeast Asian scripts).
+def _marks_spell(mark: str) -> bool:
+    """Whether `mark` is a letter of its word (the Indic and Southeast Asian scripts' own marks).
 
     Dropping an accent leaves the Latin or Arabic word ("é" is "e"); dropping a Devanagari vowel
-    sign makes another word ("पुल", bridge, became "पल", moment, and was placed there).
+    sign makes another word ("पुल", bridge, became "पल", moment, and was placed there). Judged by
+    the mark's own block, not by the letter before it: a span text may start with a mark (a cut
+    Devanagari word), and it lost that mark where the answer kept it.
     """
-    return "\u0900" <= ch <= "\u109f" or "\u1780" <= ch <= "\u17ff"  # to Myanmar; Khmer
+    return "\u0900" <= mark <= "\u109f" or "\u1780" <= mark <= "\u17ff"  # to Myanmar; Khmer
 
 
 def make_view(text: str, level: int) -> View:
@@ -126,7 +128,6 @@ def make_view(text: str, level: int) -> View:
     out: list[str] = []
     index: list[int] = []
     prev_space = True
-    keep_marks = False  # the marks after the last letter spell the word (`_marks_spell`)
     for i, ch in enumerate(text):
         if level >= 2:
             # Decompose compatibility forms too, then drop marks and invisible format
@@ -139,10 +140,8 @@ def make_view(text: str, level: int) -> View:
             kept = []
             for c in unicodedata.normalize(form, ch):
                 category = unicodedata.category(c)
-                if category == "Cf" or (category == "Mn" and not keep_marks):
+                if category == "Cf" or (category == "Mn" and not _marks_spell(c)):
                     continue
-                if category[0] != "M":
-                    keep_marks = _marks_spell(c)
                 kept.append(c)
             ch = "".join(kept)
             ch = ch.translate(LETTER_VARIANTS)  # Arabic and Persian forms of one letter
