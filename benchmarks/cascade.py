@@ -9,7 +9,8 @@ and ranks every val item by its uncertainty (`mushroom.combine.cascade`). For ea
 member, the member stack is fitted by cross-validation on those items, and the rest keep
 the CPU stack's out-of-fold prediction: what `main-job --llm-budget` does on val. The
 numbers are out of fold at every budget; the paired 95% interval is of (budget - 100%),
-item by item, each item weighted as the mean over languages weighs it (`lang_weighted`).
+the difference of the means over languages, resampled within each language (`paired_test`'s
+`groups`).
 The "items" column counts the items sent, "calls" the model calls they took, "stack" whether
 the items sent took the member stack's prediction or kept the CPU stack's (the main job's rule,
 `judge_member_stack`: the member stack must keep the model and beat the CPU stack out of fold).
@@ -216,20 +217,6 @@ def lang_mean(values: np.ndarray, items: list[Item]) -> float:
     return mean_over_langs(values, np.array([it.lang for it in items]))
 
 
-def lang_weighted(values: np.ndarray, items: list[Item]) -> np.ndarray:
-    """Per-item values scaled so that their plain mean is the mean over languages.
-
-    The IoU column is the mean of each language's mean; a paired difference over items
-    weighs a language by its items instead, and with 50 English items against 20 of each
-    other language the two disagreed in sign. Scaled, the paired mean is the difference of
-    the columns; its interval resamples items.
-    """
-    langs = np.array([it.lang for it in items])
-    codes, counts = np.unique(langs, return_counts=True)
-    size = dict(zip(codes, counts))
-    return values * np.array([len(items) / (len(codes) * size[lang]) for lang in langs])
-
-
 def print_curve(c: Curve, items: list[Item]) -> None:
     tag = "SIMULATED " if c.simulated else ""
     print(f"\n{tag}{c.label}")
@@ -238,9 +225,10 @@ def print_curve(c: Curve, items: list[Item]) -> None:
         f"{'d Cor vs 100% [95% CI]':>28} {'calls':>6} {'cached':>6} {'tokens':>9} {'stack':>6}"
     )
     iou_all, cor_all, spend_all = c.points[1.0]
+    langs = np.array([it.lang for it in items])
     for budget, (iou, cor, spend) in c.points.items():
-        di = paired_test(lang_weighted(iou, items), lang_weighted(iou_all, items))
-        dc = paired_test(lang_weighted(cor, items), lang_weighted(cor_all, items))
+        di = paired_test(iou, iou_all, groups=langs)
+        dc = paired_test(cor, cor_all, groups=langs)
         share = 100 * spend.calls / spend_all.calls if spend_all.calls else float("nan")
         print(
             f"{budget:>6.0%} {c.sent[budget]:>5} {lang_mean(iou, items):>7.4f} "

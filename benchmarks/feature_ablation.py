@@ -67,8 +67,11 @@ def print_paired(
         for metric in (0, 1):
             a = np.mean([run[metric] for run in with_runs], axis=0)[sel]
             b = np.mean([run[metric] for run in without_runs], axis=0)[sel]
-            test = paired_test(a, b)
-            cells += [f"{b.mean():.4f}", f"{a.mean():.4f}"] if means else []
+            # "all" is the mean over languages, as the task averages: each resampled within itself
+            groups = langs if lang == "all" else None
+            test = paired_test(a, b, groups=groups)
+            mean = (lambda v: lang_mean(v, langs)) if lang == "all" else np.mean
+            cells += [f"{mean(b):.4f}", f"{mean(a):.4f}"] if means else []
             cells += [
                 f"{test.mean_diff:+.4f} [{test.ci_low:+.4f}, {test.ci_high:+.4f}]",
                 f"{test.p_value:.3f}",

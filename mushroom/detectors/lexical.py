@@ -28,12 +28,14 @@ from mushroom.detectors.base import DetectorOptions, HardThreshold, VectorDetect
 from mushroom.detectors.lexical_calibration import Calibration, load_calibration
 from mushroom.detectors.lexical_channels import lexical_channels
 from mushroom.errors import MushroomError
+from mushroom.text.segment import CJK_ENDS, LATIN_ENDS, OTHER_ENDS
 from mushroom.text.stopwords import stop_characters, stopwords
 from mushroom.text.tokenize import DIGIT_GROUP, Token, tokenize, vocabulary
 from mushroom.util.files import NAMES_A_FILE
 
-# the sentence ends of every script the task has: a gap across a danda or "؟" was bridged
-_SENTENCE_BREAK = regex.compile(r"[.!?;:\n。！？；：．।॥؟؛۔]|\s-\s")
+# the sentence ends of every script the task has (a gap across a danda or "؟" was bridged),
+# and the clause marks a bridge should not cross either
+_SENTENCE_BREAK = regex.compile(rf"[{LATIN_ENDS}{CJK_ENDS}{OTHER_ENDS}．;:；：؛\n]|\s-\s")
 
 
 COMMON_WEIGHT = 0.5  # lowercase words count half, in raw shares

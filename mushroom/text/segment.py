@@ -36,12 +36,16 @@ _ABBREVIATIONS = frozenset(
     """.split()
 )
 
+# The marks that end a sentence, by how they are written; the lexical detector's gap bridge
+# stops at the same ones.
+LATIN_ENDS = ".!?…"  # then a space or the end
+CJK_ENDS = "。！？｡"  # no space follows
+OTHER_ENDS = "।॥؟۔"  # Devanagari danda, Arabic/Urdu marks
 _SENTENCE_END = regex.compile(
-    r"(?P<mark>[.!?…]+)(?P<close>[\"'”’»)\]]*)(?=\s|$)"  # Latin-style: mark, then space or end
-    # CJK: no space follows; a full-width full stop ends one too (zh answers use it), but not
-    # between digits ("３．５")
-    r"|(?P<cjk>(?:[。！？｡]|．(?!\p{Nd}))+[」』”’）)]*)"
-    r"|(?P<other>[।॥؟۔]+)"  # Devanagari danda, Arabic/Urdu marks
+    rf"(?P<mark>[{LATIN_ENDS}]+)(?P<close>[\"'”’»)\]]*)(?=\s|$)"
+    # a full-width full stop ends one too (zh answers use it), but not between digits ("３．５")
+    rf"|(?P<cjk>(?:[{CJK_ENDS}]|．(?!\p{{Nd}}))+[」』”’）)]*)"
+    rf"|(?P<other>[{OTHER_ENDS}]+)"
     r"|(?P<nl>\n+)"
 )
 _CLAUSE_CUT = regex.compile(r"(?:[;:]|,|\s[-–—]\s|[，；：、،؛])")  # with the Arabic comma and semicolon
