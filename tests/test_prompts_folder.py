@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +34,7 @@ def test_a_name_that_is_not_a_plain_file_stem_finds_no_prompt_folder_file(tmp_pa
     monkeypatch.chdir(tmp_path)
     (tmp_path / "prompts").mkdir()
     (tmp_path / "secret.md").write_text(MINE, encoding="utf-8")
-    with pytest.raises(MushroomError, match="not found; available: .*single_zero_shot"):
+    with pytest.raises(MushroomError, match="not found.*single_zero_shot"):
         load_prompt("../secret")
 
 
@@ -146,3 +147,128 @@ def test_a_missing_llm_prompt_offers_only_prompts_the_llm_detector_takes(tmp_pat
     offered = str(caught.value).split("available: ")[1].split(" (")[0].split(", ")
     assert "single_few_shot" in offered and "verify_mine" in offered
     assert not {"decompose", "verify", "pyes", "context_grading"} & set(offered), offered
+
+
+def test_a_run_records_where_each_prompt_came_from_and_warns_of_a_stand_in(tmp_path, monkeypatch, capsys):
+    """A forgotten copy in prompts/ ran in place of the shipped prompt of its name, and the run
+    recorded only that name (an audit): where it was read from is recorded, and warned of."""
+    import gzip
+
+    from cli_helpers import cli
+
+    from mushroom.runs.confighash import config_hash
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompts").mkdir()
+    mine = tmp_path / "prompts" / "single_few_shot.md"
+    mine.write_text((PROMPT_DIR / "single_few_shot.md").read_text(encoding="utf-8") + "\nBe brief.\n")
+    replay = {"kind": "replay", "responses": "x.jsonl"}
+    stands_in = build("llm", {"prompt": "single_few_shot", "backend": replay})
+    assert stands_in.prompt.stands_in
+    assert stands_in.describe()["prompt_files"] == {"prompt": str(mine.resolve())}
+    shipped = build("llm", {"prompt": "single_zero_shot", "backend": replay})
+    assert not shipped.prompt.stands_in and shipped.describe()["prompt_files"] == {"prompt": "shipped"}
+    by_path = build("llm", {"prompt": str(mine), "backend": replay})  # asked for by its path: meant
+    assert not by_path.prompt.stands_in
+    # where it lies is for a reader: the same text read from a moved folder resumes the run
+    moved = {**stands_in.describe(), "prompt_files": {"prompt": "/elsewhere/single_few_shot.md"}}
+    assert config_hash(moved) == config_hash(stands_in.describe())
+    chain = build("chain", {"backend": replay}).describe()["prompt_files"]
+    assert chain == {"decompose_prompt": "shipped", "verify_prompt": "shipped"}
+
+    records = (
+        Path(__file__).resolve().parents[1] / "benchmarks" / "records" / "llm_quality" / "llm.raw.jsonl.gz"
+    )
+    (tmp_path / "llm.raw.jsonl").write_bytes(gzip.decompress(records.read_bytes()))
+    args = ["--backend", "replay", "--responses", "llm.raw.jsonl", "--temperatures", "0.05,0.1,0.2"]
+    code, _, err = cli(
+        capsys, "detect", "--detector", "llm", *args, "-o", "max_tokens=384", "--prompt", "single_few_shot",
+        "--lang", "en", "--limit", "1", "--allow-failures", "--out", tmp_path / "run", "--quiet",
+    )  # fmt: skip
+    assert code == 0, err
+    assert f"prompt 'single_few_shot' is your file {mine.resolve()}, not the shipped prompt" in err
+
+
+def test_an_edited_pyes_prompt_does_not_resume_a_folder_of_the_old_one(tmp_path, monkeypatch):
+    """pyes recorded its prompt by name alone: an edited prompts/pyes.md resumed a folder with the
+    answers to the old question. Its text's sha256 is recorded now, as the llm detector's is."""
+    from mushroom.runs.confighash import config_changes, unrecorded_files
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompts").mkdir()
+    text = (PROMPT_DIR / "pyes.md").read_text(encoding="utf-8")
+    (tmp_path / "prompts" / "pyes.md").write_text(text, encoding="utf-8")
+    options = {"models": [{"kind": "replay", "responses": "x.jsonl"}]}
+    before = build("pyes", options).describe()
+    (tmp_path / "prompts" / "pyes.md").write_text(text + "\nAnswer in one word.\n", encoding="utf-8")
+    after = build("pyes", options).describe()
+    assert [c.split(":")[0] for c in config_changes(before, after)] == ["file_sha256.prompt"]
+    # a folder made before pyes recorded it resumes (its prompt cannot be checked), as for files
+    old = {k: v for k, v in before.items() if k != "file_sha256"}
+    assert unrecorded_files(old, after)
+
+
+@pytest.mark.parametrize("kind", ["folder", "binary"])
+def test_a_prompt_that_is_a_folder_or_not_text_is_a_usage_error(tmp_path, monkeypatch, capsys, kind):
+    """A folder was "not found" (and listed among the prompts); a file that is not UTF-8 exited
+    1 from `detect` and 2 from `run`."""
+    from cli_helpers import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompts").mkdir()
+    bad = tmp_path / "prompts" / "bad.md"
+    if kind == "folder":
+        bad.mkdir()
+    else:
+        bad.write_bytes(b"\xff\xfe\x00 {{answer}}")
+    code, _, err = cli(
+        capsys, "detect", "--detector", "llm", "--backend", "replay", "--responses", "x.jsonl",
+        "--prompt", "prompts/bad.md", "--lang", "en", "--out", tmp_path / "run",
+    )  # fmt: skip
+    said = "is a folder; give a prompt file" if kind == "folder" else "prompts/bad.md: not valid UTF-8"
+    assert code == 2 and said in err and not (tmp_path / "run").exists(), err
+    if kind == "folder":  # not offered as a prompt by name either
+        with pytest.raises(MushroomError) as caught:
+            load_prompt("nosuch")
+        assert "bad" not in str(caught.value).split("available: ")[1].split(" (")[0].split(", ")
+
+
+def test_a_backends_warning_names_the_variant_it_is_about(tmp_path, monkeypatch, capsys):
+    """The replay's "another prompt" warning, the same words for two variants, was shown once,
+    before the variant whose prompt did differ (an audit)."""
+    import gzip
+
+    from cli_helpers import cli
+
+    monkeypatch.chdir(tmp_path)
+    records = (
+        Path(__file__).resolve().parents[1] / "benchmarks" / "records" / "llm_quality" / "llm.raw.jsonl.gz"
+    )
+    (tmp_path / "llm.raw.jsonl").write_bytes(gzip.decompress(records.read_bytes()))
+    (tmp_path / "v.toml").write_text(
+        'name = "v"\nsplits = ["val"]\nlangs = ["en"]\n[detector]\nname = "llm"\n'
+        "[detector.options]\ntemperatures = [0.05, 0.1, 0.2]\nmax_tokens = 384\n"
+        '[detector.options.backend]\nkind = "replay"\nresponses = "llm.raw.jsonl"\n'
+        '[[variants]]\nname = "zero"\noptions = { prompt = "single_zero_shot" }\n'
+        '[[variants]]\nname = "few"\noptions = { prompt = "single_few_shot_plain" }\n'
+    )
+    code, _, err = cli(
+        capsys,
+        "run",
+        "v.toml",
+        "--limit",
+        "1",
+        "--allow-failures",
+        "--out",
+        "run",
+        "--eval-dir",
+        "e",
+        "--quiet",
+    )
+    said = " ".join(err.split())
+    assert code == 0, err
+    for variant in ("zero", "few"):
+        assert (
+            f"warning: {variant}/val: llm.raw.jsonl answers 'val-en-1' (and perhaps others) to another prompt"
+            in said
+        )

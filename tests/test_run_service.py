@@ -814,7 +814,15 @@ def test_with_allow_failures_variants_are_compared_on_the_items_every_one_answer
         proc = mushroom(*args, "--quiet", "--allow-failures")
     said = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 0 and "compared on the 3 items every variant answered" in said, said
-    assert "| few | en | 3 |" in next((tmp_path / "e").glob("variants-v-*.md")).read_text()
+    # one item failed in both variants: two failures of one item, not "2 items failed" of four
+    assert "1 item failed in at least one of them" in said, said
+    assert "2 items (1 distinct, in 2 variants, members or splits) failed" in said, said
+    table = next((tmp_path / "e").glob("variants-v-*.md")).read_text()
+    assert "| few | en | 3 |" in table
+    # the table names each variant's prompt, and the summary the items its means are of
+    assert "- zero: prompt single_zero_shot (shipped, sha256 " in table, table
+    comparison = json.loads((tmp_path / "run" / "summary.json").read_text())["comparison"]
+    assert (comparison["items_compared"], comparison["items_left_out"]) == (3, 1)
     # `compare` of the variants' folders scored the failed item as written (empty) in both;
     # --answered compares them as the run did
     pair = [str(tmp_path / "run" / "zero"), str(tmp_path / "run" / "few"), "--eval-dir", str(tmp_path / "c")]

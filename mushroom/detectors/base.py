@@ -51,6 +51,7 @@ from mushroom.util.words import plural
 
 if TYPE_CHECKING:
     from mushroom.backends.config import BackendSettings
+    from mushroom.detectors.prompts import PromptTemplate
 
 
 def _marks_something(value: float) -> float:
@@ -421,13 +422,20 @@ class Detector(ABC):
         A file named by an option (a calibration table, a replay file) is recorded by content:
         by its path alone, an edited file resumed the folder with the old predictions.
         """
-        from mushroom.util.files import option_file_digests
+        from mushroom.util.files import FILE_DIGESTS, option_file_digests
 
         out: dict[str, Any] = {"detector": self.name, "options": self.options.model_dump(mode="json")}
         digests = option_file_digests(self.options)
         if digests:  # only then: the folders of runs that name no file resume as before
-            out["file_sha256"] = digests  # confighash.FILE_DIGESTS
+            out[FILE_DIGESTS] = digests
+        prompts = self.prompt_templates()
+        if prompts:  # where each came from, for a reader (not hashed: its text's sha256 is)
+            out["prompt_files"] = {option: t.source for option, t in prompts.items()}
         return out
+
+    def prompt_templates(self) -> dict[str, PromptTemplate]:
+        """The prompts it sends, by the option that names each; none for a detector with no prompt."""
+        return {}
 
     def recording(self, backend):
         """Wraps a backend so that each call is written to the current language's raw log."""

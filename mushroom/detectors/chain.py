@@ -60,7 +60,7 @@ from mushroom.detectors.base import (
     skip_blank_answers,
 )
 from mushroom.detectors.llm import context_text
-from mushroom.detectors.prompts import load_prompt
+from mushroom.detectors.prompts import PromptTemplate, load_prompt
 from mushroom.errors import CUT_OFF, NOT_SENT, RECORDED_CUT, UNREADABLE
 from mushroom.parsing.json_repair import extract_json
 from mushroom.parsing.locate import SpanLocator
@@ -246,6 +246,9 @@ class ChainDetector(GeneratingDetector):
             "verify": self.verify_prompt.sha256,
         }
         return out
+
+    def prompt_templates(self) -> dict[str, PromptTemplate]:
+        return {"decompose_prompt": self.decompose_prompt, "verify_prompt": self.verify_prompt}
 
     def _request(self, item: Item, stage: str, messages: list[Message]) -> GenerationRequest:
         return GenerationRequest(

@@ -160,6 +160,9 @@ class LLMDetector(GeneratingDetector):
         out["prompt_sha256"] = self.prompt.sha256
         return out
 
+    def prompt_templates(self) -> dict[str, PromptTemplate]:
+        return {"prompt": self.prompt}
+
     @property
     def _asked_again(self) -> str:
         """What asking again gives, for the advice on an unusable reply: from a cache, or not."""

@@ -57,6 +57,22 @@ class PromptTemplate:
     """Whether it is one of the prompts mushroom ships (not a file of the user's own)."""
     path: str = ""
     """The file it was read from, named in its errors when it is the user's own."""
+    by_name: bool = False
+    """Whether a name found it (`prompts/NAME.md`), not a path given."""
+
+    @property
+    def source(self) -> str:
+        """Where it was read from, as a run records it: "shipped", or the full path of the user's file."""
+        return "shipped" if self.shipped else str(Path(self.path).resolve())
+
+    @property
+    def stands_in(self) -> bool:
+        """Whether a file of the user's, found by name, stands in for a shipped prompt of that name.
+
+        As the lookup order means; but a forgotten copy in `prompts/` ran in place of the shipped
+        prompt, and the run named only the shipped name (an audit).
+        """
+        return self.by_name and not self.shipped and (PROMPT_DIR / f"{self.name}.md").is_file()
 
     @property
     def label(self) -> str:
@@ -143,7 +159,7 @@ def _looked_in() -> list[Path]:
 
 def prompt_names() -> list[str]:
     """Every prompt a name finds: the user's `prompts/*.md`, then the shipped ones."""
-    found = {p.stem for d in [*user_prompt_dirs(), PROMPT_DIR] for p in d.glob("*.md")}
+    found = {p.stem for d in [*user_prompt_dirs(), PROMPT_DIR] for p in d.glob("*.md") if p.is_file()}
     return sorted(found - {"README"})
 
 
@@ -158,6 +174,11 @@ def prompt_missing(name_or_path: str, own: Iterable[str] | None = None) -> str:
         own = set(own)
         users = {p.stem for d in user_prompt_dirs() for p in d.glob("*.md")}
         names = [n for n in names if n in users or n not in STAGE_PROMPTS or n in own]
+    path = Path(name_or_path)
+    if len(path.parts) > 1 or path.is_absolute():  # a path, not a name: said where it was read
+        cwd = Path.cwd()
+        where = "" if path.is_absolute() else f" (a relative path is read from the folder you run in, {cwd})"
+        return f"prompt file {name_or_path} not found{where}; prompts by name: {', '.join(names)}"
     return (
         f"prompt {name_or_path!r} not found{did_you_mean(name_or_path, names)}; available: {', '.join(names)}"
         f" (a name is looked up in {' and '.join(str(d) for d in _looked_in())}, then among the "
@@ -191,12 +212,21 @@ def load_prompt(name_or_path: str, own: Iterable[str] | None = None) -> PromptTe
 
     `own`: the shipped prompts of the stage asking, the only shipped ones a miss offers.
     """
+    if Path(name_or_path).is_dir():  # was "not found", beside the folder's name in the list
+        raise PromptError(
+            f"prompt {name_or_path!r} is a folder; give a prompt file or a prompt's name", name_or_path
+        )
     path = find_prompt(name_or_path)
     if path is None:
         raise MushroomError(prompt_missing(name_or_path, own))
     from mushroom.data.jsonl import read_utf8
+    from mushroom.errors import DataError
 
-    text = read_utf8(path)
+    try:
+        text = read_utf8(path)
+    except DataError as exc:  # a setting's file, as a prompt that is not found: exit 2, and a
+        # config names its key (`detect` exited 1 and `run` 2 for the same file)
+        raise PromptError(f"prompt {path}: {exc.problems[0].message}", str(path)) from None
     parts = _SECTION.split(text)
     sections = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
     if "user" not in sections:
@@ -210,4 +240,5 @@ def load_prompt(name_or_path: str, own: Iterable[str] | None = None) -> PromptTe
         user=sections["user"],
         shipped=path.resolve().parent == PROMPT_DIR,
         path=str(path),
+        by_name=not Path(name_or_path).is_file(),
     )

@@ -51,9 +51,9 @@ from mushroom.detectors.base import (
 )
 from mushroom.detectors.llm import context_text
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
-from mushroom.detectors.prompts import load_prompt
+from mushroom.detectors.prompts import PromptTemplate, load_prompt
 from mushroom.errors import NO_P_YES, NOT_SENT, MushroomError
-from mushroom.util.files import NAMES_A_FILE
+from mushroom.util.files import FILE_DIGESTS, NAMES_A_FILE
 from mushroom.util.words import plural
 
 
@@ -240,6 +240,16 @@ class PYesDetector(Detector):
     without_context = "asks its models about them with no context"
     Options = PYesOptions
     options: PYesOptions
+
+    def describe(self) -> dict:
+        out = super().describe()
+        # by content, as a file an option names: by its name alone, an edited prompts/pyes.md
+        # resumed a folder with the answers to the old question
+        out.setdefault(FILE_DIGESTS, {})["prompt"] = self.prompt.sha256
+        return out
+
+    def prompt_templates(self) -> dict[str, PromptTemplate]:
+        return {"prompt": self.prompt}
 
     def __init__(self, options: PYesOptions, backends: list[Backend] | None = None):
         super().__init__(options)

@@ -830,8 +830,11 @@ def execute(
                     entry[f"{key}_iou_mean"] = sum(r["iou"] for r in rows) / len(rows)
                     entry[f"{key}_cor_mean"] = sum(r["cor"] for r in rows) / len(rows)
     failed = {f.id for f in service.failures if f.split == "val"}  # test failures score nothing
+    prompts = {name: prompt_sources(det) for name, det in dets if det.prompt_templates()}
     if len(dets) > 1 and "val" in cfg.splits and not failed:
-        summary["comparison"] = compare_variants(val_results, cfg.name, reporter, eval_dir, limit is not None)
+        summary["comparison"] = compare_variants(
+            val_results, cfg.name, reporter, eval_dir, limit is not None, prompts=prompts
+        )
     elif len(dets) > 1 and "val" in cfg.splits and service.allow_failures and val_results:
         # failed items left empty would weigh the failures, not the variants: compared on the
         # items every variant answered (a model that fails the same item every time, as
@@ -846,17 +849,20 @@ def execute(
         if n_kept:
             reporter.message(
                 f"the variants are compared on the {plural(n_kept, 'item')} every variant answered; "
-                f"{plural(len(failed), 'item')} failed in one of them (listed below)",
+                f"{plural(len(failed), 'item')} failed in at least one of them (listed below)",
                 lead="note:",
             )
-            summary["comparison"] = compare_variants(
-                kept, cfg.name, reporter, eval_dir, True, frozenset(failed)
-            )
+            # its means are of these items; each split's own (val_iou_mean) scores the failed as empty
+            summary["comparison"] = {
+                **compare_variants(kept, cfg.name, reporter, eval_dir, True, frozenset(failed), prompts),
+                "items_compared": n_kept,
+                "items_left_out": len(failed),
+            }
         else:
             reporter.message("the variants are not compared: every item failed in one of them", lead="note:")
     elif len(dets) > 1 and "val" in cfg.splits:
         reporter.message(
-            f"the variants are not compared: {plural(len(service.failures), 'item')} failed (listed below), "
+            f"the variants are not compared: {service.failed_count()} failed (listed below), "
             "and a comparison with failed items left empty would weigh the failures, not the variants; "
             "run the same command again to retry them, or add --allow-failures to compare the variants "
             "on the items every one answered",
@@ -872,6 +878,14 @@ def execute(
     return out
 
 
+def prompt_sources(detector: Any) -> str:
+    """A detector's prompts as a reader tells variants apart: name, shipped or the file, sha256."""
+    return "; ".join(
+        f"{option} {t.name} ({t.source}, sha256 {t.sha256[:12]})"
+        for option, t in detector.prompt_templates().items()
+    )
+
+
 def compare_variants(
     runs: list[tuple[str, SplitOutput]],
     name: str,
@@ -879,10 +893,12 @@ def compare_variants(
     eval_dir: Path | None,
     limited: bool,
     leave_out: frozenset[str] = frozenset(),
+    prompts: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Reports the variants against the first (CIs, paired p-values); writes Markdown and CSV.
 
-    `leave_out`: ids of items that failed in some variant, compared on none.
+    `leave_out`: ids of items that failed in some variant, compared on none. `prompts`: each
+    variant's prompts, listed above the Markdown table (which names only the variants).
     """
     from mushroom.data.runfolder import timestamp
     from mushroom.evaluation.compare import (
@@ -909,8 +925,11 @@ def compare_variants(
     folder.mkdir(parents=True, exist_ok=True)
     stem = _new_stem(folder, f"variants-{name}-{timestamp()}")
     run_folder = os.path.commonpath([str(r.path) for r in scored])
+    listed = "".join(f"- {variant}: {what}\n" for variant, what in (prompts or {}).items())
     _suffixed(stem, ".md").write_text(
-        f"# {name}: prompt variants on val\n\nFrom the run {run_folder}.\n\n" + rows_markdown(rows, COLUMNS)
+        f"# {name}: prompt variants on val\n\nFrom the run {run_folder}.\n\n"
+        + (f"Prompts:\n\n{listed}\n" if listed else "")
+        + rows_markdown(rows, COLUMNS)
     )
     _suffixed(stem, ".csv").write_text(rows_csv(rows, COLUMNS))
     reporter.message(f"wrote {stem}.md and .csv")

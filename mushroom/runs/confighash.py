@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mushroom.backends.config import TRANSPORT_KEYS
-from mushroom.util.files import file_blocks
+from mushroom.util.files import FILE_DIGESTS, file_blocks
 from mushroom.util.words import clipped
 
 # Backend settings that change how answers are fetched (TRANSPORT_KEYS) may change between
@@ -23,7 +23,8 @@ from mushroom.util.words import clipped
 # answers: the cascade's budget (`mushroom.runs.cascade`). A re-run with a larger one resumes
 # the folder and sends only the items it adds.
 # A config's `description` is words for people: editing it refused the folder as another run.
-UNHASHED_KEYS = TRANSPORT_KEYS | {"llm_budget", "description", "made_from"}
+# Where a prompt was read from (`prompt_files`) is for a reader; its text's sha256 is hashed.
+UNHASHED_KEYS = TRANSPORT_KEYS | {"llm_budget", "description", "made_from", "prompt_files"}
 
 # Options added after run folders existed, at the default that gives the answers those folders
 # hold: left out of the hash at that value, so the folders still resume (every semantic and
@@ -65,10 +66,6 @@ def only_limit_grows(old: Any, new: dict[str, Any]) -> bool:
         return False
     grown = new.get("limit") is None or (isinstance(new.get("limit"), int) and new["limit"] > old["limit"])
     return grown and not config_changes({**old, "limit": None}, {**new, "limit": None})
-
-
-FILE_DIGESTS = "file_sha256"
-"""The config key of the files a detector's options name, by content (`Detector.describe`)."""
 
 
 def unrecorded_files(old: Any, new: Any) -> bool:

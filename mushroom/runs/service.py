@@ -774,10 +774,20 @@ class RunService:
         # One stage per detector and folder: variants (or members) running the same detector on
         # the same split keep their own times.
         rel = self.where(folder)
-        stage = f"{detector.name}:{split}" if rel in (".", split, "predictions") else f"{detector.name}:{rel}"
+        plain = rel in (".", split, "predictions")
+        stage = f"{detector.name}:{split}" if plain else f"{detector.name}:{rel}"
         t0 = time.perf_counter()
         retried_before = _retry_tally(detector)
-        with self.reporter.progress(self.quiet) as bar, warnings_to(self.warn):
+        # A backend's warning names the stage of a variant or member: the same words said of two
+        # variants were shown once, before the one the warning was not about (an audit)
+        sink = self.warn if plain else (lambda warning: self.warn(f"{rel}: {warning}"))
+        for option, template in detector.prompt_templates().items():
+            if template.stands_in:
+                sink(
+                    f"{option} {template.name!r} is your file {template.source}, not the shipped prompt "
+                    "of that name (a prompts/NAME.md where mushroom runs comes first)"
+                )
+        with self.reporter.progress(self.quiet) as bar, warnings_to(sink):
             task = bar.add_task(f"{detector.name} on {split}", total=total)
             for lang, items in data.items():
                 ledger = Ledger(
@@ -885,8 +895,8 @@ class RunService:
         note = retry_note(retried)
         if note is not None:
             self.warn(f"{stage}: {note}")
-        for warning in getattr(detector, "warnings", []):
-            self.warn(warning)
+        for warning in getattr(detector, "warnings", []):  # each said once, as the sink said it
+            sink(warning)
         return out
 
     @property
@@ -899,6 +909,17 @@ class RunService:
         if warning not in self.warnings:
             self.warnings.append(warning)
             self.reporter.warning(warning)
+
+    def failed_count(self, word: str = "item") -> str:
+        """The failures counted: an item failed in two variants (or members) is two, and said so.
+
+        "22 items failed" of a 20-item run with two variants read as more items than it has.
+        """
+        n, distinct = len(self.failures), len({(f.split, f.id) for f in self.failures})
+        if n == distinct:
+            return plural(n, word)
+        stages = len({(f.split, f.folder) for f in self.failures})
+        return f"{plural(n, word)} ({distinct} distinct, in {stages} variants, members or splits)"
 
     def _failed_items_note(self) -> str | None:
         """What --allow-failures gives the failed items, where the job has its own word for it."""
@@ -1264,7 +1285,7 @@ class RunService:
             write_json(self.out / "summary.json", summary)
         self.release()
         if self.failures:
-            title = f"{plural(len(self.failures), 'failed item')}, by error"
+            title = f"{self.failed_count('failed item')}, by error"
             rows = []
             where = self.out / "failures.jsonl"
             shown_groups = groups.most_common(10)
@@ -1288,7 +1309,7 @@ class RunService:
             if not self.allow_failures and self.side_pass:
                 advice = self._retry_advice()
                 raise RunFailed(
-                    f"{plural(len(self.failures), 'item')} failed (above); no plan was made, and the "
+                    f"{self.failed_count()} failed (above); no plan was made, and the "
                     f"folder's predictions and summary are as they were. {advice}, or add "
                     "--allow-failures to plan with those items read as empty"
                 )
@@ -1297,13 +1318,13 @@ class RunService:
                 # a cascade keeps the CPU stack's prediction where a member failed: "left empty" was wrong
                 gives = self._failed_items_note() or "those items are left empty"
                 raise RunFailed(
-                    f"{plural(len(self.failures), 'item')} failed (listed in {where}); the files that "
+                    f"{self.failed_count()} failed (listed in {where}); the files that "
                     f"would hold them (and any submission) were not written. {advice}, or add "
                     f"--allow-failures to write them anyway ({gives})"
                 )
             done = self._failed_items_note() or "they are left as empty predictions in the files"
             self.reporter.message(
-                f"{plural(len(self.failures), 'item')} failed; {done} (listed in {where})",
+                f"{self.failed_count()} failed; {done} (listed in {where})",
                 lead="--allow-failures:",
             )
         self.reporter.message(f"run folder: {self.out}  ({summary['seconds']} s)")

@@ -28,6 +28,10 @@ NAMES_A_FILE = {"names_a_file": True}
 """`json_schema_extra` of an option whose value is a file's path: its content is part of a run."""
 
 
+FILE_DIGESTS = "file_sha256"
+"""The config key of the files a detector's options name, by content (`Detector.describe`)."""
+
+
 def option_file_digests(options: Any, prefix: str = "") -> dict[str, str]:
     """The sha256 of each file an options model names (in `NAMES_A_FILE` fields), nested too.
 
