@@ -732,6 +732,30 @@ def test_replay_lines_with_nothing_to_replay_are_named_by_line(tmp_path):
     assert len(caught.value.problems) == 1 and "not a file of recorded responses" in str(caught.value)
 
 
+def test_a_replay_line_of_the_wrong_type_or_a_misspelt_key_is_named(tmp_path):
+    """`"temperature": true` was read as 1.0, `"0.05"` as 0.05 and `temperture` left unread: the
+    line answered another request, or none, and no message named it (an audit)."""
+    from mushroom.backends.replay import load_replay_file
+    from mushroom.errors import DataError
+
+    path = tmp_path / "r.jsonl"
+    good = '{"id": "a", "texts": ["{}"], "temperature": 0, "schema_version": 1, "seed": 0, "note": "n"}\n'
+    path.write_text(good)
+    assert load_replay_file(path)[0].temperature == 0.0  # an int is a number; unknown keys are kept
+    for line, field in [
+        ('{"id": "b", "texts": ["{}"], "temperature": true}', "temperature"),
+        ('{"id": "b", "texts": ["{}"], "temperature": "0.05"}', "temperature"),
+        ('{"id": "b", "texts": ["{}"], "max_tokens": "384"}', "max_tokens"),
+        ('{"id": "b", "texts": ["{}"], "temperture": 0.05}', "temperture"),
+    ]:
+        path.write_text(good + line + "\n")
+        with pytest.raises(DataError) as caught:
+            load_replay_file(path)
+        (problem,) = caught.value.problems
+        assert (problem.line, problem.field) == (2, field), problem
+    assert "did you mean 'temperature'" in problem.message
+
+
 def test_a_replay_file_rewritten_in_place_is_read_again(tmp_path):
     # validated lines are kept per file content, so a file rewritten at once (same size, same
     # clock tick) must not be answered with the lines it had before

@@ -42,6 +42,7 @@ from mushroom.backends.base import (
     TokenLogprobs,
 )
 from mushroom.backends.config import NEEDS_RESPONSES, ReplayConfig
+from mushroom.backends.rawlog import RawRecord
 from mushroom.backends.registry import register_backend
 from mushroom.data.jsonl import load_records
 from mushroom.errors import REPLAY_MISS, DataError, MushroomError
@@ -49,9 +50,15 @@ from mushroom.util.words import close_match
 
 
 class ReplayRecord(BaseModel):
-    """One line of a replay file: the old `{"id", "response"}` form or a raw record."""
+    """One line of a replay file: the old `{"id", "response"}` form or a raw record.
 
-    model_config = ConfigDict(extra="allow")
+    Strict: `"temperature": true` was read as 1.0 and `"0.05"` as 0.05, so an edited line
+    answered another request, or none, and no message named it (an audit). Keys it does not
+    know are kept (a raw record's own, or an older file's), but not one that looks like a
+    misspelt key of its (`temperture`), which would leave that key unset.
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True)
 
     key: str | None = None
     item_id: str | None = None
@@ -114,6 +121,8 @@ class ReplayRecord(BaseModel):
 
 
 _ANSWER_KEYS = ["texts", "response", "loglikelihood", "logprob", "error"]
+_OWN_KEYS = sorted(ReplayRecord.model_fields)
+_RAW_KEYS = frozenset(RawRecord.model_fields)  # a raw record's keys that replay does not read
 
 
 def load_replay_file(path: Path) -> list[ReplayRecord]:
@@ -146,7 +155,15 @@ def _read_replay_file(path: Path) -> list[ReplayRecord]:
     def check(record: ReplayRecord) -> list[tuple[str, str]]:
         if record.has_content:
             counts["usable"] += 1
-            return []
+            misspelt = [
+                (key, match)
+                for key in sorted(record.model_extra or {})
+                if key not in _RAW_KEYS and (match := close_match(key, _OWN_KEYS))
+            ]
+            return [
+                (key, f"unknown key {key!r}: did you mean {match!r}? (its value would be left unread)")
+                for key, match in misspelt[:1]
+            ]
         counts["empty"] += 1
         close = [
             (key, match)
