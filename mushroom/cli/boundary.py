@@ -39,6 +39,7 @@ from mushroom.errors import (
     MushroomError,
     cut_by_ctrl_c,
 )
+from mushroom.util.files import LINK_LOOP
 from mushroom.util.folderlock import command_scope
 from mushroom.util.interrupts import clear_fallback_hints, current_hint, hint_text, interrupt_message
 from mushroom.util.options import validation_message
@@ -300,7 +301,7 @@ def _os_message(exc: OSError) -> str:
         FileNotFoundError: "no such file or folder",
         PermissionError: "permission denied",
         FileExistsError: "already exists",
-    }.get(type(exc), exc.strerror or str(exc))
+    }.get(type(exc), LINK_LOOP if exc.errno == errno.ELOOP else exc.strerror or str(exc))
     return f"{name}: {what}" if name else str(what)
 
 
@@ -335,9 +336,10 @@ def exit_code_for(exc: BaseException) -> tuple[int, str | None]:
     if isinstance(exc, OSError):
         return EXIT_USAGE, _os_message(exc)
     if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from "):
-        # Path.resolve() on a loop of links (Python 3.11-3.12; 3.13 raises OSError ELOOP)
+        # Path.resolve() on a loop of links (Python 3.11-3.12; from 3.13 a strict one raises
+        # OSError ELOOP, named by _os_message, and a plain one returns the path)
         where = str(exc).removeprefix("Symlink loop from ").strip("'")
-        return EXIT_USAGE, f"{where}: a loop of symbolic links, which leads to no file or folder"
+        return EXIT_USAGE, f"{where}: {LINK_LOOP}"
     if isinstance(exc, UnicodeDecodeError):
         return EXIT_INVALID_INPUT, f"a file is not valid UTF-8: {exc.reason}"
     if isinstance(exc, ImportError):  # an optional package imported where no check named it first

@@ -21,6 +21,7 @@ from mushroom.data.splits import lang_from_filename, split_tag
 from mushroom.errors import DataError, MushroomError, Problem
 from mushroom.evaluation.metrics import OfficialScorerCrash, char_vector, item_cor, item_iou, soft_fits
 from mushroom.evaluation.stats import bootstrap_ci
+from mushroom.util.files import missing_reason
 from mushroom.util.words import plural
 
 
@@ -363,7 +364,7 @@ RUN_LISTS = frozenset({"failures.jsonl"})
 def require_path(name: str, path: Path) -> None:
     """Raises, naming the argument, for a GOLD or PRED path that is not there."""
     if not path.exists():
-        raise MushroomError(f"{name} {path}: no such file or folder")
+        raise MushroomError(f"{name} {path}: {missing_reason(path)}")
 
 
 def files_by_lang(folder: Path, tag: str | None = None) -> tuple[dict[str, Path], list[Path]]:

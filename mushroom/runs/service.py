@@ -79,6 +79,7 @@ from mushroom.runs.folders import RUN_FILES, TOP_FILES, enclosing_run, held_runs
 from mushroom.runs.ledger import Ledger, item_digest
 from mushroom.runs.reporter import PlainReporter, Reporter, Table
 from mushroom.util import folderlock
+from mushroom.util.files import missing_reason
 from mushroom.util.interrupts import fallback_hint
 from mushroom.util.names import safe_name
 from mushroom.util.registry import stop_for_import
@@ -450,6 +451,8 @@ class RunService:
         self._withdraw_hint: Callable[[], None] = lambda: None  # set once the folder is open
         if self.out.exists() and not self.out.is_dir():
             raise MushroomError(f"{self.folder_flag} {self.out} is a file; give a folder for the run")
+        if self.out.is_symlink() and not self.out.exists():  # a loop, or a link to nothing
+            raise MushroomError(f"{self.folder_flag} {self.out}: {missing_reason(self.out)}")
         if self.out.name == "-":
             raise MushroomError(
                 f"{self.folder_flag} -: a run writes a folder, not to stdout (what it prints is on stdout "

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,27 @@ def sha256_file(path: Path) -> str:
 
 NAMES_A_FILE = {"names_a_file": True}
 """`json_schema_extra` of an option whose value is a file's path: its content is part of a run."""
+
+
+LINK_LOOP = "a loop of symbolic links, which leads to no file or folder"
+
+
+def missing_reason(path: Path) -> str:
+    """Why `path`, which is not there, is not: a loop of links reads as missing from Python 3.13.
+
+    Path.resolve() raised RuntimeError on a loop up to 3.12, which the CLI names; from 3.13 it
+    returns the path, exists() is False, and the loop was "no such file or folder".
+    """
+    if path.is_symlink():
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:  # 3.11-3.12
+            return LINK_LOOP
+        except OSError as exc:  # 3.13: errno ELOOP
+            if exc.errno == errno.ELOOP:
+                return LINK_LOOP
+        return f"a symbolic link to {os.readlink(path)}, which is not there"
+    return "no such file or folder"
 
 
 FILE_DIGESTS = "file_sha256"
