@@ -1277,3 +1277,26 @@ def test_scores_md_counts_only_its_own_variants_failed_items(tmp_path, capsys):
         in (out / "bad" / "val" / "scores.md").read_text()
     )
     assert "failed" not in (out / "good" / "val" / "scores.md").read_text()
+
+
+def test_a_run_resumed_with_other_versions_records_them_and_says_so(tmp_path):
+    """versions.json was written once, at the first pass: a folder resumed after an upgrade
+    held items of two versions and named one (an audit)."""
+    out = tmp_path / "run"
+    args = ("detect", "--detector", "lexical", "--lang", "en", "--out", str(out), "--quiet", "--limit")
+    assert mushroom(*args, "1").returncode == 0
+    first = json.loads((out / "versions.json").read_text())
+    assert first["packages"]["threadpoolctl"] and "blas" in first  # what the numbers rest on
+    # a resume with the same versions adds nothing
+    assert mushroom(*args, "1").returncode == 0
+    assert json.loads((out / "versions.json").read_text()) == first
+    old = {**first, "packages": {**first["packages"], "numpy": "1.0.0"}, "git_commit": "abc"}
+    (out / "versions.json").write_text(json.dumps(old))
+    proc = mushroom(*args, "2")
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 0 and f"{out} was made with other versions (numpy 1.0.0 -> " in said, said
+    record = json.loads((out / "versions.json").read_text())
+    assert record["packages"]["numpy"] == "1.0.0"  # the first pass's, as it was
+    (resumed,) = record["resumed"]
+    assert resumed["changed"]["packages.numpy"] == ["1.0.0", first["packages"]["numpy"]]
+    assert resumed["changed"]["git_commit"] == ["abc", first["git_commit"]]

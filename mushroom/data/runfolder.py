@@ -49,6 +49,13 @@ _PACKAGES = (
     "tenacity",
     "llama-cpp-python",
     "vllm",
+    # what the encoders' numbers also rest on: tokenizers, weights loading, BLAS threads
+    "tokenizers",
+    "huggingface-hub",
+    "safetensors",
+    "accelerate",
+    "threadpoolctl",
+    "joblib",
 )
 
 
@@ -83,7 +90,34 @@ def versions() -> dict[str, Any]:
         "platform": platform.platform(),
         "git_commit": commit,
         "packages": libs,
+        "blas": _blas(),
     }
+
+
+def _blas() -> str | None:
+    """The BLAS numpy computes with (OpenBLAS, MKL, Accelerate): sums may differ in the last bits."""
+    import numpy as np
+
+    try:
+        config = np.show_config(mode="dicts")
+        blas = config["Build Dependencies"]["blas"]
+        return f"{blas.get('name')} {blas.get('version')}".strip()
+    except Exception:  # a numpy that keeps its build config otherwise: unknown, not a failed run
+        return None
+
+
+def changed_versions(before: dict[str, Any], now: dict[str, Any]) -> dict[str, list[Any]]:
+    """What differs between two `versions()`: `{"packages.numpy": [old, new], ...}`."""
+    out: dict[str, list[Any]] = {}
+    for key in sorted(set(before) | set(now)):
+        if key == "resumed":
+            continue
+        old, new = before.get(key), now.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            out.update({f"{key}.{k}": v for k, v in changed_versions(old, new).items()})
+        elif old != new:
+            out[key] = [old, new]
+    return out
 
 
 def timestamp() -> str:

@@ -51,7 +51,15 @@ from mushroom.data.jsonl import JsonlWriter, read_utf8, write_jsonl
 from mushroom.data.label_files import EMPTY_ANSWER
 from mushroom.data.predictions import mark_all, prediction_file_lang, submission_name
 from mushroom.data.records import Item, Prediction
-from mushroom.data.runfolder import RUN_MARKS, answer_digest, run_config_file, timestamp, versions, write_json
+from mushroom.data.runfolder import (
+    RUN_MARKS,
+    answer_digest,
+    changed_versions,
+    run_config_file,
+    timestamp,
+    versions,
+    write_json,
+)
 from mushroom.data.splits import load_split
 from mushroom.detectors.base import Detector, ItemResult
 from mushroom.errors import (
@@ -84,7 +92,7 @@ from mushroom.util.interrupts import fallback_hint
 from mushroom.util.names import safe_name
 from mushroom.util.registry import stop_for_import
 from mushroom.util.warn import warnings_to
-from mushroom.util.words import listed, one_line, plural
+from mushroom.util.words import clipped, listed, one_line, plural
 
 
 def score_file(
@@ -503,12 +511,39 @@ class RunService:
             (self.out / "summary.json").unlink(missing_ok=True)
         if self.resumed:
             self.reporter.message(f"the run in {self.out}", lead="resuming")
+            if not side_pass:
+                self._record_versions()
         self._withdraw_hint = fallback_hint(
             lambda: (
                 f"what finished is kept in {self.out}; run the same command again with "
                 f"{self.same_folder} to go on (finished work is not done again)"
             )
         )
+
+    def _record_versions(self) -> None:
+        """Adds this pass's versions to versions.json where they differ from the folder's.
+
+        Only the first pass's were written: a folder resumed after an upgrade held items of two
+        versions, and its record named one (an audit). A change of what computes the numbers
+        is warned of; a change of the checkout's commit alone is recorded.
+        """
+        path = self.out / "versions.json"
+        before, now = self.read_json(path), versions()
+        if not isinstance(before, dict):  # lost or damaged: this pass's stand for it
+            write_json(path, now)
+            return
+        changed = changed_versions(before, now)
+        if not changed:
+            return
+        before.setdefault("resumed", []).append({"at": timestamp(), "changed": changed})
+        write_json(path, before)
+        computing = {k: v for k, v in changed.items() if k not in ("git_commit", "platform")}
+        if computing:
+            shown = ", ".join(f"{k.removeprefix('packages.')} {a} -> {b}" for k, (a, b) in computing.items())
+            self.warn(
+                f"{self.out} was made with other versions ({clipped(shown, 200)}): the items computed now "
+                "may differ from its others (each pass's versions are in versions.json)"
+            )
 
     # -- the folder -------------------------------------------------------------------------
 
