@@ -172,7 +172,7 @@ def prompt_missing(name_or_path: str, own: Iterable[str] | None = None) -> str:
     names = prompt_names()
     if own is not None:
         own = set(own)
-        users = {p.stem for d in user_prompt_dirs() for p in d.glob("*.md")}
+        users = {p.stem for d in user_prompt_dirs() for p in d.glob("*.md") if p.is_file()}
         names = [n for n in names if n in users or n not in STAGE_PROMPTS or n in own]
     path = Path(name_or_path)
     if len(path.parts) > 1 or path.is_absolute():  # a path, not a name: said where it was read

@@ -241,16 +241,6 @@ class PYesDetector(Detector):
     Options = PYesOptions
     options: PYesOptions
 
-    def describe(self) -> dict:
-        out = super().describe()
-        # by content, as a file an option names: by its name alone, an edited prompts/pyes.md
-        # resumed a folder with the answers to the old question
-        out.setdefault(FILE_DIGESTS, {})["prompt"] = self.prompt.sha256
-        return out
-
-    def prompt_templates(self) -> dict[str, PromptTemplate]:
-        return {"prompt": self.prompt}
-
     def __init__(self, options: PYesOptions, backends: list[Backend] | None = None):
         super().__init__(options)
         self.prompt = load_prompt(options.prompt)
@@ -266,6 +256,16 @@ class PYesDetector(Detector):
         # (run folder, language) -> statistics estimated on its items: one detector runs the
         # test split and then val, and each split's languages get their own
         self._fitted: dict[tuple[str, str], PYesCalibration] = {}
+
+    def describe(self) -> dict:
+        out = super().describe()
+        # by content, as a file an option names: by its name alone, an edited prompts/pyes.md
+        # resumed a folder with the answers to the old question
+        out.setdefault(FILE_DIGESTS, {})["prompt"] = self.prompt.sha256
+        return out
+
+    def prompt_templates(self) -> dict[str, PromptTemplate]:
+        return {"prompt": self.prompt}
 
     @staticmethod
     def model_key(config: BackendConfig, k: int) -> str:
