@@ -357,3 +357,35 @@ def test_a_warning_about_a_saved_predictions_row_names_its_row_not_its_line_in_a
     assert code == 0, err
     assert f"{saved}:{second_sv + 1}: id" in said, said  # was {saved}:2, the sv file's line
     assert f"{saved}:2: id" not in said
+
+
+def test_scoring_an_items_run_on_its_unlabelled_or_bad_dataset_names_the_dataset_not_a_temp_file(
+    tmp_path, capsys
+):
+    """`score DATASET RUN` of a `detect --items DATASET` run named
+    "/tmp/mushroom-hf-.../items.jsonl" (an audit): its rows are said of the dataset's folder."""
+    unlabelled = tmp_path / "unlabelled"
+    rows = _rows("it")
+    datasets.Dataset.from_list(rows).remove_columns(["hard_labels", "soft_labels"]).save_to_disk(
+        str(unlabelled)
+    )
+    ctx = tmp_path / "ctx.jsonl"
+    ctx.write_text(
+        "".join(json.dumps({"id": r["id"], "context": r["model_output_text"]}) + "\n" for r in rows)
+    )
+    out = tmp_path / "run"
+    args = ("--contexts", ctx, "--detector", "lexical", "--out", out, "--quiet")
+    code, _, err = cli(capsys, "detect", "--items", unlabelled, *args)
+    assert code == 0, err
+    code, _, err = cli(capsys, "score", unlabelled, out)
+    said = " ".join(err.split())
+    assert code == 1 and f"{unlabelled}: no line has hard_labels or soft_labels" in said, said
+    assert "mushroom-hf-" not in said
+    # a gold row that is wrong is named by its row in the dataset
+    bad = tmp_path / "bad"
+    broken = [dict(r) for r in rows]
+    broken[1]["hard_labels"] = [[5, 2]]
+    datasets.Dataset.from_list(broken).save_to_disk(str(bad))
+    code, _, err = cli(capsys, "score", bad, out / "predictions" / "mushroom.it-items.jsonl")
+    said = " ".join(err.split())
+    assert code == 1 and f"{bad}:2" in said and "mushroom-hf-" not in said, said

@@ -159,23 +159,32 @@ def items_from_dataset(dataset: Any, source: str = "dataset") -> list[Item]:
         return load_items(_as_jsonl(dataset, source, Path(tmp)))
 
 
-def saved_items_file(path: Path) -> Path:
-    """A saved dataset's items as a checked JSONL file in a new temporary folder (read lazily by runs)."""
+def saved_items_file(path: Path, rows_of: dict[Path, list[int]] | None = None) -> Path:
+    """A saved dataset's items as a checked JSONL file in a new temporary folder (read lazily by runs).
+
+    `rows_of` gets the file's rows (line k is row k), for messages to name rows, not lines.
+    """
     folder = process_temp_dir("mushroom-hf-")
     # removed when the process ends (or by the next one, if killed): the run reads it until then
-    return _as_jsonl(load_saved(path), str(path), folder)
+    dataset = load_saved(path)
+    out = _as_jsonl(dataset, str(path), folder)
+    if rows_of is not None:
+        rows_of[out] = list(range(1, len(dataset) + 1))
+    return out
 
 
-def saved_gold(path: Path, split: str = "val") -> Path:
+def saved_gold(path: Path, split: str = "val", rows_of: dict[Path, list[int]] | None = None) -> Path:
     """A saved dataset of gold items as official per-language files, for the scorer.
 
     One language gives one file (`mushroom.<lang>-val.v2.jsonl`), several a folder of them, so
     `score` pairs them with prediction files or a run folder as it pairs the official files.
+    `rows_of` gets each file's rows, in the order of its lines.
     """
     items_path = saved_items_file(path)
     by_lang: dict[str, list[dict[str, Any]]] = {}
+    row_numbers: dict[str, list[int]] = {}
     with items_path.open(encoding="utf-8") as handle:
-        for line in handle:
+        for row_number, line in enumerate(handle, 1):
             # a dataset has every column, None where a record lacked it: a label kind it lacks
             # is absent to the scorer (which reads the other kind for it), not "must be a list"
             row = {k: v for k, v in json.loads(line).items() if not (k in LABEL_KEYS and v is None)}
@@ -183,6 +192,7 @@ def saved_gold(path: Path, split: str = "val") -> Path:
             # a gold file's language from its file name, in lower case
             lang = Item.model_validate(row).lang
             by_lang.setdefault(safe_name(lang, "language code"), []).append(row)
+            row_numbers.setdefault(safe_name(lang, "language code"), []).append(row_number)
     if not any(row.get(key) is not None for rows in by_lang.values() for row in rows for key in LABEL_KEYS):
         raise DataError(
             [Problem(str(path), None, None, "no row has hard_labels or soft_labels: gold must be labelled")]
@@ -190,6 +200,8 @@ def saved_gold(path: Path, split: str = "val") -> Path:
     folder = items_path.parent / "gold"
     folder.mkdir()
     files = [write_rows(rows, folder / submission_name(lang, split)) for lang, rows in by_lang.items()]
+    if rows_of is not None:
+        rows_of.update(zip(files, row_numbers.values()))
     return files[0] if len(files) == 1 else folder
 
 

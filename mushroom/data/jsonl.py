@@ -321,10 +321,13 @@ def _not_jsonl(data: bytes) -> str | None:
         return "is one JSON document spread over several lines; expected JSON Lines, one object per line"
     if _TABLE_HEADER.match(first_line):  # every line was "invalid JSON: Expecting value at column 1"
         shown = first_line[:60].decode("utf-8", "replace")
+        # read as it is separated: read_csv's comma made one column of a TSV's header (an audit);
+        # ids as text, or "0001" became the number 1, which an items file refuses
+        sep = next((f", sep={c!r}" for c in ("\t", ";") if c.encode() in first_line), "")
         return (
             f"looks like a CSV or TSV table (its first line: {shown!r}); expected JSON Lines, one object "
-            "per line: convert it (pandas.read_csv(f).to_json(out, orient='records', lines=True, "
-            "force_ascii=False))"
+            f"per line: convert it (pandas.read_csv(f{sep}, dtype={{'id': str}}).to_json(out, "
+            "orient='records', lines=True, force_ascii=False))"
         )
     return None
 

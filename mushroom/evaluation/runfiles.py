@@ -75,6 +75,7 @@ def _score_run_files(
     from mushroom.data.predictions import prediction_langs, submission_name
     from mushroom.data.runfolder import items_files, prediction_folder, run_scope, variant_names
     from mushroom.data.splits import lang_from_filename
+    from mushroom.evaluation.saved_predictions import SavedPredictions
     from mushroom.evaluation.score import files_by_lang, pair_paths, score_pairs
 
     checked: dict[Path, FailureCheck] = {}  # ledgers read for the edit check, read once
@@ -88,9 +89,12 @@ def _score_run_files(
         # a folder of Dataset.save_to_disk: for a `detect --items` run, as the items file it
         # was made from (its files are per language of that file: a folder of official
         # files was looked for in it as in a split run); else as official per-language files
+        rows: dict[Path, list[int]] = {}
         given, gold = (
             gold,
-            saved_items_file(gold) if pred.is_dir() and items_files(pred) else saved_gold(gold),
+            saved_items_file(gold, rows)
+            if pred.is_dir() and items_files(pred)
+            else saved_gold(gold, rows_of=rows),
         )
         if gold.is_dir() and pred.is_file():  # it said "GOLD is a folder", of a folder the user never made
             langs_held = sorted(files_by_lang(gold)[0])
@@ -99,6 +103,15 @@ def _score_run_files(
                 f"{role} {pred} one file: give a folder of per-language prediction files (such as "
                 "mushroom.en-val.v2.jsonl), a dataset of predictions, or gold of the file's language only"
             )
+        # what is wrong with its rows is said of the dataset's folder and row, not of the
+        # temporary files they were written to ("/tmp/mushroom-hf-.../items.jsonl" meant nothing)
+        saved = SavedPredictions(given, gold, rows)
+        try:
+            result = _score_run_files(gold, pred, langs, show_pairing, role, partial, note)
+        except MushroomError as exc:
+            raise saved.said(exc) from None
+        result.warnings = [saved.text(line) for line in result.warnings]
+        return result
     scope = run_scope(pred)
     test = any(gold.glob("*-tst*.jsonl")) if gold.is_dir() else "-tst" in gold.name
     split = "test" if test else "val"
