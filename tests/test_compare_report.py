@@ -221,6 +221,20 @@ def test_highlighting_escapes_text_and_marks_gold_and_predictions():
     assert out.count('class="seg gold pred"') == 1 and "rgba(220,40,40,0.82)" in out
 
 
+def test_the_predicted_hard_spans_are_marked_apart_from_the_shading(tmp_path):
+    """Every character with a probability was shaded alike: one below the threshold read as
+    predicted beside "predicted hard spans: none" (a visual review)."""
+    from mushroom.data.records import Item, Prediction, SoftSpan
+    from mushroom.evaluation.report import _CSS, _item_html
+
+    item = Item(id="i", lang="en", model_input="q", model_output_text="one two three")
+    soft = [SoftSpan(start=0, end=3, prob=0.3), SoftSpan(start=4, end=7, prob=0.9)]
+    body = _item_html(item, Prediction(id="i", soft_labels=soft, hard_labels=[[4, 7]]), [], [], None)
+    assert re.search(r'class="seg pred hard"[^>]*>two<', body), body
+    assert re.search(r'class="seg pred"[^>]*>one<', body), body  # shaded, not in a hard span
+    assert "overflow-wrap:anywhere" in _CSS  # a 300-letter URL ran off the page
+
+
 def test_an_id_with_a_right_to_left_override_cannot_reverse_the_scores_beside_it():
     """An item id is data: a U+202E in it displayed the "IoU ... Cor ..." after it reversed."""
     from mushroom.data.records import Item

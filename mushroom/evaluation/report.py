@@ -38,7 +38,8 @@ _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1100px;color:#222}
 .item{border:1px solid #ccc;border-radius:6px;padding:.6em 1em;margin:.8em 0}
 .item.hidden{display:none}
-.answer{line-height:1.9;font-size:1.05em;white-space:pre-wrap}
+.answer{line-height:1.9;font-size:1.05em;white-space:pre-wrap;overflow-wrap:anywhere}
+.hard{font-weight:700;box-shadow:inset 0 2px 0 #800}
 .gold{text-decoration:underline;text-decoration-color:#2a9d2a;text-decoration-thickness:3px;text-underline-offset:4px}
 .meta{color:#555;font-size:.9em}
 .legend span{margin-right:1.5em}
@@ -85,15 +86,21 @@ def _shown(text: str) -> str:
 
 
 def highlighted_answer(
-    text: str, gold_mask: np.ndarray, soft: np.ndarray, unchecked: list[str | None] | None = None
+    text: str,
+    gold_mask: np.ndarray,
+    soft: np.ndarray,
+    unchecked: list[str | None] | None = None,
+    hard: np.ndarray | None = None,
 ) -> str:
-    """The answer as HTML: runs of equal (gold, probability, reason) become one styled span.
+    """The answer as HTML: runs of equal (gold, probability, hard, reason) become one styled span.
 
     `unchecked` holds per character the reason its claim could not be checked (None: it was
     checked); such characters are amber, with the reason in their title, whatever their
-    probability.
+    probability. `hard` marks the predicted hard spans, in bold under a dark line: shaded
+    alone, a character below the threshold read as predicted, where its line said "none".
     """
     reasons = unchecked if unchecked is not None else [None] * len(text)
+    hard = hard if hard is not None else np.zeros(len(text), dtype=bool)
     out = []
     start = 0
     for k in range(1, len(text) + 1):
@@ -101,13 +108,19 @@ def highlighted_answer(
             k < len(text)
             and gold_mask[k] == gold_mask[start]
             and soft[k] == soft[start]
+            and hard[k] == hard[start]
             and reasons[k] == reasons[start]
         ):
             continue
         chunk = _shown(text[start:k])
         p = float(soft[start])
         reason = reasons[start]
-        classes = ["seg"] + (["gold"] if gold_mask[start] else []) + (["pred"] if p > 0 else [])
+        classes = (
+            ["seg"]
+            + (["gold"] if gold_mask[start] else [])
+            + (["pred"] if p > 0 else [])
+            + (["hard"] if hard[start] else [])
+        )
         style = f' style="background:rgba(220,40,40,{0.12 + 0.7 * p:.2f})"' if p > 0 else ""
         title = f' title="p={p:.3f}"' if p > 0 else ""
         if reason is not None:
@@ -277,7 +290,7 @@ def _item_html(
         f'<div class="meta"><bdi>{html.escape(item.id)}</bdi> · {item.lang} · <span class="scores">{scores}</span>{tag_html}</div>'
         # isolated: under dir=auto the "Q" label's Latin letter set an Arabic question left-to-right
         f'<p><b>Q:</b> <bdi dir="auto">{_shown(item.model_input)}</bdi></p>'
-        f'<div class="answer" dir="auto">{highlighted_answer(item.model_output_text, gold_mask, soft, reasons)}</div>'
+        f'<div class="answer" dir="auto">{highlighted_answer(item.model_output_text, gold_mask, soft, reasons, mask)}</div>'
         f'<div class="meta">predicted hard spans: {hard or "none"}</div>{unchecked_html}{failed_html}'
         f"{ctx_html}{raw_html}</div>"
     )
@@ -483,8 +496,9 @@ def build_report(
 <style>{_CSS}</style><script>{_JS}</script></head><body>
 <h1>mushroom report: {html.escape(run_dir.name)} ({split})</h1>
 <div class="legend"><span class="gold">gold span</span>
-<span style="background:rgba(220,40,40,0.82)">predicted, p=1</span>
-<span style="background:rgba(220,40,40,0.47)">predicted, p=0.5</span>{unchecked_legend}</div>
+<span style="background:rgba(220,40,40,0.82)">probability 1</span>
+<span style="background:rgba(220,40,40,0.47)">probability 0.5</span>
+<span class="hard" style="background:rgba(220,40,40,0.47)">in a predicted hard span (what IoU scores)</span>{unchecked_legend}</div>
 <h2>Scores</h2><table id="summary"><tr><th>lang</th><th>items</th><th>mean IoU</th></tr>{rows}</table>
 {"<h2>Error types</h2><table id='tags'><tr><th>type</th><th>items</th></tr>" + tag_table + "</table>" if tag_counts else ""}
 <details><summary>run config</summary><pre>{config}</pre></details>
