@@ -109,6 +109,9 @@ def test_a_limited_run_is_scored_compared_and_swept_on_what_it_covers(tmp_path, 
     code, out, err = cli(capsys, "sweep", run, "--svg", tmp_path / "s.svg")
     assert code == 0, err
     assert f"sweeping en: the run in {run} was made with" in err and "swept 5 of 50 gold items" in err
+    # the plot says what it is of and what its axes are (a visual review found neither)
+    plot = (tmp_path / "s.svg").read_text()
+    assert "(en; 5 items)</text>" in plot and ">hard-label threshold<" in plot and ">best " in plot
     # the same file outside its run folder: nothing says it was limited, so every item is due
     loose = tmp_path / "loose" / pred.name
     loose.parent.mkdir()

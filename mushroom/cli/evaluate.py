@@ -352,7 +352,11 @@ def sweep(
         "Cor at a threshold: probabilities below it set to 0, as a submission floored there has them",
         highlight=False,
     )
-    atomic_write_text(path, sweep_svg(rows, f"{split}: {' + '.join(r.name for r in runs)}"))
+    n_items = sum(len(its) for its in data.values())
+    title = (
+        f"{split}: {' + '.join(r.name for r in runs)} ({', '.join(sorted(data))}; {plural(n_items, 'item')})"
+    )
+    atomic_write_text(path, sweep_svg(rows, title))
     atomic_write_text(numbers, rows_csv(rows))
     # the .csv was written over, unsaid: both files are named
     out_console.print(f"plot: {esc(path)} (its numbers: {esc(numbers)})", highlight=False)

@@ -452,12 +452,12 @@ def sweep(
 
 def sweep_svg(rows: list[dict], title: str = "threshold sweep") -> str:
     """A small self-contained SVG line plot of IoU and Cor against the threshold."""
-    w, h, pad = 520, 300, 40
+    w, h, pad, left = 560, 300, 40, 64  # `left`: room for the y axis's numbers and its title
     xs = [r["threshold"] for r in rows]
     x_lo, x_hi = min(xs), max(xs)
 
     def px(x: float) -> float:
-        return pad + (x - x_lo) / max(x_hi - x_lo, 1e-9) * (w - 2 * pad)
+        return left + (x - x_lo) / max(x_hi - x_lo, 1e-9) * (w - left - pad)
 
     def py(y: float) -> float:
         return h - pad - y * (h - 2 * pad)
@@ -465,25 +465,36 @@ def sweep_svg(rows: list[dict], title: str = "threshold sweep") -> str:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
         f'<text x="{w / 2}" y="16" text-anchor="middle" font-size="13">{_escape(title)}</text>',
-        f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>',
-        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>',
+        f'<line x1="{left}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>',
+        f'<line x1="{left}" y1="{pad}" x2="{left}" y2="{h - pad}" stroke="black"/>',
+        # what the axes are, and each best point's value: a reader saw two dots and two words
+        f'<text x="{(left + w - pad) / 2}" y="{h - 6}" text-anchor="middle">hard-label threshold</text>',
+        f'<text x="14" y="{h / 2}" text-anchor="middle" transform="rotate(-90 14 {h / 2})">'
+        "mean over languages</text>",
     ]
     for y in (0.0, 0.25, 0.5, 0.75, 1.0):
-        parts.append(f'<text x="{pad - 6}" y="{py(y) + 4}" text-anchor="end">{y:.2f}</text>')
-        parts.append(f'<line x1="{pad}" y1="{py(y)}" x2="{w - pad}" y2="{py(y)}" stroke="#eee"/>')
+        parts.append(f'<text x="{left - 6}" y="{py(y) + 4}" text-anchor="end">{y:.2f}</text>')
+        parts.append(f'<line x1="{left}" y1="{py(y)}" x2="{w - pad}" y2="{py(y)}" stroke="#eee"/>')
     for x in xs[:: max(1, len(xs) // 6)]:
         parts.append(f'<text x="{px(x)}" y="{h - pad + 14}" text-anchor="middle">{x:.2f}</text>')
-    for key, colour in (("iou", "#1f77b4"), ("cor", "#d62728")):
+    for k, (key, name, colour) in enumerate((("iou", "IoU", "#1f77b4"), ("cor", "Cor", "#d62728"))):
         points = " ".join(f"{px(r['threshold']):.1f},{py(r[key]):.1f}" for r in rows)
         parts.append(
             f'<polyline class="{key}" fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>'
         )
         best = max(rows, key=lambda r: r[key])
+        bx, by = px(best["threshold"]), py(best[key])
+        parts.append(f'<circle cx="{bx:.1f}" cy="{by:.1f}" r="4" fill="{colour}"/>')
+        side = "start" if bx < w / 3 else "end" if bx > 2 * w / 3 else "middle"  # kept on the plot
         parts.append(
-            f'<circle cx="{px(best["threshold"]):.1f}" cy="{py(best[key]):.1f}" r="4" fill="{colour}"/>'
+            f'<text x="{bx:.1f}" y="{by - 8:.1f}" text-anchor="{side}" fill="{colour}">'
+            f"best {best[key]:.3f} at {best['threshold']:.2f}</text>"
         )
-    parts.append(f'<text x="{w - pad}" y="{pad - 8}" text-anchor="end" fill="#1f77b4">IoU</text>')
-    parts.append(f'<text x="{w - pad - 30}" y="{pad - 8}" text-anchor="end" fill="#d62728">Cor</text>')
+        lx = w - pad - 110 + 60 * k  # the legend: a line sample and the metric's name
+        parts.append(
+            f'<line x1="{lx}" y1="{pad - 12}" x2="{lx + 18}" y2="{pad - 12}" stroke="{colour}" stroke-width="2"/>'
+        )
+        parts.append(f'<text x="{lx + 22}" y="{pad - 8}" fill="{colour}">{name}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
