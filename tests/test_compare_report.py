@@ -296,7 +296,12 @@ def test_report_renders_in_headless_chromium_with_filters(two_runs, tmp_path):
     assert {lang for _, lang, _ in shown} == {"it"}
     ious = sorted(float(v) for v in re.findall(r'data-lang="it" data-iou="([0-9.]+)"', worst))
     assert sorted(float(v) for _, _, v in shown) == ious[:4]
+    # worst first, as asked (they stood in the page's order)
+    assert [float(v) for _, _, v in shown] == ious[:4]
     assert '<span id="shown">4</span>' in worst
+    # a filter this page cannot apply is said, not an empty page with a blank box
+    other = dom("lang=fr")
+    assert other.count('class="item"') == 100 and "(not on this page: lang=fr)" in other
     assert "context: <bdi>perplexity-sonar-pro</bdi>" in worst and 'class="seg gold' in all_items
 
 

@@ -48,26 +48,39 @@ table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #dd
 """
 
 _JS = """
+let ORDER=null;
 function applyFilters(){
   const lang=document.getElementById('f-lang').value;
   const tag=document.getElementById('f-tag').value;
   const worst=parseInt(document.getElementById('f-worst').value||'0');
   let items=[...document.querySelectorAll('.item')];
+  if(ORDER===null)ORDER=items;
   let keep=items.filter(e=>(lang==='all'||e.dataset.lang===lang)&&(tag==='all'||e.dataset.tag===tag));
   if(worst>0){keep.sort((a,b)=>parseFloat(a.dataset.iou)-parseFloat(b.dataset.iou));keep=keep.slice(0,worst);}
   const shown=new Set(keep);
+  // the worst N worst first, the page's order otherwise
+  (worst>0?keep:ORDER).forEach(e=>e.parentNode.appendChild(e));
   items.forEach(e=>e.classList.toggle('hidden',!shown.has(e)));
   document.getElementById('shown').textContent=keep.length;
+  const p=new URLSearchParams();
+  if(lang!=='all')p.set('lang',lang);if(tag!=='all')p.set('tag',tag);if(worst>0)p.set('worst',worst);
+  history.replaceState(null,'',p.toString()?'#'+p.toString():location.pathname);
 }
 function fromHash(){
   const p=new URLSearchParams(location.hash.slice(1));
-  if(p.get('lang'))document.getElementById('f-lang').value=p.get('lang');
-  if(p.get('tag'))document.getElementById('f-tag').value=p.get('tag');
+  const unknown=[];
+  for(const [key,id] of [['lang','f-lang'],['tag','f-tag']]){
+    const v=p.get(key),box=document.getElementById(id);
+    if(v===null)continue;
+    if([...box.options].some(o=>o.value===v))box.value=v;else unknown.push(key+'='+v);
+  }
   if(p.get('worst'))document.getElementById('f-worst').value=p.get('worst');
+  document.getElementById('f-note').textContent=unknown.length?'(not on this page: '+unknown.join(', ')+')':'';
   applyFilters();
 }
 window.addEventListener('DOMContentLoaded',()=>{
   ['f-lang','f-tag','f-worst'].forEach(id=>document.getElementById(id).addEventListener('change',applyFilters));
+  window.addEventListener('hashchange',fromHash);
   fromHash();
 });
 """
@@ -507,7 +520,7 @@ def build_report(
 <p>language <select id="f-lang"><option value="all">all</option>{lang_options}</select>
 error type <select id="f-tag"><option value="all">all</option><option value="none">untagged</option>{tag_options}</select>
 worst <input id="f-worst" type="number" min="0" value="0" style="width:4em"> by IoU (0: all)
-· showing <span id="shown">{len(blocks)}</span></p>{_left_out_html(left_out, limit)}
+· showing <span id="shown">{len(blocks)}</span> <span id="f-note" class="meta"></span></p>{_left_out_html(left_out, limit)}
 {"".join(blocks)}
 </body></html>
 """
