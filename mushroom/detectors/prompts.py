@@ -175,6 +175,8 @@ def prompt_missing(name_or_path: str, own: Iterable[str] | None = None) -> str:
         users = {p.stem for d in user_prompt_dirs() for p in d.glob("*.md") if p.is_file()}
         names = [n for n in names if n in users or n not in STAGE_PROMPTS or n in own]
     path = Path(name_or_path)
+    if path.is_dir():  # was "not found", beside the folder's name in the list
+        return f"prompt {name_or_path!r} is a folder; give a prompt file or a prompt's name"
     if len(path.parts) > 1 or path.is_absolute():  # a path, not a name: said where it was read
         cwd = Path.cwd()
         where = "" if path.is_absolute() else f" (a relative path is read from the folder you run in, {cwd})"
@@ -212,10 +214,6 @@ def load_prompt(name_or_path: str, own: Iterable[str] | None = None) -> PromptTe
 
     `own`: the shipped prompts of the stage asking, the only shipped ones a miss offers.
     """
-    if Path(name_or_path).is_dir():  # was "not found", beside the folder's name in the list
-        raise PromptError(
-            f"prompt {name_or_path!r} is a folder; give a prompt file or a prompt's name", name_or_path
-        )
     path = find_prompt(name_or_path)
     if path is None:
         raise MushroomError(prompt_missing(name_or_path, own))
