@@ -227,6 +227,13 @@ def test_a_prompt_that_is_a_folder_or_not_text_is_a_usage_error(tmp_path, monkey
     )  # fmt: skip
     said = "is a folder; give a prompt file" if kind == "folder" else "prompts/bad.md: not valid UTF-8"
     assert code == 2 and said in err and not (tmp_path / "run").exists(), err
+    # in a run config, by its line and key, as a prompt not found is
+    (tmp_path / "c.toml").write_text(
+        'name = "c"\nlangs = ["en"]\n[detector]\nname = "llm"\n'
+        'options = { prompt = "prompts/bad.md", backend = { kind = "replay", responses = "x.jsonl" } }\n'
+    )
+    code, _, err = cli(capsys, "run", "c.toml", "--out", tmp_path / "run")
+    assert code == 2 and "c.toml:5: field 'detector.options.prompt'" in err and said in err, err
     if kind == "folder":  # not offered as a prompt by name either
         with pytest.raises(MushroomError) as caught:
             load_prompt("nosuch")
