@@ -389,3 +389,17 @@ def test_scoring_an_items_run_on_its_unlabelled_or_bad_dataset_names_the_dataset
     code, _, err = cli(capsys, "score", bad, out / "predictions" / "mushroom.it-items.jsonl")
     said = " ".join(err.split())
     assert code == 1 and f"{bad}:2" in said and "mushroom-hf-" not in said, said
+
+
+def test_a_dataset_with_other_column_names_gets_one_problem_per_column_not_per_row(tmp_path, capsys):
+    """Renamed columns (qid, language, question, answer) gave a problem per row and column, and
+    only `language` a hint (an audit)."""
+    renamed = tmp_path / "renamed"
+    rows = [{"qid": f"q{k}", "language": "en", "question": "Q?", "answer": "An answer."} for k in range(6)]
+    datasets.Dataset.from_list(rows).save_to_disk(str(renamed))
+    code, _, err = cli(capsys, "detect", "--items", renamed, "--out", tmp_path / "run")
+    said = " ".join(err.split())
+    assert code == 1 and "4 problems in input" in said, said
+    assert "no column 'model_output_text' among qid, language, question, answer" in said
+    assert "dataset.rename_column('answer', 'model_output_text')" in said
+    assert "dataset.rename_column('language', 'lang')" in said

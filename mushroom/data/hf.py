@@ -140,6 +140,7 @@ def _as_jsonl(dataset: Any, source: str, folder: Path) -> Path:
     """
     from mushroom.data.splits import load_items
 
+    _refuse_missing_columns(dataset, source)
     path = write_rows(iter(dataset), folder / "items.jsonl", source)
     try:
         load_items(path)
@@ -149,6 +150,28 @@ def _as_jsonl(dataset: Any, source: str, folder: Path) -> Path:
             exit_code=exc.exit_code,
         ) from None
     return path
+
+
+def _refuse_missing_columns(dataset: Any, source: str) -> None:
+    """One problem for a column every row lacks, not one per row (an audit counted 24).
+
+    Named with the dataset's close column, and the API's name for it (`answer`, `question`).
+    """
+    from mushroom.util.words import close_match
+
+    columns = list(getattr(dataset, "column_names", None) or [])
+    if not columns or not len(dataset):
+        return
+    other_names = {"model_output_text": "answer", "model_input": "question", "lang": "language", "id": "qid"}
+    problems = []
+    for need in ("id", "lang", "model_input", "model_output_text"):
+        if need in columns:
+            continue
+        close = close_match(need, columns) or (other_names[need] if other_names[need] in columns else None)
+        hint = f" (rename {close!r} to it: dataset.rename_column({close!r}, {need!r}))" if close else ""
+        problems.append(Problem(source, None, need, f"no column {need!r} among {', '.join(columns)}{hint}"))
+    if problems:
+        raise DataError(problems)
 
 
 def items_from_dataset(dataset: Any, source: str = "dataset") -> list[Item]:
