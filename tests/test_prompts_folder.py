@@ -206,6 +206,15 @@ def test_an_edited_pyes_prompt_does_not_resume_a_folder_of_the_old_one(tmp_path,
     # a folder made before pyes recorded it resumes (its prompt cannot be checked), as for files
     old = {k: v for k, v in before.items() if k != "file_sha256"}
     assert unrecorded_files(old, after)
+    # ... also one that recorded another file by content already (a replay file; a review)
+    (tmp_path / "x.jsonl").write_text('{"id": "a", "logprob": -1.0}\n')
+    with_file = build("pyes", options).describe()
+    assert set(with_file["file_sha256"]) == {"models.0.responses", "prompt"}
+    older = {
+        **with_file,
+        "file_sha256": {"models.0.responses": with_file["file_sha256"]["models.0.responses"]},
+    }
+    assert config_changes(older, with_file) == [] and unrecorded_files(older, with_file)
 
 
 @pytest.mark.parametrize("kind", ["folder", "binary"])

@@ -77,6 +77,9 @@ def unrecorded_files(old: Any, new: Any) -> bool:
     if isinstance(old, dict) and isinstance(new, dict):
         if FILE_DIGESTS in new and FILE_DIGESTS not in old:
             return True
+        if isinstance(new.get(FILE_DIGESTS), dict) and isinstance(old.get(FILE_DIGESTS), dict):
+            if set(new[FILE_DIGESTS]) - set(old[FILE_DIGESTS]):  # one recorded since (pyes's prompt)
+                return True
         return any(unrecorded_files(old.get(k), v) for k, v in new.items())
     if isinstance(old, list) and isinstance(new, list):
         return any(unrecorded_files(a, b) for a, b in zip(old, new))
@@ -95,8 +98,10 @@ def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
         changes = []
         for name in list(old) + [k for k in new if k not in old]:
-            if name == FILE_DIGESTS and name not in old:
-                continue  # a folder of before files were recorded by content: see `unrecorded_files`
+            if name not in old and (name == FILE_DIGESTS or key.rsplit(".", 1)[-1] == FILE_DIGESTS):
+                # a folder of before files (or this file) were recorded by content: see
+                # `unrecorded_files`; a file an option newly names differs in the options too
+                continue
             sub = f"{key}.{name}" if key else str(name)
             changes += config_changes(old.get(name, ABSENT), new.get(name, ABSENT), sub)
         return changes
