@@ -1300,3 +1300,14 @@ def test_a_run_resumed_with_other_versions_records_them_and_says_so(tmp_path):
     (resumed,) = record["resumed"]
     assert resumed["changed"]["packages.numpy"] == ["1.0.0", first["packages"]["numpy"]]
     assert resumed["changed"]["git_commit"] == ["abc", first["git_commit"]]
+    # said once: the next resume compares with the last pass's versions, not the first's
+    proc = mushroom(*args, "3")
+    assert proc.returncode == 0 and "other versions" not in proc.stderr, proc.stderr
+    assert len(json.loads((out / "versions.json").read_text())["resumed"]) == 1
+    # a folder of an older mushroom, which recorded less, is no change (a review)
+    older = {k: v for k, v in first.items() if k != "blas"}
+    older["packages"] = {k: v for k, v in first["packages"].items() if k != "joblib"}
+    (out / "versions.json").write_text(json.dumps(older))
+    proc = mushroom(*args, "4")
+    assert proc.returncode == 0 and "other versions" not in proc.stderr, proc.stderr
+    assert "resumed" not in json.loads((out / "versions.json").read_text())

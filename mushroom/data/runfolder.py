@@ -106,17 +106,30 @@ def _blas() -> str | None:
         return None
 
 
-def changed_versions(before: dict[str, Any], now: dict[str, Any]) -> dict[str, list[Any]]:
-    """What differs between two `versions()`: `{"packages.numpy": [old, new], ...}`."""
-    out: dict[str, list[Any]] = {}
-    for key in sorted(set(before) | set(now)):
+def changed_versions(record: dict[str, Any], now: dict[str, Any]) -> dict[str, list[Any]]:
+    """What `now` changes of a folder's versions.json: `{"packages.numpy": [old, new], ...}`.
+
+    Of its last pass (the first's, with each resumed pass's changes laid over), so one upgrade
+    is said once, not at every later resume; a key the record lacks (written by an older
+    mushroom, which recorded less) is no change.
+    """
+    last = _flat(record)
+    for entry in record.get("resumed") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("changed"), dict):
+            last.update({k: v[1] for k, v in entry["changed"].items() if isinstance(v, list) and len(v) == 2})
+    return {k: [last[k], v] for k, v in _flat(now).items() if k in last and last[k] != v}
+
+
+def _flat(versions: dict[str, Any]) -> dict[str, Any]:
+    """`{"packages.numpy": "2.1.0", "python": ...}`: nested tables by dotted keys."""
+    out: dict[str, Any] = {}
+    for key, value in versions.items():
         if key == "resumed":
             continue
-        old, new = before.get(key), now.get(key)
-        if isinstance(old, dict) and isinstance(new, dict):
-            out.update({f"{key}.{k}": v for k, v in changed_versions(old, new).items()})
-        elif old != new:
-            out[key] = [old, new]
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
     return out
 
 

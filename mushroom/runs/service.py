@@ -535,8 +535,8 @@ class RunService:
         changed = changed_versions(before, now)
         if not changed:
             return
-        before.setdefault("resumed", []).append({"at": timestamp(), "changed": changed})
-        write_json(path, before)
+        resumed = before.get("resumed") if isinstance(before.get("resumed"), list) else []
+        write_json(path, {**before, "resumed": [*resumed, {"at": timestamp(), "changed": changed}]})
         computing = {k: v for k, v in changed.items() if k not in ("git_commit", "platform")}
         if computing:
             shown = ", ".join(f"{k.removeprefix('packages.')} {a} -> {b}" for k, (a, b) in computing.items())
