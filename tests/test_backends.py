@@ -742,6 +742,10 @@ def test_a_replay_line_of_the_wrong_type_or_a_misspelt_key_is_named(tmp_path):
     good = '{"id": "a", "texts": ["{}"], "temperature": 0, "schema_version": 1, "seed": 0, "note": "n"}\n'
     path.write_text(good)
     assert load_replay_file(path)[0].temperature == 0.0  # an int is a number; unknown keys are kept
+    # an item's own columns, and others near a key of replay's, are no misspelling (a review)
+    other = '{"id": "b", "model_input": "Q?", "model_id": "m", "text": "t", "item": 1, "reason": "r", "response": "{}"}'
+    path.write_text(good + other + "\n")
+    assert len(load_replay_file(path)) == 2
     for line, field in [
         ('{"id": "b", "texts": ["{}"], "temperature": true}', "temperature"),
         ('{"id": "b", "texts": ["{}"], "temperature": "0.05"}', "temperature"),

@@ -45,6 +45,7 @@ from mushroom.backends.config import NEEDS_RESPONSES, ReplayConfig
 from mushroom.backends.rawlog import RawRecord
 from mushroom.backends.registry import register_backend
 from mushroom.data.jsonl import load_records
+from mushroom.data.records import Item
 from mushroom.errors import REPLAY_MISS, DataError, MushroomError
 from mushroom.util.words import close_match
 
@@ -122,7 +123,9 @@ class ReplayRecord(BaseModel):
 
 _ANSWER_KEYS = ["texts", "response", "loglikelihood", "logprob", "error"]
 _OWN_KEYS = sorted(ReplayRecord.model_fields)
-_RAW_KEYS = frozenset(RawRecord.model_fields)  # a raw record's keys that replay does not read
+# keys of other records a replay line may carry, never taken for a misspelt key of its own
+# (`model_input` was "did you mean 'model'" at difflib's usual cutoff: a review)
+_KNOWN_OTHER_KEYS = frozenset(RawRecord.model_fields) | frozenset(Item.model_fields) | {"finish_reason"}
 
 
 def load_replay_file(path: Path) -> list[ReplayRecord]:
@@ -158,7 +161,7 @@ def _read_replay_file(path: Path) -> list[ReplayRecord]:
             misspelt = [
                 (key, match)
                 for key in sorted(record.model_extra or {})
-                if key not in _RAW_KEYS and (match := close_match(key, _OWN_KEYS))
+                if key not in _KNOWN_OTHER_KEYS and (match := close_match(key, _OWN_KEYS, cutoff=0.9))
             ]
             return [
                 (key, f"unknown key {key!r}: did you mean {match!r}? (its value would be left unread)")
