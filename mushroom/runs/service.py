@@ -816,9 +816,11 @@ class RunService:
         stage = f"{detector.name}:{split}" if plain else f"{detector.name}:{rel}"
         t0 = time.perf_counter()
         retried_before = _retry_tally(detector)
-        # A backend's warning names the stage of a variant or member: the same words said of two
-        # variants were shown once, before the one the warning was not about (an audit)
-        sink = self.warn if plain else (lambda warning: self.warn(f"{rel}: {warning}"))
+        # A backend's warning names the variant or member: the same words said of two variants
+        # were shown once, before the one the warning was not about (an audit). Not its split:
+        # a backend's warnings last across its splits, and a val item's was said again of test.
+        owner = rel.removesuffix(f"/{split}")
+        sink = self.warn if plain else (lambda warning: self.warn(f"{owner}: {warning}"))
         for option, template in detector.prompt_templates().items():
             if template.stands_in:
                 sink(
