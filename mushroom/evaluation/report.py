@@ -64,7 +64,7 @@ function applyFilters(){
   document.getElementById('shown').textContent=keep.length;
   const p=new URLSearchParams();
   if(lang!=='all')p.set('lang',lang);if(tag!=='all')p.set('tag',tag);if(worst>0)p.set('worst',worst);
-  history.replaceState(null,'',p.toString()?'#'+p.toString():location.pathname);
+  history.replaceState(null,'',p.toString()?'#'+p.toString():location.pathname+location.search);
 }
 function fromHash(){
   const p=new URLSearchParams(location.hash.slice(1));
