@@ -649,3 +649,35 @@ def test_the_overall_difference_is_that_of_the_overall_means_shown():
     assert better_all["d_iou"] == pytest.approx(better_all["iou"] - base_all["iou"])  # 0.15, not 0.05
     assert better_all["d_iou"] == pytest.approx(0.15) and better_all["p_iou"] < 0.01
     assert better_all["iou_lo"] < better_all["iou"] < better_all["iou_hi"]
+
+
+def test_the_reports_scores_table_gives_each_languages_mean_iou_and_cor_as_the_run_scored(two_runs, tmp_path):
+    """It gave the mean IoU alone (a visual review); both are the run's own scores.json means."""
+    import json
+
+    lo, _ = two_runs
+    page = tmp_path / "r.html"
+    assert runner.invoke(app, ["report", str(lo), "--out", str(page)]).exit_code == 0
+    summary = re.search(r"<table id=\"summary\">(.*?)</table>", page.read_text()).group(1)
+    assert "<th>mean IoU</th><th>mean Cor</th>" in summary
+    scored = json.loads((lo / "scores.json").read_text())
+    for lang in ("en", "it"):
+        row = re.search(rf"<tr><td>{lang}</td><td>50</td><td>([0-9.]+)</td><td>([-0-9.]+)</td></tr>", summary)
+        assert row is not None, summary
+        assert (float(row.group(1)), float(row.group(2))) == pytest.approx(
+            (scored[lang]["iou"], scored[lang]["cor"]), abs=5e-5
+        )
+
+
+def test_a_language_its_run_covers_with_no_prediction_file_is_said_on_the_page(two_runs, tmp_path):
+    """A language whose file was missing was left off the page unsaid (a visual review); the
+    languages a --lang run never covered are not listed."""
+    lo, _ = two_runs
+    copy = tmp_path / "lo"
+    shutil.copytree(lo, copy)
+    page = tmp_path / "r.html"
+    assert runner.invoke(app, ["report", str(copy), "--out", str(page)]).exit_code == 0
+    assert "no val prediction file" not in page.read_text()  # de, fr, ... were never asked for
+    (prediction_folder(copy, "val") / submission_name("it", "val")).unlink()
+    assert runner.invoke(app, ["report", str(copy), "--out", str(page)]).exit_code == 0
+    assert "no val prediction file for it: its run did not write one" in page.read_text()

@@ -27,7 +27,7 @@ from mushroom.data.itemstream import ContextFiles
 from mushroom.data.jsonl import iter_json_lines, read_utf8
 from mushroom.data.predictions import load_predictions, prediction_vectors, submission_name
 from mushroom.data.records import Item, Prediction
-from mushroom.data.runfolder import FailureCheck, prediction_folder
+from mushroom.data.runfolder import FailureCheck, prediction_folder, run_scope
 from mushroom.data.spans import hard_to_mask
 from mushroom.data.splits import load_split
 from mushroom.errors import DataError, MushroomError, Problem
@@ -248,6 +248,23 @@ def _iou(item: Item, pred: Prediction) -> float:
     return item_iou([tuple(h) for h in item.hard_labels or []], [tuple(h) for h in pred.hard_labels], n)
 
 
+def _mean(values: list[float]) -> float:
+    """The mean of the values that are numbers (an empty answer's Cor is NaN); NaN if none is."""
+    kept = [v for v in values if v == v]
+    return float(np.mean(kept)) if kept else float("nan")
+
+
+def _cor(item: Item, pred: Prediction) -> float:
+    """The item's official Cor (NaN when it has no gold, or an empty answer)."""
+    if not item.is_labelled:
+        return float("nan")
+    return item_cor(
+        [(s.start, s.end, s.prob) for s in item.soft_labels or []],
+        [(s.start, s.end, s.prob) for s in pred.soft_labels],
+        len(item.model_output_text),
+    )
+
+
 def _item_html(
     item: Item,
     pred: Prediction | None,
@@ -263,12 +280,7 @@ def _item_html(
     labelled = item.is_labelled
     iou = cor = float("nan")
     if labelled and pred is not None:
-        iou = _iou(item, pred)
-        cor = item_cor(
-            [(s.start, s.end, s.prob) for s in item.soft_labels or []],
-            [(s.start, s.end, s.prob) for s in pred.soft_labels],
-            n,
-        )
+        iou, cor = _iou(item, pred), _cor(item, pred)
     ctx_html = (
         "".join(
             f"<details><summary>context: <bdi>{html.escape(c.source)}</bdi> ({plural(len(c.text), 'char')})</summary>"
@@ -317,8 +329,6 @@ def _warnings_html(run_dir: Path) -> str:
     """
     summary, below = run_dir / "summary.json", ""
     if not summary.is_file():  # a variant's or a main job's member folder: the run's own
-        from mushroom.data.runfolder import run_scope
-
         scope = run_scope(run_dir)
         if scope is not None:
             summary = scope.folder / "summary.json"
@@ -369,6 +379,16 @@ def left_out_note(left_out: dict[str, int], limit: int | None) -> str:
     return (
         f"the page shows at most {limit} items of each language, the worst by IoU when labelled; "
         f"{plural(sum(left_out.values()), 'item')} are left off ({by_lang}); the scores table counts them"
+    )
+
+
+def _absent_html(absent: list[str], split: str) -> str:
+    """The languages a run covers with no prediction file: left out unsaid, the page looked whole."""
+    if not absent:
+        return ""
+    return (
+        f'\n<p class="note">no {split} prediction file for {", ".join(absent)}: its run did not '
+        "write one (stopped before it, or its items failed); those items are not on this page</p>"
     )
 
 
@@ -432,9 +452,14 @@ def build_report(
     any_unchecked = False
     failed_counts: dict[str, tuple[int, Path]] = {}  # language -> (items failed, where listed)
     left_out: dict[str, int] = {}  # language -> items the limit keeps off the page
+    scope = run_scope(run_dir)
+    covers = scope.langs if scope is not None and scope.langs else None  # None: every language
+    absent: list[str] = []  # languages its run covers and has no file of: it stopped before them
     for lang, items in data.items():
         path = folder / submission_name(lang, split)
         if not path.exists():
+            if items and (covers is None or lang in covers):
+                absent.append(lang)
             continue
         check = FailureCheck(path)  # an edited answer is said before its spans are found too long
         check.refuse_changed_answers(items)
@@ -476,7 +501,9 @@ def build_report(
             blocks.append(block)
             shown.append(item.id)
         count = str(len(items)) if len(predicted) == len(items) else f"{len(predicted)} of {len(items)}"
-        summary.append((lang, count, float(np.nanmean(ious)) if labelled else None))
+        cors = [_cor(item, preds[item.id]) for item in predicted] if labelled else []
+        means = (_mean(ious), _mean(cors)) if labelled else None
+        summary.append((lang, count, means))
     if not summary:
         wanted = ", ".join(data)
         raise MushroomError(
@@ -490,8 +517,10 @@ def build_report(
         f'<option value="{html.escape(t)}">{html.escape(t)}</option>' for t in sorted(tag_counts)
     )
     rows = "".join(
-        f"<tr><td>{lang}</td><td>{n}</td><td>{'' if iou is None else f'{iou:.4f}'}</td></tr>"
-        for lang, n, iou in summary
+        f"<tr><td>{lang}</td><td>{n}</td>"
+        + ("<td></td><td></td>" if means is None else "".join(f"<td>{v:.4f}</td>" for v in means))
+        + "</tr>"
+        for lang, n, means in summary
     )
     tag_table = "".join(
         f"<tr><td>{html.escape(t)}</td><td>{c}</td></tr>" for t, c in sorted(tag_counts.items())
@@ -512,7 +541,7 @@ def build_report(
 <span style="background:rgba(220,40,40,0.82)">probability 1</span>
 <span style="background:rgba(220,40,40,0.47)">probability 0.5</span>
 <span class="hard" style="background:rgba(220,40,40,0.47)">in a predicted hard span (what IoU scores)</span>{unchecked_legend}</div>
-<h2>Scores</h2><table id="summary"><tr><th>lang</th><th>items</th><th>mean IoU</th></tr>{rows}</table>
+<h2>Scores</h2><table id="summary"><tr><th>lang</th><th>items</th><th>mean IoU</th><th>mean Cor</th></tr>{rows}</table>
 {"<h2>Error types</h2><table id='tags'><tr><th>type</th><th>items</th></tr>" + tag_table + "</table>" if tag_counts else ""}
 <details><summary>run config</summary><pre>{config}</pre></details>
 {_failed_html(failed_counts)}{_warnings_html(run_dir)}{_problems_html(raw_problems)}
@@ -520,7 +549,7 @@ def build_report(
 <p>language <select id="f-lang"><option value="all">all</option>{lang_options}</select>
 error type <select id="f-tag"><option value="all">all</option><option value="none">untagged</option>{tag_options}</select>
 worst <input id="f-worst" type="number" min="0" value="0" style="width:4em"> by IoU (0: all)
-· showing <span id="shown">{len(blocks)}</span> <span id="f-note" class="meta"></span></p>{_left_out_html(left_out, limit)}
+· showing <span id="shown">{len(blocks)}</span> <span id="f-note" class="meta"></span></p>{_left_out_html(left_out, limit)}{_absent_html(absent, split)}
 {"".join(blocks)}
 </body></html>
 """
