@@ -434,8 +434,8 @@ def test_a_run_whose_config_json_is_damaged_is_named_not_read_as_loose_files(tmp
         "--out",
         tmp_path / "p",
     )
-    code, _, err = cli(capsys, *args)
-    assert code == 1 and f"{prompt}: not valid UTF-8" in " ".join(err.split()), err
+    code, _, err = cli(capsys, *args)  # a setting's file: exit 2, as in a run config
+    assert code == 2 and f"{prompt}: not valid UTF-8" in " ".join(err.split()), err
 
 
 def test_the_paired_difference_is_in_the_json_too(tmp_path, capsys):
