@@ -457,7 +457,8 @@ def test_a_variant_runs_ledgers_and_scores_are_not_written_over(tmp_path, capsys
         '[[variants]]\nname = "b"\noptions = { threshold = 0.4 }\n'
     )
     run = tmp_path / "run"
-    code, _, err = cli(capsys, "run", config, "--out", run, "--quiet")
+    # --eval-dir: the variants' table went to the checkout's eval/, left there by every test run
+    code, _, err = cli(capsys, "run", config, "--out", run, "--eval-dir", tmp_path / "e", "--quiet")
     assert code == 0, err
     for target in (run / "a" / "val" / "items" / "en.jsonl", run / "b" / "val" / "scores.json"):
         kept = target.read_bytes()
