@@ -35,6 +35,23 @@ ROOT = Path(__file__).resolve().parent.parent
 VAL_EN = ROOT / "data" / "mushroom" / "val" / "mushroom.en-val.v2.extra.jsonl"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _checkout_output_folders_stay_as_they_were():
+    """A test that writes to the checkout's eval/, runs/ or submissions/ fails the session.
+
+    A scoring test left a variants table in eval/ at every run of the suite (found in a fresh
+    clone after CI); those folders are a user's, and a test writes under its own tmp_path.
+    """
+
+    def listing() -> set[Path]:
+        return {p for name in ("eval", "runs", "submissions") for p in (ROOT / name).glob("*")}
+
+    before = listing()
+    yield
+    added = sorted(str(p.relative_to(ROOT)) for p in listing() - before)
+    assert not added, f"tests wrote into the checkout (or a run of yours ran beside them): {added}"
+
+
 def install_fake_distribution(
     folder: Path, monkeypatch, name: str, version: str, group: str, entry: str
 ) -> None:
