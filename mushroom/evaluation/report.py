@@ -248,12 +248,6 @@ def _iou(item: Item, pred: Prediction) -> float:
     return item_iou([tuple(h) for h in item.hard_labels or []], [tuple(h) for h in pred.hard_labels], n)
 
 
-def _mean(values: list[float]) -> float:
-    """The mean of the values that are numbers (an empty answer's Cor is NaN); NaN if none is."""
-    kept = [v for v in values if v == v]
-    return float(np.mean(kept)) if kept else float("nan")
-
-
 def _cor(item: Item, pred: Prediction) -> float:
     """The item's official Cor (NaN when it has no gold, or an empty answer)."""
     if not item.is_labelled:
@@ -273,14 +267,16 @@ def _item_html(
     tag: str | None,
     unchecked: list[dict] | None = None,
     failed_in: Path | None = None,
+    scores: tuple[float, float] | None = None,
 ) -> str:
+    """One item's block; `scores` (IoU, Cor) when the page has them already, else computed."""
     n = len(item.model_output_text)
     soft, mask = prediction_vectors(pred, n) if pred else (np.zeros(n), np.zeros(n, dtype=bool))
     gold_mask = hard_to_mask(item.hard_labels or [], n)
     labelled = item.is_labelled
     iou = cor = float("nan")
     if labelled and pred is not None:
-        iou, cor = _iou(item, pred), _cor(item, pred)
+        iou, cor = scores if scores is not None else (_iou(item, pred), _cor(item, pred))
     ctx_html = (
         "".join(
             f"<details><summary>context: <bdi>{html.escape(c.source)}</bdi> ({plural(len(c.text), 'char')})</summary>"
@@ -482,6 +478,8 @@ def build_report(
         predicted = [item for item in items if item.id in preds]
         labelled = bool(predicted) and predicted[0].is_labelled
         ious = [_iou(item, preds[item.id]) for item in predicted] if labelled else []
+        cors = [_cor(item, preds[item.id]) for item in predicted] if labelled else []
+        scores = dict(zip([item.id for item in predicted], zip(ious, cors)))
         chosen = predicted
         if limit is not None and len(predicted) > limit:
             order = np.argsort(ious, kind="stable") if labelled else range(len(predicted))
@@ -497,12 +495,13 @@ def build_report(
                 tags.get(item.id),
                 unchecked.get(item.id),
                 failed.where if failed is not None and item.id in failed.failed else None,
+                scores.get(item.id),
             )
             blocks.append(block)
             shown.append(item.id)
         count = str(len(items)) if len(predicted) == len(items) else f"{len(predicted)} of {len(items)}"
-        cors = [_cor(item, preds[item.id]) for item in predicted] if labelled else []
-        means = (_mean(ious), _mean(cors)) if labelled else None
+        # as the scorer averages: an empty answer's NaN Cor makes its language's NaN, as there
+        means = (float(np.mean(ious)), float(np.mean(cors))) if labelled else None
         summary.append((lang, count, means))
     if not summary:
         wanted = ", ".join(data)
