@@ -213,9 +213,9 @@ def saved_gold(path: Path, split: str = "val", rows_of: dict[Path, list[int]] | 
             row = {k: v for k, v in json.loads(line).items() if not (k in LABEL_KEYS and v is None)}
             # the code as items read it ("EN" in official val files is "en"): the scorer names
             # a gold file's language from its file name, in lower case
-            lang = Item.model_validate(row).lang
-            by_lang.setdefault(safe_name(lang, "language code"), []).append(row)
-            row_numbers.setdefault(safe_name(lang, "language code"), []).append(row_number)
+            code = safe_name(Item.model_validate(row).lang, "language code")
+            by_lang.setdefault(code, []).append(row)
+            row_numbers.setdefault(code, []).append(row_number)
     if not any(row.get(key) is not None for rows in by_lang.values() for row in rows for key in LABEL_KEYS):
         raise DataError(
             [Problem(str(path), None, None, "no row has hard_labels or soft_labels: gold must be labelled")]
