@@ -328,6 +328,8 @@ def test_a_context_with_a_huge_token_keeps_few_prefixes_and_matches_stems_as_bef
         ("hi", "शहर बर्लिन है। म्यूनिख भी", ["शहर बर्लिन", "म्यूनिख"]),
         ("ar", "المدينة برلين؟ ميونخ", ["المدينة برلين", "ميونخ"]),
         ("fa", "شهر برلین؛ مونیخ", ["شهر برلین", "مونیخ"]),
+        ("en", "It was Berlin… Munich too", ["Berlin", "Munich"]),  # the ellipsis character
+        ("ja", "ベルリン｡ミュンヘン", ["ベルリン", "ミュンヘン"]),  # the half-width full stop
     ],
 )
 def test_a_gap_is_not_bridged_across_a_sentence_end_of_any_script(lang, answer, spans):
