@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +124,35 @@ class Problem:
 def duplicate_id(path: str | Path, line: int, item_id: str, first: int) -> Problem:
     """A line whose id an earlier line of the same file has: every reader refuses it alike."""
     return Problem(str(path), line, "id", f"duplicate id {item_id!r} (first on line {first})")
+
+
+UNKNOWN_ID = "is not among the items"
+"""How the error of a prediction line whose id no item has reads (`check` counts them apart)."""
+
+
+def unknown_id(path: str | Path, line: int | None, item_id: str, known: Container[str]) -> Problem:
+    """A line whose id no item has, with the item's id when only its writing differs."""
+    return Problem(str(path), line, "id", f"id {item_id!r} {UNKNOWN_ID}{near_id(item_id, known)}")
+
+
+def near_id(item_id: str, known: Container[str]) -> str:
+    """Says which item an unknown id is written differently for, or "".
+
+    Ids are compared as written, as the official scorer compares them; an id that an editor
+    or a tool re-encoded (NFC/NFD) or padded with spaces looks equal on screen and is still
+    "not among the items", with nothing to see. Only the id's own forms are looked up, so a
+    file whose every id is unknown costs no more than one whose ids are all known.
+    """
+    import unicodedata
+
+    forms = [(item_id.strip(), "without the spaces around it")]
+    forms += [
+        (unicodedata.normalize(f, item_id), f"the same letters in Unicode form {f}") for f in ("NFC", "NFD")
+    ]
+    for form, why in forms:
+        if form != item_id and form in known:
+            return f": an item has {form!r} ({why}; ids are compared as written)"
+    return ""
 
 
 class Interrupted(MushroomError):

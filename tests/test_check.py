@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from cli_helpers import cli
 from conftest import ROOT, VAL_EN, heavy_val_lines, traced, write_lines
 
@@ -423,3 +424,32 @@ def test_check_holds_items_without_the_answering_models_logits(tmp_path, capsys)
     )
     code, out, _ = cli(capsys, "check", pred, "--items", items_file)
     assert code == 0 and "OK (200 predictions" in out
+
+
+def test_an_id_written_in_another_unicode_form_or_padded_names_the_item_it_meant(tmp_path):
+    """An NFD id (a macOS tool, an editor) looks equal on screen and was only "not among the items"."""
+    import unicodedata
+
+    from mushroom.data.predictions import load_predictions
+    from mushroom.errors import DataError
+
+    nfc = unicodedata.normalize("NFC", "val-fr-café-1")
+    items = _items(
+        tmp_path, [{"id": nfc, "lang": "fr", "model_input": "q?", "model_output_text": "Un café."}]
+    )
+    nfd = unicodedata.normalize("NFD", nfc)
+    pred = write_lines(
+        tmp_path / "p.jsonl", [{"id": nfd, "hard_labels": []}, {"id": "zzz ", "hard_labels": []}]
+    )
+    text = "\n".join(str(p) for p in check_file(pred, items).errors)
+    assert f"p.jsonl:1: field 'id': id {nfd!r} is not among the items: an item has {nfc!r} (the same " in text
+    assert "Unicode form NFC; ids are compared as written)" in text
+    assert "p.jsonl:2: field 'id': id 'zzz ' is not among the items\n" in text + "\n"  # no item is near
+    # the scorer's reader says the same (score, ensemble and stack read through it)
+    with pytest.raises(DataError) as caught:
+        load_predictions(pred, {nfc: 8})
+    said = str(caught.value)
+    assert f"an item has {nfc!r} (the same letters in Unicode form NFC" in said
+    padded = write_lines(tmp_path / "q.jsonl", [{"id": f" {nfc}\t", "hard_labels": []}])
+    text = "\n".join(str(p) for p in check_file(padded, items).errors)
+    assert f"an item has {nfc!r} (without the spaces around it;" in text

@@ -344,7 +344,8 @@ def check(
     from mushroom.data.hf import is_saved_dataset
     from mushroom.data.predictions import items_of_file, load_predictions, prediction_file_lang
     from mushroom.data.runfolder import FailureCheck
-    from mushroom.evaluation.check import UNKNOWN_ID, check_file
+    from mushroom.errors import UNKNOWN_ID
+    from mushroom.evaluation.check import check_file
     from mushroom.evaluation.saved_predictions import saved_predictions
     from mushroom.evaluation.submission_check import is_submission
 

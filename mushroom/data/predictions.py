@@ -21,7 +21,7 @@ from mushroom.data.spans import (
     span_problems,
     vector_to_soft,
 )
-from mushroom.errors import DataError, Problem, duplicate_id
+from mushroom.errors import DataError, Problem, duplicate_id, unknown_id
 from mushroom.util.names import safe_name
 
 
@@ -120,7 +120,7 @@ def _row_prediction(
     if lengths is not None:
         length = lengths.get(pred.id)
         if length is None and not other_ids:
-            problems.append(Problem(str(path), line, "id", f"id {pred.id!r} is not among the items"))
+            problems.append(unknown_id(path, line, pred.id, lengths))
             return None
     span_errors = prediction_span_problems(pred, length, (str(path), line))
     if span_errors:

@@ -25,11 +25,8 @@ from mushroom.data.label_files import (
     misspelled_on_every_line,
 )
 from mushroom.data.records import Item
-from mushroom.errors import Problem, duplicate_id
+from mushroom.errors import Problem, duplicate_id, unknown_id
 from mushroom.util.words import close_match, no_prediction, plural
-
-UNKNOWN_ID = "is not among the items"
-"""How the error of a prediction line whose id no item has ends (`check` counts them apart)."""
 
 
 @dataclass
@@ -231,7 +228,7 @@ def check_rows(
             continue
         seen[rid] = line
         if rid not in by_id:
-            report.errors.append(Problem(path, line, "id", f"id {rid!r} {UNKNOWN_ID}"))
+            report.errors.append(unknown_id(path, line, rid, by_id))
             report.unknown_ids += 1
             continue
         _check_row(row, by_id[rid], (path, line), report)
