@@ -136,6 +136,13 @@ def test_score_json_dash_prints_only_json(capsys):
     assert code == 0
     assert json.loads(out)["n"] == 50
     assert "IoU: 1.00000000" in err
+    # a score kept alone names what it was computed on and with
+    from mushroom.version import __version__
+
+    scored = json.loads(out)["scored"]
+    assert scored == {"gold": str(VAL_EN.resolve()), "pred": str(VAL_EN.resolve()), "partial": False} | {
+        "mushroom": __version__
+    }
 
 
 def test_json_and_output_into_one_file_is_refused(tmp_path, capsys):

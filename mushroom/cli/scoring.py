@@ -116,6 +116,7 @@ def score(
         )
     if json_out is not None:
         payload = _json_payload(result) | ({"paired_vs_compare": paired} if paired is not None else {})
+        payload["scored"] = _provenance(gold, pred, compare, partial)
         text = json.dumps(_no_nan(payload), indent=2, ensure_ascii=False, allow_nan=False)
         if json_only:
             echo(text)
@@ -137,6 +138,14 @@ def _json_payload(result: ScoreResult) -> dict[str, Any]:
         "per_lang": {k: v.to_dict() for k, v in result.by_lang().items()},
         "warnings": result.warnings,
     }
+
+
+def _provenance(gold: Path, pred: Path, compare: Path | None, partial: bool) -> dict[str, Any]:
+    """What a saved score was computed on and with: a JSON file kept alone named neither."""
+    from mushroom.version import __version__
+
+    files = {"gold": gold, "pred": pred} | ({"compare": compare} if compare is not None else {})
+    return {k: str(v.resolve()) for k, v in files.items()} | {"partial": partial, "mushroom": __version__}
 
 
 def _no_nan(value: Any) -> Any:
