@@ -511,7 +511,7 @@ def test_an_ensemble_takes_detect_items_run_folders(tmp_path, capsys, monkeypatc
     write_lines(tmp_path / "items.jsonl", rows)
     for name, threshold in (("a", "0.3"), ("b", "0.6")):
         code, _, err = cli(
-            capsys, "detect", "--items", "items.jsonl", "--contexts", "", "--out", name, "-o",
+            capsys, "detect", "--items", "items.jsonl", "--contexts", "none", "--out", name, "-o",
             f"threshold={threshold}", "--quiet",
         )  # fmt: skip
         assert code == 0, err
@@ -527,7 +527,7 @@ def _stack_and_items_member(tmp_path, capsys):
     rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:4]]
     items = write_lines(tmp_path / "items.jsonl", rows)
     member = tmp_path / "member"
-    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", member, "--quiet")
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "none", "--out", member, "--quiet")
     assert code == 0, err
     return stack, rows, items, member
 
@@ -590,7 +590,7 @@ def test_an_answer_edited_since_a_run_is_refused_not_read_with_that_runs_spans(t
         )
     assert not any((tmp_path / n).exists() for n in ("applied", "vote.jsonl", "r.html", "eval", "s.svg"))
     # the run's own command computes the edited item again; then all is well
-    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", member, "--quiet")
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "none", "--out", member, "--quiet")
     assert code == 0, err
     code, _, err = cli(
         capsys, "stack", "apply", stack, f"lex={member}", "--items", items, "--out", tmp_path / "applied"

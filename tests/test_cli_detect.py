@@ -158,6 +158,8 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
             ["--lang", "en", "--contexts", "tavily-5,perplexty?"],
             "nor for any split or language: the '?' skips a missing file, not a misspelt name",
         ),
+        # an unset $CTX in a script: every item was checked against nothing, exit 0
+        (["--lang", "en", "--contexts", " "], "names no source, and the lexical detector checks answers"),
         (["--items", VAL_EN, "--split", "test"], "replaces --split test"),
         (["--backend", "openai", "--base-url", "notaurl", "--model", "m"], "is not an http(s) URL"),
         # the client adds the endpoint: it asked for .../chat/completions/chat/completions, after a folder
@@ -202,6 +204,15 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
     config.write_text('name = "c"\n[detector]\nname = "llm"\n[detector.options.backend]\nkind = "openai"\n')
     code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
     assert code == 2 and "needs `base_url`" in err and not out.exists()
+    code, _, err = cli(capsys, "main-job", "--lang", "en", "--contexts", "", "--out", out, "--quiet")
+    assert code == 2 and "names no source, and the stack detector" in err and not out.exists()
+    config.write_text('name = "c"\ncontexts = []\n[detector]\nname = "semantic"\n')
+    code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
+    assert code == 2 and "c.toml:2: field 'contexts': names no source, and the semantic" in err, err
+    assert not out.exists()
+    config.write_text('job = "main"\ncontexts = []\n')
+    code, _, err = cli(capsys, "main-job", "--config", config, "--out", out, "--quiet")
+    assert code == 2 and "c.toml:2: field 'contexts': List should have at least 1 item" in err, err
     # languages and context files are read before the folder is made too
     for args in (["--lang", "xx"], ["--lang", "yy", "--detector", "lexical"]):
         code, _, err = cli(capsys, "main-job", *args, "--out", out, "--quiet")
@@ -277,7 +288,7 @@ def test_options_that_would_do_nothing_or_repeat_a_vote_are_refused(tmp_path, ca
     for bad in ("nan", "-1"):  # no vote at all, or a negative one, would empty every prediction
         code, _, err = cli(capsys, "detect", "-o", f"source_weights.deepseek-r1={bad}", "--out", out)
         assert code == 2 and "source_weights.deepseek-r1" in err and not out.exists(), err
-    code, _, err = cli(capsys, "detect", "-o", "source_weights.foo=2", "--contexts", "", "--out", out)
+    code, _, err = cli(capsys, "detect", "-o", "source_weights.foo=2", "--contexts", "none", "--out", out)
     assert code == 2 and "valid: (none)" in err and not out.exists()
     # a repeated temperature is the same request: the cache would answer it with the first
     args = ["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--out", out]
@@ -464,7 +475,7 @@ def test_a_base_model_is_refused_for_generation_before_its_download(tmp_path, ca
 def test_a_run_over_an_items_file_says_how_to_score_it(tmp_path, capsys):
     items = write_lines(tmp_path / "items.jsonl", GOLD_ROWS[:3])
     run = tmp_path / "run"
-    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", run, "--quiet")
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "none", "--out", run, "--quiet")
     assert code == 0, err
     # the items file the run recorded is read, where it still is
     code, _, err = cli(capsys, "report", run, "--out", tmp_path / "r.html")
@@ -493,7 +504,7 @@ def test_a_run_over_an_items_file_says_how_to_score_it(tmp_path, capsys):
     # an items file named like an official one (a language in its name): its run is scored too
     named = write_lines(tmp_path / "mushroom.en-val.v2.jsonl", GOLD_ROWS[:3])
     run = tmp_path / "named"
-    code, _, err = cli(capsys, "detect", "--items", named, "--contexts", "", "--out", run, "--quiet")
+    code, _, err = cli(capsys, "detect", "--items", named, "--contexts", "none", "--out", run, "--quiet")
     assert code == 0, err
     code, out, err = cli(capsys, "score", named, run)
     assert code == 0 and "IoU: " in out, err
@@ -840,7 +851,7 @@ def test_a_config_json_that_is_no_runs_is_kept_and_named(tmp_path, capsys):
 
 def test_items_context_files_that_share_a_name_are_a_folder_or_none_are_named(tmp_path, capsys):
     """Two files named ctx.jsonl were "context source ctx named twice"; a folder was "not
-    found: ['it']". (`--contexts ""` runs with no contexts, on purpose.)"""
+    found: ['it']". (`--contexts none` runs with no contexts, on purpose.)"""
     rows = [json.loads(line) for line in VAL_EN.read_text().splitlines()[:2]]
     items = write_lines(tmp_path / "items.jsonl", rows)
     for folder in ("a", "b"):
@@ -924,7 +935,7 @@ def test_a_partly_labelled_items_file_says_why_it_is_not_scored(tmp_path, capsys
     rows = [GOLD_ROWS[0], {k: v for k, v in GOLD_ROWS[1].items() if k not in ("soft_labels", "hard_labels")}]
     items = write_lines(tmp_path / "items.jsonl", rows)
     code, out, err = cli(
-        capsys, "detect", "--items", items, "--contexts", "", "--out", tmp_path / "run", "--quiet"
+        capsys, "detect", "--items", items, "--contexts", "none", "--out", tmp_path / "run", "--quiet"
     )
     said = " ".join((out + err).split())
     assert code == 0 and "not scored: 1 of the 2 items" in said and "have gold labels" in said, out + err
@@ -935,7 +946,7 @@ def test_a_run_whose_table_shows_cor_nan_says_why(tmp_path, capsys):
     rows = [dict(GOLD_ROWS[0], model_output_text="", soft_labels=[], hard_labels=[]), *GOLD_ROWS[1:3]]
     items = write_lines(tmp_path / "items.jsonl", rows)
     code, out, err = cli(
-        capsys, "detect", "--items", items, "--contexts", "", "--out", tmp_path / "run", "--quiet"
+        capsys, "detect", "--items", items, "--contexts", "none", "--out", tmp_path / "run", "--quiet"
     )
     said = " ".join(err.split())
     assert code == 0 and "nan" in out and "with an empty answer" in said and "Cor NaN" in said, out + err
@@ -947,7 +958,7 @@ def test_an_items_run_s_score_warnings_name_its_file(tmp_path, capsys):
     rows[1] = {**rows[1], "model_output_text": "", "soft_labels": [], "hard_labels": []}
     items = write_lines(tmp_path / "items.jsonl", rows)
     out = tmp_path / "run"
-    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", out, "--quiet")
+    code, _, err = cli(capsys, "detect", "--items", items, "--contexts", "none", "--out", out, "--quiet")
     said = " ".join(err.split())
     assert code == 0 and "<items>" not in said, err
     assert f"{out / 'predictions'}" in said and "1 item with an empty answer" in said, said

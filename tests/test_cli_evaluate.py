@@ -44,7 +44,7 @@ def test_run_readers_check_spans_against_the_items(tmp_path, capsys, command):
     rows = [{"id": r["id"], "hard_labels": r["hard_labels"]} for r in GOLD_ROWS]
     rows[2]["hard_labels"] = [[0, 10000]]
     write_lines(run / "mushroom.en-val.v2.jsonl", rows)
-    extra = ["--svg", tmp_path / "s.svg"] if command == "sweep" else ["--contexts", ""]
+    extra = ["--svg", tmp_path / "s.svg"] if command == "sweep" else ["--contexts", "none"]
     code, _, err = cli(capsys, command, run, "--lang", "en", *extra)
     assert code == 1
     assert f"mushroom.en-val.v2.jsonl:3: id '{GOLD_ROWS[2]['id']}': field 'hard_labels.0'" in err

@@ -599,7 +599,7 @@ def test_a_detect_items_run_of_several_languages_is_scored_against_its_items_fil
         rows += [json.loads(line) for line in gold.read_text().splitlines()[:3]]
     items = write_lines(tmp_path / "items.jsonl", rows)
     run = tmp_path / "run"
-    code, out, err = cli(capsys, "detect", "--items", items, "--contexts", "", "--out", run, "--quiet")
+    code, out, err = cli(capsys, "detect", "--items", items, "--contexts", "none", "--out", run, "--quiet")
     assert code == 0, err
     detect_iou = json.loads((run / "scores.json").read_text())
     code, out, err = cli(capsys, "score", items, run, "--json", tmp_path / "s.json")
@@ -610,7 +610,17 @@ def test_a_detect_items_run_of_several_languages_is_scored_against_its_items_fil
     # compare and sweep read such runs against their items file too
     other = tmp_path / "other"
     code, _, err = cli(
-        capsys, "detect", "--items", items, "--contexts", "", "--out", other, "--quiet", "-o", "threshold=0.5"
+        capsys,
+        "detect",
+        "--items",
+        items,
+        "--contexts",
+        "none",
+        "--out",
+        other,
+        "--quiet",
+        "-o",
+        "threshold=0.5",
     )
     assert code == 0, err
     code, _, err = cli(capsys, "compare", run, other)

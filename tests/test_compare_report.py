@@ -385,7 +385,7 @@ def test_a_report_shows_the_contexts_its_run_read(tmp_path):
     assert "perplexity-sonar-pro" in page.read_text()
     # a run that read no context at all shows none
     bare = tmp_path / "bare"
-    args = ["detect", "--split", "val", "--lang", "en", "--limit", "1", "--contexts", ""]
+    args = ["detect", "--split", "val", "--lang", "en", "--limit", "1", "--contexts", "none"]
     assert runner.invoke(app, [*args, "--out", str(bare), "--quiet"]).exit_code == 0
     assert runner.invoke(app, ["report", str(bare), "--out", str(page)]).exit_code == 0
     assert "no context" in page.read_text() and "deepseek-r1" not in page.read_text()

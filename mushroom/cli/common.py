@@ -11,7 +11,7 @@ import typer
 
 from mushroom.cli.boundary import FLAG, err_console, out_console
 from mushroom.cli.tables import RichReporter
-from mushroom.data.contexts import DEFAULT_SOURCES
+from mushroom.data.contexts import DEFAULT_SOURCES, NO_CONTEXTS
 from mushroom.data.languages import language_code
 from mushroom.data.records import ErrorType
 from mushroom.errors import MushroomError
@@ -111,12 +111,36 @@ Langs = Annotated[
 
 # The default is named in the help with spaces: as one long token, the help table cut it
 # short with an ellipsis on an 80-column terminal.
+def context_sources(text: str, needed_by: str | None) -> tuple[str, ...]:
+    """`--contexts` as source names; none is refused when the detector checks against contexts.
+
+    An unset variable in a script (`--contexts "$CTX"`) ran every item against nothing and
+    exited 0, with one warning: the detector's predictions were worthless.
+
+    Args:
+        text: the option's value.
+        needed_by: what reads the contexts ("the lexical detector"), or None when nothing
+            needs them (an LLM judging on its own knowledge may run with none).
+    """
+    names = tuple(split_names(text, what="context source"))
+    if names == (NO_CONTEXTS,):  # on purpose: a plumbing check, or an LLM on its own knowledge
+        return ()
+    if not names and needed_by is not None:
+        raise MushroomError(
+            f"--contexts {text!r} names no source, and {needed_by} checks answers against contexts; "
+            f"name one or more (the default: {DEFAULT_CONTEXTS}), or give `--contexts {NO_CONTEXTS}` "
+            "to run with none on purpose (it flags nothing)"
+        )
+    return names
+
+
 Contexts = Annotated[
     str,
     typer.Option(
         "--contexts",
         show_default=False,
-        help="context sources, comma-separated \\[default: " + ", ".join(DEFAULT_SOURCES) + "]",
+        help="context sources, comma-separated; a trailing ? skips a source with no file; "
+        f"'{NO_CONTEXTS}': no contexts \\[default: " + ", ".join(DEFAULT_SOURCES) + "]",
     ),
 ]
 

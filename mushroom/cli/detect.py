@@ -16,6 +16,7 @@ from mushroom.cli.common import (
     Contexts,
     Langs,
     Quiet,
+    context_sources,
     items_option,
     lang_codes,
     reporter,
@@ -80,7 +81,7 @@ def detect(
     if items_file is None:
         split = split or "val"
     det = build(detector, options)
-    sources = tuple(split_names(contexts))
+    sources = context_sources(contexts, f"the {detector} detector" if det.needs_contexts else None)
     data = context_files = None
     said: list[str] = []  # what the items file's check warned of, for the run's summary.json
 
@@ -285,15 +286,16 @@ def main_job(
                 f"--config {config} sets up the stack; it does not go with --detector {detector}"
             )
         job.take_file(ctx, config)
-    sources = tuple(split_names(job.contexts))
     _refuse_stack_flags(detector, job, no_val, plan_only)
-    from mushroom.detectors import available
+    from mushroom.detectors import available, detector_class
 
     if detector != "stack" and detector not in available():  # 'stak' was told of every detector but stack
         choices = ["stack", *available()]
         raise MushroomError(
             f"unknown --detector {detector!r}{did_you_mean(detector, choices)}; one of {', '.join(choices)}"
         )
+    reads = detector == "stack" or detector_class(detector).needs_contexts
+    sources = context_sources(job.contexts, f"the {detector} detector" if reads else None)
     if detector != "stack":
         run_main(
             out=out,

@@ -20,16 +20,16 @@ from mushroom.cli.boundary import (
 from mushroom.cli.common import (
     DEFAULT_CONTEXTS,
     TAGS_HELP,
-    Contexts,
     Langs,
+    context_sources,
     file_stem,
     given_twice,
     load_items_option,
     refuse_out_in_runs,
 )
 from mushroom.cli.tables import paired_table
+from mushroom.data.contexts import NO_CONTEXTS
 from mushroom.errors import DataError, MushroomError
-from mushroom.util.options import split_names
 from mushroom.util.words import listed, plural
 
 
@@ -375,7 +375,15 @@ def report(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="a run folder")],
     split: Annotated[str, typer.Option("--split", help="split whose predictions to show")] = "val",
     lang: Langs = None,
-    contexts: Contexts = DEFAULT_CONTEXTS,
+    contexts: Annotated[
+        str,
+        typer.Option(
+            "--contexts",
+            show_default=False,
+            help=f"context sources to show, comma-separated; '{NO_CONTEXTS}': none "
+            "(default: those the run read)",
+        ),
+    ] = DEFAULT_CONTEXTS,
     tags: Annotated[Path | None, typer.Option("--tags", help=TAGS_HELP)] = None,
     out: Annotated[
         Path | None,
@@ -418,7 +426,7 @@ def report(
         split = "items"
         if contexts == DEFAULT_CONTEXTS:  # --items given, --contexts not: those the run read
             contexts = _kept_contexts(run_dir)
-        named = split_names(contexts) if contexts != DEFAULT_CONTEXTS else []
+        named = context_sources(contexts, None) if contexts != DEFAULT_CONTEXTS else ()
         context_files = [input_file(Path(name), "--contexts") for name in named]
     elif items_files(run_dir):  # it said to score the run, which is no answer to "show it"
         raise MushroomError(
@@ -436,7 +444,7 @@ def report(
     tag_map = load_tags(input_file(tags, "--tags")) if tags else None
     try:
         page = build_report(
-            run_dir, split, lang, tuple(split_names(contexts)), tag_map, by_lang, context_files, limit
+            run_dir, split, lang, context_sources(contexts, None), tag_map, by_lang, context_files, limit
         )
     except MushroomError as exc:
         if not from_run or "no context file" not in str(exc):

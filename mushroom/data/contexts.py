@@ -35,6 +35,7 @@ _HERE = PROJECT_ROOT / "contexts" if IN_CHECKOUT else Path.cwd() / "contexts"
 DEFAULT_CONTEXT_DIR = Path(os.environ.get("MUSHROOM_CONTEXT_DIR") or _HERE)
 # The fact-check source exists for English only (val and test): optional.
 DEFAULT_SOURCES = ("perplexity-sonar-pro", "deepseek-r1", "qa_perplexity-sonar-pro?")
+NO_CONTEXTS = "none"  # `--contexts none`: no context on purpose (an empty value is a mistake)
 # The cosine to the question below which `--grade embedding` calls a context irrelevant
 DEFAULT_MIN_SIMILARITY = 0.3
 GRADES_SUFFIX = ".grades"  # `<split>.<lang>.<source>.grades.jsonl`: contextgen's decisions, not a source

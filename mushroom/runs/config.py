@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
 
-from mushroom.data.contexts import DEFAULT_SOURCES
+from mushroom.data.contexts import DEFAULT_SOURCES, NO_CONTEXTS
 from mushroom.data.jsonl import refuse_irregular
 from mushroom.data.languages import language_code
 from mushroom.data.splits import LABELLED_SPLITS, load_split, same_items, workspace
@@ -177,7 +177,8 @@ class MainJobConfig(BaseModel):
     members: list[str] = Field(default_factory=_default_members, min_length=1)
     options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="member -> its options")
     langs: list[str] | None = Field(None, min_length=1, description="languages (default: all 14)")
-    contexts: list[str] = Field(default_factory=lambda: list(DEFAULT_SOURCES))
+    # the stack's members check answers against contexts: `contexts = []` ran them on nothing
+    contexts: list[str] = Field(default_factory=lambda: list(DEFAULT_SOURCES), min_length=1)
     member_contexts: list[str] | None = Field(
         None, min_length=1, description="the contexts the model-backed members read (default: contexts)"
     )
@@ -402,6 +403,19 @@ def _load_run_config(path: Path) -> RunConfig:
         source_names(cfg.contexts)
     except MushroomError as exc:
         problems.append(Problem(str(path), None, "contexts", str(exc)))
+    if not cfg.contexts and _reads_contexts(cfg.detector.name):  # it ran against nothing, exit 0
+        problems.append(
+            Problem(
+                str(path),
+                None,
+                "contexts",
+                f"names no source, and the {cfg.detector.name} detector checks answers against contexts; "
+                f'name one or more, leave the key out for the default, or give ["{NO_CONTEXTS}"] to run '
+                "with none on purpose (it flags nothing)",
+            )
+        )
+    if cfg.contexts == [NO_CONTEXTS]:
+        cfg.contexts = []
     variants = [(v.name, v.options) for v in cfg.variants]
     problems += _detector_problems(path, cfg.detector.name, cfg.detector.options, variants, not problems)
     problems.sort(key=lambda p: p.field != "detector.name")  # the rest follow from the detector
@@ -415,6 +429,13 @@ def _load_run_config(path: Path) -> RunConfig:
     if problems:
         raise DataError(problems, exit_code=2)
     return cfg
+
+
+def _reads_contexts(name: str) -> bool:
+    """Whether the detector `name` checks answers against contexts (False for an unknown one)."""
+    from mushroom.detectors import available, detector_class
+
+    return name in available() and detector_class(name).needs_contexts
 
 
 def _raw_detector_tables(data: dict[str, Any]) -> tuple[str, dict, list[tuple[str, dict]]] | None:
