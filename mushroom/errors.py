@@ -219,6 +219,12 @@ _HUB_LOOKUP = re.compile(
     r"|couldn't connect|name or service not known",
     re.IGNORECASE,
 )
+# what safetensors, torch and the GGUF reader say of a file cut short or damaged
+_DAMAGED = re.compile(
+    r"SafetensorError|incomplete metadata|invalid header|header too (?:large|small)|cannot reshape array"
+    r"|unexpected end of file|file is truncated|truncated file|unexpected EOF|PytorchStreamReader failed",
+    re.IGNORECASE,
+)
 
 
 def load_failure(what: str, name: str, exc: BaseException) -> str:
@@ -234,6 +240,12 @@ def load_failure(what: str, name: str, exc: BaseException) -> str:
             "looked up on the Hugging Face hub; check the name (a local model is given by its "
             "folder's path, e.g. ./models/x). Where there is no network, HF_HUB_OFFLINE=1 makes a "
             "wrong name fail at once. The run stops here: the same command retries it"
+        )
+    if _DAMAGED.search(f"{type(exc).__name__}: {said}"):  # running again reads the same bytes
+        return (
+            f"{what} {name!r} could not be loaded ({said}): its files look damaged or cut short (a "
+            "download or copy that did not finish?); fetch or copy them again (a registry name: "
+            "`mushroom models pull --force NAME`). The run stops here"
         )
     return (
         f"{what} {name!r} could not be loaded ({said}); the run stops here: "

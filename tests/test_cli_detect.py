@@ -455,6 +455,19 @@ def test_a_model_that_cannot_be_loaded_stops_the_run_instead_of_failing_each_ite
     said = " ".join(err.split())
     assert code not in (0, 3) and "could not be loaded" in said and str(folder) in said, err
     assert "to retry only them" not in said and not (out / "failures.jsonl").exists()
+    # a model file cut short: running again reads the same bytes, so it says to fetch it again
+    from tiny_models import tiny_llama, word_tokenizer
+
+    words = ["[PAD]", "[UNK]", "</s>", "a", "b"]
+    word_tokenizer(words).save_pretrained(folder)
+    tiny_llama(len(words), 64).save_pretrained(folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])
+    code, _, err = cli(capsys, "detect", *args[:-1], tmp_path / "run2", "--quiet")
+    said = " ".join(err.split())
+    assert (
+        code == 2 and "its files look damaged or cut short" in said and "run the same command" not in said
+    ), err
 
 
 def test_a_base_model_is_refused_for_generation_before_its_download(tmp_path, capsys):

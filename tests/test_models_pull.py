@@ -173,3 +173,26 @@ def test_cli_pull_prints_the_path_and_list_shows_cached(local_index):
         line for line in runner.invoke(models_app, ["list"]).output.splitlines() if "tiny-gguf" in line
     )
     assert "yes" in row
+
+
+def test_a_cache_that_is_a_file_is_one_line_naming_the_setting(local_index, tmp_path, monkeypatch):
+    """A MUSHROOM_CACHE_DIR that was a file failed every item of a run with a raw OSError, exit 3."""
+    blocker = tmp_path / "cfile"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("MUSHROOM_CACHE_DIR", str(blocker))
+    with pytest.raises(MushroomError) as err:
+        zoo.pull("tiny-gguf")
+    assert "cannot be used" in str(err.value) and "set MUSHROOM_CACHE_DIR to a folder you can write" in str(
+        err.value
+    )
+
+
+def test_pull_force_drops_the_converted_copies_beside_the_file(local_index):
+    path = zoo.pull("tiny-gguf")
+    converted = path.parent / "transformers-9.9.9-0123456789abcdef"
+    converted.mkdir()
+    (converted / "config.json").write_text("{}")
+    zoo.pull("tiny-gguf")  # not forced: kept
+    assert converted.is_dir()
+    zoo.pull("tiny-gguf", force=True)  # a damaged copy was left in place, and read on every run
+    assert not converted.exists() and zoo.is_cached("tiny-gguf")

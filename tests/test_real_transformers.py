@@ -94,6 +94,28 @@ def test_second_load_uses_the_converted_copy_and_scores_the_same(backend, reques
     assert again._prompt_ids(requests[1].messages) == backend._prompt_ids(requests[1].messages)
 
 
+def test_a_damaged_converted_copy_is_made_again_from_the_verified_gguf(smollm2_path, tmp_path, monkeypatch):
+    """A copy cut short failed every later run, and `models pull` found the GGUF verified."""
+    import shutil
+
+    from mushroom.backends.hf import TransformersBackend, _converted_dir
+
+    cache = tmp_path / "cache"
+    (cache / "models" / "smollm2").mkdir(parents=True)
+    shutil.copy(smollm2_path, cache / "models" / "smollm2" / smollm2_path.name)
+    monkeypatch.setenv("MUSHROOM_CACHE_DIR", str(cache))
+    folder = _converted_dir(zoo.resolve_model("smollm2", pull_missing=False))
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    (folder / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{")  # cut short
+    again = TransformersBackend(BackendConfig(kind="transformers", model="smollm2", device="cpu"))
+    assert any("could not be read" in w and "it is made again from" in w for w in again.warnings), (
+        again.warnings
+    )
+    assert (folder / "model.safetensors").stat().st_size > 1_000_000  # saved whole this time
+    again.close()
+
+
 def test_loglikelihood_of_any_label_wording_is_finite_and_exact(backend, requests):
     msgs = requests[0].messages
     labels = [" Yes", " No", "Yes", "No", "Oui", '{"incorrect_spans": []}']

@@ -38,7 +38,7 @@ from mushroom.backends.base import (
     by_text,
 )
 from mushroom.backends.config import DTYPE_NAMES
-from mushroom.errors import MushroomError, load_failure
+from mushroom.errors import MushroomError, error_text, load_failure
 from mushroom.models import zoo
 from mushroom.models.zoo import ResolvedModel, resolve_model
 
@@ -122,9 +122,10 @@ class TransformersBackend(Backend):
     def __init__(self, config: BackendConfig, model: Any = None, tokenizer: Any = None):
         super().__init__(config)
         self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.resolved = resolve_model(config.model) if model is None or tokenizer is None else None
+        self.resolved = None
         if model is None or tokenizer is None:
             try:
+                self.resolved = resolve_model(config.model)  # a pull into an unusable cache raised here
                 loaded_model, loaded_tokenizer = self._load(config)
             except MushroomError:
                 raise
@@ -163,7 +164,18 @@ class TransformersBackend(Backend):
         converted = _converted_dir(resolved)
         source, load = resolved.source, ({"gguf_file": resolved.gguf_file} if resolved.gguf_file else {})
         if converted is not None and (converted / "config.json").is_file():
-            source, load = str(converted), {}
+            try:
+                with quiet_loading():
+                    tokenizer = AutoTokenizer.from_pretrained(converted)
+                    return AutoModelForCausalLM.from_pretrained(converted, **dtype, **config.extra), tokenizer
+            except Exception as exc:  # noqa: BLE001 - any damage: the verified GGUF is the source
+                # a copy cut short (a full disk, a kill mid-save) failed every run for good:
+                # `models pull` found the GGUF verified, and nothing said to delete the copy
+                self.warn(
+                    f"the converted copy {converted} could not be read ({error_text(exc)}); "
+                    f"it is made again from {resolved.file}"
+                )
+                shutil.rmtree(converted, ignore_errors=True)
         with quiet_loading():
             tokenizer = AutoTokenizer.from_pretrained(source, **load)
             model = AutoModelForCausalLM.from_pretrained(source, **load, **dtype, **config.extra)

