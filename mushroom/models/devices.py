@@ -19,6 +19,22 @@ def check_model_path(model: str, where: str) -> None:
 
     A name that does not start with `/`, `.` or `~` may be a hub name: that is the hub's to check.
     """
+    from mushroom.models.zoo import BUNDLED_ENCODER, ENCODERS
+
+    bundled_name = BUNDLED_ENCODER.split(":", 1)[1]
+    if model != BUNDLED_ENCODER and (
+        model.lower().startswith("bundled:")
+        or model.lower() in (bundled_name.lower(), BUNDLED_ENCODER.lower())
+    ):  # a typo of the bundled encoder went to the hub, and failed after a minute of retries
+        raise MushroomError(
+            f"{where} {model!r}: the bundled encoder is {BUNDLED_ENCODER!r} (on the hub, "
+            f"sentence-transformers/{bundled_name})"
+        )
+    if model in ENCODERS.names() and model != BUNDLED_ENCODER:
+        raise MushroomError(
+            f"{where} {model!r}: {model} is the semantic detector's multilingual channel "
+            "(-o multilingual=true), not an encoder loaded by name"
+        )
     folder = Path(model).expanduser()
     if model.startswith(("/", ".", "~")) and not folder.is_dir():
         raise MushroomError(

@@ -182,7 +182,8 @@ def check_model_name(name: str, backend: str) -> str:
             f"the {backend} backend needs `model` (--model): a registry name ({known}), "
             "a .gguf file, a local model folder or a hub id"
         )
-    close = close_match(name.lower(), REGISTRY, cutoff=0.75)
+    # "gemma3" for "gemma3-270m" is far by the ratio: it went to the hub, a minute of retries
+    close = close_match(name.lower(), REGISTRY, cutoff=0.75, prefix="/" not in name)
     if name not in REGISTRY and close and not Path(name).expanduser().exists():
         raise ValueError(f"no model called {name!r}{suggest(name.lower(), list(REGISTRY))}")
     return name
