@@ -405,6 +405,11 @@ def test_option_mistakes_say_how_to_write_them(tmp_path, capsys):
     assert (
         code == 2 and """write a list in JSON: -o 'yes_words=["yes", "oui"]'""" in err
     )  # it said [[yes,oui]]
+    # a TOML inline table, as a config writes it: the hint split it on commas, and failed as given
+    code, _, err = cli(
+        capsys, "detect", "--detector", "pyes", "-o", 'models=[{kind="openai",model="m"}]', "--out", out
+    )
+    assert code == 2 and """write it in JSON: -o 'models=[{"kind": "openai", "model": "m"}]'""" in err, err
     code, _, err = cli(capsys, "detect", "--detector", "llm", "-o", "temperatures=[0.1]", "--temperatures", "0.2",
                        "--out", out)  # fmt: skip
     assert code == 2 and "--temperatures and -o temperatures=… both given" in err and not out.exists()

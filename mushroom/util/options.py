@@ -223,6 +223,14 @@ def value_hint(err: Mapping[str, Any]) -> str:
     text = value.strip()
     if not text.startswith("[") and not text.endswith("]") and "," not in text:
         return ""
+    if "{" in text or "=" in text:  # TOML's inline tables (`[{kind="x"}]`): split on commas, they broke
+        import tomllib
+
+        try:
+            value = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            return '; values are read as JSON: objects as {"key": "value", ...}'
+        return f"; write it in JSON: -o {shlex.quote(f'{loc}={json.dumps(value, ensure_ascii=False)}')}"
     inner = text.removeprefix("[").removesuffix("]")  # `[0.1,0.2` lost its bracket, not its list
     parts = [p.strip() for p in inner.split(",") if p.strip()]
     # as JSON, so that words get their quotes: `[yes,oui]` is no list to the reader either
