@@ -169,6 +169,12 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
         ),
         # backends are built when the first item needs one; what they would fail on is seen first
         (["--backend", "openai", "--model", "m"], "the openai backend needs `base_url`"),
+        # a registry model alone went to the default backend, a server's, with no word of where it runs
+        (
+            ["--model", "smollm2"],
+            "needs `base_url` (--base-url), e.g. http://127.0.0.1:8000/v1; 'smollm2' runs "
+            "here with --backend transformers",
+        ),
         (["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1"], "needs `model` (--model)"),
         (["--backend", "replay"], "the replay backend (the default of LLM detectors) needs `responses`"),
         (["--responses", tmp_path / "none.jsonl"], "none.jsonl: no such file (the replay backend's"),

@@ -244,7 +244,13 @@ class OpenAIConfig(BackendSettings):
         default, OPENAI_API_KEY, may be unset for a server that needs no key).
         """
         if not self.base_url:
-            raise MushroomError(NEEDS_BASE_URL)
+            from mushroom.models.zoo import REGISTRY
+
+            # `--model smollm2` alone: a model that runs in process here, not a server's
+            local = (
+                f"; {self.model!r} runs here with --backend transformers" if self.model in REGISTRY else ""
+            )
+            raise MushroomError(NEEDS_BASE_URL + local)
         if not self.model:
             raise MushroomError(NEEDS_SERVED_MODEL)
         # not the default: a run's saved config names it whether it was given or not

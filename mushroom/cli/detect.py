@@ -45,10 +45,16 @@ def detect(
         list[str] | None, typer.Option("--option", "-o", help="detector option KEY=VALUE")
     ] = None,
     backend: Annotated[
-        str | None, typer.Option("--backend", help="llm: replay, openai, transformers, vllm")
+        str | None,
+        typer.Option(
+            "--backend",
+            help="llm: replay, openai, transformers, vllm (default: openai with --model or --base-url, "
+            "else replay)",
+        ),
     ] = None,
     model: Annotated[
-        str | None, typer.Option("--model", help="llm: model name, path or registry name")
+        str | None,
+        typer.Option("--model", help="llm: model name, path or registry name (mushroom models list)"),
     ] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="llm/openai: server URL")] = None,
     responses: Annotated[
