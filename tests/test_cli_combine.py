@@ -250,11 +250,14 @@ def test_stack_apply_with_the_wrong_members_leaves_no_run_folder(tmp_path, capsy
     out = tmp_path / "o"
     for members, message in (
         ([f"other={run}"], "fitted on members ['lex']; got ['other']"),
-        ([f"lex={tmp_path / 'nowhere'}"], "no val prediction files"),
+        ([f"lex={tmp_path / 'nowhere'}"], "nowhere: no such folder; a member is a run folder"),
     ):
         code, _, err = cli(capsys, "stack", "apply", stack, *members, "--split", "val", "--out", out)
         assert code == 2 and message in err, err
         assert not out.exists()
+    # a later member that is no folder was unsaid: the first member's missing files were named
+    code, _, err = cli(capsys, "stack", "fit", f"a={run}", f"b={stack}", "--out", tmp_path / "s2.json")
+    assert code == 2 and f"member 'b': {stack}: is not a folder" in err, err
 
 
 def test_an_unlabelled_split_is_not_swept_or_fitted_on(tmp_path, capsys):
@@ -617,7 +620,11 @@ def test_a_member_name_must_be_one_a_table_and_a_file_can_hold(tmp_path):
         "sem_2",
     ]
     # names no file could have, but a stack fitted with them is applied by them: kept
-    kept = parse_members(["llm+ctx=runs/a", "lex v2=runs/b", "runs/détection"])
+    for folder in ("a", "b", "détection"):
+        (tmp_path / folder).mkdir()
+    kept = parse_members(
+        [f"llm+ctx={tmp_path / 'a'}", f"lex v2={tmp_path / 'b'}", str(tmp_path / "détection")]
+    )
     assert [m.name for m in kept] == ["llm+ctx", "lex v2", "détection"]
 
 

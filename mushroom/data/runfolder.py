@@ -431,6 +431,8 @@ def prediction_folder(
     """
     from mushroom.data.predictions import submission_glob
 
+    if not path.is_dir():  # "no val prediction files (looked in /nope/val, ...)" of a typo
+        raise MushroomError(f"{path}: {'is not a folder' if path.exists() else 'no such folder'}")
     candidates = [path / split] if split != "items" else []  # `run` keeps a folder per split
     candidates += [path / "predictions", path]
     for folder in candidates:

@@ -186,6 +186,10 @@ def parse_members(specs: list[str]) -> list[Member]:
                 f"member {spec!r}: no such folder; a member is RUN_DIR, or NAME=RUN_DIR to name it{hint}"
             )
         out.append(Member(name, Path(path)))
+    for member in out:  # every member's folder before any member's files: a later typo was unsaid
+        if not member.path.is_dir():
+            said = "is not a folder" if member.path.exists() else "no such folder"
+            raise MushroomError(f"member {member.name!r}: {member.path}: {said}; a member is a run folder")
     names = [m.name for m in out]
     if len(set(names)) != len(names):
         raise MushroomError(f"member names must be unique, got {names}; name them with NAME=PATH")
