@@ -736,7 +736,7 @@ def test_help_shows_the_defaults_written_in_brackets(capsys):
 
     _, shown, _ = cli(capsys, "detect", "--help")
     said = " ".join(shown.replace("│", " ").split())
-    assert "comma-separated [default: " + DEFAULT_SOURCES[0] in said, said
+    assert "no contexts [default: " + DEFAULT_SOURCES[0] in said, said
     _, shown, _ = cli(capsys, "contexts", "--help")
     assert "[default:" in " ".join(shown.replace("│", " ").split())
 

@@ -366,6 +366,9 @@ def test_score_writes_over_none_of_its_inputs_and_counts_a_language_once(tmp_pat
     code, once, _ = cli(capsys, "score", VAL_DIR, run, "--langs", "en,de")
     code2, twice, err = cli(capsys, "score", VAL_DIR, run, "--langs", "en,EN,de")
     assert code == code2 == 0 and once.splitlines()[-2:] == twice.splitlines()[-2:], err
+    # repeated, as every other command takes --lang: it was "--langs is given twice"
+    code, repeated, err = cli(capsys, "score", VAL_DIR, run, "--lang", "en", "--lang", "de")
+    assert code == 0 and once.splitlines()[-2:] == repeated.splitlines()[-2:], err
     # any other name inside an input folder may be written, and written again
     for _ in range(2):
         code, _, err = cli(capsys, "score", VAL_DIR, run, "--json", run / "scores-mine.json")

@@ -109,8 +109,6 @@ Langs = Annotated[
 ]
 
 
-# The default is named in the help with spaces: as one long token, the help table cut it
-# short with an ellipsis on an 80-column terminal.
 def context_sources(text: str, needed_by: str | None) -> tuple[str, ...]:
     """`--contexts` as source names; none is refused when the detector checks against contexts.
 
@@ -134,6 +132,8 @@ def context_sources(text: str, needed_by: str | None) -> tuple[str, ...]:
     return names
 
 
+# The default is named in the help with spaces: as one long token, the help table cut it
+# short with an ellipsis on an 80-column terminal.
 Contexts = Annotated[
     str,
     typer.Option(

@@ -62,11 +62,12 @@ def score(
         typer.Option("--output", parser=file_to_write, help="also write the two official lines to this file"),
     ] = None,
     langs: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             "--langs",
             "--lang",
-            help="folders: score only these languages, e.g. en,de (default: every gold one)",
+            help="folders: score only these languages, e.g. en,de or --lang en --lang de (default: every "
+            "gold one)",
         ),
     ] = None,
     partial: Annotated[
@@ -96,7 +97,7 @@ def score(
         if output is not None and Path(json_out).resolve() == output.resolve():
             # the second write won, and the JSON was lost (exit 0)
             raise MushroomError(f"--json {json_out} is the --output file too; give each its own file")
-    lang_list = lang_codes([langs]) if langs is not None else None
+    lang_list = lang_codes(langs) if langs else None  # repeated, as every other command's --lang
     result = _score_or_hint(gold, pred, lang_list, show_pairing=gold.is_dir(), partial=partial)
     if per_lang:
         _print_per_lang(console, result)
