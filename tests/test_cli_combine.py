@@ -50,6 +50,13 @@ def test_ensemble_threshold_and_unknown_ids(tmp_path, capsys):
     pred = write_lines(tmp_path / "q.jsonl", rows)
     code, _, err = cli(capsys, "ensemble", pred, pred, "--out", tmp_path / "o.jsonl")
     assert code == 2 and "id 'val-en-9999' is not" in err, err
+    # an empty items file: every prediction was listed as "not among the items"
+    empty = write_lines(tmp_path / "empty.jsonl", [])
+    code, _, err = cli(capsys, "ensemble", pred, "--out", tmp_path / "o.jsonl", "--items", empty)
+    assert code == 1 and "empty.jsonl: no items" in err and "not among" not in err, err
+    # a group with no command shows its commands, as `mushroom models` does ("Missing command.")
+    code, out, err = cli(capsys, "stack")
+    assert code == 2 and "fit" in out and "apply" in out, (out, err)
 
 
 @pytest.mark.parametrize(

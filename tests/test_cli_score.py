@@ -341,6 +341,7 @@ def test_a_file_of_another_language_or_an_empty_one_is_not_sent_to_partial(tmp_p
         assert "are the two files of the same language and split?" in said and "--partial" not in said
         code, _, err = cli(capsys, "score", VAL_EN, empty, *partial)
         assert code == 1 and "the file holds no prediction" in err and "--partial" not in err, err
+        assert "field 'id'" not in err  # no field is wrong in an empty file
     # an empty gold file: said as such, against predictions or against itself (IoU nan, exit 0)
     for pred in (other, empty):
         code, _, err = cli(capsys, "score", empty, pred)
@@ -450,6 +451,8 @@ def test_a_run_whose_config_json_is_damaged_is_named_not_read_as_loose_files(tmp
 
 def test_the_paired_difference_is_in_the_json_too(tmp_path, capsys):
     run = limited_run(tmp_path, capsys)
+    code, _, err = cli(capsys, "score", VAL_DIR, run, "--compare", run, "--langs", "en")
+    assert code == 0 and "is PRED itself: the paired difference is 0 by construction" in err, err
     other = limited_run(tmp_path, capsys, "other", "--option", "threshold=0.5")
     code, out, err = cli(capsys, "score", VAL_DIR, run, "--compare", other, "--langs", "en", "--json", "-")
     paired = json.loads(out)["paired_vs_compare"]

@@ -35,7 +35,9 @@ from mushroom.util.words import plural
 if TYPE_CHECKING:
     from mushroom.combine.stack import StackModel
 
-stack_app = typer.Typer(help="A learned combination of detector runs (fit on val, apply to test).")
+stack_app = typer.Typer(
+    no_args_is_help=True, help="A learned combination of detector runs (fit on val, apply to test)."
+)
 
 
 def _a_prediction_file(path: Path) -> bool:
@@ -83,7 +85,10 @@ def ensemble(
         str | None, typer.Option("--lang", help="language of the files taken from run folders (e.g. en)")
     ] = None,
     split: Annotated[
-        str | None, typer.Option("--split", help="val or test: split of the files taken from run folders")
+        str | None,
+        typer.Option(
+            "--split", help="val, test, train or test-labeled: split of the files taken from run folders"
+        ),
     ] = None,
 ) -> None:
     """Per-character vote across runs (models, temperatures, detectors).

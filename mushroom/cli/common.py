@@ -76,11 +76,16 @@ def load_items_option(path: Path, option: str = "--items", answer_evidence: bool
     """
     from mushroom.data.hf import is_saved_dataset, items_from_dataset, load_saved
     from mushroom.data.splits import load_items
+    from mushroom.errors import DataError
 
     path = items_option(path, option)
     if is_saved_dataset(path):
-        return items_from_dataset(load_saved(path), str(path))
-    return load_items(path, answer_evidence=answer_evidence)
+        items = items_from_dataset(load_saved(path), str(path))
+    else:
+        items = load_items(path, answer_evidence=answer_evidence)
+    if not items:  # ensemble listed every prediction as "not among the items" of an empty file
+        raise DataError.single(path, None, None, "no items")
+    return items
 
 
 def file_stem(value: str | None) -> str | None:

@@ -105,6 +105,8 @@ def score(
         _print_per_item(console, result)
     paired: dict[str, Any] | None = None
     if compare is not None:
+        if compare.resolve() == pred.resolve():  # a difference of +0.0000, p = 1, as if measured
+            print_warning(f"--compare {compare} is PRED itself: the paired difference is 0 by construction")
         other = _score_or_hint(gold, compare, lang_list, role="--compare", partial=partial)
         paired = _print_paired(console, result, other, compare)
     if ci:

@@ -403,7 +403,7 @@ def match_ids(gold: ScoringFile, pred: ScoringFile, partial: bool = False) -> li
     missing = [] if partial else sorted(set(gold.records) - set(pred.records))
     extra = sorted(set(pred.records) - set(gold.records))
     if gold.records and not pred.records:
-        raise DataError([Problem(str(pred.path), None, "id", "the file holds no prediction")])
+        raise DataError([Problem(str(pred.path), None, None, "the file holds no prediction")])
     if gold.records and pred.records and len(extra) == len(pred.records):
         # not one id in common: a file of another language or split, which --partial cannot mend
         raise DataError(

@@ -461,7 +461,7 @@ def build_report(
         check.refuse_changed_answers(items)
         preds = load_predictions(path, {item.id: len(item.model_output_text) for item in items})
         if not preds:  # an empty page, exit 0: score, compare and sweep refuse the same file
-            raise DataError([Problem(str(path), None, "id", "the file holds no prediction")])
+            raise DataError([Problem(str(path), None, None, "the file holds no prediction")])
         failed = check.check(preds)
         if failed is not None and (n_failed := len(failed.failed & set(preds))):
             failed_counts[lang] = (n_failed, failed.where)
