@@ -566,7 +566,9 @@ def test_contexts_are_generated_for_the_items_a_cascade_plans_to_send_and_read_b
     told = " ".join((said + err).split())
     assert "context source 'gen' has no context for 10 val, 30 test items sent" in told, told
     assert "--source gen --backend openai --model m --base-url" in told
-    assert "` with --split val and --split test generates them first" in told
+    assert (
+        "` with --split val and --split test generates them, and this command run again sends those" in told
+    )
 
 
 def test_a_plan_and_the_member_contexts_are_refused_where_they_mean_nothing(tmp_path, capsys):

@@ -287,9 +287,13 @@ def _warn_ungenerated(
             where = ", ".join(f"{n} {split}" for split, n in lacking.items())
             splits = " and ".join(f"--split {split}" for split in lacking)
             service.warn(
-                f"context source {name!r} has no context for {where} items sent: they go to the model "
-                f"with the other sources' alone; `mushroom contexts --cascade {out / 'cascade.jsonl'} "
-                f"--source {name}{backend}` with {splits} generates them first"
+                # "generates them first" read as if nothing had been sent yet: they were, and
+                # generating afterwards sent them again (an audit)
+                f"context source {name!r} has no context for {where} items sent: this run sends them "
+                f"with the other sources' alone. To give them {name!r}'s, `mushroom contexts --cascade "
+                f"{out / 'cascade.jsonl'} --source {name}{backend}` with {splits} generates them, and "
+                "this command run again sends those items a second time (to pay once, widen a budget "
+                "with --plan-only first, as the guide does)"
             )
 
 
