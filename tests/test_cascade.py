@@ -160,6 +160,24 @@ def test_a_budget_sends_its_share_and_a_wider_one_sends_only_the_items_it_adds(t
     assert code == 0 and "scored 15 of 50 gold items" in err and "--llm-budget 0.3, a cascade" in err, err
     code, _, err = cli(capsys, "compare", member, "--eval-dir", tmp_path / "e")
     assert code == 0, err
+    # its page says where each item went and why, and shows a member's unverifiable claims
+    ledger = out / "members" / "llm" / "val" / "items" / "it.jsonl"
+    one = next(i for split, i in sent if split == "val")
+    row = json.loads(next(line for line in ledger.read_text().splitlines() if json.loads(line)["id"] == one))
+    row["detail"] = {
+        "unverifiable": [{"start": 0, "end": 2, "text": "xx", "reason": "the context is silent"}]
+    }
+    with ledger.open("a") as handle:  # the last line per id wins, as a chain member's ledger says
+        handle.write(json.dumps(row) + "\n")
+    code, _, err = cli(capsys, "report", out, "--lang", "it", "--out", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert (
+        code == 0 and "<b>cascade</b>: 15 of 50 items of val went to the model-backed members (llm)" in page
+    )
+    assert page.count("cascade: <b>sent to the model</b>") == 15, err
+    assert page.count("cascade: <b>kept the CPU stack's prediction</b>") == 35
+    assert f"mushroom report {out / 'members' / 'llm'}" in page
+    assert "llm: the context is silent" in page and "unverifiable" in page
     # the CPU member saw every item: no such note
     code, _, err = cli(capsys, "score", VAL_DIR, out / "members" / "lexical")
     assert code == 0 and "--llm-budget" not in err and "scored 50 of 50" not in err, err

@@ -35,34 +35,13 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from mushroom.data.records import Item, Prediction
+from mushroom.data.records import CascadeRecord, Item, Prediction
 from mushroom.data.spans import hard_to_mask, soft_to_vector
 from mushroom.errors import NOT_SENT, DataError, MushroomError, Problem
 
 # The member stack is fitted by cross-validation on the val items sent: two per language at least.
 MIN_VAL_SENT = 2
 MAX_FOLDS = 5
-
-
-class CascadeRecord(BaseModel):
-    """Where one item went and why (a line of a run's cascade.jsonl)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    lang: str
-    split: str
-    uncertainty: float = Field(ge=0.0, le=1.0, description="1 - the IoU the stack expects of its hard labels")
-    rank: int = Field(ge=1, description="1 = the most uncertain item of its split and language")
-    of: int = Field(ge=1, description="items of its split and language")
-    sent: bool = Field(
-        description="whether the budget sends it to the model-backed member(s); written before they "
-        "run, so a stopped run's items may not have run yet (their ledgers say)"
-    )
-    failed: bool = Field(
-        False, description="sent, but a model-backed member failed on it: it keeps the CPU stack's prediction"
-    )
-    reason: str
 
 
 def uncertainty(probs: np.ndarray, hard: np.ndarray) -> float:

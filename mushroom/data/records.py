@@ -305,3 +305,27 @@ ErrorType = Literal[
     "other",
 ]
 """The error types an item can be tagged with for `compare --tags` and `report --tags`."""
+
+
+class CascadeRecord(BaseModel):
+    """Where one item went and why (a line of a run's cascade.jsonl).
+
+    Here, not beside the cascade, because the HTML report (a lower layer) reads it too.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    lang: str
+    split: str
+    uncertainty: float = Field(ge=0.0, le=1.0, description="1 - the IoU the stack expects of its hard labels")
+    rank: int = Field(ge=1, description="1 = the most uncertain item of its split and language")
+    of: int = Field(ge=1, description="items of its split and language")
+    sent: bool = Field(
+        description="whether the budget sends it to the model-backed member(s); written before they "
+        "run, so a stopped run's items may not have run yet (their ledgers say)"
+    )
+    failed: bool = Field(
+        False, description="sent, but a model-backed member failed on it: it keeps the CPU stack's prediction"
+    )
+    reason: str

@@ -24,9 +24,9 @@ import numpy as np
 
 from mushroom.data.contexts import DEFAULT_SOURCES, load_contexts
 from mushroom.data.itemstream import ContextFiles
-from mushroom.data.jsonl import iter_json_lines, read_utf8
+from mushroom.data.jsonl import iter_json_lines, load_records, read_utf8
 from mushroom.data.predictions import load_predictions, prediction_vectors, submission_name
-from mushroom.data.records import Item, Prediction
+from mushroom.data.records import CascadeRecord, Item, Prediction
 from mushroom.data.runfolder import FailureCheck, prediction_folder, run_scope
 from mushroom.data.spans import hard_to_mask
 from mushroom.data.splits import load_split
@@ -268,6 +268,7 @@ def _item_html(
     unchecked: list[dict] | None = None,
     failed_in: Path | None = None,
     scores: tuple[float, float] | None = None,
+    cascade_html: str = "",
 ) -> str:
     """One item's block; `scores` (IoU, Cor) when the page has them already, else computed."""
     n = len(item.model_output_text)
@@ -312,7 +313,7 @@ def _item_html(
         # isolated: under dir=auto the "Q" label's Latin letter set an Arabic question left-to-right
         f'<p><b>Q:</b> <bdi dir="auto">{_shown(item.model_input)}</bdi></p>'
         f'<div class="answer" dir="auto">{highlighted_answer(item.model_output_text, gold_mask, soft, reasons, mask)}</div>'
-        f'<div class="meta">predicted hard spans: {hard or "none"}</div>{unchecked_html}{failed_html}'
+        f'<div class="meta">predicted hard spans: {hard or "none"}</div>{cascade_html}{unchecked_html}{failed_html}'
         f"{ctx_html}{raw_html}</div>"
     )
     return body
@@ -421,6 +422,69 @@ class ReportPage(NamedTuple):
     """Per language, the items a limit kept off the page."""
 
 
+class Cascade(NamedTuple):
+    """What a cascade folder's page says of where its items went (empty for any other run)."""
+
+    records: dict[str, CascadeRecord]  # id -> where it went and why, on the page's split
+    members: dict[str, Path]  # model-backed member -> its folder of the page's split
+    note: str  # the page's paragraph on the cascade, or ""
+
+
+def _cascade(run_dir: Path, split: str) -> Cascade:
+    """The records and model-backed members of a cascade folder (`main-job --llm-budget`).
+
+    Its page showed the final predictions alone: nothing said which items a model saw, and
+    the claims its chain member could not check were only on the member's own page.
+    Member names come from the folder's own listing, never from a file's value.
+    """
+    path = run_dir / "cascade.jsonl"
+    if not path.is_file():
+        return Cascade({}, {}, "")
+    records = {r.id: r for r in load_records(path, CascadeRecord, unique_ids=False) if r.split == split}
+    named: list[str] = []
+    try:
+        said = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["cascade"]["model_backed"]
+        named = [str(n) for n in said] if isinstance(said, list) else []
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # a stopped run: its members' pages are still listed below
+    members: dict[str, Path] = {}
+    root = run_dir / "members"
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        if folder.is_dir() and folder.name in named:
+            try:
+                members[folder.name] = prediction_folder(folder, split)
+            except MushroomError:  # no file of this split: nothing of it to show
+                continue
+    sent = sum(r.sent for r in records.values())
+    names = ", ".join(members) or ", ".join(named) or "none"
+    pages = " ".join(
+        f"<code>mushroom report {html.escape(str(run_dir / 'members' / n))}</code>" for n in members
+    )
+    note = (
+        f'<p class="meta"><b>cascade</b>: {sent} of {plural(len(records), "item")} of {split} went to '
+        f"the model-backed members ({html.escape(names)}); the others keep the CPU stack's prediction. "
+        f"Each item says where it went and why. {('Their own pages: ' + pages) if pages else ''}</p>"
+        if records
+        else ""
+    )
+    return Cascade(records, members, note)
+
+
+def _cascade_html(record: CascadeRecord | None) -> str:
+    """An item's line on where the cascade sent it and why."""
+    if record is None:
+        return ""
+    went = (
+        "sent to the model, which failed on it: it keeps the CPU stack's prediction"
+        if record.failed
+        else ("sent to the model" if record.sent else "kept the CPU stack's prediction")
+    )
+    return (
+        f'<div class="meta">cascade: <b>{went}</b> (rank {record.rank} of {record.of} by uncertainty '
+        f"{record.uncertainty:.3f}) · {html.escape(record.reason)}</div>"
+    )
+
+
 def build_report(
     run_dir: Path,
     split: str = "val",
@@ -451,6 +515,7 @@ def build_report(
     scope = run_scope(run_dir)
     covers = scope.langs if scope is not None and scope.langs else None  # None: every language
     absent: list[str] = []  # languages its run covers and has no file of: it stopped before them
+    cascade = _cascade(run_dir, split)
     for lang, items in data.items():
         path = folder / submission_name(lang, split)
         if not path.exists():
@@ -472,6 +537,12 @@ def build_report(
             ctx = load_contexts(split, lang, sources, item_ids=ids).by_id
         raw = _raw_outputs(folder, lang, raw_problems)
         unchecked = _unverifiable(folder, lang, raw_problems)
+        for name, member_folder in cascade.members.items():  # a chain member's unverifiable claims
+            for item_id, entries in _unverifiable(member_folder, lang, raw_problems).items():
+                unchecked.setdefault(item_id, []).extend(
+                    {**e, "reason": f"{name}: {e.get('reason') if isinstance(e.get('reason'), str) else '?'}"}
+                    for e in entries
+                )
         any_unchecked = any_unchecked or bool(unchecked)
         # A run made with --limit predicted only some items: the others are left off the page
         # rather than shown as unscored ("IoU nan") and counted in its summary.
@@ -496,6 +567,7 @@ def build_report(
                 unchecked.get(item.id),
                 failed.where if failed is not None and item.id in failed.failed else None,
                 scores.get(item.id),
+                _cascade_html(cascade.records.get(item.id)),
             )
             blocks.append(block)
             shown.append(item.id)
@@ -543,7 +615,7 @@ def build_report(
 <h2>Scores</h2><table id="summary"><tr><th>lang</th><th>items</th><th>mean IoU</th><th>mean Cor</th></tr>{rows}</table>
 {"<h2>Error types</h2><table id='tags'><tr><th>type</th><th>items</th></tr>" + tag_table + "</table>" if tag_counts else ""}
 <details><summary>run config</summary><pre>{config}</pre></details>
-{_failed_html(failed_counts)}{_warnings_html(run_dir)}{_problems_html(raw_problems)}
+{cascade.note}{_failed_html(failed_counts)}{_warnings_html(run_dir)}{_problems_html(raw_problems)}
 <h2>Items</h2>
 <p>language <select id="f-lang"><option value="all">all</option>{lang_options}</select>
 error type <select id="f-tag"><option value="all">all</option><option value="none">untagged</option>{tag_options}</select>
