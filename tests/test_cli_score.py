@@ -954,3 +954,11 @@ def test_a_gold_file_with_a_misspelt_label_key_is_warned_of_once_with_the_hint(t
         and "no line has hard_labels (is 'hard_label' a misspelling?): the official scorer fails" in said
     )
     assert "derives hard_labels" not in said, said
+
+
+def test_out_names_what_score_and_sweep_write_as_every_other_command_names_it(tmp_path, capsys):
+    """`score --out` and `sweep --out` were "No such option" (they are --output and --svg)."""
+    code, _, err = cli(capsys, "score", VAL_EN, VAL_EN, "--out", tmp_path / "lines.txt")
+    assert code == 0 and (tmp_path / "lines.txt").read_text().startswith("IoU: 1.00000000"), err
+    code, _, err = cli(capsys, "sweep", limited_run(tmp_path, capsys), "--out", tmp_path / "s.svg")
+    assert code == 0 and (tmp_path / "s.svg").read_text().startswith("<svg"), err

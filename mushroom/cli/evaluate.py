@@ -292,6 +292,7 @@ def sweep(
         Path | None,
         typer.Option(
             "--svg",
+            "--out",  # the other commands' name for what they write
             parser=file_to_write,
             help="write the plot here, and its numbers beside it as .csv (default: eval/sweep-<time>.svg)",
         ),

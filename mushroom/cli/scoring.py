@@ -59,7 +59,12 @@ def score(
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option("--output", parser=file_to_write, help="also write the two official lines to this file"),
+        typer.Option(
+            "--output",
+            "--out",  # the other commands' name for what they write
+            parser=file_to_write,
+            help="also write the two official lines to this file",
+        ),
     ] = None,
     langs: Annotated[
         list[str] | None,
