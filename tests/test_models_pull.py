@@ -185,6 +185,13 @@ def test_a_cache_that_is_a_file_is_one_line_naming_the_setting(local_index, tmp_
     assert "cannot be used" in str(err.value) and "set MUSHROOM_CACHE_DIR to a folder you can write" in str(
         err.value
     )
+    listed = CliRunner().invoke(models_app, ["list"])  # it said "cached: no" alone, sending one to pull
+    said = " ".join(listed.output.split())
+    assert (
+        listed.exit_code == 0
+        and "warning: the cache folder" in said
+        and "nothing can be pulled there" in said
+    )
 
 
 def test_pull_force_drops_the_converted_copies_beside_the_file(local_index):

@@ -121,7 +121,7 @@ class BackendSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: str = Field(description="replay, openai, transformers, vllm or a registered name")
-    model: str = Field("", description="model name, path or known short name")
+    model: str = Field("", description="model name, path or registry name (mushroom models list)")
 
     def __new__(cls, *args: Any, **data: Any) -> BackendSettings:
         # `BackendSettings(kind="openai", ...)` builds the model registered for that kind.

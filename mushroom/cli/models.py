@@ -49,3 +49,10 @@ def list_models() -> None:
             e.description,
         )
     _out.print(table)
+    from mushroom.errors import MushroomError
+    from mushroom.util.cachedir import cache_folder
+
+    try:  # "cached: no" alone, of a cache that is a file or read-only, sent a user to `pull`
+        cache_folder("models")
+    except MushroomError as exc:
+        _err.print(f"warning: {exc}; nothing can be pulled there", markup=False, highlight=False)
