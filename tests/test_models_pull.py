@@ -133,6 +133,10 @@ def test_resolve_model_names_paths_and_hub_ids(local_index, capsys, tmp_path):
     assert resolved.gguf_file == "tiny.gguf" and resolved.registry_name == "tiny-gguf"
     assert resolved.file == zoo.model_path("tiny-gguf") and resolved.file.is_file()
     assert zoo.resolve_model("tiny-gguf", pull_missing=False) == resolved
+    resolved.file.write_bytes(b"cut")  # a damaged copy is not "not cached yet": the pull says why
+    zoo.resolve_model("tiny-gguf")
+    said = capsys.readouterr().err
+    assert "not cached yet" not in said and "has the wrong sha256; fetching it again" in said, said
 
     gguf = tmp_path / "elsewhere" / "m.gguf"
     gguf.parent.mkdir()

@@ -362,7 +362,8 @@ def resolve_model(name_or_path: str, *, pull_missing: bool = True) -> ResolvedMo
                     f"model {name_or_path!r} is not in the cache ({path}); "
                     f"run `mushroom models pull {name_or_path}`"
                 )
-            _note(f"model {name_or_path!r} is not cached yet; pulling it once into {path.parent}")
+            if not path.is_file():  # a damaged copy is said by the pull ("wrong sha256"), not "not cached"
+                _note(f"model {name_or_path!r} is not cached yet; pulling it once into {path.parent}")
             path = pull(name_or_path, log=_note)
         return ResolvedModel(source=str(path.parent), gguf_file=path.name, registry_name=name_or_path)
     candidate = gguf_path(name_or_path)
