@@ -211,14 +211,16 @@ def test_a_mistake_found_before_the_run_leaves_no_run_folder(tmp_path, capsys):
     code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
     assert code == 2 and "needs `base_url`" in err and not out.exists()
     code, _, err = cli(capsys, "main-job", "--lang", "en", "--contexts", "", "--out", out, "--quiet")
-    assert code == 2 and "names no source, and the stack detector" in err and not out.exists()
+    assert code == 2 and "names no source, and the stack's lexical member" in err and not out.exists()
     config.write_text('name = "c"\ncontexts = []\n[detector]\nname = "semantic"\n')
     code, _, err = cli(capsys, "run", config, "--out", out, "--quiet")
     assert code == 2 and "c.toml:2: field 'contexts': names no source, and the semantic" in err, err
     assert not out.exists()
     config.write_text('job = "main"\ncontexts = []\n')
     code, _, err = cli(capsys, "main-job", "--config", config, "--out", out, "--quiet")
-    assert code == 2 and "c.toml:2: field 'contexts': List should have at least 1 item" in err, err
+    said = " ".join(err.split())
+    assert code == 2 and "c.toml: contexts = [] names no source, and the stack's lexical member" in said, err
+    assert 'in a config, ["none"]' in said and not out.exists()
     # languages and context files are read before the folder is made too
     for args in (["--lang", "xx"], ["--lang", "yy", "--detector", "lexical"]):
         code, _, err = cli(capsys, "main-job", *args, "--out", out, "--quiet")
@@ -1135,3 +1137,11 @@ def test_the_cut_count_reads_what_a_detector_shows_pyes_leaves_fact_checks_out()
         tally.add(ctx, ["a"], 6000, support_only)
         assert tally.cut == cut
     assert PYesDetector.prompts_support_only
+
+
+def test_none_runs_with_no_contexts_on_purpose_from_a_main_job_config_too(tmp_path, capsys):
+    """`contexts = ["none"]` was looked up as a source named 'none' by main-job --config."""
+    config = tmp_path / "m.toml"
+    config.write_text('job = "main"\nmembers = ["lexical"]\nlangs = ["en"]\ncontexts = ["none"]\n')
+    code, _, err = cli(capsys, "main-job", "--config", config, "--out", tmp_path / "run", "--quiet")
+    assert code == 0 and "no context for 50 of 50 items" in " ".join(err.split()), err

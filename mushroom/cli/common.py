@@ -114,7 +114,7 @@ Langs = Annotated[
 ]
 
 
-def context_sources(text: str, needed_by: str | None) -> tuple[str, ...]:
+def context_sources(text: str, needed_by: str | None, given_as: str | None = None) -> tuple[str, ...]:
     """`--contexts` as source names; none is refused when the detector checks against contexts.
 
     An unset variable in a script (`--contexts "$CTX"`) ran every item against nothing and
@@ -124,15 +124,17 @@ def context_sources(text: str, needed_by: str | None) -> tuple[str, ...]:
         text: the option's value.
         needed_by: what reads the contexts ("the lexical detector"), or None when nothing
             needs them (an LLM judging on its own knowledge may run with none).
+        given_as: where the value was written, for the message (default: the option).
     """
     names = tuple(split_names(text, what="context source"))
     if names == (NO_CONTEXTS,):  # on purpose: a plumbing check, or an LLM on its own knowledge
         return ()
     if not names and needed_by is not None:
         raise MushroomError(
-            f"--contexts {text!r} names no source, and {needed_by} checks answers against contexts; "
-            f"name one or more (the default: {DEFAULT_CONTEXTS}), or give `--contexts {NO_CONTEXTS}` "
-            "to run with none on purpose (it flags nothing)"
+            f"{given_as or f'--contexts {text!r}'} names no source, and {needed_by} checks answers "
+            f"against contexts; name one or more (the default: {DEFAULT_CONTEXTS}), or give "
+            f'`--contexts {NO_CONTEXTS}` (in a config, ["{NO_CONTEXTS}"]) to run with none on purpose '
+            "(it flags nothing)"
         )
     return names
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +22,7 @@ from mushroom.cli.common import (
     lang_codes,
     reporter,
 )
+from mushroom.data.contexts import NO_CONTEXTS
 from mushroom.errors import MushroomError, did_you_mean
 from mushroom.util.options import merge_options, nest_options, parse_float_list, parse_options, split_names
 
@@ -300,8 +302,13 @@ def main_job(
         raise MushroomError(
             f"unknown --detector {detector!r}{did_you_mean(detector, choices)}; one of {', '.join(choices)}"
         )
-    reads = detector == "stack" or detector_class(detector).needs_contexts
-    sources = context_sources(job.contexts, f"the {detector} detector" if reads else None)
+    if detector == "stack":  # its members that read contexts (names checked below)
+        named = split_names(job.members) if job.members else DEFAULT_MEMBERS
+        readers = [m for m in named if m in available() and detector_class(m).needs_contexts]
+        needed_by = f"the stack's {readers[0]} member" if readers else None
+    else:
+        needed_by = f"the {detector} detector" if detector_class(detector).needs_contexts else None
+    sources = context_sources(job.contexts, needed_by, job.contexts_from)
     if detector != "stack":
         run_main(
             out=out,
@@ -358,6 +365,7 @@ class _StackFlags:
     file_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     budget_from: str | None = None  # the config file, when it set the budget
     member_from: str = "--member-contexts"  # what set the members' contexts, for messages
+    contexts_from: str | None = None  # the config file's key, when it set the contexts
 
     def take_file(self, ctx: typer.Context, config: Path) -> None:
         """A flag on the command line wins over the file; what it leaves out comes from the file."""
@@ -367,8 +375,10 @@ class _StackFlags:
         self.members = self.members if self.members is not None else ",".join(cfg.members)
         self.lang = self.lang if self.lang is not None else cfg.langs
         if not _given(ctx, "contexts"):  # the file's: a missing one is named with its key
-            check_config_sources(config, ["val", "test"], self.lang, cfg.contexts)
+            if cfg.contexts != [NO_CONTEXTS]:  # ["none"]: none on purpose, as --contexts none
+                check_config_sources(config, ["val", "test"], self.lang, cfg.contexts)
             self.contexts = ",".join(cfg.contexts)
+            self.contexts_from = f"{config}: contexts = {json.dumps(cfg.contexts)}"
         if self.member_contexts is None and cfg.member_contexts is not None:
             self.member_contexts, self.member_from = (
                 ",".join(cfg.member_contexts),
@@ -388,6 +398,8 @@ class _StackFlags:
             return None
         from mushroom.data.contexts import source_names
 
+        if self.member_contexts.strip() == NO_CONTEXTS:  # the models read none, on purpose
+            return ()
         try:
             sources = tuple(split_names(self.member_contexts, what="context source"))
             source_names(sources)  # one named twice is refused

@@ -177,8 +177,8 @@ class MainJobConfig(BaseModel):
     members: list[str] = Field(default_factory=_default_members, min_length=1)
     options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="member -> its options")
     langs: list[str] | None = Field(None, min_length=1, description="languages (default: all 14)")
-    # the stack's members check answers against contexts: `contexts = []` ran them on nothing
-    contexts: list[str] = Field(default_factory=lambda: list(DEFAULT_SOURCES), min_length=1)
+    # `[]` is refused by main-job when a member reads contexts; `["none"]` means none on purpose
+    contexts: list[str] = Field(default_factory=lambda: list(DEFAULT_SOURCES))
     member_contexts: list[str] | None = Field(
         None, min_length=1, description="the contexts the model-backed members read (default: contexts)"
     )
