@@ -220,11 +220,17 @@ _HUB_LOOKUP = re.compile(
     re.IGNORECASE,
 )
 # what safetensors, torch and the GGUF reader say of a file cut short or damaged
+# (not "invalid header value" or "unexpected EOF": an HTTP header, an SSL stream, worth a retry)
 _DAMAGED = re.compile(
-    r"SafetensorError|incomplete metadata|invalid header|header too (?:large|small)|cannot reshape array"
-    r"|unexpected end of file|file is truncated|truncated file|unexpected EOF|PytorchStreamReader failed",
+    r"SafetensorError|incomplete metadata|invalid header length|deserializing header|header too large"
+    r"|cannot reshape array|unexpected end of file|PytorchStreamReader failed",
     re.IGNORECASE,
 )
+
+
+def looks_damaged(exc: BaseException) -> bool:
+    """Whether a model load failed on a file cut short or damaged (running again reads the same bytes)."""
+    return bool(_DAMAGED.search(f"{type(exc).__name__}: {error_text(exc)}"))
 
 
 def load_failure(what: str, name: str, exc: BaseException) -> str:
@@ -241,7 +247,7 @@ def load_failure(what: str, name: str, exc: BaseException) -> str:
             "folder's path, e.g. ./models/x). Where there is no network, HF_HUB_OFFLINE=1 makes a "
             "wrong name fail at once. The run stops here: the same command retries it"
         )
-    if _DAMAGED.search(f"{type(exc).__name__}: {said}"):  # running again reads the same bytes
+    if looks_damaged(exc):
         return (
             f"{what} {name!r} could not be loaded ({said}): its files look damaged or cut short (a "
             "download or copy that did not finish?); fetch or copy them again (a registry name: "

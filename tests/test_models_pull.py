@@ -207,3 +207,18 @@ def test_pull_force_drops_the_converted_copies_beside_the_file(local_index):
     assert converted.is_dir()
     zoo.pull("tiny-gguf", force=True)  # a damaged copy was left in place, and read on every run
     assert not converted.exists() and zoo.is_cached("tiny-gguf")
+
+
+def test_a_damaged_file_is_told_apart_from_a_network_or_setting_error():
+    """An HTTP header or an SSL stream cut short said "fetch the files again", where a retry mends it."""
+    from mushroom.errors import load_failure, looks_damaged
+
+    damaged = OSError("SafetensorError: Error while deserializing header: invalid header length")
+    assert looks_damaged(damaged) and "look damaged or cut short" in load_failure("model", "m", damaged)
+    assert looks_damaged(ValueError("cannot reshape array of size 28214336 into shape (49152,612)"))
+    for other in (
+        ValueError("Invalid header value b'Bearer hf_abc\\n'"),
+        OSError("[SSL: UNEXPECTED_EOF_WHILE_READING] unexpected EOF while reading"),
+        TypeError("LlamaForCausalLM.__init__() got an unexpected keyword argument 'bogus'"),
+    ):
+        assert not looks_damaged(other) and "run the same command again" in load_failure("model", "m", other)

@@ -94,20 +94,26 @@ def test_second_load_uses_the_converted_copy_and_scores_the_same(backend, reques
     assert again._prompt_ids(requests[1].messages) == backend._prompt_ids(requests[1].messages)
 
 
-def test_a_damaged_converted_copy_is_made_again_from_the_verified_gguf(smollm2_path, tmp_path, monkeypatch):
+def test_a_damaged_converted_copy_is_made_again_from_the_verified_gguf(
+    backend, smollm2_path, tmp_path, monkeypatch
+):
     """A copy cut short failed every later run, and `models pull` found the GGUF verified."""
     import shutil
 
     from mushroom.backends.hf import TransformersBackend, _converted_dir
 
+    good = _converted_dir(backend.resolved)  # the module's backend made it
     cache = tmp_path / "cache"
     (cache / "models" / "smollm2").mkdir(parents=True)
     shutil.copy(smollm2_path, cache / "models" / "smollm2" / smollm2_path.name)
     monkeypatch.setenv("MUSHROOM_CACHE_DIR", str(cache))
     folder = _converted_dir(zoo.resolve_model("smollm2", pull_missing=False))
     folder.mkdir()
-    (folder / "config.json").write_text('{"model_type": "llama"}')
-    (folder / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{")  # cut short
+    for part in good.iterdir():  # every file whole but the weights, cut short
+        if part.name != "model.safetensors":
+            shutil.copy(part, folder / part.name)
+    with (good / "model.safetensors").open("rb") as whole:
+        (folder / "model.safetensors").write_bytes(whole.read(200))
     again = TransformersBackend(BackendConfig(kind="transformers", model="smollm2", device="cpu"))
     assert any("could not be read" in w and "it is made again from" in w for w in again.warnings), (
         again.warnings

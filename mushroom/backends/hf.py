@@ -38,7 +38,7 @@ from mushroom.backends.base import (
     by_text,
 )
 from mushroom.backends.config import DTYPE_NAMES
-from mushroom.errors import MushroomError, error_text, load_failure
+from mushroom.errors import MushroomError, error_text, load_failure, looks_damaged
 from mushroom.models import zoo
 from mushroom.models.zoo import ResolvedModel, resolve_model
 
@@ -168,13 +168,17 @@ class TransformersBackend(Backend):
                 with quiet_loading():
                     tokenizer = AutoTokenizer.from_pretrained(converted)
                     return AutoModelForCausalLM.from_pretrained(converted, **dtype, **config.extra), tokenizer
-            except Exception as exc:  # noqa: BLE001 - any damage: the verified GGUF is the source
+            except Exception as exc:
+                if not looks_damaged(exc):  # a bad dtype or extra setting: the copy is fine
+                    raise
                 # a copy cut short (a full disk, a kill mid-save) failed every run for good:
                 # `models pull` found the GGUF verified, and nothing said to delete the copy
-                self.warn(
-                    f"the converted copy {converted} could not be read ({error_text(exc)}); "
+                remade = (
                     f"it is made again from {resolved.file}"
+                    if not dtype and not config.extra
+                    else f"it is removed, and {resolved.file} is read instead"
                 )
+                self.warn(f"the converted copy {converted} could not be read ({error_text(exc)}); {remade}")
                 shutil.rmtree(converted, ignore_errors=True)
         with quiet_loading():
             tokenizer = AutoTokenizer.from_pretrained(source, **load)
