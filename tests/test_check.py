@@ -426,7 +426,7 @@ def test_check_holds_items_without_the_answering_models_logits(tmp_path, capsys)
     assert code == 0 and "OK (200 predictions" in out
 
 
-def test_an_id_written_in_another_unicode_form_or_padded_names_the_item_it_meant(tmp_path):
+def test_an_id_written_in_another_unicode_form_or_padded_names_the_item_it_meant(tmp_path, capsys):
     """An NFD id (a macOS tool, an editor) looks equal on screen and was only "not among the items"."""
     import unicodedata
 
@@ -450,6 +450,12 @@ def test_an_id_written_in_another_unicode_form_or_padded_names_the_item_it_meant
         load_predictions(pred, {nfc: 8})
     said = str(caught.value)
     assert f"an item has {nfc!r} (the same letters in Unicode form NFC" in said
+    # score says it too, of a file whose other ids are the gold's
+    rows = [{"id": json.loads(line)["id"], "hard_labels": []} for line in VAL_EN.read_text().splitlines()]
+    rows[3]["id"] += " "
+    code, _, err = cli(capsys, "score", VAL_EN, write_lines(tmp_path / "s.jsonl", rows), "--partial")
+    said = " ".join(err.split())
+    assert code == 1 and f"1 id not in the gold file: {rows[3]['id']!r}: an item has" in said, said
     padded = write_lines(tmp_path / "q.jsonl", [{"id": f" {nfc}\t", "hard_labels": []}])
     text = "\n".join(str(p) for p in check_file(padded, items).errors)
     assert f"an item has {nfc!r} (without the spaces around it;" in text

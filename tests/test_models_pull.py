@@ -196,6 +196,11 @@ def test_a_cache_that_is_a_file_is_one_line_naming_the_setting(local_index, tmp_
         and "warning: the cache folder" in said
         and "nothing can be pulled there" in said
     )
+    assert "cfile is a file" in said
+    fresh = tmp_path / "fresh"  # a usable cache: listed without a warning, and nothing made there
+    monkeypatch.setenv("MUSHROOM_CACHE_DIR", str(fresh))
+    listed = CliRunner().invoke(models_app, ["list"])
+    assert listed.exit_code == 0 and "warning" not in listed.output and not fresh.exists()
 
 
 def test_pull_force_drops_the_converted_copies_beside_the_file(local_index):

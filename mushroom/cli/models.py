@@ -49,10 +49,8 @@ def list_models() -> None:
             e.description,
         )
     _out.print(table)
-    from mushroom.errors import MushroomError
-    from mushroom.util.cachedir import cache_folder
+    from mushroom.util.cachedir import cache_problem
 
-    try:  # "cached: no" alone, of a cache that is a file or read-only, sent a user to `pull`
-        cache_folder("models")
-    except MushroomError as exc:
-        _err.print(f"warning: {exc}; nothing can be pulled there", markup=False, highlight=False)
+    problem = cache_problem("models")  # "cached: no" alone, of a cache that is a file, sent one to `pull`
+    if problem is not None:
+        _err.print(f"warning: {problem}; nothing can be pulled there", markup=False, highlight=False)

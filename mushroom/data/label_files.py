@@ -20,7 +20,7 @@ from typing import Any
 from mushroom.data.jsonl import OFFICIAL_BOM, iter_json_lines, starts_with_bom
 from mushroom.data.jsonnum import ujson_float, ujson_int
 from mushroom.data.languages import language_code
-from mushroom.errors import DataError, Problem, duplicate_id
+from mushroom.errors import DataError, Problem, duplicate_id, near_id
 from mushroom.util.words import clipped, close_match, listed, no_prediction, plural
 
 
@@ -434,7 +434,8 @@ def match_ids(gold: ScoringFile, pred: ScoringFile, partial: bool = False) -> li
                 str(pred.path),
                 min(pred.records[r].line for r in extra),  # the first stranger in the file, to find it by
                 "id",
-                f"{plural(len(extra), 'id')} not in the gold file: {listed(extra)}",
+                f"{plural(len(extra), 'id')} not in the gold file: {listed(extra)}"
+                + near_id(extra[0], gold.records),  # an NFD or padded id looks equal on screen
             )
         )
     if problems:

@@ -29,13 +29,37 @@ def cache_folder(name: str) -> Path:
         probe.touch()
         probe.unlink()
     except OSError as exc:
-        setting = (
-            "MUSHROOM_CACHE_DIR"
-            if os.environ.get("MUSHROOM_CACHE_DIR")
-            else ("XDG_CACHE_HOME" if os.environ.get("XDG_CACHE_HOME") else "the home folder's .cache")
-        )
         raise MushroomError(
-            f"the cache folder {folder} cannot be used ({exc.strerror or exc}): it comes from {setting}; "
+            f"the cache folder {folder} cannot be used ({exc.strerror or exc}): it comes from {_setting()}; "
             "set MUSHROOM_CACHE_DIR to a folder you can write"
         ) from None
     return folder
+
+
+def _setting() -> str:
+    """The setting the cache's place comes from, for messages."""
+    if os.environ.get("MUSHROOM_CACHE_DIR"):
+        return "MUSHROOM_CACHE_DIR"
+    return "XDG_CACHE_HOME" if os.environ.get("XDG_CACHE_HOME") else "the home folder's .cache"
+
+
+def cache_problem(name: str) -> str | None:
+    """Why the cache's folder `name` could not be made or written, found without making anything.
+
+    For commands that only look (`models list`): "cached: no" alone, of a cache that is a
+    file, sent a user to pull into it. None when it looks usable.
+    """
+    folder = cache_root() / name
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        why = f"{existing} is a file"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        why = f"{existing} is not writable"
+    else:
+        return None
+    return (
+        f"the cache folder {folder} cannot be used ({why}): it comes from {_setting()}; "
+        "set MUSHROOM_CACHE_DIR to a folder you can write"
+    )
