@@ -303,7 +303,7 @@ def main_job(
             f"unknown --detector {detector!r}{did_you_mean(detector, choices)}; one of {', '.join(choices)}"
         )
     if detector == "stack":  # its members that read contexts (names checked below)
-        named = split_names(job.members) if job.members else DEFAULT_MEMBERS
+        named = split_names(job.members, list(available()), "detector") if job.members else DEFAULT_MEMBERS
         readers = [m for m in named if m in available() and detector_class(m).needs_contexts]
         needed_by = f"the stack's {readers[0]} member" if readers else None
     else:
