@@ -302,9 +302,18 @@ def main_job(
         raise MushroomError(
             f"unknown --detector {detector!r}{did_you_mean(detector, choices)}; one of {', '.join(choices)}"
         )
-    if detector == "stack":  # its members that read contexts (names checked below)
-        named = split_names(job.members, list(available()), "detector") if job.members else DEFAULT_MEMBERS
-        readers = [m for m in named if m in available() and detector_class(m).needs_contexts]
+    names: tuple[str, ...] = ()
+    if detector == "stack":
+        if job.members is not None and not job.members.strip():  # it ran the default members, unsaid
+            raise MushroomError(
+                f"--members is empty: name the stack's members, e.g. {','.join(DEFAULT_MEMBERS)}"
+            )
+        names = (
+            tuple(split_names(job.members, list(available()), "detector")) if job.members else DEFAULT_MEMBERS
+        )
+        if len(set(names)) != len(names) or not names:
+            raise MushroomError(f"--members {job.members}: name each detector once")
+        readers = [m for m in names if detector_class(m).needs_contexts]
         needed_by = f"the stack's {readers[0]} member" if readers else None
     else:
         needed_by = f"the {detector} detector" if detector_class(detector).needs_contexts else None
@@ -322,11 +331,6 @@ def main_job(
             allow_failures=job.allow_failures,
         )
         return
-    if job.members is not None and not job.members.strip():  # it ran the default members, unsaid
-        raise MushroomError(f"--members is empty: name the stack's members, e.g. {','.join(DEFAULT_MEMBERS)}")
-    names = tuple(split_names(job.members, list(available()), "detector")) if job.members else DEFAULT_MEMBERS
-    if len(set(names)) != len(names) or not names:
-        raise MushroomError(f"--members {job.members}: name each detector once")
     for key in options:
         if "." not in key:
             raise MushroomError(
