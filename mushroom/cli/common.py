@@ -11,7 +11,7 @@ import typer
 
 from mushroom.cli.boundary import FLAG, err_console, out_console
 from mushroom.cli.tables import RichReporter
-from mushroom.data.contexts import DEFAULT_SOURCES, NO_CONTEXTS
+from mushroom.data.contexts import DEFAULT_SOURCES, NO_CONTEXTS, no_source_problem
 from mushroom.data.languages import language_code
 from mushroom.data.records import ErrorType
 from mushroom.errors import MushroomError
@@ -117,9 +117,6 @@ Langs = Annotated[
 def context_sources(text: str, needed_by: str | None, given_as: str | None = None) -> tuple[str, ...]:
     """`--contexts` as source names; none is refused when the detector checks against contexts.
 
-    An unset variable in a script (`--contexts "$CTX"`) ran every item against nothing and
-    exited 0, with one warning: the detector's predictions were worthless.
-
     Args:
         text: the option's value.
         needed_by: what reads the contexts ("the lexical detector"), or None when nothing
@@ -130,12 +127,7 @@ def context_sources(text: str, needed_by: str | None, given_as: str | None = Non
     if names == (NO_CONTEXTS,):  # on purpose: a plumbing check, or an LLM on its own knowledge
         return ()
     if not names and needed_by is not None:
-        raise MushroomError(
-            f"{given_as or f'--contexts {text!r}'} names no source, and {needed_by} checks answers "
-            f"against contexts; name one or more (the default: {DEFAULT_CONTEXTS}), or give "
-            f'`--contexts {NO_CONTEXTS}` (in a config, ["{NO_CONTEXTS}"]) to run with none on purpose '
-            "(it flags nothing)"
-        )
+        raise MushroomError(f"{given_as or f'--contexts {text!r}'} {no_source_problem(needed_by)}")
     return names
 
 

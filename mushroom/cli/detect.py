@@ -295,7 +295,7 @@ def main_job(
             )
         job.take_file(ctx, config)
     _refuse_stack_flags(detector, job, no_val, plan_only)
-    from mushroom.detectors import available, detector_class
+    from mushroom.detectors import available, reads_contexts
 
     if detector != "stack" and detector not in available():  # 'stak' was told of every detector but stack
         choices = ["stack", *available()]
@@ -313,10 +313,10 @@ def main_job(
         )
         if len(set(names)) != len(names) or not names:
             raise MushroomError(f"--members {job.members}: name each detector once")
-        readers = [m for m in names if detector_class(m).needs_contexts]
+        readers = [m for m in names if reads_contexts(m)]
         needed_by = f"the stack's {readers[0]} member" if readers else None
     else:
-        needed_by = f"the {detector} detector" if detector_class(detector).needs_contexts else None
+        needed_by = f"the {detector} detector" if reads_contexts(detector) else None
     sources = context_sources(job.contexts, needed_by, job.contexts_from)
     if detector != "stack":
         run_main(

@@ -36,6 +36,21 @@ DEFAULT_CONTEXT_DIR = Path(os.environ.get("MUSHROOM_CONTEXT_DIR") or _HERE)
 # The fact-check source exists for English only (val and test): optional.
 DEFAULT_SOURCES = ("perplexity-sonar-pro", "deepseek-r1", "qa_perplexity-sonar-pro?")
 NO_CONTEXTS = "none"  # `--contexts none`: no context on purpose (an empty value is a mistake)
+
+
+def no_source_problem(needed_by: str) -> str:
+    """What an empty list of context sources is told, when `needed_by` reads contexts.
+
+    An unset variable in a script (`--contexts "$CTX"`, `contexts = []`) ran every item against
+    nothing and exited 0, with one warning: the detector's predictions were worthless.
+    """
+    return (
+        f"names no source, and {needed_by} checks answers against contexts; name one or more (the "
+        f"default: {','.join(DEFAULT_SOURCES)}), or give `--contexts {NO_CONTEXTS}` (in a config, "
+        f'["{NO_CONTEXTS}"]) to run with none on purpose (it flags nothing)'
+    )
+
+
 # The cosine to the question below which `--grade embedding` calls a context irrelevant
 DEFAULT_MIN_SIMILARITY = 0.3
 GRADES_SUFFIX = ".grades"  # `<split>.<lang>.<source>.grades.jsonl`: contextgen's decisions, not a source

@@ -109,6 +109,11 @@ def calls_model(name: str | None) -> bool:
         return False
 
 
+def reads_contexts(name: str) -> bool:
+    """Whether the detector called `name` checks answers against contexts (False when unknown)."""
+    return name in available() and bool(detector_class(name).needs_contexts)
+
+
 def check_installed(name: str, options: DetectorOptions) -> None:
     """Raises MissingExtra for a package the detector or one of its backends needs and lacks.
 

@@ -384,8 +384,9 @@ def _load_run_config(path: Path) -> RunConfig:
             more = [p for p in _detector_problems(path, *raw, build_too=False) if p.field not in said]
             error = DataError(error.problems + more, exit_code=2)
         raise error from exc
-    from mushroom.data.contexts import source_names
+    from mushroom.data.contexts import no_source_problem, source_names
     from mushroom.data.splits import SPLIT_DIRS, split_hint
+    from mushroom.detectors import reads_contexts
 
     # every mistake of the file at once: a typo'd detector hid the languages' and each bad
     # variant the next one's
@@ -403,16 +404,9 @@ def _load_run_config(path: Path) -> RunConfig:
         source_names(cfg.contexts)
     except MushroomError as exc:
         problems.append(Problem(str(path), None, "contexts", str(exc)))
-    if not cfg.contexts and _reads_contexts(cfg.detector.name):  # it ran against nothing, exit 0
+    if not cfg.contexts and reads_contexts(cfg.detector.name):
         problems.append(
-            Problem(
-                str(path),
-                None,
-                "contexts",
-                f"names no source, and the {cfg.detector.name} detector checks answers against contexts; "
-                f'name one or more, leave the key out for the default, or give ["{NO_CONTEXTS}"] to run '
-                "with none on purpose (it flags nothing)",
-            )
+            Problem(str(path), None, "contexts", no_source_problem(f"the {cfg.detector.name} detector"))
         )
     if cfg.contexts == [NO_CONTEXTS]:
         cfg.contexts = []
@@ -429,13 +423,6 @@ def _load_run_config(path: Path) -> RunConfig:
     if problems:
         raise DataError(problems, exit_code=2)
     return cfg
-
-
-def _reads_contexts(name: str) -> bool:
-    """Whether the detector `name` checks answers against contexts (False for an unknown one)."""
-    from mushroom.detectors import available, detector_class
-
-    return name in available() and detector_class(name).needs_contexts
 
 
 def _raw_detector_tables(data: dict[str, Any]) -> tuple[str, dict, list[tuple[str, dict]]] | None:
