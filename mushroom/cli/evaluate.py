@@ -30,6 +30,7 @@ from mushroom.cli.common import (
 from mushroom.cli.tables import paired_table
 from mushroom.data.contexts import NO_CONTEXTS
 from mushroom.errors import DataError, MushroomError
+from mushroom.util.files import folder_problem
 from mushroom.util.words import listed, plural
 
 
@@ -37,7 +38,7 @@ def _run_folders(runs: list[Path]) -> None:
     """Each RUNS argument must be a folder (a run, or a folder of prediction files)."""
     for run in runs:
         if not run.is_dir():
-            raise MushroomError(f"RUNS {run}: {'no such folder' if not run.exists() else 'is not a folder'}")
+            raise MushroomError(f"RUNS {run}: {folder_problem(run)}")
 
 
 def _baseline_index(value: str, runs: list[Path]) -> int:
@@ -411,9 +412,7 @@ def report(
     from mushroom.evaluation.runfiles import run_notes
 
     if not run_dir.is_dir():
-        raise MushroomError(
-            f"RUN_DIR {run_dir}: {'no such folder' if not run_dir.exists() else 'is not a folder'}"
-        )
+        raise MushroomError(f"RUN_DIR {run_dir}: {folder_problem(run_dir)}")
     by_lang, context_files, from_run = None, None, False
     if items is None and items_files(run_dir):
         items, contexts = _recorded_items(run_dir, contexts)

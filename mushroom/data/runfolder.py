@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from mushroom.data.jsonl import atomic_write_text
 from mushroom.data.splits import IN_CHECKOUT, PROJECT_ROOT, same_items
 from mushroom.errors import DataError, MushroomError
+from mushroom.util.files import folder_problem
 from mushroom.util.names import safe_name
 from mushroom.version import __version__
 
@@ -431,8 +432,9 @@ def prediction_folder(
     """
     from mushroom.data.predictions import submission_glob
 
-    if not path.is_dir():  # "no val prediction files (looked in /nope/val, ...)" of a typo
-        raise MushroomError(f"{path}: {'is not a folder' if path.exists() else 'no such folder'}")
+    # a typo was "no val prediction files (looked in /nope/val, ...)"
+    if (problem := folder_problem(path)) is not None:
+        raise MushroomError(f"{path}: {problem}")
     candidates = [path / split] if split != "items" else []  # `run` keeps a folder per split
     candidates += [path / "predictions", path]
     for folder in candidates:

@@ -29,18 +29,20 @@ def cache_folder(name: str) -> Path:
         probe.touch()
         probe.unlink()
     except OSError as exc:
-        raise MushroomError(
-            f"the cache folder {folder} cannot be used ({exc.strerror or exc}): it comes from {_setting()}; "
-            "set MUSHROOM_CACHE_DIR to a folder you can write"
-        ) from None
+        raise MushroomError(_unusable(folder, str(exc.strerror or exc))) from None
     return folder
 
 
-def _setting() -> str:
-    """The setting the cache's place comes from, for messages."""
+def _unusable(folder: Path, why: str) -> str:
+    """The message of a cache folder that cannot be used, naming the setting it comes from."""
     if os.environ.get("MUSHROOM_CACHE_DIR"):
-        return "MUSHROOM_CACHE_DIR"
-    return "XDG_CACHE_HOME" if os.environ.get("XDG_CACHE_HOME") else "the home folder's .cache"
+        setting = "MUSHROOM_CACHE_DIR"
+    else:
+        setting = "XDG_CACHE_HOME" if os.environ.get("XDG_CACHE_HOME") else "the home folder's .cache"
+    return (
+        f"the cache folder {folder} cannot be used ({why}): it comes from {setting}; "
+        "set MUSHROOM_CACHE_DIR to a folder you can write"
+    )
 
 
 def cache_problem(name: str) -> str | None:
@@ -59,7 +61,4 @@ def cache_problem(name: str) -> str | None:
         why = f"{existing} is not writable"
     else:
         return None
-    return (
-        f"the cache folder {folder} cannot be used ({why}): it comes from {_setting()}; "
-        "set MUSHROOM_CACHE_DIR to a folder you can write"
-    )
+    return _unusable(folder, why)

@@ -51,6 +51,13 @@ def missing_reason(path: Path) -> str:
     return "no such file or folder"
 
 
+def folder_problem(path: Path) -> str | None:
+    """Why a folder is not at `path` ("no such folder", "is not a folder"); None for a folder."""
+    if path.is_dir():
+        return None
+    return "is not a folder" if path.exists() else "no such folder"
+
+
 FILE_DIGESTS = "file_sha256"
 """The config key of the files a detector's options name, by content (`Detector.describe`)."""
 

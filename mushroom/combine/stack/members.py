@@ -13,6 +13,7 @@ from mushroom.data.predictions import load_predictions, submission_name
 from mushroom.data.records import Item, Prediction
 from mushroom.data.runfolder import FailureCheck, prediction_folder, run_scope
 from mushroom.errors import DataError, MushroomError
+from mushroom.util.files import folder_problem
 from mushroom.util.words import no_prediction
 
 MemberEvidence = tuple[Prediction, dict[str, np.ndarray]]  # one item's prediction and channels
@@ -187,9 +188,8 @@ def parse_members(specs: list[str]) -> list[Member]:
             )
         out.append(Member(name, Path(path)))
     for member in out:  # every member's folder before any member's files: a later typo was unsaid
-        if not member.path.is_dir():
-            said = "is not a folder" if member.path.exists() else "no such folder"
-            raise MushroomError(f"member {member.name!r}: {member.path}: {said}; a member is a run folder")
+        if (problem := folder_problem(member.path)) is not None:
+            raise MushroomError(f"member {member.name!r}: {member.path}: {problem}; a member is a run folder")
     names = [m.name for m in out]
     if len(set(names)) != len(names):
         raise MushroomError(f"member names must be unique, got {names}; name them with NAME=PATH")
