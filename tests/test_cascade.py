@@ -589,6 +589,25 @@ def test_contexts_are_generated_for_the_items_a_cascade_plans_to_send_and_read_b
     )
 
 
+def test_member_contexts_none_sends_the_model_no_context_while_the_cpu_members_read_theirs(tmp_path, capsys):
+    """`--member-contexts none`: the model-backed member is asked without a context, on purpose;
+    the CPU members still read --contexts, so the items chosen are those of a run without it."""
+    prompts = {}
+    for given in (None, "none"):
+        out = tmp_path / f"job-{given}"
+        with FakeServer({}, default_text='{"incorrect_spans": ["a"]}') as server:
+            flags = [] if given is None else ["--member-contexts", given]
+            code, _, err = cli(capsys, *_job(out, 0.3), *flags, "-o", f"llm.backend.base_url={server.url}")
+            assert code == 0, err
+        prompts[given] = [call["body"]["messages"][-1]["content"] for call in server.calls]
+        assert len(prompts[given]) == 15 + 45
+    lexical = "members/lexical/items/it.jsonl"
+    assert _digests(tmp_path / "job-none" / lexical) == _digests(tmp_path / "job-None" / lexical)
+    assert _sent(tmp_path / "job-none") == _sent(tmp_path / "job-None")
+    assert all("CONTEXT:\n(no context available)" in p for p in prompts["none"])
+    assert not any("(no context available)" in p for p in prompts[None])
+
+
 def test_a_plan_and_the_member_contexts_are_refused_where_they_mean_nothing(tmp_path, capsys):
     out = tmp_path / "job"
     everything = [a for a in _job(out, 1.0) if a not in ("--llm-budget", 1.0)]
