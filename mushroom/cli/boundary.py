@@ -456,6 +456,7 @@ def _run(app: typer.Typer, args: list[str]) -> int:
         return exc.exit_code
     except typer.TyperException as exc:  # typer's click: bad option, missing argument, bad value
         _usage_hint(exc)
+        _say_given_value(exc, args)
         show = getattr(exc, "show", None)
         if show is not None:
             show()
@@ -550,6 +551,35 @@ def _usage_hint(exc: Exception) -> None:
     words = [w for w in given if w in available()]
     if words:
         exc.message = f"{message}; the detector is an option: --detector {words[0]}"  # type: ignore[attr-defined]
+
+
+def _given_value(opts: list[str], args: list[str]) -> str | None:
+    """The value an option was given on the command line (`--limit 3x` or `--limit=3x`), or None."""
+    end = args.index("--") if "--" in args else len(args)
+    for k in range(end - 1, -1, -1):  # the last one given is the one click read
+        arg = args[k]
+        if arg in opts and k + 1 < end:
+            return args[k + 1]
+        name, eq, value = arg.partition("=")
+        if eq and name in opts:
+            return value
+    return None
+
+
+def _say_given_value(exc: Exception, args: list[str]) -> None:
+    """A bad option value named in its message: `Invalid value for '--limit': '3x': Input should be ...`.
+
+    Typer's converters say what a value should be, not what was given, so a wrong value among
+    many flags in a script (an unset variable, a shifted argument) had to be found by eye.
+    """
+    # typer's own click (typer._click from 0.29), so its classes are known by what they hold
+    param, message = getattr(exc, "param", None), getattr(exc, "message", None)
+    if type(exc).__name__ != "BadParameter" or getattr(param, "param_type_name", None) != "option":
+        return
+    given = _given_value([*param.opts, *param.secondary_opts], args)  # type: ignore[union-attr]
+    if given is None or not isinstance(message, str) or (given and given in message):
+        return  # a message of our own names the value already
+    exc.message = f"{given!r}: {message}"
 
 
 FLAG = ""
