@@ -581,10 +581,38 @@ def test_a_fence_inside_a_json_reply_is_span_text():
     [("0.9", [0.9]), ("0.", [1.0]), ("0", [1.0]), ("8", [1.0]), ("0.75", [0.75]), ('"9', [])],
 )
 def test_a_probability_at_the_cut_is_kept_only_when_complete(tail, prob):
-    # a cut inside a string drops its whole object, as for a cut span text
+    # a cut inside a string drops its whole object, as for a cut span text, and counts it lost
     raw = '{"incorrect_spans": [{"text": "silver", "probability": ' + tail
     result = parse_response(ANSWER, raw)
-    assert [s.prob for s in result.spans] == prob and result.repairs == ["truncated"]
+    assert [s.prob for s in result.spans] == prob
+    dropped = not prob
+    assert result.repairs == ["truncated_entry"] * dropped + ["truncated"]
+    assert result.counts()["unparseable"] == result.invalid_entries == dropped
+
+
+@pytest.mark.parametrize(
+    ("raw", "spans", "lost"),
+    [
+        # a missing quote, not a cut: the repairs dropped the one entry, and said nothing is wrong
+        ('{"incorrect_spans": [{"text": "1901, "probability": 0.9}]}', [], 1),
+        ("{'incorrect_spans': [{'text': '1901', 'reason': 'the builders' date'}]}", [], 1),
+        ('{"incorrect_spans": [{"text": "1901", "probability": 0.9}, {"text": "Henri Du', ["1901"], 1),
+        ('{"incorrect_spans": ["1901", "Henri Du', ["1901"], 1),
+        # cut in the reason (the prompts ask for it last) or a key: the span is whole, and kept
+        (
+            '{"incorrect_spans": [{"text": "1901", "probability": 0.95, "reason": "context says 18',
+            ["1901"],
+            0,
+        ),
+        ('{"incorrect_spans": [{"text": "1901", "probability": 0.95, "rea', ["1901"], 0),
+        ('{"incorrect_spans": [{"reason": "context says 18', [], 1),
+    ],
+)
+def test_an_entry_the_repairs_drop_is_counted_and_a_cut_reason_keeps_its_span(raw, spans, lost):
+    """An entry dropped for a cut (or a missing quote) is lost, not "nothing wrong" (an audit)."""
+    result = parse_response("The tower was built in 1901 by Henri Dupont.", raw)
+    assert [s.text for s in result.spans] == spans and result.invalid_entries == lost
+    assert result.counts()["unparseable"] == int(not spans)
 
 
 def test_a_string_cut_at_the_end_is_dropped_not_closed():

@@ -9,7 +9,9 @@ commas between objects, single quotes, curly quotes (double, and single where th
 full-width `：，` (and brackets, and the ideographic space) between values, Python literals
 (True/False/None), a
 truncated tail (open strings, arrays and objects are closed; a number or literal cut at the
-very end is dropped), and a bare list instead of an object.
+very end is dropped; an entry cut inside its text is dropped under its own repair name,
+`truncated_entry`, so the parser counts it lost; one cut inside its reason keeps the rest),
+and a bare list instead of an object.
 
 Never raises on any string. The standard decoder recurses once per bracket, so text nested
 deeper than `MAX_DEPTH` is not handed to it at all: no claim format needs more than a few
@@ -183,16 +185,8 @@ def _single_to_double_quotes(text: str) -> str:
     return "".join(out)
 
 
-def _close_truncated(text: str) -> str:
-    """Closes every open bracket of a cut-off answer.
-
-    A string cut at the end is dropped, never closed: its span text is incomplete ("19" of
-    "1990") and would be located at the wrong place; an object cut inside one of its strings
-    is dropped whole, as the span it describes is incomplete. A number or bare word at the
-    very end may be cut too ("0" or "0." of "0.9", "8" of "80"): it is dropped, so the entry
-    falls back to the default probability instead of claiming 0; a decimal with a fractional
-    digit or a whole literal is kept.
-    """
+def _open_brackets(text: str) -> tuple[list[tuple[str, int]], int | None]:
+    """The brackets left open at the end of `text` (closer, index), and where a string left open starts."""
     stack: list[tuple[str, int]] = []
     in_str, escaped, str_start = False, False, 0
     for i, ch in enumerate(text):
@@ -207,12 +201,61 @@ def _close_truncated(text: str) -> str:
             stack.append(("]" if ch == "[" else "}", i))
         elif not in_str and ch in "]}" and stack:
             stack.pop()
-    if in_str:
-        if stack and stack[-1][0] == "}" and len(stack) > 1:
-            text = text[: stack[-1][1]]
-            stack.pop()
-        else:
-            text = text[:str_start]
+    return stack, (str_start if in_str else None)
+
+
+COMMENT_KEYS = frozenset({"reason", "explanation", "justification", "rationale", "note", "comment"})
+"""Keys whose value explains an entry and does not make it: cut inside one, the entry is whole."""
+
+_KEY_BEFORE = re.compile(r'"([^"\\]*)"\s*:\s*$')
+
+
+def _cut_comment(text: str) -> str:
+    """A reply cut inside an entry's comment (`"reason": "context says 18`) or a key, that part dropped.
+
+    The prompts ask for the span text first and its reason last, so a reply cut off in the
+    reason of its one span lost a span it had written whole (an audit).
+    """
+    stack, open_string = _open_brackets(text)
+    if open_string is None or not stack or stack[-1][0] != "}":
+        return text
+    before = text[:open_string].rstrip()
+    if before.endswith(","):  # the string is a key of an entry that has others: `{"text": "x", "rea`
+        return before[:-1]
+    key = _KEY_BEFORE.search(before)
+    if key is None or key.group(1).strip().casefold() not in COMMENT_KEYS:
+        return text
+    return re.sub(r",\s*$", "", text[: key.start()])
+
+
+def _drop_cut_entry(text: str) -> str:
+    """A reply cut inside a listed string or a string of a listed object, that entry dropped whole.
+
+    Its span text may be incomplete ("19" of "1990") and would be placed at the wrong spot.
+    The repair has its own name so the entry counts as lost: a reply whose one entry was
+    dropped so is no reply that found nothing wrong (a missing quote in `"text": "1901,` read
+    as an empty list, an audit).
+    """
+    stack, open_string = _open_brackets(text)
+    if open_string is not None and stack and stack[-1][0] == "]":  # a listed string: `["1901", "Henri Du`
+        return text[:open_string]
+    if open_string is None or len(stack) < 2 or stack[-1][0] != "}":
+        return text
+    return text[: stack[-1][1]]
+
+
+def _close_truncated(text: str) -> str:
+    """Closes every open bracket of a cut-off answer.
+
+    A string cut at the end is dropped, never closed (an object cut inside one of its strings
+    went first, `_drop_cut_entry`). A number or bare word at the very end may be cut too ("0"
+    or "0." of "0.9", "8" of "80"): it is dropped, so the entry falls back to the default
+    probability instead of claiming 0; a decimal with a fractional digit or a whole literal
+    is kept.
+    """
+    stack, open_string = _open_brackets(text)
+    if open_string is not None:
+        text = text[:open_string]
     elif stack:
         last = _LAST_SCALAR.search(text)
         if last and not _COMPLETE_SCALAR.fullmatch(last.group(2)):
@@ -289,6 +332,8 @@ _REPAIRS = (
     ("curly_single_quotes", _outside_strings(_curly_single_quotes)),
     ("single_quotes", _single_to_double_quotes),
     ("python_literals", _outside_strings(_replace_literals)),
+    ("truncated_comment", _cut_comment),
+    ("truncated_entry", _drop_cut_entry),
     ("truncated", _close_truncated),
 )
 

@@ -348,9 +348,10 @@ def _parse(answer: str, raw: str | None, default_probability: float, max_edit_ra
         return result
     found = read_claims(value, default_probability)
     result.repairs = [*repairs, *found.repairs]
-    result.invalid_entries = found.invalid_entries
+    # an entry the reply was cut off inside was dropped by the repairs: lost, so counted
+    result.invalid_entries = found.invalid_entries + repairs.count("truncated_entry")
     result.bad_probabilities = found.bad_probabilities
-    if not found.claims and found.invalid_entries:
+    if not found.claims and result.invalid_entries:
         return result
     result.parsed = True
     result.claims = len(found.claims)
