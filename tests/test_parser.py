@@ -748,3 +748,25 @@ def test_a_span_text_too_long_to_search_fuzzily_is_counted_lost_and_a_near_one_f
     result = parse_response(answer, json.dumps([near, too_long]))
     assert [(s.start, s.end, s.method) for s in result.spans] == [(0, len(near), "fuzzy")]
     assert result.counts()["lost"] == 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "spans", "repairs"),
+    [
+        # a list in the prose before the object is prose, not the claims (an audit)
+        ('The answer names ["Paris", "Eiffel"], which are right. {"incorrect_spans": [{"text": "1901"}]}',
+         ["1901"], []),
+        # a reply that is a list is the claims, whatever follows it
+        ('["1901"] then {"x": 1}', ["1901"], []),
+        # two answers of the same shape: the first is taken, and the choice is counted
+        ('Example 3\nOUTPUT: {"incorrect_spans": []}\nMine: {"incorrect_spans": [{"text": "Paris"}]}',
+         [], ["several_answers"]),
+        # an object of other keys after the answer is no second answer
+        ('{"incorrect_spans": [{"text": "1901"}]} see [1] and {"note": 1}', ["1901"], []),
+        ('{"incorrect_spans": [{"text": "1901"}]}\n{"incorrect_spans": [{"text": "1901"}]}', ["1901"], []),
+    ],
+)  # fmt: skip
+def test_the_claims_are_the_object_after_prose_and_a_second_answer_is_counted(raw, spans, repairs):
+    result = parse_response("The Eiffel Tower in Paris was built in 1901.", raw)
+    assert [s.text for s in result.spans] == spans and result.repairs == repairs
+    assert result.counts()["repaired"] == bool(repairs)

@@ -126,11 +126,12 @@ def _looks_like_claims(value: Any) -> bool:
     )
 
 
-def _candidates(text: str) -> list[str]:
+def _candidates(text: str) -> list[tuple[str, bool]]:
     """Substrings that may hold the JSON, most likely first, each from its first bracket.
 
     A reply that starts with a bracket is JSON itself (a code fence in it is a span's text);
-    otherwise fenced blocks come before the whole text.
+    otherwise fenced blocks come before the whole text. Each comes with whether prose came
+    before its first bracket.
     """
     found = [m.group(1) for m in _FENCE.finditer(text) if m.group(1).strip()]
     if text.lstrip()[:1] in ("{", "["):
@@ -141,7 +142,7 @@ def _candidates(text: str) -> list[str]:
     for chunk in found:
         starts = [i for i in (chunk.find("{"), chunk.find("[")) if i >= 0]
         if starts:
-            out.append(chunk[min(starts) :])
+            out.append((chunk[min(starts) :], bool(chunk[: min(starts)].strip())))
     return out
 
 
@@ -343,7 +344,27 @@ def _next_bracket(chunk: str, start: int) -> int | None:
     return min(found) if found else None
 
 
-def _skip_non_claims(chunk: str) -> tuple[str | None, Any]:
+def _claim_choice(found: list[tuple[int, Any]], in_prose: bool) -> tuple[Any, bool]:
+    """The claims among the values decoded as written, and whether another one disagrees.
+
+    The first is taken, except a bare list in the prose before an object: in `The answer names
+    ["Paris", "Eiffel Tower"], which are right. {"incorrect_spans": [...]}` the list is prose
+    (an audit). Two objects of the same keys that differ are counted (`several_answers`): a
+    model restating a prompt's example before its answer, or one going on past its answer.
+
+    Args:
+        found: (position in the chunk, value) of each claim-shaped value, in order.
+        in_prose: the chunk came after prose in the reply (it starts at its first bracket).
+    """
+    objects = [value for _, value in found if isinstance(value, dict)]
+    pos, value = found[0]
+    if isinstance(value, list) and (pos > 0 or in_prose) and objects:
+        value = objects[0]
+    keys = set(value) if isinstance(value, dict) else set()
+    return value, any(other != value and keys & set(other) for other in objects)
+
+
+def _skip_non_claims(chunk: str, in_prose: bool = False) -> tuple[str | None, Any, bool]:
     """Decodes `chunk` as written, stepping over brackets that cannot hold the claims.
 
     Stepped over: a value that is not claim-shaped ("see [1]"), and a bracket that fails to
@@ -351,11 +372,13 @@ def _skip_non_claims(chunk: str) -> tuple[str | None, Any]:
     a quote is broken JSON: it goes to the repairs, as its inner brackets hold only part of it.
 
     Returns:
-        (rest, value): value is the first claim-shaped value found (rest is then None);
-        otherwise rest is where the repairs should start (None when nothing is left) and
-        value the first value decoded, if any, as a last resort.
+        (rest, value, several): value is the claim-shaped value chosen (`_claim_choice`; rest
+        is then None, and several says another one disagrees); otherwise rest is where the
+        repairs should start (None when nothing is left) and value the first value decoded,
+        if any, as a last resort.
     """
     first: Any = None
+    claims: list[tuple[int, Any]] = []
     pos: int | None = 0
     # an opening ‘ too, where no straight quote delimits (`{‘text’: ‘北京’}`): where one does,
     # `[‘sic’]` in the prose is prose (a review); a ’ alone is more often an apostrophe
@@ -365,18 +388,21 @@ def _skip_non_claims(chunk: str) -> tuple[str | None, Any]:
             value, end = decode_prefix(chunk[pos:])
         except json.JSONDecodeError as err:
             if re.search(quotes, chunk[pos : pos + err.pos + 1]):
-                return chunk[pos:], first
+                return (None, *_claim_choice(claims, in_prose)) if claims else (chunk[pos:], first, False)
             pos = _next_bracket(chunk, pos + err.pos + 1)
         except ValueError:  # nested too deep
-            return chunk[pos:], first
+            return (None, *_claim_choice(claims, in_prose)) if claims else (chunk[pos:], first, False)
         else:
             if _looks_like_claims(value):
-                return None, value
-            first = value if first is None else first
+                claims.append((pos, value))
+            else:
+                first = value if first is None else first
             pos = _next_bracket(chunk, pos + end)
         if pos is None:
-            return None, first
-    return chunk[pos:], first
+            break
+    if claims:
+        return None, *_claim_choice(claims, in_prose)
+    return (None if pos is None else chunk[pos:]), first, False
 
 
 def extract_json(text: str) -> tuple[Any | None, list[str]]:
@@ -393,10 +419,10 @@ def extract_json(text: str) -> tuple[Any | None, list[str]]:
     text, _ = strip_reasoning(text)  # a draft in the thinking is not the answer
     to_repair: list[str] = []
     fallback: Any = None
-    for candidate in _candidates(text):
-        rest, value = _skip_non_claims(candidate)
+    for candidate, in_prose in _candidates(text):
+        rest, value, several = _skip_non_claims(candidate, in_prose)
         if rest is None and _looks_like_claims(value):
-            return value, []
+            return value, ["several_answers"] if several else []
         fallback = value if fallback is None else fallback
         if rest is not None:
             to_repair.append(rest)
