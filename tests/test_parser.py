@@ -770,3 +770,24 @@ def test_the_claims_are_the_object_after_prose_and_a_second_answer_is_counted(ra
     result = parse_response("The Eiffel Tower in Paris was built in 1901.", raw)
     assert [s.text for s in result.spans] == spans and result.repairs == repairs
     assert result.counts()["repaired"] == bool(repairs)
+
+
+@pytest.mark.parametrize(
+    ("text", "placed"),
+    [
+        ('"1901"', "1901"),
+        ("'1901'", "1901"),
+        ("\u201c1901\u201d", "1901"),
+        ("\u00abParis\u00bb", "Paris"),
+        ("1901.", "1901"),
+        # the fuzzy step took the spaces beside the name for its quotes
+        ('"Henri Dupont"', "Henri Dupont"),
+        ('"Henri Dupond"', "Henri Dupont"),
+        # in the answer as written, a quote or a mark is kept
+        ("Paris.", "Paris."),
+    ],
+)
+def test_a_span_text_in_quotes_or_with_a_full_stop_is_placed_on_its_words(text, placed):
+    answer = "The Eiffel Tower was built in 1901 by Henri Dupont in Paris. Paris is nice."
+    spans = parse_response(answer, json.dumps({"incorrect_spans": [text]})).spans
+    assert [s.text for s in spans] == [placed]

@@ -242,6 +242,20 @@ def _closest_substring(
     return None if choice is None else (choice[4], choice[5])
 
 
+# opening quote -> its closing one (straight, curly, German, guillemets, CJK corner brackets)
+_WRAPPING = dict(
+    zip("\"'\u201c\u201e\u2018\u00ab\u300c\u300e`", "\"'\u201d\u201c\u2019\u00bb\u300d\u300f`", strict=True)
+)
+_SENTENCE_END = ".,;:!?\u3002\uff0c\u3001\uff1b\uff1a\uff01\uff1f\u060c\u061b\u0964"
+
+
+def _unwrapped(text: str) -> str:
+    """`text` without the quotes wrapped around it and the sentence marks after it, stripped."""
+    while len(text) >= 2 and _WRAPPING.get(text[0]) == text[-1]:
+        text = text[1:-1].strip()
+    return text.rstrip(_SENTENCE_END).strip()
+
+
 class SpanLocator:
     """Locates span texts in one answer, remembering occurrences already taken."""
 
@@ -277,11 +291,23 @@ class SpanLocator:
         return end
 
     def locate(self, text: str, prob: float) -> LocatedSpan | None:
-        """The next occurrence of `text` (after the previous one of the same text), or None."""
+        """The next occurrence of `text` (after the previous one of the same text), or None.
+
+        A text not in the answer as written is looked for without the quotes around it and
+        the sentence mark after it (`"1901"`, `'1901'`, `1901.`) before the fuzzy step, which
+        took the spaces beside the word for the quotes (`"Henri Dupont"` marked " Henri
+        Dupont "), or lost it (an audit).
+        """
         # whitespace at a span's edges claims nothing: " 1967 " marks the year, not the spaces
         text = text.strip()
         if not text:
             return None
+        bare = _unwrapped(text)
+        if bare != text and bare:
+            return self._locate(text, prob, fuzzy=False) or self._locate(bare, prob)
+        return self._locate(text, prob)
+
+    def _locate(self, text: str, prob: float, fuzzy: bool = True) -> LocatedSpan | None:
         key = make_view(text, 2).text
         # Spans are listed in order of appearance: look after the previous span first, then
         # after this text's previous occurrence, then anywhere.
@@ -312,7 +338,7 @@ class SpanLocator:
                 found = self._search(text, key, starts, cut)
                 spent.update(() if found else ("whole",))
         found = found or self._search(text, key, starts)
-        if not found:
+        if not found and fuzzy:
             found = self._fuzzy(key, starts[0])
         if not found:
             return None
@@ -366,6 +392,11 @@ class SpanLocator:
         if found is None:
             return None
         start, end = self._map(view, found[0], found[1] - found[0])
+        # the edits may have taken the spaces beside the text (for a quote or a mark of its own)
+        while end - start > 1 and self.answer[start].isspace():
+            start += 1
+        while end - start > 1 and self.answer[end - 1].isspace():
+            end -= 1
         if digit_runs(needle) != digit_runs(self.answer[start:end]):
             self.number_mismatches += 1
             return None
