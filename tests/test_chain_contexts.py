@@ -160,6 +160,26 @@ def test_a_verdict_on_a_claim_never_made_is_counted_not_painted():
     assert (s["chain.false_claims"], s["chain.unknown_claim_verdicts"]) == (1, 1)
 
 
+def test_verdicts_numbered_from_zero_fall_on_the_claims_meant():
+    """Claim 0 was dropped as unknown and claim 1's verdict (meant for the second claim, in
+    Berlin) fell on the first, born in 1867 (an audit)."""
+    verify = json.dumps(
+        {
+            "verdicts": [
+                {"claim": 0, "verdict": "supported"},
+                {"claim": 1, "verdict": "Contradicted.", "incorrect_spans": []},
+                {"claim": 2, "verdict": "**SUPPORTS**"},
+            ]
+        }
+    )
+    st, pred, _ = run_chain({"v-1#decompose": [DECOMPOSE], "v-1#verify": [verify]})
+    berlin = ANSWER.index("in Berlin")
+    # no wrong text named: the fallback paints the contradicted claim's own text, the second's
+    assert [(s.start, s.end) for s in pred.soft_labels] == [(berlin, berlin + len("in Berlin"))]
+    assert st["chain.zero_based_claims"] == 1 and st["chain.unknown_claim_verdicts"] == 0
+    assert st["chain.unreadable_verdicts"] == 0
+
+
 def test_failed_stage_is_retried_once_with_the_error_and_counted():
     det, pred, backend = run_chain(
         {

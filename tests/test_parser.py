@@ -672,6 +672,17 @@ def test_a_reply_cut_off_while_thinking_has_no_answer_and_a_tag_mid_answer_stays
         ({"claim": 1, "supported": "not_in_context"}, "unverifiable"),
         # an unreadable verdict word falls back to a readable `supported`
         ({"claim": 1, "verdict": "maybe", "supported": False}, "contradicted"),
+        # as models write them (an audit): marks around the word, other forms of it
+        ({"claim": 1, "verdict": "Supported."}, "supported"),
+        ({"claim": 1, "verdict": "**SUPPORTS**"}, "supported"),
+        ({"claim": 1, "verdict": "supported\u200b"}, "supported"),
+        ({"claim": 1, "verdict": "entails"}, "supported"),
+        ({"claim": 1, "verdict": "Contradiction"}, "contradicted"),
+        ({"claim": 1, "verdict": "contradictory"}, "contradicted"),
+        ({"claim": 1, "verdict": "refutes"}, "contradicted"),
+        ({"claim": 1, "verdict": "not in the context"}, "unverifiable"),
+        ({"claim": 1, "verdict": "partially supported"}, "unverifiable"),
+        ({"claim": 1, "is_supported": False}, "contradicted"),
         # nothing that can be read: None, for the caller to count
         ({"claim": 1, "verdict": "maybe"}, None),
         ({"claim": 1, "supported": "perhaps"}, None),
