@@ -296,6 +296,10 @@ def test_keys_are_read_in_any_case_and_a_single_object_under_the_list_key_counts
         ('{"good": ["x"], "bad": ["silver"]}', [], 1),  # which list is meant cannot be told
         ('{"supported_spans": ["silver"]}', [], 1),  # the opposite of wrong spans: not read as them
         ('{"Hallucinated": ["silver"]}', [(25, 31)], 0),
+        # a negated key lists what is right (an audit)
+        ('{"non_hallucinated_spans": ["silver"]}', [], 1),
+        ('{"not-wrong": ["silver"]}', [], 1),
+        ('{"nonhallucinated": ["silver"]}', [], 1),
         ("{}", [], 0),  # an empty object says nothing is wrong
     ],
 )

@@ -47,6 +47,8 @@ _LIST_KEYS = ("incorrect_spans", "hallucinated_spans", "hallucinations", "spans"
 _TEXT_KEYS = ("text", "span", "substring", "incorrect_span", "phrase")
 # an unknown key whose list is read as the wrong spans must say they are wrong
 _WRONG_WORDS = ("incorrect", "wrong", "halluc", "error", "false", "unsupported", "fabricat", "inaccura")
+# ... unless it negates them: `non_hallucinated_spans` lists what is right (an audit)
+_NEGATED = re.compile(r"^non|(?:^|[^a-z])(?:not|no)(?:[^a-z]|$)")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _PROB_KEYS = ("probability", "prob", "confidence", "score")
 # the Arabic decimal separator (U+066B) too: "٠٫٩" is 0.9
@@ -208,7 +210,7 @@ def _entries(value: Any) -> tuple[list[Any], int, list[str]]:
     if any(k in keyed for k in _TEXT_KEYS) or not keyed:
         return ([value] if keyed else []), 0, []
     lists = [(k, v) for k, v in keyed.items() if isinstance(v, list)]
-    if len(lists) == 1 and any(word in lists[0][0] for word in _WRONG_WORDS):
+    if len(lists) == 1 and any(w in lists[0][0] for w in _WRONG_WORDS) and not _NEGATED.search(lists[0][0]):
         return lists[0][1], 0, ["other_list_key"]
     return [], 1, []
 
