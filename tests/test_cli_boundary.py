@@ -559,6 +559,9 @@ def test_small_mistakes_get_a_usage_error_that_names_them(tmp_path, capsys):
             "--detector is given twice",
         ),
         (["score", pred, pred, "--json", out / "a", "--json", out / "b"], 2, "--json is given twice"),
+        # named as typed: the option's other name said nothing the user wrote
+        (["score", pred, pred, "--out", "a", "--out=b"], 2, "--out is given twice (a, b)"),
+        (["score", pred, pred, "--output", "a", "--out", "b"], 2, "--output and --out name one option"),
         (["run", "--config", "configs/variants.toml"], 2, "takes the config file as its argument"),
         # a member's advice names the member, as main-job takes its options
         (

@@ -522,12 +522,16 @@ def _refuse_repeated_options(command: Any, args: list[str]) -> None:
             if not value and k + 1 < len(rest):
                 k += 1
                 value = rest[k]
-            seen.setdefault(max(param.opts, key=len), []).append(value)
+            seen.setdefault(max(param.opts, key=len), []).append((name, value))
         k += 1
-    for name, values in seen.items():
-        if len(values) > 1:
-            times = "twice" if len(values) == 2 else f"{len(values)} times"
-            raise MushroomError(f"{name} is given {times} ({', '.join(values)}): give it once")
+    for given in seen.values():
+        if len(given) > 1:
+            values = ", ".join(value for _, value in given)
+            typed = list(dict.fromkeys(name for name, _ in given))  # as typed: `--output a --out b`
+            if len(typed) > 1:
+                raise MushroomError(f"{' and '.join(typed)} name one option, given {values}: give it once")
+            times = "twice" if len(given) == 2 else f"{len(given)} times"
+            raise MushroomError(f"{typed[0]} is given {times} ({values}): give it once")
 
 
 def _usage_hint(exc: Exception) -> None:
