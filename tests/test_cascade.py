@@ -703,3 +703,18 @@ def test_a_plan_warns_of_a_member_source_whose_name_is_close_to_an_existing_one(
     job[job.index(out)] = tmp_path / "other"
     code, said, err = cli(capsys, *job, "-o", "llm.backend.base_url=http://127.0.0.1:9/v1")
     assert code == 0 and "did you mean" not in said + err
+
+
+def test_the_report_s_cascade_note_counts_the_languages_on_its_page(tmp_path):
+    """Under `report --lang it` the note counted every language's items of the split."""
+    from mushroom.evaluation.report import _cascade
+
+    rows = [
+        {"id": f"{lang}-{k}", "lang": lang, "split": "val", "uncertainty": 0.5, "rank": k + 1, "of": 4,
+         "sent": k < sent, "reason": "its rank"}
+        for lang, sent in (("it", 1), ("en", 3))
+        for k in range(4)
+    ]  # fmt: skip
+    (tmp_path / "cascade.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert "1 of 4 items of val went" in _cascade(tmp_path, "val", {"it"}).note
+    assert "4 of 8 items of val went" in _cascade(tmp_path, "val", {"it", "en"}).note

@@ -17,6 +17,7 @@ import html
 import json
 import re
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 from typing import NamedTuple
 
@@ -430,17 +431,22 @@ class Cascade(NamedTuple):
     note: str  # the page's paragraph on the cascade, or ""
 
 
-def _cascade(run_dir: Path, split: str) -> Cascade:
-    """The records and model-backed members of a cascade folder (`main-job --llm-budget`).
+def _cascade(run_dir: Path, split: str, langs: Collection[str]) -> Cascade:
+    """The records and model-backed members of a cascade folder (`main-job --llm-budget`), of `langs`.
 
     Its page showed the final predictions alone: nothing said which items a model saw, and
     the claims its chain member could not check were only on the member's own page.
-    Member names come from the folder's own listing, never from a file's value.
+    Member names come from the folder's own listing, never from a file's value. Only the
+    page's languages count: under `report --lang it` it counted every language's items.
     """
     path = run_dir / "cascade.jsonl"
     if not path.is_file():
         return Cascade({}, {}, "")
-    records = {r.id: r for r in load_records(path, CascadeRecord, unique_ids=False) if r.split == split}
+    records = {
+        r.id: r
+        for r in load_records(path, CascadeRecord, unique_ids=False)
+        if r.split == split and r.lang in langs
+    }
     named: list[str] = []
     try:
         said = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["cascade"]["model_backed"]
@@ -515,7 +521,7 @@ def build_report(
     scope = run_scope(run_dir)
     covers = scope.langs if scope is not None and scope.langs else None  # None: every language
     absent: list[str] = []  # languages its run covers and has no file of: it stopped before them
-    cascade = _cascade(run_dir, split)
+    cascade = _cascade(run_dir, split, set(data))
     for lang, items in data.items():
         path = folder / submission_name(lang, split)
         if not path.exists():
