@@ -180,6 +180,22 @@ def test_verdicts_numbered_from_zero_fall_on_the_claims_meant():
     assert st["chain.unreadable_verdicts"] == 0
 
 
+def test_a_stray_claim_0_among_1_based_verdicts_shifts_nothing():
+    """A reply of 1-based verdicts with an overall note as claim 0 was read one up (a review)."""
+    verify = json.dumps(
+        {
+            "verdicts": [
+                {"claim": 0, "verdict": "supported"},
+                {"claim": 1, "verdict": "contradicted", "incorrect_spans": [{"text": "1867"}]},
+            ]
+        }
+    )
+    st, pred, _ = run_chain({"v-1#decompose": [DECOMPOSE], "v-1#verify": [verify]})
+    year = ANSWER.index("1867")
+    assert [list(h) for h in pred.hard_labels] == [[year, year + 4]]
+    assert st["chain.zero_based_claims"] == 0 and st["chain.unknown_claim_verdicts"] == 1
+
+
 def test_failed_stage_is_retried_once_with_the_error_and_counted():
     det, pred, backend = run_chain(
         {

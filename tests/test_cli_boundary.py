@@ -855,6 +855,8 @@ def test_a_full_disk_says_what_was_saved_and_to_free_space(tmp_path):
             ["detect", "--detector", "lexical", "--limit", ""],
             "'--limit': '': Input should be a valid integer",
         ),
+        # `--limit=5` is the value of --prompt, as click reads it (a review)
+        (["detect", "--limit", "3x", "--prompt", "--limit=5"], "'--limit': '3x': Input should be"),
     ],
 )
 def test_a_value_of_the_wrong_type_is_echoed_in_its_message(capsys, args, said):

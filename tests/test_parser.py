@@ -300,6 +300,9 @@ def test_keys_are_read_in_any_case_and_a_single_object_under_the_list_key_counts
         ('{"non_hallucinated_spans": ["silver"]}', [], 1),
         ('{"not-wrong": ["silver"]}', [], 1),
         ('{"nonhallucinated": ["silver"]}', [], 1),
+        # no negation of the wrong-word: still the wrong spans (a review)
+        ('{"errors_not_in_context": ["silver"]}', [(25, 31)], 0),
+        ('{"nonexistent_facts_hallucinated": ["silver"]}', [(25, 31)], 0),
         ("{}", [], 0),  # an empty object says nothing is wrong
     ],
 )
@@ -610,6 +613,9 @@ def test_a_probability_at_the_cut_is_kept_only_when_complete(tail, prob):
         ),
         ('{"incorrect_spans": [{"text": "1901", "probability": 0.95, "rea', ["1901"], 0),
         ('{"incorrect_spans": [{"reason": "context says 18', [], 1),
+        # cut in a list of the entry's own: no entry is lost (a review)
+        ('{"incorrect_spans": [{"text": "1901", "sources": ["Wikip', ["1901"], 0),
+        ('{"incorrect_spans": [{"text": "1901", "meta": {"src": "Wik', ["1901"], 0),
     ],
 )
 def test_an_entry_the_repairs_drop_is_counted_and_a_cut_reason_keeps_its_span(raw, spans, lost):
@@ -776,6 +782,10 @@ def test_a_span_text_too_long_to_search_fuzzily_is_counted_lost_and_a_near_one_f
         # two answers of the same shape: the first is taken, and the choice is counted
         ('Example 3\nOUTPUT: {"incorrect_spans": []}\nMine: {"incorrect_spans": [{"text": "Paris"}]}',
          [], ["several_answers"]),
+        # a list in the prose before an object that holds no list is the claims (a review)
+        ('The wrong spans:\n[{"text": "1901"}, {"text": "Paris"}]\nSummary: {"count": 2}', ["1901", "Paris"], []),
+        ('Wrong: [{"text": "1901"}, {"text": "Paris"}]. Surest: {"text": "1901", "probability": 0.9}',
+         ["1901", "Paris"], []),
         # an object of other keys after the answer is no second answer
         ('{"incorrect_spans": [{"text": "1901"}]} see [1] and {"note": 1}', ["1901"], []),
         ('{"incorrect_spans": [{"text": "1901"}]}\n{"incorrect_spans": [{"text": "1901"}]}', ["1901"], []),

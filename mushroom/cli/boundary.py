@@ -456,7 +456,7 @@ def _run(app: typer.Typer, args: list[str]) -> int:
         return exc.exit_code
     except typer.TyperException as exc:  # typer's click: bad option, missing argument, bad value
         _usage_hint(exc)
-        _say_given_value(exc, args)
+        _say_given_value(exc, command, args)
         show = getattr(exc, "show", None)
         if show is not None:
             show()
@@ -497,11 +497,27 @@ def _refuse_repeated_options(command: Any, args: list[str]) -> None:
     while `-o KEY=...` twice and `--contexts x,x` were refused. Options that take many values
     (`-o`, `--lang`) and flags are left alone.
     """
+    for given in _single_values(command, args).values():
+        if len(given) > 1:
+            values = ", ".join(value for _, value in given)
+            typed = list(dict.fromkeys(name for name, _ in given))  # as typed: `--output a --out b`
+            if len(typed) > 1:
+                raise MushroomError(f"{' and '.join(typed)} name one option, given {values}: give it once")
+            times = "twice" if len(given) == 2 else f"{len(given)} times"
+            raise MushroomError(f"{typed[0]} is given {times} ({values}): give it once")
+
+
+def _single_values(command: Any, args: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """The options of one value on a command line: longest name -> [(name as typed, value)], in order.
+
+    Read as click reads them, so a value that looks like an option (`--prompt --limit=5`) is
+    the value of the option before it.
+    """
     rest = list(args)
     while hasattr(command, "commands"):  # a group: its subcommand is its first plain word
         word = next((a for a in rest if not a.startswith("-")), None)
         if word is None or word not in command.commands:
-            return  # click says what is wrong
+            return {}  # click says what is wrong
         rest = rest[rest.index(word) + 1 :]
         command = command.commands[word]
     single = {
@@ -513,7 +529,7 @@ def _refuse_repeated_options(command: Any, args: list[str]) -> None:
         and not getattr(param, "count", False)
         for name in param.opts
     }
-    seen: dict[str, list[str]] = {}
+    seen: dict[str, list[tuple[str, str]]] = {}
     k = 0
     while k < len(rest) and rest[k] != "--":
         name, _, value = rest[k].partition("=")
@@ -524,14 +540,7 @@ def _refuse_repeated_options(command: Any, args: list[str]) -> None:
                 value = rest[k]
             seen.setdefault(max(param.opts, key=len), []).append((name, value))
         k += 1
-    for given in seen.values():
-        if len(given) > 1:
-            values = ", ".join(value for _, value in given)
-            typed = list(dict.fromkeys(name for name, _ in given))  # as typed: `--output a --out b`
-            if len(typed) > 1:
-                raise MushroomError(f"{' and '.join(typed)} name one option, given {values}: give it once")
-            times = "twice" if len(given) == 2 else f"{len(given)} times"
-            raise MushroomError(f"{typed[0]} is given {times} ({values}): give it once")
+    return seen
 
 
 def _usage_hint(exc: Exception) -> None:
@@ -557,20 +566,7 @@ def _usage_hint(exc: Exception) -> None:
         exc.message = f"{message}; the detector is an option: --detector {words[0]}"  # type: ignore[attr-defined]
 
 
-def _given_value(opts: list[str], args: list[str]) -> str | None:
-    """The value an option was given on the command line (`--limit 3x` or `--limit=3x`), or None."""
-    end = args.index("--") if "--" in args else len(args)
-    for k in range(end - 1, -1, -1):  # the last one given is the one click read
-        arg = args[k]
-        if arg in opts and k + 1 < end:
-            return args[k + 1]
-        name, eq, value = arg.partition("=")
-        if eq and name in opts:
-            return value
-    return None
-
-
-def _say_given_value(exc: Exception, args: list[str]) -> None:
+def _say_given_value(exc: Exception, command: Any, args: list[str]) -> None:
     """A bad option value named in its message: `Invalid value for '--limit': '3x': Input should be ...`.
 
     Typer's converters say what a value should be, not what was given, so a wrong value among
@@ -580,8 +576,11 @@ def _say_given_value(exc: Exception, args: list[str]) -> None:
     param, message = getattr(exc, "param", None), getattr(exc, "message", None)
     if type(exc).__name__ != "BadParameter" or getattr(param, "param_type_name", None) != "option":
         return
-    given = _given_value([*param.opts, *param.secondary_opts], args)  # type: ignore[union-attr]
-    if given is None or not isinstance(message, str) or (given and given in message):
+    values = _single_values(command, args).get(max(param.opts, key=len))  # type: ignore[union-attr]
+    if not values or not isinstance(message, str):
+        return
+    given = values[-1][1]  # the last one given is the one click read
+    if given and given in message:
         return  # a message of our own names the value already
     exc.message = f"{given!r}: {message}"
 

@@ -501,9 +501,10 @@ class ChainDetector(GeneratingDetector):
         if all(n is None for n in numbers) and len(verdicts) == len(item_claims):
             # verdicts with no claim number, one per claim: read in the claims' order
             numbers = list(range(1, len(verdicts) + 1))
-        elif 0 in numbers and all(n is not None and n < len(item_claims) for n in numbers):
+        elif sorted(n for n in numbers if n is not None) == list(range(len(item_claims))):
             # numbered from 0, as a programmer counts: claim 0 was dropped as unknown, and every
-            # other verdict fell on the claim before the one meant (an audit)
+            # other verdict fell on the claim before the one meant (an audit). Only a reply that
+            # numbers every claim once, 0 to n-1: a stray 0 among 1-based numbers is no such reply
             st["chain.zero_based_claims"] += 1
             numbers = [n + 1 for n in numbers]  # type: ignore[operator]
         for v, idx in zip(verdicts, numbers):

@@ -238,11 +238,15 @@ def _drop_cut_entry(text: str) -> str:
     as an empty list, an audit).
     """
     stack, open_string = _open_brackets(text)
-    if open_string is not None and stack and stack[-1][0] == "]":  # a listed string: `["1901", "Henri Du`
-        return text[:open_string]
-    if open_string is None or len(stack) < 2 or stack[-1][0] != "}":
+    if open_string is None or not stack:
         return text
-    return text[: stack[-1][1]]
+    # the entries' list: the reply itself, or the list of its object (`{"incorrect_spans": [`)
+    in_entries = len(stack) == 1 or (len(stack) == 2 and stack[0][0] == "}")
+    if stack[-1][0] == "]" and in_entries:  # a listed string: `["1901", "Henri Du`
+        return text[:open_string]
+    if len(stack) >= 2 and stack[-1][0] == "}" and stack[-2][0] == "]" and len(stack) <= 3:
+        return text[: stack[-1][1]]  # a listed object: `[{"text": "19`
+    return text  # a string inside an entry's own list or object: `"sources": ["Wikip`
 
 
 def _close_truncated(text: str) -> str:
@@ -347,10 +351,11 @@ def _next_bracket(chunk: str, start: int) -> int | None:
 def _claim_choice(found: list[tuple[int, Any]], in_prose: bool) -> tuple[Any, bool]:
     """The claims among the values decoded as written, and whether another one disagrees.
 
-    The first is taken, except a bare list in the prose before an object: in `The answer names
-    ["Paris", "Eiffel Tower"], which are right. {"incorrect_spans": [...]}` the list is prose
-    (an audit). Two objects of the same keys that differ are counted (`several_answers`): a
-    model restating a prompt's example before its answer, or one going on past its answer.
+    The first is taken, except a bare list in the prose before an object that holds a list: in
+    `The answer names ["Paris", "Eiffel Tower"], which are right. {"incorrect_spans": [...]}`
+    the list is prose (an audit); before `Summary: {"count": 2}` it is the claims (a review).
+    Two objects of the same keys that differ are counted (`several_answers`): a model
+    restating a prompt's example before its answer, or one going on past its answer.
 
     Args:
         found: (position in the chunk, value) of each claim-shaped value, in order.
@@ -358,8 +363,10 @@ def _claim_choice(found: list[tuple[int, Any]], in_prose: bool) -> tuple[Any, bo
     """
     objects = [value for _, value in found if isinstance(value, dict)]
     pos, value = found[0]
-    if isinstance(value, list) and (pos > 0 or in_prose) and objects:
-        value = objects[0]
+    # an object that holds a list, as the claims' object does: not `{"count": 2}` or one entry
+    holders = [obj for obj in objects if any(isinstance(v, list) for v in obj.values())]
+    if isinstance(value, list) and (pos > 0 or in_prose) and holders:
+        value = holders[0]
     keys = set(value) if isinstance(value, dict) else set()
     return value, any(other != value and keys & set(other) for other in objects)
 

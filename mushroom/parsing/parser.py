@@ -47,8 +47,9 @@ _LIST_KEYS = ("incorrect_spans", "hallucinated_spans", "hallucinations", "spans"
 _TEXT_KEYS = ("text", "span", "substring", "incorrect_span", "phrase")
 # an unknown key whose list is read as the wrong spans must say they are wrong
 _WRONG_WORDS = ("incorrect", "wrong", "halluc", "error", "false", "unsupported", "fabricat", "inaccura")
-# ... unless it negates them: `non_hallucinated_spans` lists what is right (an audit)
-_NEGATED = re.compile(r"^non|(?:^|[^a-z])(?:not|no)(?:[^a-z]|$)")
+# ... unless a negation comes just before the word: `non_hallucinated_spans` lists what is
+# right (an audit), where `errors_not_in_context` and `nonexistent_facts` list what is wrong
+_NEGATED = re.compile(f"(?:^|[^a-z])(?:non|not|no)[\\s_-]*(?:{'|'.join(_WRONG_WORDS)})")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _PROB_KEYS = ("probability", "prob", "confidence", "score")
 # the Arabic decimal separator (U+066B) too: "٠٫٩" is 0.9
