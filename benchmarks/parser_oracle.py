@@ -7,7 +7,8 @@ answer and parsed back; on items where each gold span is the first occurrence of
 after the previous span, the parser must reproduce the gold hard labels exactly (IoU 1.0).
 Perturbations: the same answers with case changes, extra whitespace, curly quotes, 1-3 typos,
 prose around the JSON, a truncated tail, spans out of order, probabilities as percentages or
-strings, reasons as lists, a digit changed in every span that has one; printed: the share of
+strings, reasons as lists, a digit changed in every span that has one, span texts in quotes
+or with a full stop after them, a reply cut off inside its last reason; printed: the share of
 gold spans recovered exactly, the mean IoU, the share of responses that needed a repair,
 claims lost, claims lost for a number mismatch, and spans placed on different numbers (must
 be 0) per perturbation, then parse time per response.
@@ -76,6 +77,9 @@ PERTURBATIONS = {
     'probability "90%"': lambda spans, rng: (spans, "percent string"),
     "reason as a list": lambda spans, rng: (spans, "list reason"),
     "a digit changed": lambda spans, rng: ([bump_digit(s, rng) for s in spans], None),
+    "texts in quotes": lambda spans, rng: ([f'"{s}"' for s in spans], None),
+    "a full stop after": lambda spans, rng: ([s + "." for s in spans], None),
+    "cut in the last reason": lambda spans, rng: (spans, "cut reason"),
 }
 
 
@@ -85,6 +89,9 @@ def render(spans, mode):
     if mode == "list reason":
         for entry in entries:
             entry["reason"] = ["contradicts the source", 2]
+    if mode == "cut reason":
+        for entry in entries:
+            entry["reason"] = "contradicts the source"
     text = json.dumps({"incorrect_spans": entries}, ensure_ascii=False)
     if mode == "curly":
         text = text.replace('"', "\u201c", 1)
@@ -93,6 +100,8 @@ def render(spans, mode):
         text = f"Here is my analysis.\n```json\n{text}\n```\nLet me know if you need more."
     if mode == "truncated":
         text = text[:-3]
+    if mode == "cut reason":  # cut off at max_tokens inside the last entry's reason
+        text = text[: text.rfind("the source")]
     return text
 
 

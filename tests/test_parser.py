@@ -517,10 +517,10 @@ def test_whitespace_at_span_edges_is_not_part_of_the_span():
 def test_curly_quotes_inside_span_texts_survive_the_repair():
     answer = "She called it \u201cthe best\u201d film of 2001."
     raw = '{\u201cincorrect_spans\u201d: [{"text": "\u201cthe best\u201d"}, {"text": "2001"}]}'
-    result = parse_response(answer, raw)
-    assert [s.text for s in result.spans] == ["\u201cthe best\u201d", "2001"] and result.repairs == [
-        "curly_quotes"
-    ]
+    value, repairs = extract_json(raw)
+    assert value["incorrect_spans"][0]["text"] == "\u201cthe best\u201d" and repairs == ["curly_quotes"]
+    # placed on the quoted words, the quotes at its edges left out (no gold span has them)
+    assert [s.text for s in parse_response(answer, raw).spans] == ["the best", "2001"]
 
 
 @pytest.mark.parametrize(
@@ -714,7 +714,7 @@ def test_read_verdict_three_way_and_old_two_way(entry, expected):
         ("ماری کوری در ورشو به دنیا آمد", "ماري كوري", "ماری کوری"),  # Persian ی/ک quoted in Arabic forms
         ("Ｍａｒｉｅ Curie was born", "Marie", "Ｍａｒｉｅ"),  # full-width letters
         ("ﾍﾞﾙﾘﾝで生まれた", "ベルリン", "ﾍﾞﾙﾘﾝ"),  # half-width kana
-        ("他在柏林，后来", "柏林,", "柏林，"),  # full-width comma, too short for the fuzzy step
+        ("他在柏林，后来", "柏林,", "柏林"),  # full-width comma found (too short to be fuzzy), then left out
         ("born in War\u00adsaw in 1867", "Warsaw", "War\u00adsaw"),  # a soft hyphen
     ],
 )
@@ -808,8 +808,12 @@ def test_the_claims_are_the_object_after_prose_and_a_second_answer_is_counted(ra
         # the fuzzy step took the spaces beside the name for its quotes
         ('"Henri Dupont"', "Henri Dupont"),
         ('"Henri Dupond"', "Henri Dupont"),
-        # in the answer as written, a quote or a mark is kept
-        ("Paris.", "Paris."),
+        # in the answer as written too, the marks at its edges are left out: no gold span of
+        # val starts or ends on punctuation or a space
+        ("Paris.", "Paris"),
+        ("Paris. Paris", "Paris. Paris"),
+        # a span of nothing else keeps it
+        (".", "."),
     ],
 )
 def test_a_span_text_in_quotes_or_with_a_full_stop_is_placed_on_its_words(text, placed):

@@ -256,6 +256,25 @@ def _unwrapped(text: str) -> str:
     return text.rstrip(_SENTENCE_END).strip()
 
 
+def _word_edges(text: str, start: int, end: int) -> tuple[int, int]:
+    """text[start:end] without the punctuation and spaces at its edges, unless it is nothing else.
+
+    Annotators mark words: no gold span of val (1,550 in 10 languages) starts or ends on
+    punctuation or a space, while a model quotes "Paris." or "(1901)" to the end of its
+    sentence; the mark then cost IoU on every such span.
+    """
+
+    def edge(k: int) -> bool:
+        return unicodedata.category(text[k])[0] in "PZ" or text[k].isspace()
+
+    a, b = start, end
+    while a < b and edge(a):
+        a += 1
+    while b > a and edge(b - 1):
+        b -= 1
+    return (a, b) if a < b else (start, end)
+
+
 class SpanLocator:
     """Locates span texts in one answer, remembering occurrences already taken."""
 
@@ -346,6 +365,7 @@ class SpanLocator:
         self._cursor[key] = end
         self._placed.setdefault(key, set()).add(start)
         self._last_end = max(self._last_end, end)
+        start, end = _word_edges(self.answer, start, end)
         return LocatedSpan(start, end, prob, method, self.answer[start:end])
 
     def _search(
