@@ -359,6 +359,7 @@ NEWER_COUNTERS = frozenset(
         "chain.contradicted_unplaced",  # 2026-11-27
         "chain.unreadable_claims",  # 2026-11-29
         "chain.invalid_entries",  # 2026-11-29
+        "chain.no_claims_in_answer",  # 2026-11-29 (the thirty-first stop)
     }
 )
 # Counters of what the reading makes of the replies, changed since the record by a decision

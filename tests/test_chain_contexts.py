@@ -1605,3 +1605,27 @@ def test_contexts_generated_for_test_serve_test_labeled_and_a_source_is_no_file_
     code, _, err = cli(capsys, "contexts", "--source", "deepseek-r1.jsonl", "--quiet")
     said = " ".join(err.split())
     assert code == 2 and "not a file; and --source deepseek-r1: a released source" in said, said
+
+
+def test_claims_none_of_which_is_in_the_answer_leave_it_unverifiable_not_nothing_wrong():
+    """SmolLM2 echoed the prompt's placeholder claim: its items read as "nothing wrong" and scored
+    IoU 1 where gold marks nothing, the whole of the run's score (an audit)."""
+    from mushroom.data.spans import soft_to_vector
+    from mushroom.runs.service import unusable_warnings
+
+    echo = json.dumps(
+        {"claims": [{"claim": "<self-contained statement>", "substring": "<exact substring of the answer>"}]}
+    )
+    verify = json.dumps({"verdicts": [{"claim": 1, "verdict": "supported"}]})
+    backend = Scripted({"v-1#decompose": [echo], "v-1#verify": [verify]})
+    results = []
+    ChainDetector(ChainOptions(cache=False), backend).run([ITEM], CTX, results.append)
+    (res,) = results
+    s = Counter(res.stats)
+    assert (s["chain.no_claims_in_answer"], s["chain.claims_not_in_answer"]) == (1, 1)
+    n = len(ANSWER)
+    assert np.allclose(soft_to_vector(res.prediction.soft_labels, n), 0.4)
+    assert soft_to_vector(res.channels["unverifiable"], n).min() == 1.0
+    assert any(r["start"] == 0 and r["end"] == n for r in res.detail["unverifiable"])
+    warnings = unusable_warnings("chain:val en", {**s, "items.ok": 1})
+    assert any("claims none of which is in them" in w and "unverifiable" in w for w in warnings), warnings

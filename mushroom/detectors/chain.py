@@ -178,6 +178,8 @@ NO_CONTEXT = "no usable context"
 """The reason given for every claim of an item that had no context to check it against."""
 NO_CLAIMS = "the decomposition named no claim: nothing in the answer was checked"
 """The reason given over a whole answer that the model decomposed into no claims."""
+NO_CLAIM_PLACED = "no claim of the decomposition is text of the answer: nothing in it was checked"
+"""The reason given over a whole answer whose claims the locator placed nowhere in it."""
 NO_VERDICT = "the verify reply gave no readable verdict on this claim"
 """The reason given for a claim that no readable verdict of its item named."""
 UNPLACED = "called contradicted, but no wrong text or claim of it could be placed in the answer"
@@ -556,4 +558,14 @@ class ChainDetector(GeneratingDetector):
             if idx not in judged:
                 st["chain.claims_unjudged"] += 1
                 leave_unchecked(idx, NO_VERDICT, "chain.unjudged_not_located")
+        if not any(claim_spans):
+            # claims none of which is in the answer (SmolLM2 echoed the prompt's placeholder
+            # claim) checked none of it: "could not check", as an empty decomposition, where
+            # it read as "nothing wrong" and scored 1 on answers gold marks nothing in (an audit)
+            st["chain.no_claims_in_answer"] += 1
+            unverifiable[:] = 1.0
+            vec[:] = np.maximum(vec, self.options.unverifiable_probability)
+            unchecked.append(
+                {"claim": None, "text": None, "start": 0, "end": len(answer), "reason": NO_CLAIM_PLACED}
+            )
         return vec, unverifiable, unchecked

@@ -177,6 +177,11 @@ _UNUSABLE = (
     ("chain.verify_failures", "chain.items", "answers' claims could not be verified"),
     # checked nothing, so left "could not check" (unverifiable), which is no finding either
     ("chain.no_claims", "chain.items", "answers were decomposed into no claims"),
+    (
+        "chain.no_claims_in_answer",
+        "chain.items",
+        "answers were decomposed into claims none of which is in them",
+    ),
     ("chain.claims_unjudged", "chain.claims", "claims got no readable verdict"),
     ("pyes.unusable", "pyes.answers", "P(Yes) answers gave no usable score"),
     # parsed, but what the model named is not in the answer (an echoed template, a paraphrase)
@@ -210,6 +215,7 @@ _MEANING = {
         "the server without its filter"
     ),
     "chain.no_claims": _UNCHECKED,
+    "chain.no_claims_in_answer": _UNCHECKED,
     "chain.claims_unjudged": _UNCHECKED,
 }
 # replies no reading could use: no vote for "nothing wrong", so an item with nothing else failed
