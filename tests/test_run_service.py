@@ -1311,3 +1311,30 @@ def test_a_run_resumed_with_other_versions_records_them_and_says_so(tmp_path):
     proc = mushroom(*args, "4")
     assert proc.returncode == 0 and "other versions" not in proc.stderr, proc.stderr
     assert "resumed" not in json.loads((out / "versions.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("error", "advice"),
+    [
+        # a cut-off reply comes back from the cache: the same command fails it again (an audit)
+        (
+            "the reply was cut off at max_tokens (1024) before it named a span found in the answer: raise "
+            "max_tokens",
+            "raise max_tokens (-o max_tokens=N) and run in a new folder",
+        ),
+        ("ConnectError: [Errno 111] Connection refused", "start the server"),
+        ("HTTP 503 from the server", "run that run's command again to complete them"),
+    ],
+)
+def test_a_failed_items_note_gives_the_advice_its_errors_need(tmp_path, error, advice):
+    from mushroom.data.records import Prediction
+    from mushroom.data.runfolder import failed_items
+
+    (tmp_path / "items").mkdir()
+    rows = [{"id": "val-en-1", "status": "failed", "error": error}, {"id": "val-en-2", "status": "ok"}]
+    (tmp_path / "items" / "en.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = tmp_path / "mushroom.en-val.v2.jsonl"
+    empty = {i: Prediction(id=i, soft_labels=[], hard_labels=[]) for i in ("val-en-1", "val-en-2")}
+    found = failed_items(path, empty)
+    assert found is not None and found.failed == {"val-en-1"}
+    assert advice in found.message(path)

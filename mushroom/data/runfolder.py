@@ -552,6 +552,7 @@ class LedgerState:
     marked: set[str]  # ids whose last outcome is "ok" with some span marked
     answers: AnswerIndex | None = None  # None for a ledger written before answers were kept
     channelled: set[str] = field(default_factory=set)  # ok ids whose line says they stored channels
+    errors: dict[str, str] = field(default_factory=dict)  # each failed id's error, for the advice
 
 
 def ledger_state(folder: Path, lang: str) -> LedgerState | None:
@@ -573,12 +574,14 @@ def ledger_state(folder: Path, lang: str) -> LedgerState | None:
     failed: set[str] = set()
     marked: set[str] = set()
     channelled: set[str] = set()
+    errors: dict[str, str] = {}
     ids, answers = array("Q"), array("Q")
     for _, row in iter_json_lines(path, []):
         if not isinstance(row, dict) or "id" not in row:
             continue
         item_id = str(row["id"])
         failed.discard(item_id)
+        errors.pop(item_id, None)
         marked.discard(item_id)
         channelled.discard(item_id)
         if row.get("status") == "ok" and row.get("stored_channels") is True:
@@ -594,13 +597,14 @@ def ledger_state(folder: Path, lang: str) -> LedgerState | None:
         pred = row.get("prediction")
         if row.get("status") == "failed":
             failed.add(item_id)
+            errors[item_id] = str(row.get("error") or "")
         elif (
             row.get("status") == "ok"
             and isinstance(pred, dict)
             and (pred.get("soft_labels") or pred.get("hard_labels"))
         ):
             marked.add(item_id)
-    return LedgerState(path, failed, marked, AnswerIndex(ids, answers) if ids else None, channelled)
+    return LedgerState(path, failed, marked, AnswerIndex(ids, answers) if ids else None, channelled, errors)
 
 
 def run_failures(path: Path) -> tuple[Path | None, set[str]]:
@@ -645,9 +649,16 @@ class FailedItems:
     where: Path
     failed: set[str]  # failed in the run (the ledger, or failures.jsonl where there is none)
     behind: set[str]  # empty in the file, marked in the ledger: the file was not rewritten
+    errors: list[str] = field(default_factory=list)  # the failed items' errors, where the ledger keeps them
 
     def message(self, path: Path) -> str:
-        """One line for a refusal, ending in what to do."""
+        """One line for a refusal, ending in what to do.
+
+        What to do is the run's own advice for its errors where a re-run cannot mend them: a
+        reply cut off at max_tokens comes back from the cache as it was, and "run that run's
+        command again" failed the same items again (an audit).
+        """
+        from mushroom.errors import retry_advice
 
         def count(ids: set[str]) -> str:
             return f"{len(ids)} of its items {'is' if len(ids) == 1 else 'are'}"
@@ -660,10 +671,15 @@ class FailedItems:
                 f"{count(self.behind)} empty in it but marked in its item ledger ({self.where}): the "
                 "run stopped before rewriting the file"
             )
+        advice = retry_advice(self.errors) if self.errors and len(self.errors) == len(self.failed) else ""
+        todo = (
+            "run that run's command again to complete them"
+            if self.behind or not advice or advice.startswith("Run the same command again")
+            else advice[0].lower() + advice[1:]
+        )
         return (
             f"{path}: {'; '.join(parts)}; their predictions lack what failed (--allow-failures writes "
-            "such an item empty, or, in a cascade, with the CPU stack's prediction): run that run's "
-            "command again to complete them"
+            f"such an item empty, or, in a cascade, with the CPU stack's prediction): {todo}"
         )
 
 
@@ -770,5 +786,7 @@ class FailureCheck:
             found = FailedItems(self.where, self.listed & ids, set()) if self.where is not None else None
         else:
             empty = {i for i, p in predictions.items() if not p.soft_labels and not p.hard_labels}
-            found = FailedItems(self.ledger.path, self.ledger.failed & ids, self.ledger.marked & empty)
+            failed = self.ledger.failed & ids
+            errors = [self.ledger.errors[i] for i in sorted(failed) if self.ledger.errors.get(i)]
+            found = FailedItems(self.ledger.path, failed, self.ledger.marked & empty, errors)
         return found if found is not None and (found.failed or found.behind) else None
