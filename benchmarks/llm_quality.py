@@ -413,6 +413,17 @@ def policy_differences(replayed: dict, recorded: dict | None) -> list[str]:
     return out
 
 
+def counter_differences(replayed: dict, recorded: dict | None) -> list[str]:
+    """`en llm.claims 274 -> 275` for each counter of a language that differs from the record's."""
+    recorded = recorded or {}
+    return [
+        f"{lang} {key} {recorded.get(lang, {}).get(key, 0)} -> {replayed.get(lang, {}).get(key, 0)}"
+        for lang in sorted(set(replayed) | set(recorded))
+        for key in sorted(set(replayed.get(lang, {})) | set(recorded.get(lang, {})))
+        if replayed.get(lang, {}).get(key, 0) != recorded.get(lang, {}).get(key, 0)
+    ]
+
+
 def script_advice(advice: str) -> str:
     """`retry_advice` in this script's options: it has no -o flags, and its run folders are --work."""
     return (
@@ -705,6 +716,12 @@ def run() -> argparse.Namespace:
             f" (read under a newer policy: {'; '.join(moved)}, as {POLICY_CHANGE})" if same and moved else ""
         )
         print(f"replayed counters equal the live run's: {'yes' if same else 'NO'}{why}")
+        if not same:  # which ones, so a reader can tell a parser change from a broken replay
+            for n in systems:
+                explained = n == "llm" and policy_explains(results[n]["by_lang"], recorded[n])
+                pair = (_without_policy(replayed[n]), _without_policy(recorded[n])) if explained else None
+                for line in counter_differences(*(pair or (replayed[n], recorded[n]))):
+                    print(f"  {n} {line}")
         args.mismatch = not same
 
     def mean(name: str, k: int) -> float:

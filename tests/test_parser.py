@@ -580,7 +580,9 @@ def test_the_arabic_decimal_separator_reads_as_a_point():
 def test_a_fence_inside_a_json_reply_is_span_text():
     answer = "Run ```pip install flask``` first, then [1] import it."
     raw = json.dumps({"incorrect_spans": [{"text": "```pip install flask```", "reason": ["x", 2]}]})
-    assert [s.text for s in parse_response(answer, raw).spans] == ["```pip install flask```"]
+    assert extract_json(raw)[0]["incorrect_spans"][0]["text"] == "```pip install flask```"
+    # placed on the code, the marks around it left out as quotes are (no gold span has them)
+    assert [s.text for s in parse_response(answer, raw).spans] == ["pip install flask"]
 
 
 @pytest.mark.parametrize(
@@ -737,7 +739,7 @@ def test_json_punctuation_written_full_width_is_repaired():
 def test_width_folding_keeps_quote_marks_and_never_lands_a_number_on_another():
     """NFKD before the quote table lost "I´m" for "I'm"; on all characters it put "XI" on "Ⅻ"."""
     assert SpanLocator("Yes, I´m sure").locate("I'm", 1).text == "I´m"
-    assert SpanLocator("a 12″ TV").locate('12"', 1).text == "12″"
+    assert SpanLocator("a 12″ TV").locate('12" TV', 1).text == "12″ TV"
     assert SpanLocator("Louis Ⅻ reigned").locate("Louis XI", 1) is None
 
 
@@ -820,3 +822,12 @@ def test_a_span_text_in_quotes_or_with_a_full_stop_is_placed_on_its_words(text, 
     answer = "The Eiffel Tower was built in 1901 by Henri Dupont in Paris. Paris is nice."
     spans = parse_response(answer, json.dumps({"incorrect_spans": [text]})).spans
     assert [s.text for s in spans] == [placed]
+
+
+def test_a_text_with_a_full_stop_takes_the_bare_copy_after_the_previous_span():
+    """ "Vista." took the copy at the end of an earlier sentence over "Vista" after the previous
+    span, where gold marks it (a review with a model naming the gold spans)."""
+    answer = "He saw Vista. Then Index and Vista again."
+    raw = json.dumps({"incorrect_spans": ["Index", "Vista."]})
+    spans = parse_response(answer, raw).spans
+    assert [(s.start, s.text) for s in spans] == [(19, "Index"), (29, "Vista")]

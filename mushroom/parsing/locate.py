@@ -312,21 +312,17 @@ class SpanLocator:
     def locate(self, text: str, prob: float) -> LocatedSpan | None:
         """The next occurrence of `text` (after the previous one of the same text), or None.
 
-        A text not in the answer as written is looked for without the quotes around it and
-        the sentence mark after it (`"1901"`, `'1901'`, `1901.`) before the fuzzy step, which
-        took the spaces beside the word for the quotes (`"Henri Dupont"` marked " Henri
-        Dupont "), or lost it (an audit).
+        A text is looked for without the quotes around it and the sentence mark after it
+        (`"1901"`, `'1901'`, `1901.`): no gold span ends on either, the fuzzy step took the
+        spaces beside the word for the quotes (`"Henri Dupont"` marked " Henri Dupont ") or
+        lost it (an audit), and a copy that carries the mark was taken before the bare text
+        after the previous span ("Vista." at the end of an earlier sentence, a review).
         """
         # whitespace at a span's edges claims nothing: " 1967 " marks the year, not the spaces
         text = text.strip()
         if not text:
             return None
-        bare = _unwrapped(text)
-        if bare != text and bare:
-            return self._locate(text, prob, fuzzy=False) or self._locate(bare, prob)
-        return self._locate(text, prob)
-
-    def _locate(self, text: str, prob: float, fuzzy: bool = True) -> LocatedSpan | None:
+        text = _unwrapped(text) or text
         key = make_view(text, 2).text
         # Spans are listed in order of appearance: look after the previous span first, then
         # after this text's previous occurrence, then anywhere.
@@ -357,7 +353,7 @@ class SpanLocator:
                 found = self._search(text, key, starts, cut)
                 spent.update(() if found else ("whole",))
         found = found or self._search(text, key, starts)
-        if not found and fuzzy:
+        if not found:
             found = self._fuzzy(key, starts[0])
         if not found:
             return None
