@@ -1629,3 +1629,26 @@ def test_claims_none_of_which_is_in_the_answer_leave_it_unverifiable_not_nothing
     assert any(r["start"] == 0 and r["end"] == n for r in res.detail["unverifiable"])
     warnings = unusable_warnings("chain:val en", {**s, "items.ok": 1})
     assert any("claims none of which is in them" in w and "unverifiable" in w for w in warnings), warnings
+
+
+def test_a_wrong_span_placed_keeps_an_answer_with_no_claim_in_it_a_finding():
+    """The claim is not text of the answer, but its verdict placed the wrong word: a finding,
+    not "nothing in it was checked" (a review)."""
+    decompose = json.dumps(
+        {"claims": [{"claim": "Curie was born in Berlin", "substring": "Curie, born in Berlin"}]}
+    )
+    verify = json.dumps(
+        {
+            "verdicts": [
+                {
+                    "claim": 1,
+                    "verdict": "contradicted",
+                    "incorrect_spans": [{"text": "Berlin", "probability": 0.9}],
+                }
+            ]
+        }
+    )
+    st, pred, _ = run_chain({"v-1#decompose": [decompose], "v-1#verify": [verify]})
+    berlin = ANSWER.index("Berlin")
+    assert [list(h) for h in pred.hard_labels] == [[berlin, berlin + 6]]
+    assert st["chain.no_claims_in_answer"] == 0

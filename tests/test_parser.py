@@ -581,8 +581,8 @@ def test_a_fence_inside_a_json_reply_is_span_text():
     answer = "Run ```pip install flask``` first, then [1] import it."
     raw = json.dumps({"incorrect_spans": [{"text": "```pip install flask```", "reason": ["x", 2]}]})
     assert extract_json(raw)[0]["incorrect_spans"][0]["text"] == "```pip install flask```"
-    # placed on the code, the marks around it left out as quotes are (no gold span has them)
-    assert [s.text for s in parse_response(answer, raw).spans] == ["pip install flask"]
+    # in the answer as written, after no previous span: taken so (backticks are no punctuation)
+    assert [s.text for s in parse_response(answer, raw).spans] == ["```pip install flask```"]
 
 
 @pytest.mark.parametrize(
@@ -831,3 +831,11 @@ def test_a_text_with_a_full_stop_takes_the_bare_copy_after_the_previous_span():
     raw = json.dumps({"incorrect_spans": ["Index", "Vista."]})
     spans = parse_response(answer, raw).spans
     assert [(s.start, s.text) for s in spans] == [(19, "Index"), (29, "Vista")]
+
+
+def test_an_answer_that_quotes_the_word_keeps_its_quoted_copy():
+    """Looked for bare only, '"yes"' took the first, unquoted yes (a review)."""
+    spans = parse_response(
+        'He said yes, then wrote "yes" in the book.', json.dumps({"incorrect_spans": ['"yes"']})
+    ).spans
+    assert [(s.start, s.end) for s in spans] == [(25, 28)]

@@ -1323,18 +1323,43 @@ def test_a_run_resumed_with_other_versions_records_them_and_says_so(tmp_path):
             "raise max_tokens (-o max_tokens=N) and run in a new folder",
         ),
         ("ConnectError: [Errno 111] Connection refused", "start the server"),
-        ("HTTP 503 from the server", "run that run's command again to complete them"),
+        ("HTTP 503 from the server", "run that run's command again to retry only them"),
     ],
 )
 def test_a_failed_items_note_gives_the_advice_its_errors_need(tmp_path, error, advice):
+    assert advice in _failed_note(tmp_path, [error])
+
+
+CUT = (
+    "the reply was cut off at max_tokens (1024) before it named a span found in the answer: raise max_tokens"
+)
+
+
+def test_a_failed_items_note_says_what_a_re_run_cannot_mend_for_some_and_in_the_run_s_own_form(tmp_path):
+    """A cut-off reply among other failures lost its caveat; a main job's member took the advice
+    in detect's form (-o max_tokens=N), which the main job refuses (a review)."""
+    said = _failed_note(tmp_path / "a", [CUT, "ConnectError: [Errno 111] Connection refused"])
+    assert "run that run's command again to retry only them" in said and "from the cache again" in said
+    job = tmp_path / "job"
+    (job / "members" / "chain" / "val").mkdir(parents=True)
+    (job / "config.json").write_text(json.dumps({"config": {"job": "main"}, "config_hash": "x"}))
+    assert "raise max_tokens (-o chain.max_tokens=N)" in _failed_note(
+        job / "members" / "chain" / "val", [CUT]
+    )
+
+
+def _failed_note(folder: Path, errors: list[str]) -> str:
+    """The failed items note of a prediction file whose ledger lists an item failed with each error."""
     from mushroom.data.records import Prediction
     from mushroom.data.runfolder import failed_items
 
-    (tmp_path / "items").mkdir()
-    rows = [{"id": "val-en-1", "status": "failed", "error": error}, {"id": "val-en-2", "status": "ok"}]
-    (tmp_path / "items" / "en.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    path = tmp_path / "mushroom.en-val.v2.jsonl"
-    empty = {i: Prediction(id=i, soft_labels=[], hard_labels=[]) for i in ("val-en-1", "val-en-2")}
+    (folder / "items").mkdir(parents=True)
+    rows = [{"id": f"val-en-{k}", "status": "failed", "error": e} for k, e in enumerate(errors)]
+    rows.append({"id": "val-en-ok", "status": "ok"})
+    (folder / "items" / "en.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = folder / "mushroom.en-val.v2.jsonl"
+    path.touch()  # as a run writes it: its folder is the one its run is found from
+    empty = {r["id"]: Prediction(id=r["id"], soft_labels=[], hard_labels=[]) for r in rows}
     found = failed_items(path, empty)
-    assert found is not None and found.failed == {"val-en-1"}
-    assert advice in found.message(path)
+    assert found is not None and len(found.failed) == len(errors)
+    return found.message(path)

@@ -650,6 +650,8 @@ class FailedItems:
     failed: set[str]  # failed in the run (the ledger, or failures.jsonl where there is none)
     behind: set[str]  # empty in the file, marked in the ledger: the file was not rewritten
     errors: list[str] = field(default_factory=list)  # the failed items' errors, where the ledger keeps them
+    config: dict[str, Any] = field(default_factory=dict)  # the run's, for the form of its options
+    member: str | None = None  # a main job's member the file is of
 
     def message(self, path: Path) -> str:
         """One line for a refusal, ending in what to do.
@@ -659,6 +661,7 @@ class FailedItems:
         command again" failed the same items again (an audit).
         """
         from mushroom.errors import retry_advice
+        from mushroom.util.options import in_run_form
 
         def count(ids: set[str]) -> str:
             return f"{len(ids)} of its items {'is' if len(ids) == 1 else 'are'}"
@@ -672,11 +675,13 @@ class FailedItems:
                 "run stopped before rewriting the file"
             )
         advice = retry_advice(self.errors) if self.errors and len(self.errors) == len(self.failed) else ""
-        todo = (
-            "run that run's command again to complete them"
-            if self.behind or not advice or advice.startswith("Run the same command again")
-            else advice[0].lower() + advice[1:]
-        )
+        if self.behind or not advice:
+            todo = "run that run's command again to complete them"
+        else:  # what a re-run cannot mend is said, for some of them too
+            advice = advice.replace("Run the same command again", "Run that run's command again", 1)
+            todo = in_run_form(
+                advice[0].lower() + advice[1:], self.config, [self.member] if self.member else []
+            )
         return (
             f"{path}: {'; '.join(parts)}; their predictions lack what failed (--allow-failures writes "
             f"such an item empty, or, in a cascade, with the CPU stack's prediction): {todo}"
@@ -777,6 +782,16 @@ class FailureCheck:
                 "command again on the same folder: it computes those items anew",
             )
 
+    def _run_of(self) -> tuple[dict[str, Any], str | None]:
+        """The file's run config, and the main job's member it is of (`members/<name>/...`)."""
+        scope = run_scope(self.path)
+        config = scope.config if scope is not None else {}
+        parts = self.path.resolve().parent.parts
+        if config.get("job") != "main" or "members" not in parts:
+            return config, None
+        at = len(parts) - 1 - parts[::-1].index("members")  # the last: <job>/members/<name>/val/
+        return config, (parts[at + 1] if at + 1 < len(parts) else None)
+
     def check(self, predictions: Mapping[str, Prediction]) -> FailedItems | None:
         """What `failed_items` says of these predictions of the file."""
         if self.skip:
@@ -788,5 +803,5 @@ class FailureCheck:
             empty = {i for i, p in predictions.items() if not p.soft_labels and not p.hard_labels}
             failed = self.ledger.failed & ids
             errors = [self.ledger.errors[i] for i in sorted(failed) if self.ledger.errors.get(i)]
-            found = FailedItems(self.ledger.path, failed, self.ledger.marked & empty, errors)
+            found = FailedItems(self.ledger.path, failed, self.ledger.marked & empty, errors, *self._run_of())
         return found if found is not None and (found.failed or found.behind) else None

@@ -558,10 +558,11 @@ class ChainDetector(GeneratingDetector):
             if idx not in judged:
                 st["chain.claims_unjudged"] += 1
                 leave_unchecked(idx, NO_VERDICT, "chain.unjudged_not_located")
-        if not any(claim_spans):
+        if not any(claim_spans) and not vec.any():
             # claims none of which is in the answer (SmolLM2 echoed the prompt's placeholder
             # claim) checked none of it: "could not check", as an empty decomposition, where
-            # it read as "nothing wrong" and scored 1 on answers gold marks nothing in (an audit)
+            # it read as "nothing wrong" and scored 1 on answers gold marks nothing in (an audit).
+            # Not when a verdict marked something: a wrong span placed is a finding (a review)
             st["chain.no_claims_in_answer"] += 1
             unverifiable[:] = 1.0
             vec[:] = np.maximum(vec, self.options.unverifiable_probability)

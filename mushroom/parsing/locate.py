@@ -312,22 +312,31 @@ class SpanLocator:
     def locate(self, text: str, prob: float) -> LocatedSpan | None:
         """The next occurrence of `text` (after the previous one of the same text), or None.
 
-        A text is looked for without the quotes around it and the sentence mark after it
-        (`"1901"`, `'1901'`, `1901.`): no gold span ends on either, the fuzzy step took the
-        spaces beside the word for the quotes (`"Henri Dupont"` marked " Henri Dupont ") or
-        lost it (an audit), and a copy that carries the mark was taken before the bare text
-        after the previous span ("Vista." at the end of an earlier sentence, a review).
+        A text with quotes around it or a sentence mark after it (`"1901"`, `1901.`) is looked
+        for as written after the previous span only, then without them: the fuzzy step took
+        the spaces beside the word for the quotes (`"Henri Dupont"` marked " Henri Dupont ")
+        or lost it (an audit), and a copy with the mark anywhere was taken before the bare
+        text after the previous span ("Vista." ending an earlier sentence, a review). As
+        written first, an answer that quotes the word keeps its quoted copy (a review).
         """
         # whitespace at a span's edges claims nothing: " 1967 " marks the year, not the spaces
         text = text.strip()
         if not text:
             return None
-        text = _unwrapped(text) or text
+        bare = _unwrapped(text) or text
+        if bare != text:
+            found = self._locate(text, prob, anywhere=False)
+            if found is not None:
+                return found
+        return self._locate(bare, prob)
+
+    def _locate(self, text: str, prob: float, anywhere: bool = True) -> LocatedSpan | None:
+        """`locate` of one form of the text; not `anywhere`: after the previous span only, not fuzzy."""
         key = make_view(text, 2).text
         # Spans are listed in order of appearance: look after the previous span first, then
         # after this text's previous occurrence, then anywhere.
         text_cursor = self._cursor.get(key, 0)
-        starts = [max(self._last_end, text_cursor), text_cursor, 0]
+        starts = [max(self._last_end, text_cursor), text_cursor, 0][: 3 if anywhere else 1]
         placed = self._placed.get(key)
         found = None
 
@@ -353,7 +362,7 @@ class SpanLocator:
                 found = self._search(text, key, starts, cut)
                 spent.update(() if found else ("whole",))
         found = found or self._search(text, key, starts)
-        if not found:
+        if not found and anywhere:
             found = self._fuzzy(key, starts[0])
         if not found:
             return None
@@ -408,11 +417,6 @@ class SpanLocator:
         if found is None:
             return None
         start, end = self._map(view, found[0], found[1] - found[0])
-        # the edits may have taken the spaces beside the text (for a quote or a mark of its own)
-        while end - start > 1 and self.answer[start].isspace():
-            start += 1
-        while end - start > 1 and self.answer[end - 1].isspace():
-            end -= 1
         if digit_runs(needle) != digit_runs(self.answer[start:end]):
             self.number_mismatches += 1
             return None

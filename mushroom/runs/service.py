@@ -975,16 +975,11 @@ class RunService:
         return self.failed_items_note
 
     def _retry_advice(self) -> str:
-        """`retry_advice` for the failures; a main job's names the member's options as it takes them."""
-        from mushroom.util.options import member_flags
+        """`retry_advice` for the failures, its options as this job takes them (`in_run_form`)."""
+        from mushroom.util.options import in_run_form
 
         advice = retry_advice([f.error for f in self.failures], self.same_folder)
-        members = sorted({f.detector for f in self.failures})
-        if self.config.get("job") == "main":
-            advice = member_flags(advice, members[0] if len(members) == 1 else "MEMBER")
-            if len(members) > 1:
-                advice += f" (MEMBER: {', '.join(members)})"
-        return self._own_form(advice)
+        return in_run_form(advice, self.config, sorted({f.detector for f in self.failures}))
 
     def _own_form(self, text: str) -> str:
         """Advice in the form this job takes options: a run config has no -o, only its keys."""

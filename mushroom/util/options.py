@@ -10,7 +10,7 @@ import json
 import re
 import shlex
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -96,6 +96,21 @@ def config_form(text: str) -> str:
         return f"{leaf} = {value} under [{'.'.join(['detector.options', *groups])}] in the config"
 
     return re.sub(r"(?<![\w.])-o ([a-z_]+(?:\.[a-z_]+)*)=([^\s),;]+)", keyed, text)
+
+
+def in_run_form(advice: str, config: Mapping[str, Any], members: Sequence[str]) -> str:
+    """Advice's `-o` flags as the run they are for takes them (`member_flags`, `config_form`).
+
+    Args:
+        advice: the advice, its flags as `detect` takes them.
+        config: the run's config (config.json's "config").
+        members: in a main job, the members the advice is for.
+    """
+    if config.get("job") == "main":
+        advice = member_flags(advice, members[0] if len(members) == 1 else "MEMBER")
+        if len(members) > 1:
+            advice += f" (MEMBER: {', '.join(members)})"
+    return config_form(advice) if "run_config" in config else advice
 
 
 def nest_options(options: dict[str, Any]) -> dict[str, Any]:
