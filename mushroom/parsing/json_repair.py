@@ -387,6 +387,11 @@ def _skip_non_claims(chunk: str, in_prose: bool = False) -> tuple[str | None, An
     first: Any = None
     claims: list[tuple[int, Any]] = []
     pos: int | None = 0
+
+    def settle(rest: str | None) -> tuple[str | None, Any, bool]:
+        """The claims found so far, chosen; without any, `rest` for the repairs."""
+        return (None, *_claim_choice(claims, in_prose)) if claims else (rest, first, False)
+
     # an opening ‘ too, where no straight quote delimits (`{‘text’: ‘北京’}`): where one does,
     # `[‘sic’]` in the prose is prose (a review); a ’ alone is more often an apostrophe
     quotes = "[\"'\u201c\u201d]" if _STRAIGHT_DELIMITER.search(chunk) else "[\"'\u201c\u201d\u2018]"
@@ -395,10 +400,10 @@ def _skip_non_claims(chunk: str, in_prose: bool = False) -> tuple[str | None, An
             value, end = decode_prefix(chunk[pos:])
         except json.JSONDecodeError as err:
             if re.search(quotes, chunk[pos : pos + err.pos + 1]):
-                return (None, *_claim_choice(claims, in_prose)) if claims else (chunk[pos:], first, False)
+                return settle(chunk[pos:])
             pos = _next_bracket(chunk, pos + err.pos + 1)
         except ValueError:  # nested too deep
-            return (None, *_claim_choice(claims, in_prose)) if claims else (chunk[pos:], first, False)
+            return settle(chunk[pos:])
         else:
             if _looks_like_claims(value):
                 claims.append((pos, value))
@@ -407,9 +412,7 @@ def _skip_non_claims(chunk: str, in_prose: bool = False) -> tuple[str | None, An
             pos = _next_bracket(chunk, pos + end)
         if pos is None:
             break
-    if claims:
-        return None, *_claim_choice(claims, in_prose)
-    return (None if pos is None else chunk[pos:]), first, False
+    return settle(None if pos is None else chunk[pos:])
 
 
 def extract_json(text: str) -> tuple[Any | None, list[str]]:
