@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -782,8 +783,12 @@ class FailureCheck:
                 "command again on the same folder: it computes those items anew",
             )
 
+    @cached_property
     def _run_of(self) -> tuple[dict[str, Any], str | None]:
-        """The file's run config, and the main job's member it is of (`members/<name>/...`)."""
+        """The file's run config, and the main job's member it is of (`members/<name>/...`).
+
+        Read once per file, and only for a file with failed items: `check` runs per chunk.
+        """
         scope = run_scope(self.path)
         config = scope.config if scope is not None else {}
         parts = self.path.resolve().parent.parts
@@ -803,5 +808,6 @@ class FailureCheck:
             empty = {i for i, p in predictions.items() if not p.soft_labels and not p.hard_labels}
             failed = self.ledger.failed & ids
             errors = [self.ledger.errors[i] for i in sorted(failed) if self.ledger.errors.get(i)]
-            found = FailedItems(self.ledger.path, failed, self.ledger.marked & empty, errors, *self._run_of())
+            run = self._run_of if failed else ({}, None)
+            found = FailedItems(self.ledger.path, failed, self.ledger.marked & empty, errors, *run)
         return found if found is not None and (found.failed or found.behind) else None
