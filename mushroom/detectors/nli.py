@@ -38,7 +38,7 @@ from mushroom.data.records import Context, Item
 from mushroom.detectors.base import DetectorOptions, HardThreshold, VectorDetector
 from mushroom.detectors.pieces import Unit, answer_pieces, paint
 from mushroom.errors import MushroomError, load_failure
-from mushroom.models.devices import check_device, check_encoder_name, check_model_path
+from mushroom.models.devices import check_device, check_encoder_model
 from mushroom.text.segment import sentences
 
 
@@ -128,8 +128,7 @@ class NLIDetector(VectorDetector):
         super().check_ready(sources, out)
         if self.options.device is not None:
             check_device(self.options.device, "nli option device")
-        check_model_path(self.options.model, "nli option model")
-        check_encoder_name(self.options.model, "nli option model", nli=True)
+        check_encoder_model(self.options.model, "nli option model", nli=True)
         folder = Path(self.options.model).expanduser()
         if folder.is_dir():  # read without loading: a folder of no NLI model left a run folder behind
             from mushroom.models.embedding import folder_window_limit

