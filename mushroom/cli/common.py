@@ -11,7 +11,7 @@ import typer
 
 from mushroom.cli.boundary import FLAG, err_console, out_console
 from mushroom.cli.tables import RichReporter
-from mushroom.data.contexts import DEFAULT_SOURCES, NO_CONTEXTS, no_source_problem
+from mushroom.data.contexts import DEFAULT_SOURCES, NO_CONTEXTS, no_source_problem, none_on_purpose
 from mushroom.data.languages import language_code
 from mushroom.data.records import ErrorType
 from mushroom.errors import MushroomError
@@ -124,7 +124,7 @@ def context_sources(text: str, needed_by: str | None, given_as: str | None = Non
         given_as: where the value was written, for the message (default: the option).
     """
     names = tuple(split_names(text, what="context source"))
-    if names == (NO_CONTEXTS,):  # on purpose: a plumbing check, or an LLM on its own knowledge
+    if none_on_purpose(names):  # on purpose: a plumbing check, or an LLM on its own knowledge
         return ()
     if not names and needed_by is not None:
         raise MushroomError(f"{given_as or f'--contexts {text!r}'} {no_source_problem(needed_by)}")

@@ -22,7 +22,7 @@ from mushroom.cli.common import (
     lang_codes,
     reporter,
 )
-from mushroom.data.contexts import NO_CONTEXTS
+from mushroom.data.contexts import none_on_purpose
 from mushroom.errors import MushroomError, did_you_mean
 from mushroom.util.options import merge_options, nest_options, parse_float_list, parse_options, split_names
 
@@ -379,7 +379,7 @@ class _StackFlags:
         self.members = self.members if self.members is not None else ",".join(cfg.members)
         self.lang = self.lang if self.lang is not None else cfg.langs
         if not _given(ctx, "contexts"):  # the file's: a missing one is named with its key
-            if cfg.contexts != [NO_CONTEXTS]:  # ["none"]: none on purpose, as --contexts none
+            if not none_on_purpose(cfg.contexts):  # ["none"]: none on purpose, as --contexts none
                 check_config_sources(config, ["val", "test"], self.lang, cfg.contexts)
             self.contexts = ",".join(cfg.contexts)
             self.contexts_from = f"{config}: contexts = {json.dumps(cfg.contexts)}"
@@ -402,7 +402,7 @@ class _StackFlags:
             return None
         from mushroom.data.contexts import source_names
 
-        if self.member_contexts.strip() == NO_CONTEXTS:  # the models read none, on purpose
+        if none_on_purpose(self.member_contexts):  # the models read none, on purpose
             return ()
         try:
             sources = tuple(split_names(self.member_contexts, what="context source"))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,16 @@ DEFAULT_CONTEXT_DIR = Path(os.environ.get("MUSHROOM_CONTEXT_DIR") or _HERE)
 # The fact-check source exists for English only (val and test): optional.
 DEFAULT_SOURCES = ("perplexity-sonar-pro", "deepseek-r1", "qa_perplexity-sonar-pro?")
 NO_CONTEXTS = "none"  # `--contexts none`: no context on purpose (an empty value is a mistake)
+
+
+def none_on_purpose(names: str | Sequence[str]) -> bool:
+    """Whether a list of source names (or the option's text) says "no contexts", on purpose.
+
+    One test for the option, the config's list and --member-contexts, so the spelling that
+    means none cannot drift between them.
+    """
+    listed = [names] if isinstance(names, str) else list(names)
+    return [name.strip() for name in listed] == [NO_CONTEXTS]
 
 
 def no_source_problem(needed_by: str) -> str:

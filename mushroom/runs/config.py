@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
 
-from mushroom.data.contexts import DEFAULT_SOURCES, NO_CONTEXTS
+from mushroom.data.contexts import DEFAULT_SOURCES, none_on_purpose
 from mushroom.data.jsonl import refuse_irregular
 from mushroom.data.languages import language_code
 from mushroom.data.splits import LABELLED_SPLITS, load_split, same_items, workspace
@@ -408,7 +408,7 @@ def _load_run_config(path: Path) -> RunConfig:
         problems.append(
             Problem(str(path), None, "contexts", no_source_problem(f"the {cfg.detector.name} detector"))
         )
-    if cfg.contexts == [NO_CONTEXTS]:
+    if none_on_purpose(cfg.contexts):
         cfg.contexts = []
     variants = [(v.name, v.options) for v in cfg.variants]
     problems += _detector_problems(path, cfg.detector.name, cfg.detector.options, variants, not problems)
