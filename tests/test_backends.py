@@ -963,3 +963,11 @@ def test_a_cache_cut_during_its_first_write_is_still_a_cache(tmp_path):
     other = tmp_path / "notes.jsonl"
     other.write_text('{"id": "x", "text": "mine')
     assert "is not a response cache" in cache_file_problem(other)
+
+
+def test_a_cached_backend_built_from_a_factory_without_its_config_says_so(tmp_path):
+    """A typing audit: it failed with "'NoneType' object has no attribute 'kind'"."""
+    from mushroom.backends.cache import CachedBackend, ResponseCache
+
+    with pytest.raises(TypeError, match="factory needs the backend's config"):
+        CachedBackend(lambda: None, ResponseCache(tmp_path / "c.jsonl"))

@@ -962,3 +962,22 @@ def test_out_names_what_score_and_sweep_write_as_every_other_command_names_it(tm
     assert code == 0 and (tmp_path / "lines.txt").read_text().startswith("IoU: 1.00000000"), err
     code, _, err = cli(capsys, "sweep", limited_run(tmp_path, capsys), "--out", tmp_path / "s.svg")
     assert code == 0 and (tmp_path / "s.svg").read_text().startswith("<svg"), err
+
+
+def test_in_memory_predictions_with_stranger_ids_get_the_data_error_and_no_line_none(tmp_path):
+    """A typing audit: two prediction ids not among the items raised a TypeError (their lines
+    are None), and the warnings of in-memory predictions read "<predictions>:None:"."""
+    from mushroom.data.records import Prediction
+    from mushroom.data.splits import load_items
+    from mushroom.errors import DataError
+    from mushroom.evaluation.score import score_predictions
+
+    items = load_items(VAL_EN)[:2]
+    strangers = [Prediction(id=rid, soft_labels=[]) for rid in ("x-1", "x-2")]
+    with pytest.raises(DataError, match="2 ids not in the gold file"):
+        score_predictions(items, [Prediction(id=it.id, soft_labels=[]) for it in items] + strangers)
+    spans = [{"start": 0, "end": 9, "prob": 0.9}, {"start": 4, "end": 12, "prob": 0.2}]
+    said = " ".join(
+        score_predictions(items, [Prediction(id=it.id, soft_labels=spans) for it in items]).warnings
+    )
+    assert "overlapping earlier ones" in said and "None" not in said, said

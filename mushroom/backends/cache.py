@@ -200,6 +200,8 @@ class CachedBackend(Backend):
             self.kind = inner.kind
             self._model = inner.model_name
         else:
+            if config is None:  # the factory's settings are what the cache keys on: needed
+                raise TypeError("CachedBackend: a backend factory needs the backend's config")
             self._inner, self._factory = None, inner
             self.kind = config.kind
             self._model = config.model

@@ -432,7 +432,8 @@ def match_ids(gold: ScoringFile, pred: ScoringFile, partial: bool = False) -> li
         problems.append(
             Problem(
                 str(pred.path),
-                min(pred.records[r].line for r in extra),  # the first stranger in the file, to find it by
+                # the first stranger in the file, to find it by (in-memory records have no line)
+                min((line for r in extra if (line := pred.records[r].line) is not None), default=None),
                 "id",
                 f"{plural(len(extra), 'id')} not in the gold file: {listed(extra)}"
                 + near_id(extra[0], gold.records),  # an NFD or padded id looks equal on screen

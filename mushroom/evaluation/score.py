@@ -213,7 +213,8 @@ def _file_quirks(scored: ScoringFile, gold: ScoringFile, ids: list[str]) -> list
     found: dict[Quirk, list[str]] = {}
 
     def note(kind: Quirk, rec: ScoringRecord, field_name: str, detail: str) -> None:
-        found.setdefault(kind, []).append(f"{scored.path}:{rec.line}: id {rec.id!r}: {field_name} {detail}")
+        where = scored.path if rec.line is None else f"{scored.path}:{rec.line}"  # in memory: no line
+        found.setdefault(kind, []).append(f"{where}: id {rec.id!r}: {field_name} {detail}")
 
     for rid in ids:
         rec, n = scored.records[rid], gold.records[rid].text_len or 0
