@@ -329,3 +329,34 @@ class CascadeRecord(BaseModel):
         False, description="sent, but a model-backed member failed on it: it keeps the CPU stack's prediction"
     )
     reason: str
+
+
+class MemberStackNote(BaseModel):
+    """Whether a cascade kept its member stack, and why not (summary.json's cascade.member_stack)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    used: bool
+    why: str | None = None
+
+
+class CascadeSummary(BaseModel):
+    """The parts of summary.json's `cascade` that other commands read back."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model_backed: list[str] = Field(default_factory=list)
+    member_stack: MemberStackNote | None = None
+
+
+class RunSummary(BaseModel):
+    """The parts of a run's summary.json read back by the report and by Ray.
+
+    Each job writes its own keys besides these (allowed); the readers took them with their own
+    `json.loads(...)[key][key]`, each with its own idea of a damaged file.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    warnings: list[str] = Field(default_factory=list)
+    cascade: CascadeSummary | None = None

@@ -26,7 +26,7 @@ from mushroom.util.names import safe_name
 from mushroom.version import __version__
 
 if TYPE_CHECKING:
-    from mushroom.data.records import Prediction
+    from mushroom.data.records import Prediction, RunSummary
 
 # Every library a number can depend on: the core ones, the stack's trees (scikit-learn), the
 # lexical channels' word lists (wordfreq), the encoders and model backends (None when absent).
@@ -210,6 +210,22 @@ def in_sample_languages(fitted_on: str, languages: list[str], split: str, langs:
     if not same_items((fitted_on or "val").partition(":")[0].strip(), split):
         return []
     return [lang for lang in langs if not languages or lang in languages]
+
+
+def read_summary(folder: Path) -> RunSummary | None:
+    """The run's summary.json, or None when it has none or it cannot be read.
+
+    A run writes it at its end: a stopped one has none, and what reads it (the report, Ray)
+    then says less rather than fail.
+    """
+    from pydantic import ValidationError
+
+    from mushroom.data.records import RunSummary
+
+    try:
+        return RunSummary.model_validate_json((folder / "summary.json").read_bytes())
+    except (OSError, ValidationError):
+        return None
 
 
 def run_config_file(path: Path) -> dict[str, Any] | None:

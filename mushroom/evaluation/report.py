@@ -28,7 +28,7 @@ from mushroom.data.itemstream import ContextFiles
 from mushroom.data.jsonl import iter_json_lines, load_records, read_utf8
 from mushroom.data.predictions import load_predictions, prediction_vectors, submission_name
 from mushroom.data.records import CascadeRecord, Item, Prediction
-from mushroom.data.runfolder import FailureCheck, prediction_folder, run_scope
+from mushroom.data.runfolder import FailureCheck, prediction_folder, read_summary, run_scope
 from mushroom.data.spans import hard_to_mask
 from mushroom.data.splits import load_split
 from mushroom.errors import DataError, MushroomError, Problem
@@ -325,21 +325,19 @@ def _warnings_html(run_dir: Path) -> str:
 
     Without them a page of empty predictions read as a method that found nothing.
     """
-    summary, below = run_dir / "summary.json", ""
-    if not summary.is_file():  # a variant's or a main job's member folder: the run's own
+    folder, below = run_dir, ""
+    if not (run_dir / "summary.json").is_file():  # a variant's or a main job's member folder: the run's own
         scope = run_scope(run_dir)
         if scope is not None:
-            summary = scope.folder / "summary.json"
+            folder = scope.folder
             if run_dir.resolve().is_relative_to(scope.folder.resolve()):
                 below = run_dir.resolve().relative_to(scope.folder.resolve()).as_posix()
-    try:
-        warnings = json.loads(summary.read_text(encoding="utf-8")).get("warnings")
-    except (OSError, ValueError, AttributeError):
-        return ""
-    if not isinstance(warnings, list) or not warnings:
+    summary = read_summary(folder)
+    warnings = summary.warnings if summary is not None else []
+    if not warnings:
         return ""
     # a stage's warning names its folder ("llm:vote3/val en: ..."): another variant's is not this one's
-    mine = [str(w) for w in warnings if not below or _of_folder(str(w), below)]
+    mine = [w for w in warnings if not below or _of_folder(w, below)]
     if not mine:
         return ""
     shown = "".join(f"<li>{html.escape(w)}</li>" for w in mine[:20])
@@ -447,12 +445,8 @@ def _cascade(run_dir: Path, split: str, langs: Collection[str]) -> Cascade:
         for r in load_records(path, CascadeRecord, unique_ids=False)
         if r.split == split and r.lang in langs
     }
-    named: list[str] = []
-    try:
-        said = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["cascade"]["model_backed"]
-        named = [str(n) for n in said] if isinstance(said, list) else []
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # a stopped run: its members' pages are still listed below
+    summary = read_summary(run_dir)  # None for a stopped run: its members' pages are still listed below
+    named = summary.cascade.model_backed if summary is not None and summary.cascade is not None else []
     members: dict[str, Path] = {}
     root = run_dir / "members"
     for folder in sorted(root.iterdir()) if root.is_dir() else []:

@@ -31,7 +31,6 @@ keep the CPU stack's prediction.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ from mushroom.combine.stack.fit import stack_predictions
 from mushroom.combine.stack.members import MemberEvidence
 from mushroom.combine.stack.model import StackModel
 from mushroom.data.records import Context, Item, Prediction, given_contexts
+from mushroom.data.runfolder import read_summary
 from mushroom.data.spans import soft_to_vector
 from mushroom.errors import MissingExtra, MushroomError
 from mushroom.util.options import merge_options
@@ -350,14 +350,12 @@ def _actors(n: int) -> ray.data.ActorPoolStrategy:
 
 def _why_no_member_stack(folder: Path) -> str | None:
     """What a finished cascade's summary.json says of its absent member stack, and what to do instead."""
-    try:
-        said = json.loads((folder / "summary.json").read_text(encoding="utf-8"))["cascade"]["member_stack"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # an unfinished run, or one of before 2026-11-28
-    if not isinstance(said, dict) or said.get("used") is not False:
+    summary = read_summary(folder)  # None: an unfinished run
+    said = summary.cascade.member_stack if summary is not None and summary.cascade is not None else None
+    if said is None or said.used:  # None too for a run of before 2026-11-28
         return None
     return (
-        f"the job kept no member stack ({said.get('why')}), so every item keeps the CPU stack's "
+        f"the job kept no member stack ({said.why}), so every item keeps the CPU stack's "
         f"prediction: apply the CPU stack alone (RayStack.load of {folder / 'stack.json'} with its CPU "
         "members, then stack_on_ray), or run the job again with a larger --llm-budget or a better model"
     )
