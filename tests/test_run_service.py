@@ -1363,3 +1363,29 @@ def _failed_note(folder: Path, errors: list[str]) -> str:
     found = failed_items(path, empty)
     assert found is not None and len(found.failed) == len(errors)
     return found.message(path)
+
+
+def test_a_failed_items_note_of_a_run_with_no_ledger_gives_the_advice_its_failures_list_needs(tmp_path):
+    """A file with no item ledger (a main job's stack output) took the generic "run that run's
+    command again", which reads the same cut-off replies from the cache (a known weak point)."""
+    from mushroom.data.records import Prediction
+    from mushroom.data.runfolder import failed_items
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "config.json").write_text(json.dumps({"config": {"job": "main"}, "config_hash": "x"}))
+    rows = [{"split": "val", "lang": "en", "id": "val-en-1", "detector": "chain", "error": CUT}]
+    (job / "failures.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = job / "val" / "mushroom.en-val.v2.jsonl"
+    path.parent.mkdir()
+    path.touch()
+    empty = {i: Prediction(id=i, soft_labels=[], hard_labels=[]) for i in ("val-en-1", "val-en-2")}
+    found = failed_items(path, empty)
+    assert found is not None and found.failed == {"val-en-1"}
+    said = found.message(path)
+    assert "raise max_tokens (-o chain.max_tokens=N)" in said, said
+    # two members' failures: the advice names its MEMBER placeholder and the members
+    rows.append({**rows[0], "id": "val-en-2", "detector": "llm"})
+    (job / "failures.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    said = failed_items(path, empty).message(path)
+    assert "(-o MEMBER.max_tokens=N)" in said and "(MEMBER: chain, llm)" in said, said

@@ -482,7 +482,7 @@ def prediction_folder(
         not variants
         and scope is not None
         and scope.folder == path
-        and (failed := _listed_ids(path / "failures.jsonl"))
+        and (failed := _listed(path / "failures.jsonl"))
     ):
         from mushroom.util.words import plural
 
@@ -624,39 +624,53 @@ def ledger_state(folder: Path, lang: str) -> LedgerState | None:
     return LedgerState(path, failed, marked, AnswerIndex(ids, answers) if ids else None, channelled, errors)
 
 
-def run_failures(path: Path) -> tuple[Path | None, set[str]]:
-    """(the nearest failures.jsonl, every id listed) from a file's folder up to its run's folder.
+def run_failures(path: Path) -> tuple[Path | None, dict[str, ListedFailure]]:
+    """(the nearest failures.jsonl, every failure listed by id) from a file's folder up to its run's.
 
     A main job lists its members' failures at its top; a `detect` run beside its predictions/.
     """
     scope = run_scope(path)
     # Outside a run folder (no config.json), only a failures.jsonl beside the file is its own.
     top = scope.folder if scope is not None else path.parent
-    ids: set[str] = set()
+    listed: dict[str, ListedFailure] = {}
     nearest = None
     for candidate in [path.parent, *path.parent.parents]:
         failures = candidate / "failures.jsonl"
         if failures.is_file():
             nearest = nearest or failures
-            ids |= _listed_ids(failures)
+            listed = _listed(failures) | listed  # the nearest file's word on an id wins
         if candidate == top:
             break
-    return nearest, ids
+    return nearest, listed
 
 
-def _listed_ids(failures: Path) -> set[str]:
-    """The ids a run's failures.jsonl lists (none when there is no such file)."""
+@dataclass(frozen=True)
+class ListedFailure:
+    """A line of a run's failures.jsonl: its error, and the main job's member that failed."""
+
+    error: str
+    detector: str | None
+
+
+def _listed(failures: Path) -> dict[str, ListedFailure]:
+    """The failures a run's failures.jsonl lists, by id (none when there is no such file)."""
     from mushroom.data.jsonl import iter_json_lines
 
     if not failures.is_file():
-        return set()
+        return {}
     problems: list = []
-    ids = {str(row["id"]) for _, row in iter_json_lines(failures, problems) if "id" in row}
+    listed = {
+        str(row["id"]): ListedFailure(
+            str(row.get("error") or ""), str(row["detector"]) if row.get("detector") else None
+        )
+        for _, row in iter_json_lines(failures, problems)
+        if "id" in row
+    }
     if problems:  # written whole by its run: a bad line is damage, and may hide a failed item
         from mushroom.errors import DataError
 
         raise DataError(problems)
-    return ids
+    return listed
 
 
 @dataclass
@@ -668,7 +682,7 @@ class FailedItems:
     behind: set[str]  # empty in the file, marked in the ledger: the file was not rewritten
     errors: list[str] = field(default_factory=list)  # the failed items' errors, where the ledger keeps them
     config: dict[str, Any] = field(default_factory=dict)  # the run's, for the form of its options
-    member: str | None = None  # a main job's member the file is of
+    members: list[str] = field(default_factory=list)  # a main job's members the failures are of
 
     def message(self, path: Path) -> str:
         """One line for a refusal, ending in what to do.
@@ -696,9 +710,7 @@ class FailedItems:
             todo = "run that run's command again to complete them"
         else:  # what a re-run cannot mend is said, for some of them too
             advice = advice.replace("Run the same command again", "Run that run's command again", 1)
-            todo = in_run_form(
-                advice[0].lower() + advice[1:], self.config, [self.member] if self.member else []
-            )
+            todo = in_run_form(advice[0].lower() + advice[1:], self.config, self.members)
         return (
             f"{path}: {'; '.join(parts)}; their predictions lack what failed (--allow-failures writes "
             f"such an item empty, or, in a cascade, with the CPU stack's prediction): {todo}"
@@ -744,7 +756,7 @@ class FailureCheck:
         self.skip = path.parent.name == "mark-all"
         lang = prediction_file_lang(path.name)
         self.ledger = ledger_state(path.parent, lang) if lang is not None and not self.skip else None
-        self.where, self.listed = (None, set()) if self.skip or self.ledger else run_failures(path)
+        self.where, self.listed = (None, {}) if self.skip or self.ledger else run_failures(path)
 
     @property
     def has_record(self) -> bool:
@@ -819,11 +831,27 @@ class FailureCheck:
             return None
         ids = set(predictions)
         if self.ledger is None:
-            found = FailedItems(self.where, self.listed & ids, set()) if self.where is not None else None
+            failed = self.listed.keys() & ids
+            # a stack's file (no ledger): the advice is for the members its failures name
+            errors = [self.listed[i].error for i in sorted(failed) if self.listed[i].error]
+            config = self._run_of[0] if failed else {}
+            members = sorted({d for i in failed if (d := self.listed[i].detector)})
+            found = (
+                FailedItems(self.where, failed, set(), errors, config, members)
+                if self.where is not None
+                else None
+            )
         else:
             empty = {i for i, p in predictions.items() if not p.soft_labels and not p.hard_labels}
             failed = self.ledger.failed & ids
             errors = [self.ledger.errors[i] for i in sorted(failed) if self.ledger.errors.get(i)]
-            run = self._run_of if failed else ({}, None)
-            found = FailedItems(self.ledger.path, failed, self.ledger.marked & empty, errors, *run)
+            config, member = self._run_of if failed else ({}, None)
+            found = FailedItems(
+                self.ledger.path,
+                failed,
+                self.ledger.marked & empty,
+                errors,
+                config,
+                [member] if member else [],
+            )
         return found if found is not None and (found.failed or found.behind) else None
