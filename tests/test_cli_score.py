@@ -278,6 +278,13 @@ def test_a_file_that_marks_nothing_anywhere_is_said_by_score_and_check(tmp_path,
     )
     code, out, err = cli(capsys, "score", VAL_EN, one)
     assert code == 0 and "marks anything" not in err
+    # a file of two said so too; one empty prediction alone is an answer like any other
+    two = write_lines(tmp_path / "two.jsonl", [{"id": r["id"], "hard_labels": []} for r in GOLD_ROWS[:2]])
+    code, out, err = cli(capsys, "score", VAL_EN, two, "--partial")
+    assert code == 0 and "none of its 2 predictions marks anything" in " ".join(err.split()), err
+    single = write_lines(tmp_path / "single.jsonl", [{"id": GOLD_ROWS[0]["id"], "hard_labels": []}])
+    code, out, err = cli(capsys, "score", VAL_EN, single, "--partial")
+    assert code == 0 and "marks anything" not in err, err
 
 
 def test_a_run_folder_without_the_gold_files_language_is_named_as_such(tmp_path, capsys):

@@ -304,6 +304,7 @@ def test_keys_are_read_in_any_case_and_a_single_object_under_the_list_key_counts
         ('{"errors_not_in_context": ["silver"]}', [(25, 31)], 0),
         ('{"nonexistent_facts_hallucinated": ["silver"]}', [(25, 31)], 0),
         ("{}", [], 0),  # an empty object says nothing is wrong
+        ('{"incorrect_spans": null}', [], 0),  # so does a null list (a mutation audit)
     ],
 )
 def test_an_object_of_unknown_keys_is_never_read_as_nothing_wrong(raw, spans, unparseable):
@@ -839,3 +840,12 @@ def test_an_answer_that_quotes_the_word_keeps_its_quoted_copy():
         'He said yes, then wrote "yes" in the book.', json.dumps({"incorrect_spans": ['"yes"']})
     ).spans
     assert [(s.start, s.end) for s in spans] == [(25, 28)]
+
+
+def test_a_span_listed_out_of_order_does_not_pull_the_next_one_back():
+    """Spans come in order: one found before the furthest so far (listed late) moved the
+    cursor back, and the next text took a copy before the furthest span (a mutation audit)."""
+    answer = "Paris. Lyon met Rome; later Lyon again"
+    locator = SpanLocator(answer)
+    found = [locator.locate(text, 1.0) for text in ("Rome", "Paris", "Lyon")]
+    assert [(s.start, s.text) for s in found] == [(16, "Rome"), (0, "Paris"), (28, "Lyon")]

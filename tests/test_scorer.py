@@ -39,6 +39,8 @@ def test_cor_constant_vectors():
     assert item_cor([], [(0, 5, 1.0)], 10) == 0.0
     # values equal to 8 decimals count as constant
     assert item_cor([(0, 5, 1.0)], [(0, 5, 0.3), (5, 10, 0.300000001)], 10) == 0.0
+    # ...and values that differ in the 8th decimal do not (a mutation audit: round to 7 passed)
+    assert item_cor([(0, 5, 1.0)], [(0, 5, 0.5), (5, 10, 0.50000001)], 10) == -1.0
 
 
 def test_cor_later_overlapping_soft_span_wins():

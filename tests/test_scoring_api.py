@@ -156,6 +156,13 @@ def test_a_gold_folder_takes_the_records_of_its_languages(tmp_path):
         mushroom.score(folder, preds)  # the other languages have none
     with pytest.raises(DataError, match=r"predictions\[0\]: field 'id': 'nope' is in no gold file"):
         mushroom.score(folder, [{"id": "nope", "hard_labels": []}], langs="en")
+    # partial=True with no langs: the languages predicted are scored, and only their items
+    # predicted (a mutation audit: no test held it)
+    part = mushroom.score(folder, preds[:10], partial=True)
+    assert set(part.by_lang()) == {"en"} and len(part.ids) == 10
+    # a code list with spaces or a trailing comma is the same list
+    for langs in ("en, zh", " en,zh ,", ["en", "zh"]):
+        assert len(mushroom.score(folder, preds, langs=langs).ids) == len(both), langs
 
 
 def test_the_users_own_paths_and_ids_are_never_reworded(tmp_path):

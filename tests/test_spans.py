@@ -46,3 +46,22 @@ def test_the_official_derivation_of_hard_labels_merges_touching_spans_over_half(
     ]
     official = official_hard_from_soft([(s.start, s.end, s.prob) for s in soft])
     assert official == [(0, 5)]  # 0.5 is not over half
+
+
+def test_span_problems_name_every_span_no_scorer_can_take():
+    """An empty span [5, 5) passed unsaid when the check was `start <= end` (a mutation audit)."""
+    from mushroom.data.spans import span_problems
+
+    bad = [[5, 5], [3, 2], [-1, 2], [0, 11]]
+    said = span_problems(10, [], bad)
+    assert [name for name, _ in said] == [f"hard_labels.{i}" for i in range(4)], said
+    assert "must satisfy 0 <= start < end <= 10 (the answer's length)" in said[0][1]
+    assert span_problems(10, [], [[0, 10], [4, 5]]) == []
+    assert span_problems(None, [], [[0, 10**6]]) == []  # no answer: its end cannot be checked
+
+
+def test_probabilities_outside_zero_one_are_clipped_and_a_negative_start_is_clipped_not_wrapped():
+    """A detector's 1.5 was written into a submission as a probability (a mutation audit)."""
+    soft = vector_to_soft(np.array([1.5, 1.5, -0.2, 0.5]))
+    assert [(s.start, s.end, s.prob) for s in soft] == [(0, 2, 1.0), (3, 4, 0.5)]
+    assert soft_to_vector([{"start": -3, "end": 2, "prob": 1.0}], 5).tolist() == [1, 1, 0, 0, 0]
