@@ -988,3 +988,17 @@ def test_in_memory_predictions_with_stranger_ids_get_the_data_error_and_no_line_
         score_predictions(items, [Prediction(id=it.id, soft_labels=spans) for it in items]).warnings
     )
     assert "overlapping earlier ones" in said and "None" not in said, said
+
+
+def test_check_quotes_a_bad_probability_as_the_file_wrote_it(tmp_path, capsys):
+    """The terminal audit: `"prob": 1.7` was said as 1.7000000000000002 (the official reader's
+    double), a number the user could not find in the file."""
+    row = {
+        "id": GOLD_ROWS[0]["id"],
+        "soft_labels": [{"start": 0, "end": 3, "prob": 1.7}],
+        "hard_labels": [[0, 3]],
+    }
+    bad = write_lines(tmp_path / "p.jsonl", [row])
+    code, out, err = cli(capsys, "check", bad, "--items", VAL_EN)
+    said = " ".join((out + err).split())
+    assert code != 0 and "probability 1.7 is not a number in [0, 1]" in said, said

@@ -11,6 +11,7 @@ Numbers are parsed like pandas' ujson (see jsonnum), so ties and ranks match exa
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -100,7 +101,20 @@ def _is_num(value: object) -> bool:
 
 
 def json_shown(value: Any) -> str:
-    """A value as its file wrote it (true, null, "0.5"), cut to a readable length."""
+    """A value as its file wrote it (true, null, "0.5"), cut to a readable length.
+
+    A float is read as the official scorer reads it (`ujson_float`), which can be a bit off
+    Python's: its file's `1.7` is 1.7000000000000002 and was shown so, a number the user
+    could not find in the file. The shortest spelling that reads back the same is shown.
+    """
+    if isinstance(value, float) and math.isfinite(value):
+        for digits in (15, 16, 17):
+            spelt = format(value, f".{digits}g")
+            try:
+                if ujson_float(spelt) == value:
+                    return clipped(spelt, 40)
+            except ValueError:
+                break
     return clipped(json.dumps(value, ensure_ascii=False), 40)
 
 
