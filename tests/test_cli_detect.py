@@ -1146,3 +1146,32 @@ def test_none_runs_with_no_contexts_on_purpose_from_a_main_job_config_too(tmp_pa
     config.write_text('job = "main"\nmembers = ["lexical"]\nlangs = ["en"]\ncontexts = ["none"]\n')
     code, _, err = cli(capsys, "main-job", "--config", config, "--out", tmp_path / "run", "--quiet")
     assert code == 0 and "no context for 50 of 50 items" in " ".join(err.split()), err
+
+
+def test_progress_goes_to_stderr_and_says_itself_as_lines_where_no_bar_can_redraw(
+    tmp_path, capsys, monkeypatch
+):
+    """The terminal audit: the bar was on stdout (`> log` lost it and the log began with it),
+    and with no terminal nothing was said until a stage ended: an hours-long run looked hung."""
+    import mushroom.cli.tables as tables
+
+    monkeypatch.setattr(tables, "PLAIN_EVERY_S", 0.0)  # a line at every item
+    out_dir = tmp_path / "run"
+    code, out, err = cli(
+        capsys,
+        "detect",
+        "--split",
+        "val",
+        "--lang",
+        "en",
+        "--limit",
+        "3",
+        "--detector",
+        "lexical",
+        "--out",
+        out_dir,
+    )
+    assert code == 0, err
+    assert "lexical on val ━" not in out and "lexical on val ━" in err, (out, err)
+    lines = [line for line in err.splitlines() if line.startswith("lexical on val") and "/3" in line]
+    assert any(": 1/3" in line or ": 2/3" in line for line in lines), err

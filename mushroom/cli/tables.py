@@ -7,6 +7,7 @@ implemented here.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -172,11 +173,54 @@ def render(spec: TableData) -> Table:
     return plain_table(spec)
 
 
+PLAIN_EVERY_S = 30.0
+"""How often a stage's progress is said as a line where the bar cannot redraw (a pipe, a CI log)."""
+
+
 class _Progress(Progress):
-    """Rows named by plain text: a stage's description is escaped, never read as markup."""
+    """Rows named by plain text: a stage's description is escaped, never read as markup.
+
+    Where the console is no terminal, rich draws the bar once, when the stage ends: a CI log
+    of an hours-long LLM run stayed silent and looked hung (an audit), and CI services stop a
+    job after minutes without output. There a line says each stage's progress every
+    `PLAIN_EVERY_S` seconds.
+    """
+
+    def __init__(self, *columns: ProgressColumn, plain_every: float | None = None, **kwargs):
+        super().__init__(*columns, **kwargs)
+        every = PLAIN_EVERY_S if plain_every is None else plain_every
+        self._plain_every = every if not self.console.is_terminal and not self.disable else None
+        self._said: dict = {}  # task id -> when its progress was last said (or its stage began)
 
     def add_task(self, description: str, *args, **kwargs):  # type: ignore[override]
-        return super().add_task(escape(description), *args, **kwargs)
+        task_id = super().add_task(escape(description), *args, **kwargs)
+        self._said[task_id] = time.monotonic()
+        return task_id
+
+    def advance(self, task_id, advance: float = 1) -> None:
+        super().advance(task_id, advance)
+        self._say(task_id)
+
+    def update(self, task_id, **kwargs) -> None:  # type: ignore[override]
+        super().update(task_id, **kwargs)
+        self._say(task_id)
+
+    def _say(self, task_id) -> None:
+        if self._plain_every is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            task = self._tasks.get(task_id)
+        if task is None or task.finished or now - self._said.get(task_id, now) < self._plain_every:
+            return
+        self._said[task_id] = now
+        speed = _average_rate(task)
+        rate = "" if speed is None else f", {speed:.2g}/s"
+        total = f"/{task.total:g}" if task.total is not None else ""
+        left = _LeftColumn().render(task).plain if task.total is not None and speed else ""
+        # the description is escaped markup (`add_task`): printed as markup, it reads as given
+        said = f"{task.description}: {task.completed:g}{total}{rate}" + (f", {left} left" if left else "")
+        self.console.print(said, highlight=False)
 
 
 def _average_rate(task) -> float | None:
@@ -255,5 +299,6 @@ class RichReporter:
 
     @contextmanager
     def progress(self, disable: bool = False) -> Iterator[Progress]:
-        with progress_bar(disable, self.console) as bar:
+        # on stderr, as the warnings: `> log` keeps the results, and the bar stays in sight
+        with progress_bar(disable, self.err_console) as bar:
             yield bar
