@@ -1002,3 +1002,38 @@ def test_check_quotes_a_bad_probability_as_the_file_wrote_it(tmp_path, capsys):
     code, out, err = cli(capsys, "check", bad, "--items", VAL_EN)
     said = " ".join((out + err).split())
     assert code != 0 and "probability 1.7 is not a number in [0, 1]" in said, said
+
+
+@pytest.mark.parametrize("width", [40, 60, 80])
+def test_narrow_terminals_split_the_score_tables_and_never_break_a_number(width):
+    """The terminal audit: at 60 columns "0.6700/0.6488" came out as "0.6700/0.648" over "8",
+    and a systems header "semantic" as "semanti" over "c": read on one line, another number."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from mushroom.cli.tables import print_fitted, score_table, systems_table
+    from mushroom.evaluation.leaderboard import LeaderboardEntry
+
+    lb = LeaderboardEntry("ar", "team", 0.6700, 0.6488, 0.3581)
+    rows = [
+        {"lang": lang, "n": 50, "iou": 0.5265, "cor": 0.6123, "iou_ci": (0.44, 0.61), "cor_ci": (0.52, 0.70),
+         "mark_all_iou": 0.3581, "lb1": lb}
+        for lang in ("ar", "de")
+    ]  # fmt: skip
+    systems = {
+        name: {lang: {"iou": 0.5265, "cor": 0.6123} for lang in ("ar", "de", "mean")}
+        for name in ("lexical", "semantic", "vote (mean prob, majority)", "stack (default: their mean)")
+    }
+    tables = [(score_table("per language", rows), {"0.5265", "0.6123", "0.3581", "0.6700/0.6488"})]
+    tables.append(
+        (systems_table("stack on val", systems, decimals=4), {"0.5265", "0.6123", "semantic", "lexical"})
+    )
+    for table, whole in tables:
+        out = io.StringIO()
+        print_fitted(Console(file=out, width=width), table)
+        text = out.getvalue()
+        assert max(map(len, text.splitlines())) <= width, text
+        words = set(re.split(r"[\s│┃\[\],]+", text))
+        assert whole <= words, (whole - words, text)

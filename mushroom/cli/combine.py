@@ -27,7 +27,7 @@ from mushroom.cli.common import (
     refuse_out_in_runs,
     reporter,
 )
-from mushroom.cli.tables import systems_table
+from mushroom.cli.tables import print_fitted, systems_table
 from mushroom.data.languages import language_code
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.words import plural
@@ -218,7 +218,7 @@ def stack_fit(
     require_labelled(data, split, "fitting a stack")
     fit = fit_stack(parsed, data, split, folds, l2, model=model)
     write_json(out, fit.model.model_dump(mode="json"))
-    out_console.print(systems_table(f"stack on {split} ({folds}-fold CV by item)", fit.comparison))
+    print_fitted(out_console, systems_table(f"stack on {split} ({folds}-fold CV by item)", fit.comparison))
     given = fit.model.fitted_members or fit.model.members
     for warning in stack_behind(fit.comparison, given, "its own predictions may serve better"):
         print_warning(warning)

@@ -27,7 +27,7 @@ from mushroom.cli.common import (
     load_items_option,
     refuse_out_in_runs,
 )
-from mushroom.cli.tables import paired_table
+from mushroom.cli.tables import paired_table, print_fitted
 from mushroom.data.contexts import NO_CONTEXTS
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.files import folder_problem
@@ -174,9 +174,8 @@ def compare(
     for note in without_failed(scored, split) if answered else []:
         err_console.print(esc(note), highlight=False)
     rows = comparison_rows(scored, baseline_index)
-    out_console.print(
-        paired_table(f"{split}: runs against baseline {scored[baseline_index].name} (paired, items)", rows)
-    )
+    title = f"{split}: runs against baseline {scored[baseline_index].name} (paired, items)"
+    print_fitted(out_console, paired_table(title, rows), keys=2)
     folder.mkdir(parents=True, exist_ok=True)
     md = rows_markdown(rows, COLUMNS)
     csv_text = rows_csv(rows, COLUMNS)

@@ -22,7 +22,7 @@ from mushroom.cli.boundary import (
     print_warning,
 )
 from mushroom.cli.common import lang_codes, load_items_option
-from mushroom.cli.tables import score_table
+from mushroom.cli.tables import print_fitted, score_table
 from mushroom.errors import DataError, MushroomError
 from mushroom.util.words import plural
 
@@ -190,7 +190,7 @@ def _print_per_lang(console: Console, result: ScoreResult) -> None:
     from mushroom.evaluation.tables import score_rows
 
     by_lang = result.by_lang()
-    console.print(score_table("per language", score_rows(by_lang, None, load_leaderboard())))
+    print_fitted(console, score_table("per language", score_rows(by_lang, None, load_leaderboard())))
     if len(by_lang) > 1:
         console.print(
             "the table's mean weighs each language the same (as the run tables do); the IoU and Cor "
@@ -309,7 +309,7 @@ def _check_submission(path: Path, items: Path | None, strict: bool, partial: boo
         rows.append([lang, shown, file_report.n_lines, "; ".join(said) or "ok"])
     if rows:  # no file could be read: the errors said why
         columns = ["lang", "file", "predictions", "check"]
-        out_console.print(plain_table(Table(f"{path}", columns=columns, rows=rows)))
+        print_fitted(out_console, plain_table(Table(f"{path}", columns=columns, rows=rows)))
     if not report.ok:
         bad = sum(not r.ok for _, r in report.files.values())
         parts = [f"{plural(bad, 'file')} with errors"] if bad else []

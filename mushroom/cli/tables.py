@@ -7,10 +7,12 @@ implemented here.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
@@ -125,7 +127,8 @@ def plain_table(spec: TableData, title_justify: str = "left", justify: str | Non
     for k, col in enumerate(spec.columns):
         numbers = [r[k] for r in rows if r[k] != ""]
         right = bool(numbers) and all(isinstance(v, int | float) for v in numbers)
-        table.add_column(escape(col), justify=justify or ("right" if right else "left"))  # type: ignore[arg-type]
+        # a file name folds rather than ending in "mushroo…": 14 files read alike (an audit)
+        table.add_column(escape(col), justify=justify or ("right" if right else "left"), overflow="fold")  # type: ignore[arg-type]
     for r in rows:
         table.add_row(*(escape(str(v)) for v in r))
     return table
@@ -134,32 +137,103 @@ def plain_table(spec: TableData, title_justify: str = "left", justify: str | Non
 def fitted_tables(
     spec: TableData, console: Console, title_justify: str = "left", justify: str | None = None
 ) -> list[Table]:
-    """A plain table as one or more tables no wider than the console, its first column in each.
+    """A plain table as one or more tables no wider than the console, its first column in each."""
+    return fit_to_width(plain_table(spec, title_justify, justify), console)
+
+
+def fit_to_width(table: Table, console: Console, keys: int = 1) -> list[Table]:
+    """A table as one or more tables no wider than the console, its first `keys` columns in each.
 
     rich fits a table too wide for the terminal by cutting words ("befo…"), and a header cut
-    so is a count no one can name. Split by columns instead, each part keeping the row names.
+    so is a count no one can name; folded instead, a score's digits went to the next line
+    ("0.526" over "5", an audit at 40 columns), and read as another number. Split by columns
+    instead, each part keeping the row names. A column too wide on its own still folds.
     """
+    columns = table.columns
+    rows = table.rows
 
-    def part(cols: list[int], title: str) -> Table:
-        rows = [list(r.values()) if isinstance(r, dict) else list(r) for r in spec.rows]
-        sub = TableData(
-            title, columns=[spec.columns[k] for k in cols], rows=[[r[k] for k in cols] for r in rows]
-        )
-        return plain_table(sub, title_justify, justify)
+    def part(cols: list[int], title: str | None) -> Table:
+        sub = Table(title=title, title_justify=table.title_justify, show_lines=table.show_lines)
+        for k in cols:
+            col = columns[k]
+            sub.add_column(
+                col.header, justify=col.justify, overflow=col.overflow, style=col.style, no_wrap=col.no_wrap
+            )
+        cells = [list(columns[k].cells) for k in cols]
+        for i, row in enumerate(rows):
+            sub.add_row(*(c[i] for c in cells), style=row.style, end_section=row.end_section)
+        return sub
 
     def fits(cols: list[int]) -> bool:
         wide = console.options.update_width(10_000)  # Measurement.get clamps to the width given
-        return Measurement.get(console, wide, part(cols, "")).minimum <= console.width
+        return Measurement.get(console, wide, part(cols, None)).minimum <= console.width
 
-    everything = list(range(len(spec.columns)))
-    if len(everything) < 3 or fits(everything):
-        return [plain_table(spec, title_justify, justify)]
-    parts: list[list[int]] = [[0]]
-    for k in everything[1:]:
-        if len(parts[-1]) > 1 and not fits([*parts[-1], k]):
-            parts.append([0])
+    everything = list(range(len(columns)))
+    lead = everything[:keys]
+    if len(everything) <= keys + 1 or fits(everything):
+        return [_words_whole(table, console)]
+    parts: list[list[int]] = [list(lead)]
+    for k in everything[keys:]:
+        if len(parts[-1]) > keys and not fits([*parts[-1], k]):
+            parts.append(list(lead))
         parts[-1].append(k)
-    return [part(cols, spec.title if n == 0 else "") for n, cols in enumerate(parts)]
+    return [
+        _words_whole(part(cols, table.title if n == 0 else None), console) for n, cols in enumerate(parts)
+    ]
+
+
+_NUMBER = re.compile(r"[-+(\[]*\d[\d.,:/%eE+-]*[)\]%,]*")
+FOLDED_WORD = 10
+"""A word of text longer than this may fold (a long run or file name); a number never does."""
+
+
+def _column_range(cells: list) -> tuple[int, int, bool]:
+    """(the narrowest a column may be, the width it takes, whether a long name may fold in it)."""
+    low, high, folds = 1, 1, False
+    for cell in cells:
+        plain = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
+        for line in plain.splitlines() or [""]:
+            high = max(high, cell_len(line))
+            for word in line.split():
+                size = cell_len(word)
+                number = _NUMBER.fullmatch(word) is not None
+                folds = folds or (not number and size > FOLDED_WORD)
+                low = max(low, size if number else min(size, FOLDED_WORD))
+    return low, high, folds
+
+
+def _words_whole(table: Table, console: Console) -> Table:
+    """`table` with fixed column widths that break no word, where it is narrowed to fit.
+
+    rich narrows the widest columns first, below their longest word, which then folds: a
+    score "0.6700/0.6488" came out as "0.6700/0.648" over "8", a header as "semanti" over
+    "c" (an audit at 60 columns). Here each column keeps its longest word, and the room left
+    is shared out a character at a time among the columns that want more, those of numbers
+    before those of long names, which may fold (`FOLDED_WORD`).
+    """
+    wide = console.options.update_width(10_000)
+    ranges = [_column_range([col.header, *col.cells]) for col in table.columns]
+    natural = Measurement.get(console, wide, table).maximum
+    room = console.width - (natural - sum(r[1] for r in ranges))  # less borders and padding
+    lowest = sum(r[0] for r in ranges)
+    if natural <= console.width or room < lowest:  # it fits; or nothing does, and rich folds
+        return table
+    spare, want = room - lowest, [high - low for low, high, _ in ranges]
+    widths = [r[0] for r in ranges]
+    for names in (False, True):  # the numbers' columns first, then those of long names
+        while spare > 0 and any(want[k] for k, r in enumerate(ranges) if r[2] == names):
+            for k, r in enumerate(ranges):  # a character at a time to each that wants more
+                if r[2] == names and want[k] and spare:
+                    widths[k], want[k], spare = widths[k] + 1, want[k] - 1, spare - 1
+    for col, width in zip(table.columns, widths):
+        col.width = width
+    return table
+
+
+def print_fitted(console: Console, table: Table, keys: int = 1) -> None:
+    """Prints `table`, split by columns where it is wider than the console (`fit_to_width`)."""
+    for piece in fit_to_width(table, console, keys):
+        console.print(piece)
 
 
 def render(spec: TableData) -> Table:
@@ -294,8 +368,7 @@ class RichReporter:
         self.err_console.print(f"[yellow]warning:[/yellow] {escape(text)}")
 
     def table(self, table: TableData) -> None:
-        for part in fitted_tables(table, self.console) if table.kind == "plain" else [render(table)]:
-            self.console.print(part)
+        print_fitted(self.console, render(table), keys=2 if table.kind == "paired" else 1)
 
     @contextmanager
     def progress(self, disable: bool = False) -> Iterator[Progress]:
