@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 from mushroom.cli.app import app
 from mushroom.combine.stack import (
     Member,
+    StackConfig,
     StackFit,
     StackModel,
     apply_stack,
@@ -653,3 +654,50 @@ def test_a_stack_fitted_without_language_columns_says_so_in_its_model(tmp_path):
     data, channels, _ = load_stack_data(members, "val", {"en": items}, None, [])
     model = fit_stack_data(data, channels, ["a"], folds=4, language_columns=False).model
     assert model.languages == [] and len(model.features) == data.features[0].shape[1]
+
+
+def test_a_language_the_stack_never_saw_takes_the_hard_labels_of_the_stack_without_language_columns(tmp_path):
+    """Held out in turn, val languages were marked better by a stack fitted without language
+    columns and ranked worse (benchmarks/stack_lolo.py --compare): an unseen language takes
+    that stack's hard labels and the first stack's soft labels; a seen one is untouched."""
+    rng = np.random.default_rng(5)
+    data = {
+        "en": make_items(40, rng),
+        "de": [it.model_copy(update={"id": "d" + it.id, "lang": "de"}) for it in make_items(40, rng)],
+    }
+    fi = [it.model_copy(update={"id": "f" + it.id, "lang": "fi"}) for it in make_items(20, rng)]
+    for split, langs in (("val", data), ("test", {**data, "fi": fi})):
+        for lang, items in langs.items():
+            write_member(
+                tmp_path / "lex",
+                items,
+                lambda it: gold_vec(it) * 0.7 + rng.uniform(0, 0.4, len(it.model_output_text)),
+                split,
+                lang=lang,
+            )
+    members = parse_members([f"lex={tmp_path / 'lex'}"])
+    model = fit_stack(members, data, folds=4).model
+    assert (
+        model.unseen_hard is not None
+        and model.unseen_hard.languages == []
+        and model.languages == ["de", "en"]
+    )
+    assert not any(f.startswith("lang=") for f in model.unseen_hard.features)
+    test = {"de": data["de"], "fi": fi}
+    both = apply_stack(model, members, "test", test)
+    alone = apply_stack(model.model_copy(update={"unseen_hard": None}), members, "test", test)
+    agnostic = apply_stack(model.unseen_hard, members, "test", test)
+    assert [p.soft_labels for p in both["fi"]] == [p.soft_labels for p in alone["fi"]]
+    assert [p.hard_labels for p in both["fi"]] == [p.hard_labels for p in agnostic["fi"]]
+    assert [p.model_dump() for p in both["de"]] == [p.model_dump() for p in alone["de"]]
+    # saved and read back, it applies the same; a stack saved before it had none: as before
+    again = StackModel.model_validate_json(model.model_dump_json())
+    assert [p.hard_labels for p in apply_stack(again, members, "test", test)["fi"]] == [
+        p.hard_labels for p in both["fi"]
+    ]
+    older = json.loads(model.model_dump_json())
+    del older["unseen_hard"]
+    assert [
+        p.hard_labels for p in apply_stack(StackModel.model_validate(older), members, "test", test)["fi"]
+    ] == [p.hard_labels for p in alone["fi"]]
+    assert fit_stack(members, data, folds=4, config=StackConfig(unseen_hard=False)).model.unseen_hard is None

@@ -130,12 +130,17 @@ def _text_columns(item: Item, mean: np.ndarray) -> list[np.ndarray]:
     ]
 
 
+POOLED = ["mean_prob", "vote_share", "max_prob", "neighbour_mean", "item_max", "is_alnum", "position"]
+"""The columns over all members, after each member's own and before the language columns."""
+POOLED_FEATURES = len(POOLED)
+
+
 def feature_names(members: list[str], channels: list[list[str]], languages: list[str]) -> list[str]:
     """Column names matching `item_features`."""
     names = []
     for member, chans in zip(members, channels):
         names += [f"{member}.prob", f"{member}.hard"] + [f"{member}.{c}" for c in chans]
-    names += ["mean_prob", "vote_share", "max_prob", "neighbour_mean", "item_max", "is_alnum", "position"]
+    names += POOLED
     names += [f"lang={lang}" for lang in languages] + [f"mean_prob*lang={lang}" for lang in languages]
     return names + TEXT_FEATURES
 

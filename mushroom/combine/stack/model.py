@@ -148,6 +148,11 @@ class StackModel(BaseModel):
         description="each model-backed member it could leave out -> whether it was kept, and the "
         "out-of-fold IoU with and without it that decided (stack.fit.gate_members)",
     )
+    unseen_hard: StackModel | None = Field(
+        None,
+        description="the stack fitted without language columns, whose hard labels a language not "
+        "in `languages` takes (its soft labels stay this stack's); None in stacks saved before",
+    )
 
     @model_validator(mode="before")
     @classmethod
