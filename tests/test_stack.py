@@ -23,6 +23,7 @@ from mushroom.combine.stack import (
 from mushroom.data.channels import channel_file, read_channels, write_channels
 from mushroom.data.predictions import load_predictions, prediction_from_vectors, submission_name
 from mushroom.data.records import Item
+from mushroom.data.spans import soft_to_vector
 from mushroom.errors import MushroomError
 
 
@@ -701,3 +702,10 @@ def test_a_language_the_stack_never_saw_takes_the_hard_labels_of_the_stack_witho
         p.hard_labels for p in apply_stack(StackModel.model_validate(older), members, "test", test)["fi"]
     ] == [p.hard_labels for p in alone["fi"]]
     assert fit_stack(members, data, folds=4, config=StackConfig(unseen_hard=False)).model.unseen_hard is None
+    # this stack's floor may zero a character the other marks: it keeps a probability (a review:
+    # "character N is in a hard span but has soft probability 0" stopped the stack's files)
+    floored = apply_stack(model.model_copy(update={"floor": 0.999}), members, "test", {"fi": fi})["fi"]
+    assert any(p.hard_labels for p in floored)
+    for p, it in zip(floored, fi):
+        vec = soft_to_vector(p.soft_labels, len(it.model_output_text))
+        assert all(vec[s:e].min() > 0 for s, e in p.hard_labels), p

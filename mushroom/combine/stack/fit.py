@@ -653,11 +653,14 @@ def stack_predictions(
     if model.scorer is None:
         raise MushroomError("the stack was saved by an older version; fit it again with `mushroom stack fit`")
     out: list[Prediction] = []
+    soft: dict[int, np.ndarray] = {}  # of the items whose hard labels come from `unseen_hard`
     all_probs = batch_probs(stack_data.items, stack_data.features, model.scorer, model.word_pooling)
-    for item, feats, raw in zip(stack_data.items, stack_data.features, all_probs):
+    for k, (item, feats, raw) in enumerate(zip(stack_data.items, stack_data.features, all_probs)):
         t = model.thresholds.get(item.lang, model.threshold)
         f = model.floors.get(item.lang, model.floor)
         p = np.where(raw < f, 0.0, raw)
+        if model.unseen_hard is not None and item.lang not in model.languages:
+            soft[k] = p
         source = model.hard_sources.get(item.lang, model.hard_from)
         if source == "stack":
             hard = word_hard_mask(item.model_output_text, p, t)
@@ -668,15 +671,18 @@ def stack_predictions(
                 emptied.append(item.id)
             hard = np.zeros(len(item.model_output_text), dtype=bool)
         out.append(prediction_from_vectors(item.id, p, hard))
-    unseen = [k for k, it in enumerate(stack_data.items) if it.lang not in model.languages]
+    unseen = sorted(soft)
     if model.unseen_hard is not None and unseen:
-        # a language it never saw: the hard labels of the stack fitted without language columns
+        # a language it never saw: the hard labels of the stack fitted without language columns,
+        # built again with this stack's probabilities, so that each hard character keeps one
+        # above 0 (this stack's floor may have zeroed a character the other marks: an audit)
         part = without_language_columns(model, stack_data)
         part = StackData([part.items[k] for k in unseen], [part.features[k] for k in unseen])
         theirs: list[str] = []
         hard = stack_predictions(model.unseen_hard, part, theirs)
         for k, other in zip(unseen, hard):
-            out[k] = out[k].model_copy(update={"hard_labels": other.hard_labels})
+            mask = hard_to_mask(other.hard_labels, len(stack_data.items[k].model_output_text))
+            out[k] = prediction_from_vectors(stack_data.items[k].id, soft[k], mask)
         if emptied is not None:
             ids = {stack_data.items[k].id for k in unseen}
             emptied[:] = [i for i in emptied if i not in ids] + theirs
