@@ -1384,7 +1384,12 @@ def test_a_failed_items_note_of_a_run_with_no_ledger_gives_the_advice_its_failur
     assert found is not None and found.failed == {"val-en-1"}
     said = found.message(path)
     assert "raise max_tokens (-o chain.max_tokens=N)" in said, said
-    # two members' failures: the advice names its MEMBER placeholder and the members
+    # two members' failures, one item failed by both: the advice names its MEMBER placeholder
+    # and both members (a review: the item's last line alone was kept)
+    rows.append({**rows[0], "detector": "llm"})
+    (job / "failures.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    said = failed_items(path, empty).message(path)
+    assert "(-o MEMBER.max_tokens=N)" in said and "(MEMBER: chain, llm)" in said, said
     rows.append({**rows[0], "id": "val-en-2", "detector": "llm"})
     (job / "failures.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     said = failed_items(path, empty).message(path)

@@ -624,7 +624,7 @@ def ledger_state(folder: Path, lang: str) -> LedgerState | None:
     return LedgerState(path, failed, marked, AnswerIndex(ids, answers) if ids else None, channelled, errors)
 
 
-def run_failures(path: Path) -> tuple[Path | None, dict[str, ListedFailure]]:
+def run_failures(path: Path) -> tuple[Path | None, dict[str, list[ListedFailure]]]:
     """(the nearest failures.jsonl, every failure listed by id) from a file's folder up to its run's.
 
     A main job lists its members' failures at its top; a `detect` run beside its predictions/.
@@ -632,7 +632,7 @@ def run_failures(path: Path) -> tuple[Path | None, dict[str, ListedFailure]]:
     scope = run_scope(path)
     # Outside a run folder (no config.json), only a failures.jsonl beside the file is its own.
     top = scope.folder if scope is not None else path.parent
-    listed: dict[str, ListedFailure] = {}
+    listed: dict[str, list[ListedFailure]] = {}
     nearest = None
     for candidate in [path.parent, *path.parent.parents]:
         failures = candidate / "failures.jsonl"
@@ -652,20 +652,21 @@ class ListedFailure:
     detector: str | None
 
 
-def _listed(failures: Path) -> dict[str, ListedFailure]:
-    """The failures a run's failures.jsonl lists, by id (none when there is no such file)."""
+def _listed(failures: Path) -> dict[str, list[ListedFailure]]:
+    """The failures a run's failures.jsonl lists, by id (none when there is no such file).
+
+    A main job lists an item once per member that failed on it: each is kept.
+    """
     from mushroom.data.jsonl import iter_json_lines
 
     if not failures.is_file():
         return {}
     problems: list = []
-    listed = {
-        str(row["id"]): ListedFailure(
-            str(row.get("error") or ""), str(row["detector"]) if row.get("detector") else None
-        )
-        for _, row in iter_json_lines(failures, problems)
-        if "id" in row
-    }
+    listed: dict[str, list[ListedFailure]] = {}
+    for _, row in iter_json_lines(failures, problems):
+        if "id" in row:
+            detector = str(row["detector"]) if row.get("detector") else None
+            listed.setdefault(str(row["id"]), []).append(ListedFailure(str(row.get("error") or ""), detector))
     if problems:  # written whole by its run: a bad line is damage, and may hide a failed item
         from mushroom.errors import DataError
 
@@ -680,7 +681,7 @@ class FailedItems:
     where: Path
     failed: set[str]  # failed in the run (the ledger, or failures.jsonl where there is none)
     behind: set[str]  # empty in the file, marked in the ledger: the file was not rewritten
-    errors: list[str] = field(default_factory=list)  # the failed items' errors, where the ledger keeps them
+    errors: list[str] = field(default_factory=list)  # the failed items' errors, where each has one kept
     config: dict[str, Any] = field(default_factory=dict)  # the run's, for the form of its options
     members: list[str] = field(default_factory=list)  # a main job's members the failures are of
 
@@ -705,7 +706,7 @@ class FailedItems:
                 f"{count(self.behind)} empty in it but marked in its item ledger ({self.where}): the "
                 "run stopped before rewriting the file"
             )
-        advice = retry_advice(self.errors) if self.errors and len(self.errors) == len(self.failed) else ""
+        advice = retry_advice(self.errors) if self.errors else ""
         if self.behind or not advice:
             todo = "run that run's command again to complete them"
         else:  # what a re-run cannot mend is said, for some of them too
@@ -743,6 +744,14 @@ def failed_items(path: Path, predictions: Mapping[str, Prediction]) -> FailedIte
     lists counts; the mark-all baseline depends on no detector and never fails.
     """
     return FailureCheck(path).check(predictions)
+
+
+def _every_one(errors: list[list[str]]) -> list[str]:
+    """The failed items' errors, or none where an item has none kept.
+
+    Advice for the errors of some would be read as advice for all.
+    """
+    return [e for one in errors for e in one] if all(errors) else []
 
 
 class FailureCheck:
@@ -833,9 +842,10 @@ class FailureCheck:
         if self.ledger is None:
             failed = self.listed.keys() & ids
             # a stack's file (no ledger): the advice is for the members its failures name
-            errors = [self.listed[i].error for i in sorted(failed) if self.listed[i].error]
+            rows = [f for i in sorted(failed) for f in self.listed[i]]
+            errors = _every_one([[f.error for f in self.listed[i] if f.error] for i in sorted(failed)])
             config = self._run_of[0] if failed else {}
-            members = sorted({d for i in failed if (d := self.listed[i].detector)})
+            members = sorted({f.detector for f in rows if f.detector})
             found = (
                 FailedItems(self.where, failed, set(), errors, config, members)
                 if self.where is not None
@@ -844,7 +854,7 @@ class FailureCheck:
         else:
             empty = {i for i, p in predictions.items() if not p.soft_labels and not p.hard_labels}
             failed = self.ledger.failed & ids
-            errors = [self.ledger.errors[i] for i in sorted(failed) if self.ledger.errors.get(i)]
+            errors = _every_one([[e] if (e := self.ledger.errors.get(i)) else [] for i in sorted(failed)])
             config, member = self._run_of if failed else ({}, None)
             found = FailedItems(
                 self.ledger.path,
