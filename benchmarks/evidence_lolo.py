@@ -8,11 +8,13 @@ language column, pooled threshold, floor and hard-label source; the decoding of
 `apply_stack`), once on the stack's own columns and once with the evidence columns appended.
 It prints each held-out language's IoU and Cor both ways and the lexical member's, and the
 mean over languages: the estimate for the four test languages without val data. Its
-"without" columns reproduce `stack_lolo.py` (IoU 0.5438, Cor 0.5788).
+"without" columns reproduce the "columns" system of `stack_lolo.py --compare` (IoU 0.5418,
+Cor 0.5784): the stack with language columns alone, as the main job's was before unseen
+languages took the hard labels of the stack without them.
 
-`--evidence run` (about 7 minutes on one core): with IoU 0.5489, Cor 0.5843; held-out fr
-IoU 0.4669 -> 0.4747, above the lexical member's 0.4507; English 0.4041 -> 0.3993.
-`--evidence relative`: with IoU 0.5524, Cor 0.5777.
+`--evidence run` (about 7 minutes on one core): with IoU 0.5496, Cor 0.5826; held-out fr
+IoU 0.4504 -> 0.4740, above the lexical member's 0.4507; English 0.4041 -> 0.4068.
+`--evidence relative`: with IoU 0.5582, Cor 0.5820.
 """
 
 from __future__ import annotations
