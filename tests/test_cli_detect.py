@@ -1157,20 +1157,8 @@ def test_progress_goes_to_stderr_and_says_itself_as_lines_where_no_bar_can_redra
 
     monkeypatch.setattr(tables, "PLAIN_EVERY_S", 0.0)  # a line at every item
     out_dir = tmp_path / "run"
-    code, out, err = cli(
-        capsys,
-        "detect",
-        "--split",
-        "val",
-        "--lang",
-        "en",
-        "--limit",
-        "3",
-        "--detector",
-        "lexical",
-        "--out",
-        out_dir,
-    )
+    args = ["detect", "--split", "val", "--lang", "en", "--limit", "3", "--detector", "lexical", "--out", out_dir]  # fmt: skip
+    code, out, err = cli(capsys, *args)
     assert code == 0, err
     assert "lexical on val ━" not in out and "lexical on val ━" in err, (out, err)
     lines = [line for line in err.splitlines() if line.startswith("lexical on val") and "/3" in line]
