@@ -283,13 +283,13 @@ class _Progress(Progress):
         if self._plain_every is None:
             return
         now = time.monotonic()
-        with self._lock:
+        with self._lock:  # stages advance from worker threads: one line per period
             task = self._tasks.get(task_id)
-        if task is None or task.finished or now - self._said.get(task_id, now) < self._plain_every:
-            return
-        self._said[task_id] = now
+            if task is None or task.finished or now - self._said.get(task_id, now) < self._plain_every:
+                return
+            self._said[task_id] = now
         speed = _average_rate(task)
-        rate = "" if speed is None else f", {speed:.2g}/s"
+        rate = "" if speed is None else f", {_RateColumn().render(task).plain}"  # 103/s, not 1e+02/s
         total = f"/{task.total:g}" if task.total is not None else ""
         left = _LeftColumn().render(task).plain if task.total is not None and speed else ""
         # the description is escaped markup (`add_task`): printed as markup, it reads as given
