@@ -213,6 +213,7 @@ def test_a_stack_applied_to_a_language_it_was_not_fitted_on_says_so(tmp_path, ca
     code, out, err = cli(capsys, *args)
     said = " ".join(out.split())
     assert code == 0 and "de: the stack was not fitted on it (fitted on en)" in said, out + err
+    assert "their hard labels come from its second stack, fitted without language columns" in said, said
 
 
 def test_stack_fit_never_writes_into_a_member_run(tmp_path, capsys):

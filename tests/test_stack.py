@@ -702,6 +702,12 @@ def test_a_language_the_stack_never_saw_takes_the_hard_labels_of_the_stack_witho
         p.hard_labels for p in apply_stack(StackModel.model_validate(older), members, "test", test)["fi"]
     ] == [p.hard_labels for p in alone["fi"]]
     assert fit_stack(members, data, folds=4, config=StackConfig(unseen_hard=False)).model.unseen_hard is None
+    # a hand edit that would make it read the wrong columns is refused, naming the key
+    for edit in ({"languages": ["fi"]}, {"members": ["other"]}):
+        bad = json.loads(model.model_dump_json())
+        bad["unseen_hard"].update(edit)
+        with pytest.raises(ValueError, match="unseen_hard: the second stack must have the same members"):
+            StackModel.model_validate(bad)
     # this stack's floor may zero a character the other marks: it keeps a probability (a review:
     # "character N is in a hard span but has soft probability 0" stopped the stack's files)
     floored = apply_stack(model.model_copy(update={"floor": 0.999}), members, "test", {"fi": fi})["fi"]

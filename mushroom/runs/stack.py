@@ -147,8 +147,15 @@ def apply_stack_run(
     if unseen:
         reporter.message(
             f"{', '.join(unseen)}: the stack was not fitted on {'it' if len(unseen) == 1 else 'them'} "
-            f"(fitted on {', '.join(sorted(fitted))}): the pooled threshold and no language feature "
-            "apply there, and its cross-validated scores do not speak for them",
+            f"(fitted on {', '.join(sorted(fitted))}): "
+            + (
+                "their hard labels come from its second stack, fitted without language columns, "
+                "their soft labels from the first with no language feature"
+                if model.unseen_hard is not None
+                else "the pooled threshold and no language feature apply there (a stack saved "
+                "before 2026-11-29: fitted again, its second stack gives their hard labels)"
+            )
+            + ", and its cross-validated scores do not speak for them",
             lead="note:",
         )
     summary: dict[str, Any] = {"files": [p.name for p in files.values()]}

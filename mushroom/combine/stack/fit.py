@@ -60,9 +60,8 @@ class StackConfig(BaseModel):
     A language with no val items (ca, cs, eu, fa) has all its language columns at 0, a point
     no training row has. Held out in turn, the ten val languages were marked better by a
     stack fitted without language columns and ranked worse (IoU +0.0127 [+0.0014, +0.0234],
-    Cor -0.0078 [-0.0125, -0.0032]; `python benchmarks/stack_lolo.py --language-columns
-    both`), so such a language takes that stack's hard labels and this one's soft labels
-    (`unseen_hard`).
+    Cor -0.0078 [-0.0125, -0.0032]; `python benchmarks/stack_lolo.py --compare`), so such a
+    language takes that stack's hard labels and this one's soft labels (`unseen_hard`).
 
     The hard-label source is shrunk by 50 items: a language's ~40 items are averaged with
     50 items' worth of the pooled IoU per source, so in effect one pooled source (the
@@ -427,7 +426,7 @@ def fit_stack_data(
     """`fit_stack` on features already loaded.
 
     `language_columns=False`: the features were loaded without language columns (a
-    language-agnostic stack, `benchmarks/stack_lolo.py --language-columns off`); the model says so.
+    language-agnostic stack, `StackModel.unseen_hard`); the model says so.
     `features`: the columns' names where they are not the loaded ones (see `choose`).
     """
     prep = prepare(stack_data, channels, member_names, folds, l2, model=model)
@@ -676,8 +675,8 @@ def stack_predictions(
         # a language it never saw: the hard labels of the stack fitted without language columns,
         # built again with this stack's probabilities, so that each hard character keeps one
         # above 0 (this stack's floor may have zeroed a character the other marks: an audit)
-        part = without_language_columns(model, stack_data)
-        part = StackData([part.items[k] for k in unseen], [part.features[k] for k in unseen])
+        part = StackData([stack_data.items[k] for k in unseen], [stack_data.features[k] for k in unseen])
+        part = without_language_columns(model, part)
         theirs: list[str] = []
         hard = stack_predictions(model.unseen_hard, part, theirs)
         for k, other in zip(unseen, hard):

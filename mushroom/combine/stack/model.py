@@ -188,6 +188,14 @@ class StackModel(BaseModel):
         trees = self.scorer.trees if isinstance(self.scorer, BlendScorer) else self.scorer
         if isinstance(trees, TreeScorer) and any(f >= n for t in trees.trees for f in t.feature):
             raise ValueError(f"scorer: a tree splits on a feature past the stack's {n}")
+        other = self.unseen_hard if "unseen_hard" in self.__dict__ else None
+        if other is not None and (other.members != self.members or other.languages):
+            # it reads this stack's features less the language columns: of other members, or
+            # with language columns of its own, it would read the wrong columns (a hand edit)
+            raise ValueError(
+                "unseen_hard: the second stack must have the same members and no languages "
+                f"(it has members {other.members}, languages {other.languages})"
+            )
         return self
 
     def gate_summary(self) -> str:
