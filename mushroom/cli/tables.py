@@ -187,19 +187,25 @@ FOLDED_WORD = 10
 """A word of text longer than this may fold (a long run or file name); a number never does."""
 
 
-def _column_range(cells: list) -> tuple[int, int, bool]:
-    """(the narrowest a column may be, the width it takes, whether a long name may fold in it)."""
-    low, high, folds = 1, 1, False
-    for cell in cells:
+def _column_range(header: object, cells: list) -> tuple[int, int, bool, int]:
+    """(narrowest width, its cells' width, whether a long name may fold, width with its header).
+
+    The header's words count for the narrowest, not its lines for the width: a header wraps
+    between its words at no cost, and a long one ("vote (mean prob, majority)") took the
+    room a cell needed to keep "0.622 0.644" on one line.
+    """
+    low, high, folds, whole = 1, 1, False, 1
+    for k, cell in enumerate([header, *cells]):
         plain = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
         for line in plain.splitlines() or [""]:
-            high = max(high, cell_len(line))
+            whole = max(whole, cell_len(line))
+            high = max(high, cell_len(line)) if k else high
             for word in line.split():
                 size = cell_len(word)
                 number = _NUMBER.fullmatch(word) is not None
                 folds = folds or (not number and size > FOLDED_WORD)
                 low = max(low, size if number else min(size, FOLDED_WORD))
-    return low, high, folds
+    return low, max(high, low), folds, whole
 
 
 def _words_whole(table: Table, console: Console) -> Table:
@@ -208,23 +214,24 @@ def _words_whole(table: Table, console: Console) -> Table:
     rich narrows the widest columns first, below their longest word, which then folds: a
     score "0.6700/0.6488" came out as "0.6700/0.648" over "8", a header as "semanti" over
     "c" (an audit at 60 columns). Here each column keeps its longest word, and the room left
-    is shared out a character at a time among the columns that want more, those of numbers
-    before those of long names, which may fold (`FOLDED_WORD`).
+    goes to the columns that want more, the least wanting whole and the rest in equal shares
+    (a score and its interval then share a line where they can), those of numbers before
+    those of long names, which may fold (`FOLDED_WORD`).
     """
     wide = console.options.update_width(10_000)
-    ranges = [_column_range([col.header, *col.cells]) for col in table.columns]
+    ranges = [_column_range(col.header, list(col.cells)) for col in table.columns]
     natural = Measurement.get(console, wide, table).maximum
-    room = console.width - (natural - sum(r[1] for r in ranges))  # less borders and padding
+    room = console.width - (natural - sum(r[3] for r in ranges))  # less borders and padding
     lowest = sum(r[0] for r in ranges)
     if natural <= console.width or room < lowest:  # it fits; or nothing does, and rich folds
         return table
-    spare, want = room - lowest, [high - low for low, high, _ in ranges]
+    spare, want = room - lowest, [r[1] - r[0] for r in ranges]
     widths = [r[0] for r in ranges]
     for names in (False, True):  # the numbers' columns first, then those of long names
-        while spare > 0 and any(want[k] for k, r in enumerate(ranges) if r[2] == names):
-            for k, r in enumerate(ranges):  # a character at a time to each that wants more
-                if r[2] == names and want[k] and spare:
-                    widths[k], want[k], spare = widths[k] + 1, want[k] - 1, spare - 1
+        wanting = sorted((k for k, r in enumerate(ranges) if r[2] == names), key=want.__getitem__)
+        for n, k in enumerate(wanting):  # the least wanting whole, the rest an equal share
+            given = min(want[k], spare // (len(wanting) - n))
+            widths[k], spare = widths[k] + given, spare - given
     for col, width in zip(table.columns, widths):
         col.width = width
     return table
