@@ -715,3 +715,14 @@ def test_a_language_the_stack_never_saw_takes_the_hard_labels_of_the_stack_witho
     for p, it in zip(floored, fi):
         vec = soft_to_vector(p.soft_labels, len(it.model_output_text))
         assert all(vec[s:e].min() > 0 for s, e in p.hard_labels), p
+
+
+def test_the_second_stack_fitted_beside_the_first_raises_its_error_in_the_caller():
+    """Fitted on a thread, a failure of the second stack must not pass for a stack without it."""
+    from mushroom.combine.stack.fit import _Background
+
+    job = _Background(lambda a, b: a / b, 1, 0)
+    with pytest.raises(ZeroDivisionError):
+        job.result()
+    assert _Background(lambda a, b: a + b, 1, 2).result() == 3
+    assert job._thread.daemon  # a Ctrl-C during the fit is not held up until it ends

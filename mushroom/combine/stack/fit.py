@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,6 +243,14 @@ def fit_stack(
         fit.model.channel_use = use.shares()
         return fit
 
+    unseen = (config or StackConfig()).unseen_hard
+    # its members known (none to gate), the second stack is fitted beside the first: 35 s
+    # against 44 s on 2 cores (the trees and the linear algebra release the GIL)
+    early = (
+        _Background(_unseen_model, members, data, split, folds, l2, config, model)
+        if unseen and not gated
+        else None
+    )
     fit = fit_on(members)
     items = [it for lang in languages for it in data[lang]]
     kept, decisions = list(members), {}
@@ -254,7 +263,9 @@ def fit_stack(
             kept = rest
     if decisions:
         fit.model.gate = decisions
-    if (config or StackConfig()).unseen_hard:
+    if early is not None:
+        fit.model.unseen_hard = early.result()
+    elif unseen:
         fit.model.unseen_hard = _unseen_model(
             [m for m in members if m.name in fit.model.members], data, split, folds, l2, config, model
         )
@@ -266,6 +277,29 @@ def fit_stack(
     fit.model.fitted_on = f"{split}: " + ", ".join(f"{lang} ({len(v)})" for lang, v in data.items())
     fit.model.fingerprint = stack_fingerprint(members, data, split, folds, l2, config, model)
     return fit
+
+
+class _Background:
+    """A call run on a daemon thread: a Ctrl-C during the fit is not held up until it ends."""
+
+    def __init__(self, call: Callable[..., Any], *args: Any):
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._result = call(*args)
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="mushroom-stack-fit", daemon=True)
+        self._thread.start()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
 
 
 def _unseen_model(
