@@ -185,16 +185,19 @@ def fit_to_width(table: Table, console: Console, keys: int = 1) -> list[Table]:
 _NUMBER = re.compile(r"[-+(\[]*\d[\d.,:/%eE+-]*[)\]%,]*")
 FOLDED_WORD = 10
 """A word of text longer than this may fold (a long run or file name); a number never does."""
+NUMBERS, NAMES, PROSE = 0, 1, 2
+"""Columns by what they hold, in the order they are given room: a number wrapped reads as
+another; a long name folds; prose wraps between its words at no cost."""
 
 
-def _column_range(header: object, cells: list) -> tuple[int, int, bool, int]:
-    """(narrowest width, its cells' width, whether a long name may fold, width with its header).
+def _column_range(header: object, cells: list) -> tuple[int, int, int, int]:
+    """(narrowest width, its cells' width, NUMBERS/NAMES/PROSE, width with its header).
 
     The header's words count for the narrowest, not its lines for the width: a header wraps
     between its words at no cost, and a long one ("vote (mean prob, majority)") took the
     room a cell needed to keep "0.622 0.644" on one line.
     """
-    low, high, folds, whole = 1, 1, False, 1
+    low, high, whole, long_name, numbers, words = 1, 1, 1, False, 0, 0
     for k, cell in enumerate([header, *cells]):
         plain = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
         for line in plain.splitlines() or [""]:
@@ -203,20 +206,24 @@ def _column_range(header: object, cells: list) -> tuple[int, int, bool, int]:
             for word in line.split():
                 size = cell_len(word)
                 number = _NUMBER.fullmatch(word) is not None
-                folds = folds or (not number and size > FOLDED_WORD)
-                low = max(low, size if number else min(size, FOLDED_WORD))
-    return low, max(high, low), folds, whole
+                if k:  # what the cells hold, not the header
+                    numbers, words = numbers + number, words + (not number)
+                    long_name = long_name or (not number and size > FOLDED_WORD)
+                # a header's word whole ("predictions" folded to "prediction" over "s")
+                low = max(low, size if number or not k else min(size, FOLDED_WORD))
+    kind = NAMES if long_name else NUMBERS if numbers >= words else PROSE
+    return low, max(high, low), kind, whole
 
 
 def _words_whole(table: Table, console: Console) -> Table:
-    """`table` with fixed column widths that break no word, where it is narrowed to fit.
+    """`table` with fixed column widths that break no number, where it is narrowed to fit.
 
     rich narrows the widest columns first, below their longest word, which then folds: a
     score "0.6700/0.6488" came out as "0.6700/0.648" over "8", a header as "semanti" over
-    "c" (an audit at 60 columns). Here each column keeps its longest word, and the room left
-    goes to the columns that want more, the least wanting whole and the rest in equal shares
-    (a score and its interval then share a line where they can), those of numbers before
-    those of long names, which may fold (`FOLDED_WORD`).
+    "c" (an audit at 60 columns). Here each column keeps its longest number, and the room
+    left goes to the columns of numbers, then of long names, then of prose (`NUMBERS`), in
+    each the least wanting whole and the rest in equal shares: a score and its interval
+    share a line where they can, and a file name is folded only when prose cannot give way.
     """
     wide = console.options.update_width(10_000)
     ranges = [_column_range(col.header, list(col.cells)) for col in table.columns]
@@ -227,8 +234,8 @@ def _words_whole(table: Table, console: Console) -> Table:
         return table
     spare, want = room - lowest, [r[1] - r[0] for r in ranges]
     widths = [r[0] for r in ranges]
-    for names in (False, True):  # the numbers' columns first, then those of long names
-        wanting = sorted((k for k, r in enumerate(ranges) if r[2] == names), key=want.__getitem__)
+    for kind in (NUMBERS, NAMES, PROSE):
+        wanting = sorted((k for k, r in enumerate(ranges) if r[2] == kind), key=want.__getitem__)
         for n, k in enumerate(wanting):  # the least wanting whole, the rest an equal share
             given = min(want[k], spare // (len(wanting) - n))
             widths[k], spare = widths[k] + given, spare - given
