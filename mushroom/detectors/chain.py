@@ -458,15 +458,17 @@ class ChainDetector(GeneratingDetector):
         vec = np.zeros(len(answer))
         unverifiable = np.zeros(len(answer))
         unchecked: list[dict] = []
-        if not item_claims:
-            # An empty decomposition checked nothing: the answer is "could not check", not
-            # "nothing wrong" (blank answers never get here).
-            st["chain.no_claims"] += 1
+
+        def whole_unchecked(idx: int | None, text: str | None, reason: str) -> None:
+            """The whole answer is "could not check", not "nothing wrong", said with its reason."""
             unverifiable[:] = 1.0
-            vec[:] = self.options.unverifiable_probability
-            unchecked.append(
-                {"claim": None, "text": None, "start": 0, "end": len(answer), "reason": NO_CLAIMS}
-            )
+            vec[:] = np.maximum(vec, self.options.unverifiable_probability)
+            unchecked.append({"claim": idx, "text": text, "start": 0, "end": len(answer), "reason": reason})
+
+        if not item_claims:
+            # An empty decomposition checked nothing (blank answers never get here).
+            st["chain.no_claims"] += 1
+            whole_unchecked(None, None, NO_CLAIMS)
             return vec, unverifiable, unchecked
         locator = SpanLocator(answer)
         st["chain.claims"] += len(item_claims)
@@ -547,12 +549,7 @@ class ChainDetector(GeneratingDetector):
                 # something is wrong, but where is not known: painted nowhere, it read as
                 # "nothing wrong"; the whole answer is "could not check", as an empty decomposition is
                 st["chain.contradicted_unplaced"] += 1
-                unverifiable[:] = 1.0
-                vec[:] = np.maximum(vec, self.options.unverifiable_probability)
-                text = item_claims[idx - 1]["substring"] if idx is not None else None
-                unchecked.append(
-                    {"claim": idx, "text": text, "start": 0, "end": len(answer), "reason": UNPLACED}
-                )
+                whole_unchecked(idx, item_claims[idx - 1]["substring"] if idx is not None else None, UNPLACED)
         # A claim that no readable verdict names was not checked: "could not check", not "supported".
         for idx in range(1, len(item_claims) + 1):
             if idx not in judged:
@@ -564,9 +561,5 @@ class ChainDetector(GeneratingDetector):
             # it read as "nothing wrong" and scored 1 on answers gold marks nothing in (an audit).
             # Not when a verdict marked something: a wrong span placed is a finding (a review)
             st["chain.no_claims_in_answer"] += 1
-            unverifiable[:] = 1.0
-            vec[:] = np.maximum(vec, self.options.unverifiable_probability)
-            unchecked.append(
-                {"claim": None, "text": None, "start": 0, "end": len(answer), "reason": NO_CLAIM_PLACED}
-            )
+            whole_unchecked(None, None, NO_CLAIM_PLACED)
         return vec, unverifiable, unchecked
