@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -685,7 +685,7 @@ def stack_predictions(
     hard_cols = {m: c + 1 for m, c in zip(model.members, member_columns(channels))}
     if model.scorer is None:
         raise MushroomError("the stack was saved by an older version; fit it again with `mushroom stack fit`")
-    out: list[Prediction] = []
+    out: list[Prediction | None] = []
     soft: dict[int, np.ndarray] = {}  # of the items whose hard labels come from `unseen_hard`
     all_probs = batch_probs(stack_data.items, stack_data.features, model.scorer, model.word_pooling)
     for k, (item, feats, raw) in enumerate(zip(stack_data.items, stack_data.features, all_probs)):
@@ -693,7 +693,9 @@ def stack_predictions(
         f = model.floors.get(item.lang, model.floor)
         p = np.where(raw < f, 0.0, raw)
         if model.unseen_hard is not None and item.lang not in model.languages:
-            soft[k] = p
+            soft[k] = p  # its hard labels, and its empty rule, are the second stack's (below)
+            out.append(None)
+            continue
         source = model.hard_sources.get(item.lang, model.hard_from)
         if source == "stack":
             hard = word_hard_mask(item.model_output_text, p, t)
@@ -704,19 +706,14 @@ def stack_predictions(
                 emptied.append(item.id)
             hard = np.zeros(len(item.model_output_text), dtype=bool)
         out.append(prediction_from_vectors(item.id, p, hard))
-    unseen = sorted(soft)
-    if model.unseen_hard is not None and unseen:
+    if soft and model.unseen_hard is not None:
         # a language it never saw: the hard labels of the stack fitted without language columns,
         # built again with this stack's probabilities, so that each hard character keeps one
         # above 0 (this stack's floor may have zeroed a character the other marks: an audit)
+        unseen = sorted(soft)
         part = StackData([stack_data.items[k] for k in unseen], [stack_data.features[k] for k in unseen])
-        part = without_language_columns(model, part)
-        theirs: list[str] = []
-        hard = stack_predictions(model.unseen_hard, part, theirs)
+        hard = stack_predictions(model.unseen_hard, without_language_columns(model, part), emptied)
         for k, other in zip(unseen, hard):
             mask = hard_to_mask(other.hard_labels, len(stack_data.items[k].model_output_text))
             out[k] = prediction_from_vectors(stack_data.items[k].id, soft[k], mask)
-        if emptied is not None:
-            ids = {stack_data.items[k].id for k in unseen}
-            emptied[:] = [i for i in emptied if i not in ids] + theirs
-    return out
+    return cast(list[Prediction], out)  # every None was an unseen item's, filled above
